@@ -1,0 +1,119 @@
+/**
+ * Native engine throughput: matmul yardstick, prefill, batched decode and training, for a tiny
+ * and a ~58M-parameter Llama-style model. Prints a markdown table.
+ *
+ *   npm run build && node dist/bench/native.js [threads]
+ *
+ * FLOPs: 2 * matmul params per token forward (6 * for training), plus attention
+ * (QK^T and PV: 4 * layers * context * H * hd per token forward).
+ */
+import type { ArchConfig } from '../lib/model/arch';
+import { info, loadModel, matmulGflops, setThreads, type NativeModel, type TrainRow } from '../native';
+import { packRow, randomTokens, randomWeights, SeededRng, tinyConfig, weightShapes } from '../native/testing';
+
+const threads = Number(process.argv[2] ?? 2);
+
+const MEDIUM: ArchConfig = {
+  arch: 'llama',
+  vocabSize: 32000,
+  hiddenSize: 512,
+  intermediateSize: 1536,
+  numLayers: 8,
+  numHeads: 8,
+  numKvHeads: 4,
+  headDim: 64,
+  rmsNormEps: 1e-6,
+  ropeTheta: 10000,
+  maxPositionEmbeddings: 4096,
+  tieWordEmbeddings: false,
+  attentionBias: false,
+  qkNorm: false,
+};
+
+/** Parameters that take part in matmuls (all but the input embedding when untied). */
+function matmulParams(c: ArchConfig, total: number): number {
+  return c.tieWordEmbeddings ? total : total - c.vocabSize * c.hiddenSize;
+}
+/** Attention FLOPs of one token attending to `ctx` keys (QK^T + PV). */
+const attnFlops = (c: ArchConfig, ctx: number) => 4 * c.numLayers * ctx * c.numHeads * c.headDim;
+
+interface Row {
+  model: string;
+  what: string;
+  tokensPerSecond: number;
+  gflops: number;
+}
+
+async function time<T>(f: () => Promise<T>): Promise<[T, number]> {
+  const t0 = process.hrtime.bigint();
+  const r = await f();
+  return [r, Number(process.hrtime.bigint() - t0) / 1e9];
+}
+
+async function benchModel(name: string, c: ArchConfig, rows: Row[]): Promise<void> {
+  const model: NativeModel = await loadModel(c, randomWeights(c, 1));
+  const P = matmulParams(c, model.numParameters);
+  const rng = new SeededRng(2);
+
+  // Prefill: 4 prompts of 256 tokens.
+  {
+    const gen = model.createGenerator({ maxSequences: 4, maxSequenceLength: 512 });
+    const reqs = Array.from({ length: 4 }, () => ({ promptIds: randomTokens(rng, 257, c.vocabSize) }));
+    await gen.add([reqs[0]]); // warm-up
+    await gen.remove([1]);
+    const [, s] = await time(() => gen.add(reqs));
+    const tokens = 4 * 256, flops = tokens * 2 * P + 4 * attnFlops(c, 256) * 256 / 2;
+    rows.push({ model: name, what: 'prefill (4 x 256)', tokensPerSecond: tokens / s, gflops: flops / s / 1e9 });
+  }
+  // Decode: batch B, 64-token prompts, 32 steps timed after 2 warm-up steps.
+  for (const B of [1, 16, 64]) {
+    const gen = model.createGenerator({ maxSequences: B, maxSequenceLength: 160 });
+    await gen.add(Array.from({ length: B }, (_, i) => ({ promptIds: randomTokens(rng, 64, c.vocabSize), maxTokens: 64, seed: i })));
+    for (let i = 0; i < 2; i++) await gen.step();
+    const steps = 32;
+    const [, s] = await time(async () => {
+      for (let i = 0; i < steps; i++) await gen.step();
+    });
+    const tokens = B * steps, ctx = 64 + 2 + steps / 2;
+    const flops = tokens * (2 * P + attnFlops(c, ctx));
+    rows.push({ model: name, what: `decode batch ${B}`, tokensPerSecond: tokens / s, gflops: flops / s / 1e9 });
+  }
+  // Training: fwd+bwd+AdamW on 2 packed rows of 512 tokens (4 samples of 128 each).
+  {
+    const trainer = model.createTrainer();
+    const row = (): TrainRow => {
+      const samples = Array.from({ length: 4 }, () => randomTokens(rng, 128, c.vocabSize));
+      return { ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i >= 32 ? 1 : 0))) };
+    };
+    const batch = [row(), row()];
+    await trainer.step(batch, { lr: 1e-4, maxGradNorm: 1 }); // warm-up
+    const steps = 3;
+    const [, s] = await time(async () => {
+      for (let i = 0; i < steps; i++) await trainer.step(batch, { lr: 1e-4, maxGradNorm: 1 });
+    });
+    const tokens = steps * 2 * 512, flops = tokens * (6 * P + 3 * attnFlops(c, 64));
+    rows.push({ model: name, what: 'train (2 x 512, fwd+bwd+AdamW)', tokensPerSecond: tokens / s, gflops: flops / s / 1e9 });
+  }
+}
+
+async function main(): Promise<void> {
+  setThreads(threads);
+  const peak = await matmulGflops(2048, 10);
+  const rows: Row[] = [];
+  const tiny = tinyConfig('qwen3');
+  const count = (c: ArchConfig) => weightShapes(c).reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1), 0);
+  const tinyParams = count(tiny), medParams = count(MEDIUM);
+  await benchModel(`tiny qwen3 (${(tinyParams / 1e3).toFixed(0)}K)`, tiny, rows);
+  await benchModel(`llama ${(medParams / 1e6).toFixed(1)}M`, MEDIUM, rows);
+  const i = info();
+  console.log(`libtorch ${i.torchVersion}, ${threads} threads, fp32 CPU; matmul 2048^3: ${peak.toFixed(1)} GFLOP/s\n`);
+  console.log('| model | workload | tokens/s | GFLOP/s | of matmul |');
+  console.log('|---|---|---:|---:|---:|');
+  for (const r of rows)
+    console.log(`| ${r.model} | ${r.what} | ${r.tokensPerSecond.toFixed(0)} | ${r.gflops.toFixed(1)} | ${((100 * r.gflops) / peak).toFixed(0)}% |`);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

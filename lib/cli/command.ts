@@ -1,0 +1,16 @@
+/** A CLI command: its zod config schema and what it does with the resolved config. */
+import type { z } from 'zod';
+import type { SharedKeys } from '../config/loader';
+
+export interface Command<S extends z.ZodType = z.ZodType> {
+  summary: string;
+  schema: S;
+  /** Top-level keys that fill the same keys of several sections (rl). */
+  shared?: SharedKeys;
+  run(config: z.output<S>): Promise<void>;
+}
+
+/** Declares a command with its config type inferred from its schema. */
+export function command<S extends z.ZodType>(c: Command<S>): Command {
+  return c as unknown as Command;
+}

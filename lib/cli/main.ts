@@ -1,0 +1,133 @@
+/**
+ * `prime-rl <command> [subcommand] [@ file.toml ...] [--key value ...] [--dry-run] [--help]`
+ *
+ * Each command is a zod schema (lib/config/schemas.ts) plus a function that runs with the resolved
+ * config. Help text and validation both come from the schema.
+ */
+import * as fs from 'node:fs';
+import type { z } from 'zod';
+import { ConfigError, didYouMean } from '../config/errors';
+import { optionsHelp, SOURCES_HELP } from '../config/help';
+import { loadConfig, type SharedKeys } from '../config/loader';
+import * as schemas from '../config/schemas';
+import { command, type Command } from './command';
+import { temporalCommands } from './temporal';
+
+/** A command whose runner lands with a later part of the system: its config already resolves. */
+function planned(summary: string, schema: z.ZodType, lands: string, shared?: SharedKeys): Command {
+  return command({
+    summary,
+    schema,
+    shared,
+    run: async () => {
+      throw new Error(`'${summary}' is not runnable yet (${lands}); its configuration resolves with --dry-run`);
+    },
+  });
+}
+
+type CommandTable = Record<string, Command | { summary: string; subcommands: Record<string, Command> }>;
+
+const commands: CommandTable = {
+  rl: planned('run asynchronous RL: trainer, orchestrator and inference on Temporal', schemas.rlSchema, 'the rl workflow', {
+    keys: schemas.RL_SHARED_KEYS,
+    sections: schemas.RL_SECTIONS,
+  }),
+  sft: planned('supervised fine-tuning as a Temporal workflow', schemas.sftSchema, 'the sft workflow'),
+  eval: planned('evaluate model versions or an external API on environments', schemas.evalSchema, 'the eval workflow'),
+  inference: planned('serve a model: OpenAI-compatible API, /v1/generate, live weight updates', schemas.inferenceSchema, 'the inference server'),
+  worker: planned('run a Temporal worker for one pool (cpu, trainer or inference)', schemas.workerSchema, 'the worker pools'),
+  model: {
+    summary: 'model tools',
+    subcommands: {
+      create: command({
+        summary: 'write a random-initialised Hugging Face model folder',
+        schema: schemas.modelCreateSchema,
+        run: async (config) => {
+          const { createModelFromConfig } = await import('../model/create');
+          await createModelFromConfig(config);
+        },
+      }),
+    },
+  },
+  temporal: { summary: 'the local Temporal dev server', subcommands: temporalCommands },
+};
+
+function usage(): string {
+  const lines = Object.entries(commands).flatMap(([name, c]) =>
+    'subcommands' in c
+      ? Object.entries(c.subcommands).map(([sub, s]) => `  ${`${name} ${sub}`.padEnd(18)} ${s.summary}`)
+      : [`  ${name.padEnd(18)} ${c.summary}`],
+  );
+  return `Usage: prime-rl <command> [@ config.toml ...] [--key value ...] [--dry-run] [--help]\n\nCommands:\n${lines.join('\n')}\n\nRun 'prime-rl <command> --help' for its options.`;
+}
+
+function commandHelp(name: string, c: Command): string {
+  return `Usage: prime-rl ${name} [@ config.toml ...] [--key value ...]\n\n${c.summary}\n\n${SOURCES_HELP}\n\nOptions (type, default, description):${optionsHelp(c.schema)}`;
+}
+
+/** Finds the command named by the leading arguments; returns it with the remaining arguments. */
+function resolveCommand(argv: string[]): { name: string; cmd: Command; rest: string[] } {
+  const [first, second] = argv;
+  const entry = commands[first];
+  if (!entry) throw new ConfigError(`unknown command '${first}'.${didYouMean(first, Object.keys(commands))} Run 'prime-rl --help'.`);
+  if (!('subcommands' in entry)) return { name: first, cmd: entry, rest: argv.slice(1) };
+  const subs = Object.keys(entry.subcommands);
+  if (second === undefined || second.startsWith('-')) {
+    if (second === '--help' || second === '-h' || second === undefined) {
+      throw new HelpRequest(`Usage: prime-rl ${first} <${subs.join('|')}> ...\n\n${subs.map((s) => `  ${s.padEnd(10)} ${entry.subcommands[s].summary}`).join('\n')}`);
+    }
+    throw new ConfigError(`'prime-rl ${first}' needs a subcommand: ${subs.join(', ')}`);
+  }
+  const cmd = entry.subcommands[second];
+  if (!cmd) throw new ConfigError(`unknown subcommand '${first} ${second}'.${didYouMean(second, subs)} Choose one of: ${subs.join(', ')}`);
+  return { name: `${first} ${second}`, cmd, rest: argv.slice(2) };
+}
+
+class HelpRequest extends Error {}
+
+export async function runCli(argv: string[]): Promise<number> {
+  try {
+    if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
+      process.stdout.write(`${usage()}\n`);
+      return 0;
+    }
+    const { name, cmd, rest } = resolveCommand(argv);
+    if (rest.includes('--help') || rest.includes('-h')) {
+      process.stdout.write(`${commandHelp(name, cmd)}\n`);
+      return 0;
+    }
+    const loaded = loadConfig({ schema: cmd.schema, argv: rest, shared: cmd.shared });
+    if (loaded.dryRun) {
+      const json = JSON.stringify(loaded.config, null, 2);
+      if (loaded.dryRunFile) fs.writeFileSync(loaded.dryRunFile, `${json}\n`);
+      process.stdout.write(`${json}\n`);
+      return 0;
+    }
+    await cmd.run(loaded.config);
+    return 0;
+  } catch (e) {
+    if (e instanceof HelpRequest) {
+      process.stdout.write(`${e.message}\n`);
+      return 0;
+    }
+    if (e instanceof ConfigError) {
+      process.stderr.write(`error: ${e.message}\n`);
+      return e.exitCode;
+    }
+    process.stderr.write(`error: ${(e as Error).stack ?? String(e)}\n`);
+    return 1;
+  }
+}
+
+/** Process entry (bin/prime-rl.js). */
+export function main(argv: string[]): void {
+  runCli(argv).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (e) => {
+      process.stderr.write(`${String(e)}\n`);
+      process.exitCode = 1;
+    },
+  );
+}

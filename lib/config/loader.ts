@@ -1,0 +1,386 @@
+/**
+ * Configuration loading, as in the Python prime-rl:
+ *
+ *   prime-rl rl @ a.toml @ b.toml --trainer @ t.toml --trainer.optim.lr 3e-6 --no-lora.enabled
+ *
+ * Sources, highest precedence first: CLI `--a.b value` (kebab or snake case), TOML files given as
+ * `@ path` (later files win, tables merge deeply; `--section @ path` scopes a file to one section),
+ * environment variables `PRIME_A__B=value`, then the schema defaults. Every value is checked
+ * against the command's zod schema; any problem is a ConfigError (exit code 2) naming the key or file.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { parse as parseToml, TomlError } from 'smol-toml';
+import type { z } from 'zod';
+import { ConfigError, didYouMean } from './errors';
+import { allPaths, arrayElement, fieldAt, inspect, objectShape, typeName } from './introspect';
+
+type Raw = Record<string, unknown>;
+
+/** Where a value came from, for error messages. */
+type Origins = Map<string, string>;
+
+export interface SharedKeys {
+  /** Dotted keys at the top level that fill the same key inside each section. */
+  keys: readonly string[];
+  sections: readonly string[];
+}
+
+export interface LoadOptions<S extends z.ZodType> {
+  schema: S;
+  argv: string[];
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  shared?: SharedKeys;
+}
+
+export interface Loaded<T> {
+  config: T;
+  dryRun: boolean;
+  /** `--dry-run FILE` also writes the resolved config there (input for `temporal workflow start`). */
+  dryRunFile?: string;
+}
+
+const isPlainObject = (v: unknown): v is Raw => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Deep merge of config trees: tables merge, everything else (arrays included) is replaced. */
+export function deepMerge(base: Raw, over: Raw): Raw {
+  const out: Raw = { ...base };
+  for (const [k, v] of Object.entries(over)) {
+    out[k] = isPlainObject(v) && isPlainObject(out[k]) ? deepMerge(out[k] as Raw, v) : v;
+  }
+  return out;
+}
+
+function setPath(obj: Raw, keys: string[], value: unknown): void {
+  let node = obj;
+  for (const k of keys.slice(0, -1)) {
+    if (!isPlainObject(node[k])) node[k] = {};
+    node = node[k] as Raw;
+  }
+  node[keys[keys.length - 1]] = value;
+}
+
+function getPath(obj: Raw, keys: string[]): unknown {
+  let node: unknown = obj;
+  for (const k of keys) {
+    if (!isPlainObject(node) || !(k in node)) return undefined;
+    node = node[k];
+  }
+  return node;
+}
+
+/** Records, for every leaf of `tree`, the source that set it (later calls overwrite earlier ones). */
+function recordOrigins(tree: Raw, origin: string, origins: Origins, prefix: string[] = []): void {
+  for (const [k, v] of Object.entries(tree)) {
+    const p = [...prefix, k];
+    if (isPlainObject(v) && Object.keys(v).length > 0) recordOrigins(v, origin, origins, p);
+    else origins.set(p.join('.'), origin);
+  }
+}
+
+const normaliseKey = (k: string) => k.replace(/-/g, '_');
+
+function unknownKeyError(key: string, schema: z.ZodType, where: string): ConfigError {
+  return new ConfigError(`unknown config key '${key}' (${where}).${didYouMean(key, allPaths(schema))} See --help for all keys.`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values from text (CLI and env): coerced by the type of the field they set.
+
+function parseJson(text: string, key: string, where: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new ConfigError(`${key} (${where}): expected JSON, got '${text}': ${(e as Error).message}`);
+  }
+}
+
+function coerceScalar(field: z.ZodType, text: string, key: string, where: string): unknown {
+  const info = inspect(field);
+  switch (info.kind) {
+    case 'number':
+    case 'int': {
+      const n = Number(text);
+      if (text.trim() === '' || Number.isNaN(n)) throw new ConfigError(`${key} (${where}): expected a number, got '${text}'`);
+      return n;
+    }
+    case 'boolean': {
+      const t = text.toLowerCase();
+      if (['true', '1', 'yes', 'on'].includes(t)) return true;
+      if (['false', '0', 'no', 'off'].includes(t)) return false;
+      throw new ConfigError(`${key} (${where}): expected true or false, got '${text}'`);
+    }
+    case 'string':
+    case 'enum':
+    case 'literal':
+      return text;
+    case 'array':
+    case 'tuple':
+      return coerceList(field, [text], key, where);
+    default:
+      // Objects, records, unions, unknown: JSON, or the plain string when it is not JSON.
+      if (/^\s*[[{"]/.test(text) || ['object', 'record'].includes(info.kind)) return parseJson(text, key, where);
+      return text;
+  }
+}
+
+/** A list from `--xs 1 2 3`, `--xs 1,2,3` or `--xs '[1, 2, 3]'`. */
+function coerceList(field: z.ZodType, texts: string[], key: string, where: string): unknown[] {
+  if (texts.length === 1 && /^\s*\[/.test(texts[0])) {
+    const v = parseJson(texts[0], key, where);
+    if (!Array.isArray(v)) throw new ConfigError(`${key} (${where}): expected a list, got '${texts[0]}'`);
+    return v;
+  }
+  const info = inspect(field);
+  const element =
+    info.kind === 'tuple'
+      ? (info.core as unknown as { _zod: { def: { items: z.ZodType[] } } })._zod.def.items[0]
+      : arrayElement(field)!;
+  const parts = texts.length === 1 ? texts[0].split(',').map((s) => s.trim()).filter((s) => s !== '') : texts;
+  return parts.map((p) => coerceScalar(element, p, key, where));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sources
+
+function readToml(file: string, cwd: string): Raw {
+  const full = path.resolve(cwd, file);
+  let text: string;
+  try {
+    text = fs.readFileSync(full, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new ConfigError(
+      code === 'ENOENT' ? `config file not found: ${file}` : `cannot read config file ${file}: ${(e as Error).message}`,
+    );
+  }
+  try {
+    return parseToml(text) as Raw;
+  } catch (e) {
+    if (e instanceof TomlError) {
+      const first = e.message.split('\n')[0];
+      throw new ConfigError(`TOML syntax error in ${file} at line ${e.line}, column ${e.column}: ${first}`);
+    }
+    throw e;
+  }
+}
+
+/** Checks every key of a file's table against the schema, so a typo names its file. */
+function checkKeys(tree: Raw, schema: z.ZodType, scope: string[], where: string): void {
+  for (const [k, v] of Object.entries(tree)) {
+    const p = [...scope, k];
+    const field = fieldAt(schema, p);
+    if (!field) throw unknownKeyError(p.join('.'), schema, where);
+    if (isPlainObject(v) && objectShape(field)) checkKeys(v, schema, p, where);
+  }
+}
+
+/** `PRIME_TRAINER__OPTIM__LR=1e-5` sets trainer.optim.lr. Variables whose first segment is not a key of
+ * this command are left alone (they may be meant for another command); a wrong deeper key is an error. */
+function fromEnv(env: NodeJS.ProcessEnv, schema: z.ZodType, origins: Origins): Raw {
+  const out: Raw = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (!name.startsWith('PRIME_') || value === undefined) continue;
+    const keys = name.slice('PRIME_'.length).toLowerCase().split('__').map(normaliseKey);
+    if (!fieldAt(schema, keys.slice(0, 1))) continue;
+    const field = fieldAt(schema, keys);
+    const key = keys.join('.');
+    if (!field) throw unknownKeyError(key, schema, `environment variable ${name}`);
+    setPath(out, keys, coerceScalar(field, value, key, `environment variable ${name}`));
+    origins.set(key, `environment variable ${name}`);
+  }
+  return out;
+}
+
+interface ParsedArgs {
+  files: { file: string; scope: string[] }[];
+  assignments: { keys: string[]; value: unknown; flag: string }[];
+  dryRun: boolean;
+  dryRunFile?: string;
+}
+
+/** Splits argv into `@ file` references, `--key value` assignments and `--dry-run`. */
+function parseArgs(argv: string[], schema: z.ZodType): ParsedArgs {
+  const out: ParsedArgs = { files: [], assignments: [], dryRun: false };
+  const isOption = (t: string | undefined) => t !== undefined && t.startsWith('--');
+  let i = 0;
+  const takeFile = (scope: string[]) => {
+    const t = argv[i];
+    if (t === '@') {
+      const file = argv[i + 1];
+      if (file === undefined || isOption(file)) throw new ConfigError(`'@' must be followed by a TOML file path`);
+      out.files.push({ file, scope });
+      i += 2;
+    } else {
+      out.files.push({ file: t.slice(1), scope });
+      i += 1;
+    }
+  };
+  while (i < argv.length) {
+    const tok = argv[i];
+    if (tok.startsWith('@')) {
+      takeFile([]);
+      continue;
+    }
+    if (!isOption(tok)) throw new ConfigError(`unexpected argument '${tok}': options look like --key value, files like @ path.toml`);
+    let name = tok.slice(2);
+    let inline: string | undefined;
+    const eq = name.indexOf('=');
+    if (eq >= 0) {
+      inline = name.slice(eq + 1);
+      name = name.slice(0, eq);
+    }
+    if (name === 'dry-run' || name === 'dry_run') {
+      out.dryRun = true;
+      i += 1;
+      const next = inline ?? (argv[i] !== undefined && !isOption(argv[i]) && !argv[i].startsWith('@') ? argv[i++] : undefined);
+      if (next !== undefined) out.dryRunFile = next;
+      continue;
+    }
+    let keys = name.split('.').map(normaliseKey);
+    let field = fieldAt(schema, keys);
+    let negated = false;
+    if (!field) {
+      // --no-a.b and --a.no-b both negate the boolean a.b.
+      const last = keys.length - 1;
+      const candidates = [
+        keys[0].startsWith('no_') ? [keys[0].slice(3), ...keys.slice(1)] : undefined,
+        keys[last].startsWith('no_') ? [...keys.slice(0, last), keys[last].slice(3)] : undefined,
+      ];
+      for (const positive of candidates) {
+        const f = positive && fieldAt(schema, positive);
+        if (positive && f && inspect(f).kind === 'boolean') {
+          keys = positive;
+          field = f;
+          negated = true;
+          break;
+        }
+      }
+    }
+    const flag = `--${name}`;
+    if (!field) throw unknownKeyError(keys.join('.'), schema, `from ${flag}`);
+    const key = keys.join('.');
+    const where = `from ${flag}`;
+    i += 1;
+    if (negated) {
+      if (inline !== undefined) throw new ConfigError(`${flag} takes no value`);
+      out.assignments.push({ keys, value: false, flag });
+      continue;
+    }
+    const info = inspect(field);
+    if (inline === undefined && (argv[i] === '@' || argv[i]?.startsWith('@'))) {
+      if (!objectShape(field)) throw new ConfigError(`${flag} @ file: '${key}' is not a section, so a file cannot be scoped to it`);
+      takeFile(keys);
+      continue;
+    }
+    if (info.kind === 'boolean') {
+      const next = inline ?? argv[i];
+      if (next !== undefined && /^(true|false|1|0|yes|no|on|off)$/i.test(next)) {
+        if (inline === undefined) i += 1;
+        out.assignments.push({ keys, value: coerceScalar(field, next, key, where), flag });
+      } else {
+        if (inline !== undefined) throw new ConfigError(`${flag}: expected true or false, got '${inline}'`);
+        out.assignments.push({ keys, value: true, flag });
+      }
+      continue;
+    }
+    const values: string[] = [];
+    if (inline !== undefined) values.push(inline);
+    else {
+      const many = info.kind === 'array' && !objectShape(arrayElement(field)!);
+      while (i < argv.length && !isOption(argv[i]) && !argv[i].startsWith('@')) {
+        values.push(argv[i++]);
+        if (!many) break;
+      }
+    }
+    if (values.length === 0) throw new ConfigError(`${flag} needs a value (${typeName(field)})`);
+    const value =
+      info.kind === 'array' || info.kind === 'tuple' ? coerceList(field, values, key, where) : coerceScalar(field, values[0], key, where);
+    out.assignments.push({ keys, value, flag });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared keys: one value for trainer, orchestrator and inference.
+
+function propagateShared(raw: Raw, schema: z.ZodType, shared: SharedKeys, origins: Origins): void {
+  for (const key of shared.keys) {
+    const keys = key.split('.');
+    const places = [keys, ...shared.sections.map((s) => [s, ...keys])].filter((p) => fieldAt(schema, p));
+    const explicit = places
+      .map((p) => ({ key: p.join('.'), value: getPath(raw, p) }))
+      .filter((e) => e.value !== undefined);
+    const distinct = [...new Set(explicit.map((e) => JSON.stringify(e.value)))];
+    if (distinct.length > 1) {
+      const list = explicit.map((e) => `${e.key} = ${JSON.stringify(e.value)} (${origins.get(e.key) ?? 'default'})`).join(', ');
+      throw new ConfigError(`conflicting values for the shared key '${key}': ${list}. Set it once, at '${key}'.`);
+    }
+    if (explicit.length === 0) {
+      const info = inspect(fieldAt(schema, keys)!);
+      if (!info.hasDefault && !info.optional) continue;
+      if (!info.hasDefault) {
+        // Optional at the top but maybe required in a section (model.name): name the top-level key.
+        const required = places.slice(1).some((p) => {
+          const f = inspect(fieldAt(schema, p)!);
+          return !f.hasDefault && !f.optional;
+        });
+        if (required) throw new ConfigError(`missing required key '${key}' (it fills ${shared.sections.join(', ')})`);
+        continue;
+      }
+      for (const p of places) setPath(raw, p, info.default);
+      continue;
+    }
+    for (const p of places) setPath(raw, p, explicit[0].value);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+function formatIssues(error: z.ZodError, origins: Origins, schema: z.ZodType): string {
+  const lines = error.issues.map((issue) => {
+    const key = issue.path.join('.');
+    if (issue.code === 'unrecognized_keys') {
+      return issue.keys
+        .map((k) => {
+          const full = key ? `${key}.${k}` : k;
+          return `unknown config key '${full}'.${didYouMean(full, allPaths(schema))}`;
+        })
+        .join('\n');
+    }
+    const origin = origins.get(key);
+    const message = issue.code === 'invalid_type' && issue.message.includes('received undefined') ? 'required' : issue.message;
+    return `${key || '(config)'}: ${message}${origin ? ` (${origin})` : ''}`;
+  });
+  return `invalid configuration:\n  ${lines.join('\n  ')}`;
+}
+
+/** Resolves a command's configuration from argv, files and environment. Throws ConfigError. */
+export function loadConfig<S extends z.ZodType>(opts: LoadOptions<S>): Loaded<z.output<S>> {
+  const { schema, argv, env = process.env, cwd = process.cwd() } = opts;
+  const origins: Origins = new Map();
+  const args = parseArgs(argv, schema);
+
+  let raw = fromEnv(env, schema, origins);
+  for (const { file, scope } of args.files) {
+    const tree = readToml(file, cwd);
+    const where = `in ${file}`;
+    checkKeys(tree, schema, scope, where);
+    const scoped: Raw = {};
+    if (scope.length) setPath(scoped, scope, tree);
+    recordOrigins(scope.length ? scoped : tree, where, origins);
+    raw = deepMerge(raw, scope.length ? scoped : tree);
+  }
+  for (const { keys, value, flag } of args.assignments) {
+    const one: Raw = {};
+    setPath(one, keys, value);
+    raw = deepMerge(raw, one);
+    origins.set(keys.join('.'), `from ${flag}`);
+  }
+  if (opts.shared) propagateShared(raw, schema, opts.shared, origins);
+
+  const result = schema.safeParse(raw);
+  if (!result.success) throw new ConfigError(formatIssues(result.error, origins, schema));
+  return { config: result.data, dryRun: args.dryRun, dryRunFile: args.dryRunFile };
+}

@@ -1,0 +1,313 @@
+/**
+ * Every command's configuration, as zod schemas. This file is the one source of truth: the loader
+ * validates against it, `--help` is generated from it, and `--dry-run` prints what it resolves to.
+ * Defaults follow the Python prime-rl (DESIGN.md §4). Objects are strict: unknown keys are errors.
+ */
+import { z } from 'zod';
+
+/** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
+function section<T extends z.core.$ZodLooseShape>(shape: T) {
+  return z.strictObject(shape).prefault({} as never);
+}
+
+const positiveInt = () => z.number().int().positive();
+const nonNegative = () => z.number().nonnegative();
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces
+
+export const temporalSchema = section({
+  address: z
+    .string()
+    .optional()
+    .describe('host:port of a Temporal server; unset = reuse or start a local dev server'),
+  namespace: z.string().default('default').describe('Temporal namespace'),
+  ip: z.string().default('127.0.0.1').describe('interface the local dev server binds'),
+  port: z.number().int().min(1).max(65535).default(7233).describe('gRPC port of the local dev server'),
+  ui_port: z.number().int().min(1).max(65535).default(8233).describe('web UI port of the local dev server'),
+});
+
+const modelSchema = () =>
+  section({
+    name: z.string().min(1).describe('path of a Hugging Face model folder (made by `prime-rl model create` or trained)'),
+    dtype: z.enum(['float32', 'bfloat16']).default('float32').describe('compute dtype'),
+    device: z.enum(['cpu', 'cuda']).default('cpu').describe('device for the native engine'),
+  });
+
+const seqLen = () => positiveInt().default(2048).describe('max tokens of one packed row / one sequence');
+const maxSteps = () => positiveInt().optional().describe('number of optimizer steps; unset = no limit');
+const outputDir = () => z.string().min(1).default('outputs').describe('root of run folders, checkpoints and the local Temporal database');
+const seed = () => z.number().int().nonnegative().default(0).describe('random seed');
+const asyncLevel = () =>
+  z.number().int().nonnegative().default(1).describe('rollouts of step n use policy weights no older than n - async_level');
+const runName = (dflt: string) =>
+  z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ., _ and - only')
+    .default(dflt)
+    .describe('run name: the folder under output_dir and the Temporal workflow id');
+const threads = () => positiveInt().optional().describe('compute threads of the native engine; unset = all cores');
+
+const optimizerSchema = section({
+  lr: z.number().positive().optional().describe('AdamW learning rate; unset = 1e-6, or 1e-5 with lora.enabled'),
+  weight_decay: nonNegative().default(0.01).describe('AdamW decoupled weight decay'),
+  betas: z.tuple([z.number().min(0).max(1), z.number().min(0).max(1)]).default([0.9, 0.999]).describe('AdamW betas'),
+  eps: z.number().positive().default(1e-8).describe('AdamW epsilon'),
+  max_norm: z.number().positive().default(1.0).describe('gradient-norm clipping threshold'),
+});
+
+const schedulerSchema = section({
+  type: z.enum(['constant', 'linear', 'cosine']).default('constant').describe('learning-rate schedule after warmup'),
+  warmup_steps: z.number().int().nonnegative().default(0).describe('linear warmup steps from 0 to lr'),
+  min_lr: nonNegative().default(0).describe('final learning rate of the linear and cosine schedules'),
+});
+
+const checkpointSchema = section({
+  interval: positiveInt().default(50).describe('save a full checkpoint every N steps'),
+  keep_last: positiveInt().optional().describe('keep only the newest N checkpoints; unset = keep all'),
+  resume_step: z.number().int().nonnegative().optional().describe('resume from this checkpoint step; unset = latest'),
+});
+
+const envSchema = z
+  .strictObject({
+    id: z.string().min(1).describe('environment id: a built-in, a module path, or an npm package'),
+    args: z.record(z.string(), z.unknown()).default({}).describe('arguments passed to the environment loader'),
+    weight: z.number().positive().default(1).describe('sampling weight in the environment mix'),
+  })
+  .describe('environment');
+
+const samplingSchema = section({
+  temperature: nonNegative().default(1.0).describe('sampling temperature (0 = greedy)'),
+  top_p: z.number().gt(0).max(1).default(1.0).describe('nucleus sampling mass'),
+  top_k: z.number().int().min(-1).default(-1).describe('keep the k most likely tokens; -1 = off'),
+  min_p: z.number().min(0).max(1).default(0).describe('drop tokens below min_p x the top probability'),
+  max_tokens: positiveInt().optional().describe('max new tokens per turn; unset = up to seq_len'),
+});
+
+const loraSchema = section({
+  enabled: z.boolean().default(false).describe('train low-rank adapters instead of all weights'),
+  rank: positiveInt().default(16).describe('adapter rank'),
+  alpha: z.number().positive().default(32).describe('adapter scaling numerator (scale = alpha / rank)'),
+  dropout: z.number().min(0).lt(1).default(0).describe('dropout on the adapter input'),
+  target_modules: z
+    .array(z.string())
+    .default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'])
+    .describe('projections that get adapters'),
+});
+
+const lossSchema = section({
+  type: z.enum(['grpo', 'gspo', 'cispo']).default('grpo').describe('policy loss'),
+  eps_low: nonNegative().default(0.2).describe('lower clip range of the importance ratio'),
+  eps_high: nonNegative().default(0.28).describe('upper clip range of the importance ratio (DAPO clip-higher)'),
+  normalization: z.enum(['token', 'sequence']).default('token').describe('average the loss over all tokens or per sequence'),
+  kl_beta: nonNegative().default(0).describe('weight of the k3 KL penalty to the initial model; 0 = off'),
+  mismatch: section({
+    mode: z.enum(['none', 'tis', 'mask']).default('none').describe('correction of trainer/inference logprob mismatch'),
+    tis_cap: z.number().positive().default(2).describe('TIS: cap C on the importance weight'),
+    token_low: z.number().positive().default(0.125).describe('mask: drop tokens with ratio below this'),
+    token_high: z.number().positive().default(8).describe('mask: drop tokens with ratio above this'),
+    seq_low: z.number().positive().default(0.1).describe('mask: drop sequences whose geometric-mean ratio is below this'),
+    seq_high: z.number().positive().default(10).describe('mask: drop sequences whose geometric-mean ratio is above this'),
+  }),
+});
+
+/** The lr default depends on LoRA (DESIGN.md: 1e-6 full, 1e-5 LoRA), so it is filled after parsing. */
+function withLrDefault<T extends { optim: { lr?: number }; lora: { enabled: boolean } }>(c: T) {
+  return { ...c, optim: { ...c.optim, lr: c.optim.lr ?? (c.lora.enabled ? 1e-5 : 1e-6) } };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Components of an RL run
+
+export const trainerSchema = z
+  .strictObject({
+    model: modelSchema(),
+    seq_len: seqLen(),
+    max_steps: maxSteps(),
+    output_dir: outputDir(),
+    seed: seed(),
+    micro_batch_size: positiveInt().default(1).describe('packed rows per forward/backward pass'),
+    threads: threads(),
+    optim: optimizerSchema,
+    scheduler: schedulerSchema,
+    loss: lossSchema,
+    lora: loraSchema,
+  })
+  .prefault({})
+  .transform(withLrDefault);
+
+export const orchestratorSchema = section({
+  model: modelSchema(),
+  seq_len: seqLen(),
+  max_steps: maxSteps(),
+  async_level: asyncLevel(),
+  output_dir: outputDir(),
+  seed: seed(),
+  batch_size: positiveInt().default(128).describe('rollouts per step'),
+  rollouts_per_example: positiveInt().default(8).describe('rollouts per prompt (the group size of the advantage baseline)'),
+  sampling: samplingSchema,
+  advantage: section({
+    type: z.enum(['grpo', 'rloo', 'opo']).default('grpo').describe('baseline: group mean, leave-one-out, or length-weighted'),
+    std_norm: z.boolean().default(false).describe('divide advantages by the group reward std'),
+  }),
+  filter: section({
+    zero_variance: z.boolean().default(true).describe('drop groups whose rewards are all equal'),
+    min_reward: z.number().optional().describe('drop groups whose mean reward is below this'),
+    max_reward: z.number().optional().describe('drop groups whose mean reward is above this'),
+  }),
+  env_workers: positiveInt().default(2).describe('child processes that run environment code'),
+  env_timeout_s: z.number().positive().default(60).describe('seconds before an environment call counts as hung'),
+  base_urls: z
+    .array(z.string().url())
+    .default(['http://127.0.0.1:8000/v1'])
+    .describe('inference servers to spread rollouts over'),
+});
+
+export const serverSchema = section({
+  host: z.string().default('127.0.0.1').describe('interface the HTTP server binds'),
+  port: z.number().int().min(0).max(65535).default(8000).describe('HTTP port (0 = any free port)'),
+  api_key_var: z.string().optional().describe('environment variable holding the bearer token clients must send'),
+});
+
+export const inferenceSchema = section({
+  model: modelSchema(),
+  seq_len: seqLen(),
+  output_dir: outputDir(),
+  seed: seed(),
+  threads: threads(),
+  server: serverSchema,
+  max_running: positiveInt().default(64).describe('max sequences decoded together'),
+  max_queued: positiveInt().default(1024).describe('max requests waiting for a slot before new ones get 429'),
+  kv_cache_tokens: positiveInt().optional().describe('KV-cache budget in tokens; unset = max_running x seq_len'),
+  allowed_weight_roots: z
+    .array(z.string())
+    .optional()
+    .describe('folders update_weights may load from; unset = output_dir'),
+});
+
+const evalSettings = section({
+  interval: positiveInt().optional().describe('run an eval every N steps (and at the end); unset = off'),
+  env: z.array(envSchema).default([]).describe('eval environments; empty = the training environments'),
+  num_examples: positiveInt().default(32).describe('held-out examples per environment'),
+  rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
+  sampling: samplingSchema,
+});
+
+/** Keys of `rl` that fill the trainer, orchestrator and inference sections (DESIGN.md §4 Config). */
+export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
+export const RL_SECTIONS = ['trainer', 'orchestrator', 'inference'] as const;
+
+export const rlSchema = z.strictObject({
+  run_name: runName('rl'),
+  model: section({ name: z.string().min(1).optional().describe('model folder for trainer, orchestrator and inference') }),
+  seq_len: seqLen(),
+  max_steps: maxSteps(),
+  async_level: asyncLevel(),
+  output_dir: outputDir(),
+  seed: seed(),
+  env: z.array(envSchema).default([]).describe('training environments: [[env]] id, args, weight'),
+  ckpt: checkpointSchema,
+  eval: evalSettings,
+  temporal: temporalSchema,
+  trainer: trainerSchema,
+  orchestrator: orchestratorSchema,
+  inference: inferenceSchema,
+});
+
+// ---------------------------------------------------------------------------------------------
+// Other commands
+
+export const sftSchema = z
+  .strictObject({
+    run_name: runName('sft'),
+    model: modelSchema(),
+    seq_len: seqLen(),
+    max_steps: maxSteps(),
+    epochs: positiveInt().default(1).describe('passes over the dataset (max_steps wins when both are set)'),
+    output_dir: outputDir(),
+    seed: seed(),
+    batch_size: positiveInt().default(32).describe('samples per optimizer step'),
+    micro_batch_size: positiveInt().default(1).describe('packed rows per forward/backward pass'),
+    threads: threads(),
+    data: section({
+      path: z.string().optional().describe('JSONL dataset (prompt/completion or messages rows)'),
+      env: envSchema.optional().describe('generate the dataset from an environment instead of a file'),
+      num_examples: positiveInt().optional().describe('examples to take; unset = all'),
+      loss_roles: z.array(z.string()).default(['assistant']).describe('message roles whose tokens carry loss'),
+    }),
+    val: section({
+      path: z.string().optional().describe('JSONL validation set'),
+      interval: positiveInt().optional().describe('validation loss every N steps; unset = off'),
+    }),
+    optim: optimizerSchema,
+    scheduler: schedulerSchema,
+    lora: loraSchema,
+    ckpt: checkpointSchema,
+    temporal: temporalSchema,
+  })
+  .transform(withLrDefault);
+
+export const evalSchema = z.strictObject({
+  run_name: runName('eval'),
+  model: section({
+    name: z.string().min(1).optional().describe('model folder, or the model name an external API expects'),
+    dtype: z.enum(['float32', 'bfloat16']).default('float32').describe('compute dtype'),
+    device: z.enum(['cpu', 'cuda']).default('cpu').describe('device for the native engine'),
+  }),
+  seq_len: seqLen(),
+  output_dir: outputDir(),
+  seed: seed(),
+  env: z.array(envSchema).default([]).describe('environments to evaluate'),
+  num_examples: positiveInt().default(32).describe('held-out examples per environment'),
+  rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
+  sampling: samplingSchema,
+  weights_dir: z.string().optional().describe('evaluate every step_N folder in this directory'),
+  steps: z.array(z.number().int().nonnegative()).optional().describe('only these steps of weights_dir'),
+  eval_base: z.boolean().default(true).describe('also evaluate the base model'),
+  client: section({
+    base_url: z.string().url().optional().describe('external OpenAI-compatible API instead of a local server'),
+    api_key_var: z.string().optional().describe('environment variable holding its API key'),
+  }),
+  temporal: temporalSchema,
+});
+
+export const workerSchema = z.strictObject({
+  pool: z.enum(['cpu', 'trainer', 'inference']).describe('which task queue this worker serves'),
+  output_dir: outputDir(),
+  threads: threads(),
+  temporal: temporalSchema,
+});
+
+export const modelCreateSchema = z.strictObject({
+  arch: z.enum(['qwen3', 'qwen2', 'llama']).default('qwen3').describe('architecture'),
+  preset: z.enum(['tiny', 'small']).default('tiny').describe('size preset; explicit sizes below override it'),
+  tokenizer: z.enum(['bytes', 'qwen3']).default('bytes').describe('byte-level tokenizer, or the real Qwen3 one'),
+  seed: seed(),
+  out: z.string().min(1).describe('folder to write'),
+  dtype: z.enum(['float32', 'bfloat16']).default('float32').describe('dtype of the saved weights'),
+  hidden_size: positiveInt().optional().describe('model width'),
+  intermediate_size: positiveInt().optional().describe('MLP width'),
+  num_layers: positiveInt().optional().describe('decoder blocks'),
+  num_heads: positiveInt().optional().describe('attention heads'),
+  num_kv_heads: positiveInt().optional().describe('key/value heads (GQA)'),
+  head_dim: positiveInt().optional().describe('per-head width; unset = hidden_size / num_heads'),
+  max_position_embeddings: positiveInt().optional().describe('context length'),
+  rope_theta: z.number().positive().optional().describe('RoPE base'),
+  tie_word_embeddings: z.boolean().optional().describe('share embedding and output weights'),
+});
+
+export const temporalCommandSchema = z.strictObject({
+  output_dir: outputDir(),
+  temporal: temporalSchema,
+});
+
+export type RLConfig = z.output<typeof rlSchema>;
+export type TrainerConfig = z.output<typeof trainerSchema>;
+export type OrchestratorConfig = z.output<typeof orchestratorSchema>;
+export type InferenceConfig = z.output<typeof inferenceSchema>;
+export type SFTConfig = z.output<typeof sftSchema>;
+export type EvalConfig = z.output<typeof evalSchema>;
+export type WorkerConfig = z.output<typeof workerSchema>;
+export type ModelCreateConfig = z.output<typeof modelCreateSchema>;
+export type TemporalConfig = z.output<typeof temporalSchema>;
+export type TemporalCommandConfig = z.output<typeof temporalCommandSchema>;

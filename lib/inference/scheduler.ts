@@ -1,0 +1,214 @@
+/**
+ * Continuous batching over the native generator. Requests wait in a FIFO queue; between decode
+ * steps the loop applies a pending weight update, drops cancelled sequences, admits waiting
+ * requests while slots and KV-cache budget allow (prefill), then decodes one token for every
+ * running sequence in one batched step and hands each token to its request.
+ *
+ * A sequence reserves `prompt + max_tokens` cache tokens when admitted, so an admitted request
+ * never runs out of cache mid-way; the budget is `kv_cache_tokens`.
+ */
+import type { GenerationRequest, Generator, NativeModel, WeightTensor } from '../../native';
+
+export interface SequenceCallbacks {
+  /** A sampled token. Return true to stop the sequence here (a stop string matched). */
+  onToken(token: number, logprob: number, policyVersion: number): boolean | void;
+  /** The sequence ended: 'stop' (stop token or stop string), 'length', or 'abort' (cancelled, shutdown). */
+  onFinish(reason: 'stop' | 'length' | 'abort', policyVersion: number): void;
+  /** Prefill is done; prompt logprobs when they were asked for. */
+  onAdmitted?(promptLogprobs?: Float32Array): void;
+}
+
+export interface SequenceHandle {
+  /** Stops the sequence and frees its cache (client gone). Idempotent. */
+  cancel(): void;
+}
+
+export interface SchedulerOptions {
+  maxRunning: number;
+  maxQueued: number;
+  kvCacheTokens: number;
+}
+
+interface Entry {
+  request: GenerationRequest & { maxTokens: number };
+  callbacks: SequenceCallbacks;
+  reserved: number;
+  seqId?: number;
+  cancelled: boolean;
+  done: boolean;
+}
+
+export class QueueFullError extends Error {}
+export class ShuttingDownError extends Error {}
+
+export interface PolicyInfo {
+  version: number;
+  weightDir: string;
+}
+
+export class Scheduler {
+  private readonly waiting: Entry[] = [];
+  private readonly running = new Map<number, Entry>();
+  private reservedTokens = 0;
+  private loop: Promise<void> | undefined;
+  private pendingWeights: { tensors: readonly WeightTensor[]; policy: PolicyInfo; done: (e?: Error) => void }[] = [];
+  private closing = false;
+  policy: PolicyInfo;
+  /** Tokens sampled since start (for metrics). */
+  generatedTokens = 0;
+  promptTokens = 0;
+
+  constructor(
+    private readonly model: NativeModel,
+    private readonly generator: Generator,
+    private readonly opts: SchedulerOptions,
+    initialPolicy: PolicyInfo,
+  ) {
+    this.policy = initialPolicy;
+  }
+
+  get runningCount(): number {
+    return this.running.size;
+  }
+  get waitingCount(): number {
+    return this.waiting.length;
+  }
+  get cacheUsage(): number {
+    return this.generator.stats().cacheUsage;
+  }
+
+  /** Queues a sequence. Throws QueueFullError / ShuttingDownError when it cannot be accepted. */
+  submit(request: GenerationRequest & { maxTokens: number }, callbacks: SequenceCallbacks): SequenceHandle {
+    if (this.closing) throw new ShuttingDownError('server is shutting down');
+    if (this.waiting.length >= this.opts.maxQueued) throw new QueueFullError(`too many queued requests (max ${this.opts.maxQueued})`);
+    const entry: Entry = {
+      request,
+      callbacks,
+      reserved: request.promptIds.length + request.maxTokens,
+      cancelled: false,
+      done: false,
+    };
+    this.waiting.push(entry);
+    this.kick();
+    return {
+      cancel: () => {
+        if (entry.done || entry.cancelled) return;
+        entry.cancelled = true;
+        this.kick();
+      },
+    };
+  }
+
+  /** Loads new weights between two decode steps; resolves once they serve. */
+  updateWeights(tensors: readonly WeightTensor[], policy: PolicyInfo): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.pendingWeights.push({ tensors, policy, done: (e) => (e ? reject(e) : resolve()) });
+      this.kick();
+    });
+  }
+
+  /** Stops admitting; running and queued sequences finish (or are aborted after `graceMs`). */
+  async shutdown(graceMs: number): Promise<void> {
+    this.closing = true;
+    const timer = setTimeout(() => {
+      for (const e of [...this.waiting, ...this.running.values()]) e.cancelled = true;
+      this.kick();
+    }, graceMs);
+    while (this.loop) await this.loop;
+    clearTimeout(timer);
+  }
+
+  private kick(): void {
+    if (this.loop) return;
+    this.loop = this.run().finally(() => {
+      this.loop = undefined;
+      if (this.hasWork()) this.kick();
+    });
+  }
+
+  private hasWork(): boolean {
+    return this.pendingWeights.length > 0 || this.waiting.length > 0 || this.running.size > 0;
+  }
+
+  private finish(entry: Entry, reason: 'stop' | 'length' | 'abort'): void {
+    if (entry.done) return;
+    entry.done = true;
+    if (entry.seqId !== undefined) {
+      this.running.delete(entry.seqId);
+      this.reservedTokens -= entry.reserved;
+    }
+    entry.callbacks.onFinish(reason, this.policy.version);
+  }
+
+  private async run(): Promise<void> {
+    while (this.hasWork()) {
+      // 1. weight updates take effect between steps
+      while (this.pendingWeights.length > 0) {
+        const update = this.pendingWeights.shift()!;
+        try {
+          await this.model.loadWeights(update.tensors);
+          this.policy = update.policy;
+          update.done();
+        } catch (e) {
+          update.done(e as Error);
+        }
+      }
+      // 2. cancelled sequences leave and free their cache
+      const gone = [...this.running.values()].filter((e) => e.cancelled);
+      if (gone.length > 0) {
+        await this.generator.remove(gone.map((e) => e.seqId!));
+        for (const e of gone) this.finish(e, 'abort');
+      }
+      for (let i = this.waiting.length - 1; i >= 0; i--) {
+        if (this.waiting[i].cancelled) this.finish(this.waiting.splice(i, 1)[0], 'abort');
+      }
+      // 3. admit waiting requests while slots and cache budget allow
+      const admitted: Entry[] = [];
+      while (
+        this.waiting.length > 0 &&
+        this.running.size + admitted.length < this.opts.maxRunning &&
+        this.reservedTokens + this.waiting[0].reserved <= this.opts.kvCacheTokens
+      ) {
+        const e = this.waiting.shift()!;
+        this.reservedTokens += e.reserved;
+        admitted.push(e);
+      }
+      if (admitted.length > 0) {
+        try {
+          const added = await this.generator.add(admitted.map((e) => e.request));
+          added.forEach((a, i) => {
+            const e = admitted[i];
+            e.seqId = a.seqId;
+            this.running.set(a.seqId, e);
+            this.promptTokens += e.request.promptIds.length;
+            e.callbacks.onAdmitted?.(a.promptLogprobs);
+          });
+        } catch (err) {
+          // Requests are validated before they get here; a failure now is the engine's. Fail them, keep serving.
+          for (const e of admitted) {
+            this.reservedTokens -= e.reserved;
+            e.done = true;
+            e.callbacks.onFinish('abort', this.policy.version);
+          }
+          process.stderr.write(`inference: prefill failed: ${(err as Error).message}\n`);
+        }
+      }
+      if (this.running.size === 0) continue;
+      // 4. one decode step for every running sequence
+      const tokens = await this.generator.step();
+      const stopNow: Entry[] = [];
+      for (const t of tokens) {
+        const e = this.running.get(t.seqId);
+        if (!e) continue;
+        this.generatedTokens += 1;
+        const stop = e.cancelled ? false : e.callbacks.onToken(t.token, t.logprob, this.policy.version);
+        if (t.finished) this.finish(e, t.finishReason ?? 'length');
+        else if (stop) stopNow.push(e);
+      }
+      if (stopNow.length > 0) {
+        await this.generator.remove(stopNow.map((e) => e.seqId!));
+        for (const e of stopNow) this.finish(e, 'stop');
+      }
+    }
+  }
+}

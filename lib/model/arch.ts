@@ -1,0 +1,36 @@
+/**
+ * The architecture facts the native engine needs, normalised from a Hugging Face `config.json`
+ * (Llama, Qwen2, Qwen3 dense decoders). This is the contract between `lib/model` (which reads and
+ * writes HF folders) and `native/` (which computes with them).
+ */
+export type Arch = 'llama' | 'qwen2' | 'qwen3';
+
+export interface ArchConfig {
+  arch: Arch;
+  vocabSize: number;
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  maxPositionEmbeddings: number;
+  tieWordEmbeddings: boolean;
+  /** q/k/v projections carry biases (Qwen2; Llama's `attention_bias`). */
+  attentionBias: boolean;
+  /** per-head RMSNorm on q and k before RoPE (Qwen3). */
+  qkNorm: boolean;
+}
+
+/** safetensors dtypes the loader accepts on disk. */
+export type DiskDType = 'F32' | 'F16' | 'BF16';
+
+/** One tensor as handed to the native engine: raw little-endian bytes, copied once on the C++ side. */
+export interface NamedTensor {
+  name: string;
+  dtype: DiskDType;
+  shape: number[];
+  data: Buffer;
+}

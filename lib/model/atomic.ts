@@ -1,0 +1,71 @@
+/**
+ * Crash-safe writes for model files and folders: readers (an inference server loading
+ * `weights/step_n/`, a resumed trainer) must see either the old complete content or the new
+ * complete content, never a half-written file.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { randomBytes } from 'node:crypto';
+
+function tempSibling(target: string, kind: string): string {
+  return `${target}.${kind}-${process.pid}-${randomBytes(4).toString('hex')}`;
+}
+
+function fsyncDir(dir: string): void {
+  const fd = fs.openSync(dir, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Writes `chunks` to a temp file next to `file`, fsyncs it, and renames it over `file`. */
+export function writeFileAtomic(file: string, chunks: string | Buffer | readonly Buffer[]): void {
+  const parts = typeof chunks === 'string' ? [Buffer.from(chunks, 'utf8')] : Buffer.isBuffer(chunks) ? [chunks] : chunks;
+  const tmp = tempSibling(file, 'tmp');
+  try {
+    const fd = fs.openSync(tmp, 'w');
+    try {
+      for (const part of parts) {
+        let done = 0;
+        while (done < part.length) done += fs.writeSync(fd, part, done, part.length - done);
+      }
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, file);
+  } catch (e) {
+    fs.rmSync(tmp, { force: true });
+    throw e;
+  }
+  fsyncDir(path.dirname(file));
+}
+
+/**
+ * Builds a folder with `fill(tmpDir)` in a temp sibling, then moves it to `dir`. An existing `dir`
+ * is first renamed aside and deleted only after the new folder is in place, so a crash leaves
+ * either the old folder, the new one, or the old one under a `.old-*` name, never a mix.
+ * Node has no atomic directory exchange (renameat2), hence the short window without `dir`.
+ */
+export function writeDirAtomic(dir: string, fill: (tmpDir: string) => void): void {
+  const parent = path.dirname(path.resolve(dir));
+  fs.mkdirSync(parent, { recursive: true });
+  const tmp = tempSibling(dir, 'tmp');
+  fs.mkdirSync(tmp);
+  try {
+    fill(tmp);
+  } catch (e) {
+    fs.rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  }
+  let old: string | undefined;
+  if (fs.existsSync(dir)) {
+    old = tempSibling(dir, 'old');
+    fs.renameSync(dir, old);
+  }
+  fs.renameSync(tmp, dir);
+  fsyncDir(parent);
+  if (old) fs.rmSync(old, { recursive: true, force: true });
+}

@@ -1,0 +1,191 @@
+/**
+ * Mapping between a Hugging Face `config.json` and our `ArchConfig`, both ways. Reading is strict:
+ * a field the native engine would silently ignore (rope scaling, sliding windows, MLP biases, other
+ * activations) is an error naming the field, because serving such a model would give wrong logits.
+ */
+import type { Arch, ArchConfig } from './arch';
+
+const ARCH_BY_CLASS: Record<string, Arch> = {
+  LlamaForCausalLM: 'llama',
+  Qwen2ForCausalLM: 'qwen2',
+  Qwen3ForCausalLM: 'qwen3',
+};
+const CLASS_BY_ARCH: Record<Arch, string> = { llama: 'LlamaForCausalLM', qwen2: 'Qwen2ForCausalLM', qwen3: 'Qwen3ForCausalLM' };
+
+/** Defaults of the transformers config classes (LlamaConfig, Qwen2Config, Qwen3Config) for absent fields. */
+const DEFAULT_MAX_POSITIONS: Record<Arch, number> = { llama: 2048, qwen2: 32768, qwen3: 32768 };
+const DEFAULT_ROPE_THETA = 10000;
+const DEFAULT_RMS_EPS = 1e-6;
+
+type Json = Record<string, unknown>;
+
+class ConfigReader {
+  constructor(
+    private readonly raw: Json,
+    private readonly source: string,
+  ) {}
+
+  fail(field: string, why: string): never {
+    throw new Error(`${this.source}: field '${field}' ${why}`);
+  }
+
+  /** Absent and JSON null both mean "use the default", as in transformers. */
+  has(field: string): boolean {
+    return this.raw[field] !== undefined && this.raw[field] !== null;
+  }
+
+  posInt(field: string, fallback?: number): number {
+    if (!this.has(field)) {
+      if (fallback === undefined) this.fail(field, 'is required');
+      return fallback;
+    }
+    const v = this.raw[field];
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) this.fail(field, `must be a positive integer, got ${JSON.stringify(v)}`);
+    return v;
+  }
+
+  posNumber(field: string, fallback: number, from: Json = this.raw, label = field): number {
+    const v = from[field];
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) this.fail(label, `must be a positive number, got ${JSON.stringify(v)}`);
+    return v;
+  }
+
+  bool(field: string, fallback: boolean): boolean {
+    if (!this.has(field)) return fallback;
+    const v = this.raw[field];
+    if (typeof v !== 'boolean') this.fail(field, `must be a boolean, got ${JSON.stringify(v)}`);
+    return v;
+  }
+}
+
+function readArch(r: ConfigReader, raw: Json): Arch {
+  const modelType = raw.model_type;
+  const archs = raw.architectures;
+  let arch: Arch | undefined;
+  if (archs !== undefined && archs !== null) {
+    if (!Array.isArray(archs) || archs.length === 0 || typeof archs[0] !== 'string') {
+      r.fail('architectures', 'must be a non-empty array of class names');
+    }
+    arch = ARCH_BY_CLASS[archs[0]];
+    if (!arch) r.fail('architectures', `names unsupported class ${JSON.stringify(archs[0])} (supported: ${Object.keys(ARCH_BY_CLASS).join(', ')})`);
+  }
+  if (modelType !== undefined && modelType !== null) {
+    if (typeof modelType !== 'string' || !(modelType in CLASS_BY_ARCH)) {
+      r.fail('model_type', `is unsupported: ${JSON.stringify(modelType)} (supported: ${Object.keys(CLASS_BY_ARCH).join(', ')})`);
+    }
+    if (arch && arch !== modelType) r.fail('model_type', `is '${modelType}' but architectures names ${CLASS_BY_ARCH[arch]}`);
+    arch = modelType as Arch;
+  }
+  if (!arch) r.fail('architectures', 'and model_type are both missing');
+  return arch;
+}
+
+/**
+ * RoPE theta from either the transformers v4 layout (`rope_theta`, `rope_scaling`) or the v5 one
+ * (`rope_parameters: {rope_type, rope_theta}`). Only plain RoPE is implemented by the engine.
+ */
+function readRope(r: ConfigReader, raw: Json): number {
+  const params = raw.rope_parameters;
+  if (params !== undefined && params !== null) {
+    if (typeof params !== 'object' || Array.isArray(params)) r.fail('rope_parameters', 'must be an object');
+    const p = params as Json;
+    if (p.rope_type !== undefined && p.rope_type !== 'default') {
+      r.fail('rope_parameters.rope_type', `is ${JSON.stringify(p.rope_type)}; only 'default' RoPE is supported`);
+    }
+    if (p.rope_theta !== undefined) return r.posNumber('rope_theta', DEFAULT_ROPE_THETA, p, 'rope_parameters.rope_theta');
+  }
+  const scaling = raw.rope_scaling;
+  if (scaling !== undefined && scaling !== null) {
+    const type = (scaling as Json).rope_type ?? (scaling as Json).type;
+    if (type !== 'default') r.fail('rope_scaling', `is ${JSON.stringify(scaling)}; only plain RoPE is supported`);
+  }
+  return r.posNumber('rope_theta', DEFAULT_ROPE_THETA);
+}
+
+/** Parses a `config.json` object; `source` (its path) is named in every error. */
+export function parseHfConfig(raw: unknown, source = 'config.json'): ArchConfig {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`${source}: not a JSON object`);
+  const json = raw as Json;
+  const r = new ConfigReader(json, source);
+  const arch = readArch(r, json);
+
+  const hiddenSize = r.posInt('hidden_size');
+  const numHeads = r.posInt('num_attention_heads');
+  const numKvHeads = r.posInt('num_key_value_heads', numHeads);
+  if (numHeads % numKvHeads !== 0) r.fail('num_key_value_heads', `(${numKvHeads}) must divide num_attention_heads (${numHeads})`);
+  if (!r.has('head_dim') && hiddenSize % numHeads !== 0) {
+    r.fail('head_dim', `is absent and hidden_size (${hiddenSize}) is not divisible by num_attention_heads (${numHeads})`);
+  }
+  const headDim = r.posInt('head_dim', hiddenSize / numHeads);
+
+  const act = json.hidden_act ?? 'silu';
+  if (act !== 'silu') r.fail('hidden_act', `is ${JSON.stringify(act)}; only 'silu' (SwiGLU) is supported`);
+  if (r.bool('mlp_bias', false)) r.fail('mlp_bias', 'is true; MLP biases are not supported');
+  if (arch !== 'llama' && r.bool('use_sliding_window', false)) r.fail('use_sliding_window', 'is true; sliding-window attention is not supported');
+
+  return {
+    arch,
+    vocabSize: r.posInt('vocab_size'),
+    hiddenSize,
+    intermediateSize: r.posInt('intermediate_size'),
+    numLayers: r.posInt('num_hidden_layers'),
+    numHeads,
+    numKvHeads,
+    headDim,
+    rmsNormEps: r.posNumber('rms_norm_eps', DEFAULT_RMS_EPS),
+    ropeTheta: readRope(r, json),
+    maxPositionEmbeddings: r.posInt('max_position_embeddings', DEFAULT_MAX_POSITIONS[arch]),
+    tieWordEmbeddings: r.bool('tie_word_embeddings', false),
+    // transformers hard-codes q/k/v biases for Qwen2 and ignores `attention_bias` there.
+    attentionBias: arch === 'qwen2' ? true : r.bool('attention_bias', false),
+    qkNorm: arch === 'qwen3',
+  };
+}
+
+export interface SpecialTokenIds {
+  bos: number;
+  eos: number;
+  pad: number;
+}
+
+/**
+ * A complete `config.json` for transformers (v4 field names, which v5 still reads) describing `a`.
+ * `torch_dtype` is the dtype the weights are stored in.
+ */
+export function toHfConfig(a: ArchConfig, tokens: SpecialTokenIds, torchDtype: 'float32' | 'bfloat16'): Json {
+  if (a.arch === 'qwen2' && !a.attentionBias) throw new Error('qwen2 always has attention biases (attentionBias must be true)');
+  if (a.qkNorm !== (a.arch === 'qwen3')) throw new Error(`qkNorm is ${a.qkNorm} but only qwen3 has q/k norms`);
+  const common: Json = {
+    architectures: [CLASS_BY_ARCH[a.arch]],
+    model_type: a.arch,
+    vocab_size: a.vocabSize,
+    hidden_size: a.hiddenSize,
+    intermediate_size: a.intermediateSize,
+    num_hidden_layers: a.numLayers,
+    num_attention_heads: a.numHeads,
+    num_key_value_heads: a.numKvHeads,
+    head_dim: a.headDim,
+    hidden_act: 'silu',
+    max_position_embeddings: a.maxPositionEmbeddings,
+    initializer_range: 0.02,
+    rms_norm_eps: a.rmsNormEps,
+    rope_theta: a.ropeTheta,
+    rope_scaling: null,
+    attention_dropout: 0.0,
+    tie_word_embeddings: a.tieWordEmbeddings,
+    use_cache: true,
+    bos_token_id: tokens.bos,
+    eos_token_id: tokens.eos,
+    pad_token_id: tokens.pad,
+    torch_dtype: torchDtype,
+  };
+  switch (a.arch) {
+    case 'llama':
+      return { ...common, attention_bias: a.attentionBias, mlp_bias: false, pretraining_tp: 1 };
+    case 'qwen2':
+      return { ...common, use_sliding_window: false, sliding_window: null, max_window_layers: a.numLayers };
+    case 'qwen3':
+      return { ...common, attention_bias: a.attentionBias, use_sliding_window: false, sliding_window: null, max_window_layers: a.numLayers };
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * Hugging Face model folders: `config.json` + safetensors weights (single or sharded) + tokenizer
+ * files. Reading yields what the native engine consumes (`ArchConfig` + `NamedTensor[]`); writing
+ * produces a folder transformers' `from_pretrained` loads, atomically (readers such as an inference
+ * server told to load `weights/step_n/` never see a half-written folder).
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { ArchConfig, NamedTensor } from './arch';
+import { writeDirAtomic, writeFileAtomic } from './atomic';
+import { parseHfConfig } from './hf-config';
+import { readSafetensorsDir, writeSafetensors } from './safetensors';
+import { checkModelTensors } from './tensors';
+
+export interface HfModel {
+  dir: string;
+  config: ArchConfig;
+  /** config.json as found, so a derived checkpoint can keep fields we do not interpret. */
+  rawConfig: Record<string, unknown>;
+  /** In `tensorSpecs` order, checked against `config`. */
+  tensors: NamedTensor[];
+}
+
+/** Files besides config and weights that make a folder self-contained for transformers and for us. */
+export const SIDE_FILES = [
+  'generation_config.json',
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'chat_template.jinja',
+  'vocab.json',
+  'merges.txt',
+] as const;
+
+export function readJsonFile(file: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new Error(`${file}: cannot read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`${file}: not valid JSON (${(e as Error).message})`);
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error(`${file}: not a JSON object`);
+  return parsed as Record<string, unknown>;
+}
+
+export function readHfConfig(dir: string): { config: ArchConfig; rawConfig: Record<string, unknown> } {
+  const file = path.join(dir, 'config.json');
+  const rawConfig = readJsonFile(file);
+  return { config: parseHfConfig(rawConfig, file), rawConfig };
+}
+
+/** Loads config and weights of an HF model folder. */
+export function loadHfModel(dir: string): HfModel {
+  const { config, rawConfig } = readHfConfig(dir);
+  const tensors = checkModelTensors(config, readSafetensorsDir(dir), dir);
+  return { dir, config, rawConfig, tensors };
+}
+
+export interface WriteHfModelOptions {
+  /** The full config.json object; it is validated and must describe `tensors`. */
+  config: Record<string, unknown>;
+  tensors: readonly NamedTensor[];
+  /** A folder to copy the `SIDE_FILES` it has from (tokenizer, generation config); usually the base model. */
+  copyFrom?: string;
+  /** Extra files by name, written after the copies (so they win). */
+  files?: Record<string, string | Buffer>;
+}
+
+/**
+ * Writes an HF model folder at `dir`, replacing an existing one only once the new one is complete.
+ * A `generation_config.json` is derived from config.json's token ids when no other source has one.
+ */
+export function writeHfModel(dir: string, opts: WriteHfModelOptions): void {
+  const configFile = path.join(dir, 'config.json');
+  const arch = parseHfConfig(opts.config, configFile);
+  const tensors = checkModelTensors(arch, opts.tensors, dir);
+  writeDirAtomic(dir, (tmp) => {
+    writeFileAtomic(path.join(tmp, 'config.json'), JSON.stringify(opts.config, null, 2) + '\n');
+    // transformers refuses safetensors files whose metadata lacks a known `format`.
+    writeSafetensors(path.join(tmp, 'model.safetensors'), tensors, { format: 'pt' });
+    if (opts.copyFrom) {
+      for (const name of SIDE_FILES) {
+        const src = path.join(opts.copyFrom, name);
+        if (fs.existsSync(src)) fs.copyFileSync(src, path.join(tmp, name));
+      }
+    }
+    for (const [name, content] of Object.entries(opts.files ?? {})) {
+      if (name.includes('/') || name.includes('\\') || name === 'config.json' || name === 'model.safetensors') {
+        throw new Error(`${dir}: extra file name '${name}' is not allowed`);
+      }
+      writeFileAtomic(path.join(tmp, name), content);
+    }
+    const generation = path.join(tmp, 'generation_config.json');
+    if (!fs.existsSync(generation)) {
+      const { bos_token_id, eos_token_id, pad_token_id } = opts.config;
+      writeFileAtomic(generation, JSON.stringify({ bos_token_id, eos_token_id, pad_token_id }, null, 2) + '\n');
+    }
+  });
+}

@@ -1,0 +1,263 @@
+/**
+ * safetensors reader and writer (https://github.com/huggingface/safetensors).
+ *
+ * Layout: an 8-byte little-endian u64 N, then N bytes of JSON header
+ * `{name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__"?: {str: str}}`, then the data
+ * region; offsets are relative to the start of the data region. No maintained JS library exists, so
+ * this file parses and validates the format itself, as strictly as the reference (Rust)
+ * implementation: tensors must tile the data region exactly, without gaps or overlaps.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { constants as bufferConstants } from 'node:buffer';
+import type { DiskDType, NamedTensor } from './arch';
+import { writeFileAtomic } from './atomic';
+
+export const DTYPE_BYTES: Record<DiskDType, number> = { F32: 4, F16: 2, BF16: 2 };
+
+/** The reference implementation refuses headers above 100 MB; a larger one means a corrupt file. */
+const MAX_HEADER_BYTES = 100_000_000;
+
+export const INDEX_FILE = 'model.safetensors.index.json';
+
+export interface SafetensorsFile {
+  tensors: NamedTensor[];
+  metadata: Record<string, string>;
+}
+
+interface HeaderEntry {
+  name: string;
+  dtype: DiskDType;
+  shape: number[];
+  begin: number;
+  end: number;
+}
+
+function isDiskDType(s: unknown): s is DiskDType {
+  return typeof s === 'string' && Object.prototype.hasOwnProperty.call(DTYPE_BYTES, s);
+}
+
+function isNonNegInt(x: unknown): x is number {
+  return typeof x === 'number' && Number.isSafeInteger(x) && x >= 0;
+}
+
+export function numel(shape: readonly number[]): number {
+  return shape.reduce((a, b) => a * b, 1);
+}
+
+/** Validates the JSON header against the data region's length; returns entries sorted by offset. */
+function parseHeader(
+  headerBytes: Buffer,
+  dataLength: number,
+  source: string,
+): { entries: HeaderEntry[]; metadata: Record<string, string> } {
+  const text = headerBytes.toString('utf8');
+  if (!text.startsWith('{')) throw new Error(`${source}: safetensors header does not start with '{'`);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`${source}: safetensors header is not valid JSON (${(e as Error).message})`);
+  }
+  // Valid JSON that starts with '{' is an object.
+  const metadata: Record<string, string> = {};
+  const entries: HeaderEntry[] = [];
+  for (const [name, value] of Object.entries(parsed as Record<string, unknown>)) {
+    if (name === '__metadata__') {
+      if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+        throw new Error(`${source}: __metadata__ must be an object of strings`);
+      }
+      for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+        if (typeof v !== 'string') throw new Error(`${source}: __metadata__.${k} is not a string`);
+        metadata[k] = v;
+      }
+      continue;
+    }
+    const where = `${source}: tensor '${name}'`;
+    if (value === null || typeof value !== 'object') throw new Error(`${where}: entry is not an object`);
+    const { dtype, shape, data_offsets: offsets } = value as Record<string, unknown>;
+    if (!isDiskDType(dtype)) {
+      throw new Error(`${where}: unsupported dtype ${JSON.stringify(dtype)} (supported: F32, F16, BF16)`);
+    }
+    if (!Array.isArray(shape) || !shape.every(isNonNegInt)) {
+      throw new Error(`${where}: shape must be an array of non-negative integers`);
+    }
+    if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every(isNonNegInt)) {
+      throw new Error(`${where}: data_offsets must be [begin, end] non-negative integers`);
+    }
+    const [begin, end] = offsets as [number, number];
+    if (begin > end || end > dataLength) {
+      throw new Error(`${where}: data_offsets [${begin}, ${end}] out of range (data region is ${dataLength} bytes)`);
+    }
+    const expected = numel(shape) * DTYPE_BYTES[dtype];
+    if (end - begin !== expected) {
+      throw new Error(
+        `${where}: data_offsets span ${end - begin} bytes but ${dtype}${JSON.stringify(shape)} needs ${expected}`,
+      );
+    }
+    entries.push({ name, dtype, shape: shape as number[], begin, end });
+  }
+  entries.sort((a, b) => a.begin - b.begin || a.end - b.end);
+  let cursor = 0;
+  for (const e of entries) {
+    if (e.begin < cursor) throw new Error(`${source}: tensor '${e.name}' overlaps the previous tensor`);
+    if (e.begin > cursor) throw new Error(`${source}: gap in data region before tensor '${e.name}'`);
+    cursor = e.end;
+  }
+  if (cursor !== dataLength) {
+    throw new Error(`${source}: data region is ${dataLength} bytes but tensors cover only ${cursor}`);
+  }
+  return { entries, metadata };
+}
+
+function headerLength(prefix: Buffer, fileLength: number, source: string): number {
+  if (fileLength < 8) throw new Error(`${source}: file too short for a safetensors header (${fileLength} bytes)`);
+  const n = prefix.readBigUInt64LE(0);
+  if (n > BigInt(MAX_HEADER_BYTES)) throw new Error(`${source}: safetensors header length ${n} is too large`);
+  if (Number(n) > fileLength - 8) {
+    throw new Error(`${source}: safetensors header length ${n} exceeds the file (${fileLength} bytes)`);
+  }
+  return Number(n);
+}
+
+/**
+ * Parses an in-memory safetensors file. Tensor data are zero-copy slices of `bytes`, so they stay
+ * valid only as long as nobody mutates `bytes`. `source` names the file in errors.
+ */
+export function parseSafetensors(bytes: Buffer, source = '<buffer>'): SafetensorsFile {
+  const n = headerLength(bytes, bytes.length, source);
+  const dataStart = 8 + n;
+  const { entries, metadata } = parseHeader(bytes.subarray(8, dataStart), bytes.length - dataStart, source);
+  const tensors = entries.map((e) => ({
+    name: e.name,
+    dtype: e.dtype,
+    shape: e.shape,
+    data: bytes.subarray(dataStart + e.begin, dataStart + e.end),
+  }));
+  return { tensors, metadata };
+}
+
+/**
+ * Reads one safetensors file. Files that fit in one Buffer are read whole and sliced (zero-copy);
+ * larger ones (multi-GB shards) are read tensor by tensor.
+ */
+export function readSafetensors(file: string): SafetensorsFile {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const size = fs.fstatSync(fd).size;
+    if (size <= bufferConstants.MAX_LENGTH) return parseSafetensors(readExactly(fd, 0, size, file), file);
+    const n = headerLength(readExactly(fd, 0, 8, file), size, file);
+    const dataStart = 8 + n;
+    const { entries, metadata } = parseHeader(readExactly(fd, 8, n, file), size - dataStart, file);
+    const tensors = entries.map((e) => ({
+      name: e.name,
+      dtype: e.dtype,
+      shape: e.shape,
+      data: readExactly(fd, dataStart + e.begin, e.end - e.begin, file),
+    }));
+    return { tensors, metadata };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function readExactly(fd: number, position: number, length: number, file: string): Buffer {
+  const buf = Buffer.allocUnsafe(length);
+  let done = 0;
+  while (done < length) {
+    const got = fs.readSync(fd, buf, done, length - done, position + done);
+    if (got === 0) throw new Error(`${file}: unexpected end of file`);
+    done += got;
+  }
+  return buf;
+}
+
+/**
+ * Reads the weights of an HF model folder: `model.safetensors.index.json` (sharded, its
+ * `weight_map` says which file holds each tensor) or else `model.safetensors`.
+ */
+export function readSafetensorsDir(dir: string): NamedTensor[] {
+  const indexPath = path.join(dir, INDEX_FILE);
+  if (!fs.existsSync(indexPath)) {
+    const single = path.join(dir, 'model.safetensors');
+    if (!fs.existsSync(single)) throw new Error(`${dir}: neither model.safetensors nor ${INDEX_FILE} exists`);
+    return readSafetensors(single).tensors;
+  }
+  let index: unknown;
+  try {
+    index = JSON.parse(fs.readFileSync(indexPath, 'utf8'));
+  } catch (e) {
+    throw new Error(`${indexPath}: not valid JSON (${(e as Error).message})`);
+  }
+  const weightMap = (index as { weight_map?: unknown } | null)?.weight_map;
+  if (weightMap === null || typeof weightMap !== 'object' || Array.isArray(weightMap)) {
+    throw new Error(`${indexPath}: missing object field 'weight_map'`);
+  }
+  const byShard = new Map<string, string[]>();
+  for (const [name, shard] of Object.entries(weightMap as Record<string, unknown>)) {
+    if (typeof shard !== 'string' || shard.includes('/') || shard.includes('\\')) {
+      throw new Error(`${indexPath}: weight_map['${name}'] must be a file name in the folder`);
+    }
+    byShard.set(shard, [...(byShard.get(shard) ?? []), name]);
+  }
+  const out: NamedTensor[] = [];
+  for (const [shard, names] of byShard) {
+    const shardPath = path.join(dir, shard);
+    if (!fs.existsSync(shardPath)) throw new Error(`${indexPath}: shard ${shard} (holding '${names[0]}') is missing`);
+    const found = new Map(readSafetensors(shardPath).tensors.map((t) => [t.name, t]));
+    for (const name of names) {
+      const t = found.get(name);
+      if (!t) throw new Error(`${shardPath}: tensor '${name}' listed in ${INDEX_FILE} is not in the shard`);
+      out.push(t);
+    }
+  }
+  return out;
+}
+
+/** Header JSON padded with spaces to a multiple of 8 bytes, as the reference writer does. */
+function encodeHeader(tensors: readonly NamedTensor[], metadata?: Record<string, string>): Buffer {
+  const header: Record<string, unknown> = {};
+  if (metadata && Object.keys(metadata).length > 0) header.__metadata__ = metadata;
+  let offset = 0;
+  for (const t of tensors) {
+    header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + t.data.length] };
+    offset += t.data.length;
+  }
+  const json = Buffer.from(JSON.stringify(header), 'utf8');
+  const padded = Math.ceil(json.length / 8) * 8;
+  const out = Buffer.alloc(8 + padded, 0x20);
+  out.writeBigUInt64LE(BigInt(padded), 0);
+  json.copy(out, 8);
+  return out;
+}
+
+/** Checks names are unique and every buffer matches its dtype and shape; returns tensors sorted by name. */
+function checkedSorted(tensors: readonly NamedTensor[], target: string): NamedTensor[] {
+  const sorted = [...tensors].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (let i = 0; i < sorted.length; i++) {
+    const t = sorted[i];
+    if (i > 0 && sorted[i - 1].name === t.name) throw new Error(`${target}: duplicate tensor '${t.name}'`);
+    if (t.name === '__metadata__') throw new Error(`${target}: '__metadata__' is not a valid tensor name`);
+    if (!isDiskDType(t.dtype)) throw new Error(`${target}: tensor '${t.name}' has unsupported dtype ${t.dtype}`);
+    const expected = numel(t.shape) * DTYPE_BYTES[t.dtype];
+    if (t.data.length !== expected) {
+      throw new Error(`${target}: tensor '${t.name}' has ${t.data.length} bytes but ${t.dtype}${JSON.stringify(t.shape)} needs ${expected}`);
+    }
+  }
+  return sorted;
+}
+
+/** Serialises tensors (sorted by name) into one in-memory safetensors file. */
+export function serializeSafetensors(tensors: readonly NamedTensor[], metadata?: Record<string, string>): Buffer {
+  const sorted = checkedSorted(tensors, '<buffer>');
+  return Buffer.concat([encodeHeader(sorted, metadata), ...sorted.map((t) => t.data)]);
+}
+
+/**
+ * Writes a safetensors file atomically (temp file + fsync + rename), streaming the tensor buffers
+ * so a multi-GB model is never concatenated in memory.
+ */
+export function writeSafetensors(file: string, tensors: readonly NamedTensor[], metadata?: Record<string, string>): void {
+  const sorted = checkedSorted(tensors, file);
+  writeFileAtomic(file, [encodeHeader(sorted, metadata), ...sorted.map((t) => t.data)]);
+}

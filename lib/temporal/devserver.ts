@@ -1,0 +1,150 @@
+/**
+ * The local Temporal dev server: the `temporal` CLI binary that scripts/setup.sh builds, persisting
+ * to a SQLite file under `<output_dir>/temporal/`, bound to 127.0.0.1. Commands that need Temporal
+ * and have no `temporal.address` reuse a server already listening on the configured port, or start
+ * one for as long as they run.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as path from 'node:path';
+import type { TemporalConfig } from '../config/schemas';
+import { temporalCliPath } from '../paths';
+
+export interface TemporalEndpoint {
+  /** host:port for @temporalio/client and @temporalio/worker connections. */
+  address: string;
+  namespace: string;
+  /** Web UI, when the server is a local dev server. */
+  uiUrl?: string;
+  /** Stops the server if this process started it; a no-op for a reused or remote server. */
+  stop(): Promise<void>;
+}
+
+export interface DevServerOptions {
+  ip: string;
+  port: number;
+  uiPort: number;
+  namespace: string;
+  dbFile: string;
+  /** Server output goes here (the dev server logs a lot; keep it out of the terminal). */
+  logFile: string;
+  /** Leave the server running after this process exits (`prime-rl temporal start --detach`). */
+  detached?: boolean;
+}
+
+/** True if something accepts TCP connections on host:port. */
+export function isListening(host: string, port: number, timeoutMs = 500): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host, port });
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(timeoutMs, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function exited(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once('exit', () => resolve());
+  });
+}
+
+/** Sends SIGTERM, waits up to `graceMs`, then SIGKILL. */
+async function terminate(child: ChildProcess, graceMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited(child);
+  clearTimeout(timer);
+}
+
+/** Starts `temporal server start-dev` and resolves once its gRPC port and UI accept connections. */
+export async function startDevServer(opts: DevServerOptions): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
+  if (!fs.existsSync(temporalCliPath)) {
+    throw new Error(`Temporal CLI not found at ${temporalCliPath}: run 'bash scripts/setup.sh' first`);
+  }
+  if (await isListening(opts.ip, opts.port)) {
+    throw new Error(`port ${opts.ip}:${opts.port} is already in use`);
+  }
+  fs.mkdirSync(path.dirname(opts.dbFile), { recursive: true });
+  fs.mkdirSync(path.dirname(opts.logFile), { recursive: true });
+  const log = fs.openSync(opts.logFile, 'a');
+  const args = [
+    'server', 'start-dev',
+    '--ip', opts.ip,
+    '--port', String(opts.port),
+    '--ui-port', String(opts.uiPort),
+    '--db-filename', opts.dbFile,
+    '--namespace', opts.namespace,
+    '--log-level', 'warn',
+  ];
+  const child = spawn(temporalCliPath, args, { stdio: ['ignore', log, log], detached: opts.detached ?? false });
+  fs.closeSync(log);
+  const failed = new Promise<never>((_, reject) => {
+    child.once('exit', (code, signal) =>
+      reject(new Error(`Temporal dev server exited during start-up (code ${code}, signal ${signal}); see ${opts.logFile}`)),
+    );
+    child.once('error', reject);
+  });
+  failed.catch(() => undefined);
+  const ready = (async () => {
+    const deadline = Date.now() + 60_000;
+    while (!(await isListening(opts.ip, opts.port)) || !(await isListening(opts.ip, opts.uiPort))) {
+      if (Date.now() > deadline) throw new Error(`Temporal dev server did not open ${opts.ip}:${opts.port} within 60 s; see ${opts.logFile}`);
+      await sleep(100);
+    }
+  })();
+  try {
+    await Promise.race([ready, failed]);
+  } catch (e) {
+    await terminate(child);
+    throw e;
+  }
+  if (opts.detached) child.unref();
+  const endpoint: TemporalEndpoint = {
+    address: `${opts.ip}:${opts.port}`,
+    namespace: opts.namespace,
+    uiUrl: `http://${opts.ip}:${opts.uiPort}`,
+    stop: () => terminate(child),
+  };
+  return { child, endpoint };
+}
+
+/** Dev-server options from a command's config: database and log under `<output_dir>/temporal/`. */
+export function devServerOptions(temporal: TemporalConfig, outputDir: string): DevServerOptions {
+  const dir = path.resolve(outputDir, 'temporal');
+  return {
+    ip: temporal.ip,
+    port: temporal.port,
+    uiPort: temporal.ui_port,
+    namespace: temporal.namespace,
+    dbFile: path.join(dir, 'temporal.db'),
+    logFile: path.join(dir, 'server.log'),
+  };
+}
+
+/**
+ * The Temporal server a command should use: `temporal.address` if configured; else a local dev
+ * server already listening on the configured port; else a new one owned by this process.
+ */
+export async function ensureTemporal(temporal: TemporalConfig, outputDir: string): Promise<TemporalEndpoint> {
+  const noop = async () => undefined;
+  if (temporal.address) return { address: temporal.address, namespace: temporal.namespace, stop: noop };
+  if (await isListening(temporal.ip, temporal.port)) {
+    return {
+      address: `${temporal.ip}:${temporal.port}`,
+      namespace: temporal.namespace,
+      uiUrl: `http://${temporal.ip}:${temporal.ui_port}`,
+      stop: noop,
+    };
+  }
+  const { endpoint } = await startDevServer(devServerOptions(temporal, outputDir));
+  return endpoint;
+}

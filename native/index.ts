@@ -1,0 +1,357 @@
+/**
+ * TypeScript facade of the native libtorch engine (`build/native/Release/prime_native.node`).
+ * The rest of the code base touches the addon only through this module.
+ *
+ * Every compute call (load, score, generation steps, training steps, checkpoints) runs on a libuv
+ * worker thread and returns a Promise, so the Node event loop stays responsive. Calls on one model
+ * (and on the generators/trainers created from it) are queued and run one at a time.
+ */
+import * as fs from 'fs';
+import * as path from 'path';
+import type { ArchConfig, DiskDType, NamedTensor } from '../lib/model/arch';
+
+export { lrAt } from './schedule';
+export type { LrSchedule } from './schedule';
+
+/** Dtypes the engine reads and writes: the safetensors ones, plus F64 (used by gradient checks). */
+export type TensorDType = DiskDType | 'F64';
+
+/** A tensor as raw little-endian bytes. Every `NamedTensor` is one. */
+export interface WeightTensor extends Omit<NamedTensor, 'dtype'> {
+  dtype: TensorDType;
+}
+
+/** Compute dtype of a loaded model. bfloat16 is meant for CUDA; training needs float32 or float64. */
+export type ComputeDType = 'float32' | 'bfloat16' | 'float64';
+
+export interface ModelOptions {
+  /** 'cpu' (default), 'cuda' or 'cuda:N' (needs a CUDA build of libtorch). */
+  device?: string;
+  /** Default 'float32'. */
+  dtype?: ComputeDType;
+}
+
+export type TokenIds = Int32Array | number[];
+
+/**
+ * One packed row: samples back to back, position ids restarting at 0 for each sample. A new
+ * sample starts wherever a position id does not continue the previous one; attention is causal
+ * and never crosses a sample boundary.
+ */
+export interface PackedRow {
+  inputIds: TokenIds;
+  positionIds: TokenIds;
+}
+
+/**
+ * Per-token scores aligned with the row's tokens: `logprobs[t]` = log p(token t | the tokens
+ * before it in its sample) under softmax(logits / temperature); `entropies[t]` = entropy of that
+ * distribution. Both are 0 at the first token of each sample (nothing predicts it).
+ */
+export interface RowScores {
+  logprobs: Float32Array;
+  entropies: Float32Array;
+}
+
+export interface GeneratorOptions {
+  /** Cache slots: the most sequences decoded together. */
+  maxSequences: number;
+  /** Longest prompt + completion a slot holds. */
+  maxSequenceLength: number;
+}
+
+export interface GenerationRequest {
+  promptIds: TokenIds;
+  /** 0 = greedy. Default 1. */
+  temperature?: number;
+  /** Default 1 (off). */
+  topP?: number;
+  /** -1 = off (default). */
+  topK?: number;
+  /** Default 0 (off). */
+  minP?: number;
+  /** Default 16. */
+  maxTokens?: number;
+  stopTokenIds?: number[];
+  /** Same seed, same tokens, whatever else is in the batch. Random when absent. */
+  seed?: number;
+  /** Return raw (temperature 1) logprobs of the prompt tokens. */
+  promptLogprobs?: boolean;
+}
+
+export interface AddedSequence {
+  seqId: number;
+  /** One per prompt token; NaN for the first. Present when requested. */
+  promptLogprobs?: Float32Array;
+}
+
+export interface StepToken {
+  seqId: number;
+  token: number;
+  /**
+   * log softmax(logits / temperature)[token] over the full vocabulary, before top-k/top-p/min-p
+   * filtering (greedy: temperature 1). This is the sampled-token logprob the trainer recomputes.
+   */
+  logprob: number;
+  finished: boolean;
+  /** 'stop' (a stop token was sampled; it is included) or 'length' (maxTokens or cache full). */
+  finishReason?: 'stop' | 'length';
+}
+
+export interface CacheStats {
+  activeSequences: number;
+  cachedTokens: number;
+  maxSequences: number;
+  maxSequenceLength: number;
+  /** cachedTokens / (maxSequences * maxSequenceLength). */
+  cacheUsage: number;
+}
+
+export interface AdamWOptions {
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  weightDecay?: number;
+}
+
+/** A packed row for training; `lossMask[t]` marks token t as trained on. */
+export interface TrainRow extends PackedRow {
+  lossMask: Uint8Array | boolean[] | number[];
+}
+
+export interface LossConfig {
+  /** 'ce': masked cross-entropy (RL losses will be added as further kinds). */
+  kind?: 'ce';
+  /** Logits are divided by it before log-softmax. Default 1. */
+  temperature?: number;
+  /** loss = sum over loss tokens / normalizer. Default: the number of loss tokens in the step. */
+  normalizer?: number;
+}
+
+export interface TrainStepOptions {
+  lr: number;
+  /** Clip the total gradient norm to this; 0 or absent = no clipping. */
+  maxGradNorm?: number;
+  loss?: LossConfig;
+}
+
+export interface TrainStepStats {
+  loss: number;
+  /** Total L2 norm of the gradients before clipping. */
+  gradNorm: number;
+  tokens: number;
+  lossTokens: number;
+  seconds: number;
+  tokensPerSecond: number;
+}
+
+export interface NativeInfo {
+  torchVersion: string;
+  cuda: boolean;
+  threads: number;
+  parallelInfo: string;
+}
+
+// ------------------------------------------------------------------------------------------------
+// The raw addon (untyped at the boundary; typed here).
+
+interface RawModel {
+  score(rows: PackedRow[], opts: { temperature?: number }): Promise<RowScores[]>;
+  loadWeights(tensors: readonly WeightTensor[], opts: { strict: boolean }): Promise<void>;
+  readWeights(dtype?: TensorDType): Promise<WeightTensor[]>;
+  numParameters(): number;
+  createGenerator(opts: GeneratorOptions): RawGenerator;
+  createTrainer(opts: AdamWOptions): RawTrainer;
+}
+interface RawGenerator {
+  add(requests: GenerationRequest[]): Promise<AddedSequence[]>;
+  step(): Promise<StepToken[]>;
+  remove(seqIds: number[]): Promise<boolean[]>;
+  stats(): CacheStats;
+}
+interface RawTrainer {
+  step(rows: TrainRow[], opts: TrainStepOptions): Promise<TrainStepStats>;
+  gradients(rows: TrainRow[], loss?: LossConfig): Promise<TrainStepStats & { gradients: WeightTensor[] }>;
+  save(dir: string): Promise<void>;
+  load(dir: string): Promise<void>;
+  stepCount(): number;
+}
+interface Addon {
+  info(): NativeInfo;
+  setThreads(n: number): void;
+  createModel(config: ArchConfig, tensors: readonly WeightTensor[], opts: ModelOptions): Promise<RawModel>;
+  matmulGflops(n: number, iters: number): Promise<number>;
+}
+
+/** The repository root: the nearest directory above this file holding package.json. */
+function repoRoot(): string {
+  let dir = __dirname;
+  while (!fs.existsSync(path.join(dir, 'package.json'))) {
+    const up = path.dirname(dir);
+    if (up === dir) throw new Error(`prime_native: no package.json above ${__dirname}`);
+    dir = up;
+  }
+  return dir;
+}
+
+let addon: Addon | undefined;
+function load(): Addon {
+  if (!addon) {
+    const file = path.join(repoRoot(), 'build', 'native', 'Release', 'prime_native.node');
+    if (!fs.existsSync(file)) throw new Error(`prime_native: ${file} not found; run \`npm run build:native\``);
+    addon = require(file) as Addon;
+  }
+  return addon;
+}
+
+/** Runs tasks one after another (calls on one model must not overlap). */
+class SerialQueue {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(task: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(task, task);
+    this.tail = result.catch(() => undefined);
+    return result;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Public API
+
+/** libtorch version, CUDA availability and the intra-op thread count. */
+export function info(): NativeInfo {
+  return load().info();
+}
+
+/** Sets libtorch's intra-op thread count for every later compute call. */
+export function setThreads(n: number): void {
+  load().setThreads(n);
+}
+
+/** Measured fp32 throughput (GFLOP/s) of `iters` n x n matmuls: the yardstick of the benchmarks. */
+export function matmulGflops(n = 2048, iters = 10): Promise<number> {
+  return load().matmulGflops(n, iters);
+}
+
+/**
+ * Builds a model from HF-named tensors (bytes are copied once and converted to the compute
+ * dtype). Rejects on a missing, extra, mis-shaped or unsupported-dtype tensor, naming it.
+ */
+export async function loadModel(
+  config: ArchConfig,
+  tensors: readonly WeightTensor[],
+  options: ModelOptions = {},
+): Promise<NativeModel> {
+  const raw = await load().createModel(config, tensors, options);
+  return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
+}
+
+export class NativeModel {
+  private readonly queue = new SerialQueue();
+
+  /** @internal use loadModel */
+  constructor(
+    private readonly raw: RawModel,
+    readonly config: ArchConfig,
+    readonly dtype: ComputeDType,
+    readonly device: string,
+  ) {}
+
+  get numParameters(): number {
+    return this.raw.numParameters();
+  }
+
+  /** Per-token logprobs and entropies of packed rows (see RowScores for the alignment). */
+  score(rows: PackedRow[], options: { temperature?: number } = {}): Promise<RowScores[]> {
+    return this.queue.run(() => this.raw.score(rows, options));
+  }
+
+  /**
+   * Copies new values into the live weights (same names and shapes), e.g. for update_weights.
+   * Strict (default): every parameter must be given. Validates everything before changing anything.
+   */
+  loadWeights(tensors: readonly WeightTensor[], options: { strict?: boolean } = {}): Promise<void> {
+    return this.queue.run(() => this.raw.loadWeights(tensors, { strict: options.strict ?? true }));
+  }
+
+  /** All weights by HF name, as bytes in `dtype` (default: the compute dtype's). */
+  readWeights(dtype?: TensorDType): Promise<WeightTensor[]> {
+    return this.queue.run(() => this.raw.readWeights(dtype));
+  }
+
+  /** A generator with its own KV cache; its calls share this model's queue. */
+  createGenerator(options: GeneratorOptions): Generator {
+    return new Generator(this.raw.createGenerator(options), this.queue);
+  }
+
+  /** A trainer (AdamW) updating this model's weights in place; needs float32/float64. */
+  createTrainer(options: AdamWOptions = {}): Trainer {
+    return new Trainer(this.raw.createTrainer(options), this.queue);
+  }
+}
+
+/**
+ * Batched generation over a slot-based KV cache. Sequences join with `add` (prefill) and leave
+ * when finished (automatically) or with `remove`; every `step` decodes one token for all active
+ * sequences in one batch.
+ */
+export class Generator {
+  /** @internal use NativeModel.createGenerator */
+  constructor(
+    private readonly raw: RawGenerator,
+    private readonly queue: SerialQueue,
+  ) {}
+
+  /** Prefills the prompts; their first tokens come out of the next `step`. */
+  add(requests: GenerationRequest[]): Promise<AddedSequence[]> {
+    return this.queue.run(() => this.raw.add(requests));
+  }
+
+  /** One decode step for every active sequence; finished ones free their slot. */
+  step(): Promise<StepToken[]> {
+    return this.queue.run(() => this.raw.step());
+  }
+
+  /** Aborts sequences and frees their cache; false for ids not active (e.g. already finished). */
+  remove(seqIds: number[]): Promise<boolean[]> {
+    return this.queue.run(() => this.raw.remove(seqIds));
+  }
+
+  /** Cache usage, as of the last completed call. */
+  stats(): CacheStats {
+    return this.raw.stats();
+  }
+}
+
+/** Training on packed rows with gradient accumulation, clipping and AdamW. */
+export class Trainer {
+  /** @internal use NativeModel.createTrainer */
+  constructor(
+    private readonly raw: RawTrainer,
+    private readonly queue: SerialQueue,
+  ) {}
+
+  /** One optimizer step over all rows (micro-batches): forward+backward each, clip, AdamW at `lr`. */
+  step(rows: TrainRow[], options: TrainStepOptions): Promise<TrainStepStats> {
+    return this.queue.run(() => this.raw.step(rows, options));
+  }
+
+  /** Loss and gradients (by HF name) without updating anything: for gradient checks and debugging. */
+  gradients(rows: TrainRow[], loss?: LossConfig): Promise<TrainStepStats & { gradients: WeightTensor[] }> {
+    return this.queue.run(() => this.raw.gradients(rows, loss));
+  }
+
+  /** Writes `dir/trainer.ckpt` atomically: weights, AdamW state, step count, CPU RNG state. */
+  save(dir: string): Promise<void> {
+    return this.queue.run(() => this.raw.save(dir));
+  }
+
+  /** Restores a checkpoint written by `save`; rejects (changing nothing) if it is corrupt or incompatible. */
+  load(dir: string): Promise<void> {
+    return this.queue.run(() => this.raw.load(dir));
+  }
+
+  /** Optimizer steps taken (restored by `load`). */
+  get stepCount(): number {
+    return this.raw.stepCount();
+  }
+}

@@ -1,0 +1,151 @@
+#include "generator.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace prime {
+
+Generator::Generator(std::shared_ptr<Model> m, int64_t maxSeqs, int64_t maxLen)
+    : maxSequences(maxSeqs), maxSequenceLength(maxLen), model(std::move(m)) {
+  if (maxSeqs <= 0 || maxLen <= 1) throw std::runtime_error("generator needs maxSequences >= 1 and maxSequenceLength >= 2");
+  const ArchConfig& c = model->cfg;
+  cache_.slots = maxSeqs;
+  cache_.maxLen = maxLen;
+  for (int64_t l = 0; l < c.numLayers; l++) {
+    // Zeroed: masked entries still enter probs @ V as 0 * v, and uninitialised memory may be NaN.
+    cache_.k.push_back(at::zeros({maxSeqs, c.numKvHeads, maxLen, c.headDim}, model->options()));
+    cache_.v.push_back(at::zeros({maxSeqs, c.numKvHeads, maxLen, c.headDim}, model->options()));
+  }
+}
+
+std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& requests) {
+  c10::InferenceMode inference;
+  // Validate the whole batch first so a bad request adds nothing.
+  if (seqs_.size() + requests.size() > size_t(maxSequences))
+    throw std::runtime_error("generator is full: " + std::to_string(seqs_.size()) + " active + " +
+                             std::to_string(requests.size()) + " new > maxSequences " + std::to_string(maxSequences));
+  for (const SequenceRequest& r : requests) {
+    if (r.prompt.empty()) throw std::runtime_error("prompt must contain at least one token");
+    if (int64_t(r.prompt.size()) > maxSequenceLength)
+      throw std::runtime_error("prompt of " + std::to_string(r.prompt.size()) + " tokens exceeds maxSequenceLength " +
+                               std::to_string(maxSequenceLength));
+    if (r.maxTokens < 1) throw std::runtime_error("maxTokens must be >= 1");
+    if (!(r.sampling.topP > 0 && r.sampling.topP <= 1)) throw std::runtime_error("topP must be in (0, 1]");
+    if (r.sampling.temperature < 0 || r.sampling.minP < 0 || r.sampling.minP > 1)
+      throw std::runtime_error("temperature must be >= 0 and minP in [0, 1]");
+    model->checkTokenIds(r.prompt.data(), r.prompt.size());
+  }
+  std::vector<AddedSequence> out;
+  const auto longOpts = at::TensorOptions().dtype(at::kLong);
+  for (const SequenceRequest& r : requests) {
+    const size_t slot = seqs_.size();
+    const int64_t P = int64_t(r.prompt.size());
+    AddedSequence added{nextId_, {}};
+    if (P > 1) {
+      // Prefill all but the last prompt token into this slot's cache.
+      at::Tensor ids = at::tensor(std::vector<int64_t>(r.prompt.begin(), r.prompt.end() - 1), longOpts).to(model->device);
+      at::Tensor pos = at::arange(P - 1, longOpts.device(model->device));
+      std::vector<LayerKV> kv;
+      at::Tensor hidden = model->forwardPacked(ids, pos, {0}, &kv);
+      for (size_t l = 0; l < kv.size(); l++) {
+        cache_.k[l][slot].narrow(1, 0, P - 1).copy_(kv[l].first.transpose(0, 1));
+        cache_.v[l][slot].narrow(1, 0, P - 1).copy_(kv[l].second.transpose(0, 1));
+      }
+      if (r.promptLogprobs) {
+        // Raw (temperature 1) logprobs of prompt tokens 1..P-1, as vLLM's prompt_logprobs.
+        added.promptLogprobs.assign(P, std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> entropy(P - 1);
+        at::Tensor targets = at::tensor(std::vector<int64_t>(r.prompt.begin() + 1, r.prompt.end()), longOpts);
+        model->tokenLogprobs(hidden, targets.to(model->device), 1.0, added.promptLogprobs.data() + 1, entropy.data());
+      }
+    } else if (r.promptLogprobs) {
+      added.promptLogprobs.assign(1, std::numeric_limits<float>::quiet_NaN());
+    }
+    Sequence s{nextId_++, P - 1, r.prompt.back(), 0, r, std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}())};
+    seqs_.push_back(std::move(s));
+    out.push_back(std::move(added));
+  }
+  publishStats();
+  return out;
+}
+
+std::vector<StepToken> Generator::step() {
+  c10::InferenceMode inference;
+  const int64_t n = int64_t(seqs_.size());
+  if (n == 0) return {};
+  std::vector<int64_t> ids(n), pos(n);
+  for (int64_t b = 0; b < n; b++) {
+    ids[b] = seqs_[b].pending;
+    pos[b] = seqs_[b].cacheLen;
+  }
+  const auto longOpts = at::TensorOptions().dtype(at::kLong);
+  at::Tensor logits = model->decode(at::tensor(ids, longOpts).to(model->device),
+                                    at::tensor(pos, longOpts).to(model->device), cache_)
+                          .to(at::kFloat)
+                          .cpu()
+                          .contiguous();
+  const int64_t V = logits.size(1);
+  std::vector<Sampled> sampled(n);
+  // Rows are independent (own RNG each), so sampling in parallel stays deterministic.
+  at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
+    std::vector<float> scratch;
+    std::vector<int32_t> order;
+    for (int64_t i = a; i < b; i++)
+      sampled[i] = sampleToken(logits.data_ptr<float>() + i * V, V, seqs_[i].req.sampling, seqs_[i].rng, scratch, order);
+  });
+  std::vector<StepToken> out;
+  for (int64_t b = 0; b < n; b++) {
+    Sequence& s = seqs_[b];
+    s.cacheLen++;
+    s.generated++;
+    s.pending = sampled[b].token;
+    const auto& stops = s.req.stopTokenIds;
+    std::string reason;
+    if (std::find(stops.begin(), stops.end(), s.pending) != stops.end()) reason = "stop";
+    else if (s.generated >= s.req.maxTokens || s.cacheLen >= maxSequenceLength) reason = "length";
+    out.push_back({s.id, s.pending, sampled[b].logprob, !reason.empty(), reason});
+  }
+  // Walk backwards so the slot moved into a released one has already been looked at.
+  for (int64_t b = n - 1; b >= 0; b--)
+    if (out[b].finished) release(size_t(b));
+  publishStats();
+  return out;
+}
+
+std::vector<bool> Generator::remove(const std::vector<int64_t>& seqIds) {
+  c10::InferenceMode inference;
+  std::vector<bool> removed;
+  for (int64_t id : seqIds) {
+    auto it = std::find_if(seqs_.begin(), seqs_.end(), [&](const Sequence& s) { return s.id == id; });
+    removed.push_back(it != seqs_.end());
+    if (it != seqs_.end()) release(size_t(it - seqs_.begin()));
+  }
+  publishStats();
+  return removed;
+}
+
+void Generator::release(size_t slot) {
+  const size_t last = seqs_.size() - 1;
+  if (slot != last) {
+    const int64_t len = seqs_[last].cacheLen;
+    for (size_t l = 0; l < cache_.k.size(); l++) {
+      cache_.k[l][slot].narrow(1, 0, len).copy_(cache_.k[l][last].narrow(1, 0, len));
+      cache_.v[l][slot].narrow(1, 0, len).copy_(cache_.v[l][last].narrow(1, 0, len));
+    }
+    seqs_[slot] = std::move(seqs_[last]);
+  }
+  seqs_.pop_back();
+}
+
+void Generator::publishStats() {
+  int64_t cached = 0;
+  for (const Sequence& s : seqs_) cached += s.cacheLen;
+  active_ = int64_t(seqs_.size());
+  cached_ = cached;
+}
+
+}  // namespace prime

@@ -1,0 +1,74 @@
+// Batched generation over a slot-based KV cache. Sequences join (prefill) and leave between
+// decode steps; the inference server builds continuous batching on top of this.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model.h"
+#include "sampler.h"
+
+namespace prime {
+
+struct SequenceRequest {
+  std::vector<int64_t> prompt;
+  SamplingParams sampling;
+  int64_t maxTokens = 16;
+  std::vector<int64_t> stopTokenIds;
+  bool hasSeed = false;
+  uint64_t seed = 0;
+  bool promptLogprobs = false;
+};
+
+struct AddedSequence {
+  int64_t seqId;
+  std::vector<float> promptLogprobs;  // per prompt token (NaN for the first); empty unless asked
+};
+
+struct StepToken {
+  int64_t seqId, token;
+  float logprob;
+  bool finished;
+  std::string finishReason;  // "stop" | "length" | "" while running
+};
+
+class Generator {
+ public:
+  Generator(std::shared_ptr<Model> model, int64_t maxSequences, int64_t maxSequenceLength);
+
+  // Prefills each prompt into a free slot. The last prompt token is left pending: the next
+  // step() feeds it, so every sampled token (the first included) comes out of step().
+  std::vector<AddedSequence> add(const std::vector<SequenceRequest>& requests);
+  // One batched decode step for every active sequence. Finished sequences free their slot.
+  std::vector<StepToken> step();
+  // Frees the sequences' slots (aborts); false for ids that are not active.
+  std::vector<bool> remove(const std::vector<int64_t>& seqIds);
+
+  // Readable from the JS thread while a call runs elsewhere.
+  int64_t activeSequences() const { return active_.load(); }
+  int64_t cachedTokens() const { return cached_.load(); }
+  const int64_t maxSequences, maxSequenceLength;
+  const std::shared_ptr<Model> model;
+
+ private:
+  struct Sequence {
+    int64_t id;
+    int64_t cacheLen;  // tokens whose K/V are in the cache
+    int64_t pending;   // next input token, at position cacheLen
+    int64_t generated = 0;
+    SequenceRequest req;
+    std::mt19937_64 rng;
+  };
+  void release(size_t slot);  // moves the last slot into `slot` so slots stay compact
+  void publishStats();
+
+  KVCache cache_;
+  std::vector<Sequence> seqs_;  // seqs_[slot]
+  int64_t nextId_ = 1;
+  std::atomic<int64_t> active_{0}, cached_{0};
+};
+
+}  // namespace prime

@@ -1,0 +1,355 @@
+// The model, top to bottom: weight loading, RMSNorm, RoPE, attention (packed and cached), the
+// SwiGLU block, logits and token log-probabilities. Follows Hugging Face's Llama/Qwen2/Qwen3
+// modelling code so that logprobs match a transformers forward to fp32 precision.
+#include "model.h"
+
+#include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace prime {
+namespace {
+
+std::string shapeStr(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); i++) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+at::ScalarType diskDtype(const std::string& name, const std::string& dtype) {
+  if (dtype == "F32") return at::kFloat;
+  if (dtype == "F16") return at::kHalf;
+  if (dtype == "BF16") return at::kBFloat16;
+  if (dtype == "F64") return at::kDouble;
+  throw std::runtime_error("tensor '" + name + "': unsupported dtype '" + dtype + "' (expected F32, F16, BF16 or F64)");
+}
+
+// Checks a raw tensor against the expected shape and returns a view of its bytes (no copy yet).
+at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected) {
+  at::ScalarType st = diskDtype(t.name, t.dtype);
+  if (t.shape != expected)
+    throw std::runtime_error("tensor '" + t.name + "': shape " + shapeStr(t.shape) + ", expected " + shapeStr(expected));
+  int64_t numel = 1;
+  for (int64_t d : expected) numel *= d;
+  size_t want = size_t(numel) * at::elementSize(st);
+  if (t.nbytes != want)
+    throw std::runtime_error("tensor '" + t.name + "': " + std::to_string(t.nbytes) + " data bytes, expected " +
+                             std::to_string(want));
+  return at::from_blob(const_cast<uint8_t*>(t.data), expected, at::TensorOptions().dtype(st));
+}
+
+// Tensors a checkpoint may carry that the model does not need.
+bool ignorable(const std::string& name, const ArchConfig& cfg) {
+  if (cfg.tieWordEmbeddings && name == "lm_head.weight") return true;  // some tied checkpoints store a copy
+  return name.size() > 22 && name.compare(name.size() - 22, 22, ".rotary_emb.inv_freq") == 0;
+}
+
+}  // namespace
+
+at::ScalarType parseComputeDtype(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float64") return at::kDouble;
+  throw std::runtime_error("unsupported compute dtype '" + name + "' (expected float32, bfloat16 or float64)");
+}
+
+std::string diskDtypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "F32";
+    case at::kHalf: return "F16";
+    case at::kBFloat16: return "BF16";
+    case at::kDouble: return "F64";
+    default: throw std::runtime_error("no safetensors name for dtype " + std::string(c10::toString(t)));
+  }
+}
+
+std::vector<int64_t> segmentStarts(const std::vector<int64_t>& pos) {
+  std::vector<int64_t> starts;
+  for (size_t t = 0; t < pos.size(); t++)
+    if (t == 0 || pos[t] != pos[t - 1] + 1) starts.push_back(int64_t(t));
+  return starts;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weights
+
+std::vector<Model::Slot> Model::slots() {
+  const int64_t D = cfg.hiddenSize, I = cfg.intermediateSize, hd = cfg.headDim;
+  const int64_t qd = cfg.numHeads * hd, kvd = cfg.numKvHeads * hd;
+  std::vector<Slot> s;
+  s.push_back({"model.embed_tokens.weight", {cfg.vocabSize, D}, &embed_});
+  for (int64_t i = 0; i < cfg.numLayers; i++) {
+    Layer& L = layers_[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    s.push_back({p + "input_layernorm.weight", {D}, &L.inputNorm});
+    s.push_back({p + "self_attn.q_proj.weight", {qd, D}, &L.q});
+    if (cfg.attentionBias) s.push_back({p + "self_attn.q_proj.bias", {qd}, &L.qBias});
+    s.push_back({p + "self_attn.k_proj.weight", {kvd, D}, &L.k});
+    if (cfg.attentionBias) s.push_back({p + "self_attn.k_proj.bias", {kvd}, &L.kBias});
+    s.push_back({p + "self_attn.v_proj.weight", {kvd, D}, &L.v});
+    if (cfg.attentionBias) s.push_back({p + "self_attn.v_proj.bias", {kvd}, &L.vBias});
+    s.push_back({p + "self_attn.o_proj.weight", {D, qd}, &L.o});
+    // Llama's attention_bias also covers o_proj; Qwen2's q/k/v biases do not.
+    if (cfg.attentionBias && cfg.arch == "llama") s.push_back({p + "self_attn.o_proj.bias", {D}, &L.oBias});
+    if (cfg.qkNorm) {
+      s.push_back({p + "self_attn.q_norm.weight", {hd}, &L.qNorm});
+      s.push_back({p + "self_attn.k_norm.weight", {hd}, &L.kNorm});
+    }
+    s.push_back({p + "post_attention_layernorm.weight", {D}, &L.postNorm});
+    s.push_back({p + "mlp.gate_proj.weight", {I, D}, &L.gate});
+    s.push_back({p + "mlp.up_proj.weight", {I, D}, &L.up});
+    s.push_back({p + "mlp.down_proj.weight", {D, I}, &L.down});
+  }
+  s.push_back({"model.norm.weight", {D}, &norm_});
+  if (!cfg.tieWordEmbeddings) s.push_back({"lm_head.weight", {cfg.vocabSize, D}, &lmHead_});
+  return s;
+}
+
+Model::Model(ArchConfig c, const std::vector<RawTensor>& tensors, at::ScalarType dt, at::Device dev)
+    : cfg(std::move(c)), dtype(dt), device(dev) {
+  if (cfg.arch != "llama" && cfg.arch != "qwen2" && cfg.arch != "qwen3")
+    throw std::runtime_error("unsupported architecture '" + cfg.arch + "' (expected llama, qwen2 or qwen3)");
+  if (cfg.vocabSize <= 0 || cfg.hiddenSize <= 0 || cfg.intermediateSize <= 0 || cfg.numLayers <= 0 ||
+      cfg.numHeads <= 0 || cfg.numKvHeads <= 0 || cfg.headDim <= 0 || cfg.headDim % 2 != 0)
+    throw std::runtime_error("invalid ArchConfig: sizes must be positive and headDim even");
+  if (cfg.numHeads % cfg.numKvHeads != 0)
+    throw std::runtime_error("invalid ArchConfig: numHeads must be a multiple of numKvHeads");
+  layers_.resize(cfg.numLayers);
+  std::map<std::string, const RawTensor*> byName;
+  for (const RawTensor& t : tensors)
+    if (!byName.emplace(t.name, &t).second) throw std::runtime_error("tensor '" + t.name + "' given twice");
+  std::set<std::string> used;
+  for (Slot& s : slots()) {
+    auto it = byName.find(s.name);
+    if (it == byName.end())
+      throw std::runtime_error("missing tensor '" + s.name + "' (expected shape " + shapeStr(s.shape) + ")");
+    at::Tensor src = viewRaw(*it->second, s.shape);
+    *s.tensor = at::empty(s.shape, options()).copy_(src);  // the one copy: bytes -> compute dtype/device
+    used.insert(s.name);
+  }
+  for (const RawTensor& t : tensors)
+    if (!used.count(t.name) && !ignorable(t.name, cfg))
+      throw std::runtime_error("unexpected tensor '" + t.name + "' for " + cfg.arch + " config");
+  // inv_freq = 1 / theta^(2i/d), computed in fp32 like HF (fp64 for fp64 models).
+  at::ScalarType rd = logitsDtype();
+  invFreq_ = 1.0 / at::pow(cfg.ropeTheta, at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong))
+                                              .to(rd)
+                                              .div(double(cfg.headDim)))
+                       .to(device);
+}
+
+void Model::loadWeights(const std::vector<RawTensor>& tensors, bool strict) {
+  std::map<std::string, at::Tensor*> params;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (Slot& s : slots()) {
+    params[s.name] = s.tensor;
+    shapes[s.name] = s.shape;
+  }
+  // Validate everything before touching the live weights, so a bad update leaves them intact.
+  std::vector<std::pair<at::Tensor*, at::Tensor>> updates;
+  std::set<std::string> seen;
+  for (const RawTensor& t : tensors) {
+    if (!seen.insert(t.name).second) throw std::runtime_error("tensor '" + t.name + "' given twice");
+    auto it = params.find(t.name);
+    if (it == params.end()) {
+      if (ignorable(t.name, cfg)) continue;
+      throw std::runtime_error("unexpected tensor '" + t.name + "' for " + cfg.arch + " config");
+    }
+    updates.emplace_back(it->second, viewRaw(t, shapes[t.name]));
+  }
+  if (strict)
+    for (auto& [name, shape] : shapes)
+      if (!seen.count(name))
+        throw std::runtime_error("missing tensor '" + name + "' (expected shape " + shapeStr(shape) + ")");
+  at::NoGradGuard noGrad;
+  for (auto& [dst, src] : updates) dst->copy_(src);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::namedParameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (Slot& s : const_cast<Model*>(this)->slots()) out.emplace_back(s.name, *s.tensor);
+  return out;
+}
+
+int64_t Model::numParameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : namedParameters()) n += t.numel();
+  return n;
+}
+
+void Model::checkTokenIds(const int64_t* ids, size_t n) const {
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= cfg.vocabSize)
+      throw std::runtime_error("token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                               " is out of range [0, " + std::to_string(cfg.vocabSize) + ")");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks
+
+// RMSNorm in fp32 (HF: variance in fp32, cast back to the input dtype, then times weight).
+at::Tensor Model::rmsNorm(const at::Tensor& x, const at::Tensor& w) const {
+  at::Tensor xf = x.to(logitsDtype());
+  at::Tensor y = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + cfg.rmsNormEps);
+  return w * y.to(x.scalar_type());
+}
+
+// cos/sin tables for the given positions: [N, 1, hd] (broadcast over heads).
+std::pair<at::Tensor, at::Tensor> Model::rope(const at::Tensor& pos) const {
+  at::Tensor f = pos.to(invFreq_.scalar_type()).unsqueeze(-1) * invFreq_.unsqueeze(0);  // [N, hd/2]
+  at::Tensor emb = at::cat({f, f}, -1);
+  return {emb.cos().to(dtype).unsqueeze(1), emb.sin().to(dtype).unsqueeze(1)};
+}
+
+namespace {
+// Non-interleaved RoPE: x*cos + rotate_half(x)*sin with rotate_half(x) = cat(-x2, x1).
+at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor rot = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rot * sin;
+}
+}  // namespace
+
+// Pre-attention half of a block: input norm, q/k/v projections, Qwen3 q/k norm, RoPE.
+// Returns q [N, H, hd] and k [N, KV, hd]; v [N, KV, hd] through the out-parameter.
+std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
+                                                         const at::Tensor& sin, at::Tensor& v) const {
+  const int64_t N = x.size(0), hd = cfg.headDim;
+  at::Tensor h = rmsNorm(x, L.inputNorm);
+  at::Tensor q = at::linear(h, L.q, L.qBias).view({N, cfg.numHeads, hd});
+  at::Tensor k = at::linear(h, L.k, L.kBias).view({N, cfg.numKvHeads, hd});
+  v = at::linear(h, L.v, L.vBias).view({N, cfg.numKvHeads, hd});
+  if (cfg.qkNorm) {
+    q = rmsNorm(q, L.qNorm);
+    k = rmsNorm(k, L.kNorm);
+  }
+  return {applyRope(q, cos, sin), applyRope(k, cos, sin)};
+}
+
+// Post-attention half: output projection + residual, then the SwiGLU MLP + residual.
+at::Tensor Model::finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn) const {
+  at::Tensor h = x + at::linear(attn, L.o, L.oBias);
+  at::Tensor m = rmsNorm(h, L.postNorm);
+  return h + at::linear(at::silu(at::linear(m, L.gate)) * at::linear(m, L.up), L.down);
+}
+
+// Causal attention within one sample. q [H, L, hd], k/v [KV, L, hd] -> [H, L, hd].
+at::Tensor Model::causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+  const int64_t H = cfg.numHeads, KV = cfg.numKvHeads, G = H / KV, L = q.size(1), hd = cfg.headDim;
+#if TORCH_VERSION_MAJOR >= 2
+  // Fused kernel (flash / memory-efficient on CUDA). GQA: query head h reads kv head h / G.
+  at::Tensor ke = k.repeat_interleave(G, 0), ve = v.repeat_interleave(G, 0);
+  return at::scaled_dot_product_attention(q.unsqueeze(0), ke.unsqueeze(0), ve.unsqueeze(0), c10::nullopt, 0.0,
+                                          /*is_causal=*/true)
+      .squeeze(0);
+#else
+  // Explicit path for libtorch 1.x. The G query heads sharing a kv head are stacked along the
+  // row axis ([KV, G*L, hd]) so K and V are never copied per query head.
+  at::Tensor qg = (q * (1.0 / std::sqrt(double(hd)))).reshape({KV, G * L, hd});
+  at::Tensor s = at::matmul(qg, k.transpose(1, 2)).view({KV, G, L, L});
+  at::Tensor future = at::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(device)).triu(1);
+  s = s.masked_fill(future, -std::numeric_limits<double>::infinity());
+  at::Tensor p = at::softmax(s, -1, logitsDtype()).to(dtype).view({KV, G * L, L});  // softmax in fp32
+  return at::matmul(p, v).view({H, L, hd});
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward passes
+
+at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, const std::vector<int64_t>& segStarts,
+                                std::vector<LayerKV>* kvOut) const {
+  const int64_t N = ids.size(0), H = cfg.numHeads, hd = cfg.headDim;
+  auto [cos, sin] = rope(pos);
+  at::Tensor x = at::embedding(embed_, ids);
+  for (const Layer& L : layers_) {
+    at::Tensor v;
+    auto [q, k] = attentionInputs(L, x, cos, sin, v);
+    if (kvOut) kvOut->emplace_back(k, v);
+    // Attention never crosses a sample boundary: attend within each segment separately.
+    std::vector<at::Tensor> outs;
+    for (size_t s = 0; s < segStarts.size(); s++) {
+      const int64_t a = segStarts[s], len = (s + 1 < segStarts.size() ? segStarts[s + 1] : N) - a;
+      at::Tensor o = causalAttention(q.narrow(0, a, len).transpose(0, 1), k.narrow(0, a, len).transpose(0, 1),
+                                     v.narrow(0, a, len).transpose(0, 1));
+      outs.push_back(o.transpose(0, 1).reshape({len, H * hd}));
+    }
+    x = finishBlock(L, x, outs.size() == 1 ? outs[0] : at::cat(outs, 0));
+  }
+  return rmsNorm(x, norm_);
+}
+
+at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache) const {
+  const int64_t n = ids.size(0), H = cfg.numHeads, KV = cfg.numKvHeads, G = H / KV, hd = cfg.headDim;
+  const int64_t S = pos.max().item<int64_t>() + 1;  // keys beyond the longest sequence are never read
+  auto [cos, sin] = rope(pos);
+  at::Tensor rows = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device));
+  // Sequence b sees cache positions 0..pos[b] (its own new token included).
+  at::Tensor visible = (at::arange(S, rows.options()).unsqueeze(0) <= pos.unsqueeze(1)).view({n, 1, 1, S});
+  at::Tensor x = at::embedding(embed_, ids);
+  using at::indexing::Slice;
+  for (size_t l = 0; l < layers_.size(); l++) {
+    const Layer& L = layers_[l];
+    at::Tensor v;
+    auto [q, k] = attentionInputs(L, x, cos, sin, v);
+    cache.k[l].index_put_({rows, Slice(), pos}, k);  // [n, KV, hd] into slot b, position pos[b]
+    cache.v[l].index_put_({rows, Slice(), pos}, v);
+    at::Tensor K = cache.k[l].narrow(0, 0, n).narrow(2, 0, S), V = cache.v[l].narrow(0, 0, n).narrow(2, 0, S);
+#if TORCH_VERSION_MAJOR >= 2
+    at::Tensor o = at::scaled_dot_product_attention(q.unsqueeze(2), K.repeat_interleave(G, 1),
+                                                    V.repeat_interleave(G, 1), visible.view({n, 1, 1, S}));
+#else
+    // Views into the cache (no copy): [n, KV, G, hd] x [n, KV, hd, S] -> scores [n, KV, G, S].
+    at::Tensor s = at::matmul((q * (1.0 / std::sqrt(double(hd)))).view({n, KV, G, hd}), K.transpose(2, 3));
+    s = s.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
+    at::Tensor o = at::matmul(at::softmax(s, -1, logitsDtype()).to(dtype), V);  // [n, KV, G, hd]
+#endif
+    x = finishBlock(L, x, o.reshape({n, H * hd}));
+  }
+  return logits(rmsNorm(x, norm_));
+}
+
+at::Tensor Model::logits(const at::Tensor& hidden) const {
+  return at::linear(hidden, lmHead_.defined() ? lmHead_ : embed_).to(logitsDtype());
+}
+
+void Model::tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature, float* logprobs,
+                          float* entropies) const {
+  const int64_t N = hidden.size(0), chunk = 1024;
+  for (int64_t a = 0; a < N; a += chunk) {
+    const int64_t len = std::min(chunk, N - a);
+    at::Tensor lp = at::log_softmax(logits(hidden.narrow(0, a, len)) / temperature, -1);
+    at::Tensor tok = lp.gather(1, targets.narrow(0, a, len).unsqueeze(1)).squeeze(1);
+    at::Tensor ent = -(lp.exp() * lp).sum(-1);
+    at::Tensor tokCpu = tok.to(at::kFloat).cpu().contiguous(), entCpu = ent.to(at::kFloat).cpu().contiguous();
+    std::copy_n(tokCpu.data_ptr<float>(), len, logprobs + a);
+    std::copy_n(entCpu.data_ptr<float>(), len, entropies + a);
+  }
+}
+
+void Model::scoreRow(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
+                     std::vector<float>& logprobs, std::vector<float>& entropies) const {
+  const int64_t N = int64_t(ids.size());
+  if (N == 0 || pos.size() != ids.size()) throw std::runtime_error("row needs inputIds and positionIds of the same non-zero length");
+  if (!(temperature > 0)) throw std::runtime_error("temperature must be > 0");
+  checkTokenIds(ids.data(), ids.size());
+  const std::vector<int64_t> starts = segmentStarts(pos);
+  const auto longOpts = at::TensorOptions().dtype(at::kLong);
+  at::Tensor idsT = at::tensor(ids, longOpts).to(device);
+  at::Tensor hidden = forwardPacked(idsT, at::tensor(pos, longOpts).to(device), starts);
+  logprobs.assign(N, 0.0f);
+  entropies.assign(N, 0.0f);
+  if (N > 1)  // hidden[t] predicts ids[t + 1]
+    tokenLogprobs(hidden.narrow(0, 0, N - 1), idsT.narrow(0, 1, N - 1), temperature, logprobs.data() + 1,
+                  entropies.data() + 1);
+  for (int64_t s : starts) logprobs[s] = entropies[s] = 0.0f;
+}
+
+}  // namespace prime

@@ -1,0 +1,120 @@
+// HF dense decoder (Llama / Qwen2 / Qwen3) on libtorch: weights, packed forward, KV-cache decode.
+// The math lives in model.cc, top to bottom; this header is what the generator, trainer and
+// N-API glue need to see.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace prime {
+
+// Mirror of `ArchConfig` in lib/model/arch.ts.
+struct ArchConfig {
+  std::string arch;  // "llama" | "qwen2" | "qwen3"
+  int64_t vocabSize = 0, hiddenSize = 0, intermediateSize = 0, numLayers = 0;
+  int64_t numHeads = 0, numKvHeads = 0, headDim = 0, maxPositionEmbeddings = 0;
+  double rmsNormEps = 1e-6, ropeTheta = 10000.0;
+  bool tieWordEmbeddings = false, attentionBias = false, qkNorm = false;
+};
+
+// A tensor as it arrives from JS: raw little-endian bytes, borrowed (copied once into a tensor).
+struct RawTensor {
+  std::string name;
+  std::string dtype;  // F32 | F16 | BF16 | F64
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  size_t nbytes = 0;
+};
+
+struct Layer {
+  at::Tensor inputNorm, postNorm;           // [D]
+  at::Tensor q, k, v, o;                    // [H*hd, D], [KV*hd, D], [KV*hd, D], [D, H*hd]
+  at::Tensor qBias, kBias, vBias, oBias;    // defined when attentionBias (oBias: Llama only)
+  at::Tensor qNorm, kNorm;                  // [hd], defined when qkNorm (Qwen3)
+  at::Tensor gate, up, down;                // [I, D], [I, D], [D, I]
+};
+
+// Per-slot key/value cache for batched decoding; owned by the Generator. Slots 0..n-1 are the
+// n active sequences (the generator keeps them compact), so a decode batch is a plain view.
+struct KVCache {
+  std::vector<at::Tensor> k, v;  // per layer: [slots, KV, maxLen, hd]
+  int64_t slots = 0, maxLen = 0;
+};
+
+// Keys and values of one layer for a packed forward, after RoPE: [N, KV, hd].
+using LayerKV = std::pair<at::Tensor, at::Tensor>;
+
+class Model {
+ public:
+  Model(ArchConfig cfg, const std::vector<RawTensor>& tensors, at::ScalarType dtype, at::Device device);
+
+  // Copies new values into the live parameters (same shapes), e.g. for update_weights. With
+  // strict, every parameter must be given; otherwise a subset is fine.
+  void loadWeights(const std::vector<RawTensor>& tensors, bool strict);
+  // Parameters by HF name, in checkpoint order.
+  std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
+  int64_t numParameters() const;
+
+  // Forward over one packed row (N tokens; attention is causal within each segment starting at
+  // segStarts[i]). Returns the final-normed hidden states [N, D]. kvOut receives per-layer K/V.
+  at::Tensor forwardPacked(const at::Tensor& ids, const at::Tensor& pos, const std::vector<int64_t>& segStarts,
+                           std::vector<LayerKV>* kvOut = nullptr) const;
+  // One decode step for the n sequences in cache slots 0..n-1: token ids[b] sits at position
+  // pos[b] (= number of tokens already cached for b). Writes its K/V into the cache and returns
+  // logits [n, V] in the logits dtype (fp32, fp64 for fp64 models).
+  at::Tensor decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache) const;
+  // Final hidden states -> logits (fp32, or fp64 for fp64 models).
+  at::Tensor logits(const at::Tensor& hidden) const;
+  // Per-token log p(target) and entropy of softmax(logits / temperature), computed in chunks so
+  // a long row never materialises all its logits at once. hidden [N, D], targets [N].
+  void tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature, float* logprobs,
+                     float* entropies) const;
+  // Scores one packed row: logprobs[t] = log p(ids[t] | earlier tokens of its sample) under
+  // softmax(logits / temperature), entropies[t] = entropy of that distribution; both 0 at the
+  // first token of each sample (nothing predicts it).
+  void scoreRow(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
+                std::vector<float>& logprobs, std::vector<float>& entropies) const;
+  // Rejects token ids outside [0, vocab).
+  void checkTokenIds(const int64_t* ids, size_t n) const;
+
+  const ArchConfig cfg;
+  const at::ScalarType dtype;
+  const at::Device device;
+  at::ScalarType logitsDtype() const { return dtype == at::kDouble ? at::kDouble : at::kFloat; }
+  at::TensorOptions options() const { return at::TensorOptions().dtype(dtype).device(device); }
+
+  // Calls on one model run one at a time (the TS facade queues them; this flag catches misuse).
+  std::atomic<bool> busy{false};
+
+ private:
+  struct Slot {
+    std::string name;
+    std::vector<int64_t> shape;
+    at::Tensor* tensor;
+  };
+  std::vector<Slot> slots();  // expected parameters for cfg, in HF order
+  at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
+  std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& pos) const;
+  std::pair<at::Tensor, at::Tensor> attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
+                                                    const at::Tensor& sin, at::Tensor& v) const;
+  at::Tensor finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn) const;
+  at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+
+  at::Tensor embed_, norm_, lmHead_;  // lmHead_ undefined when tied
+  std::vector<Layer> layers_;
+  at::Tensor invFreq_;  // [hd/2] RoPE inverse frequencies
+};
+
+// Segment starts of a packed row: a new sample begins wherever the position id does not continue
+// the previous one (positions restart at 0 per sample).
+std::vector<int64_t> segmentStarts(const std::vector<int64_t>& pos);
+
+at::ScalarType parseComputeDtype(const std::string& name);  // float32 | bfloat16 | float64
+std::string diskDtypeName(at::ScalarType t);                // inverse of the RawTensor dtype names
+
+}  // namespace prime

@@ -1,0 +1,31 @@
+// Per-sequence token sampling on one row of logits (plain C++, no torch).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace prime {
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0 = greedy
+  double topP = 1.0;         // nucleus mass kept, (0, 1]
+  int64_t topK = -1;         // -1 (or 0) = off
+  double minP = 0.0;         // drop tokens with p < minP * p_max
+};
+
+struct Sampled {
+  int64_t token;
+  // log softmax(logits / T)[token] over the full vocabulary, before top-k/top-p/min-p filtering
+  // (vLLM's sampled-token logprob with temperature applied, which is what the trainer recomputes).
+  // Greedy (T = 0) reports log softmax(logits)[token].
+  float logprob;
+};
+
+// Samples one token. Order of filters as in vLLM: temperature, min-p, top-k, top-p. Exactly one
+// uniform is drawn from rng per non-greedy call, so a sequence's tokens depend only on its own
+// seed and logits, never on what else is in the batch. `scratch` is reusable workspace.
+Sampled sampleToken(const float* logits, int64_t vocab, const SamplingParams& p, std::mt19937_64& rng,
+                    std::vector<float>& scratch, std::vector<int32_t>& order);
+
+}  // namespace prime

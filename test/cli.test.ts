@@ -1,0 +1,81 @@
+/** The CLI as users run it: the compiled `bin/prime-rl.js` in a child process (scripts/setup.sh builds dist/). */
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { leaves } from '../lib/config/introspect';
+import * as schemas from '../lib/config/schemas';
+import { projectRoot } from '../lib/paths';
+
+function cli(args: string[], env: NodeJS.ProcessEnv = {}) {
+  const r = spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], {
+    cwd: projectRoot,
+    env: { PATH: process.env.PATH, ...env },
+    encoding: 'utf8',
+  });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+const kebab = (p: string[]) => `--${p.map((k) => k.replace(/_/g, '-')).join('.')}`;
+
+test('--help lists every command', () => {
+  const r = cli(['--help']);
+  expect(r.code).toBe(0);
+  for (const c of ['rl', 'sft', 'eval', 'inference', 'worker', 'model create', 'temporal start']) expect(r.stdout).toContain(c);
+});
+
+test.each([
+  ['rl', schemas.rlSchema],
+  ['sft', schemas.sftSchema],
+  ['eval', schemas.evalSchema],
+  ['inference', schemas.inferenceSchema],
+  ['worker', schemas.workerSchema],
+  ['model create', schemas.modelCreateSchema],
+  ['temporal start', schemas.temporalCommandSchema],
+])('%s --help shows every option of its schema with type and default', (name, schema) => {
+  const r = cli([...name.split(' '), '--help']);
+  expect(r.code).toBe(0);
+  for (const { path: p } of leaves(schema)) expect(r.stdout).toContain(kebab(p));
+  expect(r.stdout).toMatch(/--output-dir\s+string\s+"outputs"\s+root of run folders|--out\s+string\s+required\s+folder to write/);
+});
+
+test.each(['rl', 'sft', 'eval'])('%s @ configs/debug/%s.toml --dry-run prints the resolved config', (name) => {
+  const r = cli([name, '@', `configs/debug/${name}.toml`, '--dry-run']);
+  expect(r.stderr).toBe('');
+  expect(r.code).toBe(0);
+  const config = JSON.parse(r.stdout);
+  expect(config.run_name).toBe(`debug-${name}`);
+  expect(config.seq_len).toBe(256);
+  if (name === 'rl') {
+    expect(config.trainer.model.name).toBe('outputs/models/debug-tiny');
+    expect(config.inference.seq_len).toBe(256);
+    expect(config.trainer.optim.lr).toBe(1e-4);
+  }
+});
+
+test('--dry-run FILE also writes the resolved config', () => {
+  const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'prime-cli-')), 'resolved.json');
+  const r = cli(['rl', '@', 'configs/debug/rl.toml', '--dry-run', out]);
+  expect(r.code).toBe(0);
+  expect(JSON.parse(fs.readFileSync(out, 'utf8'))).toEqual(JSON.parse(r.stdout));
+});
+
+test('environment variables reach the config', () => {
+  const r = cli(['rl', '@', 'configs/debug/rl.toml', '--dry-run'], { PRIME_TRAINER__OPTIM__WEIGHT_DECAY: '0.5' });
+  expect(JSON.parse(r.stdout).trainer.optim.weight_decay).toBe(0.5);
+});
+
+test.each([
+  [['rl', '--no-such-key', '1'], /unknown config key 'no_such_key'/],
+  [['rl', '@', 'configs/debug/rl.toml', '--trainer.optim.lrr', '1'], /Did you mean 'trainer\.optim\.lr'/],
+  [['rl', '@', 'configs/debug/missing.toml'], /config file not found: configs\/debug\/missing\.toml/],
+  [['rl', '@', 'configs/debug/rl.toml', '--seq-len', '64', '--trainer.seq-len', '32'], /conflicting values for the shared key 'seq_len'/],
+  [['rl', '@', 'configs/debug/rl.toml', '--max-steps', 'x'], /max_steps \(from --max-steps\): expected a number/],
+  [['evl'], /unknown command 'evl'. Did you mean 'eval'\?/],
+  [['model', 'creat'], /Did you mean 'create'/],
+])('bad input %j exits 2 and names the problem', (args, message) => {
+  const r = cli(args as string[]);
+  expect(r.code).toBe(2);
+  expect(r.stderr).toMatch(message as RegExp);
+  expect(r.stdout).toBe('');
+});

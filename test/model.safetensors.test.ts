@@ -1,0 +1,146 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { NamedTensor } from '../lib/model/arch';
+import {
+  INDEX_FILE,
+  parseSafetensors,
+  readSafetensors,
+  readSafetensorsDir,
+  serializeSafetensors,
+  writeSafetensors,
+} from '../lib/model/safetensors';
+
+const FIXTURES = path.join(__dirname, 'fixtures', 'hf-reference');
+
+function f32(name: string, shape: number[], values: number[]): NamedTensor {
+  return { name, dtype: 'F32', shape, data: Buffer.from(new Float32Array(values).buffer) };
+}
+
+const sample: NamedTensor[] = [
+  f32('b.weight', [2, 3], [1, -2, 3.5, Number.MIN_VALUE, -0, 1e30]),
+  { name: 'a.bias', dtype: 'BF16', shape: [3], data: Buffer.from([0x80, 0x3f, 0x00, 0xc0, 0x7f, 0x7f]) },
+  { name: 'c.half', dtype: 'F16', shape: [1], data: Buffer.from([0x00, 0x3c]) },
+  f32('d.scalar', [], [7]),
+  f32('e.empty', [0, 4], []),
+];
+
+/** A safetensors file with a hand-written header, for the error paths. */
+function rawFile(header: unknown, dataBytes: number, headerLength?: number): Buffer {
+  const json = Buffer.from(typeof header === 'string' ? header : JSON.stringify(header));
+  const prefix = Buffer.alloc(8);
+  prefix.writeBigUInt64LE(BigInt(headerLength ?? json.length));
+  return Buffer.concat([prefix, json, Buffer.alloc(dataBytes)]);
+}
+
+let tmp: string;
+beforeEach(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'st-'));
+});
+afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+describe('round trip', () => {
+  test('serialize then parse gives the same tensors, bitwise, sorted by name', () => {
+    const bytes = serializeSafetensors(sample, { format: 'pt' });
+    const { tensors, metadata } = parseSafetensors(bytes);
+    expect(metadata).toEqual({ format: 'pt' });
+    expect(tensors.map((t) => t.name)).toEqual(['a.bias', 'b.weight', 'c.half', 'd.scalar', 'e.empty']);
+    for (const t of tensors) {
+      const orig = sample.find((s) => s.name === t.name)!;
+      expect(t.dtype).toBe(orig.dtype);
+      expect(t.shape).toEqual(orig.shape);
+      expect(Buffer.compare(t.data, orig.data)).toBe(0);
+    }
+    expect(Buffer.compare(serializeSafetensors(tensors, metadata), bytes)).toBe(0);
+  });
+
+  test('header is padded with spaces to a multiple of 8 and tensor data are zero-copy slices', () => {
+    const bytes = serializeSafetensors(sample);
+    const n = Number(bytes.readBigUInt64LE(0));
+    expect(n % 8).toBe(0);
+    expect(bytes.subarray(8, 8 + n).toString()).toMatch(/^\{.*\} *$/);
+    const { tensors } = parseSafetensors(bytes);
+    expect(tensors[0].data.buffer).toBe(bytes.buffer);
+  });
+
+  test('files written atomically read back identically and leave no temp files', () => {
+    const file = path.join(tmp, 'model.safetensors');
+    writeSafetensors(file, sample, { format: 'pt' });
+    writeSafetensors(file, sample, { format: 'pt' });
+    expect(fs.readdirSync(tmp)).toEqual(['model.safetensors']);
+    expect(Buffer.compare(fs.readFileSync(file), serializeSafetensors(sample, { format: 'pt' }))).toBe(0);
+    expect(readSafetensors(file).tensors.map((t) => t.name)).toEqual(['a.bias', 'b.weight', 'c.half', 'd.scalar', 'e.empty']);
+  });
+
+  test.each(['llama', 'qwen2', 'qwen3'])('re-serialising a file written by the reference (Rust) writer reproduces it byte for byte (%s)', (arch) => {
+    const file = path.join(FIXTURES, arch, 'model.safetensors');
+    const bytes = fs.readFileSync(file);
+    const { tensors, metadata } = readSafetensors(file);
+    expect(Buffer.compare(serializeSafetensors(tensors, metadata), bytes)).toBe(0);
+  });
+
+  test('sharded folders are read through the index weight_map', () => {
+    writeSafetensors(path.join(tmp, 'model-00001-of-00002.safetensors'), sample.slice(0, 2));
+    writeSafetensors(path.join(tmp, 'model-00002-of-00002.safetensors'), sample.slice(2));
+    const weightMap = Object.fromEntries(sample.map((t, i) => [t.name, `model-0000${i < 2 ? 1 : 2}-of-00002.safetensors`]));
+    fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ metadata: {}, weight_map: weightMap }));
+    expect(readSafetensorsDir(tmp).map((t) => t.name).sort()).toEqual(sample.map((t) => t.name).sort());
+  });
+});
+
+describe('errors name the file and the tensor', () => {
+  const ok = { w: { dtype: 'F32', shape: [2], data_offsets: [0, 8] } };
+
+  test.each<[string, Buffer, RegExp]>([
+    ['file shorter than the length prefix', Buffer.from([1, 2, 3]), /x\.safetensors: file too short/],
+    ['header length beyond the file', rawFile(ok, 8, 10_000), /header length 10000 exceeds the file/],
+    ['absurd header length', rawFile(ok, 8, 2 ** 40), /header length \d+ is too large/],
+    ['truncated data', rawFile(ok, 4), /tensor 'w': data_offsets \[0, 8\] out of range \(data region is 4 bytes\)/],
+    ['header not JSON', rawFile('{"w": {', 0), /header is not valid JSON/],
+    ['header not starting with {', rawFile('[1, 2]', 0), /does not start with '\{'/],
+    ['entry not an object', rawFile({ w: 1 }, 0), /tensor 'w': entry is not an object/],
+    ['unsupported dtype', rawFile({ w: { dtype: 'I64', shape: [1], data_offsets: [0, 8] } }, 8), /tensor 'w': unsupported dtype "I64"/],
+    ['size not matching shape x dtype', rawFile({ w: { dtype: 'F32', shape: [3], data_offsets: [0, 8] } }, 8), /tensor 'w': data_offsets span 8 bytes but F32\[3\] needs 12/],
+    ['begin after end', rawFile({ w: { dtype: 'F32', shape: [0], data_offsets: [8, 0] } }, 8), /tensor 'w': data_offsets \[8, 0\] out of range/],
+    ['negative shape', rawFile({ w: { dtype: 'F32', shape: [-1], data_offsets: [0, 0] } }, 0), /tensor 'w': shape must be/],
+    ['missing offsets', rawFile({ w: { dtype: 'F32', shape: [1] } }, 4), /tensor 'w': data_offsets must be/],
+    [
+      'overlapping tensors',
+      rawFile({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8),
+      /tensor 'b' overlaps the previous tensor/,
+    ],
+    ['gap before a tensor', rawFile({ w: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8), /gap in data region before tensor 'w'/],
+    ['bytes after the last tensor', rawFile(ok, 12), /data region is 12 bytes but tensors cover only 8/],
+    ['bad metadata', rawFile({ __metadata__: { n: 1 }, ...ok }, 8), /__metadata__\.n is not a string/],
+  ])('%s', (_what, bytes, message) => {
+    const file = path.join(tmp, 'x.safetensors');
+    fs.writeFileSync(file, bytes);
+    expect(() => readSafetensors(file)).toThrow(message);
+    expect(() => readSafetensors(file)).toThrow(file);
+  });
+
+  test('a missing shard names the index and the shard', () => {
+    fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ weight_map: { w: 'model-00001-of-00001.safetensors' } }));
+    expect(() => readSafetensorsDir(tmp)).toThrow(/model\.safetensors\.index\.json: shard model-00001-of-00001\.safetensors \(holding 'w'\) is missing/);
+  });
+
+  test('a tensor the index promises but the shard lacks', () => {
+    writeSafetensors(path.join(tmp, 's.safetensors'), [sample[0]]);
+    fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ weight_map: { 'b.weight': 's.safetensors', ghost: 's.safetensors' } }));
+    expect(() => readSafetensorsDir(tmp)).toThrow(/s\.safetensors: tensor 'ghost' listed in model\.safetensors\.index\.json is not in the shard/);
+  });
+
+  test('an index without weight_map, and a folder without weights', () => {
+    fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ metadata: {} }));
+    expect(() => readSafetensorsDir(tmp)).toThrow(/missing object field 'weight_map'/);
+    fs.rmSync(path.join(tmp, INDEX_FILE));
+    expect(() => readSafetensorsDir(tmp)).toThrow(/neither model\.safetensors nor model\.safetensors\.index\.json exists/);
+  });
+
+  test('the writer refuses duplicates and buffers that do not match their shape', () => {
+    expect(() => serializeSafetensors([sample[0], sample[0]])).toThrow(/duplicate tensor 'b\.weight'/);
+    expect(() => serializeSafetensors([f32('w', [3], [1, 2])])).toThrow(/tensor 'w' has 8 bytes but F32\[3\] needs 12/);
+    expect(() => writeSafetensors(path.join(tmp, 'bad.safetensors'), [f32('w', [3], [1, 2])])).toThrow(/bad\.safetensors/);
+    expect(fs.readdirSync(tmp)).toEqual([]);
+  });
+});

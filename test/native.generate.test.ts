@@ -1,0 +1,152 @@
+/** Native generation: KV-cache decode vs full forward, sampling determinism, continuous batching. */
+import { loadModel, setThreads, type GenerationRequest, type Generator, type NativeModel } from '../native';
+import { packRow, randomTokens, randomWeights, SeededRng, tinyConfig } from '../native/testing';
+
+setThreads(2);
+
+interface Done {
+  tokens: number[];
+  logprobs: number[];
+  finishReason?: string;
+}
+
+/** Adds the requests and steps until all of them finish. */
+async function generate(gen: Generator, requests: GenerationRequest[]): Promise<Done[]> {
+  const added = await gen.add(requests);
+  const out = new Map<number, Done>(added.map((a) => [a.seqId, { tokens: [], logprobs: [] }]));
+  while (gen.stats().activeSequences > 0) {
+    for (const t of await gen.step()) {
+      const d = out.get(t.seqId)!;
+      d.tokens.push(t.token);
+      d.logprobs.push(t.logprob);
+      if (t.finished) d.finishReason = t.finishReason;
+    }
+  }
+  return added.map((a) => out.get(a.seqId)!);
+}
+
+const maxAbsDiff = (a: ArrayLike<number>, b: ArrayLike<number>) => {
+  expect(a.length).toBe(b.length);
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return m;
+};
+
+describe.each(['llama', 'qwen2', 'qwen3'] as const)('%s', (arch) => {
+  const cfg = tinyConfig(arch);
+  let model: NativeModel;
+  beforeAll(async () => {
+    model = await loadModel(cfg, randomWeights(cfg, 11));
+  });
+
+  test('KV-cache decode logprobs equal a full forward (batched, different lengths)', async () => {
+    const rng = new SeededRng(3);
+    const prompts = [1, 4, 9, 23].map((n) => randomTokens(rng, n, cfg.vocabSize));
+    for (const temperature of [1, 0.6]) {
+      const gen = model.createGenerator({ maxSequences: 8, maxSequenceLength: 64 });
+      const res = await generate(
+        gen,
+        prompts.map((p, i) => ({ promptIds: p, temperature, maxTokens: 12 + i, seed: i, promptLogprobs: true })),
+      );
+      const full = await model.score(prompts.map((p, i) => packRow([[...p, ...res[i].tokens]])), { temperature });
+      prompts.forEach((p, i) => {
+        expect(res[i].finishReason).toBe('length');
+        expect(res[i].tokens.length).toBe(12 + i);
+        expect(maxAbsDiff(res[i].logprobs, full[i].logprobs.slice(p.length))).toBeLessThanOrEqual(1e-5);
+      });
+    }
+  });
+});
+
+describe('sampling and batching', () => {
+  const cfg = tinyConfig('qwen3');
+  let model: NativeModel;
+  const prompt = [5, 17, 42, 99, 7];
+  beforeAll(async () => {
+    model = await loadModel(cfg, randomWeights(cfg, 12));
+  });
+  const run = async (reqs: GenerationRequest[]) =>
+    generate(model.createGenerator({ maxSequences: 64, maxSequenceLength: 128 }), reqs);
+
+  test('prompt logprobs equal scoring the prompt (temperature 1, NaN first)', async () => {
+    const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 32 });
+    const [added] = await gen.add([{ promptIds: prompt, promptLogprobs: true, temperature: 0.5 }]);
+    const [scored] = await model.score([packRow([prompt])]);
+    expect(Number.isNaN(added.promptLogprobs![0])).toBe(true);
+    expect(maxAbsDiff(added.promptLogprobs!.slice(1), scored.logprobs.slice(1))).toBeLessThanOrEqual(1e-5);
+  });
+
+  test('same seed same tokens, different seeds differ, top_k=1 equals greedy', async () => {
+    const base = { promptIds: prompt, maxTokens: 24, temperature: 1.2 };
+    const [a, b, c] = await run([{ ...base, seed: 1 }, { ...base, seed: 1 }, { ...base, seed: 2 }]);
+    expect(a.tokens).toEqual(b.tokens);
+    expect(a.tokens).not.toEqual(c.tokens);
+    const [greedy, topk1, greedy2] = await run([
+      { ...base, temperature: 0 },
+      { ...base, topK: 1, seed: 5 },
+      { ...base, temperature: 0, promptIds: [...prompt] },
+    ]);
+    expect(topk1.tokens).toEqual(greedy.tokens);
+    expect(greedy2.tokens).toEqual(greedy.tokens);
+    // Greedy reports the raw (temperature 1) logprob; top-k=1 at T=1.2 reports its own T.
+    const [scored] = await model.score([packRow([[...prompt, ...greedy.tokens]])]);
+    expect(maxAbsDiff(greedy.logprobs, scored.logprobs.slice(prompt.length))).toBeLessThanOrEqual(1e-5);
+  });
+
+  test('top_p, min_p and top_k restrict the sampled tokens', async () => {
+    const base = { promptIds: prompt, maxTokens: 1, temperature: 1 };
+    // With a tiny top_p only the most likely token survives: it equals greedy.
+    const [greedy] = await run([{ ...base, temperature: 0 }]);
+    const seeds = Array.from({ length: 8 }, (_, i) => i);
+    const tiny = await run(seeds.map((seed) => ({ ...base, topP: 1e-6, seed })));
+    const minp = await run(seeds.map((seed) => ({ ...base, minP: 1, seed })));
+    for (const r of [...tiny, ...minp]) expect(r.tokens).toEqual(greedy.tokens);
+    const top3 = await run(Array.from({ length: 40 }, (_, seed) => ({ ...base, topK: 3, seed })));
+    expect(new Set(top3.map((r) => r.tokens[0])).size).toBeLessThanOrEqual(3);
+    const free = await run(Array.from({ length: 40 }, (_, seed) => ({ ...base, seed, temperature: 3 })));
+    expect(new Set(free.map((r) => r.tokens[0])).size).toBeGreaterThan(3);
+  });
+
+  test('sequences joining and leaving do not change the others', async () => {
+    const a: GenerationRequest = { promptIds: prompt, maxTokens: 30, temperature: 1, seed: 77 };
+    const [alone] = await run([a]);
+    const gen = model.createGenerator({ maxSequences: 4, maxSequenceLength: 128 });
+    const [{ seqId: idA }] = await gen.add([a]);
+    const tokens: number[] = [];
+    let others: number[] = [];
+    for (let step = 0; tokens.length < 30; step++) {
+      if (step === 3) others = (await gen.add([{ promptIds: [1, 2, 3], maxTokens: 100, seed: 1 }, { promptIds: randomTokens(new SeededRng(9), 40, 300), maxTokens: 4 }])).map((s) => s.seqId);
+      if (step === 10) expect(await gen.remove([others[0], 12345])).toEqual([true, false]);
+      if (step === 12) await gen.add([{ promptIds: [9, 9, 9, 9, 9, 9, 9], maxTokens: 50, temperature: 0 }]);
+      for (const t of await gen.step()) if (t.seqId === idA) tokens.push(t.token);
+    }
+    expect(tokens).toEqual(alone.tokens);
+    expect(gen.stats().activeSequences).toBe(1); // the greedy one added at step 12
+  });
+
+  test('stop tokens, max tokens, cache limit and stats', async () => {
+    const [free] = await run([{ promptIds: prompt, maxTokens: 10, temperature: 0 }]);
+    const stopAt = free.tokens[4];
+    const [stopped] = await run([{ promptIds: prompt, maxTokens: 10, temperature: 0, stopTokenIds: [stopAt] }]);
+    expect(stopped.finishReason).toBe('stop');
+    expect(stopped.tokens).toEqual(free.tokens.slice(0, free.tokens.indexOf(stopAt) + 1));
+    const small = model.createGenerator({ maxSequences: 2, maxSequenceLength: 8 });
+    const [full] = await generate(small, [{ promptIds: prompt, maxTokens: 100, temperature: 0 }]);
+    expect(full.finishReason).toBe('length');
+    expect(prompt.length + full.tokens.length).toBe(8 + 1); // the last sampled token is not cached
+    await small.add([{ promptIds: [1, 2, 3] }]);
+    expect(small.stats()).toEqual({ activeSequences: 1, cachedTokens: 2, maxSequences: 2, maxSequenceLength: 8, cacheUsage: 2 / 16 });
+  });
+
+  test('errors', async () => {
+    const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 8 });
+    await expect(gen.add([{ promptIds: [1, 300] }])).rejects.toThrow(/token id 300 at index 1 is out of range/);
+    await expect(gen.add([{ promptIds: [] }])).rejects.toThrow(/at least one token/);
+    await expect(gen.add([{ promptIds: Array(9).fill(1) }])).rejects.toThrow(/exceeds maxSequenceLength 8/);
+    await expect(gen.add([{ promptIds: [1] }, { promptIds: [1] }, { promptIds: [1] }])).rejects.toThrow(/generator is full/);
+    await expect(gen.add([{ promptIds: [1], topP: 0 }])).rejects.toThrow(/topP/);
+    expect(gen.stats().activeSequences).toBe(0);
+    expect(await gen.step()).toEqual([]);
+    expect(() => model.createGenerator({ maxSequences: 0, maxSequenceLength: 8 })).toThrow(/maxSequences/);
+  });
+});

@@ -1,0 +1,150 @@
+/** Native training: gradients vs finite differences, overfitting, clipping, bitwise checkpoint resume. */
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { loadModel, lrAt, setThreads, type TrainRow, type WeightTensor } from '../native';
+import { decode, encode, packRow, randomTokens, randomWeights, SeededRng, tinyConfig } from '../native/testing';
+
+setThreads(2);
+
+/** A packed row of samples whose second half is the loss region (like prompt + completion). */
+function trainRow(rng: SeededRng, lengths: number[], vocab: number): TrainRow {
+  const samples = lengths.map((n) => randomTokens(rng, n, vocab));
+  return { ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i >= s.length / 2 ? 1 : 0))) };
+}
+
+const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'prime-native-'));
+
+describe.each(['llama', 'qwen2', 'qwen3'] as const)('%s', (arch) => {
+  test('gradients match central finite differences (float64)', async () => {
+    const cfg = tinyConfig(arch, { hiddenSize: 32, intermediateSize: 48, headDim: 8, vocabSize: 64 });
+    const weights = randomWeights(cfg, 21, 'F64');
+    const model = await loadModel(cfg, weights, { dtype: 'float64' });
+    const trainer = model.createTrainer();
+    const rng = new SeededRng(5);
+    const rows = [trainRow(rng, [7, 5], cfg.vocabSize), trainRow(rng, [9], cfg.vocabSize)];
+    const { loss, gradients } = await trainer.gradients(rows, { temperature: 0.8 });
+    expect(loss).toBeGreaterThan(0);
+    const lossAt = async (name: string, index: number, delta: number): Promise<number> => {
+      const t = weights.find((w) => w.name === name)!;
+      const v = decode(t);
+      v[index] += delta;
+      await model.loadWeights([{ ...t, data: encode(v, 'F64') }], { strict: false });
+      const r = await trainer.gradients(rows, { temperature: 0.8 });
+      await model.loadWeights([t], { strict: false });
+      return r.loss;
+    };
+    // A few coordinates of every kind of tensor present for this architecture.
+    const h = 1e-5;
+    for (const g of gradients.filter((_, i) => i % 3 === 0 || gradients[i].name.includes('norm') || gradients[i].name.includes('bias'))) {
+      const gv = decode(g as WeightTensor);
+      for (const index of [0, Math.floor(gv.length / 2), gv.length - 1]) {
+        const fd = ((await lossAt(g.name, index, h)) - (await lossAt(g.name, index, -h))) / (2 * h);
+        expect(Math.abs(fd - gv[index])).toBeLessThan(1e-7 + 1e-5 * Math.abs(fd));
+      }
+    }
+  });
+});
+
+describe('training', () => {
+  const cfg = tinyConfig('qwen2');
+  const rng = new SeededRng(1);
+  const rows = [trainRow(rng, [20, 12], cfg.vocabSize), trainRow(rng, [31], cfg.vocabSize)];
+
+  test('overfits a tiny batch; reports tokens and pre-clip grad norm', async () => {
+    const model = await loadModel(cfg, randomWeights(cfg, 2));
+    const trainer = model.createTrainer({ weightDecay: 0 });
+    const { gradients } = await trainer.gradients(rows);
+    const norm = Math.sqrt(gradients.reduce((a, g) => a + decode(g).reduce((s, v) => s + v * v, 0), 0));
+    const first = await trainer.step(rows, { lr: 3e-3, maxGradNorm: 0.1 });
+    expect(first.gradNorm).toBeCloseTo(norm, 4);
+    expect(first.tokens).toBe(63);
+    expect(first.lossTokens).toBe(10 + 6 + 15); // loss tokens that are not a sample's first token
+    expect(first.tokensPerSecond).toBeGreaterThan(0);
+    let last = first;
+    for (let i = 0; i < 40; i++) last = await trainer.step(rows, { lr: 3e-3, maxGradNorm: 1 });
+    expect(last.loss).toBeLessThan(first.loss * 0.2);
+    expect(trainer.stepCount).toBe(41);
+  });
+
+  test('sum loss with a given normaliser', async () => {
+    const model = await loadModel(cfg, randomWeights(cfg, 2));
+    const trainer = model.createTrainer();
+    const mean = await trainer.gradients(rows);
+    const sum = await trainer.gradients(rows, { normalizer: 1 });
+    expect(sum.loss).toBeCloseTo(mean.loss * mean.lossTokens, 3);
+    // Splitting rows across calls with a shared normaliser gives the same total.
+    const a = await trainer.gradients([rows[0]], { normalizer: mean.lossTokens });
+    const b = await trainer.gradients([rows[1]], { normalizer: mean.lossTokens });
+    expect(a.loss + b.loss).toBeCloseTo(mean.loss, 5);
+  });
+
+  test('checkpoint resume is bitwise: 4 steps == 2 + save + fresh engine + load + 2', async () => {
+    const lrs = [1e-3, 2e-3, 3e-3, 4e-3];
+    const stepRows = (i: number) => [trainRow(new SeededRng(100 + i), [16, 9], cfg.vocabSize)];
+    const straight = await loadModel(cfg, randomWeights(cfg, 3));
+    const t1 = straight.createTrainer();
+    for (let i = 0; i < 4; i++) await t1.step(stepRows(i), { lr: lrs[i], maxGradNorm: 1 });
+
+    const dir = tmp();
+    const first = await loadModel(cfg, randomWeights(cfg, 3));
+    const t2 = first.createTrainer();
+    for (let i = 0; i < 2; i++) await t2.step(stepRows(i), { lr: lrs[i], maxGradNorm: 1 });
+    await t2.save(dir);
+    expect(fs.readdirSync(dir)).toEqual(['trainer.ckpt']);
+
+    const resumed = await loadModel(cfg, randomWeights(cfg, 9)); // different weights: the checkpoint restores them
+    const t3 = resumed.createTrainer();
+    await t3.load(dir);
+    expect(t3.stepCount).toBe(2);
+    for (let i = 2; i < 4; i++) await t3.step(stepRows(i), { lr: lrs[i], maxGradNorm: 1 });
+
+    const a = await straight.readWeights(), b = await resumed.readWeights();
+    expect(a.every((t, i) => t.data.equals(b[i].data))).toBe(true);
+    fs.rmSync(dir, { recursive: true });
+  });
+
+  test('corrupt, truncated, missing and mismatched checkpoints are rejected and change nothing', async () => {
+    const model = await loadModel(cfg, randomWeights(cfg, 3));
+    const trainer = model.createTrainer();
+    await trainer.step(rows, { lr: 1e-3 });
+    const dir = tmp();
+    await trainer.save(dir);
+    const file = path.join(dir, 'trainer.ckpt');
+    const bytes = fs.readFileSync(file);
+    const before = await model.readWeights();
+
+    fs.writeFileSync(file, bytes.subarray(0, Math.floor(bytes.length / 2)));
+    await expect(trainer.load(dir)).rejects.toThrow(/checkpoint '.*trainer.ckpt' is corrupt or incompatible/);
+    fs.writeFileSync(file, Buffer.from('not a checkpoint at all'));
+    await expect(trainer.load(dir)).rejects.toThrow(/corrupt or incompatible/);
+    await expect(trainer.load(path.join(dir, 'nope'))).rejects.toThrow(/no checkpoint at/);
+
+    fs.writeFileSync(file, bytes);
+    const other = await loadModel(tinyConfig('qwen2', { numLayers: 1 }), randomWeights(tinyConfig('qwen2', { numLayers: 1 }), 3));
+    await expect(other.createTrainer().load(dir)).rejects.toThrow(/holds \d+ parameters, the model has \d+/);
+    const after = await model.readWeights();
+    expect(after.every((t, i) => t.data.equals(before[i].data))).toBe(true);
+    expect(trainer.stepCount).toBe(1);
+    fs.rmSync(dir, { recursive: true });
+  });
+
+  test('bad inputs', async () => {
+    const model = await loadModel(cfg, randomWeights(cfg, 3));
+    const trainer = model.createTrainer();
+    await expect(trainer.step([{ ...rows[0], lossMask: [1] }], { lr: 1 })).rejects.toThrow(/same non-zero length/);
+    await expect(trainer.step([{ inputIds: [1, 999], positionIds: [0, 1], lossMask: [1, 1] }], { lr: 1 })).rejects.toThrow(/token id 999/);
+    await expect(trainer.step(rows, { lr: 1, loss: { kind: 'grpo' as 'ce' } })).rejects.toThrow(/unknown loss kind 'grpo'/);
+    const bf16 = await loadModel(cfg, randomWeights(cfg, 3), { dtype: 'bfloat16' });
+    expect(() => bf16.createTrainer()).toThrow(/training needs fp32/);
+  });
+});
+
+test('learning-rate schedules', () => {
+  expect(lrAt({ kind: 'constant', lr: 1, warmupSteps: 4 }, 0)).toBe(0.25);
+  expect(lrAt({ kind: 'constant', lr: 1, warmupSteps: 4 }, 10)).toBe(1);
+  expect(lrAt({ kind: 'linear', lr: 1, warmupSteps: 2, totalSteps: 12 }, 7)).toBeCloseTo(0.5);
+  expect(lrAt({ kind: 'cosine', lr: 1, totalSteps: 10, minLr: 0.1 }, 5)).toBeCloseTo(0.55);
+  expect(lrAt({ kind: 'cosine', lr: 1, totalSteps: 10 }, 10)).toBeCloseTo(0);
+  expect(() => lrAt({ kind: 'linear', lr: 1 }, 0)).toThrow(/totalSteps/);
+});

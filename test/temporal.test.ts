@@ -1,0 +1,84 @@
+/** The local Temporal dev server: the binary scripts/setup.sh built, a real worker, a real workflow. */
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { temporalSchema } from '../lib/config/schemas';
+import { projectRoot } from '../lib/paths';
+import { ensureTemporal, isListening, startDevServer } from '../lib/temporal/devserver';
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-temporal-'));
+afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+test('starts the dev server, runs a workflow through a real worker, stops it', async () => {
+  const [port, uiPort] = [await freePort(), await freePort()];
+  const dbFile = path.join(tmp, 'a', 'temporal.db');
+  const { endpoint } = await startDevServer({
+    ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile, logFile: path.join(tmp, 'a', 'server.log'),
+  });
+  try {
+    expect(endpoint.address).toBe(`127.0.0.1:${port}`);
+    expect(fs.existsSync(dbFile)).toBe(true);
+
+    // A second command finds the running server and reuses it instead of starting another.
+    const cfg = temporalSchema.parse({ port, ui_port: uiPort });
+    const reused = await ensureTemporal(cfg, path.join(tmp, 'unused'));
+    expect(reused.address).toBe(endpoint.address);
+    await reused.stop();
+    expect(await isListening('127.0.0.1', port)).toBe(true);
+    expect(fs.existsSync(path.join(tmp, 'unused'))).toBe(false);
+
+    const connection = await NativeConnection.connect({ address: endpoint.address });
+    const worker = await Worker.create({
+      connection,
+      taskQueue: 'test',
+      workflowsPath: require.resolve('./fixtures/echo-workflow'),
+      activities: { shout: async (text: string) => text.toUpperCase() },
+    });
+    const client = new Client({ connection: await Connection.connect({ address: endpoint.address }) });
+    const result = await worker.runUntil(
+      client.workflow.execute('echo', { taskQueue: 'test', workflowId: `echo-${Date.now()}`, args: ['hello'] }),
+    );
+    expect(result).toBe('HELLO!');
+    await client.connection.close();
+    await connection.close();
+  } finally {
+    await endpoint.stop();
+  }
+  expect(await isListening('127.0.0.1', port)).toBe(false);
+});
+
+test('prime-rl temporal start --detach / status / stop', async () => {
+  const [port, uiPort] = [await freePort(), await freePort()];
+  const args = ['--output-dir', path.join(tmp, 'b'), '--temporal.port', String(port), '--temporal.ui-port', String(uiPort)];
+  const cli = (...a: string[]) =>
+    spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), 'temporal', ...a, ...args], { encoding: 'utf8' });
+
+  const started = cli('start', '--detach');
+  expect(started.stderr).toBe('');
+  expect(started.status).toBe(0);
+  expect(started.stdout).toContain(`127.0.0.1:${port}`);
+  expect(fs.existsSync(path.join(tmp, 'b', 'temporal', 'temporal.db'))).toBe(true);
+
+  expect(cli('status').stdout).toContain(`Temporal listening on 127.0.0.1:${port}`);
+  expect(cli('start', '--detach').stdout).toContain('already listening');
+
+  const stopped = cli('stop');
+  expect(stopped.status).toBe(0);
+  expect(await isListening('127.0.0.1', port)).toBe(false);
+  expect(cli('status').stdout).toContain('No Temporal server');
+  expect(cli('stop').status).toBe(1);
+});
