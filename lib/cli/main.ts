@@ -34,7 +34,11 @@ const commands: CommandTable = {
   }),
   sft: planned('supervised fine-tuning as a Temporal workflow', schemas.sftSchema, 'the sft workflow'),
   eval: planned('evaluate model versions or an external API on environments', schemas.evalSchema, 'the eval workflow'),
-  inference: planned('serve a model: OpenAI-compatible API, /v1/generate, live weight updates', schemas.inferenceSchema, 'the inference server'),
+  inference: command({
+    summary: 'serve a model: OpenAI-compatible API, /v1/generate, live weight updates',
+    schema: schemas.inferenceSchema,
+    run: async (config) => (await import('./inference')).runInference(config),
+  }),
   worker: planned('run a Temporal worker for one pool (cpu, trainer or inference)', schemas.workerSchema, 'the worker pools'),
   model: {
     summary: 'model tools',

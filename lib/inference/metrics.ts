@@ -1,0 +1,40 @@
+/** Prometheus metrics of the inference server (`GET /metrics`), read from the scheduler when scraped. */
+import { Counter, Gauge, Registry } from 'prom-client';
+import type { Scheduler } from './scheduler';
+
+/** Tokens/s over this trailing window. */
+const RATE_WINDOW_MS = 10_000;
+
+export class InferenceMetrics {
+  readonly registry = new Registry();
+  private readonly requests: Counter<'route' | 'status'>;
+  private samples: { t: number; tokens: number }[] = [];
+
+  constructor(scheduler: Scheduler) {
+    const registers = [this.registry];
+    this.requests = new Counter({ name: 'prime_inference_requests_total', help: 'HTTP requests by route and status', labelNames: ['route', 'status'], registers });
+    const gauge = (name: string, help: string, read: () => number) =>
+      new Gauge({ name, help, registers, collect() { this.set(read()); } });
+    gauge('prime_inference_running_sequences', 'sequences in the running batch', () => scheduler.runningCount);
+    gauge('prime_inference_waiting_sequences', 'sequences queued for a slot', () => scheduler.waitingCount);
+    gauge('prime_inference_kv_cache_usage', 'fraction of the KV cache holding tokens', () => scheduler.cacheUsage);
+    gauge('prime_inference_policy_version', 'policy version being served', () => scheduler.policy.version);
+    gauge('prime_inference_generation_tokens_total', 'tokens sampled since start', () => scheduler.generatedTokens);
+    gauge('prime_inference_prompt_tokens_total', 'prompt tokens prefilled since start', () => scheduler.promptTokens);
+    gauge('prime_inference_generation_tokens_per_second', `sampled tokens per second over the last ${RATE_WINDOW_MS / 1000} s`, () =>
+      this.rate(scheduler.generatedTokens),
+    );
+  }
+
+  countRequest(route: string, status: number): void {
+    this.requests.inc({ route, status: String(status) });
+  }
+
+  private rate(total: number): number {
+    const t = Date.now();
+    this.samples.push({ t, tokens: total });
+    this.samples = this.samples.filter((s) => t - s.t <= RATE_WINDOW_MS);
+    const first = this.samples[0];
+    return t > first.t ? ((total - first.tokens) * 1000) / (t - first.t) : 0;
+  }
+}

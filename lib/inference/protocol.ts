@@ -1,0 +1,137 @@
+/**
+ * Request bodies of the inference server's routes, as zod schemas, and the OpenAI error format.
+ * Fields the OpenAI API defines but we do not implement are rejected when set to anything but
+ * their neutral value, so a client never silently gets different sampling than it asked for.
+ */
+import { z } from 'zod';
+
+/** An HTTP error with an OpenAI-style body: `{error: {message, type, param, code}}`. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly param: string | null = null,
+    readonly code: string | null = null,
+    readonly type: string = status === 401 ? 'authentication_error' : status === 404 ? 'not_found_error' : 'invalid_request_error',
+  ) {
+    super(message);
+  }
+  body() {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+}
+
+/** The first zod issue as an ApiError naming the field. */
+export function fromZodError(error: z.ZodError): ApiError {
+  const issue = error.issues[0];
+  const param = issue.path.join('.') || null;
+  const what = issue.code === 'unrecognized_keys' ? `unknown field(s) ${issue.keys.join(', ')}` : issue.message;
+  return new ApiError(400, param ? `${param}: ${what}` : what, param, 'invalid_value');
+}
+
+/** Parses a body or throws a 400 naming the offending field. */
+export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
+  if (body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new ApiError(400, 'request body must be a JSON object', null, 'invalid_body');
+  }
+  const r = schema.safeParse(body);
+  if (!r.success) throw fromZodError(r.error);
+  return r.data;
+}
+
+const tokenId = z.number().int().nonnegative();
+const neutral = <T extends z.ZodType>(schema: T, value: unknown, what: string) =>
+  schema.optional().refine((v) => v === undefined || v === null || v === value, `${what} is not supported`);
+
+/** Sampling fields shared by all generation routes (OpenAI names plus vLLM's extensions). */
+const sampling = {
+  temperature: z.number().min(0).max(100).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  top_k: z.number().int().min(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  seed: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullish(),
+  n: z.number().int().min(1).max(64).nullish(),
+  stop: z.union([z.string().min(1), z.array(z.string().min(1)).max(16)]).nullish(),
+  stop_token_ids: z.array(tokenId).max(64).nullish(),
+  ignore_eos: z.boolean().nullish(),
+  frequency_penalty: neutral(z.number().nullable(), 0, 'frequency_penalty other than 0'),
+  presence_penalty: neutral(z.number().nullable(), 0, 'presence_penalty other than 0'),
+  logit_bias: z
+    .record(z.string(), z.number())
+    .nullish()
+    .refine((v) => !v || Object.keys(v).length === 0, 'logit_bias is not supported'),
+  user: z.string().nullish(),
+  /** vLLM extension: return prompt and completion token ids. */
+  return_token_ids: z.boolean().nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+};
+
+const message = z.looseObject({
+  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
+  content: z
+    .union([
+      z.string(),
+      z.array(z.looseObject({ type: z.literal('text'), text: z.string() })),
+    ])
+    .nullish(),
+  name: z.string().optional(),
+  tool_calls: z.array(z.unknown()).optional(),
+  tool_call_id: z.string().optional(),
+  reasoning_content: z.string().nullish(),
+});
+export type RequestMessage = z.output<typeof message>;
+
+export const chatCompletionRequest = z.looseObject({
+  model: z.string().optional(),
+  messages: z.array(message).min(1),
+  max_tokens: z.number().int().min(1).nullish(),
+  max_completion_tokens: z.number().int().min(1).nullish(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.number().int().min(0).max(20).nullish(),
+  tools: z.array(z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string() }) })).nullish(),
+  tool_choice: z.unknown().optional(),
+  add_generation_prompt: z.boolean().nullish(),
+  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  ...sampling,
+});
+export type ChatCompletionRequest = z.output<typeof chatCompletionRequest>;
+
+export const completionRequest = z.looseObject({
+  model: z.string().optional(),
+  prompt: z.union([
+    z.string(),
+    z.array(z.string()).min(1).max(64),
+    z.array(tokenId).min(1),
+    z.array(z.array(tokenId).min(1)).min(1).max(64),
+  ]),
+  max_tokens: z.number().int().min(1).nullish(),
+  logprobs: z.number().int().min(0).max(20).nullish(),
+  echo: neutral(z.boolean().nullable(), false, 'echo'),
+  suffix: neutral(z.string().nullable(), null, 'suffix'),
+  best_of: z.number().int().min(1).max(1).nullish(),
+  ...sampling,
+});
+export type CompletionRequest = z.output<typeof completionRequest>;
+
+/** Token in, token out (DESIGN.md): what the orchestrator's rollouts use. */
+export const generateRequest = z.strictObject({
+  model: z.string().optional(),
+  prompt_token_ids: z.array(tokenId).min(1),
+  max_tokens: z.number().int().min(1).optional(),
+  temperature: z.number().min(0).max(100).default(1),
+  top_p: z.number().gt(0).max(1).default(1),
+  top_k: z.number().int().min(-1).default(-1),
+  min_p: z.number().min(0).max(1).default(0),
+  seed: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+  n: z.number().int().min(1).max(64).default(1),
+  stop_token_ids: z.array(tokenId).max(64).optional(),
+  prompt_logprobs: z.boolean().default(false),
+});
+export type GenerateRequest = z.output<typeof generateRequest>;
+
+export const updateWeightsRequest = z.strictObject({
+  weight_dir: z.string().min(1),
+  /** The policy version these weights are (the trainer step); default: the current version + 1. */
+  version: z.number().int().nonnegative().optional(),
+});

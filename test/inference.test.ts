@@ -1,0 +1,314 @@
+/** The inference server on a tiny model, driven by the official `openai` client and raw HTTP. */
+/* eslint-disable @typescript-eslint/no-explicit-any -- JSON bodies of raw HTTP responses */
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import OpenAI from 'openai';
+import * as native from '../native';
+import { inferenceSchema } from '../lib/config/schemas';
+import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import { createModel } from '../lib/model/create';
+import { loadHfModel } from '../lib/model/hf';
+import { projectRoot } from '../lib/paths';
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inference-'));
+const baseDir = path.join(root, 'base');
+const otherDir = path.join(root, 'out', 'step_1');
+const wideDir = path.join(root, 'out', 'wide');
+let server: InferenceServer;
+let client: OpenAI;
+
+beforeAll(async () => {
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: baseDir });
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: otherDir });
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: wideDir, hiddenSize: 96 });
+  const config = inferenceSchema.parse({
+    model: { name: baseDir },
+    seq_len: 256,
+    output_dir: path.join(root, 'out'),
+    threads: 2,
+    server: { port: 0 },
+    max_running: 16,
+  });
+  server = await startInferenceServer(config);
+  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused' });
+});
+afterAll(async () => {
+  await server?.close(1000);
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+const post = (route: string, body: unknown, headers: Record<string, string> = {}) =>
+  fetch(`${server.url}${route}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const generate = async (body: object): Promise<any> => (await post('/v1/generate', body)).json() as any;
+const chat = { model: '' as string, messages: [{ role: 'user' as const, content: 'Reverse: abc' }] };
+
+beforeAll(() => {
+  chat.model = baseDir;
+});
+
+describe('OpenAI API', () => {
+  test('GET /v1/models', async () => {
+    const models = await client.models.list();
+    expect(models.data.map((m) => m.id)).toEqual([baseDir]);
+  });
+
+  test('chat completion, and seeds reproduce', async () => {
+    const a = await client.chat.completions.create({ ...chat, max_tokens: 12, seed: 7 });
+    const b = await client.chat.completions.create({ ...chat, max_tokens: 12, seed: 7 });
+    expect(a.object).toBe('chat.completion');
+    expect(a.choices[0].message.role).toBe('assistant');
+    expect(a.usage?.completion_tokens).toBeGreaterThan(0);
+    expect(a.choices[0].message.content).toBe(b.choices[0].message.content);
+    expect((a as unknown as { policy_version: number }).policy_version).toBe(0);
+  });
+
+  test('streaming chat delivers the same text as non-streaming', async () => {
+    const whole = await client.chat.completions.create({ ...chat, max_tokens: 16, seed: 3 });
+    const stream = await client.chat.completions.create({ ...chat, max_tokens: 16, seed: 3, stream: true, stream_options: { include_usage: true } });
+    let text = '';
+    let finish: string | null = null;
+    let usage;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+      usage = chunk.usage ?? usage;
+    }
+    expect(text).toBe(whole.choices[0].message.content);
+    expect(finish).toBe(whole.choices[0].finish_reason);
+    expect(usage?.completion_tokens).toBe(whole.usage?.completion_tokens);
+  });
+
+  test('n > 1 gives distinct samples; temperature 0 is greedy and deterministic', async () => {
+    const r = await client.chat.completions.create({ ...chat, max_tokens: 16, n: 4, seed: 1 });
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
+    expect(new Set(r.choices.map((c) => c.message.content)).size).toBeGreaterThan(1);
+    const g = await client.chat.completions.create({ ...chat, max_tokens: 8, n: 2, temperature: 0 });
+    expect(g.choices[0].message.content).toBe(g.choices[1].message.content);
+  });
+
+  test('completions with text and with token ids', async () => {
+    const a = await client.completions.create({ model: baseDir, prompt: 'hello', max_tokens: 6, seed: 2 });
+    expect(a.choices[0].text.length).toBeGreaterThan(0);
+    const ids = [...Buffer.from('hello')];
+    const b = await client.completions.create({ model: baseDir, prompt: ids, max_tokens: 6, seed: 2 });
+    expect(b.choices[0].text).toBe(a.choices[0].text);
+  });
+
+  test('stop strings cut the text', async () => {
+    const free = await client.completions.create({ model: baseDir, prompt: 'x', max_tokens: 24, seed: 11 });
+    const text = free.choices[0].text;
+    const stop = text.slice(5, 7);
+    const cut = await client.completions.create({ model: baseDir, prompt: 'x', max_tokens: 24, seed: 11, stop });
+    expect(cut.choices[0].text).toBe(text.slice(0, text.indexOf(stop)));
+    expect(cut.choices[0].finish_reason).toBe('stop');
+  });
+
+  test('logprobs equal the engine scoring the same tokens', async () => {
+    const r = await post('/v1/chat/completions', { ...chat, max_tokens: 10, seed: 5, temperature: 0.7, logprobs: true, return_token_ids: true });
+    const body = (await r.json()) as any;
+    const prompt: number[] = body.prompt_token_ids;
+    const completion: number[] = body.choices[0].token_ids;
+    const logprobs: number[] = body.choices[0].logprobs.content.map((c: { logprob: number }) => c.logprob);
+    expect(logprobs).toHaveLength(completion.length);
+    const hf = loadHfModel(baseDir);
+    const model = await native.loadModel(hf.config, hf.tensors);
+    const ids = [...prompt, ...completion];
+    const [scores] = await model.score([{ inputIds: ids, positionIds: ids.map((_, i) => i) }], { temperature: 0.7 });
+    const expected = Array.from(scores.logprobs.slice(prompt.length));
+    logprobs.forEach((lp, i) => expect(lp).toBeCloseTo(expected[i], 4));
+  });
+
+  test('64 concurrent requests all complete', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 64 }, (_, i) => client.chat.completions.create({ ...chat, max_tokens: 8, seed: i })),
+    );
+    expect(results.every((r) => r.choices[0].finish_reason === 'length' || r.choices[0].finish_reason === 'stop')).toBe(true);
+    expect(server.scheduler.runningCount).toBe(0);
+  });
+});
+
+describe('/v1/generate', () => {
+  test('token in, token out, with prompt logprobs', async () => {
+    const body = await generate({ prompt_token_ids: [10, 20, 30, 40], max_tokens: 5, seed: 9, n: 2, prompt_logprobs: true });
+    expect(body.prompt_token_ids).toEqual([10, 20, 30, 40]);
+    expect(body.choices).toHaveLength(2);
+    for (const c of body.choices) {
+      expect(c.token_ids).toHaveLength(5);
+      expect(c.logprobs).toHaveLength(5);
+      expect(c.finish_reason).toBe('length');
+    }
+    expect(body.prompt_logprobs).toHaveLength(4);
+    expect(body.prompt_logprobs[0]).toBeNull();
+    expect(body.usage).toEqual({ prompt_tokens: 4, completion_tokens: 10, total_tokens: 14 });
+    const again = await generate({ prompt_token_ids: [10, 20, 30, 40], max_tokens: 5, seed: 9, n: 2 });
+    expect(again.choices.map((c: { token_ids: number[] }) => c.token_ids)).toEqual(body.choices.map((c: { token_ids: number[] }) => c.token_ids));
+  });
+});
+
+describe('weights', () => {
+  const request = { prompt_token_ids: [1, 2, 3], max_tokens: 8, temperature: 0 };
+
+  test('update_weights changes outputs and version; reload_weights restores them', async () => {
+    const before = await generate(request);
+    const upd = await (await post('/update_weights', { weight_dir: otherDir, version: 1 })).json() as any;
+    expect(upd).toMatchObject({ status: 'ok', policy_version: 1 });
+    const after = await generate(request);
+    expect(after.policy_version).toBe(1);
+    expect(after.choices[0].logprobs).not.toEqual(before.choices[0].logprobs);
+    const health = await (await fetch(`${server.url}/health`)).json() as any;
+    expect(health).toMatchObject({ status: 'ok', policy_version: 1 });
+    const rel = await (await post('/reload_weights', {})).json() as any;
+    expect(rel.policy_version).toBe(0);
+    const restored = await generate(request);
+    expect(restored.choices[0]).toEqual(before.choices[0]);
+    expect(restored.policy_version).toBe(0);
+  });
+
+  test('an update during generation takes effect between steps and loses no request', async () => {
+    const running = Promise.all(Array.from({ length: 8 }, (_, i) => generate({ prompt_token_ids: [5, 6], max_tokens: 60, seed: i })));
+    await new Promise((r) => setTimeout(r, 20));
+    await post('/update_weights', { weight_dir: otherDir });
+    const results = await running;
+    for (const r of results) expect(['length', 'stop']).toContain(r.choices[0].finish_reason);
+    // Sequences that were running when the update landed finished under the new policy.
+    expect(results.some((r) => r.policy_version === 1)).toBe(true);
+    await post('/reload_weights', {});
+  });
+});
+
+describe('disconnects and metrics', () => {
+  test('a client that goes away cancels its sequence', async () => {
+    const ctrl = new AbortController();
+    const pending = post('/v1/generate', JSON.stringify({ prompt_token_ids: [1], max_tokens: 200, seed: 1 }), {}).catch(() => undefined);
+    void pending;
+    const req = fetch(`${server.url}/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt_token_ids: [1, 2], max_tokens: 250, seed: 2 }),
+      signal: ctrl.signal,
+    }).catch(() => 'aborted');
+    while (server.scheduler.runningCount < 2) await new Promise((r) => setTimeout(r, 5));
+    ctrl.abort();
+    expect(await req).toBe('aborted');
+    await pending;
+    while (server.scheduler.runningCount > 0) await new Promise((r) => setTimeout(r, 5));
+    expect(server.scheduler.cacheUsage).toBe(0);
+  });
+
+  test('GET /metrics in Prometheus format', async () => {
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    for (const name of [
+      'prime_inference_requests_total',
+      'prime_inference_running_sequences',
+      'prime_inference_waiting_sequences',
+      'prime_inference_kv_cache_usage',
+      'prime_inference_policy_version',
+      'prime_inference_generation_tokens_per_second',
+    ]) expect(text).toContain(name);
+    expect(text).toMatch(/prime_inference_requests_total\{route="\/v1\/generate",status="200"\} \d+/);
+  });
+});
+
+describe('bad input gets a 4xx with an OpenAI error body naming the field', () => {
+  const cases: [string, string, unknown, number, string | null][] = [
+    ['malformed JSON', '/v1/chat/completions', '{"messages": [', 400, null],
+    ['body not an object', '/v1/generate', '[1,2]', 400, null],
+    ['wrong type', '/v1/chat/completions', { messages: 'hi' }, 400, 'messages'],
+    ['unknown role', '/v1/chat/completions', { messages: [{ role: 'wizard', content: 'x' }] }, 400, 'messages.0.role'],
+    ['unknown model', '/v1/chat/completions', { model: 'gpt-5', messages: [{ role: 'user', content: 'x' }] }, 404, 'model'],
+    ['negative max_tokens', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: -1 }, 400, 'max_tokens'],
+    ['absurd max_tokens', '/v1/generate', { prompt_token_ids: [1], max_tokens: 1e9 }, 400, 'max_tokens'],
+    ['absurd n', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], n: 100000 }, 400, 'n'],
+    ['temperature out of range', '/v1/generate', { prompt_token_ids: [1], temperature: -1 }, 400, 'temperature'],
+    ['prompt longer than the context', '/v1/generate', { prompt_token_ids: Array(300).fill(1) }, 400, 'prompt_token_ids'],
+    ['token id outside the vocabulary', '/v1/generate', { prompt_token_ids: [1, 99999] }, 400, 'prompt_token_ids'],
+    ['negative token id', '/v1/completions', { prompt: [1, -3] }, 400, 'prompt'],
+    ['unknown field on /v1/generate', '/v1/generate', { prompt_token_ids: [1], temprature: 1 }, 400, null],
+    ['unsupported penalty', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], frequency_penalty: 1 }, 400, 'frequency_penalty'],
+    ['weight_dir that does not exist', '/update_weights', { weight_dir: path.join(root, 'out', 'nope') }, 400, 'weight_dir'],
+    ['weight_dir outside the allowed roots', '/update_weights', { weight_dir: baseDir }, 403, 'weight_dir'],
+    ['weight_dir of another shape', '/update_weights', { weight_dir: wideDir }, 400, 'weight_dir'],
+    ['weight_dir not a model', '/update_weights', { weight_dir: path.join(root, 'out') }, 400, 'weight_dir'],
+  ];
+  test.each(cases)('%s', async (_name, route, body, status, param) => {
+    const r = await post(route, body);
+    expect(r.status).toBe(status);
+    const json = (await r.json()) as any;
+    expect(typeof json.error.message).toBe('string');
+    expect(json.error.type).toBeDefined();
+    if (param) expect(json.error.param === param || json.error.param.startsWith(`${param}.`)).toBe(true);
+  });
+
+  test('oversized body is 413', async () => {
+    const r = await post('/v1/generate', { prompt_token_ids: [1], pad: 'x'.repeat(17 * 1024 * 1024) });
+    expect(r.status).toBe(413);
+    expect(((await r.json()) as any).error.message).toBeDefined();
+  });
+
+  test('unknown route is 404', async () => {
+    const r = await post('/v1/nothing', {});
+    expect(r.status).toBe(404);
+    expect(((await r.json()) as any).error.type).toBe('not_found_error');
+  });
+
+  test('the server still serves after all of the above', async () => {
+    const body = await generate({ prompt_token_ids: [1], max_tokens: 2 });
+    expect(body.choices[0].token_ids).toHaveLength(2);
+  });
+});
+
+describe('as a process', () => {
+  function startCli(env: NodeJS.ProcessEnv, extra: string[] = []) {
+    const child = spawn(
+      process.execPath,
+      [path.join(projectRoot, 'bin', 'prime-rl.js'), 'inference', '--model.name', baseDir, '--server.port', '0', '--seq-len', '256', ...extra],
+      { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    const url = new Promise<string>((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (d) => {
+        out += d;
+        const m = out.match(/on (http:\/\/[\d.]+:\d+)/);
+        if (m) resolve(m[1]);
+      });
+      child.once('exit', (code) => reject(new Error(`exited ${code}`)));
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    return { child, url, exited };
+  }
+
+  test('with an API key, requests without the bearer token get 401', async () => {
+    const { child, url, exited } = startCli({ TEST_INFERENCE_KEY: 'sekrit' }, ['--server.api-key-var', 'TEST_INFERENCE_KEY']);
+    const base = await url;
+    const denied = await fetch(`${base}/v1/models`);
+    expect(denied.status).toBe(401);
+    expect(((await denied.json()) as any).error.type).toBe('authentication_error');
+    const ok = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sekrit' });
+    expect((await ok.models.list()).data).toHaveLength(1);
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+  });
+
+  test('SIGTERM finishes running requests, then exits 0', async () => {
+    const { child, url, exited } = startCli({});
+    const base = await url;
+    const running = fetch(`${base}/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt_token_ids: [1, 2, 3], max_tokens: 100, seed: 1 }),
+    }).then((r) => r.json() as Promise<any>);
+    await new Promise((r) => setTimeout(r, 100));
+    child.kill('SIGTERM');
+    const body = await running;
+    expect(['length', 'stop']).toContain(body.choices[0].finish_reason);
+    expect(body.choices[0].token_ids.length).toBeGreaterThan(10);
+    expect(await exited).toBe(0);
+  });
+});
