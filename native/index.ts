@@ -148,7 +148,10 @@ export interface TrainStepStats {
 export interface NativeInfo {
   torchVersion: string;
   cuda: boolean;
+  /** ATen (OpenMP) intra-op threads. */
   threads: number;
+  /** OpenBLAS's own thread pool size, when libtorch uses OpenBLAS. */
+  blasThreads?: number;
   parallelInfo: string;
 }
 
@@ -222,7 +225,10 @@ export function info(): NativeInfo {
   return load().info();
 }
 
-/** Sets libtorch's intra-op thread count for every later compute call. */
+/**
+ * Uses `n` threads for every later compute call. With a pthreads OpenBLAS (Debian libtorch) the
+ * matmuls get n threads and ATen's OpenMP pool 1, as the two pools would fight over the cores.
+ */
 export function setThreads(n: number): void {
   load().setThreads(n);
 }

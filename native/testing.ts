@@ -3,28 +3,9 @@
  * ArchConfig, with values large enough that the model's distributions are far from uniform.
  */
 import type { Arch, ArchConfig } from '../lib/model/arch';
+import { Rng } from '../lib/model/rng';
+import { tensorSpecs } from '../lib/model/tensors';
 import type { TensorDType, WeightTensor } from './index';
-
-/** Deterministic PRNG (mulberry32) with Box-Muller normals. */
-export class SeededRng {
-  private state: number;
-  constructor(seed: number) {
-    this.state = seed >>> 0;
-  }
-  uniform(): number {
-    let t = (this.state = (this.state + 0x6d2b79f5) >>> 0);
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-  normal(): number {
-    const u = 1 - this.uniform();
-    return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * this.uniform());
-  }
-  int(n: number): number {
-    return Math.floor(this.uniform() * n);
-  }
-}
 
 /** A small config of the given architecture (hidden 64, 2 layers, 4 heads, 2 kv heads, vocab 300). */
 export function tinyConfig(arch: Arch, overrides: Partial<ArchConfig> = {}): ArchConfig {
@@ -45,33 +26,6 @@ export function tinyConfig(arch: Arch, overrides: Partial<ArchConfig> = {}): Arc
     qkNorm: arch === 'qwen3',
     ...overrides,
   };
-}
-
-/** Name and shape of every tensor the engine expects for `c`, in HF order. */
-export function weightShapes(c: ArchConfig): Array<{ name: string; shape: number[] }> {
-  const D = c.hiddenSize, I = c.intermediateSize, qd = c.numHeads * c.headDim, kvd = c.numKvHeads * c.headDim;
-  const out = [{ name: 'model.embed_tokens.weight', shape: [c.vocabSize, D] }];
-  for (let i = 0; i < c.numLayers; i++) {
-    const p = `model.layers.${i}.`;
-    out.push({ name: p + 'input_layernorm.weight', shape: [D] });
-    for (const [n, rows] of [['q', qd], ['k', kvd], ['v', kvd]] as const) {
-      out.push({ name: `${p}self_attn.${n}_proj.weight`, shape: [rows, D] });
-      if (c.attentionBias) out.push({ name: `${p}self_attn.${n}_proj.bias`, shape: [rows] });
-    }
-    out.push({ name: p + 'self_attn.o_proj.weight', shape: [D, qd] });
-    if (c.attentionBias && c.arch === 'llama') out.push({ name: p + 'self_attn.o_proj.bias', shape: [D] });
-    if (c.qkNorm) {
-      out.push({ name: p + 'self_attn.q_norm.weight', shape: [c.headDim] });
-      out.push({ name: p + 'self_attn.k_norm.weight', shape: [c.headDim] });
-    }
-    out.push({ name: p + 'post_attention_layernorm.weight', shape: [D] });
-    out.push({ name: p + 'mlp.gate_proj.weight', shape: [I, D] });
-    out.push({ name: p + 'mlp.up_proj.weight', shape: [I, D] });
-    out.push({ name: p + 'mlp.down_proj.weight', shape: [D, I] });
-  }
-  out.push({ name: 'model.norm.weight', shape: [D] });
-  if (!c.tieWordEmbeddings) out.push({ name: 'lm_head.weight', shape: [c.vocabSize, D] });
-  return out;
 }
 
 /** Encodes float values as little-endian bytes of `dtype` (F16/BF16 round to nearest even). */
@@ -119,8 +73,8 @@ export function decode(t: WeightTensor): Float64Array {
  * biases N(0, 0.1), encoded in `dtype`.
  */
 export function randomWeights(c: ArchConfig, seed: number, dtype: TensorDType = 'F32'): WeightTensor[] {
-  const rng = new SeededRng(seed);
-  return weightShapes(c).map(({ name, shape }) => {
+  const rng = new Rng(seed);
+  return tensorSpecs(c).map(({ name, shape }) => {
     const n = shape.reduce((a, b) => a * b, 1);
     const v = new Float64Array(n);
     const isNorm = name.endsWith('norm.weight'), isBias = name.endsWith('.bias');
@@ -131,7 +85,7 @@ export function randomWeights(c: ArchConfig, seed: number, dtype: TensorDType = 
 }
 
 /** Random token ids in [0, vocab). */
-export function randomTokens(rng: SeededRng, n: number, vocab: number): number[] {
+export function randomTokens(rng: Rng, n: number, vocab: number): number[] {
   return Array.from({ length: n }, () => rng.int(vocab));
 }
 

@@ -99,7 +99,7 @@ describe('errors name the file and the tensor', () => {
     ['header not JSON', rawFile('{"w": {', 0), /header is not valid JSON/],
     ['header not starting with {', rawFile('[1, 2]', 0), /does not start with '\{'/],
     ['entry not an object', rawFile({ w: 1 }, 0), /tensor 'w': entry is not an object/],
-    ['unsupported dtype', rawFile({ w: { dtype: 'I64', shape: [1], data_offsets: [0, 8] } }, 8), /tensor 'w': unsupported dtype "I64"/],
+    ['unsupported dtype', rawFile({ w: { dtype: 'F8_E4M3', shape: [1], data_offsets: [0, 1] } }, 1), /tensor 'w': unsupported dtype "F8_E4M3"/],
     ['size not matching shape x dtype', rawFile({ w: { dtype: 'F32', shape: [3], data_offsets: [0, 8] } }, 8), /tensor 'w': data_offsets span 8 bytes but F32\[3\] needs 12/],
     ['begin after end', rawFile({ w: { dtype: 'F32', shape: [0], data_offsets: [8, 0] } }, 8), /tensor 'w': data_offsets \[8, 0\] out of range/],
     ['negative shape', rawFile({ w: { dtype: 'F32', shape: [-1], data_offsets: [0, 0] } }, 0), /tensor 'w': shape must be/],
@@ -142,5 +142,27 @@ describe('errors name the file and the tensor', () => {
     expect(() => serializeSafetensors([f32('w', [3], [1, 2])])).toThrow(/tensor 'w' has 8 bytes but F32\[3\] needs 12/);
     expect(() => writeSafetensors(path.join(tmp, 'bad.safetensors'), [f32('w', [3], [1, 2])])).toThrow(/bad\.safetensors/);
     expect(fs.readdirSync(tmp)).toEqual([]);
+  });
+});
+
+describe('integer dtypes (training batches)', () => {
+  test('round trip I32, U8, I64 and F64', () => {
+    const tensors = [
+      { name: 'ids', dtype: 'I32' as const, shape: [2, 2], data: Buffer.from(new Int32Array([1, -2, 3, 2 ** 30]).buffer) },
+      { name: 'mask', dtype: 'U8' as const, shape: [3], data: Buffer.from([0, 1, 255]) },
+      { name: 'big', dtype: 'I64' as const, shape: [1], data: Buffer.from(new BigInt64Array([-5n]).buffer) },
+      { name: 'f64', dtype: 'F64' as const, shape: [1], data: Buffer.from(new Float64Array([Math.PI]).buffer) },
+    ];
+    const back = parseSafetensors(serializeSafetensors(tensors)).tensors;
+    expect(back.map((t) => [t.name, t.dtype, t.shape, [...t.data]])).toEqual(
+      [...tensors].sort((a, b) => a.name.localeCompare(b.name)).map((t) => [t.name, t.dtype, t.shape, [...t.data]]),
+    );
+  });
+
+  test('a model folder with integer weights is rejected, naming the tensor', () => {
+    writeSafetensors(path.join(tmp, 'model.safetensors'), [
+      { name: 'model.norm.weight', dtype: 'I32', shape: [1], data: Buffer.alloc(4) },
+    ]);
+    expect(() => readSafetensorsDir(tmp)).toThrow(/tensor 'model\.norm\.weight' has dtype I32; model weights must be F32, F16, BF16/);
   });
 });

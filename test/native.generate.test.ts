@@ -1,6 +1,7 @@
 /** Native generation: KV-cache decode vs full forward, sampling determinism, continuous batching. */
 import { loadModel, setThreads, type GenerationRequest, type Generator, type NativeModel } from '../native';
-import { packRow, randomTokens, randomWeights, SeededRng, tinyConfig } from '../native/testing';
+import { packRow, randomTokens, randomWeights, tinyConfig } from '../native/testing';
+import { Rng } from '../lib/model/rng';
 
 setThreads(2);
 
@@ -40,7 +41,7 @@ describe.each(['llama', 'qwen2', 'qwen3'] as const)('%s', (arch) => {
   });
 
   test('KV-cache decode logprobs equal a full forward (batched, different lengths)', async () => {
-    const rng = new SeededRng(3);
+    const rng = new Rng(3);
     const prompts = [1, 4, 9, 23].map((n) => randomTokens(rng, n, cfg.vocabSize));
     for (const temperature of [1, 0.6]) {
       const gen = model.createGenerator({ maxSequences: 8, maxSequenceLength: 64 });
@@ -115,7 +116,7 @@ describe('sampling and batching', () => {
     const tokens: number[] = [];
     let others: number[] = [];
     for (let step = 0; tokens.length < 30; step++) {
-      if (step === 3) others = (await gen.add([{ promptIds: [1, 2, 3], maxTokens: 100, seed: 1 }, { promptIds: randomTokens(new SeededRng(9), 40, 300), maxTokens: 4 }])).map((s) => s.seqId);
+      if (step === 3) others = (await gen.add([{ promptIds: [1, 2, 3], maxTokens: 100, seed: 1 }, { promptIds: randomTokens(new Rng(9), 40, 300), maxTokens: 4 }])).map((s) => s.seqId);
       if (step === 10) expect(await gen.remove([others[0], 12345])).toEqual([true, false]);
       if (step === 12) await gen.add([{ promptIds: [9, 9, 9, 9, 9, 9, 9], maxTokens: 50, temperature: 0 }]);
       for (const t of await gen.step()) if (t.seqId === idA) tokens.push(t.token);

@@ -3,12 +3,13 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { loadModel, lrAt, setThreads, type TrainRow, type WeightTensor } from '../native';
-import { decode, encode, packRow, randomTokens, randomWeights, SeededRng, tinyConfig } from '../native/testing';
+import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../native/testing';
+import { Rng } from '../lib/model/rng';
 
 setThreads(2);
 
 /** A packed row of samples whose second half is the loss region (like prompt + completion). */
-function trainRow(rng: SeededRng, lengths: number[], vocab: number): TrainRow {
+function trainRow(rng: Rng, lengths: number[], vocab: number): TrainRow {
   const samples = lengths.map((n) => randomTokens(rng, n, vocab));
   return { ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i >= s.length / 2 ? 1 : 0))) };
 }
@@ -21,7 +22,7 @@ describe.each(['llama', 'qwen2', 'qwen3'] as const)('%s', (arch) => {
     const weights = randomWeights(cfg, 21, 'F64');
     const model = await loadModel(cfg, weights, { dtype: 'float64' });
     const trainer = model.createTrainer();
-    const rng = new SeededRng(5);
+    const rng = new Rng(5);
     const rows = [trainRow(rng, [7, 5], cfg.vocabSize), trainRow(rng, [9], cfg.vocabSize)];
     const { loss, gradients } = await trainer.gradients(rows, { temperature: 0.8 });
     expect(loss).toBeGreaterThan(0);
@@ -48,7 +49,7 @@ describe.each(['llama', 'qwen2', 'qwen3'] as const)('%s', (arch) => {
 
 describe('training', () => {
   const cfg = tinyConfig('qwen2');
-  const rng = new SeededRng(1);
+  const rng = new Rng(1);
   const rows = [trainRow(rng, [20, 12], cfg.vocabSize), trainRow(rng, [31], cfg.vocabSize)];
 
   test('overfits a tiny batch; reports tokens and pre-clip grad norm', async () => {
@@ -81,7 +82,7 @@ describe('training', () => {
 
   test('checkpoint resume is bitwise: 4 steps == 2 + save + fresh engine + load + 2', async () => {
     const lrs = [1e-3, 2e-3, 3e-3, 4e-3];
-    const stepRows = (i: number) => [trainRow(new SeededRng(100 + i), [16, 9], cfg.vocabSize)];
+    const stepRows = (i: number) => [trainRow(new Rng(100 + i), [16, 9], cfg.vocabSize)];
     const straight = await loadModel(cfg, randomWeights(cfg, 3));
     const t1 = straight.createTrainer();
     for (let i = 0; i < 4; i++) await t1.step(stepRows(i), { lr: lrs[i], maxGradNorm: 1 });

@@ -8,7 +8,7 @@ import * as path from 'node:path';
 import { z } from 'zod';
 import { temporalCommandSchema, type TemporalCommandConfig } from '../config/schemas';
 import { devServerOptions, isListening, startDevServer } from '../temporal/devserver';
-import { writeFileAtomic } from '../model/atomic';
+import { writeFileAtomic } from '../atomic';
 import { command, type Command } from './command';
 
 const pidFile = (c: TemporalCommandConfig) => path.resolve(c.output_dir, 'temporal', 'server.pid');

@@ -7,7 +7,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { ArchConfig, NamedTensor } from './arch';
-import { writeDirAtomic, writeFileAtomic } from './atomic';
+import { writeDirAtomic, writeFileAtomic } from '../atomic';
 import { parseHfConfig } from './hf-config';
 import { readSafetensorsDir, writeSafetensors } from './safetensors';
 import { checkModelTensors } from './tensors';

@@ -53,6 +53,22 @@ export class Rng {
     return result;
   }
 
+  /** Uniform in [0, 1). */
+  uniform(): number {
+    return this.nextU32() / 4294967296;
+  }
+
+  /** Uniform integer in [0, n). */
+  int(n: number): number {
+    return Math.floor(this.uniform() * n);
+  }
+
+  /** One standard normal sample (Box-Muller, cosine branch). */
+  normal(): number {
+    const u1 = (this.nextU32() + 0.5) / 4294967296;
+    return Math.sqrt(-2 * Math.log(u1)) * Math.cos(2 * Math.PI * this.uniform());
+  }
+
   /** Fills `out` with normal(mean, std) samples (Box-Muller, both outputs used). */
   fillNormal(out: Float32Array, mean: number, std: number): void {
     for (let i = 0; i < out.length; i += 2) {

@@ -11,9 +11,27 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { constants as bufferConstants } from 'node:buffer';
 import type { DiskDType, NamedTensor } from './arch';
-import { writeFileAtomic } from './atomic';
+import { writeFileAtomic } from '../atomic';
 
-export const DTYPE_BYTES: Record<DiskDType, number> = { F32: 4, F16: 2, BF16: 2 };
+/**
+ * The safetensors dtypes this module reads and writes. Model weights use the float ones
+ * (`DiskDType`); training batches also store integer ids and masks.
+ */
+export type SafetensorsDType = DiskDType | 'F64' | 'I64' | 'I32' | 'I16' | 'I8' | 'U8' | 'BOOL';
+
+export const DTYPE_BYTES: Record<SafetensorsDType, number> = {
+  F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1,
+};
+
+/** Any tensor of a safetensors file: raw little-endian bytes. */
+export interface StoredTensor {
+  name: string;
+  dtype: SafetensorsDType;
+  shape: number[];
+  data: Buffer;
+}
+
+const MODEL_DTYPES: readonly string[] = ['F32', 'F16', 'BF16'] satisfies DiskDType[];
 
 /** The reference implementation refuses headers above 100 MB; a larger one means a corrupt file. */
 const MAX_HEADER_BYTES = 100_000_000;
@@ -21,19 +39,19 @@ const MAX_HEADER_BYTES = 100_000_000;
 export const INDEX_FILE = 'model.safetensors.index.json';
 
 export interface SafetensorsFile {
-  tensors: NamedTensor[];
+  tensors: StoredTensor[];
   metadata: Record<string, string>;
 }
 
 interface HeaderEntry {
   name: string;
-  dtype: DiskDType;
+  dtype: SafetensorsDType;
   shape: number[];
   begin: number;
   end: number;
 }
 
-function isDiskDType(s: unknown): s is DiskDType {
+function isSafetensorsDType(s: unknown): s is SafetensorsDType {
   return typeof s === 'string' && Object.prototype.hasOwnProperty.call(DTYPE_BYTES, s);
 }
 
@@ -76,8 +94,8 @@ function parseHeader(
     const where = `${source}: tensor '${name}'`;
     if (value === null || typeof value !== 'object') throw new Error(`${where}: entry is not an object`);
     const { dtype, shape, data_offsets: offsets } = value as Record<string, unknown>;
-    if (!isDiskDType(dtype)) {
-      throw new Error(`${where}: unsupported dtype ${JSON.stringify(dtype)} (supported: F32, F16, BF16)`);
+    if (!isSafetensorsDType(dtype)) {
+      throw new Error(`${where}: unsupported dtype ${JSON.stringify(dtype)} (supported: ${Object.keys(DTYPE_BYTES).join(', ')})`);
     }
     if (!Array.isArray(shape) || !shape.every(isNonNegInt)) {
       throw new Error(`${where}: shape must be an array of non-negative integers`);
@@ -177,6 +195,15 @@ function readExactly(fd: number, position: number, length: number, file: string)
  * `weight_map` says which file holds each tensor) or else `model.safetensors`.
  */
 export function readSafetensorsDir(dir: string): NamedTensor[] {
+  return readWeightFiles(dir).map((t) => {
+    if (!MODEL_DTYPES.includes(t.dtype)) {
+      throw new Error(`${dir}: tensor '${t.name}' has dtype ${t.dtype}; model weights must be ${MODEL_DTYPES.join(', ')}`);
+    }
+    return t as NamedTensor;
+  });
+}
+
+function readWeightFiles(dir: string): StoredTensor[] {
   const indexPath = path.join(dir, INDEX_FILE);
   if (!fs.existsSync(indexPath)) {
     const single = path.join(dir, 'model.safetensors');
@@ -200,7 +227,7 @@ export function readSafetensorsDir(dir: string): NamedTensor[] {
     }
     byShard.set(shard, [...(byShard.get(shard) ?? []), name]);
   }
-  const out: NamedTensor[] = [];
+  const out: StoredTensor[] = [];
   for (const [shard, names] of byShard) {
     const shardPath = path.join(dir, shard);
     if (!fs.existsSync(shardPath)) throw new Error(`${indexPath}: shard ${shard} (holding '${names[0]}') is missing`);
@@ -215,7 +242,7 @@ export function readSafetensorsDir(dir: string): NamedTensor[] {
 }
 
 /** Header JSON padded with spaces to a multiple of 8 bytes, as the reference writer does. */
-function encodeHeader(tensors: readonly NamedTensor[], metadata?: Record<string, string>): Buffer {
+function encodeHeader(tensors: readonly StoredTensor[], metadata?: Record<string, string>): Buffer {
   const header: Record<string, unknown> = {};
   if (metadata && Object.keys(metadata).length > 0) header.__metadata__ = metadata;
   let offset = 0;
@@ -232,13 +259,13 @@ function encodeHeader(tensors: readonly NamedTensor[], metadata?: Record<string,
 }
 
 /** Checks names are unique and every buffer matches its dtype and shape; returns tensors sorted by name. */
-function checkedSorted(tensors: readonly NamedTensor[], target: string): NamedTensor[] {
+function checkedSorted(tensors: readonly StoredTensor[], target: string): StoredTensor[] {
   const sorted = [...tensors].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   for (let i = 0; i < sorted.length; i++) {
     const t = sorted[i];
     if (i > 0 && sorted[i - 1].name === t.name) throw new Error(`${target}: duplicate tensor '${t.name}'`);
     if (t.name === '__metadata__') throw new Error(`${target}: '__metadata__' is not a valid tensor name`);
-    if (!isDiskDType(t.dtype)) throw new Error(`${target}: tensor '${t.name}' has unsupported dtype ${t.dtype}`);
+    if (!isSafetensorsDType(t.dtype)) throw new Error(`${target}: tensor '${t.name}' has unsupported dtype ${t.dtype}`);
     const expected = numel(t.shape) * DTYPE_BYTES[t.dtype];
     if (t.data.length !== expected) {
       throw new Error(`${target}: tensor '${t.name}' has ${t.data.length} bytes but ${t.dtype}${JSON.stringify(t.shape)} needs ${expected}`);
@@ -248,7 +275,7 @@ function checkedSorted(tensors: readonly NamedTensor[], target: string): NamedTe
 }
 
 /** Serialises tensors (sorted by name) into one in-memory safetensors file. */
-export function serializeSafetensors(tensors: readonly NamedTensor[], metadata?: Record<string, string>): Buffer {
+export function serializeSafetensors(tensors: readonly StoredTensor[], metadata?: Record<string, string>): Buffer {
   const sorted = checkedSorted(tensors, '<buffer>');
   return Buffer.concat([encodeHeader(sorted, metadata), ...sorted.map((t) => t.data)]);
 }
@@ -257,7 +284,7 @@ export function serializeSafetensors(tensors: readonly NamedTensor[], metadata?:
  * Writes a safetensors file atomically (temp file + fsync + rename), streaming the tensor buffers
  * so a multi-GB model is never concatenated in memory.
  */
-export function writeSafetensors(file: string, tensors: readonly NamedTensor[], metadata?: Record<string, string>): void {
+export function writeSafetensors(file: string, tensors: readonly StoredTensor[], metadata?: Record<string, string>): void {
   const sorted = checkedSorted(tensors, file);
   writeFileAtomic(file, [encodeHeader(sorted, metadata), ...sorted.map((t) => t.data)]);
 }

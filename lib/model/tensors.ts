@@ -35,6 +35,8 @@ export function tensorSpecs(a: ArchConfig): TensorSpec[] {
       specs.push({ name: `${p}.self_attn.k_norm.weight`, shape: [a.headDim], role: 'norm' });
     }
     specs.push({ name: `${p}.self_attn.o_proj.weight`, shape: [a.hiddenSize, q], role: 'linear' });
+    // Llama's and Qwen3's attention_bias also covers o_proj; Qwen2's hard-coded q/k/v biases do not.
+    if (a.attentionBias && a.arch !== 'qwen2') specs.push({ name: `${p}.self_attn.o_proj.bias`, shape: [a.hiddenSize], role: 'bias' });
     specs.push({ name: `${p}.post_attention_layernorm.weight`, shape: [a.hiddenSize], role: 'norm' });
     specs.push({ name: `${p}.mlp.gate_proj.weight`, shape: [a.intermediateSize, a.hiddenSize], role: 'linear' });
     specs.push({ name: `${p}.mlp.up_proj.weight`, shape: [a.intermediateSize, a.hiddenSize], role: 'linear' });

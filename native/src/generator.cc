@@ -84,18 +84,21 @@ std::vector<StepToken> Generator::step() {
   }
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
   at::Tensor logits = model->decode(at::tensor(ids, longOpts).to(model->device),
-                                    at::tensor(pos, longOpts).to(model->device), cache_)
-                          .to(at::kFloat)
-                          .cpu()
-                          .contiguous();
-  const int64_t V = logits.size(1);
+                                    at::tensor(pos, longOpts).to(model->device), cache_);
+  // Per-row temperature (1 for greedy rows), then one vectorised log-softmax for the batch.
+  std::vector<double> temps(n);
+  for (int64_t b = 0; b < n; b++) temps[b] = seqs_[b].req.sampling.temperature > 0 ? seqs_[b].req.sampling.temperature : 1.0;
+  at::Tensor t = at::tensor(temps, at::TensorOptions().dtype(at::kDouble)).to(logits.device(), logits.scalar_type());
+  at::Tensor logprobs = at::log_softmax(logits / t.unsqueeze(1), -1).to(at::kFloat).cpu().contiguous();
+  at::Tensor probs = logprobs.exp();
+  const int64_t V = logprobs.size(1);
+  const float* lp = logprobs.data_ptr<float>();
+  const float* pr = probs.data_ptr<float>();
   std::vector<Sampled> sampled(n);
   // Rows are independent (own RNG each), so sampling in parallel stays deterministic.
   at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
-    std::vector<float> scratch;
     std::vector<int32_t> order;
-    for (int64_t i = a; i < b; i++)
-      sampled[i] = sampleToken(logits.data_ptr<float>() + i * V, V, seqs_[i].req.sampling, seqs_[i].rng, scratch, order);
+    for (int64_t i = a; i < b; i++) sampled[i] = sampleToken(lp + i * V, pr + i * V, V, seqs_[i].req.sampling, seqs_[i].rng, order);
   });
   std::vector<StepToken> out;
   for (int64_t b = 0; b < n; b++) {

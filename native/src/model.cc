@@ -5,6 +5,10 @@
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -96,8 +100,8 @@ std::vector<Model::Slot> Model::slots() {
     s.push_back({p + "self_attn.v_proj.weight", {kvd, D}, &L.v});
     if (cfg.attentionBias) s.push_back({p + "self_attn.v_proj.bias", {kvd}, &L.vBias});
     s.push_back({p + "self_attn.o_proj.weight", {D, qd}, &L.o});
-    // Llama's attention_bias also covers o_proj; Qwen2's q/k/v biases do not.
-    if (cfg.attentionBias && cfg.arch == "llama") s.push_back({p + "self_attn.o_proj.bias", {D}, &L.oBias});
+    // Llama's and Qwen3's attention_bias also covers o_proj; Qwen2's q/k/v biases do not.
+    if (cfg.attentionBias && cfg.arch != "qwen2") s.push_back({p + "self_attn.o_proj.bias", {D}, &L.oBias});
     if (cfg.qkNorm) {
       s.push_back({p + "self_attn.q_norm.weight", {hd}, &L.qNorm});
       s.push_back({p + "self_attn.k_norm.weight", {hd}, &L.kNorm});
@@ -261,6 +265,58 @@ at::Tensor Model::causalAttention(const at::Tensor& q, const at::Tensor& k, cons
 #endif
 }
 
+namespace {
+// Decode attention on CPU, one (sequence, query head) at a time, reading the cache in place.
+// Batched matmul would run one tiny BLAS call per (sequence, kv head), whose call overhead costs
+// far more than this arithmetic. q [n, H, hd]; k/v cache [slots, KV, maxLen, hd]; row b attends
+// to positions 0..pos[b]. Softmax in the compute dtype (fp32/fp64).
+template <typename T>
+void decodeAttentionKernel(const T* q, const T* k, const T* v, T* out, const int64_t* pos, int64_t n, int64_t H,
+                           int64_t KV, int64_t hd, int64_t maxLen) {
+  const int64_t G = H / KV;
+  const T scale = T(1.0 / std::sqrt(double(hd)));
+  at::parallel_for(0, n * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> p;
+    for (int64_t i = begin; i < end; i++) {
+      const int64_t b = i / H, kvh = (i % H) / G, len = pos[b] + 1;
+      const T* qi = q + i * hd;
+      const T* kb = k + (b * KV + kvh) * maxLen * hd;
+      const T* vb = v + (b * KV + kvh) * maxLen * hd;
+      p.resize(len);
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t s = 0; s < len; s++) {
+        T dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t d = 0; d < hd; d++) dot += qi[d] * kb[s * hd + d];
+        p[s] = dot * scale;
+        mx = std::max(mx, p[s]);
+      }
+      T sum = 0;
+      for (int64_t s = 0; s < len; s++) sum += (p[s] = std::exp(p[s] - mx));
+      T* o = out + i * hd;
+      std::fill(o, o + hd, T(0));
+      for (int64_t s = 0; s < len; s++) {
+        const T w = p[s] / sum;
+#pragma omp simd
+        for (int64_t d = 0; d < hd; d++) o[d] += w * vb[s * hd + d];
+      }
+    }
+  });
+}
+}  // namespace
+
+at::Tensor Model::decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& pos) const {
+  const int64_t n = q.size(0);
+  at::Tensor qc = q.contiguous(), out = at::empty_like(qc);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "decodeAttention", [&] {
+    decodeAttentionKernel<scalar_t>(qc.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                                    out.data_ptr<scalar_t>(), pos.data_ptr<int64_t>(), n, cfg.numHeads, cfg.numKvHeads,
+                                    cfg.headDim, k.size(2));
+  });
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward passes
 
@@ -287,12 +343,13 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
 }
 
 at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache) const {
-  const int64_t n = ids.size(0), H = cfg.numHeads, KV = cfg.numKvHeads, G = H / KV, hd = cfg.headDim;
+  const int64_t n = ids.size(0), H = cfg.numHeads, KV = cfg.numKvHeads, hd = cfg.headDim;
   const int64_t S = pos.max().item<int64_t>() + 1;  // keys beyond the longest sequence are never read
   auto [cos, sin] = rope(pos);
   at::Tensor rows = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device));
   // Sequence b sees cache positions 0..pos[b] (its own new token included).
   at::Tensor visible = (at::arange(S, rows.options()).unsqueeze(0) <= pos.unsqueeze(1)).view({n, 1, 1, S});
+  const int64_t G = H / KV;
   at::Tensor x = at::embedding(embed_, ids);
   using at::indexing::Slice;
   for (size_t l = 0; l < layers_.size(); l++) {
@@ -301,16 +358,21 @@ at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& 
     auto [q, k] = attentionInputs(L, x, cos, sin, v);
     cache.k[l].index_put_({rows, Slice(), pos}, k);  // [n, KV, hd] into slot b, position pos[b]
     cache.v[l].index_put_({rows, Slice(), pos}, v);
-    at::Tensor K = cache.k[l].narrow(0, 0, n).narrow(2, 0, S), V = cache.v[l].narrow(0, 0, n).narrow(2, 0, S);
+    at::Tensor o;
+    if (device.is_cpu() && dtype != at::kBFloat16) {
+      o = decodeAttentionCpu(q, cache.k[l], cache.v[l], pos);
+    } else {
+      at::Tensor K = cache.k[l].narrow(0, 0, n).narrow(2, 0, S), V = cache.v[l].narrow(0, 0, n).narrow(2, 0, S);
 #if TORCH_VERSION_MAJOR >= 2
-    at::Tensor o = at::scaled_dot_product_attention(q.unsqueeze(2), K.repeat_interleave(G, 1),
-                                                    V.repeat_interleave(G, 1), visible.view({n, 1, 1, S}));
+      o = at::scaled_dot_product_attention(q.unsqueeze(2), K.repeat_interleave(G, 1), V.repeat_interleave(G, 1),
+                                           visible);
 #else
-    // Views into the cache (no copy): [n, KV, G, hd] x [n, KV, hd, S] -> scores [n, KV, G, S].
-    at::Tensor s = at::matmul((q * (1.0 / std::sqrt(double(hd)))).view({n, KV, G, hd}), K.transpose(2, 3));
-    s = s.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
-    at::Tensor o = at::matmul(at::softmax(s, -1, logitsDtype()).to(dtype), V);  // [n, KV, G, hd]
+      // Views into the cache (no copy): [n, KV, G, hd] x [n, KV, hd, S] -> scores [n, KV, G, S].
+      at::Tensor s = at::matmul((q * (1.0 / std::sqrt(double(hd)))).view({n, KV, G, hd}), K.transpose(2, 3));
+      s = s.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
+      o = at::matmul(at::softmax(s, -1, logitsDtype()).to(dtype), V);  // [n, KV, G, hd]
 #endif
+    }
     x = finishBlock(L, x, o.reshape({n, H * hd}));
   }
   return logits(rmsNorm(x, norm_));

@@ -104,6 +104,8 @@ class Model {
                                                     const at::Tensor& sin, at::Tensor& v) const;
   at::Tensor finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn) const;
   at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  at::Tensor decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& pos) const;
 
   at::Tensor embed_, norm_, lmHead_;  // lmHead_ undefined when tied
   std::vector<Layer> layers_;

@@ -1,33 +1,37 @@
 #include "sampler.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace prime {
 
-Sampled sampleToken(const float* logits, int64_t vocab, const SamplingParams& p, std::mt19937_64& rng,
-                    std::vector<float>& e, std::vector<int32_t>& order) {
-  const bool greedy = p.temperature <= 0;
-  const double invT = greedy ? 1.0 : 1.0 / p.temperature;
+Sampled sampleToken(const float* logprobs, const float* probs, int64_t vocab, const SamplingParams& p,
+                    std::mt19937_64& rng, std::vector<int32_t>& order) {
   int64_t best = 0;
   for (int64_t i = 1; i < vocab; i++)
-    if (logits[i] > logits[best]) best = i;  // first maximum wins ties
-  // e_i = exp((l_i - l_max) / T): unnormalised probabilities, max 1.
-  e.resize(vocab);
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; i++) {
-    e[i] = float(std::exp((double(logits[i]) - logits[best]) * invT));
-    sum += e[i];
+    if (logprobs[i] > logprobs[best]) best = i;  // first maximum wins ties
+  if (p.temperature <= 0) return {best, logprobs[best]};
+
+  const bool filtered = p.minP > 0 || (p.topK > 0 && p.topK < vocab) || p.topP < 1.0;
+  const double draw = double(rng() >> 11) * (1.0 / 9007199254740992.0);  // 53-bit uniform in [0, 1)
+  if (!filtered) {
+    // Inverse CDF over the whole vocabulary in token order.
+    double total = 0;
+    for (int64_t i = 0; i < vocab; i++) total += probs[i];
+    const double u = draw * total;
+    double acc = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+      acc += probs[i];
+      if (u < acc) return {i, logprobs[i]};
+    }
+    return {best, logprobs[best]};  // u within rounding of total
   }
-  const double logZ = std::log(sum);
-  auto logprobOf = [&](int64_t t) { return float((double(logits[t]) - logits[best]) * invT - logZ); };
-  if (greedy) return {best, logprobOf(best)};
 
   // Candidates in a deterministic order: by probability descending, then token id.
-  auto before = [&](int32_t a, int32_t b) { return e[a] > e[b] || (e[a] == e[b] && a < b); };
+  auto before = [&](int32_t a, int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); };
   order.clear();
+  const double minProb = p.minP * probs[best];  // min-p: p_i >= minP * p_max
   for (int64_t i = 0; i < vocab; i++)
-    if (p.minP <= 0 || e[i] >= p.minP) order.push_back(int32_t(i));  // p_i >= minP * p_max
+    if (probs[i] >= minProb) order.push_back(int32_t(i));
   if (p.topK > 0 && size_t(p.topK) < order.size()) {
     std::nth_element(order.begin(), order.begin() + p.topK, order.end(), before);
     order.resize(p.topK);
@@ -35,25 +39,25 @@ Sampled sampleToken(const float* logits, int64_t vocab, const SamplingParams& p,
   if (p.topP < 1.0) {
     std::sort(order.begin(), order.end(), before);
     double kept = 0;
-    for (int32_t t : order) kept += e[t];
+    for (int32_t t : order) kept += probs[t];
     // Keep the smallest prefix whose mass reaches topP (of the mass surviving earlier filters).
     double acc = 0;
     size_t n = 0;
     while (n < order.size()) {
-      acc += e[order[n++]];
+      acc += probs[order[n++]];
       if (acc >= p.topP * kept) break;
     }
     order.resize(n);
   }
   double total = 0;
-  for (int32_t t : order) total += e[t];
-  const double u = double(rng() >> 11) * (1.0 / 9007199254740992.0) * total;  // 53-bit uniform in [0, total)
+  for (int32_t t : order) total += probs[t];
+  const double u = draw * total;
   double acc = 0;
   for (int32_t t : order) {
-    acc += e[t];
-    if (u < acc) return {t, logprobOf(t)};
+    acc += probs[t];
+    if (u < acc) return {t, logprobs[t]};
   }
-  return {order.back(), logprobOf(order.back())};  // u within rounding of total
+  return {order.front(), logprobs[order.front()]};  // u within rounding of total
 }
 
 }  // namespace prime

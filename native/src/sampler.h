@@ -22,10 +22,12 @@ struct Sampled {
   float logprob;
 };
 
-// Samples one token. Order of filters as in vLLM: temperature, min-p, top-k, top-p. Exactly one
-// uniform is drawn from rng per non-greedy call, so a sequence's tokens depend only on its own
-// seed and logits, never on what else is in the batch. `scratch` is reusable workspace.
-Sampled sampleToken(const float* logits, int64_t vocab, const SamplingParams& p, std::mt19937_64& rng,
-                    std::vector<float>& scratch, std::vector<int32_t>& order);
+// Samples one token from one row of logprobs = log_softmax(logits / T) (T = 1 when greedy) and
+// probs = exp(logprobs), both computed vectorised for the whole batch by the caller. Filters in
+// vLLM's order: min-p, top-k, top-p. Exactly one uniform is drawn from rng per non-greedy call, so
+// a sequence's tokens depend only on its own seed and logits, never on the rest of the batch.
+// `order` is reusable workspace.
+Sampled sampleToken(const float* logprobs, const float* probs, int64_t vocab, const SamplingParams& p,
+                    std::mt19937_64& rng, std::vector<int32_t>& order);
 
 }  // namespace prime

@@ -1,5 +1,5 @@
 /**
- * Crash-safe writes for model files and folders: readers (an inference server loading
+ * Crash-safe writes of state (weights, checkpoints, batches, metrics): readers (an inference server loading
  * `weights/step_n/`, a resumed trainer) must see either the old complete content or the new
  * complete content, never a half-written file.
  */

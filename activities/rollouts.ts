@@ -1,0 +1,168 @@
+/**
+ * `generateRollouts` (cpu queue): step n's rollouts, played against the inference servers at the
+ * policy version the workflow chose, scored by the environments' rubrics, stored in
+ * `rollouts/step_n/`. Idempotent by (run, step): a finished step's summary is returned as stored;
+ * a step that crashed half-way is redone from scratch with the same seeds, so the same requests.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { writeDirAtomic } from '../lib/atomic';
+import type { EnvPool } from '../lib/envs/pool';
+import { EnvMix } from '../lib/envs/mix';
+import { hash32 } from '../lib/envs/random';
+import type { EnvironmentInfo } from '../lib/envs/types';
+import { Tokenizer } from '../lib/model/tokenizer';
+import { InferenceClient } from '../lib/orchestrator/client';
+import { runRollout, type Rollout } from '../lib/orchestrator/rollout';
+import { readRunConfig } from '../lib/run/config';
+import { RunLayout } from '../lib/run/layout';
+
+export interface RolloutStepInput {
+  runDir: string;
+  step: number;
+  /** Policy version the servers must serve for this step's rollouts. */
+  policyVersion: number;
+}
+
+export interface RolloutSummary {
+  step: number;
+  path: string;
+  policyVersion: number;
+  rollouts: number;
+  errored: number;
+  truncated: number;
+  rewardMean: number;
+  rewardStd: number;
+  /** Mean of each rubric function over valid rollouts. */
+  rubric: Record<string, number>;
+  completionTokens: number;
+  seconds: number;
+  /** The first few errors, for the UI. */
+  errors: string[];
+}
+
+/** One stored rollout: the packing input plus what a person inspecting the run wants to read. */
+export interface StoredRollout extends Rollout {
+  env: string;
+  group: number;
+  exampleIndex: number;
+  sample: number;
+  seed: number;
+}
+
+const SUMMARY = 'summary.json';
+const ROLLOUTS = 'rollouts.jsonl';
+
+export function readRollouts(dir: string): StoredRollout[] {
+  return fs
+    .readFileSync(path.join(dir, ROLLOUTS), 'utf8')
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as StoredRollout);
+}
+
+/** What the cpu worker shares between activity calls. */
+export interface RolloutDeps {
+  pool: EnvPool;
+}
+
+const tokenizers = new Map<string, Tokenizer>();
+function tokenizerOf(modelDir: string): Tokenizer {
+  let t = tokenizers.get(modelDir);
+  if (!t) {
+    t = Tokenizer.fromDir(modelDir);
+    tokenizers.set(modelDir, t);
+  }
+  return t;
+}
+
+/** Rollout seed: a pure function of (run seed, step, example slot, sample), so retries repeat requests. */
+export function rolloutSeed(seed: number, step: number, group: number, sample: number): number {
+  return hash32(`${seed}/${step}/${group}/${sample}`) & 0x7fffffff;
+}
+
+export function createRolloutActivities({ pool }: RolloutDeps) {
+  return {
+    async generateRollouts({ runDir, step, policyVersion }: RolloutStepInput): Promise<RolloutSummary> {
+      const layout = new RunLayout(runDir);
+      const dir = layout.rolloutsDir(step);
+      const summaryFile = path.join(dir, SUMMARY);
+      if (fs.existsSync(summaryFile)) return JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as RolloutSummary;
+
+      const config = readRunConfig(runDir);
+      const o = config.orchestrator;
+      if (o.batch_size % o.rollouts_per_example !== 0) {
+        throw ApplicationFailure.nonRetryable(`orchestrator.batch_size (${o.batch_size}) must be a multiple of rollouts_per_example (${o.rollouts_per_example})`, 'InvalidConfig');
+      }
+      if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', 'InvalidConfig');
+      const started = Date.now();
+      const infos: EnvironmentInfo[] = [];
+      for (const e of config.env) {
+        const r = await pool.info(e);
+        if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${e.id}' cannot be loaded: ${r.error}`, 'InvalidEnvironment');
+        infos.push(r.value);
+      }
+      const client = new InferenceClient(o.base_urls);
+      await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
+      const tokenizer = tokenizerOf(path.resolve(o.model.name));
+
+      const mix = new EnvMix(
+        config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
+        { seed: config.seed, examplesPerStep: o.batch_size / o.rollouts_per_example },
+      );
+      const total = o.batch_size;
+      let done = 0;
+      const ctx = Context.current();
+      const heartbeat = setInterval(() => ctx.heartbeat({ done, total }), 5_000);
+      try {
+        const groups = await Promise.all(
+          mix.sample(step).map(async (draw, group) => {
+            const env = config.env[draw.env];
+            const example = await pool.example(env, 'train', draw.index, config.seed);
+            return Promise.all(
+              Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
+                const seed = rolloutSeed(config.seed, step, group, sample);
+                const base = { env: env.id, group, exampleIndex: draw.index, sample, seed };
+                const rollout: Rollout = example.ok
+                  ? await runRollout({ env, info: infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling }, pool, client, tokenizer)
+                  : { completion: [], segments: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
+                done++;
+                return { ...base, ...rollout };
+              }),
+            );
+          }),
+        );
+        const all = groups.flat();
+        const valid = all.filter((r) => !r.error);
+        const rewards = valid.map((r) => r.reward);
+        const mean = rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length);
+        const variance = rewards.reduce((a, r) => a + (r - mean) ** 2, 0) / Math.max(1, rewards.length);
+        const rubric: Record<string, number> = {};
+        for (const r of valid) for (const [k, v] of Object.entries(r.metrics)) rubric[k] = (rubric[k] ?? 0) + v / valid.length;
+        const summary: RolloutSummary = {
+          step,
+          path: dir,
+          policyVersion,
+          rollouts: all.length,
+          errored: all.length - valid.length,
+          truncated: all.filter((r) => r.truncated).length,
+          rewardMean: mean,
+          rewardStd: Math.sqrt(variance),
+          rubric,
+          completionTokens: all.reduce((a, r) => a + r.completionTokens, 0),
+          seconds: (Date.now() - started) / 1000,
+          errors: all.filter((r) => r.error).slice(0, 3).map((r) => r.error!),
+        };
+        writeDirAtomic(dir, (tmp) => {
+          fs.writeFileSync(path.join(tmp, ROLLOUTS), all.map((r) => JSON.stringify(r)).join('\n') + '\n');
+          fs.writeFileSync(path.join(tmp, SUMMARY), JSON.stringify(summary, null, 1));
+        });
+        return summary;
+      } finally {
+        clearInterval(heartbeat);
+      }
+    },
+  };
+}

@@ -1,0 +1,13 @@
+/** The environments that ship with prime-rl, by id. */
+import type { EnvironmentDefinition } from '../define';
+import arithmetic from './arithmetic';
+import calculator from './calculator';
+import guessNumber from './guess-number';
+import reverseText from './reverse-text';
+
+export const BUILTIN_ENVIRONMENTS: Readonly<Record<string, EnvironmentDefinition<any, any>>> = {
+  'reverse-text': reverseText,
+  arithmetic,
+  'guess-number': guessNumber,
+  calculator,
+};

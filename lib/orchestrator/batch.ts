@@ -1,0 +1,92 @@
+/**
+ * Training batches on disk: one safetensors file per step (the format model weights use), holding
+ * the packed rows as [rows, seq_len] tensors plus the sample lengths of every row, so the trainer
+ * can keep attention inside samples. Counts and step go into the header metadata.
+ */
+import { readSafetensors, writeSafetensors, type StoredTensor } from '../model/safetensors';
+import type { PackCounts, PackedRow } from './packing';
+
+export interface BatchRow {
+  inputIds: Int32Array;
+  positionIds: Int32Array;
+  lossMask: Uint8Array;
+  /** Inference logprobs (mu) of the tokens that carry loss. */
+  logprobs: Float32Array;
+  advantages: Float32Array;
+  sampleLengths: Int32Array;
+}
+
+export interface Batch {
+  step: number;
+  seqLen: number;
+  rows: BatchRow[];
+  counts: PackCounts;
+}
+
+const bytes = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+
+function stack<T extends Int32Array | Uint8Array | Float32Array>(parts: readonly T[], make: (n: number) => T): T {
+  const out = make(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+/** Writes a step's packed rows atomically. */
+export function writeBatch(file: string, step: number, seqLen: number, rows: readonly PackedRow[], counts: PackCounts): void {
+  const r = rows.length;
+  const shape = [r, seqLen];
+  const rowOffsets = new Int32Array(r + 1);
+  rows.forEach((row, i) => (rowOffsets[i + 1] = rowOffsets[i] + row.sampleLengths.length));
+  const tensors: StoredTensor[] = [
+    { name: 'input_ids', dtype: 'I32', shape, data: bytes(stack(rows.map((x) => x.inputIds), (n) => new Int32Array(n))) },
+    { name: 'position_ids', dtype: 'I32', shape, data: bytes(stack(rows.map((x) => x.positionIds), (n) => new Int32Array(n))) },
+    { name: 'loss_mask', dtype: 'U8', shape, data: bytes(stack(rows.map((x) => x.lossMask), (n) => new Uint8Array(n))) },
+    { name: 'logprobs', dtype: 'F32', shape, data: bytes(stack(rows.map((x) => x.logprobs), (n) => new Float32Array(n))) },
+    { name: 'advantages', dtype: 'F32', shape, data: bytes(stack(rows.map((x) => x.advantages), (n) => new Float32Array(n))) },
+    { name: 'sample_lengths', dtype: 'I32', shape: [rowOffsets[r]], data: bytes(stack(rows.map((x) => x.sampleLengths), (n) => new Int32Array(n))) },
+    { name: 'row_offsets', dtype: 'I32', shape: [r + 1], data: bytes(rowOffsets) },
+  ];
+  writeSafetensors(file, tensors, { step: String(step), seq_len: String(seqLen), counts: JSON.stringify(counts) });
+}
+
+/** Reads a batch written by `writeBatch`; errors name the file and what is wrong with it. */
+export function readBatch(file: string): Batch {
+  const { tensors, metadata } = readSafetensors(file);
+  const byName = new Map(tensors.map((t) => [t.name, t]));
+  const get = (name: string, dtype: StoredTensor['dtype']) => {
+    const t = byName.get(name);
+    if (!t) throw new Error(`${file}: batch has no tensor '${name}'`);
+    if (t.dtype !== dtype) throw new Error(`${file}: batch tensor '${name}' is ${t.dtype}, expected ${dtype}`);
+    // Copy into aligned memory: a Buffer slice may start at an offset typed arrays cannot view.
+    const copy = new Uint8Array(t.data.length);
+    copy.set(t.data);
+    return copy.buffer;
+  };
+  const seqLen = Number(metadata.seq_len);
+  const offsets = new Int32Array(get('row_offsets', 'I32'));
+  const rowCount = offsets.length - 1;
+  const ids = new Int32Array(get('input_ids', 'I32'));
+  const pos = new Int32Array(get('position_ids', 'I32'));
+  const mask = new Uint8Array(get('loss_mask', 'U8'));
+  const lp = new Float32Array(get('logprobs', 'F32'));
+  const adv = new Float32Array(get('advantages', 'F32'));
+  const lengths = new Int32Array(get('sample_lengths', 'I32'));
+  if (!(seqLen > 0) || ids.length !== rowCount * seqLen) throw new Error(`${file}: batch tensors do not match ${rowCount} rows of seq_len ${metadata.seq_len}`);
+  const rows: BatchRow[] = [];
+  for (let r = 0; r < rowCount; r++) {
+    const span = [r * seqLen, (r + 1) * seqLen] as const;
+    rows.push({
+      inputIds: ids.subarray(...span),
+      positionIds: pos.subarray(...span),
+      lossMask: mask.subarray(...span),
+      logprobs: lp.subarray(...span),
+      advantages: adv.subarray(...span),
+      sampleLengths: lengths.subarray(offsets[r], offsets[r + 1]),
+    });
+  }
+  return { step: Number(metadata.step), seqLen, rows, counts: JSON.parse(metadata.counts) as PackCounts };
+}

@@ -1,0 +1,63 @@
+/**
+ * The run folder, `<output_dir>/<run_name>/`: everything a run writes, so that any step can be
+ * resumed from disk alone. Activities exchange these paths, never the data.
+ *
+ *   configs/rl.json            the resolved config the run started with
+ *   rollouts/step_N/           rollouts.jsonl + summary.json of step N
+ *   batches/step_N.safetensors packed trainer input of step N
+ *   weights/step_N/            HF folder of policy version N (written by train step N-1)
+ *   checkpoints/step_N/        trainer state after N train steps
+ *   metrics.jsonl              one line per finished step
+ *   logs/                      worker and server logs (local launcher)
+ */
+import * as path from 'node:path';
+
+export class RunLayout {
+  readonly dir: string;
+
+  constructor(dir: string) {
+    this.dir = path.resolve(dir);
+  }
+
+  static of(outputDir: string, runName: string): RunLayout {
+    return new RunLayout(path.join(outputDir, runName));
+  }
+
+  get configFile(): string {
+    return path.join(this.dir, 'configs', 'rl.json');
+  }
+  rolloutsDir(step: number): string {
+    return path.join(this.dir, 'rollouts', `step_${step}`);
+  }
+  batchFile(step: number): string {
+    return path.join(this.dir, 'batches', `step_${step}.safetensors`);
+  }
+  get weightsRoot(): string {
+    return path.join(this.dir, 'weights');
+  }
+  /** Weights of policy version `version` (version 0 is the base model, not stored here). */
+  weightsDir(version: number): string {
+    return path.join(this.weightsRoot, `step_${version}`);
+  }
+  get checkpointsRoot(): string {
+    return path.join(this.dir, 'checkpoints');
+  }
+  checkpointDir(step: number): string {
+    return path.join(this.checkpointsRoot, `step_${step}`);
+  }
+  get metricsFile(): string {
+    return path.join(this.dir, 'metrics.jsonl');
+  }
+  get logsDir(): string {
+    return path.join(this.dir, 'logs');
+  }
+}
+
+/** Steps N of the `step_N` entries in a folder, ascending. */
+export function listSteps(names: readonly string[]): number[] {
+  return names
+    .map((n) => /^step_(\d+)$/.exec(n))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => Number(m[1]))
+    .sort((a, b) => a - b);
+}

@@ -1,0 +1,134 @@
+/** Packing of rollouts into trainer rows: sample building, first-fit-decreasing, invariants. */
+import { Rng, uniformInt } from '../lib/envs/random';
+import { buildSample, packSamples, type PackResult, type Sample } from '../lib/orchestrator/packing';
+
+/** A sample of `n` tokens with ids base, base+1, ...; odd positions generated. */
+function sample(n: number, base = 0, advantage = 1): Sample {
+  const ids = Array.from({ length: n }, (_, i) => base + i);
+  return buildSample(
+    ids.map((t, i) => (i % 2 === 1 ? { tokens: [t], generated: true, logprobs: [-(t % 7) / 8] } : { tokens: [t], generated: false })),
+    advantage,
+  );
+}
+
+describe('buildSample', () => {
+  test('multi-turn segments: one sequence, mask and logprobs only on generated tokens, advantage broadcast', () => {
+    const s = buildSample(
+      [
+        { tokens: [1, 2, 3], generated: false }, // prompt
+        { tokens: [4, 5], generated: true, logprobs: [-0.5, -0.25] }, // turn 1
+        { tokens: [6], generated: false }, // env / tool response
+        { tokens: [7], generated: true, logprobs: [-2] }, // turn 2
+      ],
+      0.75,
+    );
+    expect(Array.from(s.inputIds)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+    expect(Array.from(s.lossMask)).toEqual([0, 0, 0, 1, 1, 0, 1]);
+    expect(Array.from(s.logprobs)).toEqual([0, 0, 0, -0.5, -0.25, 0, -2]);
+    expect(Array.from(s.advantages)).toEqual([0, 0, 0, 0.75, 0.75, 0, 0.75]);
+  });
+
+  test('generated tokens need their logprobs', () => {
+    expect(() => buildSample([{ tokens: [1, 2], generated: true, logprobs: [0] }], 1)).toThrow(/segment 0: generated tokens need one logprob each \(2 tokens, 1 logprobs\)/);
+  });
+});
+
+describe('packSamples', () => {
+  test('first-fit-decreasing on a hand-worked case', () => {
+    // lengths 3 7 5 4 2 6 -> placed 7, 6, 5, 4, 3, 2 into rows of 10
+    const samples = [3, 7, 5, 4, 2, 6].map((n, i) => sample(n, 100 * i));
+    const { rows, counts } = packSamples(samples, 10);
+    expect(rows.map((r) => Array.from(r.sampleIndices))).toEqual([[1, 0], [5, 3], [2, 4]]);
+    expect(rows.map((r) => Array.from(r.sampleLengths))).toEqual([[7, 3], [6, 4], [5, 2]]);
+    expect(Array.from(rows[2].inputIds)).toEqual([200, 201, 202, 203, 204, 400, 401, 0, 0, 0]);
+    expect(Array.from(rows[2].positionIds)).toEqual([0, 1, 2, 3, 4, 0, 1, 0, 0, 0]);
+    expect(Array.from(rows[2].lossMask)).toEqual([0, 1, 0, 1, 0, 0, 1, 0, 0, 0]);
+    expect(counts).toEqual({ samples: 6, rows: 3, tokens: 27, lossTokens: 1 + 3 + 2 + 2 + 1 + 3, truncated: 0, truncatedTokens: 0, padding: 3 });
+  });
+
+  test('longer-than-row samples are truncated to seq_len and counted, never dropped', () => {
+    const { rows, counts } = packSamples([sample(6, 10), sample(2, 50)], 4, { padTokenId: -1 });
+    expect(rows.map((r) => Array.from(r.inputIds))).toEqual([[10, 11, 12, 13], [50, 51, -1, -1]]);
+    expect(counts).toMatchObject({ samples: 2, rows: 2, tokens: 6, lossTokens: 3, truncated: 1, truncatedTokens: 2, padding: 2 });
+  });
+
+  test('bad input is rejected', () => {
+    expect(() => packSamples([sample(0)], 4)).toThrow('packing: sample 0 has no tokens');
+    const s = sample(3);
+    expect(() => packSamples([{ ...s, logprobs: new Float32Array(2) }], 4)).toThrow(/arrays differ in length/);
+    expect(() => packSamples([s], 0)).toThrow(/seq_len/);
+  });
+
+  test('randomized invariants (fixed seed): nothing lost or duplicated, boundaries, masks, first fit', () => {
+    const rng = new Rng(1234, 'packing-test');
+    for (let trial = 0; trial < 20; trial++) {
+      const seqLen = uniformInt(rng, 8, 300);
+      const samples: Sample[] = Array.from({ length: uniformInt(rng, 1, 150) }, (_, i) => {
+        const prompt = uniformInt(rng, 1, seqLen);
+        const completion = uniformInt(rng, 0, Math.ceil(seqLen / 2));
+        const ids = (n: number) => Array.from({ length: n }, () => uniformInt(rng, 0, 150_000));
+        return buildSample(
+          [
+            { tokens: ids(prompt), generated: false },
+            { tokens: ids(completion), generated: true, logprobs: Array.from({ length: completion }, () => -uniformInt(rng, 0, 1000) / 100) },
+          ],
+          (i % 5) - 2,
+        );
+      });
+      checkInvariants(samples, seqLen, packSamples(samples, seqLen));
+    }
+  });
+});
+
+/** Collects violations as strings (per-token `expect` calls would make the test take minutes). */
+function checkInvariants(samples: Sample[], seqLen: number, { rows, counts }: PackResult) {
+  const bad: string[] = [];
+  const kept = samples.map((s) => Math.min(s.inputIds.length, seqLen));
+  const seen = new Array(samples.length).fill(0);
+  const finalFree = rows.map((r) => seqLen - r.sampleLengths.reduce((a, b) => a + b, 0));
+  const same = (a: ArrayLike<number>, b: ArrayLike<number>, n: number) => Array.from({ length: n }, (_, p) => a[p] === b[p]).every(Boolean);
+  let tokens = 0;
+  let lossTokens = 0;
+  rows.forEach((row, r) => {
+    for (const arr of [row.inputIds, row.positionIds, row.lossMask, row.logprobs, row.advantages]) if (arr.length !== seqLen) bad.push(`row ${r}: length`);
+    let at = 0;
+    row.sampleIndices.forEach((i, k) => {
+      seen[i]++;
+      const n = row.sampleLengths[k];
+      if (n !== kept[i]) bad.push(`sample ${i}: ${n} tokens placed, ${kept[i]} expected`);
+      // First fit: the sample did not fit into any earlier row (whose free space only shrank).
+      for (let q = 0; q < r; q++) if (n <= finalFree[q]) bad.push(`sample ${i} in row ${r} would fit row ${q}`);
+      // Decreasing: within a row samples arrive longest first.
+      if (k > 0 && n > row.sampleLengths[k - 1]) bad.push(`row ${r}: not decreasing`);
+      const s = samples[i];
+      if (!same(row.inputIds.subarray(at), s.inputIds, n)) bad.push(`sample ${i}: ids`);
+      if (!same(row.lossMask.subarray(at), s.lossMask, n)) bad.push(`sample ${i}: mask`);
+      if (!same(row.logprobs.subarray(at), s.logprobs, n)) bad.push(`sample ${i}: logprobs`);
+      if (!same(row.advantages.subarray(at), s.advantages, n)) bad.push(`sample ${i}: advantages`);
+      for (let p = 0; p < n; p++) {
+        if (row.positionIds[at + p] !== p) bad.push(`sample ${i}: position ${p}`);
+        // Mask right: logprobs and advantages only where the loss is.
+        if (row.lossMask[at + p] === 0 && (row.logprobs[at + p] !== 0 || row.advantages[at + p] !== 0)) bad.push(`sample ${i}: unmasked values at ${p}`);
+        lossTokens += row.lossMask[at + p];
+      }
+      at += n;
+    });
+    tokens += at;
+    if (at > seqLen) bad.push(`row ${r}: overfull`);
+    for (let p = at; p < seqLen; p++) {
+      if (row.lossMask[p] !== 0 || row.advantages[p] !== 0 || row.inputIds[p] !== 0) bad.push(`row ${r}: padding at ${p}`);
+    }
+  });
+  seen.forEach((c, i) => c !== 1 && bad.push(`sample ${i} placed ${c} times`));
+  expect(bad).toEqual([]);
+  expect(counts).toEqual({
+    samples: samples.length,
+    rows: rows.length,
+    tokens,
+    lossTokens,
+    truncated: samples.filter((s) => s.inputIds.length > seqLen).length,
+    truncatedTokens: samples.reduce((n, s) => n + Math.max(0, s.inputIds.length - seqLen), 0),
+    padding: rows.length * seqLen - tokens,
+  });
+  expect(tokens).toBe(kept.reduce((a, b) => a + b, 0));
+}

@@ -1,0 +1,133 @@
+/** Rollouts against a real inference server, and the cpu activities of a step. */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import * as native from '../native';
+import { createPackActivities, type PackSummary } from '../activities/pack';
+import { createRolloutActivities, readRollouts, type RolloutSummary } from '../activities/rollouts';
+import { inferenceSchema, rlSchema } from '../lib/config/schemas';
+import { EnvPool } from '../lib/envs/pool';
+import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import { createModel } from '../lib/model/create';
+import { loadHfModel } from '../lib/model/hf';
+import { Tokenizer } from '../lib/model/tokenizer';
+import { readBatch } from '../lib/orchestrator/batch';
+import { InferenceClient, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
+import { runRollout } from '../lib/orchestrator/rollout';
+import { RunLayout } from '../lib/run/layout';
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rollouts-'));
+const modelDir = path.join(root, 'model');
+let server: InferenceServer;
+let pool: EnvPool;
+
+beforeAll(async () => {
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+  server = await startInferenceServer(
+    inferenceSchema.parse({ model: { name: modelDir }, seq_len: 512, output_dir: root, threads: 2, server: { port: 0 } }),
+  );
+  pool = new EnvPool({ workers: 2, timeoutS: 30 });
+});
+afterAll(async () => {
+  await pool?.close();
+  await server?.close(1000);
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+/** A real client that also records what it sent. */
+class RecordingClient extends InferenceClient {
+  readonly prompts: number[][] = [];
+  override async generate(promptIds: readonly number[], params: GenerateParams): Promise<GenerateResult> {
+    this.prompts.push([...promptIds]);
+    return super.generate(promptIds, params);
+  }
+}
+
+test('a multi-turn rollout extends the token ids of each turn exactly', async () => {
+  const env = { id: 'guess-number', args: { max_turns: 3 } };
+  const info = await pool.info(env);
+  const example = await pool.example(env, 'train', 0, 0);
+  if (!info.ok || !example.ok) throw new Error('env failed');
+  const client = new RecordingClient([`${server.url}/v1`]);
+  const tokenizer = Tokenizer.fromDir(modelDir);
+  const sampling = { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 12 };
+  const rollout = await runRollout({ env, info: info.value, example: example.value, seed: 5, seqLen: 512, sampling }, pool, client, tokenizer);
+
+  expect(rollout.error).toBeUndefined();
+  expect(rollout.turns).toBe(3);
+  const kinds = rollout.segments.map((s) => (s.generated ? 'model' : 'env'));
+  expect(kinds).toEqual(['env', 'model', 'env', 'model', 'env', 'model']);
+  // The prompt of turn t is every token before it: earlier turns were never re-tokenised.
+  const flat = (k: number) => rollout.segments.slice(0, k).flatMap((s) => Array.from(s.tokens));
+  expect(client.prompts).toHaveLength(3);
+  expect(client.prompts[0]).toEqual(flat(1));
+  expect(client.prompts[1]).toEqual(flat(3));
+  expect(client.prompts[2]).toEqual(flat(5));
+  // The environment's turn is the template's text between the model's turns.
+  const envText = tokenizer.decode(Array.from(rollout.segments[2].tokens));
+  expect(envText).toMatch(/<\|im_start\|>user\n(Higher\.|Lower\.|Write one integer guess in <guess> tags\.)<\|im_end\|>\n<\|im_start\|>assistant\n$/);
+  expect(rollout.completion.map((m) => m.role)).toEqual(['assistant', 'user', 'assistant', 'user', 'assistant']);
+
+  // Every sampled token's inference logprob equals the engine scoring the whole rollout.
+  const ids = flat(rollout.segments.length);
+  const hf = loadHfModel(modelDir);
+  const model = await native.loadModel(hf.config, hf.tensors);
+  const [scores] = await model.score([{ inputIds: ids, positionIds: ids.map((_, i) => i) }]);
+  let at = 0;
+  for (const s of rollout.segments) {
+    if (s.generated) Array.from(s.logprobs!).forEach((lp, i) => expect(lp).toBeCloseTo(scores.logprobs[at + i], 4));
+    at += s.tokens.length;
+  }
+});
+
+describe('step activities', () => {
+  const layout = new RunLayout(path.join(root, 'runs', 'r1'));
+  const mock = new MockActivityEnvironment();
+
+  beforeAll(() => {
+    const config = rlSchema.parse({
+      run_name: 'r1',
+      model: { name: modelDir },
+      env: [{ id: 'reverse-text' }, { id: 'arithmetic', weight: 1 }],
+      seq_len: 512,
+      trainer: { model: { name: modelDir } },
+      inference: { model: { name: modelDir } },
+      orchestrator: { model: { name: modelDir }, seq_len: 512, batch_size: 8, rollouts_per_example: 4, base_urls: [`${server.url}/v1`], sampling: { max_tokens: 16 } },
+    });
+    fs.mkdirSync(path.dirname(layout.configFile), { recursive: true });
+    fs.writeFileSync(layout.configFile, JSON.stringify(config));
+  });
+
+  test('generateRollouts writes the step and returns a summary; a second call returns the stored one', async () => {
+    const { generateRollouts } = createRolloutActivities({ pool });
+    const summary: RolloutSummary = await mock.run(generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 });
+    expect(summary.rollouts).toBe(8);
+    expect(summary.errored).toBe(0);
+    const stored = readRollouts(layout.rolloutsDir(0));
+    expect(stored).toHaveLength(8);
+    expect(new Set(stored.map((r) => r.group))).toEqual(new Set([0, 1]));
+    expect(new Set(stored.map((r) => r.env))).toEqual(new Set(['reverse-text', 'arithmetic']));
+
+    // With no inference server reachable, only a stored result can answer.
+    const offline = createRolloutActivities({ pool });
+    const generatedBefore = server.scheduler.generatedTokens;
+    expect(await mock.run(offline.generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 })).toEqual(summary);
+    expect(server.scheduler.generatedTokens).toBe(generatedBefore);
+  });
+
+  test('packBatch packs the rollouts into a batch file; a retry returns the same batch', async () => {
+    const { packBatch } = createPackActivities();
+    const summary: PackSummary = await mock.run(packBatch, { runDir: layout.dir, step: 0 });
+    const batch = readBatch(summary.path);
+    expect(batch.step).toBe(0);
+    expect(batch.rows.length).toBe(summary.counts.rows);
+    const kept = summary.advantages.rollouts_kept;
+    expect(summary.counts.samples).toBe(kept);
+    const loss = batch.rows.reduce((a, r) => a + r.lossMask.reduce((x, y) => x + y, 0), 0);
+    expect(loss).toBe(summary.counts.lossTokens);
+    const mtime = fs.statSync(summary.path).mtimeMs;
+    expect(await mock.run(packBatch, { runDir: layout.dir, step: 0 })).toEqual(summary);
+    expect(fs.statSync(summary.path).mtimeMs).toBe(mtime);
+  });
+});
