@@ -6,7 +6,6 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { writeDirAtomic } from '../lib/atomic';
 import type { EnvPool } from '../lib/envs/pool';
@@ -18,6 +17,7 @@ import { InferenceClient } from '../lib/orchestrator/client';
 import { runRollout, type Rollout } from '../lib/orchestrator/rollout';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
+import { withHeartbeat } from './heartbeat';
 
 export interface RolloutStepInput {
   runDir: string;
@@ -114,55 +114,53 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       );
       const total = o.batch_size;
       let done = 0;
-      const ctx = Context.current();
-      const heartbeat = setInterval(() => ctx.heartbeat({ done, total }), 5_000);
-      try {
-        const groups = await Promise.all(
-          mix.sample(step).map(async (draw, group) => {
-            const env = config.env[draw.env];
-            const example = await pool.example(env, 'train', draw.index, config.seed);
-            return Promise.all(
-              Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
-                const seed = rolloutSeed(config.seed, step, group, sample);
-                const base = { env: env.id, group, exampleIndex: draw.index, sample, seed };
-                const rollout: Rollout = example.ok
-                  ? await runRollout({ env, info: infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling }, pool, client, tokenizer)
-                  : { completion: [], segments: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
-                done++;
-                return { ...base, ...rollout };
-              }),
-            );
-          }),
-        );
-        const all = groups.flat();
-        const valid = all.filter((r) => !r.error);
-        const rewards = valid.map((r) => r.reward);
-        const mean = rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length);
-        const variance = rewards.reduce((a, r) => a + (r - mean) ** 2, 0) / Math.max(1, rewards.length);
-        const rubric: Record<string, number> = {};
-        for (const r of valid) for (const [k, v] of Object.entries(r.metrics)) rubric[k] = (rubric[k] ?? 0) + v / valid.length;
-        const summary: RolloutSummary = {
-          step,
-          path: dir,
-          policyVersion,
-          rollouts: all.length,
-          errored: all.length - valid.length,
-          truncated: all.filter((r) => r.truncated).length,
-          rewardMean: mean,
-          rewardStd: Math.sqrt(variance),
-          rubric,
-          completionTokens: all.reduce((a, r) => a + r.completionTokens, 0),
-          seconds: (Date.now() - started) / 1000,
-          errors: all.filter((r) => r.error).slice(0, 3).map((r) => r.error!),
-        };
-        writeDirAtomic(dir, (tmp) => {
-          fs.writeFileSync(path.join(tmp, ROLLOUTS), all.map((r) => JSON.stringify(r)).join('\n') + '\n');
-          fs.writeFileSync(path.join(tmp, SUMMARY), JSON.stringify(summary, null, 1));
-        });
-        return summary;
-      } finally {
-        clearInterval(heartbeat);
-      }
+      const groups = await withHeartbeat(
+        () => ({ done, total }),
+        () =>
+          Promise.all(
+            mix.sample(step).map(async (draw, group) => {
+              const env = config.env[draw.env];
+              const example = await pool.example(env, 'train', draw.index, config.seed);
+              return Promise.all(
+                Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
+                  const seed = rolloutSeed(config.seed, step, group, sample);
+                  const base = { env: env.id, group, exampleIndex: draw.index, sample, seed };
+                  const rollout: Rollout = example.ok
+                    ? await runRollout({ env, info: infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling }, pool, client, tokenizer)
+                    : { completion: [], segments: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
+                  done++;
+                  return { ...base, ...rollout };
+                }),
+              );
+            }),
+          ),
+      );
+      const all = groups.flat();
+      const valid = all.filter((r) => !r.error);
+      const rewards = valid.map((r) => r.reward);
+      const mean = rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length);
+      const variance = rewards.reduce((a, r) => a + (r - mean) ** 2, 0) / Math.max(1, rewards.length);
+      const rubric: Record<string, number> = {};
+      for (const r of valid) for (const [k, v] of Object.entries(r.metrics)) rubric[k] = (rubric[k] ?? 0) + v / valid.length;
+      const summary: RolloutSummary = {
+        step,
+        path: dir,
+        policyVersion,
+        rollouts: all.length,
+        errored: all.length - valid.length,
+        truncated: all.filter((r) => r.truncated).length,
+        rewardMean: mean,
+        rewardStd: Math.sqrt(variance),
+        rubric,
+        completionTokens: all.reduce((a, r) => a + r.completionTokens, 0),
+        seconds: (Date.now() - started) / 1000,
+        errors: all.filter((r) => r.error).slice(0, 3).map((r) => r.error!),
+      };
+      writeDirAtomic(dir, (tmp) => {
+        fs.writeFileSync(path.join(tmp, ROLLOUTS), all.map((r) => JSON.stringify(r)).join('\n') + '\n');
+        fs.writeFileSync(path.join(tmp, SUMMARY), JSON.stringify(summary, null, 1));
+      });
+      return summary;
     },
   };
 }

@@ -8,7 +8,7 @@
  * attention (QK^T and PV: 4 * layers * context * H * hd per token forward; mean context for causal).
  */
 import type { ArchConfig } from '../lib/model/arch';
-import { info, loadModel, matmulGflops, setThreads, type NativeModel, type TrainRow } from '../native';
+import { info, loadModel, matmulGflops, setThreads, type LossConfig, type NativeModel, type TrainerOptions, type TrainRow } from '../native';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../native/testing';
 import { parameterCount } from '../lib/model/tensors';
 import { Rng } from '../lib/model/rng';
@@ -82,21 +82,32 @@ async function benchModel(name: string, c: ArchConfig, rows: Row[]): Promise<voi
     const flops = tokens * (2 * P + attnFlops(c, ctx));
     rows.push({ model: name, what: `decode batch ${B}`, tokensPerSecond: tokens / s, gflops: flops / s / 1e9 });
   }
-  // Training: fwd+bwd+AdamW on 2 packed rows of 512 tokens (4 samples of 128 each).
-  {
-    const trainer = model.createTrainer();
+  // Training: fwd+bwd+AdamW on 2 packed rows of 512 tokens (4 samples of 128 each): SFT's CE,
+  // GRPO with TIS (adds the entropy metric and ratio terms), and GRPO on LoRA adapters (the last,
+  // as LoRA freezes the model's weights).
+  const variants: { what: string; options: TrainerOptions; loss: LossConfig }[] = [
+    { what: 'ce', options: {}, loss: { kind: 'ce' } },
+    { what: 'grpo+tis', options: {}, loss: { kind: 'grpo', mismatch: { mode: 'tis' } } },
+    { what: 'grpo, LoRA r16 all linear', options: { lora: { rank: 16, alpha: 32, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] } }, loss: { kind: 'grpo' } },
+  ];
+  for (const { what, options, loss } of variants) {
+    const trainer = model.createTrainer(options);
     const row = (): TrainRow => {
       const samples = Array.from({ length: 4 }, () => randomTokens(rng, 128, c.vocabSize));
-      return { ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i >= 32 ? 1 : 0))) };
+      const lossMask = samples.flatMap((s) => s.map((_, i) => (i >= 32 ? 1 : 0)));
+      const advantages = Float32Array.from(samples.flatMap((s) => s.map(() => rng.normal())));
+      const inferenceLogprobs = Float32Array.from(lossMask, (m) => (m ? -Math.log(c.vocabSize) : 0));
+      return { ...packRow(samples), lossMask, advantages, inferenceLogprobs };
     };
     const batch = [row(), row()];
-    await trainer.step(batch, { lr: 1e-4, maxGradNorm: 1 }); // warm-up
+    await trainer.step(batch, { lr: 1e-4, maxGradNorm: 1, loss }); // warm-up
     const steps = 3;
     const [, s] = await time(async () => {
-      for (let i = 0; i < steps; i++) await trainer.step(batch, { lr: 1e-4, maxGradNorm: 1 });
+      for (let i = 0; i < steps; i++) await trainer.step(batch, { lr: 1e-4, maxGradNorm: 1, loss });
     });
-    const tokens = steps * 2 * 512, flops = tokens * (6 * P + 3 * attnFlops(c, 64)); // samples of 128: mean context 64
-    rows.push({ model: name, what: 'train (2 x 512, fwd+bwd+AdamW)', tokensPerSecond: tokens / s, gflops: flops / s / 1e9 });
+    // LoRA still back-propagates through every layer's activations (not into the frozen weights).
+    const flops = steps * 2 * 512 * ((options.lora ? 4 : 6) * P + 3 * attnFlops(c, 64)); // mean context 64
+    rows.push({ model: name, what: `train ${what} (2 x 512, fwd+bwd+AdamW)`, tokensPerSecond: (steps * 2 * 512) / s, gflops: flops / s / 1e9 });
   }
 }
 

@@ -50,22 +50,42 @@ export function writeFileAtomic(file: string, chunks: string | Buffer | readonly
  * Node has no atomic directory exchange (renameat2), hence the short window without `dir`.
  */
 export function writeDirAtomic(dir: string, fill: (tmpDir: string) => void): void {
-  const parent = path.dirname(path.resolve(dir));
-  fs.mkdirSync(parent, { recursive: true });
-  const tmp = tempSibling(dir, 'tmp');
-  fs.mkdirSync(tmp);
+  const tmp = makeTempDir(dir);
   try {
     fill(tmp);
   } catch (e) {
     fs.rmSync(tmp, { recursive: true, force: true });
     throw e;
   }
+  commitDir(tmp, dir);
+}
+
+/** `writeDirAtomic` for a fill that is asynchronous (e.g. the native engine saving a checkpoint). */
+export async function writeDirAtomicAsync(dir: string, fill: (tmpDir: string) => Promise<void>): Promise<void> {
+  const tmp = makeTempDir(dir);
+  try {
+    await fill(tmp);
+  } catch (e) {
+    fs.rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  }
+  commitDir(tmp, dir);
+}
+
+function makeTempDir(dir: string): string {
+  fs.mkdirSync(path.dirname(path.resolve(dir)), { recursive: true });
+  const tmp = tempSibling(dir, 'tmp');
+  fs.mkdirSync(tmp);
+  return tmp;
+}
+
+function commitDir(tmp: string, dir: string): void {
   let old: string | undefined;
   if (fs.existsSync(dir)) {
     old = tempSibling(dir, 'old');
     fs.renameSync(dir, old);
   }
   fs.renameSync(tmp, dir);
-  fsyncDir(parent);
+  fsyncDir(path.dirname(path.resolve(dir)));
   if (old) fs.rmSync(old, { recursive: true, force: true });
 }

@@ -77,6 +77,14 @@ export interface GenerationRequest {
   seed?: number;
   /** Return raw (temperature 1) logprobs of the prompt tokens. */
   promptLogprobs?: boolean;
+  /** 0..20: with every token, the k most likely tokens (OpenAI `top_logprobs`). Default 0. */
+  topLogprobs?: number;
+}
+
+/** The most likely tokens of one step, descending by logprob (ties: lower id first). */
+export interface TopLogprobs {
+  ids: Int32Array;
+  logprobs: number[];
 }
 
 export interface AddedSequence {
@@ -96,6 +104,8 @@ export interface StepToken {
   finished: boolean;
   /** 'stop' (a stop token was sampled; it is included) or 'length' (maxTokens or cache full). */
   finishReason?: 'stop' | 'length';
+  /** When the request asked for topLogprobs: from the same distribution as `logprob`. */
+  topLogprobs?: TopLogprobs;
 }
 
 export interface CacheStats {
@@ -114,18 +124,119 @@ export interface AdamWOptions {
   weightDecay?: number;
 }
 
-/** A packed row for training; `lossMask[t]` marks token t as trained on. */
-export interface TrainRow extends PackedRow {
-  lossMask: Uint8Array | boolean[] | number[];
+/** LoRA projection names (HF module names inside a block). */
+export type LoraTarget = 'q_proj' | 'k_proj' | 'v_proj' | 'o_proj' | 'gate_proj' | 'up_proj' | 'down_proj';
+
+export interface LoraOptions {
+  rank: number;
+  alpha: number;
+  /** On each adapter's input, training only; masks come from the trainer's (checkpointed) RNG. Default 0. */
+  dropout?: number;
+  targetModules: LoraTarget[];
 }
 
+export interface TrainerOptions extends AdamWOptions {
+  /**
+   * Low-rank adapters y = W x + (alpha / rank) B A dropout(x) on the target projections, A
+   * initialised like PEFT (kaiming-uniform), B = 0; the base weights stay frozen and AdamW
+   * updates only the adapters.
+   */
+  lora?: LoraOptions;
+  /**
+   * Keep a frozen copy of the weights as they are at creation: the reference policy of the KL
+   * term (`klBeta`). Create the trainer on the base weights (before `load`), so a resumed run
+   * gets the same reference. With LoRA the reference is always the base model (no copy).
+   */
+  reference?: boolean;
+  /** Seed of the trainer's RNG (LoRA init and dropout). Default 0. */
+  seed?: number;
+}
+
+export type Reals = Float32Array | Float64Array | number[];
+
+/**
+ * A packed row for training; `lossMask[t]` marks token t as trained on. The policy losses also
+ * need, per token, `advantages[t]` and `inferenceLogprobs[t]` (mu, the logprob the inference
+ * engine reported for token t; any value where lossMask is 0).
+ */
+export interface TrainRow extends PackedRow {
+  lossMask: Uint8Array | boolean[] | number[];
+  advantages?: Reals;
+  inferenceLogprobs?: Reals;
+}
+
+/**
+ * The training objective (DESIGN.md section 4). Per loss token t, with logp the trainer's logprob
+ * under softmax(logits / temperature), r = exp(logp - mu) and A the advantage:
+ * - 'ce': -logp (SFT);
+ * - 'grpo': -min(r A, clip(r, 1 - epsLow, 1 + epsHigh) A) (DAPO clip-higher: epsHigh > epsLow);
+ * - 'gspo': per sample, s = exp(mean of log r over its loss tokens), -min(s A, clip(s, ...) A)
+ *   with A the mean advantage over its loss tokens: one term per sample, counted once per loss
+ *   token (so token normalisation weights it by its token count, and each token's mismatch
+ *   weight applies to its share);
+ * - 'cispo': -sg(clip(r, 0, 1 + epsHigh)) A logp.
+ * Mismatch correction (`mismatch.mode`) on the detached r: 'tis' multiplies each token's loss by min(r, tisCap);
+ * 'mask' zeroes tokens with r outside [tokenLow, tokenHigh] and whole samples whose
+ * geometric-mean r is outside [seqLow, seqHigh]. Masked tokens still count in the normaliser
+ * (as prime-rl: the loss is scaled down, not re-weighted onto the remaining tokens).
+ * klBeta > 0 adds klBeta * k3 per loss token, k3 = exp(ref - logp) - (ref - logp) - 1 against
+ * the trainer's reference policy (see TrainerOptions.reference), unaffected by mismatch masking.
+ */
 export interface LossConfig {
-  /** 'ce': masked cross-entropy (RL losses will be added as further kinds). */
-  kind?: 'ce';
-  /** Logits are divided by it before log-softmax. Default 1. */
+  /** Default 'ce'. */
+  kind?: 'ce' | 'grpo' | 'gspo' | 'cispo';
+  /** Logits are divided by it before log-softmax (the sampling temperature). Default 1. */
   temperature?: number;
-  /** loss = sum over loss tokens / normalizer. Default: the number of loss tokens in the step. */
+  /**
+   * 'token' (default): sum of token losses / loss tokens of the step. 'sequence': mean within
+   * each sample, summed / samples (with at least one loss token) of the step.
+   */
+  normalization?: 'token' | 'sequence';
+  /**
+   * The step's count of the normalisation unit (loss tokens, or samples) when one optimizer
+   * step is split over several calls. Default: counted over this call's rows.
+   */
   normalizer?: number;
+  /** Default 0.2. */
+  epsLow?: number;
+  /** Default 0.2. */
+  epsHigh?: number;
+  /** Trainer/inference mismatch correction; default none. Only for the policy losses. */
+  mismatch?: MismatchCorrection;
+  /** Default 0 (no KL term). */
+  klBeta?: number;
+}
+
+export interface MismatchCorrection {
+  mode: 'none' | 'tis' | 'mask';
+  /** tis: default 2. */
+  tisCap?: number;
+  /** mask: defaults 0.125 and 8. */
+  tokenLow?: number;
+  tokenHigh?: number;
+  /** mask: defaults 0.1 and 10. */
+  seqLow?: number;
+  seqHigh?: number;
+}
+
+/** Loss value and its metrics; means are over loss tokens. */
+export interface LossMetrics {
+  loss: number;
+  /** Mean entropy of softmax(logits / temperature) (0 from policyLoss, which has no logits). */
+  entropy: number;
+  /** Mean of rho - log rho - 1, rho = exp(logp - mu) (detached): trainer/inference mismatch. */
+  mismatchKl: number;
+  /** Mean k3 KL to the reference (0 without klBeta). */
+  referenceKl: number;
+  /** Loss tokens dropped by mismatch masking (token or sample rule). */
+  maskedTokenFraction: number;
+  /** Samples dropped by the sample rule of mismatch masking. */
+  maskedSampleFraction: number;
+  /** Loss tokens where the clip was active (gspo: tokens of clipped samples). */
+  clippedFraction: number;
+  lossTokens: number;
+  /** Samples with at least one loss token. */
+  samples: number;
 }
 
 export interface TrainStepOptions {
@@ -135,14 +246,34 @@ export interface TrainStepOptions {
   loss?: LossConfig;
 }
 
-export interface TrainStepStats {
-  loss: number;
+export interface TrainStepStats extends LossMetrics {
   /** Total L2 norm of the gradients before clipping. */
   gradNorm: number;
+  lr: number;
   tokens: number;
-  lossTokens: number;
   seconds: number;
+  forwardBackwardSeconds: number;
+  optimizerSeconds: number;
   tokensPerSecond: number;
+}
+
+/** Inputs of `policyLoss`: per-token vectors of one equal length, samples back to back. */
+export interface PolicyLossInputs {
+  logp: Reals;
+  lossMask: Uint8Array | boolean[] | number[];
+  /** Token counts of the samples, in order; they sum to the vector length. */
+  sampleLengths: number[];
+  /** Default 0s. */
+  mu?: Reals;
+  advantages?: Reals;
+  refLogp?: Reals;
+}
+
+export interface PolicyLossResult {
+  loss: number;
+  /** d loss / d logp per token. */
+  gradLogp: Float64Array;
+  metrics: LossMetrics;
 }
 
 export interface NativeInfo {
@@ -164,7 +295,7 @@ interface RawModel {
   readWeights(dtype?: TensorDType): Promise<WeightTensor[]>;
   numParameters(): number;
   createGenerator(opts: GeneratorOptions): RawGenerator;
-  createTrainer(opts: AdamWOptions): RawTrainer;
+  createTrainer(opts: TrainerOptions): RawTrainer;
 }
 interface RawGenerator {
   add(requests: GenerationRequest[]): Promise<AddedSequence[]>;
@@ -175,6 +306,9 @@ interface RawGenerator {
 interface RawTrainer {
   step(rows: TrainRow[], opts: TrainStepOptions): Promise<TrainStepStats>;
   gradients(rows: TrainRow[], loss?: LossConfig): Promise<TrainStepStats & { gradients: WeightTensor[] }>;
+  score(rows: PackedRow[], opts: { temperature?: number }): Promise<RowScores[]>;
+  readWeights(dtype?: TensorDType): Promise<WeightTensor[]>;
+  readAdapters(dtype?: TensorDType): Promise<WeightTensor[]>;
   save(dir: string): Promise<void>;
   load(dir: string): Promise<void>;
   stepCount(): number;
@@ -184,6 +318,7 @@ interface Addon {
   setThreads(n: number): void;
   createModel(config: ArchConfig, tensors: readonly WeightTensor[], opts: ModelOptions): Promise<RawModel>;
   matmulGflops(n: number, iters: number): Promise<number>;
+  policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
 }
 
 /** The repository root: the nearest directory above this file holding package.json. */
@@ -239,6 +374,15 @@ export function matmulGflops(n = 2048, iters = 10): Promise<number> {
 }
 
 /**
+ * Evaluates the trainer's loss code (fp64, synchronously) on given per-token logprobs: the loss,
+ * d loss / d logp and the metrics. For tests against hand computation; the normaliser is
+ * `loss.normalizer` or the counts of these inputs.
+ */
+export function policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult {
+  return load().policyLoss(inputs, loss);
+}
+
+/**
  * Builds a model from HF-named tensors (bytes are copied once and converted to the compute
  * dtype). Rejects on a missing, extra, mis-shaped or unsupported-dtype tensor, naming it.
  */
@@ -289,8 +433,11 @@ export class NativeModel {
     return new Generator(this.raw.createGenerator(options), this.queue);
   }
 
-  /** A trainer (AdamW) updating this model's weights in place; needs float32/float64. */
-  createTrainer(options: AdamWOptions = {}): Trainer {
+  /**
+   * A trainer (AdamW) updating this model's weights in place (with LoRA: its adapters, the
+   * weights stay as they are); needs float32/float64.
+   */
+  createTrainer(options: TrainerOptions = {}): Trainer {
     return new Trainer(this.raw.createTrainer(options), this.queue);
   }
 }
@@ -341,12 +488,39 @@ export class Trainer {
     return this.queue.run(() => this.raw.step(rows, options));
   }
 
-  /** Loss and gradients (by HF name) without updating anything: for gradient checks and debugging. */
+  /**
+   * Loss and gradients of the trained parameters (HF names; LoRA: the adapters' PEFT names)
+   * without updating anything: for gradient checks and debugging.
+   */
   gradients(rows: TrainRow[], loss?: LossConfig): Promise<TrainStepStats & { gradients: WeightTensor[] }> {
     return this.queue.run(() => this.raw.gradients(rows, loss));
   }
 
-  /** Writes `dir/trainer.ckpt` atomically: weights, AdamW state, step count, CPU RNG state. */
+  /** Per-token logprobs and entropies under the policy being trained (LoRA applied, no dropout). */
+  score(rows: PackedRow[], options: { temperature?: number } = {}): Promise<RowScores[]> {
+    return this.queue.run(() => this.raw.score(rows, options));
+  }
+
+  /**
+   * The trained policy's weights by HF name, for inference (`loadWeights`, safetensors): the
+   * model's weights, or with LoRA the merged W + (alpha / rank) B A.
+   */
+  readWeights(dtype?: TensorDType): Promise<WeightTensor[]> {
+    return this.queue.run(() => this.raw.readWeights(dtype));
+  }
+
+  /**
+   * LoRA adapters by PEFT name (`base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight`,
+   * `...lora_B.weight`), A [rank, in], B [out, rank]; empty without LoRA.
+   */
+  readAdapters(dtype?: TensorDType): Promise<WeightTensor[]> {
+    return this.queue.run(() => this.raw.readAdapters(dtype));
+  }
+
+  /**
+   * Writes `dir/trainer.ckpt` atomically: the trained parameters (all weights, or the LoRA
+   * adapters), AdamW state, step count and the trainer's RNG state.
+   */
   save(dir: string): Promise<void> {
     return this.queue.run(() => this.raw.save(dir));
   }

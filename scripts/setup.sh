@@ -20,7 +20,7 @@ stamp_set() { echo "$2" > "$STAMPS/$1"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
 # 1. Debian packages --------------------------------------------------------------------------
-APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates)
+APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -66,11 +66,11 @@ describe('files', () => {
   });
 
   test('a file scoped to one section of the rl config', () => {
-    const t = file('trainer.toml', 'micro_batch_size = 4\n[optim]\nlr = 5e-6\n');
+    const t = file('trainer.toml', 'threads = 4\n[optim]\nlr = 5e-6\n');
     const c = rl(['--trainer', '@', t]);
-    expect(c.trainer.micro_batch_size).toBe(4);
+    expect(c.trainer.threads).toBe(4);
     expect(c.trainer.optim.lr).toBe(5e-6);
-    expect(rl(['--trainer', `@${t}`]).trainer.micro_batch_size).toBe(4);
+    expect(rl(['--trainer', `@${t}`]).trainer.threads).toBe(4);
   });
 
   test('arrays of tables ([[env]])', () => {
@@ -176,8 +176,8 @@ describe('errors', () => {
     expect(msg).toContain("Did you mean 'trainer.optim.weight_decay'");
   });
   test('unknown key in a section-scoped file names the full key', () => {
-    const t = file('scoped-typo.toml', 'micro_batch = 2\n');
-    expect(configError(() => rl(['--trainer', '@', t]))).toContain("'trainer.micro_batch'");
+    const t = file('scoped-typo.toml', 'thread = 2\n');
+    expect(configError(() => rl(['--trainer', '@', t]))).toContain("'trainer.thread'");
   });
   test('wrong types', () => {
     expect(configError(() => rl(['--seq-len', 'many']))).toContain("seq_len (from --seq-len): expected a number, got 'many'");

@@ -125,6 +125,20 @@ describe('OpenAI API', () => {
     logprobs.forEach((lp, i) => expect(lp).toBeCloseTo(expected[i], 4));
   });
 
+  test('top_logprobs: k alternatives, sorted, the greedy choice first', async () => {
+    const r = await client.chat.completions.create({ ...chat, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3 });
+    const content = r.choices[0].logprobs!.content!;
+    expect(content).toHaveLength(r.usage!.completion_tokens);
+    for (const entry of content) {
+      expect(entry.top_logprobs).toHaveLength(3);
+      const lps = entry.top_logprobs.map((t) => t.logprob);
+      expect([...lps].sort((a, b) => b - a)).toEqual(lps);
+      expect(entry.top_logprobs[0].logprob).toBeCloseTo(entry.logprob, 6);
+    }
+    const c = await client.completions.create({ model: baseDir, prompt: 'ab', max_tokens: 3, temperature: 0, logprobs: 2 });
+    for (const alts of c.choices[0].logprobs!.top_logprobs!) expect(Object.keys(alts).length).toBeGreaterThanOrEqual(1);
+  });
+
   test('64 concurrent requests all complete', async () => {
     const results = await Promise.all(
       Array.from({ length: 64 }, (_, i) => client.chat.completions.create({ ...chat, max_tokens: 8, seed: i })),

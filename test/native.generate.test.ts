@@ -1,5 +1,5 @@
 /** Native generation: KV-cache decode vs full forward, sampling determinism, continuous batching. */
-import { loadModel, setThreads, type GenerationRequest, type Generator, type NativeModel } from '../native';
+import { loadModel, setThreads, type GenerationRequest, type Generator, type NativeModel, type StepToken } from '../native';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../native/testing';
 import { Rng } from '../lib/model/rng';
 
@@ -106,6 +106,50 @@ describe('sampling and batching', () => {
     expect(new Set(top3.map((r) => r.tokens[0])).size).toBeLessThanOrEqual(3);
     const free = await run(Array.from({ length: 40 }, (_, seed) => ({ ...base, seed, temperature: 3 })));
     expect(new Set(free.map((r) => r.tokens[0])).size).toBeGreaterThan(3);
+  });
+
+  test('top logprobs: the k best of the sampled-token distribution, sorted, equal to a full forward', async () => {
+    const k = 5;
+    const gen = model.createGenerator({ maxSequences: 4, maxSequenceLength: 64 });
+    const reqs: GenerationRequest[] = [
+      { promptIds: prompt, maxTokens: 3, temperature: 0, topLogprobs: k },
+      { promptIds: prompt, maxTokens: 3, temperature: 0.7, seed: 4, topLogprobs: k },
+      { promptIds: prompt, maxTokens: 3, temperature: 0.7, seed: 4 },
+    ];
+    const added = await gen.add(reqs);
+    const steps: StepToken[][] = [[], [], []];
+    while (gen.stats().activeSequences > 0)
+      for (const t of await gen.step()) steps[added.findIndex((a) => a.seqId === t.seqId)].push(t);
+    expect(steps[2].every((t) => t.topLogprobs === undefined)).toBe(true); // only when asked
+    expect(steps[2].map((t) => t.token)).toEqual(steps[1].map((t) => t.token));
+    for (const [r, temperature] of [[0, 1], [1, 0.7]] as const) {
+      const tokens = steps[r].map((t) => t.token);
+      for (const s of [0, 2]) {
+        const top = steps[r][s].topLogprobs!;
+        expect(top.ids.constructor.name).toBe('Int32Array'); // (a native realm's Int32Array: no instanceof)
+        expect(top.ids.length).toBe(k);
+        // The full distribution at this step: score every candidate as the next token.
+        const context = [...prompt, ...tokens.slice(0, s)];
+        const all = await model.score(
+          Array.from({ length: cfg.vocabSize }, (_, v) => packRow([[...context, v]])),
+          { temperature },
+        );
+        const full = all.map((x) => x.logprobs[context.length]);
+        const best = Array.from(full.keys()).sort((a, b) => full[b] - full[a] || a - b).slice(0, k);
+        expect(Array.from(top.ids)).toEqual(best);
+        top.logprobs.forEach((lp, j) => expect(Math.abs(lp - full[best[j]])).toBeLessThanOrEqual(1e-5));
+        for (let j = 1; j < k; j++) expect(top.logprobs[j]).toBeLessThanOrEqual(top.logprobs[j - 1]);
+        if (r === 0) {
+          // Greedy: the sampled token is the argmax, first in the list with the same logprob.
+          expect(top.ids[0]).toBe(steps[r][s].token);
+          expect(top.logprobs[0]).toBe(steps[r][s].logprob);
+        } else {
+          const at = Array.from(top.ids).indexOf(steps[r][s].token);
+          if (at >= 0) expect(top.logprobs[at]).toBe(steps[r][s].logprob);
+        }
+      }
+    }
+    await expect(gen.add([{ promptIds: prompt, topLogprobs: 21 }])).rejects.toThrow(/topLogprobs must be in \[0, 20\]/);
   });
 
   test('sequences joining and leaving do not change the others', async () => {

@@ -135,7 +135,8 @@ describe('training', () => {
     const trainer = model.createTrainer();
     await expect(trainer.step([{ ...rows[0], lossMask: [1] }], { lr: 1 })).rejects.toThrow(/same non-zero length/);
     await expect(trainer.step([{ inputIds: [1, 999], positionIds: [0, 1], lossMask: [1, 1] }], { lr: 1 })).rejects.toThrow(/token id 999/);
-    await expect(trainer.step(rows, { lr: 1, loss: { kind: 'grpo' as 'ce' } })).rejects.toThrow(/unknown loss kind 'grpo'/);
+    await expect(trainer.step(rows, { lr: 1, loss: { kind: 'ppo' as 'ce' } })).rejects.toThrow(/unknown loss kind 'ppo'/);
+    await expect(trainer.step(rows, { lr: 1, loss: { kind: 'grpo' } })).rejects.toThrow(/row 0: loss 'grpo' needs advantages and inferenceLogprobs/);
     const bf16 = await loadModel(cfg, randomWeights(cfg, 3), { dtype: 'bfloat16' });
     expect(() => bf16.createTrainer()).toThrow(/training needs fp32/);
   });

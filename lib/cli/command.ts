@@ -7,6 +7,8 @@ export interface Command<S extends z.ZodType = z.ZodType> {
   schema: S;
   /** Top-level keys that fill the same keys of several sections (rl). */
   shared?: SharedKeys;
+  /** A leading argument that is not an option sets this key (`runs show RUN`). */
+  positional?: string;
   run(config: z.output<S>): Promise<void>;
 }
 

@@ -11,6 +11,7 @@ import { optionsHelp, SOURCES_HELP } from '../config/help';
 import { loadConfig, type SharedKeys } from '../config/loader';
 import * as schemas from '../config/schemas';
 import { command, type Command } from './command';
+import { runsCommands } from './runs';
 import { temporalCommands } from './temporal';
 
 /** A command whose runner lands with a later part of the system: its config already resolves. */
@@ -28,9 +29,11 @@ function planned(summary: string, schema: z.ZodType, lands: string, shared?: Sha
 type CommandTable = Record<string, Command | { summary: string; subcommands: Record<string, Command> }>;
 
 const commands: CommandTable = {
-  rl: planned('run asynchronous RL: trainer, orchestrator and inference on Temporal', schemas.rlSchema, 'the rl workflow', {
-    keys: schemas.RL_SHARED_KEYS,
-    sections: schemas.RL_SECTIONS,
+  rl: command({
+    summary: 'run asynchronous RL: trainer, orchestrator and inference on Temporal',
+    schema: schemas.rlSchema,
+    shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS },
+    run: async (config) => (await import('../../workers/launcher')).runRl(config),
   }),
   sft: planned('supervised fine-tuning as a Temporal workflow', schemas.sftSchema, 'the sft workflow'),
   eval: planned('evaluate model versions or an external API on environments', schemas.evalSchema, 'the eval workflow'),
@@ -39,7 +42,11 @@ const commands: CommandTable = {
     schema: schemas.inferenceSchema,
     run: async (config) => (await import('./inference')).runInference(config),
   }),
-  worker: planned('run a Temporal worker for one pool (cpu, trainer or inference)', schemas.workerSchema, 'the worker pools'),
+  worker: command({
+    summary: 'run a Temporal worker for one pool (cpu, trainer or inference)',
+    schema: schemas.workerSchema,
+    run: async (config) => (await import('../../workers/worker')).runWorker(config),
+  }),
   model: {
     summary: 'model tools',
     subcommands: {
@@ -54,6 +61,7 @@ const commands: CommandTable = {
     },
   },
   temporal: { summary: 'the local Temporal dev server', subcommands: temporalCommands },
+  runs: { summary: 'list, inspect and steer runs', subcommands: runsCommands },
 };
 
 function usage(): string {
@@ -100,7 +108,8 @@ export async function runCli(argv: string[]): Promise<number> {
       process.stdout.write(`${commandHelp(name, cmd)}\n`);
       return 0;
     }
-    const loaded = loadConfig({ schema: cmd.schema, argv: rest, shared: cmd.shared });
+    const args = cmd.positional && rest[0] !== undefined && !rest[0].startsWith('-') && !rest[0].startsWith('@') ? [`--${cmd.positional}`, ...rest] : rest;
+    const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared });
     if (loaded.dryRun) {
       const json = JSON.stringify(loaded.config, null, 2);
       if (loaded.dryRunFile) fs.writeFileSync(loaded.dryRunFile, `${json}\n`);

@@ -144,7 +144,8 @@ function coerceList(field: z.ZodType, texts: string[], key: string, where: strin
 // ---------------------------------------------------------------------------------------------
 // Sources
 
-function readToml(file: string, cwd: string): Raw {
+/** A config file: TOML, or JSON when it ends in .json. */
+function readConfigFile(file: string, cwd: string): Raw {
   const full = path.resolve(cwd, file);
   let text: string;
   try {
@@ -154,6 +155,16 @@ function readToml(file: string, cwd: string): Raw {
     throw new ConfigError(
       code === 'ENOENT' ? `config file not found: ${file}` : `cannot read config file ${file}: ${(e as Error).message}`,
     );
+  }
+  if (file.endsWith('.json')) {
+    // JSON files (e.g. a config written by --dry-run FILE) compose like TOML files.
+    try {
+      const parsed: unknown = JSON.parse(text);
+      if (!isPlainObject(parsed)) throw new Error('the top level must be an object');
+      return parsed;
+    } catch (e) {
+      throw new ConfigError(`JSON error in ${file}: ${(e as Error).message}`);
+    }
   }
   try {
     return parseToml(text) as Raw;
@@ -364,7 +375,7 @@ export function loadConfig<S extends z.ZodType>(opts: LoadOptions<S>): Loaded<z.
 
   let raw = fromEnv(env, schema, origins);
   for (const { file, scope } of args.files) {
-    const tree = readToml(file, cwd);
+    const tree = readConfigFile(file, cwd);
     const where = `in ${file}`;
     checkKeys(tree, schema, scope, where);
     const scoped: Raw = {};

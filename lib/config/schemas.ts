@@ -25,6 +25,16 @@ export const temporalSchema = section({
   ip: z.string().default('127.0.0.1').describe('interface the local dev server binds'),
   port: z.number().int().min(1).max(65535).default(7233).describe('gRPC port of the local dev server'),
   ui_port: z.number().int().min(1).max(65535).default(8233).describe('web UI port of the local dev server'),
+  task_queue: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]+$/)
+    .default('prime-rl')
+    .describe('task queue prefix: workers poll <prefix>.cpu and <prefix>.trainer'),
+  heartbeat_timeout_s: z
+    .number()
+    .min(5)
+    .default(60)
+    .describe('an activity whose worker sends no heartbeat for this long is retried elsewhere (a dead worker)'),
 });
 
 const modelSchema = () =>
@@ -90,7 +100,8 @@ const loraSchema = section({
   alpha: z.number().positive().default(32).describe('adapter scaling numerator (scale = alpha / rank)'),
   dropout: z.number().min(0).lt(1).default(0).describe('dropout on the adapter input'),
   target_modules: z
-    .array(z.string())
+    .array(z.enum(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']))
+    .min(1)
     .default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'])
     .describe('projections that get adapters'),
 });
@@ -126,7 +137,6 @@ export const trainerSchema = z
     max_steps: maxSteps(),
     output_dir: outputDir(),
     seed: seed(),
-    micro_batch_size: positiveInt().default(1).describe('packed rows per forward/backward pass'),
     threads: threads(),
     optim: optimizerSchema,
     scheduler: schedulerSchema,
@@ -226,8 +236,7 @@ export const sftSchema = z
     epochs: positiveInt().default(1).describe('passes over the dataset (max_steps wins when both are set)'),
     output_dir: outputDir(),
     seed: seed(),
-    batch_size: positiveInt().default(32).describe('samples per optimizer step'),
-    micro_batch_size: positiveInt().default(1).describe('packed rows per forward/backward pass'),
+    batch_size: positiveInt().default(32).describe('samples per optimizer step (packed into rows of seq_len; one row per forward/backward)'),
     threads: threads(),
     data: section({
       path: z.string().optional().describe('JSONL dataset (prompt/completion or messages rows)'),
@@ -272,10 +281,13 @@ export const evalSchema = z.strictObject({
 });
 
 export const workerSchema = z.strictObject({
-  pool: z.enum(['cpu', 'trainer', 'inference']).describe('which task queue this worker serves'),
+  pool: z.enum(['cpu', 'trainer', 'inference']).describe('cpu and trainer poll their task queues; inference serves HTTP'),
   output_dir: outputDir(),
   threads: threads(),
+  env_workers: positiveInt().default(2).describe('cpu pool: child processes that run environment code'),
+  env_timeout_s: z.number().positive().default(60).describe('cpu pool: seconds before an environment call counts as hung'),
   temporal: temporalSchema,
+  inference: inferenceSchema.optional().describe('inference pool: the server to run'),
 });
 
 export const modelCreateSchema = z.strictObject({

@@ -12,7 +12,7 @@ import { z } from 'zod';
 import { lastAssistantText } from './parse';
 import { checkRubric, scoreRubric } from './rubric';
 import { parseToolCalls, runToolCalls, toolSchema, type Tool } from './tools';
-import type { Dataset, EnvResponse, Environment, Example, JsonObject, Rubric, TurnContext } from './types';
+import type { Dataset, EnvResponse, Environment, Example, JsonObject, Message, Rubric, TurnContext } from './types';
 
 /** What `create(args)` returns. Only `dataset` and `rubric` are required. */
 export interface EnvironmentSetup<S extends JsonObject = JsonObject> {
@@ -32,6 +32,12 @@ export interface EnvironmentSetup<S extends JsonObject = JsonObject> {
   init?(example: Example): S;
   /** The env's answer to each model turn. Default: tool handling with `tools`, else done. */
   respond?(ctx: TurnContext<S>): EnvResponse<S> | Promise<EnvResponse<S>>;
+  /**
+   * The reference assistant turn(s) that solve `example` (appended to its prompt), for supervised
+   * fine-tuning on the env's own data (`prime-rl sft` with `data.env`). Optional: an env without it
+   * can be trained with RL but not used as an SFT data source.
+   */
+  demonstration?(example: Example): Message[];
 }
 
 export interface EnvironmentDefinition<T extends z.ZodType = z.ZodType, S extends JsonObject = JsonObject> {
@@ -101,5 +107,6 @@ export function instantiate(def: EnvironmentDefinition, args: unknown, id: strin
     init: setup.init ?? (() => ({})),
     respond,
     score: (ctx) => scoreRubric(setup.rubric, ctx),
+    demonstration: setup.demonstration,
   };
 }

@@ -105,4 +105,6 @@ export interface Environment<S extends JsonObject = JsonObject> {
   init(example: Example): S;
   respond(ctx: TurnContext<S>): EnvResponse<S> | Promise<EnvResponse<S>>;
   score(ctx: ScoreContext<S>): Promise<Score>;
+  /** The reference assistant turn(s) that solve an example; envs without it cannot generate SFT data. */
+  demonstration?(example: Example): Message[];
 }

@@ -3,7 +3,7 @@
  * grows, OpenAI `stop` strings (the text is cut before the match), and streaming of text deltas
  * that can no longer turn into a stop string.
  */
-import type { GenerationRequest } from '../../native';
+import type { GenerationRequest, TopLogprobs } from '../../native';
 import { IncrementalDetokenizer, type Tokenizer } from '../model/tokenizer';
 import type { Scheduler, SequenceHandle } from './scheduler';
 
@@ -12,6 +12,8 @@ export type FinishReason = 'stop' | 'length' | 'abort';
 export interface SequenceResult {
   tokenIds: number[];
   logprobs: number[];
+  /** Per token, when the request asked for top logprobs. */
+  topLogprobs: TopLogprobs[];
   text: string;
   finishReason: FinishReason;
   policyVersion: number;
@@ -22,8 +24,8 @@ export interface SequenceOptions {
   /** Decode text (routes that return text); /v1/generate returns tokens only. */
   tokenizer?: Tokenizer;
   stopStrings?: string[];
-  /** Called with each piece of final text (streaming). */
-  onText?(delta: string, tokenId: number, logprob: number): void;
+  /** Called with each piece of final text (streaming), with the token that completed it. */
+  onText?(delta: string, tokenId: number, logprob: number, top?: TopLogprobs): void;
   /** Aborts the sequence (client disconnected). */
   signal?: AbortSignal;
 }
@@ -37,6 +39,7 @@ export function runSequence(
   return new Promise((resolve, reject) => {
     const tokenIds: number[] = [];
     const logprobs: number[] = [];
+    const topLogprobs: TopLogprobs[] = [];
     const detok = opts.tokenizer ? new IncrementalDetokenizer(opts.tokenizer, { skipSpecialTokens: true }) : undefined;
     const stops = opts.stopStrings ?? [];
     const holdBack = stops.length ? Math.max(...stops.map((s) => s.length)) - 1 : 0;
@@ -45,9 +48,9 @@ export function runSequence(
     let stoppedByString = false;
     let promptLogprobs: Float32Array | undefined;
 
-    const emit = (upTo: number, tokenId: number, logprob: number) => {
+    const emit = (upTo: number, tokenId: number, logprob: number, top?: TopLogprobs) => {
       if (opts.onText && upTo > emitted) {
-        opts.onText(text.slice(emitted, upTo), tokenId, logprob);
+        opts.onText(text.slice(emitted, upTo), tokenId, logprob, top);
         emitted = upTo;
       }
     };
@@ -58,9 +61,10 @@ export function runSequence(
         onAdmitted: (p) => {
           promptLogprobs = p;
         },
-        onToken: (token, logprob) => {
+        onToken: (token, logprob, _version, top) => {
           tokenIds.push(token);
           logprobs.push(logprob);
+          if (top) topLogprobs.push(top);
           if (!detok) return false;
           const from = Math.max(0, text.length - holdBack);
           text += detok.push([token]);
@@ -71,7 +75,7 @@ export function runSequence(
               stoppedByString = true;
             }
           }
-          emit(stoppedByString ? text.length : Math.max(emitted, text.length - holdBack), token, logprob);
+          emit(stoppedByString ? text.length : Math.max(emitted, text.length - holdBack), token, logprob, top);
           return stoppedByString;
         },
         onFinish: (reason, policyVersion) => {
@@ -80,7 +84,7 @@ export function runSequence(
             text += detok.flush();
             emit(text.length, tokenIds[tokenIds.length - 1] ?? -1, logprobs[logprobs.length - 1] ?? 0);
           }
-          resolve({ tokenIds, logprobs, text, finishReason: stoppedByString ? 'stop' : reason, policyVersion, promptLogprobs });
+          resolve({ tokenIds, logprobs, topLogprobs, text, finishReason: stoppedByString ? 'stop' : reason, policyVersion, promptLogprobs });
         },
       });
     } catch (e) {

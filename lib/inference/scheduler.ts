@@ -7,11 +7,11 @@
  * A sequence reserves `prompt + max_tokens` cache tokens when admitted, so an admitted request
  * never runs out of cache mid-way; the budget is `kv_cache_tokens`.
  */
-import type { GenerationRequest, Generator, NativeModel, WeightTensor } from '../../native';
+import type { GenerationRequest, Generator, NativeModel, TopLogprobs, WeightTensor } from '../../native';
 
 export interface SequenceCallbacks {
-  /** A sampled token. Return true to stop the sequence here (a stop string matched). */
-  onToken(token: number, logprob: number, policyVersion: number): boolean | void;
+  /** A sampled token (with its top alternatives when asked). Return true to stop the sequence here (a stop string matched). */
+  onToken(token: number, logprob: number, policyVersion: number, top?: TopLogprobs): boolean | void;
   /** The sequence ended: 'stop' (stop token or stop string), 'length', or 'abort' (cancelled, shutdown). */
   onFinish(reason: 'stop' | 'length' | 'abort', policyVersion: number): void;
   /** Prefill is done; prompt logprobs when they were asked for. */
@@ -201,7 +201,7 @@ export class Scheduler {
         const e = this.running.get(t.seqId);
         if (!e) continue;
         this.generatedTokens += 1;
-        const stop = e.cancelled ? false : e.callbacks.onToken(t.token, t.logprob, this.policy.version);
+        const stop = e.cancelled ? false : e.callbacks.onToken(t.token, t.logprob, this.policy.version, t.topLogprobs);
         if (t.finished) this.finish(e, t.finishReason ?? 'length');
         else if (stop) stopNow.push(e);
       }

@@ -170,7 +170,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     ignore_eos?: boolean | null;
   }
   /** The engine request for choice `i` of `n`: seeds differ per choice so n samples differ. */
-  const engineRequest = (promptIds: number[], s: Sampling, maxTokens: number, i: number, promptLogprobs = false) => ({
+  const engineRequest = (promptIds: number[], s: Sampling, maxTokens: number, i: number, promptLogprobs = false, topLogprobs = 0) => ({
     promptIds,
     temperature: s.temperature ?? 1,
     topP: s.top_p ?? 1,
@@ -180,17 +180,29 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     stopTokenIds: [...(s.ignore_eos ? [] : eosIds), ...(s.stop_token_ids ?? [])],
     maxTokens,
     promptLogprobs,
+    topLogprobs,
   });
   const usage = (promptTokens: number, results: SequenceResult[]) => {
     const completion = results.reduce((a, r) => a + r.tokenIds.length, 0);
     return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
   };
   const finishReason = (r: SequenceResult) => (r.finishReason === 'abort' ? 'abort' : r.finishReason);
-  const tokenLogprobs = (r: SequenceResult) =>
-    r.tokenIds.map((id, i) => {
-      const token = tokenizer.decode([id]);
-      return { token, logprob: r.logprobs[i], bytes: [...Buffer.from(token, 'utf8')], top_logprobs: [] };
-    });
+  /** OpenAI chat logprob entry of one token, with its top alternatives. */
+  const logprobEntry = (id: number, logprob: number, top?: native.TopLogprobs) => {
+    const token = tokenizer.decode([id]);
+    return {
+      token,
+      logprob,
+      bytes: [...Buffer.from(token, 'utf8')],
+      top_logprobs: top
+        ? Array.from(top.ids, (alt, j) => {
+            const t = tokenizer.decode([alt]);
+            return { token: t, logprob: top.logprobs[j], bytes: [...Buffer.from(t, 'utf8')] };
+          })
+        : [],
+    };
+  };
+  const tokenLogprobs = (r: SequenceResult) => r.tokenIds.map((id, i) => logprobEntry(id, r.logprobs[i], r.topLogprobs[i]));
   const stopList = (stop: string | string[] | null | undefined) => (stop === undefined || stop === null ? [] : typeof stop === 'string' ? [stop] : stop);
 
   const chatPrompt = (body: ChatCompletionRequest): number[] => {
@@ -268,10 +280,10 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
       for (let i = 0; i < n; i++) stream.send(chunk(i, { role: 'assistant', content: '' }));
       const results = await Promise.all(
         Array.from({ length: n }, (_, i) =>
-          runSequence(scheduler, engineRequest(promptIds, body, maxTokens, i), {
+          runSequence(scheduler, engineRequest(promptIds, body, maxTokens, i, false, body.logprobs ? body.top_logprobs ?? 0 : 0), {
             tokenizer, stopStrings, signal,
-            onText: (delta, tokenId, logprob) => {
-              const lp = body.logprobs ? { content: [{ token: tokenizer.decode([tokenId]), logprob, bytes: [...Buffer.from(delta)], top_logprobs: [] }] } : null;
+            onText: (delta, tokenId, logprob, top) => {
+              const lp = body.logprobs ? { content: [logprobEntry(tokenId, logprob, top)] } : null;
               stream.send(chunk(i, { content: delta }, { logprobs: lp }));
             },
           }),
@@ -287,7 +299,9 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     }
 
     const results = await Promise.all(
-      Array.from({ length: n }, (_, i) => runSequence(scheduler, engineRequest(promptIds, body, maxTokens, i), { tokenizer, stopStrings, signal })),
+      Array.from({ length: n }, (_, i) =>
+        runSequence(scheduler, engineRequest(promptIds, body, maxTokens, i, false, body.logprobs ? body.top_logprobs ?? 0 : 0), { tokenizer, stopStrings, signal }),
+      ),
     );
     return {
       id, object: 'chat.completion', created, model: modelName,
@@ -328,7 +342,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     const stopStrings = stopList(body.stop);
     const jobs = prompts.flatMap((p) => {
       const maxTokens = maxTokensFor(p.length, body.max_tokens ?? 16, 'max_tokens');
-      return Array.from({ length: n }, (_, i) => runSequence(scheduler, engineRequest(p, body, maxTokens, i), { tokenizer, stopStrings, signal }));
+      return Array.from({ length: n }, (_, i) => runSequence(scheduler, engineRequest(p, body, maxTokens, i, false, body.logprobs ?? 0), { tokenizer, stopStrings, signal }));
     });
     const results = await Promise.all(jobs);
     return {
@@ -338,7 +352,12 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
         index,
         text: r.text,
         logprobs: body.logprobs !== undefined && body.logprobs !== null
-          ? { tokens: r.tokenIds.map((t) => tokenizer.decode([t])), token_logprobs: r.logprobs, top_logprobs: null, text_offset: null }
+          ? {
+              tokens: r.tokenIds.map((t) => tokenizer.decode([t])),
+              token_logprobs: r.logprobs,
+              top_logprobs: body.logprobs ? r.topLogprobs.map((top) => Object.fromEntries(Array.from(top.ids, (alt, j) => [tokenizer.decode([alt]), top.logprobs[j]]))) : null,
+              text_offset: null,
+            }
           : null,
         finish_reason: finishReason(r),
         ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: prompts[Math.floor(index / n)] } : {}),

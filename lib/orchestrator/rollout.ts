@@ -15,7 +15,7 @@ import type { EnvPool, EnvCallResult } from '../envs/pool';
 import type { EnvSpec } from '../envs/loader';
 import type { EnvironmentInfo, Example, JsonObject, Message } from '../envs/types';
 import type { TokenSegment } from './packing';
-import type { GenerateParams, InferenceClient } from './client';
+import { InferenceError, type GenerateParams, type InferenceClient } from './client';
 
 export interface SamplingSettings {
   temperature: number;
@@ -141,6 +141,11 @@ export async function runRollout(task: RolloutTask, pool: EnvPool, client: Infer
     rollout.reward = score.reward;
     rollout.metrics = score.metrics;
   } catch (e) {
+    // The rollout's own failures (environment errors, an unextendable template, a request the
+    // server rejects as invalid) error this rollout only. An unreachable or failing server fails
+    // the whole activity, which Temporal retries once the server is back.
+    const own = e instanceof RolloutError || (e instanceof InferenceError && e.status !== undefined && e.status < 500 && e.status !== 429);
+    if (!own) throw e;
     rollout.error = (e as Error).message;
   }
   if (rollout.policyVersion === Infinity) rollout.policyVersion = -1;

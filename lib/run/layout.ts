@@ -7,6 +7,7 @@
  *   batches/step_N.safetensors packed trainer input of step N
  *   weights/step_N/            HF folder of policy version N (written by train step N-1)
  *   checkpoints/step_N/        trainer state after N train steps
+ *   train/step_N.json          summary of train step N (written last: the step's done-marker)
  *   metrics.jsonl              one line per finished step
  *   logs/                      worker and server logs (local launcher)
  */
@@ -44,6 +45,9 @@ export class RunLayout {
   }
   checkpointDir(step: number): string {
     return path.join(this.checkpointsRoot, `step_${step}`);
+  }
+  trainSummaryFile(step: number): string {
+    return path.join(this.dir, 'train', `step_${step}.json`);
   }
   get metricsFile(): string {
     return path.join(this.dir, 'metrics.jsonl');

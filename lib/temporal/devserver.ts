@@ -65,14 +65,8 @@ async function terminate(child: ChildProcess, graceMs = 10_000): Promise<void> {
   clearTimeout(timer);
 }
 
-/** Starts `temporal server start-dev` and resolves once its gRPC port and UI accept connections. */
-export async function startDevServer(opts: DevServerOptions): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
-  if (!fs.existsSync(temporalCliPath)) {
-    throw new Error(`Temporal CLI not found at ${temporalCliPath}: run 'bash scripts/setup.sh' first`);
-  }
-  if (await isListening(opts.ip, opts.port)) {
-    throw new Error(`port ${opts.ip}:${opts.port} is already in use`);
-  }
+/** Spawns `temporal server start-dev` with its output appended to the log file; does not wait for it. */
+export function spawnDevServer(opts: DevServerOptions): ChildProcess {
   fs.mkdirSync(path.dirname(opts.dbFile), { recursive: true });
   fs.mkdirSync(path.dirname(opts.logFile), { recursive: true });
   const log = fs.openSync(opts.logFile, 'a');
@@ -87,6 +81,18 @@ export async function startDevServer(opts: DevServerOptions): Promise<{ child: C
   ];
   const child = spawn(temporalCliPath, args, { stdio: ['ignore', log, log], detached: opts.detached ?? false });
   fs.closeSync(log);
+  return child;
+}
+
+/** Starts `temporal server start-dev` and resolves once its gRPC port and UI accept connections. */
+export async function startDevServer(opts: DevServerOptions): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
+  if (!fs.existsSync(temporalCliPath)) {
+    throw new Error(`Temporal CLI not found at ${temporalCliPath}: run 'bash scripts/setup.sh' first`);
+  }
+  if (await isListening(opts.ip, opts.port)) {
+    throw new Error(`port ${opts.ip}:${opts.port} is already in use`);
+  }
+  const child = spawnDevServer(opts);
   const failed = new Promise<never>((_, reject) => {
     child.once('exit', (code, signal) =>
       reject(new Error(`Temporal dev server exited during start-up (code ${code}, signal ${signal}); see ${opts.logFile}`)),

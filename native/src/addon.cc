@@ -86,6 +86,30 @@ std::vector<int64_t> ints(Napi::Value v, const char* what) {
   return out;
 }
 
+// Real arrays: Float32Array, Float64Array or number[].
+std::vector<double> reals(Napi::Value v, const char* what) {
+  if (v.IsTypedArray()) {
+    Napi::TypedArray ta = v.As<Napi::TypedArray>();
+    if (ta.TypedArrayType() == napi_float32_array) {
+      auto a = v.As<Napi::Float32Array>();
+      return std::vector<double>(a.Data(), a.Data() + a.ElementLength());
+    }
+    if (ta.TypedArrayType() == napi_float64_array) {
+      auto a = v.As<Napi::Float64Array>();
+      return std::vector<double>(a.Data(), a.Data() + a.ElementLength());
+    }
+    throw Napi::TypeError::New(v.Env(), std::string(what) + " must be a Float32Array, Float64Array or number[]");
+  }
+  Napi::Array a = arr(v, what);
+  std::vector<double> out(a.Length());
+  for (uint32_t i = 0; i < a.Length(); i++) {
+    Napi::Value e = a.Get(i);
+    if (!e.IsNumber()) throw Napi::TypeError::New(v.Env(), std::string(what) + " must contain numbers");
+    out[i] = e.As<Napi::Number>().DoubleValue();
+  }
+  return out;
+}
+
 std::vector<uint8_t> mask(Napi::Value v, const char* what) {
   if (v.IsTypedArray() && v.As<Napi::TypedArray>().TypedArrayType() == napi_uint8_array) {
     auto a = v.As<Napi::Uint8Array>();
@@ -299,6 +323,7 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
         r.seed = uint64_t(int64_t(num(o, "seed")));
       }
       r.promptLogprobs = boolOr(o, "promptLogprobs", false);
+      r.topLogprobs = int64_t(numOr(o, "topLogprobs", 0));
     }
     auto gen = gen_;
     auto out = std::make_shared<std::vector<AddedSequence>>();
@@ -332,6 +357,16 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
             o.Set("logprob", t.logprob);
             o.Set("finished", t.finished);
             if (t.finished) o.Set("finishReason", t.finishReason);
+            if (!t.topIds.empty()) {
+              Napi::Object top = Napi::Object::New(env);
+              Napi::Int32Array ids = Napi::Int32Array::New(env, t.topIds.size());
+              std::copy(t.topIds.begin(), t.topIds.end(), ids.Data());
+              Napi::Array lps = Napi::Array::New(env, t.topLogprobs.size());
+              for (size_t k = 0; k < t.topLogprobs.size(); k++) lps.Set(uint32_t(k), double(t.topLogprobs[k]));
+              top.Set("ids", ids);
+              top.Set("logprobs", lps);
+              o.Set("topLogprobs", top);
+            }
             res.Set(uint32_t(i), o);
           }
           return res;
@@ -377,8 +412,47 @@ std::vector<TrainRow> trainRows(Napi::Value v) {
     rows[i].ids = ints(field(o, "inputIds"), "inputIds");
     rows[i].pos = ints(field(o, "positionIds"), "positionIds");
     rows[i].lossMask = mask(field(o, "lossMask"), "lossMask");
+    Napi::Value adv = o.Get("advantages"), mu = o.Get("inferenceLogprobs");
+    if (!adv.IsUndefined() && !adv.IsNull()) rows[i].advantages = reals(adv, "advantages");
+    if (!mu.IsUndefined() && !mu.IsNull()) rows[i].inferenceLogprobs = reals(mu, "inferenceLogprobs");
   }
   return rows;
+}
+
+// Packed rows (inputIds + positionIds) for scoring.
+std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> scoreRows(Napi::Value v) {
+  Napi::Array a = arr(v, "rows");
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> rows(a.Length());
+  for (uint32_t i = 0; i < a.Length(); i++) {
+    Napi::Object o = obj(a.Get(i), "row");
+    rows[i] = {ints(field(o, "inputIds"), "inputIds"), ints(field(o, "positionIds"), "positionIds")};
+  }
+  return rows;
+}
+
+using Scores = std::vector<std::pair<std::vector<float>, std::vector<float>>>;
+Napi::Value scoresToJs(Napi::Env env, const Scores& scores) {
+  Napi::Array res = Napi::Array::New(env, scores.size());
+  for (size_t i = 0; i < scores.size(); i++) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("logprobs", floats(env, scores[i].first));
+    o.Set("entropies", floats(env, scores[i].second));
+    res.Set(uint32_t(i), o);
+  }
+  return res;
+}
+
+// Weights copied to the CPU in the dtype named like the safetensors ones ("" = compute dtype).
+std::vector<std::pair<std::string, at::Tensor>> toCpu(const std::vector<std::pair<std::string, at::Tensor>>& in,
+                                                      const std::string& dtype, at::ScalarType computeDtype) {
+  at::ScalarType st = dtype.empty() ? computeDtype : at::kFloat;
+  if (dtype == "F16") st = at::kHalf;
+  else if (dtype == "BF16") st = at::kBFloat16;
+  else if (dtype == "F64") st = at::kDouble;
+  else if (!dtype.empty() && dtype != "F32") throw std::runtime_error("unsupported dtype '" + dtype + "'");
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& [name, t] : in) out.emplace_back(name, t.detach().to(at::kCPU, st).contiguous().clone());
+  return out;
 }
 
 LossConfig lossConfig(Napi::Value v) {
@@ -386,18 +460,47 @@ LossConfig lossConfig(Napi::Value v) {
   if (v.IsUndefined() || v.IsNull()) return c;
   Napi::Object o = obj(v, "loss");
   if (!o.Get("kind").IsUndefined()) c.kind = str(o, "kind");
-  c.temperature = numOr(o, "temperature", 1.0);
-  c.normalizer = numOr(o, "normalizer", 0.0);
+  if (!o.Get("normalization").IsUndefined()) c.normalization = str(o, "normalization");
+  c.temperature = numOr(o, "temperature", c.temperature);
+  c.normalizer = numOr(o, "normalizer", c.normalizer);
+  c.epsLow = numOr(o, "epsLow", c.epsLow);
+  c.epsHigh = numOr(o, "epsHigh", c.epsHigh);
+  c.klBeta = numOr(o, "klBeta", c.klBeta);
+  Napi::Value mm = o.Get("mismatch");
+  if (!mm.IsUndefined() && !mm.IsNull()) {
+    Napi::Object m = obj(mm, "mismatch");
+    c.mismatch = str(m, "mode");
+    c.tisCap = numOr(m, "tisCap", c.tisCap);
+    c.tokenLow = numOr(m, "tokenLow", c.tokenLow);
+    c.tokenHigh = numOr(m, "tokenHigh", c.tokenHigh);
+    c.seqLow = numOr(m, "seqLow", c.seqLow);
+    c.seqHigh = numOr(m, "seqHigh", c.seqHigh);
+  }
   return c;
 }
 
-Napi::Object statsToJs(Napi::Env env, const StepStats& s) {
+Napi::Object metricsToJs(Napi::Env env, const LossMetrics& s) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("loss", s.loss);
-  o.Set("gradNorm", s.gradNorm);
-  o.Set("tokens", double(s.tokens));
+  o.Set("entropy", s.entropy);
+  o.Set("mismatchKl", s.mismatchKl);
+  o.Set("referenceKl", s.referenceKl);
+  o.Set("maskedTokenFraction", s.maskedTokenFraction);
+  o.Set("maskedSampleFraction", s.maskedSampleFraction);
+  o.Set("clippedFraction", s.clippedFraction);
   o.Set("lossTokens", double(s.lossTokens));
+  o.Set("samples", double(s.samples));
+  return o;
+}
+
+Napi::Object statsToJs(Napi::Env env, const StepStats& s) {
+  Napi::Object o = metricsToJs(env, s.metrics);
+  o.Set("gradNorm", s.gradNorm);
+  o.Set("lr", s.lr);
+  o.Set("tokens", double(s.tokens));
   o.Set("seconds", s.seconds);
+  o.Set("forwardBackwardSeconds", s.forwardBackwardSeconds);
+  o.Set("optimizerSeconds", s.optimizerSeconds);
   o.Set("tokensPerSecond", s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0);
   return o;
 }
@@ -407,6 +510,9 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "Trainer",
                        {InstanceMethod("step", &TrainerWrap::Step), InstanceMethod("gradients", &TrainerWrap::Gradients),
+                        InstanceMethod("score", &TrainerWrap::Score),
+                        InstanceMethod("readWeights", &TrainerWrap::ReadWeights),
+                        InstanceMethod("readAdapters", &TrainerWrap::ReadAdapters),
                         InstanceMethod("save", &TrainerWrap::Save), InstanceMethod("load", &TrainerWrap::Load),
                         InstanceMethod("stepCount", &TrainerWrap::StepCount)});
   }
@@ -447,6 +553,38 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     return job->start();
   }
 
+  Napi::Value Score(const Napi::CallbackInfo& info) {
+    auto rows = scoreRows(info[0]);
+    const double temperature = info[1].IsObject() ? numOr(info[1].As<Napi::Object>(), "temperature", 1.0) : 1.0;
+    auto tr = tr_;
+    auto out = std::make_shared<Scores>(rows.size());
+    Job* job = new Job(
+        info.Env(), tr->model,
+        [=] {
+          c10::InferenceMode inference;
+          for (size_t i = 0; i < rows.size(); i++)
+            tr->score(rows[i].first, rows[i].second, temperature, (*out)[i].first, (*out)[i].second);
+        },
+        [out](Napi::Env env) -> Napi::Value { return scoresToJs(env, *out); });
+    return job->start();
+  }
+
+  Napi::Value ReadWeights(const Napi::CallbackInfo& info) { return read(info, false); }
+  Napi::Value ReadAdapters(const Napi::CallbackInfo& info) { return read(info, true); }
+  Napi::Value read(const Napi::CallbackInfo& info, bool adapters) {
+    std::string dtype = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+    auto tr = tr_;
+    auto out = std::make_shared<std::vector<std::pair<std::string, at::Tensor>>>();
+    Job* job = new Job(
+        info.Env(), tr->model,
+        [=] {
+          c10::InferenceMode inference;
+          *out = toCpu(adapters ? tr->adapters() : tr->policyWeights(), dtype, tr->model->dtype);
+        },
+        [out](Napi::Env env) -> Napi::Value { return tensorsToJs(env, *out); });
+    return job->start();
+  }
+
   Napi::Value Save(const Napi::CallbackInfo& info) {
     std::string dir = info[0].As<Napi::String>().Utf8Value();
     auto tr = tr_;
@@ -482,15 +620,10 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 
  private:
   Napi::Value Score(const Napi::CallbackInfo& info) {
-    Napi::Array a = arr(info[0], "rows");
-    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> rows(a.Length());
-    for (uint32_t i = 0; i < a.Length(); i++) {
-      Napi::Object o = obj(a.Get(i), "row");
-      rows[i] = {ints(field(o, "inputIds"), "inputIds"), ints(field(o, "positionIds"), "positionIds")};
-    }
+    auto rows = scoreRows(info[0]);
     const double temperature = info[1].IsObject() ? numOr(info[1].As<Napi::Object>(), "temperature", 1.0) : 1.0;
     auto model = model_;
-    auto out = std::make_shared<std::vector<std::pair<std::vector<float>, std::vector<float>>>>(rows.size());
+    auto out = std::make_shared<Scores>(rows.size());
     Job* job = new Job(
         info.Env(), model,
         [=] {
@@ -498,16 +631,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
           for (size_t i = 0; i < rows.size(); i++)
             model->scoreRow(rows[i].first, rows[i].second, temperature, (*out)[i].first, (*out)[i].second);
         },
-        [out](Napi::Env env) -> Napi::Value {
-          Napi::Array res = Napi::Array::New(env, out->size());
-          for (size_t i = 0; i < out->size(); i++) {
-            Napi::Object o = Napi::Object::New(env);
-            o.Set("logprobs", floats(env, (*out)[i].first));
-            o.Set("entropies", floats(env, (*out)[i].second));
-            res.Set(uint32_t(i), o);
-          }
-          return res;
-        });
+        [out](Napi::Env env) -> Napi::Value { return scoresToJs(env, *out); });
     return job->start();
   }
 
@@ -529,13 +653,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
         info.Env(), model,
         [=] {
           c10::InferenceMode inference;
-          at::ScalarType st = dtype.empty() ? model->dtype : at::kFloat;
-          if (dtype == "F16") st = at::kHalf;
-          else if (dtype == "BF16") st = at::kBFloat16;
-          else if (dtype == "F64") st = at::kDouble;
-          else if (!dtype.empty() && dtype != "F32") throw std::runtime_error("unsupported dtype '" + dtype + "'");
-          for (auto& [name, p] : model->namedParameters())
-            out->emplace_back(name, p.detach().to(at::kCPU, st).contiguous().clone());
+          *out = toCpu(model->namedParameters(), dtype, model->dtype);
         },
         [out](Napi::Env env) -> Napi::Value { return tensorsToJs(env, *out); });
     return job->start();
@@ -555,11 +673,26 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 
   Napi::Value CreateTrainer(const Napi::CallbackInfo& info) {
     Napi::Object o = info[0].IsObject() ? info[0].As<Napi::Object>() : Napi::Object::New(info.Env());
-    AdamWConfig c;
-    c.beta1 = numOr(o, "beta1", c.beta1);
-    c.beta2 = numOr(o, "beta2", c.beta2);
-    c.eps = numOr(o, "eps", c.eps);
-    c.weightDecay = numOr(o, "weightDecay", c.weightDecay);
+    TrainerConfig c;
+    c.adamw.beta1 = numOr(o, "beta1", c.adamw.beta1);
+    c.adamw.beta2 = numOr(o, "beta2", c.adamw.beta2);
+    c.adamw.eps = numOr(o, "eps", c.adamw.eps);
+    c.adamw.weightDecay = numOr(o, "weightDecay", c.adamw.weightDecay);
+    c.reference = boolOr(o, "reference", false);
+    c.seed = uint64_t(numOr(o, "seed", 0));
+    Napi::Value lora = o.Get("lora");
+    if (!lora.IsUndefined() && !lora.IsNull()) {
+      Napi::Object l = obj(lora, "lora");
+      c.lora.rank = int64_t(num(l, "rank"));
+      c.lora.alpha = num(l, "alpha");
+      c.lora.dropout = numOr(l, "dropout", 0.0);
+      Napi::Array targets = arr(field(l, "targetModules"), "targetModules");
+      for (uint32_t i = 0; i < targets.Length(); i++) {
+        if (!targets.Get(i).IsString()) throw Napi::TypeError::New(info.Env(), "targetModules must contain strings");
+        c.lora.targets.push_back(targets.Get(i).As<Napi::String>().Utf8Value());
+      }
+      if (c.lora.rank < 1) throw Napi::RangeError::New(info.Env(), "lora.rank must be >= 1");
+    }
     checkIdle(info.Env(), *model_);
     auto trainer = jsErrors(info.Env(), [&] { return std::make_shared<Trainer>(model_, c); });
     return wrap(info.Env(), &Constructors::trainer, trainer);
@@ -590,6 +723,55 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
       [out](Napi::Env env) -> Napi::Value { return wrap(env, &Constructors::model, *out); });
   for (Napi::Value b : buffers) job->keep(b);
   return job->start();
+}
+
+// The policy loss on given per-token vectors (fp64, synchronous): the same code as the trainer's
+// loss, for checking values and d loss / d logp against hand computation.
+Napi::Value PolicyLoss(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = obj(info[0], "inputs");
+  LossConfig cfg = lossConfig(info[1]);
+  std::vector<double> logp = reals(field(o, "logp"), "logp");
+  std::vector<uint8_t> m = mask(field(o, "lossMask"), "lossMask");
+  std::vector<int64_t> lengths = ints(field(o, "sampleLengths"), "sampleLengths");
+  auto optional = [&](const char* key) {
+    Napi::Value v = o.Get(key);
+    return v.IsUndefined() || v.IsNull() ? std::vector<double>(logp.size(), 0.0) : reals(v, key);
+  };
+  std::vector<double> mu = optional("mu"), adv = optional("advantages"), ref = optional("refLogp");
+  return jsErrors(env, [&]() -> Napi::Value {
+    validateLossConfig(cfg);
+    const size_t T = logp.size();
+    if (m.size() != T || mu.size() != T || adv.size() != T || ref.size() != T)
+      throw std::runtime_error("logp, lossMask, mu, advantages and refLogp need the same length");
+    std::vector<int64_t> sample;
+    for (size_t i = 0; i < lengths.size(); i++) {
+      if (lengths[i] < 1) throw std::runtime_error("sampleLengths must be >= 1");
+      sample.insert(sample.end(), size_t(lengths[i]), int64_t(i));
+    }
+    if (sample.size() != T) throw std::runtime_error("sampleLengths must sum to the number of tokens");
+    const auto f64 = at::TensorOptions().dtype(at::kDouble);
+    LossInputs in;
+    in.logp = at::tensor(logp, f64).requires_grad_(true);
+    in.mask = at::tensor(std::vector<double>(m.begin(), m.end()), f64);
+    in.mu = at::tensor(mu, f64);
+    in.adv = at::tensor(adv, f64);
+    in.refLogp = at::tensor(ref, f64);
+    in.sample = at::tensor(sample, at::TensorOptions().dtype(at::kLong));
+    in.numSamples = int64_t(lengths.size());
+    int64_t tokens, samples;
+    countLossUnits(in.mask, in.sample, in.numSamples, tokens, samples);
+    LossSums sums;
+    policyLoss(cfg, in, resolveNormalizer(cfg, tokens, samples), sums).backward();
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("loss", sums.loss);
+    at::Tensor g = in.logp.grad().contiguous();
+    Napi::Float64Array grad = Napi::Float64Array::New(env, T);
+    std::copy_n(g.data_ptr<double>(), T, grad.Data());
+    out.Set("gradLogp", grad);
+    out.Set("metrics", metricsToJs(env, lossMetrics(sums)));
+    return out;
+  });
 }
 
 // Measured fp32 matmul throughput (GFLOP/s) of an n x n x n product, the benchmarks' yardstick.
@@ -656,6 +838,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("setThreads", Napi::Function::New(env, SetThreads));
   exports.Set("createModel", Napi::Function::New(env, CreateModel));
   exports.Set("matmulGflops", Napi::Function::New(env, MatmulGflops));
+  exports.Set("policyLoss", Napi::Function::New(env, PolicyLoss));
   return exports;
 }
 

@@ -34,6 +34,8 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
       throw std::runtime_error("prompt of " + std::to_string(r.prompt.size()) + " tokens exceeds maxSequenceLength " +
                                std::to_string(maxSequenceLength));
     if (r.maxTokens < 1) throw std::runtime_error("maxTokens must be >= 1");
+    if (r.topLogprobs < 0 || r.topLogprobs > kMaxTopLogprobs)
+      throw std::runtime_error("topLogprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
     if (!(r.sampling.topP > 0 && r.sampling.topP <= 1)) throw std::runtime_error("topP must be in (0, 1]");
     if (r.sampling.temperature < 0 || r.sampling.minP < 0 || r.sampling.minP > 1)
       throw std::runtime_error("temperature must be >= 0 and minP in [0, 1]");
@@ -95,12 +97,24 @@ std::vector<StepToken> Generator::step() {
   const float* lp = logprobs.data_ptr<float>();
   const float* pr = probs.data_ptr<float>();
   std::vector<Sampled> sampled(n);
+  std::vector<StepToken> out(n);
   // Rows are independent (own RNG each), so sampling in parallel stays deterministic.
   at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
     std::vector<int32_t> order;
-    for (int64_t i = a; i < b; i++) sampled[i] = sampleToken(lp + i * V, pr + i * V, V, seqs_[i].req.sampling, seqs_[i].rng, order);
+    for (int64_t i = a; i < b; i++) {
+      const float* row = lp + i * V;
+      sampled[i] = sampleToken(row, pr + i * V, V, seqs_[i].req.sampling, seqs_[i].rng, order);
+      if (const int64_t k = std::min(seqs_[i].req.topLogprobs, V); k > 0) {
+        // A partial sort of the ids: O(V log k), only for the rows that ask.
+        order.resize(V);
+        for (int64_t t = 0; t < V; t++) order[t] = int32_t(t);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                          [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
+        out[i].topIds.assign(order.begin(), order.begin() + k);
+        for (int64_t j = 0; j < k; j++) out[i].topLogprobs.push_back(row[order[j]]);
+      }
+    }
   });
-  std::vector<StepToken> out;
   for (int64_t b = 0; b < n; b++) {
     Sequence& s = seqs_[b];
     s.cacheLen++;
@@ -110,7 +124,11 @@ std::vector<StepToken> Generator::step() {
     std::string reason;
     if (std::find(stops.begin(), stops.end(), s.pending) != stops.end()) reason = "stop";
     else if (s.generated >= s.req.maxTokens || s.cacheLen >= maxSequenceLength) reason = "length";
-    out.push_back({s.id, s.pending, sampled[b].logprob, !reason.empty(), reason});
+    out[b].seqId = s.id;
+    out[b].token = s.pending;
+    out[b].logprob = sampled[b].logprob;
+    out[b].finished = !reason.empty();
+    out[b].finishReason = reason;
   }
   // Walk backwards so the slot moved into a released one has already been looked at.
   for (int64_t b = n - 1; b >= 0; b--)

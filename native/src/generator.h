@@ -21,7 +21,10 @@ struct SequenceRequest {
   bool hasSeed = false;
   uint64_t seed = 0;
   bool promptLogprobs = false;
+  int64_t topLogprobs = 0;  // per sampled token, the k most likely tokens (0..kMaxTopLogprobs)
 };
+
+constexpr int64_t kMaxTopLogprobs = 20;
 
 struct AddedSequence {
   int64_t seqId;
@@ -33,6 +36,10 @@ struct StepToken {
   float logprob;
   bool finished;
   std::string finishReason;  // "stop" | "length" | "" while running
+  // When asked: the most likely tokens of the distribution `logprob` comes from, descending
+  // (ties: lower id first).
+  std::vector<int32_t> topIds;
+  std::vector<float> topLogprobs;
 };
 
 class Generator {

@@ -74,6 +74,15 @@ std::string diskDtypeName(at::ScalarType t) {
   }
 }
 
+const char* projName(int p) {
+  static const char* const names[kNumProj] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return names[p];
+}
+
+std::string projModule(int64_t layer, int p) {
+  return "model.layers." + std::to_string(layer) + (p <= kOProj ? ".self_attn." : ".mlp.") + projName(p);
+}
+
 std::vector<int64_t> segmentStarts(const std::vector<int64_t>& pos) {
   std::vector<int64_t> starts;
   for (size_t t = 0; t < pos.size(); t++)
@@ -116,8 +125,7 @@ std::vector<Model::Slot> Model::slots() {
   return s;
 }
 
-Model::Model(ArchConfig c, const std::vector<RawTensor>& tensors, at::ScalarType dt, at::Device dev)
-    : cfg(std::move(c)), dtype(dt), device(dev) {
+Model::Model(ArchConfig c, at::ScalarType dt, at::Device dev) : cfg(std::move(c)), dtype(dt), device(dev) {
   if (cfg.arch != "llama" && cfg.arch != "qwen2" && cfg.arch != "qwen3")
     throw std::runtime_error("unsupported architecture '" + cfg.arch + "' (expected llama, qwen2 or qwen3)");
   if (cfg.vocabSize <= 0 || cfg.hiddenSize <= 0 || cfg.intermediateSize <= 0 || cfg.numLayers <= 0 ||
@@ -126,6 +134,16 @@ Model::Model(ArchConfig c, const std::vector<RawTensor>& tensors, at::ScalarType
   if (cfg.numHeads % cfg.numKvHeads != 0)
     throw std::runtime_error("invalid ArchConfig: numHeads must be a multiple of numKvHeads");
   layers_.resize(cfg.numLayers);
+  // inv_freq = 1 / theta^(2i/d), computed in fp32 like HF (fp64 for fp64 models).
+  at::ScalarType rd = logitsDtype();
+  invFreq_ = 1.0 / at::pow(cfg.ropeTheta, at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong))
+                                              .to(rd)
+                                              .div(double(cfg.headDim)))
+                       .to(device);
+}
+
+Model::Model(ArchConfig c, const std::vector<RawTensor>& tensors, at::ScalarType dt, at::Device dev)
+    : Model(std::move(c), dt, dev) {
   std::map<std::string, const RawTensor*> byName;
   for (const RawTensor& t : tensors)
     if (!byName.emplace(t.name, &t).second) throw std::runtime_error("tensor '" + t.name + "' given twice");
@@ -141,12 +159,19 @@ Model::Model(ArchConfig c, const std::vector<RawTensor>& tensors, at::ScalarType
   for (const RawTensor& t : tensors)
     if (!used.count(t.name) && !ignorable(t.name, cfg))
       throw std::runtime_error("unexpected tensor '" + t.name + "' for " + cfg.arch + " config");
-  // inv_freq = 1 / theta^(2i/d), computed in fp32 like HF (fp64 for fp64 models).
-  at::ScalarType rd = logitsDtype();
-  invFreq_ = 1.0 / at::pow(cfg.ropeTheta, at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong))
-                                              .to(rd)
-                                              .div(double(cfg.headDim)))
-                       .to(device);
+}
+
+std::unique_ptr<Model> Model::copy() const {
+  std::unique_ptr<Model> m(new Model(cfg, dtype, device));
+  std::vector<Slot> src = const_cast<Model*>(this)->slots(), dst = m->slots();
+  for (size_t i = 0; i < src.size(); i++) *dst[i].tensor = src[i].tensor->detach().clone();
+  return m;
+}
+
+const at::Tensor& Model::projWeight(int64_t layer, int p) const {
+  const Layer& L = layers_.at(size_t(layer));
+  const at::Tensor* w[kNumProj] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+  return *w[p];
 }
 
 void Model::loadWeights(const std::vector<RawTensor>& tensors, bool strict) {
@@ -221,15 +246,31 @@ at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 }
 }  // namespace
 
+at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, int64_t layer, int p,
+                          const Adapt& ad) const {
+  at::Tensor y = at::linear(x, W, b);
+  if (!ad.lora || !ad.lora->A[layer][p].defined()) return y;
+  at::Tensor in = x;
+  if (ad.dropoutRng && ad.lora->dropout > 0) {
+    // Inverted dropout with a mask drawn on the CPU from the trainer's generator, so the masks
+    // (and a resumed run) are reproducible whatever the device.
+    const double keep = 1 - ad.lora->dropout;
+    at::Tensor mask = at::empty(x.sizes(), at::TensorOptions().dtype(x.scalar_type())).bernoulli_(keep, *ad.dropoutRng);
+    in = x * mask.to(x.device()) * (1.0 / keep);
+  }
+  return y + at::linear(at::linear(in, ad.lora->A[layer][p]), ad.lora->B[layer][p]) * ad.lora->scale();
+}
+
 // Pre-attention half of a block: input norm, q/k/v projections, Qwen3 q/k norm, RoPE.
 // Returns q [N, H, hd] and k [N, KV, hd]; v [N, KV, hd] through the out-parameter.
 std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
-                                                         const at::Tensor& sin, at::Tensor& v) const {
+                                                         const at::Tensor& sin, at::Tensor& v, int64_t layer,
+                                                         const Adapt& ad) const {
   const int64_t N = x.size(0), hd = cfg.headDim;
   at::Tensor h = rmsNorm(x, L.inputNorm);
-  at::Tensor q = at::linear(h, L.q, L.qBias).view({N, cfg.numHeads, hd});
-  at::Tensor k = at::linear(h, L.k, L.kBias).view({N, cfg.numKvHeads, hd});
-  v = at::linear(h, L.v, L.vBias).view({N, cfg.numKvHeads, hd});
+  at::Tensor q = project(h, L.q, L.qBias, layer, kQProj, ad).view({N, cfg.numHeads, hd});
+  at::Tensor k = project(h, L.k, L.kBias, layer, kKProj, ad).view({N, cfg.numKvHeads, hd});
+  v = project(h, L.v, L.vBias, layer, kVProj, ad).view({N, cfg.numKvHeads, hd});
   if (cfg.qkNorm) {
     q = rmsNorm(q, L.qNorm);
     k = rmsNorm(k, L.kNorm);
@@ -238,10 +279,13 @@ std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const a
 }
 
 // Post-attention half: output projection + residual, then the SwiGLU MLP + residual.
-at::Tensor Model::finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn) const {
-  at::Tensor h = x + at::linear(attn, L.o, L.oBias);
+at::Tensor Model::finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
+                              const Adapt& ad) const {
+  const at::Tensor none;
+  at::Tensor h = x + project(attn, L.o, L.oBias, layer, kOProj, ad);
   at::Tensor m = rmsNorm(h, L.postNorm);
-  return h + at::linear(at::silu(at::linear(m, L.gate)) * at::linear(m, L.up), L.down);
+  at::Tensor g = at::silu(project(m, L.gate, none, layer, kGateProj, ad)) * project(m, L.up, none, layer, kUpProj, ad);
+  return h + project(g, L.down, none, layer, kDownProj, ad);
 }
 
 // Causal attention within one sample. q [H, L, hd], k/v [KV, L, hd] -> [H, L, hd].
@@ -321,13 +365,16 @@ at::Tensor Model::decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, c
 // Forward passes
 
 at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, const std::vector<int64_t>& segStarts,
-                                std::vector<LayerKV>* kvOut) const {
+                                std::vector<LayerKV>* kvOut, const LoraAdapters* lora,
+                                at::Generator* dropoutRng) const {
   const int64_t N = ids.size(0), H = cfg.numHeads, hd = cfg.headDim;
+  const Adapt ad{lora, dropoutRng};
   auto [cos, sin] = rope(pos);
   at::Tensor x = at::embedding(embed_, ids);
-  for (const Layer& L : layers_) {
+  for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
+    const Layer& L = layers_[l];
     at::Tensor v;
-    auto [q, k] = attentionInputs(L, x, cos, sin, v);
+    auto [q, k] = attentionInputs(L, x, cos, sin, v, l, ad);
     if (kvOut) kvOut->emplace_back(k, v);
     // Attention never crosses a sample boundary: attend within each segment separately.
     std::vector<at::Tensor> outs;
@@ -337,7 +384,7 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
                                      v.narrow(0, a, len).transpose(0, 1));
       outs.push_back(o.transpose(0, 1).reshape({len, H * hd}));
     }
-    x = finishBlock(L, x, outs.size() == 1 ? outs[0] : at::cat(outs, 0));
+    x = finishBlock(L, x, outs.size() == 1 ? outs[0] : at::cat(outs, 0), l, ad);
   }
   return rmsNorm(x, norm_);
 }
@@ -350,12 +397,13 @@ at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& 
   // Sequence b sees cache positions 0..pos[b] (its own new token included).
   at::Tensor visible = (at::arange(S, rows.options()).unsqueeze(0) <= pos.unsqueeze(1)).view({n, 1, 1, S});
   const int64_t G = H / KV;
+  const Adapt noAdapters{nullptr, nullptr};  // inference serves merged weights
   at::Tensor x = at::embedding(embed_, ids);
   using at::indexing::Slice;
-  for (size_t l = 0; l < layers_.size(); l++) {
+  for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
     const Layer& L = layers_[l];
     at::Tensor v;
-    auto [q, k] = attentionInputs(L, x, cos, sin, v);
+    auto [q, k] = attentionInputs(L, x, cos, sin, v, l, noAdapters);
     cache.k[l].index_put_({rows, Slice(), pos}, k);  // [n, KV, hd] into slot b, position pos[b]
     cache.v[l].index_put_({rows, Slice(), pos}, v);
     at::Tensor o;
@@ -373,7 +421,7 @@ at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& 
       o = at::matmul(at::softmax(s, -1, logitsDtype()).to(dtype), V);  // [n, KV, G, hd]
 #endif
     }
-    x = finishBlock(L, x, o.reshape({n, H * hd}));
+    x = finishBlock(L, x, o.reshape({n, H * hd}), l, noAdapters);
   }
   return logits(rmsNorm(x, norm_));
 }
@@ -397,7 +445,7 @@ void Model::tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, d
 }
 
 void Model::scoreRow(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
-                     std::vector<float>& logprobs, std::vector<float>& entropies) const {
+                     std::vector<float>& logprobs, std::vector<float>& entropies, const LoraAdapters* lora) const {
   const int64_t N = int64_t(ids.size());
   if (N == 0 || pos.size() != ids.size()) throw std::runtime_error("row needs inputIds and positionIds of the same non-zero length");
   if (!(temperature > 0)) throw std::runtime_error("temperature must be > 0");
@@ -405,7 +453,7 @@ void Model::scoreRow(const std::vector<int64_t>& ids, const std::vector<int64_t>
   const std::vector<int64_t> starts = segmentStarts(pos);
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
   at::Tensor idsT = at::tensor(ids, longOpts).to(device);
-  at::Tensor hidden = forwardPacked(idsT, at::tensor(pos, longOpts).to(device), starts);
+  at::Tensor hidden = forwardPacked(idsT, at::tensor(pos, longOpts).to(device), starts, nullptr, lora);
   logprobs.assign(N, 0.0f);
   entropies.assign(N, 0.0f);
   if (N > 1)  // hidden[t] predicts ids[t + 1]

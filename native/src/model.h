@@ -5,8 +5,10 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +41,20 @@ struct Layer {
   at::Tensor gate, up, down;                // [I, D], [I, D], [D, I]
 };
 
+// The seven linear projections of a block, in HF order; LoRA targets them by module name.
+enum Proj : int { kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj, kNumProj };
+const char* projName(int p);  // "q_proj", ..., "down_proj"
+// HF module path of a projection, e.g. "model.layers.3.self_attn.q_proj" (weight: + ".weight").
+std::string projModule(int64_t layer, int p);
+
+// Low-rank adapters on some projections: y = W x + (alpha / rank) * B (A dropout(x)).
+struct LoraAdapters {
+  int64_t rank = 0;
+  double alpha = 0, dropout = 0;
+  std::vector<std::array<at::Tensor, kNumProj>> A, B;  // per layer: [rank, in], [out, rank]; undefined = untargeted
+  double scale() const { return alpha / double(rank); }
+};
+
 // Per-slot key/value cache for batched decoding; owned by the Generator. Slots 0..n-1 are the
 // n active sequences (the generator keeps them compact), so a decode batch is a plain view.
 struct KVCache {
@@ -60,10 +76,18 @@ class Model {
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
   int64_t numParameters() const;
 
+  // A deep copy of the weights that shares nothing with this model (a frozen KL reference).
+  std::unique_ptr<Model> copy() const;
+  // Weight of projection p of a layer (LoRA: shapes, merging).
+  const at::Tensor& projWeight(int64_t layer, int p) const;
+
   // Forward over one packed row (N tokens; attention is causal within each segment starting at
   // segStarts[i]). Returns the final-normed hidden states [N, D]. kvOut receives per-layer K/V.
+  // With lora, the adapters are added to their projections; with dropoutRng too, LoRA dropout
+  // masks are drawn from it (training).
   at::Tensor forwardPacked(const at::Tensor& ids, const at::Tensor& pos, const std::vector<int64_t>& segStarts,
-                           std::vector<LayerKV>* kvOut = nullptr) const;
+                           std::vector<LayerKV>* kvOut = nullptr, const LoraAdapters* lora = nullptr,
+                           at::Generator* dropoutRng = nullptr) const;
   // One decode step for the n sequences in cache slots 0..n-1: token ids[b] sits at position
   // pos[b] (= number of tokens already cached for b). Writes its K/V into the cache and returns
   // logits [n, V] in the logits dtype (fp32, fp64 for fp64 models).
@@ -78,7 +102,8 @@ class Model {
   // softmax(logits / temperature), entropies[t] = entropy of that distribution; both 0 at the
   // first token of each sample (nothing predicts it).
   void scoreRow(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
-                std::vector<float>& logprobs, std::vector<float>& entropies) const;
+                std::vector<float>& logprobs, std::vector<float>& entropies,
+                const LoraAdapters* lora = nullptr) const;
   // Rejects token ids outside [0, vocab).
   void checkTokenIds(const int64_t* ids, size_t n) const;
 
@@ -92,6 +117,13 @@ class Model {
   std::atomic<bool> busy{false};
 
  private:
+  // Checks cfg and derives the RoPE table; the weights stay empty (both constructors fill them).
+  Model(ArchConfig cfg, at::ScalarType dtype, at::Device device);
+  // The adapters of one forward, threaded through the blocks.
+  struct Adapt {
+    const LoraAdapters* lora;
+    at::Generator* dropoutRng;
+  };
   struct Slot {
     std::string name;
     std::vector<int64_t> shape;
@@ -101,8 +133,13 @@ class Model {
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& pos) const;
   std::pair<at::Tensor, at::Tensor> attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
-                                                    const at::Tensor& sin, at::Tensor& v) const;
-  at::Tensor finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn) const;
+                                                    const at::Tensor& sin, at::Tensor& v, int64_t layer,
+                                                    const Adapt& ad) const;
+  at::Tensor finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
+                         const Adapt& ad) const;
+  // x W^T + b, plus the layer's adapter for projection p when ad has one.
+  at::Tensor project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, int64_t layer, int p,
+                     const Adapt& ad) const;
   at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
   at::Tensor decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& pos) const;

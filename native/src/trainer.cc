@@ -7,23 +7,18 @@
 #include <torch/serialize.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 
 namespace prime {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Sum of the per-token loss over one row. logp[t] = log pi_theta(token t+1 | prefix), mask[t] =
-// token t+1 is a loss token. RL objectives (GRPO/GSPO/CISPO with advantages, inference
-// logprobs and importance-ratio correction, DESIGN.md section 4) are added here as new kinds.
-at::Tensor tokenLoss(const LossConfig& cfg, const at::Tensor& logp, const at::Tensor& mask) {
-  if (cfg.kind == "ce") return -(logp * mask).sum();
-  throw std::runtime_error("unknown loss kind '" + cfg.kind + "' (supported: ce)");
-}
 
 std::string checkpointPath(const std::string& dir) { return (fs::path(dir) / "trainer.ckpt").string(); }
 
@@ -34,119 +29,254 @@ void fsyncPath(const std::string& path, int flags) {
   ::close(fd);
 }
 
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A row turned into loss inputs: index j is the prediction of token j + 1 from hidden state j.
+struct PreparedRow {
+  std::vector<int64_t> starts;
+  LossInputs in;
+};
+
+PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, const Model& model) {
+  const size_t N = row.ids.size();
+  const std::string where = "row " + std::to_string(r) + ": ";
+  if (N == 0 || row.pos.size() != N || row.lossMask.size() != N)
+    throw std::runtime_error(where + "inputIds, positionIds and lossMask need the same non-zero length");
+  if (loss.isPolicy() && (row.advantages.size() != N || row.inferenceLogprobs.size() != N))
+    throw std::runtime_error(where + "loss '" + loss.kind + "' needs advantages and inferenceLogprobs aligned with inputIds");
+  model.checkTokenIds(row.ids.data(), N);
+  PreparedRow p;
+  p.starts = segmentStarts(row.pos);
+  if (N < 2) return p;
+  std::vector<double> mask(N - 1), mu, adv;
+  std::vector<int64_t> sample(N - 1);
+  size_t s = 0;  // sample of token t
+  for (size_t t = 1; t < N; t++) {
+    while (s + 1 < p.starts.size() && p.starts[s + 1] <= int64_t(t)) s++;
+    // The first token of a sample is predicted from the previous sample: never a loss token.
+    mask[t - 1] = row.lossMask[t] && p.starts[s] != int64_t(t) ? 1.0 : 0.0;
+    sample[t - 1] = int64_t(s);
+  }
+  const auto fopts = at::TensorOptions().dtype(at::kDouble);
+  const at::ScalarType dt = model.logitsDtype();
+  p.in.mask = at::tensor(mask, fopts).to(model.device, dt);
+  p.in.sample = at::tensor(sample, at::TensorOptions().dtype(at::kLong)).to(model.device);
+  p.in.numSamples = int64_t(p.starts.size());
+  if (loss.isPolicy()) {
+    p.in.mu = at::tensor(std::vector<double>(row.inferenceLogprobs.begin() + 1, row.inferenceLogprobs.end()), fopts)
+                  .to(model.device, dt);
+    p.in.adv = at::tensor(std::vector<double>(row.advantages.begin() + 1, row.advantages.end()), fopts)
+                   .to(model.device, dt);
+  }
+  return p;
+}
+
+// log p(targets) under softmax(logits(hidden) / T) of `m`, with the full log-softmax for entropy.
+at::Tensor targetLogprobs(const Model& m, const at::Tensor& hidden, const at::Tensor& targets, double temperature,
+                          at::Tensor* logSoftmax = nullptr) {
+  at::Tensor lp = at::log_softmax(m.logits(hidden) / temperature, -1);
+  if (logSoftmax) *logSoftmax = lp;
+  return lp.gather(1, targets.unsqueeze(1)).squeeze(1);
+}
+
 }  // namespace
 
-Trainer::Trainer(std::shared_ptr<Model> m, AdamWConfig c) : model(std::move(m)), cfg_(c) {
+Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
+    : model(std::move(m)), cfg_(std::move(c)), rng_(at::make_generator<at::CPUGeneratorImpl>(cfg_.seed)) {
   if (model->dtype == at::kBFloat16)
     throw std::runtime_error("training needs fp32 (or fp64) weights; load the model with dtype float32");
-  for (auto& [name, p] : model->namedParameters()) {
-    p.requires_grad_(true);
-    params_.push_back(p);
+  const LoraConfig& lc = cfg_.lora;
+  if (lc.rank < 0) throw std::runtime_error("LoRA rank must be >= 1 (0 = full fine-tuning)");
+  if (lc.rank == 0) {
+    for (auto& [name, p] : model->namedParameters()) {
+      p.requires_grad_(true);
+      trainable_.emplace_back(name, p);
+    }
+    if (cfg_.reference) reference_ = model->copy();
+  } else {
+    if (!(lc.alpha > 0) || !(lc.dropout >= 0 && lc.dropout < 1))
+      throw std::runtime_error("LoRA needs alpha > 0 and dropout in [0, 1)");
+    if (lc.targets.empty()) throw std::runtime_error("LoRA needs at least one target module");
+    std::array<bool, kNumProj> targeted{};
+    for (const std::string& t : lc.targets) {
+      int p = 0;
+      while (p < kNumProj && t != projName(p)) p++;
+      if (p == kNumProj)
+        throw std::runtime_error("unknown LoRA target module '" + t +
+                                 "' (supported: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+      targeted[p] = true;
+    }
+    for (auto& [name, p] : model->namedParameters()) p.requires_grad_(false);  // base frozen
+    lora_ = std::make_unique<LoraAdapters>();
+    lora_->rank = lc.rank;
+    lora_->alpha = lc.alpha;
+    lora_->dropout = lc.dropout;
+    lora_->A.resize(model->cfg.numLayers);
+    lora_->B.resize(model->cfg.numLayers);
+    for (int64_t l = 0; l < model->cfg.numLayers; l++)
+      for (int p = 0; p < kNumProj; p++) {
+        if (!targeted[p]) continue;
+        const at::Tensor& W = model->projWeight(l, p);
+        // PEFT's init: A ~ kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0, so the
+        // adapted model starts as the base model. Drawn on the CPU for device-independent values.
+        const double bound = 1.0 / std::sqrt(double(W.size(1)));
+        at::Tensor A = at::empty({lc.rank, W.size(1)}, at::TensorOptions().dtype(model->dtype))
+                           .uniform_(-bound, bound, rng_)
+                           .to(model->device)
+                           .requires_grad_(true);
+        at::Tensor B = at::zeros({W.size(0), lc.rank}, model->options()).requires_grad_(true);
+        lora_->A[l][p] = A;
+        lora_->B[l][p] = B;
+        const std::string peft = "base_model.model." + projModule(l, p);
+        trainable_.emplace_back(peft + ".lora_A.weight", A);
+        trainable_.emplace_back(peft + ".lora_B.weight", B);
+      }
   }
   optim_ = makeOptimizer();
 }
 
 // lr is set before every step (schedules live in TS), so it starts at 0 here.
 std::unique_ptr<torch::optim::AdamW> Trainer::makeOptimizer() const {
+  std::vector<at::Tensor> params;
+  for (auto& [name, p] : trainable_) params.push_back(p);
   return std::make_unique<torch::optim::AdamW>(
-      params_,
-      torch::optim::AdamWOptions(0.0).betas({cfg_.beta1, cfg_.beta2}).eps(cfg_.eps).weight_decay(cfg_.weightDecay));
+      params,
+      torch::optim::AdamWOptions(0.0).betas({cfg_.adamw.beta1, cfg_.adamw.beta2}).eps(cfg_.adamw.eps).weight_decay(cfg_.adamw.weightDecay));
 }
 
 Trainer::~Trainer() = default;
 
 StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const LossConfig& loss) {
-  if (!(loss.temperature > 0)) throw std::runtime_error("loss temperature must be > 0");
+  validateLossConfig(loss);
+  if (loss.klBeta > 0 && !lora_ && !reference_)
+    throw std::runtime_error("klBeta > 0 needs a reference policy: create the trainer with reference: true (or use LoRA)");
   StepStats st;
-  // Validate every row and count loss tokens first: the normaliser spans all micro-batches.
-  std::vector<std::vector<int64_t>> starts;
+  // Validate every row and count loss tokens and samples first: the normaliser spans all rows.
+  std::vector<PreparedRow> prepared;
+  int64_t lossTokens = 0, samples = 0;
   for (size_t r = 0; r < rows.size(); r++) {
-    const TrainRow& row = rows[r];
-    if (row.ids.size() != row.pos.size() || row.ids.size() != row.lossMask.size() || row.ids.empty())
-      throw std::runtime_error("row " + std::to_string(r) + ": inputIds, positionIds and lossMask need the same non-zero length");
-    model->checkTokenIds(row.ids.data(), row.ids.size());
-    starts.push_back(segmentStarts(row.pos));
-    size_t s = 1;
-    for (size_t t = 1; t < row.ids.size(); t++) {
-      bool start = s < starts.back().size() && starts.back()[s] == int64_t(t);
-      if (start) s++;
-      else if (row.lossMask[t]) st.lossTokens++;
-    }
-    st.tokens += int64_t(row.ids.size());
+    prepared.push_back(prepareRow(rows[r], r, loss, *model));
+    st.tokens += int64_t(rows[r].ids.size());
+    const LossInputs& in = prepared.back().in;
+    if (!in.mask.defined()) continue;
+    int64_t t, s;
+    countLossUnits(in.mask, in.sample, in.numSamples, t, s);
+    lossTokens += t;
+    samples += s;
   }
-  const double norm = loss.normalizer > 0 ? loss.normalizer : double(std::max<int64_t>(st.lossTokens, 1));
+  const double norm = resolveNormalizer(loss, lossTokens, samples);
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
+  LossSums sums;
   for (size_t r = 0; r < rows.size(); r++) {
     const TrainRow& row = rows[r];
+    LossInputs& in = prepared[r].in;
     const int64_t N = int64_t(row.ids.size());
     if (N < 2) continue;
     at::Tensor ids = at::tensor(row.ids, longOpts).to(model->device);
     at::Tensor pos = at::tensor(row.pos, longOpts).to(model->device);
-    // mask[t] for target t+1: a loss token that is not the first token of a sample.
-    std::vector<uint8_t> m(row.lossMask.begin() + 1, row.lossMask.end());
-    for (int64_t s : starts[r])
-      if (s > 0) m[s - 1] = 0;
-    at::Tensor mask = at::tensor(std::vector<double>(m.begin(), m.end()), at::TensorOptions().dtype(at::kDouble))
-                          .to(model->device, model->logitsDtype());
-    at::Tensor hidden = model->forwardPacked(ids, pos, starts[r]);
-    at::Tensor lp = at::log_softmax(model->logits(hidden.narrow(0, 0, N - 1)) / loss.temperature, -1);
-    at::Tensor logp = lp.gather(1, ids.narrow(0, 1, N - 1).unsqueeze(1)).squeeze(1);
-    at::Tensor rowLoss = tokenLoss(loss, logp, mask);
-    (rowLoss / norm).backward();
-    st.loss += rowLoss.item<double>() / norm;
+    at::Tensor targets = ids.narrow(0, 1, N - 1);
+    const std::vector<int64_t>& starts = prepared[r].starts;
+    at::Tensor hidden = model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_);
+    at::Tensor lp;
+    in.logp = targetLogprobs(*model, hidden.narrow(0, 0, N - 1), targets, loss.temperature, &lp);
+    {
+      at::NoGradGuard noGrad;
+      at::Tensor lpd = lp.detach();
+      in.entropy = -(lpd.exp() * lpd).sum(-1);
+      if (loss.klBeta > 0) {
+        // The reference: the frozen copy, or with LoRA the base model (adapters off).
+        const Model& ref = reference_ ? *reference_ : *model;
+        in.refLogp = targetLogprobs(ref, ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1), targets,
+                                    loss.temperature);
+      }
+    }
+    policyLoss(loss, in, norm, sums).backward();
   }
+  st.metrics = lossMetrics(sums);
   return st;
 }
 
 StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& loss, double lr, double maxGradNorm) {
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   optim_->zero_grad();
   StepStats st = forwardBackward(rows, loss);
+  st.forwardBackwardSeconds = since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
   // Total L2 norm over all gradients (as torch.nn.utils.clip_grad_norm_), clipped in place.
   std::vector<at::Tensor> norms;
-  for (const at::Tensor& p : params_)
+  for (auto& [name, p] : trainable_)
     if (p.grad().defined()) norms.push_back(p.grad().norm());
   at::Tensor total = norms.empty() ? at::zeros({}) : at::stack(norms).norm();
   st.gradNorm = total.item<double>();
   if (maxGradNorm > 0 && st.gradNorm > maxGradNorm) {
     const double coef = maxGradNorm / (st.gradNorm + 1e-6);
     at::NoGradGuard noGrad;
-    for (const at::Tensor& p : params_)
+    for (auto& [name, p] : trainable_)
       if (p.grad().defined()) p.grad().mul_(coef);
   }
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   optim_->step();
   step_++;
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.lr = lr;
+  st.optimizerSeconds = since(t1);
+  st.seconds = since(t0);
   return st;
 }
 
 StepStats Trainer::gradients(const std::vector<TrainRow>& rows, const LossConfig& loss,
                              std::vector<std::pair<std::string, at::Tensor>>& grads) {
   optim_->zero_grad();
+  const auto t0 = std::chrono::steady_clock::now();
   StepStats st = forwardBackward(rows, loss);
-  for (auto& [name, p] : model->namedParameters())
-    grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
+  st.seconds = st.forwardBackwardSeconds = since(t0);
+  for (auto& [name, p] : trainable_) grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
   optim_->zero_grad();
   return st;
+}
+
+void Trainer::score(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
+                    std::vector<float>& logprobs, std::vector<float>& entropies) const {
+  model->scoreRow(ids, pos, temperature, logprobs, entropies, lora_.get());
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Trainer::policyWeights() const {
+  at::NoGradGuard noGrad;
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::map<std::string, size_t> index;
+  for (auto& [name, p] : model->namedParameters()) {
+    index[name] = out.size();
+    out.emplace_back(name, p.detach().clone());
+  }
+  if (lora_)
+    for (int64_t l = 0; l < model->cfg.numLayers; l++)
+      for (int p = 0; p < kNumProj; p++)
+        if (lora_->A[l][p].defined())
+          out[index.at(projModule(l, p) + ".weight")].second.add_(at::mm(lora_->B[l][p], lora_->A[l][p]), lora_->scale());
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Trainer::adapters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (lora_)
+    for (auto& [name, p] : trainable_) out.emplace_back(name, p.detach().clone());
+  return out;
 }
 
 void Trainer::save(const std::string& dir) const {
   fs::create_directories(dir);
   torch::serialize::OutputArchive ar;
   ar.write("step", at::tensor(step_), /*is_buffer=*/true);
-  const auto named = model->namedParameters();
-  ar.write("num_params", at::tensor(int64_t(named.size())), true);
-  // Archive keys may not contain '.', so parameters are stored by index (HF order).
-  for (size_t i = 0; i < named.size(); i++) ar.write("p" + std::to_string(i), named[i].second.detach(), true);
+  // Only what training changes: with LoRA the adapters (the base comes from the model folder).
+  ar.write("lora_rank", at::tensor(cfg_.lora.rank), true);
+  ar.write("num_params", at::tensor(int64_t(trainable_.size())), true);
+  // Archive keys may not contain '.', so parameters are stored by index (trainable_ order).
+  for (size_t i = 0; i < trainable_.size(); i++) ar.write("p" + std::to_string(i), trainable_[i].second.detach(), true);
   torch::serialize::OutputArchive opt;
   optim_->save(opt);
   ar.write("optimizer", opt);
-  {
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    ar.write("cpu_rng", gen.get_state(), true);
-  }
+  ar.write("rng", rng_.get_state(), true);
   // Write a temp file, sync, then rename: a crash never leaves a half-written trainer.ckpt.
   const std::string path = checkpointPath(dir), tmp = path + ".tmp";
   ar.save_to(tmp);
@@ -158,7 +288,7 @@ void Trainer::save(const std::string& dir) const {
 void Trainer::load(const std::string& dir) {
   const std::string path = checkpointPath(dir);
   if (!fs::exists(path)) throw std::runtime_error("no checkpoint at '" + path + "'");
-  const auto named = model->namedParameters();
+  const auto& named = trainable_;
   std::vector<at::Tensor> weights(named.size());
   at::Tensor step, rng;
   std::unique_ptr<torch::optim::AdamW> fresh = makeOptimizer();
@@ -166,7 +296,11 @@ void Trainer::load(const std::string& dir) {
     // Read and check everything before touching live state, so a bad file changes nothing.
     torch::serialize::InputArchive ar;
     ar.load_from(path, model->device);
-    at::Tensor count;
+    at::Tensor count, rank;
+    ar.read("lora_rank", rank, true);
+    if (rank.item<int64_t>() != cfg_.lora.rank)
+      throw std::runtime_error("it was written with LoRA rank " + std::to_string(rank.item<int64_t>()) +
+                               ", this trainer has rank " + std::to_string(cfg_.lora.rank) + " (0 = full fine-tuning)");
     ar.read("num_params", count, true);
     if (count.item<int64_t>() != int64_t(named.size()))
       throw std::runtime_error("it holds " + std::to_string(count.item<int64_t>()) + " parameters, the model has " +
@@ -178,7 +312,7 @@ void Trainer::load(const std::string& dir) {
                                  ", expected " + c10::str(named[i].second.sizes()));
     }
     ar.read("step", step, true);
-    ar.read("cpu_rng", rng, true);
+    ar.read("rng", rng, true);
     torch::serialize::InputArchive opt;
     ar.read("optimizer", opt);
     fresh->load(opt);
@@ -193,9 +327,7 @@ void Trainer::load(const std::string& dir) {
   }
   optim_ = std::move(fresh);
   step_ = step.item<int64_t>();
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(rng);
+  rng_.set_state(rng);
 }
 
 }  // namespace prime

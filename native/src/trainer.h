@@ -1,10 +1,11 @@
-// Training on packed rows: loss, gradient accumulation, clipping, AdamW, checkpoints.
+// Training on packed rows: loss, gradient accumulation, clipping, AdamW, LoRA, checkpoints.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "loss.h"
 #include "model.h"
 
 namespace torch::optim {
@@ -15,39 +16,61 @@ namespace prime {
 
 // One packed row: samples back to back, positions restarting at 0 per sample. Per-token arrays
 // are aligned with the tokens: lossMask[t] says whether token t is trained on (predicted from
-// tokens before it in the same sample).
+// tokens before it in the same sample); advantages[t] and inferenceLogprobs[t] (the behaviour
+// policy's logprob of token t) are what the policy losses need (empty for ce).
 struct TrainRow {
   std::vector<int64_t> ids, pos;
   std::vector<uint8_t> lossMask;
-};
-
-struct LossConfig {
-  std::string kind = "ce";  // masked cross-entropy; RL losses (GRPO/GSPO/CISPO) slot into tokenLoss()
-  double temperature = 1.0;  // logits / T before log-softmax, to match inference logprobs
-  double normalizer = 0;     // loss = sum over loss tokens / normalizer; 0 = number of loss tokens
+  std::vector<double> advantages, inferenceLogprobs;
 };
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01;
 };
 
+struct LoraConfig {
+  int64_t rank = 0;  // 0 = full fine-tuning
+  double alpha = 0, dropout = 0;
+  std::vector<std::string> targets;  // q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+};
+
+struct TrainerConfig {
+  AdamWConfig adamw;
+  LoraConfig lora;
+  // Keep a frozen copy of the weights as they are now, the reference of the KL term (full
+  // fine-tuning; with LoRA the reference is always the base model, adapters off).
+  bool reference = false;
+  uint64_t seed = 0;  // the trainer's RNG: LoRA init and dropout masks (checkpointed)
+};
+
 struct StepStats {
-  double loss = 0, gradNorm = 0, seconds = 0;
-  int64_t tokens = 0, lossTokens = 0;
+  LossMetrics metrics;
+  double gradNorm = 0, lr = 0, seconds = 0, forwardBackwardSeconds = 0, optimizerSeconds = 0;
+  int64_t tokens = 0;
 };
 
 class Trainer {
  public:
-  Trainer(std::shared_ptr<Model> model, AdamWConfig cfg);
+  Trainer(std::shared_ptr<Model> model, TrainerConfig cfg);
   ~Trainer();
 
   // zero grads, forward+backward over every row (accumulating), clip to maxGradNorm (<= 0: no
   // clipping), one AdamW step at lr. gradNorm is the total norm before clipping.
   StepStats step(const std::vector<TrainRow>& rows, const LossConfig& loss, double lr, double maxGradNorm);
-  // Loss and gradients without an optimizer step (gradient checks, debugging). Grads are cleared after.
+  // Loss and gradients of the trainable parameters (HF names; LoRA: PEFT adapter names) without
+  // an optimizer step (gradient checks, debugging). Grads are cleared after.
   StepStats gradients(const std::vector<TrainRow>& rows, const LossConfig& loss,
                       std::vector<std::pair<std::string, at::Tensor>>& grads);
-  // Atomic checkpoint in dir/trainer.ckpt: weights, AdamW state, step count, CPU RNG state.
+  // Model::scoreRow under the policy being trained (LoRA adapters applied, no dropout).
+  void score(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
+             std::vector<float>& logprobs, std::vector<float>& entropies) const;
+  // The trained policy's weights by HF name, for inference: the model's own, or with LoRA the
+  // merged W + (alpha / rank) B A of each targeted projection. Fresh tensors, detached.
+  std::vector<std::pair<std::string, at::Tensor>> policyWeights() const;
+  // LoRA adapters by PEFT name (base_model.model.<module>.lora_{A,B}.weight); empty without LoRA.
+  std::vector<std::pair<std::string, at::Tensor>> adapters() const;
+  // Atomic checkpoint in dir/trainer.ckpt: trainable weights (all, or the adapters), AdamW
+  // state, step count, the trainer's RNG state.
   void save(const std::string& dir) const;
   void load(const std::string& dir);
 
@@ -57,9 +80,12 @@ class Trainer {
  private:
   StepStats forwardBackward(const std::vector<TrainRow>& rows, const LossConfig& loss);
   std::unique_ptr<torch::optim::AdamW> makeOptimizer() const;
-  const AdamWConfig cfg_;
-  std::vector<at::Tensor> params_;
+  const TrainerConfig cfg_;
+  std::unique_ptr<LoraAdapters> lora_;     // set with LoRA
+  std::unique_ptr<Model> reference_;       // set with cfg.reference (full fine-tuning)
+  std::vector<std::pair<std::string, at::Tensor>> trainable_;  // what AdamW updates, checkpoint order
   std::unique_ptr<torch::optim::AdamW> optim_;
+  at::Generator rng_;
   int64_t step_ = 0;
 };
 

@@ -59,6 +59,7 @@ export default defineEnvironment({
         // Logged only: tells "never uses the tags" apart from "wrong number".
         { name: 'format', weight: 0, fn: ({ completion }) => (/<answer>[\s\S]*?<\/answer>/.test(lastAssistantText(completion)) ? 1 : 0) },
       ],
+      demonstration: (example) => [{ role: 'assistant', content: `<answer>${example.answer}</answer>` }],
     };
   },
 });

@@ -82,6 +82,7 @@ export default defineEnvironment({
         },
       }),
       rubric: [{ name: 'lcs_ratio', fn: ({ completion, example }) => reverseTextReward(lastAssistantText(completion), example.answer) }],
+      demonstration: (example) => [{ role: 'assistant', content: `<reversed_text>\n${example.answer}\n</reversed_text>` }],
     };
   },
 });

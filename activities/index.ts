@@ -1,0 +1,15 @@
+/**
+ * The activities of each worker pool, built around what the pool's process shares between calls
+ * (the env worker pool on cpu workers, the in-memory trainer on the trainer worker).
+ */
+import type { EnvPool } from '../lib/envs/pool';
+import { createPackActivities } from './pack';
+import { createRolloutActivities } from './rollouts';
+import { prepareRun, recordStep } from './run';
+import { createTrainerActivities } from './train';
+
+export function createCpuActivities(deps: { pool: EnvPool }) {
+  return { ...createRolloutActivities(deps), ...createPackActivities(), prepareRun, recordStep };
+}
+
+export { createTrainerActivities };

@@ -1,0 +1,68 @@
+/**
+ * Run bookkeeping on the cpu queue: `prepareRun` checks a run's inputs and lays out its folder;
+ * `recordStep` appends a finished step's metrics line (once, whatever the retries).
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { writeFileAtomic } from '../lib/atomic';
+import type { RLConfig } from '../lib/config/schemas';
+import { loadEnvironment } from '../lib/envs/loader';
+import { readHfConfig } from '../lib/model/hf';
+import { RunLayout } from '../lib/run/layout';
+import { appendStepMetrics } from '../lib/run/metrics';
+import type { StepRecordInput } from './types';
+
+/** Checks the model and environments, writes configs/rl.json; a rerun with the same config is a no-op. */
+export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> {
+  const layout = RunLayout.of(config.output_dir, config.run_name);
+  try {
+    readHfConfig(path.resolve(config.model.name ?? config.trainer.model.name));
+  } catch (e) {
+    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, 'InvalidModel');
+  }
+  if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', 'InvalidConfig');
+  for (const e of [...config.env, ...config.eval.env]) {
+    try {
+      loadEnvironment(e.id, e.args);
+    } catch (err) {
+      throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidEnvironment');
+    }
+  }
+  const text = `${JSON.stringify(config, null, 2)}\n`;
+  if (fs.existsSync(layout.configFile)) {
+    const stored = fs.readFileSync(layout.configFile, 'utf8');
+    if (stored !== text) {
+      throw ApplicationFailure.nonRetryable(
+        `run folder ${layout.dir} holds a run with a different config (${layout.configFile}); use another run_name or output_dir`,
+        'ConfigMismatch',
+      );
+    }
+  } else {
+    fs.mkdirSync(path.dirname(layout.configFile), { recursive: true });
+    writeFileAtomic(layout.configFile, text);
+  }
+  return { runDir: layout.dir };
+}
+
+/** One metrics.jsonl line per step, flat where a chart needs a series. */
+export async function recordStep({ runDir, step, policyVersion, rollouts, batch, train, times }: StepRecordInput): Promise<void> {
+  appendStepMetrics(new RunLayout(runDir).metricsFile, {
+    step,
+    policy_version: policyVersion,
+    reward_mean: rollouts.rewardMean,
+    reward_std: rollouts.rewardStd,
+    rollouts: rollouts.rollouts,
+    rollouts_errored: rollouts.errored,
+    rollouts_truncated: rollouts.truncated,
+    completion_tokens: rollouts.completionTokens,
+    rubric: rollouts.rubric,
+    samples: batch.counts.samples,
+    rows: batch.counts.rows,
+    groups_filtered: batch.advantages.groups - batch.advantages.groups_kept,
+    filtered: batch.advantages.filtered,
+    ...train.metrics,
+    progress: train.progress,
+    time: times,
+  });
+}

@@ -1,0 +1,93 @@
+/**
+ * Trainer activities (trainer queue, one at a time per worker): `trainStep` and `saveCheckpoint`.
+ * The worker keeps one TrainerRuntime in memory; when it is not exactly where a call needs it (a
+ * new process, a crash, another run) it is rebuilt from the newest good checkpoint and the stored
+ * batches. Both activities are idempotent by (run, step): finished work is found on disk.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { Context } from '@temporalio/activity';
+import { withHeartbeat } from './heartbeat';
+import { writeFileAtomic } from '../lib/atomic';
+import { readRunConfig } from '../lib/run/config';
+import { listSteps, RunLayout } from '../lib/run/layout';
+import { TrainerRuntime } from '../lib/trainer/runtime';
+import type { StepRef, TrainSummary } from './types';
+
+export function createTrainerActivities() {
+  let runtime: TrainerRuntime | undefined;
+  let phase = 'idle';
+
+  /** The runtime of `runDir` at exactly `step` applied steps. */
+  async function at(runDir: string, step: number): Promise<TrainerRuntime> {
+    if (runtime && runtime.runDir === path.resolve(runDir) && runtime.progress.steps === step) return runtime;
+    runtime = undefined;
+    phase = 'restoring';
+    const restored = await TrainerRuntime.restore(runDir, readRunConfig(runDir), step, (done, total) => (phase = `replaying ${done}/${total}`));
+    const { report } = restored;
+    Context.current().log.info('trainer restored', { runDir, step, from: report.from, replayed: report.replayed, skipped: report.skipped });
+    for (const s of report.skipped) Context.current().log.warn(`unusable checkpoint skipped: ${s}`);
+    runtime = restored.runtime;
+    return runtime;
+  }
+
+  return {
+    async trainStep({ runDir, step }: StepRef): Promise<TrainSummary> {
+      const layout = new RunLayout(runDir);
+      const marker = layout.trainSummaryFile(step);
+      if (fs.existsSync(marker)) return JSON.parse(fs.readFileSync(marker, 'utf8')) as TrainSummary;
+      return withHeartbeat(() => ({ step, phase }), async () => {
+        const restoreStart = performance.now();
+        const rt = await at(runDir, step);
+        const replay = (performance.now() - restoreStart) / 1000;
+        phase = 'training';
+        const metrics = await rt.train(step);
+        phase = 'saving weights';
+        const saveStart = performance.now();
+        const weightsDir = await rt.writeWeights(step + 1);
+        metrics.seconds.replay = replay;
+        metrics.seconds.save = (performance.now() - saveStart) / 1000;
+        const summary: TrainSummary = { step, weightsDir, metrics, progress: { ...rt.progress } };
+        fs.mkdirSync(path.dirname(marker), { recursive: true });
+        writeFileAtomic(marker, JSON.stringify(summary, null, 1));
+        phase = 'idle';
+        return summary;
+      });
+    },
+
+    /** Checkpoint after `step` train steps; prunes what `ckpt.keep_last` no longer needs. */
+    async saveCheckpoint({ runDir, step }: StepRef): Promise<{ path: string }> {
+      const layout = new RunLayout(runDir);
+      const dir = layout.checkpointDir(step);
+      if (!fs.existsSync(dir)) {
+        await withHeartbeat(() => ({ step, phase }), async () => {
+          const rt = await at(runDir, step);
+          phase = 'checkpointing';
+          await rt.checkpoint();
+          phase = 'idle';
+        });
+      }
+      prune(layout, readRunConfig(runDir).ckpt.keep_last, readRunConfig(runDir).async_level);
+      return { path: dir };
+    },
+  };
+}
+
+/**
+ * With keep_last = K: the K newest checkpoints stay; batches older than the oldest kept one are
+ * no longer needed for a replay, nor weights older than it minus async_level (in-flight rollouts).
+ */
+function prune(layout: RunLayout, keepLast: number | undefined, asyncLevel: number): void {
+  if (keepLast === undefined || !fs.existsSync(layout.checkpointsRoot)) return;
+  const ckpts = listSteps(fs.readdirSync(layout.checkpointsRoot));
+  const kept = ckpts.slice(-keepLast);
+  for (const s of ckpts.slice(0, -keepLast)) fs.rmSync(layout.checkpointDir(s), { recursive: true, force: true });
+  const oldest = kept[0];
+  const drop = (root: string, file: (s: number) => string, below: number) => {
+    if (!fs.existsSync(root)) return;
+    const names = fs.readdirSync(root).map((n) => n.replace(/\.safetensors$/, ''));
+    for (const s of listSteps(names)) if (s < below) fs.rmSync(file(s), { recursive: true, force: true });
+  };
+  drop(path.dirname(layout.batchFile(0)), (s) => layout.batchFile(s), oldest);
+  drop(layout.weightsRoot, (s) => layout.weightsDir(s), oldest - asyncLevel);
+}

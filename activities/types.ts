@@ -1,0 +1,64 @@
+/**
+ * What crosses the workflow/activity boundary: inputs and summaries (paths and numbers, never
+ * tensors). Workflow code imports only these types, so its bundle holds no activity code.
+ */
+import type { createCpuActivities, createTrainerActivities } from './index';
+import type { PackSummary } from './pack';
+import type { RolloutSummary } from './rollouts';
+
+export type CpuActivities = ReturnType<typeof createCpuActivities>;
+export type TrainerActivities = ReturnType<typeof createTrainerActivities>;
+export type { PackSummary, RolloutSummary };
+
+export interface StepRef {
+  runDir: string;
+  step: number;
+}
+
+/** Wall-clock marks of a step as the workflow saw them (unix seconds). */
+export interface StepTimes {
+  wait_start: number;
+  generate_start: number;
+  generate_end: number;
+  pack_end: number;
+  train_start: number;
+  train_end: number;
+}
+
+/** Trainer metrics of one step (DESIGN.md: loss, entropy, mismatch KL, masked fractions, ...). */
+export interface TrainMetrics {
+  loss: number;
+  entropy: number;
+  mismatch_kl: number;
+  masked_tokens: number;
+  masked_sequences: number;
+  clipped: number;
+  grad_norm: number;
+  lr: number;
+  tokens: number;
+  loss_tokens: number;
+  tokens_per_s: number;
+  seconds: { load: number; replay: number; train: number; save: number };
+}
+
+/** Cumulative trainer counters: equal between an interrupted and an uninterrupted run. */
+export interface TrainProgress {
+  steps: number;
+  samples: number;
+  tokens: number;
+}
+
+export interface TrainSummary {
+  step: number;
+  weightsDir: string;
+  metrics: TrainMetrics;
+  progress: TrainProgress;
+}
+
+export interface StepRecordInput extends StepRef {
+  policyVersion: number;
+  rollouts: RolloutSummary;
+  batch: PackSummary;
+  train: TrainSummary;
+  times: StepTimes;
+}

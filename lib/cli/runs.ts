@@ -1,0 +1,75 @@
+/**
+ * `prime-rl runs list|show|pause|resume|stop [RUN]`: find and steer runs on the Temporal server.
+ * The same can be done with the Temporal CLI (`temporal workflow signal --workflow-id RUN --name pause`,
+ * `temporal workflow query --workflow-id RUN --type progress`).
+ */
+import { Client, Connection } from '@temporalio/client';
+import { z } from 'zod';
+import { ConfigError } from '../config/errors';
+import { temporalCommandSchema } from '../config/schemas';
+import { ensureTemporal } from '../temporal/devserver';
+import { command, type Command } from './command';
+
+const runSchema = temporalCommandSchema.extend({
+  run: z.string().min(1).optional().describe('run name (the workflow id); also accepted as the first argument'),
+});
+type RunsConfig = z.output<typeof runSchema>;
+
+async function withClient<T>(c: RunsConfig, fn: (client: Client) => Promise<T>): Promise<T> {
+  const endpoint = await ensureTemporal(c.temporal, c.output_dir);
+  const connection = await Connection.connect({ address: endpoint.address });
+  try {
+    return await fn(new Client({ connection, namespace: endpoint.namespace }));
+  } finally {
+    await connection.close();
+    await endpoint.stop();
+  }
+}
+
+const needRun = (c: RunsConfig): string => {
+  if (!c.run) throw new ConfigError('which run? give its name: prime-rl runs <show|pause|resume|stop> RUN');
+  return c.run;
+};
+
+function signal(name: 'pause' | 'resume' | 'stop', summary: string): Command {
+  return command({
+    summary,
+    schema: runSchema,
+    positional: 'run',
+    run: (c) =>
+      withClient(c, async (client) => {
+        await client.workflow.getHandle(needRun(c)).signal(name);
+        process.stdout.write(`sent ${name} to ${c.run}\n`);
+      }),
+  });
+}
+
+export const runsCommands: Record<string, Command> = {
+  list: command({
+    summary: 'list runs (rl, sft and eval workflows)',
+    schema: runSchema,
+    run: (c) =>
+      withClient(c, async (client) => {
+        const rows: string[] = [];
+        for await (const w of client.workflow.list({ query: "WorkflowType IN ('rl', 'sft', 'eval')" })) {
+          rows.push(`${w.workflowId.padEnd(24)} ${w.type.padEnd(5)} ${w.status.name.padEnd(12)} ${w.startTime.toISOString()}`);
+        }
+        process.stdout.write(rows.length ? `${'RUN'.padEnd(24)} TYPE  STATUS       STARTED\n${rows.join('\n')}\n` : 'no runs\n');
+      }),
+  }),
+  show: command({
+    summary: 'status and progress of a run',
+    schema: runSchema,
+    positional: 'run',
+    run: (c) =>
+      withClient(c, async (client) => {
+        const handle = client.workflow.getHandle(needRun(c));
+        const d = await handle.describe();
+        const progress = d.status.name === 'RUNNING' ? await handle.query('progress') : undefined;
+        process.stdout.write(`${JSON.stringify({ run: d.workflowId, type: d.type, status: d.status.name, started: d.startTime, memo: d.memo, progress }, null, 2)}\n`);
+      }),
+  }),
+  pause: signal('pause', 'pause a run before its next step'),
+  resume: signal('resume', 'resume a paused run'),
+  stop: signal('stop', 'finish the steps in flight, then end the run'),
+};

@@ -1,0 +1,210 @@
+/**
+ * The trainer's in-memory state for one run: the model, its optimizer, and how many train steps
+ * it has applied. It is always reconstructible as "latest checkpoint + the stored batches after
+ * it": `at(step)` restores and replays deterministically whenever the process is new or behind,
+ * so a killed trainer costs a replay, and a batch is never applied twice.
+ */
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as native from '../../native';
+import { writeDirAtomicAsync, writeFileAtomic } from '../atomic';
+import type { RLConfig, TrainerConfig } from '../config/schemas';
+import type { NamedTensor } from '../model/arch';
+import { loadHfModel, readHfConfig, writeHfModel } from '../model/hf';
+import { serializeSafetensors } from '../model/safetensors';
+import { readBatch } from '../orchestrator/batch';
+import { listSteps, RunLayout } from '../run/layout';
+import type { TrainMetrics, TrainProgress } from '../../activities/types';
+
+const CKPT_FILE = 'trainer.ckpt';
+const PROGRESS_FILE = 'progress.json';
+
+interface CheckpointMeta extends TrainProgress {
+  /** sha256 of trainer.ckpt: a torn or bit-rotted checkpoint is detected before it is loaded. */
+  sha256: string;
+}
+
+function sha256(file: string): string {
+  return crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
+}
+
+/** Learning-rate schedule of the trainer config over `max_steps`. */
+function scheduleOf(t: TrainerConfig): native.LrSchedule {
+  return {
+    kind: t.scheduler.type,
+    lr: t.optim.lr,
+    warmupSteps: t.scheduler.warmup_steps,
+    totalSteps: t.max_steps,
+    minLr: t.scheduler.min_lr,
+  };
+}
+
+export interface RestoreReport {
+  /** Checkpoint step restored from (0 = the base model). */
+  from: number;
+  /** Checkpoints found unusable (corrupt or unreadable) and skipped, with why. */
+  skipped: string[];
+  /** Batches replayed to catch up. */
+  replayed: number;
+}
+
+export class TrainerRuntime {
+  private constructor(
+    readonly layout: RunLayout,
+    readonly config: RLConfig,
+    private readonly model: native.NativeModel,
+    private readonly trainer: native.Trainer,
+    private readonly baseDir: string,
+    private readonly rawConfig: Record<string, unknown>,
+    public progress: TrainProgress,
+  ) {}
+
+  get runDir(): string {
+    return this.layout.dir;
+  }
+
+  /**
+   * A runtime at exactly `step` applied train steps: the newest usable checkpoint at or before
+   * it (corrupt ones are reported and skipped), then the stored batches up to `step`.
+   */
+  static async restore(runDir: string, config: RLConfig, step: number, onReplay?: (done: number, total: number) => void): Promise<{ runtime: TrainerRuntime; report: RestoreReport }> {
+    const layout = new RunLayout(runDir);
+    const t = config.trainer;
+    if (t.threads) native.setThreads(t.threads);
+    const baseDir = path.resolve(t.model.name);
+    const base = loadHfModel(baseDir);
+    const model = await native.loadModel(base.config, base.tensors, { device: t.model.device, dtype: t.model.dtype });
+    const trainer = model.createTrainer({
+      beta1: t.optim.betas[0],
+      beta2: t.optim.betas[1],
+      eps: t.optim.eps,
+      weightDecay: t.optim.weight_decay,
+      seed: t.seed,
+      // The KL reference is the initial model: frozen here, before any checkpoint is loaded.
+      reference: t.loss.kl_beta > 0,
+      lora: t.lora.enabled ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, targetModules: t.lora.target_modules } : undefined,
+    });
+    const runtime = new TrainerRuntime(layout, config, model, trainer, baseDir, readHfConfig(baseDir).rawConfig, { steps: 0, samples: 0, tokens: 0 });
+    const report: RestoreReport = { from: 0, skipped: [], replayed: 0 };
+    const candidates = fs.existsSync(layout.checkpointsRoot) ? listSteps(fs.readdirSync(layout.checkpointsRoot)) : [];
+    for (const c of candidates.filter((s) => s <= step).reverse()) {
+      const dir = layout.checkpointDir(c);
+      try {
+        const meta = JSON.parse(fs.readFileSync(path.join(dir, PROGRESS_FILE), 'utf8')) as CheckpointMeta;
+        const actual = sha256(path.join(dir, CKPT_FILE));
+        if (actual !== meta.sha256) throw new Error(`checksum mismatch (${actual.slice(0, 12)} != ${meta.sha256.slice(0, 12)})`);
+        await trainer.load(dir);
+        runtime.progress = { steps: meta.steps, samples: meta.samples, tokens: meta.tokens };
+        report.from = c;
+        break;
+      } catch (e) {
+        report.skipped.push(`${dir}: ${(e as Error).message}`);
+      }
+    }
+    const total = step - runtime.progress.steps;
+    while (runtime.progress.steps < step) {
+      await runtime.train(runtime.progress.steps);
+      report.replayed++;
+      onReplay?.(report.replayed, total);
+    }
+    return { runtime, report };
+  }
+
+  /** Applies batch `step` (which must be the next one) and returns its metrics. */
+  async train(step: number): Promise<TrainMetrics> {
+    if (step !== this.progress.steps) throw new Error(`trainer is at step ${this.progress.steps}, asked to train step ${step}`);
+    const t = this.config.trainer;
+    const loadStart = performance.now();
+    const batch = readBatch(this.layout.batchFile(step));
+    const load = (performance.now() - loadStart) / 1000;
+    const lr = native.lrAt(scheduleOf(t), step);
+    const stats = await this.trainer.step(
+      batch.rows.map((r) => ({ inputIds: r.inputIds, positionIds: r.positionIds, lossMask: r.lossMask, advantages: r.advantages, inferenceLogprobs: r.logprobs })),
+      {
+        lr,
+        maxGradNorm: t.optim.max_norm,
+        loss: {
+          kind: t.loss.type,
+          temperature: this.config.orchestrator.sampling.temperature || 1,
+          normalization: t.loss.normalization,
+          epsLow: t.loss.eps_low,
+          epsHigh: t.loss.eps_high,
+          klBeta: t.loss.kl_beta,
+          mismatch: {
+            mode: t.loss.mismatch.mode,
+            tisCap: t.loss.mismatch.tis_cap,
+            tokenLow: t.loss.mismatch.token_low,
+            tokenHigh: t.loss.mismatch.token_high,
+            seqLow: t.loss.mismatch.seq_low,
+            seqHigh: t.loss.mismatch.seq_high,
+          },
+        },
+      },
+    );
+    this.progress = {
+      steps: step + 1,
+      samples: this.progress.samples + batch.counts.samples,
+      tokens: this.progress.tokens + batch.counts.tokens,
+    };
+    return {
+      loss: stats.loss,
+      entropy: stats.entropy,
+      mismatch_kl: stats.mismatchKl,
+      masked_tokens: stats.maskedTokenFraction,
+      masked_sequences: stats.maskedSampleFraction,
+      clipped: stats.clippedFraction,
+      grad_norm: stats.gradNorm,
+      lr,
+      tokens: stats.tokens,
+      loss_tokens: stats.lossTokens,
+      tokens_per_s: stats.tokensPerSecond,
+      seconds: { load, replay: 0, train: stats.seconds, save: 0 },
+    };
+  }
+
+  /**
+   * Writes the current weights as HF folder `weights/step_<version>` (what inference loads: with
+   * LoRA, the merged weights), plus the adapters in PEFT layout under `lora/` when LoRA is on.
+   */
+  async writeWeights(version: number): Promise<string> {
+    const dir = this.layout.weightsDir(version);
+    // Asked for as F32, so every tensor is a safetensors float tensor.
+    const tensors = (await this.trainer.readWeights('F32')) as NamedTensor[];
+    const lora = this.config.trainer.lora;
+    const files: Record<string, string | Buffer> = {};
+    if (lora.enabled) {
+      const adapters = (await this.trainer.readAdapters('F32')) as NamedTensor[];
+      files['lora/adapter_model.safetensors'] = serializeSafetensors(adapters);
+      files['lora/adapter_config.json'] = JSON.stringify(
+        {
+          peft_type: 'LORA',
+          task_type: 'CAUSAL_LM',
+          base_model_name_or_path: this.baseDir,
+          r: lora.rank,
+          lora_alpha: lora.alpha,
+          lora_dropout: lora.dropout,
+          target_modules: lora.target_modules,
+          bias: 'none',
+          fan_in_fan_out: false,
+          inference_mode: true,
+        },
+        null,
+        2,
+      );
+    }
+    writeHfModel(dir, { config: this.rawConfig, tensors, copyFrom: this.baseDir, files });
+    return dir;
+  }
+
+  /** Saves `checkpoints/step_<steps>` atomically, with a checksum. */
+  async checkpoint(): Promise<string> {
+    const dir = this.layout.checkpointDir(this.progress.steps);
+    await writeDirAtomicAsync(dir, async (tmp) => {
+      await this.trainer.save(tmp);
+      const meta: CheckpointMeta = { ...this.progress, sha256: sha256(path.join(tmp, CKPT_FILE)) };
+      writeFileAtomic(path.join(tmp, PROGRESS_FILE), JSON.stringify(meta, null, 1));
+    });
+    return dir;
+  }
+}

@@ -1,0 +1,98 @@
+/**
+ * The rl workflow end to end on a tiny model: a real Temporal dev server, real cpu and trainer
+ * workers (in this process), a real inference server, real environments.
+ */
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import { createCpuActivities, createTrainerActivities } from '../activities';
+import { loadConfig } from '../lib/config/loader';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
+import { EnvPool } from '../lib/envs/pool';
+import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import { createModel } from '../lib/model/create';
+import { RunLayout } from '../lib/run/layout';
+import { readStepMetrics } from '../lib/run/metrics';
+import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
+import type { RLResult } from '../workflows/rl';
+
+Runtime.install({ logger: new DefaultLogger('WARN') });
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-wf-'));
+const modelDir = path.join(root, 'model');
+let temporal: TemporalEndpoint;
+let inference: InferenceServer;
+let pool: EnvPool;
+
+function config(runName: string, asyncLevel: number, port: number): RLConfig {
+  return loadConfig({
+    schema: rlSchema,
+    argv: [
+      '--run-name', runName, '--model.name', modelDir, '--output-dir', path.join(root, 'outputs'),
+      '--seq-len', '128', '--max-steps', '3', '--async-level', String(asyncLevel),
+      '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '2',
+      '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '12',
+      '--orchestrator.base-urls', `http://127.0.0.1:${port}/v1`, '--trainer.optim.lr', '1e-3', '--trainer.threads', '1',
+    ],
+    env: {},
+    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
+  }).config;
+}
+
+beforeAll(async () => {
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+  const [port, uiPort] = [await freePort(), await freePort()];
+  temporal = (await startDevServer({ ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(root, 'temporal.db'), logFile: path.join(root, 'temporal.log') })).endpoint;
+  inference = await startInferenceServer(
+    rlSchema.shape.inference.parse({ model: { name: modelDir }, seq_len: 128, output_dir: path.join(root, 'outputs'), server: { port: 0 }, threads: 1 }),
+  );
+  pool = new EnvPool({ workers: 1, timeoutS: 30 });
+});
+afterAll(async () => {
+  await pool?.close();
+  await inference?.close(1000);
+  await temporal?.stop();
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+test.each([0, 1])('a 3-step run with async_level %i trains every step once and records its metrics', async (asyncLevel) => {
+  const port = Number(new URL(inference.url).port);
+  const cfg = config(`run-async-${asyncLevel}`, asyncLevel, port);
+  const connection = await NativeConnection.connect({ address: temporal.address });
+  const prefix = cfg.temporal.task_queue;
+  const cpu = await Worker.create({ connection, taskQueue: `${prefix}.cpu`, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool }) });
+  const trainer = await Worker.create({ connection, taskQueue: `${prefix}.trainer`, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1 });
+  const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
+  const result: RLResult = await cpu.runUntil(
+    trainer.runUntil(client.workflow.execute('rl', { taskQueue: `${prefix}.cpu`, workflowId: cfg.run_name, args: [cfg] })),
+  );
+  await client.connection.close();
+  await connection.close();
+
+  const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
+  expect(result.steps).toBe(3);
+  expect(result.runDir).toBe(layout.dir);
+  const lines = readStepMetrics(layout.metricsFile);
+  expect(lines.map((l) => l.step)).toEqual([0, 1, 2]);
+  // Rollouts of step n used policy version n - async_level (0 before that exists).
+  expect(lines.map((l) => l.policy_version)).toEqual([0, 1, 2].map((s) => Math.max(0, s - asyncLevel)));
+  for (const l of lines) expect(Number.isFinite(l.loss as number)).toBe(true);
+  expect(fs.existsSync(path.join(layout.weightsDir(3), 'model.safetensors'))).toBe(true);
+  expect(fs.existsSync(layout.checkpointDir(2))).toBe(true);
+  expect(fs.existsSync(layout.checkpointDir(3))).toBe(true);
+  const progress = (lines[2].progress as { steps: number; samples: number }).steps;
+  expect(progress).toBe(3);
+});

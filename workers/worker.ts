@@ -1,0 +1,60 @@
+/**
+ * A worker process of one pool. `cpu` polls `<prefix>.cpu` (the workflows and the orchestrator
+ * activities, with a pool of environment processes); `trainer` polls `<prefix>.trainer` (one
+ * activity at a time: the model and optimizer live in this process); `inference` is the policy
+ * server, which cpu activities drive over HTTP. SIGTERM / SIGINT drain and exit 0.
+ */
+import { NativeConnection, Runtime, DefaultLogger, Worker } from '@temporalio/worker';
+import { createCpuActivities, createTrainerActivities } from '../activities';
+import type { WorkerConfig } from '../lib/config/schemas';
+import { ConfigError } from '../lib/config/errors';
+import { EnvPool } from '../lib/envs/pool';
+import { runInference } from '../lib/cli/inference';
+import { ensureTemporal } from '../lib/temporal/devserver';
+import * as native from '../native';
+
+export const taskQueues = (prefix: string) => ({ cpu: `${prefix}.cpu`, trainer: `${prefix}.trainer` });
+
+export async function runWorker(config: WorkerConfig): Promise<void> {
+  if (config.pool === 'inference') {
+    if (!config.inference) throw new ConfigError('--pool inference needs the server config: --inference.model.name DIR (or --inference @ file.toml)');
+    return runInference(config.inference);
+  }
+  Runtime.install({ logger: new DefaultLogger('WARN') });
+  const endpoint = await ensureTemporal(config.temporal, config.output_dir);
+  const connection = await NativeConnection.connect({ address: endpoint.address });
+  const queues = taskQueues(config.temporal.task_queue);
+  let pool: EnvPool | undefined;
+  let worker: Worker;
+  if (config.pool === 'cpu') {
+    pool = new EnvPool({ workers: config.env_workers, timeoutS: config.env_timeout_s });
+    worker = await Worker.create({
+      connection,
+      namespace: endpoint.namespace,
+      taskQueue: queues.cpu,
+      workflowsPath: require.resolve('../workflows'),
+      activities: createCpuActivities({ pool }),
+    });
+  } else {
+    if (config.threads) native.setThreads(config.threads);
+    worker = await Worker.create({
+      connection,
+      namespace: endpoint.namespace,
+      taskQueue: queues.trainer,
+      activities: createTrainerActivities(),
+      // The trainer holds one model in memory: activities must not interleave.
+      maxConcurrentActivityTaskExecutions: 1,
+    });
+  }
+  process.stdout.write(`worker ${config.pool} polling ${config.pool === 'cpu' ? queues.cpu : queues.trainer} on ${endpoint.address}\n`);
+  const stop = () => worker.shutdown();
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+  try {
+    await worker.run();
+  } finally {
+    await pool?.close();
+    await connection.close();
+    await endpoint.stop();
+  }
+}

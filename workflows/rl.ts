@@ -1,0 +1,134 @@
+/**
+ * The RL run as a durable workflow. Per step n, with async_level = k:
+ *
+ *   1. wait until the trainer has finished step n-k-1, so policy version n-k exists;
+ *   2. generateRollouts(n, version n-k)     (cpu)   rollouts + rewards -> rollouts/step_n/
+ *   3. packBatch(n)                         (cpu)   advantages, packing -> batches/step_n
+ *   4. trainStep(n)                         (trainer, not awaited: step n+1 generates meanwhile;
+ *                                            train steps run strictly in order) -> weights/step_n+1
+ *   5. every ckpt.interval trained steps: saveCheckpoint; then the step's metrics line.
+ *
+ * Everything large stays in the run folder; activities exchange paths and summaries. The history is
+ * bounded by continue-as-new, which carries the run state. Signals pause, resume and stop the run
+ * after the current step; the `progress` query reports where it is.
+ */
+import {
+  ApplicationFailure,
+  condition,
+  continueAsNew,
+  defineQuery,
+  defineSignal,
+  proxyActivities,
+  setHandler,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { CpuActivities, TrainerActivities, StepTimes, TrainSummary } from '../activities/types';
+import type { RLConfig } from '../lib/config/schemas';
+
+export interface RLState {
+  runDir: string;
+  /** Next step to generate. */
+  step: number;
+  /** Train steps finished: the newest policy version. */
+  trained: number;
+  paused: boolean;
+  stopping: boolean;
+  lastTrain?: TrainSummary;
+  lastReward?: number;
+}
+
+export interface RLProgress extends RLState {
+  maxSteps?: number;
+}
+
+export interface RLResult {
+  runDir: string;
+  steps: number;
+  stoppedEarly: boolean;
+  lastTrain?: TrainSummary;
+  lastReward?: number;
+}
+
+export const pauseSignal = defineSignal('pause');
+export const resumeSignal = defineSignal('resume');
+/** Finish the steps already started, then end the run (it can be resumed later with a new start). */
+export const stopSignal = defineSignal('stop');
+export const progressQuery = defineQuery<RLProgress>('progress');
+
+/** Continue-as-new after this many steps even if Temporal does not suggest it yet. */
+const STEPS_PER_RUN = 100;
+
+/** Retries go on until the problem is fixed (a worker comes back); non-retryable failures stop them. */
+const retry = { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' } as const;
+
+export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResult> {
+  const queue = config.temporal.task_queue;
+  const heartbeatTimeout = `${config.temporal.heartbeat_timeout_s} seconds` as const;
+  const cpu = proxyActivities<CpuActivities>({
+    taskQueue: `${queue}.cpu`,
+    startToCloseTimeout: '2 hours',
+    heartbeatTimeout,
+    retry,
+  });
+  const cpuQuick = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 minutes', retry });
+  const trainer = proxyActivities<TrainerActivities>({
+    taskQueue: `${queue}.trainer`,
+    startToCloseTimeout: '6 hours',
+    heartbeatTimeout,
+    retry,
+  });
+
+  const maxSteps = config.max_steps ?? Infinity;
+  const k = config.async_level;
+  const state: RLState = resumeFrom ?? { runDir: (await cpuQuick.prepareRun(config)).runDir, step: 0, trained: 0, paused: false, stopping: false };
+  const { runDir } = state;
+
+  setHandler(pauseSignal, () => void (state.paused = true));
+  setHandler(resumeSignal, () => void (state.paused = false));
+  setHandler(stopSignal, () => void (state.stopping = true));
+  setHandler(progressQuery, () => ({ ...state, maxSteps: config.max_steps }));
+
+  let training: Promise<void> = Promise.resolve();
+  let failure: unknown;
+  const startedThisRun = state.step;
+
+  while (state.step < maxSteps && !state.stopping) {
+    await condition(() => !state.paused || state.stopping);
+    if (state.stopping) break;
+    const step = state.step;
+    const waitStart = Date.now();
+    // async_level: rollouts of step n use policy version n - k: never older (the bound), and not
+    // "whatever is newest" either, so a run is reproducible whatever the timing of its workers.
+    const policyVersion = Math.max(0, step - k);
+    await condition(() => state.trained >= policyVersion || failure !== undefined);
+    if (failure !== undefined) throw failure;
+    const times: StepTimes = { wait_start: waitStart / 1000, generate_start: Date.now() / 1000 } as StepTimes;
+    const rollouts = await cpu.generateRollouts({ runDir, step, policyVersion });
+    times.generate_end = Date.now() / 1000;
+    const batch = await cpu.packBatch({ runDir, step });
+    times.pack_end = Date.now() / 1000;
+    state.lastReward = rollouts.rewardMean;
+    state.step = step + 1;
+
+    training = training.then(async () => {
+      times.train_start = Date.now() / 1000;
+      const train = await trainer.trainStep({ runDir, step });
+      times.train_end = Date.now() / 1000;
+      state.trained = step + 1;
+      state.lastTrain = train;
+      if (state.trained % config.ckpt.interval === 0 || state.trained === maxSteps) {
+        await trainer.saveCheckpoint({ runDir, step: state.trained });
+      }
+      await cpuQuick.recordStep({ runDir, step, policyVersion, rollouts, batch, train, times });
+    });
+    training.catch((e) => (failure ??= e));
+
+    if (workflowInfo().continueAsNewSuggested || state.step - startedThisRun >= STEPS_PER_RUN) {
+      await training;
+      await continueAsNew<typeof rl>(config, state);
+    }
+  }
+  await training;
+  if (failure !== undefined) throw failure instanceof Error ? failure : ApplicationFailure.create({ message: String(failure) });
+  return { runDir, steps: state.trained, stoppedEarly: state.trained < maxSteps, lastTrain: state.lastTrain, lastReward: state.lastReward };
+}
