@@ -3,13 +3,15 @@
  * (the env worker pool on cpu workers, the in-memory trainer on the trainer worker).
  */
 import type { EnvPool } from '../lib/envs/pool';
+import { createEvalActivities } from './evaluate';
 import { createPackActivities } from './pack';
 import { createRolloutActivities } from './rollouts';
 import { prepareRun, recordStep } from './run';
+import { prepareSft, recordSftStep } from './sft';
 import { createTrainerActivities } from './train';
 
 export function createCpuActivities(deps: { pool: EnvPool }) {
-  return { ...createRolloutActivities(deps), ...createPackActivities(), prepareRun, recordStep };
+  return { ...createRolloutActivities(deps), ...createPackActivities(), ...createEvalActivities(deps), prepareRun, recordStep, prepareSft, recordSftStep };
 }
 
 export { createTrainerActivities };

@@ -68,8 +68,9 @@ export interface RolloutDeps {
   pool: EnvPool;
 }
 
+/** Tokenizers by model folder, loaded once per worker process. */
 const tokenizers = new Map<string, Tokenizer>();
-function tokenizerOf(modelDir: string): Tokenizer {
+export function tokenizerOf(modelDir: string): Tokenizer {
   let t = tokenizers.get(modelDir);
   if (!t) {
     t = Tokenizer.fromDir(modelDir);

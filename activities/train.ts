@@ -1,5 +1,6 @@
 /**
- * Trainer activities (trainer queue, one at a time per worker): `trainStep` and `saveCheckpoint`.
+ * Trainer activities (trainer queue, one at a time per worker): `trainStep`, `saveCheckpoint` and
+ * (SFT) `validate`.
  * The worker keeps one TrainerRuntime in memory; when it is not exactly where a call needs it (a
  * new process, a crash, another run) it is rebuilt from the newest good checkpoint and the stored
  * batches. Both activities are idempotent by (run, step): finished work is found on disk.
@@ -7,9 +8,10 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
 import { withHeartbeat } from './heartbeat';
 import { writeFileAtomic } from '../lib/atomic';
-import { readRunConfig } from '../lib/run/config';
+import { readSftPlan, readTrainingSpec } from '../lib/run/config';
 import { listSteps, RunLayout } from '../lib/run/layout';
 import { TrainerRuntime } from '../lib/trainer/runtime';
 import type { StepRef, TrainSummary } from './types';
@@ -23,7 +25,7 @@ export function createTrainerActivities() {
     if (runtime && runtime.runDir === path.resolve(runDir) && runtime.progress.steps === step) return runtime;
     runtime = undefined;
     phase = 'restoring';
-    const restored = await TrainerRuntime.restore(runDir, readRunConfig(runDir), step, (done, total) => (phase = `replaying ${done}/${total}`));
+    const restored = await TrainerRuntime.restore(runDir, readTrainingSpec(runDir).trainer, step, (done, total) => (phase = `replaying ${done}/${total}`));
     const { report } = restored;
     Context.current().log.info('trainer restored', { runDir, step, from: report.from, replayed: report.replayed, skipped: report.skipped });
     for (const s of report.skipped) Context.current().log.warn(`unusable checkpoint skipped: ${s}`);
@@ -42,9 +44,12 @@ export function createTrainerActivities() {
         const replay = (performance.now() - restoreStart) / 1000;
         phase = 'training';
         const metrics = await rt.train(step);
-        phase = 'saving weights';
         const saveStart = performance.now();
-        const weightsDir = await rt.writeWeights(step + 1);
+        let weightsDir: string | null = null;
+        if (readTrainingSpec(runDir).writesWeights(step + 1)) {
+          phase = 'saving weights';
+          weightsDir = await rt.writeWeights(step + 1);
+        }
         metrics.seconds.replay = replay;
         metrics.seconds.save = (performance.now() - saveStart) / 1000;
         const summary: TrainSummary = { step, weightsDir, metrics, progress: { ...rt.progress } };
@@ -52,6 +57,21 @@ export function createTrainerActivities() {
         writeFileAtomic(marker, JSON.stringify(summary, null, 1));
         phase = 'idle';
         return summary;
+      });
+    },
+
+    /** SFT validation: the cross-entropy of the model after `step` train steps on the run's validation batches. */
+    async validate({ runDir, step }: StepRef): Promise<{ step: number; loss: number; tokens: number }> {
+      const plan = readSftPlan(runDir);
+      if (!plan || plan.valBatches === 0) throw ApplicationFailure.nonRetryable(`run ${runDir} has no validation batches`, 'NoValidationData');
+      const layout = new RunLayout(runDir);
+      return withHeartbeat(() => ({ step, phase }), async () => {
+        const rt = await at(runDir, step);
+        phase = 'validating';
+        const files = Array.from({ length: plan.valBatches }, (_, i) => layout.valBatchFile(i));
+        const result = await rt.validationLoss(files);
+        phase = 'idle';
+        return { step, ...result };
       });
     },
 
@@ -67,7 +87,8 @@ export function createTrainerActivities() {
           phase = 'idle';
         });
       }
-      prune(layout, readRunConfig(runDir).ckpt.keep_last, readRunConfig(runDir).async_level);
+      const spec = readTrainingSpec(runDir);
+      prune(layout, spec.keepLast, spec.asyncLevel);
       return { path: dir };
     },
   };

@@ -50,7 +50,8 @@ export interface TrainProgress {
 
 export interface TrainSummary {
   step: number;
-  weightsDir: string;
+  /** HF weights this step wrote (`weights/step_<step+1>`); null where the run keeps none for it (SFT between checkpoints). */
+  weightsDir: string | null;
   metrics: TrainMetrics;
   progress: TrainProgress;
 }

@@ -33,7 +33,7 @@ const modelDir = path.join(root, 'model');
 const STEPS = 6;
 
 beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
-afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
+afterAll(() => process.env.KEEP_TMP || fs.rmSync(root, { recursive: true, force: true }));
 
 async function runConfig(name: string): Promise<RLConfig> {
   const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
@@ -96,9 +96,11 @@ test('an uninterrupted run and one whose every process is SIGKILLed end with the
     kill('cpu');
     await stepRecorded(run.layout, 3);
     kill('temporal');
+    // Every process the launcher owns comes back (the launcher notices each death and restarts it).
+    const names = ['trainer', 'inference', 'cpu', 'temporal'] as const;
+    while (names.some((p) => run.processes[p].restarts < 1)) await new Promise((r) => setTimeout(r, 100));
     const result = await run.result;
     expect(result.steps).toBe(STEPS);
-    for (const p of ['trainer', 'inference', 'cpu', 'temporal'] as const) expect(run.processes[p].restarts).toBeGreaterThanOrEqual(1);
   } finally {
     await run.stop();
   }

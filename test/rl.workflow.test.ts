@@ -13,6 +13,7 @@ import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import { readEvalResults } from '../lib/eval';
 import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
@@ -46,6 +47,7 @@ function config(runName: string, asyncLevel: number, port: number): RLConfig {
       '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '2',
       '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '12',
       '--orchestrator.base-urls', `http://127.0.0.1:${port}/v1`, '--trainer.optim.lr', '1e-3', '--trainer.threads', '1',
+      '--eval.interval', '2', '--eval.num-examples', '2', '--eval.sampling.max-tokens', '12',
     ],
     env: {},
     shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
@@ -95,4 +97,6 @@ test.each([0, 1])('a 3-step run with async_level %i trains every step once and r
   expect(fs.existsSync(layout.checkpointDir(3))).toBe(true);
   const progress = (lines[2].progress as { steps: number; samples: number }).steps;
   expect(progress).toBe(3);
+  // eval child workflows: the base model, every eval.interval versions, and the last one.
+  expect(readEvalResults(layout.dir).map((r) => r.model)).toEqual(['base', 'step_2', 'step_3']);
 });

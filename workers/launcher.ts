@@ -1,20 +1,27 @@
 /**
- * `prime-rl rl` on one machine: a Temporal server (the configured one, or a local dev server),
- * the inference server and the cpu and trainer workers as child processes (logs in
- * `<run>/logs/`), restarted whenever they die; then the `rl` workflow, started under the run name
- * or re-attached to if it is already running, with a live progress line until it completes.
- * Ctrl-C stops the local processes and leaves the workflow where it is: the same command resumes it.
+ * `prime-rl rl|sft|eval` on one machine: a Temporal server (the configured one, or a local dev
+ * server), the processes the workflow needs as child processes (rl: inference server, cpu and
+ * trainer workers; sft: cpu and trainer; eval: cpu, plus the inference server unless it evaluates
+ * an external API), logs in `<run>/logs/`, restarted whenever they die; then the workflow, started
+ * under the run name or re-attached to if it is already running, with a live progress line until
+ * it completes. Ctrl-C stops the local processes and leaves the workflow where it is: the same
+ * command resumes it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import { writeFileAtomic } from '../lib/atomic';
-import type { RLConfig, WorkerConfig } from '../lib/config/schemas';
+import { inferenceSchema, type EvalConfig, type InferenceConfig, type RLConfig, type SFTConfig, type TemporalConfig, type WorkerConfig } from '../lib/config/schemas';
+import { readEvalResults, renderEvalTable } from '../lib/eval';
+import { writeReport } from '../lib/report';
 import { projectRoot } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
 import { devServerOptions, isListening, spawnDevServer, startDevServer } from '../lib/temporal/devserver';
-import { progressQuery, type RLProgress, type RLResult } from '../workflows/rl';
+import type { EvalResult } from '../workflows/eval';
+import type { RLProgress, RLResult } from '../workflows/rl';
+import type { SftProgress, SftResult } from '../workflows/sft';
+import { ConfigError } from '../lib/config/errors';
 import { taskQueues } from './worker';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -82,18 +89,36 @@ function formatDuration(s: number): string {
   return m > 0 ? `${m}m${String(Math.round(s % 60)).padStart(2, '0')}s` : `${Math.round(s)}s`;
 }
 
-export interface LocalRun {
-  config: RLConfig;
+type Pool = 'temporal' | 'inference' | 'cpu' | 'trainer';
+
+/** What to launch: the workflow, and the local processes it needs. */
+export interface LaunchSpec {
+  runName: string;
+  outputDir: string;
+  temporal: TemporalConfig;
+  /** The inference server to run, if the workflow samples from one. */
+  inference?: InferenceConfig;
+  /** Worker pools to run. */
+  pools: ('cpu' | 'trainer')[];
+  worker: Pick<WorkerConfig, 'env_workers' | 'env_timeout_s' | 'threads'>;
+  workflowType: 'rl' | 'sft' | 'eval';
+  args: unknown[];
+  memo: Record<string, unknown>;
+  /** The progress line, from the workflow's `progress` query; none = no progress line. */
+  progressLine?: (progress: never, rate: { started: number; first?: number }) => string;
+}
+
+export interface LocalRun<R> {
   layout: RunLayout;
-  /** The local processes, for tests that kill them. */
-  processes: Record<'temporal' | 'inference' | 'cpu' | 'trainer', { pid?: number; restarts: number }>;
-  result: Promise<RLResult>;
+  /** The local processes, for tests that kill them (no pid: not run for this workflow). */
+  processes: Record<Pool, { pid?: number; restarts: number }>;
+  result: Promise<R>;
   stop(): Promise<void>;
 }
 
-/** Starts everything a run needs locally and the workflow; `result` settles when the run completes. */
-export async function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun> {
-  const layout = RunLayout.of(config.output_dir, config.run_name);
+/** Starts everything a workflow needs locally and the workflow; `result` settles when it completes. */
+export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}): Promise<LocalRun<R>> {
+  const layout = RunLayout.of(spec.outputDir, spec.runName);
   fs.mkdirSync(layout.logsDir, { recursive: true });
   const say = (line: string) => {
     if (!opts.quiet) process.stderr.write(`${line}\n`);
@@ -102,9 +127,9 @@ export async function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}
 
   // Temporal: the configured server, a running local one, or one we start and keep alive.
   let temporal: Supervised | undefined;
-  const address = config.temporal.address ?? `${config.temporal.ip}:${config.temporal.port}`;
-  if (!config.temporal.address && !(await isListening(config.temporal.ip, config.temporal.port))) {
-    const serverOpts = devServerOptions(config.temporal, config.output_dir);
+  const address = spec.temporal.address ?? `${spec.temporal.ip}:${spec.temporal.port}`;
+  if (!spec.temporal.address && !(await isListening(spec.temporal.ip, spec.temporal.port))) {
+    const serverOpts = devServerOptions(spec.temporal, spec.outputDir);
     let first: ChildProcess | undefined = (await startDevServer(serverOpts)).child;
     // Restarts reuse the same SQLite file: workflows and their history survive.
     temporal = new Supervised('temporal', () => first ?? spawnDevServer(serverOpts), say);
@@ -113,18 +138,16 @@ export async function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}
   }
 
   const configs = path.join(layout.dir, 'configs');
-  const workerBase: Omit<WorkerConfig, 'pool'> = {
-    output_dir: config.output_dir,
-    env_workers: config.orchestrator.env_workers,
-    env_timeout_s: config.orchestrator.env_timeout_s,
-    threads: config.trainer.threads,
-    temporal: { ...config.temporal, address },
-  };
-  const children = {
-    inference: new Supervised('inference', cliProcess(['inference', '@', writeJson(path.join(configs, 'inference.json'), config.inference)], path.join(layout.logsDir, 'inference.log')), say),
-    cpu: new Supervised('cpu worker', cliProcess(['worker', '@', writeJson(path.join(configs, 'worker-cpu.json'), { ...workerBase, pool: 'cpu' })], path.join(layout.logsDir, 'orchestrator.log')), say),
-    trainer: new Supervised('trainer worker', cliProcess(['worker', '@', writeJson(path.join(configs, 'worker-trainer.json'), { ...workerBase, pool: 'trainer' })], path.join(layout.logsDir, 'trainer.log')), say),
-  };
+  const workerBase: Omit<WorkerConfig, 'pool'> = { output_dir: spec.outputDir, ...spec.worker, temporal: { ...spec.temporal, address } };
+  const children: Partial<Record<Pool, Supervised>> = {};
+  if (spec.inference) {
+    children.inference = new Supervised('inference', cliProcess(['inference', '@', writeJson(path.join(configs, 'inference.json'), spec.inference)], path.join(layout.logsDir, 'inference.log')), say);
+  }
+  const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
+  for (const pool of spec.pools) {
+    const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
+    children[pool] = new Supervised(`${pool} worker`, cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])), say);
+  }
 
   const stop = async () => {
     await Promise.all(Object.values(children).map((c) => c.stop()));
@@ -133,55 +156,51 @@ export async function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}
 
   try {
     const connection = await Connection.connect({ address });
-    const client = new Client({ connection, namespace: config.temporal.namespace });
-    const workflowId = config.run_name;
-    let handle = client.workflow.getHandle<(c: RLConfig) => Promise<RLResult>>(workflowId);
+    const client = new Client({ connection, namespace: spec.temporal.namespace });
+    const workflowId = spec.runName;
+    let handle = client.workflow.getHandle<(...args: unknown[]) => Promise<R>>(workflowId);
     let running = false;
     try {
       const d = await handle.describe();
       running = d.status.name === 'RUNNING';
+      if (running && d.type !== spec.workflowType) throw new Error(`workflow ${workflowId} is a running ${d.type} run, not ${spec.workflowType}: use another run_name`);
     } catch (e) {
       if (!(e instanceof WorkflowNotFoundError)) throw e;
     }
     if (running) say(`re-attached to running workflow ${workflowId}`);
     else {
       try {
-        handle = await client.workflow.start<(c: RLConfig) => Promise<RLResult>>('rl', {
-          taskQueue: taskQueues(config.temporal.task_queue).cpu,
+        handle = await client.workflow.start<(...args: unknown[]) => Promise<R>>(spec.workflowType, {
+          taskQueue: taskQueues(spec.temporal.task_queue).cpu,
           workflowId,
-          args: [config],
-          memo: { runDir: layout.dir, model: config.model.name ?? '', maxSteps: config.max_steps ?? null },
+          args: spec.args,
+          memo: spec.memo,
         });
-        say(`started workflow ${workflowId}`);
+        say(`started ${spec.workflowType} workflow ${workflowId}`);
       } catch (e) {
         if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
         say(`re-attached to running workflow ${workflowId}`);
       }
     }
     const result = (async () => {
-      const started = Date.now();
-      let firstStep: number | undefined;
-      const ticker = setInterval(async () => {
+      const rate: { started: number; first?: number } = { started: Date.now() };
+      const line = spec.progressLine;
+      // One progress query at a time: while Temporal restarts, a query retries inside the client,
+      // and it must have settled before the connection closes (or its retry hits a closed channel).
+      let inflight: Promise<void> | undefined;
+      const showProgress = async (render: NonNullable<typeof line>) => {
         try {
-          const p = await handle.query<RLProgress>(progressQuery);
-          firstStep ??= p.trained;
-          const done = p.trained - firstStep;
-          const rate = done > 0 ? (Date.now() - started) / 1000 / done : NaN;
-          const left = p.maxSteps !== undefined ? (p.maxSteps - p.trained) * rate : NaN;
-          const m = p.lastTrain?.metrics;
-          const line = [
-            `step ${p.trained}/${p.maxSteps ?? '∞'}`,
-            `reward ${p.lastReward?.toFixed(3) ?? '-'}`,
-            `loss ${m ? m.loss.toExponential(2) : '-'}`,
-            `${m ? Math.round(m.tokens_per_s) : '-'} tok/s`,
-            `ETA ${formatDuration(left)}`,
-            p.paused ? 'PAUSED' : '',
-          ].join(' | ');
-          if (!opts.quiet) process.stderr.write(process.stderr.isTTY ? `\r${line.padEnd(100)}` : `${line}\n`);
+          const text = render((await handle.query('progress')) as never, rate);
+          if (!opts.quiet) process.stderr.write(process.stderr.isTTY ? `\r${text.padEnd(100)}` : `${text}\n`);
         } catch {
           // The server may be restarting; the next tick tries again.
         }
-      }, 2000);
+      };
+      const ticker = line
+        ? setInterval(() => {
+            inflight ??= showProgress(line).finally(() => (inflight = undefined));
+          }, 2000)
+        : undefined;
       try {
         // Long-polls the result; the client rides out a Temporal restart by retrying.
         for (;;) {
@@ -194,7 +213,8 @@ export async function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}
         }
       } finally {
         clearInterval(ticker);
-        if (!opts.quiet && process.stderr.isTTY) process.stderr.write('\n');
+        await inflight;
+        if (!opts.quiet && line && process.stderr.isTTY) process.stderr.write('\n');
         await connection.close();
       }
     })();
@@ -206,34 +226,140 @@ export async function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}
         return s?.restarts ?? 0;
       },
     });
-    return {
-      config,
-      layout,
-      processes: { temporal: proc(temporal), inference: proc(children.inference), cpu: proc(children.cpu), trainer: proc(children.trainer) },
-      result,
-      stop,
-    };
+    const processes = { temporal: proc(temporal), inference: proc(children.inference), cpu: proc(children.cpu), trainer: proc(children.trainer) };
+    return { layout, processes, result, stop };
   } catch (e) {
     await stop();
     throw e;
   }
 }
 
-/** The `rl` command: launch, follow, summarise, clean up. */
-export async function runRl(config: RLConfig): Promise<void> {
-  const run = await launchRun(config);
+/** Steps done / total, the last loss and an ETA from the steps done since the launcher started. */
+function stepLine(trained: number, total: number | undefined, rate: { started: number; first?: number }, parts: string[], paused: boolean): string {
+  rate.first ??= trained;
+  const done = trained - rate.first;
+  const perStep = done > 0 ? (Date.now() - rate.started) / 1000 / done : NaN;
+  const left = total !== undefined ? (total - trained) * perStep : NaN;
+  return [`step ${trained}/${total ?? '∞'}`, ...parts, `ETA ${formatDuration(left)}`, paused ? 'PAUSED' : ''].join(' | ');
+}
+
+function trainParts(m: { loss: number; tokens_per_s: number } | undefined): string[] {
+  return [`loss ${m ? m.loss.toExponential(2) : '-'}`, `${m ? Math.round(m.tokens_per_s) : '-'} tok/s`];
+}
+
+/** An RL run: inference server, cpu and trainer workers, the `rl` workflow. */
+export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun<RLResult>> {
+  return launch<RLResult>(
+    {
+      runName: config.run_name,
+      outputDir: config.output_dir,
+      temporal: config.temporal,
+      inference: config.inference,
+      pools: ['cpu', 'trainer'],
+      worker: { env_workers: config.orchestrator.env_workers, env_timeout_s: config.orchestrator.env_timeout_s, threads: config.trainer.threads },
+      workflowType: 'rl',
+      args: [config],
+      memo: { runDir: RunLayout.of(config.output_dir, config.run_name).dir, model: config.model.name ?? '', maxSteps: config.max_steps ?? null },
+      progressLine: (p: RLProgress, rate) =>
+        stepLine(p.trained, p.maxSteps, rate, [`reward ${p.lastReward?.toFixed(3) ?? '-'}`, ...trainParts(p.lastTrain?.metrics)], p.paused),
+    },
+    opts,
+  );
+}
+
+/** An SFT run: cpu and trainer workers (no inference), the `sft` workflow. */
+export function launchSft(config: SFTConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun<SftResult>> {
+  return launch<SftResult>(
+    {
+      runName: config.run_name,
+      outputDir: config.output_dir,
+      temporal: config.temporal,
+      pools: ['cpu', 'trainer'],
+      worker: { env_workers: 1, env_timeout_s: 60, threads: config.threads },
+      workflowType: 'sft',
+      args: [config],
+      memo: { runDir: RunLayout.of(config.output_dir, config.run_name).dir, model: config.model.name, maxSteps: config.max_steps ?? null },
+      progressLine: (p: SftProgress, rate) =>
+        stepLine(p.trained, p.maxSteps, rate, [...trainParts(p.lastTrain?.metrics), `val ${p.lastValLoss?.toFixed(4) ?? '-'}`], p.paused),
+    },
+    opts,
+  );
+}
+
+/** An eval: a cpu worker, plus an inference server on model.name unless an external API is evaluated. */
+export function launchEval(config: EvalConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun<EvalResult>> {
+  const local = config.client.base_url === undefined;
+  if (local && !config.model.name) throw new ConfigError('model.name: the model folder to evaluate (or client.base_url for an external API)');
+  const inference = local
+    ? inferenceSchema.parse({
+        model: { name: config.model.name, dtype: config.model.dtype, device: config.model.device },
+        seq_len: config.seq_len,
+        output_dir: config.output_dir,
+        seed: config.seed,
+        threads: config.threads,
+        server: config.server,
+        allowed_weight_roots: [config.output_dir, ...(config.weights_dir !== undefined ? [config.weights_dir] : [])],
+      })
+    : undefined;
+  return launch<EvalResult>(
+    {
+      runName: config.run_name,
+      outputDir: config.output_dir,
+      temporal: config.temporal,
+      inference,
+      pools: ['cpu'],
+      worker: { env_workers: 2, env_timeout_s: 60, threads: config.threads },
+      workflowType: 'eval',
+      args: [{ config }],
+      memo: { runDir: RunLayout.of(config.output_dir, config.run_name).dir, model: config.model.name ?? '' },
+    },
+    opts,
+  );
+}
+
+/** Follows a launched run to its end; Ctrl-C stops the local processes (the workflow stays, resumable). */
+async function follow<R>(run: LocalRun<R>, runName: string, done: (result: R) => void): Promise<void> {
   const interrupted = new Promise<never>((_, reject) => {
-    const onSignal = (sig: string) => reject(Object.assign(new Error(`${sig}: stopped the local processes; run the same command to resume ${config.run_name}`), { signal: sig }));
+    const onSignal = (sig: string) => reject(Object.assign(new Error(`${sig}: stopped the local processes; run the same command to resume ${runName}`), { signal: sig }));
     process.once('SIGINT', () => onSignal('SIGINT'));
     process.once('SIGTERM', () => onSignal('SIGTERM'));
   });
   try {
-    const result = await Promise.race([run.result, interrupted]);
-    process.stdout.write(
-      `run ${config.run_name} ${result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last reward ${result.lastReward?.toFixed(3) ?? '-'}\n` +
-        `  run folder: ${result.runDir}\n  metrics:    ${run.layout.metricsFile}\n`,
-    );
+    done(await Promise.race([run.result, interrupted]));
   } finally {
     await run.stop();
   }
+}
+
+/** The `rl` command: launch, follow, summarise (with its evals and report), clean up. */
+export async function runRl(config: RLConfig): Promise<void> {
+  const run = await launchRun(config);
+  await follow(run, config.run_name, (result) => {
+    const evals = readEvalResults(result.runDir);
+    process.stdout.write(
+      `run ${config.run_name} ${result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last reward ${result.lastReward?.toFixed(3) ?? '-'}\n` +
+        (evals.length > 0 ? `${renderEvalTable(evals)}\n` : '') +
+        `  run folder: ${result.runDir}\n  metrics:    ${run.layout.metricsFile}\n  report:     ${writeReport(result.runDir)}\n`,
+    );
+  });
+}
+
+/** The `sft` command. */
+export async function runSft(config: SFTConfig): Promise<void> {
+  const run = await launchSft(config);
+  await follow(run, config.run_name, (result) => {
+    const m = result.lastTrain?.metrics;
+    process.stdout.write(
+      `sft ${config.run_name} ${result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last loss ${m?.loss.toFixed(4) ?? '-'}, val loss ${result.lastValLoss?.toFixed(4) ?? '-'}\n` +
+        `  run folder: ${result.runDir}\n  weights:    ${result.weightsDir ?? '-'}\n  report:     ${writeReport(result.runDir)}\n`,
+    );
+  });
+}
+
+/** The `eval` command: the results table, and where the files are. */
+export async function runEval(config: EvalConfig): Promise<void> {
+  const run = await launchEval(config);
+  await follow(run, config.run_name, (result) => {
+    process.stdout.write(`${renderEvalTable(result.results)}\n  results: ${path.join(result.runDir, 'eval')}\n`);
+  });
 }

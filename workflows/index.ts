@@ -1,2 +1,4 @@
-/** Every workflow type the workers register: `rl` (and, with their issues, `sft` and `eval`). */
+/** Every workflow type the workers register: `rl`, `sft` and `eval`. */
 export * from './rl';
+export * from './sft';
+export * from './eval';

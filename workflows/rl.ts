@@ -7,6 +7,8 @@
  *   4. trainStep(n)                         (trainer, not awaited: step n+1 generates meanwhile;
  *                                            train steps run strictly in order) -> weights/step_n+1
  *   5. every ckpt.interval trained steps: saveCheckpoint; then the step's metrics line.
+ *   6. every eval.interval policy versions (from the base model on) and at the end: an `eval` child
+ *      workflow into the run's eval/ folder, run between steps so nothing else drives inference.
  *
  * Everything large stays in the run folder; activities exchange paths and summaries. The history is
  * bounded by continue-as-new, which carries the run state. Signals pause, resume and stop the run
@@ -18,12 +20,14 @@ import {
   continueAsNew,
   defineQuery,
   defineSignal,
+  executeChild,
   proxyActivities,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
 import type { CpuActivities, TrainerActivities, StepTimes, TrainSummary } from '../activities/types';
 import type { RLConfig } from '../lib/config/schemas';
+import type { EvalInput, EvalResult } from './eval';
 
 export interface RLState {
   runDir: string;
@@ -35,6 +39,8 @@ export interface RLState {
   stopping: boolean;
   lastTrain?: TrainSummary;
   lastReward?: number;
+  /** Next policy version to evaluate (eval.interval set). */
+  nextEval?: number;
 }
 
 export interface RLProgress extends RLState {
@@ -88,6 +94,39 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
   setHandler(stopSignal, () => void (state.stopping = true));
   setHandler(progressQuery, () => ({ ...state, maxSteps: config.max_steps }));
 
+  /** Evaluates policy `version` on the eval envs (the training envs if none) with an `eval` child workflow. */
+  const evaluate = (version: number) => {
+    const e = config.eval;
+    const input: EvalInput = {
+      temporal: config.temporal,
+      plan: {
+        runDir,
+        envs: (e.env.length > 0 ? e.env : config.env).map(({ id, args }) => ({ id, args })),
+        numExamples: e.num_examples,
+        rolloutsPerExample: e.rollouts_per_example,
+        sampling: e.sampling,
+        seqLen: config.orchestrator.seq_len,
+        seed: config.seed,
+        target: { kind: 'local', baseUrls: config.orchestrator.base_urls, modelDir: config.orchestrator.model.name },
+        versions: [version === 0 ? { name: 'base', step: null, policyVersion: 0 } : { name: `step_${version}`, step: version, policyVersion: version, weightDir: `${runDir}/weights/step_${version}` }],
+      },
+    };
+    return executeChild<(i: EvalInput) => Promise<EvalResult>>('eval', { args: [input], workflowId: `${workflowInfo().workflowId}-eval-${version}`, taskQueue: `${queue}.cpu` });
+  };
+  const interval = config.eval.interval;
+  if (interval !== undefined) state.nextEval ??= 0;
+  /** Evals of the versions due by now (or by the end), before the next rollouts use the server. */
+  const runDueEvals = async (final: boolean) => {
+    while (interval !== undefined && state.nextEval! <= state.trained) {
+      await evaluate(state.nextEval!);
+      state.nextEval = state.nextEval! + interval;
+    }
+    if (final && interval !== undefined && state.nextEval! - interval < state.trained) {
+      await evaluate(state.trained);
+      state.nextEval = state.trained + interval;
+    }
+  };
+
   let training: Promise<void> = Promise.resolve();
   let failure: unknown;
   const startedThisRun = state.step;
@@ -102,6 +141,7 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
     const policyVersion = Math.max(0, step - k);
     await condition(() => state.trained >= policyVersion || failure !== undefined);
     if (failure !== undefined) throw failure;
+    await runDueEvals(false);
     const times: StepTimes = { wait_start: waitStart / 1000, generate_start: Date.now() / 1000 } as StepTimes;
     const rollouts = await cpu.generateRollouts({ runDir, step, policyVersion });
     times.generate_end = Date.now() / 1000;
@@ -130,5 +170,6 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
   }
   await training;
   if (failure !== undefined) throw failure instanceof Error ? failure : ApplicationFailure.create({ message: String(failure) });
+  await runDueEvals(true);
   return { runDir, steps: state.trained, stoppedEarly: state.trained < maxSteps, lastTrain: state.lastTrain, lastReward: state.lastReward };
 }

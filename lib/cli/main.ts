@@ -5,26 +5,13 @@
  * config. Help text and validation both come from the schema.
  */
 import * as fs from 'node:fs';
-import type { z } from 'zod';
 import { ConfigError, didYouMean } from '../config/errors';
 import { optionsHelp, SOURCES_HELP } from '../config/help';
-import { loadConfig, type SharedKeys } from '../config/loader';
+import { loadConfig } from '../config/loader';
 import * as schemas from '../config/schemas';
 import { command, type Command } from './command';
 import { runsCommands } from './runs';
 import { temporalCommands } from './temporal';
-
-/** A command whose runner lands with a later part of the system: its config already resolves. */
-function planned(summary: string, schema: z.ZodType, lands: string, shared?: SharedKeys): Command {
-  return command({
-    summary,
-    schema,
-    shared,
-    run: async () => {
-      throw new Error(`'${summary}' is not runnable yet (${lands}); its configuration resolves with --dry-run`);
-    },
-  });
-}
 
 type CommandTable = Record<string, Command | { summary: string; subcommands: Record<string, Command> }>;
 
@@ -35,8 +22,25 @@ const commands: CommandTable = {
     shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS },
     run: async (config) => (await import('../../workers/launcher')).runRl(config),
   }),
-  sft: planned('supervised fine-tuning as a Temporal workflow', schemas.sftSchema, 'the sft workflow'),
-  eval: planned('evaluate model versions or an external API on environments', schemas.evalSchema, 'the eval workflow'),
+  sft: command({
+    summary: 'supervised fine-tuning as a Temporal workflow (cpu and trainer workers)',
+    schema: schemas.sftSchema,
+    run: async (config) => (await import('../../workers/launcher')).runSft(config),
+  }),
+  eval: command({
+    summary: 'evaluate model versions or an external API on environments',
+    schema: schemas.evalSchema,
+    run: async (config) => (await import('../../workers/launcher')).runEval(config),
+  }),
+  report: command({
+    summary: 'write a run\'s report.html (metrics, timeline, configs, evals)',
+    schema: schemas.reportSchema,
+    positional: 'run',
+    run: async (config) => {
+      const { writeReport } = await import('../report');
+      process.stdout.write(`${writeReport(schemas.reportRunDir(config))}\n`);
+    },
+  }),
   inference: command({
     summary: 'serve a model: OpenAI-compatible API, /v1/generate, live weight updates',
     schema: schemas.inferenceSchema,

@@ -245,8 +245,9 @@ export const sftSchema = z
       loss_roles: z.array(z.string()).default(['assistant']).describe('message roles whose tokens carry loss'),
     }),
     val: section({
-      path: z.string().optional().describe('JSONL validation set'),
-      interval: positiveInt().optional().describe('validation loss every N steps; unset = off'),
+      path: z.string().optional().describe('JSONL validation set; unset = the eval split of data.env'),
+      num_examples: positiveInt().optional().describe('validation examples; unset = all rows of val.path, or 64 examples of data.env'),
+      interval: positiveInt().optional().describe('validation loss every N steps (and at the end); unset = off'),
     }),
     optim: optimizerSchema,
     scheduler: schedulerSchema,
@@ -277,6 +278,8 @@ export const evalSchema = z.strictObject({
     base_url: z.string().url().optional().describe('external OpenAI-compatible API instead of a local server'),
     api_key_var: z.string().optional().describe('environment variable holding its API key'),
   }),
+  server: serverSchema.describe('the local inference server the eval starts (unless client.base_url)'),
+  threads: threads(),
   temporal: temporalSchema,
 });
 
@@ -307,6 +310,16 @@ export const modelCreateSchema = z.strictObject({
   rope_theta: z.number().positive().optional().describe('RoPE base'),
   tie_word_embeddings: z.boolean().optional().describe('share embedding and output weights'),
 });
+
+export const reportSchema = z.strictObject({
+  run: z.string().min(1).describe('run name (a folder of output_dir) or a run folder path; also accepted as the first argument'),
+  output_dir: outputDir(),
+});
+
+/** The run folder a report names: an existing path as given, else `<output_dir>/<run>`. */
+export function reportRunDir(c: z.output<typeof reportSchema>): string {
+  return c.run.includes('/') ? c.run : `${c.output_dir}/${c.run}`;
+}
 
 export const temporalCommandSchema = z.strictObject({
   output_dir: outputDir(),

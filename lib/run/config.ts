@@ -1,14 +1,14 @@
-/** The resolved config a run was started with, as stored in its run folder. */
+/** The resolved config a run was started with, as stored in its run folder (rl or sft). */
 import * as fs from 'node:fs';
 import { ApplicationFailure } from '@temporalio/common';
-import { rlSchema, type RLConfig } from '../config/schemas';
+import type { z } from 'zod';
+import { rlSchema, sftSchema, type RLConfig, type SFTConfig } from '../config/schemas';
+import { rlTrainerSpec, sftTrainerSpec, type TrainerSpec } from '../trainer/spec';
 import { RunLayout } from './layout';
 
-const cache = new Map<string, { mtimeMs: number; config: RLConfig }>();
+const cache = new Map<string, { mtimeMs: number; config: unknown }>();
 
-/** Reads `<runDir>/configs/rl.json`; a missing or invalid file is a non-retryable failure. */
-export function readRunConfig(runDir: string): RLConfig {
-  const file = new RunLayout(runDir).configFile;
+function readStored<S extends z.ZodType>(file: string, schema: S): z.output<S> {
   let stat: fs.Stats;
   try {
     stat = fs.statSync(file);
@@ -16,9 +16,66 @@ export function readRunConfig(runDir: string): RLConfig {
     throw ApplicationFailure.nonRetryable(`run config ${file} does not exist: was the run prepared?`, 'MissingRunConfig');
   }
   const hit = cache.get(file);
-  if (hit && hit.mtimeMs === stat.mtimeMs) return hit.config;
-  const parsed = rlSchema.safeParse(JSON.parse(fs.readFileSync(file, 'utf8')));
+  if (hit && hit.mtimeMs === stat.mtimeMs) return hit.config as z.output<S>;
+  const parsed = schema.safeParse(JSON.parse(fs.readFileSync(file, 'utf8')));
   if (!parsed.success) throw ApplicationFailure.nonRetryable(`run config ${file} is invalid: ${parsed.error.message}`, 'InvalidRunConfig');
   cache.set(file, { mtimeMs: stat.mtimeMs, config: parsed.data });
   return parsed.data;
+}
+
+/** Reads `<runDir>/configs/rl.json`; a missing or invalid file is a non-retryable failure. */
+export function readRunConfig(runDir: string): RLConfig {
+  return readStored(new RunLayout(runDir).configFile, rlSchema);
+}
+
+/** Reads `<runDir>/configs/sft.json` (written by prepareSft). */
+export function readSftConfig(runDir: string): SFTConfig {
+  return readStored(new RunLayout(runDir).sftConfigFile, sftSchema);
+}
+
+/** What prepareSft laid out: the step batches and validation batches in `batches/`. */
+export interface SftPlan {
+  runDir: string;
+  /** Optimizer steps (batches/step_0 .. step_{steps-1}). */
+  steps: number;
+  /** Validation batches (batches/val_0 ..); 0 = no validation. */
+  valBatches: number;
+  samples: number;
+  valSamples: number;
+}
+
+/** The plan of a prepared SFT run, or undefined before prepareSft finished. */
+export function readSftPlan(runDir: string): SftPlan | undefined {
+  const file = new RunLayout(runDir).sftPlanFile;
+  return fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as SftPlan) : undefined;
+}
+
+/** What the trainer activities need of a run: how to train, and what to keep. */
+export interface RunTrainingSpec {
+  trainer: TrainerSpec;
+  keepLast?: number;
+  /** Policy versions behind the newest that in-flight rollouts may still need (0 for SFT). */
+  asyncLevel: number;
+  /** Whether train step `version - 1` writes HF weights `weights/step_<version>`. */
+  writesWeights(version: number): boolean;
+}
+
+/** The trainer's view of a run folder: an SFT run (configs/sft.json) or an RL run (configs/rl.json). */
+export function readTrainingSpec(runDir: string): RunTrainingSpec {
+  const layout = new RunLayout(runDir);
+  if (fs.existsSync(layout.sftConfigFile)) {
+    const c = readSftConfig(runDir);
+    const plan = readSftPlan(runDir);
+    if (!plan) throw ApplicationFailure.nonRetryable(`SFT run ${layout.dir} has no ${layout.sftPlanFile}: was it prepared?`, 'MissingSftPlan');
+    return {
+      trainer: sftTrainerSpec(c, plan.steps),
+      keepLast: c.ckpt.keep_last,
+      asyncLevel: 0,
+      // Nothing samples from an SFT run while it trains: weights at checkpoints and at the end.
+      writesWeights: (v) => v % c.ckpt.interval === 0 || v === plan.steps,
+    };
+  }
+  const c = readRunConfig(runDir);
+  // Every policy version is served to the rollouts of a later step.
+  return { trainer: rlTrainerSpec(c), keepLast: c.ckpt.keep_last, asyncLevel: c.async_level, writesWeights: () => true };
 }

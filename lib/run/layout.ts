@@ -2,9 +2,12 @@
  * The run folder, `<output_dir>/<run_name>/`: everything a run writes, so that any step can be
  * resumed from disk alone. Activities exchange these paths, never the data.
  *
- *   configs/rl.json            the resolved config the run started with
+ *   configs/rl.json            the resolved config the run started with (configs/sft.json for SFT)
  *   rollouts/step_N/           rollouts.jsonl + summary.json of step N
  *   batches/step_N.safetensors packed trainer input of step N
+ *   batches/val_N.safetensors  SFT validation batches
+ *   sft/plan.json              SFT: steps and batches prepared (written last: the data's done-marker)
+ *   eval/<model>.json          eval results per model version
  *   weights/step_N/            HF folder of policy version N (written by train step N-1)
  *   checkpoints/step_N/        trainer state after N train steps
  *   train/step_N.json          summary of train step N (written last: the step's done-marker)
@@ -26,6 +29,15 @@ export class RunLayout {
 
   get configFile(): string {
     return path.join(this.dir, 'configs', 'rl.json');
+  }
+  get sftConfigFile(): string {
+    return path.join(this.dir, 'configs', 'sft.json');
+  }
+  get sftPlanFile(): string {
+    return path.join(this.dir, 'sft', 'plan.json');
+  }
+  valBatchFile(index: number): string {
+    return path.join(this.dir, 'batches', `val_${index}.safetensors`);
   }
   rolloutsDir(step: number): string {
     return path.join(this.dir, 'rollouts', `step_${step}`);

@@ -9,13 +9,13 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as native from '../../native';
 import { writeDirAtomicAsync, writeFileAtomic } from '../atomic';
-import type { RLConfig, TrainerConfig } from '../config/schemas';
 import type { NamedTensor } from '../model/arch';
 import { loadHfModel, readHfConfig, writeHfModel } from '../model/hf';
 import { serializeSafetensors } from '../model/safetensors';
 import { readBatch } from '../orchestrator/batch';
 import { listSteps, RunLayout } from '../run/layout';
 import type { TrainMetrics, TrainProgress } from '../../activities/types';
+import type { TrainerSpec } from './spec';
 
 const CKPT_FILE = 'trainer.ckpt';
 const PROGRESS_FILE = 'progress.json';
@@ -29,13 +29,13 @@ function sha256(file: string): string {
   return crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
 }
 
-/** Learning-rate schedule of the trainer config over `max_steps`. */
-function scheduleOf(t: TrainerConfig): native.LrSchedule {
+/** Learning-rate schedule of the trainer over its `maxSteps`. */
+function scheduleOf(t: TrainerSpec): native.LrSchedule {
   return {
     kind: t.scheduler.type,
     lr: t.optim.lr,
     warmupSteps: t.scheduler.warmup_steps,
-    totalSteps: t.max_steps,
+    totalSteps: t.maxSteps,
     minLr: t.scheduler.min_lr,
   };
 }
@@ -52,7 +52,7 @@ export interface RestoreReport {
 export class TrainerRuntime {
   private constructor(
     readonly layout: RunLayout,
-    readonly config: RLConfig,
+    readonly spec: TrainerSpec,
     private readonly model: native.NativeModel,
     private readonly trainer: native.Trainer,
     private readonly baseDir: string,
@@ -68,9 +68,8 @@ export class TrainerRuntime {
    * A runtime at exactly `step` applied train steps: the newest usable checkpoint at or before
    * it (corrupt ones are reported and skipped), then the stored batches up to `step`.
    */
-  static async restore(runDir: string, config: RLConfig, step: number, onReplay?: (done: number, total: number) => void): Promise<{ runtime: TrainerRuntime; report: RestoreReport }> {
+  static async restore(runDir: string, t: TrainerSpec, step: number, onReplay?: (done: number, total: number) => void): Promise<{ runtime: TrainerRuntime; report: RestoreReport }> {
     const layout = new RunLayout(runDir);
-    const t = config.trainer;
     if (t.threads) native.setThreads(t.threads);
     const baseDir = path.resolve(t.model.name);
     const base = loadHfModel(baseDir);
@@ -82,10 +81,10 @@ export class TrainerRuntime {
       weightDecay: t.optim.weight_decay,
       seed: t.seed,
       // The KL reference is the initial model: frozen here, before any checkpoint is loaded.
-      reference: t.loss.kl_beta > 0,
+      reference: (t.loss.klBeta ?? 0) > 0,
       lora: t.lora.enabled ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, targetModules: t.lora.target_modules } : undefined,
     });
-    const runtime = new TrainerRuntime(layout, config, model, trainer, baseDir, readHfConfig(baseDir).rawConfig, { steps: 0, samples: 0, tokens: 0 });
+    const runtime = new TrainerRuntime(layout, t, model, trainer, baseDir, readHfConfig(baseDir).rawConfig, { steps: 0, samples: 0, tokens: 0 });
     const report: RestoreReport = { from: 0, skipped: [], replayed: 0 };
     const candidates = fs.existsSync(layout.checkpointsRoot) ? listSteps(fs.readdirSync(layout.checkpointsRoot)) : [];
     for (const c of candidates.filter((s) => s <= step).reverse()) {
@@ -114,33 +113,14 @@ export class TrainerRuntime {
   /** Applies batch `step` (which must be the next one) and returns its metrics. */
   async train(step: number): Promise<TrainMetrics> {
     if (step !== this.progress.steps) throw new Error(`trainer is at step ${this.progress.steps}, asked to train step ${step}`);
-    const t = this.config.trainer;
+    const t = this.spec;
     const loadStart = performance.now();
     const batch = readBatch(this.layout.batchFile(step));
     const load = (performance.now() - loadStart) / 1000;
     const lr = native.lrAt(scheduleOf(t), step);
     const stats = await this.trainer.step(
       batch.rows.map((r) => ({ inputIds: r.inputIds, positionIds: r.positionIds, lossMask: r.lossMask, advantages: r.advantages, inferenceLogprobs: r.logprobs })),
-      {
-        lr,
-        maxGradNorm: t.optim.max_norm,
-        loss: {
-          kind: t.loss.type,
-          temperature: this.config.orchestrator.sampling.temperature || 1,
-          normalization: t.loss.normalization,
-          epsLow: t.loss.eps_low,
-          epsHigh: t.loss.eps_high,
-          klBeta: t.loss.kl_beta,
-          mismatch: {
-            mode: t.loss.mismatch.mode,
-            tisCap: t.loss.mismatch.tis_cap,
-            tokenLow: t.loss.mismatch.token_low,
-            tokenHigh: t.loss.mismatch.token_high,
-            seqLow: t.loss.mismatch.seq_low,
-            seqHigh: t.loss.mismatch.seq_high,
-          },
-        },
-      },
+      { lr, maxGradNorm: t.optim.max_norm, loss: t.loss },
     );
     this.progress = {
       steps: step + 1,
@@ -164,6 +144,27 @@ export class TrainerRuntime {
   }
 
   /**
+   * Cross-entropy of the current model on stored batches (SFT validation), without updating it:
+   * the mean of -log p over the tokens whose loss mask is 1.
+   */
+  async validationLoss(files: readonly string[]): Promise<{ loss: number; tokens: number }> {
+    let sum = 0;
+    let tokens = 0;
+    for (const file of files) {
+      const rows = readBatch(file).rows;
+      const scores = await this.trainer.score(rows, { temperature: 1 });
+      rows.forEach((row, r) => {
+        for (let t = 0; t < row.lossMask.length; t++) {
+          if (row.lossMask[t] === 0) continue;
+          sum -= scores[r].logprobs[t];
+          tokens++;
+        }
+      });
+    }
+    return { loss: tokens > 0 ? sum / tokens : NaN, tokens };
+  }
+
+  /**
    * Writes the current weights as HF folder `weights/step_<version>` (what inference loads: with
    * LoRA, the merged weights), plus the adapters in PEFT layout under `lora/` when LoRA is on.
    */
@@ -171,7 +172,7 @@ export class TrainerRuntime {
     const dir = this.layout.weightsDir(version);
     // Asked for as F32, so every tensor is a safetensors float tensor.
     const tensors = (await this.trainer.readWeights('F32')) as NamedTensor[];
-    const lora = this.config.trainer.lora;
+    const lora = this.spec.lora;
     const files: Record<string, string | Buffer> = {};
     if (lora.enabled) {
       const adapters = (await this.trainer.readAdapters('F32')) as NamedTensor[];

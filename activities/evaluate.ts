@@ -1,0 +1,211 @@
+/**
+ * Evaluation on the cpu queue. `prepareEval` turns an eval config into a plan (environments x
+ * model versions); `evaluate` plays one (version, environment): `num_examples` eval-split examples,
+ * k samples each, against the local inference server serving that version (token in/out, as in
+ * RL) or an external OpenAI-compatible API (chat completions, text in/out); `writeEvalVersion`
+ * stores a version's metrics as `<runDir>/eval/<version>.json`. Each (version, environment) result
+ * is kept under `eval/parts/`, keyed by everything that determines it, so retries and restarts
+ * never redo finished work.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { writeFileAtomic } from '../lib/atomic';
+import type { EvalConfig } from '../lib/config/schemas';
+import { summarizeEnvEval, writeEvalResults, evalDir, type EnvEvalMetrics, type EvalExample, type EvalResults } from '../lib/eval';
+import type { EnvSpec } from '../lib/envs/loader';
+import { loadEnvironment } from '../lib/envs/loader';
+import type { EnvPool } from '../lib/envs/pool';
+import { hash32 } from '../lib/envs/random';
+import { readHfConfig } from '../lib/model/hf';
+import { runChatRollout } from '../lib/orchestrator/chat-rollout';
+import { InferenceClient } from '../lib/orchestrator/client';
+import { runRollout, type SamplingSettings } from '../lib/orchestrator/rollout';
+import { listSteps, RunLayout } from '../lib/run/layout';
+import { withHeartbeat } from './heartbeat';
+import { tokenizerOf } from './rollouts';
+
+/** One model version to evaluate. */
+export interface EvalVersion {
+  /** `base`, `step_N`, or the external API's model name: the results file name. */
+  name: string;
+  /** Training step of the weights; null for the base model or an API. */
+  step: number | null;
+  /** Local server: policy version to serve (0 = the model it started with) and its weights. */
+  policyVersion: number;
+  weightDir?: string;
+}
+
+/** Where samples come from: the local inference server(s), or an external OpenAI-compatible API. */
+export type EvalTarget =
+  | { kind: 'local'; baseUrls: string[]; /** tokenizer and chat template */ modelDir: string }
+  | { kind: 'api'; baseUrl: string; model: string; apiKeyVar?: string };
+
+export interface EvalPlan {
+  runDir: string;
+  envs: EnvSpec[];
+  numExamples: number;
+  rolloutsPerExample: number;
+  sampling: SamplingSettings;
+  seqLen: number;
+  seed: number;
+  target: EvalTarget;
+  versions: EvalVersion[];
+}
+
+export interface EvaluateInput {
+  plan: EvalPlan;
+  version: EvalVersion;
+  /** Index into plan.envs. */
+  env: number;
+}
+
+/** Rollouts in flight per activity: enough to batch on the server, well under its queue limit. */
+const CONCURRENCY = 64;
+
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  return out;
+}
+
+/** Results keys: env ids, suffixed where one id is evaluated with several args. */
+function envKeys(envs: readonly EnvSpec[]): string[] {
+  return envs.map((e, i) => (envs.filter((o) => o.id === e.id).length > 1 ? `${e.id}#${i}` : e.id));
+}
+
+function partFile(input: EvaluateInput): string {
+  const { plan, version, env } = input;
+  const key = { env: plan.envs[env], n: plan.numExamples, k: plan.rolloutsPerExample, sampling: plan.sampling, seqLen: plan.seqLen, seed: plan.seed, target: plan.target, version };
+  const hash = hash32(JSON.stringify(key)).toString(16).padStart(8, '0');
+  return path.join(evalDir(plan.runDir), 'parts', version.name.replace(/[^A-Za-z0-9._-]/g, '_'), `${env}-${hash}.json`);
+}
+
+/** The plan of `prime-rl eval`: versions from eval_base, weights_dir and steps, or the external API. */
+export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
+  const bad = (message: string) => ApplicationFailure.nonRetryable(message, 'InvalidConfig');
+  const layout = RunLayout.of(config.output_dir, config.run_name);
+  if (config.env.length === 0) throw bad('no environments to evaluate: add an [[env]] table');
+  for (const e of config.env) {
+    try {
+      loadEnvironment(e.id, e.args);
+    } catch (err) {
+      throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidEnvironment');
+    }
+  }
+  const versions: EvalVersion[] = [];
+  let target: EvalTarget;
+  if (config.client.base_url !== undefined) {
+    if (!config.model.name) throw bad('an external API (client.base_url) needs model.name: the model the API serves');
+    if (config.weights_dir !== undefined) throw bad('weights_dir evaluates local weights: it cannot be combined with client.base_url');
+    if (config.client.api_key_var !== undefined && process.env[config.client.api_key_var] === undefined) {
+      throw bad(`client.api_key_var: environment variable ${config.client.api_key_var} is not set`);
+    }
+    target = { kind: 'api', baseUrl: config.client.base_url, model: config.model.name, apiKeyVar: config.client.api_key_var };
+    versions.push({ name: config.model.name, step: null, policyVersion: 0 });
+  } else {
+    if (!config.model.name) throw bad('model.name: the model folder to evaluate (the base of weights_dir)');
+    const modelDir = path.resolve(config.model.name);
+    try {
+      readHfConfig(modelDir);
+    } catch (e) {
+      throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, 'InvalidModel');
+    }
+    target = { kind: 'local', baseUrls: [`http://${config.server.host}:${config.server.port}/v1`], modelDir };
+    if (config.eval_base) versions.push({ name: 'base', step: null, policyVersion: 0 });
+    if (config.weights_dir !== undefined) {
+      const dir = path.resolve(config.weights_dir);
+      if (!fs.existsSync(dir)) throw bad(`weights_dir ${dir} does not exist`);
+      const found = listSteps(fs.readdirSync(dir)).filter((s) => fs.existsSync(path.join(dir, `step_${s}`, 'config.json')));
+      const missing = (config.steps ?? []).filter((s) => !found.includes(s));
+      if (missing.length > 0) throw bad(`steps ${missing.join(', ')} not found in ${dir} (it has ${found.join(', ') || 'none'})`);
+      for (const s of config.steps ?? found) versions.push({ name: `step_${s}`, step: s, policyVersion: s, weightDir: path.join(dir, `step_${s}`) });
+    } else if (config.steps !== undefined) throw bad('steps picks folders of weights_dir: set weights_dir');
+  }
+  if (versions.length === 0) throw bad('nothing to evaluate: eval_base is off and no weights_dir is given');
+  fs.mkdirSync(path.join(layout.dir, 'configs'), { recursive: true });
+  writeFileAtomic(path.join(layout.dir, 'configs', 'eval.json'), `${JSON.stringify(config, null, 2)}\n`);
+  return {
+    runDir: layout.dir,
+    envs: config.env.map((e) => ({ id: e.id, args: e.args })),
+    numExamples: config.num_examples,
+    rolloutsPerExample: config.rollouts_per_example,
+    sampling: config.sampling,
+    seqLen: config.seq_len,
+    seed: config.seed,
+    target,
+    versions,
+  };
+}
+
+export function createEvalActivities({ pool }: { pool: EnvPool }) {
+  return {
+    async evaluate(input: EvaluateInput): Promise<EnvEvalMetrics> {
+      const file = partFile(input);
+      if (fs.existsSync(file)) return JSON.parse(fs.readFileSync(file, 'utf8')) as EnvEvalMetrics;
+      const { plan, version } = input;
+      const env = plan.envs[input.env];
+      const info = await pool.info(env);
+      if (!info.ok) throw ApplicationFailure.nonRetryable(`environment '${env.id}' cannot be loaded: ${info.error}`, 'InvalidEnvironment');
+      const n = Math.min(plan.numExamples, info.value.size.eval ?? Infinity);
+      const k = plan.rolloutsPerExample;
+      const t = plan.target;
+      let client: InferenceClient | undefined;
+      if (t.kind === 'local') {
+        client = new InferenceClient(t.baseUrls);
+        await client.ensurePolicy({ version: version.policyVersion, weightDir: version.weightDir ?? '' });
+      }
+      const apiKey = t.kind === 'api' && t.apiKeyVar !== undefined ? process.env[t.apiKeyVar] : undefined;
+      let done = 0;
+      const errors: string[] = [];
+      const tasks = Array.from({ length: n * k }, (_, i) => ({ example: Math.floor(i / k), sample: i % k }));
+      const examples = new Map<number, ReturnType<typeof pool.example>>();
+      const results = await withHeartbeat(
+        () => ({ version: version.name, env: env.id, done, total: n * k }),
+        () =>
+          mapLimit(tasks, CONCURRENCY, async ({ example: index, sample }) => {
+            if (!examples.has(index)) examples.set(index, pool.example(env, 'eval', index, plan.seed));
+            const example = await examples.get(index)!;
+            const seed = hash32(`eval/${plan.seed}/${index}/${sample}`) & 0x7fffffff;
+            let r: { reward: number; completionTokens: number; error?: string };
+            if (!example.ok) r = { reward: 0, completionTokens: 0, error: `example: ${example.error}` };
+            else if (t.kind === 'local') {
+              r = await runRollout({ env, info: info.value, example: example.value, seed, seqLen: plan.seqLen, sampling: plan.sampling }, pool, client!, tokenizerOf(t.modelDir));
+            } else {
+              r = await runChatRollout({ env, info: info.value, example: example.value, seed, sampling: plan.sampling }, pool, { baseUrl: t.baseUrl, model: t.model, apiKey });
+            }
+            if (r.error) errors.push(r.error);
+            done++;
+            return r;
+          }),
+      );
+      if (errors.length === results.length) throw ApplicationFailure.nonRetryable(`every rollout of ${env.id} on ${version.name} failed, e.g.: ${errors[0]}`, 'EvalFailed');
+      // A failed rollout scores 0, as a wrong answer would.
+      const perExample: EvalExample[] = Array.from({ length: n }, (_, e) => ({
+        rewards: results.slice(e * k, (e + 1) * k).map((r) => (r.error ? 0 : r.reward)),
+        completionTokens: results.slice(e * k, (e + 1) * k).map((r) => r.completionTokens),
+      }));
+      const metrics = summarizeEnvEval(perExample);
+      fs.mkdirSync(path.dirname(file), { recursive: true });
+      writeFileAtomic(file, JSON.stringify(metrics, null, 1));
+      return metrics;
+    },
+
+    /** `<runDir>/eval/<version>.json` from the version's per-environment metrics (in plan.envs order). */
+    async writeEvalVersion({ plan, version, metrics }: { plan: EvalPlan; version: EvalVersion; metrics: EnvEvalMetrics[] }): Promise<EvalResults> {
+      const keys = envKeys(plan.envs);
+      const results: EvalResults = { model: version.name, step: version.step, environments: Object.fromEntries(keys.map((key, i) => [key, metrics[i]])) };
+      writeEvalResults(plan.runDir, results);
+      return results;
+    },
+
+    prepareEval,
+  };
+}

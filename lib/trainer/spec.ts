@@ -1,0 +1,63 @@
+/**
+ * What the trainer needs to know, whichever workflow drives it: RL (policy losses on rollouts)
+ * and SFT (cross-entropy on demonstrations) both train through the same TrainerRuntime.
+ */
+import type * as native from '../../native';
+import type { RLConfig, SFTConfig, TrainerConfig } from '../config/schemas';
+
+export interface TrainerSpec {
+  model: TrainerConfig['model'];
+  optim: TrainerConfig['optim'] & { lr: number };
+  scheduler: TrainerConfig['scheduler'];
+  lora: TrainerConfig['lora'];
+  seed: number;
+  threads?: number;
+  /** Horizon of the linear and cosine schedules. */
+  maxSteps?: number;
+  loss: native.LossConfig;
+}
+
+/** The RL trainer: the configured policy loss, logits at the sampling temperature. */
+export function rlTrainerSpec(c: RLConfig): TrainerSpec {
+  const t = c.trainer;
+  return {
+    model: t.model,
+    optim: t.optim,
+    scheduler: t.scheduler,
+    lora: t.lora,
+    seed: t.seed,
+    threads: t.threads,
+    maxSteps: t.max_steps,
+    loss: {
+      kind: t.loss.type,
+      // Greedy sampling (temperature 0) reports temperature-1 logprobs, so the trainer uses 1 too.
+      temperature: c.orchestrator.sampling.temperature || 1,
+      normalization: t.loss.normalization,
+      epsLow: t.loss.eps_low,
+      epsHigh: t.loss.eps_high,
+      klBeta: t.loss.kl_beta,
+      mismatch: {
+        mode: t.loss.mismatch.mode,
+        tisCap: t.loss.mismatch.tis_cap,
+        tokenLow: t.loss.mismatch.token_low,
+        tokenHigh: t.loss.mismatch.token_high,
+        seqLow: t.loss.mismatch.seq_low,
+        seqHigh: t.loss.mismatch.seq_high,
+      },
+    },
+  };
+}
+
+/** The SFT trainer: cross-entropy on the loss-masked tokens, over the run's `totalSteps`. */
+export function sftTrainerSpec(c: SFTConfig, totalSteps: number): TrainerSpec {
+  return {
+    model: c.model,
+    optim: c.optim,
+    scheduler: c.scheduler,
+    lora: c.lora,
+    seed: c.seed,
+    threads: c.threads,
+    maxSteps: totalSteps,
+    loss: { kind: 'ce' },
+  };
+}

@@ -1,0 +1,127 @@
+/**
+ * The eval workflow end to end: a real Temporal dev server, a cpu worker in this process, a real
+ * inference server on a tiny model; the base model and two weight folders on a binary env
+ * (arithmetic: pass@k) and a graded one, then the same server's OpenAI endpoint as an external API.
+ */
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import { createCpuActivities } from '../activities';
+import { loadConfig } from '../lib/config/loader';
+import { evalSchema, rlSchema, type EvalConfig } from '../lib/config/schemas';
+import { readEvalResults, renderEvalTable } from '../lib/eval';
+import { EnvPool } from '../lib/envs/pool';
+import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import { createModel } from '../lib/model/create';
+import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
+import type { EvalResult } from '../workflows/eval';
+
+Runtime.install({ logger: new DefaultLogger('WARN') });
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-eval-'));
+const modelDir = path.join(root, 'model');
+const weightsDir = path.join(root, 'outputs', 'trained', 'weights');
+let temporal: TemporalEndpoint;
+let inference: InferenceServer;
+let pool: EnvPool;
+
+function config(args: string[]): EvalConfig {
+  return loadConfig({
+    schema: evalSchema,
+    argv: [
+      '--output-dir', path.join(root, 'outputs'), '--seq-len', '256', '--num-examples', '4', '--rollouts-per-example', '2',
+      '--sampling.max-tokens', '8', '--server.port', new URL(inference.url).port, ...args,
+    ],
+    env: {},
+  }).config;
+}
+
+async function execute(cfg: EvalConfig): Promise<EvalResult> {
+  const connection = await NativeConnection.connect({ address: temporal.address });
+  const queue = `${cfg.temporal.task_queue}.cpu`;
+  const cpu = await Worker.create({ connection, taskQueue: queue, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool }) });
+  const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
+  try {
+    return await cpu.runUntil(client.workflow.execute('eval', { taskQueue: queue, workflowId: `${cfg.run_name}-${Date.now()}`, args: [{ config: cfg }] }));
+  } finally {
+    await client.connection.close();
+    await connection.close();
+  }
+}
+
+beforeAll(async () => {
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+  // Two "trained" versions: same architecture, other weights.
+  for (const [step, seed] of [[10, 1], [20, 2]]) createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed, out: path.join(weightsDir, `step_${step}`) });
+  const [port, uiPort] = [await freePort(), await freePort()];
+  temporal = (await startDevServer({ ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(root, 'temporal.db'), logFile: path.join(root, 'temporal.log') })).endpoint;
+  inference = await startInferenceServer(
+    rlSchema.shape.inference.parse({ model: { name: modelDir }, seq_len: 256, output_dir: path.join(root, 'outputs'), server: { port: 0 }, threads: 1 }),
+  );
+  pool = new EnvPool({ workers: 1, timeoutS: 30 });
+});
+afterAll(async () => {
+  await pool?.close();
+  await inference?.close(1000);
+  await temporal?.stop();
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+test('base + two step folders on two environments: results files, pass@k for the binary env, a table', async () => {
+  const cfg = config([
+    '--run-name', 'ev', '--model.name', modelDir, '--weights-dir', weightsDir,
+    '--env', '[{"id": "arithmetic"}, {"id": "reverse-text"}]',
+  ]);
+  const { runDir, results } = await execute(cfg);
+  expect(results.map((r) => [r.model, r.step])).toEqual([['base', null], ['step_10', 10], ['step_20', 20]]);
+  const stored = readEvalResults(runDir);
+  expect(stored).toEqual(results);
+  for (const r of stored) {
+    expect(Object.keys(r.environments)).toEqual(['arithmetic', 'reverse-text']);
+    const a = r.environments.arithmetic;
+    expect(a).toMatchObject({ num_examples: 4, rollouts_per_example: 2 });
+    expect(Object.keys(a.pass_at_k!)).toEqual(['1', '2']);
+    expect(a.completion_tokens_mean).toBeGreaterThan(0);
+    // reverse-text rewards are graded: no pass@k unless every reward happens to be 0 or 1.
+    expect(r.environments['reverse-text'].avg_at_k).toBeGreaterThanOrEqual(0);
+  }
+  // The server served the last version evaluated.
+  expect(((await (await fetch(`${inference.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(20);
+  const table = renderEvalTable(stored);
+  expect(table.split('\n')[0]).toMatch(/^environment\s+model\s+k\s+avg@k\s+std\s+pass@1\s+pass@2\s+tokens$/);
+  expect(table).toContain('step_20');
+
+  // --steps picks folders; a missing one is a clear error.
+  const picked = await execute(config(['--run-name', 'ev-pick', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[20]', '--no-eval-base', '--env', '[{"id": "arithmetic"}]']));
+  expect(picked.results.map((r) => r.model)).toEqual(['step_20']);
+  await expect(execute(config(['--run-name', 'ev-miss', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[30]', '--env', '[{"id": "arithmetic"}]']))).rejects.toThrow();
+});
+
+test('an external OpenAI-compatible API (our own server standing in) is evaluated through chat completions', async () => {
+  process.env.EVAL_TEST_KEY = 'unused-by-this-server';
+  const cfg = config([
+    '--run-name', 'ev-api', '--model.name', modelDir, '--client.base-url', `${inference.url}/v1`, '--client.api-key-var', 'EVAL_TEST_KEY',
+    '--env', '[{"id": "arithmetic"}]',
+  ]);
+  const { runDir, results } = await execute(cfg);
+  expect(results).toHaveLength(1);
+  expect(results[0]).toMatchObject({ model: modelDir, step: null });
+  const m = results[0].environments.arithmetic;
+  expect(m.num_examples).toBe(4);
+  expect(m.pass_at_k).not.toBeNull();
+  expect(m.completion_tokens_mean).toBeGreaterThan(0);
+  expect(fs.readdirSync(path.join(runDir, 'eval')).filter((f) => f.endsWith('.json'))).toHaveLength(1);
+});

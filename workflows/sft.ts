@@ -1,0 +1,93 @@
+/**
+ * The SFT run as a durable workflow on the same workers as RL, without inference:
+ *
+ *   prepareSft              (cpu)      configs/sft.json, every step's batch, validation batches
+ *   per step k: trainStep   (trainer)  cross-entropy on batches/step_k (restores + replays if behind)
+ *               validate    (trainer)  every val.interval steps and at the end
+ *               saveCheckpoint         every ckpt.interval steps and at the end
+ *               recordSftStep (cpu)    the step's metrics line
+ *
+ * Every activity is idempotent by (run, step), so a new start on the same run folder (after a
+ * crash, or once finished) skips what is done. Signals and the progress query are those of `rl`.
+ */
+import { condition, continueAsNew, defineQuery, proxyActivities, setHandler, workflowInfo } from '@temporalio/workflow';
+import type { CpuActivities, TrainerActivities, TrainSummary } from '../activities/types';
+import type { SFTConfig } from '../lib/config/schemas';
+import { pauseSignal, resumeSignal, stopSignal } from './rl';
+
+export interface SftState {
+  runDir: string;
+  /** Steps of the run (from its plan). */
+  steps: number;
+  /** Train steps finished. */
+  trained: number;
+  paused: boolean;
+  stopping: boolean;
+  lastTrain?: TrainSummary;
+  lastValLoss?: number;
+}
+
+export interface SftProgress extends SftState {
+  maxSteps: number;
+}
+
+export interface SftResult {
+  runDir: string;
+  steps: number;
+  stoppedEarly: boolean;
+  lastTrain?: TrainSummary;
+  lastValLoss?: number;
+  /** HF weights of the last step trained. */
+  weightsDir?: string;
+}
+
+export const sftProgressQuery = defineQuery<SftProgress>('progress');
+
+const STEPS_PER_RUN = 200;
+const retry = { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' } as const;
+
+export async function sft(config: SFTConfig, resumeFrom?: SftState): Promise<SftResult> {
+  const queue = config.temporal.task_queue;
+  const heartbeatTimeout = `${config.temporal.heartbeat_timeout_s} seconds` as const;
+  const cpu = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 hours', heartbeatTimeout, retry });
+  const cpuQuick = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 minutes', retry });
+  const trainer = proxyActivities<TrainerActivities>({ taskQueue: `${queue}.trainer`, startToCloseTimeout: '6 hours', heartbeatTimeout, retry });
+
+  let state: SftState;
+  if (resumeFrom) state = resumeFrom;
+  else {
+    const plan = await cpu.prepareSft(config);
+    state = { runDir: plan.runDir, steps: plan.steps, trained: 0, paused: false, stopping: false };
+  }
+  const { runDir, steps } = state;
+  setHandler(pauseSignal, () => void (state.paused = true));
+  setHandler(resumeSignal, () => void (state.paused = false));
+  setHandler(stopSignal, () => void (state.stopping = true));
+  setHandler(sftProgressQuery, () => ({ ...state, maxSteps: steps }));
+
+  const startedThisRun = state.trained;
+  let weightsDir: string | undefined;
+  while (state.trained < steps && !state.stopping) {
+    await condition(() => !state.paused || state.stopping);
+    if (state.stopping) break;
+    const step = state.trained;
+    const trainStart = Date.now() / 1000;
+    const train = await trainer.trainStep({ runDir, step });
+    const time = { train_start: trainStart, train_end: Date.now() / 1000 };
+    const done = step + 1;
+    let valLoss: number | undefined;
+    if (config.val.interval !== undefined && (done % config.val.interval === 0 || done === steps)) {
+      valLoss = (await trainer.validate({ runDir, step: done })).loss;
+      state.lastValLoss = valLoss;
+    }
+    if (done % config.ckpt.interval === 0 || done === steps) await trainer.saveCheckpoint({ runDir, step: done });
+    await cpuQuick.recordSftStep({ runDir, step, train, valLoss, time });
+    state.trained = done;
+    state.lastTrain = train;
+    weightsDir = train.weightsDir ?? weightsDir;
+    if (state.trained < steps && (workflowInfo().continueAsNewSuggested || state.trained - startedThisRun >= STEPS_PER_RUN)) {
+      await continueAsNew<typeof sft>(config, state);
+    }
+  }
+  return { runDir, steps: state.trained, stoppedEarly: state.trained < steps, lastTrain: state.lastTrain, lastValLoss: state.lastValLoss, weightsDir };
+}
