@@ -1,0 +1,129 @@
+/**
+ * RL pipeline benchmark: the same short run with async_level 0, 1 and 2, through a real Temporal
+ * dev server, real workers (in this process), a real inference server.
+ *
+ *   npm run build:ts && node dist/bench/rl.js [--steps 8] [--hidden 256] [--layers 4]
+ *
+ * Per run: mean step time (between consecutive train ends, after the first step), mean generation
+ * and train time, and the orchestration overhead: a step's activity spans as the workflow saw
+ * them minus the durations the activities measured themselves.
+ */
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import { createCpuActivities, createTrainerActivities } from '../activities';
+import { loadConfig } from '../lib/config/loader';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
+import { EnvPool } from '../lib/envs/pool';
+import { startInferenceServer } from '../lib/inference/server';
+import { createModel } from '../lib/model/create';
+import { RunLayout } from '../lib/run/layout';
+import { readStepMetrics } from '../lib/run/metrics';
+import { startDevServer } from '../lib/temporal/devserver';
+
+function arg(name: string, dflt: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : dflt;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+
+interface Times {
+  generate_start: number;
+  generate_end: number;
+  pack_end: number;
+  train_start: number;
+  train_end: number;
+}
+
+async function main() {
+  Runtime.install({ logger: new DefaultLogger('WARN') });
+  const steps = Number(arg('steps', '8'));
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-bench-rl-'));
+  const modelDir = path.join(root, 'model');
+  const created = createModel({
+    arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir,
+    hiddenSize: Number(arg('hidden', '256')), numLayers: Number(arg('layers', '4')), intermediateSize: 3 * Number(arg('hidden', '256')),
+    numHeads: 4, numKvHeads: 2,
+  });
+  const [port, uiPort] = [await freePort(), await freePort()];
+  const temporal = (await startDevServer({ ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(root, 't.db'), logFile: path.join(root, 't.log') })).endpoint;
+  const outputDir = path.join(root, 'outputs');
+  const inference = await startInferenceServer(rlSchema.shape.inference.parse({ model: { name: modelDir }, seq_len: 256, output_dir: outputDir, server: { port: 0 }, threads: 1 }));
+  const pool = new EnvPool({ workers: 1, timeoutS: 60 });
+  const connection = await NativeConnection.connect({ address: temporal.address });
+  const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
+  const rows: string[] = [];
+  try {
+    for (const k of [0, 1, 2]) {
+      const cfg = loadConfig({
+        schema: rlSchema,
+        argv: [
+          '--run-name', `async-${k}`, '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '256',
+          '--max-steps', String(steps), '--async-level', String(k), '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '1000',
+          '--orchestrator.batch-size', '32', '--orchestrator.rollouts-per-example', '8', '--orchestrator.sampling.max-tokens', '32',
+          '--orchestrator.base-urls', `${inference.url}/v1`, '--trainer.optim.lr', '1e-4', '--trainer.threads', '1',
+        ],
+        env: {},
+        shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
+      }).config;
+      const q = cfg.temporal.task_queue;
+      const cpu = await Worker.create({ connection, taskQueue: `${q}.cpu`, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool }) });
+      const trainer = await Worker.create({ connection, taskQueue: `${q}.trainer`, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1 });
+      const t0 = Date.now();
+      await cpu.runUntil(trainer.runUntil(client.workflow.execute('rl', { taskQueue: `${q}.cpu`, workflowId: cfg.run_name, args: [cfg] })));
+      const wall = (Date.now() - t0) / 1000;
+      const lines = readStepMetrics(RunLayout.of(outputDir, cfg.run_name).metricsFile);
+      const times = lines.map((l) => l.time as Times);
+      const stepTimes = times.slice(1).map((t, i) => t.train_end - times[i].train_end);
+      const gen = times.map((t) => t.generate_end - t.generate_start);
+      const train = times.map((t) => t.train_end - t.train_start);
+      const overhead = lines.map((l, i) => {
+        const t = times[i];
+        const s = l.seconds as { load: number; replay: number; train: number; save: number };
+        const observed = t.generate_end - t.generate_start + (t.train_end - t.train_start);
+        const own = (l.generate_seconds as number) + s.load + s.replay + s.train + s.save;
+        return observed - own;
+      });
+      rows.push(
+        `| ${k} | ${mean(stepTimes).toFixed(2)} | ${mean(gen).toFixed(2)} | ${mean(train).toFixed(2)} | ${Math.max(mean(gen), mean(train)).toFixed(2)} | ${(mean(overhead) * 1000).toFixed(0)} | ${wall.toFixed(1)} |`,
+      );
+      process.stderr.write(`${rows[rows.length - 1]}\n`);
+    }
+  } finally {
+    await client.connection.close();
+    await connection.close();
+    await pool.close();
+    await inference.close(1000);
+    await temporal.stop();
+    fs.rmSync(root, { recursive: true, force: true });
+  }
+  process.stdout.write(
+    [
+      `Model: qwen3 ${(created.parameterCount / 1e6).toFixed(2)}M params, byte tokenizer; ${steps} steps of 32 rollouts (4 prompts x 8), max 32 new tokens; reverse-text; ${os.cpus().length} cores.`,
+      '',
+      '| async_level | step time (s) | generation (s) | training (s) | max(gen, train) (s) | Temporal overhead per step (ms) | run wall time (s) |',
+      '| ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+      ...rows,
+      '',
+    ].join('\n'),
+  );
+}
+
+main().catch((e) => {
+  process.stderr.write(`${(e as Error).stack}\n`);
+  process.exit(1);
+});
