@@ -131,20 +131,26 @@ export async function runCli(argv: string[]): Promise<number> {
       process.stderr.write(`error: ${e.message}\n`);
       return e.exitCode;
     }
+    if ((e as { signal?: string }).signal) {
+      // Interrupted (Ctrl-C / SIGTERM): the command already cleaned up and says how to resume.
+      process.stderr.write(`${(e as Error).message}\n`);
+      return 130;
+    }
     process.stderr.write(`error: ${(e as Error).stack ?? String(e)}\n`);
     return 1;
   }
 }
 
-/** Process entry (bin/prime-rl.js). */
+/**
+ * Process entry (bin/prime-rl.js). Exits when the command is done: a client still retrying a
+ * Temporal server the command just stopped must not keep the process alive.
+ */
 export function main(argv: string[]): void {
   runCli(argv).then(
-    (code) => {
-      process.exitCode = code;
-    },
+    (code) => process.exit(code),
     (e) => {
       process.stderr.write(`${String(e)}\n`);
-      process.exitCode = 1;
+      process.exit(1);
     },
   );
 }
