@@ -2,10 +2,10 @@
  * Inference server benchmark: throughput and latency versus concurrency, and how long an
  * update_weights takes to reach the first token served by the new weights.
  *
- *   npm run build:ts && node dist/bench/inference.js [--models tiny,small] [--concurrency 1,8,32,128] [--max-tokens 64]
+ *   npm run build:ts && node dist/bench/inference.js [--models tiny,small] [--concurrency 1,8,32,128] [--max-tokens 64] [--requests 64]
  *
  * Each concurrency level runs C clients in closed loop (a client sends its next request when the
- * previous one returns) for `rounds` requests per client, every request a chat completion of
+ * previous one returns), at least `requests` requests in all and at least 2 per client, every request a chat completion of
  * exactly `max-tokens` new tokens (ignore_eos). Prints a markdown table for BENCHMARKS.md.
  */
 import * as fs from 'node:fs';
@@ -34,6 +34,7 @@ async function main() {
   const models = arg('models', 'tiny,small').split(',');
   const levels = arg('concurrency', '1,8,32,128').split(',').map(Number);
   const maxTokens = Number(arg('max-tokens', '64'));
+  const requests = Number(arg('requests', '64'));
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-bench-inference-'));
   const rows: string[] = [];
   const updates: string[] = [];
@@ -66,7 +67,7 @@ async function main() {
       };
       await request(); // warm-up
       for (const c of levels) {
-        const rounds = Math.max(2, Math.ceil(64 / c));
+        const rounds = Math.max(2, Math.ceil(requests / c));
         const latencies: number[] = [];
         let tokens = 0;
         const t0 = performance.now();

@@ -1,0 +1,100 @@
+/**
+ * The trainer runtime's recovery contract: restoring a checkpoint and replaying the stored batches
+ * gives bitwise the weights of an uninterrupted trainer, and a corrupt checkpoint is detected,
+ * reported and skipped for the one before it.
+ */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as native from '../native';
+import { loadConfig } from '../lib/config/loader';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
+import { createModel } from '../lib/model/create';
+import { Rng } from '../lib/model/rng';
+import { readSafetensorsDir } from '../lib/model/safetensors';
+import { writeBatch } from '../lib/orchestrator/batch';
+import { buildSample, packSamples } from '../lib/orchestrator/packing';
+import { RunLayout } from '../lib/run/layout';
+import { rlTrainerSpec } from '../lib/trainer/spec';
+import { TrainerRuntime } from '../lib/trainer/runtime';
+
+native.setThreads(1);
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-trainer-'));
+const modelDir = path.join(root, 'model');
+afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
+
+const config = () =>
+  loadConfig({
+    schema: rlSchema,
+    argv: ['--model.name', modelDir, '--seq-len', '64', '--max-steps', '6', '--trainer.optim.lr', '1e-3', '--trainer.loss.mismatch.mode', 'tis'],
+    env: {},
+    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
+  }).config;
+
+/** A run folder with `steps` batches of random rollouts (prompt + completion with logprobs). */
+function runWithBatches(name: string, steps: number): RunLayout {
+  const layout = new RunLayout(path.join(root, name));
+  const rng = new Rng(7);
+  for (let s = 0; s < steps; s++) {
+    const samples = Array.from({ length: 4 }, (_, i) => {
+      const prompt = Array.from({ length: 5 + rng.int(5) }, () => rng.int(256));
+      const completion = Array.from({ length: 3 + rng.int(8) }, () => rng.int(256));
+      const logprobs = completion.map(() => -1 - rng.uniform() * 4);
+      return buildSample([{ tokens: prompt, generated: false }, { tokens: completion, generated: true, logprobs }], i % 2 ? 0.5 : -0.5);
+    });
+    const { rows, counts } = packSamples(samples, 64);
+    fs.mkdirSync(path.dirname(layout.batchFile(s)), { recursive: true });
+    writeBatch(layout.batchFile(s), s, 64, rows, counts);
+  }
+  return layout;
+}
+
+const weightsOf = (dir: string) => new Map(readSafetensorsDir(dir).map((t) => [t.name, t.data]));
+
+beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
+
+test('restore from a checkpoint + replay equals training straight through, bitwise', async () => {
+  const spec = rlTrainerSpec(config());
+  const straight = runWithBatches('straight', 4);
+  const { runtime } = await TrainerRuntime.restore(straight.dir, spec, 0);
+  for (let s = 0; s < 4; s++) await runtime.train(s);
+  const expected = weightsOf(await runtime.writeWeights(4));
+
+  // Same batches; the trainer "crashes" after step 2's checkpoint and a new one takes over at 4.
+  const crashed = runWithBatches('crashed', 4);
+  const first = (await TrainerRuntime.restore(crashed.dir, spec, 0)).runtime;
+  await first.train(0);
+  await first.train(1);
+  await first.checkpoint();
+  await first.train(2);
+  const { runtime: second, report } = await TrainerRuntime.restore(crashed.dir, spec, 4);
+  expect(report).toEqual({ from: 2, skipped: [], replayed: 2 });
+  expect(second.progress.steps).toBe(4);
+  const got = weightsOf(await second.writeWeights(4));
+  expect([...got.keys()].sort()).toEqual([...expected.keys()].sort());
+  for (const [name, data] of expected) expect(got.get(name)!.equals(data)).toBe(true);
+});
+
+test('a corrupt checkpoint is detected, reported and skipped for the previous one', async () => {
+  const spec = rlTrainerSpec(config());
+  const layout = runWithBatches('corrupt', 4);
+  const rt = (await TrainerRuntime.restore(layout.dir, spec, 0)).runtime;
+  await rt.train(0);
+  await rt.checkpoint();
+  await rt.train(1);
+  await rt.train(2);
+  await rt.checkpoint();
+  const ckpt = path.join(layout.checkpointDir(3), 'trainer.ckpt');
+  const bytes = fs.readFileSync(ckpt);
+  bytes[bytes.length >> 1] ^= 0xff;
+  fs.writeFileSync(ckpt, bytes);
+
+  const { runtime, report } = await TrainerRuntime.restore(layout.dir, spec, 3);
+  expect(report.from).toBe(1);
+  expect(report.replayed).toBe(2);
+  expect(report.skipped).toHaveLength(1);
+  expect(report.skipped[0]).toContain(layout.checkpointDir(3));
+  expect(report.skipped[0]).toContain('checksum mismatch');
+  expect(runtime.progress.steps).toBe(3);
+});
