@@ -4,7 +4,6 @@
  * (arithmetic: pass@k) and a graded one, then the same server's OpenAI endpoint as an external API.
  */
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -18,18 +17,10 @@ import { startInferenceServer, type InferenceServer } from '../lib/inference/ser
 import { createModel } from '../lib/model/create';
 import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
 import type { EvalResult } from '../workflows/eval';
+import { freePort } from '../lib/net';
 
 Runtime.install({ logger: new DefaultLogger('WARN') });
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-eval-'));
 const modelDir = path.join(root, 'model');

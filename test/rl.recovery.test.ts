@@ -5,7 +5,6 @@
  * trained exactly once, no lost or duplicated metrics lines, and the final weights present.
  */
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
@@ -15,18 +14,10 @@ import { readBatch } from '../lib/orchestrator/batch';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import { launchRun } from '../workers/launcher';
+import { freePort } from '../lib/net';
 
 jest.setTimeout(15 * 60_000);
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-recovery-'));
 const modelDir = path.join(root, 'model');

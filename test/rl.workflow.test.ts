@@ -3,7 +3,6 @@
  * workers (in this process), a real inference server, real environments.
  */
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -19,18 +18,10 @@ import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
 import type { RLResult } from '../workflows/rl';
+import { freePort } from '../lib/net';
 
 Runtime.install({ logger: new DefaultLogger('WARN') });
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-wf-'));
 const modelDir = path.join(root, 'model');

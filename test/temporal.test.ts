@@ -1,7 +1,6 @@
 /** The local Temporal dev server: the binary scripts/setup.sh built, a real worker, a real workflow. */
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -9,16 +8,8 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { temporalSchema } from '../lib/config/schemas';
 import { projectRoot } from '../lib/paths';
 import { ensureTemporal, isListening, startDevServer } from '../lib/temporal/devserver';
+import { freePort } from '../lib/net';
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-temporal-'));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));

@@ -8,6 +8,7 @@ import * as path from 'node:path';
 import { z } from 'zod';
 import { writeFileAtomic } from '../atomic';
 import type { EnvEvalMetrics } from './metrics';
+import { readJsonFile } from '../json';
 
 export interface EvalResults {
   /** Model version: `base`, `step_10`, or an external API's model name. */
@@ -58,12 +59,7 @@ export function readEvalResults(runDir: string): EvalResults[] {
     .filter((name) => name.endsWith('.json'))
     .map((name) => {
       const file = path.join(dir, name);
-      let json: unknown;
-      try {
-        json = JSON.parse(fs.readFileSync(file, 'utf8'));
-      } catch (e) {
-        throw new Error(`${file}: not valid JSON (${(e as Error).message})`);
-      }
+      const json = readJsonFile(file);
       const parsed = resultsSchema.safeParse(json);
       if (!parsed.success) throw new Error(`${file}: not an eval results file: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}`);
       return parsed.data;

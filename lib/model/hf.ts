@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { ArchConfig, NamedTensor } from './arch';
 import { writeDirAtomic, writeFileAtomic } from '../atomic';
+import { readJsonFile } from '../json';
 import { parseHfConfig } from './hf-config';
 import { readSafetensorsDir, writeSafetensors } from './safetensors';
 import { checkModelTensors } from './tensors';
@@ -31,23 +32,6 @@ export const SIDE_FILES = [
   'vocab.json',
   'merges.txt',
 ] as const;
-
-export function readJsonFile(file: string): Record<string, unknown> {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (e) {
-    throw new Error(`${file}: cannot read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
-  }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch (e) {
-    throw new Error(`${file}: not valid JSON (${(e as Error).message})`);
-  }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error(`${file}: not a JSON object`);
-  return parsed as Record<string, unknown>;
-}
 
 export function readHfConfig(dir: string): { config: ArchConfig; rawConfig: Record<string, unknown> } {
   const file = path.join(dir, 'config.json');

@@ -6,7 +6,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
-import { readJsonFile } from './hf';
+import { readJsonFile } from '../json';
 
 type Json = Record<string, unknown>;
 

@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readEvalResults, type EvalResults } from '../eval/results';
 import { readStepMetrics, type StepRecord } from '../run/metrics';
+import { readJsonFile } from '../json';
 
 export type Values = (number | null)[];
 
@@ -135,12 +136,7 @@ function readConfigs(runDir: string): ConfigFile[] {
     .sort()
     .map((name) => {
       const file = path.join(dir, name);
-      let json: unknown;
-      try {
-        json = JSON.parse(fs.readFileSync(file, 'utf8'));
-      } catch (e) {
-        throw new Error(`${file}: not valid JSON (${(e as Error).message})`);
-      }
+      const json = readJsonFile(file);
       const entries: [string, string][] = [];
       flatten(json, '', entries);
       return { name, entries };
