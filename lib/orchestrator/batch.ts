@@ -6,15 +6,8 @@
 import { readSafetensors, writeSafetensors, type StoredTensor } from '../model/safetensors';
 import type { PackCounts, PackedRow } from './packing';
 
-export interface BatchRow {
-  inputIds: Int32Array;
-  positionIds: Int32Array;
-  lossMask: Uint8Array;
-  /** Inference logprobs (mu) of the tokens that carry loss. */
-  logprobs: Float32Array;
-  advantages: Float32Array;
-  sampleLengths: Int32Array;
-}
+/** A packed row as the trainer reads it back (which input sample went where is not stored). */
+export type BatchRow = Omit<PackedRow, 'sampleIndices'>;
 
 export interface Batch {
   step: number;
