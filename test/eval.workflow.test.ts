@@ -6,20 +6,15 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Client, Connection } from '@temporalio/client';
-import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
-import { createCpuActivities } from '../activities';
 import { loadConfig } from '../lib/config/loader';
 import { evalSchema, rlSchema, type EvalConfig } from '../lib/config/schemas';
 import { readEvalResults, renderEvalTable } from '../lib/eval';
 import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
-import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
+import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { EvalResult } from '../workflows/eval';
-import { freePort } from '../lib/net';
-
-Runtime.install({ logger: new DefaultLogger('WARN') });
+import { execute, startTemporal } from './harness';
 
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-eval-'));
@@ -40,25 +35,14 @@ function config(args: string[]): EvalConfig {
   }).config;
 }
 
-async function execute(cfg: EvalConfig): Promise<EvalResult> {
-  const connection = await NativeConnection.connect({ address: temporal.address });
-  const queue = `${cfg.temporal.task_queue}.cpu`;
-  const cpu = await Worker.create({ connection, taskQueue: queue, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool }) });
-  const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
-  try {
-    return await cpu.runUntil(client.workflow.execute('eval', { taskQueue: queue, workflowId: `${cfg.run_name}-${Date.now()}`, args: [{ config: cfg }] }));
-  } finally {
-    await client.connection.close();
-    await connection.close();
-  }
-}
+const run = (cfg: EvalConfig) =>
+  execute<EvalResult>({ temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'eval', workflowId: `${cfg.run_name}-${Date.now()}`, args: [{ config: cfg }], trainer: false });
 
 beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
   // Two "trained" versions: same architecture, other weights.
   for (const [step, seed] of [[10, 1], [20, 2]]) createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed, out: path.join(weightsDir, `step_${step}`) });
-  const [port, uiPort] = [await freePort(), await freePort()];
-  temporal = (await startDevServer({ ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(root, 'temporal.db'), logFile: path.join(root, 'temporal.log') })).endpoint;
+  temporal = await startTemporal(root);
   inference = await startInferenceServer(
     rlSchema.shape.inference.parse({ model: { name: modelDir }, seq_len: 256, output_dir: path.join(root, 'outputs'), server: { port: 0 }, threads: 1 }),
   );
@@ -76,7 +60,7 @@ test('base + two step folders on two environments: results files, pass@k for the
     '--run-name', 'ev', '--model.name', modelDir, '--weights-dir', weightsDir,
     '--env', '[{"id": "arithmetic"}, {"id": "reverse-text"}]',
   ]);
-  const { runDir, results } = await execute(cfg);
+  const { runDir, results } = await run(cfg);
   expect(results.map((r) => [r.model, r.step])).toEqual([['base', null], ['step_10', 10], ['step_20', 20]]);
   const stored = readEvalResults(runDir);
   expect(stored).toEqual(results);
@@ -96,9 +80,9 @@ test('base + two step folders on two environments: results files, pass@k for the
   expect(table).toContain('step_20');
 
   // --steps picks folders; a missing one is a clear error.
-  const picked = await execute(config(['--run-name', 'ev-pick', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[20]', '--no-eval-base', '--env', '[{"id": "arithmetic"}]']));
+  const picked = await run(config(['--run-name', 'ev-pick', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[20]', '--no-eval-base', '--env', '[{"id": "arithmetic"}]']));
   expect(picked.results.map((r) => r.model)).toEqual(['step_20']);
-  await expect(execute(config(['--run-name', 'ev-miss', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[30]', '--env', '[{"id": "arithmetic"}]']))).rejects.toThrow();
+  await expect(run(config(['--run-name', 'ev-miss', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[30]', '--env', '[{"id": "arithmetic"}]']))).rejects.toThrow();
 });
 
 test('an external OpenAI-compatible API (our own server standing in) is evaluated through chat completions', async () => {
@@ -107,7 +91,7 @@ test('an external OpenAI-compatible API (our own server standing in) is evaluate
     '--run-name', 'ev-api', '--model.name', modelDir, '--client.base-url', `${inference.url}/v1`, '--client.api-key-var', 'EVAL_TEST_KEY',
     '--env', '[{"id": "arithmetic"}]',
   ]);
-  const { runDir, results } = await execute(cfg);
+  const { runDir, results } = await run(cfg);
   expect(results).toHaveLength(1);
   expect(results[0]).toMatchObject({ model: modelDir, step: null });
   const m = results[0].environments.arithmetic;

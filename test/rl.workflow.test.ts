@@ -5,9 +5,6 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Client, Connection } from '@temporalio/client';
-import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
-import { createCpuActivities, createTrainerActivities } from '../activities';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
@@ -16,11 +13,9 @@ import { readEvalResults } from '../lib/eval';
 import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
-import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
+import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { RLResult } from '../workflows/rl';
-import { freePort } from '../lib/net';
-
-Runtime.install({ logger: new DefaultLogger('WARN') });
+import { execute, startTemporal } from './harness';
 
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-wf-'));
@@ -47,8 +42,7 @@ function config(runName: string, asyncLevel: number, port: number): RLConfig {
 
 beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
-  const [port, uiPort] = [await freePort(), await freePort()];
-  temporal = (await startDevServer({ ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(root, 'temporal.db'), logFile: path.join(root, 'temporal.log') })).endpoint;
+  temporal = await startTemporal(root);
   inference = await startInferenceServer(
     rlSchema.shape.inference.parse({ model: { name: modelDir }, seq_len: 128, output_dir: path.join(root, 'outputs'), server: { port: 0 }, threads: 1 }),
   );
@@ -64,16 +58,9 @@ afterAll(async () => {
 test.each([0, 1])('a 3-step run with async_level %i trains every step once and records its metrics', async (asyncLevel) => {
   const port = Number(new URL(inference.url).port);
   const cfg = config(`run-async-${asyncLevel}`, asyncLevel, port);
-  const connection = await NativeConnection.connect({ address: temporal.address });
-  const prefix = cfg.temporal.task_queue;
-  const cpu = await Worker.create({ connection, taskQueue: `${prefix}.cpu`, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool }) });
-  const trainer = await Worker.create({ connection, taskQueue: `${prefix}.trainer`, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1 });
-  const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
-  const result: RLResult = await cpu.runUntil(
-    trainer.runUntil(client.workflow.execute('rl', { taskQueue: `${prefix}.cpu`, workflowId: cfg.run_name, args: [cfg] })),
-  );
-  await client.connection.close();
-  await connection.close();
+  const result = await execute<RLResult>({
+    temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: cfg.run_name, args: [cfg], trainer: true,
+  });
 
   const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
   expect(result.steps).toBe(3);

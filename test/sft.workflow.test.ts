@@ -5,22 +5,17 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Client, Connection, WorkflowFailedError } from '@temporalio/client';
+import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
-import { createCpuActivities, createTrainerActivities } from '../activities';
 import { loadConfig } from '../lib/config/loader';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
-import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
+import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { SftResult } from '../workflows/sft';
-import { freePort } from '../lib/net';
-
-Runtime.install({ logger: new DefaultLogger('WARN') });
-
+import { execute, startTemporal } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-sft-'));
 const modelDir = path.join(root, 'model');
@@ -35,25 +30,12 @@ function config(args: string[]): SFTConfig {
   }).config;
 }
 
-/** Runs `workflow` to its end with fresh in-process cpu and trainer workers (a fresh trainer each time). */
-async function execute<T>(cfg: SFTConfig): Promise<T> {
-  const connection = await NativeConnection.connect({ address: temporal.address });
-  const prefix = cfg.temporal.task_queue;
-  const cpu = await Worker.create({ connection, taskQueue: `${prefix}.cpu`, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool }) });
-  const trainer = await Worker.create({ connection, taskQueue: `${prefix}.trainer`, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1 });
-  const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
-  try {
-    return await cpu.runUntil(trainer.runUntil(client.workflow.execute('sft', { taskQueue: `${prefix}.cpu`, workflowId: `${cfg.run_name}-${Date.now()}`, args: [cfg] }))) as T;
-  } finally {
-    await client.connection.close();
-    await connection.close();
-  }
-}
+const run = <T>(cfg: SFTConfig) =>
+  execute<T>({ temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'sft', workflowId: `${cfg.run_name}-${Date.now()}`, args: [cfg], trainer: true });
 
 beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
-  const [port, uiPort] = [await freePort(), await freePort()];
-  temporal = (await startDevServer({ ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(root, 'temporal.db'), logFile: path.join(root, 'temporal.log') })).endpoint;
+  temporal = await startTemporal(root);
   pool = new EnvPool({ workers: 1, timeoutS: 30 });
 });
 afterAll(async () => {
@@ -68,7 +50,7 @@ test('an SFT run trains every step once, validates, checkpoints, and a second st
     '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '24', '--val.interval', '3', '--val.num-examples', '8',
     '--optim.lr', '3e-3', '--ckpt.interval', '3',
   ]);
-  const result = await execute<SftResult>(cfg);
+  const result = await run<SftResult>(cfg);
   const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
   expect(result).toMatchObject({ runDir: layout.dir, steps: 6, stoppedEarly: false, weightsDir: layout.weightsDir(6) });
 
@@ -89,7 +71,7 @@ test('an SFT run trains every step once, validates, checkpoints, and a second st
 
   // A second start on the same run folder: every activity finds its step done.
   const summaryBefore = fs.readFileSync(layout.trainSummaryFile(5), 'utf8');
-  const again = await execute<SftResult>(cfg);
+  const again = await run<SftResult>(cfg);
   expect(again.steps).toBe(6);
   expect(readStepMetrics(layout.metricsFile)).toHaveLength(6);
   expect(fs.readFileSync(layout.trainSummaryFile(5), 'utf8')).toBe(summaryBefore);
@@ -112,7 +94,7 @@ test('a row whose chat template lacks the prefix property fails the run, naming 
   fs.writeFileSync(data, ['{"prompt": "ab", "completion": "ba"}', '{"prompt": "cd", "completion": "dc"}', '{"prompt": "bad", "completion": "dab"}'].join('\n') + '\n');
 
   const cfg = config(['--run-name', 'sft-bad', '--model.name', badModel, '--max-steps', '2', '--batch-size', '2', '--data.path', data]);
-  const err = await execute(cfg).catch((e: unknown) => e);
+  const err = await run(cfg).catch((e: unknown) => e);
   expect(err).toBeInstanceOf(WorkflowFailedError);
   const activityFailure = (err as WorkflowFailedError).cause?.cause;
   expect(activityFailure).toBeInstanceOf(ApplicationFailure);

@@ -95,7 +95,7 @@ export async function runChatRollout(task: ChatRolloutTask, pool: EnvPool, api: 
     rollout.metrics = score.metrics;
   } catch (e) {
     // As in runRollout: the rollout's own failures error it; an unreachable or failing API fails the activity.
-    const own = e instanceof ChatRolloutError || (e instanceof InferenceError && e.status !== undefined && e.status < 500 && e.status !== 429);
+    const own = e instanceof ChatRolloutError || (e instanceof InferenceError && e.rejectsRequest);
     if (!own) throw e;
     rollout.error = (e as Error).message;
   }

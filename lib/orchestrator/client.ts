@@ -34,6 +34,14 @@ export class InferenceError extends Error {
   ) {
     super(message);
   }
+
+  /**
+   * The server answered that this request is invalid (a 4xx other than 429): that fails the one
+   * rollout. Anything else (unreachable, 5xx, queue full) is the server's state, worth a retry.
+   */
+  get rejectsRequest(): boolean {
+    return this.status !== undefined && this.status >= 400 && this.status < 500 && this.status !== 429;
+  }
 }
 
 export class InferenceClient {

@@ -144,7 +144,7 @@ export async function runRollout(task: RolloutTask, pool: EnvPool, client: Infer
     // The rollout's own failures (environment errors, an unextendable template, a request the
     // server rejects as invalid) error this rollout only. An unreachable or failing server fails
     // the whole activity, which Temporal retries once the server is back.
-    const own = e instanceof RolloutError || (e instanceof InferenceError && e.status !== undefined && e.status < 500 && e.status !== 429);
+    const own = e instanceof RolloutError || (e instanceof InferenceError && e.rejectsRequest);
     if (!own) throw e;
     rollout.error = (e as Error).message;
   }
