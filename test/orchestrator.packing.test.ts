@@ -1,4 +1,8 @@
-/** Packing of rollouts into trainer rows: sample building, first-fit-decreasing, invariants. */
+/** Packing of rollouts into trainer rows: sample building, first-fit-decreasing, invariants, batch files. */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { readBatch, writeBatch } from '../lib/orchestrator/batch';
 import { Rng, uniformInt } from '../lib/envs/random';
 import { buildSample, packSamples, type PackResult, type Sample } from '../lib/orchestrator/packing';
 
@@ -132,3 +136,32 @@ function checkInvariants(samples: Sample[], seqLen: number, { rows, counts }: Pa
   });
   expect(tokens).toBe(kept.reduce((a, b) => a + b, 0));
 }
+
+describe('batch files', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'batch-'));
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  test('read back as the packed rows without their padding, with step and counts', () => {
+    const { rows, counts } = packSamples([3, 7, 5, 4, 2, 6].map((n, i) => sample(n, 100 * i, i - 2.5)), 10);
+    const file = path.join(dir, 'step_3.safetensors');
+    writeBatch(file, 3, 10, rows, counts);
+    const batch = readBatch(file);
+    expect(batch).toMatchObject({ step: 3, seqLen: 10, counts });
+    expect(batch.rows).toHaveLength(rows.length);
+    batch.rows.forEach((got, r) => {
+      const used = rows[r].sampleLengths.reduce((a, b) => a + b, 0);
+      expect(Array.from(got.sampleLengths)).toEqual(Array.from(rows[r].sampleLengths));
+      for (const key of ['inputIds', 'positionIds', 'lossMask', 'logprobs', 'advantages'] as const) {
+        expect(Array.from(got[key])).toEqual(Array.from(rows[r][key].subarray(0, used)));
+      }
+    });
+    expect(batch.rows[2].inputIds).toHaveLength(7); // 5 + 2 sample tokens, 3 of padding left on disk
+  });
+
+  test('a row whose sample lengths exceed seq_len is reported with the file', () => {
+    const { rows, counts } = packSamples([sample(4)], 4);
+    const file = path.join(dir, 'bad.safetensors');
+    writeBatch(file, 0, 4, [{ ...rows[0], sampleLengths: Int32Array.from([3, 2]) }], counts);
+    expect(() => readBatch(file)).toThrow(`${file}: row 0 holds 5 sample tokens, more than seq_len 4`);
+  });
+});

@@ -6,7 +6,11 @@
 import { readSafetensors, writeSafetensors, type StoredTensor } from '../model/safetensors';
 import type { PackCounts, PackedRow } from './packing';
 
-/** A packed row as the trainer reads it back (which input sample went where is not stored). */
+/**
+ * A packed row as the trainer reads it back: its samples' tokens only (the padding to seq_len that
+ * the fixed-shape tensors need stays on disk, so no one computes over it). Which input sample went
+ * where is not stored.
+ */
 export type BatchRow = Omit<PackedRow, 'sampleIndices'>;
 
 export interface Batch {
@@ -71,14 +75,17 @@ export function readBatch(file: string): Batch {
   if (!(seqLen > 0) || ids.length !== rowCount * seqLen) throw new Error(`${file}: batch tensors do not match ${rowCount} rows of seq_len ${metadata.seq_len}`);
   const rows: BatchRow[] = [];
   for (let r = 0; r < rowCount; r++) {
-    const span = [r * seqLen, (r + 1) * seqLen] as const;
+    const sampleLengths = lengths.subarray(offsets[r], offsets[r + 1]);
+    const used = sampleLengths.reduce((n, len) => n + len, 0);
+    if (used > seqLen) throw new Error(`${file}: row ${r} holds ${used} sample tokens, more than seq_len ${seqLen}`);
+    const span = [r * seqLen, r * seqLen + used] as const;
     rows.push({
       inputIds: ids.subarray(...span),
       positionIds: pos.subarray(...span),
       lossMask: mask.subarray(...span),
       logprobs: lp.subarray(...span),
       advantages: adv.subarray(...span),
-      sampleLengths: lengths.subarray(offsets[r], offsets[r + 1]),
+      sampleLengths,
     });
   }
   return { step: Number(metadata.step), seqLen, rows, counts: JSON.parse(metadata.counts) as PackCounts };

@@ -369,6 +369,8 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
                                 at::Generator* dropoutRng) const {
   const int64_t N = ids.size(0), H = cfg.numHeads, hd = cfg.headDim;
   const Adapt ad{lora, dropoutRng};
+  std::vector<int64_t> segLens(segStarts.size());
+  for (size_t s = 0; s < segStarts.size(); s++) segLens[s] = (s + 1 < segStarts.size() ? segStarts[s + 1] : N) - segStarts[s];
   auto [cos, sin] = rope(pos);
   at::Tensor x = at::embedding(embed_, ids);
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
@@ -376,13 +378,15 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
     at::Tensor v;
     auto [q, k] = attentionInputs(L, x, cos, sin, v, l, ad);
     if (kvOut) kvOut->emplace_back(k, v);
-    // Attention never crosses a sample boundary: attend within each segment separately.
+    // Attention never crosses a sample boundary: attend within each segment separately. One split
+    // per tensor (not a narrow per segment): its backward is a single concatenation, where each
+    // narrow's backward would write a full-row gradient, O(segments x row) per layer.
+    const std::vector<at::Tensor> qs = q.split_with_sizes(segLens), ks = k.split_with_sizes(segLens),
+                                  vs = v.split_with_sizes(segLens);
     std::vector<at::Tensor> outs;
-    for (size_t s = 0; s < segStarts.size(); s++) {
-      const int64_t a = segStarts[s], len = (s + 1 < segStarts.size() ? segStarts[s + 1] : N) - a;
-      at::Tensor o = causalAttention(q.narrow(0, a, len).transpose(0, 1), k.narrow(0, a, len).transpose(0, 1),
-                                     v.narrow(0, a, len).transpose(0, 1));
-      outs.push_back(o.transpose(0, 1).reshape({len, H * hd}));
+    for (size_t s = 0; s < segLens.size(); s++) {
+      at::Tensor o = causalAttention(qs[s].transpose(0, 1), ks[s].transpose(0, 1), vs[s].transpose(0, 1));
+      outs.push_back(o.transpose(0, 1).reshape({segLens[s], H * hd}));
     }
     x = finishBlock(L, x, outs.size() == 1 ? outs[0] : at::cat(outs, 0), l, ad);
   }
