@@ -72,8 +72,13 @@ test('an uninterrupted run and one whose every process is SIGKILLed end with the
   }
   const expected = checkRun(calm.layout);
 
-  const run = await launchRun(await runConfig('killed'), { quiet: true });
+  const config = await runConfig('killed');
+  const run = await launchRun(config, { quiet: true });
   try {
+    // The same run name in another output dir is another run: refused, never attached to this one.
+    await expect(launchRun({ ...config, output_dir: path.join(root, 'elsewhere') }, { quiet: true })).rejects.toThrow(
+      `workflow killed is running for run folder ${path.resolve(run.layout.dir)}, not ${path.join(root, 'elsewhere', 'killed')}: use another run_name`,
+    );
     const kill = (name: keyof typeof run.processes) => {
       const pid = run.processes[name].pid;
       if (pid === undefined) throw new Error(`${name} has no pid`);

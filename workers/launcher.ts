@@ -137,36 +137,50 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     say(`Temporal dev server on ${address} (UI http://${serverOpts.ip}:${serverOpts.uiPort})`);
   }
 
-  const configs = path.join(layout.dir, 'configs');
-  const workerBase: Omit<WorkerConfig, 'pool'> = { output_dir: spec.outputDir, ...spec.worker, temporal: { ...spec.temporal, address } };
   const children: Partial<Record<Pool, Supervised>> = {};
-  if (spec.inference) {
-    children.inference = new Supervised('inference', cliProcess(['inference', '@', writeJson(path.join(configs, 'inference.json'), spec.inference)], path.join(layout.logsDir, 'inference.log')), say);
-  }
-  const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
-  for (const pool of spec.pools) {
-    const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
-    children[pool] = new Supervised(`${pool} worker`, cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])), say);
-  }
+  /** The run's local processes: inference server (if any) and worker pools, each supervised. */
+  const spawnChildren = () => {
+    const configs = path.join(layout.dir, 'configs');
+    const workerBase: Omit<WorkerConfig, 'pool'> = { output_dir: spec.outputDir, ...spec.worker, temporal: { ...spec.temporal, address } };
+    if (spec.inference) {
+      children.inference = new Supervised('inference', cliProcess(['inference', '@', writeJson(path.join(configs, 'inference.json'), spec.inference)], path.join(layout.logsDir, 'inference.log')), say);
+    }
+    const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
+    for (const pool of spec.pools) {
+      const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
+      children[pool] = new Supervised(`${pool} worker`, cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])), say);
+    }
+  };
 
   const stop = async () => {
     await Promise.all(Object.values(children).map((c) => c.stop()));
     await temporal?.stop();
   };
 
+  let opened: Connection | undefined;
   try {
-    const connection = await Connection.connect({ address });
+    const connection = (opened = await Connection.connect({ address }));
     const client = new Client({ connection, namespace: spec.temporal.namespace });
     const workflowId = spec.runName;
     let handle = client.workflow.getHandle<(...args: unknown[]) => Promise<R>>(workflowId);
+    // Re-attach only to this very run: same workflow type and same run folder. Two output dirs
+    // may hold runs of the same name, and one Temporal server sees both under one workflow id.
+    const checkAttachable = async (): Promise<boolean> => {
+      const d = await handle.describe();
+      if (d.status.name !== 'RUNNING') return false;
+      if (d.type !== spec.workflowType) throw new Error(`workflow ${workflowId} is a running ${d.type} run, not ${spec.workflowType}: use another run_name`);
+      const runDir = (d.memo as { runDir?: unknown } | undefined)?.runDir;
+      if (runDir !== path.resolve(layout.dir)) throw new Error(`workflow ${workflowId} is running for run folder ${String(runDir)}, not ${path.resolve(layout.dir)}: use another run_name`);
+      return true;
+    };
     let running = false;
     try {
-      const d = await handle.describe();
-      running = d.status.name === 'RUNNING';
-      if (running && d.type !== spec.workflowType) throw new Error(`workflow ${workflowId} is a running ${d.type} run, not ${spec.workflowType}: use another run_name`);
+      running = await checkAttachable();
     } catch (e) {
       if (!(e instanceof WorkflowNotFoundError)) throw e;
     }
+    // Checked before any process starts, so a refused launch leaves nothing behind.
+    spawnChildren();
     if (running) say(`re-attached to running workflow ${workflowId}`);
     else {
       try {
@@ -179,6 +193,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         say(`started ${spec.workflowType} workflow ${workflowId}`);
       } catch (e) {
         if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
+        await checkAttachable();
         say(`re-attached to running workflow ${workflowId}`);
       }
     }
@@ -229,6 +244,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     const processes = { temporal: proc(temporal), inference: proc(children.inference), cpu: proc(children.cpu), trainer: proc(children.trainer) };
     return { layout, processes, result, stop };
   } catch (e) {
+    await opened?.close();
     await stop();
     throw e;
   }
@@ -259,7 +275,7 @@ export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Pro
       worker: { env_workers: config.orchestrator.env_workers, env_timeout_s: config.orchestrator.env_timeout_s, threads: config.trainer.threads },
       workflowType: 'rl',
       args: [config],
-      memo: { runDir: RunLayout.of(config.output_dir, config.run_name).dir, model: config.model.name ?? '', maxSteps: config.max_steps ?? null },
+      memo: { runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir), model: config.model.name ?? '', maxSteps: config.max_steps ?? null },
       progressLine: (p: RLProgress, rate) =>
         stepLine(p.trained, p.maxSteps, rate, [`reward ${p.lastReward?.toFixed(3) ?? '-'}`, ...trainParts(p.lastTrain?.metrics)], p.paused),
     },
@@ -278,7 +294,7 @@ export function launchSft(config: SFTConfig, opts: { quiet?: boolean } = {}): Pr
       worker: { env_workers: 1, env_timeout_s: 60, threads: config.threads },
       workflowType: 'sft',
       args: [config],
-      memo: { runDir: RunLayout.of(config.output_dir, config.run_name).dir, model: config.model.name, maxSteps: config.max_steps ?? null },
+      memo: { runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir), model: config.model.name, maxSteps: config.max_steps ?? null },
       progressLine: (p: SftProgress, rate) =>
         stepLine(p.trained, p.maxSteps, rate, [...trainParts(p.lastTrain?.metrics), `val ${p.lastValLoss?.toFixed(4) ?? '-'}`], p.paused),
     },
@@ -311,7 +327,7 @@ export function launchEval(config: EvalConfig, opts: { quiet?: boolean } = {}): 
       worker: { env_workers: 2, env_timeout_s: 60, threads: config.threads },
       workflowType: 'eval',
       args: [{ config }],
-      memo: { runDir: RunLayout.of(config.output_dir, config.run_name).dir, model: config.model.name ?? '' },
+      memo: { runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir), model: config.model.name ?? '' },
     },
     opts,
   );
