@@ -5,6 +5,7 @@
  * trained exactly once, no lost or duplicated metrics lines, and the final weights present.
  */
 import * as fs from 'node:fs';
+import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
@@ -101,4 +102,18 @@ test('an uninterrupted run and one whose every process is SIGKILLed end with the
     await run.stop();
   }
   expect(checkRun(run.layout)).toEqual(expected);
+});
+
+test('a port taken by another process is refused before anything starts, never shared', async () => {
+  const other = net.createServer().listen(0, '127.0.0.1');
+  await new Promise((r) => other.once('listening', r));
+  const { port } = other.address() as net.AddressInfo;
+  try {
+    const config = await runConfig('taken');
+    await expect(launchRun({ ...config, inference: { ...config.inference, server: { ...config.inference.server, port } } }, { quiet: true })).rejects.toThrow(
+      `inference.server.port: 127.0.0.1:${port} is already in use`,
+    );
+  } finally {
+    other.close();
+  }
 });

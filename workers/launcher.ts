@@ -125,6 +125,13 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     fs.appendFileSync(path.join(layout.logsDir, 'launcher.log'), `${new Date().toISOString()} ${line}\n`);
   };
 
+  // The run's own inference server must get its port: were another process (another run's server)
+  // answering there, rollouts would silently come from that server's model.
+  const http = spec.inference?.server;
+  if (http && http.port !== 0 && (await isListening(http.host === '0.0.0.0' ? '127.0.0.1' : http.host, http.port))) {
+    throw new Error(`inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (for rl, point --orchestrator.base-urls at it too)`);
+  }
+
   // Temporal: the configured server, a running local one, or one we start and keep alive.
   let temporal: Supervised | undefined;
   const address = spec.temporal.address ?? `${spec.temporal.ip}:${spec.temporal.port}`;
