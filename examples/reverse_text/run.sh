@@ -11,12 +11,12 @@ CLI="node bin/prime-rl.js"
 OUT=outputs
 for ((i = 1; i <= $#; i++)); do [ "${!i}" = "--output-dir" ] && { j=$((i + 1)); OUT=${!j}; }; done
 MODEL=$OUT/models/reverse-text
-SFT_STEPS=120
+SFT_STEPS=600
 start=$(date +%s)
 stamp() { echo "[reverse-text] $1 ($(( $(date +%s) - start ))s)"; }
 
-stamp "1/4 model: byte tokenizer, 4 layers of width 128"
-$CLI model create --out "$MODEL" --hidden-size 128 --intermediate-size 384 --num-layers 4 --num-heads 4 --num-kv-heads 2 --max-position-embeddings 512
+stamp "1/4 model: byte tokenizer, 4 layers of width 128, 8 heads"
+$CLI model create --out "$MODEL" --hidden-size 128 --intermediate-size 384 --num-layers 4 --num-heads 8 --num-kv-heads 8 --max-position-embeddings 512
 
 stamp "2/4 SFT on reverse-text demonstrations"
 $CLI sft @ configs/reverse_text/sft.toml --model.name "$MODEL" --max-steps $SFT_STEPS "$@"
