@@ -7,14 +7,14 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
-import { evalSchema, rlSchema, type EvalConfig } from '../lib/config/schemas';
+import { evalSchema, type EvalConfig } from '../lib/config/schemas';
 import { readEvalResults, renderEvalTable } from '../lib/eval';
-import { EnvPool } from '../lib/envs/pool';
-import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import type { EnvPool } from '../lib/envs/pool';
+import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { EvalResult } from '../workflows/eval';
-import { execute, startTemporal } from './harness';
+import { execute, startStack, type Stack } from './harness';
 
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-eval-'));
@@ -23,6 +23,7 @@ const weightsDir = path.join(root, 'outputs', 'trained', 'weights');
 let temporal: TemporalEndpoint;
 let inference: InferenceServer;
 let pool: EnvPool;
+let stack: Stack;
 
 function config(args: string[]): EvalConfig {
   return loadConfig({
@@ -42,16 +43,10 @@ beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
   // Two "trained" versions: same architecture, other weights.
   for (const [step, seed] of [[10, 1], [20, 2]]) createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed, out: path.join(weightsDir, `step_${step}`) });
-  temporal = await startTemporal(root);
-  inference = await startInferenceServer(
-    rlSchema.shape.inference.parse({ model: { name: modelDir }, seq_len: 256, output_dir: path.join(root, 'outputs'), server: { port: 0 }, threads: 1 }),
-  );
-  pool = new EnvPool({ workers: 1, timeoutS: 30 });
+  ({ temporal, inference, pool } = stack = await startStack(root, { modelDir, seqLen: 256 }));
 });
 afterAll(async () => {
-  await pool?.close();
-  await inference?.close(1000);
-  await temporal?.stop();
+  await stack?.close();
   fs.rmSync(root, { recursive: true, force: true });
 });
 

@@ -1,12 +1,15 @@
 /**
- * The in-process stack the workflow tests run on: a real Temporal dev server on free ports and
- * real cpu (and trainer) workers polling it, created fresh for each workflow execution.
+ * The in-process stack the workflow tests run on: a real Temporal dev server on free ports, an
+ * environment pool, a real inference server when the workflow samples, and real cpu (and
+ * trainer) workers polling the server, created fresh for each workflow execution.
  */
 import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../activities';
-import type { EnvPool } from '../lib/envs/pool';
+import { rlSchema } from '../lib/config/schemas';
+import { EnvPool } from '../lib/envs/pool';
+import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { freePort } from '../lib/net';
 import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
 
@@ -19,6 +22,41 @@ export async function startTemporal(dir: string): Promise<TemporalEndpoint> {
     ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(dir, 'temporal.db'), logFile: path.join(dir, 'temporal.log'),
   });
   return started.endpoint;
+}
+
+export interface Stack {
+  temporal: TemporalEndpoint;
+  pool: EnvPool;
+  close(): Promise<void>;
+}
+
+/** What the inference server of a stack serves. */
+export interface Serve {
+  modelDir: string;
+  seqLen: number;
+}
+
+/** A Temporal dev server in `root`, one env worker and, with `serve`, an inference server (port 0, one thread). */
+export async function startStack(root: string): Promise<Stack>;
+export async function startStack(root: string, serve: Serve): Promise<Stack & { inference: InferenceServer }>;
+export async function startStack(root: string, serve?: Serve): Promise<Stack & { inference?: InferenceServer }> {
+  const temporal = await startTemporal(root);
+  const inference = serve
+    ? await startInferenceServer(
+        rlSchema.shape.inference.parse({ model: { name: serve.modelDir }, seq_len: serve.seqLen, output_dir: path.join(root, 'outputs'), server: { port: 0 }, threads: 1 }),
+      )
+    : undefined;
+  const pool = new EnvPool({ workers: 1, timeoutS: 30 });
+  return {
+    temporal,
+    pool,
+    inference,
+    async close() {
+      await pool.close();
+      await inference?.close(1000);
+      await temporal.stop();
+    },
+  };
 }
 
 export interface Execution {

@@ -7,15 +7,15 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
-import { EnvPool } from '../lib/envs/pool';
-import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import type { EnvPool } from '../lib/envs/pool';
+import type { InferenceServer } from '../lib/inference/server';
 import { readEvalResults } from '../lib/eval';
 import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { RLResult } from '../workflows/rl';
-import { execute, startTemporal } from './harness';
+import { execute, startStack, type Stack } from './harness';
 
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-wf-'));
@@ -23,6 +23,7 @@ const modelDir = path.join(root, 'model');
 let temporal: TemporalEndpoint;
 let inference: InferenceServer;
 let pool: EnvPool;
+let stack: Stack;
 
 function config(runName: string, asyncLevel: number, port: number): RLConfig {
   return loadConfig({
@@ -42,16 +43,10 @@ function config(runName: string, asyncLevel: number, port: number): RLConfig {
 
 beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
-  temporal = await startTemporal(root);
-  inference = await startInferenceServer(
-    rlSchema.shape.inference.parse({ model: { name: modelDir }, seq_len: 128, output_dir: path.join(root, 'outputs'), server: { port: 0 }, threads: 1 }),
-  );
-  pool = new EnvPool({ workers: 1, timeoutS: 30 });
+  ({ temporal, inference, pool } = stack = await startStack(root, { modelDir, seqLen: 128 }));
 });
 afterAll(async () => {
-  await pool?.close();
-  await inference?.close(1000);
-  await temporal?.stop();
+  await stack?.close();
   fs.rmSync(root, { recursive: true, force: true });
 });
 

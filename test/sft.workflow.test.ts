@@ -9,18 +9,19 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { loadConfig } from '../lib/config/loader';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
-import { EnvPool } from '../lib/envs/pool';
+import type { EnvPool } from '../lib/envs/pool';
 import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { SftResult } from '../workflows/sft';
-import { execute, startTemporal } from './harness';
+import { execute, startStack, type Stack } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-sft-'));
 const modelDir = path.join(root, 'model');
 let temporal: TemporalEndpoint;
 let pool: EnvPool;
+let stack: Stack;
 
 function config(args: string[]): SFTConfig {
   return loadConfig({
@@ -35,12 +36,10 @@ const run = <T>(cfg: SFTConfig) =>
 
 beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
-  temporal = await startTemporal(root);
-  pool = new EnvPool({ workers: 1, timeoutS: 30 });
+  ({ temporal, pool } = stack = await startStack(root));
 });
 afterAll(async () => {
-  await pool?.close();
-  await temporal?.stop();
+  await stack?.close();
   fs.rmSync(root, { recursive: true, force: true });
 });
 

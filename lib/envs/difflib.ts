@@ -93,33 +93,19 @@ export class SequenceMatcher {
     }
 
     // Extend with equal non-junk elements (popular ones were excluded from b2j only), then with
-    // equal junk elements, exactly in Python's order.
-    while (besti > alo && bestj > blo && !bjunk.has(b[bestj - 1]) && a[besti - 1] === b[bestj - 1]) {
-      besti--;
-      bestj--;
-      bestsize++;
-    }
-    while (
-      besti + bestsize < ahi &&
-      bestj + bestsize < bhi &&
-      !bjunk.has(b[bestj + bestsize]) &&
-      a[besti + bestsize] === b[bestj + bestsize]
-    ) {
-      bestsize++;
-    }
-    while (besti > alo && bestj > blo && bjunk.has(b[bestj - 1]) && a[besti - 1] === b[bestj - 1]) {
-      besti--;
-      bestj--;
-      bestsize++;
-    }
-    while (
-      besti + bestsize < ahi &&
-      bestj + bestsize < bhi &&
-      bjunk.has(b[bestj + bestsize]) &&
-      a[besti + bestsize] === b[bestj + bestsize]
-    ) {
-      bestsize++;
-    }
+    // equal junk elements, exactly in Python's order: backwards, then forwards, for each kind.
+    const extend = (junk: boolean) => {
+      while (besti > alo && bestj > blo && bjunk.has(b[bestj - 1]) === junk && a[besti - 1] === b[bestj - 1]) {
+        besti--;
+        bestj--;
+        bestsize++;
+      }
+      while (besti + bestsize < ahi && bestj + bestsize < bhi && bjunk.has(b[bestj + bestsize]) === junk && a[besti + bestsize] === b[bestj + bestsize]) {
+        bestsize++;
+      }
+    };
+    extend(false);
+    extend(true);
     return { a: besti, b: bestj, size: bestsize };
   }
 
