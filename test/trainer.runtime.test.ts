@@ -11,7 +11,7 @@ import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { createModel } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
-import { readSafetensorsDir } from '../lib/model/safetensors';
+import { readSafetensors, readSafetensorsDir } from '../lib/model/safetensors';
 import { writeBatch } from '../lib/orchestrator/batch';
 import { buildSample, packSamples } from '../lib/orchestrator/packing';
 import { RunLayout } from '../lib/run/layout';
@@ -97,4 +97,25 @@ test('a corrupt checkpoint is detected, reported and skipped for the previous on
   expect(report.skipped[0]).toContain(layout.checkpointDir(3));
   expect(report.skipped[0]).toContain('checksum mismatch');
   expect(runtime.progress.steps).toBe(3);
+});
+
+test('with LoRA the weights folder holds the merged model and the PEFT adapters under lora/', async () => {
+  const base = config();
+  const spec = rlTrainerSpec({ ...base, trainer: { ...base.trainer, lora: { ...base.trainer.lora, enabled: true, rank: 4 } } });
+  const layout = runWithBatches('lora', 2);
+  const { runtime } = await TrainerRuntime.restore(layout.dir, spec, 0);
+  await runtime.train(0);
+  await runtime.train(1);
+  const dir = await runtime.writeWeights(2);
+  const merged = weightsOf(dir);
+  const original = weightsOf(modelDir);
+  expect([...merged.keys()].sort()).toEqual([...original.keys()].sort());
+  // Adapted projections moved away from the base weights; the rest (norms, embeddings) did not.
+  expect(merged.get('model.layers.0.self_attn.q_proj.weight')!.equals(original.get('model.layers.0.self_attn.q_proj.weight')!)).toBe(false);
+  expect(merged.get('model.norm.weight')!.equals(original.get('model.norm.weight')!)).toBe(true);
+  const adapterConfig = JSON.parse(fs.readFileSync(path.join(dir, 'lora', 'adapter_config.json'), 'utf8'));
+  expect(adapterConfig).toMatchObject({ peft_type: 'LORA', r: 4 });
+  const adapters = new Set(readSafetensors(path.join(dir, 'lora', 'adapter_model.safetensors')).tensors.map((t) => t.name));
+  expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')).toBe(true);
+  expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight')).toBe(true);
 });

@@ -75,10 +75,14 @@ export function writeHfModel(dir: string, opts: WriteHfModelOptions): void {
       }
     }
     for (const [name, content] of Object.entries(opts.files ?? {})) {
-      if (name.includes('/') || name.includes('\\') || name === 'config.json' || name === 'model.safetensors') {
+      // Names are relative paths inside the folder (`lora/adapter_config.json`): no `..`, no
+      // absolute path, and never the two files written above.
+      const parts = name.split('/');
+      if (name.includes('\\') || parts.some((p) => p === '' || p === '.' || p === '..') || name === 'config.json' || name === 'model.safetensors') {
         throw new Error(`${dir}: extra file name '${name}' is not allowed`);
       }
-      writeFileAtomic(path.join(tmp, name), content);
+      fs.mkdirSync(path.join(tmp, ...parts.slice(0, -1)), { recursive: true });
+      writeFileAtomic(path.join(tmp, ...parts), content);
     }
     const generation = path.join(tmp, 'generation_config.json');
     if (!fs.existsSync(generation)) {
