@@ -5,6 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { leaves } from '../lib/config/introspect';
 import * as schemas from '../lib/config/schemas';
+import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
 
 function cli(args: string[], env: NodeJS.ProcessEnv = {}) {
@@ -78,4 +79,22 @@ test.each([
   expect(r.code).toBe(2);
   expect(r.stderr).toMatch(message as RegExp);
   expect(r.stdout).toBe('');
+});
+
+test('a workflow that fails on bad input exits 2 with the activity and its reason, no stack', async () => {
+  const out = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-cli-fail-'));
+  try {
+    const model = path.join(out, 'model');
+    expect(cli(['model', 'create', '--out', model]).code).toBe(0);
+    const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
+    const r = cli([
+      'eval', '--model.name', model, '--env', '[{"id": "no-such-env"}]', '--output-dir', out,
+      '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--server.port', String(http),
+    ]);
+    expect(r.stderr).toMatch(/error: Workflow execution failed: Activity task failed \(prepareEval\): unknown environment "no-such-env"/);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    expect(r.code).toBe(2);
+  } finally {
+    fs.rmSync(out, { recursive: true, force: true });
+  }
 });
