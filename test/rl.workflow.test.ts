@@ -79,7 +79,7 @@ test.each([0, 1])('a 3-step run with async_level %i trains every step once and r
 
 // The whole loop has to point the right way for this to pass: rewards to advantages to the loss's
 // sign, the trainer's update to the weights inference serves next. A sign error or stale weights
-// leave the reward where it started (about 0.1) or push it down.
+// leave the reward where it started (about 0.15) or push it down.
 test('RL raises the reward: a random model learns to write lowercase letters', async () => {
   const env = JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]);
   const cfg = config(serverPort(), [
