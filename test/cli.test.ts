@@ -98,3 +98,14 @@ test('a workflow that fails on bad input exits 2 with the activity and its reaso
     fs.rmSync(out, { recursive: true, force: true });
   }
 });
+
+test('a command that has nothing to do says so in one line and exits 1', async () => {
+  const out = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-cli-stop-'));
+  try {
+    const r = cli(['temporal', 'stop', '--output-dir', out, '--temporal.port', String(await freePort())]);
+    expect(r.stderr).toBe('error: no detached Temporal dev server is running\n');
+    expect(r.code).toBe(1);
+  } finally {
+    fs.rmSync(out, { recursive: true, force: true });
+  }
+});

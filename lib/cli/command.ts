@@ -16,3 +16,11 @@ export interface Command<S extends z.ZodType = z.ZodType> {
 export function command<S extends z.ZodType>(c: Command<S>): Command {
   return c as unknown as Command;
 }
+
+/** A command could not do what it was asked (nothing to stop, ...): its message is the whole story, exit 1. */
+export class CommandError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'CommandError';
+  }
+}

@@ -9,7 +9,7 @@ import { ConfigError, didYouMean } from '../config/errors';
 import { optionsHelp, SOURCES_HELP } from '../config/help';
 import { loadConfig } from '../config/loader';
 import * as schemas from '../config/schemas';
-import { command, type Command } from './command';
+import { command, CommandError, type Command } from './command';
 import { runsCommands } from './runs';
 import { temporalCommands } from './temporal';
 
@@ -135,6 +135,10 @@ export async function runCli(argv: string[]): Promise<number> {
       // Interrupted (Ctrl-C / SIGTERM): the command already cleaned up and says how to resume.
       process.stderr.write(`${(e as Error).message}\n`);
       return 130;
+    }
+    if (e instanceof CommandError) {
+      process.stderr.write(`error: ${e.message}\n`);
+      return 1;
     }
     if ((e as Error).name === 'WorkflowFailedError') {
       // The stack of the client call says nothing; the failure chain says what went wrong where.

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { temporalCommandSchema, type TemporalCommandConfig } from '../config/schemas';
 import { devServerOptions, isListening, startDevServer } from '../temporal/devserver';
 import { writeFileAtomic } from '../atomic';
-import { command, type Command } from './command';
+import { command, CommandError, type Command } from './command';
 
 const pidFile = (c: TemporalCommandConfig) => path.resolve(c.output_dir, 'temporal', 'server.pid');
 
@@ -54,7 +54,7 @@ async function stop(c: TemporalCommandConfig): Promise<void> {
   const pid = readPid(c);
   if (pid === undefined) {
     const listening = await isListening(c.temporal.ip, c.temporal.port);
-    throw new Error(
+    throw new CommandError(
       listening
         ? `a server listens on ${c.temporal.ip}:${c.temporal.port} but was not started with 'temporal start --detach' here; stop it where it was started`
         : 'no detached Temporal dev server is running',
