@@ -127,7 +127,7 @@ export async function runCli(argv: string[]): Promise<number> {
       process.stdout.write(`${e.message}\n`);
       return 0;
     }
-    if (e instanceof ConfigError) {
+    if (e instanceof ConfigError || e instanceof CommandError) {
       process.stderr.write(`error: ${e.message}\n`);
       return e.exitCode;
     }
@@ -135,10 +135,6 @@ export async function runCli(argv: string[]): Promise<number> {
       // Interrupted (Ctrl-C / SIGTERM): the command already cleaned up and says how to resume.
       process.stderr.write(`${(e as Error).message}\n`);
       return 130;
-    }
-    if (e instanceof CommandError) {
-      process.stderr.write(`error: ${e.message}\n`);
-      return 1;
     }
     if ((e as Error).name === 'WorkflowFailedError') {
       // The stack of the client call says nothing; the failure chain says what went wrong where.
