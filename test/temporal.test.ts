@@ -73,3 +73,13 @@ test('prime-rl temporal start --detach / status / stop', async () => {
   expect(cli('status').stdout).toContain('No Temporal server');
   expect(cli('stop').status).toBe(1);
 });
+
+test('a dev server that exits during start-up is reported with the end of its log', async () => {
+  // A folder where the SQLite database file should be: the server cannot open it and exits.
+  const dbFile = path.join(tmp, 'fail', 'db');
+  fs.mkdirSync(dbFile, { recursive: true });
+  const start = startDevServer({
+    ip: '127.0.0.1', port: await freePort(), uiPort: await freePort(), namespace: 'default', dbFile, logFile: path.join(tmp, 'fail', 'temporal.log'),
+  });
+  await expect(start).rejects.toThrow(/exited during start-up \(code [1-9]\d*, signal null\); \S+temporal\.log ends with:\n\S/);
+});

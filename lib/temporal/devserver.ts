@@ -84,6 +84,15 @@ export function spawnDevServer(opts: DevServerOptions): ChildProcess {
   return child;
 }
 
+/** The last lines of a log: why a server that exited at once did so, even when its folder is gone later. */
+function logTail(file: string, lines = 15): string {
+  try {
+    return fs.readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '(no log)';
+  }
+}
+
 /** Starts `temporal server start-dev` and resolves once its gRPC port and UI accept connections. */
 export async function startDevServer(opts: DevServerOptions): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
   if (!fs.existsSync(temporalCliPath)) {
@@ -95,7 +104,7 @@ export async function startDevServer(opts: DevServerOptions): Promise<{ child: C
   const child = spawnDevServer(opts);
   const failed = new Promise<never>((_, reject) => {
     child.once('exit', (code, signal) =>
-      reject(new Error(`Temporal dev server exited during start-up (code ${code}, signal ${signal}); see ${opts.logFile}`)),
+      reject(new Error(`Temporal dev server exited during start-up (code ${code}, signal ${signal}); ${opts.logFile} ends with:\n${logTail(opts.logFile)}`)),
     );
     child.once('error', reject);
   });
