@@ -11,7 +11,7 @@ CLI="node bin/prime-rl.js"
 OUT=outputs
 for ((i = 1; i <= $#; i++)); do [ "${!i}" = "--output-dir" ] && { j=$((i + 1)); OUT=${!j}; }; done
 MODEL=$OUT/models/reverse-text
-SFT_STEPS=600
+SFT_STEPS=500
 start=$(date +%s)
 stamp() { echo "[reverse-text] $1 ($(( $(date +%s) - start ))s)"; }
 
@@ -34,6 +34,6 @@ const [out, sftStep] = process.argv.slice(1);
 const reward = (run, model) => readEvalResults(`${out}/${run}`).find((r) => r.model === model)?.environments["reverse-text"].avg_at_k;
 const rl = readEvalResults(`${out}/reverse-text-rl`).filter((r) => r.step !== null).pop();
 const f = (x) => (x === undefined ? "-" : x.toFixed(3));
-console.log(`held-out reward (greedy, 64 texts): before SFT ${f(reward("reverse-text-eval", "base"))} | after SFT ${f(reward("reverse-text-eval", `step_${sftStep}`))} | after RL ${f(rl?.environments["reverse-text"].avg_at_k)} (${rl?.model ?? "-"})`);
+console.log(`held-out reward (avg@4 at temperature 1, 64 texts): before SFT ${f(reward("reverse-text-eval", "base"))} | after SFT ${f(reward("reverse-text-eval", `step_${sftStep}`))} | after RL ${f(rl?.environments["reverse-text"].avg_at_k)} (${rl?.model ?? "-"})`);
 console.log(`reports: ${out}/reverse-text-sft/report.html ${out}/reverse-text-rl/report.html`);
 ' "$OUT" "$SFT_STEPS"
