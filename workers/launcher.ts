@@ -17,7 +17,7 @@ import { readEvalResults, renderEvalTable } from '../lib/eval';
 import { writeReport } from '../lib/report';
 import { projectRoot } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
-import { devServerOptions, isListening, spawnDevServer, startDevServer } from '../lib/temporal/devserver';
+import { devServerOptions, devServerPidFile, isListening, spawnDevServer, startDevServer } from '../lib/temporal/devserver';
 import type { EvalResult } from '../workflows/eval';
 import type { RLProgress, RLResult } from '../workflows/rl';
 import type { SftProgress, SftResult } from '../workflows/sft';
@@ -55,6 +55,12 @@ class Supervised {
     return this.child?.pid;
   }
 
+  /** Stops supervising and leaves the process running, no longer holding this process open. */
+  release(): void {
+    this.stopped = true;
+    this.child?.unref();
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     const child = this.child;
@@ -64,6 +70,20 @@ class Supervised {
     const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
     await exited;
     clearTimeout(timer);
+  }
+}
+
+/** Ids of the workflows running on a Temporal server, except `own` and its child workflows. */
+async function otherOpenWorkflows(address: string, namespace: string, own: string): Promise<string[]> {
+  const connection = await Connection.connect({ address, connectTimeout: 5000 });
+  try {
+    const ids: string[] = [];
+    for await (const w of new Client({ connection, namespace }).workflow.list({ query: 'ExecutionStatus = "Running"' })) {
+      if (![w.workflowId, w.parentExecution?.workflowId, w.rootExecution?.workflowId].includes(own)) ids.push(w.workflowId);
+    }
+    return ids;
+  } finally {
+    await connection.close();
   }
 }
 
@@ -132,11 +152,12 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     throw new Error(`inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (for rl, point --orchestrator.base-urls at it too)`);
   }
 
-  // Temporal: the configured server, a running local one, or one we start and keep alive.
+  // Temporal: the configured server, a running local one, or one we start and keep alive (in its
+  // own process group: whether it outlives this run is for `stop` to decide, not a Ctrl-C).
   let temporal: Supervised | undefined;
   const address = spec.temporal.address ?? `${spec.temporal.ip}:${spec.temporal.port}`;
   if (!spec.temporal.address && !(await isListening(spec.temporal.ip, spec.temporal.port))) {
-    const serverOpts = devServerOptions(spec.temporal, spec.outputDir);
+    const serverOpts = { ...devServerOptions(spec.temporal, spec.outputDir), detached: true };
     let first: ChildProcess | undefined = (await startDevServer(serverOpts)).child;
     // Restarts reuse the same SQLite file: workflows and their history survive.
     temporal = new Supervised('temporal', () => first ?? spawnDevServer(serverOpts), say);
@@ -161,7 +182,13 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
 
   const stop = async () => {
     await Promise.all(Object.values(children).map((c) => c.stop()));
-    await temporal?.stop();
+    if (!temporal) return;
+    // Another command may have found our server listening and be running a workflow on it.
+    const others = await otherOpenWorkflows(address, spec.temporal.namespace, spec.runName).catch(() => []);
+    if (others.length === 0 || temporal.pid === undefined) return temporal.stop();
+    temporal.release();
+    writeFileAtomic(devServerPidFile(spec.outputDir), `${temporal.pid}\n`);
+    say(`Temporal dev server left running (pid ${temporal.pid}) for open workflows ${others.join(', ')}; 'prime-rl temporal stop --output-dir ${spec.outputDir}' stops it`);
   };
 
   let opened: Connection | undefined;
@@ -373,7 +400,7 @@ export async function runSft(config: SFTConfig): Promise<void> {
   await follow(run, config.run_name, (result) => {
     const m = result.lastTrain?.metrics;
     process.stdout.write(
-      `sft ${config.run_name} ${result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last loss ${m?.loss.toFixed(4) ?? '-'}, val loss ${result.lastValLoss?.toFixed(4) ?? '-'}\n` +
+      `sft ${config.run_name} ${result.reachedTarget ? `reached val.target_loss ${config.val.target_loss}` : result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last loss ${m?.loss.toFixed(4) ?? '-'}, val loss ${result.lastValLoss?.toFixed(4) ?? '-'}\n` +
         `  run folder: ${result.runDir}\n  weights:    ${result.weightsDir ?? '-'}\n  report:     ${writeReport(result.runDir)}\n`,
     );
   });

@@ -4,14 +4,13 @@
  * `start --detach` leaves it running and records its pid for `stop`.
  */
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { z } from 'zod';
 import { temporalCommandSchema, type TemporalCommandConfig } from '../config/schemas';
-import { devServerOptions, isListening, startDevServer } from '../temporal/devserver';
+import { devServerOptions, devServerPidFile, isListening, startDevServer } from '../temporal/devserver';
 import { writeFileAtomic } from '../atomic';
 import { command, CommandError, type Command } from './command';
 
-const pidFile = (c: TemporalCommandConfig) => path.resolve(c.output_dir, 'temporal', 'server.pid');
+const pidFile = (c: TemporalCommandConfig) => devServerPidFile(c.output_dir);
 
 function readPid(c: TemporalCommandConfig): number | undefined {
   try {

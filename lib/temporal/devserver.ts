@@ -29,8 +29,17 @@ export interface DevServerOptions {
   dbFile: string;
   /** Server output goes here (the dev server logs a lot; keep it out of the terminal). */
   logFile: string;
-  /** Leave the server running after this process exits (`prime-rl temporal start --detach`). */
+  /**
+   * Its own process group, not holding this process open: a Ctrl-C in the terminal does not reach
+   * it, and it outlives this process unless stopped (`prime-rl temporal start --detach`; the
+   * launcher, which stops it at the end unless other open workflows still use it).
+   */
   detached?: boolean;
+}
+
+/** Where the pid of a dev server left running is recorded, for `prime-rl temporal stop`. */
+export function devServerPidFile(outputDir: string): string {
+  return path.resolve(outputDir, 'temporal', 'server.pid');
 }
 
 /** True if something accepts TCP connections on host:port. */
