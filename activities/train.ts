@@ -1,9 +1,9 @@
 /**
  * Trainer activities (trainer queue, one at a time per worker): `trainStep`, `saveCheckpoint` and
- * (SFT) `validate`.
+ * (SFT) `validate` and `writeWeights`.
  * The worker keeps one TrainerRuntime in memory; when it is not exactly where a call needs it (a
  * new process, a crash, another run) it is rebuilt from the newest good checkpoint and the stored
- * batches. Both activities are idempotent by (run, step): finished work is found on disk.
+ * batches. All are idempotent by (run, step): finished work is found on disk (validate only reads).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -15,6 +15,12 @@ import { readSftPlan, readTrainingSpec } from '../lib/run/config';
 import { listSteps, RunLayout } from '../lib/run/layout';
 import { TrainerRuntime } from '../lib/trainer/runtime';
 import type { StepRef, TrainSummary } from './types';
+
+interface ValidationResult {
+  step: number;
+  loss: number;
+  tokens: number;
+}
 
 export function createTrainerActivities() {
   let runtime: TrainerRuntime | undefined;
@@ -60,19 +66,44 @@ export function createTrainerActivities() {
       });
     },
 
-    /** SFT validation: the cross-entropy of the model after `step` train steps on the run's validation batches. */
-    async validate({ runDir, step }: StepRef): Promise<{ step: number; loss: number; tokens: number }> {
+    /**
+     * SFT validation: the cross-entropy of the model after `step` train steps on the run's
+     * validation batches. Stored, so a second start of a finished run need not rebuild the model
+     * at every validated step.
+     */
+    async validate({ runDir, step }: StepRef): Promise<ValidationResult> {
       const plan = readSftPlan(runDir);
       if (!plan || plan.valBatches === 0) throw ApplicationFailure.nonRetryable(`run ${runDir} has no validation batches`, 'NoValidationData');
       const layout = new RunLayout(runDir);
+      const marker = layout.sftValidationFile(step);
+      if (fs.existsSync(marker)) return JSON.parse(fs.readFileSync(marker, 'utf8')) as ValidationResult;
       return withHeartbeat(() => ({ step, phase }), async () => {
         const rt = await at(runDir, step);
         phase = 'validating';
         const files = Array.from({ length: plan.valBatches }, (_, i) => layout.valBatchFile(i));
-        const result = await rt.validationLoss(files);
+        const result: ValidationResult = { step, ...(await rt.validationLoss(files)) };
+        fs.mkdirSync(path.dirname(marker), { recursive: true });
+        writeFileAtomic(marker, JSON.stringify(result));
         phase = 'idle';
-        return { step, ...result };
+        return result;
       });
+    },
+
+    /**
+     * HF weights after `step` train steps, for an SFT run that reaches `val.target_loss` at a step
+     * whose weights `trainStep` did not write (it writes them every `ckpt.interval` steps).
+     */
+    async writeWeights({ runDir, step }: StepRef): Promise<{ path: string }> {
+      const dir = new RunLayout(runDir).weightsDir(step);
+      if (!fs.existsSync(dir)) {
+        await withHeartbeat(() => ({ step, phase }), async () => {
+          const rt = await at(runDir, step);
+          phase = 'saving weights';
+          await rt.writeWeights(step);
+          phase = 'idle';
+        });
+      }
+      return { path: dir };
     },
 
     /** Checkpoint after `step` train steps; prunes what `ckpt.keep_last` no longer needs. */

@@ -188,6 +188,10 @@ describe('errors', () => {
     expect(configError(() => rl(['--trainer.loss.type', 'ppo']))).toMatch(/trainer\.loss\.type: .*"grpo"\|"gspo"\|"cispo"/);
     expect(configError(() => rl(['--env', '{not json']))).toContain('expected JSON');
   });
+  test('a key that needs another names both', () => {
+    expect(configError(() => sft(['--val.target-loss', '0.1']))).toMatch(/val\.target_loss: needs val\.interval.*\(from --val\.target-loss\)/);
+    expect(sft(['--val.target-loss', '0.1', '--val.interval', '10']).val.target_loss).toBe(0.1);
+  });
   test('TOML syntax error names file, line and column', () => {
     const t = file('broken.toml', 'seq_len = 12\n[trainer\nlr = 1\n');
     const msg = configError(() => rl(['@', t]));

@@ -51,7 +51,7 @@ test('an SFT run trains every step once, validates, checkpoints, and a second st
   ]);
   const result = await run<SftResult>(cfg);
   const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
-  expect(result).toMatchObject({ runDir: layout.dir, steps: 6, stoppedEarly: false, weightsDir: layout.weightsDir(6) });
+  expect(result).toMatchObject({ runDir: layout.dir, steps: 6, stoppedEarly: false, reachedTarget: false, weightsDir: layout.weightsDir(6) });
 
   const lines = readStepMetrics(layout.metricsFile);
   expect(lines.map((l) => l.step)).toEqual([0, 1, 2, 3, 4, 5]);
@@ -68,12 +68,35 @@ test('an SFT run trains every step once, validates, checkpoints, and a second st
   expect(fs.readdirSync(layout.weightsRoot).sort()).toEqual(['step_3', 'step_6']);
   expect(fs.existsSync(path.join(layout.weightsDir(6), 'model.safetensors'))).toBe(true);
 
-  // A second start on the same run folder: every activity finds its step done.
+  // A second start on the same run folder: every activity finds its step done (validation included).
+  expect([3, 6].map((s) => fs.existsSync(layout.sftValidationFile(s)))).toEqual([true, true]);
   const summaryBefore = fs.readFileSync(layout.trainSummaryFile(5), 'utf8');
   const again = await run<SftResult>(cfg);
   expect(again.steps).toBe(6);
   expect(readStepMetrics(layout.metricsFile)).toHaveLength(6);
   expect(fs.readFileSync(layout.trainSummaryFile(5), 'utf8')).toBe(summaryBefore);
+});
+
+test('a run ends at the first validation at or below val.target_loss, with that step\'s checkpoint and weights', async () => {
+  // Every validation loss is below 1e6, so the run ends at its first validation: step 2 of 6, a
+  // step at which neither ckpt.interval (5) nor the last step would have written weights.
+  const cfg = config([
+    '--run-name', 'sft-target', '--model.name', modelDir, '--max-steps', '6', '--batch-size', '8',
+    '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '24', '--val.interval', '2', '--val.num-examples', '8',
+    '--val.target-loss', '1e6', '--optim.lr', '3e-3', '--ckpt.interval', '5',
+  ]);
+  const result = await run<SftResult>(cfg);
+  const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
+  expect(result).toMatchObject({ steps: 2, stoppedEarly: false, reachedTarget: true, weightsDir: layout.weightsDir(2) });
+  expect(result.lastValLoss).toBeLessThan(1e6);
+  expect(readStepMetrics(layout.metricsFile).map((l) => l.step)).toEqual([0, 1]);
+  expect(fs.readdirSync(layout.checkpointsRoot)).toEqual(['step_2']);
+  expect(fs.readdirSync(layout.weightsRoot)).toEqual(['step_2']);
+  expect(fs.existsSync(path.join(layout.weightsDir(2), 'model.safetensors'))).toBe(true);
+
+  // A second start stops at the same step.
+  expect(await run<SftResult>(cfg)).toMatchObject({ steps: 2, reachedTarget: true, weightsDir: layout.weightsDir(2) });
+  expect(readStepMetrics(layout.metricsFile)).toHaveLength(2);
 });
 
 test('a row whose chat template lacks the prefix property fails the run, naming the row', async () => {

@@ -5,6 +5,7 @@
  *   per step k: trainStep   (trainer)  cross-entropy on batches/step_k (restores + replays if behind)
  *               validate    (trainer)  every val.interval steps and at the end
  *               saveCheckpoint         every ckpt.interval steps and at the end
+ *               writeWeights           when the validation loss reaches val.target_loss (the end)
  *               recordSftStep (cpu)    the step's metrics line
  *
  * Every activity is idempotent by (run, step), so a new start on the same run folder (after a
@@ -25,6 +26,8 @@ export interface SftState {
   stopping: boolean;
   lastTrain?: TrainSummary;
   lastValLoss?: number;
+  /** The validation loss reached val.target_loss: the run ends at this step. */
+  reachedTarget: boolean;
 }
 
 export interface SftProgress extends SftState {
@@ -34,7 +37,10 @@ export interface SftProgress extends SftState {
 export interface SftResult {
   runDir: string;
   steps: number;
+  /** Stopped by a signal before its last step. */
   stoppedEarly: boolean;
+  /** Ended before its last step because the validation loss reached val.target_loss. */
+  reachedTarget: boolean;
   lastTrain?: TrainSummary;
   lastValLoss?: number;
   /** HF weights of the last step trained. */
@@ -57,7 +63,7 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState): Promise<Sft
   if (resumeFrom) state = resumeFrom;
   else {
     const plan = await cpu.prepareSft(config);
-    state = { runDir: plan.runDir, steps: plan.steps, trained: 0, paused: false, stopping: false };
+    state = { runDir: plan.runDir, steps: plan.steps, trained: 0, paused: false, stopping: false, reachedTarget: false };
   }
   const { runDir, steps } = state;
   setHandler(pauseSignal, () => void (state.paused = true));
@@ -67,7 +73,8 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState): Promise<Sft
 
   const startedThisRun = state.trained;
   let weightsDir: string | undefined;
-  while (state.trained < steps && !state.stopping) {
+  const target = config.val.target_loss;
+  while (state.trained < steps && !state.stopping && !state.reachedTarget) {
     await condition(() => !state.paused || state.stopping);
     if (state.stopping) break;
     const step = state.trained;
@@ -79,15 +86,18 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState): Promise<Sft
     if (config.val.interval !== undefined && (done % config.val.interval === 0 || done === steps)) {
       valLoss = (await trainer.validate({ runDir, step: done })).loss;
       state.lastValLoss = valLoss;
+      state.reachedTarget = target !== undefined && valLoss <= target;
     }
-    if (done % config.ckpt.interval === 0 || done === steps) await trainer.saveCheckpoint({ runDir, step: done });
+    const last = done === steps || state.reachedTarget;
+    if (done % config.ckpt.interval === 0 || last) await trainer.saveCheckpoint({ runDir, step: done });
     await cpuQuick.recordSftStep({ runDir, step, train, valLoss, time });
     state.trained = done;
     state.lastTrain = train;
-    weightsDir = train.weightsDir ?? weightsDir;
-    if (state.trained < steps && (workflowInfo().continueAsNewSuggested || state.trained - startedThisRun >= STEPS_PER_RUN)) {
+    weightsDir = train.weightsDir ?? (state.reachedTarget ? (await trainer.writeWeights({ runDir, step: done })).path : weightsDir);
+    if (!last && (workflowInfo().continueAsNewSuggested || state.trained - startedThisRun >= STEPS_PER_RUN)) {
       await continueAsNew<typeof sft>(config, state);
     }
   }
-  return { runDir, steps: state.trained, stoppedEarly: state.trained < steps, lastTrain: state.lastTrain, lastValLoss: state.lastValLoss, weightsDir };
+  const { reachedTarget } = state;
+  return { runDir, steps: state.trained, stoppedEarly: state.trained < steps && !reachedTarget, reachedTarget, lastTrain: state.lastTrain, lastValLoss: state.lastValLoss, weightsDir };
 }

@@ -11,21 +11,23 @@ CLI="node bin/prime-rl.js"
 OUT=outputs
 for ((i = 1; i <= $#; i++)); do [ "${!i}" = "--output-dir" ] && { j=$((i + 1)); OUT=${!j}; }; done
 MODEL=$OUT/models/reverse-text
-SFT_STEPS=500
+SFT_WEIGHTS=$OUT/reverse-text-sft/weights
 start=$(date +%s)
 stamp() { echo "[reverse-text] $1 ($(( $(date +%s) - start ))s)"; }
 
 stamp "1/4 model: byte tokenizer, 4 layers of width 128, 8 heads"
 $CLI model create --out "$MODEL" --hidden-size 128 --intermediate-size 384 --num-layers 4 --num-heads 8 --num-kv-heads 8 --max-position-embeddings 512
 
-stamp "2/4 SFT on reverse-text demonstrations"
-$CLI sft @ configs/reverse_text/sft.toml --model.name "$MODEL" --max-steps $SFT_STEPS "$@"
+stamp "2/4 SFT on reverse-text demonstrations, until the validation loss reaches its target"
+$CLI sft @ configs/reverse_text/sft.toml --model.name "$MODEL" "$@"
+# The step it stopped at: its newest weights.
+SFT_STEP=$(ls "$SFT_WEIGHTS" | sed -n 's/^step_\([0-9]*\)$/\1/p' | sort -n | tail -1)
 
-stamp "3/4 eval: the model before SFT (base) and after SFT (step_$SFT_STEPS)"
-$CLI eval @ configs/reverse_text/eval.toml --model.name "$MODEL" --weights-dir "$OUT/reverse-text-sft/weights" --steps "[$SFT_STEPS]" "$@"
+stamp "3/4 eval: the model before SFT (base) and after SFT (step_$SFT_STEP)"
+$CLI eval @ configs/reverse_text/eval.toml --model.name "$MODEL" --weights-dir "$SFT_WEIGHTS" --steps "[$SFT_STEP]" "$@"
 
 stamp "4/4 RL from the SFT weights"
-$CLI rl @ configs/reverse_text/rl.toml --model.name "$OUT/reverse-text-sft/weights/step_$SFT_STEPS" "$@"
+$CLI rl @ configs/reverse_text/rl.toml --model.name "$SFT_WEIGHTS/step_$SFT_STEP" "$@"
 
 stamp "done"
 node -e '
@@ -36,4 +38,4 @@ const rl = readEvalResults(`${out}/reverse-text-rl`).filter((r) => r.step !== nu
 const f = (x) => (x === undefined ? "-" : x.toFixed(3));
 console.log(`held-out reward (avg@4 at temperature 1, 64 texts): before SFT ${f(reward("reverse-text-eval", "base"))} | after SFT ${f(reward("reverse-text-eval", `step_${sftStep}`))} | after RL ${f(rl?.environments["reverse-text"].avg_at_k)} (${rl?.model ?? "-"})`);
 console.log(`reports: ${out}/reverse-text-sft/report.html ${out}/reverse-text-rl/report.html`);
-' "$OUT" "$SFT_STEPS"
+' "$OUT" "$SFT_STEP"

@@ -248,12 +248,22 @@ export const sftSchema = z
       path: z.string().optional().describe('JSONL validation set; unset = the eval split of data.env'),
       num_examples: positiveInt().optional().describe('validation examples; unset = all rows of val.path, or 64 examples of data.env'),
       interval: positiveInt().optional().describe('validation loss every N steps (and at the end); unset = off'),
+      target_loss: z
+        .number()
+        .positive()
+        .optional()
+        .describe('stop once the validation loss is at or below this (checkpoint and weights of that step); needs val.interval'),
     }),
     optim: optimizerSchema,
     scheduler: schedulerSchema,
     lora: loraSchema,
     ckpt: checkpointSchema,
     temporal: temporalSchema,
+  })
+  .superRefine((c, ctx) => {
+    if (c.val.target_loss !== undefined && c.val.interval === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['val', 'target_loss'], message: 'needs val.interval: the validation loss it is compared with is measured every val.interval steps' });
+    }
   })
   .transform(withLrDefault);
 

@@ -7,6 +7,7 @@
  *   batches/step_N.safetensors packed trainer input of step N
  *   batches/val_N.safetensors  SFT validation batches
  *   sft/plan.json              SFT: steps and batches prepared (written last: the data's done-marker)
+ *   sft/val/step_N.json        SFT: validation loss after N train steps
  *   eval/<model>.json          eval results per model version
  *   weights/step_N/            HF folder of policy version N (written by train step N-1)
  *   checkpoints/step_N/        trainer state after N train steps
@@ -35,6 +36,9 @@ export class RunLayout {
   }
   get sftPlanFile(): string {
     return path.join(this.dir, 'sft', 'plan.json');
+  }
+  sftValidationFile(step: number): string {
+    return path.join(this.dir, 'sft', 'val', `step_${step}.json`);
   }
   valBatchFile(index: number): string {
     return path.join(this.dir, 'batches', `val_${index}.safetensors`);
