@@ -22,6 +22,15 @@ interface ValidationResult {
   tokens: number;
 }
 
+/** What an earlier call stored at `file`, or else `compute()`'s result, stored there atomically. */
+async function stored<T>(file: string, compute: () => Promise<T>): Promise<T> {
+  if (fs.existsSync(file)) return JSON.parse(fs.readFileSync(file, 'utf8')) as T;
+  const value = await compute();
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  writeFileAtomic(file, JSON.stringify(value, null, 1));
+  return value;
+}
+
 export function createTrainerActivities() {
   let runtime: TrainerRuntime | undefined;
   let phase = 'idle';
@@ -39,12 +48,21 @@ export function createTrainerActivities() {
     return runtime;
   }
 
+  /** `work` on the runtime at exactly `step`, heartbeating meanwhile with `label` as its phase. */
+  function onRuntimeAt<T>(runDir: string, step: number, label: string, work: (rt: TrainerRuntime) => Promise<T>): Promise<T> {
+    return withHeartbeat(() => ({ step, phase }), async () => {
+      const rt = await at(runDir, step);
+      phase = label;
+      const result = await work(rt);
+      phase = 'idle';
+      return result;
+    });
+  }
+
   return {
     async trainStep({ runDir, step }: StepRef): Promise<TrainSummary> {
-      const layout = new RunLayout(runDir);
-      const marker = layout.trainSummaryFile(step);
-      if (fs.existsSync(marker)) return JSON.parse(fs.readFileSync(marker, 'utf8')) as TrainSummary;
-      return withHeartbeat(() => ({ step, phase }), async () => {
+      const summaryFile = new RunLayout(runDir).trainSummaryFile(step);
+      return stored(summaryFile, () => withHeartbeat(() => ({ step, phase }), async () => {
         const restoreStart = performance.now();
         const rt = await at(runDir, step);
         const replay = (performance.now() - restoreStart) / 1000;
@@ -58,12 +76,10 @@ export function createTrainerActivities() {
         }
         metrics.seconds.replay = replay;
         metrics.seconds.save = (performance.now() - saveStart) / 1000;
-        const summary: TrainSummary = { step, weightsDir, metrics, progress: { ...rt.progress } };
-        fs.mkdirSync(path.dirname(marker), { recursive: true });
-        writeFileAtomic(marker, JSON.stringify(summary, null, 1));
         phase = 'idle';
+        const summary: TrainSummary = { step, weightsDir, metrics, progress: { ...rt.progress } };
         return summary;
-      });
+      }));
     },
 
     /**
@@ -75,18 +91,10 @@ export function createTrainerActivities() {
       const plan = readSftPlan(runDir);
       if (!plan || plan.valBatches === 0) throw ApplicationFailure.nonRetryable(`run ${runDir} has no validation batches`, 'NoValidationData');
       const layout = new RunLayout(runDir);
-      const marker = layout.sftValidationFile(step);
-      if (fs.existsSync(marker)) return JSON.parse(fs.readFileSync(marker, 'utf8')) as ValidationResult;
-      return withHeartbeat(() => ({ step, phase }), async () => {
-        const rt = await at(runDir, step);
-        phase = 'validating';
-        const files = Array.from({ length: plan.valBatches }, (_, i) => layout.valBatchFile(i));
-        const result: ValidationResult = { step, ...(await rt.validationLoss(files)) };
-        fs.mkdirSync(path.dirname(marker), { recursive: true });
-        writeFileAtomic(marker, JSON.stringify(result));
-        phase = 'idle';
-        return result;
-      });
+      const files = Array.from({ length: plan.valBatches }, (_, i) => layout.valBatchFile(i));
+      return stored(layout.sftValidationFile(step), () =>
+        onRuntimeAt(runDir, step, 'validating', async (rt): Promise<ValidationResult> => ({ step, ...(await rt.validationLoss(files)) })),
+      );
     },
 
     /**
@@ -95,14 +103,7 @@ export function createTrainerActivities() {
      */
     async writeWeights({ runDir, step }: StepRef): Promise<{ path: string }> {
       const dir = new RunLayout(runDir).weightsDir(step);
-      if (!fs.existsSync(dir)) {
-        await withHeartbeat(() => ({ step, phase }), async () => {
-          const rt = await at(runDir, step);
-          phase = 'saving weights';
-          await rt.writeWeights(step);
-          phase = 'idle';
-        });
-      }
+      if (!fs.existsSync(dir)) await onRuntimeAt(runDir, step, 'saving weights', (rt) => rt.writeWeights(step));
       return { path: dir };
     },
 
@@ -110,14 +111,7 @@ export function createTrainerActivities() {
     async saveCheckpoint({ runDir, step }: StepRef): Promise<{ path: string }> {
       const layout = new RunLayout(runDir);
       const dir = layout.checkpointDir(step);
-      if (!fs.existsSync(dir)) {
-        await withHeartbeat(() => ({ step, phase }), async () => {
-          const rt = await at(runDir, step);
-          phase = 'checkpointing';
-          await rt.checkpoint();
-          phase = 'idle';
-        });
-      }
+      if (!fs.existsSync(dir)) await onRuntimeAt(runDir, step, 'checkpointing', (rt) => rt.checkpoint());
       const spec = readTrainingSpec(runDir);
       prune(layout, spec.keepLast, spec.asyncLevel);
       return { path: dir };

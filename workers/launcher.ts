@@ -17,7 +17,7 @@ import { readEvalResults, renderEvalTable } from '../lib/eval';
 import { writeReport } from '../lib/report';
 import { projectRoot } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
-import { devServerOptions, devServerPidFile, isListening, spawnDevServer, startDevServer } from '../lib/temporal/devserver';
+import { devServerOptions, isListening, recordDevServerPid, spawnDevServer, startDevServer } from '../lib/temporal/devserver';
 import type { EvalResult } from '../workflows/eval';
 import type { RLProgress, RLResult } from '../workflows/rl';
 import type { SftProgress, SftResult } from '../workflows/sft';
@@ -187,7 +187,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     const others = await otherOpenWorkflows(address, spec.temporal.namespace, spec.runName).catch(() => []);
     if (others.length === 0 || temporal.pid === undefined) return temporal.stop();
     temporal.release();
-    writeFileAtomic(devServerPidFile(spec.outputDir), `${temporal.pid}\n`);
+    recordDevServerPid(spec.outputDir, temporal.pid);
     say(`Temporal dev server left running (pid ${temporal.pid}) for open workflows ${others.join(', ')}; 'prime-rl temporal stop --output-dir ${spec.outputDir}' stops it`);
   };
 

@@ -6,8 +6,7 @@
 import * as fs from 'node:fs';
 import { z } from 'zod';
 import { temporalCommandSchema, type TemporalCommandConfig } from '../config/schemas';
-import { devServerOptions, devServerPidFile, isListening, startDevServer } from '../temporal/devserver';
-import { writeFileAtomic } from '../atomic';
+import { devServerOptions, devServerPidFile, isListening, recordDevServerPid, startDevServer } from '../temporal/devserver';
 import { command, CommandError, type Command } from './command';
 
 const pidFile = (c: TemporalCommandConfig) => devServerPidFile(c.output_dir);
@@ -35,7 +34,7 @@ async function start(c: TemporalCommandConfig & { detach: boolean }): Promise<vo
       `  UI:       ${endpoint.uiUrl}\n  database: ${opts.dbFile}\n  log:      ${opts.logFile}\n`,
   );
   if (c.detach) {
-    writeFileAtomic(pidFile(c), `${child.pid}\n`);
+    recordDevServerPid(c.output_dir, child.pid!);
     process.stdout.write(`Detached (pid ${child.pid}); stop it with 'prime-rl temporal stop'.\n`);
     return;
   }

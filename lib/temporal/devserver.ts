@@ -8,6 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
+import { writeFileAtomic } from '../atomic';
 import type { TemporalConfig } from '../config/schemas';
 import { temporalCliPath } from '../paths';
 
@@ -40,6 +41,11 @@ export interface DevServerOptions {
 /** Where the pid of a dev server left running is recorded, for `prime-rl temporal stop`. */
 export function devServerPidFile(outputDir: string): string {
   return path.resolve(outputDir, 'temporal', 'server.pid');
+}
+
+/** Records a dev server left running (detached), so that `prime-rl temporal stop` finds it. */
+export function recordDevServerPid(outputDir: string, pid: number): void {
+  writeFileAtomic(devServerPidFile(outputDir), `${pid}\n`);
 }
 
 /** True if something accepts TCP connections on host:port. */
