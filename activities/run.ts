@@ -6,7 +6,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { writeFileAtomic } from '../lib/atomic';
-import type { RLConfig } from '../lib/config/schemas';
+import { rlSchema, type RLConfig } from '../lib/config/schemas';
+import { checkConfig } from '../lib/run/config';
 import { loadEnvironment } from '../lib/envs/loader';
 import { readHfConfig } from '../lib/model/hf';
 import { RunLayout } from '../lib/run/layout';
@@ -15,6 +16,7 @@ import type { StepRecordInput } from './types';
 
 /** Checks the model and environments, writes configs/rl.json; a rerun with the same config is a no-op. */
 export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> {
+  checkConfig(config, rlSchema);
   const layout = RunLayout.of(config.output_dir, config.run_name);
   try {
     readHfConfig(path.resolve(config.model.name ?? config.trainer.model.name));

@@ -7,6 +7,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { prepareSft } from '../activities/sft';
 import { loadConfig } from '../lib/config/loader';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import type { EnvPool } from '../lib/envs/pool';
@@ -122,4 +124,30 @@ test('a row whose chat template lacks the prefix property fails the run, naming 
   expect(activityFailure).toBeInstanceOf(ApplicationFailure);
   expect((activityFailure as ApplicationFailure).nonRetryable).toBe(true);
   expect((activityFailure as ApplicationFailure).message).toMatch(new RegExp(`^SFT data: ${data.replace(/[.]/g, '\\.')}:3: the chat template lacks the prefix property`));
+});
+
+test('an SFT run whose seq_len cuts off every loss token fails before it trains, naming seq_len', async () => {
+  const cfg = config(['--run-name', 'sft-short', '--model.name', modelDir, '--max-steps', '2', '--batch-size', '4', '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '8', '--seq-len', '8']);
+  const err = await run(cfg).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(WorkflowFailedError);
+  const activityFailure = (err as WorkflowFailedError).cause?.cause as ApplicationFailure;
+  expect(activityFailure).toBeInstanceOf(ApplicationFailure);
+  expect(activityFailure.nonRetryable).toBe(true);
+  expect(activityFailure.type).toBe('InvalidConfig');
+  expect(activityFailure.message).toMatch(/^seq_len: the batch of step 0 has no token that carries loss: seq_len \(8\) cuts each of its 4 samples before its first loss token .*; raise seq_len$/);
+  expect(fs.existsSync(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile)).toBe(false);
+});
+
+test('prepareSft heartbeats while it tokenizes and packs the dataset', async () => {
+  const cfg = config(['--run-name', 'sft-beats', '--model.name', modelDir, '--batch-size', '16', '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '256']);
+  const mock = new MockActivityEnvironment();
+  const beats: { phase?: string; done?: number }[] = [];
+  mock.on('heartbeat', (d: { phase?: string }) => beats.push(d));
+  const plan = (await mock.run(prepareSft, cfg)) as Awaited<ReturnType<typeof prepareSft>>;
+  expect(plan.steps).toBe(16);
+  // Progress through the tokenisation itself (it used to run before the first heartbeat), then the packing.
+  const tokenizing = beats.filter((b) => b.phase === 'tokenizing');
+  expect(tokenizing.length).toBeGreaterThanOrEqual(4);
+  expect(tokenizing.at(-1)).toEqual({ phase: 'tokenizing', done: 256, total: 256 });
+  expect(beats.filter((b) => b.phase === 'packing')).toHaveLength(16);
 });
