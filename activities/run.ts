@@ -7,7 +7,8 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { writeFileAtomic } from '../lib/atomic';
 import { rlSchema, type RLConfig } from '../lib/config/schemas';
-import { checkConfig } from '../lib/run/config';
+import { checkConfig, storedConfigText } from '../lib/run/config';
+import { rewindRun as rewind } from '../lib/run/rewind';
 import { loadEnvironment } from '../lib/envs/loader';
 import { readHfConfig } from '../lib/model/hf';
 import { RunLayout } from '../lib/run/layout';
@@ -31,7 +32,7 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
       throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidEnvironment');
     }
   }
-  const text = `${JSON.stringify(config, null, 2)}\n`;
+  const text = storedConfigText(config);
   if (fs.existsSync(layout.configFile)) {
     const stored = fs.readFileSync(layout.configFile, 'utf8');
     if (stored !== text) {
@@ -45,6 +46,14 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
     writeFileAtomic(layout.configFile, text);
   }
   return { runDir: layout.dir };
+}
+
+/**
+ * `ckpt.resume_step`: the run (rl or sft) continues from its checkpoint of `step`; what came after
+ * is discarded (lib/run/rewind.ts). Called once per new start, before its first step.
+ */
+export async function rewindRun({ runDir, step }: { runDir: string; step: number }): Promise<{ weightsDir: string | null }> {
+  return rewind(runDir, step, fs.existsSync(new RunLayout(runDir).sftConfigFile) ? 'sft' : 'rl');
 }
 
 /** One metrics.jsonl line per step, flat where a chart needs a series. */

@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import { readHfConfig } from '../lib/model/hf';
-import { checkConfig, readSftPlan, type SftPlan } from '../lib/run/config';
+import { checkConfig, readSftPlan, storedConfigText, type SftPlan } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics } from '../lib/run/metrics';
 import type { SftDataSource } from '../lib/sft';
@@ -38,7 +38,7 @@ function validationSource(c: SFTConfig): SftDataSource | undefined {
 export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
   checkConfig(config, sftSchema);
   const layout = RunLayout.of(config.output_dir, config.run_name);
-  const text = `${JSON.stringify(config, null, 2)}\n`;
+  const text = storedConfigText(config);
   if (fs.existsSync(layout.configFile)) {
     throw ApplicationFailure.nonRetryable(`run folder ${layout.dir} holds an RL run; use another run_name or output_dir`, 'ConfigMismatch');
   }

@@ -75,7 +75,12 @@ const schedulerSchema = section({
 const checkpointSchema = section({
   interval: positiveInt().default(50).describe('save a full checkpoint every N steps'),
   keep_last: positiveInt().optional().describe('keep only the newest N checkpoints; unset = keep all'),
-  resume_step: z.number().int().nonnegative().optional().describe('resume from this checkpoint step; unset = latest'),
+  resume_step: z
+    .number()
+    .int()
+    .nonnegative()
+    .optional()
+    .describe('a new start continues from the checkpoint of this step, redoing (and first discarding) what came after it; unset = continue where the run is'),
 });
 
 const envSchema = z

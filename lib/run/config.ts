@@ -21,6 +21,14 @@ export function checkConfig<S extends z.ZodType>(config: unknown, schema: S): z.
   return parsed.data;
 }
 
+/**
+ * The text of the config a run folder stores and compares a new start's config with:
+ * ckpt.resume_step says where one start begins (lib/run/rewind.ts), not what the run is.
+ */
+export function storedConfigText(config: RLConfig | SFTConfig): string {
+  return `${JSON.stringify({ ...config, ckpt: { ...config.ckpt, resume_step: undefined } }, null, 2)}\n`;
+}
+
 const cache = new Map<string, { mtimeMs: number; config: unknown }>();
 
 function readStored<S extends z.ZodType>(file: string, schema: S): z.output<S> {
