@@ -8,14 +8,16 @@ import { Context } from '@temporalio/activity';
 export const HEARTBEAT_MS = 1_000;
 
 /**
- * Runs `work` inside an activity, heartbeating `details()` until it settles. Compute runs off the
- * JS thread (native engine, env processes, HTTP), so the timer keeps firing while it works.
+ * Runs `work` inside an activity, heartbeating `details()` until it settles. Compute must run off
+ * the JS thread (native engine, env processes, HTTP, lib/thread.ts), so the timer keeps firing
+ * while it works. `work` may also call `beat` to heartbeat at once (on progress it observes).
  */
-export async function withHeartbeat<T>(details: () => unknown, work: () => Promise<T>): Promise<T> {
+export async function withHeartbeat<T>(details: () => unknown, work: (beat: () => void) => Promise<T>): Promise<T> {
   const ctx = Context.current();
-  const timer = setInterval(() => ctx.heartbeat(details()), HEARTBEAT_MS);
+  const beat = () => ctx.heartbeat(details());
+  const timer = setInterval(beat, HEARTBEAT_MS);
   try {
-    return await work();
+    return await work(beat);
   } finally {
     clearInterval(timer);
   }

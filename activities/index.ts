@@ -6,12 +6,12 @@ import type { EnvPool } from '../lib/envs/pool';
 import { createEvalActivities } from './evaluate';
 import { createPackActivities } from './pack';
 import { createRolloutActivities } from './rollouts';
-import { prepareRun, recordStep } from './run';
+import { prepareRun, recordStep, rewindRun } from './run';
 import { prepareSft, recordSftStep } from './sft';
 import { createTrainerActivities } from './train';
 
 export function createCpuActivities(deps: { pool: EnvPool }) {
-  return { ...createRolloutActivities(deps), ...createPackActivities(), ...createEvalActivities(deps), prepareRun, recordStep, prepareSft, recordSftStep };
+  return { ...createRolloutActivities(deps), ...createPackActivities(), ...createEvalActivities(deps), prepareRun, recordStep, rewindRun, prepareSft, recordSftStep };
 }
 
 export { createTrainerActivities };

@@ -1,16 +1,22 @@
 /**
- * `packBatch` (cpu queue): step n's rollouts become trainer input. Errored rollouts are dropped,
- * groups filtered by difficulty, advantages computed per group, samples packed first-fit-decreasing
- * into rows of seq_len, written as `batches/step_n.safetensors`. Idempotent by (run, step).
+ * `packBatch` (cpu queue): step n's rollouts become trainer input (lib/orchestrator/step-batch.ts:
+ * errored rollouts dropped, groups filtered, advantages, first-fit-decreasing packing into rows of
+ * seq_len), written as `batches/step_n.safetensors`. Idempotent by (run, step).
+ *
+ * The work is CPU-bound (seconds for thousands of long rollouts), so it runs in a worker thread and
+ * this thread heartbeats meanwhile. A step with nothing to train fails the run non-retryably
+ * instead of being recorded as if it had trained.
  */
-import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { computeAdvantages, type AdvantageMetrics } from '../lib/orchestrator/advantages';
-import { readBatch, writeBatch } from '../lib/orchestrator/batch';
-import { buildSample, packSamples, type PackCounts, type Sample } from '../lib/orchestrator/packing';
+import { ApplicationFailure } from '@temporalio/common';
+import type { PackCounts } from '../lib/orchestrator/packing';
+import type { AdvantageMetrics } from '../lib/orchestrator/advantages';
+import type { StepBatchInput, StepBatchResult } from '../lib/orchestrator/step-batch';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
-import { readRollouts, type StoredRollout } from './rollouts';
+import { runInThread } from '../lib/thread';
+import { withHeartbeat } from './heartbeat';
+import { readRollouts, rolloutsFile } from './rollouts';
 
 export interface PackInput {
   runDir: string;
@@ -24,35 +30,59 @@ export interface PackSummary {
   advantages: AdvantageMetrics;
 }
 
+/** step-batch.ts as this build has it: .ts under jest, .js in dist/. */
+const STEP_BATCH_MODULE = path.join(__dirname, '..', 'lib', 'orchestrator', `step-batch${path.extname(__filename)}`);
+
+/**
+ * Why step `step` has nothing to train, or undefined when it has (or when every group was filtered
+ * for carrying no signal: a normal GRPO step that trains nothing, recorded as such).
+ */
+function nothingToTrain(step: number, r: StepBatchResult, seqLen: number, firstErrors: () => string[]): ApplicationFailure | undefined {
+  const a = r.advantages;
+  if (a.rollouts > 0 && a.rollouts_errored === a.rollouts) {
+    return ApplicationFailure.nonRetryable(
+      `step ${step} has nothing to train: all ${a.rollouts} rollouts errored (first errors: ${firstErrors().join(' | ')})`,
+      'NothingToTrain',
+    );
+  }
+  if (r.counts.samples > 0 && r.counts.lossTokens === 0) {
+    return ApplicationFailure.nonRetryable(
+      `step ${step} has nothing to train: its ${r.counts.samples} samples carry no generated token within orchestrator.seq_len (${seqLen}) ` +
+        `(${r.counts.truncatedTokens} tokens cut off); raise seq_len (the shared key)`,
+      'InvalidConfig',
+    );
+  }
+  return undefined;
+}
+
 export function createPackActivities() {
   return {
     async packBatch({ runDir, step }: PackInput): Promise<PackSummary> {
       const layout = new RunLayout(runDir);
       const file = layout.batchFile(step);
-      const config = readRunConfig(runDir);
-      const rollouts = readRollouts(layout.rolloutsDir(step));
-      const byGroup = new Map<number, StoredRollout[]>();
-      for (const r of rollouts) byGroup.set(r.group, [...(byGroup.get(r.group) ?? []), r]);
-      const groups = [...byGroup.keys()].sort((a, b) => a - b).map((g) => byGroup.get(g)!);
-      const result = computeAdvantages(
-        groups.map((g) => g.map((r) => ({ reward: r.reward, completionTokens: r.completionTokens, errored: r.error !== undefined }))),
-        { advantage: config.orchestrator.advantage, filter: config.orchestrator.filter },
+      const o = readRunConfig(runDir).orchestrator;
+      const input: StepBatchInput = {
+        step,
+        rolloutsFile: rolloutsFile(layout.rolloutsDir(step)),
+        batchFile: file,
+        seqLen: o.seq_len,
+        advantage: o.advantage,
+        filter: o.filter,
+      };
+      let phase: unknown = { phase: 'starting', step };
+      const result = await withHeartbeat(
+        () => phase,
+        (beat) =>
+          runInThread<StepBatchResult>(STEP_BATCH_MODULE, 'buildStepBatch', input, (p) => {
+            phase = p;
+            beat();
+          }),
       );
-      if (fs.existsSync(file)) {
-        // Written by an earlier attempt: the rollouts determine it, so the stored one is this step's batch.
-        return { step, path: file, counts: readBatch(file).counts, advantages: result.metrics };
-      }
-      const samples: Sample[] = [];
-      groups.forEach((g, gi) =>
-        g.forEach((r, ri) => {
-          const advantage = result.advantages[gi][ri];
-          if (advantage !== null) samples.push(buildSample(r.segments, advantage));
-        }),
+      const failure = nothingToTrain(step, result, o.seq_len, () =>
+        readRollouts(layout.rolloutsDir(step)).filter((r) => r.error).slice(0, 3).map((r) => r.error!),
       );
-      const { rows, counts } = packSamples(samples, config.orchestrator.seq_len);
-      fs.mkdirSync(path.dirname(file), { recursive: true });
-      writeBatch(file, step, config.orchestrator.seq_len, rows, counts);
-      return { step, path: file, counts, advantages: result.metrics };
+      if (failure) throw failure;
+      return { step, path: file, counts: result.counts, advantages: result.advantages };
     },
   };
 }

@@ -14,7 +14,7 @@ import { hash32 } from '../lib/envs/random';
 import type { EnvironmentInfo } from '../lib/envs/types';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { InferenceClient } from '../lib/orchestrator/client';
-import { runRollout, type Rollout } from '../lib/orchestrator/rollout';
+import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/orchestrator/rollout';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
@@ -55,9 +55,14 @@ export interface StoredRollout extends Rollout {
 const SUMMARY = 'summary.json';
 const ROLLOUTS = 'rollouts.jsonl';
 
+/** The rollouts of a step's folder, one JSON line each. */
+export function rolloutsFile(dir: string): string {
+  return path.join(dir, ROLLOUTS);
+}
+
 export function readRollouts(dir: string): StoredRollout[] {
   return fs
-    .readFileSync(path.join(dir, ROLLOUTS), 'utf8')
+    .readFileSync(rolloutsFile(dir), 'utf8')
     .split('\n')
     .filter((l) => l !== '')
     .map((l) => JSON.parse(l) as StoredRollout);
@@ -84,6 +89,21 @@ export function rolloutSeed(seed: number, step: number, group: number, sample: n
   return hash32(`${seed}/${step}/${group}/${sample}`) & 0x7fffffff;
 }
 
+/**
+ * A step whose prompts all leave no room to generate would train nothing: that is the config's
+ * seq_len, which retrying cannot fix. (A few prompts too long for it only error their rollouts.)
+ */
+function checkPromptsFit(promptTokens: readonly number[], seqLen: number, step: number): void {
+  if (promptTokens.length === 0 || promptTokens.some((n) => !promptTooLong(n, seqLen))) return;
+  const shortest = Math.min(...promptTokens);
+  throw ApplicationFailure.nonRetryable(
+    `orchestrator.seq_len (${seqLen}) is too short for the environment's prompts: all ${promptTokens.length} prompts of step ${step} are ` +
+      `${shortest} tokens or longer, so no rollout could generate a token. seq_len must hold a prompt plus its completion: ` +
+      `raise seq_len (the shared key that fills trainer, orchestrator and inference) above ${shortest}`,
+    'InvalidConfig',
+  );
+}
+
 export function createRolloutActivities({ pool }: RolloutDeps) {
   return {
     async generateRollouts({ runDir, step, policyVersion }: RolloutStepInput): Promise<RolloutSummary> {
@@ -94,9 +114,6 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
 
       const config = readRunConfig(runDir);
       const o = config.orchestrator;
-      if (o.batch_size % o.rollouts_per_example !== 0) {
-        throw ApplicationFailure.nonRetryable(`orchestrator.batch_size (${o.batch_size}) must be a multiple of rollouts_per_example (${o.rollouts_per_example})`, 'InvalidConfig');
-      }
       if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', 'InvalidConfig');
       const started = Date.now();
       const infos: EnvironmentInfo[] = [];
@@ -105,23 +122,26 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
         if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${e.id}' cannot be loaded: ${r.error}`, 'InvalidEnvironment');
         infos.push(r.value);
       }
-      const client = new InferenceClient(o.base_urls);
-      await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
       const tokenizer = tokenizerOf(path.resolve(o.model.name));
-
       const mix = new EnvMix(
         config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
         { seed: config.seed, examplesPerStep: o.batch_size / o.rollouts_per_example },
       );
+      const draws = mix.sample(step);
+      const examples = await Promise.all(draws.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)));
+      checkPromptsFit(examples.flatMap((e, g) => (e.ok ? [renderPrompt(tokenizer, e.value.prompt, infos[draws[g].env].tools).ids.length] : [])), o.seq_len, step);
+
+      const client = new InferenceClient(o.base_urls);
+      await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
       const total = o.batch_size;
       let done = 0;
       const groups = await withHeartbeat(
         () => ({ done, total }),
         () =>
           Promise.all(
-            mix.sample(step).map(async (draw, group) => {
+            draws.map(async (draw, group) => {
               const env = config.env[draw.env];
-              const example = await pool.example(env, 'train', draw.index, config.seed);
+              const example = examples[group];
               return Promise.all(
                 Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
                   const seed = rolloutSeed(config.seed, step, group, sample);

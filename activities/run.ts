@@ -6,7 +6,9 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { writeFileAtomic } from '../lib/atomic';
-import type { RLConfig } from '../lib/config/schemas';
+import { rlSchema, type RLConfig } from '../lib/config/schemas';
+import { checkConfig, storedConfigText } from '../lib/run/config';
+import { rewindRun as rewind } from '../lib/run/rewind';
 import { loadEnvironment } from '../lib/envs/loader';
 import { readHfConfig } from '../lib/model/hf';
 import { RunLayout } from '../lib/run/layout';
@@ -15,6 +17,7 @@ import type { StepRecordInput } from './types';
 
 /** Checks the model and environments, writes configs/rl.json; a rerun with the same config is a no-op. */
 export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> {
+  checkConfig(config, rlSchema);
   const layout = RunLayout.of(config.output_dir, config.run_name);
   try {
     readHfConfig(path.resolve(config.model.name ?? config.trainer.model.name));
@@ -29,7 +32,7 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
       throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidEnvironment');
     }
   }
-  const text = `${JSON.stringify(config, null, 2)}\n`;
+  const text = storedConfigText(config);
   if (fs.existsSync(layout.configFile)) {
     const stored = fs.readFileSync(layout.configFile, 'utf8');
     if (stored !== text) {
@@ -43,6 +46,14 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
     writeFileAtomic(layout.configFile, text);
   }
   return { runDir: layout.dir };
+}
+
+/**
+ * `ckpt.resume_step`: the run (rl or sft) continues from its checkpoint of `step`; what came after
+ * is discarded (lib/run/rewind.ts). Called once per new start, before its first step.
+ */
+export async function rewindRun({ runDir, step }: { runDir: string; step: number }): Promise<{ weightsDir: string | null }> {
+  return rewind(runDir, step, fs.existsSync(new RunLayout(runDir).sftConfigFile) ? 'sft' : 'rl');
 }
 
 /** One metrics.jsonl line per step, flat where a chart needs a series. */

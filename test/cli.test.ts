@@ -8,11 +8,13 @@ import * as schemas from '../lib/config/schemas';
 import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
 
-function cli(args: string[], env: NodeJS.ProcessEnv = {}) {
+/** `timeoutMs`: SIGTERM the command (the launcher then stops what it started) if it runs longer. */
+function cli(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs?: number) {
   const r = spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], {
     cwd: projectRoot,
     env: { PATH: process.env.PATH, ...env },
     encoding: 'utf8',
+    timeout: timeoutMs,
   });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
@@ -72,6 +74,8 @@ test.each([
   [['rl', '@', 'configs/debug/missing.toml'], /config file not found: configs\/debug\/missing\.toml/],
   [['rl', '@', 'configs/debug/rl.toml', '--seq-len', '64', '--trainer.seq-len', '32'], /conflicting values for the shared key 'seq_len'/],
   [['rl', '@', 'configs/debug/rl.toml', '--max-steps', 'x'], /max_steps \(from --max-steps\): expected a number/],
+  [['rl', '@', 'configs/debug/rl.toml', '--orchestrator.batch-size', '10'], /orchestrator\.batch_size: 10 is not a multiple of orchestrator\.rollouts_per_example \(4\).*use e\.g\. 8 or 12/],
+  [['rl', '@', 'configs/debug/rl.toml', '--orchestrator.sampling.max-tokens', '256'], /orchestrator\.sampling\.max_tokens: 256 leaves no room for the prompt within orchestrator\.seq_len \(256\)/],
   [['evl'], /unknown command 'evl'. Did you mean 'eval'\?/],
   [['model', 'creat'], /Did you mean 'create'/],
 ])('bad input %j exits 2 and names the problem', (args, message) => {
@@ -94,6 +98,25 @@ test('a workflow that fails on bad input exits 2 with the activity and its reaso
     expect(r.stderr).toMatch(/error: Workflow execution failed: Activity task failed \(prepareEval\): unknown environment "no-such-env"/);
     expect(r.stderr).not.toMatch(/\n\s+at /);
     expect(r.code).toBe(2);
+  } finally {
+    fs.rmSync(out, { recursive: true, force: true });
+  }
+});
+
+test('an rl run whose seq_len cannot hold a prompt fails at its first step and exits 2 naming orchestrator.seq_len', async () => {
+  const out = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-cli-seq-'));
+  try {
+    const model = path.join(out, 'model');
+    expect(cli(['model', 'create', '--out', model]).code).toBe(0);
+    const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
+    const r = cli([
+      'rl', '@', 'configs/debug/rl.toml', '--model.name', model, '--output-dir', out, '--seq-len', '8', '--orchestrator.sampling.max-tokens', '4',
+      '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--inference.server.port', String(http),
+      '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`,
+    ], {}, 90_000);
+    expect(r.stderr).toMatch(/error: Workflow execution failed: .*orchestrator\.seq_len \(8\) is too short for the environment's prompts/);
+    expect(r.code).toBe(2);
+    expect(fs.existsSync(path.join(out, 'debug-rl', 'metrics.jsonl'))).toBe(false);
   } finally {
     fs.rmSync(out, { recursive: true, force: true });
   }

@@ -3,7 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { ConfigError } from '../lib/config/errors';
 import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, sftSchema, modelCreateSchema } from '../lib/config/schemas';
+import { RL_SECTIONS, RL_SHARED_KEYS, evalSchema, rlSchema, sftSchema, modelCreateSchema } from '../lib/config/schemas';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-config-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -191,6 +191,23 @@ describe('errors', () => {
   test('a key that needs another names both', () => {
     expect(configError(() => sft(['--val.target-loss', '0.1']))).toMatch(/val\.target_loss: needs val\.interval.*\(from --val\.target-loss\)/);
     expect(sft(['--val.target-loss', '0.1', '--val.interval', '10']).val.target_loss).toBe(0.1);
+  });
+  test('configs that cannot train are refused, naming the keys and a fix', () => {
+    expect(configError(() => rl(['--orchestrator.batch-size', '10', '--orchestrator.rollouts-per-example', '4']))).toBe(
+      'invalid configuration:\n  orchestrator.batch_size: 10 is not a multiple of orchestrator.rollouts_per_example (4): a step samples ' +
+        'batch_size / rollouts_per_example examples, each rollouts_per_example times; use e.g. 8 or 12 (from --orchestrator.batch-size)',
+    );
+    expect(configError(() => rl(['--orchestrator.rollouts-per-example', '3']))).toMatch(/^invalid configuration:\n  orchestrator\.batch_size: 128 is not a multiple of orchestrator\.rollouts_per_example \(3\).*use e\.g\. 126 or 129$/);
+    expect(configError(() => rl(['--seq-len', '64', '--orchestrator.sampling.max-tokens', '64']))).toBe(
+      'invalid configuration:\n  orchestrator.sampling.max_tokens: 64 leaves no room for the prompt within orchestrator.seq_len (64): prompt + completion ' +
+        'must fit in orchestrator.seq_len; lower max_tokens below 64 or raise orchestrator.seq_len (from --orchestrator.sampling.max-tokens)',
+    );
+    expect(configError(() => rl(['--seq-len', '64', '--eval.sampling.max-tokens', '100']))).toMatch(/^invalid configuration:\n  eval\.sampling\.max_tokens: 100 leaves no room for the prompt within orchestrator\.seq_len \(64\)/);
+    const evalCfg = (argv: string[]) => loadConfig({ schema: evalSchema, argv: ['--model.name', 'm', ...argv], env: {} }).config;
+    expect(configError(() => evalCfg(['--seq-len', '32', '--sampling.max-tokens', '32']))).toMatch(/^invalid configuration:\n  sampling\.max_tokens: 32 leaves no room for the prompt within seq_len \(32\)/);
+    // An external API has its own context: seq_len does not bound it.
+    expect(evalCfg(['--seq-len', '32', '--sampling.max-tokens', '32', '--client.base-url', 'http://api.example/v1']).sampling.max_tokens).toBe(32);
+    expect(rl(['--seq-len', '64', '--orchestrator.sampling.max-tokens', '63', '--orchestrator.batch-size', '12', '--orchestrator.rollouts-per-example', '4']).orchestrator.batch_size).toBe(12);
   });
   test('TOML syntax error names file, line and column', () => {
     const t = file('broken.toml', 'seq_len = 12\n[trainer\nlr = 1\n');

@@ -4,7 +4,7 @@
  * trainer) workers polling the server, created fresh for each workflow execution.
  */
 import * as path from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../activities';
 import { rlSchema } from '../lib/config/schemas';
@@ -69,6 +69,8 @@ export interface Execution {
   args: unknown[];
   /** Also run a trainer worker (rl and sft). */
   trainer: boolean;
+  /** Runs while the workers are up, once the workflow has started (signals, queries). */
+  drive?: (handle: WorkflowHandle) => Promise<void>;
 }
 
 /** Runs a workflow to its end on fresh in-process workers (so a trainer starts with no state). */
@@ -78,7 +80,11 @@ export async function execute<T>(e: Execution): Promise<T> {
   const cpu = await Worker.create({ connection, taskQueue: cpuQueue, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool: e.pool }) });
   const client = new Client({ connection: await Connection.connect({ address: e.temporal.address }) });
   try {
-    const run = client.workflow.execute(e.workflowType, { taskQueue: cpuQueue, workflowId: e.workflowId, args: e.args }) as Promise<T>;
+    const run = (async () => {
+      const handle = await client.workflow.start(e.workflowType, { taskQueue: cpuQueue, workflowId: e.workflowId, args: e.args });
+      await e.drive?.(handle);
+      return (await handle.result()) as T;
+    })();
     if (!e.trainer) return await cpu.runUntil(run);
     const trainer = await Worker.create({
       connection, taskQueue: `${e.taskQueue}.trainer`, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1,

@@ -2,10 +2,12 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import * as native from '../native';
 import { createPackActivities, type PackSummary } from '../activities/pack';
 import { createRolloutActivities, readRollouts, type RolloutSummary } from '../activities/rollouts';
+import { prepareRun } from '../activities/run';
 import { inferenceSchema, rlSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
@@ -130,4 +132,126 @@ describe('step activities', () => {
     expect(await mock.run(packBatch, { runDir: layout.dir, step: 0 })).toEqual(summary);
     expect(fs.statSync(summary.path).mtimeMs).toBe(mtime);
   });
+});
+
+/** A run folder whose config is `orchestrator` over the defaults (no inference needed). */
+function runFolder(name: string, orchestrator: Record<string, unknown>, seqLen = 512): RunLayout {
+  const layout = new RunLayout(path.join(root, 'runs', name));
+  const config = rlSchema.parse({
+    run_name: name,
+    model: { name: modelDir },
+    env: [{ id: 'reverse-text' }],
+    seq_len: seqLen,
+    trainer: { model: { name: modelDir }, seq_len: seqLen },
+    inference: { model: { name: modelDir }, seq_len: seqLen },
+    orchestrator: { model: { name: modelDir }, seq_len: seqLen, batch_size: 8, rollouts_per_example: 4, base_urls: [`${server.url}/v1`], ...orchestrator },
+  });
+  fs.mkdirSync(path.dirname(layout.configFile), { recursive: true });
+  fs.writeFileSync(layout.configFile, JSON.stringify(config));
+  return layout;
+}
+
+/** Stored rollouts of step 0: `groups` x `perGroup`, each a prompt of `prompt` tokens and a completion of `completion`. */
+function writeRollouts(layout: RunLayout, o: { groups: number; perGroup: number; prompt: number; completion: number; error?: string; reward?: (g: number, s: number) => number }) {
+  const lines: string[] = [];
+  for (let g = 0; g < o.groups; g++) {
+    for (let s = 0; s < o.perGroup; s++) {
+      const tokens = (n: number) => Array.from({ length: n }, (_, i) => 3 + ((g * 7 + s * 3 + i) % 250));
+      lines.push(JSON.stringify({
+        env: 'reverse-text', group: g, exampleIndex: g, sample: s, seed: s, completion: [], reward: o.reward ? o.reward(g, s) : s, metrics: {}, turns: 1,
+        completionTokens: o.completion, truncated: false, policyVersion: 0,
+        segments: [{ tokens: tokens(o.prompt), generated: false }, { tokens: tokens(o.completion), generated: true, logprobs: Array(o.completion).fill(-1) }],
+        ...(o.error ? { error: o.error } : {}),
+      }));
+    }
+  }
+  fs.mkdirSync(layout.rolloutsDir(0), { recursive: true });
+  fs.writeFileSync(path.join(layout.rolloutsDir(0), 'rollouts.jsonl'), lines.join('\n') + '\n');
+}
+
+/** The non-retryable failure `p` rejects with. */
+async function failure(p: Promise<unknown>): Promise<ApplicationFailure> {
+  const e = await p.then(() => undefined, (err: unknown) => err);
+  expect(e).toBeInstanceOf(ApplicationFailure);
+  expect((e as ApplicationFailure).nonRetryable).toBe(true);
+  return e as ApplicationFailure;
+}
+
+describe('runs that cannot train fail, naming why', () => {
+  const mock = new MockActivityEnvironment();
+
+  test('a seq_len shorter than every prompt fails generateRollouts before any token is generated, naming orchestrator.seq_len', async () => {
+    const layout = runFolder('short-seq', {}, 8);
+    const generatedBefore = server.scheduler.generatedTokens;
+    const { generateRollouts } = createRolloutActivities({ pool });
+    const f = await failure(mock.run(generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 }));
+    expect(f.type).toBe('InvalidConfig');
+    expect(f.message).toMatch(/^orchestrator\.seq_len \(8\) is too short for the environment's prompts: all 2 prompts of step 0 are \d+ tokens or longer/);
+    expect(f.message).toContain('raise seq_len');
+    expect(server.scheduler.generatedTokens).toBe(generatedBefore);
+    expect(fs.existsSync(layout.rolloutsDir(0))).toBe(false);
+  });
+
+  test('a run started without the CLI (temporal workflow start) is checked as the CLI checks it', async () => {
+    const config = rlSchema.parse({ run_name: 'no-cli', model: { name: modelDir }, env: [{ id: 'reverse-text' }], output_dir: path.join(root, 'runs'), trainer: { model: { name: modelDir } }, inference: { model: { name: modelDir } }, orchestrator: { model: { name: modelDir } } });
+    const bad = { ...config, orchestrator: { ...config.orchestrator, batch_size: 10, rollouts_per_example: 4 } };
+    const f = await failure(mock.run(prepareRun, bad));
+    expect(f.type).toBe('InvalidConfig');
+    expect(f.message).toMatch(/^invalid configuration: orchestrator\.batch_size: 10 is not a multiple of orchestrator\.rollouts_per_example \(4\)/);
+    expect(fs.existsSync(RunLayout.of(config.output_dir, 'no-cli').dir)).toBe(false);
+  });
+
+  test('a prompt too long for seq_len errors its rollout instead of a silent empty one', async () => {
+    const env = { id: 'reverse-text' };
+    const info = await pool.info(env);
+    const example = await pool.example(env, 'train', 0, 0);
+    if (!info.ok || !example.ok) throw new Error('env failed');
+    const client = new InferenceClient([`${server.url}/v1`]);
+    const sampling = { temperature: 1, top_p: 1, top_k: -1, min_p: 0 };
+    const rollout = await runRollout({ env, info: info.value, example: example.value, seed: 1, seqLen: 8, sampling }, pool, client, Tokenizer.fromDir(modelDir));
+    expect(rollout.error).toMatch(/^the prompt is \d+ tokens, which leaves no room to generate within seq_len 8/);
+    expect(rollout.completionTokens).toBe(0);
+  });
+
+  test('packBatch fails a step whose rollouts all errored, with their errors', async () => {
+    const layout = runFolder('all-errored', {});
+    writeRollouts(layout, { groups: 2, perGroup: 4, prompt: 10, completion: 5, error: 'environment score failed: boom' });
+    const { packBatch } = createPackActivities();
+    const f = await failure(mock.run(packBatch, { runDir: layout.dir, step: 0 }));
+    expect(f.type).toBe('NothingToTrain');
+    expect(f.message).toBe('step 0 has nothing to train: all 8 rollouts errored (first errors: environment score failed: boom | environment score failed: boom | environment score failed: boom)');
+  });
+
+  test('packBatch fails a step whose samples keep no generated token within seq_len, naming orchestrator.seq_len', async () => {
+    // Rollouts longer than seq_len (the env's reply pushed them past it): packing cuts their completions.
+    const layout = runFolder('cut', {}, 16);
+    writeRollouts(layout, { groups: 2, perGroup: 4, prompt: 20, completion: 5 });
+    const { packBatch } = createPackActivities();
+    const f = await failure(mock.run(packBatch, { runDir: layout.dir, step: 0 }));
+    expect(f.type).toBe('InvalidConfig');
+    expect(f.message).toBe('step 0 has nothing to train: its 8 samples carry no generated token within orchestrator.seq_len (16) (72 tokens cut off); raise seq_len (the shared key)');
+  });
+
+  test('a step whose groups all carry no signal (equal rewards) is a normal step that trains nothing', async () => {
+    const layout = runFolder('no-signal', {});
+    writeRollouts(layout, { groups: 2, perGroup: 4, prompt: 10, completion: 5, reward: () => 1 });
+    const { packBatch } = createPackActivities();
+    const summary: PackSummary = await mock.run(packBatch, { runDir: layout.dir, step: 0 });
+    expect(summary.counts.samples).toBe(0);
+    expect(summary.advantages.filtered.zero_variance).toBe(2);
+  });
+});
+
+test('packBatch heartbeats while it packs a big batch', async () => {
+  const layout = runFolder('big', { batch_size: 512, rollouts_per_example: 8 }, 2048);
+  writeRollouts(layout, { groups: 64, perGroup: 8, prompt: 512, completion: 1024 });
+  const mock = new MockActivityEnvironment();
+  const beats: unknown[] = [];
+  mock.on('heartbeat', (d: unknown) => beats.push(d));
+  const { packBatch } = createPackActivities();
+  const summary: PackSummary = await mock.run(packBatch, { runDir: layout.dir, step: 0 });
+  expect(summary.counts.samples).toBe(512);
+  // Each phase of the work reported while it ran, not only its end.
+  const phases = beats.map((b) => (b as { phase?: string }).phase);
+  for (const p of ['reading', 'advantages', 'packing', 'writing']) expect(phases).toContain(p);
 });

@@ -147,6 +147,35 @@ describe('report', () => {
     for (const size of Object.values(page.drawn)) expect(canvasOk(size)).toBe(true);
   });
 
+  test("the header shows training's settings, not the eval section's", () => {
+    // As rl.json stores them: eval (with its own envs and k) before orchestrator.
+    const dir = makeRun('header', fullMetrics(2));
+    fs.mkdirSync(path.join(dir, 'configs'));
+    fs.writeFileSync(
+      path.join(dir, 'configs', 'rl.json'),
+      JSON.stringify({
+        model: { name: '/models/m' },
+        env: [{ id: 'reverse-text', args: {}, weight: 1 }],
+        eval: { env: [{ id: 'arithmetic', args: {}, weight: 1 }], rollouts_per_example: 1 },
+        orchestrator: { batch_size: 64, rollouts_per_example: 8 },
+      }),
+    );
+    const html = fs.readFileSync(writeReport(dir), 'utf8');
+    expect(html).toContain('<dt>rollouts per example</dt><dd>8</dd>');
+    expect(html).toContain('<dt>environments</dt><dd>reverse-text</dd>');
+    // An SFT run's environment is data.env; an eval's, its top-level env list.
+    const sftDir = makeRun('header-sft', fullMetrics(2));
+    fs.mkdirSync(path.join(sftDir, 'configs'));
+    fs.writeFileSync(path.join(sftDir, 'configs', 'sft.json'), JSON.stringify({ model: { name: '/m' }, data: { env: { id: 'reverse-text', args: {}, weight: 1 } } }));
+    expect(fs.readFileSync(writeReport(sftDir), 'utf8')).toContain('<dt>environments</dt><dd>reverse-text</dd>');
+    const evalDir = makeRun('header-eval', []);
+    fs.mkdirSync(path.join(evalDir, 'configs'));
+    fs.writeFileSync(path.join(evalDir, 'configs', 'eval.json'), JSON.stringify({ env: [{ id: 'arithmetic', args: {}, weight: 1 }], rollouts_per_example: 4 }));
+    const evalHtml = fs.readFileSync(writeReport(evalDir), 'utf8');
+    expect(evalHtml).toContain('<dt>environments</dt><dd>arithmetic</dd>');
+    expect(evalHtml).toContain('<dt>rollouts per example</dt><dd>4</dd>');
+  });
+
   test('a run without metrics still gets a page; a missing run folder is an error', () => {
     const dir = path.join(root, 'empty');
     fs.mkdirSync(dir);

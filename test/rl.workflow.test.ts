@@ -95,3 +95,28 @@ test('RL raises the reward: a random model learns to write lowercase letters', a
   expect(first).toBeLessThan(0.3);
   expect(last).toBeGreaterThan(first + 0.2);
 });
+
+test('ckpt.resume_step continues an RL run from that checkpoint: later steps get new rollouts, each metrics line once', async () => {
+  const args = [
+    '--run-name', 'resume', '--max-steps', '3', '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '1',
+    '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '8', '--trainer.optim.lr', '1e-3',
+  ];
+  const go = (cfg: RLConfig) => execute<RLResult>({ temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: `resume-${Date.now()}`, args: [cfg], trainer: true });
+  await go(config(serverPort(), args));
+  const layout = RunLayout.of(config(serverPort(), args).output_dir, 'resume');
+  const before = readStepMetrics(layout.metricsFile);
+  for (const s of [0, 1, 2]) fs.writeFileSync(path.join(layout.rolloutsDir(s), 'marker'), '');
+
+  const result = await go(config(serverPort(), [...args, '--ckpt.resume-step', '1']));
+  expect(result.steps).toBe(3);
+  // Step 0 (before the checkpoint) is kept; steps 1 and 2 were played and trained again.
+  expect(fs.existsSync(path.join(layout.rolloutsDir(0), 'marker'))).toBe(true);
+  expect(fs.existsSync(path.join(layout.rolloutsDir(1), 'marker'))).toBe(false);
+  expect(fs.existsSync(path.join(layout.rolloutsDir(2), 'marker'))).toBe(false);
+  const after = readStepMetrics(layout.metricsFile);
+  expect(after.map((l) => l.step)).toEqual([0, 1, 2]);
+  expect(after[0]).toEqual(before[0]);
+  expect(after[1].time).not.toEqual(before[1].time);
+  expect((after[2].progress as { steps: number }).steps).toBe(3);
+  expect([1, 2, 3].map((s) => fs.existsSync(layout.checkpointDir(s)))).toEqual([true, true, true]);
+});

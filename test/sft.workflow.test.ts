@@ -5,8 +5,10 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { WorkflowFailedError } from '@temporalio/client';
+import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { prepareSft } from '../activities/sft';
 import { loadConfig } from '../lib/config/loader';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import type { EnvPool } from '../lib/envs/pool';
@@ -14,7 +16,7 @@ import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
-import type { SftResult } from '../workflows/sft';
+import type { SftProgress, SftResult } from '../workflows/sft';
 import { execute, startStack, type Stack } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-sft-'));
@@ -122,4 +124,94 @@ test('a row whose chat template lacks the prefix property fails the run, naming 
   expect(activityFailure).toBeInstanceOf(ApplicationFailure);
   expect((activityFailure as ApplicationFailure).nonRetryable).toBe(true);
   expect((activityFailure as ApplicationFailure).message).toMatch(new RegExp(`^SFT data: ${data.replace(/[.]/g, '\\.')}:3: the chat template lacks the prefix property`));
+});
+
+test('an SFT run whose seq_len cuts off every loss token fails before it trains, naming seq_len', async () => {
+  const cfg = config(['--run-name', 'sft-short', '--model.name', modelDir, '--max-steps', '2', '--batch-size', '4', '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '8', '--seq-len', '8']);
+  const err = await run(cfg).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(WorkflowFailedError);
+  const activityFailure = (err as WorkflowFailedError).cause?.cause as ApplicationFailure;
+  expect(activityFailure).toBeInstanceOf(ApplicationFailure);
+  expect(activityFailure.nonRetryable).toBe(true);
+  expect(activityFailure.type).toBe('InvalidConfig');
+  expect(activityFailure.message).toMatch(/^seq_len: the batch of step 0 has no token that carries loss: seq_len \(8\) cuts each of its 4 samples before its first loss token .*; raise seq_len$/);
+  expect(fs.existsSync(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile)).toBe(false);
+});
+
+test('prepareSft heartbeats while it tokenizes and packs the dataset', async () => {
+  const cfg = config(['--run-name', 'sft-beats', '--model.name', modelDir, '--batch-size', '16', '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '256']);
+  const mock = new MockActivityEnvironment();
+  const beats: { phase?: string; done?: number }[] = [];
+  mock.on('heartbeat', (d: { phase?: string }) => beats.push(d));
+  const plan = (await mock.run(prepareSft, cfg)) as Awaited<ReturnType<typeof prepareSft>>;
+  expect(plan.steps).toBe(16);
+  // Progress through the tokenisation itself (it used to run before the first heartbeat), then the packing.
+  const tokenizing = beats.filter((b) => b.phase === 'tokenizing');
+  expect(tokenizing.length).toBeGreaterThanOrEqual(4);
+  expect(tokenizing.at(-1)).toEqual({ phase: 'tokenizing', done: 256, total: 256 });
+  expect(beats.filter((b) => b.phase === 'packing')).toHaveLength(16);
+});
+
+/** Progress of a running workflow; a query may land while it continues as new, so it is retried. */
+async function progressOf(handle: WorkflowHandle): Promise<SftProgress> {
+  for (;;) {
+    try {
+      return await handle.query<SftProgress>('progress');
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+test('a stopped run returns its newest weights, also when they were written before a continue-as-new', async () => {
+  // One step per workflow execution: the execution that sees the stop has written no weights itself.
+  const cfg = config(['--run-name', 'sft-can', '--model.name', modelDir, '--max-steps', '30', '--batch-size', '4', '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '16', '--ckpt.interval', '2']);
+  const result = await execute<SftResult>({
+    temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'sft', workflowId: `sft-can-${Date.now()}`, args: [cfg, null, { stepsPerRun: 1 }], trainer: true,
+    drive: async (handle) => {
+      while ((await progressOf(handle)).trained < 2) await new Promise((r) => setTimeout(r, 100));
+      await handle.signal('stop');
+    },
+  });
+  const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
+  expect(result.stoppedEarly).toBe(true);
+  expect(result.steps).toBeGreaterThanOrEqual(2);
+  const newest = Math.floor(result.steps / 2) * 2;
+  expect(result.weightsDir).toBe(layout.weightsDir(newest));
+  expect(fs.existsSync(path.join(layout.weightsDir(newest), 'model.safetensors'))).toBe(true);
+});
+
+test('ckpt.resume_step continues a run from that checkpoint, redoing what came after it', async () => {
+  const args = [
+    '--run-name', 'sft-resume', '--model.name', modelDir, '--max-steps', '6', '--batch-size', '8', '--data.env', '{"id": "reverse-text"}',
+    '--data.num-examples', '24', '--ckpt.interval', '2', '--optim.lr', '3e-3',
+  ];
+  await run(config(args));
+  const layout = RunLayout.of(config(args).output_dir, 'sft-resume');
+  const before = readStepMetrics(layout.metricsFile);
+
+  // A step without a checkpoint is refused, naming the key and the checkpoints there are; nothing is discarded.
+  const err = await run(config([...args, '--ckpt.resume-step', '3'])).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(WorkflowFailedError);
+  const refused = (err as WorkflowFailedError).cause?.cause as ApplicationFailure;
+  expect(refused.nonRetryable).toBe(true);
+  expect(refused.type).toBe('InvalidConfig');
+  expect(refused.message).toBe(`ckpt.resume_step: run ${layout.dir} has no checkpoint of step 3 (its checkpoints: 2, 4, 6); pick one of those, or leave ckpt.resume_step unset to continue from where the run is`);
+  expect(readStepMetrics(layout.metricsFile)).toEqual(before);
+
+  fs.writeFileSync(path.join(layout.checkpointDir(4), 'marker'), '');
+  const kept = fs.statSync(layout.trainSummaryFile(1)).mtimeMs;
+  const redone = fs.statSync(layout.trainSummaryFile(2)).mtimeMs;
+  const result = await run<SftResult>(config([...args, '--ckpt.resume-step', '2']));
+  expect(result).toMatchObject({ steps: 6, stoppedEarly: false, weightsDir: layout.weightsDir(6) });
+  // Steps 2.. were trained again from checkpoint 2 (so checkpoint 4 is a new one); steps before it were not.
+  expect(fs.existsSync(path.join(layout.checkpointDir(4), 'marker'))).toBe(false);
+  expect(fs.statSync(layout.trainSummaryFile(1)).mtimeMs).toBe(kept);
+  expect(fs.statSync(layout.trainSummaryFile(2)).mtimeMs).not.toBe(redone);
+  const after = readStepMetrics(layout.metricsFile);
+  expect(after.map((l) => l.step)).toEqual([0, 1, 2, 3, 4, 5]);
+  expect(after.slice(0, 2)).toEqual(before.slice(0, 2));
+  expect(after[2].time).not.toEqual(before[2].time);
+  // The same batches from the same state: the same losses.
+  after.forEach((l, i) => expect(l.loss as number).toBeCloseTo(before[i].loss as number, 4));
 });

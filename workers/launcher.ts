@@ -17,6 +17,7 @@ import { readEvalResults, renderEvalTable } from '../lib/eval';
 import { writeReport } from '../lib/report';
 import { projectRoot } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
+import { stepLine } from '../lib/run/progress';
 import { devServerOptions, isListening, recordDevServerPid, spawnDevServer, startDevServer } from '../lib/temporal/devserver';
 import type { EvalResult } from '../workflows/eval';
 import type { RLProgress, RLResult } from '../workflows/rl';
@@ -101,12 +102,6 @@ function writeJson(file: string, value: unknown): string {
   fs.mkdirSync(path.dirname(file), { recursive: true });
   writeFileAtomic(file, `${JSON.stringify(value, null, 2)}\n`);
   return file;
-}
-
-function formatDuration(s: number): string {
-  if (!Number.isFinite(s)) return '?';
-  const m = Math.floor(s / 60);
-  return m > 0 ? `${m}m${String(Math.round(s % 60)).padStart(2, '0')}s` : `${Math.round(s)}s`;
 }
 
 type Pool = 'temporal' | 'inference' | 'cpu' | 'trainer';
@@ -284,15 +279,6 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   }
 }
 
-/** Steps done / total, the last loss and an ETA from the steps done since the launcher started. */
-function stepLine(trained: number, total: number | undefined, rate: { started: number; first?: number }, parts: string[], paused: boolean): string {
-  rate.first ??= trained;
-  const done = trained - rate.first;
-  const perStep = done > 0 ? (Date.now() - rate.started) / 1000 / done : NaN;
-  const left = total !== undefined ? (total - trained) * perStep : NaN;
-  return [`step ${trained}/${total ?? '∞'}`, ...parts, `ETA ${formatDuration(left)}`, paused ? 'PAUSED' : ''].join(' | ');
-}
-
 function trainParts(m: { loss: number; tokens_per_s: number } | undefined): string[] {
   return [`loss ${m ? m.loss.toExponential(2) : '-'}`, `${m ? Math.round(m.tokens_per_s) : '-'} tok/s`];
 }
@@ -311,7 +297,7 @@ export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Pro
       args: [config],
       memo: { runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir), model: config.model.name ?? '', maxSteps: config.max_steps ?? null },
       progressLine: (p: RLProgress, rate) =>
-        stepLine(p.trained, p.maxSteps, rate, [`reward ${p.lastReward?.toFixed(3) ?? '-'}`, ...trainParts(p.lastTrain?.metrics)], p.paused),
+        stepLine(p.trained, p.maxSteps, rate, [`reward ${p.lastReward?.toFixed(3) ?? '-'}`, ...trainParts(p.lastTrain?.metrics)], { paused: p.paused }),
     },
     opts,
   );
@@ -330,7 +316,11 @@ export function launchSft(config: SFTConfig, opts: { quiet?: boolean } = {}): Pr
       args: [config],
       memo: { runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir), model: config.model.name, maxSteps: config.max_steps ?? null },
       progressLine: (p: SftProgress, rate) =>
-        stepLine(p.trained, p.maxSteps, rate, [...trainParts(p.lastTrain?.metrics), `val ${p.lastValLoss?.toFixed(4) ?? '-'}`], p.paused),
+        stepLine(p.trained, p.maxSteps, rate, [...trainParts(p.lastTrain?.metrics), `val ${p.lastValLoss?.toFixed(4) ?? '-'}`], {
+          paused: p.paused,
+          // The run ends at the first validation at or below the target, maybe long before max_steps.
+          mayEndEarly: config.val.target_loss !== undefined ? `sooner if val loss reaches ${config.val.target_loss}` : undefined,
+        }),
     },
     opts,
   );

@@ -84,9 +84,20 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
     retry,
   });
 
+  /** A new start: the run folder, rewound to ckpt.resume_step when it is set (else every step is walked, done ones found on disk). */
+  async function start(): Promise<RLState> {
+    const { runDir } = await cpuQuick.prepareRun(config);
+    const from = config.ckpt.resume_step ?? 0;
+    if (config.ckpt.resume_step !== undefined) await cpuQuick.rewindRun({ runDir, step: from });
+    const interval = config.eval.interval;
+    // Evals of versions up to the resume step are kept; the next due one is the first at or after it.
+    const nextEval = interval === undefined ? undefined : Math.ceil(from / interval) * interval;
+    return { runDir, step: from, trained: from, paused: false, stopping: false, nextEval };
+  }
+
   const maxSteps = config.max_steps ?? Infinity;
   const k = config.async_level;
-  const state: RLState = resumeFrom ?? { runDir: (await cpuQuick.prepareRun(config)).runDir, step: 0, trained: 0, paused: false, stopping: false };
+  const state: RLState = resumeFrom ?? (await start());
   const { runDir } = state;
 
   setHandler(pauseSignal, () => void (state.paused = true));

@@ -28,6 +28,8 @@ export interface SftState {
   lastValLoss?: number;
   /** The validation loss reached val.target_loss: the run ends at this step. */
   reachedTarget: boolean;
+  /** HF weights of the newest step that wrote them (carried across continue-as-new). */
+  weightsDir?: string;
 }
 
 export interface SftProgress extends SftState {
@@ -49,10 +51,17 @@ export interface SftResult {
 
 export const sftProgressQuery = defineQuery<SftProgress>('progress');
 
+/** How the workflow runs, apart from what it trains. */
+export interface SftOptions {
+  /** Steps one workflow execution trains before it continues as new (bounds its history); default 200. */
+  stepsPerRun?: number;
+}
+
 const STEPS_PER_RUN = 200;
 const retry = { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' } as const;
 
-export async function sft(config: SFTConfig, resumeFrom?: SftState): Promise<SftResult> {
+export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOptions = {}): Promise<SftResult> {
+  const stepsPerRun = opts.stepsPerRun ?? STEPS_PER_RUN;
   const queue = config.temporal.task_queue;
   const heartbeatTimeout = `${config.temporal.heartbeat_timeout_s} seconds` as const;
   const cpu = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 hours', heartbeatTimeout, retry });
@@ -64,6 +73,13 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState): Promise<Sft
   else {
     const plan = await cpu.prepareSft(config);
     state = { runDir: plan.runDir, steps: plan.steps, trained: 0, paused: false, stopping: false, reachedTarget: false };
+    const from = config.ckpt.resume_step;
+    if (from !== undefined) {
+      // Continue from that checkpoint (activities/run.ts rewindRun); the batches stay, prepared once.
+      const { weightsDir } = await cpuQuick.rewindRun({ runDir: plan.runDir, step: from });
+      state.trained = from;
+      if (weightsDir !== null) state.weightsDir = weightsDir;
+    }
   }
   const { runDir, steps } = state;
   setHandler(pauseSignal, () => void (state.paused = true));
@@ -72,7 +88,6 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState): Promise<Sft
   setHandler(sftProgressQuery, () => ({ ...state, maxSteps: steps }));
 
   const startedThisRun = state.trained;
-  let weightsDir: string | undefined;
   const target = config.val.target_loss;
   while (state.trained < steps && !state.stopping && !state.reachedTarget) {
     await condition(() => !state.paused || state.stopping);
@@ -93,11 +108,11 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState): Promise<Sft
     await cpuQuick.recordSftStep({ runDir, step, train, valLoss, time });
     state.trained = done;
     state.lastTrain = train;
-    weightsDir = train.weightsDir ?? (state.reachedTarget ? (await trainer.writeWeights({ runDir, step: done })).path : weightsDir);
-    if (!last && (workflowInfo().continueAsNewSuggested || state.trained - startedThisRun >= STEPS_PER_RUN)) {
-      await continueAsNew<typeof sft>(config, state);
+    state.weightsDir = train.weightsDir ?? (state.reachedTarget ? (await trainer.writeWeights({ runDir, step: done })).path : state.weightsDir);
+    if (!last && (workflowInfo().continueAsNewSuggested || state.trained - startedThisRun >= stepsPerRun)) {
+      await continueAsNew<typeof sft>(config, state, opts);
     }
   }
   const { reachedTarget } = state;
-  return { runDir, steps: state.trained, stoppedEarly: state.trained < steps && !reachedTarget, reachedTarget, lastTrain: state.lastTrain, lastValLoss: state.lastValLoss, weightsDir };
+  return { runDir, steps: state.trained, stoppedEarly: state.trained < steps && !reachedTarget, reachedTarget, lastTrain: state.lastTrain, lastValLoss: state.lastValLoss, weightsDir: state.weightsDir };
 }

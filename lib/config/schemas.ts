@@ -75,7 +75,12 @@ const schedulerSchema = section({
 const checkpointSchema = section({
   interval: positiveInt().default(50).describe('save a full checkpoint every N steps'),
   keep_last: positiveInt().optional().describe('keep only the newest N checkpoints; unset = keep all'),
-  resume_step: z.number().int().nonnegative().optional().describe('resume from this checkpoint step; unset = latest'),
+  resume_step: z
+    .number()
+    .int()
+    .nonnegative()
+    .optional()
+    .describe('a new start continues from the checkpoint of this step, redoing (and first discarding) what came after it; unset = continue where the run is'),
 });
 
 const envSchema = z
@@ -207,6 +212,19 @@ const evalSettings = section({
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
 export const RL_SECTIONS = ['trainer', 'orchestrator', 'inference'] as const;
 
+/**
+ * max_tokens must leave room for a prompt: every prompt has at least one token, and prompt plus
+ * completion must fit in seq_len, so a max_tokens of seq_len or more can never be honoured.
+ */
+function checkMaxTokens(ctx: z.core.$RefinementCtx, at: string[], maxTokens: number | undefined, seqLen: number, seqLenKey: string): void {
+  if (maxTokens === undefined || maxTokens < seqLen) return;
+  ctx.addIssue({
+    code: 'custom',
+    path: at,
+    message: `${maxTokens} leaves no room for the prompt within ${seqLenKey} (${seqLen}): prompt + completion must fit in ${seqLenKey}; lower max_tokens below ${seqLen} or raise ${seqLenKey}`,
+  });
+}
+
 export const rlSchema = z.strictObject({
   run_name: runName('rl'),
   model: section({ name: z.string().min(1).optional().describe('model folder for trainer, orchestrator and inference') }),
@@ -222,6 +240,22 @@ export const rlSchema = z.strictObject({
   trainer: trainerSchema,
   orchestrator: orchestratorSchema,
   inference: inferenceSchema,
+}).superRefine((c, ctx) => {
+  // Checked here, once, so the CLI refuses such a config (exit 2) and a run started with it from
+  // elsewhere (`temporal workflow start`) fails when its stored config is read (readRunConfig).
+  const o = c.orchestrator;
+  if (o.batch_size % o.rollouts_per_example !== 0) {
+    const lower = o.batch_size - (o.batch_size % o.rollouts_per_example);
+    const options = [lower, lower + o.rollouts_per_example].filter((n) => n > 0).join(' or ');
+    ctx.addIssue({
+      code: 'custom',
+      path: ['orchestrator', 'batch_size'],
+      message: `${o.batch_size} is not a multiple of orchestrator.rollouts_per_example (${o.rollouts_per_example}): a step samples batch_size / rollouts_per_example examples, each rollouts_per_example times; use e.g. ${options}`,
+    });
+  }
+  checkMaxTokens(ctx, ['orchestrator', 'sampling', 'max_tokens'], o.sampling.max_tokens, o.seq_len, 'orchestrator.seq_len');
+  // Evals sample from the same inference server, within the orchestrator's seq_len.
+  checkMaxTokens(ctx, ['eval', 'sampling', 'max_tokens'], c.eval.sampling.max_tokens, o.seq_len, 'orchestrator.seq_len');
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -291,6 +325,9 @@ export const evalSchema = z.strictObject({
   server: serverSchema.describe('the local inference server the eval starts (unless client.base_url)'),
   threads: threads(),
   temporal: temporalSchema,
+}).superRefine((c, ctx) => {
+  // An external API (client.base_url) has its own context length; seq_len is that of the local server.
+  if (c.client.base_url === undefined) checkMaxTokens(ctx, ['sampling', 'max_tokens'], c.sampling.max_tokens, c.seq_len, 'seq_len');
 });
 
 export const workerSchema = z.strictObject({

@@ -71,18 +71,35 @@ function renderExtending(tokenizer: Tokenizer, prefix: string, messages: Message
   return text;
 }
 
+/** The rendered prompt of an example (chat template with the generation prompt) and its tokens: turn 1's input. */
+export function renderPrompt(tokenizer: Tokenizer, prompt: readonly Message[], tools: EnvironmentInfo['tools']): { text: string; ids: number[] } {
+  const text = renderChat(tokenizer, prompt as ChatMessage[], { tools, addGenerationPrompt: true });
+  return { text, ids: tokenizer.encode(text) };
+}
+
+/** Why a prompt of `promptTokens` tokens cannot be sampled from within `seqLen`, or undefined when it can. */
+export function promptTooLong(promptTokens: number, seqLen: number): string | undefined {
+  return promptTokens + 1 > seqLen
+    ? `the prompt is ${promptTokens} tokens, which leaves no room to generate within seq_len ${seqLen} (it needs at least ${promptTokens + 1})`
+    : undefined;
+}
+
 export async function runRollout(task: RolloutTask, pool: EnvPool, client: InferenceClient, tokenizer: Tokenizer): Promise<Rollout> {
   const { env, info, example } = task;
   const tools = info.tools;
   const messages: Message[] = [...example.prompt];
   /** The template's text of the conversation so far; the ids stand for it (the model's own tokens as sampled). */
-  let rendered = renderChat(tokenizer, messages as ChatMessage[], { tools, addGenerationPrompt: true });
-  const ids: number[] = tokenizer.encode(rendered);
+  const prompt = renderPrompt(tokenizer, messages, tools);
+  let rendered = prompt.text;
+  const ids: number[] = prompt.ids;
   const segments: TokenSegment[] = [{ tokens: [...ids], generated: false }];
   const rollout: Rollout = {
     completion: [], segments, reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion: Infinity,
   };
   try {
+    // A prompt with no room for one generated token would make a rollout that trains nothing.
+    const tooLong = promptTooLong(ids.length, task.seqLen);
+    if (tooLong) throw new RolloutError(tooLong);
     let state = unwrap(await pool.init(env, example), 'init') as JsonObject;
     for (let turn = 1; ; turn++) {
       const room = task.seqLen - ids.length;

@@ -18,14 +18,18 @@ const PHASE_LABELS: Record<Phase, string> = {
   training: 'training',
 };
 
-/** Config keys worth a glance, by label: the first matching flattened key wins (all matches for environments). */
+/**
+ * Config keys worth a glance, by label: the first matching flattened key wins (all matches for
+ * environments). Patterns name training's keys, so an rl config's eval section (eval.env,
+ * eval.rollouts_per_example) is not taken for them.
+ */
 const HIGHLIGHTS: [string, RegExp, 'first' | 'all'][] = [
   ['model', /(^|\.)model\.name$/, 'first'],
-  ['environments', /(^|\.)env(\.\d+)?\.id$/, 'all'],
+  ['environments', /^(data\.)?env(\.\d+)?\.id$/, 'all'],
   ['max steps', /(^|\.)max_steps$/, 'first'],
   ['epochs', /(^|\.)epochs$/, 'first'],
   ['batch size', /(^|\.)batch_size$/, 'first'],
-  ['rollouts per example', /(^|\.)rollouts_per_example$/, 'first'],
+  ['rollouts per example', /^(orchestrator\.)?rollouts_per_example$/, 'first'],
   ['seq len', /(^|\.)seq_len$/, 'first'],
   ['async level', /(^|\.)async_level$/, 'first'],
   ['learning rate', /(^|\.)optim\.lr$/, 'first'],

@@ -6,6 +6,29 @@ import { rlSchema, sftSchema, type RLConfig, type SFTConfig } from '../config/sc
 import { rlTrainerSpec, sftTrainerSpec, type TrainerSpec } from '../trainer/spec';
 import { RunLayout } from './layout';
 
+/** `key: problem; key: problem`, as the CLI words them. */
+function describeIssues(error: z.ZodError): string {
+  return error.issues.map((i) => `${i.path.join('.') || '(config)'}: ${i.message}`).join('; ');
+}
+
+/**
+ * A run's config checked as the CLI checks it: a workflow may be started without the CLI
+ * (`temporal workflow start --input-file`), and a config that cannot train must fail at once.
+ */
+export function checkConfig<S extends z.ZodType>(config: unknown, schema: S): z.output<S> {
+  const parsed = schema.safeParse(config);
+  if (!parsed.success) throw ApplicationFailure.nonRetryable(`invalid configuration: ${describeIssues(parsed.error)}`, 'InvalidConfig');
+  return parsed.data;
+}
+
+/**
+ * The text of the config a run folder stores and compares a new start's config with:
+ * ckpt.resume_step says where one start begins (lib/run/rewind.ts), not what the run is.
+ */
+export function storedConfigText(config: RLConfig | SFTConfig): string {
+  return `${JSON.stringify({ ...config, ckpt: { ...config.ckpt, resume_step: undefined } }, null, 2)}\n`;
+}
+
 const cache = new Map<string, { mtimeMs: number; config: unknown }>();
 
 function readStored<S extends z.ZodType>(file: string, schema: S): z.output<S> {
@@ -18,7 +41,7 @@ function readStored<S extends z.ZodType>(file: string, schema: S): z.output<S> {
   const hit = cache.get(file);
   if (hit && hit.mtimeMs === stat.mtimeMs) return hit.config as z.output<S>;
   const parsed = schema.safeParse(JSON.parse(fs.readFileSync(file, 'utf8')));
-  if (!parsed.success) throw ApplicationFailure.nonRetryable(`run config ${file} is invalid: ${parsed.error.message}`, 'InvalidRunConfig');
+  if (!parsed.success) throw ApplicationFailure.nonRetryable(`run config ${file} is invalid: ${describeIssues(parsed.error)}`, 'InvalidRunConfig');
   cache.set(file, { mtimeMs: stat.mtimeMs, config: parsed.data });
   return parsed.data;
 }

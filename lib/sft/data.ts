@@ -26,6 +26,8 @@ export interface SftDataOptions {
   lossRoles: readonly string[];
   /** Seeds env example generation. */
   seed: number;
+  /** Called after each conversation is tokenised (tokenising a big dataset takes a while). */
+  onProgress?: (done: number, total: number) => void;
 }
 
 export interface SftDataset {
@@ -49,7 +51,11 @@ export function loadSftDataset(tokenizer: Tokenizer, source: SftDataSource, spli
   if (opts.lossRoles.length === 0) throw new Error('SFT data: loss_roles is empty, so no token would carry loss');
   const conversations = loadSftConversations(source, split, opts.seed);
   return {
-    samples: conversations.map((c) => tokenizeConversation(tokenizer, c, opts.lossRoles)),
+    samples: conversations.map((c, i) => {
+      const sample = tokenizeConversation(tokenizer, c, opts.lossRoles);
+      opts.onProgress?.(i + 1, conversations.length);
+      return sample;
+    }),
     sources: conversations.map((c) => c.source),
   };
 }

@@ -4,7 +4,6 @@
  * it": `at(step)` restores and replays deterministically whenever the process is new or behind,
  * so a killed trainer costs a replay, and a batch is never applied twice.
  */
-import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as native from '../../native';
@@ -15,19 +14,9 @@ import { serializeSafetensors } from '../model/safetensors';
 import { readBatch } from '../orchestrator/batch';
 import { listSteps, RunLayout } from '../run/layout';
 import type { TrainMetrics, TrainProgress } from '../../activities/types';
+import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
 import type { TrainerSpec } from './spec';
 
-const CKPT_FILE = 'trainer.ckpt';
-const PROGRESS_FILE = 'progress.json';
-
-interface CheckpointMeta extends TrainProgress {
-  /** sha256 of trainer.ckpt: a torn or bit-rotted checkpoint is detected before it is loaded. */
-  sha256: string;
-}
-
-function sha256(file: string): string {
-  return crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
-}
 
 /** Learning-rate schedule of the trainer over its `maxSteps`. */
 function scheduleOf(t: TrainerSpec): native.LrSchedule {
@@ -90,9 +79,7 @@ export class TrainerRuntime {
     for (const c of candidates.filter((s) => s <= step).reverse()) {
       const dir = layout.checkpointDir(c);
       try {
-        const meta = JSON.parse(fs.readFileSync(path.join(dir, PROGRESS_FILE), 'utf8')) as CheckpointMeta;
-        const actual = sha256(path.join(dir, CKPT_FILE));
-        if (actual !== meta.sha256) throw new Error(`checksum mismatch (${actual.slice(0, 12)} != ${meta.sha256.slice(0, 12)})`);
+        const meta = verifyCheckpoint(dir);
         await trainer.load(dir);
         runtime.progress = { steps: meta.steps, samples: meta.samples, tokens: meta.tokens };
         report.from = c;
@@ -203,7 +190,7 @@ export class TrainerRuntime {
     const dir = this.layout.checkpointDir(this.progress.steps);
     await writeDirAtomicAsync(dir, async (tmp) => {
       await this.trainer.save(tmp);
-      const meta: CheckpointMeta = { ...this.progress, sha256: sha256(path.join(tmp, CKPT_FILE)) };
+      const meta: CheckpointMeta = { ...this.progress, sha256: fileSha256(path.join(tmp, CKPT_FILE)) };
       writeFileAtomic(path.join(tmp, PROGRESS_FILE), JSON.stringify(meta, null, 1));
     });
     return dir;

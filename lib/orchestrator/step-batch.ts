@@ -1,0 +1,81 @@
+/**
+ * A step's trainer input from its stored rollouts: errored rollouts dropped, groups filtered,
+ * advantages per group, samples packed first-fit-decreasing into rows of seq_len, written as one
+ * batch file. CPU-bound (seconds for thousands of long rollouts), so `packBatch` runs it in a
+ * worker thread (lib/thread.ts): it imports only what it needs.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { computeAdvantages, type AdvantageConfig, type AdvantageMetrics, type FilterConfig } from './advantages';
+import { readBatch, writeBatch } from './batch';
+import { buildSample, packSamples, type PackCounts, type Sample, type TokenSegment } from './packing';
+
+/** What packing needs of a stored rollout (one line of rollouts.jsonl). */
+interface RolloutLine {
+  group: number;
+  reward: number;
+  completionTokens: number;
+  segments: TokenSegment[];
+  error?: string;
+}
+
+export interface StepBatchInput {
+  step: number;
+  /** rollouts.jsonl of the step. */
+  rolloutsFile: string;
+  /** The batch file to write (kept when it exists: the rollouts determine it). */
+  batchFile: string;
+  seqLen: number;
+  advantage: AdvantageConfig;
+  filter: FilterConfig;
+}
+
+export interface StepBatchResult {
+  counts: PackCounts;
+  advantages: AdvantageMetrics;
+}
+
+/** Progress the thread reports (heartbeat details of `packBatch`). */
+export interface StepBatchProgress {
+  phase: 'reading' | 'advantages' | 'packing' | 'writing';
+  step: number;
+}
+
+export function buildStepBatch(input: StepBatchInput, progress: (p: StepBatchProgress) => void = () => {}): StepBatchResult {
+  const { step } = input;
+  progress({ phase: 'reading', step });
+  const rollouts = fs
+    .readFileSync(input.rolloutsFile, 'utf8')
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as RolloutLine);
+  progress({ phase: 'advantages', step });
+  const byGroup = new Map<number, RolloutLine[]>();
+  for (const r of rollouts) {
+    const g = byGroup.get(r.group);
+    if (g) g.push(r);
+    else byGroup.set(r.group, [r]);
+  }
+  const groups = [...byGroup.keys()].sort((a, b) => a - b).map((g) => byGroup.get(g)!);
+  const result = computeAdvantages(
+    groups.map((g) => g.map((r) => ({ reward: r.reward, completionTokens: r.completionTokens, errored: r.error !== undefined }))),
+    { advantage: input.advantage, filter: input.filter },
+  );
+  if (fs.existsSync(input.batchFile)) {
+    // Written by an earlier attempt: the rollouts determine it, so the stored one is this step's batch.
+    return { counts: readBatch(input.batchFile).counts, advantages: result.metrics };
+  }
+  progress({ phase: 'packing', step });
+  const samples: Sample[] = [];
+  groups.forEach((g, gi) =>
+    g.forEach((r, ri) => {
+      const advantage = result.advantages[gi][ri];
+      if (advantage !== null) samples.push(buildSample(r.segments, advantage));
+    }),
+  );
+  const { rows, counts } = packSamples(samples, input.seqLen);
+  progress({ phase: 'writing', step });
+  fs.mkdirSync(path.dirname(input.batchFile), { recursive: true });
+  writeBatch(input.batchFile, step, input.seqLen, rows, counts);
+  return { counts, advantages: result.metrics };
+}

@@ -1,0 +1,67 @@
+/**
+ * `ckpt.resume_step = N`, as in prime-rl: a new start of a run continues from its checkpoint of
+ * step N. What the run produced after that step is discarded, then redone from it: the trainer
+ * restores checkpoints/step_N (the newest one left) and the workflow starts at step N.
+ *
+ * Deleted in an order that leaves a consistent run folder if a crash interrupts it (the next start
+ * redoes what is left): the metrics lines first (a re-walk re-records any step still done), then
+ * newer checkpoints (so nothing restores from them), train summaries (the steps' done-markers),
+ * weights, then batches before the rollouts they were packed from (a batch never outlives its
+ * rollouts), then evals and SFT validations of the discarded versions. SFT batches stay: they are
+ * the dataset's, prepared once.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { evalDir } from '../eval/results';
+import { verifyCheckpoint } from '../trainer/checkpoint';
+import { listSteps, RunLayout } from './layout';
+import { truncateStepMetrics } from './metrics';
+
+/** Steps N of `step_N` / `step_N.<ext>` entries of `dir` (none when it does not exist). */
+function stepsIn(dir: string): number[] {
+  if (!fs.existsSync(dir)) return [];
+  return listSteps(fs.readdirSync(dir).map((n) => n.replace(/\.(json|safetensors)$/, '')));
+}
+
+function remove(dir: string, keep: (step: number) => boolean, file: (step: number) => string): void {
+  for (const s of stepsIn(dir)) if (!keep(s)) fs.rmSync(file(s), { recursive: true, force: true });
+}
+
+/**
+ * Rewinds the run in `runDir` to its checkpoint of `step` (see above); `sft` keeps the batches.
+ * A missing or corrupt checkpoint is a non-retryable config error naming ckpt.resume_step.
+ * Returns the weights folder of that step, if the run has one.
+ */
+export function rewindRun(runDir: string, step: number, kind: 'rl' | 'sft'): { weightsDir: string | null } {
+  const layout = new RunLayout(runDir);
+  const ckpt = layout.checkpointDir(step);
+  if (!fs.existsSync(ckpt)) {
+    const have = stepsIn(layout.checkpointsRoot);
+    throw ApplicationFailure.nonRetryable(
+      `ckpt.resume_step: run ${layout.dir} has no checkpoint of step ${step} (its checkpoints: ${have.length > 0 ? have.join(', ') : 'none'}); ` +
+        'pick one of those, or leave ckpt.resume_step unset to continue from where the run is',
+      'InvalidConfig',
+    );
+  }
+  try {
+    const meta = verifyCheckpoint(ckpt);
+    if (meta.steps !== step) throw new Error(`it records ${meta.steps} steps`);
+  } catch (e) {
+    throw ApplicationFailure.nonRetryable(`ckpt.resume_step: checkpoint ${ckpt} is unusable: ${(e as Error).message}`, 'InvalidConfig');
+  }
+  truncateStepMetrics(layout.metricsFile, step);
+  remove(layout.checkpointsRoot, (s) => s <= step, (s) => layout.checkpointDir(s));
+  remove(path.dirname(layout.trainSummaryFile(0)), (s) => s < step, (s) => layout.trainSummaryFile(s));
+  // Weights of version v are written by train step v - 1.
+  remove(layout.weightsRoot, (s) => s <= step, (s) => layout.weightsDir(s));
+  if (kind === 'rl') {
+    remove(path.dirname(layout.batchFile(0)), (s) => s < step, (s) => layout.batchFile(s));
+    remove(path.dirname(layout.rolloutsDir(0)), (s) => s < step, (s) => layout.rolloutsDir(s));
+  }
+  // Evals of discarded versions (results, and the parts they were summed from, keyed by version name).
+  remove(evalDir(runDir), (s) => s <= step, (s) => path.join(evalDir(runDir), `step_${s}.json`));
+  remove(path.join(evalDir(runDir), 'parts'), (s) => s <= step, (s) => path.join(evalDir(runDir), 'parts', `step_${s}`));
+  remove(path.dirname(layout.sftValidationFile(0)), (s) => s <= step, (s) => layout.sftValidationFile(s));
+  return { weightsDir: fs.existsSync(layout.weightsDir(step)) ? layout.weightsDir(step) : null };
+}

@@ -1,0 +1,65 @@
+/**
+ * CPU-bound work off the event loop: `runInThread` calls a function exported by a module in a
+ * worker thread, so the calling thread stays free to heartbeat (an activity whose event loop is
+ * blocked sends nothing and is declared dead after temporal.heartbeat_timeout_s).
+ *
+ * The function gets its input (structured-cloned) and a `progress` callback whose values arrive
+ * here through `onProgress`; its result (or thrown error's name and message) comes back the same
+ * way. Modules load fresh in each thread: keep what a thread function imports small.
+ */
+import * as path from 'node:path';
+import { Worker } from 'node:worker_threads';
+import { projectRoot } from './paths';
+
+/** The signature of a function `runInThread` can call. */
+export type ThreadFunction<I, O> = (input: I, progress: (value: unknown) => void) => O | Promise<O>;
+
+type ThreadMessage = { progress: unknown } | { result: unknown } | { error: { name: string; message: string; stack?: string } };
+
+const REGISTER_TS = path.join(projectRoot, 'lib', 'envs', 'register-ts.js');
+
+/** Runs inside the thread: loads the module (TypeScript under jest, through register-ts), calls the function, posts back. */
+const BOOTSTRAP = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { module: file, fn, input, registerTs } = workerData;
+if (registerTs) require(registerTs);
+Promise.resolve()
+  .then(() => require(file)[fn](input, (progress) => parentPort.postMessage({ progress })))
+  .then(
+    (result) => parentPort.postMessage({ result }),
+    (e) => parentPort.postMessage({ error: { name: (e && e.name) || 'Error', message: e && e.message !== undefined ? e.message : String(e), stack: e && e.stack } }),
+  );
+`;
+
+/**
+ * Calls `module`'s export `fn` with `input` in a new worker thread. Rejects with an Error of the
+ * thrown error's name and message, or when the thread dies without an answer.
+ */
+export function runInThread<O>(module: string, fn: string, input: unknown, onProgress?: (value: unknown) => void): Promise<O> {
+  return new Promise<O>((resolve, reject) => {
+    const worker = new Worker(BOOTSTRAP, {
+      eval: true,
+      workerData: { module, fn, input, registerTs: module.endsWith('.ts') ? REGISTER_TS : undefined },
+    });
+    let settled = false;
+    const settle = (f: () => void) => {
+      if (settled) return;
+      settled = true;
+      f();
+      void worker.terminate();
+    };
+    worker.on('message', (m: ThreadMessage) => {
+      if ('progress' in m) onProgress?.(m.progress);
+      else if ('result' in m) settle(() => resolve(m.result as O));
+      else
+        settle(() => {
+          const e = new Error(m.error.message);
+          e.name = m.error.name;
+          if (m.error.stack) e.stack = m.error.stack;
+          reject(e);
+        });
+    });
+    worker.on('error', (e) => settle(() => reject(e)));
+    worker.on('exit', (code) => settle(() => reject(new Error(`${path.basename(module)}: the thread running ${fn} exited (code ${code}) without a result`))));
+  });
+}

@@ -1,0 +1,42 @@
+/**
+ * A trainer checkpoint folder, `checkpoints/step_N/`: `trainer.ckpt` (model and optimizer state,
+ * written by the native engine) and `progress.json` (the trainer's counters and the sha256 of
+ * trainer.ckpt, so a torn or bit-rotted checkpoint is detected before it is loaded). No native code
+ * here: the cpu worker checks checkpoints too (`ckpt.resume_step`).
+ */
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+
+export const CKPT_FILE = 'trainer.ckpt';
+export const PROGRESS_FILE = 'progress.json';
+
+export interface CheckpointMeta {
+  /** Train steps applied. */
+  steps: number;
+  samples: number;
+  tokens: number;
+  /** sha256 of trainer.ckpt. */
+  sha256: string;
+}
+
+/** sha256 of a file, read in chunks (checkpoints can exceed what one Buffer holds). */
+export function fileSha256(file: string): string {
+  const hash = crypto.createHash('sha256');
+  const fd = fs.openSync(file, 'r');
+  try {
+    const chunk = Buffer.allocUnsafe(8 << 20);
+    for (let n; (n = fs.readSync(fd, chunk, 0, chunk.length, null)) > 0; ) hash.update(chunk.subarray(0, n));
+  } finally {
+    fs.closeSync(fd);
+  }
+  return hash.digest('hex');
+}
+
+/** What checkpoint `dir` records, once its checksum is checked; throws saying what is wrong with it. */
+export function verifyCheckpoint(dir: string): CheckpointMeta {
+  const meta = JSON.parse(fs.readFileSync(path.join(dir, PROGRESS_FILE), 'utf8')) as CheckpointMeta;
+  const actual = fileSha256(path.join(dir, CKPT_FILE));
+  if (actual !== meta.sha256) throw new Error(`checksum mismatch (${actual.slice(0, 12)} != ${String(meta.sha256).slice(0, 12)})`);
+  return meta;
+}
