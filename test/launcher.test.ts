@@ -1,17 +1,23 @@
 /**
- * The local launcher (`prime-rl sft|rl|eval`) sharing its Temporal dev server: a second command
+ * The local launcher (`prime-rl sft|rl|eval`). It shares its Temporal dev server: a second command
  * finds the first one's server listening and runs on it; the first, when it ends, must not take the
- * server from under the second.
+ * server from under the second. And its processes die with it: a SIGKILLed launcher leaves no
+ * inference server or worker behind, and the same command resumes the run even when a process of
+ * the killed launcher lingers.
  */
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
+import { RunLayout } from '../lib/run/layout';
 import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
-import { devServerPidFile, isListening } from '../lib/temporal/devserver';
+import { projectRoot } from '../lib/paths';
+import { isListening, runningDevServer } from '../lib/temporal/devserver';
 import { launchSft } from '../workers/launcher';
+import { childrenOf, CliProcesses, cmdline, isRunning, metricSteps, until } from './processes';
 
 jest.setTimeout(5 * 60_000);
 
@@ -20,7 +26,13 @@ const modelDir = path.join(root, 'model');
 const outputDir = path.join(root, 'outputs');
 
 beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
-afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
+const cli = new CliProcesses(path.join(root, 'cli'));
+afterAll(() => {
+  const server = runningDevServer(outputDir); // in its own process group
+  if (server) cli.track(server.pid);
+  cli.cleanup();
+  if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
+});
 
 test('a command that started the dev server leaves it running for another command still using it', async () => {
   const [port, uiPort] = [await freePort(), await freePort()];
@@ -47,7 +59,9 @@ test('a command that started the dev server leaves it running for another comman
       expect(second.processes.temporal.pid).toBeUndefined(); // it found the first one's server
       await first.stop();
       expect(await isListening('127.0.0.1', port)).toBe(true);
-      expect(fs.readFileSync(devServerPidFile(outputDir), 'utf8').trim()).toBe(String(serverPid));
+      // Recorded for `prime-rl temporal stop`, with no launcher looking after it any more.
+      expect(runningDevServer(outputDir)).toMatchObject({ pid: serverPid, port });
+      expect(runningDevServer(outputDir)?.owner).toBeUndefined();
       expect((await second.result).steps).toBe(6);
     } finally {
       await second.stop();
@@ -62,4 +76,82 @@ test('a command that started the dev server leaves it running for another comman
       }
     }
   }
+});
+
+test('SIGKILL of the launcher takes its processes with it, and the same command resumes past a lingering one', async () => {
+  const steps = 10;
+  const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
+  const args = [
+    'rl', '--run-name', 'orphans', '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '128', '--max-steps', String(steps),
+    '--env', '[{"id": "reverse-text"}]', '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4',
+    '--orchestrator.sampling.max-tokens', '12', '--orchestrator.env-workers', '1', '--trainer.threads', '1', '--inference.threads', '1',
+    '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--temporal.task-queue', 'orphans', '--temporal.heartbeat-timeout-s', '8',
+    '--inference.server.port', String(http), '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`,
+  ];
+  const metrics = RunLayout.of(outputDir, 'orphans').metricsFile;
+  /** The launcher's own children: inference server and workers (the Temporal dev server may outlive it, for other commands). */
+  const ownChildren = (pid: number) => childrenOf(pid).filter((c) => cmdline(c).includes('prime-rl.js'));
+
+  // 1. Killed mid-run: its inference server and workers exit by themselves.
+  const first = cli.start(args);
+  await until('step 0 of the first launch', () => metricSteps(metrics).length > 0);
+  const devServer = childrenOf(first.child.pid!).find((c) => cmdline(c).includes('start-dev'));
+  if (devServer !== undefined) cli.track(devServer);
+  const orphans = ownChildren(first.child.pid!);
+  expect(orphans.map((p) => cmdline(p).split(' ')[2]).sort()).toEqual(['inference', 'worker', 'worker']);
+  first.child.kill('SIGKILL');
+  await until(`the killed launcher's processes ${orphans.map((p) => `${p} (${cmdline(p)})`).join(', ')} to exit`, () => !orphans.some(isRunning), 60_000);
+
+  // 2. Killed again, now with its inference server frozen (SIGSTOP): it cannot notice, still holds
+  // its port, and must be found and stopped by the next launch of the same command.
+  const second = cli.start(args);
+  const done = metricSteps(metrics).length;
+  await until('a step trained by the second launch', () => metricSteps(metrics).length > done);
+  const [inference] = ownChildren(second.child.pid!).filter((p) => cmdline(p).includes(' inference '));
+  expect(inference).toBeDefined();
+  process.kill(inference, 'SIGSTOP');
+  second.child.kill('SIGKILL');
+  await second.exited;
+  // And a recorded pid that now belongs to another process (pids are recycled) is never signalled:
+  // the record says the trainer is this `sleep`, with the trainer's start time.
+  const stranger = spawn('sleep', ['600'], { stdio: 'ignore', detached: true });
+  cli.track(stranger.pid!);
+  const launcherFile = RunLayout.of(outputDir, 'orphans').launcherFile;
+  const record = JSON.parse(fs.readFileSync(launcherFile, 'utf8')) as { processes: Record<string, { pid: number; start: string }> };
+  record.processes.trainer.pid = stranger.pid!;
+  fs.writeFileSync(launcherFile, JSON.stringify(record));
+
+  const third = cli.start(args);
+  expect(await third.exited).toBe(0);
+  expect(third.output()).toContain(`run orphans completed: ${steps} steps`);
+  expect(third.output()).not.toContain('already in use');
+  expect(isRunning(inference)).toBe(false);
+  expect(isRunning(stranger.pid!)).toBe(true);
+  expect(fs.existsSync(launcherFile)).toBe(false);
+  expect(metricSteps(metrics)).toEqual(Array.from({ length: steps }, (_, i) => i));
+});
+
+test('the Temporal dev server of a killed launcher, left up for other commands, is stopped by `prime-rl temporal stop`', async () => {
+  const [port, uiPort] = [await freePort(), await freePort()];
+  const where = ['--output-dir', outputDir, '--temporal.port', String(port), '--temporal.ui-port', String(uiPort)];
+  const launcher = cli.start([
+    'sft', '--run-name', 'left', '--model.name', modelDir, '--seq-len', '128', '--threads', '1', '--max-steps', '1000', '--batch-size', '4',
+    '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '16', '--temporal.task-queue', 'left', ...where,
+  ]);
+  await until('the launcher to record its dev server', async () => runningDevServer(outputDir)?.owner?.pid === launcher.child.pid && (await isListening('127.0.0.1', port)));
+  const server = runningDevServer(outputDir)!;
+  cli.track(server.pid);
+  const stop = () => spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), 'temporal', 'stop', ...where], { encoding: 'utf8' });
+
+  // While its launcher runs, the server is the launcher's to stop (it would restart it).
+  const refused = stop();
+  expect(refused.stderr).toBe(`error: the Temporal dev server (pid ${server.pid}) belongs to the running launcher pid ${launcher.child.pid}, which would restart it; stop that command instead\n`);
+  expect(refused.status).toBe(1);
+
+  launcher.child.kill('SIGKILL');
+  await launcher.exited;
+  const stopped = stop();
+  expect(stopped.stdout).toBe(`Temporal dev server (pid ${server.pid}) stopped.\n`);
+  expect(stopped.status).toBe(0);
+  expect(await isListening('127.0.0.1', port)).toBe(false);
 });

@@ -1,8 +1,13 @@
 /**
  * Recovery, tested: a real run launched as `prime-rl rl` launches it (Temporal dev server,
- * inference server, cpu and trainer workers as processes), with each of them SIGKILLed at a
- * different point. The launcher restarts what it owns; the run must complete with every step
- * trained exactly once, no lost or duplicated metrics lines, and the final weights present.
+ * inference server, cpu and trainer workers as processes), under chaos: SIGKILLs of randomly chosen
+ * processes, the launcher itself included (followed by a re-run of the same command), each once the
+ * run has made progress since the previous one. The launcher restarts what it owns, a re-run stops
+ * what a killed launcher left and takes over its Temporal server; the run must complete with every
+ * step trained exactly once (counters equal to an uninterrupted run's), each metrics line once, and
+ * the final weights present.
+ *
+ * The kill schedule is drawn from a seed, printed with it: CHAOS_SEED=<seed> repeats a schedule.
  */
 import * as fs from 'node:fs';
 import * as net from 'node:net';
@@ -10,50 +15,59 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
+import { pick, Rng, shuffle, uniformInt } from '../lib/envs/random';
 import { createModel } from '../lib/model/create';
-import { readBatch } from '../lib/orchestrator/batch';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
-import { launchRun } from '../workers/launcher';
 import { freePort } from '../lib/net';
+import { readBatch } from '../lib/orchestrator/batch';
+import { asProcessId, isRunning, type ProcessId } from '../lib/proc';
+import { RunLayout } from '../lib/run/layout';
+import { isListening, runningDevServer } from '../lib/temporal/devserver';
+import { launchRun } from '../workers/launcher';
+import { CliProcesses, metricLines, metricSteps, sleep, until, type CliLaunch } from './processes';
 
-jest.setTimeout(15 * 60_000);
-
+jest.setTimeout(10 * 60_000);
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-recovery-'));
 const modelDir = path.join(root, 'model');
-const STEPS = 6;
+const outputDir = path.join(root, 'outputs');
+const STEPS = 40;
+const KILLS = 10;
+const cli = new CliProcesses(path.join(root, 'cli'));
+/** Kills every process the test started, the Temporal dev server included (it has its own process group). */
+function stopAll(): void {
+  const server = runningDevServer(outputDir);
+  if (server) cli.track(server.pid);
+  cli.cleanup();
+}
 
 beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
-afterAll(() => process.env.KEEP_TMP || fs.rmSync(root, { recursive: true, force: true }));
+afterAll(() => {
+  stopAll();
+  if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
+});
 
-async function runConfig(name: string): Promise<RLConfig> {
+/** `prime-rl rl` arguments of a tiny run on its own ports. */
+async function runArgs(name: string): Promise<string[]> {
   const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
-  return loadConfig({
-    schema: rlSchema,
-    argv: [
-      '--run-name', name, '--model.name', modelDir, '--output-dir', path.join(root, 'outputs'),
-      '--seq-len', '128', '--max-steps', String(STEPS), '--async-level', '1',
-      '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '2',
-      '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--temporal.heartbeat-timeout-s', '8',
-      '--temporal.task-queue', name,
-      '--inference.server.port', String(http), '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`,
-      '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '12',
-      '--orchestrator.env-workers', '1', '--trainer.optim.lr', '1e-3', '--trainer.threads', '1', '--inference.threads', '1',
-    ],
-    env: {},
-    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-  }).config;
+  return [
+    '--run-name', name, '--model.name', modelDir, '--output-dir', outputDir,
+    '--seq-len', '128', '--max-steps', String(STEPS), '--async-level', '1',
+    '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '2',
+    '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--temporal.heartbeat-timeout-s', '5',
+    '--temporal.task-queue', name,
+    '--inference.server.port', String(http), '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`,
+    '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '12',
+    '--orchestrator.env-workers', '1', '--trainer.optim.lr', '1e-3', '--trainer.threads', '1', '--inference.threads', '1',
+    // A random model scores 0 everywhere: keep those groups, so that every step trains samples.
+    '--orchestrator.filter.zero-variance', 'false',
+  ];
 }
 
-/** Resolves when the run's metrics file has a line for `step`. */
-async function stepRecorded(layout: RunLayout, step: number): Promise<void> {
-  while (!readStepMetrics(layout.metricsFile).some((l) => l.step === step)) await new Promise((r) => setTimeout(r, 200));
-}
+const configOf = (argv: string[]): RLConfig => loadConfig({ schema: rlSchema, argv, env: {}, shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } }).config;
 
-/** What every run must show: each step once, counters equal to the batches, final weights. */
+/** What every run must show: each metrics line once, counters equal to the batches, final weights. */
 function checkRun(layout: RunLayout) {
-  const lines = readStepMetrics(layout.metricsFile);
+  const lines = metricLines(layout.metricsFile);
   expect(lines.map((l) => l.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i));
   const batches = Array.from({ length: STEPS }, (_, s) => readBatch(layout.batchFile(s)).counts);
   const last = lines[STEPS - 1].progress as { steps: number; samples: number; tokens: number };
@@ -64,44 +78,110 @@ function checkRun(layout: RunLayout) {
   return last;
 }
 
-test('an uninterrupted run and one whose every process is SIGKILLed end with the same trainer counters', async () => {
-  const calm = await launchRun(await runConfig('calm'), { quiet: true });
+const KINDS = ['trainer', 'inference', 'cpu', 'temporal', 'launcher'] as const;
+type Kind = (typeof KINDS)[number];
+
+/** The processes the launcher records in `<run>/launcher.json` (the ones still running). */
+function recordedProcesses(layout: RunLayout): Record<string, ProcessId> {
+  try {
+    const raw = JSON.parse(fs.readFileSync(layout.launcherFile, 'utf8')) as { processes: Record<string, unknown> };
+    const running = Object.entries(raw.processes).map(([k, v]) => [k, asProcessId(v)] as const);
+    return Object.fromEntries(running.filter((e): e is [string, ProcessId] => e[1] !== undefined && isRunning(e[1])));
+  } catch {
+    return {}; // not written yet, or being replaced
+  }
+}
+
+/** The pid of the launcher recorded in `<run>/launcher.json`. */
+function recordedLauncher(layout: RunLayout): number | undefined {
+  try {
+    return asProcessId((JSON.parse(fs.readFileSync(layout.launcherFile, 'utf8')) as { launcher: unknown }).launcher)?.pid;
+  } catch {
+    return undefined;
+  }
+}
+
+test('chaos: random SIGKILLs of every process, the launcher included, end with the counters of an uninterrupted run', async () => {
+  const calm = await launchRun(configOf(await runArgs('calm')), { quiet: true });
   try {
     expect((await calm.result).steps).toBe(STEPS);
   } finally {
     await calm.stop();
   }
   const expected = checkRun(calm.layout);
+  expect(expected.tokens).toBeGreaterThan(0);
 
-  const config = await runConfig('killed');
-  const run = await launchRun(config, { quiet: true });
+  // Each kind of process at least once, the launcher twice, the rest at random, in random order,
+  // each after a random delay once the run has trained a step since the previous kill.
+  const seed = process.env.CHAOS_SEED !== undefined ? Number(process.env.CHAOS_SEED) : Math.floor(Math.random() * 2 ** 31);
+  const rng = new Rng(seed, 'chaos');
+  const schedule = shuffle(rng, [...KINDS, 'launcher', ...Array.from({ length: KILLS - KINDS.length - 1 }, () => pick(rng, KINDS))] as Kind[]);
+  // A step takes a fraction of a second here: the delay puts the kill anywhere in the next one.
+  const delays = schedule.map(() => uniformInt(rng, 0, 400));
+  const events = [`chaos seed ${seed} (CHAOS_SEED=${seed} repeats this schedule): ${schedule.map((k, i) => `${k} +${delays[i]}ms`).join(', ')}`];
+  console.log(events[0]);
+
+  const args = ['rl', ...(await runArgs('chaos'))];
+  const config = configOf(args.slice(1));
+  const layout = RunLayout.of(outputDir, 'chaos');
+  const steps = () => metricSteps(layout.metricsFile).length;
+  let launcher: CliLaunch = cli.start(args);
+  /** Waits for `ok()`; the current launcher must not exit meanwhile. */
+  const whileRunning = (what: string, ok: () => boolean) =>
+    until(`${what}\n${events.join('\n')}`, () => {
+      if (ok()) return true;
+      if (launcher.exit !== undefined) throw new Error(`the launcher exited (${launcher.exit}) during the chaos:\n${launcher.output()}\n${events.join('\n')}`);
+      return false;
+    });
+  const stepAfter = (done: number) => whileRunning(`a step after step ${done - 1}`, () => steps() > done);
   try {
+    await stepAfter(0);
     // The same run name in another output dir is another run: refused, never attached to this one.
-    await expect(launchRun({ ...config, output_dir: path.join(root, 'elsewhere') }, { quiet: true })).rejects.toThrow(
-      `workflow killed is running for run folder ${path.resolve(run.layout.dir)}, not ${path.join(root, 'elsewhere', 'killed')}: use another run_name`,
+    const elsewhere = { ...config, output_dir: path.join(root, 'elsewhere'), inference: { ...config.inference, server: { ...config.inference.server, port: await freePort() } } };
+    await expect(launchRun(elsewhere, { quiet: true })).rejects.toThrow(
+      `workflow chaos is running for run folder ${path.resolve(layout.dir)}, not ${path.join(root, 'elsewhere', 'chaos')}: use another run_name`,
     );
-    const kill = (name: keyof typeof run.processes) => {
-      const pid = run.processes[name].pid;
-      if (pid === undefined) throw new Error(`${name} has no pid`);
-      process.kill(pid, 'SIGKILL');
-    };
-    await stepRecorded(run.layout, 0);
-    kill('trainer');
-    await stepRecorded(run.layout, 1);
-    kill('inference');
-    await stepRecorded(run.layout, 2);
-    kill('cpu');
-    await stepRecorded(run.layout, 3);
-    kill('temporal');
-    // Every process the launcher owns comes back (the launcher notices each death and restarts it).
-    const names = ['trainer', 'inference', 'cpu', 'temporal'] as const;
-    while (names.some((p) => run.processes[p].restarts < 1)) await new Promise((r) => setTimeout(r, 100));
-    const result = await run.result;
-    expect(result.steps).toBe(STEPS);
+
+    for (const [i, kind] of schedule.entries()) {
+      await sleep(delays[i]);
+      const done = steps();
+      if (done >= STEPS) throw new Error(`the run ended after ${i} of ${KILLS} kills: raise STEPS\n${events.join('\n')}`);
+      let pid: number | undefined;
+      await until(`a running ${kind} to kill\n${events.join('\n')}`, () => {
+        pid = kind === 'launcher' ? launcher.child.pid : kind === 'temporal' ? runningDevServer(outputDir)?.pid : recordedProcesses(layout)[kind]?.pid;
+        return pid !== undefined;
+      });
+      const left = kind === 'launcher' ? Object.values(recordedProcesses(layout)) : [];
+      process.kill(pid!, 'SIGKILL');
+      events.push(`kill ${i + 1}/${KILLS} after step ${done - 1}: ${kind} (pid ${pid})`);
+      if (kind === 'launcher') {
+        // The same command again, at once: the killed launcher's processes may still be shutting
+        // down (even finishing a step). Once the re-run has recorded itself, it has stopped them.
+        await launcher.exited;
+        launcher = cli.start(args);
+        await whileRunning('the re-run to record itself', () => recordedLauncher(layout) === launcher.child.pid);
+        expect(left.filter(isRunning)).toEqual([]);
+        await stepAfter(steps());
+        expect(launcher.output()).not.toContain('already in use');
+      } else {
+        await stepAfter(done);
+      }
+    }
+    console.log(events.join('\n'));
+
+    expect(await launcher.exited).toBe(0);
+    expect(launcher.output()).toContain(`run chaos completed: ${STEPS} steps`);
+    // Nothing is left running: no record of processes, the Temporal server (taken over) stopped.
+    expect(fs.existsSync(layout.launcherFile)).toBe(false);
+    expect(runningDevServer(outputDir)).toBeUndefined();
+    expect(await isListening('127.0.0.1', config.temporal.port)).toBe(false);
   } finally {
-    await run.stop();
+    stopAll();
   }
-  expect(checkRun(run.layout)).toEqual(expected);
+  expect(checkRun(layout)).toEqual(expected);
+  // Runs are reproducible whatever the timing: the same final weights, bit for bit.
+  const weights = (l: RunLayout) => fs.readFileSync(path.join(l.weightsDir(STEPS), 'model.safetensors'));
+  expect(weights(layout).equals(weights(calm.layout))).toBe(true);
 });
 
 test('a port taken by another process is refused before anything starts, never shared', async () => {
@@ -109,7 +189,7 @@ test('a port taken by another process is refused before anything starts, never s
   await new Promise((r) => other.once('listening', r));
   const { port } = other.address() as net.AddressInfo;
   try {
-    const config = await runConfig('taken');
+    const config = configOf(await runArgs('taken'));
     await expect(launchRun({ ...config, inference: { ...config.inference, server: { ...config.inference.server, port } } }, { quiet: true })).rejects.toThrow(
       `inference.server.port: 127.0.0.1:${port} is already in use`,
     );

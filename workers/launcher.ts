@@ -5,7 +5,11 @@
  * an external API), logs in `<run>/logs/`, restarted whenever they die; then the workflow, started
  * under the run name or re-attached to if it is already running, with a live progress line until
  * it completes. Ctrl-C stops the local processes and leaves the workflow where it is: the same
- * command resumes it.
+ * command resumes it. A launcher killed outright (SIGKILL, OOM) takes its processes with it: each
+ * watches a pipe from it and stops when it closes. `<run>/launcher.json` records the launcher and
+ * its processes (pid + start time), so the same command, run again, stops any that linger and
+ * takes over the Temporal dev server the killed launcher started (which stays up: other commands
+ * may use it).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -18,7 +22,9 @@ import { writeReport } from '../lib/report';
 import { projectRoot } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
 import { stepLine } from '../lib/run/progress';
-import { devServerOptions, isListening, recordDevServerPid, spawnDevServer, startDevServer } from '../lib/temporal/devserver';
+import { asProcessId, isRunning, parentPipeOptions, processId, terminateProcess, type ProcessId } from '../lib/proc';
+import { devServerOptions, forgetDevServer, isListening, recordDevServer, runningDevServer, spawnDevServer, startDevServer } from '../lib/temporal/devserver';
+import { CommandError } from '../lib/cli/command';
 import type { EvalResult } from '../workflows/eval';
 import type { RLProgress, RLResult } from '../workflows/rl';
 import type { SftProgress, SftResult } from '../workflows/sft';
@@ -27,9 +33,14 @@ import { taskQueues } from './worker';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A child process kept alive: restarted (after a short pause) whenever it exits, until stopped. */
+/**
+ * A process kept alive: restarted (after a short pause) whenever it exits, until stopped. It is our
+ * child, or one that a killed launcher left running (adopted: no exit event reaches us, so it is
+ * polled). `onStart` sees each process it starts, to record it.
+ */
 class Supervised {
   private child?: ChildProcess;
+  private adopted?: { id: ProcessId; poll: NodeJS.Timeout };
   private stopped = false;
   restarts = 0;
 
@@ -37,33 +48,55 @@ class Supervised {
     readonly name: string,
     private readonly start: () => ChildProcess,
     private readonly log: (line: string) => void,
+    private readonly onStart: (id: ProcessId) => void = () => undefined,
+    adopt?: ProcessId,
   ) {
-    this.launch();
+    if (adopt) this.adopt(adopt);
+    else this.launch();
+  }
+
+  private exited(how: string): void {
+    if (this.stopped) return;
+    this.restarts++;
+    this.log(`${this.name} exited (${how}); restarting`);
+    setTimeout(() => !this.stopped && this.launch(), 1000);
   }
 
   private launch(): void {
     const child = this.start();
     this.child = child;
-    child.once('exit', (code, signal) => {
-      if (this.stopped) return;
-      this.restarts++;
-      this.log(`${this.name} exited (code ${code}, signal ${signal}); restarting`);
-      setTimeout(() => !this.stopped && this.launch(), 1000);
-    });
+    const id = processId(child.pid);
+    if (id) this.onStart(id);
+    child.once('exit', (code, signal) => this.exited(`code ${code}, signal ${signal}`));
+  }
+
+  private adopt(id: ProcessId): void {
+    const poll = setInterval(() => {
+      if (isRunning(id)) return;
+      clearInterval(poll);
+      this.adopted = undefined;
+      this.exited(`pid ${id.pid} gone`);
+    }, 500);
+    this.adopted = { id, poll };
   }
 
   get pid(): number | undefined {
-    return this.child?.pid;
+    return this.adopted?.id.pid ?? this.child?.pid;
   }
 
   /** Stops supervising and leaves the process running, no longer holding this process open. */
   release(): void {
     this.stopped = true;
+    clearInterval(this.adopted?.poll);
     this.child?.unref();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    if (this.adopted) {
+      clearInterval(this.adopted.poll);
+      return terminateProcess(this.adopted.id, 15_000);
+    }
     const child = this.child;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));
@@ -88,11 +121,14 @@ async function otherOpenWorkflows(address: string, namespace: string, own: strin
   }
 }
 
-/** A `prime-rl <args>` child process with output appended to `logFile`. */
+/**
+ * A `prime-rl <args>` child process with output appended to `logFile`. It dies with this process:
+ * it watches a pipe from us (see `watchParentPipe`), which the kernel closes however we die.
+ */
 function cliProcess(args: string[], logFile: string): () => ChildProcess {
   return () => {
     const fd = fs.openSync(logFile, 'a');
-    const child = spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], { stdio: ['ignore', fd, fd] });
+    const child = spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], parentPipeOptions(['ignore', fd, fd]));
     fs.closeSync(fd);
     return child;
   };
@@ -131,6 +167,32 @@ export interface LocalRun<R> {
   stop(): Promise<void>;
 }
 
+/**
+ * `<run>/launcher.json`, while a launcher runs the run: that launcher and the processes it started,
+ * so that the next launch of the run can tell a launcher still running from one that was killed, and
+ * find what the killed one left.
+ */
+interface LauncherRecord {
+  launcher: ProcessId;
+  processes: Partial<Record<Exclude<Pool, 'temporal'>, ProcessId>>;
+}
+
+function readLauncherRecord(layout: RunLayout): LauncherRecord | undefined {
+  try {
+    const raw = JSON.parse(fs.readFileSync(layout.launcherFile, 'utf8')) as { launcher?: unknown; processes?: Record<string, unknown> };
+    const launcher = asProcessId(raw.launcher);
+    if (launcher === undefined) return undefined;
+    const processes: LauncherRecord['processes'] = {};
+    for (const name of ['inference', 'cpu', 'trainer'] as const) {
+      const id = asProcessId(raw.processes?.[name]);
+      if (id) processes[name] = id;
+    }
+    return { launcher, processes };
+  } catch {
+    return undefined;
+  }
+}
+
 /** Starts everything a workflow needs locally and the workflow; `result` settles when it completes. */
 export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}): Promise<LocalRun<R>> {
   const layout = RunLayout.of(spec.outputDir, spec.runName);
@@ -140,6 +202,22 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     fs.appendFileSync(path.join(layout.logsDir, 'launcher.log'), `${new Date().toISOString()} ${line}\n`);
   };
 
+  // Another launcher of this run still running (another terminal, or this process) owns its processes.
+  const previous = readLauncherRecord(layout);
+  if (previous && isRunning(previous.launcher)) {
+    throw new CommandError(`run ${spec.runName} is already launched by process ${previous.launcher.pid} (${layout.launcherFile}); stop that one (Ctrl-C, or kill ${previous.launcher.pid}) before launching it again`);
+  }
+  // Processes of a killed launcher exit on their own (see cliProcess); one that has not yet (still
+  // draining, or stuck) is stopped here: it would hold its port, or poll our task queues.
+  await Promise.all(
+    Object.entries(previous?.processes ?? {})
+      .filter(([, id]) => isRunning(id))
+      .map(([name, id]) => {
+        say(`stopping ${name} (pid ${id.pid}), left running by the killed launcher ${previous!.launcher.pid} of this run`);
+        return terminateProcess(id, 10_000);
+      }),
+  );
+
   // The run's own inference server must get its port: were another process (another run's server)
   // answering there, rollouts would silently come from that server's model.
   const http = spec.inference?.server;
@@ -147,47 +225,78 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     throw new Error(`inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (for rl, point --orchestrator.base-urls at it too)`);
   }
 
-  // Temporal: the configured server, a running local one, or one we start and keep alive (in its
-  // own process group: whether it outlives this run is for `stop` to decide, not a Ctrl-C).
+  const self = processId(process.pid)!;
+  const record: LauncherRecord = { launcher: self, processes: {} };
+  const saveRecord = () => writeJson(layout.launcherFile, record);
+  saveRecord();
+
   let temporal: Supervised | undefined;
   const address = spec.temporal.address ?? `${spec.temporal.ip}:${spec.temporal.port}`;
-  if (!spec.temporal.address && !(await isListening(spec.temporal.ip, spec.temporal.port))) {
-    const serverOpts = { ...devServerOptions(spec.temporal, spec.outputDir), detached: true };
-    let first: ChildProcess | undefined = (await startDevServer(serverOpts)).child;
-    // Restarts reuse the same SQLite file: workflows and their history survive.
-    temporal = new Supervised('temporal', () => first ?? spawnDevServer(serverOpts), say);
-    first = undefined;
-    say(`Temporal dev server on ${address} (UI http://${serverOpts.ip}:${serverOpts.uiPort})`);
-  }
+  const serverOpts = { ...devServerOptions(spec.temporal, spec.outputDir), detached: true };
+  const recordServer = (pid: number | undefined) => pid !== undefined && recordDevServer(spec.outputDir, { pid, port: serverOpts.port, owner: self });
 
   const children: Partial<Record<Pool, Supervised>> = {};
   /** The run's local processes: inference server (if any) and worker pools, each supervised. */
   const spawnChildren = () => {
     const configs = path.join(layout.dir, 'configs');
     const workerBase: Omit<WorkerConfig, 'pool'> = { output_dir: spec.outputDir, ...spec.worker, temporal: { ...spec.temporal, address } };
+    const recorded = (pool: keyof LauncherRecord['processes']) => (id: ProcessId) => {
+      record.processes[pool] = id;
+      saveRecord();
+    };
     if (spec.inference) {
-      children.inference = new Supervised('inference', cliProcess(['inference', '@', writeJson(path.join(configs, 'inference.json'), spec.inference)], path.join(layout.logsDir, 'inference.log')), say);
+      children.inference = new Supervised('inference', cliProcess(['inference', '@', writeJson(path.join(configs, 'inference.json'), spec.inference)], path.join(layout.logsDir, 'inference.log')), say, recorded('inference'));
     }
     const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
     for (const pool of spec.pools) {
       const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
-      children[pool] = new Supervised(`${pool} worker`, cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])), say);
+      children[pool] = new Supervised(`${pool} worker`, cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])), say, recorded(pool));
     }
   };
 
   const stop = async () => {
     await Promise.all(Object.values(children).map((c) => c.stop()));
-    if (!temporal) return;
-    // Another command may have found our server listening and be running a workflow on it.
-    const others = await otherOpenWorkflows(address, spec.temporal.namespace, spec.runName).catch(() => []);
-    if (others.length === 0 || temporal.pid === undefined) return temporal.stop();
-    temporal.release();
-    recordDevServerPid(spec.outputDir, temporal.pid);
-    say(`Temporal dev server left running (pid ${temporal.pid}) for open workflows ${others.join(', ')}; 'prime-rl temporal stop --output-dir ${spec.outputDir}' stops it`);
+    if (temporal) {
+      // Another command may have found our server listening and be running a workflow on it.
+      const others = await otherOpenWorkflows(address, spec.temporal.namespace, spec.runName).catch(() => []);
+      const pid = temporal.pid;
+      if (others.length === 0 || pid === undefined) {
+        await temporal.stop();
+        if (pid !== undefined) forgetDevServer(spec.outputDir, pid);
+      } else {
+        temporal.release();
+        recordDevServer(spec.outputDir, { pid, port: serverOpts.port });
+        say(`Temporal dev server left running (pid ${pid}) for open workflows ${others.join(', ')}; 'prime-rl temporal stop --output-dir ${spec.outputDir}' stops it`);
+      }
+    }
+    fs.rmSync(layout.launcherFile, { force: true });
   };
 
   let opened: Connection | undefined;
   try {
+    // Temporal: the configured server, a running local one, or one we start and keep alive (in its
+    // own process group: whether it outlives this run is for `stop` to decide, not a Ctrl-C; if this
+    // launcher is killed, it stays up, and the next launch takes it over). Restarts reuse the same
+    // SQLite file: workflows and their history survive.
+    if (!spec.temporal.address) {
+      const left = runningDevServer(spec.outputDir);
+      if (left && left.port === serverOpts.port && left.owner && !isRunning(left.owner)) {
+        recordServer(left.pid);
+        temporal = new Supervised('temporal', () => spawnDevServer(serverOpts), say, (id) => recordServer(id.pid), left);
+        say(`took over the Temporal dev server on ${address} (pid ${left.pid}) of the killed launcher ${left.owner.pid}`);
+        const deadline = Date.now() + 60_000;
+        while (!(await isListening(serverOpts.ip, serverOpts.port))) {
+          if (Date.now() > deadline) throw new Error(`Temporal dev server did not open ${address} within 60 s; see ${serverOpts.logFile}`);
+          await sleep(200);
+        }
+      } else if (!(await isListening(spec.temporal.ip, spec.temporal.port))) {
+        let first: ChildProcess | undefined = (await startDevServer(serverOpts, (child) => recordServer(child.pid))).child;
+        temporal = new Supervised('temporal', () => first ?? spawnDevServer(serverOpts), say, (id) => recordServer(id.pid));
+        first = undefined;
+        say(`Temporal dev server on ${address} (UI http://${serverOpts.ip}:${serverOpts.uiPort})`);
+      }
+    }
+
     const connection = (opened = await Connection.connect({ address }));
     const client = new Client({ connection, namespace: spec.temporal.namespace });
     const workflowId = spec.runName;

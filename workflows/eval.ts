@@ -24,11 +24,13 @@ async function evaluation(input: EvalInput): Promise<EvalResult> {
   const queue = `${temporal.task_queue}.cpu`;
   const cpu = proxyActivities<CpuActivities>({ taskQueue: queue, startToCloseTimeout: '6 hours', heartbeatTimeout: `${temporal.heartbeat_timeout_s} seconds`, retry });
   const cpuQuick = proxyActivities<CpuActivities>({ taskQueue: queue, startToCloseTimeout: '2 minutes', retry });
+  // A write of milliseconds, no heartbeat: retried after the heartbeat timeout if its worker died.
+  const cpuWrite = proxyActivities<CpuActivities>({ taskQueue: queue, startToCloseTimeout: `${temporal.heartbeat_timeout_s} seconds`, retry });
   const plan = 'config' in input ? await cpuQuick.prepareEval(input.config) : input.plan;
   const results: EvalResults[] = [];
   for (const version of plan.versions) {
     const metrics = await Promise.all(plan.envs.map((_, env) => cpu.evaluate({ plan, version, env })));
-    results.push(await cpuQuick.writeEvalVersion({ plan, version, metrics }));
+    results.push(await cpuWrite.writeEvalVersion({ plan, version, metrics }));
   }
   return { runDir: plan.runDir, results };
 }

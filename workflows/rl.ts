@@ -77,6 +77,9 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
     retry,
   });
   const cpuQuick = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 minutes', retry });
+  // Writes that take milliseconds and send no heartbeat: one whose worker died is retried after the
+  // heartbeat timeout, like the others, not after minutes of a stalled run.
+  const cpuWrite = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: heartbeatTimeout, retry });
   const trainer = proxyActivities<TrainerActivities>({
     taskQueue: `${queue}.trainer`,
     startToCloseTimeout: '6 hours',
@@ -170,7 +173,7 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
       if (state.trained % config.ckpt.interval === 0 || state.trained === maxSteps) {
         await trainer.saveCheckpoint({ runDir, step: state.trained });
       }
-      await cpuQuick.recordStep({ runDir, step, policyVersion, rollouts, batch, train, times });
+      await cpuWrite.recordStep({ runDir, step, policyVersion, rollouts, batch, train, times });
     });
     training.catch((e) => (failure ??= e));
 

@@ -66,6 +66,8 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
   const heartbeatTimeout = `${config.temporal.heartbeat_timeout_s} seconds` as const;
   const cpu = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 hours', heartbeatTimeout, retry });
   const cpuQuick = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 minutes', retry });
+  // A write of milliseconds, no heartbeat: retried after the heartbeat timeout if its worker died.
+  const cpuWrite = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: heartbeatTimeout, retry });
   const trainer = proxyActivities<TrainerActivities>({ taskQueue: `${queue}.trainer`, startToCloseTimeout: '6 hours', heartbeatTimeout, retry });
 
   let state: SftState;
@@ -105,7 +107,7 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
     }
     const last = done === steps || state.reachedTarget;
     if (done % config.ckpt.interval === 0 || last) await trainer.saveCheckpoint({ runDir, step: done });
-    await cpuQuick.recordSftStep({ runDir, step, train, valLoss, time });
+    await cpuWrite.recordSftStep({ runDir, step, train, valLoss, time });
     state.trained = done;
     state.lastTrain = train;
     state.weightsDir = train.weightsDir ?? (state.reachedTarget ? (await trainer.writeWeights({ runDir, step: done })).path : state.weightsDir);

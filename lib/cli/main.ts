@@ -9,6 +9,7 @@ import { ConfigError, didYouMean } from '../config/errors';
 import { optionsHelp, SOURCES_HELP } from '../config/help';
 import { loadConfig } from '../config/loader';
 import * as schemas from '../config/schemas';
+import { watchParentPipe } from '../proc';
 import { command, CommandError, type Command } from './command';
 import { runsCommands } from './runs';
 import { temporalCommands } from './temporal';
@@ -168,9 +169,11 @@ function failureChain(e: Error): { message: string; badInput: boolean } {
 
 /**
  * Process entry (bin/prime-rl.js). Exits when the command is done: a client still retrying a
- * Temporal server the command just stopped must not keep the process alive.
+ * Temporal server the command just stopped must not keep the process alive. Started by the
+ * launcher, it also stops when the launcher dies.
  */
 export function main(argv: string[]): void {
+  watchParentPipe();
   runCli(argv).then(
     (code) => process.exit(code),
     (e) => {

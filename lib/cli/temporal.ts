@@ -1,25 +1,17 @@
 /**
  * `prime-rl temporal start|stop|status`: the local Temporal dev server (SQLite under
  * `<output_dir>/temporal/`, gRPC and UI on 127.0.0.1). `start` runs in the foreground until Ctrl-C;
- * `start --detach` leaves it running and records its pid for `stop`.
+ * `start --detach` leaves it running and records its pid for `stop` (as the launcher records the
+ * server it starts: `stop` also ends one that a killed launcher left behind).
  */
-import * as fs from 'node:fs';
 import { z } from 'zod';
 import { temporalCommandSchema, type TemporalCommandConfig } from '../config/schemas';
-import { devServerOptions, devServerPidFile, isListening, recordDevServerPid, startDevServer } from '../temporal/devserver';
+import { isRunning, terminateProcess } from '../proc';
+import { devServerOptions, forgetDevServer, isListening, recordDevServer, runningDevServer, startDevServer } from '../temporal/devserver';
 import { command, CommandError, type Command } from './command';
 
-const pidFile = (c: TemporalCommandConfig) => devServerPidFile(c.output_dir);
-
-function readPid(c: TemporalCommandConfig): number | undefined {
-  try {
-    const pid = Number(fs.readFileSync(pidFile(c), 'utf8').trim());
-    process.kill(pid, 0);
-    return pid;
-  } catch {
-    return undefined;
-  }
-}
+/** The pid of the dev server recorded for this output dir, if that process still runs. */
+const readPid = (c: TemporalCommandConfig): number | undefined => runningDevServer(c.output_dir)?.pid;
 
 async function start(c: TemporalCommandConfig & { detach: boolean }): Promise<void> {
   const { ip, port } = c.temporal;
@@ -34,7 +26,7 @@ async function start(c: TemporalCommandConfig & { detach: boolean }): Promise<vo
       `  UI:       ${endpoint.uiUrl}\n  database: ${opts.dbFile}\n  log:      ${opts.logFile}\n`,
   );
   if (c.detach) {
-    recordDevServerPid(c.output_dir, child.pid!);
+    recordDevServer(c.output_dir, { pid: child.pid!, port: c.temporal.port });
     process.stdout.write(`Detached (pid ${child.pid}); stop it with 'prime-rl temporal stop'.\n`);
     return;
   }
@@ -49,8 +41,8 @@ async function start(c: TemporalCommandConfig & { detach: boolean }): Promise<vo
 }
 
 async function stop(c: TemporalCommandConfig): Promise<void> {
-  const pid = readPid(c);
-  if (pid === undefined) {
+  const server = runningDevServer(c.output_dir);
+  if (server === undefined) {
     const listening = await isListening(c.temporal.ip, c.temporal.port);
     throw new CommandError(
       listening
@@ -58,12 +50,12 @@ async function stop(c: TemporalCommandConfig): Promise<void> {
         : 'no detached Temporal dev server is running',
     );
   }
-  process.kill(pid, 'SIGTERM');
-  const deadline = Date.now() + 15_000;
-  while (readPid(c) !== undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  if (readPid(c) !== undefined) process.kill(pid, 'SIGKILL');
-  fs.rmSync(pidFile(c), { force: true });
-  process.stdout.write(`Temporal dev server (pid ${pid}) stopped.\n`);
+  if (server.owner && isRunning(server.owner)) {
+    throw new CommandError(`the Temporal dev server (pid ${server.pid}) belongs to the running launcher pid ${server.owner.pid}, which would restart it; stop that command instead`);
+  }
+  await terminateProcess(server, 15_000);
+  forgetDevServer(c.output_dir, server.pid);
+  process.stdout.write(`Temporal dev server (pid ${server.pid}) stopped.\n`);
 }
 
 async function status(c: TemporalCommandConfig): Promise<void> {

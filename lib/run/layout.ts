@@ -14,6 +14,7 @@
  *   train/step_N.json          summary of train step N (written last: the step's done-marker)
  *   metrics.jsonl              one line per finished step
  *   logs/                      worker and server logs (local launcher)
+ *   launcher.json              the local launcher and its processes (pid + start time), while it runs
  */
 import * as path from 'node:path';
 
@@ -70,6 +71,9 @@ export class RunLayout {
   }
   get logsDir(): string {
     return path.join(this.dir, 'logs');
+  }
+  get launcherFile(): string {
+    return path.join(this.dir, 'launcher.json');
   }
 }
 

@@ -11,6 +11,7 @@ import * as path from 'node:path';
 import { writeFileAtomic } from '../atomic';
 import type { TemporalConfig } from '../config/schemas';
 import { temporalCliPath } from '../paths';
+import { asProcessId, isRunning, processId, type ProcessId } from '../proc';
 
 export interface TemporalEndpoint {
   /** host:port for @temporalio/client and @temporalio/worker connections. */
@@ -38,14 +39,48 @@ export interface DevServerOptions {
   detached?: boolean;
 }
 
-/** Where the pid of a dev server left running is recorded, for `prime-rl temporal stop`. */
+/** Where the dev server started for an output dir is recorded, for `prime-rl temporal stop` and re-runs. */
 export function devServerPidFile(outputDir: string): string {
   return path.resolve(outputDir, 'temporal', 'server.pid');
 }
 
-/** Records a dev server left running (detached), so that `prime-rl temporal stop` finds it. */
-export function recordDevServerPid(outputDir: string, pid: number): void {
-  writeFileAtomic(devServerPidFile(outputDir), `${pid}\n`);
+/** A dev server that runs on its own (detached): who it is, where it listens, who looks after it. */
+export interface DevServerRecord extends ProcessId {
+  port: number;
+  /**
+   * The launcher that started it and restarts it if it dies; none once it is left running for
+   * others (`temporal start --detach`, or a launcher that ended while other workflows used it).
+   */
+  owner?: ProcessId;
+}
+
+/** Records a detached dev server (`pid` must be running), so that `temporal stop` and later launchers find it. */
+export function recordDevServer(outputDir: string, server: { pid: number; port: number; owner?: ProcessId }): void {
+  const id = processId(server.pid);
+  if (id === undefined) return;
+  writeFileAtomic(devServerPidFile(outputDir), `${JSON.stringify({ ...id, port: server.port, ...(server.owner && { owner: server.owner }) })}\n`);
+}
+
+/** The recorded dev server of an output dir if that very process still runs (a recycled pid is not it). */
+export function runningDevServer(outputDir: string): DevServerRecord | undefined {
+  let record: Partial<DevServerRecord>;
+  try {
+    record = JSON.parse(fs.readFileSync(devServerPidFile(outputDir), 'utf8')) as Partial<DevServerRecord>;
+  } catch {
+    return undefined;
+  }
+  const id = asProcessId(record);
+  if (id === undefined || !isRunning(id) || !Number.isInteger(record.port)) return undefined;
+  return { ...id, port: record.port!, ...(asProcessId(record.owner) && { owner: asProcessId(record.owner) }) };
+}
+
+/** Forgets the recorded dev server, if it is `pid` (stopped by whoever recorded it). */
+export function forgetDevServer(outputDir: string, pid: number): void {
+  try {
+    if ((JSON.parse(fs.readFileSync(devServerPidFile(outputDir), 'utf8')) as { pid?: unknown }).pid === pid) fs.rmSync(devServerPidFile(outputDir), { force: true });
+  } catch {
+    // no record, or not one of ours
+  }
 }
 
 /** True if something accepts TCP connections on host:port. */
@@ -108,8 +143,11 @@ function logTail(file: string, lines = 15): string {
   }
 }
 
-/** Starts `temporal server start-dev` and resolves once its gRPC port and UI accept connections. */
-export async function startDevServer(opts: DevServerOptions): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
+/**
+ * Starts `temporal server start-dev` and resolves once its gRPC port and UI accept connections.
+ * `onSpawn` sees the process at once, before it is ready (to record its pid before anything else).
+ */
+export async function startDevServer(opts: DevServerOptions, onSpawn?: (child: ChildProcess) => void): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
   if (!fs.existsSync(temporalCliPath)) {
     throw new Error(`Temporal CLI not found at ${temporalCliPath}: run 'bash scripts/setup.sh' first`);
   }
@@ -117,6 +155,7 @@ export async function startDevServer(opts: DevServerOptions): Promise<{ child: C
     throw new Error(`port ${opts.ip}:${opts.port} is already in use`);
   }
   const child = spawnDevServer(opts);
+  onSpawn?.(child);
   const failed = new Promise<never>((_, reject) => {
     child.once('exit', (code, signal) =>
       reject(new Error(`Temporal dev server exited during start-up (code ${code}, signal ${signal}); ${opts.logFile} ends with:\n${logTail(opts.logFile)}`)),
