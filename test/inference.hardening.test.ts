@@ -123,7 +123,8 @@ describe('a server with max_running 2, max_queued 4', () => {
   let server: Proc;
   let base: string;
   beforeAll(async () => {
-    server = serverProcess({ model: { name: baseDir }, seq_len: 2048, output_dir: outDir, threads: 1, max_running: 2, max_queued: 4, server: { port: 0 } });
+    // bfloat16: decode attention then runs through SDPA, which reads (masked) stale cache entries.
+    server = serverProcess({ model: { name: baseDir, dtype: 'bfloat16' }, seq_len: 2048, output_dir: outDir, threads: 1, max_running: 2, max_queued: 4, server: { port: 0 } });
     base = await server.url;
   });
   afterAll(async () => {
@@ -137,7 +138,8 @@ describe('a server with max_running 2, max_queued 4', () => {
     for (const [dir, version] of [['nan', 1], ['inf', 2]] as const) {
       expect((await post(`${base}/update_weights`, { weight_dir: path.join(outDir, dir), version })).status).toBe(200);
       for (const sampling of [{ temperature: 0 }, {}, { top_p: 0.9 }, { top_k: 5 }, { min_p: 0.1 }]) {
-        const r = await post(`${base}/v1/generate`, { ...prompt, ...sampling, n: 2 });
+        // Long prompts in both slots: NaN keys and values far into the cache.
+        const r = await post(`${base}/v1/generate`, { prompt_token_ids: Array.from({ length: 60 }, (_, i) => 1 + i), max_tokens: 4, ...sampling, n: 2 });
         const body = (await r.json()) as any;
         expect([r.status, body.error.code]).toEqual([500, 'non_finite_logits']);
         expect(body.error.message).toMatch(/non-finite logits/);
@@ -155,6 +157,10 @@ describe('a server with max_running 2, max_queued 4', () => {
     expect((await post(`${base}/reload_weights`, {})).status).toBe(200);
     const after = (await (await post(`${base}/v1/generate`, { ...prompt, temperature: 0 })).json()) as any;
     expect(after.choices).toEqual(before.choices);
+    // A short and a long sequence together: the short one's slot is masked beyond its length, not
+    // free of what the poisoned sequences left there.
+    const both = await Promise.all([prompt.prompt_token_ids, Array.from({ length: 40 }, (_, i) => 1 + i)].map((ids) => post(`${base}/v1/generate`, { prompt_token_ids: ids, max_tokens: 8, seed: 1 })));
+    expect(both.map((r) => r.status)).toEqual([200, 200]);
   });
 
   test('/reload_weights reads the base weights from disk (no copy kept in memory)', async () => {

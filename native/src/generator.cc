@@ -47,12 +47,16 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
     const size_t slot = seqs_.size();
     const int64_t P = int64_t(r.prompt.size());
     AddedSequence added{nextId_, {}};
+    bool poisoned = false;
     if (P > 1) {
       // Prefill all but the last prompt token into this slot's cache.
       at::Tensor ids = at::tensor(std::vector<int64_t>(r.prompt.begin(), r.prompt.end() - 1), longOpts).to(model->device);
       at::Tensor pos = at::arange(P - 1, longOpts.device(model->device));
       std::vector<LayerKV> kv;
       at::Tensor hidden = model->forwardPacked(ids, pos, {0}, &kv);
+      // Non-finite keys or values make the hidden states non-finite: remember, so the slot is
+      // cleared when the sequence leaves, even if it is removed before its first step.
+      poisoned = !at::isfinite(hidden).all().item<bool>();
       for (size_t l = 0; l < kv.size(); l++) {
         cache_.k[l][slot].narrow(1, 0, P - 1).copy_(kv[l].first.transpose(0, 1));
         cache_.v[l][slot].narrow(1, 0, P - 1).copy_(kv[l].second.transpose(0, 1));
@@ -67,7 +71,7 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
     } else if (r.promptLogprobs) {
       added.promptLogprobs.assign(1, std::numeric_limits<float>::quiet_NaN());
     }
-    Sequence s{nextId_++, P - 1, r.prompt.back(), 0, r, std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}())};
+    Sequence s{nextId_++, P - 1, r.prompt.back(), 0, r, std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}()), poisoned};
     seqs_.push_back(std::move(s));
     out.push_back(std::move(added));
   }

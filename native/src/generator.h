@@ -69,7 +69,7 @@ class Generator {
     int64_t generated = 0;
     SequenceRequest req;
     std::mt19937_64 rng;
-    bool failed = false;  // ended with non-finite logits: its cache entries may hold NaN
+    bool failed = false;  // non-finite prefill or logits: its cache entries may hold NaN / Inf
   };
   void release(size_t slot);  // moves the last slot into `slot` so slots stay compact
   void publishStats();
