@@ -1,6 +1,26 @@
 /** Reading JSON files with errors that name the file. */
 import * as fs from 'node:fs';
 
+/**
+ * What is wrong with text JSON.parse refused, without quoting it: V8 messages quote the start of
+ * the text ("Unexpected token 'r', "root:x:0:0"... is not valid JSON"), and the text may be a file
+ * a link pointed at, which an error must never reveal. Positions become line and column.
+ */
+export function jsonSyntaxError(e: unknown, text: string): string {
+  const message = (e as Error).message ?? '';
+  const at = /at position (\d+)/.exec(message);
+  let where = '';
+  if (at) {
+    const before = text.slice(0, Number(at[1])).split('\n');
+    where = ` at line ${before.length}, column ${before[before.length - 1].length + 1}`;
+  }
+  if (/^Unexpected end/.test(message)) return `unexpected end of input${where}`;
+  if (/^Unexpected token/.test(message)) return `unexpected character${where}`;
+  // Other V8 messages name the grammar, not the text ("Expected ',' or '}' after property value").
+  const grammar = message.replace(/ in JSON at position \d+| at position \d+/, '');
+  return grammar.includes('"') ? `syntax error${where}` : `${grammar}${where}`;
+}
+
 /** A JSON file whose top level is an object. */
 export function readJsonFile(file: string): Record<string, unknown> {
   let text: string;
@@ -13,7 +33,7 @@ export function readJsonFile(file: string): Record<string, unknown> {
   try {
     parsed = JSON.parse(text);
   } catch (e) {
-    throw new Error(`${file}: not valid JSON (${(e as Error).message})`);
+    throw new Error(`${file}: not valid JSON (${jsonSyntaxError(e, text)})`);
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error(`${file}: not a JSON object`);
   return parsed as Record<string, unknown>;

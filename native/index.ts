@@ -102,8 +102,13 @@ export interface StepToken {
    */
   logprob: number;
   finished: boolean;
-  /** 'stop' (a stop token was sampled; it is included) or 'length' (maxTokens or cache full). */
-  finishReason?: 'stop' | 'length';
+  /**
+   * 'stop' (a stop token was sampled; it is included), 'length' (maxTokens or cache full), or
+   * 'error' (no token: the logits were not finite, see `error`; the sequence is gone).
+   */
+  finishReason?: 'stop' | 'length' | 'error';
+  /** Why the sequence failed, with finishReason 'error' (token is then -1). */
+  error?: string;
   /** When the request asked for topLogprobs: from the same distribution as `logprob`. */
   topLogprobs?: TopLogprobs;
 }

@@ -2,6 +2,7 @@
 /* eslint-disable @typescript-eslint/no-explicit-any -- JSON bodies of raw HTTP responses */
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import OpenAI from 'openai';
@@ -28,7 +29,8 @@ beforeAll(async () => {
     seq_len: 256,
     output_dir: path.join(root, 'out'),
     threads: 2,
-    server: { port: 0 },
+    // Short header timeout: the slow-client test waits for it.
+    server: { port: 0, headers_timeout_s: 1, request_timeout_s: 30 },
     max_running: 16,
   });
   server = await startInferenceServer(config);
@@ -197,6 +199,74 @@ describe('weights', () => {
   });
 });
 
+describe('weight updates: paths and versions', () => {
+  test('a config.json linked to a file outside the roots is refused, and no error quotes a file', async () => {
+    const secret = path.join(root, 'secret.txt');
+    fs.writeFileSync(secret, 'TOPSECRET-0123456789 do not show me\n');
+    // A folder inside the roots whose config.json is a link to the secret.
+    const linked = path.join(root, 'out', 'linked');
+    fs.mkdirSync(linked, { recursive: true });
+    fs.copyFileSync(path.join(otherDir, 'model.safetensors'), path.join(linked, 'model.safetensors'));
+    fs.symlinkSync(secret, path.join(linked, 'config.json'));
+    const r = await post('/update_weights', { weight_dir: linked });
+    const text = await r.text();
+    expect(r.status).toBe(403);
+    expect(JSON.parse(text).error.param).toBe('weight_dir');
+    expect(text).not.toContain('TOPSECRET');
+    // A config.json inside the roots that is not JSON: the error says where, never what.
+    const broken = path.join(root, 'out', 'broken');
+    fs.mkdirSync(broken, { recursive: true });
+    fs.writeFileSync(path.join(broken, 'config.json'), 'TOPSECRET-0123456789 do not show me\n');
+    const b = await post('/update_weights', { weight_dir: broken });
+    const bText = await b.text();
+    expect(b.status).toBe(400);
+    expect(bText).toContain('not valid JSON');
+    expect(bText).not.toContain('TOPSECRET');
+  });
+
+  test('a version label names one set of weights; 0 is the base model', async () => {
+    const third = path.join(root, 'out', 'step_b');
+    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 2, out: third });
+    const zero = await post('/update_weights', { weight_dir: otherDir, version: 0 });
+    expect(zero.status).toBe(400);
+    expect(((await zero.json()) as any).error.param).toBe('version');
+    expect((await post('/update_weights', { weight_dir: otherDir, version: 3 })).status).toBe(200);
+    // The same weights under another label, another folder under the same label: refused.
+    for (const body of [{ weight_dir: otherDir, version: 2 }, { weight_dir: third, version: 3 }]) {
+      const r = await post('/update_weights', body);
+      expect(r.status).toBe(409);
+      expect(((await r.json()) as any).error.param).toBe('version');
+    }
+    // A lower label for other weights is fine (rl samples with step n - 1 after evaluating step n),
+    // and so is a retried update.
+    expect((await post('/update_weights', { weight_dir: third, version: 2 })).status).toBe(200);
+    expect((await post('/update_weights', { weight_dir: otherDir, version: 3 })).status).toBe(200);
+    // A reload starts a new lineage.
+    expect((await post('/reload_weights', {})).status).toBe(200);
+    expect((await post('/update_weights', { weight_dir: third, version: 3 })).status).toBe(200);
+    expect((await post('/reload_weights', {})).status).toBe(200);
+  });
+});
+
+describe('clients', () => {
+  test('a client that never finishes its headers is disconnected', async () => {
+    const { hostname, port } = new URL(server.url);
+    const socket = net.connect(Number(port), hostname);
+    try {
+      await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+      let answer = '';
+      socket.on('data', (d) => (answer += d));
+      const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+      // Half a request, then nothing (a slowloris): headers_timeout_s is 1 in this server.
+      socket.write('POST /v1/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n');
+      await closed;
+      expect(answer).toMatch(/^HTTP\/1\.1 408/);
+    } finally {
+      socket.destroy();
+    }
+  }, 20_000);
+});
+
 describe('disconnects and metrics', () => {
   test('a client that goes away cancels its sequence', async () => {
     const ctrl = new AbortController();
@@ -310,6 +380,12 @@ describe('as a process', () => {
     const denied = await fetch(`${base}/v1/models`);
     expect(denied.status).toBe(401);
     expect(((await denied.json()) as any).error.type).toBe('authentication_error');
+    for (const authorization of ['Bearer sekriT', 'Bearer sekrit2', 'Bearer ', 'sekrit']) {
+      expect((await fetch(`${base}/v1/models`, { headers: { authorization } })).status).toBe(401);
+    }
+    // The key is checked before the body is read: a malformed body without the key is a 401, not a 400.
+    const early = await fetch(`${base}/v1/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"prompt_token_ids": [' });
+    expect(early.status).toBe(401);
     const ok = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sekrit' });
     expect((await ok.models.list()).data).toHaveLength(1);
     child.kill('SIGTERM');

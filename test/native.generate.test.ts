@@ -183,6 +183,32 @@ describe('sampling and batching', () => {
     expect(small.stats()).toEqual({ activeSequences: 1, cachedTokens: 2, maxSequences: 2, maxSequenceLength: 8, cacheUsage: 2 / 16 });
   });
 
+  test('non-finite logits end a sequence with an error, and leave no NaN in the cache', async () => {
+    const good = randomWeights(cfg, 13);
+    const nan = good.map((t) => ({ ...t, data: Buffer.from(new Float32Array(t.data.length / 4).fill(NaN).buffer) }));
+    // bfloat16: decode attention runs through SDPA, which multiplies masked cache entries by 0.
+    const m = await loadModel(cfg, nan, { dtype: 'bfloat16' });
+    const gen = m.createGenerator({ maxSequences: 2, maxSequenceLength: 64 });
+    const long = (n: number) => Array.from({ length: n }, (_, i) => 1 + i);
+    for (const sampling of [{ temperature: 0 }, { temperature: 1 }, { topP: 0.9 }, { topK: 5 }, { minP: 0.1 }]) {
+      await gen.add([{ promptIds: long(40), ...sampling, topLogprobs: 3 }, { promptIds: long(40), ...sampling }]);
+      const tokens = await gen.step();
+      expect(tokens.map((t) => [t.token, t.finished, t.finishReason])).toEqual([[-1, true, 'error'], [-1, true, 'error']]);
+      expect(tokens[0].error).toMatch(/non-finite logits/);
+      expect(gen.stats().activeSequences).toBe(0);
+    }
+    // Also sequences removed before their first step (a client gone right after prefill).
+    const added = await gen.add([{ promptIds: long(50) }, { promptIds: long(50) }]);
+    await gen.remove(added.map((a) => a.seqId));
+    // Good weights: a short and a long sequence together decode as on a fresh cache.
+    await m.loadWeights(good);
+    const requests = [{ promptIds: [1, 2, 3], temperature: 0, maxTokens: 6 }, { promptIds: long(30), temperature: 0, maxTokens: 6 }];
+    const reused = await generate(gen, requests);
+    const fresh = await generate(m.createGenerator({ maxSequences: 2, maxSequenceLength: 64 }), requests);
+    expect(reused.map((r) => r.finishReason)).toEqual(['length', 'length']);
+    expect(reused).toEqual(fresh);
+  });
+
   test('errors', async () => {
     const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 8 });
     await expect(gen.add([{ promptIds: [1, 300] }])).rejects.toThrow(/token id 300 at index 1 is out of range/);

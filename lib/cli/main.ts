@@ -50,6 +50,7 @@ const commands: CommandTable = {
   worker: command({
     summary: 'run a Temporal worker for one pool (cpu, trainer or inference)',
     schema: schemas.workerSchema,
+    shared: { keys: schemas.WORKER_SHARED_KEYS, sections: schemas.WORKER_SECTIONS },
     run: async (config) => (await import('../../workers/worker')).runWorker(config),
   }),
   model: {

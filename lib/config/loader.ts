@@ -319,7 +319,9 @@ function parseArgs(argv: string[], schema: z.ZodType): ParsedArgs {
 function propagateShared(raw: Raw, schema: z.ZodType, shared: SharedKeys, origins: Origins): void {
   for (const key of shared.keys) {
     const keys = key.split('.');
-    const places = [keys, ...shared.sections.map((s) => [s, ...keys])].filter((p) => fieldAt(schema, p));
+    // An optional section that was not given stays absent (worker: no inference section for cpu).
+    const sections = shared.sections.filter((s) => getPath(raw, [s]) !== undefined || !inspect(fieldAt(schema, [s])!).optional);
+    const places = [keys, ...sections.map((s) => [s, ...keys])].filter((p) => fieldAt(schema, p));
     const explicit = places
       .map((p) => ({ key: p.join('.'), value: getPath(raw, p) }))
       .filter((e) => e.value !== undefined);

@@ -178,27 +178,57 @@ export const orchestratorSchema = section({
     .describe('inference servers to spread rollouts over'),
 });
 
-export const serverSchema = section({
-  host: z.string().default('127.0.0.1').describe('interface the HTTP server binds'),
-  port: z.number().int().min(0).max(65535).default(8000).describe('HTTP port (0 = any free port)'),
-  api_key_var: z.string().optional().describe('environment variable holding the bearer token clients must send'),
-});
+export const serverSchema = z
+  .strictObject({
+    host: z.string().default('127.0.0.1').describe('interface the HTTP server binds'),
+    port: z.number().int().min(0).max(65535).default(8000).describe('HTTP port (0 = any free port)'),
+    api_key_var: z.string().optional().describe('environment variable holding the bearer token clients must send'),
+    headers_timeout_s: z
+      .number()
+      .positive()
+      .default(30)
+      .describe('a client that has not sent its request headers after this long is disconnected (408)'),
+    request_timeout_s: z
+      .number()
+      .positive()
+      .default(300)
+      .describe('a client that has not sent its whole request (headers and body) after this long is disconnected (408)'),
+  })
+  .superRefine((c, ctx) => {
+    if (c.request_timeout_s < c.headers_timeout_s) {
+      ctx.addIssue({ code: 'custom', path: ['request_timeout_s'], message: `must be at least headers_timeout_s (${c.headers_timeout_s}): the request includes its headers` });
+    }
+  })
+  .prefault({});
 
-export const inferenceSchema = section({
-  model: modelSchema(),
-  seq_len: seqLen(),
-  output_dir: outputDir(),
-  seed: seed(),
-  threads: threads(),
-  server: serverSchema,
-  max_running: positiveInt().default(64).describe('max sequences decoded together'),
-  max_queued: positiveInt().default(1024).describe('max requests waiting for a slot before new ones get 429'),
-  kv_cache_tokens: positiveInt().optional().describe('KV-cache budget in tokens; unset = max_running x seq_len'),
-  allowed_weight_roots: z
-    .array(z.string())
-    .optional()
-    .describe('folders update_weights may load from; unset = output_dir'),
-});
+export const inferenceSchema = z
+  .strictObject({
+    model: modelSchema(),
+    seq_len: seqLen(),
+    output_dir: outputDir(),
+    seed: seed(),
+    threads: threads(),
+    server: serverSchema,
+    max_running: positiveInt().default(64).describe('max sequences decoded together'),
+    max_queued: positiveInt().default(1024).describe('max sequences waiting for a slot before new requests get 429'),
+    kv_cache_tokens: positiveInt().optional().describe('KV-cache budget in tokens, at least seq_len; unset = max_running x seq_len'),
+    allowed_weight_roots: z
+      .array(z.string())
+      .optional()
+      .describe('folders update_weights may load from; unset = output_dir'),
+  })
+  .superRefine((c, ctx) => {
+    // A sequence reserves prompt + max_tokens (up to seq_len) of the budget: below seq_len, long
+    // requests could never be admitted.
+    if (c.kv_cache_tokens !== undefined && c.kv_cache_tokens < c.seq_len) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['kv_cache_tokens'],
+        message: `${c.kv_cache_tokens} is smaller than seq_len (${c.seq_len}): one full-length sequence would not fit; raise kv_cache_tokens or lower seq_len`,
+      });
+    }
+  })
+  .prefault({});
 
 const evalSettings = section({
   interval: positiveInt().optional().describe('run an eval every N steps (and at the end); unset = off'),
@@ -329,6 +359,10 @@ export const evalSchema = z.strictObject({
   // An external API (client.base_url) has its own context length; seq_len is that of the local server.
   if (c.client.base_url === undefined) checkMaxTokens(ctx, ['sampling', 'max_tokens'], c.sampling.max_tokens, c.seq_len, 'seq_len');
 });
+
+/** Keys of `worker` that also fill its `inference` section (the server follows --output-dir). */
+export const WORKER_SHARED_KEYS = ['output_dir', 'threads'] as const;
+export const WORKER_SECTIONS = ['inference'] as const;
 
 export const workerSchema = z.strictObject({
   pool: z.enum(['cpu', 'trainer', 'inference']).describe('cpu and trainer poll their task queues; inference serves HTTP'),

@@ -1,13 +1,17 @@
 /**
- * One generated sequence, as the HTTP routes need it: tokens and their logprobs, text decoded as it
- * grows, OpenAI `stop` strings (the text is cut before the match), and streaming of text deltas
- * that can no longer turn into a stop string.
+ * The sequences of one HTTP request, as the routes need them: tokens and their logprobs, text
+ * decoded as it grows, OpenAI `stop` strings (the text is cut before the match), and streaming of
+ * text deltas that can no longer turn into a stop string.
+ *
+ * All sequences of a request are queued together or not at all (`startSequences` throws before
+ * anything runs), share one abort listener, and fail together: when the engine fails one of them
+ * (non-finite logits), the others are cancelled and the request rejects with an EngineError.
  */
 import type { GenerationRequest, TopLogprobs } from '../../native';
 import { IncrementalDetokenizer, type Tokenizer } from '../model/tokenizer';
-import type { Scheduler, SequenceHandle } from './scheduler';
+import type { FinishReason, Scheduler, SequenceCallbacks, SequenceError, SequenceHandle } from './scheduler';
 
-export type FinishReason = 'stop' | 'length' | 'abort';
+export type { FinishReason } from './scheduler';
 
 export interface SequenceResult {
   tokenIds: number[];
@@ -15,84 +19,124 @@ export interface SequenceResult {
   /** Per token, when the request asked for top logprobs. */
   topLogprobs: TopLogprobs[];
   text: string;
-  finishReason: FinishReason;
+  finishReason: Exclude<FinishReason, 'error'>;
   policyVersion: number;
   promptLogprobs?: Float32Array;
+}
+
+/** The engine could not generate a sequence of the request (e.g. the weights give NaN logits). */
+export class EngineError extends Error {
+  constructor(readonly code: SequenceError['code'], message: string) {
+    super(message);
+  }
 }
 
 export interface SequenceOptions {
   /** Decode text (routes that return text); /v1/generate returns tokens only. */
   tokenizer?: Tokenizer;
   stopStrings?: string[];
-  /** Called with each piece of final text (streaming), with the token that completed it. */
-  onText?(delta: string, tokenId: number, logprob: number, top?: TopLogprobs): void;
-  /** Aborts the sequence (client disconnected). */
+  /** Called with each piece of final text of sequence `index` (streaming), with the token that completed it. */
+  onText?(index: number, delta: string, tokenId: number, logprob: number, top?: TopLogprobs): void;
+  /** Aborts every sequence of the request (client disconnected). */
   signal?: AbortSignal;
 }
 
-/** Runs one sequence through the scheduler; resolves when it finishes (or is aborted). */
-export function runSequence(
-  scheduler: Scheduler,
-  request: GenerationRequest & { maxTokens: number },
-  opts: SequenceOptions = {},
-): Promise<SequenceResult> {
-  return new Promise((resolve, reject) => {
-    const tokenIds: number[] = [];
-    const logprobs: number[] = [];
-    const topLogprobs: TopLogprobs[] = [];
-    const detok = opts.tokenizer ? new IncrementalDetokenizer(opts.tokenizer, { skipSpecialTokens: true }) : undefined;
-    const stops = opts.stopStrings ?? [];
-    const holdBack = stops.length ? Math.max(...stops.map((s) => s.length)) - 1 : 0;
-    let text = '';
-    let emitted = 0;
-    let stoppedByString = false;
-    let promptLogprobs: Float32Array | undefined;
+/** One sequence's output as it grows: detokenization and stop strings. */
+class SequenceState {
+  readonly tokenIds: number[] = [];
+  readonly logprobs: number[] = [];
+  readonly topLogprobs: TopLogprobs[] = [];
+  text = '';
+  promptLogprobs?: Float32Array;
+  private emitted = 0;
+  private stoppedByString = false;
+  private readonly detok?: IncrementalDetokenizer;
+  private readonly stops: string[];
+  private readonly holdBack: number;
 
-    const emit = (upTo: number, tokenId: number, logprob: number, top?: TopLogprobs) => {
-      if (opts.onText && upTo > emitted) {
-        opts.onText(text.slice(emitted, upTo), tokenId, logprob, top);
-        emitted = upTo;
-      }
-    };
+  constructor(
+    private readonly opts: SequenceOptions,
+    private readonly index: number,
+  ) {
+    this.detok = opts.tokenizer ? new IncrementalDetokenizer(opts.tokenizer, { skipSpecialTokens: true }) : undefined;
+    this.stops = opts.stopStrings ?? [];
+    this.holdBack = this.stops.length ? Math.max(...this.stops.map((s) => s.length)) - 1 : 0;
+  }
 
-    let handle: SequenceHandle;
-    try {
-      handle = scheduler.submit(request, {
-        onAdmitted: (p) => {
-          promptLogprobs = p;
-        },
-        onToken: (token, logprob, _version, top) => {
-          tokenIds.push(token);
-          logprobs.push(logprob);
-          if (top) topLogprobs.push(top);
-          if (!detok) return false;
-          const from = Math.max(0, text.length - holdBack);
-          text += detok.push([token]);
-          for (const s of stops) {
-            const at = text.indexOf(s, from);
-            if (at >= 0) {
-              text = text.slice(0, at);
-              stoppedByString = true;
-            }
-          }
-          emit(stoppedByString ? text.length : Math.max(emitted, text.length - holdBack), token, logprob, top);
-          return stoppedByString;
-        },
-        onFinish: (reason, policyVersion) => {
-          opts.signal?.removeEventListener('abort', abort);
-          if (detok && !stoppedByString) {
-            text += detok.flush();
-            emit(text.length, tokenIds[tokenIds.length - 1] ?? -1, logprobs[logprobs.length - 1] ?? 0);
-          }
-          resolve({ tokenIds, logprobs, topLogprobs, text, finishReason: stoppedByString ? 'stop' : reason, policyVersion, promptLogprobs });
-        },
-      });
-    } catch (e) {
-      reject(e);
-      return;
+  private emit(upTo: number, tokenId: number, logprob: number, top?: TopLogprobs): void {
+    if (this.opts.onText && upTo > this.emitted) {
+      this.opts.onText(this.index, this.text.slice(this.emitted, upTo), tokenId, logprob, top);
+      this.emitted = upTo;
     }
-    const abort = () => handle.cancel();
-    if (opts.signal?.aborted) abort();
-    else opts.signal?.addEventListener('abort', abort);
+  }
+
+  /** Returns true when a stop string ended the sequence. */
+  token(token: number, logprob: number, top?: TopLogprobs): boolean {
+    this.tokenIds.push(token);
+    this.logprobs.push(logprob);
+    if (top) this.topLogprobs.push(top);
+    if (!this.detok) return false;
+    const from = Math.max(0, this.text.length - this.holdBack);
+    this.text += this.detok.push([token]);
+    for (const s of this.stops) {
+      const at = this.text.indexOf(s, from);
+      if (at >= 0) {
+        this.text = this.text.slice(0, at);
+        this.stoppedByString = true;
+      }
+    }
+    this.emit(this.stoppedByString ? this.text.length : Math.max(this.emitted, this.text.length - this.holdBack), token, logprob, top);
+    return this.stoppedByString;
+  }
+
+  finish(reason: Exclude<FinishReason, 'error'>, policyVersion: number): SequenceResult {
+    if (this.detok && !this.stoppedByString) {
+      this.text += this.detok.flush();
+      this.emit(this.text.length, this.tokenIds[this.tokenIds.length - 1] ?? -1, this.logprobs[this.logprobs.length - 1] ?? 0);
+    }
+    const { tokenIds, logprobs, topLogprobs, text, promptLogprobs } = this;
+    return { tokenIds, logprobs, topLogprobs, text, finishReason: this.stoppedByString ? 'stop' : reason, policyVersion, promptLogprobs };
+  }
+}
+
+/**
+ * Queues all sequences of one request now (throws QueueFullError, LimitError or
+ * ShuttingDownError, having queued none) and returns their results, in order, once all finished.
+ */
+export function startSequences(
+  scheduler: Scheduler,
+  requests: readonly (GenerationRequest & { maxTokens: number })[],
+  opts: SequenceOptions = {},
+): Promise<SequenceResult[]> {
+  const states = requests.map((_, i) => new SequenceState(opts, i));
+  const results: (SequenceResult | undefined)[] = new Array(requests.length);
+  let left = requests.length;
+  let failure: EngineError | undefined;
+  let settle!: { resolve(r: SequenceResult[]): void; reject(e: Error): void };
+  const done = new Promise<SequenceResult[]>((resolve, reject) => (settle = { resolve, reject }));
+  let handles: SequenceHandle[] = [];
+  const cancelAll = () => handles.forEach((h) => h.cancel());
+
+  const callbacks = (i: number): SequenceCallbacks => ({
+    onAdmitted: (p) => {
+      states[i].promptLogprobs = p;
+    },
+    onToken: (token, logprob, _version, top) => states[i].token(token, logprob, top),
+    onFinish: (reason, policyVersion, error) => {
+      if (reason === 'error') {
+        // One failed sequence fails the request: stop generating the rest of it.
+        failure ??= new EngineError(error?.code ?? 'prefill_failed', error?.message ?? 'the engine failed a sequence of this request');
+        cancelAll();
+      } else results[i] = states[i].finish(reason, policyVersion);
+      if (--left > 0) return;
+      opts.signal?.removeEventListener('abort', cancelAll);
+      if (failure) settle.reject(failure);
+      else settle.resolve(results as SequenceResult[]);
+    },
   });
+  handles = scheduler.submitAll(requests.map((request, i) => ({ request, callbacks: callbacks(i) })));
+  // One listener per request (not per sequence): n up to 64 stays under MaxListeners' warning.
+  if (opts.signal?.aborted) cancelAll();
+  else opts.signal?.addEventListener('abort', cancelAll);
+  return done;
 }

@@ -132,6 +132,10 @@ export type GenerateRequest = z.output<typeof generateRequest>;
 
 export const updateWeightsRequest = z.strictObject({
   weight_dir: z.string().min(1),
-  /** The policy version these weights are (the trainer step); default: the current version + 1. */
+  /**
+   * The policy version these weights are (the trainer step); default: the current version + 1.
+   * 0 is the base model's (400 for other weights); a version already naming other weights, or
+   * weights already loaded under another version, is a 409 (until /reload_weights).
+   */
   version: z.number().int().nonnegative().optional(),
 });

@@ -5,15 +5,25 @@
  * running sequence in one batched step and hands each token to its request.
  *
  * A sequence reserves `prompt + max_tokens` cache tokens when admitted, so an admitted request
- * never runs out of cache mid-way; the budget is `kv_cache_tokens`.
+ * never runs out of cache mid-way; the budget is `kv_cache_tokens`. The sequences of one HTTP
+ * request are submitted together (`submitAll`): all of them are queued, or none is.
  */
 import type { GenerationRequest, Generator, NativeModel, TopLogprobs, WeightTensor } from '../../native';
+
+/** 'error': the engine could not continue the sequence; see `SequenceError`. */
+export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
+
+/** Why the engine failed a sequence: non-finite logits (broken weights), or a failed prefill. */
+export interface SequenceError {
+  code: 'non_finite_logits' | 'prefill_failed' | 'kv_cache_exceeded';
+  message: string;
+}
 
 export interface SequenceCallbacks {
   /** A sampled token (with its top alternatives when asked). Return true to stop the sequence here (a stop string matched). */
   onToken(token: number, logprob: number, policyVersion: number, top?: TopLogprobs): boolean | void;
-  /** The sequence ended: 'stop' (stop token or stop string), 'length', or 'abort' (cancelled, shutdown). */
-  onFinish(reason: 'stop' | 'length' | 'abort', policyVersion: number): void;
+  /** The sequence ended: 'stop' (stop token or stop string), 'length', 'abort' (cancelled, shutdown) or 'error' (with a message). */
+  onFinish(reason: FinishReason, policyVersion: number, error?: SequenceError): void;
   /** Prefill is done; prompt logprobs when they were asked for. */
   onAdmitted?(promptLogprobs?: Float32Array): void;
 }
@@ -38,8 +48,18 @@ interface Entry {
   done: boolean;
 }
 
+/** The queue has no room now (429: retry later). */
 export class QueueFullError extends Error {}
 export class ShuttingDownError extends Error {}
+/** A request no state of this server could ever run (a configured limit, named by `limit`): retrying cannot help. */
+export class LimitError extends Error {
+  constructor(
+    message: string,
+    readonly limit: 'kv_cache_tokens' | 'max_queued',
+  ) {
+    super(message);
+  }
+}
 
 export interface PolicyInfo {
   version: number;
@@ -50,6 +70,8 @@ export class Scheduler {
   private readonly waiting: Entry[] = [];
   private readonly running = new Map<number, Entry>();
   private reservedTokens = 0;
+  /** Taken from `waiting`, prefill in progress (not yet in `running`). */
+  private admitting = 0;
   private loop: Promise<void> | undefined;
   private pendingWeights: { tensors: readonly WeightTensor[]; policy: PolicyInfo; done: (e?: Error) => void }[] = [];
   private closing = false;
@@ -77,26 +99,55 @@ export class Scheduler {
     return this.generator.stats().cacheUsage;
   }
 
-  /** Queues a sequence. Throws QueueFullError / ShuttingDownError when it cannot be accepted. */
+  /** Queues one sequence; see `submitAll`. */
   submit(request: GenerationRequest & { maxTokens: number }, callbacks: SequenceCallbacks): SequenceHandle {
+    return this.submitAll([{ request, callbacks }])[0];
+  }
+
+  /**
+   * Queues the sequences of one request, all or none: throws ShuttingDownError, LimitError (the
+   * request can never run here) or QueueFullError (no room now) before queueing any, so work that
+   * was refused never runs.
+   */
+  submitAll(items: readonly { request: GenerationRequest & { maxTokens: number }; callbacks: SequenceCallbacks }[]): SequenceHandle[] {
     if (this.closing) throw new ShuttingDownError('server is shutting down');
-    if (this.waiting.length >= this.opts.maxQueued) throw new QueueFullError(`too many queued requests (max ${this.opts.maxQueued})`);
-    const entry: Entry = {
+    for (const { request } of items) {
+      const reserved = request.promptIds.length + request.maxTokens;
+      if (reserved > this.opts.kvCacheTokens) {
+        throw new LimitError(
+          `prompt ${request.promptIds.length} + max_tokens ${request.maxTokens} = ${reserved} tokens exceed this server's KV-cache budget (kv_cache_tokens ${this.opts.kvCacheTokens})`,
+          'kv_cache_tokens',
+        );
+      }
+    }
+    const k = items.length;
+    if (k > this.opts.maxQueued + this.opts.maxRunning) {
+      throw new LimitError(
+        `${k} sequences in one request (prompts x n) can never be queued: at most max_queued ${this.opts.maxQueued} + max_running ${this.opts.maxRunning} = ${this.opts.maxQueued + this.opts.maxRunning} fit`,
+        'max_queued',
+      );
+    }
+    // Sequences that will get a free slot at the next step are not waiting for one.
+    const freeSlots = Math.max(0, this.opts.maxRunning - this.running.size - this.admitting);
+    if (this.waiting.length + k > this.opts.maxQueued + freeSlots) {
+      throw new QueueFullError(`too many queued sequences (max_queued ${this.opts.maxQueued}; this request has ${k}, ${this.waiting.length} wait): retry later`);
+    }
+    const entries = items.map(({ request, callbacks }): Entry => ({
       request,
       callbacks,
       reserved: request.promptIds.length + request.maxTokens,
       cancelled: false,
       done: false,
-    };
-    this.waiting.push(entry);
+    }));
+    this.waiting.push(...entries);
     this.kick();
-    return {
+    return entries.map((entry) => ({
       cancel: () => {
         if (entry.done || entry.cancelled) return;
         entry.cancelled = true;
         this.kick();
       },
-    };
+    }));
   }
 
   /** Loads new weights between two decode steps; resolves once they serve. */
@@ -130,14 +181,14 @@ export class Scheduler {
     return this.pendingWeights.length > 0 || this.waiting.length > 0 || this.running.size > 0;
   }
 
-  private finish(entry: Entry, reason: 'stop' | 'length' | 'abort'): void {
+  private finish(entry: Entry, reason: FinishReason, error?: SequenceError): void {
     if (entry.done) return;
     entry.done = true;
     if (entry.seqId !== undefined) {
       this.running.delete(entry.seqId);
       this.reservedTokens -= entry.reserved;
     }
-    entry.callbacks.onFinish(reason, this.policy.version);
+    entry.callbacks.onFinish(reason, this.policy.version, error);
   }
 
   private async run(): Promise<void> {
@@ -174,6 +225,7 @@ export class Scheduler {
         admitted.push(e);
       }
       if (admitted.length > 0) {
+        this.admitting = admitted.length;
         try {
           const added = await this.generator.add(admitted.map((e) => e.request));
           added.forEach((a, i) => {
@@ -187,19 +239,35 @@ export class Scheduler {
           // Requests are validated before they get here; a failure now is the engine's. Fail them, keep serving.
           for (const e of admitted) {
             this.reservedTokens -= e.reserved;
-            e.done = true;
-            e.callbacks.onFinish('abort', this.policy.version);
+            this.finish(e, 'error', { code: 'prefill_failed', message: `prefill failed: ${(err as Error).message}` });
           }
           process.stderr.write(`inference: prefill failed: ${(err as Error).message}\n`);
+        } finally {
+          this.admitting = 0;
         }
       }
-      if (this.running.size === 0) continue;
+      if (this.running.size === 0) {
+        if (admitted.length === 0 && this.waiting.length > 0) {
+          // Nothing runs, yet the head does not fit the whole budget: it never will. submitAll
+          // refuses such requests; were one to get here, failing it beats spinning on it forever.
+          const e = this.waiting.shift()!;
+          this.finish(e, 'error', { code: 'kv_cache_exceeded', message: `prompt + max_tokens = ${e.reserved} tokens exceed the KV-cache budget (kv_cache_tokens ${this.opts.kvCacheTokens})` });
+        }
+        // Nothing to decode: let the event loop run (HTTP, signals) before looking again.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        continue;
+      }
       // 4. one decode step for every running sequence
       const tokens = await this.generator.step();
       const stopNow: Entry[] = [];
       for (const t of tokens) {
         const e = this.running.get(t.seqId);
         if (!e) continue;
+        if (t.finishReason === 'error') {
+          // No token: the engine dropped the sequence (its only reason: non-finite logits). The others go on.
+          this.finish(e, 'error', { code: 'non_finite_logits', message: t.error ?? 'the model produced non-finite logits' });
+          continue;
+        }
         this.generatedTokens += 1;
         const stop = e.cancelled ? false : e.callbacks.onToken(t.token, t.logprob, this.policy.version, t.topLogprobs);
         if (t.finished) this.finish(e, t.finishReason ?? 'length');

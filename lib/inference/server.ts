@@ -5,20 +5,23 @@
  *
  * Bad input never reaches the engine: bodies are validated (protocol.ts), prompts are checked
  * against the context and the vocabulary, and any error a client caused is a 4xx with an
- * OpenAI-style body naming the field.
+ * OpenAI-style body naming the field. The sequences of one request are admitted all or none, so a
+ * refused request (429) costs nothing. Long prompts are bounded cheaply before they are tokenized,
+ * and tokenized off the event loop (tokenize.ts): no request stalls the others or `/health`.
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import * as native from '../../native';
+import { ConfigError } from '../config/errors';
 import type { InferenceConfig } from '../config/schemas';
 import type { ArchConfig } from '../model/arch';
-import { applyChatTemplate, type ChatMessage } from '../model/chat';
+import { renderChat, type ChatMessage } from '../model/chat';
 import { loadHfModel } from '../model/hf';
 import { Tokenizer } from '../model/tokenizer';
-import { runSequence, type SequenceResult } from './generation';
+import { EngineError, startSequences, type SequenceOptions, type SequenceResult } from './generation';
 import { InferenceMetrics } from './metrics';
 import {
   ApiError,
@@ -30,7 +33,8 @@ import {
   type ChatCompletionRequest,
   type RequestMessage,
 } from './protocol';
-import { QueueFullError, Scheduler, ShuttingDownError } from './scheduler';
+import { LimitError, QueueFullError, Scheduler, ShuttingDownError } from './scheduler';
+import { PromptTokenizer } from './tokenize';
 
 /** Largest accepted request body. */
 const BODY_LIMIT = 16 * 1024 * 1024;
@@ -79,13 +83,47 @@ function parseToolCalls(text: string): { content: string; calls: { id: string; t
   return { content: content.trim(), calls };
 }
 
+/**
+ * The check of the `Authorization` header when `server.api_key_var` is set (undefined: no key).
+ * An empty or unset variable is a configuration error, not a server without a key. Both sides are
+ * hashed to equal-length digests and compared in constant time: the time taken says nothing about
+ * how much of a guess was right.
+ */
+function bearerCheck(config: InferenceConfig): ((header: string | undefined) => boolean) | undefined {
+  const name = config.server.api_key_var;
+  if (name === undefined) return undefined;
+  const key = process.env[name];
+  if (!key) {
+    throw new ConfigError(`server.api_key_var: the environment variable ${name} is ${key === undefined ? 'not set' : 'empty'}; export the bearer token clients must send in it, or leave server.api_key_var unset for a server without a key`);
+  }
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  const expected = digest(`Bearer ${key}`);
+  return (header) => timingSafeEqual(digest(header ?? ''), expected);
+}
+
+/** Is `real` (a resolved path) `root` or inside it? */
+function within(root: string, real: string): boolean {
+  const r = fs.existsSync(root) ? fs.realpathSync(root) : root;
+  return real === r || real.startsWith(r.endsWith(path.sep) ? r : r + path.sep);
+}
+
+/** The engine on the base weights; the weights themselves are not kept in the JS heap (/reload_weights reads them again). */
+async function loadBase(baseDir: string, config: InferenceConfig): Promise<{ arch: ArchConfig; model: native.NativeModel }> {
+  const base = loadHfModel(baseDir);
+  const model = await native.loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
+  return { arch: base.config, model };
+}
+
 export async function startInferenceServer(config: InferenceConfig): Promise<InferenceServer> {
+  // Settings are checked before the (slow) model load.
+  const authorized = bearerCheck(config);
   native.setThreads(config.threads ?? os.cpus().length);
   const baseDir = path.resolve(config.model.name);
-  const base = loadHfModel(baseDir);
+  const baseReal = fs.realpathSync(baseDir);
+  const { arch, model } = await loadBase(baseDir, config);
   const tokenizer = Tokenizer.fromDir(baseDir);
-  const model = await native.loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
-  const contextLength = Math.min(config.seq_len, base.config.maxPositionEmbeddings);
+  const prompts = new PromptTokenizer(tokenizer, baseDir);
+  const contextLength = Math.min(config.seq_len, arch.maxPositionEmbeddings);
   const generator = model.createGenerator({ maxSequences: config.max_running, maxSequenceLength: contextLength });
   const scheduler = new Scheduler(
     model,
@@ -99,18 +137,29 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   );
   const modelName = config.model.name;
   const allowedRoots = (config.allowed_weight_roots ?? [config.output_dir]).map((r) => path.resolve(r));
-  const apiKey = config.server.api_key_var ? process.env[config.server.api_key_var] : undefined;
-  if (config.server.api_key_var && !apiKey) {
-    throw new Error(`server.api_key_var names ${config.server.api_key_var}, but that environment variable is empty`);
-  }
   const metrics = new InferenceMetrics(scheduler);
   let closing = false;
 
-  const app = Fastify({ bodyLimit: BODY_LIMIT, logger: false });
+  const headersTimeout = config.server.headers_timeout_s * 1000;
+  const requestTimeout = config.server.request_timeout_s * 1000;
+  const app = Fastify({
+    bodyLimit: BODY_LIMIT,
+    logger: false,
+    // A client must finish sending its headers, then its whole request, in bounded time (a
+    // slowloris holds a socket forever otherwise: fastify's default requestTimeout of 0 also
+    // switches off node's headersTimeout). Node checks these every connectionsCheckingInterval.
+    requestTimeout,
+    http: { headersTimeout, requestTimeout, connectionsCheckingInterval: Math.max(100, Math.min(5000, headersTimeout / 4)) },
+  });
 
   app.setErrorHandler((error: Error & { statusCode?: number; code?: string }, _req, reply) => {
     if (error instanceof ApiError) return reply.status(error.status).send(error.body());
     if (error instanceof QueueFullError) return reply.status(429).send(new ApiError(429, error.message, null, 'queue_full', 'rate_limit_error').body());
+    if (error instanceof LimitError) {
+      const [param, code] = error.limit === 'kv_cache_tokens' ? ['max_tokens', 'kv_cache_exceeded'] : ['n', 'too_many_sequences'];
+      return reply.status(400).send(new ApiError(400, `${param}: ${error.message}`, param, code).body());
+    }
+    if (error instanceof EngineError) return reply.status(500).send(engineErrorBody(error));
     if (error instanceof ShuttingDownError) return reply.status(503).send(new ApiError(503, error.message, null, 'shutting_down', 'server_error').body());
     const status = error.statusCode && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 500;
     const message = status === 500 ? `internal error: ${error.message}` : error.message;
@@ -119,9 +168,10 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   app.setNotFoundHandler((req, reply) => {
     reply.status(404).send(new ApiError(404, `no route ${req.method} ${req.url}`).body());
   });
+  // onRequest runs before the body is read or parsed: an unauthenticated client costs nothing.
   app.addHook('onRequest', async (req) => {
     if (closing) throw new ShuttingDownError('server is shutting down');
-    if (apiKey && req.url !== '/health' && req.headers.authorization !== `Bearer ${apiKey}`) {
+    if (authorized && req.url !== '/health' && !authorized(req.headers.authorization)) {
       throw new ApiError(401, 'missing or invalid API key (Authorization: Bearer <key>)', null, 'invalid_api_key');
     }
   });
@@ -135,12 +185,17 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const checkModel = (name: string | undefined) => {
     if (name !== undefined && name !== modelName) throw new ApiError(404, `model '${name}' does not exist; this server serves '${modelName}'`, 'model', 'model_not_found');
   };
+  const contextExceeded = (param: string, what: string) =>
+    new ApiError(400, `${param}: the prompt has ${what} tokens; this model's context is ${contextLength} tokens`, param, 'context_length_exceeded');
   const checkPrompt = (ids: readonly number[], param: string) => {
-    const bad = ids.findIndex((t) => t >= base.config.vocabSize);
-    if (bad >= 0) throw new ApiError(400, `${param}: token id ${ids[bad]} at index ${bad} is outside the vocabulary (size ${base.config.vocabSize})`, param, 'invalid_token_id');
-    if (ids.length >= contextLength) {
-      throw new ApiError(400, `${param}: the prompt has ${ids.length} tokens; this model's context is ${contextLength} tokens`, param, 'context_length_exceeded');
-    }
+    const bad = ids.findIndex((t) => t >= arch.vocabSize);
+    if (bad >= 0) throw new ApiError(400, `${param}: token id ${ids[bad]} at index ${bad} is outside the vocabulary (size ${arch.vocabSize})`, param, 'invalid_token_id');
+    if (ids.length >= contextLength) throw contextExceeded(param, String(ids.length));
+  };
+  /** Refuses, without tokenizing, a text whose token count cannot be below the context. */
+  const checkTextLength = (text: string, param: string) => {
+    const atLeast = tokenizer.minTokens(text);
+    if (atLeast >= contextLength) throw contextExceeded(param, `at least ${atLeast}`);
   };
   const maxTokensFor = (promptLength: number, asked: number | null | undefined, param: string): number => {
     const room = contextLength - promptLength;
@@ -157,6 +212,15 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
       if (!reply.raw.writableFinished) ctrl.abort();
     });
     return ctrl.signal;
+  };
+  /** The body of a request that failed in the engine: what broke and, for broken weights, how to repair it. */
+  const engineErrorBody = (e: EngineError) => {
+    const served = `policy version ${scheduler.policy.version}, weights ${scheduler.policy.weightDir}`;
+    const message =
+      e.code === 'non_finite_logits'
+        ? `${e.message} (${served}); load good weights with POST /update_weights or /reload_weights`
+        : `${e.message} (${served})`;
+    return new ApiError(500, message, null, e.code, 'server_error').body();
   };
   const eosIds = tokenizer.eosTokenIds;
 
@@ -182,11 +246,12 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     promptLogprobs,
     topLogprobs,
   });
+  /** Queues every sequence of a request, all or none (throws 429 / 400 / 503 before anything runs). */
+  const start = (requests: ReturnType<typeof engineRequest>[], opts: SequenceOptions) => startSequences(scheduler, requests, opts);
   const usage = (promptTokens: number, results: SequenceResult[]) => {
     const completion = results.reduce((a, r) => a + r.tokenIds.length, 0);
     return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
   };
-  const finishReason = (r: SequenceResult) => (r.finishReason === 'abort' ? 'abort' : r.finishReason);
   /** OpenAI chat logprob entry of one token, with its top alternatives. */
   const logprobEntry = (id: number, logprob: number, top?: native.TopLogprobs) => {
     const token = tokenizer.decode([id]);
@@ -205,7 +270,8 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const tokenLogprobs = (r: SequenceResult) => r.tokenIds.map((id, i) => logprobEntry(id, r.logprobs[i], r.topLogprobs[i]));
   const stopList = (stop: string | string[] | null | undefined) => (stop === undefined || stop === null ? [] : typeof stop === 'string' ? [stop] : stop);
 
-  const chatPrompt = (body: ChatCompletionRequest): number[] => {
+  /** The chat rendered by the model's template and tokenized (off the event loop when long). */
+  const chatPrompt = async (body: ChatCompletionRequest): Promise<number[]> => {
     const messages: ChatMessage[] = body.messages.map((m) => ({
       ...m,
       role: m.role === 'developer' ? 'system' : m.role,
@@ -213,8 +279,9 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
       reasoning_content: m.reasoning_content ?? undefined,
       tool_calls: m.tool_calls as ChatMessage['tool_calls'],
     }));
+    let text: string;
     try {
-      return applyChatTemplate(tokenizer, messages, {
+      text = renderChat(tokenizer, messages, {
         tools: body.tools ?? undefined,
         addGenerationPrompt: body.add_generation_prompt ?? true,
         extra: body.chat_template_kwargs ?? undefined,
@@ -222,10 +289,12 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     } catch (e) {
       throw new ApiError(400, `messages: the chat template cannot render them: ${(e as Error).message}`, 'messages', 'invalid_messages');
     }
+    checkTextLength(text, 'messages');
+    return prompts.encode(text);
   };
 
-  /** Server-sent events for a streaming response. */
-  const startStream = (reply: FastifyReply) => {
+  /** Server-sent events for a streaming response. It always ends: with [DONE], after an error event when it failed. */
+  const startStream = (reply: FastifyReply, signal: AbortSignal) => {
     reply.hijack();
     reply.raw.writeHead(200, {
       'content-type': 'text/event-stream',
@@ -233,9 +302,14 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
       connection: 'keep-alive',
       'x-policy-version': String(scheduler.policy.version),
     });
+    // Nothing is written once the client is gone.
+    const open = () => !signal.aborted && !reply.raw.writableEnded && !reply.raw.destroyed;
     return {
-      send: (data: unknown) => reply.raw.write(`data: ${JSON.stringify(data)}\n\n`),
+      send: (data: unknown) => {
+        if (open()) reply.raw.write(`data: ${JSON.stringify(data)}\n\n`);
+      },
       end: () => {
+        if (!open()) return;
         reply.raw.write('data: [DONE]\n\n');
         reply.raw.end();
       },
@@ -260,49 +334,52 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     const body = parseBody(chatCompletionRequest, req.body);
     checkModel(body.model);
     if (body.top_logprobs && !body.logprobs) throw new ApiError(400, 'top_logprobs: requires logprobs: true', 'top_logprobs');
-    const promptIds = chatPrompt(body);
+    // Watched from the start: a client that leaves while its prompt is tokenized runs nothing.
+    const signal = disconnectSignal(reply);
+    const promptIds = await chatPrompt(body);
     checkPrompt(promptIds, 'messages');
     const maxParam = body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
     const maxTokens = maxTokensFor(promptIds.length, body.max_completion_tokens ?? body.max_tokens, maxParam);
     const n = body.n ?? 1;
     const id = `chatcmpl-${randomUUID()}`;
     const created = now();
-    const signal = disconnectSignal(reply);
     const stopStrings = stopList(body.stop);
     const withTools = (body.tools?.length ?? 0) > 0;
+    const requests = Array.from({ length: n }, (_, i) => engineRequest(promptIds, body, maxTokens, i, false, body.logprobs ? body.top_logprobs ?? 0 : 0));
 
     if (body.stream) {
-      const stream = startStream(reply);
       const chunk = (index: number, delta: object, extra: object = {}) => ({
         id, object: 'chat.completion.chunk', created, model: modelName, policy_version: scheduler.policy.version,
         choices: [{ index, delta, logprobs: null, finish_reason: null, ...extra }],
       });
-      for (let i = 0; i < n; i++) stream.send(chunk(i, { role: 'assistant', content: '' }));
-      const results = await Promise.all(
-        Array.from({ length: n }, (_, i) =>
-          runSequence(scheduler, engineRequest(promptIds, body, maxTokens, i, false, body.logprobs ? body.top_logprobs ?? 0 : 0), {
-            tokenizer, stopStrings, signal,
-            onText: (delta, tokenId, logprob, top) => {
-              const lp = body.logprobs ? { content: [logprobEntry(tokenId, logprob, top)] } : null;
-              stream.send(chunk(i, { content: delta }, { logprobs: lp }));
-            },
-          }),
-        ),
-      );
-      if (signal.aborted) return;
-      results.forEach((r, i) => stream.send(chunk(i, {}, { finish_reason: finishReason(r), ...(body.return_token_ids ? { token_ids: r.tokenIds } : {}) })));
-      if (body.stream_options?.include_usage) {
-        stream.send({ id, object: 'chat.completion.chunk', created, model: modelName, choices: [], usage: usage(promptIds.length, results) });
+      // Queued before any header is sent: a refused request is a plain 429/400, not a broken stream.
+      // No token can arrive before the stream below exists (tokens come from a later decode step).
+      const done = start(requests, {
+        tokenizer, stopStrings, signal,
+        onText: (i, delta, tokenId, logprob, top) => {
+          const lp = body.logprobs ? { content: [logprobEntry(tokenId, logprob, top)] } : null;
+          stream.send(chunk(i, { content: delta }, { logprobs: lp }));
+        },
+      });
+      const stream = startStream(reply, signal);
+      try {
+        for (let i = 0; i < n; i++) stream.send(chunk(i, { role: 'assistant', content: '' }));
+        const results = await done;
+        if (signal.aborted) return;
+        results.forEach((r, i) => stream.send(chunk(i, {}, { finish_reason: r.finishReason, ...(body.return_token_ids ? { token_ids: r.tokenIds } : {}) })));
+        if (body.stream_options?.include_usage) {
+          stream.send({ id, object: 'chat.completion.chunk', created, model: modelName, choices: [], usage: usage(promptIds.length, results) });
+        }
+      } catch (e) {
+        // Headers are out: the error travels as an event, as OpenAI and vLLM send it.
+        stream.send(e instanceof EngineError ? engineErrorBody(e) : new ApiError(500, `internal error: ${(e as Error).message}`, null, null, 'server_error').body());
+      } finally {
+        stream.end();
       }
-      stream.end();
       return;
     }
 
-    const results = await Promise.all(
-      Array.from({ length: n }, (_, i) =>
-        runSequence(scheduler, engineRequest(promptIds, body, maxTokens, i, false, body.logprobs ? body.top_logprobs ?? 0 : 0), { tokenizer, stopStrings, signal }),
-      ),
-    );
+    const results = await start(requests, { tokenizer, stopStrings, signal });
     return {
       id, object: 'chat.completion', created, model: modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
@@ -312,7 +389,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
           index,
           message: { role: 'assistant', content: calls.length && !content ? null : content, ...(calls.length ? { tool_calls: calls } : {}) },
           logprobs: body.logprobs ? { content: tokenLogprobs(r) } : null,
-          finish_reason: calls.length ? 'tool_calls' : finishReason(r),
+          finish_reason: calls.length ? 'tool_calls' : r.finishReason,
           ...(body.return_token_ids ? { token_ids: r.tokenIds } : {}),
         };
       }),
@@ -325,26 +402,28 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     const body = parseBody(completionRequest, req.body);
     checkModel(body.model);
     if (body.stream) throw new ApiError(400, 'stream: streaming is supported on /v1/chat/completions only', 'stream');
-    const prompts: number[][] =
-      typeof body.prompt === 'string'
-        ? [tokenizer.encode(body.prompt)]
-        : body.prompt.every((p) => typeof p === 'string')
-          ? (body.prompt as string[]).map((p) => tokenizer.encode(p))
-          : body.prompt.every((p) => typeof p === 'number')
-            ? [body.prompt as number[]]
-            : (body.prompt as number[][]);
-    prompts.forEach((p) => {
+    const signal = disconnectSignal(reply);
+    const prompt = body.prompt;
+    let promptIds: number[][];
+    if (typeof prompt === 'string' || prompt.every((p) => typeof p === 'string')) {
+      const texts = typeof prompt === 'string' ? [prompt] : (prompt as string[]);
+      // Every text is bounded before any is tokenized.
+      texts.forEach((t) => checkTextLength(t, 'prompt'));
+      promptIds = await Promise.all(texts.map((t) => prompts.encode(t)));
+    } else {
+      promptIds = prompt.every((p) => typeof p === 'number') ? [prompt as number[]] : (prompt as number[][]);
+    }
+    promptIds.forEach((p) => {
       if (p.length === 0) throw new ApiError(400, 'prompt: empty prompt', 'prompt');
       checkPrompt(p, 'prompt');
     });
     const n = body.n ?? 1;
-    const signal = disconnectSignal(reply);
     const stopStrings = stopList(body.stop);
-    const jobs = prompts.flatMap((p) => {
+    const requests = promptIds.flatMap((p) => {
       const maxTokens = maxTokensFor(p.length, body.max_tokens ?? 16, 'max_tokens');
-      return Array.from({ length: n }, (_, i) => runSequence(scheduler, engineRequest(p, body, maxTokens, i, false, body.logprobs ?? 0), { tokenizer, stopStrings, signal }));
+      return Array.from({ length: n }, (_, i) => engineRequest(p, body, maxTokens, i, false, body.logprobs ?? 0));
     });
-    const results = await Promise.all(jobs);
+    const results = await start(requests, { tokenizer, stopStrings, signal });
     return {
       id: `cmpl-${randomUUID()}`, object: 'text_completion', created: now(), model: modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
@@ -359,10 +438,10 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
               text_offset: null,
             }
           : null,
-        finish_reason: finishReason(r),
-        ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: prompts[Math.floor(index / n)] } : {}),
+        finish_reason: r.finishReason,
+        ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: promptIds[Math.floor(index / n)] } : {}),
       })),
-      usage: usage(prompts.reduce((a, p) => a + p.length * n, 0), results),
+      usage: usage(promptIds.reduce((a, p) => a + p.length * n, 0), results),
     };
   });
 
@@ -373,10 +452,9 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     const maxTokens = maxTokensFor(body.prompt_token_ids.length, body.max_tokens, 'max_tokens');
     const signal = disconnectSignal(reply);
     const sampling = { ...body, stop_token_ids: body.stop_token_ids ?? null };
-    const results = await Promise.all(
-      Array.from({ length: body.n }, (_, i) =>
-        runSequence(scheduler, engineRequest(body.prompt_token_ids, sampling, maxTokens, i, body.prompt_logprobs && i === 0), { signal }),
-      ),
+    const results = await start(
+      Array.from({ length: body.n }, (_, i) => engineRequest(body.prompt_token_ids, sampling, maxTokens, i, body.prompt_logprobs && i === 0)),
+      { signal },
     );
     const promptLogprobs = results[0].promptLogprobs;
     return {
@@ -384,11 +462,17 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
       model: modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
       prompt_token_ids: body.prompt_token_ids,
-      choices: results.map((r, index) => ({ index, token_ids: r.tokenIds, logprobs: r.logprobs, finish_reason: finishReason(r) })),
+      choices: results.map((r, index) => ({ index, token_ids: r.tokenIds, logprobs: r.logprobs, finish_reason: r.finishReason })),
       usage: usage(body.prompt_token_ids.length, results),
       prompt_logprobs: body.prompt_logprobs && promptLogprobs ? Array.from(promptLogprobs, (v, i) => (i === 0 ? null : v)) : null,
     };
   });
+
+  /** Version label -> the folder (real path) it names, since start or the last /reload_weights. */
+  const labels = new Map<number, string>([[0, baseReal]]);
+  const insideRoots = (real: string) => allowedRoots.some((root) => within(root, real));
+  const forbidden = (what: string) =>
+    new ApiError(403, `weight_dir: ${what} outside the allowed roots (${allowedRoots.join(', ')})`, 'weight_dir', 'forbidden_path', 'permission_error');
 
   app.post('/update_weights', async (req) => {
     const body = parseBody(updateWeightsRequest, req.body);
@@ -399,12 +483,34 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     } catch {
       throw new ApiError(400, `weight_dir: ${body.weight_dir} does not exist`, 'weight_dir', 'not_found');
     }
-    const inside = allowedRoots.some((root) => {
-      const r = fs.existsSync(root) ? fs.realpathSync(root) : root;
-      return real === r || real.startsWith(r + path.sep);
-    });
-    if (!inside) {
-      throw new ApiError(403, `weight_dir: ${body.weight_dir} is outside the allowed roots (${allowedRoots.join(', ')})`, 'weight_dir', 'forbidden_path', 'permission_error');
+    if (!insideRoots(real)) throw forbidden(`${body.weight_dir} is`);
+    if (!fs.statSync(real).isDirectory()) throw new ApiError(400, `weight_dir: ${body.weight_dir} is not a folder`, 'weight_dir', 'invalid_model');
+    // Every file the load may read must be inside the roots too: a link in an allowed folder must
+    // not make the server read a file elsewhere (nor quote it in an error).
+    for (const name of fs.readdirSync(real)) {
+      let target: string;
+      try {
+        target = fs.realpathSync(path.join(real, name));
+      } catch {
+        continue; // a dangling link: loading names the missing file
+      }
+      if (!insideRoots(target)) throw forbidden(`${path.join(body.weight_dir, name)} links to a file`);
+    }
+    // A version names one set of weights: clients skip loading when /health already shows the
+    // version they want, so a wrong label silently serves wrong weights. 0 is the base model's,
+    // and since start (or the last reload) a label stays with its folder and a folder with its
+    // label. Labels may go down: rl evaluates step n, then samples with n - async_level.
+    const version = body.version ?? scheduler.policy.version + 1;
+    if (version === 0 && real !== baseReal) {
+      throw new ApiError(400, `version: 0 is the base model's version (${baseDir}); ${body.weight_dir} needs a version >= 1`, 'version', 'invalid_version');
+    }
+    const labelled = labels.get(version);
+    if (labelled !== undefined && labelled !== real) {
+      throw new ApiError(409, `version: ${version} already names the weights in ${labelled}; ${body.weight_dir} needs its own version (or POST /reload_weights to start a new lineage)`, 'version', 'version_conflict');
+    }
+    const earlier = [...labels].find(([v, dir]) => dir === real && v !== version);
+    if (earlier) {
+      throw new ApiError(409, `version: ${body.weight_dir} was loaded as version ${earlier[0]}; the same weights cannot also be version ${version}`, 'version', 'version_conflict');
     }
     let loaded;
     try {
@@ -412,15 +518,25 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     } catch (e) {
       throw new ApiError(400, `weight_dir: not a loadable model folder: ${(e as Error).message}`, 'weight_dir', 'invalid_model');
     }
-    const mismatch = sameShape(base.config, loaded.config);
+    const mismatch = sameShape(arch, loaded.config);
     if (mismatch) throw new ApiError(400, `weight_dir: not the same model shape: ${mismatch}`, 'weight_dir', 'shape_mismatch');
-    const version = body.version ?? scheduler.policy.version + 1;
     await scheduler.updateWeights(loaded.tensors, { version, weightDir: real });
+    labels.set(version, real);
     return { status: 'ok', policy_version: version, weight_dir: real };
   });
 
   app.post('/reload_weights', async () => {
-    await scheduler.updateWeights(base.tensors, { version: 0, weightDir: baseDir });
+    let loaded;
+    try {
+      loaded = loadHfModel(baseDir);
+    } catch (e) {
+      throw new ApiError(500, `the base model folder ${baseDir} can no longer be loaded: ${(e as Error).message}`, null, 'base_model_unreadable', 'server_error');
+    }
+    const mismatch = sameShape(arch, loaded.config);
+    if (mismatch) throw new ApiError(500, `the base model folder ${baseDir} changed shape since the server started: ${mismatch}`, null, 'base_model_changed', 'server_error');
+    await scheduler.updateWeights(loaded.tensors, { version: 0, weightDir: baseDir });
+    labels.clear();
+    labels.set(0, baseReal);
     return { status: 'ok', policy_version: 0, weight_dir: baseDir };
   });
 
@@ -435,6 +551,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
       closing = true;
       await scheduler.shutdown(graceMs);
       await app.close();
+      await prompts.close();
     },
   };
 }

@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { constants as bufferConstants } from 'node:buffer';
 import type { DiskDType, NamedTensor } from './arch';
 import { writeFileAtomic } from '../atomic';
+import { jsonSyntaxError } from '../json';
 
 /**
  * The safetensors dtypes this module reads and writes. Model weights use the float ones
@@ -75,7 +76,7 @@ function parseHeader(
   try {
     parsed = JSON.parse(text);
   } catch (e) {
-    throw new Error(`${source}: safetensors header is not valid JSON (${(e as Error).message})`);
+    throw new Error(`${source}: safetensors header is not valid JSON (${jsonSyntaxError(e, text)})`);
   }
   // Valid JSON that starts with '{' is an object.
   const metadata: Record<string, string> = {};
@@ -210,11 +211,12 @@ function readWeightFiles(dir: string): StoredTensor[] {
     if (!fs.existsSync(single)) throw new Error(`${dir}: neither model.safetensors nor ${INDEX_FILE} exists`);
     return readSafetensors(single).tensors;
   }
+  const indexText = fs.readFileSync(indexPath, 'utf8');
   let index: unknown;
   try {
-    index = JSON.parse(fs.readFileSync(indexPath, 'utf8'));
+    index = JSON.parse(indexText);
   } catch (e) {
-    throw new Error(`${indexPath}: not valid JSON (${(e as Error).message})`);
+    throw new Error(`${indexPath}: not valid JSON (${jsonSyntaxError(e, indexText)})`);
   }
   const weightMap = (index as { weight_map?: unknown } | null)?.weight_map;
   if (weightMap === null || typeof weightMap !== 'object' || Array.isArray(weightMap)) {

@@ -29,6 +29,32 @@ function chatTemplateOf(config: Json, source: string): string | undefined {
   throw new Error(`${source}: field 'chat_template' must be a string or a list with a 'default' entry`);
 }
 
+/**
+ * The most bytes of normalized input one token can stand for, where such a bound holds: a
+ * byte-level BPE (every token spells its bytes, one character each, in GPT-2's byte alphabet; no
+ * unknown token can swallow a run of text) whose added tokens do not absorb whitespace (lstrip /
+ * rstrip), normalized by nothing or NFC. Then `bytes / maxTokenBytes` bounds the token count from
+ * below. Undefined for any other tokenizer: no cheap bound.
+ */
+function maxTokenBytesOf(json: Json): number | undefined {
+  const normalizer = json.normalizer as Json | null | undefined;
+  if (normalizer !== null && normalizer !== undefined && normalizer.type !== 'NFC') return undefined;
+  const model = json.model as Json | undefined;
+  if (model?.type !== 'BPE' || model.vocab === null || typeof model.vocab !== 'object') return undefined;
+  const byteLevel = (p: unknown): boolean => {
+    const q = p as Json | null | undefined;
+    return q?.type === 'ByteLevel' || (q?.type === 'Sequence' && Array.isArray(q.pretokenizers) && q.pretokenizers.some(byteLevel));
+  };
+  if (!byteLevel(json.pre_tokenizer)) return undefined;
+  let max = 1;
+  for (const token of Object.keys(model.vocab as Json)) max = Math.max(max, [...token].length);
+  for (const t of (json.added_tokens ?? []) as Json[]) {
+    if (t.lstrip || t.rstrip) return undefined;
+    if (typeof t.content === 'string') max = Math.max(max, Buffer.byteLength(t.content));
+  }
+  return max;
+}
+
 export interface TokenizerFiles {
   tokenizerJson: Json;
   tokenizerConfig: Json;
@@ -50,6 +76,9 @@ export class Tokenizer {
   readonly bosTokenId: number | undefined;
   /** Named special tokens (`bos_token`, `eos_token`, ...) as chat templates expect them. */
   readonly specialTokensMap: Record<string, string>;
+  /** See maxTokenBytesOf; undefined: this tokenizer has no cheap lower bound of token counts. */
+  readonly maxTokenBytes: number | undefined;
+  private readonly nfc: boolean;
 
   constructor(files: TokenizerFiles) {
     const source = files.source ?? 'tokenizer';
@@ -63,6 +92,8 @@ export class Tokenizer {
     for (const id of this.hf.get_vocab(true).values()) maxId = Math.max(maxId, id);
     this.size = maxId + 1;
     this.chatTemplate = files.chatTemplateFile ?? chatTemplateOf(config, source);
+    this.maxTokenBytes = maxTokenBytesOf(files.tokenizerJson);
+    this.nfc = (files.tokenizerJson.normalizer as Json | null | undefined)?.type === 'NFC';
 
     this.specialTokensMap = {};
     for (const key of ['bos_token', 'eos_token', 'unk_token', 'pad_token']) {
@@ -109,6 +140,16 @@ export class Tokenizer {
   encode(text: string, opts: { addSpecialTokens?: boolean } = {}): number[] {
     if (text.length === 0) return [];
     return this.hf.encode(text, { add_special_tokens: opts.addSpecialTokens ?? false }).ids;
+  }
+
+  /**
+   * A lower bound of `encode(text).length` that costs a pass over the bytes, not a tokenization
+   * (0 when this tokenizer has no such bound): lets a server refuse a prompt that cannot fit its
+   * context without spending seconds tokenizing it.
+   */
+  minTokens(text: string): number {
+    if (this.maxTokenBytes === undefined) return 0;
+    return Math.floor(Buffer.byteLength(this.nfc ? text.normalize('NFC') : text) / this.maxTokenBytes);
   }
 
   /**

@@ -357,6 +357,7 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
             o.Set("logprob", t.logprob);
             o.Set("finished", t.finished);
             if (t.finished) o.Set("finishReason", t.finishReason);
+            if (!t.error.empty()) o.Set("error", t.error);
             if (!t.topIds.empty()) {
               Napi::Object top = Napi::Object::New(env);
               Napi::Int32Array ids = Napi::Int32Array::New(env, t.topIds.size());

@@ -47,12 +47,16 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
     const size_t slot = seqs_.size();
     const int64_t P = int64_t(r.prompt.size());
     AddedSequence added{nextId_, {}};
+    bool poisoned = false;
     if (P > 1) {
       // Prefill all but the last prompt token into this slot's cache.
       at::Tensor ids = at::tensor(std::vector<int64_t>(r.prompt.begin(), r.prompt.end() - 1), longOpts).to(model->device);
       at::Tensor pos = at::arange(P - 1, longOpts.device(model->device));
       std::vector<LayerKV> kv;
       at::Tensor hidden = model->forwardPacked(ids, pos, {0}, &kv);
+      // Non-finite keys or values make the hidden states non-finite: remember, so the slot is
+      // cleared when the sequence leaves, even if it is removed before its first step.
+      poisoned = !at::isfinite(hidden).all().item<bool>();
       for (size_t l = 0; l < kv.size(); l++) {
         cache_.k[l][slot].narrow(1, 0, P - 1).copy_(kv[l].first.transpose(0, 1));
         cache_.v[l][slot].narrow(1, 0, P - 1).copy_(kv[l].second.transpose(0, 1));
@@ -67,7 +71,7 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
     } else if (r.promptLogprobs) {
       added.promptLogprobs.assign(1, std::numeric_limits<float>::quiet_NaN());
     }
-    Sequence s{nextId_++, P - 1, r.prompt.back(), 0, r, std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}())};
+    Sequence s{nextId_++, P - 1, r.prompt.back(), 0, r, std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}()), poisoned};
     seqs_.push_back(std::move(s));
     out.push_back(std::move(added));
   }
@@ -104,6 +108,7 @@ std::vector<StepToken> Generator::step() {
     for (int64_t i = a; i < b; i++) {
       const float* row = lp + i * V;
       sampled[i] = sampleToken(row, pr + i * V, V, seqs_[i].req.sampling, seqs_[i].rng, order);
+      if (sampled[i].token < 0) continue;  // NaN row: no top logprobs (NaN breaks the sort's ordering)
       if (const int64_t k = std::min(seqs_[i].req.topLogprobs, V); k > 0) {
         // A partial sort of the ids: O(V log k), only for the rows that ask.
         order.resize(V);
@@ -117,6 +122,17 @@ std::vector<StepToken> Generator::step() {
   });
   for (int64_t b = 0; b < n; b++) {
     Sequence& s = seqs_[b];
+    out[b].seqId = s.id;
+    if (sampled[b].token < 0) {
+      // Non-finite logits (broken weights): this sequence ends with an error; the others go on.
+      out[b].token = -1;
+      out[b].logprob = sampled[b].logprob;
+      out[b].finished = true;
+      out[b].finishReason = "error";
+      out[b].error = "the model produced non-finite logits (NaN or Inf): the served weights are broken";
+      s.failed = true;
+      continue;
+    }
     s.cacheLen++;
     s.generated++;
     s.pending = sampled[b].token;
@@ -124,7 +140,6 @@ std::vector<StepToken> Generator::step() {
     std::string reason;
     if (std::find(stops.begin(), stops.end(), s.pending) != stops.end()) reason = "stop";
     else if (s.generated >= s.req.maxTokens || s.cacheLen >= maxSequenceLength) reason = "length";
-    out[b].seqId = s.id;
     out[b].token = s.pending;
     out[b].logprob = sampled[b].logprob;
     out[b].finished = !reason.empty();
@@ -151,6 +166,16 @@ std::vector<bool> Generator::remove(const std::vector<int64_t>& seqIds) {
 
 void Generator::release(size_t slot) {
   const size_t last = seqs_.size() - 1;
+  if (seqs_[slot].failed) {
+    // Its K/V (positions 0..cacheLen) may be NaN. Masked attention (SDPA on GPU / bf16) still
+    // multiplies stale entries by 0, and 0 * NaN = NaN: clear them so the slot's next sequence,
+    // under repaired weights, is not poisoned.
+    const int64_t len = std::min(seqs_[slot].cacheLen + 1, maxSequenceLength);
+    for (size_t l = 0; l < cache_.k.size(); l++) {
+      cache_.k[l][slot].narrow(1, 0, len).zero_();
+      cache_.v[l][slot].narrow(1, 0, len).zero_();
+    }
+  }
   if (slot != last) {
     const int64_t len = seqs_[last].cacheLen;
     for (size_t l = 0; l < cache_.k.size(); l++) {

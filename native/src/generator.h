@@ -35,7 +35,8 @@ struct StepToken {
   int64_t seqId, token;
   float logprob;
   bool finished;
-  std::string finishReason;  // "stop" | "length" | "" while running
+  std::string finishReason;  // "stop" | "length" | "error" | "" while running
+  std::string error;         // why, when finishReason is "error" (token is then -1)
   // When asked: the most likely tokens of the distribution `logprob` comes from, descending
   // (ties: lower id first).
   std::vector<int32_t> topIds;
@@ -68,6 +69,7 @@ class Generator {
     int64_t generated = 0;
     SequenceRequest req;
     std::mt19937_64 rng;
+    bool failed = false;  // non-finite prefill or logits: its cache entries may hold NaN / Inf
   };
   void release(size_t slot);  // moves the last slot into `slot` so slots stay compact
   void publishStats();

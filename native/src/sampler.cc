@@ -1,14 +1,22 @@
 #include "sampler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace prime {
 
 Sampled sampleToken(const float* logprobs, const float* probs, int64_t vocab, const SamplingParams& p,
                     std::mt19937_64& rng, std::vector<int32_t>& order) {
+  // A NaN anywhere means the logits were not finite (NaN or +-Inf logits make log_softmax NaN):
+  // there is no distribution to sample from. Every filter below would drop every token, so say so
+  // instead (the caller fails the sequence).
+  if (std::isnan(logprobs[0])) return {-1, std::numeric_limits<float>::quiet_NaN()};
   int64_t best = 0;
-  for (int64_t i = 1; i < vocab; i++)
+  for (int64_t i = 1; i < vocab; i++) {
+    if (std::isnan(logprobs[i])) return {-1, std::numeric_limits<float>::quiet_NaN()};
     if (logprobs[i] > logprobs[best]) best = i;  // first maximum wins ties
+  }
   if (p.temperature <= 0) return {best, logprobs[best]};
 
   const bool filtered = p.minP > 0 || (p.topK > 0 && p.topK < vocab) || p.topP < 1.0;
@@ -49,6 +57,7 @@ Sampled sampleToken(const float* logprobs, const float* probs, int64_t vocab, co
     }
     order.resize(n);
   }
+  if (order.empty()) return {best, logprobs[best]};  // cannot happen for finite rows (best passes min-p)
   double total = 0;
   for (int32_t t : order) total += probs[t];
   const double u = draw * total;

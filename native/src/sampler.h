@@ -15,7 +15,7 @@ struct SamplingParams {
 };
 
 struct Sampled {
-  int64_t token;
+  int64_t token;  // -1: the row is not a distribution (NaN from non-finite logits)
   // log softmax(logits / T)[token] over the full vocabulary, before top-k/top-p/min-p filtering
   // (vLLM's sampled-token logprob with temperature applied, which is what the trainer recomputes).
   // Greedy (T = 0) reports log softmax(logits)[token].
@@ -26,7 +26,7 @@ struct Sampled {
 // probs = exp(logprobs), both computed vectorised for the whole batch by the caller. Filters in
 // vLLM's order: min-p, top-k, top-p. Exactly one uniform is drawn from rng per non-greedy call, so
 // a sequence's tokens depend only on its own seed and logits, never on the rest of the batch.
-// `order` is reusable workspace.
+// `order` is reusable workspace. A row holding NaN (non-finite logits) samples nothing: token -1.
 Sampled sampleToken(const float* logprobs, const float* probs, int64_t vocab, const SamplingParams& p,
                     std::mt19937_64& rng, std::vector<int32_t>& order);
 

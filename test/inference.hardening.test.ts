@@ -1,0 +1,341 @@
+/**
+ * The inference server against what used to crash, hang or waste it (issue #15): non-finite
+ * weights, a KV budget requests cannot fit, huge prompts, requests that overflow the queue, bad
+ * settings at start. Servers run as their own processes: a crash or a blocked event loop there
+ * fails a test instead of taking jest down, and every request has a deadline.
+ */
+/* eslint-disable @typescript-eslint/no-explicit-any -- JSON bodies of raw HTTP responses */
+import { spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { loadConfig } from '../lib/config/loader';
+import { WORKER_SECTIONS, WORKER_SHARED_KEYS, workerSchema } from '../lib/config/schemas';
+import { createModel } from '../lib/model/create';
+import { loadHfModel, writeHfModel } from '../lib/model/hf';
+import { Tokenizer } from '../lib/model/tokenizer';
+import { PromptTokenizer } from '../lib/inference/tokenize';
+import { projectRoot } from '../lib/paths';
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inference-hard-'));
+const baseDir = path.join(root, 'base');
+const outDir = path.join(root, 'out');
+const REGISTER_TS = path.join(projectRoot, 'lib', 'envs', 'register-ts.js');
+const FIXTURE = path.join(projectRoot, 'test', 'fixtures', 'inference-server.ts');
+/** Every request of these tests has a deadline: a hung server fails the test, it does not hang it. */
+const DEADLINE_MS = 30_000;
+
+/** A copy of the base model with every weight replaced by `value` (same shape, so update_weights takes it). */
+function poisonedCopy(dir: string, value: number): void {
+  const base = loadHfModel(baseDir);
+  const tensors = base.tensors.map((t) => {
+    const data = Buffer.alloc(t.data.length);
+    new Float32Array(data.buffer, data.byteOffset, data.length / 4).fill(value);
+    return { ...t, data };
+  });
+  writeHfModel(dir, { config: base.rawConfig, tensors, copyFrom: baseDir });
+}
+
+interface Proc {
+  child: ChildProcess;
+  /** The server's URL once it listens; rejects when the process exits first. */
+  url: Promise<string>;
+  exited: Promise<number | null>;
+  stdout(): string;
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+function watch(child: ChildProcess): Proc {
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d) => (out += d));
+  child.stderr!.on('data', (d) => (err += d));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const url = new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', () => {
+      const m = out.match(/(?:listening|on) (http:\/\/[\d.]+:\d+)/);
+      if (m) resolve(m[1]);
+    });
+    void exited.then((code) => reject(new Error(`exited ${code} before listening: ${err}`)));
+  });
+  url.catch(() => undefined);
+  return {
+    child, url, exited,
+    stdout: () => out,
+    stderr: () => err,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** A server process on `config` (through the schema) plus `unchecked` settings the schema would refuse. */
+function serverProcess(config: object, unchecked?: object): Proc {
+  const arg = JSON.stringify({ config, unchecked });
+  return watch(spawn(process.execPath, ['--require', REGISTER_TS, FIXTURE, arg], { stdio: ['ignore', 'pipe', 'pipe'] }));
+}
+
+function cli(args: string[], env: NodeJS.ProcessEnv = {}): Proc {
+  return watch(spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }));
+}
+
+/** Exit code of a command that must refuse to start; a server that starts instead is stopped and fails the test. */
+async function refusal(p: Proc): Promise<number | null> {
+  const started = p.url.then(() => true, () => false);
+  const outcome = await Promise.race([p.exited.then(() => 'exited' as const), started.then((s) => (s ? ('served' as const) : ('exited' as const)))]);
+  if (outcome === 'served') {
+    await p.stop();
+    throw new Error(`it started serving instead of refusing: ${p.stdout()}`);
+  }
+  return p.exited;
+}
+
+const post = (url: string, body: unknown) =>
+  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(DEADLINE_MS) });
+const health = async (base: string) => (await fetch(`${base}/health`, { signal: AbortSignal.timeout(DEADLINE_MS) })).status;
+
+/** Server-sent events of a streaming response, read to its end. */
+async function events(r: Response): Promise<string[]> {
+  const text = await r.text();
+  return text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice('data: '.length));
+}
+
+async function metric(base: string, name: string): Promise<number> {
+  const text = await (await fetch(`${base}/metrics`, { signal: AbortSignal.timeout(DEADLINE_MS) })).text();
+  const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
+  if (!m) throw new Error(`no metric ${name}`);
+  return Number(m[1]);
+}
+
+beforeAll(() => {
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: baseDir });
+  poisonedCopy(path.join(outDir, 'nan'), NaN);
+  poisonedCopy(path.join(outDir, 'inf'), Infinity);
+});
+afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
+
+describe('a server with max_running 2, max_queued 4', () => {
+  let server: Proc;
+  let base: string;
+  beforeAll(async () => {
+    // bfloat16: decode attention then runs through SDPA, which reads (masked) stale cache entries.
+    server = serverProcess({ model: { name: baseDir, dtype: 'bfloat16' }, seq_len: 2048, output_dir: outDir, threads: 1, max_running: 2, max_queued: 4, server: { port: 0 } });
+    base = await server.url;
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  test('non-finite weights fail each request with a clear error; the server lives and recovers', async () => {
+    const prompt = { prompt_token_ids: [1, 2, 3], max_tokens: 4 };
+    const good = await post(`${base}/v1/generate`, { ...prompt, temperature: 0 });
+    const before = (await good.json()) as any;
+    for (const [dir, version] of [['nan', 1], ['inf', 2]] as const) {
+      expect((await post(`${base}/update_weights`, { weight_dir: path.join(outDir, dir), version })).status).toBe(200);
+      for (const sampling of [{ temperature: 0 }, {}, { top_p: 0.9 }, { top_k: 5 }, { min_p: 0.1 }]) {
+        // Long prompts in both slots: NaN keys and values far into the cache.
+        const r = await post(`${base}/v1/generate`, { prompt_token_ids: Array.from({ length: 60 }, (_, i) => 1 + i), max_tokens: 4, ...sampling, n: 2 });
+        const body = (await r.json()) as any;
+        expect([r.status, body.error.code]).toEqual([500, 'non_finite_logits']);
+        expect(body.error.message).toMatch(/non-finite logits/);
+        expect(body.error.message).toContain(dir); // names the weights that produce them
+      }
+      // A stream ends too: an error event, then [DONE].
+      const r = await post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], stream: true, n: 2, top_k: 5, logprobs: true, top_logprobs: 2 });
+      expect(r.status).toBe(200);
+      const evs = await events(r);
+      expect(evs[evs.length - 1]).toBe('[DONE]');
+      expect(JSON.parse(evs[evs.length - 2]).error.code).toBe('non_finite_logits');
+    }
+    expect(await health(base)).toBe(200);
+    // Good weights again: the very same answer as before the poison (no NaN left behind in the cache).
+    expect((await post(`${base}/reload_weights`, {})).status).toBe(200);
+    const after = (await (await post(`${base}/v1/generate`, { ...prompt, temperature: 0 })).json()) as any;
+    expect(after.choices).toEqual(before.choices);
+    // A short and a long sequence together: the short one's slot is masked beyond its length, not
+    // free of what the poisoned sequences left there.
+    const both = await Promise.all([prompt.prompt_token_ids, Array.from({ length: 40 }, (_, i) => 1 + i)].map((ids) => post(`${base}/v1/generate`, { prompt_token_ids: ids, max_tokens: 8, seed: 1 })));
+    expect(both.map((r) => r.status)).toEqual([200, 200]);
+  });
+
+  test('/reload_weights reads the base weights from disk (no copy kept in memory)', async () => {
+    const moved = `${baseDir}.moved`;
+    fs.renameSync(baseDir, moved);
+    try {
+      const r = await post(`${base}/reload_weights`, {});
+      const body = (await r.json()) as any;
+      expect([r.status, body.error.code]).toEqual([500, 'base_model_unreadable']);
+      expect(body.error.message).toContain(baseDir);
+    } finally {
+      fs.renameSync(moved, baseDir);
+    }
+    expect((await post(`${base}/reload_weights`, {})).status).toBe(200);
+  });
+
+  test('a request that can never be queued is a 400 before any stream starts, and runs nothing', async () => {
+    const tokens = await metric(base, 'prime_inference_prompt_tokens_total');
+    const stream = await post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, n: 8, stream: true });
+    expect(stream.status).toBe(400);
+    expect(stream.headers.get('content-type')).toMatch(/application\/json/);
+    const body = (await stream.json()) as any;
+    expect(body.error.param).toBe('n');
+    expect(body.error.message).toMatch(/max_queued 4/);
+    // 64 prompts x n 64: refused whole, nothing generated for it.
+    const big = await post(`${base}/v1/completions`, { prompt: Array.from({ length: 64 }, (_, i) => [1 + i, 2]), n: 64, max_tokens: 16 });
+    expect(big.status).toBe(400);
+    expect(await metric(base, 'prime_inference_prompt_tokens_total')).toBe(tokens);
+  });
+
+  test('a 429 is all or nothing: none of the refused request runs', async () => {
+    const tokens = await metric(base, 'prime_inference_prompt_tokens_total');
+    // 2 running + 4 waiting, each for 1000 tokens: the queue stays full for a while.
+    const busy = post(`${base}/v1/completions`, { prompt: [1, 2, 3, 4, 5, 6, 7], n: 6, max_tokens: 1000, ignore_eos: true, seed: 1 });
+    while ((await metric(base, 'prime_inference_running_sequences')) < 2) await new Promise((r) => setTimeout(r, 10));
+    const refused = await post(`${base}/v1/completions`, { prompt: [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]], n: 3, max_tokens: 4 });
+    expect(refused.status).toBe(429);
+    expect(((await refused.json()) as any).error.code).toBe('queue_full');
+    const streamed = await post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], n: 3, stream: true });
+    expect(streamed.status).toBe(429);
+    expect((await busy).status).toBe(200);
+    // Only the busy request's 6 x 7 prompt tokens were ever prefilled.
+    expect(await metric(base, 'prime_inference_prompt_tokens_total')).toBe(tokens + 42);
+  });
+
+  test('a prompt far beyond the context is refused without tokenizing it', async () => {
+    const huge = 'x'.repeat(10 * 1024 * 1024);
+    const c = await post(`${base}/v1/completions`, { prompt: huge, max_tokens: 1 });
+    const cBody = (await c.json()) as any;
+    expect([c.status, cBody.error.param, cBody.error.code]).toEqual([400, 'prompt', 'context_length_exceeded']);
+    // "at least": the count is a bound from the bytes, not a tokenization of 10 MB.
+    expect(cBody.error.message).toMatch(/at least \d+ tokens/);
+    const chat = await post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content: huge }] });
+    const chatBody = (await chat.json()) as any;
+    expect([chat.status, chatBody.error.param]).toEqual([400, 'messages']);
+    expect(chatBody.error.message).toMatch(/at least \d+ tokens/);
+    expect(await health(base)).toBe(200);
+  });
+});
+
+describe('a KV budget too small for a request', () => {
+  test('is refused at start: exit 2 naming kv_cache_tokens (inference and the inference worker)', async () => {
+    const direct = cli(['inference', '--model.name', baseDir, '--seq-len', '256', '--server.port', '0', '--kv-cache-tokens', '100']);
+    expect(await refusal(direct)).toBe(2);
+    expect(direct.stderr()).toMatch(/kv_cache_tokens/);
+    const worker = cli(['worker', '--pool', 'inference', '--inference.model.name', baseDir, '--inference.seq-len', '256', '--inference.server.port', '0', '--inference.kv-cache-tokens', '100']);
+    expect(await refusal(worker)).toBe(2);
+    expect(worker.stderr()).toMatch(/kv_cache_tokens/);
+  });
+
+  test('a request that does not fit is a 400 naming kv_cache_tokens; the server stays responsive', async () => {
+    // A budget the schema refuses, forced in: the scheduler itself must never spin on it.
+    const server = serverProcess({ model: { name: baseDir }, seq_len: 256, output_dir: outDir, threads: 1, server: { port: 0 } }, { kv_cache_tokens: 100 });
+    try {
+      const base = await server.url;
+      const r = await post(`${base}/v1/generate`, { prompt_token_ids: [1, 2, 3], max_tokens: 200 });
+      const body = (await r.json()) as any;
+      expect([r.status, body.error.code]).toEqual([400, 'kv_cache_exceeded']);
+      expect(body.error.message).toMatch(/kv_cache_tokens 100/);
+      expect(await health(base)).toBe(200);
+      const fits = await post(`${base}/v1/generate`, { prompt_token_ids: [1, 2, 3], max_tokens: 20 });
+      expect(fits.status).toBe(200);
+    } finally {
+      await server.stop();
+    }
+    expect(server.child.signalCode).toBeNull(); // SIGTERM was enough
+  });
+});
+
+describe('settings at start', () => {
+  test('an empty API key variable is exit 2 with a message, not a stack', async () => {
+    for (const args of [
+      ['inference', '--model.name', baseDir, '--server.port', '0', '--server.api-key-var', 'PRIME_TEST_EMPTY_KEY'],
+      ['worker', '--pool', 'inference', '--inference.model.name', baseDir, '--inference.server.port', '0', '--inference.server.api-key-var', 'PRIME_TEST_EMPTY_KEY'],
+    ]) {
+      const p = cli(args, { PRIME_TEST_EMPTY_KEY: '' });
+      expect(await refusal(p)).toBe(2);
+      expect(p.stderr()).toMatch(/api_key_var.*PRIME_TEST_EMPTY_KEY.*empty/);
+      expect(p.stderr()).not.toMatch(/\n\s+at /);
+    }
+  });
+
+  test('worker --pool inference --output-dir X loads weights under X', async () => {
+    const workerOut = path.join(root, 'worker-out');
+    const step = path.join(workerOut, 'run', 'weights', 'step_1');
+    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: step });
+    const p = cli(['worker', '--pool', 'inference', '--output-dir', workerOut, '--inference.model.name', baseDir, '--inference.seq-len', '256', '--inference.server.port', '0', '--threads', '1']);
+    try {
+      const base = await p.url;
+      const r = await post(`${base}/update_weights`, { weight_dir: step, version: 1 });
+      expect(r.status).toBe(200);
+    } finally {
+      await p.stop();
+    }
+  });
+
+  test('the worker config: output_dir fills the inference section; cpu workers get none', () => {
+    const shared = { keys: WORKER_SHARED_KEYS, sections: WORKER_SECTIONS };
+    const load = (argv: string[]) => loadConfig({ schema: workerSchema, argv, env: {}, shared }).config;
+    expect(load(['--pool', 'cpu', '--output-dir', 'X']).inference).toBeUndefined();
+    const inf = load(['--pool', 'inference', '--output-dir', 'X', '--threads', '3', '--inference.model.name', 'm']);
+    expect([inf.inference?.output_dir, inf.inference?.threads]).toEqual(['X', 3]);
+    expect(() => load(['--pool', 'inference', '--output-dir', 'X', '--inference.output-dir', 'Y', '--inference.model.name', 'm'])).toThrow(/output_dir/);
+  });
+});
+
+describe('a server on a Qwen3 tokenizer with a long context', () => {
+  const qwenDir = path.join(root, 'qwen');
+  let server: Proc;
+  let base: string;
+  beforeAll(async () => {
+    // A long context, so that a prompt of a megabyte passes the byte bound and must be tokenized.
+    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'qwen3', seed: 0, out: qwenDir, maxPositionEmbeddings: 32768 });
+    server = serverProcess({ model: { name: qwenDir }, seq_len: 32768, output_dir: outDir, threads: 1, max_running: 1, server: { port: 0 } });
+    base = await server.url;
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  test('a long prompt is tokenized off the event loop', async () => {
+    const words = ['alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta'];
+    let text = '';
+    for (let i = 0; text.length < 1_000_000; i++) text += `${words[(i * 7919) % 8]}${i % 13 === 0 ? '.\n' : ' '}`;
+    const tokenizer = Tokenizer.fromDir(qwenDir);
+    expect(tokenizer.minTokens(text)).toBeLessThan(32768); // the byte bound lets it through: it must be tokenized
+    const prompts = new PromptTokenizer(tokenizer, qwenDir);
+    try {
+      // Were the tokenization on this thread, no timer could fire before it is done.
+      let ticks = 0;
+      const timer = setInterval(() => ticks++, 1);
+      const ids = await prompts.encode(text).finally(() => clearInterval(timer));
+      expect(ticks).toBeGreaterThan(0);
+      expect(ids.length).toBeGreaterThan(32768); // (the next test compares ids with the inline tokenizer)
+    } finally {
+      await prompts.close();
+    }
+  });
+
+  test('the server tokenizes a long prompt on its worker thread, with the same ids, /health answering', async () => {
+    const text = 'The quick brown fox. '.repeat(400); // > 4096 characters: tokenized on the worker
+    const r = await post(`${base}/v1/completions`, { prompt: text, max_tokens: 1, return_token_ids: true });
+    expect(r.status).toBe(200);
+    const body = (await r.json()) as any;
+    expect(body.choices[0].prompt_token_ids).toEqual(Tokenizer.fromDir(qwenDir).encode(text));
+    // Over the bound is refused at once; under it but over the context, after tokenizing.
+    const over = await post(`${base}/v1/completions`, { prompt: 'alpha beta '.repeat(30_000), max_tokens: 1 });
+    expect(((await over.json()) as any).error.message).toMatch(/the prompt has \d+ tokens/);
+    expect(await health(base)).toBe(200);
+  });
+
+  test('n > 10 raises no MaxListeners warning', async () => {
+    const r = await post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, n: 16 });
+    expect(((await r.json()) as any).choices).toHaveLength(16);
+    expect(await health(base)).toBe(200); // the warning would be on stderr by now
+    expect(server.stderr()).not.toMatch(/MaxListeners/);
+  });
+});
