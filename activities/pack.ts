@@ -11,6 +11,7 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { PackCounts } from '../lib/orchestrator/packing';
 import type { AdvantageMetrics } from '../lib/orchestrator/advantages';
+import { isPromptTooLong } from '../lib/orchestrator/rollout';
 import type { StepBatchInput, StepBatchResult } from '../lib/orchestrator/step-batch';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
@@ -37,11 +38,14 @@ const STEP_BATCH_MODULE = path.join(__dirname, '..', 'lib', 'orchestrator', `ste
  * Why step `step` has nothing to train, or undefined when it has (or when every group was filtered
  * for carrying no signal: a normal GRPO step that trains nothing, recorded as such).
  */
-function nothingToTrain(step: number, r: StepBatchResult, seqLen: number, firstErrors: () => string[]): ApplicationFailure | undefined {
+function nothingToTrain(step: number, r: StepBatchResult, seqLen: number, rolloutErrors: () => string[]): ApplicationFailure | undefined {
   const a = r.advantages;
-  if (a.rollouts > 0 && a.rollouts_errored === a.rollouts) {
+  // Rollouts skipped for a prompt longer than seq_len are no failure: generateRollouts has checked
+  // that the environments have prompts that fit, so this step drew long ones by chance.
+  const errors = a.rollouts > 0 && a.rollouts_errored === a.rollouts ? rolloutErrors() : [];
+  if (errors.length > 0 && !errors.every(isPromptTooLong)) {
     return ApplicationFailure.nonRetryable(
-      `step ${step} has nothing to train: all ${a.rollouts} rollouts errored (first errors: ${firstErrors().join(' | ')})`,
+      `step ${step} has nothing to train: all ${a.rollouts} rollouts errored (first errors: ${errors.slice(0, 3).join(' | ')})`,
       'NothingToTrain',
     );
   }
@@ -79,7 +83,7 @@ export function createPackActivities() {
           }),
       );
       const failure = nothingToTrain(step, result, o.seq_len, () =>
-        readRollouts(layout.rolloutsDir(step)).filter((r) => r.error).slice(0, 3).map((r) => r.error!),
+        readRollouts(layout.rolloutsDir(step)).flatMap((r) => (r.error ? [r.error] : [])),
       );
       if (failure) throw failure;
       return { step, path: file, counts: result.counts, advantages: result.advantages };

@@ -89,17 +89,29 @@ export function rolloutSeed(seed: number, step: number, group: number, sample: n
   return hash32(`${seed}/${step}/${group}/${sample}`) & 0x7fffffff;
 }
 
+/** Examples of each environment's train split looked at before calling a seq_len too short for all of them. */
+const PROMPT_PROBE = 32;
+
 /**
- * A step whose prompts all leave no room to generate would train nothing: that is the config's
- * seq_len, which retrying cannot fix. (A few prompts too long for it only error their rollouts.)
+ * A config whose seq_len leaves no room to generate after any of the environments' prompts trains
+ * nothing: that fails the run (retrying cannot fix it). Only looked into when every prompt of the
+ * step is too long; if the environments have prompts that fit (the first PROMPT_PROBE examples of
+ * each), this step drew long ones by chance: their rollouts are skipped and it trains nothing.
  */
-function checkPromptsFit(promptTokens: readonly number[], seqLen: number, step: number): void {
-  if (promptTokens.length === 0 || promptTokens.some((n) => !promptTooLong(n, seqLen))) return;
-  const shortest = Math.min(...promptTokens);
+async function checkPromptsFit(
+  stepPrompts: readonly number[],
+  probe: () => Promise<number[]>,
+  seqLen: number,
+  step: number,
+): Promise<void> {
+  if (stepPrompts.length === 0 || stepPrompts.some((n) => !promptTooLong(n, seqLen))) return;
+  const probed = await probe();
+  if (probed.some((n) => !promptTooLong(n, seqLen))) return;
+  const shortest = Math.min(...stepPrompts, ...probed);
   throw ApplicationFailure.nonRetryable(
-    `orchestrator.seq_len (${seqLen}) is too short for the environment's prompts: all ${promptTokens.length} prompts of step ${step} are ` +
-      `${shortest} tokens or longer, so no rollout could generate a token. seq_len must hold a prompt plus its completion: ` +
-      `raise seq_len (the shared key that fills trainer, orchestrator and inference) above ${shortest}`,
+    `orchestrator.seq_len (${seqLen}) is too short for the environments' prompts: the ${stepPrompts.length} prompts of step ${step} and ` +
+      `the first ${PROMPT_PROBE} of each environment are ${shortest} tokens or longer, so no rollout could generate a token. seq_len must hold ` +
+      `a prompt plus its completion: raise seq_len (the shared key that fills trainer, orchestrator and inference) above ${shortest}`,
     'InvalidConfig',
   );
 }
@@ -129,7 +141,17 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       );
       const draws = mix.sample(step);
       const examples = await Promise.all(draws.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)));
-      checkPromptsFit(examples.flatMap((e, g) => (e.ok ? [renderPrompt(tokenizer, e.value.prompt, infos[draws[g].env].tools).ids.length] : [])), o.seq_len, step);
+      const promptTokens = (env: number, e: (typeof examples)[number]) => (e.ok ? [renderPrompt(tokenizer, e.value.prompt, infos[env].tools).ids.length] : []);
+      const probe = async () => {
+        const lengths: number[] = [];
+        for (const [i, e] of config.env.entries()) {
+          for (let index = 0; index < Math.min(PROMPT_PROBE, infos[i].size.train ?? PROMPT_PROBE); index++) {
+            lengths.push(...promptTokens(i, await pool.example(e, 'train', index, config.seed)));
+          }
+        }
+        return lengths;
+      };
+      await checkPromptsFit(examples.flatMap((e, g) => promptTokens(draws[g].env, e)), probe, o.seq_len, step);
 
       const client = new InferenceClient(o.base_urls);
       await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });

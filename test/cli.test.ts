@@ -114,7 +114,7 @@ test('an rl run whose seq_len cannot hold a prompt fails at its first step and e
       '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--inference.server.port', String(http),
       '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`,
     ], {}, 90_000);
-    expect(r.stderr).toMatch(/error: Workflow execution failed: .*orchestrator\.seq_len \(8\) is too short for the environment's prompts/);
+    expect(r.stderr).toMatch(/error: Workflow execution failed: .*orchestrator\.seq_len \(8\) is too short for the environments' prompts/);
     expect(r.code).toBe(2);
     expect(fs.existsSync(path.join(out, 'debug-rl', 'metrics.jsonl'))).toBe(false);
   } finally {

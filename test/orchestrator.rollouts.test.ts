@@ -16,7 +16,7 @@ import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { readBatch } from '../lib/orchestrator/batch';
 import { InferenceClient, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
-import { runRollout } from '../lib/orchestrator/rollout';
+import { isPromptTooLong, promptTooLong, runRollout } from '../lib/orchestrator/rollout';
 import { RunLayout } from '../lib/run/layout';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rollouts-'));
@@ -186,7 +186,7 @@ describe('runs that cannot train fail, naming why', () => {
     const { generateRollouts } = createRolloutActivities({ pool });
     const f = await failure(mock.run(generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 }));
     expect(f.type).toBe('InvalidConfig');
-    expect(f.message).toMatch(/^orchestrator\.seq_len \(8\) is too short for the environment's prompts: all 2 prompts of step 0 are \d+ tokens or longer/);
+    expect(f.message).toMatch(/^orchestrator\.seq_len \(8\) is too short for the environments' prompts: the 2 prompts of step 0 and the first 32 of each environment are \d+ tokens or longer/);
     expect(f.message).toContain('raise seq_len');
     expect(server.scheduler.generatedTokens).toBe(generatedBefore);
     expect(fs.existsSync(layout.rolloutsDir(0))).toBe(false);
@@ -209,7 +209,8 @@ describe('runs that cannot train fail, naming why', () => {
     const client = new InferenceClient([`${server.url}/v1`]);
     const sampling = { temperature: 1, top_p: 1, top_k: -1, min_p: 0 };
     const rollout = await runRollout({ env, info: info.value, example: example.value, seed: 1, seqLen: 8, sampling }, pool, client, Tokenizer.fromDir(modelDir));
-    expect(rollout.error).toMatch(/^the prompt is \d+ tokens, which leaves no room to generate within seq_len 8/);
+    expect(isPromptTooLong(rollout.error)).toBe(true);
+    expect(rollout.error).toMatch(/^prompt too long: the prompt is \d+ tokens, which leaves no room to generate within seq_len 8/);
     expect(rollout.completionTokens).toBe(0);
   });
 
@@ -220,6 +221,15 @@ describe('runs that cannot train fail, naming why', () => {
     const f = await failure(mock.run(packBatch, { runDir: layout.dir, step: 0 }));
     expect(f.type).toBe('NothingToTrain');
     expect(f.message).toBe('step 0 has nothing to train: all 8 rollouts errored (first errors: environment score failed: boom | environment score failed: boom | environment score failed: boom)');
+  });
+
+  test('a step whose prompts were all too long by chance (the check found prompts that fit) trains nothing and is recorded', async () => {
+    const layout = runFolder('all-long', {});
+    writeRollouts(layout, { groups: 2, perGroup: 4, prompt: 10, completion: 5, error: promptTooLong(300, 256) });
+    const { packBatch } = createPackActivities();
+    const summary: PackSummary = await mock.run(packBatch, { runDir: layout.dir, step: 0 });
+    expect(summary.advantages.rollouts_errored).toBe(8);
+    expect(summary.counts.samples).toBe(0);
   });
 
   test('packBatch fails a step whose samples keep no generated token within seq_len, naming orchestrator.seq_len', async () => {

@@ -77,11 +77,18 @@ export function renderPrompt(tokenizer: Tokenizer, prompt: readonly Message[], t
   return { text, ids: tokenizer.encode(text) };
 }
 
+const PROMPT_TOO_LONG = 'prompt too long: ';
+
 /** Why a prompt of `promptTokens` tokens cannot be sampled from within `seqLen`, or undefined when it can. */
 export function promptTooLong(promptTokens: number, seqLen: number): string | undefined {
   return promptTokens + 1 > seqLen
-    ? `the prompt is ${promptTokens} tokens, which leaves no room to generate within seq_len ${seqLen} (it needs at least ${promptTokens + 1})`
+    ? `${PROMPT_TOO_LONG}the prompt is ${promptTokens} tokens, which leaves no room to generate within seq_len ${seqLen} (it needs at least ${promptTokens + 1})`
     : undefined;
+}
+
+/** Whether a rollout's error is `promptTooLong`'s: the example was skipped, nothing failed. */
+export function isPromptTooLong(error: string | undefined): boolean {
+  return error?.startsWith(PROMPT_TOO_LONG) ?? false;
 }
 
 export async function runRollout(task: RolloutTask, pool: EnvPool, client: InferenceClient, tokenizer: Tokenizer): Promise<Rollout> {
