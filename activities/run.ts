@@ -5,6 +5,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../lib/failures';
 import { writeFileAtomic } from '../lib/atomic';
 import type { RLConfig } from '../lib/config/schemas';
 import { loadEnvironment } from '../lib/envs/loader';
@@ -19,14 +20,14 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
   try {
     readHfConfig(path.resolve(config.model.name ?? config.trainer.model.name));
   } catch (e) {
-    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, 'InvalidModel');
+    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, Failure.InvalidModel);
   }
-  if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', 'InvalidConfig');
+  if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
   for (const e of [...config.env, ...config.eval.env]) {
     try {
       loadEnvironment(e.id, e.args);
     } catch (err) {
-      throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidEnvironment');
+      throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidEnvironment);
     }
   }
   const text = `${JSON.stringify(config, null, 2)}\n`;
@@ -35,7 +36,7 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
     if (stored !== text) {
       throw ApplicationFailure.nonRetryable(
         `run folder ${layout.dir} holds a run with a different config (${layout.configFile}); use another run_name or output_dir`,
-        'ConfigMismatch',
+        Failure.ConfigMismatch,
       );
     }
   } else {

@@ -9,6 +9,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../lib/failures';
 import { writeFileAtomic } from '../lib/atomic';
 import type { SFTConfig } from '../lib/config/schemas';
 import { readHfConfig } from '../lib/model/hf';
@@ -31,7 +32,7 @@ function dataset(tokenizer: Tokenizer, source: SftDataSource, split: 'train' | '
   try {
     return loadSftDataset(tokenizer, source, split, { lossRoles: c.data.loss_roles, seed: c.seed }).samples;
   } catch (e) {
-    throw ApplicationFailure.nonRetryable(`${what}: ${(e as Error).message}`, 'InvalidSftData');
+    throw ApplicationFailure.nonRetryable(`${what}: ${(e as Error).message}`, Failure.InvalidSftData);
   }
 }
 
@@ -39,7 +40,7 @@ function validationSource(c: SFTConfig): SftDataSource | undefined {
   if (c.val.interval === undefined) return undefined;
   if (c.val.path !== undefined) return { path: path.resolve(c.val.path), numExamples: c.val.num_examples };
   if (c.data.env !== undefined) return { env: c.data.env, numExamples: c.val.num_examples ?? DEFAULT_ENV_VAL_EXAMPLES };
-  throw ApplicationFailure.nonRetryable('val.interval is set but there is no validation data: set val.path, or use data.env (its eval split)', 'InvalidConfig');
+  throw ApplicationFailure.nonRetryable('val.interval is set but there is no validation data: set val.path, or use data.env (its eval split)', Failure.InvalidConfig);
 }
 
 /** Checks the config, writes configs/sft.json and every batch; a rerun with the same config returns the stored plan. */
@@ -47,13 +48,13 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
   const layout = RunLayout.of(config.output_dir, config.run_name);
   const text = `${JSON.stringify(config, null, 2)}\n`;
   if (fs.existsSync(layout.configFile)) {
-    throw ApplicationFailure.nonRetryable(`run folder ${layout.dir} holds an RL run; use another run_name or output_dir`, 'ConfigMismatch');
+    throw ApplicationFailure.nonRetryable(`run folder ${layout.dir} holds an RL run; use another run_name or output_dir`, Failure.ConfigMismatch);
   }
   if (fs.existsSync(layout.sftConfigFile)) {
     if (fs.readFileSync(layout.sftConfigFile, 'utf8') !== text) {
       throw ApplicationFailure.nonRetryable(
         `run folder ${layout.dir} holds a run with a different config (${layout.sftConfigFile}); use another run_name or output_dir`,
-        'ConfigMismatch',
+        Failure.ConfigMismatch,
       );
     }
     const done = readSftPlan(layout.dir);
@@ -63,7 +64,7 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
   try {
     readHfConfig(modelDir);
   } catch (e) {
-    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, 'InvalidModel');
+    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, Failure.InvalidModel);
   }
   const tokenizer = Tokenizer.fromDir(modelDir);
   const d = config.data;
