@@ -7,13 +7,15 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../lib/failures';
 import { writeDirAtomic } from '../lib/atomic';
 import type { EnvPool } from '../lib/envs/pool';
 import { EnvMix } from '../lib/envs/mix';
 import { hash32 } from '../lib/envs/random';
 import type { EnvironmentInfo } from '../lib/envs/types';
 import { Tokenizer } from '../lib/model/tokenizer';
-import { InferenceClient } from '../lib/orchestrator/client';
+import { InferenceClient, toActivityFailure } from '../lib/orchestrator/client';
+import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { runRollout, type Rollout } from '../lib/orchestrator/rollout';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
@@ -95,30 +97,31 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       const config = readRunConfig(runDir);
       const o = config.orchestrator;
       if (o.batch_size % o.rollouts_per_example !== 0) {
-        throw ApplicationFailure.nonRetryable(`orchestrator.batch_size (${o.batch_size}) must be a multiple of rollouts_per_example (${o.rollouts_per_example})`, 'InvalidConfig');
+        throw ApplicationFailure.nonRetryable(`orchestrator.batch_size (${o.batch_size}) must be a multiple of rollouts_per_example (${o.rollouts_per_example})`, Failure.InvalidConfig);
       }
-      if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', 'InvalidConfig');
+      if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
       const started = Date.now();
       const infos: EnvironmentInfo[] = [];
       for (const e of config.env) {
         const r = await pool.info(e);
-        if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${e.id}' cannot be loaded: ${r.error}`, 'InvalidEnvironment');
+        if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${e.id}' cannot be loaded: ${r.error}`, Failure.InvalidEnvironment);
         infos.push(r.value);
       }
-      const client = new InferenceClient(o.base_urls);
-      await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
       const tokenizer = tokenizerOf(path.resolve(o.model.name));
-
       const mix = new EnvMix(
         config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
         { seed: config.seed, examplesPerStep: o.batch_size / o.rollouts_per_example },
       );
       const total = o.batch_size;
       let done = 0;
+      let phase = 'loading weights';
       const groups = await withHeartbeat(
-        () => ({ done, total }),
-        () =>
-          Promise.all(
+        () => ({ phase, done, total }),
+        async () => {
+          const client = new InferenceClient(o.base_urls, rlClientOptions(config));
+          await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
+          phase = 'generating';
+          return Promise.all(
             mix.sample(step).map(async (draw, group) => {
               const env = config.env[draw.env];
               const example = await pool.example(env, 'train', draw.index, config.seed);
@@ -134,8 +137,13 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
                 }),
               );
             }),
-          ),
-      );
+          );
+        },
+      ).catch((e) => {
+        // A request the server refuses as invalid errored only its rollout (runRollout); one it
+        // refuses for the whole run (a wrong API key, a forbidden weight folder) ends the run here.
+        throw toActivityFailure(e);
+      });
       const all = groups.flat();
       const valid = all.filter((r) => !r.error);
       const rewards = valid.map((r) => r.reward);

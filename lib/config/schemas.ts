@@ -169,14 +169,24 @@ export const orchestratorSchema = section({
   env_timeout_s: z.number().positive().default(60).describe('seconds before an environment call counts as hung'),
   base_urls: z
     .array(z.string().url())
-    .default(['http://127.0.0.1:8000/v1'])
-    .describe('inference servers to spread rollouts over'),
+    .min(1)
+    .optional()
+    .describe(
+      "inference servers to spread rollouts over (http://host:port/v1 each); unset = the run's own server, " +
+        'http://<inference.server.host>:<inference.server.port>/v1, so changing that port moves both. Set it for ' +
+        'servers started elsewhere (`worker --pool inference`); then it wins, and inference.server.api_key_var, ' +
+        'max_running and max_queued still say how the orchestrator talks to them',
+    ),
 });
 
 export const serverSchema = section({
   host: z.string().default('127.0.0.1').describe('interface the HTTP server binds'),
   port: z.number().int().min(0).max(65535).default(8000).describe('HTTP port (0 = any free port)'),
-  api_key_var: z.string().optional().describe('environment variable holding the bearer token clients must send'),
+  api_key_var: z
+    .string()
+    .min(1)
+    .optional()
+    .describe('environment variable holding the bearer token clients must send (in rl, the orchestrator sends it too: set it for the cpu workers as well)'),
 });
 
 export const inferenceSchema = section({
@@ -187,7 +197,9 @@ export const inferenceSchema = section({
   threads: threads(),
   server: serverSchema,
   max_running: positiveInt().default(64).describe('max sequences decoded together'),
-  max_queued: positiveInt().default(1024).describe('max requests waiting for a slot before new ones get 429'),
+  max_queued: positiveInt()
+    .default(1024)
+    .describe('max requests waiting for a slot before new ones get 429 (in rl, the orchestrator keeps at most max_running + max_queued requests in flight per server, and retries a 429 with backoff)'),
   kv_cache_tokens: positiveInt().optional().describe('KV-cache budget in tokens; unset = max_running x seq_len'),
   allowed_weight_roots: z
     .array(z.string())
@@ -207,22 +219,43 @@ const evalSettings = section({
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
 export const RL_SECTIONS = ['trainer', 'orchestrator', 'inference'] as const;
 
-export const rlSchema = z.strictObject({
-  run_name: runName('rl'),
-  model: section({ name: z.string().min(1).optional().describe('model folder for trainer, orchestrator and inference') }),
-  seq_len: seqLen(),
-  max_steps: maxSteps(),
-  async_level: asyncLevel(),
-  output_dir: outputDir(),
-  seed: seed(),
-  env: z.array(envSchema).default([]).describe('training environments: [[env]] id, args, weight'),
-  ckpt: checkpointSchema,
-  eval: evalSettings,
-  temporal: temporalSchema,
-  trainer: trainerSchema,
-  orchestrator: orchestratorSchema,
-  inference: inferenceSchema,
-});
+/**
+ * The address of a server configured with `server`, for a client on the same machine: the
+ * wildcard interfaces stand for loopback.
+ */
+export function serverUrl(server: { host: string; port: number }): string {
+  const host = server.host === '0.0.0.0' ? '127.0.0.1' : server.host === '::' ? '::1' : server.host;
+  return `http://${host.includes(':') ? `[${host}]` : host}:${server.port}`;
+}
+
+export const rlSchema = z
+  .strictObject({
+    run_name: runName('rl'),
+    model: section({ name: z.string().min(1).optional().describe('model folder for trainer, orchestrator and inference') }),
+    seq_len: seqLen(),
+    max_steps: maxSteps(),
+    async_level: asyncLevel(),
+    output_dir: outputDir(),
+    seed: seed(),
+    env: z.array(envSchema).default([]).describe('training environments: [[env]] id, args, weight'),
+    ckpt: checkpointSchema,
+    eval: evalSettings,
+    temporal: temporalSchema,
+    trainer: trainerSchema,
+    orchestrator: orchestratorSchema,
+    inference: inferenceSchema,
+  })
+  .superRefine((c, ctx) => {
+    if (c.orchestrator.base_urls === undefined && c.inference.server.port === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['inference', 'server', 'port'],
+        message: 'port 0 (any free port) leaves the orchestrator no address for the run\'s inference server: choose a port, or set orchestrator.base_urls',
+      });
+    }
+  })
+  // Resolved here, so that --dry-run prints (and the workflow gets) the address that is used.
+  .transform((c) => ({ ...c, orchestrator: { ...c.orchestrator, base_urls: c.orchestrator.base_urls ?? [`${serverUrl(c.inference.server)}/v1`] } }));
 
 // ---------------------------------------------------------------------------------------------
 // Other commands
