@@ -109,6 +109,20 @@ test('what our server\'s answers mean: a bad request errors one rollout, a wrong
   }
 });
 
+test('ensurePolicy moves a server that serves the wanted version number from another folder (another run\'s weights)', async () => {
+  const [mine, theirs] = [path.join(root, 'policy', 'mine'), path.join(root, 'policy', 'theirs')];
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: theirs });
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 2, out: mine });
+  const client = new InferenceClient([`${server.url}/v1`]);
+  const health = async () => (await (await fetch(`${server.url}/health`)).json()) as { policy_version: number; weight_dir: string };
+  await client.ensurePolicy({ version: 1, weightDir: theirs });
+  expect(await health()).toMatchObject({ policy_version: 1, weight_dir: fs.realpathSync(theirs) });
+  await client.ensurePolicy({ version: 1, weightDir: mine });
+  expect(await health()).toMatchObject({ policy_version: 1, weight_dir: fs.realpathSync(mine) });
+  await client.ensurePolicy({ version: 0, weightDir: '' });
+  expect((await health()).policy_version).toBe(0);
+});
+
 describe('step activities', () => {
   const layout = new RunLayout(path.join(root, 'runs', 'r1'));
   const mock = new MockActivityEnvironment();

@@ -16,6 +16,8 @@
  *  - `unavailable`: unreachable, timed out, 408 or 5xx. The activity fails and Temporal retries it
  *    (same seeds, same requests) once the server is back.
  */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../failures';
 
@@ -111,7 +113,7 @@ export class InferenceClient {
   private readonly inFlight: number[];
   /** Requests waiting for a slot, first come first served. */
   private readonly waiters: ((server: number) => void)[] = [];
-  /** The first `config` error seen: every later request fails with it at once. */
+  /** The first `config` error of a generate request: every later one fails with it at once. */
   private fatal?: InferenceError;
 
   /** `baseUrls` as in config (`http://host:port/v1`); routes outside /v1 hang off the server root. */
@@ -182,9 +184,7 @@ export class InferenceClient {
       try {
         return await this.once<T>(url, route, init);
       } catch (e) {
-        if (!(e instanceof InferenceError)) throw e;
-        if (e.kind === 'config') this.fatal ??= e;
-        if (e.kind !== 'busy') throw e;
+        if (!(e instanceof InferenceError) || e.kind !== 'busy') throw e;
         const backoff = Math.min(BUSY_MAX_MS, BUSY_FIRST_MS * 2 ** attempt) * (0.5 + Math.random());
         const wait = Math.max(backoff, (e as InferenceError & { retryAfterMs?: number }).retryAfterMs ?? 0);
         if (Date.now() + wait - started > this.busyTimeoutMs) {
@@ -219,15 +219,30 @@ export class InferenceClient {
     else this.inFlight[server]--;
   }
 
-  /** Makes every server serve `policy` (no-op where it already does). */
+  /**
+   * Makes every server serve `policy` (no-op where it already does). A server that serves the same
+   * version number from another folder (another run's weights/step_N, on a server that outlived
+   * that run) is moved to ours; if it keeps that label for the other folder (409), it is reloaded
+   * to its base model first, which starts a new lineage of labels.
+   */
   async ensurePolicy(policy: PolicyRef): Promise<void> {
     await Promise.all(
       this.baseUrls.map(async (url) => {
         const root = this.root(url);
-        const health = await this.call<{ policy_version: number }>(`${root}/health`, 'control');
-        if (health.policy_version === policy.version) return;
-        if (policy.version === 0) await this.call(`${root}/reload_weights`, 'control', { body: {} });
-        else await this.call(`${root}/update_weights`, 'control', { body: { weight_dir: policy.weightDir, version: policy.version } });
+        const health = await this.call<{ policy_version: number; weight_dir?: string }>(`${root}/health`, 'control');
+        if (health.policy_version === policy.version && (policy.version === 0 || health.weight_dir === undefined || sameDir(health.weight_dir, policy.weightDir))) return;
+        if (policy.version === 0) {
+          await this.call(`${root}/reload_weights`, 'control', { body: {} });
+          return;
+        }
+        const update = () => this.call(`${root}/update_weights`, 'control', { body: { weight_dir: policy.weightDir, version: policy.version } });
+        try {
+          await update();
+        } catch (e) {
+          if (!(e instanceof InferenceError && e.status === 409)) throw e;
+          await this.call(`${root}/reload_weights`, 'control', { body: {} });
+          await update();
+        }
       }),
     );
   }
@@ -243,10 +258,25 @@ export class InferenceClient {
       }>(`${this.root(this.baseUrls[server])}/v1/generate`, 'generate', { body: { prompt_token_ids: promptIds, ...params } });
       const c = body.choices[0];
       return { tokenIds: c.token_ids, logprobs: c.logprobs, finishReason: c.finish_reason, policyVersion: body.policy_version };
+    } catch (e) {
+      if (e instanceof InferenceError && e.kind === 'config') this.fatal ??= e;
+      throw e;
     } finally {
       this.release(server);
     }
   }
+}
+
+/** Whether two paths name the same folder (as the server reports it: resolved, links followed). */
+function sameDir(a: string, b: string): boolean {
+  const real = (p: string) => {
+    try {
+      return fs.realpathSync(p);
+    } catch {
+      return path.resolve(p);
+    }
+  };
+  return real(a) === real(b);
 }
 
 /** A Retry-After header (seconds, or an HTTP date) in ms, capped at 30 s; undefined when absent. */
