@@ -10,8 +10,9 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../lib/failures';
 import { writeFileAtomic } from '../lib/atomic';
-import type { EvalConfig } from '../lib/config/schemas';
+import { serverUrl, type EvalConfig } from '../lib/config/schemas';
 import { summarizeEnvEval, writeEvalResults, evalDir, type EnvEvalMetrics, type EvalExample, type EvalResults } from '../lib/eval';
 import type { EnvSpec } from '../lib/envs/loader';
 import { loadEnvironment } from '../lib/envs/loader';
@@ -19,7 +20,7 @@ import type { EnvPool } from '../lib/envs/pool';
 import { hash32 } from '../lib/envs/random';
 import { readHfConfig } from '../lib/model/hf';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
-import { InferenceClient } from '../lib/orchestrator/client';
+import { InferenceClient, toActivityFailure, type InferenceClientOptions } from '../lib/orchestrator/client';
 import { runRollout, type SamplingSettings } from '../lib/orchestrator/rollout';
 import { listSteps, RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
@@ -38,7 +39,14 @@ export interface EvalVersion {
 
 /** Where samples come from: the local inference server(s), or an external OpenAI-compatible API. */
 export type EvalTarget =
-  | { kind: 'local'; baseUrls: string[]; /** tokenizer and chat template */ modelDir: string }
+  | {
+      kind: 'local';
+      baseUrls: string[];
+      /** tokenizer and chat template */
+      modelDir: string;
+      /** API key and in-flight bound (no bound: an eval keeps CONCURRENCY rollouts in flight). */
+      client?: InferenceClientOptions;
+    }
   | { kind: 'api'; baseUrl: string; model: string; apiKeyVar?: string };
 
 export interface EvalPlan {
@@ -90,14 +98,14 @@ function partFile(input: EvaluateInput): string {
 
 /** The plan of `prime-rl eval`: versions from eval_base, weights_dir and steps, or the external API. */
 export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
-  const bad = (message: string) => ApplicationFailure.nonRetryable(message, 'InvalidConfig');
+  const bad = (message: string) => ApplicationFailure.nonRetryable(message, Failure.InvalidConfig);
   const layout = RunLayout.of(config.output_dir, config.run_name);
   if (config.env.length === 0) throw bad('no environments to evaluate: add an [[env]] table');
   for (const e of config.env) {
     try {
       loadEnvironment(e.id, e.args);
     } catch (err) {
-      throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidEnvironment');
+      throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidEnvironment);
     }
   }
   const versions: EvalVersion[] = [];
@@ -116,9 +124,14 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
     try {
       readHfConfig(modelDir);
     } catch (e) {
-      throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, 'InvalidModel');
+      throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, Failure.InvalidModel);
     }
-    target = { kind: 'local', baseUrls: [`http://${config.server.host}:${config.server.port}/v1`], modelDir };
+    target = {
+      kind: 'local',
+      baseUrls: [`${serverUrl(config.server)}/v1`],
+      modelDir,
+      client: config.server.api_key_var !== undefined ? { apiKeyVar: config.server.api_key_var, apiKeySetting: 'server.api_key_var' } : undefined,
+    };
     if (config.eval_base) versions.push({ name: 'base', step: null, policyVersion: 0 });
     if (config.weights_dir !== undefined) {
       const dir = path.resolve(config.weights_dir);
@@ -153,15 +166,11 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
       const { plan, version } = input;
       const env = plan.envs[input.env];
       const info = await pool.info(env);
-      if (!info.ok) throw ApplicationFailure.nonRetryable(`environment '${env.id}' cannot be loaded: ${info.error}`, 'InvalidEnvironment');
+      if (!info.ok) throw ApplicationFailure.nonRetryable(`environment '${env.id}' cannot be loaded: ${info.error}`, Failure.InvalidEnvironment);
       const n = Math.min(plan.numExamples, info.value.size.eval ?? Infinity);
       const k = plan.rolloutsPerExample;
       const t = plan.target;
       let client: InferenceClient | undefined;
-      if (t.kind === 'local') {
-        client = new InferenceClient(t.baseUrls);
-        await client.ensurePolicy({ version: version.policyVersion, weightDir: version.weightDir ?? '' });
-      }
       const apiKey = t.kind === 'api' && t.apiKeyVar !== undefined ? process.env[t.apiKeyVar] : undefined;
       let done = 0;
       const errors: string[] = [];
@@ -169,8 +178,12 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
       const examples = new Map<number, ReturnType<typeof pool.example>>();
       const results = await withHeartbeat(
         () => ({ version: version.name, env: env.id, done, total: n * k }),
-        () =>
-          mapLimit(tasks, CONCURRENCY, async ({ example: index, sample }) => {
+        async () => {
+          if (t.kind === 'local') {
+            client = new InferenceClient(t.baseUrls, t.client);
+            await client.ensurePolicy({ version: version.policyVersion, weightDir: version.weightDir ?? '' });
+          }
+          return mapLimit(tasks, CONCURRENCY, async ({ example: index, sample }) => {
             if (!examples.has(index)) examples.set(index, pool.example(env, 'eval', index, plan.seed));
             const example = await examples.get(index)!;
             const seed = hash32(`eval/${plan.seed}/${index}/${sample}`) & 0x7fffffff;
@@ -184,9 +197,13 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
             if (r.error) errors.push(r.error);
             done++;
             return r;
-          }),
-      );
-      if (errors.length === results.length) throw ApplicationFailure.nonRetryable(`every rollout of ${env.id} on ${version.name} failed, e.g.: ${errors[0]}`, 'EvalFailed');
+          });
+        },
+      ).catch((e) => {
+        // Our server refusing the eval itself (API key, weight folder) fails it: see client.ts.
+        throw toActivityFailure(e);
+      });
+      if (errors.length === results.length) throw ApplicationFailure.nonRetryable(`every rollout of ${env.id} on ${version.name} failed, e.g.: ${errors[0]}`, Failure.EvalFailed);
       // A failed rollout scores 0, as a wrong answer would.
       const perExample: EvalExample[] = Array.from({ length: n }, (_, e) => ({
         rewards: results.slice(e * k, (e + 1) * k).map((r) => (r.error ? 0 : r.reward)),

@@ -9,6 +9,7 @@
  */
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../lib/failures';
 import type { PackCounts } from '../lib/orchestrator/packing';
 import type { AdvantageMetrics } from '../lib/orchestrator/advantages';
 import { isPromptTooLong } from '../lib/orchestrator/rollout';
@@ -46,14 +47,14 @@ function nothingToTrain(step: number, r: StepBatchResult, seqLen: number, rollou
   if (errors.length > 0 && !errors.every(isPromptTooLong)) {
     return ApplicationFailure.nonRetryable(
       `step ${step} has nothing to train: all ${a.rollouts} rollouts errored (first errors: ${errors.slice(0, 3).join(' | ')})`,
-      'NothingToTrain',
+      Failure.NothingToTrain,
     );
   }
   if (r.counts.samples > 0 && r.counts.lossTokens === 0) {
     return ApplicationFailure.nonRetryable(
       `step ${step} has nothing to train: its ${r.counts.samples} samples carry no generated token within orchestrator.seq_len (${seqLen}) ` +
         `(${r.counts.truncatedTokens} tokens cut off); raise seq_len (the shared key)`,
-      'InvalidConfig',
+      Failure.InvalidConfig,
     );
   }
   return undefined;

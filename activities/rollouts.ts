@@ -7,13 +7,15 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../lib/failures';
 import { writeDirAtomic } from '../lib/atomic';
 import type { EnvPool } from '../lib/envs/pool';
 import { EnvMix } from '../lib/envs/mix';
 import { hash32 } from '../lib/envs/random';
 import type { EnvironmentInfo } from '../lib/envs/types';
 import { Tokenizer } from '../lib/model/tokenizer';
-import { InferenceClient } from '../lib/orchestrator/client';
+import { InferenceClient, toActivityFailure } from '../lib/orchestrator/client';
+import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/orchestrator/rollout';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
@@ -112,7 +114,7 @@ async function checkPromptsFit(
     `orchestrator.seq_len (${seqLen}) is too short for the environments' prompts: the ${stepPrompts.length} prompts of step ${step} and ` +
       `the first ${PROMPT_PROBE} of each environment are ${shortest} tokens or longer, so no rollout could generate a token. seq_len must hold ` +
       `a prompt plus its completion: raise seq_len (the shared key that fills trainer, orchestrator and inference) above ${shortest}`,
-    'InvalidConfig',
+    Failure.InvalidConfig,
   );
 }
 
@@ -126,12 +128,12 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
 
       const config = readRunConfig(runDir);
       const o = config.orchestrator;
-      if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', 'InvalidConfig');
+      if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
       const started = Date.now();
       const infos: EnvironmentInfo[] = [];
       for (const e of config.env) {
         const r = await pool.info(e);
-        if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${e.id}' cannot be loaded: ${r.error}`, 'InvalidEnvironment');
+        if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${e.id}' cannot be loaded: ${r.error}`, Failure.InvalidEnvironment);
         infos.push(r.value);
       }
       const tokenizer = tokenizerOf(path.resolve(o.model.name));
@@ -153,14 +155,16 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       };
       await checkPromptsFit(examples.flatMap((e, g) => promptTokens(draws[g].env, e)), probe, o.seq_len, step);
 
-      const client = new InferenceClient(o.base_urls);
-      await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
       const total = o.batch_size;
       let done = 0;
+      let phase = 'loading weights';
       const groups = await withHeartbeat(
-        () => ({ done, total }),
-        () =>
-          Promise.all(
+        () => ({ phase, done, total }),
+        async () => {
+          const client = new InferenceClient(o.base_urls, rlClientOptions(config));
+          await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
+          phase = 'generating';
+          return Promise.all(
             draws.map(async (draw, group) => {
               const env = config.env[draw.env];
               const example = examples[group];
@@ -176,8 +180,13 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
                 }),
               );
             }),
-          ),
-      );
+          );
+        },
+      ).catch((e) => {
+        // A request the server refuses as invalid errored only its rollout (runRollout); one it
+        // refuses for the whole run (a wrong API key, a forbidden weight folder) ends the run here.
+        throw toActivityFailure(e);
+      });
       const all = groups.flat();
       const valid = all.filter((r) => !r.error);
       const rewards = valid.map((r) => r.reward);

@@ -5,6 +5,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../lib/failures';
 import { writeFileAtomic } from '../lib/atomic';
 import { rlSchema, type RLConfig } from '../lib/config/schemas';
 import { checkConfig, storedConfigText } from '../lib/run/config';
@@ -22,14 +23,14 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
   try {
     readHfConfig(path.resolve(config.model.name ?? config.trainer.model.name));
   } catch (e) {
-    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, 'InvalidModel');
+    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, Failure.InvalidModel);
   }
-  if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', 'InvalidConfig');
+  if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
   for (const e of [...config.env, ...config.eval.env]) {
     try {
       loadEnvironment(e.id, e.args);
     } catch (err) {
-      throw ApplicationFailure.nonRetryable((err as Error).message, 'InvalidEnvironment');
+      throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidEnvironment);
     }
   }
   const text = storedConfigText(config);
@@ -38,7 +39,7 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
     if (stored !== text) {
       throw ApplicationFailure.nonRetryable(
         `run folder ${layout.dir} holds a run with a different config (${layout.configFile}); use another run_name or output_dir`,
-        'ConfigMismatch',
+        Failure.ConfigMismatch,
       );
     }
   } else {

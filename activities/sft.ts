@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
+import { Failure } from '../lib/failures';
 import { readHfConfig } from '../lib/model/hf';
 import { checkConfig, readSftPlan, storedConfigText, type SftPlan } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
@@ -28,7 +29,7 @@ function validationSource(c: SFTConfig): SftDataSource | undefined {
   if (c.val.interval === undefined) return undefined;
   if (c.val.path !== undefined) return { path: path.resolve(c.val.path), numExamples: c.val.num_examples };
   if (c.data.env !== undefined) return { env: c.data.env, numExamples: c.val.num_examples ?? DEFAULT_ENV_VAL_EXAMPLES };
-  throw ApplicationFailure.nonRetryable('val.interval is set but there is no validation data: set val.path, or use data.env (its eval split)', 'InvalidConfig');
+  throw ApplicationFailure.nonRetryable('val.interval is set but there is no validation data: set val.path, or use data.env (its eval split)', Failure.InvalidConfig);
 }
 
 /**
@@ -40,13 +41,13 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
   const layout = RunLayout.of(config.output_dir, config.run_name);
   const text = storedConfigText(config);
   if (fs.existsSync(layout.configFile)) {
-    throw ApplicationFailure.nonRetryable(`run folder ${layout.dir} holds an RL run; use another run_name or output_dir`, 'ConfigMismatch');
+    throw ApplicationFailure.nonRetryable(`run folder ${layout.dir} holds an RL run; use another run_name or output_dir`, Failure.ConfigMismatch);
   }
   if (fs.existsSync(layout.sftConfigFile)) {
     if (fs.readFileSync(layout.sftConfigFile, 'utf8') !== text) {
       throw ApplicationFailure.nonRetryable(
         `run folder ${layout.dir} holds a run with a different config (${layout.sftConfigFile}); use another run_name or output_dir`,
-        'ConfigMismatch',
+        Failure.ConfigMismatch,
       );
     }
     const done = readSftPlan(layout.dir);
@@ -56,7 +57,7 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
   try {
     readHfConfig(modelDir);
   } catch (e) {
-    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, 'InvalidModel');
+    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, Failure.InvalidModel);
   }
   const d = config.data;
   const input: SftPrepareInput = {
@@ -84,8 +85,8 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
   if (result.ok) return result.plan;
   // Bad data (a malformed row, a template without the prefix property) or a seq_len that leaves a
   // batch nothing to train: retrying cannot fix either.
-  if (result.problem === 'seq_len') throw ApplicationFailure.nonRetryable(`seq_len: ${result.message}`, 'InvalidConfig');
-  throw ApplicationFailure.nonRetryable(`${result.problem === 'data' ? 'SFT data' : 'SFT validation data'}: ${result.message}`, 'InvalidSftData');
+  if (result.problem === 'seq_len') throw ApplicationFailure.nonRetryable(`seq_len: ${result.message}`, Failure.InvalidConfig);
+  throw ApplicationFailure.nonRetryable(`${result.problem === 'data' ? 'SFT data' : 'SFT validation data'}: ${result.message}`, Failure.InvalidSftData);
 }
 
 export interface SftStepRecordInput {

@@ -9,17 +9,35 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../lib/failures';
 import { withHeartbeat } from './heartbeat';
 import { writeFileAtomic } from '../lib/atomic';
 import { readSftPlan, readTrainingSpec } from '../lib/run/config';
 import { listSteps, RunLayout } from '../lib/run/layout';
-import { TrainerRuntime } from '../lib/trainer/runtime';
-import type { StepRef, TrainSummary } from './types';
+import { NonFiniteWeightsError, TrainerRuntime } from '../lib/trainer/runtime';
+import type { StepRef, TrainMetrics, TrainSummary } from './types';
 
 interface ValidationResult {
   step: number;
   loss: number;
   tokens: number;
+}
+
+/**
+ * `rt.writeWeights(version)`; weights with a NaN or Inf fail the step for good, naming the tensor:
+ * a retry would train the same batch into the same weights.
+ */
+async function publishWeights(rt: TrainerRuntime, version: number, metrics?: TrainMetrics): Promise<string> {
+  try {
+    return await rt.writeWeights(version);
+  } catch (e) {
+    if (!(e instanceof NonFiniteWeightsError)) throw e;
+    const stats = metrics ? ` (step ${version - 1}: loss ${metrics.loss}, grad_norm ${metrics.grad_norm}, lr ${metrics.lr})` : '';
+    throw ApplicationFailure.nonRetryable(
+      `the run diverged${stats}: ${e.message}; lower trainer.optim.lr (or trainer.optim.max_norm) and start again`,
+      Failure.NonFiniteWeights,
+    );
+  }
 }
 
 /** What an earlier call stored at `file`, or else `compute()`'s result, stored there atomically. */
@@ -72,7 +90,7 @@ export function createTrainerActivities() {
         let weightsDir: string | null = null;
         if (readTrainingSpec(runDir).writesWeights(step + 1)) {
           phase = 'saving weights';
-          weightsDir = await rt.writeWeights(step + 1);
+          weightsDir = await publishWeights(rt, step + 1, metrics);
         }
         metrics.seconds.replay = replay;
         metrics.seconds.save = (performance.now() - saveStart) / 1000;
@@ -89,7 +107,7 @@ export function createTrainerActivities() {
      */
     async validate({ runDir, step }: StepRef): Promise<ValidationResult> {
       const plan = readSftPlan(runDir);
-      if (!plan || plan.valBatches === 0) throw ApplicationFailure.nonRetryable(`run ${runDir} has no validation batches`, 'NoValidationData');
+      if (!plan || plan.valBatches === 0) throw ApplicationFailure.nonRetryable(`run ${runDir} has no validation batches`, Failure.NoValidationData);
       const layout = new RunLayout(runDir);
       const files = Array.from({ length: plan.valBatches }, (_, i) => layout.valBatchFile(i));
       return stored(layout.sftValidationFile(step), () =>
@@ -103,7 +121,7 @@ export function createTrainerActivities() {
      */
     async writeWeights({ runDir, step }: StepRef): Promise<{ path: string }> {
       const dir = new RunLayout(runDir).weightsDir(step);
-      if (!fs.existsSync(dir)) await onRuntimeAt(runDir, step, 'saving weights', (rt) => rt.writeWeights(step));
+      if (!fs.existsSync(dir)) await onRuntimeAt(runDir, step, 'saving weights', (rt) => publishWeights(rt, step));
       return { path: dir };
     },
 

@@ -15,7 +15,7 @@ import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../activities';
 import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
+import { inferenceSchema, RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
@@ -53,7 +53,7 @@ async function main() {
   const [port, uiPort] = [await freePort(), await freePort()];
   const temporal = (await startDevServer({ ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(root, 't.db'), logFile: path.join(root, 't.log') })).endpoint;
   const outputDir = path.join(root, 'outputs');
-  const inference = await startInferenceServer(rlSchema.shape.inference.parse({ model: { name: modelDir }, seq_len: 256, output_dir: outputDir, server: { port: 0 }, threads: 1 }));
+  const inference = await startInferenceServer(inferenceSchema.parse({ model: { name: modelDir }, seq_len: 256, output_dir: outputDir, server: { port: 0 }, threads: 1 }));
   const pool = new EnvPool({ workers: 1, timeoutS: 60 });
   const connection = await NativeConnection.connect({ address: temporal.address });
   const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });

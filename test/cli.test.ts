@@ -63,6 +63,20 @@ test('--dry-run FILE also writes the resolved config', () => {
   expect(JSON.parse(fs.readFileSync(out, 'utf8'))).toEqual(JSON.parse(r.stdout));
 });
 
+test('--dry-run prints the base URL the orchestrator will use: the run\'s server port, unless base_urls is set', () => {
+  const moved = cli(['rl', '@', 'configs/debug/rl.toml', '--inference.server.port', '8401', '--dry-run']);
+  expect(moved.code).toBe(0);
+  expect(JSON.parse(moved.stdout).orchestrator.base_urls).toEqual(['http://127.0.0.1:8401/v1']);
+  const wildcard = cli(['rl', '@', 'configs/debug/rl.toml', '--inference.server.host', '0.0.0.0', '--inference.server.port', '8402', '--dry-run']);
+  expect(JSON.parse(wildcard.stdout).orchestrator.base_urls).toEqual(['http://127.0.0.1:8402/v1']);
+  // Servers started elsewhere: the explicit list wins.
+  const remote = cli(['rl', '@', 'configs/debug/rl.toml', '--inference.server.port', '8401', '--orchestrator.base-urls', 'http://gpu1:8000/v1', 'http://gpu2:8000/v1', '--dry-run']);
+  expect(JSON.parse(remote.stdout).orchestrator.base_urls).toEqual(['http://gpu1:8000/v1', 'http://gpu2:8000/v1']);
+  const any = cli(['rl', '@', 'configs/debug/rl.toml', '--inference.server.port', '0', '--dry-run']);
+  expect(any.code).toBe(2);
+  expect(any.stderr).toMatch(/inference\.server\.port: port 0 \(any free port\) leaves the orchestrator no address .* set orchestrator\.base_urls/);
+});
+
 test('environment variables reach the config', () => {
   const r = cli(['rl', '@', 'configs/debug/rl.toml', '--dry-run'], { PRIME_TRAINER__OPTIM__WEIGHT_DECAY: '0.5' });
   expect(JSON.parse(r.stdout).trainer.optim.weight_decay).toBe(0.5);
@@ -112,7 +126,6 @@ test('an rl run whose seq_len cannot hold a prompt fails at its first step and e
     const r = cli([
       'rl', '@', 'configs/debug/rl.toml', '--model.name', model, '--output-dir', out, '--seq-len', '8', '--orchestrator.sampling.max-tokens', '4',
       '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--inference.server.port', String(http),
-      '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`,
     ], {}, 90_000);
     expect(r.stderr).toMatch(/error: Workflow execution failed: .*orchestrator\.seq_len \(8\) is too short for the environments' prompts/);
     expect(r.code).toBe(2);
@@ -121,6 +134,34 @@ test('an rl run whose seq_len cannot hold a prompt fails at its first step and e
     fs.rmSync(out, { recursive: true, force: true });
   }
 });
+
+test('an rl run whose server refuses its weights (403) stops with the server\'s message and exits 2, not retrying forever', async () => {
+  const out = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-cli-403-'));
+  try {
+    const model = path.join(out, 'model');
+    expect(cli(['model', 'create', '--out', model]).code).toBe(0);
+    const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
+    // No orchestrator.base_urls: the orchestrator finds the server at --inference.server.port.
+    // Step 2 samples from policy version 1, which the server may not load from output_dir.
+    const r = cli(
+      [
+        'rl', '--model.name', model, '--env', JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]),
+        '--output-dir', out, '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--inference.server.port', String(http),
+        '--max-steps', '3', '--seq-len', '128', '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4',
+        '--orchestrator.sampling.max-tokens', '8', '--inference.allowed-weight-roots', path.join(out, 'elsewhere'),
+        '--trainer.threads', '1', '--inference.threads', '1',
+      ],
+      {},
+      // A run that retries forever is stopped here (SIGTERM: the launcher stops its processes).
+      240_000,
+    );
+    expect(r.stderr).toMatch(/error: Workflow execution failed: Activity task failed \(generateRollouts\): .*\/update_weights: HTTP 403: weight_dir: .*weights\/step_1 is outside the allowed roots/);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    expect(r.code).toBe(2);
+  } finally {
+    fs.rmSync(out, { recursive: true, force: true });
+  }
+}, 300_000);
 
 test('a command that has nothing to do says so in one line and exits 1', async () => {
   const out = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-cli-stop-'));

@@ -14,7 +14,7 @@ import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { EvalResult } from '../workflows/eval';
-import { execute, startStack, type Stack } from './harness';
+import { execute, startServer, startStack, type Stack } from './harness';
 
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-eval-'));
@@ -94,4 +94,18 @@ test('an external OpenAI-compatible API (our own server standing in) is evaluate
   expect(m.pass_at_k).not.toBeNull();
   expect(m.completion_tokens_mean).toBeGreaterThan(0);
   expect(fs.readdirSync(path.join(runDir, 'eval')).filter((f) => f.endsWith('.json'))).toHaveLength(1);
+});
+
+test('a local server with server.api_key_var: the eval sends the key', async () => {
+  process.env.EVAL_SERVER_KEY = 'the-local-key';
+  const keyed = await startServer(root, { modelDir, seqLen: 256, settings: { server: { api_key_var: 'EVAL_SERVER_KEY' } } });
+  try {
+    const cfg = config(['--run-name', 'ev-key', '--model.name', modelDir, '--env', '[{"id": "arithmetic"}]', '--server.api-key-var', 'EVAL_SERVER_KEY']);
+    const { results } = await run({ ...cfg, server: { ...cfg.server, port: Number(new URL(keyed.url).port) } });
+    expect(results.map((r) => r.model)).toEqual(['base']);
+    expect(results[0].environments.arithmetic.num_examples).toBe(4);
+  } finally {
+    await keyed.close(1000);
+    delete process.env.EVAL_SERVER_KEY;
+  }
 });

@@ -5,9 +5,10 @@
  */
 import * as path from 'node:path';
 import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
+import type { Duration } from '@temporalio/common';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../activities';
-import { rlSchema } from '../lib/config/schemas';
+import { inferenceSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { freePort } from '../lib/net';
@@ -34,6 +35,19 @@ export interface Stack {
 export interface Serve {
   modelDir: string;
   seqLen: number;
+  /** More of the server's settings (inference section keys), e.g. max_queued, allowed_weight_roots. */
+  settings?: Record<string, unknown>;
+}
+
+/** An inference server as a stack runs it (port 0, one thread), with `serve.settings` on top. */
+export function startServer(root: string, serve: Serve): Promise<InferenceServer> {
+  const { server, ...rest } = serve.settings ?? {};
+  return startInferenceServer(
+    inferenceSchema.parse({
+      model: { name: serve.modelDir }, seq_len: serve.seqLen, output_dir: path.join(root, 'outputs'), threads: 1, ...rest,
+      server: { port: 0, ...(server as object | undefined) },
+    }),
+  );
 }
 
 /** A Temporal dev server in `root`, one env worker and, with `serve`, an inference server (port 0, one thread). */
@@ -41,11 +55,7 @@ export async function startStack(root: string): Promise<Stack>;
 export async function startStack(root: string, serve: Serve): Promise<Stack & { inference: InferenceServer }>;
 export async function startStack(root: string, serve?: Serve): Promise<Stack & { inference?: InferenceServer }> {
   const temporal = await startTemporal(root);
-  const inference = serve
-    ? await startInferenceServer(
-        rlSchema.shape.inference.parse({ model: { name: serve.modelDir }, seq_len: serve.seqLen, output_dir: path.join(root, 'outputs'), server: { port: 0 }, threads: 1 }),
-      )
-    : undefined;
+  const inference = serve ? await startServer(root, serve) : undefined;
   const pool = new EnvPool({ workers: 1, timeoutS: 30 });
   return {
     temporal,
@@ -71,6 +81,8 @@ export interface Execution {
   trainer: boolean;
   /** Runs while the workers are up, once the workflow has started (signals, queries). */
   drive?: (handle: WorkflowHandle) => Promise<void>;
+  /** Bound on the whole workflow, for tests of runs that must fail rather than retry forever. */
+  executionTimeout?: Duration;
 }
 
 /** Runs a workflow to its end on fresh in-process workers (so a trainer starts with no state). */
@@ -81,7 +93,7 @@ export async function execute<T>(e: Execution): Promise<T> {
   const client = new Client({ connection: await Connection.connect({ address: e.temporal.address }) });
   try {
     const run = (async () => {
-      const handle = await client.workflow.start(e.workflowType, { taskQueue: cpuQueue, workflowId: e.workflowId, args: e.args });
+      const handle = await client.workflow.start(e.workflowType, { taskQueue: cpuQueue, workflowId: e.workflowId, args: e.args, workflowExecutionTimeout: e.executionTimeout });
       await e.drive?.(handle);
       return (await handle.result()) as T;
     })();

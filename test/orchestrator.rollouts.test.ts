@@ -15,7 +15,7 @@ import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { readBatch } from '../lib/orchestrator/batch';
-import { InferenceClient, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
+import { InferenceClient, InferenceError, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
 import { isPromptTooLong, promptTooLong, runRollout } from '../lib/orchestrator/rollout';
 import { RunLayout } from '../lib/run/layout';
 
@@ -81,6 +81,48 @@ test('a multi-turn rollout extends the token ids of each turn exactly', async ()
     if (s.generated) Array.from(s.logprobs!).forEach((lp, i) => expect(lp).toBeCloseTo(scores.logprobs[at + i], 4));
     at += s.tokens.length;
   }
+});
+
+test('what our server\'s answers mean: a bad request errors one rollout, a wrong address the run, a full queue waits', async () => {
+  const params = { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 4, seed: 1 };
+  const client = new InferenceClient([`${server.url}/v1`]);
+  // 400 for this one request (a token outside the vocabulary): that rollout's error only.
+  const bad = await client.generate([1_000_000], params).catch((e: unknown) => e);
+  expect(bad).toBeInstanceOf(InferenceError);
+  expect([(bad as InferenceError).status, (bad as InferenceError).kind, (bad as InferenceError).rejectsRequest]).toEqual([400, 'request', true]);
+  // 404: not a prime-rl server's route (a wrong base URL): no retry can fix it.
+  const lost = await new InferenceClient([`${server.url}/nowhere/v1`]).generate([1, 2], params).catch((e: unknown) => e);
+  expect([(lost as InferenceError).status, (lost as InferenceError).kind, (lost as InferenceError).rejectsRequest]).toEqual([404, 'config', false]);
+
+  // A server that queues 1 request and runs 1: 12 requests at once through an unbounded client
+  // meet 429s, which the client retries until every one is served.
+  const small = await startInferenceServer(
+    inferenceSchema.parse({ model: { name: modelDir }, seq_len: 128, output_dir: root, threads: 1, max_running: 1, max_queued: 1, server: { port: 0 } }),
+  );
+  try {
+    const unbounded = new InferenceClient([`${small.url}/v1`]);
+    const results = await Promise.all(Array.from({ length: 12 }, (_, i) => unbounded.generate([1, 2, 3], { ...params, seed: i })));
+    expect(results.map((r) => r.finishReason).filter((f) => f === 'stop' || f === 'length')).toHaveLength(12);
+    // ... after the server did answer 429 (its request counter says so).
+    const metrics = await (await fetch(`${small.url}/metrics`)).text();
+    expect(metrics).toMatch(/prime_inference_requests_total\{route="\/v1\/generate",status="429"\} [1-9]/);
+  } finally {
+    await small.close(1000);
+  }
+});
+
+test('ensurePolicy moves a server that serves the wanted version number from another folder (another run\'s weights)', async () => {
+  const [mine, theirs] = [path.join(root, 'policy', 'mine'), path.join(root, 'policy', 'theirs')];
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: theirs });
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 2, out: mine });
+  const client = new InferenceClient([`${server.url}/v1`]);
+  const health = async () => (await (await fetch(`${server.url}/health`)).json()) as { policy_version: number; weight_dir: string };
+  await client.ensurePolicy({ version: 1, weightDir: theirs });
+  expect(await health()).toMatchObject({ policy_version: 1, weight_dir: fs.realpathSync(theirs) });
+  await client.ensurePolicy({ version: 1, weightDir: mine });
+  expect(await health()).toMatchObject({ policy_version: 1, weight_dir: fs.realpathSync(mine) });
+  await client.ensurePolicy({ version: 0, weightDir: '' });
+  expect((await health()).policy_version).toBe(0);
 });
 
 describe('step activities', () => {

@@ -27,6 +27,7 @@ import {
 } from '@temporalio/workflow';
 import type { CpuActivities, TrainerActivities, StepTimes, TrainSummary } from '../activities/types';
 import type { RLConfig } from '../lib/config/schemas';
+import { rlClientOptions } from '../lib/orchestrator/client-options';
 import type { EvalInput, EvalResult } from './eval';
 
 export interface RLState {
@@ -121,7 +122,7 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
         sampling: e.sampling,
         seqLen: config.orchestrator.seq_len,
         seed: config.seed,
-        target: { kind: 'local', baseUrls: config.orchestrator.base_urls, modelDir: config.orchestrator.model.name },
+        target: { kind: 'local', baseUrls: config.orchestrator.base_urls, modelDir: config.orchestrator.model.name, client: rlClientOptions(config) },
         versions: [version === 0 ? { name: 'base', step: null, policyVersion: 0 } : { name: `step_${version}`, step: version, policyVersion: version, weightDir: `${runDir}/weights/step_${version}` }],
       },
     };

@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import { ConfigError, didYouMean } from '../config/errors';
 import { optionsHelp, SOURCES_HELP } from '../config/help';
 import { loadConfig } from '../config/loader';
+import { describeFailure } from '../failures';
 import * as schemas from '../config/schemas';
 import { watchParentPipe } from '../proc';
 import { command, CommandError, type Command } from './command';
@@ -140,32 +141,13 @@ export async function runCli(argv: string[]): Promise<number> {
     }
     if ((e as Error).name === 'WorkflowFailedError') {
       // The stack of the client call says nothing; the failure chain says what went wrong where.
-      const { message, badInput } = failureChain(e as Error);
+      const { message, badInput } = describeFailure(e as Error);
       process.stderr.write(`error: ${message}\n`);
       return badInput ? 2 : 1;
     }
     process.stderr.write(`error: ${(e as Error).stack ?? String(e)}\n`);
     return 1;
   }
-}
-
-/** Failure types the activities raise for bad input (config, data, model, environment). */
-const BAD_INPUT_TYPES = /^(Invalid|ConfigMismatch$)/;
-
-/**
- * `Workflow execution failed: Activity task failed (trainStep): <the activity's error>`, and
- * whether the cause is bad input (exit 2, like a config error caught before the start). Matched by
- * name and fields so that the CLI does not load the Temporal client for commands that never use it.
- */
-function failureChain(e: Error): { message: string; badInput: boolean } {
-  const parts: string[] = [];
-  let badInput = false;
-  for (let c: unknown = e; c instanceof Error; c = c.cause) {
-    const { activityType, type } = c as { activityType?: string; type?: string | null };
-    parts.push(activityType ? `${c.message} (${activityType})` : c.message);
-    if (type && BAD_INPUT_TYPES.test(type)) badInput = true;
-  }
-  return { message: parts.join(': '), badInput };
 }
 
 /**

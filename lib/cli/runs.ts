@@ -7,6 +7,7 @@ import { Client, Connection } from '@temporalio/client';
 import { z } from 'zod';
 import { ConfigError } from '../config/errors';
 import { temporalCommandSchema } from '../config/schemas';
+import { describeFailure } from '../failures';
 import { ensureTemporal } from '../temporal/devserver';
 import { command, type Command } from './command';
 
@@ -66,7 +67,15 @@ export const runsCommands: Record<string, Command> = {
         const handle = client.workflow.getHandle(needRun(c));
         const d = await handle.describe();
         const progress = d.status.name === 'RUNNING' ? await handle.query('progress') : undefined;
-        process.stdout.write(`${JSON.stringify({ run: d.workflowId, type: d.type, status: d.status.name, started: d.startTime, memo: d.memo, progress }, null, 2)}\n`);
+        // Why a failed run failed: the activity and its error, as `rl` printed it.
+        const failure = d.status.name === 'FAILED' ? await handle.result().then(() => undefined, (e: Error) => describeFailure(e).message) : undefined;
+        // Activities being retried (a worker or server down, a bug): the attempt and its last error.
+        const retrying = (d.raw.pendingActivities ?? [])
+          .filter((a) => (a.attempt ?? 1) > 1)
+          .map((a) => ({ activity: a.activityType?.name, attempt: a.attempt, last_failure: a.lastFailure?.message ?? undefined }));
+        process.stdout.write(
+          `${JSON.stringify({ run: d.workflowId, type: d.type, status: d.status.name, started: d.startTime, memo: d.memo, failure, retrying: retrying.length > 0 ? retrying : undefined, progress }, null, 2)}\n`,
+        );
       }),
   }),
   pause: signal('pause', 'pause a run before its next step'),

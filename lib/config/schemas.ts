@@ -174,15 +174,25 @@ export const orchestratorSchema = section({
   env_timeout_s: z.number().positive().default(60).describe('seconds before an environment call counts as hung'),
   base_urls: z
     .array(z.string().url())
-    .default(['http://127.0.0.1:8000/v1'])
-    .describe('inference servers to spread rollouts over'),
+    .min(1)
+    .optional()
+    .describe(
+      "inference servers to spread rollouts over (http://host:port/v1 each); unset = the run's own server, " +
+        'http://<inference.server.host>:<inference.server.port>/v1, so changing that port moves both. Set it for ' +
+        'servers started elsewhere (`worker --pool inference`); then it wins, and inference.server.api_key_var, ' +
+        'max_running and max_queued still say how the orchestrator talks to them',
+    ),
 });
 
 export const serverSchema = z
   .strictObject({
     host: z.string().default('127.0.0.1').describe('interface the HTTP server binds'),
     port: z.number().int().min(0).max(65535).default(8000).describe('HTTP port (0 = any free port)'),
-    api_key_var: z.string().optional().describe('environment variable holding the bearer token clients must send'),
+    api_key_var: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('environment variable holding the bearer token clients must send (in rl, the orchestrator sends it too: set it for the cpu workers as well)'),
     headers_timeout_s: z
       .number()
       .positive()
@@ -210,7 +220,9 @@ export const inferenceSchema = z
     threads: threads(),
     server: serverSchema,
     max_running: positiveInt().default(64).describe('max sequences decoded together'),
-    max_queued: positiveInt().default(1024).describe('max sequences waiting for a slot before new requests get 429'),
+    max_queued: positiveInt()
+      .default(1024)
+      .describe('max sequences waiting for a slot before new requests get 429 (in rl, the orchestrator keeps at most max_running + max_queued requests in flight per server, and retries a 429 with backoff)'),
     kv_cache_tokens: positiveInt().optional().describe('KV-cache budget in tokens, at least seq_len; unset = max_running x seq_len'),
     allowed_weight_roots: z
       .array(z.string())
@@ -255,38 +267,58 @@ function checkMaxTokens(ctx: z.core.$RefinementCtx, at: string[], maxTokens: num
   });
 }
 
-export const rlSchema = z.strictObject({
-  run_name: runName('rl'),
-  model: section({ name: z.string().min(1).optional().describe('model folder for trainer, orchestrator and inference') }),
-  seq_len: seqLen(),
-  max_steps: maxSteps(),
-  async_level: asyncLevel(),
-  output_dir: outputDir(),
-  seed: seed(),
-  env: z.array(envSchema).default([]).describe('training environments: [[env]] id, args, weight'),
-  ckpt: checkpointSchema,
-  eval: evalSettings,
-  temporal: temporalSchema,
-  trainer: trainerSchema,
-  orchestrator: orchestratorSchema,
-  inference: inferenceSchema,
-}).superRefine((c, ctx) => {
-  // Checked here, once, so the CLI refuses such a config (exit 2) and a run started with it from
-  // elsewhere (`temporal workflow start`) fails when its stored config is read (readRunConfig).
-  const o = c.orchestrator;
-  if (o.batch_size % o.rollouts_per_example !== 0) {
-    const lower = o.batch_size - (o.batch_size % o.rollouts_per_example);
-    const options = [lower, lower + o.rollouts_per_example].filter((n) => n > 0).join(' or ');
-    ctx.addIssue({
-      code: 'custom',
-      path: ['orchestrator', 'batch_size'],
-      message: `${o.batch_size} is not a multiple of orchestrator.rollouts_per_example (${o.rollouts_per_example}): a step samples batch_size / rollouts_per_example examples, each rollouts_per_example times; use e.g. ${options}`,
-    });
-  }
-  checkMaxTokens(ctx, ['orchestrator', 'sampling', 'max_tokens'], o.sampling.max_tokens, o.seq_len, 'orchestrator.seq_len');
-  // Evals sample from the same inference server, within the orchestrator's seq_len.
-  checkMaxTokens(ctx, ['eval', 'sampling', 'max_tokens'], c.eval.sampling.max_tokens, o.seq_len, 'orchestrator.seq_len');
-});
+/**
+ * The address of a server configured with `server`, for a client on the same machine: the
+ * wildcard interfaces stand for loopback.
+ */
+export function serverUrl(server: { host: string; port: number }): string {
+  const host = server.host === '0.0.0.0' ? '127.0.0.1' : server.host === '::' ? '::1' : server.host;
+  return `http://${host.includes(':') ? `[${host}]` : host}:${server.port}`;
+}
+
+export const rlSchema = z
+  .strictObject({
+    run_name: runName('rl'),
+    model: section({ name: z.string().min(1).optional().describe('model folder for trainer, orchestrator and inference') }),
+    seq_len: seqLen(),
+    max_steps: maxSteps(),
+    async_level: asyncLevel(),
+    output_dir: outputDir(),
+    seed: seed(),
+    env: z.array(envSchema).default([]).describe('training environments: [[env]] id, args, weight'),
+    ckpt: checkpointSchema,
+    eval: evalSettings,
+    temporal: temporalSchema,
+    trainer: trainerSchema,
+    orchestrator: orchestratorSchema,
+    inference: inferenceSchema,
+  })
+  .superRefine((c, ctx) => {
+    // Checked here, once, so the CLI refuses such a config (exit 2) and a run started with it from
+    // elsewhere (`temporal workflow start`) fails when its stored config is read (readRunConfig).
+    const o = c.orchestrator;
+    if (o.batch_size % o.rollouts_per_example !== 0) {
+      const lower = o.batch_size - (o.batch_size % o.rollouts_per_example);
+      const options = [lower, lower + o.rollouts_per_example].filter((n) => n > 0).join(' or ');
+      ctx.addIssue({
+        code: 'custom',
+        path: ['orchestrator', 'batch_size'],
+        message: `${o.batch_size} is not a multiple of orchestrator.rollouts_per_example (${o.rollouts_per_example}): a step samples batch_size / rollouts_per_example examples, each rollouts_per_example times; use e.g. ${options}`,
+      });
+    }
+    checkMaxTokens(ctx, ['orchestrator', 'sampling', 'max_tokens'], o.sampling.max_tokens, o.seq_len, 'orchestrator.seq_len');
+    // Evals sample from the same inference server, within the orchestrator's seq_len.
+    checkMaxTokens(ctx, ['eval', 'sampling', 'max_tokens'], c.eval.sampling.max_tokens, o.seq_len, 'orchestrator.seq_len');
+    if (c.orchestrator.base_urls === undefined && c.inference.server.port === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['inference', 'server', 'port'],
+        message: 'port 0 (any free port) leaves the orchestrator no address for the run\'s inference server: choose a port, or set orchestrator.base_urls',
+      });
+    }
+  })
+  // Resolved here, so that --dry-run prints (and the workflow gets) the address that is used.
+  .transform((c) => ({ ...c, orchestrator: { ...c.orchestrator, base_urls: c.orchestrator.base_urls ?? [`${serverUrl(c.inference.server)}/v1`] } }));
 
 // ---------------------------------------------------------------------------------------------
 // Other commands

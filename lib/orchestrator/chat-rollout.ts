@@ -61,10 +61,12 @@ async function chat(api: ChatApi, messages: Message[], tools: EnvironmentInfo['t
       signal: AbortSignal.timeout(api.timeoutMs ?? 600_000),
     });
   } catch (e) {
-    throw new InferenceError(`${url} unreachable: ${(e as Error).message}`);
+    throw new InferenceError(`${url} unreachable: ${(e as Error).message}`, undefined, 'unavailable');
   }
   const text = await res.text();
-  if (!res.ok) throw new InferenceError(`${url}: HTTP ${res.status}: ${text.slice(0, 500)}`, res.status);
+  // An external API: any 4xx but 429 errors the rollout (a wrong key errors them all, and the eval
+  // fails with it); the rest fails the activity, which Temporal retries.
+  if (!res.ok) throw new InferenceError(`${url}: HTTP ${res.status}: ${text.slice(0, 500)}`, res.status, res.status >= 400 && res.status < 500 && res.status !== 429 ? 'request' : 'unavailable');
   const json = JSON.parse(text) as { choices: { message: Message }[]; usage?: { completion_tokens?: number } };
   return { message: json.choices[0].message, completionTokens: json.usage?.completion_tokens ?? 0 };
 }

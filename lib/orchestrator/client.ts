@@ -1,7 +1,25 @@
 /**
- * The orchestrator's side of the inference servers: token-in `/v1/generate` spread over one or more
- * servers, and making every server serve the policy version a step asks for.
+ * The orchestrator's side of the inference servers (our own `prime-rl inference`): token-in
+ * `/v1/generate` spread over one or more servers, and making every server serve the policy version
+ * a step asks for.
+ *
+ * What an answer means for the run (`InferenceError.kind`):
+ *  - `request`: a 4xx for one `/v1/generate` request (400 bad request, 413, 422: e.g. a prompt too
+ *    long for the context). It errors that one rollout; the step goes on without it.
+ *  - `config`: the server refuses the run itself, and retrying cannot change that: 401 (no or a
+ *    wrong API key), 403 (e.g. a weight folder outside its allowed roots), 404 (no such route or
+ *    model: the base URL is not a prime-rl inference server), or any other 4xx to `/health`,
+ *    `/update_weights` or `/reload_weights` (weights it cannot load). Activities fail the run with
+ *    it (non-retryable, `Failure.InferenceRejected`).
+ *  - `busy`: 429 (queue full) or 503 (shutting down, overloaded). Retried here with backoff,
+ *    `busyTimeoutMs` at most, before it counts as `unavailable`.
+ *  - `unavailable`: unreachable, timed out, 408 or 5xx. The activity fails and Temporal retries it
+ *    (same seeds, same requests) once the server is back.
  */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../failures';
 
 export interface GenerateParams {
   temperature: number;
@@ -26,50 +44,120 @@ export interface PolicyRef {
   weightDir: string;
 }
 
+export type InferenceErrorKind = 'request' | 'config' | 'busy' | 'unavailable';
+
 export class InferenceError extends Error {
   constructor(
     message: string,
-    /** A 4xx means the request itself is wrong: retrying cannot help. */
-    readonly status?: number,
+    readonly status: number | undefined,
+    /** What it means for the run: see the top of this file. */
+    readonly kind: InferenceErrorKind,
   ) {
     super(message);
   }
 
-  /**
-   * The server answered that this request is invalid (a 4xx other than 429): that fails the one
-   * rollout. Anything else (unreachable, 5xx, queue full) is the server's state, worth a retry.
-   */
+  /** The server answered that this one request is invalid: that fails the one rollout. */
   get rejectsRequest(): boolean {
-    return this.status !== undefined && this.status >= 400 && this.status < 500 && this.status !== 429;
+    return this.kind === 'request';
   }
 }
 
+/** What a non-2xx status from our own server means, for a generation request or a control route. */
+export function classifyStatus(status: number, route: 'generate' | 'control'): InferenceErrorKind {
+  if (status === 429 || status === 503) return 'busy';
+  if (status === 401 || status === 403 || status === 404) return 'config';
+  if (status >= 400 && status < 500 && status !== 408) return route === 'generate' ? 'request' : 'config';
+  return 'unavailable';
+}
+
+/**
+ * Inside an activity: an error that retrying cannot fix becomes a non-retryable failure that ends
+ * the run with its message; anything else is left to Temporal's retries.
+ */
+export function toActivityFailure(e: unknown): unknown {
+  if (e instanceof InferenceError && e.kind === 'config') return ApplicationFailure.nonRetryable(e.message, Failure.InferenceRejected);
+  return e;
+}
+
+export interface InferenceClientOptions {
+  /**
+   * Environment variable holding the servers' API key, sent as `Authorization: Bearer`. Set but
+   * empty in this process: a `config` error at construction.
+   */
+  apiKeyVar?: string;
+  /** The config key that names `apiKeyVar`, for error messages. */
+  apiKeySetting?: string;
+  /** Most `/v1/generate` requests in flight per server; more wait here for a slot. Unset = no bound. */
+  maxInFlight?: number;
+  /** Per HTTP request. */
+  timeoutMs?: number;
+  /** How long one request keeps retrying a busy server (429/503) before it counts as unavailable. */
+  busyTimeoutMs?: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Backoff on a busy server: 100 ms doubling to 5 s, jittered so that waiting requests spread out. */
+const BUSY_FIRST_MS = 100;
+const BUSY_MAX_MS = 5_000;
+
 export class InferenceClient {
   private next = 0;
+  private readonly apiKey?: string;
+  private readonly apiKeyVar?: string;
+  private readonly apiKeySetting: string;
+  private readonly maxInFlight: number;
+  private readonly timeoutMs: number;
+  private readonly busyTimeoutMs: number;
+  /** Requests in flight per server (index of baseUrls). */
+  private readonly inFlight: number[];
+  /** Requests waiting for a slot, first come first served. */
+  private readonly waiters: ((server: number) => void)[] = [];
+  /** The first `config` error of a generate request: every later one fails with it at once. */
+  private fatal?: InferenceError;
 
   /** `baseUrls` as in config (`http://host:port/v1`); routes outside /v1 hang off the server root. */
   constructor(
     private readonly baseUrls: readonly string[],
-    private readonly timeoutMs = 600_000,
+    opts: InferenceClientOptions = {},
   ) {
     if (baseUrls.length === 0) throw new Error('no inference base URLs configured');
+    this.apiKeySetting = opts.apiKeySetting ?? 'inference.server.api_key_var';
+    if (opts.apiKeyVar !== undefined) {
+      this.apiKeyVar = opts.apiKeyVar;
+      this.apiKey = process.env[opts.apiKeyVar];
+      if (!this.apiKey) {
+        throw new InferenceError(`${this.apiKeySetting} names environment variable ${opts.apiKeyVar}, which is not set (or empty) in this worker's environment`, undefined, 'config');
+      }
+    }
+    this.maxInFlight = opts.maxInFlight ?? Infinity;
+    this.timeoutMs = opts.timeoutMs ?? 600_000;
+    this.busyTimeoutMs = opts.busyTimeoutMs ?? 600_000;
+    this.inFlight = baseUrls.map(() => 0);
   }
 
   private root(url: string): string {
     return url.replace(/\/+$/, '').replace(/\/v1$/, '');
   }
 
-  private async call<T>(url: string, init?: { body?: unknown; method?: string }): Promise<T> {
+  /** What to add to a 401's message: which key was sent, or that none was. */
+  private keyHint(): string {
+    return this.apiKey
+      ? `the API key sent (environment variable ${this.apiKeyVar}, named by ${this.apiKeySetting}) is not this server's`
+      : `the server wants an API key: set ${this.apiKeySetting} to the environment variable that holds it`;
+  }
+
+  private async once<T>(url: string, route: 'generate' | 'control', init?: { body?: unknown; method?: string }): Promise<T> {
     let res: Response;
     try {
       res = await fetch(url, {
         method: init?.method ?? (init?.body === undefined ? 'GET' : 'POST'),
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', ...(this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : {}) },
         body: init?.body === undefined ? undefined : JSON.stringify(init.body),
         signal: AbortSignal.timeout(this.timeoutMs),
       });
     } catch (e) {
-      throw new InferenceError(`inference server ${url} unreachable: ${(e as Error).message}`);
+      throw new InferenceError(`inference server ${url} unreachable: ${(e as Error).message}`, undefined, 'unavailable');
     }
     const text = await res.text();
     if (!res.ok) {
@@ -79,32 +167,122 @@ export class InferenceClient {
       } catch {
         // not JSON: keep the raw text
       }
-      throw new InferenceError(`${url}: HTTP ${res.status}: ${message}`, res.status);
+      const kind = classifyStatus(res.status, route);
+      const hint = res.status === 401 ? `: ${this.keyHint()}` : '';
+      const error = new InferenceError(`${url}: HTTP ${res.status}: ${message.slice(0, 1000)}${hint}`, res.status, kind);
+      if (kind === 'busy') Object.assign(error, { retryAfterMs: retryAfterMs(res.headers.get('retry-after')) });
+      throw error;
     }
     return JSON.parse(text) as T;
   }
 
-  /** Makes every server serve `policy` (no-op where it already does). */
+  /** One call, retried with backoff while the server is busy (429/503), `busyTimeoutMs` at most. */
+  private async call<T>(url: string, route: 'generate' | 'control', init?: { body?: unknown; method?: string }): Promise<T> {
+    if (this.fatal) throw this.fatal;
+    const started = Date.now();
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.once<T>(url, route, init);
+      } catch (e) {
+        if (!(e instanceof InferenceError) || e.kind !== 'busy') throw e;
+        const backoff = Math.min(BUSY_MAX_MS, BUSY_FIRST_MS * 2 ** attempt) * (0.5 + Math.random());
+        const wait = Math.max(backoff, (e as InferenceError & { retryAfterMs?: number }).retryAfterMs ?? 0);
+        if (Date.now() + wait - started > this.busyTimeoutMs) {
+          throw new InferenceError(`${e.message} (still busy after ${Math.round((Date.now() - started) / 1000)} s of retries)`, e.status, 'unavailable');
+        }
+        await sleep(wait);
+        if (this.fatal) throw this.fatal;
+      }
+    }
+  }
+
+  /** A slot on the least loaded server; waits while every server has `maxInFlight` requests. */
+  private acquire(): Promise<number> {
+    const n = this.baseUrls.length;
+    const start = this.next++ % n;
+    let best = -1;
+    for (let i = 0; i < n; i++) {
+      const s = (start + i) % n;
+      if (this.inFlight[s] < this.maxInFlight && (best < 0 || this.inFlight[s] < this.inFlight[best])) best = s;
+    }
+    if (best >= 0) {
+      this.inFlight[best]++;
+      return Promise.resolve(best);
+    }
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** Frees a slot of `server`: the next waiter takes it over. */
+  private release(server: number): void {
+    const waiter = this.waiters.shift();
+    if (waiter) waiter(server);
+    else this.inFlight[server]--;
+  }
+
+  /**
+   * Makes every server serve `policy` (no-op where it already does). A server that serves the same
+   * version number from another folder (another run's weights/step_N, on a server that outlived
+   * that run) is moved to ours; if it keeps that label for the other folder (409), it is reloaded
+   * to its base model first, which starts a new lineage of labels.
+   */
   async ensurePolicy(policy: PolicyRef): Promise<void> {
     await Promise.all(
       this.baseUrls.map(async (url) => {
         const root = this.root(url);
-        const health = await this.call<{ policy_version: number }>(`${root}/health`);
-        if (health.policy_version === policy.version) return;
-        if (policy.version === 0) await this.call(`${root}/reload_weights`, { body: {} });
-        else await this.call(`${root}/update_weights`, { body: { weight_dir: policy.weightDir, version: policy.version } });
+        const health = await this.call<{ policy_version: number; weight_dir?: string }>(`${root}/health`, 'control');
+        if (health.policy_version === policy.version && (policy.version === 0 || health.weight_dir === undefined || sameDir(health.weight_dir, policy.weightDir))) return;
+        if (policy.version === 0) {
+          await this.call(`${root}/reload_weights`, 'control', { body: {} });
+          return;
+        }
+        const update = () => this.call(`${root}/update_weights`, 'control', { body: { weight_dir: policy.weightDir, version: policy.version } });
+        try {
+          await update();
+        } catch (e) {
+          if (!(e instanceof InferenceError && e.status === 409)) throw e;
+          await this.call(`${root}/reload_weights`, 'control', { body: {} });
+          await update();
+        }
       }),
     );
   }
 
-  /** One sequence from `promptIds`; requests rotate over the servers. */
+  /** One sequence from `promptIds`, on the least loaded server. */
   async generate(promptIds: readonly number[], params: GenerateParams): Promise<GenerateResult> {
-    const url = this.baseUrls[this.next++ % this.baseUrls.length];
-    const body = await this.call<{
-      policy_version: number;
-      choices: { token_ids: number[]; logprobs: number[]; finish_reason: 'stop' | 'length' | 'abort' }[];
-    }>(`${this.root(url)}/v1/generate`, { body: { prompt_token_ids: promptIds, ...params } });
-    const c = body.choices[0];
-    return { tokenIds: c.token_ids, logprobs: c.logprobs, finishReason: c.finish_reason, policyVersion: body.policy_version };
+    if (this.fatal) throw this.fatal;
+    const server = await this.acquire();
+    try {
+      const body = await this.call<{
+        policy_version: number;
+        choices: { token_ids: number[]; logprobs: number[]; finish_reason: 'stop' | 'length' | 'abort' }[];
+      }>(`${this.root(this.baseUrls[server])}/v1/generate`, 'generate', { body: { prompt_token_ids: promptIds, ...params } });
+      const c = body.choices[0];
+      return { tokenIds: c.token_ids, logprobs: c.logprobs, finishReason: c.finish_reason, policyVersion: body.policy_version };
+    } catch (e) {
+      if (e instanceof InferenceError && e.kind === 'config') this.fatal ??= e;
+      throw e;
+    } finally {
+      this.release(server);
+    }
   }
+}
+
+/** Whether two paths name the same folder (as the server reports it: resolved, links followed). */
+function sameDir(a: string, b: string): boolean {
+  const real = (p: string) => {
+    try {
+      return fs.realpathSync(p);
+    } catch {
+      return path.resolve(p);
+    }
+  };
+  return real(a) === real(b);
+}
+
+/** A Retry-After header (seconds, or an HTTP date) in ms, capped at 30 s; undefined when absent. */
+function retryAfterMs(header: string | null): number | undefined {
+  if (!header) return undefined;
+  const seconds = Number(header);
+  const ms = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(header) - Date.now();
+  return Number.isFinite(ms) ? Math.min(30_000, Math.max(0, ms)) : undefined;
 }

@@ -167,7 +167,8 @@ export async function runRollout(task: RolloutTask, pool: EnvPool, client: Infer
   } catch (e) {
     // The rollout's own failures (environment errors, an unextendable template, a request the
     // server rejects as invalid) error this rollout only. An unreachable or failing server fails
-    // the whole activity, which Temporal retries once the server is back.
+    // the whole activity, which Temporal retries once the server is back; a server that refuses
+    // the run itself (API key, 404) fails the run (InferenceError.kind, client.ts).
     const own = e instanceof RolloutError || (e instanceof InferenceError && e.rejectsRequest);
     if (!own) throw e;
     rollout.error = (e as Error).message;

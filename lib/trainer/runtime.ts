@@ -38,6 +38,41 @@ export interface RestoreReport {
   replayed: number;
 }
 
+/** Weights about to be published hold NaN or Inf (the run diverged): they are not written. */
+export class NonFiniteWeightsError extends Error {
+  constructor(
+    readonly tensor: string,
+    readonly count: number,
+    readonly size: number,
+    version: number,
+  ) {
+    super(`tensor '${tensor}' holds ${count} non-finite values (NaN or Inf) of ${size}: weights/step_${version} not published`);
+  }
+}
+
+/**
+ * How many NaN or Inf values an F32 tensor holds: one pass over its data (about 3 s per billion
+ * values on one core), which is already in JS memory to be written.
+ */
+export function countNonFinite(t: NamedTensor): number {
+  if (t.dtype !== 'F32') throw new Error(`countNonFinite: tensor ${t.name} is ${t.dtype}, not F32`);
+  // A view where the bytes are 4-aligned, else a copy.
+  const data = t.data.byteOffset % 4 === 0 ? new Float32Array(t.data.buffer, t.data.byteOffset, t.data.length / 4) : new Float32Array(Uint8Array.from(t.data).buffer);
+  let count = 0;
+  // x - x is 0 for every finite x, NaN for NaN and +-Inf.
+  for (let i = 0; i < data.length; i++) if (data[i] - data[i] !== 0) count++;
+  return count;
+}
+
+/** Throws NonFiniteWeightsError for the first tensor with a NaN or Inf, yielding between tensors (heartbeats). */
+async function checkFinite(tensors: readonly NamedTensor[], version: number): Promise<void> {
+  for (const t of tensors) {
+    const count = countNonFinite(t);
+    if (count > 0) throw new NonFiniteWeightsError(t.name, count, t.data.length / 4, version);
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
 export class TrainerRuntime {
   private constructor(
     readonly layout: RunLayout,
@@ -154,15 +189,18 @@ export class TrainerRuntime {
   /**
    * Writes the current weights as HF folder `weights/step_<version>` (what inference loads: with
    * LoRA, the merged weights), plus the adapters in PEFT layout under `lora/` when LoRA is on.
+   * Weights with a NaN or Inf are refused (NonFiniteWeightsError), so a diverged run never hands
+   * them to inference.
    */
   async writeWeights(version: number): Promise<string> {
     const dir = this.layout.weightsDir(version);
     // Asked for as F32, so every tensor is a safetensors float tensor.
     const tensors = (await this.trainer.readWeights('F32')) as NamedTensor[];
     const lora = this.spec.lora;
+    const adapters = lora.enabled ? ((await this.trainer.readAdapters('F32')) as NamedTensor[]) : [];
+    await checkFinite([...tensors, ...adapters], version);
     const files: Record<string, string | Buffer> = {};
     if (lora.enabled) {
-      const adapters = (await this.trainer.readAdapters('F32')) as NamedTensor[];
       files['lora/adapter_model.safetensors'] = serializeSafetensors(adapters);
       files['lora/adapter_config.json'] = JSON.stringify(
         {
