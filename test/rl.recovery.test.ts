@@ -18,6 +18,7 @@ import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/con
 import { pick, Rng, shuffle, uniformInt } from '../lib/envs/random';
 import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
+import { ConfigError } from '../lib/config/errors';
 import { readBatch } from '../lib/orchestrator/batch';
 import { asProcessId, isRunning, type ProcessId } from '../lib/proc';
 import { RunLayout } from '../lib/run/layout';
@@ -190,9 +191,10 @@ test('a port taken by another process is refused before anything starts, never s
   const { port } = other.address() as net.AddressInfo;
   try {
     const config = configOf(await runArgs('taken'));
-    await expect(launchRun({ ...config, inference: { ...config.inference, server: { ...config.inference.server, port } } }, { quiet: true })).rejects.toThrow(
-      `inference.server.port: 127.0.0.1:${port} is already in use`,
-    );
+    const launched = launchRun({ ...config, inference: { ...config.inference, server: { ...config.inference.server, port } } }, { quiet: true });
+    // A ConfigError: the CLI prints it in one line and exits 2.
+    await expect(launched).rejects.toThrow(ConfigError);
+    await expect(launched).rejects.toThrow(`inference.server.port: 127.0.0.1:${port} is already in use`);
   } finally {
     other.close();
   }

@@ -222,7 +222,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   // answering there, rollouts would silently come from that server's model.
   const http = spec.inference?.server;
   if (http && http.port !== 0 && (await isListening(http.host === '0.0.0.0' ? '127.0.0.1' : http.host, http.port))) {
-    throw new Error(`inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`);
+    throw new ConfigError(`inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`);
   }
 
   const self = processId(process.pid)!;
