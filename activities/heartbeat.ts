@@ -1,4 +1,5 @@
 import { Context } from '@temporalio/activity';
+import { runInThread } from '../lib/thread';
 
 /**
  * How often long activities heartbeat. Well under the smallest heartbeat timeout a run may set
@@ -21,4 +22,20 @@ export async function withHeartbeat<T>(details: () => unknown, work: (beat: () =
   } finally {
     clearInterval(timer);
   }
+}
+
+/**
+ * `runInThread` (lib/thread.ts) inside an activity: CPU-bound work off this thread, heartbeating
+ * on the timer and at each progress value the thread posts (the latest one is the details).
+ */
+export function inThreadWithHeartbeat<O>(module: string, fn: string, input: unknown, initial: unknown): Promise<O> {
+  let progress = initial;
+  return withHeartbeat(
+    () => progress,
+    (beat) =>
+      runInThread<O>(module, fn, input, (p) => {
+        progress = p;
+        beat();
+      }),
+  );
 }

@@ -7,7 +7,6 @@
  * this thread heartbeats meanwhile. A step with nothing to train fails the run non-retryably
  * instead of being recorded as if it had trained.
  */
-import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import type { PackCounts } from '../lib/orchestrator/packing';
@@ -16,8 +15,8 @@ import { isPromptTooLong } from '../lib/orchestrator/rollout';
 import type { StepBatchInput, StepBatchResult } from '../lib/orchestrator/step-batch';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
-import { runInThread } from '../lib/thread';
-import { withHeartbeat } from './heartbeat';
+import { libModule } from '../lib/thread';
+import { inThreadWithHeartbeat } from './heartbeat';
 import { readRollouts, rolloutsFile } from './rollouts';
 
 export interface PackInput {
@@ -31,9 +30,6 @@ export interface PackSummary {
   counts: PackCounts;
   advantages: AdvantageMetrics;
 }
-
-/** step-batch.ts as this build has it: .ts under jest, .js in dist/. */
-const STEP_BATCH_MODULE = path.join(__dirname, '..', 'lib', 'orchestrator', `step-batch${path.extname(__filename)}`);
 
 /**
  * Why step `step` has nothing to train, or undefined when it has (or when every group was filtered
@@ -74,15 +70,7 @@ export function createPackActivities() {
         advantage: o.advantage,
         filter: o.filter,
       };
-      let phase: unknown = { phase: 'starting', step };
-      const result = await withHeartbeat(
-        () => phase,
-        (beat) =>
-          runInThread<StepBatchResult>(STEP_BATCH_MODULE, 'buildStepBatch', input, (p) => {
-            phase = p;
-            beat();
-          }),
-      );
+      const result = await inThreadWithHeartbeat<StepBatchResult>(libModule('orchestrator/step-batch'), 'buildStepBatch', input, { phase: 'starting', step });
       const failure = nothingToTrain(step, result, o.seq_len, () =>
         readRollouts(layout.rolloutsDir(step)).flatMap((r) => (r.error ? [r.error] : [])),
       );

@@ -15,15 +15,12 @@ import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics } from '../lib/run/metrics';
 import type { SftDataSource } from '../lib/sft';
 import type { SftPrepareInput, SftPrepareResult } from '../lib/sft/prepare';
-import { runInThread } from '../lib/thread';
-import { withHeartbeat } from './heartbeat';
+import { libModule } from '../lib/thread';
+import { inThreadWithHeartbeat } from './heartbeat';
 import type { TrainSummary } from './types';
 
 /** Validation examples drawn from data.env's eval split when val.num_examples is unset. */
 const DEFAULT_ENV_VAL_EXAMPLES = 64;
-
-/** prepare.ts as this build has it: .ts under jest, .js in dist/. */
-const PREPARE_MODULE = path.join(__dirname, '..', 'lib', 'sft', `prepare${path.extname(__filename)}`);
 
 function validationSource(c: SFTConfig): SftDataSource | undefined {
   if (c.val.interval === undefined) return undefined;
@@ -73,15 +70,7 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
     maxSteps: config.max_steps,
     seqLen: config.seq_len,
   };
-  let progress: unknown = { phase: 'starting' };
-  const result = await withHeartbeat(
-    () => progress,
-    (beat) =>
-      runInThread<SftPrepareResult>(PREPARE_MODULE, 'prepareSftData', input, (p) => {
-        progress = p;
-        beat();
-      }),
-  );
+  const result = await inThreadWithHeartbeat<SftPrepareResult>(libModule('sft/prepare'), 'prepareSftData', input, { phase: 'starting' });
   if (result.ok) return result.plan;
   // Bad data (a malformed row, a template without the prefix property) or a seq_len that leaves a
   // batch nothing to train: retrying cannot fix either.

@@ -5,10 +5,11 @@
 import type { createCpuActivities, createTrainerActivities } from './index';
 import type { PackSummary } from './pack';
 import type { RolloutSummary } from './rollouts';
+import type { TrainMetrics, TrainProgress } from '../lib/trainer/types';
 
 export type CpuActivities = ReturnType<typeof createCpuActivities>;
 export type TrainerActivities = ReturnType<typeof createTrainerActivities>;
-export type { PackSummary, RolloutSummary };
+export type { PackSummary, RolloutSummary, TrainMetrics, TrainProgress };
 
 export interface StepRef {
   runDir: string;
@@ -23,29 +24,6 @@ export interface StepTimes {
   pack_end: number;
   train_start: number;
   train_end: number;
-}
-
-/** Trainer metrics of one step (DESIGN.md: loss, entropy, mismatch KL, masked fractions, ...). */
-export interface TrainMetrics {
-  loss: number;
-  entropy: number;
-  mismatch_kl: number;
-  masked_tokens: number;
-  masked_sequences: number;
-  clipped: number;
-  grad_norm: number;
-  lr: number;
-  tokens: number;
-  loss_tokens: number;
-  tokens_per_s: number;
-  seconds: { load: number; replay: number; train: number; save: number };
-}
-
-/** Cumulative trainer counters: equal between an interrupted and an uninterrupted run. */
-export interface TrainProgress {
-  steps: number;
-  samples: number;
-  tokens: number;
 }
 
 export interface TrainSummary {

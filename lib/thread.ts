@@ -31,6 +31,20 @@ Promise.resolve()
   );
 `;
 
+/** A module of lib/ for `runInThread`, named relative to lib/ ('sft/prepare'): .ts under jest, .js in dist/. */
+export function libModule(relative: string): string {
+  return path.join(__dirname, `${relative}${path.extname(__filename)}`);
+}
+
+/**
+ * A long-lived worker thread running `module` (a script that answers messages), given `workerData`;
+ * TypeScript under jest goes through register-ts as in `runInThread`.
+ */
+export function moduleWorker(module: string, workerData: unknown): Worker {
+  const code = `${module.endsWith('.ts') ? `require(${JSON.stringify(REGISTER_TS)});` : ''}require(${JSON.stringify(module)});`;
+  return new Worker(code, { eval: true, workerData });
+}
+
 /**
  * Calls `module`'s export `fn` with `input` in a new worker thread. Rejects with an Error of the
  * thrown error's name and message, or when the thread dies without an answer.

@@ -5,16 +5,12 @@
  * callers first refuse texts whose cheap lower bound (`Tokenizer.minTokens`) already exceeds the
  * context, so no CPU is spent on prompts that cannot be served.
  */
-import * as path from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import type { Tokenizer } from '../model/tokenizer';
-import { projectRoot } from '../paths';
+import { libModule, moduleWorker } from '../thread';
 
 /** Texts up to this many UTF-16 units are tokenized inline (a few milliseconds at most). */
 const INLINE_CHARS = 4096;
-// Same basename next to this file: tokenize-worker.ts under jest, tokenize-worker.js in dist/.
-const WORKER_SCRIPT = path.join(__dirname, `tokenize-worker${path.extname(__filename)}`);
-const REGISTER_TS = path.join(projectRoot, 'lib', 'envs', 'register-ts.js');
 
 interface Pending {
   resolve(ids: number[]): void;
@@ -51,9 +47,7 @@ export class PromptTokenizer {
   }
 
   private start(): { thread: Worker; pending: Map<number, Pending> } {
-    // Under jest the worker is TypeScript: load it through the same hook the env pool uses.
-    const code = `${WORKER_SCRIPT.endsWith('.ts') ? `require(${JSON.stringify(REGISTER_TS)});` : ''}require(${JSON.stringify(WORKER_SCRIPT)});`;
-    const thread = new Worker(code, { eval: true, workerData: { dir: this.dir } });
+    const thread = moduleWorker(libModule('inference/tokenize-worker'), { dir: this.dir });
     thread.unref();
     const worker = { thread, pending: new Map<number, Pending>() };
     thread.on('message', (m: { id: number; ids?: Int32Array; error?: string }) => {

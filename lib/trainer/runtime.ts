@@ -13,7 +13,7 @@ import { loadHfModel, readHfConfig, writeHfModel } from '../model/hf';
 import { serializeSafetensors } from '../model/safetensors';
 import { readBatch } from '../orchestrator/batch';
 import { listSteps, RunLayout } from '../run/layout';
-import type { TrainMetrics, TrainProgress } from '../../activities/types';
+import type { TrainMetrics, TrainProgress } from './types';
 import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
 import type { TrainerSpec } from './spec';
 
