@@ -97,6 +97,11 @@ const samplingSchema = section({
   top_k: z.number().int().min(-1).default(-1).describe('keep the k most likely tokens; -1 = off'),
   min_p: z.number().min(0).max(1).default(0).describe('drop tokens below min_p x the top probability'),
   max_tokens: positiveInt().optional().describe('max new tokens per turn; unset = up to seq_len'),
+  stop: z
+    .array(z.string().min(1))
+    .max(16)
+    .default([])
+    .describe('stop strings: a turn ends at the token that completes one (matched in the decoded text, special tokens left out)'),
 });
 
 const loraSchema = section({
@@ -289,6 +294,11 @@ export const rlSchema = z
     ckpt: checkpointSchema,
     eval: evalSettings,
     temporal: temporalSchema,
+    wandb: section({
+      project: z.string().min(1).optional().describe('Weights & Biases project: log every step\'s metrics there (needs WANDB_API_KEY, or WANDB_MODE=offline for a local run folder); unset = no W&B'),
+      name: z.string().min(1).optional().describe('W&B run name; unset = run_name'),
+      entity: z.string().min(1).optional().describe('W&B team or user; unset = the API key\'s default'),
+    }),
     trainer: trainerSchema,
     orchestrator: orchestratorSchema,
     inference: inferenceSchema,
