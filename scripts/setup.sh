@@ -6,6 +6,7 @@
 #   3. npm packages, exactly as package-lock.json pins them
 #   4. the native addon (cmake-js against libtorch) -> build/native/Release/prime_native.node
 #   5. the TypeScript build -> dist/
+#   6. the Weights & Biases SDK (Python `wandb`, pinned in scripts/wandb/requirements.txt) -> .venv/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -67,6 +68,22 @@ if ! stamp_ok ts "$ts_hash" || [ ! -f dist/lib/cli/main.js ]; then
   log "compiling TypeScript"
   npx --no-install tsc -p tsconfig.json
   stamp_set ts "$ts_hash"
+fi
+
+# 6. W&B SDK -----------------------------------------------------------------------------------
+# The official SDK is Python; [wandb] runs it as a sidecar (lib/run/wandb.ts) from this venv.
+wandb_hash=$(hash_of scripts/wandb/requirements.txt)
+if ! stamp_ok wandb "$wandb_hash" || [ ! -x .venv/bin/python ]; then
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    log "installing Debian packages: python3 python3-venv"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3 python3-venv
+  fi
+  log "installing the W&B SDK into .venv"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/wandb/requirements.txt
+  stamp_set wandb "$wandb_hash"
 fi
 
 log "ready"
