@@ -49,7 +49,7 @@ const fixtures = () => (fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f
     fs.mkdirSync(dir, { recursive: true });
     for (const s of scenarios) {
       rig.behaviour = s.pauseAt === undefined ? s.rig : { ...s.rig, onGenerate: (step) => (step === s.pauseAt ? pauseBriefly(handle) : undefined) };
-      const handle: WorkflowHandle = await env.client.workflow.start(s.type, { taskQueue: 'unit.cpu', workflowId: s.id, args: s.args });
+      const handle = await env.client.workflow.start(s.type, { taskQueue: 'unit.cpu', workflowId: s.id, args: s.args });
       await handle.result();
       await save(env, s.id, handle.firstExecutionRunId);
     }

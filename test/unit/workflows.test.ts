@@ -3,7 +3,7 @@
  * server: pause / resume / stop, the progress query, continue-as-new, eval scheduling, a failing
  * un-awaited training chain, retries. Activity behaviour itself is tested in the full tier.
  */
-import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowFailedError, type WorkflowHandle, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Failure, describeFailure } from '../../lib/failures';
 import type { EvalResult } from '../../workflows/eval';
@@ -230,7 +230,7 @@ function failureType(e: unknown): string | undefined {
 }
 
 /** The run ids of a workflow's executions, first to last, following continue-as-new. */
-async function executionChain(handle: WorkflowHandle): Promise<string[]> {
+async function executionChain(handle: WorkflowHandleWithFirstExecutionRunId): Promise<string[]> {
   const runs: string[] = [];
   let runId: string | undefined = handle.firstExecutionRunId;
   while (runId) {
