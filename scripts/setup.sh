@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs and builds everything prime-rl needs, idempotently: a second run on a set-up machine
 # finishes in seconds. Steps are skipped when a stamp (hash of their inputs) says they are done.
-#   1. Debian packages: libtorch + OpenBLAS, compilers, cmake, ninja
-#   2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system)
+#   1. Debian packages: libtorch + OpenBLAS, compilers, cmake, ninja, a JRE and Maven
+#   2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system), and
+#      Temporal's Java test server (time skipping, for the fast workflow tests) into tools/
 #   3. npm packages, exactly as package-lock.json pins them
 #   4. the native addon (cmake-js against libtorch) -> build/native/Release/prime_native.node
 #   5. the TypeScript build -> dist/
@@ -21,7 +22,7 @@ stamp_set() { echo "$2" > "$STAMPS/$1"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
 # 1. Debian packages --------------------------------------------------------------------------
-APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium)
+APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium openjdk-17-jre-headless maven)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -41,6 +42,18 @@ if ! stamp_ok temporal "$TEMPORAL_VERSION" || [ ! -x tools/bin/temporal ]; then
   mkdir -p tools/bin
   GOBIN=$ROOT/tools/bin GOFLAGS=-trimpath go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_VERSION"
   stamp_set temporal "$TEMPORAL_VERSION"
+fi
+
+# The Java test server's jars (Maven Central), pinned by scripts/temporal-test-server/pom.xml;
+# scripts/temporal-test-server/run.sh starts it. Fetched into a temporary folder, then renamed.
+TTS=tools/temporal-test-server
+tts_hash=$(hash_of scripts/temporal-test-server/pom.xml)
+if ! stamp_ok test-server "$tts_hash" || [ ! -d $TTS/lib ]; then
+  log "fetching Temporal's Java test server into $TTS (Maven Central)"
+  rm -rf $TTS/lib.tmp && mkdir -p $TTS
+  mvn -q -B -Dstyle.color=never -f scripts/temporal-test-server/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$ROOT/$TTS/lib.tmp"
+  rm -rf $TTS/lib && mv $TTS/lib.tmp $TTS/lib
+  stamp_set test-server "$tts_hash"
 fi
 
 # 3. npm packages -------------------------------------------------------------------------------
