@@ -4,6 +4,7 @@
  * Defaults follow the Python prime-rl (DESIGN.md §4). Objects are strict: unknown keys are errors.
  */
 import { z } from 'zod';
+import { ARCHS } from '../model/families';
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
 function section<T extends z.core.$ZodLooseShape>(shape: T) {
@@ -417,7 +418,7 @@ export const workerSchema = z.strictObject({
 });
 
 export const modelCreateSchema = z.strictObject({
-  arch: z.enum(['qwen3', 'qwen2', 'llama']).default('qwen3').describe('architecture'),
+  arch: z.enum(ARCHS).default('qwen3').describe('architecture'),
   preset: z.enum(['tiny', 'small']).default('tiny').describe('size preset; explicit sizes below override it'),
   tokenizer: z.enum(['bytes', 'qwen3']).default('bytes').describe('byte-level tokenizer, or the real Qwen3 one'),
   seed: seed(),
