@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -456,6 +457,7 @@ std::vector<std::pair<std::string, at::Tensor>> toCpu(const std::vector<std::pai
   return out;
 }
 
+// The JS LossConfig (native/index.ts) as a LossConfig; values are checked by validateLossConfig.
 LossConfig lossConfig(Napi::Value v) {
   LossConfig c;
   if (v.IsUndefined() || v.IsNull()) return c;
@@ -464,8 +466,15 @@ LossConfig lossConfig(Napi::Value v) {
   if (!o.Get("normalization").IsUndefined()) c.normalization = str(o, "normalization");
   c.temperature = numOr(o, "temperature", c.temperature);
   c.normalizer = numOr(o, "normalizer", c.normalizer);
-  c.epsLow = numOr(o, "epsLow", c.epsLow);
-  c.epsHigh = numOr(o, "epsHigh", c.epsHigh);
+  Napi::Value params = o.Get("params");
+  if (!params.IsUndefined() && !params.IsNull()) {
+    Napi::Object p = obj(params, "loss.params");
+    Napi::Array keys = p.GetPropertyNames();
+    for (uint32_t i = 0; i < keys.Length(); i++) {
+      const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+      c.params[key] = num(p, key.c_str());
+    }
+  }
   c.klBeta = numOr(o, "klBeta", c.klBeta);
   Napi::Value mm = o.Get("mismatch");
   if (!mm.IsUndefined() && !mm.IsNull()) {
@@ -485,8 +494,14 @@ Napi::Object metricsToJs(Napi::Env env, const LossMetrics& s) {
   o.Set("loss", s.loss);
   o.Set("entropy", s.entropy);
   o.Set("mismatchKl", s.mismatchKl);
+  o.Set("maskedMismatchKl", s.maskedMismatchKl);
+  o.Set("unmaskedMismatchKl", s.unmaskedMismatchKl);
   o.Set("referenceKl", s.referenceKl);
   o.Set("maskedTokenFraction", s.maskedTokenFraction);
+  o.Set("maskedLowFraction", s.maskedLowFraction);
+  o.Set("maskedHighFraction", s.maskedHighFraction);
+  o.Set("maskedAdvantagePositive", s.maskedAdvantagePositive);
+  o.Set("maskedAdvantageNegative", s.maskedAdvantageNegative);
   o.Set("maskedSampleFraction", s.maskedSampleFraction);
   o.Set("clippedFraction", s.clippedFraction);
   o.Set("lossTokens", double(s.lossTokens));
@@ -775,6 +790,34 @@ Napi::Value PolicyLoss(const Napi::CallbackInfo& info) {
   });
 }
 
+// The loss registry (native/src/loss_registry.cc) as plain data: what the TS side derives its
+// loss names, parameters and config schema from. An unbounded max is left out.
+Napi::Value LossKinds(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::vector<LossKind>& kinds = lossKinds();
+  Napi::Array out = Napi::Array::New(env, kinds.size());
+  for (size_t i = 0; i < kinds.size(); i++) {
+    Napi::Object k = Napi::Object::New(env);
+    k.Set("name", kinds[i].name);
+    k.Set("policy", kinds[i].policy);
+    k.Set("doc", kinds[i].doc);
+    Napi::Array params = Napi::Array::New(env, kinds[i].params.size());
+    for (size_t j = 0; j < kinds[i].params.size(); j++) {
+      const LossParam& p = kinds[i].params[j];
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("name", p.name);
+      o.Set("default", p.dflt);
+      o.Set("min", p.min);
+      if (std::isfinite(p.max)) o.Set("max", p.max);
+      o.Set("doc", p.doc);
+      params.Set(uint32_t(j), o);
+    }
+    k.Set("params", params);
+    out.Set(uint32_t(i), k);
+  }
+  return out;
+}
+
 // Measured fp32 matmul throughput (GFLOP/s) of an n x n x n product, the benchmarks' yardstick.
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info) {
   const int64_t n = info[0].As<Napi::Number>().Int64Value(), iters = info[1].As<Napi::Number>().Int64Value();
@@ -840,6 +883,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("createModel", Napi::Function::New(env, CreateModel));
   exports.Set("matmulGflops", Napi::Function::New(env, MatmulGflops));
   exports.Set("policyLoss", Napi::Function::New(env, PolicyLoss));
+  exports.Set("lossKinds", Napi::Function::New(env, LossKinds));
   return exports;
 }
 
