@@ -21,7 +21,8 @@ test('loss-kinds.generated.ts is the addon registry', () => {
   expect(LOSS_KINDS.map((k) => k.name)).toEqual(['ce', 'dppo', 'ipo', 'grpo', 'gspo', 'cispo']);
 });
 
-const parse = (loss: Record<string, unknown>) => rlSchema.safeParse({ trainer: { loss } });
+const model = { name: 'm' };
+const parse = (loss: Record<string, unknown>) => rlSchema.safeParse({ trainer: { model, loss }, orchestrator: { model }, inference: { model } });
 const issues = (loss: Record<string, unknown>) => {
   const r = parse(loss);
   expect(r.success).toBe(false);

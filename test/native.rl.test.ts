@@ -262,7 +262,10 @@ describe('policy losses vs hand computation', () => {
   });
 
   test('bad configs', () => {
-    expect(() => policyLoss(inputs, { kind: 'ppo' as 'ce' })).toThrow(/unknown loss kind 'ppo'/);
+    expect(() => policyLoss(inputs, { kind: 'ppo' as 'ce' })).toThrow(/unknown loss kind 'ppo' \(supported: ce, dppo, ipo, grpo, gspo, cispo\)/);
+    expect(() => policyLoss(inputs, { kind: 'dppo', params: { eps_low: 0.1 } })).toThrow(/loss 'dppo' has no parameter 'eps_low' \(its parameters: dppo_mask_low, dppo_mask_high, adv_tau, kl_tau\)/);
+    expect(() => policyLoss(inputs, { kind: 'grpo', params: { eps_low: 1.5 } })).toThrow(/eps_low = 1.5 is outside \[0, 1\]/);
+    expect(() => policyLoss(inputs, { kind: 'ipo', params: { kl_tau: 'x' as unknown as number } })).toThrow(/'kl_tau' must be a number/);
     expect(() => policyLoss(inputs, { kind: 'ce', mismatch: { mode: 'tis' } })).toThrow(/mismatch correction needs inference logprobs/);
     expect(() => policyLoss(inputs, { kind: 'grpo', normalization: 'row' as 'token' })).toThrow(/unknown loss normalization/);
     expect(() => policyLoss({ ...inputs, sampleLengths: [5, 4] }, { kind: 'grpo' })).toThrow(/sum to the number of tokens/);

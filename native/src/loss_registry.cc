@@ -1,6 +1,7 @@
-// The loss registry: one line per loss kind (its unit is native/src/loss_<name>.cc). The TS side
-// derives from this list (native/loss-kinds.generated.ts; regenerate with
-// `npx tsx scripts/gen-loss-kinds.ts` after a change here).
+// The loss registry: one line per loss kind. A new loss is its unit native/src/loss_<name>.cc
+// (declared in loss.h), a line here, its case in test/native.rl.test.ts, and then
+// `npm run gen:loss-kinds` (after the native build) so the TS side (native/loss-kinds.generated.ts,
+// which the config schema derives from) knows it.
 #include <stdexcept>
 
 #include "loss.h"
