@@ -54,6 +54,7 @@ describe('trainer.loss schema from the registry', () => {
 
   test('kl_beta is gone: the error names trainer.kl_penalty', () => {
     expect(issues({ kl_beta: 0.01 })).toMatch(/trainer\.loss\.kl_beta: .*trainer\.kl_penalty/);
+    expect(parse({ kl_beta: 0 }).data!.trainer.loss).not.toHaveProperty('kl_beta'); // the old default: off
   });
 
   test('a shared parameter has one spec; every parameter is a schema key with its range', () => {

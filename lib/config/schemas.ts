@@ -130,7 +130,7 @@ const lossSchema = z
     type: z.enum(POLICY_LOSSES).default('dppo').describe('policy loss'),
     ...lossParamKeys,
     normalization: z.enum(['token', 'sequence']).default('token').describe('average the loss over all tokens or per sequence'),
-    kl_beta: z.unknown().optional().describe('removed: the KL penalty to the initial model is trainer.kl_penalty'),
+    kl_beta: z.number().optional().describe('removed: the KL penalty to the initial model is trainer.kl_penalty'),
     mismatch: section({
       mode: z.enum(['none', 'tis', 'mask']).default('none').describe('correction of trainer/inference logprob mismatch'),
       tis_cap: z.number().positive().default(2).describe('TIS: cap C on the importance weight'),
@@ -142,7 +142,8 @@ const lossSchema = z
   })
   .prefault({})
   .superRefine((l, ctx) => {
-    if (l.kl_beta !== undefined)
+    // 0 (off, the old default) passes: run folders written before keep resuming.
+    if (l.kl_beta !== undefined && l.kl_beta !== 0)
       ctx.addIssue({ code: 'custom', path: ['kl_beta'], message: 'removed: set trainer.kl_penalty (enabled, beta, target_kl) instead' });
     const own = lossKindSpec(l.type).params.map((p) => p.name);
     for (const key of LOSS_PARAMS.keys())
