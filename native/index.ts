@@ -11,7 +11,9 @@ import * as path from 'path';
 import type { ArchConfig, TensorDType, WeightTensor } from '../lib/model/arch';
 import { isIgnorable, tensorSpecs, type TensorSpec } from '../lib/model/tensors';
 
+import type { LossKindName, LossKindSpec, LossParamName } from './loss-kinds';
 export type { TensorDType, WeightTensor } from '../lib/model/arch';
+export * from './loss-kinds';
 
 /** Compute dtype of a loaded model. bfloat16 is meant for CUDA; training needs float32 or float64. */
 export type ComputeDType = 'float32' | 'bfloat16' | 'float64';
@@ -163,17 +165,22 @@ export interface TrainRow extends PackedRow {
 }
 
 /**
- * The training objective (DESIGN.md section 4). Per loss token t, with logp the trainer's logprob
- * under softmax(logits / temperature), r = exp(logp - mu) and A the advantage:
+ * The training objective (DESIGN.md section 4). `kind` names a loss of the native registry
+ * (`LOSS_KINDS` in ./loss-kinds, the unit native/src/loss_<kind>.cc says exactly what it
+ * computes); `params` are its parameters by config key (an absent one takes the registry
+ * default). Per loss token t, with logp the trainer's logprob under softmax(logits / temperature),
+ * mu the inference logprob, r = exp(logp - mu), d = exp(logp) - exp(mu) and A the advantage:
  * - 'ce': -logp (SFT);
- * - 'grpo': -min(r A, clip(r, 1 - epsLow, 1 + epsHigh) A) (DAPO clip-higher: epsHigh > epsLow);
+ * - 'dppo': -keep adv_tau A r + kl_tau (log r)^2, keep = not (A > 0 and d > dppo_mask_high or
+ *   A <= 0 and d < -dppo_mask_low); 'ipo': the same with keep = |d| <= ipo_threshold;
+ * - 'grpo': -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) (DAPO clip-higher: eps_high > eps_low);
  * - 'gspo': per sample, s = exp(mean of log r over its loss tokens), -min(s A, clip(s, ...) A)
  *   with A the mean advantage over its loss tokens: one term per sample, counted once per loss
  *   token (so token normalisation weights it by its token count, and each token's mismatch
  *   weight applies to its share);
- * - 'cispo': -sg(clip(r, 0, 1 + epsHigh)) A logp.
- * Mismatch correction (`mismatch.mode`) on the detached r: 'tis' multiplies each token's loss by min(r, tisCap);
- * 'mask' zeroes tokens with r outside [tokenLow, tokenHigh] and whole samples whose
+ * - 'cispo': -sg(clip(r, 0, 1 + eps_high)) A logp.
+ * Mismatch correction (`mismatch.mode`) on the detached r multiplies each token's term: 'tis' by
+ * min(r, tisCap); 'mask' zeroes tokens with r outside [tokenLow, tokenHigh] and whole samples whose
  * geometric-mean r is outside [seqLow, seqHigh]. Masked tokens still count in the normaliser
  * (as prime-rl: the loss is scaled down, not re-weighted onto the remaining tokens).
  * klBeta > 0 adds klBeta * k3 per loss token, k3 = exp(ref - logp) - (ref - logp) - 1 against
@@ -181,7 +188,7 @@ export interface TrainRow extends PackedRow {
  */
 export interface LossConfig {
   /** Default 'ce'. */
-  kind?: 'ce' | 'grpo' | 'gspo' | 'cispo';
+  kind?: LossKindName;
   /** Logits are divided by it before log-softmax (the sampling temperature). Default 1. */
   temperature?: number;
   /**
@@ -194,10 +201,8 @@ export interface LossConfig {
    * step is split over several calls. Default: counted over this call's rows.
    */
   normalizer?: number;
-  /** Default 0.2. */
-  epsLow?: number;
-  /** Default 0.2. */
-  epsHigh?: number;
+  /** The kind's parameters; a key the kind does not have is an error. */
+  params?: Partial<Record<LossParamName, number>>;
   /** Trainer/inference mismatch correction; default none. Only for the policy losses. */
   mismatch?: MismatchCorrection;
   /** Default 0 (no KL term). */
@@ -223,10 +228,25 @@ export interface LossMetrics {
   entropy: number;
   /** Mean of rho - log rho - 1, rho = exp(logp - mu) (detached): trainer/inference mismatch. */
   mismatchKl: number;
+  /** mismatchKl's mean over the masked tokens, and over the others (0 when there are none). */
+  maskedMismatchKl: number;
+  unmaskedMismatchKl: number;
   /** Mean k3 KL to the reference (0 without klBeta). */
   referenceKl: number;
-  /** Loss tokens dropped by mismatch masking (token or sample rule). */
+  /**
+   * Loss tokens whose policy term was dropped: by mismatch masking (token or sample rule) or by
+   * the loss's own trust region (dppo, ipo).
+   */
   maskedTokenFraction: number;
+  /**
+   * Loss tokens dropped for a ratio / probability that fell too far (low) or rose too far (high);
+   * tokens dropped only by the sample rule are on neither side.
+   */
+  maskedLowFraction: number;
+  maskedHighFraction: number;
+  /** Of the masked tokens, the fractions with a positive and a negative advantage. */
+  maskedAdvantagePositive: number;
+  maskedAdvantageNegative: number;
   /** Samples dropped by the sample rule of mismatch masking. */
   maskedSampleFraction: number;
   /** Loss tokens where the clip was active (gspo: tokens of clipped samples). */
@@ -316,6 +336,7 @@ interface Addon {
   createModel(config: ArchConfig, specs: readonly EngineTensorSpec[], tensors: readonly WeightTensor[], opts: ModelOptions): Promise<RawModel>;
   matmulGflops(n: number, iters: number): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
+  lossKinds(): LossKindSpec[];
 }
 
 /** One row of the family's tensor table as the engine reads it (native/src/model.h `ParamSpec`). */
@@ -385,6 +406,11 @@ export function matmulGflops(n = 2048, iters = 10): Promise<number> {
  */
 export function policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult {
   return load().policyLoss(inputs, loss);
+}
+
+/** The native loss registry as the addon has it (what loss-kinds.generated.ts must equal). */
+export function lossKinds(): LossKindSpec[] {
+  return load().lossKinds();
 }
 
 /**

@@ -185,7 +185,7 @@ describe('errors', () => {
     expect(configError(() => rl(['--trainer.lora.enabled=maybe']))).toContain('expected true or false');
     const t = file('types.toml', 'seq_len = "long"\n');
     expect(configError(() => rl(['@', t]))).toMatch(new RegExp(`seq_len: .*expected number.*\\(in ${t.replace(/[.]/g, '\\.')}\\)`));
-    expect(configError(() => rl(['--trainer.loss.type', 'ppo']))).toMatch(/trainer\.loss\.type: .*"grpo"\|"gspo"\|"cispo"/);
+    expect(configError(() => rl(['--trainer.loss.type', 'ppo']))).toMatch(/trainer\.loss\.type: .*"dppo"\|"ipo"\|"grpo"\|"gspo"\|"cispo"/);
     expect(configError(() => rl(['--env', '{not json']))).toContain('expected JSON');
   });
   test('a key that needs another names both', () => {

@@ -30,6 +30,11 @@ interface Reference {
   clippedLow: number;
   clippedHigh: number;
   maskedTokens: number;
+  maskedLow: number;
+  maskedHigh: number;
+  maskedAdvPositive: number;
+  maskedAdvNegative: number;
+  maskedMismatchKl: number; // sum over masked tokens
   maskedSamples: number;
   mismatchKl: number;
   referenceKl: number;
@@ -39,7 +44,8 @@ interface Reference {
 
 function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
   const kind = cfg.kind ?? 'ce', T = x.logp.length;
-  const epsLow = cfg.epsLow ?? 0.2, epsHigh = cfg.epsHigh ?? 0.2, beta = cfg.klBeta ?? 0;
+  const P = { eps_low: 0.2, eps_high: 0.28, dppo_mask_low: 0.2, dppo_mask_high: 0.2, ipo_threshold: 0.1, adv_tau: 1, kl_tau: 1e-3, ...cfg.params };
+  const epsLow = P.eps_low, epsHigh = P.eps_high, beta = cfg.klBeta ?? 0;
   const lo = 1 - epsLow, hi = 1 + epsHigh;
   const clip = (v: number) => Math.min(Math.max(v, lo), hi);
   const mm = { mode: 'none', tisCap: 2, tokenLow: 0.125, tokenHigh: 8, seqLow: 0.1, seqHigh: 10, ...cfg.mismatch };
@@ -63,7 +69,7 @@ function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
   const coef = Array.from({ length: T }, (_, t) =>
     !m[t] ? 0 : (cfg.normalization ?? 'token') === 'token' ? 1 / norm : 1 / (n[sampleOf[t]] * norm),
   );
-  const out: Reference = { loss: 0, grad: Array<number>(T).fill(0), clippedLow: 0, clippedHigh: 0, maskedTokens: 0, maskedSamples: 0, mismatchKl: 0, referenceKl: 0, lossTokens, samples };
+  const out: Reference = { loss: 0, grad: Array<number>(T).fill(0), clippedLow: 0, clippedHigh: 0, maskedTokens: 0, maskedLow: 0, maskedHigh: 0, maskedAdvPositive: 0, maskedAdvNegative: 0, maskedMismatchKl: 0, maskedSamples: 0, mismatchKl: 0, referenceKl: 0, lossTokens, samples };
   const keepSeq = seqLr.map((v) => kind === 'ce' || mm.mode !== 'mask' || (Math.exp(v) >= mm.seqLow && Math.exp(v) <= mm.seqHigh));
   out.maskedSamples = keepSeq.filter((k, i) => !k && n[i] > 0).length;
   // gspo's per-sample loss and its derivative w.r.t. each of the sample's logps.
@@ -81,11 +87,25 @@ function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
     const r = Math.exp(lr[t]), A = x.advantages[t], i = sampleOf[t];
     if (kind !== 'ce') out.mismatchKl += (r - lr[t] - 1) / lossTokens;
     let w = 1;
+    let low = false, high = false; // dropped for a ratio / probability that fell / rose too far
     if (kind !== 'ce' && mm.mode === 'tis') w = Math.min(r, mm.tisCap);
-    if (kind !== 'ce' && mm.mode === 'mask') w = r >= mm.tokenLow && r <= mm.tokenHigh && keepSeq[i] ? 1 : 0;
-    if (w === 0) out.maskedTokens++;
+    if (kind !== 'ce' && mm.mode === 'mask') {
+      w = r >= mm.tokenLow && r <= mm.tokenHigh && keepSeq[i] ? 1 : 0;
+      low = r < mm.tokenLow;
+      high = r > mm.tokenHigh;
+    }
     let l: number, g: number;
-    if (kind === 'ce') {
+    if (kind === 'dppo' || kind === 'ipo') {
+      // Trust region on d = p - p_inference; -keep adv_tau A r + kl_tau (log r)^2.
+      const d = Math.exp(x.logp[t]) - Math.exp(x.mu[t]);
+      const dropLow = kind === 'dppo' ? A <= 0 && d < -P.dppo_mask_low : d < -P.ipo_threshold;
+      const dropHigh = kind === 'dppo' ? A > 0 && d > P.dppo_mask_high : d > P.ipo_threshold;
+      low ||= dropLow;
+      high ||= dropHigh;
+      const keep = dropLow || dropHigh ? 0 : 1;
+      l = -keep * P.adv_tau * A * r + P.kl_tau * lr[t] ** 2;
+      g = -keep * P.adv_tau * A * r + 2 * P.kl_tau * lr[t];
+    } else if (kind === 'ce') {
       l = -x.logp[t];
       g = -1;
     } else if (kind === 'grpo') {
@@ -102,6 +122,14 @@ function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
       l = seqLoss[i];
       g = 0;
       seqWeightedCoef[i] += coef[t] * w;
+    }
+    if (w === 0 || low || high) {
+      out.maskedTokens++;
+      out.maskedLow += +low;
+      out.maskedHigh += +high;
+      out.maskedAdvPositive += +(A > 0);
+      out.maskedAdvNegative += +(A < 0);
+      out.maskedMismatchKl += r - lr[t] - 1;
     }
     out.loss += coef[t] * w * l;
     out.grad[t] += coef[t] * w * g;
@@ -134,13 +162,13 @@ const inputs: Required<PolicyLossInputs> = {
 };
 
 describe('policy losses vs hand computation', () => {
-  const kinds = ['ce', 'grpo', 'gspo', 'cispo'] as const;
+  const kinds = ['ce', 'dppo', 'ipo', 'grpo', 'gspo', 'cispo'] as const;
   const cases: LossConfig[] = [];
   for (const kind of kinds)
     for (const mode of kind === 'ce' ? (['none'] as const) : (['none', 'tis', 'mask'] as const))
       for (const normalization of ['token', 'sequence'] as const)
         for (const klBeta of [0, 0.05])
-          cases.push({ kind, normalization, klBeta, epsLow: 0.2, epsHigh: 0.28, mismatch: { mode } });
+          cases.push({ kind, normalization, klBeta, params: kind === 'dppo' ? { kl_tau: 0.05 } : kind === 'ce' || kind === 'ipo' ? {} : { eps_high: 0.25 }, mismatch: { mode } });
 
   test.each(cases.map((c) => [`${c.kind} ${c.mismatch!.mode} ${c.normalization} beta=${c.klBeta}`, c]))('%s', (_, cfg) => {
     const got = policyLoss(inputs, cfg as LossConfig);
@@ -152,30 +180,44 @@ describe('policy losses vs hand computation', () => {
     expect(M.samples).toBe(3);
     expect(M.clippedFraction).toBeCloseTo((want.clippedLow + want.clippedHigh) / 9, 12);
     expect(M.maskedTokenFraction).toBeCloseTo(want.maskedTokens / 9, 12);
+    expect(M.maskedLowFraction).toBeCloseTo(want.maskedLow / 9, 12);
+    expect(M.maskedHighFraction).toBeCloseTo(want.maskedHigh / 9, 12);
+    const masked = Math.max(want.maskedTokens, 1);
+    expect(M.maskedAdvantagePositive).toBeCloseTo(want.maskedAdvPositive / masked, 12);
+    expect(M.maskedAdvantageNegative).toBeCloseTo(want.maskedAdvNegative / masked, 12);
+    expect(M.maskedMismatchKl).toBeCloseTo(want.maskedMismatchKl / masked, 12);
+    expect(M.unmaskedMismatchKl).toBeCloseTo((want.mismatchKl * 9 - want.maskedMismatchKl) / Math.max(9 - want.maskedTokens, 1), 12);
     expect(M.maskedSampleFraction).toBeCloseTo(want.maskedSamples / 3, 12);
     expect(M.mismatchKl).toBeCloseTo(want.mismatchKl, 12);
     expect(M.referenceKl).toBeCloseTo(want.referenceKl, 12);
   });
 
   test('the vectors exercise both clip sides and every masking rule', () => {
-    const grpo = reference(inputs, { kind: 'grpo', epsLow: 0.2, epsHigh: 0.28 });
+    const grpo = reference(inputs, { kind: 'grpo' });
     expect(grpo.clippedLow).toBeGreaterThan(0);
     expect(grpo.clippedHigh).toBeGreaterThan(0);
-    const gspo = reference(inputs, { kind: 'gspo', epsLow: 0.2, epsHigh: 0.28 });
+    const gspo = reference(inputs, { kind: 'gspo' });
     expect(gspo.clippedHigh).toBeGreaterThan(0);
     const mask = reference(inputs, { kind: 'grpo', mismatch: { mode: 'mask' } });
     expect(mask.maskedSamples).toBe(1); // sample 2: geometric-mean ratio e^2.4 > 10
     expect(mask.maskedTokens).toBe(2 + 2); // r = e^2.5 > 8, r = e^-3 < 0.125, and sample 2's tokens
     const tis = reference(inputs, { kind: 'grpo', mismatch: { mode: 'tis' } });
     expect(tis.maskedTokens).toBe(0);
+    // dppo: tokens 4, 10, 11 rose past 0.2 with A > 0; 6 and 8 fell past it with A < 0; token 2
+    // fell by 0.32 but has A > 0, so only ipo (|d| > 0.1 either way) drops it.
+    const dppo = reference(inputs, { kind: 'dppo' });
+    expect([dppo.maskedHigh, dppo.maskedLow, dppo.maskedAdvPositive, dppo.maskedAdvNegative]).toEqual([3, 2, 3, 2]);
+    const ipo = reference(inputs, { kind: 'ipo' });
+    expect(ipo.maskedLow).toBeGreaterThan(dppo.maskedLow);
+    expect(ipo.maskedAdvPositive).toBeGreaterThan(dppo.maskedAdvPositive);
   });
 
   test('single tokens, by hand', () => {
     const one = (lr: number, A: number, cfg: LossConfig) =>
       policyLoss({ logp: [-1], mu: [-1 - lr], advantages: [A], lossMask: [1], sampleLengths: [1] }, cfg);
     const r = Math.exp(0.5);
-    // A > 0, r above 1 + eps: the clipped (constant) branch, no gradient.
-    expect(one(0.5, 2, { kind: 'grpo' }).loss).toBeCloseTo(-2 * 1.2, 14);
+    // A > 0, r above 1 + eps_high (default 0.28): the clipped (constant) branch, no gradient.
+    expect(one(0.5, 2, { kind: 'grpo' }).loss).toBeCloseTo(-2 * 1.28, 14);
     expect(one(0.5, 2, { kind: 'grpo' }).gradLogp[0]).toBe(0);
     // A < 0, r above: min picks r A, gradient -A r.
     expect(one(0.5, -2, { kind: 'grpo' }).loss).toBeCloseTo(2 * r, 14);
@@ -183,12 +225,25 @@ describe('policy losses vs hand computation', () => {
     // A < 0, r below 1 - eps: clipped.
     expect(one(-0.5, -2, { kind: 'grpo' }).loss).toBeCloseTo(2 * 0.8, 14);
     expect(one(-0.5, -2, { kind: 'grpo' }).gradLogp[0]).toBe(0);
-    // DAPO clip-higher: r = e^0.24 = 1.271 is inside with epsHigh 0.28 but clipped with 0.2.
-    expect(one(0.24, 1, { kind: 'grpo', epsHigh: 0.28 }).gradLogp[0]).toBeCloseTo(-Math.exp(0.24), 14);
-    expect(one(0.24, 1, { kind: 'grpo' }).gradLogp[0]).toBe(0);
+    // DAPO clip-higher: r = e^0.24 = 1.271 is inside with eps_high 0.28 but clipped with 0.2.
+    expect(one(0.24, 1, { kind: 'grpo' }).gradLogp[0]).toBeCloseTo(-Math.exp(0.24), 14);
+    expect(one(0.24, 1, { kind: 'grpo', params: { eps_high: 0.2 } }).gradLogp[0]).toBe(0);
     // CISPO keeps the gradient with a clipped, detached weight: -min(r, 1.2) A logp.
-    expect(one(0.5, 2, { kind: 'cispo' }).loss).toBeCloseTo(-1.2 * 2 * -1, 14);
-    expect(one(0.5, 2, { kind: 'cispo' }).gradLogp[0]).toBeCloseTo(-1.2 * 2, 14);
+    expect(one(0.5, 2, { kind: 'cispo', params: { eps_high: 0.2 } }).loss).toBeCloseTo(-1.2 * 2 * -1, 14);
+    expect(one(0.5, 2, { kind: 'cispo', params: { eps_high: 0.2 } }).gradLogp[0]).toBeCloseTo(-1.2 * 2, 14);
+    // dppo (logp = -1, p = 0.368): lr = 0.5 gives d = p (1 - e^-0.5) = 0.145, inside 0.2: the
+    // ratio term -A r and kl_tau (lr)^2, gradient -A r + 2 kl_tau lr.
+    expect(one(0.5, 2, { kind: 'dppo' }).loss).toBeCloseTo(-2 * r + 1e-3 * 0.25, 14);
+    expect(one(0.5, 2, { kind: 'dppo' }).gradLogp[0]).toBeCloseTo(-2 * r + 2e-3 * 0.5, 14);
+    // lr = 1: d = 0.233 > 0.2 with A > 0: masked, only the KL term (and its gradient) is left.
+    expect(one(1, 2, { kind: 'dppo' }).loss).toBeCloseTo(1e-3, 14);
+    expect(one(1, 2, { kind: 'dppo' }).gradLogp[0]).toBeCloseTo(2e-3, 14);
+    expect(one(1, 2, { kind: 'dppo' }).metrics).toMatchObject({ maskedTokenFraction: 1, maskedHighFraction: 1, maskedLowFraction: 0, maskedAdvantagePositive: 1 });
+    // The same rise with A < 0 is kept (dppo only guards the direction the advantage pushes)...
+    expect(one(1, -2, { kind: 'dppo' }).loss).toBeCloseTo(2 * Math.E + 1e-3, 14);
+    // ...but ipo's symmetric region drops it; adv_tau and kl_tau scale the two terms.
+    expect(one(1, -2, { kind: 'ipo', params: { kl_tau: 0.5 } }).loss).toBeCloseTo(0.5, 14);
+    expect(one(0.05, -2, { kind: 'ipo', params: { adv_tau: 0.5 } }).loss).toBeCloseTo(Math.exp(0.05) + 1e-3 * 0.0025, 14);
     // TIS: loss times min(r, cap); the weight is detached.
     expect(one(-0.5, 1, { kind: 'grpo', mismatch: { mode: 'tis', tisCap: 2 } }).loss).toBeCloseTo(-Math.exp(-0.5) * Math.exp(-0.5), 14);
     // k3 KL: exp(d) - d - 1 with d = ref - logp; gradient 1 - exp(d).
@@ -207,7 +262,10 @@ describe('policy losses vs hand computation', () => {
   });
 
   test('bad configs', () => {
-    expect(() => policyLoss(inputs, { kind: 'ppo' as 'ce' })).toThrow(/unknown loss kind 'ppo'/);
+    expect(() => policyLoss(inputs, { kind: 'ppo' as 'ce' })).toThrow(/unknown loss kind 'ppo' \(supported: ce, dppo, ipo, grpo, gspo, cispo\)/);
+    expect(() => policyLoss(inputs, { kind: 'dppo', params: { eps_low: 0.1 } })).toThrow(/loss 'dppo' has no parameter 'eps_low' \(its parameters: dppo_mask_low, dppo_mask_high, adv_tau, kl_tau\)/);
+    expect(() => policyLoss(inputs, { kind: 'grpo', params: { eps_low: 1.5 } })).toThrow(/eps_low = 1.5 is outside \[0, 1\]/);
+    expect(() => policyLoss(inputs, { kind: 'ipo', params: { kl_tau: 'x' as unknown as number } })).toThrow(/'kl_tau' must be a number/);
     expect(() => policyLoss(inputs, { kind: 'ce', mismatch: { mode: 'tis' } })).toThrow(/mismatch correction needs inference logprobs/);
     expect(() => policyLoss(inputs, { kind: 'grpo', normalization: 'row' as 'token' })).toThrow(/unknown loss normalization/);
     expect(() => policyLoss({ ...inputs, sampleLengths: [5, 4] }, { kind: 'grpo' })).toThrow(/sum to the number of tokens/);
@@ -291,7 +349,7 @@ test('on-policy GRPO gradient equals REINFORCE -sum A grad logp / N (built from 
 describe('RL training steps', () => {
   const cfg = tinyConfig('qwen2');
   const stepRows = (i: number) => [rlRow(new Rng(200 + i), [14, 10], cfg.vocabSize), rlRow(new Rng(300 + i), [20], cfg.vocabSize)];
-  const loss: LossConfig = { kind: 'grpo', epsLow: 0.2, epsHigh: 0.28, mismatch: { mode: 'tis', tisCap: 2 }, klBeta: 0.01, normalization: 'sequence' };
+  const loss: LossConfig = { kind: 'grpo', params: { eps_low: 0.2, eps_high: 0.28 }, mismatch: { mode: 'tis', tisCap: 2 }, klBeta: 0.01, normalization: 'sequence' };
 
   test('metrics; KL to the reference is 0 before the first update', async () => {
     const model = await loadModel(cfg, randomWeights(cfg, 3));
@@ -332,7 +390,7 @@ describe('LoRA', () => {
   const cfg = tinyConfig('llama');
   const lora = { rank: 4, alpha: 8, dropout: 0.1, targetModules: ['q_proj', 'v_proj', 'down_proj'] as ('q_proj' | 'v_proj' | 'down_proj')[] };
   const rows = (i: number) => [rlRow(new Rng(400 + i), [16, 12], cfg.vocabSize)];
-  const loss: LossConfig = { kind: 'cispo', epsHigh: 0.28, klBeta: 0.02 };
+  const loss: LossConfig = { kind: 'cispo', params: { eps_high: 0.28 }, klBeta: 0.02 };
 
   test('PEFT names and shapes; A like kaiming-uniform, B zero', async () => {
     const model = await loadModel(cfg, randomWeights(cfg, 5));

@@ -55,6 +55,7 @@ test.each([0, 1])('a 3-step run with async_level %i trains every step once and r
     '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '2',
     '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '12',
     '--trainer.optim.lr', '1e-3', '--eval.interval', '2', '--eval.num-examples', '2', '--eval.sampling.max-tokens', '12',
+    '--trainer.kl-penalty.enabled', '--trainer.kl-penalty.beta', '0.01', '--trainer.kl-penalty.target-kl', '1',
   ]);
   const result = await execute<RLResult>({
     temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: cfg.run_name, args: [cfg], trainer: true,
@@ -68,6 +69,11 @@ test.each([0, 1])('a 3-step run with async_level %i trains every step once and r
   // Rollouts of step n used policy version n - async_level (0 before that exists).
   expect(lines.map((l) => l.policy_version)).toEqual([0, 1, 2].map((s) => Math.max(0, s - asyncLevel)));
   for (const l of lines) expect(Number.isFinite(l.loss as number)).toBe(true);
+  // The default loss's (dppo) masking metrics and the KL penalty reach the step records; the KL
+  // stays far below target_kl = 1, so beta falls 20% a step.
+  for (const k of ['mismatch_kl_masked', 'mismatch_kl_unmasked', 'masked_low', 'masked_high', 'masked_adv_positive', 'masked_adv_negative', 'kl_divergence'])
+    for (const l of lines) expect(Number.isFinite(l[k] as number)).toBe(true);
+  expect(lines.map((l) => l.kl_beta as number)).toEqual([0.01, 0.01 * 0.8, 0.01 * 0.8 * 0.8]);
   expect(fs.existsSync(path.join(layout.weightsDir(3), 'model.safetensors'))).toBe(true);
   expect(fs.existsSync(layout.checkpointDir(2))).toBe(true);
   expect(fs.existsSync(layout.checkpointDir(3))).toBe(true);

@@ -24,10 +24,10 @@ const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-trainer-'));
 const modelDir = path.join(root, 'model');
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 
-const config = () =>
+const config = (extra: string[] = []) =>
   loadConfig({
     schema: rlSchema,
-    argv: ['--model.name', modelDir, '--seq-len', '64', '--max-steps', '6', '--trainer.optim.lr', '1e-3', '--trainer.loss.mismatch.mode', 'tis'],
+    argv: ['--model.name', modelDir, '--seq-len', '64', '--max-steps', '6', '--trainer.optim.lr', '1e-3', '--trainer.loss.mismatch.mode', 'tis', ...extra],
     env: {},
     shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
   }).config;
@@ -97,6 +97,36 @@ test('a corrupt checkpoint is detected, reported and skipped for the previous on
   expect(report.skipped[0]).toContain(layout.checkpointDir(3));
   expect(report.skipped[0]).toContain('checksum mismatch');
   expect(runtime.progress.steps).toBe(3);
+});
+
+test('kl_penalty: the adaptive beta is logged, checkpointed, and the same after a restore', async () => {
+  // target_kl far below any measured KL: beta rises 20% a step once the policy has moved; at
+  // step 0 the policy is the reference (KL 0), so it first falls 20%.
+  const spec = rlTrainerSpec(config(['--trainer.kl-penalty.enabled', '--trainer.kl-penalty.beta', '0.5', '--trainer.kl-penalty.target-kl', '1e-12']));
+  const straight = (await TrainerRuntime.restore(runWithBatches('kl-straight', 4).dir, spec, 0)).runtime;
+  const metrics = [];
+  for (let s = 0; s < 4; s++) metrics.push(await straight.train(s));
+  expect(metrics[0].kl_divergence).toBe(0);
+  for (const m of metrics.slice(1)) expect(m.kl_divergence).toBeGreaterThan(0);
+  const betas = metrics.map((m) => m.kl_beta);
+  [0.5, 0.4, 0.48, 0.576].forEach((b, i) => expect(betas[i]).toBeCloseTo(b, 12));
+  expect(straight.klBeta).toBeCloseTo(0.6912, 12);
+
+  const layout = runWithBatches('kl-crashed', 4);
+  const first = (await TrainerRuntime.restore(layout.dir, spec, 0)).runtime;
+  await first.train(0);
+  await first.train(1);
+  await first.checkpoint();
+  expect(JSON.parse(fs.readFileSync(path.join(layout.checkpointDir(2), 'progress.json'), 'utf8')).klBeta).toBe(first.klBeta);
+  const restored = (await TrainerRuntime.restore(layout.dir, spec, 2)).runtime;
+  expect(restored.klBeta).toBe(first.klBeta);
+  expect((await restored.train(2)).kl_beta).toBe(betas[2]);
+  const replayed = (await TrainerRuntime.restore(layout.dir, spec, 4)).runtime;
+  expect(replayed.klBeta).toBe(straight.klBeta);
+
+  // Off: no reference model, no KL term, beta 0 in the metrics.
+  const off = (await TrainerRuntime.restore(runWithBatches('kl-off', 1).dir, rlTrainerSpec(config()), 0)).runtime;
+  expect(await off.train(0)).toMatchObject({ kl_divergence: 0, kl_beta: 0 });
 });
 
 test('with LoRA the weights folder holds the merged model and the PEFT adapters under lora/', async () => {

@@ -4,6 +4,7 @@
  * Defaults follow the Python prime-rl (DESIGN.md §4). Objects are strict: unknown keys are errors.
  */
 import { z } from 'zod';
+import { LOSS_PARAMS, lossKindSpec, POLICY_LOSSES, type LossParamName } from '../../native/loss-kinds';
 import { ARCHS } from '../model/families';
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
@@ -117,20 +118,59 @@ const loraSchema = section({
     .describe('projections that get adapters'),
 });
 
-const lossSchema = section({
-  type: z.enum(['grpo', 'gspo', 'cispo']).default('grpo').describe('policy loss'),
-  eps_low: nonNegative().default(0.2).describe('lower clip range of the importance ratio'),
-  eps_high: nonNegative().default(0.28).describe('upper clip range of the importance ratio (DAPO clip-higher)'),
-  normalization: z.enum(['token', 'sequence']).default('token').describe('average the loss over all tokens or per sequence'),
-  kl_beta: nonNegative().default(0).describe('weight of the k3 KL penalty to the initial model; 0 = off'),
-  mismatch: section({
-    mode: z.enum(['none', 'tis', 'mask']).default('none').describe('correction of trainer/inference logprob mismatch'),
-    tis_cap: z.number().positive().default(2).describe('TIS: cap C on the importance weight'),
-    token_low: z.number().positive().default(0.125).describe('mask: drop tokens with ratio below this'),
-    token_high: z.number().positive().default(8).describe('mask: drop tokens with ratio above this'),
-    seq_low: z.number().positive().default(0.1).describe('mask: drop sequences whose geometric-mean ratio is below this'),
-    seq_high: z.number().positive().default(10).describe('mask: drop sequences whose geometric-mean ratio is above this'),
+/** One optional key per loss parameter of the native registry, with its range and the kinds that use it. */
+const lossParamKeys = Object.fromEntries(
+  [...LOSS_PARAMS.values()].map((p) => {
+    const n = z.number().min(p.min);
+    return [p.name, (p.max === undefined ? n : n.max(p.max)).optional().describe(`${p.doc} (loss ${p.kinds.join(', ')}; default ${p.default})`)];
   }),
+) as Record<LossParamName, z.ZodOptional<z.ZodNumber>>;
+
+/**
+ * trainer.loss: the policy loss (names and parameters from the native registry, native/loss-kinds)
+ * and the corrections every policy loss shares. The chosen type's parameters are filled from
+ * their defaults; setting one of another type is an error.
+ */
+const lossSchema = z
+  .strictObject({
+    type: z.enum(POLICY_LOSSES).default('dppo').describe('policy loss'),
+    ...lossParamKeys,
+    normalization: z.enum(['token', 'sequence']).default('token').describe('average the loss over all tokens or per sequence'),
+    kl_beta: z.number().optional().describe('removed: the KL penalty to the initial model is trainer.kl_penalty'),
+    mismatch: section({
+      mode: z.enum(['none', 'tis', 'mask']).default('none').describe('correction of trainer/inference logprob mismatch'),
+      tis_cap: z.number().positive().default(2).describe('TIS: cap C on the importance weight'),
+      token_low: z.number().positive().default(0.125).describe('mask: drop tokens with ratio below this'),
+      token_high: z.number().positive().default(8).describe('mask: drop tokens with ratio above this'),
+      seq_low: z.number().positive().default(0.1).describe('mask: drop sequences whose geometric-mean ratio is below this'),
+      seq_high: z.number().positive().default(10).describe('mask: drop sequences whose geometric-mean ratio is above this'),
+    }),
+  })
+  .prefault({})
+  .superRefine((l, ctx) => {
+    // 0 (off, the old default) passes: run folders written before keep resuming.
+    if (l.kl_beta !== undefined && l.kl_beta !== 0)
+      ctx.addIssue({ code: 'custom', path: ['kl_beta'], message: 'removed: set trainer.kl_penalty (enabled, beta, target_kl) instead' });
+    const own = lossKindSpec(l.type).params.map((p) => p.name);
+    for (const key of LOSS_PARAMS.keys())
+      if (l[key] !== undefined && !own.includes(key))
+        ctx.addIssue({ code: 'custom', path: [key], message: `not a parameter of loss type '${l.type}' (its parameters: ${own.join(', ') || 'none'})` });
+  })
+  .transform(({ kl_beta: _removed, ...l }) => ({
+    ...l,
+    ...Object.fromEntries(lossKindSpec(l.type).params.map((p) => [p.name, l[p.name as LossParamName] ?? p.default])),
+  }));
+
+/**
+ * trainer.kl_penalty: beta * k3 KL to the reference (initial) policy on every loss token. With
+ * target_kl, beta adapts after each step by the adaptive controller of Ziegler et al. (2019) with
+ * one update per step: beta *= 1 + clip(KL / target_kl - 1, -0.2, 0.2), KL the step's measured
+ * mean k3 (lib/trainer/kl-controller.ts). The top-level [kl_penalty] table maps here.
+ */
+const klPenaltySchema = section({
+  enabled: z.boolean().default(false).describe('penalise the KL divergence to the reference (initial) policy'),
+  beta: z.number().positive().default(0.001).describe('weight of the KL term (its start value when target_kl is set)'),
+  target_kl: z.number().positive().optional().describe('adapt beta each step toward this measured KL; unset = fixed beta'),
 });
 
 /** The lr default depends on LoRA (DESIGN.md: 1e-6 full, 1e-5 LoRA), so it is filled after parsing. */
@@ -152,6 +192,7 @@ export const trainerSchema = z
     optim: optimizerSchema,
     scheduler: schedulerSchema,
     loss: lossSchema,
+    kl_penalty: klPenaltySchema,
     lora: loraSchema,
   })
   .prefault({})

@@ -16,6 +16,8 @@ export interface CheckpointMeta {
   steps: number;
   samples: number;
   tokens: number;
+  /** The KL penalty's beta for the next step (absent: written without a KL penalty). */
+  klBeta?: number;
   /** sha256 of trainer.ckpt. */
   sha256: string;
 }

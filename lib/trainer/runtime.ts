@@ -15,6 +15,7 @@ import { readBatch } from '../orchestrator/batch';
 import { listSteps, RunLayout } from '../run/layout';
 import type { TrainMetrics, TrainProgress } from './types';
 import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
+import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
 import type { TrainerSpec } from './spec';
 
@@ -85,6 +86,9 @@ export class TrainerRuntime {
     public progress: TrainProgress,
   ) {}
 
+  /** The KL penalty's beta for the next step (see kl-controller): checkpointed, recomputed on replay. */
+  klBeta = 0;
+
   get runDir(): string {
     return this.layout.dir;
   }
@@ -106,10 +110,11 @@ export class TrainerRuntime {
       weightDecay: t.optim.weight_decay,
       seed: t.seed,
       // The KL reference is the initial model: frozen here, before any checkpoint is loaded.
-      reference: (t.loss.klBeta ?? 0) > 0,
+      reference: t.klPenalty.enabled,
       lora: t.lora.enabled ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, targetModules: t.lora.target_modules } : undefined,
     });
     const runtime = new TrainerRuntime(layout, t, model, trainer, baseDir, readHfConfig(baseDir).rawConfig, { steps: 0, samples: 0, tokens: 0 });
+    runtime.klBeta = t.klPenalty.beta;
     const report: RestoreReport = { from: 0, skipped: [], replayed: 0 };
     const candidates = fs.existsSync(layout.checkpointsRoot) ? listSteps(fs.readdirSync(layout.checkpointsRoot)) : [];
     for (const c of candidates.filter((s) => s <= step).reverse()) {
@@ -118,6 +123,7 @@ export class TrainerRuntime {
         const meta = verifyCheckpoint(dir);
         await trainer.load(dir);
         runtime.progress = { steps: meta.steps, samples: meta.samples, tokens: meta.tokens };
+        runtime.klBeta = meta.klBeta ?? t.klPenalty.beta;
         report.from = c;
         break;
       } catch (e) {
@@ -141,10 +147,12 @@ export class TrainerRuntime {
     const batch = readBatch(this.layout.batchFile(step));
     const load = (performance.now() - loadStart) / 1000;
     const lr = lrAt(scheduleOf(t), step);
+    const klBeta = t.klPenalty.enabled ? this.klBeta : 0;
     const stats = await this.trainer.step(
       batch.rows.map((r) => ({ inputIds: r.inputIds, positionIds: r.positionIds, lossMask: r.lossMask, advantages: r.advantages, inferenceLogprobs: r.logprobs })),
-      { lr, maxGradNorm: t.optim.max_norm, loss: t.loss },
+      { lr, maxGradNorm: t.optim.max_norm, loss: { ...t.loss, klBeta } },
     );
+    this.klBeta = nextKlBeta(t.klPenalty, this.klBeta, stats.referenceKl);
     this.progress = {
       steps: step + 1,
       samples: this.progress.samples + batch.counts.samples,
@@ -154,9 +162,17 @@ export class TrainerRuntime {
       loss: stats.loss,
       entropy: stats.entropy,
       mismatch_kl: stats.mismatchKl,
+      mismatch_kl_masked: stats.maskedMismatchKl,
+      mismatch_kl_unmasked: stats.unmaskedMismatchKl,
       masked_tokens: stats.maskedTokenFraction,
+      masked_low: stats.maskedLowFraction,
+      masked_high: stats.maskedHighFraction,
+      masked_adv_positive: stats.maskedAdvantagePositive,
+      masked_adv_negative: stats.maskedAdvantageNegative,
       masked_sequences: stats.maskedSampleFraction,
       clipped: stats.clippedFraction,
+      kl_divergence: stats.referenceKl,
+      kl_beta: klBeta,
       grad_norm: stats.gradNorm,
       lr,
       tokens: stats.tokens,
@@ -229,7 +245,8 @@ export class TrainerRuntime {
     const dir = this.layout.checkpointDir(this.progress.steps);
     await writeDirAtomicAsync(dir, async (tmp) => {
       await this.trainer.save(tmp);
-      const meta: CheckpointMeta = { ...this.progress, sha256: fileSha256(path.join(tmp, CKPT_FILE)) };
+      const klBeta = this.spec.klPenalty.enabled ? { klBeta: this.klBeta } : {};
+      const meta: CheckpointMeta = { ...this.progress, ...klBeta, sha256: fileSha256(path.join(tmp, CKPT_FILE)) };
       writeFileAtomic(path.join(tmp, PROGRESS_FILE), JSON.stringify(meta, null, 1));
     });
     return dir;

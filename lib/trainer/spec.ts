@@ -3,7 +3,9 @@
  * and SFT (cross-entropy on demonstrations) both train through the same TrainerRuntime.
  */
 import type * as native from '../../native';
+import { lossKindSpec } from '../../native/loss-kinds';
 import type { RLConfig, SFTConfig, TrainerConfig } from '../config/schemas';
+import type { KlPenalty } from './kl-controller';
 
 export interface TrainerSpec {
   model: TrainerConfig['model'];
@@ -14,7 +16,9 @@ export interface TrainerSpec {
   threads?: number;
   /** Horizon of the linear and cosine schedules. */
   maxSteps?: number;
+  /** The loss; its klBeta is set per step by the runtime from klPenalty. */
   loss: native.LossConfig;
+  klPenalty: KlPenalty;
 }
 
 /** The RL trainer: the configured policy loss, logits at the sampling temperature. */
@@ -33,9 +37,8 @@ export function rlTrainerSpec(c: RLConfig): TrainerSpec {
       // Greedy sampling (temperature 0) reports temperature-1 logprobs, so the trainer uses 1 too.
       temperature: c.orchestrator.sampling.temperature || 1,
       normalization: t.loss.normalization,
-      epsLow: t.loss.eps_low,
-      epsHigh: t.loss.eps_high,
-      klBeta: t.loss.kl_beta,
+      // The type's parameters, filled from their defaults by the schema.
+      params: Object.fromEntries(lossKindSpec(t.loss.type).params.map((p) => [p.name, (t.loss as Record<string, unknown>)[p.name] as number])),
       mismatch: {
         mode: t.loss.mismatch.mode,
         tisCap: t.loss.mismatch.tis_cap,
@@ -45,6 +48,7 @@ export function rlTrainerSpec(c: RLConfig): TrainerSpec {
         seqHigh: t.loss.mismatch.seq_high,
       },
     },
+    klPenalty: { enabled: t.kl_penalty.enabled, beta: t.kl_penalty.beta, targetKl: t.kl_penalty.target_kl },
   };
 }
 
@@ -59,5 +63,6 @@ export function sftTrainerSpec(c: SFTConfig, totalSteps: number): TrainerSpec {
     threads: c.threads,
     maxSteps: totalSteps,
     loss: { kind: 'ce' },
+    klPenalty: { enabled: false, beta: 0 },
   };
 }

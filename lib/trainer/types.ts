@@ -4,10 +4,22 @@
 export interface TrainMetrics {
   loss: number;
   entropy: number;
+  /** Mean rho - log rho - 1 (rho = exp(logp - mu)) over all, masked and unmasked loss tokens. */
   mismatch_kl: number;
+  mismatch_kl_masked: number;
+  mismatch_kl_unmasked: number;
+  /** Fractions of loss tokens masked (policy term dropped): all, low side, high side. */
   masked_tokens: number;
+  masked_low: number;
+  masked_high: number;
+  /** Of the masked tokens, the fractions with a positive / negative advantage. */
+  masked_adv_positive: number;
+  masked_adv_negative: number;
   masked_sequences: number;
   clipped: number;
+  /** trainer.kl_penalty: mean k3 KL to the reference policy and the beta this step used (0 when off). */
+  kl_divergence: number;
+  kl_beta: number;
   grad_norm: number;
   lr: number;
   tokens: number;

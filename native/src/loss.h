@@ -1,34 +1,46 @@
 // Training objectives on per-token log-probabilities: masked cross-entropy (SFT) and the RL
-// policy losses of prime-rl (GRPO/PPO-clip, GSPO, CISPO) with trainer/inference mismatch
+// policy losses (DPPO, IPO, GRPO/PPO-clip, GSPO, CISPO) with trainer/inference mismatch
 // correction (TIS, masking) and an optional k3 KL penalty to a reference policy. ATen only, so
 // the trainer and the addon's pure test hook run exactly the same code.
+//
+// Each loss kind is one unit (native/src/loss_<name>.cc) listed in the registry
+// (loss_registry.cc): its name, whether it is a policy loss, its parameters (name = the config
+// key under trainer.loss, default, range) and its per-token terms. The registry is the source of
+// truth for loss names and parameters: the addon exports it (lossKinds()) and the TS side derives
+// its types and config schema from it (native/loss-kinds.generated.ts, checked by a test).
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace prime {
 
 struct LossConfig {
-  std::string kind = "ce";             // ce | grpo | gspo | cispo
+  std::string kind = "ce";             // a registry name (lossKinds())
   double temperature = 1.0;            // logits / T before log-softmax, to match inference logprobs
   std::string normalization = "token"; // token | sequence
   // Denominator of the step's loss: loss tokens (token) or samples (sequence) of the whole
   // optimizer step, for steps split over several calls. 0 = count them over this call's rows.
   double normalizer = 0;
-  double epsLow = 0.2, epsHigh = 0.2;  // clip range [1 - epsLow, 1 + epsHigh] (cispo: epsHigh only)
+  // The kind's parameters by name; an absent one takes the registry default (param()).
+  std::map<std::string, double> params;
   std::string mismatch = "none";       // none | tis | mask: correction on the detached ratio
   double tisCap = 2.0;                 // tis: token loss times min(ratio, tisCap)
   double tokenLow = 0.125, tokenHigh = 8.0;  // mask: keep tokens with ratio in [low, high]
   double seqLow = 0.1, seqHigh = 10.0;       // mask: keep samples whose geometric-mean ratio is inside
   double klBeta = 0;                   // weight of the k3 KL to the reference policy
-  bool isPolicy() const { return kind != "ce"; }
+  bool isPolicy() const;
+  // Parameter `name` of this kind: the configured value or the registry default.
+  double param(const std::string& name) const;
 };
 
-// Checks kinds, modes and ranges; throws with the offending field named.
+// Checks kinds, parameters, modes and ranges; throws with the offending field named.
 void validateLossConfig(const LossConfig& cfg);
 
 // One row's loss tokens, flattened: index j is one predicted token. All tensors [T] in one
@@ -44,19 +56,79 @@ struct LossInputs {
   int64_t numSamples = 0;
 };
 
+// What a loss kind's terms see: the inputs plus the quantities most kinds share.
+struct LossContext {
+  const LossConfig& cfg;
+  const LossInputs& in;
+  at::Tensor logRatio;     // (logp - mu) * mask, with grad (0 off the loss tokens; policy kinds only)
+  at::Tensor rho;          // exp(logRatio), detached
+  at::Tensor seqLogRatio;  // per sample: mean of logRatio over its loss tokens, with grad
+  at::Tensor nSafe;        // per sample: loss tokens, at least 1
+  // Per-sample sums of a per-token tensor (differentiable).
+  at::Tensor sampleSum(const at::Tensor& x) const;
+};
+
+// A kind's per-token loss (before the mismatch weight and the normalisation) and its own masks.
+struct LossTerms {
+  at::Tensor perToken;
+  at::Tensor clipped;            // bool, optional: tokens where a clip was active (metric)
+  at::Tensor dropLow, dropHigh;  // bool, optional: tokens the kind's trust region dropped, per side
+};
+
+struct LossParam {
+  std::string name;  // the config key under trainer.loss
+  double dflt;
+  double min = 0, max = std::numeric_limits<double>::infinity();  // inclusive
+  std::string doc;
+};
+
+struct LossKind {
+  std::string name;
+  bool policy;  // needs advantages and inference logprobs
+  std::vector<LossParam> params;
+  std::string doc;
+  std::function<LossTerms(const LossContext&)> terms;
+};
+
+// The registry, in its listed order; lossKind throws naming the supported kinds.
+const std::vector<LossKind>& lossKinds();
+const LossKind& lossKind(const std::string& name);
+
+// The units (one file each), listed by the registry.
+LossKind ceLoss();
+LossKind dppoLoss();
+LossKind ipoLoss();
+LossKind grpoLoss();
+LossKind gspoLoss();
+LossKind cispoLoss();
+
+// Pieces shared by several units (defined in the first unit that uses them).
+LossParam epsLowParam();   // loss_grpo.cc
+LossParam epsHighParam();  // loss_grpo.cc
+LossParam advTauParam();   // loss_dppo.cc
+LossParam klTauParam();    // loss_dppo.cc
+// dppo's and ipo's terms given which loss tokens their trust region drops (bool, detached).
+LossTerms probabilityTrustRegion(const LossContext& c, const at::Tensor& dropLow, const at::Tensor& dropHigh);
+// exp(logp) - exp(mu) on the loss tokens (0 elsewhere, whatever mu holds there); no gradient.
+at::Tensor probabilityDifference(const LossContext& c);
+
 // Sums over the loss tokens / samples of everything seen so far in a step (metrics are these
-// divided by lossTokens or samples at the end).
+// divided by lossTokens or samples at the end). A masked token is a loss token whose policy
+// term was dropped, by the mismatch mask or by the kind's own trust region.
 struct LossSums {
   double loss = 0;  // already normalised: the step loss is the plain sum over rows
-  double entropy = 0, mismatchKl = 0, referenceKl = 0;
+  double entropy = 0, mismatchKl = 0, maskedMismatchKl = 0, referenceKl = 0;
   int64_t lossTokens = 0, samples = 0, maskedTokens = 0, maskedSamples = 0, clippedTokens = 0;
+  int64_t maskedLow = 0, maskedHigh = 0, maskedAdvPositive = 0, maskedAdvNegative = 0;
 };
 
 // The step's metrics: sums turned into means over loss tokens (fractions of samples for
-// maskedSampleFraction).
+// maskedSampleFraction, of masked tokens for maskedAdvantage*, means over masked / kept tokens
+// for the split mismatch KL).
 struct LossMetrics {
-  double loss = 0, entropy = 0, mismatchKl = 0, referenceKl = 0;
-  double maskedTokenFraction = 0, maskedSampleFraction = 0, clippedFraction = 0;
+  double loss = 0, entropy = 0, mismatchKl = 0, maskedMismatchKl = 0, unmaskedMismatchKl = 0, referenceKl = 0;
+  double maskedTokenFraction = 0, maskedLowFraction = 0, maskedHighFraction = 0, maskedSampleFraction = 0;
+  double maskedAdvantagePositive = 0, maskedAdvantageNegative = 0, clippedFraction = 0;
   int64_t lossTokens = 0, samples = 0;
 };
 LossMetrics lossMetrics(const LossSums& sums);

@@ -187,6 +187,7 @@ std::vector<std::pair<std::string, at::Tensor>> toCpu(const std::vector<std::pai
   return out;
 }
 
+// The JS LossConfig (native/index.ts) as a LossConfig; values are checked by validateLossConfig.
 LossConfig lossConfig(Napi::Value v) {
   LossConfig c;
   if (v.IsUndefined() || v.IsNull()) return c;
@@ -195,8 +196,15 @@ LossConfig lossConfig(Napi::Value v) {
   if (!o.Get("normalization").IsUndefined()) c.normalization = str(o, "normalization");
   c.temperature = numOr(o, "temperature", c.temperature);
   c.normalizer = numOr(o, "normalizer", c.normalizer);
-  c.epsLow = numOr(o, "epsLow", c.epsLow);
-  c.epsHigh = numOr(o, "epsHigh", c.epsHigh);
+  Napi::Value params = o.Get("params");
+  if (!params.IsUndefined() && !params.IsNull()) {
+    Napi::Object p = obj(params, "loss.params");
+    Napi::Array keys = p.GetPropertyNames();
+    for (uint32_t i = 0; i < keys.Length(); i++) {
+      const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+      c.params[key] = num(p, key.c_str());
+    }
+  }
   c.klBeta = numOr(o, "klBeta", c.klBeta);
   Napi::Value mm = o.Get("mismatch");
   if (!mm.IsUndefined() && !mm.IsNull()) {
@@ -216,8 +224,14 @@ Napi::Object metricsToJs(Napi::Env env, const LossMetrics& s) {
   o.Set("loss", s.loss);
   o.Set("entropy", s.entropy);
   o.Set("mismatchKl", s.mismatchKl);
+  o.Set("maskedMismatchKl", s.maskedMismatchKl);
+  o.Set("unmaskedMismatchKl", s.unmaskedMismatchKl);
   o.Set("referenceKl", s.referenceKl);
   o.Set("maskedTokenFraction", s.maskedTokenFraction);
+  o.Set("maskedLowFraction", s.maskedLowFraction);
+  o.Set("maskedHighFraction", s.maskedHighFraction);
+  o.Set("maskedAdvantagePositive", s.maskedAdvantagePositive);
+  o.Set("maskedAdvantageNegative", s.maskedAdvantageNegative);
   o.Set("maskedSampleFraction", s.maskedSampleFraction);
   o.Set("clippedFraction", s.clippedFraction);
   o.Set("lossTokens", double(s.lossTokens));

@@ -12,6 +12,7 @@ Napi::Function DefineTrainer(Napi::Env env);
 Napi::Value CreateModel(const Napi::CallbackInfo& info);  // (config, specs, tensors, options) -> Promise<Model>
 Napi::Value PolicyLoss(const Napi::CallbackInfo& info);
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
+Napi::Value LossKinds(const Napi::CallbackInfo& info);  // the loss registry as plain data
 Napi::Value Info(const Napi::CallbackInfo& info);
 Napi::Value SetThreads(const Napi::CallbackInfo& info);
 

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "addon/async.h"
 #include "addon/convert.h"
@@ -61,6 +62,34 @@ Napi::Value PolicyLoss(const Napi::CallbackInfo& info) {
     out.Set("metrics", metricsToJs(env, lossMetrics(sums)));
     return out;
   });
+}
+
+// The loss registry (native/src/loss_registry.cc) as plain data: what the TS side derives its
+// loss names, parameters and config schema from. An unbounded max is left out.
+Napi::Value LossKinds(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::vector<LossKind>& kinds = lossKinds();
+  Napi::Array out = Napi::Array::New(env, kinds.size());
+  for (size_t i = 0; i < kinds.size(); i++) {
+    Napi::Object k = Napi::Object::New(env);
+    k.Set("name", kinds[i].name);
+    k.Set("policy", kinds[i].policy);
+    k.Set("doc", kinds[i].doc);
+    Napi::Array params = Napi::Array::New(env, kinds[i].params.size());
+    for (size_t j = 0; j < kinds[i].params.size(); j++) {
+      const LossParam& p = kinds[i].params[j];
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("name", p.name);
+      o.Set("default", p.dflt);
+      o.Set("min", p.min);
+      if (std::isfinite(p.max)) o.Set("max", p.max);
+      o.Set("doc", p.doc);
+      params.Set(uint32_t(j), o);
+    }
+    k.Set("params", params);
+    out.Set(uint32_t(i), k);
+  }
+  return out;
 }
 
 // Measured fp32 matmul throughput (GFLOP/s) of an n x n x n product, the benchmarks' yardstick.

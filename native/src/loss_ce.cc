@@ -1,0 +1,10 @@
+// ce: -logp on every loss token (SFT).
+#include "loss.h"
+
+namespace prime {
+
+LossKind ceLoss() {
+  return {"ce", false, {}, "cross-entropy -logp (SFT)", [](const LossContext& c) { return LossTerms{-c.in.logp}; }};
+}
+
+}  // namespace prime
