@@ -290,7 +290,8 @@ describe('runs that cannot train fail, naming why', () => {
     const { packBatch } = createPackActivities();
     const summary: PackSummary = await mock.run(packBatch, { runDir: layout.dir, step: 0 });
     expect(summary.counts.samples).toBe(0);
-    expect(summary.advantages.filtered.zero_variance).toBe(2);
+    expect(summary.advantages.zero_advantage_rollouts).toBe(8);
+    expect(summary.advantages.zero_advantage_tokens).toBe(8 * 5);
   });
 });
 
