@@ -186,7 +186,7 @@ describe('difficulty filter', () => {
   });
 
   test('the replaced orchestrator.filter section is an error naming its replacement', () => {
-    expect(configErrors({ filter: { zero_variance: false } })).toMatch(/^orchestrator\.filter: orchestrator\.filter was replaced by orchestrator\.difficulty_filter \{ enabled, min_reward_variance, min_reward, max_reward \}/);
+    expect(configErrors({ filter: { zero_variance: false } })).toMatch(/^orchestrator\.filter: replaced by orchestrator\.difficulty_filter \{ enabled, min_reward_variance, min_reward, max_reward \}/);
     expect(orchestrator()).not.toHaveProperty('filter');
   });
 });

@@ -227,15 +227,21 @@ export const orchestratorSchema = section({
     .default(4)
     .describe('rounds of fresh examples a step may play to replace the groups its filters dropped; then it trains on what it has'),
   filter_zero_advantages: z.boolean().default(true).describe('do not train on rollouts whose advantage is exactly 0 (no policy-gradient signal)'),
+  // The old filter section, kept so that its keys (in a file or on the command line) get this
+  // error instead of "unknown key".
   filter: z
-    .unknown()
+    .strictObject({
+      zero_variance: z.unknown().optional().describe('removed: see orchestrator.difficulty_filter'),
+      min_reward: z.unknown().optional().describe('removed: see orchestrator.difficulty_filter.min_reward'),
+      max_reward: z.unknown().optional().describe('removed: see orchestrator.difficulty_filter.max_reward'),
+    })
     .optional()
     .refine((v) => v === undefined, {
       message:
-        'orchestrator.filter was replaced by orchestrator.difficulty_filter { enabled, min_reward_variance, min_reward, max_reward }, which refills the groups it drops ' +
+        'replaced by orchestrator.difficulty_filter { enabled, min_reward_variance, min_reward, max_reward }, which refills the groups it drops ' +
         '(zero_variance = true is enabled = true; zero_variance = false is the default, enabled = false) and orchestrator.filter_zero_advantages',
     })
-    .describe('removed: see difficulty_filter'),
+    .describe('removed: see orchestrator.difficulty_filter'),
   env_workers: positiveInt().default(2).describe('child processes that run environment code'),
   env_timeout_s: z.number().positive().default(60).describe('seconds before an environment call counts as hung'),
   base_urls: z
