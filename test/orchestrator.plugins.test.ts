@@ -88,6 +88,8 @@ describe('plugins', () => {
     expect(!both.success && both.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`)).toEqual([
       'orchestrator.advantage.type: set either type (a built-in) or import_path (a plugin estimator, which computes the advantages itself), not both',
     ]);
+    const stray = parse({ kwargs: { scale: 2 } });
+    expect(!stray.success && stray.error.issues.map((i) => i.path.join('.'))).toEqual(['orchestrator.advantage.kwargs']);
   });
 
   test('prepareRun loads the plugins: a bad import_path fails the start, non-retryably, naming the module', async () => {

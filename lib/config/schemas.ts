@@ -189,7 +189,10 @@ const advantageSchema = z
         if (a[k] !== undefined) ctx.addIssue({ code: 'custom', path: [k], message: `set either ${k} (a built-in) or import_path (a plugin estimator, which computes the advantages itself), not both` });
       }
       if (a.std_norm) ctx.addIssue({ code: 'custom', path: ['std_norm'], message: 'std_norm applies to built-in estimators only; a plugin (import_path) normalises itself' });
-    } else if (a.type === 'max_rl' && a.std_norm) {
+    } else if (Object.keys(a.kwargs).length > 0) {
+      ctx.addIssue({ code: 'custom', path: ['kwargs'], message: 'kwargs are passed to a plugin estimator: set import_path, or configure a built-in with type, std_norm and length_penalty' });
+    }
+    if (a.type === 'max_rl' && a.std_norm) {
       ctx.addIssue({ code: 'custom', path: ['std_norm'], message: 'max_rl normalises by the group mean: std_norm must stay false' });
     }
   })
