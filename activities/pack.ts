@@ -1,6 +1,6 @@
 /**
  * `packBatch` (cpu queue): step n's rollouts become trainer input (lib/orchestrator/step-batch.ts:
- * errored rollouts dropped, groups filtered, advantages, first-fit-decreasing packing into rows of
+ * errored rollouts dropped, advantages (zero ones dropped), first-fit-decreasing packing into rows of
  * seq_len), written as `batches/step_n.safetensors`. Idempotent by (run, step).
  *
  * The work is CPU-bound (seconds for thousands of long rollouts), so it runs in a worker thread and
@@ -11,6 +11,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import type { PackCounts } from '../lib/orchestrator/packing';
 import type { AdvantageMetrics } from '../lib/orchestrator/advantages';
+import { isPluginError } from '../lib/orchestrator/plugins';
 import { isPromptTooLong } from '../lib/orchestrator/rollout';
 import type { StepBatchInput, StepBatchResult } from '../lib/orchestrator/step-batch';
 import { readRunConfig } from '../lib/run/config';
@@ -32,7 +33,7 @@ export interface PackSummary {
 }
 
 /**
- * Why step `step` has nothing to train, or undefined when it has (or when every group was filtered
+ * Why step `step` has nothing to train, or undefined when it has (or when every rollout was dropped
  * for carrying no signal: a normal GRPO step that trains nothing, recorded as such).
  */
 function nothingToTrain(step: number, r: StepBatchResult, seqLen: number, rolloutErrors: () => string[]): ApplicationFailure | undefined {
@@ -68,9 +69,14 @@ export function createPackActivities() {
         batchFile: file,
         seqLen: o.seq_len,
         advantage: o.advantage,
-        filter: o.filter,
+        filterZeroAdvantages: o.filter_zero_advantages,
       };
-      const result = await inThreadWithHeartbeat<StepBatchResult>(libModule('orchestrator/step-batch'), 'buildStepBatch', input, { phase: 'starting', step });
+      const result = await inThreadWithHeartbeat<StepBatchResult>(libModule('orchestrator/step-batch'), 'buildStepBatch', input, { phase: 'starting', step }).catch(
+        (e) => {
+          // A plugin estimator that fails would fail every retry the same way.
+          throw isPluginError(e) ? ApplicationFailure.nonRetryable(e.message, Failure.InvalidConfig) : e;
+        },
+      );
       const failure = nothingToTrain(step, result, o.seq_len, () =>
         readRollouts(layout.rolloutsDir(step)).flatMap((r) => (r.error ? [r.error] : [])),
       );

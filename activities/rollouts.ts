@@ -1,6 +1,7 @@
 /**
  * `generateRollouts` (cpu queue): step n's rollouts, played against the inference servers at the
- * policy version the workflow chose, scored by the environments' rubrics, stored in
+ * policy version the workflow chose, scored by the environments' rubrics, judged by the rollout
+ * filters (dropped groups replaced by fresh examples, lib/orchestrator/filters.ts), stored in
  * `rollouts/step_n/`. Idempotent by (run, step): a finished step's summary is returned as stored;
  * a step that crashed half-way is redone from scratch with the same seeds, so the same requests.
  */
@@ -10,12 +11,14 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { writeDirAtomic } from '../lib/atomic';
 import type { EnvPool } from '../lib/envs/pool';
-import { EnvMix } from '../lib/envs/mix';
+import { EnvMix, type MixDraw } from '../lib/envs/mix';
 import { hash32 } from '../lib/envs/random';
 import type { EnvironmentInfo } from '../lib/envs/types';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { InferenceClient, toActivityFailure } from '../lib/orchestrator/client';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
+import { playFiltered, refillDraws, type FilterMetrics, type RolloutFilter } from '../lib/orchestrator/filters';
+import { isPluginError, rolloutFilters } from '../lib/orchestrator/plugins';
 import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/orchestrator/rollout';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
@@ -32,6 +35,7 @@ export interface RolloutSummary {
   step: number;
   path: string;
   policyVersion: number;
+  /** Rollouts generated, refills and dropped groups included (as errored, truncated, the rewards, rubric and tokens). */
   rollouts: number;
   errored: number;
   truncated: number;
@@ -43,12 +47,17 @@ export interface RolloutSummary {
   seconds: number;
   /** The first few errors, for the UI. */
   errors: string[];
+  /** The rollout filters: groups dropped (by reason), refill rounds, groups still missing. */
+  filter: FilterMetrics;
 }
 
 /** One stored rollout: the packing input plus what a person inspecting the run wants to read. */
 export interface StoredRollout extends Rollout {
   env: string;
+  /** Slot of the group in the step; refill groups continue after the step's own. */
   group: number;
+  /** 0 for the step's own examples, r for refill round r (lib/orchestrator/filters.ts). */
+  round: number;
   exampleIndex: number;
   sample: number;
   seed: number;
@@ -56,6 +65,8 @@ export interface StoredRollout extends Rollout {
 
 const SUMMARY = 'summary.json';
 const ROLLOUTS = 'rollouts.jsonl';
+/** The groups the rollout filters dropped, each rollout with `dropped`: the filter's reason. */
+const DROPPED = 'dropped.jsonl';
 
 /** The rollouts of a step's folder, one JSON line each. */
 export function rolloutsFile(dir: string): string {
@@ -137,10 +148,9 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
         infos.push(r.value);
       }
       const tokenizer = tokenizerOf(path.resolve(o.model.name));
-      const mix = new EnvMix(
-        config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
-        { seed: config.seed, examplesPerStep: o.batch_size / o.rollouts_per_example },
-      );
+      const mixEntries = config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train }));
+      const examplesPerStep = o.batch_size / o.rollouts_per_example;
+      const mix = new EnvMix(mixEntries, { seed: config.seed, examplesPerStep });
       const draws = mix.sample(step);
       const examples = await Promise.all(draws.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)));
       const promptTokens = (env: number, e: (typeof examples)[number]) => (e.ok ? [renderPrompt(tokenizer, e.value.prompt, infos[env].tools).ids.length] : []);
@@ -155,39 +165,74 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       };
       await checkPromptsFit(examples.flatMap((e, g) => promptTokens(draws[g].env, e)), probe, o.seq_len, step);
 
-      const total = o.batch_size;
+      let filters: RolloutFilter[];
+      try {
+        filters = rolloutFilters(o);
+      } catch (err) {
+        throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
+      }
+      const refill = refillDraws(mixEntries, { seed: config.seed, examplesPerStep, maxRefillRounds: o.max_refill_rounds });
+      let total = o.batch_size;
       let done = 0;
       let phase = 'loading weights';
-      const groups = await withHeartbeat(
+      const played = await withHeartbeat(
         () => ({ phase, done, total }),
         async () => {
           const client = new InferenceClient(o.base_urls, rlClientOptions(config));
           await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
           phase = 'generating';
-          return Promise.all(
-            draws.map(async (draw, group) => {
-              const env = config.env[draw.env];
-              const example = examples[group];
-              return Promise.all(
-                Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
-                  const seed = rolloutSeed(config.seed, step, group, sample);
-                  const base = { env: env.id, group, exampleIndex: draw.index, sample, seed };
-                  const rollout: Rollout = example.ok
-                    ? await runRollout({ env, info: infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling }, pool, client, tokenizer)
-                    : { completion: [], segments: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
-                  done++;
-                  return { ...base, ...rollout };
-                }),
-              );
-            }),
-          );
+          /** One example's rollouts_per_example rollouts, as group `group` of the step. */
+          const playGroup = (draw: MixDraw, group: number, round: number, example: (typeof examples)[number]) => {
+            const env = config.env[draw.env];
+            return Promise.all(
+              Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
+                const seed = rolloutSeed(config.seed, step, group, sample);
+                const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
+                const rollout: Rollout = example.ok
+                  ? await runRollout({ env, info: infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling }, pool, client, tokenizer)
+                  : { completion: [], segments: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
+                done++;
+                return { ...base, ...rollout };
+              }),
+            );
+          };
+          return playFiltered<StoredRollout[]>({
+            groups: examplesPerStep,
+            maxRefillRounds: o.max_refill_rounds,
+            filters,
+            async play(round, firstSlot, count) {
+              if (round === 0) return Promise.all(draws.map((d, g) => playGroup(d, g, 0, examples[g])));
+              phase = `refill round ${round}`;
+              total += count * o.rollouts_per_example;
+              const fresh = refill(step, round, count);
+              const freshExamples = await Promise.all(fresh.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)));
+              return Promise.all(fresh.map((d, k) => playGroup(d, firstSlot + k, round, freshExamples[k])));
+            },
+            view: (rollouts) => {
+              const valid = rollouts.filter((r) => !r.error);
+              return {
+                env: rollouts[0].env,
+                exampleIndex: rollouts[0].exampleIndex,
+                group: rollouts[0].group,
+                round: rollouts[0].round,
+                rewards: valid.map((r) => r.reward),
+                completionTokens: valid.map((r) => r.completionTokens),
+                errored: rollouts.length - valid.length,
+              };
+            },
+          });
         },
       ).catch((e) => {
         // A request the server refuses as invalid errored only its rollout (runRollout); one it
-        // refuses for the whole run (a wrong API key, a forbidden weight folder) ends the run here.
+        // refuses for the whole run (a wrong API key, a forbidden weight folder) ends the run here,
+        // and so does a rollout filter plugin that fails (a retry would repeat it).
+        if (isPluginError(e)) throw ApplicationFailure.nonRetryable(e.message, Failure.InvalidConfig);
         throw toActivityFailure(e);
       });
-      const all = groups.flat();
+      // Stats over every rollout generated, dropped groups included: what the policy scores (the
+      // filters would bias it). Only the kept groups are stored for packing; the dropped ones are
+      // kept beside them for whoever inspects the step.
+      const all = [...played.kept, ...played.dropped.map((d) => d.group)].flat();
       const valid = all.filter((r) => !r.error);
       const rewards = valid.map((r) => r.reward);
       const mean = rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length);
@@ -207,9 +252,12 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
         completionTokens: all.reduce((a, r) => a + r.completionTokens, 0),
         seconds: (Date.now() - started) / 1000,
         errors: all.filter((r) => r.error).slice(0, 3).map((r) => r.error!),
+        filter: played.metrics,
       };
       writeDirAtomic(dir, (tmp) => {
-        fs.writeFileSync(path.join(tmp, ROLLOUTS), all.map((r) => JSON.stringify(r)).join('\n') + '\n');
+        const lines = (groups: StoredRollout[][]) => groups.flat().map((r) => JSON.stringify(r) + '\n').join('');
+        fs.writeFileSync(path.join(tmp, ROLLOUTS), lines(played.kept));
+        fs.writeFileSync(path.join(tmp, DROPPED), lines(played.dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))));
         fs.writeFileSync(path.join(tmp, SUMMARY), JSON.stringify(summary, null, 1));
       });
       return summary;

@@ -11,12 +11,13 @@ import { rlSchema, type RLConfig } from '../lib/config/schemas';
 import { checkConfig, storedConfigText } from '../lib/run/config';
 import { rewindRun as rewind } from '../lib/run/rewind';
 import { loadEnvironment } from '../lib/envs/loader';
+import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins';
 import { readHfConfig } from '../lib/model/hf';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
 import type { StepRecordInput } from './types';
 
-/** Checks the model and environments, writes configs/rl.json; a rerun with the same config is a no-op. */
+/** Checks the model, environments and algorithm plugins, writes configs/rl.json; a rerun with the same config is a no-op. */
 export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> {
   checkConfig(config, rlSchema);
   const layout = RunLayout.of(config.output_dir, config.run_name);
@@ -32,6 +33,13 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
     } catch (err) {
       throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidEnvironment);
     }
+  }
+  try {
+    // Plugins (advantage estimator, rollout filters) load now, so a bad import_path fails the start.
+    advantageEstimator(config.orchestrator.advantage);
+    rolloutFilters(config.orchestrator);
+  } catch (err) {
+    throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
   }
   const text = storedConfigText(config);
   if (fs.existsSync(layout.configFile)) {
@@ -72,8 +80,13 @@ export async function recordStep({ runDir, step, policyVersion, rollouts, batch,
     rubric: rollouts.rubric,
     samples: batch.counts.samples,
     rows: batch.counts.rows,
-    groups_filtered: batch.advantages.groups - batch.advantages.groups_kept,
-    filtered: batch.advantages.filtered,
+    // The rollout filters (activities/rollouts.ts) and the advantages' zero drop (packBatch).
+    groups_dropped: rollouts.filter.groups_dropped,
+    dropped_by: rollouts.filter.dropped_by,
+    refill_rounds: rollouts.filter.refill_rounds,
+    groups_missing: rollouts.filter.groups_missing,
+    groups_too_few_valid: batch.advantages.groups_too_few_valid,
+    zero_advantage_tokens: batch.advantages.zero_advantage_tokens,
     ...train.metrics,
     progress: train.progress,
     time: times,

@@ -290,7 +290,8 @@ describe('runs that cannot train fail, naming why', () => {
     const { packBatch } = createPackActivities();
     const summary: PackSummary = await mock.run(packBatch, { runDir: layout.dir, step: 0 });
     expect(summary.counts.samples).toBe(0);
-    expect(summary.advantages.filtered.zero_variance).toBe(2);
+    expect(summary.advantages.zero_advantage_rollouts).toBe(8);
+    expect(summary.advantages.zero_advantage_tokens).toBe(8 * 5);
   });
 });
 
@@ -306,4 +307,55 @@ test('packBatch heartbeats while it packs a big batch', async () => {
   // Each phase of the work reported while it ran, not only its end.
   const phases = beats.map((b) => (b as { phase?: string }).phase);
   for (const p of ['reading', 'advantages', 'packing', 'writing']) expect(phases).toContain(p);
+});
+
+describe('filtered steps (rollout filters, refill)', () => {
+  const mock = new MockActivityEnvironment();
+  /** A module under the temp folder, named relative to the working directory as a user writes it. */
+  const plugin = (name: string, source: string) => {
+    fs.writeFileSync(path.join(root, name), source);
+    return './' + path.relative(process.cwd(), path.join(root, name));
+  };
+  // Drops the step's own first `below` groups; keeps every refill.
+  const FILTER = plugin('early_filter.ts', "export const filter = (g: { group: number; round: number }, kw: { below: number }) => (g.round === 0 && g.group < kw.below ? 'early' : true);\n");
+  const ADV = plugin('plus_one.ts', 'export default (g: { rewards: number[] }) => g.rewards.map((r) => r + 1);\n');
+  const orchestrator = (extra: Record<string, unknown>) => ({ sampling: { max_tokens: 16 }, filter_zero_advantages: false, ...extra });
+
+  test('dropped groups are refilled with fresh examples: the step still trains on batch_size rollouts, and a rerun writes the same step', async () => {
+    const settings = orchestrator({ rollout_filters: [{ import_path: FILTER, kwargs: { below: 2 } }], advantage: { import_path: ADV } });
+    const layout = runFolder('refill', settings);
+    const { generateRollouts } = createRolloutActivities({ pool });
+    const summary: RolloutSummary = await mock.run(generateRollouts, { runDir: layout.dir, step: 3, policyVersion: 0 });
+    expect(summary.filter).toEqual({ groups_generated: 4, groups_dropped: 2, dropped_by: { [`${FILTER}/early`]: 2 }, refill_rounds: 1, groups_missing: 0 });
+    expect(summary.rollouts).toBe(16);
+    const stored = readRollouts(layout.rolloutsDir(3));
+    expect(stored).toHaveLength(8);
+    expect(stored.map((r) => [r.group, r.round])).toEqual([2, 2, 2, 2, 3, 3, 3, 3].map((g) => [g, 1]));
+    const dropped = fs.readFileSync(path.join(layout.rolloutsDir(3), 'dropped.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(dropped.map((r) => [r.group, r.round, r.dropped])).toEqual([0, 0, 0, 0, 1, 1, 1, 1].map((g) => [g, 0, `${FILTER}/early`]));
+    // A retry returns the stored step.
+    expect(await mock.run(generateRollouts, { runDir: layout.dir, step: 3, policyVersion: 0 })).toEqual(summary);
+
+    // The step packs batch_size samples, with the plugin estimator (loaded in packBatch's thread).
+    const packed: PackSummary = await mock.run(createPackActivities().packBatch, { runDir: layout.dir, step: 3 });
+    expect(packed.counts.samples).toBe(8);
+    const batch = readBatch(packed.path);
+    const advantages = new Set(batch.rows.flatMap((r) => Array.from(r.advantages).filter((_, i) => r.lossMask[i] === 1)));
+    expect([...advantages].every((a) => a >= 1)).toBe(true);
+
+    // The same step from scratch (as after a crash) draws the same refill examples and plays the same requests.
+    const again = runFolder('refill-again', settings);
+    await mock.run(generateRollouts, { runDir: again.dir, step: 3, policyVersion: 0 });
+    const key = (r: (typeof stored)[number]) => [r.env, r.exampleIndex, r.group, r.round, r.seed, r.segments.map((s) => Array.from(s.tokens))];
+    expect(readRollouts(again.rolloutsDir(3)).map(key)).toEqual(stored.map(key));
+  });
+
+  test('refills are bounded by max_refill_rounds; what the step is short of is counted', async () => {
+    const layout = runFolder('exhausted', orchestrator({ difficulty_filter: { enabled: true, min_reward_variance: 1e9 }, max_refill_rounds: 1 }));
+    const summary: RolloutSummary = await mock.run(createRolloutActivities({ pool }).generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 });
+    expect(summary.filter).toEqual({ groups_generated: 4, groups_dropped: 4, dropped_by: { 'difficulty/reward_variance': 4 }, refill_rounds: 1, groups_missing: 2 });
+    expect(readRollouts(layout.rolloutsDir(0))).toHaveLength(0);
+    const packed: PackSummary = await mock.run(createPackActivities().packBatch, { runDir: layout.dir, step: 0 });
+    expect(packed.counts.samples).toBe(0);
+  });
 });

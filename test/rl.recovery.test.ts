@@ -61,8 +61,8 @@ async function runArgs(name: string): Promise<string[]> {
     '--inference.server.port', String(http), '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`,
     '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '12',
     '--orchestrator.env-workers', '1', '--trainer.optim.lr', '1e-3', '--trainer.threads', '1', '--inference.threads', '1',
-    // A random model scores 0 everywhere: keep those groups, so that every step trains samples.
-    '--orchestrator.filter.zero-variance', 'false',
+    // A random model scores 0 everywhere: train those zero-advantage rollouts, so that every step trains samples.
+    '--orchestrator.filter-zero-advantages', 'false',
   ];
 }
 

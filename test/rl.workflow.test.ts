@@ -83,6 +83,25 @@ test.each([0, 1])('a 3-step run with async_level %i trains every step once and r
   expect(readEvalResults(layout.dir).map((r) => r.model)).toEqual(['base', 'step_2', 'step_3']);
 });
 
+test('a step whose groups a rollout filter drops is refilled and still trains on batch_size rollouts; the metrics count it', async () => {
+  const filter = path.join(__dirname, 'fixtures', 'plugins', 'early_filter.ts');
+  const cfg = config(serverPort(), [
+    '--run-name', 'filtered', '--max-steps', '2', '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '100',
+    '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '8',
+    '--orchestrator.rollout-filters', JSON.stringify([{ import_path: filter, kwargs: { below: 1 } }]),
+    // A random model's rewards can tie with the group mean: train those rollouts too, so every step has batch_size samples.
+    '--orchestrator.filter-zero-advantages', 'false',
+  ]);
+  await execute<RLResult>({ temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: cfg.run_name, args: [cfg], trainer: true });
+
+  const lines = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile);
+  expect(lines.map((l) => [l.step, l.samples, l.groups_dropped, l.refill_rounds, l.groups_missing, l.dropped_by])).toEqual(
+    [0, 1].map((step) => [step, 8, 1, 1, 0, { [`${filter}/early`]: 1 }]),
+  );
+  // Every rollout generated counts, the dropped group's included.
+  expect(lines.map((l) => l.rollouts)).toEqual([12, 12]);
+});
+
 // The whole loop has to point the right way for this to pass: rewards to advantages to the loss's
 // sign, the trainer's update to the weights inference serves next. A sign error or stale weights
 // leave the reward where it started (about 0.15) or push it down.

@@ -1,63 +1,48 @@
 /**
- * Group advantages and online difficulty filtering (DESIGN.md §4, after prime-rl's
- * orchestrator/advantage.py). Each example is rolled out G times; a rollout's advantage is its
- * reward minus a baseline computed from its group, broadcast later to all its completion tokens.
+ * Group advantages (DESIGN.md §4, after prime-rl's orchestrator advantage code). Each example is
+ * rolled out G times; a rollout's advantage comes from its group's rewards and is broadcast later to
+ * all its completion tokens.
  *
- * Baselines (`type`):
- *   grpo: b = mean(R)                                   A_i = R_i - mean(R)
- *   rloo: b_i = mean_{j != i} R_j                        A_i = R_i - b_i = G/(G-1) * (R_i - mean(R))
- *   opo:  b = sum_i |o_i| R_i / sum_i |o_i| (length-weighted; plain mean if every |o_i| is 0)
- * `std_norm` then divides by std(R) + 1e-8 with Bessel's correction (n - 1): prime-rl calls
- * `rewards.std()`, and torch's default is the unbiased estimate.
+ * The estimators form a registry: `BUILTIN_ADVANTAGES` names each built-in once (the config's
+ * `orchestrator.advantage.type` enum derives from it), and a plugin module (`advantage.import_path`,
+ * lib/orchestrator/plugins.ts) becomes the same `AdvantageEstimator` unit, so callers never tell
+ * them apart.
+ *
+ * Built-ins, with R the group's rewards:
+ *   grpo:   A_i = R_i - mean(R)
+ *   rloo:   A_i = R_i - mean_{j != i} R_j  = G/(G-1) * (R_i - mean(R))
+ *   opo:    A_i = R_i - sum_j |o_j| R_j / sum_j |o_j|   (length-weighted; plain mean if every |o_j| is 0)
+ *   max_rl: A_i = (R_i - mean(R)) / mean(R), and 0 for every rollout when mean(R) <= 0 (no signal;
+ *           MaxRL assumes non-negative rewards)
+ * Options of the built-ins:
+ *   length_penalty (linear): before the estimator, R_i -= mean(R) * (w_out * out_i / max(out)
+ *     + w_in * in_i / max(in) + w_turns * turns_i / max(turns)), each max over the group and at least 1:
+ *     out = generated tokens, in = tokens the model read but did not generate (prompt, env turns).
+ *   std_norm: divides the advantages by std(R) + 1e-8 with Bessel's correction (n - 1), as torch's
+ *     `Tensor.std()`; R are the rewards the estimator saw. Not with max_rl (it normalises by the mean).
  */
 
-export type AdvantageType = 'grpo' | 'rloo' | 'opo';
-
-/** Same shape as the orchestrator config's `advantage` section. */
-export interface AdvantageConfig {
-  type: AdvantageType;
-  std_norm: boolean;
-}
-
-/** Same shape as the orchestrator config's `filter` section. */
-export interface FilterConfig {
-  /** Drop groups whose valid rewards are all equal: every advantage would be 0. */
-  zero_variance: boolean;
-  min_reward?: number;
-  max_reward?: number;
-}
-
-export interface RolloutOutcome {
-  reward: number;
+/** What an estimator sees of one group: its valid (non-errored) rollouts, in order. */
+export interface AdvantageGroup {
+  rewards: number[];
   /** Tokens the model generated (all assistant turns); OPO's |o_i|. */
-  completionTokens: number;
-  /** The rollout failed (env error, timeout, crash, inference error): excluded before grouping. */
-  errored?: boolean;
+  completionTokens: number[];
+  /** Tokens the model read but did not generate: the prompt and the environment's turns. */
+  inputTokens: number[];
+  /** Assistant turns. */
+  turns: number[];
 }
 
-export type GroupVerdict = 'kept' | 'too_few_valid' | 'zero_variance' | 'below_min_reward' | 'above_max_reward';
-
-export interface AdvantageMetrics {
-  groups: number;
-  groups_kept: number;
-  rollouts: number;
-  rollouts_errored: number;
-  /** Rollouts with an advantage: the valid rollouts of kept groups. */
-  rollouts_kept: number;
-  /** Groups dropped, by reason (each group counts under its first failing check, in this order). */
-  filtered: Record<Exclude<GroupVerdict, 'kept'>, number>;
+/** One estimator: the advantages of a group's rollouts, in the group's order. */
+export interface AdvantageEstimator {
+  /** The built-in's type or the plugin's import_path, for error messages. */
+  readonly name: string;
+  compute(group: AdvantageGroup): number[];
 }
 
-export interface AdvantageResult {
-  /** Same shape as the input: the advantage of each rollout, or null when it is not trained on. */
-  advantages: (number | null)[][];
-  verdicts: GroupVerdict[];
-  metrics: AdvantageMetrics;
-}
-
-const STD_EPS = 1e-8;
-
+/** Exact for a group of equal rewards (so their advantages are exactly 0, not 1e-17). */
 function mean(xs: readonly number[]): number {
+  if (xs.every((x) => x === xs[0])) return xs[0];
   let s = 0;
   for (const x of xs) s += x;
   return s / xs.length;
@@ -71,84 +56,178 @@ export function sampleStd(xs: readonly number[]): number {
   return Math.sqrt(ss / (xs.length - 1));
 }
 
-/** Advantages of one group of valid rollouts (at least 2). */
-export function groupAdvantages(rewards: readonly number[], lengths: readonly number[], cfg: AdvantageConfig): number[] {
-  const g = rewards.length;
-  if (g < 2) throw new Error(`advantages need at least 2 rollouts per group, got ${g}`);
-  if (lengths.length !== g) throw new Error(`advantages: ${g} rewards but ${lengths.length} lengths`);
-  let adv: number[];
-  switch (cfg.type) {
-    case 'grpo': {
-      const b = mean(rewards);
-      adv = rewards.map((r) => r - b);
-      break;
-    }
-    case 'rloo': {
-      const sum = rewards.reduce((s, r) => s + r, 0);
-      adv = rewards.map((r) => r - (sum - r) / (g - 1));
-      break;
-    }
-    case 'opo': {
-      const totalLen = lengths.reduce((s, l) => s + l, 0);
-      const b = totalLen > 0 ? rewards.reduce((s, r, i) => s + r * lengths[i], 0) / totalLen : mean(rewards);
-      adv = rewards.map((r) => r - b);
-      break;
-    }
-  }
-  if (cfg.std_norm) {
-    const std = sampleStd(rewards);
-    adv = adv.map((a) => a / (std + STD_EPS));
-  }
-  return adv;
+/** The built-in estimators by name, each a function of (rewards, group). The one list of their names. */
+export const BUILTIN_ADVANTAGES = {
+  grpo: (R: number[]) => {
+    const b = mean(R);
+    return R.map((r) => r - b);
+  },
+  rloo: (R: number[]) => {
+    const m = mean(R);
+    return R.map((r) => (R.length / (R.length - 1)) * (r - m));
+  },
+  opo: (R: number[], g: AdvantageGroup) => {
+    const total = g.completionTokens.reduce((s, l) => s + l, 0);
+    const b = total > 0 ? R.reduce((s, r, i) => s + r * g.completionTokens[i], 0) / total : mean(R);
+    return R.map((r) => r - b);
+  },
+  max_rl: (R: number[]) => {
+    const m = mean(R);
+    return m > 0 ? R.map((r) => (r - m) / m) : R.map(() => 0);
+  },
+} satisfies Record<string, (rewards: number[], group: AdvantageGroup) => number[]>;
+
+export type AdvantageType = keyof typeof BUILTIN_ADVANTAGES;
+export const ADVANTAGE_TYPES = Object.keys(BUILTIN_ADVANTAGES) as [AdvantageType, ...AdvantageType[]];
+
+export interface LengthPenaltyConfig {
+  type: 'linear';
+  num_output_tokens_weight: number;
+  num_input_tokens_weight: number;
+  num_turns_weight: number;
 }
 
-function verdict(rewards: readonly number[], filter: FilterConfig): GroupVerdict {
-  if (rewards.length < 2) return 'too_few_valid';
-  if (filter.zero_variance && rewards.every((r) => r === rewards[0])) return 'zero_variance';
-  const m = mean(rewards);
-  if (filter.min_reward !== undefined && m < filter.min_reward) return 'below_min_reward';
-  if (filter.max_reward !== undefined && m > filter.max_reward) return 'above_max_reward';
-  return 'kept';
+/** The options of a built-in estimator (the config's `advantage` section without a plugin). */
+export interface BuiltinAdvantageConfig {
+  type: AdvantageType;
+  std_norm: boolean;
+  length_penalty?: LengthPenaltyConfig;
+}
+
+const STD_EPS = 1e-8;
+
+/** The linear length penalty's shaped rewards. */
+export function lengthPenalized(g: AdvantageGroup, p: LengthPenaltyConfig): number[] {
+  const frac = (xs: number[]) => {
+    const max = Math.max(1, ...xs);
+    return xs.map((x) => x / max);
+  };
+  const out = frac(g.completionTokens);
+  const inp = frac(g.inputTokens);
+  const turns = frac(g.turns);
+  const passRate = mean(g.rewards);
+  return g.rewards.map((r, i) => r - passRate * (p.num_output_tokens_weight * out[i] + p.num_input_tokens_weight * inp[i] + p.num_turns_weight * turns[i]));
+}
+
+export function builtinEstimator(cfg: BuiltinAdvantageConfig): AdvantageEstimator {
+  const fn = BUILTIN_ADVANTAGES[cfg.type];
+  if (!fn) throw new Error(`unknown advantage type "${cfg.type}" (one of ${ADVANTAGE_TYPES.join(', ')})`);
+  return {
+    name: cfg.type,
+    compute(g) {
+      const R = cfg.length_penalty ? lengthPenalized(g, cfg.length_penalty) : g.rewards;
+      let adv = fn(R, g);
+      if (cfg.std_norm) {
+        const std = sampleStd(R);
+        adv = adv.map((a) => a / (std + STD_EPS));
+      }
+      return adv;
+    },
+  };
+}
+
+/** Advantages of one group of valid rollouts (at least 2). */
+export function groupAdvantages(estimator: AdvantageEstimator, g: AdvantageGroup): number[] {
+  const n = g.rewards.length;
+  if (n < 2) throw new Error(`advantages need at least 2 rollouts per group, got ${n}`);
+  for (const k of ['completionTokens', 'inputTokens', 'turns'] as const) {
+    if (g[k].length !== n) throw new Error(`advantages: ${n} rewards but ${g[k].length} ${k}`);
+  }
+  return estimator.compute(g);
+}
+
+export interface RolloutOutcome {
+  reward: number;
+  completionTokens: number;
+  /** Tokens read but not generated (prompt, env turns); 0 when unknown. */
+  inputTokens?: number;
+  turns?: number;
+  /** The rollout failed (env error, timeout, crash, inference error): excluded before grouping. */
+  errored?: boolean;
+}
+
+export type GroupVerdict = 'kept' | 'too_few_valid';
+
+export interface AdvantageMetrics {
+  groups: number;
+  groups_kept: number;
+  /** Groups with fewer than 2 valid rollouts: no baseline, not trained on. */
+  groups_too_few_valid: number;
+  rollouts: number;
+  rollouts_errored: number;
+  /** Rollouts trained on: the valid rollouts of kept groups, less those dropped for a zero advantage. */
+  rollouts_kept: number;
+  /** Rollouts of kept groups whose advantage is exactly 0, dropped (`filter_zero_advantages`). */
+  zero_advantage_rollouts: number;
+  /** Their generated tokens: the zero-advantage tokens that were not trained on. */
+  zero_advantage_tokens: number;
+}
+
+export interface AdvantageResult {
+  /** Same shape as the input: the advantage of each rollout, or null when it is not trained on. */
+  advantages: (number | null)[][];
+  verdicts: GroupVerdict[];
+  metrics: AdvantageMetrics;
+}
+
+export interface AdvantageOptions {
+  /** Rollouts whose advantage is exactly 0 are not trained on (they carry no policy-gradient signal). */
+  dropZeroAdvantage: boolean;
 }
 
 /**
- * Drops errored rollouts, filters groups and computes the advantages of the rest. A group keeps
+ * Drops errored rollouts and computes the advantages of each group's valid ones. A group keeps
  * working with fewer valid rollouts than it was sampled with; under 2 it has no baseline and is
- * dropped.
+ * dropped. (Groups are judged by the rollout filters when they are generated, activities/rollouts.ts.)
  */
 export function computeAdvantages(
   groups: readonly (readonly RolloutOutcome[])[],
-  cfg: { advantage: AdvantageConfig; filter: FilterConfig },
+  estimator: AdvantageEstimator,
+  opts: AdvantageOptions,
 ): AdvantageResult {
   const metrics: AdvantageMetrics = {
     groups: groups.length,
     groups_kept: 0,
+    groups_too_few_valid: 0,
     rollouts: 0,
     rollouts_errored: 0,
     rollouts_kept: 0,
-    filtered: { too_few_valid: 0, zero_variance: 0, below_min_reward: 0, above_max_reward: 0 },
+    zero_advantage_rollouts: 0,
+    zero_advantage_tokens: 0,
   };
   const verdicts: GroupVerdict[] = [];
   const advantages = groups.map((group) => {
     metrics.rollouts += group.length;
-    const valid: number[] = [];
+    const valid: RolloutOutcome[] = [];
+    const at: number[] = [];
     group.forEach((r, i) => {
       if (r.errored) metrics.rollouts_errored++;
       else if (!Number.isFinite(r.reward)) throw new Error(`advantages: reward ${r.reward} of a rollout not marked errored`);
-      else valid.push(i);
+      else (valid.push(r), at.push(i));
     });
-    const rewards = valid.map((i) => group[i].reward);
-    const v = verdict(rewards, cfg.filter);
-    verdicts.push(v);
     const out: (number | null)[] = group.map(() => null);
-    if (v !== 'kept') {
-      metrics.filtered[v]++;
+    if (valid.length < 2) {
+      verdicts.push('too_few_valid');
+      metrics.groups_too_few_valid++;
       return out;
     }
-    const adv = groupAdvantages(rewards, valid.map((i) => group[i].completionTokens), cfg.advantage);
-    valid.forEach((i, k) => (out[i] = adv[k]));
+    verdicts.push('kept');
+    const adv = groupAdvantages(estimator, {
+      rewards: valid.map((r) => r.reward),
+      completionTokens: valid.map((r) => r.completionTokens),
+      inputTokens: valid.map((r) => r.inputTokens ?? 0),
+      turns: valid.map((r) => r.turns ?? 0),
+    });
     metrics.groups_kept++;
-    metrics.rollouts_kept += valid.length;
+    adv.forEach((a, k) => {
+      if (a === 0 && opts.dropZeroAdvantage) {
+        metrics.zero_advantage_rollouts++;
+        metrics.zero_advantage_tokens += valid[k].completionTokens;
+        return;
+      }
+      out[at[k]] = a;
+      metrics.rollouts_kept++;
+    });
     return out;
   });
   return { advantages, verdicts, metrics };

@@ -1,20 +1,22 @@
 /**
- * A step's trainer input from its stored rollouts: errored rollouts dropped, groups filtered,
- * advantages per group, samples packed first-fit-decreasing into rows of seq_len, written as one
+ * A step's trainer input from its stored rollouts (the groups the rollout filters kept): errored
+ * rollouts dropped, advantages per group (zero ones dropped with filter_zero_advantages), samples packed first-fit-decreasing into rows of seq_len, written as one
  * batch file. CPU-bound (seconds for thousands of long rollouts), so `packBatch` runs it in a
  * worker thread (lib/thread.ts): it imports only what it needs.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { computeAdvantages, type AdvantageConfig, type AdvantageMetrics, type FilterConfig } from './advantages';
+import { computeAdvantages, type AdvantageMetrics } from './advantages';
 import { readBatch, writeBatch } from './batch';
 import { buildSample, packSamples, type PackCounts, type Sample, type TokenSegment } from './packing';
+import { advantageEstimator, type AdvantageConfig } from './plugins';
 
 /** What packing needs of a stored rollout (one line of rollouts.jsonl). */
 interface RolloutLine {
   group: number;
   reward: number;
   completionTokens: number;
+  turns: number;
   segments: TokenSegment[];
   error?: string;
 }
@@ -27,7 +29,8 @@ export interface StepBatchInput {
   batchFile: string;
   seqLen: number;
   advantage: AdvantageConfig;
-  filter: FilterConfig;
+  /** Rollouts with an advantage of exactly 0 are not packed. */
+  filterZeroAdvantages: boolean;
 }
 
 export interface StepBatchResult {
@@ -57,9 +60,13 @@ export function buildStepBatch(input: StepBatchInput, progress: (p: StepBatchPro
     else byGroup.set(r.group, [r]);
   }
   const groups = [...byGroup.keys()].sort((a, b) => a - b).map((g) => byGroup.get(g)!);
+  const tokens = (r: RolloutLine) => r.segments.reduce((n, s) => n + s.tokens.length, 0);
   const result = computeAdvantages(
-    groups.map((g) => g.map((r) => ({ reward: r.reward, completionTokens: r.completionTokens, errored: r.error !== undefined }))),
-    { advantage: input.advantage, filter: input.filter },
+    groups.map((g) =>
+      g.map((r) => ({ reward: r.reward, completionTokens: r.completionTokens, inputTokens: tokens(r) - r.completionTokens, turns: r.turns, errored: r.error !== undefined })),
+    ),
+    advantageEstimator(input.advantage),
+    { dropZeroAdvantage: input.filterZeroAdvantages },
   );
   if (fs.existsSync(input.batchFile)) {
     // Written by an earlier attempt: the rollouts determine it, so the stored one is this step's batch.
