@@ -8,7 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
-import { writeDirAtomic } from '../lib/atomic';
+import { storedResult, writeDirAtomic } from '../lib/atomic';
 import type { EnvPool } from '../lib/envs/pool';
 import { EnvMix } from '../lib/envs/mix';
 import { hash32 } from '../lib/envs/random';
@@ -20,6 +20,7 @@ import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/or
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
+import { environmentInfo } from './preflight';
 
 export interface RolloutStepInput {
   runDir: string;
@@ -124,18 +125,15 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       const layout = new RunLayout(runDir);
       const dir = layout.rolloutsDir(step);
       const summaryFile = path.join(dir, SUMMARY);
-      if (fs.existsSync(summaryFile)) return JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as RolloutSummary;
+      const stored = storedResult<RolloutSummary>(summaryFile);
+      if (stored) return stored;
 
       const config = readRunConfig(runDir);
       const o = config.orchestrator;
       if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
       const started = Date.now();
       const infos: EnvironmentInfo[] = [];
-      for (const e of config.env) {
-        const r = await pool.info(e);
-        if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${e.id}' cannot be loaded: ${r.error}`, Failure.InvalidEnvironment);
-        infos.push(r.value);
-      }
+      for (const e of config.env) infos.push(await environmentInfo(pool, e));
       const tokenizer = tokenizerOf(path.resolve(o.model.name));
       const mix = new EnvMix(
         config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
