@@ -172,7 +172,7 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
                   const base = { env: env.id, group, exampleIndex: draw.index, sample, seed };
                   const rollout: Rollout = example.ok
                     ? await runRollout({ env, info: infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling }, pool, client, tokenizer)
-                    : { completion: [], segments: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
+                    : { completion: [], samples: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
                   done++;
                   return { ...base, ...rollout };
                 }),

@@ -58,26 +58,29 @@ test('a multi-turn rollout extends the token ids of each turn exactly', async ()
 
   expect(rollout.error).toBeUndefined();
   expect(rollout.turns).toBe(3);
-  const kinds = rollout.segments.map((s) => (s.generated ? 'model' : 'env'));
+  // Our ChatML template has the prefix property: one sample.
+  expect(rollout.samples).toHaveLength(1);
+  const [segments] = rollout.samples;
+  const kinds = segments.map((s) => (s.generated ? 'model' : 'env'));
   expect(kinds).toEqual(['env', 'model', 'env', 'model', 'env', 'model']);
   // The prompt of turn t is every token before it: earlier turns were never re-tokenised.
-  const flat = (k: number) => rollout.segments.slice(0, k).flatMap((s) => Array.from(s.tokens));
+  const flat = (k: number) => segments.slice(0, k).flatMap((s) => Array.from(s.tokens));
   expect(client.prompts).toHaveLength(3);
   expect(client.prompts[0]).toEqual(flat(1));
   expect(client.prompts[1]).toEqual(flat(3));
   expect(client.prompts[2]).toEqual(flat(5));
   // The environment's turn is the template's text between the model's turns.
-  const envText = tokenizer.decode(Array.from(rollout.segments[2].tokens));
+  const envText = tokenizer.decode(Array.from(segments[2].tokens));
   expect(envText).toMatch(/<\|im_start\|>user\n(Higher\.|Lower\.|Write one integer guess in <guess> tags\.)<\|im_end\|>\n<\|im_start\|>assistant\n$/);
   expect(rollout.completion.map((m) => m.role)).toEqual(['assistant', 'user', 'assistant', 'user', 'assistant']);
 
   // Every sampled token's inference logprob equals the engine scoring the whole rollout.
-  const ids = flat(rollout.segments.length);
+  const ids = flat(segments.length);
   const hf = loadHfModel(modelDir);
   const model = await native.loadModel(hf.config, hf.tensors);
   const [scores] = await model.score([{ inputIds: ids, positionIds: ids.map((_, i) => i) }]);
   let at = 0;
-  for (const s of rollout.segments) {
+  for (const s of segments) {
     if (s.generated) Array.from(s.logprobs!).forEach((lp, i) => expect(lp).toBeCloseTo(scores.logprobs[at + i], 4));
     at += s.tokens.length;
   }

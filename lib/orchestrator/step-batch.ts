@@ -1,7 +1,7 @@
 /**
  * A step's trainer input from its stored rollouts: errored rollouts dropped, groups filtered,
- * advantages per group, samples packed first-fit-decreasing into rows of seq_len, written as one
- * batch file. CPU-bound (seconds for thousands of long rollouts), so `packBatch` runs it in a
+ * advantages per group of rollouts (every sample of a rollout gets its advantage), samples packed
+ * first-fit-decreasing into rows of seq_len, written as one batch file. CPU-bound (seconds for thousands of long rollouts), so `packBatch` runs it in a
  * worker thread (lib/thread.ts): it imports only what it needs.
  */
 import * as fs from 'node:fs';
@@ -15,7 +15,10 @@ interface RolloutLine {
   group: number;
   reward: number;
   completionTokens: number;
-  segments: TokenSegment[];
+  /** A rollout's samples share its advantage: the group counts rollouts, not samples. */
+  samples?: TokenSegment[][];
+  /** Rollouts stored before a rollout could hold several samples: its one sample. */
+  segments?: TokenSegment[];
   error?: string;
 }
 
@@ -70,7 +73,8 @@ export function buildStepBatch(input: StepBatchInput, progress: (p: StepBatchPro
   groups.forEach((g, gi) =>
     g.forEach((r, ri) => {
       const advantage = result.advantages[gi][ri];
-      if (advantage !== null) samples.push(buildSample(r.segments, advantage));
+      if (advantage === null) return;
+      for (const segments of r.samples ?? [r.segments!]) samples.push(buildSample(segments, advantage));
     }),
   );
   const { rows, counts } = packSamples(samples, input.seqLen);
