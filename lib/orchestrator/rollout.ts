@@ -41,7 +41,8 @@ export interface Rollout extends Episode {
   /**
    * The training samples, in order, each its token segments (prompt, turn 1, env reply 1, turn 2,
    * ...): one sample while the chat template keeps the prefix property, a new one from each turn
-   * where it does not. (An errored rollout's are never trained on.)
+   * where it does not. Only samples with a sampled token (not a re-rendered chat too long to
+   * sample from); an errored rollout's are never trained on.
    */
   samples: TokenSegment[][];
   /** Tokens the model sampled over all turns. */
@@ -166,7 +167,7 @@ export async function runRollout(task: RolloutTask, pool: EnvPool, client: Infer
   const episode: Episode = tooLong ? { completion: [], reward: 0, metrics: {}, turns: 0, error: tooLong } : await playEpisode(task, pool, player);
   return {
     ...episode,
-    samples: player.samples,
+    samples: player.samples.filter((segments) => segments.some((s) => s.generated)),
     completionTokens: player.completionTokens,
     truncated: player.truncated,
     policyVersion: player.policyVersion === Infinity ? -1 : player.policyVersion,
