@@ -16,6 +16,7 @@ import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { readBatch } from '../lib/orchestrator/batch';
 import { InferenceClient, InferenceError, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
+import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { isPromptTooLong, promptTooLong, runRollout } from '../lib/orchestrator/rollout';
 import { RunLayout } from '../lib/run/layout';
 
@@ -84,6 +85,24 @@ test('a multi-turn rollout extends the token ids of each turn exactly', async ()
     if (s.generated) Array.from(s.logprobs!).forEach((lp, i) => expect(lp).toBeCloseTo(scores.logprobs[at + i], 4));
     at += s.tokens.length;
   }
+});
+
+test('a chat rollout (the eval path of an external API) is played by the same driver; a 4xx errors it with the body\'s message', async () => {
+  const env = { id: 'guess-number', args: { max_turns: 2 } };
+  const info = await pool.info(env);
+  const example = await pool.example(env, 'train', 0, 0);
+  if (!info.ok || !example.ok) throw new Error('env failed');
+  const task = { env, info: info.value, example: example.value, seed: 1, sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 8 } };
+  const api = { baseUrl: `${server.url}/v1`, model: modelDir };
+  const ok = await runChatRollout(task, pool, api);
+  expect(ok.error).toBeUndefined();
+  expect(ok.completion.map((m) => m.role)).toEqual(['assistant', 'user', 'assistant']);
+  expect(ok.turns).toBe(2);
+  expect(ok.completionTokens).toBeGreaterThan(0);
+  // A request the API refuses: the message of its OpenAI-style error body, not the raw JSON.
+  const refused = await runChatRollout(task, pool, { ...api, model: 'no-such-model' });
+  expect(refused.error).toBe(`${server.url}/v1/chat/completions: HTTP 404: model 'no-such-model' does not exist; this server serves '${modelDir}'`);
+  expect(refused.turns).toBe(0);
 });
 
 test('what our server\'s answers mean: a bad request errors one rollout, a wrong address the run, a full queue waits', async () => {
