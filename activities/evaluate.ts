@@ -11,19 +11,18 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
-import { writeFileAtomic } from '../lib/atomic';
+import { storedJson, writeFileAtomic } from '../lib/atomic';
 import { serverUrl, type EvalConfig } from '../lib/config/schemas';
 import { summarizeEnvEval, writeEvalResults, evalDir, type EnvEvalMetrics, type EvalExample, type EvalResults } from '../lib/eval';
 import type { EnvSpec } from '../lib/envs/loader';
-import { loadEnvironment } from '../lib/envs/loader';
 import type { EnvPool } from '../lib/envs/pool';
 import { hash32 } from '../lib/envs/random';
-import { readHfConfig } from '../lib/model/hf';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { InferenceClient, toActivityFailure, type InferenceClientOptions } from '../lib/orchestrator/client';
 import { runRollout, type SamplingSettings } from '../lib/orchestrator/rollout';
 import { listSteps, RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
+import { checkEnvironments, checkModel, environmentInfo } from './preflight';
 import { tokenizerOf } from './rollouts';
 
 /** One model version to evaluate. */
@@ -101,13 +100,7 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
   const bad = (message: string) => ApplicationFailure.nonRetryable(message, Failure.InvalidConfig);
   const layout = RunLayout.of(config.output_dir, config.run_name);
   if (config.env.length === 0) throw bad('no environments to evaluate: add an [[env]] table');
-  for (const e of config.env) {
-    try {
-      loadEnvironment(e.id, e.args);
-    } catch (err) {
-      throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidEnvironment);
-    }
-  }
+  checkEnvironments(config.env);
   const versions: EvalVersion[] = [];
   let target: EvalTarget;
   if (config.client.base_url !== undefined) {
@@ -120,12 +113,7 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
     versions.push({ name: config.model.name, step: null, policyVersion: 0 });
   } else {
     if (!config.model.name) throw bad('model.name: the model folder to evaluate (the base of weights_dir)');
-    const modelDir = path.resolve(config.model.name);
-    try {
-      readHfConfig(modelDir);
-    } catch (e) {
-      throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, Failure.InvalidModel);
-    }
+    const modelDir = checkModel(config.model.name);
     target = {
       kind: 'local',
       baseUrls: [`${serverUrl(config.server)}/v1`],
@@ -160,14 +148,11 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
 
 export function createEvalActivities({ pool }: { pool: EnvPool }) {
   return {
-    async evaluate(input: EvaluateInput): Promise<EnvEvalMetrics> {
-      const file = partFile(input);
-      if (fs.existsSync(file)) return JSON.parse(fs.readFileSync(file, 'utf8')) as EnvEvalMetrics;
+    evaluate: (input: EvaluateInput): Promise<EnvEvalMetrics> => storedJson(partFile(input), async () => {
       const { plan, version } = input;
       const env = plan.envs[input.env];
-      const info = await pool.info(env);
-      if (!info.ok) throw ApplicationFailure.nonRetryable(`environment '${env.id}' cannot be loaded: ${info.error}`, Failure.InvalidEnvironment);
-      const n = Math.min(plan.numExamples, info.value.size.eval ?? Infinity);
+      const info = await environmentInfo(pool, env);
+      const n = Math.min(plan.numExamples, info.size.eval ?? Infinity);
       const k = plan.rolloutsPerExample;
       const t = plan.target;
       let client: InferenceClient | undefined;
@@ -190,9 +175,9 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
             let r: { reward: number; completionTokens: number; error?: string };
             if (!example.ok) r = { reward: 0, completionTokens: 0, error: `example: ${example.error}` };
             else if (t.kind === 'local') {
-              r = await runRollout({ env, info: info.value, example: example.value, seed, seqLen: plan.seqLen, sampling: plan.sampling }, pool, client!, tokenizerOf(t.modelDir));
+              r = await runRollout({ env, info, example: example.value, seed, seqLen: plan.seqLen, sampling: plan.sampling }, pool, client!, tokenizerOf(t.modelDir));
             } else {
-              r = await runChatRollout({ env, info: info.value, example: example.value, seed, sampling: plan.sampling }, pool, { baseUrl: t.baseUrl, model: t.model, apiKey });
+              r = await runChatRollout({ env, info, example: example.value, seed, sampling: plan.sampling }, pool, { baseUrl: t.baseUrl, model: t.model, apiKey });
             }
             if (r.error) errors.push(r.error);
             done++;
@@ -209,11 +194,8 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
         rewards: results.slice(e * k, (e + 1) * k).map((r) => (r.error ? 0 : r.reward)),
         completionTokens: results.slice(e * k, (e + 1) * k).map((r) => r.completionTokens),
       }));
-      const metrics = summarizeEnvEval(perExample);
-      fs.mkdirSync(path.dirname(file), { recursive: true });
-      writeFileAtomic(file, JSON.stringify(metrics, null, 1));
-      return metrics;
-    },
+      return summarizeEnvEval(perExample);
+    }),
 
     /** `<runDir>/eval/<version>.json` from the version's per-environment metrics (in plan.envs order). */
     async writeEvalVersion({ plan, version, metrics }: { plan: EvalPlan; version: EvalVersion; metrics: EnvEvalMetrics[] }): Promise<EvalResults> {

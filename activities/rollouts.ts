@@ -9,7 +9,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
-import { writeDirAtomic } from '../lib/atomic';
+import { storedResult, writeDirAtomic } from '../lib/atomic';
 import type { EnvPool } from '../lib/envs/pool';
 import { EnvMix, type MixDraw } from '../lib/envs/mix';
 import { hash32 } from '../lib/envs/random';
@@ -23,6 +23,7 @@ import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/or
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
+import { environmentInfo } from './preflight';
 
 export interface RolloutStepInput {
   runDir: string;
@@ -135,18 +136,15 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       const layout = new RunLayout(runDir);
       const dir = layout.rolloutsDir(step);
       const summaryFile = path.join(dir, SUMMARY);
-      if (fs.existsSync(summaryFile)) return JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as RolloutSummary;
+      const stored = storedResult<RolloutSummary>(summaryFile);
+      if (stored) return stored;
 
       const config = readRunConfig(runDir);
       const o = config.orchestrator;
       if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
       const started = Date.now();
       const infos: EnvironmentInfo[] = [];
-      for (const e of config.env) {
-        const r = await pool.info(e);
-        if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${e.id}' cannot be loaded: ${r.error}`, Failure.InvalidEnvironment);
-        infos.push(r.value);
-      }
+      for (const e of config.env) infos.push(await environmentInfo(pool, e));
       const tokenizer = tokenizerOf(path.resolve(o.model.name));
       const mixEntries = config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train }));
       const examplesPerStep = o.batch_size / o.rollouts_per_example;
@@ -190,7 +188,7 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
                 const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
                 const rollout: Rollout = example.ok
                   ? await runRollout({ env, info: infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling }, pool, client, tokenizer)
-                  : { completion: [], segments: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
+                  : { completion: [], samples: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
                 done++;
                 return { ...base, ...rollout };
               }),

@@ -10,30 +10,19 @@ import { writeFileAtomic } from '../lib/atomic';
 import { rlSchema, type RLConfig } from '../lib/config/schemas';
 import { checkConfig, storedConfigText } from '../lib/run/config';
 import { rewindRun as rewind } from '../lib/run/rewind';
-import { loadEnvironment } from '../lib/envs/loader';
 import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins';
-import { readHfConfig } from '../lib/model/hf';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
+import { checkEnvironments, checkModel, holdsRunConfig } from './preflight';
 import type { StepRecordInput } from './types';
 
 /** Checks the model, environments and algorithm plugins, writes configs/rl.json; a rerun with the same config is a no-op. */
 export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> {
   checkConfig(config, rlSchema);
   const layout = RunLayout.of(config.output_dir, config.run_name);
-  try {
-    readHfConfig(path.resolve(config.model.name ?? config.trainer.model.name));
-  } catch (e) {
-    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, Failure.InvalidModel);
-  }
+  checkModel(config.model.name ?? config.trainer.model.name);
   if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
-  for (const e of [...config.env, ...config.eval.env]) {
-    try {
-      loadEnvironment(e.id, e.args);
-    } catch (err) {
-      throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidEnvironment);
-    }
-  }
+  checkEnvironments([...config.env, ...config.eval.env]);
   try {
     // Plugins (advantage estimator, rollout filters) load now, so a bad import_path fails the start.
     advantageEstimator(config.orchestrator.advantage);
@@ -42,15 +31,7 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
     throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
   }
   const text = storedConfigText(config);
-  if (fs.existsSync(layout.configFile)) {
-    const stored = fs.readFileSync(layout.configFile, 'utf8');
-    if (stored !== text) {
-      throw ApplicationFailure.nonRetryable(
-        `run folder ${layout.dir} holds a run with a different config (${layout.configFile}); use another run_name or output_dir`,
-        Failure.ConfigMismatch,
-      );
-    }
-  } else {
+  if (!holdsRunConfig(layout.dir, layout.configFile, text)) {
     fs.mkdirSync(path.dirname(layout.configFile), { recursive: true });
     writeFileAtomic(layout.configFile, text);
   }

@@ -9,7 +9,6 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import { Failure } from '../lib/failures';
-import { readHfConfig } from '../lib/model/hf';
 import { checkConfig, readSftPlan, storedConfigText, type SftPlan } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics } from '../lib/run/metrics';
@@ -17,6 +16,7 @@ import type { SftDataSource } from '../lib/sft';
 import type { SftPrepareInput, SftPrepareResult } from '../lib/sft/prepare';
 import { libModule } from '../lib/thread';
 import { inThreadWithHeartbeat } from './heartbeat';
+import { checkModel, holdsRunConfig } from './preflight';
 import type { TrainSummary } from './types';
 
 /** Validation examples drawn from data.env's eval split when val.num_examples is unset. */
@@ -40,22 +40,11 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
   if (fs.existsSync(layout.configFile)) {
     throw ApplicationFailure.nonRetryable(`run folder ${layout.dir} holds an RL run; use another run_name or output_dir`, Failure.ConfigMismatch);
   }
-  if (fs.existsSync(layout.sftConfigFile)) {
-    if (fs.readFileSync(layout.sftConfigFile, 'utf8') !== text) {
-      throw ApplicationFailure.nonRetryable(
-        `run folder ${layout.dir} holds a run with a different config (${layout.sftConfigFile}); use another run_name or output_dir`,
-        Failure.ConfigMismatch,
-      );
-    }
+  if (holdsRunConfig(layout.dir, layout.sftConfigFile, text)) {
     const done = readSftPlan(layout.dir);
     if (done) return done;
   }
-  const modelDir = path.resolve(config.model.name);
-  try {
-    readHfConfig(modelDir);
-  } catch (e) {
-    throw ApplicationFailure.nonRetryable(`model.name: ${(e as Error).message}`, Failure.InvalidModel);
-  }
+  const modelDir = checkModel(config.model.name);
   const d = config.data;
   const input: SftPrepareInput = {
     runDir: layout.dir,

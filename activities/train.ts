@@ -11,7 +11,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { withHeartbeat } from './heartbeat';
-import { writeFileAtomic } from '../lib/atomic';
+import { storedJson } from '../lib/atomic';
 import { readSftPlan, readTrainingSpec } from '../lib/run/config';
 import { listSteps, RunLayout } from '../lib/run/layout';
 import { NonFiniteWeightsError, TrainerRuntime } from '../lib/trainer/runtime';
@@ -38,15 +38,6 @@ async function publishWeights(rt: TrainerRuntime, version: number, metrics?: Tra
       Failure.NonFiniteWeights,
     );
   }
-}
-
-/** What an earlier call stored at `file`, or else `compute()`'s result, stored there atomically. */
-async function stored<T>(file: string, compute: () => Promise<T>): Promise<T> {
-  if (fs.existsSync(file)) return JSON.parse(fs.readFileSync(file, 'utf8')) as T;
-  const value = await compute();
-  fs.mkdirSync(path.dirname(file), { recursive: true });
-  writeFileAtomic(file, JSON.stringify(value, null, 1));
-  return value;
 }
 
 export function createTrainerActivities() {
@@ -80,7 +71,7 @@ export function createTrainerActivities() {
   return {
     async trainStep({ runDir, step }: StepRef): Promise<TrainSummary> {
       const summaryFile = new RunLayout(runDir).trainSummaryFile(step);
-      return stored(summaryFile, () => withHeartbeat(() => ({ step, phase }), async () => {
+      return storedJson(summaryFile, () => withHeartbeat(() => ({ step, phase }), async () => {
         const restoreStart = performance.now();
         const rt = await at(runDir, step);
         const replay = (performance.now() - restoreStart) / 1000;
@@ -110,7 +101,7 @@ export function createTrainerActivities() {
       if (!plan || plan.valBatches === 0) throw ApplicationFailure.nonRetryable(`run ${runDir} has no validation batches`, Failure.NoValidationData);
       const layout = new RunLayout(runDir);
       const files = Array.from({ length: plan.valBatches }, (_, i) => layout.valBatchFile(i));
-      return stored(layout.sftValidationFile(step), () =>
+      return storedJson(layout.sftValidationFile(step), () =>
         onRuntimeAt(runDir, step, 'validating', async (rt): Promise<ValidationResult> => ({ step, ...(await rt.validationLoss(files)) })),
       );
     },

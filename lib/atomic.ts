@@ -89,3 +89,23 @@ function commitDir(tmp: string, dir: string): void {
   fsyncDir(path.dirname(path.resolve(dir)));
   if (old) fs.rmSync(old, { recursive: true, force: true });
 }
+
+/** The result an earlier call stored as JSON at `file`, or undefined when there is none yet. */
+export function storedResult<T>(file: string): T | undefined {
+  return fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as T) : undefined;
+}
+
+/**
+ * What an earlier call stored as JSON at `file`, or else `compute()`'s result, stored there
+ * atomically: the idempotence of an activity whose result is its own record. (An activity whose
+ * result comes with a folder writes it last into that folder, committed by `writeDirAtomic`, and
+ * reads it back with `storedResult`.)
+ */
+export async function storedJson<T>(file: string, compute: () => Promise<T>): Promise<T> {
+  const done = storedResult<T>(file);
+  if (done !== undefined) return done;
+  const value = await compute();
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  writeFileAtomic(file, JSON.stringify(value, null, 1));
+  return value;
+}

@@ -6,54 +6,54 @@
  *
  * No imports: the CLI loads this for every command, Temporal client or not.
  */
-export const Failure = {
+
+/**
+ * Every type, and whether the user's input caused it (config, data, model, environment, server
+ * settings): the CLI exits 2 for those, as for a config error caught before the start, and 1 for
+ * the rest. The one table of types: `Failure` and `isBadInput` are read off it.
+ */
+const TYPES = {
   /** A config value that cannot work (names the key). */
-  InvalidConfig: 'InvalidConfig',
+  InvalidConfig: { badInput: true },
   /** model.name is not a loadable model folder. */
-  InvalidModel: 'InvalidModel',
+  InvalidModel: { badInput: true },
   /** An environment that cannot be loaded. */
-  InvalidEnvironment: 'InvalidEnvironment',
+  InvalidEnvironment: { badInput: true },
   /** An SFT dataset row that cannot be used (names the file and line). */
-  InvalidSftData: 'InvalidSftData',
+  InvalidSftData: { badInput: true },
   /** The stored config of a run folder does not parse. */
-  InvalidRunConfig: 'InvalidRunConfig',
+  InvalidRunConfig: { badInput: true },
   /** The run folder holds another run (a different config or kind). */
-  ConfigMismatch: 'ConfigMismatch',
+  ConfigMismatch: { badInput: true },
   /**
    * Our own inference server refused what the run must do, in a way no retry fixes: a missing or
    * wrong API key (401), a forbidden weight folder (403), a route or model it does not have (404),
    * a weight update or reload it rejects (4xx). A configuration problem of the run's servers.
    */
-  InferenceRejected: 'InferenceRejected',
+  InferenceRejected: { badInput: true },
   /** The run folder lacks its config (was it prepared?). */
-  MissingRunConfig: 'MissingRunConfig',
+  MissingRunConfig: { badInput: false },
   /** An SFT run folder lacks its plan. */
-  MissingSftPlan: 'MissingSftPlan',
+  MissingSftPlan: { badInput: false },
   /** val.interval is set but there is nothing to validate on. */
-  NoValidationData: 'NoValidationData',
+  NoValidationData: { badInput: false },
   /** Every rollout of an eval failed. */
-  EvalFailed: 'EvalFailed',
+  EvalFailed: { badInput: false },
   /** A step has nothing to train: every rollout errored (the message quotes the first errors). */
-  NothingToTrain: 'NothingToTrain',
+  NothingToTrain: { badInput: false },
   /** A train step produced weights with NaN or Inf: they are not published (the run diverged). */
-  NonFiniteWeights: 'NonFiniteWeights',
-} as const;
+  NonFiniteWeights: { badInput: false },
+} as const satisfies Record<string, { badInput: boolean }>;
 
-export type FailureType = (typeof Failure)[keyof typeof Failure];
+export type FailureType = keyof typeof TYPES;
 
-/**
- * The failures caused by what the user gave (config, data, model, environment, server settings):
- * the CLI exits 2 for them, as for a config error caught before the start.
- */
-export const BAD_INPUT_FAILURES: ReadonlySet<string> = new Set<FailureType>([
-  Failure.InvalidConfig,
-  Failure.InvalidModel,
-  Failure.InvalidEnvironment,
-  Failure.InvalidSftData,
-  Failure.InvalidRunConfig,
-  Failure.ConfigMismatch,
-  Failure.InferenceRejected,
-]);
+/** The failure types by name: `Failure.InvalidConfig === 'InvalidConfig'`. */
+export const Failure = Object.fromEntries(Object.keys(TYPES).map((t) => [t, t])) as { readonly [T in FailureType]: T };
+
+/** Whether a failure type (as read off a failure: any string, or none) is one of ours caused by bad input. */
+export function isBadInput(type: string | null | undefined): boolean {
+  return type != null && Object.hasOwn(TYPES, type) && TYPES[type as FailureType].badInput;
+}
 
 /**
  * A failed workflow as one line, `Workflow execution failed: Activity task failed (trainStep): <the
@@ -66,7 +66,7 @@ export function describeFailure(e: Error): { message: string; badInput: boolean 
   for (let c: unknown = e; c instanceof Error; c = c.cause) {
     const { activityType, type } = c as { activityType?: string; type?: string | null };
     parts.push(activityType ? `${c.message} (${activityType})` : c.message);
-    if (type && BAD_INPUT_FAILURES.has(type)) badInput = true;
+    if (isBadInput(type)) badInput = true;
   }
   return { message: parts.join(': '), badInput };
 }

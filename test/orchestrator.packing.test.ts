@@ -4,7 +4,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { readBatch, writeBatch } from '../lib/orchestrator/batch';
 import { Rng, uniformInt } from '../lib/envs/random';
-import { buildSample, packSamples, type PackResult, type Sample } from '../lib/orchestrator/packing';
+import { buildSample, packSamples, type PackResult, type Sample, type TokenSegment } from '../lib/orchestrator/packing';
+import { buildStepBatch } from '../lib/orchestrator/step-batch';
 
 /** A sample of `n` tokens with ids base, base+1, ...; odd positions generated. */
 function sample(n: number, base = 0, advantage = 1): Sample {
@@ -163,5 +164,42 @@ describe('batch files', () => {
     const file = path.join(dir, 'bad.safetensors');
     writeBatch(file, 0, 4, [{ ...rows[0], sampleLengths: Int32Array.from([3, 2]) }], counts);
     expect(() => readBatch(file)).toThrow(`${file}: row 0 holds 5 sample tokens, more than seq_len 4`);
+  });
+});
+
+describe('a step batch of rollouts that are several samples', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'step-batch-'));
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const turn = (prompt: number[], sampled: number[]): TokenSegment[] => [
+    { tokens: prompt, generated: false },
+    { tokens: sampled, generated: true, logprobs: sampled.map(() => -1) },
+  ];
+
+  test('the group counts rollouts; every sample of a rollout carries its advantage', () => {
+    // One group: rollout 0 split into two samples (its template broke the prefix), rollout 1 one
+    // sample; rollout 2 was stored before rollouts held samples (one `segments` list).
+    const lines = [
+      { group: 0, reward: 1, completionTokens: 4, turns: 2, samples: [turn([1, 2], [3, 4]), turn([1, 2, 5], [6, 7])] },
+      { group: 0, reward: 0, completionTokens: 2, turns: 1, samples: [turn([1, 2], [8, 9])] },
+      { group: 0, reward: 0.5, completionTokens: 1, turns: 1, segments: turn([1, 2], [10]) },
+    ];
+    const rolloutsFile = path.join(dir, 'rollouts.jsonl');
+    fs.writeFileSync(rolloutsFile, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+    const batchFile = path.join(dir, 'step_0.safetensors');
+    const r = buildStepBatch({ step: 0, rolloutsFile, batchFile, seqLen: 16, advantage: { type: 'grpo', std_norm: false, kwargs: {} }, filterZeroAdvantages: false });
+    // Advantages over the 3 rollouts (mean 0.5), not over the 4 samples.
+    expect(r.advantages).toMatchObject({ groups: 1, groups_kept: 1, rollouts: 3, rollouts_kept: 3 });
+    expect(r.counts).toMatchObject({ samples: 4, tokens: 4 + 5 + 4 + 3, lossTokens: 7 });
+    const bySample = new Map<number, number[]>();
+    for (const row of readBatch(batchFile).rows) {
+      let at = 0;
+      for (const len of row.sampleLengths) {
+        const ids = Array.from(row.inputIds.subarray(at, at + len));
+        const adv = Array.from(row.advantages.subarray(at, at + len)).filter((_, i) => row.lossMask[at + i] === 1);
+        bySample.set(ids[ids.length - 1], adv);
+        at += len;
+      }
+    }
+    expect(Object.fromEntries(bySample)).toEqual({ 4: [0.5, 0.5], 7: [0.5, 0.5], 9: [-0.5, -0.5], 10: [0] });
   });
 });

@@ -16,6 +16,7 @@ import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { readBatch } from '../lib/orchestrator/batch';
 import { InferenceClient, InferenceError, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
+import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { isPromptTooLong, promptTooLong, runRollout } from '../lib/orchestrator/rollout';
 import { RunLayout } from '../lib/run/layout';
 
@@ -58,29 +59,50 @@ test('a multi-turn rollout extends the token ids of each turn exactly', async ()
 
   expect(rollout.error).toBeUndefined();
   expect(rollout.turns).toBe(3);
-  const kinds = rollout.segments.map((s) => (s.generated ? 'model' : 'env'));
+  // Our ChatML template has the prefix property: one sample.
+  expect(rollout.samples).toHaveLength(1);
+  const [segments] = rollout.samples;
+  const kinds = segments.map((s) => (s.generated ? 'model' : 'env'));
   expect(kinds).toEqual(['env', 'model', 'env', 'model', 'env', 'model']);
   // The prompt of turn t is every token before it: earlier turns were never re-tokenised.
-  const flat = (k: number) => rollout.segments.slice(0, k).flatMap((s) => Array.from(s.tokens));
+  const flat = (k: number) => segments.slice(0, k).flatMap((s) => Array.from(s.tokens));
   expect(client.prompts).toHaveLength(3);
   expect(client.prompts[0]).toEqual(flat(1));
   expect(client.prompts[1]).toEqual(flat(3));
   expect(client.prompts[2]).toEqual(flat(5));
   // The environment's turn is the template's text between the model's turns.
-  const envText = tokenizer.decode(Array.from(rollout.segments[2].tokens));
+  const envText = tokenizer.decode(Array.from(segments[2].tokens));
   expect(envText).toMatch(/<\|im_start\|>user\n(Higher\.|Lower\.|Write one integer guess in <guess> tags\.)<\|im_end\|>\n<\|im_start\|>assistant\n$/);
   expect(rollout.completion.map((m) => m.role)).toEqual(['assistant', 'user', 'assistant', 'user', 'assistant']);
 
   // Every sampled token's inference logprob equals the engine scoring the whole rollout.
-  const ids = flat(rollout.segments.length);
+  const ids = flat(segments.length);
   const hf = loadHfModel(modelDir);
   const model = await native.loadModel(hf.config, hf.tensors);
   const [scores] = await model.score([{ inputIds: ids, positionIds: ids.map((_, i) => i) }]);
   let at = 0;
-  for (const s of rollout.segments) {
+  for (const s of segments) {
     if (s.generated) Array.from(s.logprobs!).forEach((lp, i) => expect(lp).toBeCloseTo(scores.logprobs[at + i], 4));
     at += s.tokens.length;
   }
+});
+
+test('a chat rollout (the eval path of an external API) is played by the same driver; a 4xx errors it with the body\'s message', async () => {
+  const env = { id: 'guess-number', args: { max_turns: 2 } };
+  const info = await pool.info(env);
+  const example = await pool.example(env, 'train', 0, 0);
+  if (!info.ok || !example.ok) throw new Error('env failed');
+  const task = { env, info: info.value, example: example.value, seed: 1, sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 8 } };
+  const api = { baseUrl: `${server.url}/v1`, model: modelDir };
+  const ok = await runChatRollout(task, pool, api);
+  expect(ok.error).toBeUndefined();
+  expect(ok.completion.map((m) => m.role)).toEqual(['assistant', 'user', 'assistant']);
+  expect(ok.turns).toBe(2);
+  expect(ok.completionTokens).toBeGreaterThan(0);
+  // A request the API refuses: the message of its OpenAI-style error body, not the raw JSON.
+  const refused = await runChatRollout(task, pool, { ...api, model: 'no-such-model' });
+  expect(refused.error).toBe(`${server.url}/v1/chat/completions: HTTP 404: model 'no-such-model' does not exist; this server serves '${modelDir}'`);
+  expect(refused.turns).toBe(0);
 });
 
 test('what our server\'s answers mean: a bad request errors one rollout, a wrong address the run, a full queue waits', async () => {
@@ -346,7 +368,7 @@ describe('filtered steps (rollout filters, refill)', () => {
     // The same step from scratch (as after a crash) draws the same refill examples and plays the same requests.
     const again = runFolder('refill-again', settings);
     await mock.run(generateRollouts, { runDir: again.dir, step: 3, policyVersion: 0 });
-    const key = (r: (typeof stored)[number]) => [r.env, r.exampleIndex, r.group, r.round, r.seed, r.segments.map((s) => Array.from(s.tokens))];
+    const key = (r: (typeof stored)[number]) => [r.env, r.exampleIndex, r.group, r.round, r.seed, r.samples.flat().map((s) => Array.from(s.tokens))];
     expect(readRollouts(again.rolloutsDir(3)).map(key)).toEqual(stored.map(key));
   });
 

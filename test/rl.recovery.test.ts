@@ -187,7 +187,7 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
   // how requests were batched (a retried step regroups them; the engine is not batch-invariant to
   // the ulp), and the trainer's importance ratios use them: the final weights agree to float
   // tolerance, not bit for bit.
-  const tokens = (l: RunLayout, step: number) => readRollouts(l.rolloutsDir(step)).map((r) => r.segments.map((s) => Array.from(s.tokens)));
+  const tokens = (l: RunLayout, step: number) => readRollouts(l.rolloutsDir(step)).map((r) => r.samples.flat().map((s) => Array.from(s.tokens)));
   for (let step = 0; step < STEPS; step++) expect(tokens(layout, step)).toEqual(tokens(calm.layout, step));
   // Tolerance: one Adam step at this lr (1e-3) moves a weight by about lr at most; a step applied
   // twice or skipped is caught exactly by the counters above.

@@ -39,7 +39,8 @@ export interface ChatRenderOptions {
  * tool results as `<tool_response>` blocks in a user turn), with one deliberate difference from
  * Qwen3's template: reasoning in earlier assistant turns is kept, not stripped. Stripping would
  * change the tokens of past turns as a conversation grows, so a rendered prefix would no longer be
- * a token prefix of the full conversation, which multi-turn rollouts and SFT masks rely on.
+ * a token prefix of the full conversation: SFT masks rely on that, and a multi-turn rollout would
+ * be split into several samples (lib/orchestrator/rollout.ts).
  */
 export const CHATML_TEMPLATE = `{%- if tools %}
     {{- '<|im_start|>system\\n' }}

@@ -73,6 +73,20 @@ export function classifyStatus(status: number, route: 'generate' | 'control'): I
 }
 
 /**
+ * An error answer as `HTTP <status>: <message>`: the `error.message` of an OpenAI-style body (our
+ * server's, lib/inference/server.ts, and most APIs'), else the raw text, cut to 1000 characters.
+ */
+export function httpErrorText(status: number, body: string): string {
+  let message = body;
+  try {
+    message = (JSON.parse(body) as { error?: { message?: string } }).error?.message ?? body;
+  } catch {
+    // not JSON: keep the raw text
+  }
+  return `HTTP ${status}: ${message.slice(0, 1000)}`;
+}
+
+/**
  * Inside an activity: an error that retrying cannot fix becomes a non-retryable failure that ends
  * the run with its message; anything else is left to Temporal's retries.
  */
@@ -163,15 +177,9 @@ export class InferenceClient {
     }
     const text = await res.text();
     if (!res.ok) {
-      let message = text;
-      try {
-        message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? text;
-      } catch {
-        // not JSON: keep the raw text
-      }
       const kind = classifyStatus(res.status, route);
       const hint = res.status === 401 ? `: ${this.keyHint()}` : '';
-      const error = new InferenceError(`${url}: HTTP ${res.status}: ${message.slice(0, 1000)}${hint}`, res.status, kind);
+      const error = new InferenceError(`${url}: ${httpErrorText(res.status, text)}${hint}`, res.status, kind);
       if (kind === 'busy') Object.assign(error, { retryAfterMs: retryAfterMs(res.headers.get('retry-after')) });
       throw error;
     }

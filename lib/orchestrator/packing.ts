@@ -1,8 +1,9 @@
 /**
- * Trainer input: one token sequence per rollout (all turns concatenated), packed first-fit-
- * decreasing into fixed rows of `seq_len` tokens. Attention must not cross samples, so every row
- * records its samples' lengths; position ids restart at 0 with each sample, as each sample was
- * generated from position 0.
+ * Trainer input: one token sequence per sample (a rollout's turns concatenated; a rollout whose
+ * chat template breaks the prefix is several samples, rollout.ts), packed first-fit-decreasing
+ * into fixed rows of `seq_len` tokens. Attention must not cross samples, so every row records its
+ * samples' lengths; position ids restart at 0 with each sample, as each sample was generated from
+ * position 0.
  */
 
 /** A contiguous run of a rollout's tokens: prompt / env / tool tokens, or tokens the model sampled. */
@@ -14,7 +15,7 @@ export interface TokenSegment {
   logprobs?: ArrayLike<number>;
 }
 
-/** One rollout ready to pack; all arrays have the same length. */
+/** One sample ready to pack; all arrays have the same length. */
 export interface Sample {
   inputIds: Int32Array;
   /** 1 on generated tokens, 0 on prompt and env/tool tokens. */
@@ -26,8 +27,8 @@ export interface Sample {
 }
 
 /**
- * Concatenates a rollout's segments in order (prompt, completion of turn 1, env response, ...):
- * multi-turn rollouts extend the previous turn's tokens, so this is the sequence the model saw.
+ * Concatenates a sample's segments in order (prompt, completion of turn 1, env response, ...):
+ * within a sample each turn extends the previous turn's tokens, so this is the sequence the model saw.
  */
 export function buildSample(segments: readonly TokenSegment[], advantage: number): Sample {
   const length = segments.reduce((n, s) => n + s.tokens.length, 0);

@@ -1,21 +1,24 @@
 /**
- * One rollout: an environment's example played against the policy through `/v1/generate`, with the
- * model's chat template applied here.
+ * One token rollout: an environment's example played against the policy through `/v1/generate`
+ * (the episode driver, episode.ts), with the model's chat template applied here.
  *
- * Token accounting is what makes the importance ratios right: the rollout is one growing token
- * sequence. Turn 1's prompt is the rendered chat; the model's tokens are kept exactly as sampled
- * (with their logprobs); the environment's reply is appended as the tokens of the *difference*
- * between rendering the chat before and after it, so earlier turns are never re-tokenised and every
- * completion token keeps its inference logprob. A template without the prefix property (rendering a
- * longer chat changes the text of an earlier turn) cannot be extended this way and errors the rollout.
+ * Token accounting is what makes the importance ratios right: every token the model sampled is
+ * trained on exactly as sampled, with its inference logprob, in the context it was sampled in.
+ * Turn 1's prompt is the rendered chat. After the environment's reply, the chat is rendered again:
+ * where the template renders the conversation so far as the text the tokens stand for (the prefix
+ * property), the reply is appended as the tokens of the difference, so earlier turns are never
+ * re-tokenised and the rollout stays one sequence. Where it does not (Qwen3's template drops the
+ * `<think>` blocks of earlier turns once a new user turn follows), the next turn's prompt is the
+ * re-rendered chat, and a new training sample starts there: a rollout is one or more consecutive
+ * samples, each the exact context of its sampled tokens (as prime-rl splits such trajectories).
  */
 import { renderChat, type ChatMessage } from '../model/chat';
 import type { Tokenizer } from '../model/tokenizer';
-import type { EnvPool, EnvCallResult } from '../envs/pool';
-import type { EnvSpec } from '../envs/loader';
-import type { EnvironmentInfo, Example, JsonObject, Message } from '../envs/types';
+import type { EnvPool } from '../envs/pool';
+import type { EnvironmentInfo, Message } from '../envs/types';
 import type { TokenSegment } from './packing';
-import { InferenceError, type GenerateParams, type InferenceClient } from './client';
+import type { GenerateParams, InferenceClient } from './client';
+import { EpisodeError, playEpisode, type Episode, type EpisodeTask, type Player } from './episode';
 
 export interface SamplingSettings {
   temperature: number;
@@ -28,49 +31,28 @@ export interface SamplingSettings {
   stop?: string[];
 }
 
-export interface RolloutTask {
-  env: EnvSpec;
-  info: EnvironmentInfo;
-  example: Example;
+export interface RolloutTask extends EpisodeTask {
   /** Seed of this rollout's sampling; turn t uses seed + t. */
   seed: number;
-  /** Context length: prompt + all turns must fit. */
+  /** Context length: each sample's prompt and turns must fit. */
   seqLen: number;
   sampling: SamplingSettings;
 }
 
-export interface Rollout {
-  /** The conversation after the prompt: assistant turns and environment replies. */
-  completion: Message[];
-  /** Token segments in order: prompt, turn 1, env reply 1, turn 2, ... */
-  segments: TokenSegment[];
-  reward: number;
-  metrics: Record<string, number>;
-  turns: number;
+export interface Rollout extends Episode {
+  /**
+   * The training samples, in order, each its token segments (prompt, turn 1, env reply 1, turn 2,
+   * ...): one sample while the chat template keeps the prefix property, a new one from each turn
+   * where it does not. Only samples with a sampled token (not a re-rendered chat too long to
+   * sample from); an errored rollout's are never trained on.
+   */
+  samples: TokenSegment[][];
   /** Tokens the model sampled over all turns. */
   completionTokens: number;
   /** The rollout ran out of context before the environment ended it. */
   truncated: boolean;
   /** Lowest policy version that produced any of the tokens. */
   policyVersion: number;
-  /** Set when the rollout failed; it is then kept out of training. */
-  error?: string;
-}
-
-class RolloutError extends Error {}
-
-function unwrap<T>(r: EnvCallResult<T>, what: string): T {
-  if (r.ok) return r.value;
-  throw new RolloutError(`environment ${what} ${r.kind === 'error' ? 'failed' : r.kind === 'timeout' ? 'timed out' : 'crashed'}: ${r.error}`);
-}
-
-/** Renders a chat, and checks it extends `prefix` (the template's prefix property). */
-function renderExtending(tokenizer: Tokenizer, prefix: string, messages: Message[], tools: EnvironmentInfo['tools'], addGenerationPrompt: boolean): string {
-  const text = renderChat(tokenizer, messages as ChatMessage[], { tools, addGenerationPrompt });
-  if (!text.startsWith(prefix)) {
-    throw new RolloutError('the chat template renders an earlier part of the conversation differently once it grows (no prefix property), so the rollout\'s tokens cannot be extended');
-  }
-  return text;
 }
 
 /** The rendered prompt of an example (chat template with the generation prompt) and its tokens: turn 1's input. */
@@ -93,91 +75,107 @@ export function isPromptTooLong(error: string | undefined): boolean {
   return error?.startsWith(PROMPT_TOO_LONG) ?? false;
 }
 
-export async function runRollout(task: RolloutTask, pool: EnvPool, client: InferenceClient, tokenizer: Tokenizer): Promise<Rollout> {
-  const { env, info, example } = task;
-  const tools = info.tools;
-  const messages: Message[] = [...example.prompt];
-  /** The template's text of the conversation so far; the ids stand for it (the model's own tokens as sampled). */
-  const prompt = renderPrompt(tokenizer, messages, tools);
-  let rendered = prompt.text;
-  const ids: number[] = prompt.ids;
-  const segments: TokenSegment[] = [{ tokens: [...ids], generated: false }];
-  const rollout: Rollout = {
-    completion: [], segments, reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion: Infinity,
-  };
-  try {
-    // A prompt with no room for one generated token would make a rollout that trains nothing.
-    const tooLong = promptTooLong(ids.length, task.seqLen);
-    if (tooLong) throw new RolloutError(tooLong);
-    let state = unwrap(await pool.init(env, example), 'init') as JsonObject;
-    for (let turn = 1; ; turn++) {
-      const room = task.seqLen - ids.length;
-      if (room < 1) {
-        rollout.truncated = true;
-        break;
-      }
-      const params: GenerateParams = {
-        temperature: task.sampling.temperature,
-        top_p: task.sampling.top_p,
-        top_k: task.sampling.top_k,
-        min_p: task.sampling.min_p,
-        max_tokens: Math.min(room, task.sampling.max_tokens ?? room),
-        seed: (task.seed + turn) % 2 ** 31,
-        ...(task.sampling.stop?.length ? { stop: task.sampling.stop } : {}),
-      };
-      const out = await client.generate(ids, params);
-      if (out.finishReason === 'abort') throw new RolloutError('inference aborted the request');
-      segments.push({ tokens: out.tokenIds, generated: true, logprobs: out.logprobs });
-      ids.push(...out.tokenIds);
-      rollout.turns = turn;
-      rollout.completionTokens += out.tokenIds.length;
-      rollout.policyVersion = Math.min(rollout.policyVersion, out.policyVersion);
-      // The stop token (e.g. <|im_end|>) ends the turn; the message content is what came before it.
-      const stopped = out.finishReason === 'stop';
-      const contentIds = stopped ? out.tokenIds.slice(0, -1) : out.tokenIds;
-      const reply: Message = { role: 'assistant', content: contentBeforeStop(tokenizer.decode(out.tokenIds), task.sampling.stop) ?? tokenizer.decode(contentIds) };
-      messages.push(reply);
-      rollout.completion.push(reply);
-      // A turn cut by max_tokens still ends the turn; only a full context ends the rollout early.
-      if (!stopped && ids.length >= task.seqLen) {
-        rollout.truncated = true;
-        break;
-      }
-      if (turn >= info.maxTurns) break;
-      const response = unwrap(await pool.respond(env, { example, messages, state, turn }), 'respond');
-      if (response.state) state = response.state as JsonObject;
-      if (response.done) break;
-      const added = response.messages ?? [];
-      if (added.length === 0) throw new RolloutError(`environment ${env.id} neither ended the rollout nor replied at turn ${turn}`);
-      // Text the template puts after the reply's content (e.g. "<|im_end|>\n"); the sampled stop
-      // token already stands for its first special token when they match.
-      const upToContent = rendered + reply.content;
-      const closed = renderExtending(tokenizer, upToContent, messages, tools, false);
-      let closing = closed.slice(upToContent.length);
-      const stopText = stopped ? tokenizer.decode(out.tokenIds.slice(-1)) : '';
-      if (stopText && closing.startsWith(stopText)) closing = closing.slice(stopText.length);
-      messages.push(...added);
-      rollout.completion.push(...added);
-      const next = renderExtending(tokenizer, closed, messages, tools, true);
-      const deltaIds = tokenizer.encode(closing + next.slice(closed.length));
-      segments.push({ tokens: deltaIds, generated: false });
-      ids.push(...deltaIds);
-      rendered = next;
-    }
-    const score = unwrap(await pool.score(env, { example, messages, completion: rollout.completion, state }), 'score');
-    rollout.reward = score.reward;
-    rollout.metrics = score.metrics;
-  } catch (e) {
-    // The rollout's own failures (environment errors, an unextendable template, a request the
-    // server rejects as invalid) error this rollout only. An unreachable or failing server fails
-    // the whole activity, which Temporal retries once the server is back; a server that refuses
-    // the run itself (API key, 404) fails the run (InferenceError.kind, client.ts).
-    const own = e instanceof RolloutError || (e instanceof InferenceError && e.rejectsRequest);
-    if (!own) throw e;
-    rollout.error = (e as Error).message;
+/** Samples turns through `/v1/generate`, keeping the token samples of the rollout. */
+class TokenPlayer implements Player {
+  readonly samples: TokenSegment[][] = [];
+  completionTokens = 0;
+  truncated = false;
+  policyVersion = Infinity;
+  /** The current sample's tokens: the next turn's prompt. */
+  private ids: number[] = [];
+  /** The template's text that `ids` stand for (the model's own tokens as sampled, decoded). */
+  private rendered = '';
+  /** The decoded stop token that ended the last turn ('' when max_tokens cut it). */
+  private stopText = '';
+
+  constructor(
+    private readonly task: RolloutTask,
+    private readonly client: InferenceClient,
+    private readonly tokenizer: Tokenizer,
+    prompt: { text: string; ids: number[] },
+  ) {
+    this.startSample(prompt.text, prompt.ids);
   }
-  if (rollout.policyVersion === Infinity) rollout.policyVersion = -1;
-  return rollout;
+
+  private startSample(text: string, ids: number[]): void {
+    this.rendered = text;
+    this.ids = [...ids];
+    this.samples.push([{ tokens: ids, generated: false }]);
+  }
+
+  private get sample(): TokenSegment[] {
+    return this.samples[this.samples.length - 1];
+  }
+
+  async act(_messages: readonly Message[], turn: number): Promise<{ reply: Message; last?: boolean } | undefined> {
+    const { seqLen, sampling } = this.task;
+    const room = seqLen - this.ids.length;
+    if (room < 1) {
+      this.truncated = true;
+      return undefined;
+    }
+    const params: GenerateParams = {
+      temperature: sampling.temperature,
+      top_p: sampling.top_p,
+      top_k: sampling.top_k,
+      min_p: sampling.min_p,
+      max_tokens: Math.min(room, sampling.max_tokens ?? room),
+      seed: (this.task.seed + turn) % 2 ** 31,
+      ...(sampling.stop?.length ? { stop: sampling.stop } : {}),
+    };
+    const out = await this.client.generate(this.ids, params);
+    if (out.finishReason === 'abort') throw new EpisodeError('inference aborted the request');
+    this.sample.push({ tokens: out.tokenIds, generated: true, logprobs: out.logprobs });
+    this.ids.push(...out.tokenIds);
+    this.completionTokens += out.tokenIds.length;
+    this.policyVersion = Math.min(this.policyVersion, out.policyVersion);
+    // The stop token (e.g. <|im_end|>) ends the turn; the message content is what came before it.
+    const stopped = out.finishReason === 'stop';
+    const content = contentBeforeStop(this.tokenizer.decode(out.tokenIds), sampling.stop) ?? this.tokenizer.decode(stopped ? out.tokenIds.slice(0, -1) : out.tokenIds);
+    const reply: Message = { role: 'assistant', content };
+    this.rendered += reply.content;
+    this.stopText = stopped ? this.tokenizer.decode(out.tokenIds.slice(-1)) : '';
+    // A turn cut by max_tokens still ends the turn; only a full context ends the rollout early.
+    if (!stopped && this.ids.length >= seqLen) {
+      this.truncated = true;
+      return { reply, last: true };
+    }
+    return { reply };
+  }
+
+  observe(messages: readonly Message[]): void {
+    const next = renderChat(this.tokenizer, messages as ChatMessage[], { tools: this.task.info.tools, addGenerationPrompt: true });
+    if (!next.startsWith(this.rendered)) {
+      // The template renders an earlier turn differently now: the next turn is sampled from the
+      // re-rendered chat, which starts a new sample.
+      this.startSample(next, this.tokenizer.encode(next));
+      return;
+    }
+    // What the template puts after the reply's content (e.g. "<|im_end|>\n"), the environment's
+    // messages and the generation prompt; the sampled stop token already stands for the first
+    // special token when they match.
+    let delta = next.slice(this.rendered.length);
+    if (this.stopText && delta.startsWith(this.stopText)) delta = delta.slice(this.stopText.length);
+    const deltaIds = this.tokenizer.encode(delta);
+    this.sample.push({ tokens: deltaIds, generated: false });
+    this.ids.push(...deltaIds);
+    this.rendered = next;
+  }
+}
+
+export async function runRollout(task: RolloutTask, pool: EnvPool, client: InferenceClient, tokenizer: Tokenizer): Promise<Rollout> {
+  const prompt = renderPrompt(tokenizer, task.example.prompt, task.info.tools);
+  const player = new TokenPlayer(task, client, tokenizer, prompt);
+  // A prompt with no room for one generated token would make a rollout that trains nothing.
+  const tooLong = promptTooLong(prompt.ids.length, task.seqLen);
+  const episode: Episode = tooLong ? { completion: [], reward: 0, metrics: {}, turns: 0, error: tooLong } : await playEpisode(task, pool, player);
+  return {
+    ...episode,
+    samples: player.samples.filter((segments) => segments.some((s) => s.generated)),
+    completionTokens: player.completionTokens,
+    truncated: player.truncated,
+    policyVersion: player.policyVersion === Infinity ? -1 : player.policyVersion,
+  };
 }
 
 /** The text before the first stop string in `text`, or undefined when none occurs (a stop token ended the turn, or its length). */

@@ -1,7 +1,8 @@
 /**
  * A step's trainer input from its stored rollouts (the groups the rollout filters kept): errored
- * rollouts dropped, advantages per group (zero ones dropped with filter_zero_advantages), samples packed first-fit-decreasing into rows of seq_len, written as one
- * batch file. CPU-bound (seconds for thousands of long rollouts), so `packBatch` runs it in a
+ * rollouts dropped, advantages per group of rollouts (zero ones dropped with filter_zero_advantages;
+ * every sample of a rollout gets its advantage), samples packed first-fit-decreasing into rows of
+ * seq_len, written as one batch file. CPU-bound (seconds for thousands of long rollouts), so `packBatch` runs it in a
  * worker thread (lib/thread.ts): it imports only what it needs.
  */
 import * as fs from 'node:fs';
@@ -17,7 +18,10 @@ interface RolloutLine {
   reward: number;
   completionTokens: number;
   turns: number;
-  segments: TokenSegment[];
+  /** A rollout's samples share its advantage: the group counts rollouts, not samples. */
+  samples?: TokenSegment[][];
+  /** Rollouts stored before a rollout could hold several samples: its one sample. */
+  segments?: TokenSegment[];
   error?: string;
 }
 
@@ -60,7 +64,7 @@ export function buildStepBatch(input: StepBatchInput, progress: (p: StepBatchPro
     else byGroup.set(r.group, [r]);
   }
   const groups = [...byGroup.keys()].sort((a, b) => a - b).map((g) => byGroup.get(g)!);
-  const tokens = (r: RolloutLine) => r.segments.reduce((n, s) => n + s.tokens.length, 0);
+  const tokens = (r: RolloutLine) => (r.samples ?? [r.segments!]).flat().reduce((n, s) => n + s.tokens.length, 0);
   const result = computeAdvantages(
     groups.map((g) =>
       g.map((r) => ({ reward: r.reward, completionTokens: r.completionTokens, inputTokens: tokens(r) - r.completionTokens, turns: r.turns, errored: r.error !== undefined })),
@@ -77,7 +81,8 @@ export function buildStepBatch(input: StepBatchInput, progress: (p: StepBatchPro
   groups.forEach((g, gi) =>
     g.forEach((r, ri) => {
       const advantage = result.advantages[gi][ri];
-      if (advantage !== null) samples.push(buildSample(r.segments, advantage));
+      if (advantage === null) return;
+      for (const segments of r.samples ?? [r.segments!]) samples.push(buildSample(segments, advantage));
     }),
   );
   const { rows, counts } = packSamples(samples, input.seqLen);

@@ -1,6 +1,7 @@
 /** The resolved config a run was started with, as stored in its run folder (rl or sft). */
 import * as fs from 'node:fs';
 import { ApplicationFailure } from '@temporalio/common';
+import { storedResult } from '../atomic';
 import { Failure } from '../failures';
 import type { z } from 'zod';
 import { rlSchema, sftSchema, type RLConfig, type SFTConfig } from '../config/schemas';
@@ -70,8 +71,7 @@ export interface SftPlan {
 
 /** The plan of a prepared SFT run, or undefined before prepareSft finished. */
 export function readSftPlan(runDir: string): SftPlan | undefined {
-  const file = new RunLayout(runDir).sftPlanFile;
-  return fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as SftPlan) : undefined;
+  return storedResult<SftPlan>(new RunLayout(runDir).sftPlanFile);
 }
 
 /** What the trainer activities need of a run: how to train, and what to keep. */

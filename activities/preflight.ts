@@ -1,0 +1,53 @@
+/**
+ * Checks activities run before they start work, each failing the run non-retryably with the type
+ * that names its cause (lib/failures.ts): the model folder, the environments, and a run folder
+ * that already holds another run.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
+import type { EnvSpec } from '../lib/envs/loader';
+import { loadEnvironment } from '../lib/envs/loader';
+import type { EnvPool } from '../lib/envs/pool';
+import type { EnvironmentInfo } from '../lib/envs/types';
+import { Failure } from '../lib/failures';
+import { readHfConfig } from '../lib/model/hf';
+
+/** The resolved model folder `dir` (config key `key`), when it holds a loadable model (InvalidModel otherwise). */
+export function checkModel(dir: string, key = 'model.name'): string {
+  const resolved = path.resolve(dir);
+  try {
+    readHfConfig(resolved);
+  } catch (e) {
+    throw ApplicationFailure.nonRetryable(`${key}: ${(e as Error).message}`, Failure.InvalidModel);
+  }
+  return resolved;
+}
+
+/** Loads each environment in this process (InvalidEnvironment for the first that fails). */
+export function checkEnvironments(envs: readonly EnvSpec[]): void {
+  for (const e of envs) {
+    try {
+      loadEnvironment(e.id, e.args);
+    } catch (err) {
+      throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidEnvironment);
+    }
+  }
+}
+
+/** An environment's info from the env worker pool (InvalidEnvironment when it cannot be loaded there). */
+export async function environmentInfo(pool: EnvPool, env: EnvSpec): Promise<EnvironmentInfo> {
+  const r = await pool.info(env);
+  if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${env.id}' cannot be loaded: ${r.error}`, Failure.InvalidEnvironment);
+  return r.value;
+}
+
+/**
+ * Whether run folder `runDir` already holds this run's config `text` at `file` (false: no config
+ * yet). Another config there is a ConfigMismatch: the folder holds another run.
+ */
+export function holdsRunConfig(runDir: string, file: string, text: string): boolean {
+  if (!fs.existsSync(file)) return false;
+  if (fs.readFileSync(file, 'utf8') === text) return true;
+  throw ApplicationFailure.nonRetryable(`run folder ${runDir} holds a run with a different config (${file}); use another run_name or output_dir`, Failure.ConfigMismatch);
+}
