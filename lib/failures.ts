@@ -1,6 +1,7 @@
 /**
  * The non-retryable failures of activities: one type per cause, raised with
- * `ApplicationFailure.nonRetryable(message, Failure.X)` and read back by the CLI (`rl`, `sft`,
+ * `ApplicationFailure.nonRetryable(message, Failure.X)` in activities/ (lib/ throws
+ * `NonRetryableError`, which activities/failures.ts converts) and read back by the CLI (`rl`, `sft`,
  * `eval` and `runs show`) from a failed workflow. A failure that retrying can fix (a worker or
  * server that is down, a full queue) is never one of these: Temporal retries it.
  *
@@ -40,6 +41,21 @@ export const Failure = {
 } as const;
 
 export type FailureType = (typeof Failure)[keyof typeof Failure];
+
+/**
+ * A failure no retry can fix, as lib/ code raises it (lib/ knows no Temporal): the activity that
+ * called the code turns it into a non-retryable failure of `type` (activities/failures.ts).
+ */
+export class NonRetryableError extends Error {
+  override readonly name = 'NonRetryableError';
+
+  constructor(
+    message: string,
+    readonly type: FailureType,
+  ) {
+    super(message);
+  }
+}
 
 /**
  * The failures caused by what the user gave (config, data, model, environment, server settings):
