@@ -63,7 +63,7 @@ fi
 
 # 5. TypeScript ---------------------------------------------------------------------------------
 ts_hash=$(echo "$lock_hash" | hash_of - tsconfig.json $(find lib workflows activities workers native bench test -name '*.ts' | sort))
-if ! stamp_ok ts "$ts_hash" || [ ! -f dist/lib/cli/main.js ]; then
+if ! stamp_ok ts "$ts_hash" || [ ! -f dist/workers/cli.js ]; then
   log "compiling TypeScript"
   npx --no-install tsc -p tsconfig.json
   stamp_set ts "$ts_hash"
