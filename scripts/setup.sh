@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs and builds everything prime-rl needs, idempotently: a second run on a set-up machine
 # finishes in seconds. Steps are skipped when a stamp (hash of their inputs) says they are done.
-#   1. Debian packages: libtorch + OpenBLAS, compilers, cmake, ninja
+#   1. Debian packages: libtorch + OpenBLAS, compilers, cmake, ninja, clang-format (npm run lint)
 #   2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system)
 #   3. npm packages, exactly as package-lock.json pins them
 #   4. the native addon (cmake-js against libtorch) -> build/native/Release/prime_native.node
@@ -20,7 +20,7 @@ stamp_set() { echo "$2" > "$STAMPS/$1"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
 # 1. Debian packages --------------------------------------------------------------------------
-APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium)
+APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium clang-format)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
