@@ -46,14 +46,20 @@ export default tseslint.config(
   {
     files: ['lib/**/*.ts'],
     rules: {
-      '@typescript-eslint/no-restricted-imports': ['error', { patterns: [{ regex: into('activities', 'workflows', 'workers'), message: LIB }] }],
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: into('activities', 'workflows', 'workers'), message: LIB }] },
+      ],
       'no-restricted-syntax': ['error', ...dynamicInto(LIB, 'activities', 'workflows', 'workers')],
     },
   },
   {
     files: ['activities/**/*.ts'],
     rules: {
-      '@typescript-eslint/no-restricted-imports': ['error', { patterns: [{ regex: into('workflows', 'workers'), message: ACTIVITIES }] }],
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: into('workflows', 'workers'), message: ACTIVITIES }] },
+      ],
       'no-restricted-syntax': ['error', ...dynamicInto(ACTIVITIES, 'workflows', 'workers')],
     },
   },
@@ -63,10 +69,13 @@ export default tseslint.config(
       '@typescript-eslint/no-restricted-imports': [
         'error',
         {
-          paths: builtinModules.flatMap((name) => [name, `node:${name}`]).map((name) => ({
-            name,
-            message: 'workflow code runs in the deterministic Temporal sandbox: no Node built-ins (do the I/O in an activity)',
-          })),
+          paths: builtinModules
+            .flatMap((name) => [name, `node:${name}`])
+            .map((name) => ({
+              name,
+              message:
+                'workflow code runs in the deterministic Temporal sandbox: no Node built-ins (do the I/O in an activity)',
+            })),
           patterns: [
             {
               regex: into('activities'),
@@ -77,7 +86,10 @@ export default tseslint.config(
           ],
         },
       ],
-      'no-restricted-syntax': ['error', { selector: 'ImportExpression', message: 'workflow code imports statically (the bundle is built once)' }],
+      'no-restricted-syntax': [
+        'error',
+        { selector: 'ImportExpression', message: 'workflow code imports statically (the bundle is built once)' },
+      ],
     },
   },
 );

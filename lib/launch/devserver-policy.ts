@@ -10,7 +10,15 @@ import type { ChildProcess } from 'node:child_process';
 import { Client, Connection } from '@temporalio/client';
 import type { TemporalConfig } from '../config/schemas';
 import { isRunning, type ProcessId } from '../proc';
-import { devServerOptions, forgetDevServer, isListening, recordDevServer, runningDevServer, spawnDevServer, startDevServer } from '../temporal/devserver';
+import {
+  devServerOptions,
+  forgetDevServer,
+  isListening,
+  recordDevServer,
+  runningDevServer,
+  spawnDevServer,
+  startDevServer,
+} from '../temporal/devserver';
 import { Supervised } from './supervise';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -30,26 +38,44 @@ export function temporalAddress(temporal: TemporalConfig): string {
  * Starts or takes over the local dev server of `outputDir` when the launch needs one; `self` (the
  * launcher) is recorded as its owner, so that a later launch can take it over if we are killed.
  */
-export async function acquireDevServer(temporal: TemporalConfig, outputDir: string, self: ProcessId, say: (line: string) => void): Promise<OwnedDevServer | undefined> {
+export async function acquireDevServer(
+  temporal: TemporalConfig,
+  outputDir: string,
+  self: ProcessId,
+  say: (line: string) => void,
+): Promise<OwnedDevServer | undefined> {
   if (temporal.address) return undefined;
   const address = temporalAddress(temporal);
   const opts = { ...devServerOptions(temporal, outputDir), detached: true };
-  const record = (pid: number | undefined) => pid !== undefined && recordDevServer(outputDir, { pid, port: opts.port, owner: self });
+  const record = (pid: number | undefined) =>
+    pid !== undefined && recordDevServer(outputDir, { pid, port: opts.port, owner: self });
   const left = runningDevServer(outputDir);
   if (left && left.port === opts.port && left.owner && !isRunning(left.owner)) {
     record(left.pid);
-    const process = new Supervised('temporal', () => spawnDevServer(opts), say, (id) => record(id.pid), left);
+    const process = new Supervised(
+      'temporal',
+      () => spawnDevServer(opts),
+      say,
+      (id) => record(id.pid),
+      left,
+    );
     say(`took over the Temporal dev server on ${address} (pid ${left.pid}) of the killed launcher ${left.owner.pid}`);
     const deadline = Date.now() + 60_000;
     while (!(await isListening(opts.ip, opts.port))) {
-      if (Date.now() > deadline) throw new Error(`Temporal dev server did not open ${address} within 60 s; see ${opts.logFile}`);
+      if (Date.now() > deadline)
+        throw new Error(`Temporal dev server did not open ${address} within 60 s; see ${opts.logFile}`);
       await sleep(200);
     }
     return { process, port: opts.port };
   }
   if (await isListening(temporal.ip, temporal.port)) return undefined;
   let first: ChildProcess | undefined = (await startDevServer(opts, (child) => record(child.pid))).child;
-  const process = new Supervised('temporal', () => first ?? spawnDevServer(opts), say, (id) => record(id.pid));
+  const process = new Supervised(
+    'temporal',
+    () => first ?? spawnDevServer(opts),
+    say,
+    (id) => record(id.pid),
+  );
   first = undefined;
   say(`Temporal dev server on ${address} (UI http://${opts.ip}:${opts.uiPort})`);
   return { process, port: opts.port };
@@ -59,7 +85,13 @@ export async function acquireDevServer(temporal: TemporalConfig, outputDir: stri
  * At the end of a launch: stops its dev server, unless another command (which found it listening)
  * still runs a workflow on it; then it is left running, recorded without an owner.
  */
-export async function releaseDevServer(server: OwnedDevServer, temporal: TemporalConfig, outputDir: string, runName: string, say: (line: string) => void): Promise<void> {
+export async function releaseDevServer(
+  server: OwnedDevServer,
+  temporal: TemporalConfig,
+  outputDir: string,
+  runName: string,
+  say: (line: string) => void,
+): Promise<void> {
   const others = await otherOpenWorkflows(temporalAddress(temporal), temporal.namespace, runName).catch(() => []);
   const pid = server.process.pid;
   if (others.length === 0 || pid === undefined) {
@@ -68,7 +100,9 @@ export async function releaseDevServer(server: OwnedDevServer, temporal: Tempora
   } else {
     server.process.release();
     recordDevServer(outputDir, { pid, port: server.port });
-    say(`Temporal dev server left running (pid ${pid}) for open workflows ${others.join(', ')}; 'prime-rl temporal stop --output-dir ${outputDir}' stops it`);
+    say(
+      `Temporal dev server left running (pid ${pid}) for open workflows ${others.join(', ')}; 'prime-rl temporal stop --output-dir ${outputDir}' stops it`,
+    );
   }
 }
 
@@ -77,8 +111,11 @@ async function otherOpenWorkflows(address: string, namespace: string, own: strin
   const connection = await Connection.connect({ address, connectTimeout: 5000 });
   try {
     const ids: string[] = [];
-    for await (const w of new Client({ connection, namespace }).workflow.list({ query: 'ExecutionStatus = "Running"' })) {
-      if (![w.workflowId, w.parentExecution?.workflowId, w.rootExecution?.workflowId].includes(own)) ids.push(w.workflowId);
+    for await (const w of new Client({ connection, namespace }).workflow.list({
+      query: 'ExecutionStatus = "Running"',
+    })) {
+      if (![w.workflowId, w.parentExecution?.workflowId, w.rootExecution?.workflowId].includes(own))
+        ids.push(w.workflowId);
     }
     return ids;
   } finally {

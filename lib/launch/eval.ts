@@ -20,7 +20,8 @@ export interface EvalResultView {
 /** An eval: a cpu worker, plus an inference server on model.name unless an external API is evaluated. */
 export function launchEval(config: EvalConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun<EvalResultView>> {
   const local = config.client.base_url === undefined;
-  if (local && !config.model.name) throw new ConfigError('model.name: the model folder to evaluate (or client.base_url for an external API)');
+  if (local && !config.model.name)
+    throw new ConfigError('model.name: the model folder to evaluate (or client.base_url for an external API)');
   const inference = local
     ? inferenceSchema.parse({
         model: { name: config.model.name, dtype: config.model.dtype, device: config.model.device },
@@ -42,7 +43,10 @@ export function launchEval(config: EvalConfig, opts: { quiet?: boolean } = {}): 
       worker: { env_workers: 2, env_timeout_s: 60, threads: config.threads },
       workflowType: 'eval',
       args: [{ config }],
-      memo: { runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir), model: config.model.name ?? '' },
+      memo: {
+        runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir),
+        model: config.model.name ?? '',
+      },
     },
     opts,
   );

@@ -13,7 +13,12 @@ export function trainParts(m: Pick<TrainMetrics, 'loss' | 'tokens_per_s'> | unde
  */
 export async function follow<R>(run: LocalRun<R>, runName: string, done: (result: R) => void): Promise<void> {
   const interrupted = new Promise<never>((_, reject) => {
-    const onSignal = (sig: string) => reject(Object.assign(new Error(`${sig}: stopped the local processes; run the same command to resume ${runName}`), { signal: sig }));
+    const onSignal = (sig: string) =>
+      reject(
+        Object.assign(new Error(`${sig}: stopped the local processes; run the same command to resume ${runName}`), {
+          signal: sig,
+        }),
+      );
     process.once('SIGINT', () => onSignal('SIGINT'));
     process.once('SIGTERM', () => onSignal('SIGTERM'));
   });

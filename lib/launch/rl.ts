@@ -38,12 +38,26 @@ export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Pro
       temporal: config.temporal,
       inference: config.inference,
       pools: ['cpu', 'trainer'],
-      worker: { env_workers: config.orchestrator.env_workers, env_timeout_s: config.orchestrator.env_timeout_s, threads: config.trainer.threads },
+      worker: {
+        env_workers: config.orchestrator.env_workers,
+        env_timeout_s: config.orchestrator.env_timeout_s,
+        threads: config.trainer.threads,
+      },
       workflowType: 'rl',
       args: [config],
-      memo: { runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir), model: config.model.name ?? '', maxSteps: config.max_steps ?? null },
+      memo: {
+        runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir),
+        model: config.model.name ?? '',
+        maxSteps: config.max_steps ?? null,
+      },
       progressLine: (p: RlProgressView, rate) =>
-        stepLine(p.trained, p.maxSteps, rate, [`reward ${p.lastReward?.toFixed(3) ?? '-'}`, ...trainParts(p.lastTrain?.metrics)], { paused: p.paused }),
+        stepLine(
+          p.trained,
+          p.maxSteps,
+          rate,
+          [`reward ${p.lastReward?.toFixed(3) ?? '-'}`, ...trainParts(p.lastTrain?.metrics)],
+          { paused: p.paused },
+        ),
     },
     opts,
   );

@@ -42,13 +42,24 @@ export function launchSft(config: SFTConfig, opts: { quiet?: boolean } = {}): Pr
       worker: { env_workers: 1, env_timeout_s: 60, threads: config.threads },
       workflowType: 'sft',
       args: [config],
-      memo: { runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir), model: config.model.name, maxSteps: config.max_steps ?? null },
+      memo: {
+        runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir),
+        model: config.model.name,
+        maxSteps: config.max_steps ?? null,
+      },
       progressLine: (p: SftProgressView, rate) =>
-        stepLine(p.trained, p.maxSteps, rate, [...trainParts(p.lastTrain?.metrics), `val ${p.lastValLoss?.toFixed(4) ?? '-'}`], {
-          paused: p.paused,
-          // The run ends at the first validation at or below the target, maybe long before max_steps.
-          mayEndEarly: config.val.target_loss !== undefined ? `sooner if val loss reaches ${config.val.target_loss}` : undefined,
-        }),
+        stepLine(
+          p.trained,
+          p.maxSteps,
+          rate,
+          [...trainParts(p.lastTrain?.metrics), `val ${p.lastValLoss?.toFixed(4) ?? '-'}`],
+          {
+            paused: p.paused,
+            // The run ends at the first validation at or below the target, maybe long before max_steps.
+            mayEndEarly:
+              config.val.target_loss !== undefined ? `sooner if val loss reaches ${config.val.target_loss}` : undefined,
+          },
+        ),
     },
     opts,
   );

@@ -92,7 +92,11 @@ export class Supervised {
 export function cliProcess(args: string[], logFile: string): () => ChildProcess {
   return () => {
     const fd = fs.openSync(logFile, 'a');
-    const child = spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], parentPipeOptions(['ignore', fd, fd]));
+    const child = spawn(
+      process.execPath,
+      [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args],
+      parentPipeOptions(['ignore', fd, fd]),
+    );
     fs.closeSync(fd);
     return child;
   };
@@ -120,7 +124,10 @@ export interface LauncherRecord {
 
 export function readLauncherRecord(layout: RunLayout): LauncherRecord | undefined {
   try {
-    const raw = JSON.parse(fs.readFileSync(layout.launcherFile, 'utf8')) as { launcher?: unknown; processes?: Record<string, unknown> };
+    const raw = JSON.parse(fs.readFileSync(layout.launcherFile, 'utf8')) as {
+      launcher?: unknown;
+      processes?: Record<string, unknown>;
+    };
     const launcher = asProcessId(raw.launcher);
     if (launcher === undefined) return undefined;
     const processes: LauncherRecord['processes'] = {};

@@ -48,16 +48,33 @@ export class Served {
   ) {}
 
   checkModel(name: string | undefined): void {
-    if (name !== undefined && name !== this.modelName) throw new ApiError(404, `model '${name}' does not exist; this server serves '${this.modelName}'`, 'model', 'model_not_found');
+    if (name !== undefined && name !== this.modelName)
+      throw new ApiError(
+        404,
+        `model '${name}' does not exist; this server serves '${this.modelName}'`,
+        'model',
+        'model_not_found',
+      );
   }
 
   private contextExceeded(param: string, what: string): ApiError {
-    return new ApiError(400, `${param}: the prompt has ${what} tokens; this model's context is ${this.contextLength} tokens`, param, 'context_length_exceeded');
+    return new ApiError(
+      400,
+      `${param}: the prompt has ${what} tokens; this model's context is ${this.contextLength} tokens`,
+      param,
+      'context_length_exceeded',
+    );
   }
 
   checkPrompt(ids: readonly number[], param: string): void {
     const bad = ids.findIndex((t) => t >= this.arch.vocabSize);
-    if (bad >= 0) throw new ApiError(400, `${param}: token id ${ids[bad]} at index ${bad} is outside the vocabulary (size ${this.arch.vocabSize})`, param, 'invalid_token_id');
+    if (bad >= 0)
+      throw new ApiError(
+        400,
+        `${param}: token id ${ids[bad]} at index ${bad} is outside the vocabulary (size ${this.arch.vocabSize})`,
+        param,
+        'invalid_token_id',
+      );
     if (ids.length >= this.contextLength) throw this.contextExceeded(param, String(ids.length));
   }
 
@@ -71,13 +88,25 @@ export class Served {
     const room = this.contextLength - promptLength;
     if (asked === undefined || asked === null) return room;
     if (asked > room) {
-      throw new ApiError(400, `${param}: ${asked} new tokens do not fit: prompt ${promptLength} + ${asked} > context ${this.contextLength}`, param, 'context_length_exceeded');
+      throw new ApiError(
+        400,
+        `${param}: ${asked} new tokens do not fit: prompt ${promptLength} + ${asked} > context ${this.contextLength}`,
+        param,
+        'context_length_exceeded',
+      );
     }
     return asked;
   }
 
   /** The engine request for choice `i` of `n`: seeds differ per choice so n samples differ. */
-  engineRequest(promptIds: number[], s: Sampling, maxTokens: number, i: number, promptLogprobs = false, topLogprobs = 0) {
+  engineRequest(
+    promptIds: number[],
+    s: Sampling,
+    maxTokens: number,
+    i: number,
+    promptLogprobs = false,
+    topLogprobs = 0,
+  ) {
     return {
       promptIds,
       temperature: s.temperature ?? 1,
