@@ -52,7 +52,7 @@ export async function acquireDevServer(
   const left = runningDevServer(outputDir);
   if (left && left.port === opts.port && left.owner && !isRunning(left.owner)) {
     record(left.pid);
-    const process = new Supervised(
+    const server = new Supervised(
       'temporal',
       () => spawnDevServer(opts),
       say,
@@ -62,15 +62,20 @@ export async function acquireDevServer(
     say(`took over the Temporal dev server on ${address} (pid ${left.pid}) of the killed launcher ${left.owner.pid}`);
     const deadline = Date.now() + 60_000;
     while (!(await isListening(opts.ip, opts.port))) {
-      if (Date.now() > deadline)
+      if (Date.now() > deadline) {
+        // Ours now, and useless: stopped, as the launch's end would.
+        const pid = server.pid;
+        await server.stop();
+        if (pid !== undefined) forgetDevServer(outputDir, pid);
         throw new Error(`Temporal dev server did not open ${address} within 60 s; see ${opts.logFile}`);
+      }
       await sleep(200);
     }
-    return { process, port: opts.port };
+    return { process: server, port: opts.port };
   }
   if (await isListening(temporal.ip, temporal.port)) return undefined;
   let first: ChildProcess | undefined = (await startDevServer(opts, (child) => record(child.pid))).child;
-  const process = new Supervised(
+  const server = new Supervised(
     'temporal',
     () => first ?? spawnDevServer(opts),
     say,
@@ -78,7 +83,7 @@ export async function acquireDevServer(
   );
   first = undefined;
   say(`Temporal dev server on ${address} (UI http://${opts.ip}:${opts.uiPort})`);
-  return { process, port: opts.port };
+  return { process: server, port: opts.port };
 }
 
 /**
