@@ -4,14 +4,17 @@
  */
 import type { EnvPool } from '../lib/envs/pool';
 import { createEvalActivities } from './evaluate';
+import { withFailureTypes } from './failures';
 import { createPackActivities } from './pack';
 import { createRolloutActivities } from './rollouts';
 import { prepareRun, recordStep, rewindRun } from './run';
 import { prepareSft, recordSftStep } from './sft';
-import { createTrainerActivities } from './train';
+import { createTrainerActivities as trainerActivities } from './train';
 
 export function createCpuActivities(deps: { pool: EnvPool }) {
-  return { ...createRolloutActivities(deps), ...createPackActivities(), ...createEvalActivities(deps), prepareRun, recordStep, rewindRun, prepareSft, recordSftStep };
+  return withFailureTypes({ ...createRolloutActivities(deps), ...createPackActivities(), ...createEvalActivities(deps), prepareRun, recordStep, rewindRun, prepareSft, recordSftStep });
 }
 
-export { createTrainerActivities };
+export function createTrainerActivities() {
+  return withFailureTypes(trainerActivities());
+}

@@ -1,4 +1,4 @@
 #!/usr/bin/env node
 'use strict';
 // The CLI ships compiled: `scripts/setup.sh` (or `npm run build:ts`) writes dist/.
-require('../dist/lib/cli/main.js').main(process.argv.slice(2));
+require('../dist/workers/cli.js').main(process.argv.slice(2));

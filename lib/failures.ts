@@ -1,6 +1,7 @@
 /**
  * The non-retryable failures of activities: one type per cause, raised with
- * `ApplicationFailure.nonRetryable(message, Failure.X)` and read back by the CLI (`rl`, `sft`,
+ * `ApplicationFailure.nonRetryable(message, Failure.X)` in activities/ (lib/ throws
+ * `NonRetryableError`, which activities/failures.ts converts) and read back by the CLI (`rl`, `sft`,
  * `eval` and `runs show`) from a failed workflow. A failure that retrying can fix (a worker or
  * server that is down, a full queue) is never one of these: Temporal retries it.
  *
@@ -53,6 +54,21 @@ export const Failure = Object.fromEntries(Object.keys(TYPES).map((t) => [t, t]))
 /** Whether a failure type (as read off a failure: any string, or none) is one of ours caused by bad input. */
 export function isBadInput(type: string | null | undefined): boolean {
   return type != null && Object.hasOwn(TYPES, type) && TYPES[type as FailureType].badInput;
+}
+
+/**
+ * A failure no retry can fix, as lib/ code raises it (lib/ knows no Temporal): the activity that
+ * called the code turns it into a non-retryable failure of `type` (activities/failures.ts).
+ */
+export class NonRetryableError extends Error {
+  override readonly name = 'NonRetryableError';
+
+  constructor(
+    message: string,
+    readonly type: FailureType,
+  ) {
+    super(message);
+  }
 }
 
 /**

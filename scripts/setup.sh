@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs and builds everything prime-rl needs, idempotently: a second run on a set-up machine
 # finishes in seconds. Steps are skipped when a stamp (hash of their inputs) says they are done.
-#   1. Debian packages: libtorch + OpenBLAS, compilers, cmake, ninja, a JRE and Maven
+#   1. Debian packages: libtorch + OpenBLAS, compilers, cmake, ninja, clang-format (npm run lint), a JRE and Maven
 #   2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system), and
 #      Temporal's Java test server (time skipping, for the fast workflow tests) into tools/
 #   3. npm packages, exactly as package-lock.json pins them
@@ -22,7 +22,7 @@ stamp_set() { echo "$2" > "$STAMPS/$1"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
 # 1. Debian packages --------------------------------------------------------------------------
-APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium openjdk-17-jre-headless maven)
+APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium clang-format openjdk-17-jre-headless maven)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -77,7 +77,7 @@ fi
 
 # 5. TypeScript ---------------------------------------------------------------------------------
 ts_hash=$(echo "$lock_hash" | hash_of - tsconfig.json $(find lib workflows activities workers native bench test -name '*.ts' | sort))
-if ! stamp_ok ts "$ts_hash" || [ ! -f dist/lib/cli/main.js ]; then
+if ! stamp_ok ts "$ts_hash" || [ ! -f dist/workers/cli.js ]; then
   log "compiling TypeScript"
   npx --no-install tsc -p tsconfig.json
   stamp_set ts "$ts_hash"

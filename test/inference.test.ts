@@ -47,7 +47,6 @@ const post = (route: string, body: unknown, headers: Record<string, string> = {}
     headers: { 'content-type': 'application/json', ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body),
   });
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 const generate = async (body: object): Promise<any> => (await post('/v1/generate', body)).json() as any;
 const chat = { model: '' as string, messages: [{ role: 'user' as const, content: 'Reverse: abc' }] };
 

@@ -16,10 +16,26 @@ import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
 import { isListening, runningDevServer } from '../lib/temporal/devserver';
-import { launchSft } from '../workers/launcher';
+import { launchSft, type EvalResultView, type RlProgressView, type RlResultView, type SftProgressView, type SftResultView } from '../lib/launch';
+import type { EvalResult } from '../workflows/eval';
+import type { RLProgress, RLResult } from '../workflows/rl';
+import type { SftProgress, SftResult } from '../workflows/sft';
 import { childrenOf, CliProcesses, cmdline, isRunning, metricSteps, until } from './processes';
 
 jest.setTimeout(5 * 60_000);
+
+/**
+ * Checked by tsc: the launcher (lib/launch, which may not import workflows/) reads the workflows'
+ * progress and results through views of them; each workflow type must fit its view.
+ */
+type Fits<T extends View, View> = T;
+export type WorkflowsFitLauncherViews = [
+  Fits<RLProgress, RlProgressView>,
+  Fits<RLResult, RlResultView>,
+  Fits<SftProgress, SftProgressView>,
+  Fits<SftResult, SftResultView>,
+  Fits<EvalResult, EvalResultView>,
+];
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-launcher-'));
 const modelDir = path.join(root, 'model');

@@ -7,7 +7,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import * as native from '../native';
 import { createPackActivities, type PackSummary } from '../activities/pack';
 import { createRolloutActivities, readRollouts, type RolloutSummary } from '../activities/rollouts';
-import { prepareRun } from '../activities/run';
+import { createCpuActivities } from '../activities';
 import { inferenceSchema, rlSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
@@ -259,6 +259,8 @@ describe('runs that cannot train fail, naming why', () => {
   test('a run started without the CLI (temporal workflow start) is checked as the CLI checks it', async () => {
     const config = rlSchema.parse({ run_name: 'no-cli', model: { name: modelDir }, env: [{ id: 'reverse-text' }], output_dir: path.join(root, 'runs'), trainer: { model: { name: modelDir } }, inference: { model: { name: modelDir } }, orchestrator: { model: { name: modelDir } } });
     const bad = { ...config, orchestrator: { ...config.orchestrator, batch_size: 10, rollouts_per_example: 4 } };
+    // As a worker registers it: lib's config check fails it non-retryably (activities/failures.ts).
+    const { prepareRun } = createCpuActivities({ pool });
     const f = await failure(mock.run(prepareRun, bad));
     expect(f.type).toBe('InvalidConfig');
     expect(f.message).toMatch(/^invalid configuration: orchestrator\.batch_size: 10 is not a multiple of orchestrator\.rollouts_per_example \(4\)/);

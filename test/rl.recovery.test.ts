@@ -25,7 +25,7 @@ import { asProcessId, isRunning, type ProcessId } from '../lib/proc';
 import { RunLayout } from '../lib/run/layout';
 import { isListening, runningDevServer } from '../lib/temporal/devserver';
 import { readRollouts } from '../activities/rollouts';
-import { launchRun } from '../workers/launcher';
+import { launchRun } from '../lib/launch';
 import { CliProcesses, metricLines, metricSteps, sleep, until, type CliLaunch } from './processes';
 
 jest.setTimeout(10 * 60_000);

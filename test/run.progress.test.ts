@@ -1,5 +1,5 @@
 /** The launcher's progress line: an ETA that says what it knows. */
-import { stepLine } from '../lib/run/progress';
+import { formatDuration, stepLine } from '../lib/run/progress';
 
 const started = 1_000_000;
 
@@ -13,4 +13,12 @@ test('the ETA is the pace so far times the steps left', () => {
 test('with a target loss that may end the run early, the ETA is an upper bound and says so', () => {
   const line = stepLine(10, 100, { started, first: 0 }, [], { now: started + 100_000, mayEndEarly: 'sooner if val loss reaches 0.05' });
   expect(line).toBe('step 10/100 | ETA ≤15m00s (sooner if val loss reaches 0.05) | ');
+});
+
+test('durations read as seconds, minutes or hours, rounded to the second', () => {
+  expect(formatDuration(42.4)).toBe('42s');
+  expect(formatDuration(59.6)).toBe('1m00s');
+  expect(formatDuration(245)).toBe('4m05s');
+  expect(formatDuration(2 * 3600 + 3 * 60 + 59)).toBe('2h03m');
+  expect(formatDuration(NaN)).toBe('?');
 });

@@ -14,9 +14,6 @@ import { ensureTemporal } from '../lib/temporal/devserver';
 import { taskQueues } from '../lib/temporal/queues';
 import * as native from '../native';
 
-// Re-exported for workers/launcher.ts until it imports lib/temporal/queues itself.
-export { taskQueues };
-
 export async function runWorker(config: WorkerConfig): Promise<void> {
   if (config.pool === 'inference') {
     if (!config.inference) throw new ConfigError('--pool inference needs the server config: --inference.model.name DIR (or --inference @ file.toml)');

@@ -2,7 +2,8 @@
  * `prime-rl <command> [subcommand] [@ file.toml ...] [--key value ...] [--dry-run] [--help]`
  *
  * Each command is a zod schema (lib/config/schemas.ts) plus a function that runs with the resolved
- * config. Help text and validation both come from the schema.
+ * config. Help text and validation both come from the schema. The process entry (workers/cli.ts)
+ * adds `worker`, whose code (activities, workflows) lib/ does not import.
  */
 import * as fs from 'node:fs';
 import { ConfigError, didYouMean } from '../config/errors';
@@ -16,25 +17,26 @@ import { command, CommandError, type Command } from './command';
 import { runsCommands } from './runs';
 import { temporalCommands } from './temporal';
 
-type CommandTable = Record<string, Command | { summary: string; subcommands: Record<string, Command> }>;
+export type CommandTable = Record<string, Command | { summary: string; subcommands: Record<string, Command> }>;
 
-const commands: CommandTable = {
+/** Every command, `worker` given by the process entry. */
+export const cliCommands = (worker: Command): CommandTable => ({
   rl: command({
     summary: 'run asynchronous RL: trainer, orchestrator and inference on Temporal',
     schema: schemas.rlSchema,
     shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS },
     aliases: RL_ALIASES,
-    run: async (config) => (await import('../../workers/launcher')).runRl(config),
+    run: async (config) => (await import('../launch/rl')).runRl(config),
   }),
   sft: command({
     summary: 'supervised fine-tuning as a Temporal workflow (cpu and trainer workers)',
     schema: schemas.sftSchema,
-    run: async (config) => (await import('../../workers/launcher')).runSft(config),
+    run: async (config) => (await import('../launch/sft')).runSft(config),
   }),
   eval: command({
     summary: 'evaluate model versions or an external API on environments',
     schema: schemas.evalSchema,
-    run: async (config) => (await import('../../workers/launcher')).runEval(config),
+    run: async (config) => (await import('../launch/eval')).runEval(config),
   }),
   report: command({
     summary: 'write a run\'s report.html (metrics, timeline, configs, evals)',
@@ -50,12 +52,7 @@ const commands: CommandTable = {
     schema: schemas.inferenceSchema,
     run: async (config) => (await import('./inference')).runInference(config),
   }),
-  worker: command({
-    summary: 'run a Temporal worker for one pool (cpu, trainer or inference)',
-    schema: schemas.workerSchema,
-    shared: { keys: schemas.WORKER_SHARED_KEYS, sections: schemas.WORKER_SECTIONS },
-    run: async (config) => (await import('../../workers/worker')).runWorker(config),
-  }),
+  worker,
   model: {
     summary: 'model tools',
     subcommands: {
@@ -71,9 +68,9 @@ const commands: CommandTable = {
   },
   temporal: { summary: 'the local Temporal dev server', subcommands: temporalCommands },
   runs: { summary: 'list, inspect and steer runs', subcommands: runsCommands },
-};
+});
 
-function usage(): string {
+function usage(commands: CommandTable): string {
   const lines = Object.entries(commands).flatMap(([name, c]) =>
     'subcommands' in c
       ? Object.entries(c.subcommands).map(([sub, s]) => `  ${`${name} ${sub}`.padEnd(18)} ${s.summary}`)
@@ -90,7 +87,7 @@ function commandHelp(name: string, c: Command): string {
 }
 
 /** Finds the command named by the leading arguments; returns it with the remaining arguments. */
-function resolveCommand(argv: string[]): { name: string; cmd: Command; rest: string[] } {
+function resolveCommand(commands: CommandTable, argv: string[]): { name: string; cmd: Command; rest: string[] } {
   const [first, second] = argv;
   const entry = commands[first];
   if (!entry) throw new ConfigError(`unknown command '${first}'.${didYouMean(first, Object.keys(commands))} Run 'prime-rl --help'.`);
@@ -109,13 +106,13 @@ function resolveCommand(argv: string[]): { name: string; cmd: Command; rest: str
 
 class HelpRequest extends Error {}
 
-export async function runCli(argv: string[]): Promise<number> {
+export async function runCli(commands: CommandTable, argv: string[]): Promise<number> {
   try {
     if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
-      process.stdout.write(`${usage()}\n`);
+      process.stdout.write(`${usage(commands)}\n`);
       return 0;
     }
-    const { name, cmd, rest } = resolveCommand(argv);
+    const { name, cmd, rest } = resolveCommand(commands, argv);
     if (rest.includes('--help') || rest.includes('-h')) {
       process.stdout.write(`${commandHelp(name, cmd)}\n`);
       return 0;
@@ -158,13 +155,13 @@ export async function runCli(argv: string[]): Promise<number> {
 }
 
 /**
- * Process entry (bin/prime-rl.js). Exits when the command is done: a client still retrying a
+ * Runs the CLI as the process (workers/cli.ts). Exits when the command is done: a client still retrying a
  * Temporal server the command just stopped must not keep the process alive. Started by the
  * launcher, it also stops when the launcher dies.
  */
-export function main(argv: string[]): void {
+export function main(commands: CommandTable, argv: string[]): void {
   watchParentPipe();
-  runCli(argv).then(
+  runCli(commands, argv).then(
     (code) => process.exit(code),
     (e) => {
       process.stderr.write(`${String(e)}\n`);

@@ -24,6 +24,7 @@ export interface EnvironmentSetup<S extends JsonObject = JsonObject> {
    * Tools the model may call. Without `respond`, the env runs the tool calls of each assistant
    * turn and answers with their results; a turn without tool calls ends the rollout.
    */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tools of any argument type
   tools?: Tool<any>[];
   /**
    * Initial rollout state (default `{}`). Annotate its return type (`(): { tries: number } => ...`)

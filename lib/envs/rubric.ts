@@ -2,6 +2,7 @@
 import type { JsonObject, Rubric, Score, ScoreContext } from './types';
 
 /** Throws on an empty rubric or a repeated name, so metrics can never silently overwrite each other. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- rubrics of any state type
 export function checkRubric(rubric: Rubric<any>, where: string): void {
   if (rubric.length === 0) throw new Error(`${where}: the rubric needs at least one reward function`);
   const seen = new Set<string>();

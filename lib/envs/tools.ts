@@ -23,6 +23,7 @@ export function defineTool<A>(t: Tool<A>): Tool<A> {
   return t;
 }
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- a tool of any argument type
 export function toolSchema(t: Tool<any>): ToolSchema {
   const { $schema: _drop, ...parameters } = z.toJSONSchema(t.args) as Record<string, unknown>;
   return { type: 'function', function: { name: t.name, description: t.description, parameters } };
@@ -72,6 +73,7 @@ export function parseToolCalls(text: string): ParsedToolCall[] {
  * reported to the model (`error: ...`) like a bad call: tool failures are part of the task, not
  * environment bugs.
  */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- tools of any argument type
 export async function runToolCalls(tools: readonly Tool<any>[], calls: readonly ParsedToolCall[]): Promise<Message[]> {
   const out: Message[] = [];
   for (const call of calls) {

@@ -18,8 +18,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { ApplicationFailure } from '@temporalio/common';
-import { Failure } from '../failures';
+import { Failure, NonRetryableError } from '../failures';
 
 export interface GenerateParams {
   temperature: number;
@@ -87,11 +86,11 @@ export function httpErrorText(status: number, body: string): string {
 }
 
 /**
- * Inside an activity: an error that retrying cannot fix becomes a non-retryable failure that ends
+ * Inside an activity: an error that retrying cannot fix becomes a `NonRetryableError` that ends
  * the run with its message; anything else is left to Temporal's retries.
  */
 export function toActivityFailure(e: unknown): unknown {
-  if (e instanceof InferenceError && e.kind === 'config') return ApplicationFailure.nonRetryable(e.message, Failure.InferenceRejected);
+  if (e instanceof InferenceError && e.kind === 'config') return new NonRetryableError(e.message, Failure.InferenceRejected);
   return e;
 }
 

@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { evalTable } from '../eval/table';
 import { projectRoot } from '../paths';
+import { formatDuration } from '../run/progress';
 import { hasData, type Chart, type ConfigFile, type Phase, type ReportData } from './data';
 
 const PHASE_COLORS: Record<Phase, string> = { generation: '#2563eb', waiting: '#d1d5db', training: '#f59e0b' };
@@ -54,13 +55,6 @@ function scriptJson(value: unknown): string {
 /** Inline script text may not contain `</script`; escaping its slash keeps JS string literals intact. */
 function inlineScript(js: string): string {
   return js.replace(/<\/script/gi, '<\\/script');
-}
-
-function formatDuration(seconds: number): string {
-  const s = Math.round(seconds);
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  return h > 0 ? `${h}h ${m}m` : m > 0 ? `${m}m ${s % 60}s` : `${s}s`;
 }
 
 function summary(data: ReportData): string {

@@ -1,8 +1,7 @@
 /** The resolved config a run was started with, as stored in its run folder (rl or sft). */
 import * as fs from 'node:fs';
-import { ApplicationFailure } from '@temporalio/common';
 import { storedResult } from '../atomic';
-import { Failure } from '../failures';
+import { Failure, NonRetryableError } from '../failures';
 import type { z } from 'zod';
 import { rlSchema, sftSchema, type RLConfig, type SFTConfig } from '../config/schemas';
 import { rlTrainerSpec, sftTrainerSpec, type TrainerSpec } from '../trainer/spec';
@@ -19,7 +18,7 @@ function describeIssues(error: z.ZodError): string {
  */
 export function checkConfig<S extends z.ZodType>(config: unknown, schema: S): z.output<S> {
   const parsed = schema.safeParse(config);
-  if (!parsed.success) throw ApplicationFailure.nonRetryable(`invalid configuration: ${describeIssues(parsed.error)}`, Failure.InvalidConfig);
+  if (!parsed.success) throw new NonRetryableError(`invalid configuration: ${describeIssues(parsed.error)}`, Failure.InvalidConfig);
   return parsed.data;
 }
 
@@ -38,12 +37,12 @@ function readStored<S extends z.ZodType>(file: string, schema: S): z.output<S> {
   try {
     stat = fs.statSync(file);
   } catch {
-    throw ApplicationFailure.nonRetryable(`run config ${file} does not exist: was the run prepared?`, Failure.MissingRunConfig);
+    throw new NonRetryableError(`run config ${file} does not exist: was the run prepared?`, Failure.MissingRunConfig);
   }
   const hit = cache.get(file);
   if (hit && hit.mtimeMs === stat.mtimeMs) return hit.config as z.output<S>;
   const parsed = schema.safeParse(JSON.parse(fs.readFileSync(file, 'utf8')));
-  if (!parsed.success) throw ApplicationFailure.nonRetryable(`run config ${file} is invalid: ${describeIssues(parsed.error)}`, Failure.InvalidRunConfig);
+  if (!parsed.success) throw new NonRetryableError(`run config ${file} is invalid: ${describeIssues(parsed.error)}`, Failure.InvalidRunConfig);
   cache.set(file, { mtimeMs: stat.mtimeMs, config: parsed.data });
   return parsed.data;
 }
@@ -90,7 +89,7 @@ export function readTrainingSpec(runDir: string): RunTrainingSpec {
   if (fs.existsSync(layout.sftConfigFile)) {
     const c = readSftConfig(runDir);
     const plan = readSftPlan(runDir);
-    if (!plan) throw ApplicationFailure.nonRetryable(`SFT run ${layout.dir} has no ${layout.sftPlanFile}: was it prepared?`, Failure.MissingSftPlan);
+    if (!plan) throw new NonRetryableError(`SFT run ${layout.dir} has no ${layout.sftPlanFile}: was it prepared?`, Failure.MissingSftPlan);
     return {
       trainer: sftTrainerSpec(c, plan.steps),
       keepLast: c.ckpt.keep_last,

@@ -1,9 +1,12 @@
 /** The one-line progress of a run the launcher shows while it waits (`step 12/100 | ... | ETA 4m10s`). */
 
-export function formatDuration(s: number): string {
-  if (!Number.isFinite(s)) return '?';
-  const m = Math.floor(s / 60);
-  return m > 0 ? `${m}m${String(Math.round(s % 60)).padStart(2, '0')}s` : `${Math.round(s)}s`;
+/** A duration for people (the progress line's ETA, the report's wall time): `42s`, `4m05s`, `2h03m`; `?` when unknown. */
+export function formatDuration(seconds: number): string {
+  if (!Number.isFinite(seconds)) return '?';
+  const s = Math.round(seconds);
+  const [h, m] = [Math.floor(s / 3600), Math.floor((s % 3600) / 60)];
+  const two = (n: number) => String(n).padStart(2, '0');
+  return h > 0 ? `${h}h${two(m)}m` : m > 0 ? `${m}m${two(s % 60)}s` : `${s}s`;
 }
 
 /** When the progress line's clock started, and the steps done then (first seen). */

@@ -12,8 +12,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { ApplicationFailure } from '@temporalio/common';
-import { Failure } from '../failures';
+import { Failure, NonRetryableError } from '../failures';
 import { evalDir } from '../eval/results';
 import { verifyCheckpoint } from '../trainer/checkpoint';
 import { listSteps, RunLayout } from './layout';
@@ -39,7 +38,7 @@ export function rewindRun(runDir: string, step: number, kind: 'rl' | 'sft'): { w
   const ckpt = layout.checkpointDir(step);
   if (!fs.existsSync(ckpt)) {
     const have = stepsIn(layout.checkpointsRoot);
-    throw ApplicationFailure.nonRetryable(
+    throw new NonRetryableError(
       `ckpt.resume_step: run ${layout.dir} has no checkpoint of step ${step} (its checkpoints: ${have.length > 0 ? have.join(', ') : 'none'}); ` +
         'pick one of those, or leave ckpt.resume_step unset to continue from where the run is',
       Failure.InvalidConfig,
@@ -49,7 +48,7 @@ export function rewindRun(runDir: string, step: number, kind: 'rl' | 'sft'): { w
     const meta = verifyCheckpoint(ckpt);
     if (meta.steps !== step) throw new Error(`it records ${meta.steps} steps`);
   } catch (e) {
-    throw ApplicationFailure.nonRetryable(`ckpt.resume_step: checkpoint ${ckpt} is unusable: ${(e as Error).message}`, Failure.InvalidConfig);
+    throw new NonRetryableError(`ckpt.resume_step: checkpoint ${ckpt} is unusable: ${(e as Error).message}`, Failure.InvalidConfig);
   }
   truncateStepMetrics(layout.metricsFile, step);
   remove(layout.checkpointsRoot, (s) => s <= step, (s) => layout.checkpointDir(s));

@@ -79,7 +79,8 @@ export class TrainerRuntime {
   private constructor(
     readonly layout: RunLayout,
     readonly spec: TrainerSpec,
-    private readonly model: native.NativeModel,
+    /** The model the trainer trains; kept referenced for as long as the trainer lives. */
+    readonly model: native.NativeModel,
     private readonly trainer: native.Trainer,
     private readonly baseDir: string,
     private readonly rawConfig: Record<string, unknown>,

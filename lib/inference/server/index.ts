@@ -1,0 +1,146 @@
+/**
+ * The policy server: an OpenAI-compatible HTTP API over the native engine with continuous batching
+ * (scheduler.ts), plus the routes RL needs: token-in `/v1/generate`, `/update_weights`,
+ * `/reload_weights`. Every response names the policy version that produced it (`policy_version`).
+ *
+ * Bad input never reaches the engine: bodies are validated (protocol.ts), prompts are checked
+ * against the context and the vocabulary (served.ts), and any error a client caused is a 4xx with
+ * an OpenAI-style body naming the field (errors.ts). The sequences of one request are admitted all
+ * or none, so a refused request (429) costs nothing. Long prompts are bounded cheaply before they
+ * are tokenized, and tokenized off the event loop (tokenize.ts): no request stalls the others or
+ * `/health`. Routes: openai-routes.ts, policy-routes.ts.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import Fastify, { type FastifyInstance } from 'fastify';
+import * as native from '../../../native';
+import { ConfigError } from '../../config/errors';
+import type { InferenceConfig } from '../../config/schemas';
+import type { ArchConfig } from '../../model/arch';
+import { loadHfModel } from '../../model/hf';
+import { Tokenizer } from '../../model/tokenizer';
+import { InferenceMetrics } from '../metrics';
+import { ApiError } from '../protocol';
+import { Scheduler, ShuttingDownError } from '../scheduler';
+import { PromptTokenizer } from '../tokenize';
+import { installErrorHandlers } from './errors';
+import { registerOpenAiRoutes } from './openai-routes';
+import { registerPolicyRoutes } from './policy-routes';
+import { Served } from './served';
+
+/** Largest accepted request body. */
+const BODY_LIMIT = 16 * 1024 * 1024;
+
+export interface InferenceServer {
+  app: FastifyInstance;
+  scheduler: Scheduler;
+  /** Base URL once listening, e.g. http://127.0.0.1:8000 */
+  url: string;
+  /** Stops admitting, lets running requests finish (up to `graceMs`), closes the HTTP server. */
+  close(graceMs?: number): Promise<void>;
+}
+
+/**
+ * The check of the `Authorization` header when `server.api_key_var` is set (undefined: no key).
+ * An empty or unset variable is a configuration error, not a server without a key. Both sides are
+ * hashed to equal-length digests and compared in constant time: the time taken says nothing about
+ * how much of a guess was right.
+ */
+function bearerCheck(config: InferenceConfig): ((header: string | undefined) => boolean) | undefined {
+  const name = config.server.api_key_var;
+  if (name === undefined) return undefined;
+  const key = process.env[name];
+  if (!key) {
+    throw new ConfigError(`server.api_key_var: the environment variable ${name} is ${key === undefined ? 'not set' : 'empty'}; export the bearer token clients must send in it, or leave server.api_key_var unset for a server without a key`);
+  }
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  const expected = digest(`Bearer ${key}`);
+  return (header) => timingSafeEqual(digest(header ?? ''), expected);
+}
+
+/** The engine on the base weights; the weights themselves are not kept in the JS heap (/reload_weights reads them again). */
+async function loadBase(baseDir: string, config: InferenceConfig): Promise<{ arch: ArchConfig; model: native.NativeModel }> {
+  const base = loadHfModel(baseDir);
+  const model = await native.loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
+  return { arch: base.config, model };
+}
+
+export async function startInferenceServer(config: InferenceConfig): Promise<InferenceServer> {
+  // Settings are checked before the (slow) model load.
+  const authorized = bearerCheck(config);
+  native.setThreads(config.threads ?? os.cpus().length);
+  const baseDir = path.resolve(config.model.name);
+  const baseReal = fs.realpathSync(baseDir);
+  const { arch, model } = await loadBase(baseDir, config);
+  const tokenizer = Tokenizer.fromDir(baseDir);
+  const prompts = new PromptTokenizer(tokenizer, baseDir);
+  const contextLength = Math.min(config.seq_len, arch.maxPositionEmbeddings);
+  const generator = model.createGenerator({ maxSequences: config.max_running, maxSequenceLength: contextLength });
+  const scheduler = new Scheduler(
+    model,
+    generator,
+    {
+      maxRunning: config.max_running,
+      maxQueued: config.max_queued,
+      kvCacheTokens: config.kv_cache_tokens ?? config.max_running * contextLength,
+    },
+    { version: 0, weightDir: baseDir },
+  );
+  const modelName = config.model.name;
+  const allowedRoots = (config.allowed_weight_roots ?? [config.output_dir]).map((r) => path.resolve(r));
+  const metrics = new InferenceMetrics(scheduler);
+  const served = new Served(scheduler, tokenizer, prompts, arch, contextLength, modelName);
+  let closing = false;
+
+  const headersTimeout = config.server.headers_timeout_s * 1000;
+  const requestTimeout = config.server.request_timeout_s * 1000;
+  const app = Fastify({
+    bodyLimit: BODY_LIMIT,
+    logger: false,
+    // A client must finish sending its headers, then its whole request, in bounded time (a
+    // slowloris holds a socket forever otherwise: fastify's default requestTimeout of 0 also
+    // switches off node's headersTimeout). Node checks these every connectionsCheckingInterval.
+    requestTimeout,
+    http: { headersTimeout, requestTimeout, connectionsCheckingInterval: Math.max(100, Math.min(5000, headersTimeout / 4)) },
+  });
+
+  installErrorHandlers(app, scheduler);
+  // onRequest runs before the body is read or parsed: an unauthenticated client costs nothing.
+  app.addHook('onRequest', async (req) => {
+    if (closing) throw new ShuttingDownError('server is shutting down');
+    if (authorized && req.url !== '/health' && !authorized(req.headers.authorization)) {
+      throw new ApiError(401, 'missing or invalid API key (Authorization: Bearer <key>)', null, 'invalid_api_key');
+    }
+  });
+  app.addHook('onResponse', async (req, reply) => metrics.countRequest(req.routeOptions.url ?? 'unknown', reply.statusCode));
+  app.addHook('onSend', async (_req, reply) => {
+    reply.header('x-policy-version', String(scheduler.policy.version));
+  });
+
+  app.get('/health', async () => ({ status: 'ok', policy_version: scheduler.policy.version, weight_dir: scheduler.policy.weightDir }));
+
+  app.get('/metrics', async (_req, reply) => {
+    reply.header('content-type', metrics.registry.contentType);
+    return metrics.registry.metrics();
+  });
+
+  registerOpenAiRoutes(app, served);
+  registerPolicyRoutes(app, served, { baseDir, baseReal, allowedRoots });
+
+  await app.listen({ host: config.server.host, port: config.server.port });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.server.port;
+  return {
+    app,
+    scheduler,
+    url: `http://${config.server.host}:${port}`,
+    close: async (graceMs = 30_000) => {
+      closing = true;
+      await scheduler.shutdown(graceMs);
+      await app.close();
+      await prompts.close();
+    },
+  };
+}

@@ -1,0 +1,136 @@
+/**
+ * The routes RL drives: token-in `/v1/generate`, and the policy the server serves: `/update_weights`
+ * (a weight folder under a version label) and `/reload_weights` (back to the base model).
+ */
+import { randomUUID } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import type { ArchConfig } from '../../model/arch';
+import { loadHfModel } from '../../model/hf';
+import { ApiError, generateRequest, parseBody, updateWeightsRequest } from '../protocol';
+import { disconnectSignal, usage, type Served } from './served';
+
+/** How `b` differs in shape from the served `a` (undefined: the same). */
+function sameShape(a: ArchConfig, b: ArchConfig): string | undefined {
+  for (const k of Object.keys(a) as (keyof ArchConfig)[]) {
+    if (a[k] !== b[k]) return `${k} is ${JSON.stringify(b[k])}, the served model has ${JSON.stringify(a[k])}`;
+  }
+  return undefined;
+}
+
+/** Is `real` (a resolved path) `root` or inside it? */
+function within(root: string, real: string): boolean {
+  const r = fs.existsSync(root) ? fs.realpathSync(root) : root;
+  return real === r || real.startsWith(r.endsWith(path.sep) ? r : r + path.sep);
+}
+
+/** Where the server's weights may come from. */
+export interface WeightSources {
+  /** The base model (version 0), and its real path. */
+  baseDir: string;
+  baseReal: string;
+  /** Folders `/update_weights` may load from (resolved). */
+  allowedRoots: string[];
+}
+
+/** The RL routes on `served`. */
+export function registerPolicyRoutes(app: FastifyInstance, served: Served, { baseDir, baseReal, allowedRoots }: WeightSources): void {
+  const { scheduler, arch } = served;
+
+  app.post('/v1/generate', async (req, reply) => {
+    const body = parseBody(generateRequest, req.body);
+    served.checkModel(body.model);
+    served.checkPrompt(body.prompt_token_ids, 'prompt_token_ids');
+    const maxTokens = served.maxTokensFor(body.prompt_token_ids.length, body.max_tokens, 'max_tokens');
+    const signal = disconnectSignal(reply);
+    const sampling = { ...body, stop_token_ids: body.stop_token_ids ?? null };
+    const results = await served.start(
+      Array.from({ length: body.n }, (_, i) => served.engineRequest(body.prompt_token_ids, sampling, maxTokens, i, body.prompt_logprobs && i === 0)),
+      // Stop strings are matched in the decoded text, so only then does the sequence need a tokenizer.
+      body.stop?.length ? { signal, tokenizer: served.tokenizer, stopStrings: body.stop } : { signal },
+    );
+    const promptLogprobs = results[0].promptLogprobs;
+    return {
+      id: `gen-${randomUUID()}`,
+      model: served.modelName,
+      policy_version: Math.min(...results.map((r) => r.policyVersion)),
+      prompt_token_ids: body.prompt_token_ids,
+      choices: results.map((r, index) => ({ index, token_ids: r.tokenIds, logprobs: r.logprobs, finish_reason: r.finishReason })),
+      usage: usage(body.prompt_token_ids.length, results),
+      prompt_logprobs: body.prompt_logprobs && promptLogprobs ? Array.from(promptLogprobs, (v, i) => (i === 0 ? null : v)) : null,
+    };
+  });
+
+  /** Version label -> the folder (real path) it names, since start or the last /reload_weights. */
+  const labels = new Map<number, string>([[0, baseReal]]);
+  const insideRoots = (real: string) => allowedRoots.some((root) => within(root, real));
+  const forbidden = (what: string) =>
+    new ApiError(403, `weight_dir: ${what} outside the allowed roots (${allowedRoots.join(', ')})`, 'weight_dir', 'forbidden_path', 'permission_error');
+
+  app.post('/update_weights', async (req) => {
+    const body = parseBody(updateWeightsRequest, req.body);
+    const dir = path.resolve(body.weight_dir);
+    let real: string;
+    try {
+      real = fs.realpathSync(dir);
+    } catch {
+      throw new ApiError(400, `weight_dir: ${body.weight_dir} does not exist`, 'weight_dir', 'not_found');
+    }
+    if (!insideRoots(real)) throw forbidden(`${body.weight_dir} is`);
+    if (!fs.statSync(real).isDirectory()) throw new ApiError(400, `weight_dir: ${body.weight_dir} is not a folder`, 'weight_dir', 'invalid_model');
+    // Every file the load may read must be inside the roots too: a link in an allowed folder must
+    // not make the server read a file elsewhere (nor quote it in an error).
+    for (const name of fs.readdirSync(real)) {
+      let target: string;
+      try {
+        target = fs.realpathSync(path.join(real, name));
+      } catch {
+        continue; // a dangling link: loading names the missing file
+      }
+      if (!insideRoots(target)) throw forbidden(`${path.join(body.weight_dir, name)} links to a file`);
+    }
+    // A version names one set of weights: clients skip loading when /health already shows the
+    // version they want, so a wrong label silently serves wrong weights. 0 is the base model's,
+    // and since start (or the last reload) a label stays with its folder and a folder with its
+    // label. Labels may go down: rl evaluates step n, then samples with n - async_level.
+    const version = body.version ?? scheduler.policy.version + 1;
+    if (version === 0 && real !== baseReal) {
+      throw new ApiError(400, `version: 0 is the base model's version (${baseDir}); ${body.weight_dir} needs a version >= 1`, 'version', 'invalid_version');
+    }
+    const labelled = labels.get(version);
+    if (labelled !== undefined && labelled !== real) {
+      throw new ApiError(409, `version: ${version} already names the weights in ${labelled}; ${body.weight_dir} needs its own version (or POST /reload_weights to start a new lineage)`, 'version', 'version_conflict');
+    }
+    const earlier = [...labels].find(([v, dir]) => dir === real && v !== version);
+    if (earlier) {
+      throw new ApiError(409, `version: ${body.weight_dir} was loaded as version ${earlier[0]}; the same weights cannot also be version ${version}`, 'version', 'version_conflict');
+    }
+    let loaded;
+    try {
+      loaded = loadHfModel(real);
+    } catch (e) {
+      throw new ApiError(400, `weight_dir: not a loadable model folder: ${(e as Error).message}`, 'weight_dir', 'invalid_model');
+    }
+    const mismatch = sameShape(arch, loaded.config);
+    if (mismatch) throw new ApiError(400, `weight_dir: not the same model shape: ${mismatch}`, 'weight_dir', 'shape_mismatch');
+    await scheduler.updateWeights(loaded.tensors, { version, weightDir: real });
+    labels.set(version, real);
+    return { status: 'ok', policy_version: version, weight_dir: real };
+  });
+
+  app.post('/reload_weights', async () => {
+    let loaded;
+    try {
+      loaded = loadHfModel(baseDir);
+    } catch (e) {
+      throw new ApiError(500, `the base model folder ${baseDir} can no longer be loaded: ${(e as Error).message}`, null, 'base_model_unreadable', 'server_error');
+    }
+    const mismatch = sameShape(arch, loaded.config);
+    if (mismatch) throw new ApiError(500, `the base model folder ${baseDir} changed shape since the server started: ${mismatch}`, null, 'base_model_changed', 'server_error');
+    await scheduler.updateWeights(loaded.tensors, { version: 0, weightDir: baseDir });
+    labels.clear();
+    labels.set(0, baseReal);
+    return { status: 'ok', policy_version: 0, weight_dir: baseDir };
+  });
+}

@@ -1,0 +1,133 @@
+/**
+ * What the routes share: the served model (engine scheduler, tokenizer, context) and the checks and
+ * engine requests every generation route builds on it.
+ */
+import type { FastifyReply } from 'fastify';
+import type { ArchConfig } from '../../model/arch';
+import type { Tokenizer } from '../../model/tokenizer';
+import { startSequences, type SequenceOptions, type SequenceResult } from '../generation';
+import { ApiError } from '../protocol';
+import type { Scheduler } from '../scheduler';
+import type { PromptTokenizer } from '../tokenize';
+
+/** Sampling settings as the generation routes' bodies carry them. */
+export interface Sampling {
+  temperature?: number | null;
+  top_p?: number | null;
+  top_k?: number | null;
+  min_p?: number | null;
+  seed?: number | null;
+  stop_token_ids?: number[] | null;
+  ignore_eos?: boolean | null;
+}
+
+export type EngineRequest = ReturnType<Served['engineRequest']>;
+
+export const now = () => Math.floor(Date.now() / 1000);
+
+/** Aborts when the client goes away before the response is complete. */
+export function disconnectSignal(reply: FastifyReply): AbortSignal {
+  const ctrl = new AbortController();
+  reply.raw.on('close', () => {
+    if (!reply.raw.writableFinished) ctrl.abort();
+  });
+  return ctrl.signal;
+}
+
+export class Served {
+  constructor(
+    readonly scheduler: Scheduler,
+    readonly tokenizer: Tokenizer,
+    /** Tokenizes long prompts off the event loop. */
+    readonly prompts: PromptTokenizer,
+    readonly arch: ArchConfig,
+    /** Tokens of prompt + completion: seq_len, at most the model's positions. */
+    readonly contextLength: number,
+    /** The model name requests must name (if any): model.name. */
+    readonly modelName: string,
+  ) {}
+
+  checkModel(name: string | undefined): void {
+    if (name !== undefined && name !== this.modelName)
+      throw new ApiError(
+        404,
+        `model '${name}' does not exist; this server serves '${this.modelName}'`,
+        'model',
+        'model_not_found',
+      );
+  }
+
+  private contextExceeded(param: string, what: string): ApiError {
+    return new ApiError(
+      400,
+      `${param}: the prompt has ${what} tokens; this model's context is ${this.contextLength} tokens`,
+      param,
+      'context_length_exceeded',
+    );
+  }
+
+  checkPrompt(ids: readonly number[], param: string): void {
+    const bad = ids.findIndex((t) => t >= this.arch.vocabSize);
+    if (bad >= 0)
+      throw new ApiError(
+        400,
+        `${param}: token id ${ids[bad]} at index ${bad} is outside the vocabulary (size ${this.arch.vocabSize})`,
+        param,
+        'invalid_token_id',
+      );
+    if (ids.length >= this.contextLength) throw this.contextExceeded(param, String(ids.length));
+  }
+
+  /** Refuses, without tokenizing, a text whose token count cannot be below the context. */
+  checkTextLength(text: string, param: string): void {
+    const atLeast = this.tokenizer.minTokens(text);
+    if (atLeast >= this.contextLength) throw this.contextExceeded(param, `at least ${atLeast}`);
+  }
+
+  maxTokensFor(promptLength: number, asked: number | null | undefined, param: string): number {
+    const room = this.contextLength - promptLength;
+    if (asked === undefined || asked === null) return room;
+    if (asked > room) {
+      throw new ApiError(
+        400,
+        `${param}: ${asked} new tokens do not fit: prompt ${promptLength} + ${asked} > context ${this.contextLength}`,
+        param,
+        'context_length_exceeded',
+      );
+    }
+    return asked;
+  }
+
+  /** The engine request for choice `i` of `n`: seeds differ per choice so n samples differ. */
+  engineRequest(
+    promptIds: number[],
+    s: Sampling,
+    maxTokens: number,
+    i: number,
+    promptLogprobs = false,
+    topLogprobs = 0,
+  ) {
+    return {
+      promptIds,
+      temperature: s.temperature ?? 1,
+      topP: s.top_p ?? 1,
+      topK: s.top_k ?? -1,
+      minP: s.min_p ?? 0,
+      seed: s.seed === undefined || s.seed === null ? undefined : s.seed + i,
+      stopTokenIds: [...(s.ignore_eos ? [] : this.tokenizer.eosTokenIds), ...(s.stop_token_ids ?? [])],
+      maxTokens,
+      promptLogprobs,
+      topLogprobs,
+    };
+  }
+
+  /** Queues every sequence of a request, all or none (throws 429 / 400 / 503 before anything runs). */
+  start(requests: EngineRequest[], opts: SequenceOptions): Promise<SequenceResult[]> {
+    return startSequences(this.scheduler, requests, opts);
+  }
+}
+
+export function usage(promptTokens: number, results: SequenceResult[]) {
+  const completion = results.reduce((a, r) => a + r.tokenIds.length, 0);
+  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
+}

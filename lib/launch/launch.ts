@@ -1,0 +1,212 @@
+/**
+ * `prime-rl rl|sft|eval` on one machine: a Temporal server (the configured one, or a local dev
+ * server: devserver-policy.ts), the processes the workflow needs as child processes (rl: inference
+ * server, cpu and trainer workers; sft: cpu and trainer; eval: cpu, plus the inference server unless
+ * it evaluates an external API), logs in `<run>/logs/`, restarted whenever they die
+ * (supervise.ts); then the workflow, started under the run name or re-attached to if it is already
+ * running, with a live progress line until it completes. Ctrl-C stops the local processes and
+ * leaves the workflow where it is: the same command resumes it. A launcher killed outright
+ * (SIGKILL, OOM) takes its processes with it: each watches a pipe from it and stops when it closes.
+ * `<run>/launcher.json` records the launcher and its processes (pid + start time), so the same
+ * command, run again, stops any that linger and takes over the Temporal dev server the killed
+ * launcher started (which stays up: other commands may use it).
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
+import type { InferenceConfig, TemporalConfig, WorkerConfig } from '../config/schemas';
+import { ConfigError } from '../config/errors';
+import { CommandError } from '../cli/command';
+import { RunLayout } from '../run/layout';
+import { isRunning, processId, terminateProcess, type ProcessId } from '../proc';
+import { isListening } from '../temporal/devserver';
+import { taskQueues } from '../temporal/queues';
+import { acquireDevServer, releaseDevServer, temporalAddress, type OwnedDevServer } from './devserver-policy';
+import { cliProcess, readLauncherRecord, Supervised, writeJson, type LauncherRecord, type Pool } from './supervise';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** What to launch: the workflow, and the local processes it needs. */
+export interface LaunchSpec {
+  runName: string;
+  outputDir: string;
+  temporal: TemporalConfig;
+  /** The inference server to run, if the workflow samples from one. */
+  inference?: InferenceConfig;
+  /** Worker pools to run. */
+  pools: ('cpu' | 'trainer')[];
+  worker: Pick<WorkerConfig, 'env_workers' | 'env_timeout_s' | 'threads'>;
+  workflowType: 'rl' | 'sft' | 'eval';
+  args: unknown[];
+  memo: Record<string, unknown>;
+  /** The progress line, from the workflow's `progress` query; none = no progress line. */
+  progressLine?: (progress: never, rate: { started: number; first?: number }) => string;
+}
+
+export interface LocalRun<R> {
+  layout: RunLayout;
+  /** The local processes, for tests that kill them (no pid: not run for this workflow). */
+  processes: Record<Pool, { pid?: number; restarts: number }>;
+  result: Promise<R>;
+  stop(): Promise<void>;
+}
+
+/** Starts everything a workflow needs locally and the workflow; `result` settles when it completes. */
+export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}): Promise<LocalRun<R>> {
+  const layout = RunLayout.of(spec.outputDir, spec.runName);
+  fs.mkdirSync(layout.logsDir, { recursive: true });
+  const say = (line: string) => {
+    if (!opts.quiet) process.stderr.write(`${line}\n`);
+    fs.appendFileSync(path.join(layout.logsDir, 'launcher.log'), `${new Date().toISOString()} ${line}\n`);
+  };
+
+  // Another launcher of this run still running (another terminal, or this process) owns its processes.
+  const previous = readLauncherRecord(layout);
+  if (previous && isRunning(previous.launcher)) {
+    throw new CommandError(`run ${spec.runName} is already launched by process ${previous.launcher.pid} (${layout.launcherFile}); stop that one (Ctrl-C, or kill ${previous.launcher.pid}) before launching it again`);
+  }
+  // Processes of a killed launcher exit on their own (see cliProcess); one that has not yet (still
+  // draining, or stuck) is stopped here: it would hold its port, or poll our task queues.
+  await Promise.all(
+    Object.entries(previous?.processes ?? {})
+      .filter(([, id]) => isRunning(id))
+      .map(([name, id]) => {
+        say(`stopping ${name} (pid ${id.pid}), left running by the killed launcher ${previous!.launcher.pid} of this run`);
+        return terminateProcess(id, 10_000);
+      }),
+  );
+
+  // The run's own inference server must get its port: were another process (another run's server)
+  // answering there, rollouts would silently come from that server's model.
+  const http = spec.inference?.server;
+  if (http && http.port !== 0 && (await isListening(http.host === '0.0.0.0' ? '127.0.0.1' : http.host, http.port))) {
+    throw new ConfigError(`inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`);
+  }
+
+  const self = processId(process.pid)!;
+  const record: LauncherRecord = { launcher: self, processes: {} };
+  const saveRecord = () => writeJson(layout.launcherFile, record);
+  saveRecord();
+
+  let temporal: OwnedDevServer | undefined;
+  const address = temporalAddress(spec.temporal);
+
+  const children: Partial<Record<Pool, Supervised>> = {};
+  /** The run's local processes: inference server (if any) and worker pools, each supervised. */
+  const spawnChildren = () => {
+    const configs = path.join(layout.dir, 'configs');
+    const workerBase: Omit<WorkerConfig, 'pool'> = { output_dir: spec.outputDir, ...spec.worker, temporal: { ...spec.temporal, address } };
+    const recorded = (pool: keyof LauncherRecord['processes']) => (id: ProcessId) => {
+      record.processes[pool] = id;
+      saveRecord();
+    };
+    if (spec.inference) {
+      children.inference = new Supervised('inference', cliProcess(['inference', '@', writeJson(path.join(configs, 'inference.json'), spec.inference)], path.join(layout.logsDir, 'inference.log')), say, recorded('inference'));
+    }
+    const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
+    for (const pool of spec.pools) {
+      const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
+      children[pool] = new Supervised(`${pool} worker`, cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])), say, recorded(pool));
+    }
+  };
+
+  const stop = async () => {
+    await Promise.all(Object.values(children).map((c) => c.stop()));
+    if (temporal) await releaseDevServer(temporal, spec.temporal, spec.outputDir, spec.runName, say);
+    fs.rmSync(layout.launcherFile, { force: true });
+  };
+
+  let opened: Connection | undefined;
+  try {
+    temporal = await acquireDevServer(spec.temporal, spec.outputDir, self, say);
+
+    const connection = (opened = await Connection.connect({ address }));
+    const client = new Client({ connection, namespace: spec.temporal.namespace });
+    const workflowId = spec.runName;
+    let handle = client.workflow.getHandle<(...args: unknown[]) => Promise<R>>(workflowId);
+    // Re-attach only to this very run: same workflow type and same run folder. Two output dirs
+    // may hold runs of the same name, and one Temporal server sees both under one workflow id.
+    const checkAttachable = async (): Promise<boolean> => {
+      const d = await handle.describe();
+      if (d.status.name !== 'RUNNING') return false;
+      if (d.type !== spec.workflowType) throw new Error(`workflow ${workflowId} is a running ${d.type} run, not ${spec.workflowType}: use another run_name`);
+      const runDir = (d.memo as { runDir?: unknown } | undefined)?.runDir;
+      if (runDir !== path.resolve(layout.dir)) throw new Error(`workflow ${workflowId} is running for run folder ${String(runDir)}, not ${path.resolve(layout.dir)}: use another run_name`);
+      return true;
+    };
+    let running = false;
+    try {
+      running = await checkAttachable();
+    } catch (e) {
+      if (!(e instanceof WorkflowNotFoundError)) throw e;
+    }
+    // Checked before any process starts, so a refused launch leaves nothing behind.
+    spawnChildren();
+    if (running) say(`re-attached to running workflow ${workflowId}`);
+    else {
+      try {
+        handle = await client.workflow.start<(...args: unknown[]) => Promise<R>>(spec.workflowType, {
+          taskQueue: taskQueues(spec.temporal.task_queue).cpu,
+          workflowId,
+          args: spec.args,
+          memo: spec.memo,
+        });
+        say(`started ${spec.workflowType} workflow ${workflowId}`);
+      } catch (e) {
+        if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
+        await checkAttachable();
+        say(`re-attached to running workflow ${workflowId}`);
+      }
+    }
+    const result = (async () => {
+      const rate: { started: number; first?: number } = { started: Date.now() };
+      const line = spec.progressLine;
+      // One progress query at a time: while Temporal restarts, a query retries inside the client,
+      // and it must have settled before the connection closes (or its retry hits a closed channel).
+      let inflight: Promise<void> | undefined;
+      const showProgress = async (render: NonNullable<typeof line>) => {
+        try {
+          const text = render((await handle.query('progress')) as never, rate);
+          if (!opts.quiet) process.stderr.write(process.stderr.isTTY ? `\r${text.padEnd(100)}` : `${text}\n`);
+        } catch {
+          // The server may be restarting; the next tick tries again.
+        }
+      };
+      const ticker = line
+        ? setInterval(() => {
+            inflight ??= showProgress(line).finally(() => (inflight = undefined));
+          }, 2000)
+        : undefined;
+      try {
+        // Long-polls the result; the client rides out a Temporal restart by retrying.
+        for (;;) {
+          try {
+            return await handle.result();
+          } catch (e) {
+            if ((e as Error).name === 'WorkflowFailedError') throw e;
+            await sleep(1000);
+          }
+        }
+      } finally {
+        clearInterval(ticker);
+        await inflight;
+        if (!opts.quiet && line && process.stderr.isTTY) process.stderr.write('\n');
+        await connection.close();
+      }
+    })();
+    const proc = (s?: Supervised) => ({
+      get pid() {
+        return s?.pid;
+      },
+      get restarts() {
+        return s?.restarts ?? 0;
+      },
+    });
+    const processes = { temporal: proc(temporal?.process), inference: proc(children.inference), cpu: proc(children.cpu), trainer: proc(children.trainer) };
+    return { layout, processes, result, stop };
+  } catch (e) {
+    await opened?.close();
+    await stop();
+    throw e;
+  }
+}

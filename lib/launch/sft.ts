@@ -1,0 +1,78 @@
+/** `prime-rl sft`: cpu and trainer workers (no inference), the `sft` workflow, and its summary. */
+import * as path from 'node:path';
+import type { SFTConfig } from '../config/schemas';
+import { writeReport } from '../report';
+import { RunLayout } from '../run/layout';
+import { stepLine } from '../run/progress';
+import type { TrainMetrics } from '../trainer/types';
+import { follow, trainParts } from './follow';
+import { launch, type LocalRun } from './launch';
+
+/**
+ * What the launcher reads of the `sft` workflow's `progress` query (workflows/sft.ts
+ * `SftProgress`; test/launcher.test.ts checks that it fits).
+ */
+export interface SftProgressView {
+  trained: number;
+  maxSteps: number;
+  paused: boolean;
+  lastTrain?: { metrics: TrainMetrics };
+  lastValLoss?: number;
+}
+
+/** What the launcher reads of the `sft` workflow's result (workflows/sft.ts `SftResult`). */
+export interface SftResultView {
+  runDir: string;
+  steps: number;
+  stoppedEarly: boolean;
+  reachedTarget: boolean;
+  lastTrain?: { metrics: TrainMetrics };
+  lastValLoss?: number;
+  weightsDir?: string;
+}
+
+/** An SFT run: cpu and trainer workers (no inference), the `sft` workflow. */
+export function launchSft(config: SFTConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun<SftResultView>> {
+  return launch<SftResultView>(
+    {
+      runName: config.run_name,
+      outputDir: config.output_dir,
+      temporal: config.temporal,
+      pools: ['cpu', 'trainer'],
+      worker: { env_workers: 1, env_timeout_s: 60, threads: config.threads },
+      workflowType: 'sft',
+      args: [config],
+      memo: {
+        runDir: path.resolve(RunLayout.of(config.output_dir, config.run_name).dir),
+        model: config.model.name,
+        maxSteps: config.max_steps ?? null,
+      },
+      progressLine: (p: SftProgressView, rate) =>
+        stepLine(
+          p.trained,
+          p.maxSteps,
+          rate,
+          [...trainParts(p.lastTrain?.metrics), `val ${p.lastValLoss?.toFixed(4) ?? '-'}`],
+          {
+            paused: p.paused,
+            // The run ends at the first validation at or below the target, maybe long before max_steps.
+            mayEndEarly:
+              config.val.target_loss !== undefined ? `sooner if val loss reaches ${config.val.target_loss}` : undefined,
+          },
+        ),
+    },
+    opts,
+  );
+}
+
+/** The `sft` command. */
+export async function runSft(config: SFTConfig): Promise<void> {
+  const run = await launchSft(config);
+  await follow(run, config.run_name, (result) => {
+    const m = result.lastTrain?.metrics;
+    process.stdout.write(
+      `sft ${config.run_name} ${result.reachedTarget ? `reached val.target_loss ${config.val.target_loss}` : result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last loss ${m?.loss.toFixed(4) ?? '-'}, val loss ${result.lastValLoss?.toFixed(4) ?? '-'}\n` +
+        `  run folder: ${result.runDir}\n  weights:    ${result.weightsDir ?? '-'}\n  report:     ${writeReport(result.runDir)}\n`,
+    );
+  });
+}
