@@ -13,7 +13,7 @@ import { rewindRun as rewind } from '../lib/run/rewind';
 import { loadEnvironment } from '../lib/envs/loader';
 import { readHfConfig } from '../lib/model/hf';
 import { RunLayout } from '../lib/run/layout';
-import { appendStepMetrics } from '../lib/run/metrics';
+import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
 import type { StepRecordInput } from './types';
 
 /** Checks the model and environments, writes configs/rl.json; a rerun with the same config is a no-op. */
@@ -59,7 +59,7 @@ export async function rewindRun({ runDir, step }: { runDir: string; step: number
 
 /** One metrics.jsonl line per step, flat where a chart needs a series. */
 export async function recordStep({ runDir, step, policyVersion, rollouts, batch, train, times }: StepRecordInput): Promise<void> {
-  appendStepMetrics(new RunLayout(runDir).metricsFile, {
+  appendStepMetrics(new RunLayout(runDir).metricsFile, withDocumentedNames({
     step,
     policy_version: policyVersion,
     reward_mean: rollouts.rewardMean,
@@ -77,5 +77,5 @@ export async function recordStep({ runDir, step, policyVersion, rollouts, batch,
     ...train.metrics,
     progress: train.progress,
     time: times,
-  });
+  }));
 }

@@ -9,7 +9,7 @@
  */
 import type { ArchConfig } from '../lib/model/arch';
 import { info, loadModel, matmulGflops, setThreads, type LossConfig, type NativeModel, type TrainerOptions, type TrainRow } from '../native';
-import { packRow, randomTokens, randomWeights, tinyConfig } from '../native/testing';
+import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { parameterCount } from '../lib/model/tensors';
 import { Rng } from '../lib/model/rng';
 

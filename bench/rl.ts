@@ -22,6 +22,7 @@ import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import { startDevServer } from '../lib/temporal/devserver';
+import { taskQueues } from '../lib/temporal/queues';
 import { freePort } from '../lib/net';
 
 function arg(name: string, dflt: string): string {
@@ -71,11 +72,11 @@ async function main() {
         env: {},
         shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
       }).config;
-      const q = cfg.temporal.task_queue;
-      const cpu = await Worker.create({ connection, taskQueue: `${q}.cpu`, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool }) });
-      const trainer = await Worker.create({ connection, taskQueue: `${q}.trainer`, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1 });
+      const q = taskQueues(cfg.temporal.task_queue);
+      const cpu = await Worker.create({ connection, taskQueue: q.cpu, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool }) });
+      const trainer = await Worker.create({ connection, taskQueue: q.trainer, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1 });
       const t0 = Date.now();
-      await cpu.runUntil(trainer.runUntil(client.workflow.execute('rl', { taskQueue: `${q}.cpu`, workflowId: cfg.run_name, args: [cfg] })));
+      await cpu.runUntil(trainer.runUntil(client.workflow.execute('rl', { taskQueue: q.cpu, workflowId: cfg.run_name, args: [cfg] })));
       const wall = (Date.now() - t0) / 1000;
       const lines = readStepMetrics(RunLayout.of(outputDir, cfg.run_name).metricsFile);
       const times = lines.map((l) => l.time as Times);

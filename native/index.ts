@@ -8,18 +8,10 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
-import type { ArchConfig, DiskDType, NamedTensor } from '../lib/model/arch';
+import type { ArchConfig, TensorDType, WeightTensor } from '../lib/model/arch';
+import { isIgnorable, tensorSpecs, type TensorSpec } from '../lib/model/tensors';
 
-export { lrAt } from './schedule';
-export type { LrSchedule } from './schedule';
-
-/** Dtypes the engine reads and writes: the safetensors ones, plus F64 (used by gradient checks). */
-export type TensorDType = DiskDType | 'F64';
-
-/** A tensor as raw little-endian bytes. Every `NamedTensor` is one. */
-export interface WeightTensor extends Omit<NamedTensor, 'dtype'> {
-  dtype: TensorDType;
-}
+export type { TensorDType, WeightTensor } from '../lib/model/arch';
 
 /** Compute dtype of a loaded model. bfloat16 is meant for CUDA; training needs float32 or float64. */
 export type ComputeDType = 'float32' | 'bfloat16' | 'float64';
@@ -321,9 +313,17 @@ interface RawTrainer {
 interface Addon {
   info(): NativeInfo;
   setThreads(n: number): void;
-  createModel(config: ArchConfig, tensors: readonly WeightTensor[], opts: ModelOptions): Promise<RawModel>;
+  createModel(config: ArchConfig, specs: readonly EngineTensorSpec[], tensors: readonly WeightTensor[], opts: ModelOptions): Promise<RawModel>;
   matmulGflops(n: number, iters: number): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
+}
+
+/** One row of the family's tensor table as the engine reads it (native/src/model.h `ParamSpec`). */
+type EngineTensorSpec = Pick<TensorSpec, 'name' | 'shape' | 'slot' | 'layer'>;
+
+/** Drops tensors checkpoints may carry that the model does not use (see `isIgnorable`). */
+function withoutIgnorable(tensors: readonly WeightTensor[], config: ArchConfig): readonly WeightTensor[] {
+  return tensors.some((t) => isIgnorable(t.name, config)) ? tensors.filter((t) => !isIgnorable(t.name, config)) : tensors;
 }
 
 /** The repository root: the nearest directory above this file holding package.json. */
@@ -397,7 +397,9 @@ export async function loadModel(
   tensors: readonly WeightTensor[],
   options: ModelOptions = {},
 ): Promise<NativeModel> {
-  const raw = await load().createModel(config, tensors, options);
+  // The family's tensor table tells the engine which tensor fills which parameter (it knows no HF names).
+  const specs = tensorSpecs(config).map(({ name, shape, slot, layer }) => ({ name, shape, slot, layer }));
+  const raw = await load().createModel(config, specs, withoutIgnorable(tensors, config), options);
   return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
 }
 
@@ -426,7 +428,8 @@ export class NativeModel {
    * Strict (default): every parameter must be given. Validates everything before changing anything.
    */
   loadWeights(tensors: readonly WeightTensor[], options: { strict?: boolean } = {}): Promise<void> {
-    return this.queue.run(() => this.raw.loadWeights(tensors, { strict: options.strict ?? true }));
+    const used = withoutIgnorable(tensors, this.config);
+    return this.queue.run(() => this.raw.loadWeights(used, { strict: options.strict ?? true }));
   }
 
   /** All weights by HF name, as bytes in `dtype` (default: the compute dtype's). */

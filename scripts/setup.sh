@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs and builds everything prime-rl needs, idempotently: a second run on a set-up machine
 # finishes in seconds. Steps are skipped when a stamp (hash of their inputs) says they are done.
-#   1. Debian packages: libtorch (unless LIBTORCH names another, see 0.) + OpenBLAS, compilers, cmake, ninja
-#   2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system)
+#   0. which libtorch: Debian's, or PyTorch's (LIBTORCH, or on a GPU machine)
+#   1. Debian packages: libtorch (unless 0. chose PyTorch's) + OpenBLAS, compilers, cmake, ninja, a JRE and Maven
+#   2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system), and
+#      Temporal's Java test server (time skipping, for the fast workflow tests) into tools/
 #   3. npm packages, exactly as package-lock.json pins them
 #   4. the native addon (cmake-js against libtorch) -> build/native/Release/prime_native.node
 #   5. the TypeScript build -> dist/
+#   6. the Weights & Biases SDK (Python `wandb`, pinned in scripts/wandb/requirements.txt) -> .venv/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -33,7 +36,7 @@ export LIBTORCH=${LIBTORCH:-}
 if [ -n "$LIBTORCH" ]; then log "libtorch: $LIBTORCH"; fi
 
 # 1. Debian packages --------------------------------------------------------------------------
-APT_PACKAGES=(libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium)
+APT_PACKAGES=(libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium openjdk-17-jre-headless maven)
 if [ -z "$LIBTORCH" ]; then APT_PACKAGES+=(libtorch-dev); fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -54,6 +57,18 @@ if ! stamp_ok temporal "$TEMPORAL_VERSION" || [ ! -x tools/bin/temporal ]; then
   mkdir -p tools/bin
   GOBIN=$ROOT/tools/bin GOFLAGS=-trimpath go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_VERSION"
   stamp_set temporal "$TEMPORAL_VERSION"
+fi
+
+# The Java test server's jars (Maven Central), pinned by scripts/temporal-test-server/pom.xml;
+# scripts/temporal-test-server/run.sh starts it. Fetched into a temporary folder, then renamed.
+TTS=tools/temporal-test-server
+tts_hash=$(hash_of scripts/temporal-test-server/pom.xml)
+if ! stamp_ok test-server "$tts_hash" || [ ! -d $TTS/lib ]; then
+  log "fetching Temporal's Java test server into $TTS (Maven Central)"
+  rm -rf $TTS/lib.tmp && mkdir -p $TTS
+  mvn -q -B -Dstyle.color=never -f scripts/temporal-test-server/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$ROOT/$TTS/lib.tmp"
+  rm -rf $TTS/lib && mv $TTS/lib.tmp $TTS/lib
+  stamp_set test-server "$tts_hash"
 fi
 
 # 3. npm packages -------------------------------------------------------------------------------
@@ -81,6 +96,22 @@ if ! stamp_ok ts "$ts_hash" || [ ! -f dist/lib/cli/main.js ]; then
   log "compiling TypeScript"
   npx --no-install tsc -p tsconfig.json
   stamp_set ts "$ts_hash"
+fi
+
+# 6. W&B SDK -----------------------------------------------------------------------------------
+# The official SDK is Python; [wandb] runs it as a sidecar (lib/run/wandb.ts) from this venv.
+wandb_hash=$(hash_of scripts/wandb/requirements.txt)
+if ! stamp_ok wandb "$wandb_hash" || [ ! -x .venv/bin/python ]; then
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    log "installing Debian packages: python3 python3-venv"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3 python3-venv
+  fi
+  log "installing the W&B SDK into .venv"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/wandb/requirements.txt
+  stamp_set wandb "$wandb_hash"
 fi
 
 log "ready"

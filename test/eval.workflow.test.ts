@@ -8,6 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
 import { evalSchema, type EvalConfig } from '../lib/config/schemas';
+import { describeFailure } from '../lib/failures';
 import { readEvalResults, renderEvalTable } from '../lib/eval';
 import type { EnvPool } from '../lib/envs/pool';
 import type { InferenceServer } from '../lib/inference/server';
@@ -65,8 +66,12 @@ test('base + two step folders on two environments: results files, pass@k for the
     expect(a).toMatchObject({ num_examples: 4, rollouts_per_example: 2 });
     expect(Object.keys(a.pass_at_k!)).toEqual(['1', '2']);
     expect(a.completion_tokens_mean).toBeGreaterThan(0);
-    // reverse-text rewards are graded: no pass@k unless every reward happens to be 0 or 1.
-    expect(r.environments['reverse-text'].avg_at_k).toBeGreaterThanOrEqual(0);
+    // reverse-text rewards are graded in [0, 1]: their mean lies there, their std at most 0.5.
+    const rt = r.environments['reverse-text'];
+    expect(rt.avg_at_k).toBeGreaterThanOrEqual(0);
+    expect(rt.avg_at_k).toBeLessThanOrEqual(1);
+    expect(rt.reward_std).toBeGreaterThanOrEqual(0);
+    expect(rt.reward_std).toBeLessThanOrEqual(0.5);
   }
   // The server served the last version evaluated.
   expect(((await (await fetch(`${inference.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(20);
@@ -77,7 +82,12 @@ test('base + two step folders on two environments: results files, pass@k for the
   // --steps picks folders; a missing one is a clear error.
   const picked = await run(config(['--run-name', 'ev-pick', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[20]', '--no-eval-base', '--env', '[{"id": "arithmetic"}]']));
   expect(picked.results.map((r) => r.model)).toEqual(['step_20']);
-  await expect(run(config(['--run-name', 'ev-miss', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[30]', '--env', '[{"id": "arithmetic"}]']))).rejects.toThrow();
+  const missing = await run(config(['--run-name', 'ev-miss', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[30]', '--env', '[{"id": "arithmetic"}]'])).catch((e: Error) => e);
+  expect(missing).toBeInstanceOf(Error);
+  // What the CLI prints (lib/failures.ts), and that it counts as bad input (exit 2).
+  expect(describeFailure(missing as Error)).toEqual({
+    message: `Workflow execution failed: Activity task failed (prepareEval): steps 30 not found in ${weightsDir} (it has 10, 20)`, badInput: true,
+  });
 });
 
 test('an external OpenAI-compatible API (our own server standing in) is evaluated through chat completions', async () => {

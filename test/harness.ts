@@ -13,6 +13,7 @@ import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { freePort } from '../lib/net';
 import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
+import { taskQueues } from '../lib/temporal/queues';
 
 Runtime.install({ logger: new DefaultLogger('WARN') });
 
@@ -88,18 +89,18 @@ export interface Execution {
 /** Runs a workflow to its end on fresh in-process workers (so a trainer starts with no state). */
 export async function execute<T>(e: Execution): Promise<T> {
   const connection = await NativeConnection.connect({ address: e.temporal.address });
-  const cpuQueue = `${e.taskQueue}.cpu`;
-  const cpu = await Worker.create({ connection, taskQueue: cpuQueue, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool: e.pool }) });
+  const queues = taskQueues(e.taskQueue);
+  const cpu = await Worker.create({ connection, taskQueue: queues.cpu, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool: e.pool }) });
   const client = new Client({ connection: await Connection.connect({ address: e.temporal.address }) });
   try {
     const run = (async () => {
-      const handle = await client.workflow.start(e.workflowType, { taskQueue: cpuQueue, workflowId: e.workflowId, args: e.args, workflowExecutionTimeout: e.executionTimeout });
+      const handle = await client.workflow.start(e.workflowType, { taskQueue: queues.cpu, workflowId: e.workflowId, args: e.args, workflowExecutionTimeout: e.executionTimeout });
       await e.drive?.(handle);
       return (await handle.result()) as T;
     })();
     if (!e.trainer) return await cpu.runUntil(run);
     const trainer = await Worker.create({
-      connection, taskQueue: `${e.taskQueue}.trainer`, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1,
+      connection, taskQueue: queues.trainer, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1,
     });
     return await cpu.runUntil(trainer.runUntil(run));
   } finally {

@@ -1,11 +1,13 @@
 /** Native model: HF math against a plain TS reference, packed scoring, weight I/O, error paths. */
 import type { ArchConfig } from '../lib/model/arch';
 import { loadModel, setThreads, type WeightTensor } from '../native';
-import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../native/testing';
+import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
+import { tensorSpecs } from '../lib/model/tensors';
+import { ARCHS } from '../lib/model/families';
 
 setThreads(2);
-const ARCHS = ['llama', 'qwen2', 'qwen3'] as const;
+
 
 /**
  * Reference forward of one sample in float64, written straight from the HF modelling code:
@@ -205,5 +207,26 @@ describe('errors name the problem', () => {
     await m.loadWeights(good().slice(1), { strict: false });
     // The model still works after rejected calls.
     expect((await m.score([packRow([[1, 2, 3]])]))[0].logprobs.length).toBe(3);
+  });
+  // The engine's parameters are its family's tensor table (lib/model/families), in table order;
+  // llama with attention_bias covers the o_proj bias the tiny configs lack.
+  test.each([...ARCHS.map((a) => tinyConfig(a)), tinyConfig('llama', { attentionBias: true })])('holds exactly the tensor table of $arch (bias $attentionBias)', async (c) => {
+    const m = await loadModel(c, randomWeights(c, 3));
+    const read = await m.readWeights();
+    expect(read.map((t) => [t.name, t.shape])).toEqual(tensorSpecs(c).map((s) => [s.name, s.shape]));
+  });
+
+  test('checkpoint extras (RoPE buffers, a tied duplicate lm_head) are ignored on load and update', async () => {
+    const w = good();
+    const extras: WeightTensor[] = [
+      { ...w[0], name: 'lm_head.weight' },
+      { name: 'model.layers.0.self_attn.rotary_emb.inv_freq', dtype: 'F32', shape: [8], data: Buffer.alloc(32) },
+    ];
+    const m = await loadModel(cfg, [...w, ...extras]);
+    await m.loadWeights([...w, ...extras]);
+    expect((await m.readWeights()).length).toBe(w.length);
+    const untied = tinyConfig('qwen3', { tieWordEmbeddings: false });
+    await expect(loadModel(untied, [...randomWeights(untied, 1), extras[1]])).resolves.toBeDefined();
+    await expect(loadModel(cfg, [...w, { ...w[0], name: 'model.layers.0.self_attn.rotary_emb.foo' }])).rejects.toThrow(/unexpected tensor 'model.layers.0.self_attn.rotary_emb.foo'/);
   });
 });

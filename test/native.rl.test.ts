@@ -16,7 +16,7 @@ import {
   type TrainRow,
   type WeightTensor,
 } from '../native';
-import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../native/testing';
+import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 
 setThreads(2);

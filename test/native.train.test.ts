@@ -2,8 +2,9 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { loadModel, lrAt, setThreads, type TrainRow, type WeightTensor } from '../native';
-import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../native/testing';
+import { loadModel, setThreads, type TrainRow, type WeightTensor } from '../native';
+import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
+import { lrAt } from '../lib/trainer/schedule';
 import { Rng } from '../lib/model/rng';
 
 setThreads(2);

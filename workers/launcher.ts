@@ -22,6 +22,7 @@ import { writeReport } from '../lib/report';
 import { projectRoot } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
 import { stepLine } from '../lib/run/progress';
+import { startWandb } from '../lib/run/wandb';
 import { asProcessId, isRunning, parentPipeOptions, processId, terminateProcess, type ProcessId } from '../lib/proc';
 import { devServerOptions, forgetDevServer, isListening, recordDevServer, runningDevServer, spawnDevServer, startDevServer } from '../lib/temporal/devserver';
 import { CommandError } from '../lib/cli/command';
@@ -483,7 +484,19 @@ async function follow<R>(run: LocalRun<R>, runName: string, done: (result: R) =>
 /** The `rl` command: launch, follow, summarise (with its evals and report), clean up. */
 export async function runRl(config: RLConfig): Promise<void> {
   const run = await launchRun(config);
-  await follow(run, config.run_name, (result) => {
+  const wandb = await startWandb({
+    settings: config.wandb, runName: config.run_name, runDir: run.layout.dir, metricsFile: run.layout.metricsFile, config,
+    say: (line) => process.stderr.write(`${line}\n`),
+  });
+  try {
+    await followRl(run, config);
+  } finally {
+    await wandb?.close();
+  }
+}
+
+function followRl(run: LocalRun<RLResult>, config: RLConfig): Promise<void> {
+  return follow(run, config.run_name, (result) => {
     const evals = readEvalResults(result.runDir);
     process.stdout.write(
       `run ${config.run_name} ${result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last reward ${result.lastReward?.toFixed(3) ?? '-'}\n` +

@@ -11,9 +11,11 @@ import { ConfigError } from '../lib/config/errors';
 import { EnvPool } from '../lib/envs/pool';
 import { runInference } from '../lib/cli/inference';
 import { ensureTemporal } from '../lib/temporal/devserver';
+import { taskQueues } from '../lib/temporal/queues';
 import * as native from '../native';
 
-export const taskQueues = (prefix: string) => ({ cpu: `${prefix}.cpu`, trainer: `${prefix}.trainer` });
+// Re-exported for workers/launcher.ts until it imports lib/temporal/queues itself.
+export { taskQueues };
 
 export async function runWorker(config: WorkerConfig): Promise<void> {
   if (config.pool === 'inference') {

@@ -12,23 +12,15 @@
  *
  * Everything large stays in the run folder; activities exchange paths and summaries. The history is
  * bounded by continue-as-new, which carries the run state. Signals pause, resume and stop the run
- * after the current step; the `progress` query reports where it is.
+ * after the current step; the `progress` query reports where it is (workflows/plumbing.ts).
  */
-import {
-  ApplicationFailure,
-  condition,
-  continueAsNew,
-  defineQuery,
-  defineSignal,
-  executeChild,
-  proxyActivities,
-  setHandler,
-  workflowInfo,
-} from '@temporalio/workflow';
-import type { CpuActivities, TrainerActivities, StepTimes, TrainSummary } from '../activities/types';
+import { ApplicationFailure, condition, continueAsNew, executeChild, workflowInfo } from '@temporalio/workflow';
+import type { StepTimes, TrainSummary } from '../activities/types';
 import type { RLConfig } from '../lib/config/schemas';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
+import { inRun, weightsEntry } from '../lib/run/entries';
 import type { EvalInput, EvalResult } from './eval';
+import { handleControls, runActivities, stopBeforeNextStep } from './plumbing';
 
 export interface RLState {
   runDir: string;
@@ -56,37 +48,17 @@ export interface RLResult {
   lastReward?: number;
 }
 
-export const pauseSignal = defineSignal('pause');
-export const resumeSignal = defineSignal('resume');
-/** Finish the steps already started, then end the run (it can be resumed later with a new start). */
-export const stopSignal = defineSignal('stop');
-export const progressQuery = defineQuery<RLProgress>('progress');
+/** How the workflow runs, apart from what it trains. */
+export interface RLOptions {
+  /** Steps one workflow execution generates before it continues as new (bounds its history); default 100. */
+  stepsPerRun?: number;
+}
 
-/** Continue-as-new after this many steps even if Temporal does not suggest it yet. */
 const STEPS_PER_RUN = 100;
 
-/** Retries go on until the problem is fixed (a worker comes back); non-retryable failures stop them. */
-const retry = { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' } as const;
-
-export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResult> {
-  const queue = config.temporal.task_queue;
-  const heartbeatTimeout = `${config.temporal.heartbeat_timeout_s} seconds` as const;
-  const cpu = proxyActivities<CpuActivities>({
-    taskQueue: `${queue}.cpu`,
-    startToCloseTimeout: '2 hours',
-    heartbeatTimeout,
-    retry,
-  });
-  const cpuQuick = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 minutes', retry });
-  // Writes that take milliseconds and send no heartbeat: one whose worker died is retried after the
-  // heartbeat timeout, like the others, not after minutes of a stalled run.
-  const cpuWrite = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: heartbeatTimeout, retry });
-  const trainer = proxyActivities<TrainerActivities>({
-    taskQueue: `${queue}.trainer`,
-    startToCloseTimeout: '6 hours',
-    heartbeatTimeout,
-    retry,
-  });
+export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions = {}): Promise<RLResult> {
+  const stepsPerRun = opts.stepsPerRun ?? STEPS_PER_RUN;
+  const { queues, cpu, cpuQuick, cpuWrite, trainer } = runActivities(config.temporal);
 
   /** A new start: the run folder, rewound to ckpt.resume_step when it is set (else every step is walked, done ones found on disk). */
   async function start(): Promise<RLState> {
@@ -104,10 +76,7 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
   const state: RLState = resumeFrom ?? (await start());
   const { runDir } = state;
 
-  setHandler(pauseSignal, () => void (state.paused = true));
-  setHandler(resumeSignal, () => void (state.paused = false));
-  setHandler(stopSignal, () => void (state.stopping = true));
-  setHandler(progressQuery, () => ({ ...state, maxSteps: config.max_steps }));
+  handleControls(state, (): RLProgress => ({ ...state, maxSteps: config.max_steps }));
 
   /** Evaluates policy `version` on the eval envs (the training envs if none) with an `eval` child workflow. */
   const evaluate = (version: number) => {
@@ -123,10 +92,10 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
         seqLen: config.orchestrator.seq_len,
         seed: config.seed,
         target: { kind: 'local', baseUrls: config.orchestrator.base_urls, modelDir: config.orchestrator.model.name, client: rlClientOptions(config) },
-        versions: [version === 0 ? { name: 'base', step: null, policyVersion: 0 } : { name: `step_${version}`, step: version, policyVersion: version, weightDir: `${runDir}/weights/step_${version}` }],
+        versions: [version === 0 ? { name: 'base', step: null, policyVersion: 0 } : { name: `step_${version}`, step: version, policyVersion: version, weightDir: inRun(runDir, weightsEntry(version)) }],
       },
     };
-    return executeChild<(i: EvalInput) => Promise<EvalResult>>('eval', { args: [input], workflowId: `${workflowInfo().workflowId}-eval-${version}`, taskQueue: `${queue}.cpu` });
+    return executeChild<(i: EvalInput) => Promise<EvalResult>>('eval', { args: [input], workflowId: `${workflowInfo().workflowId}-eval-${version}`, taskQueue: queues.cpu });
   };
   const interval = config.eval.interval;
   if (interval !== undefined) state.nextEval ??= 0;
@@ -147,8 +116,7 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
   const startedThisRun = state.step;
 
   while (state.step < maxSteps && !state.stopping) {
-    await condition(() => !state.paused || state.stopping);
-    if (state.stopping) break;
+    if (await stopBeforeNextStep(state)) break;
     const step = state.step;
     const waitStart = Date.now();
     // async_level: rollouts of step n use policy version n - k: never older (the bound), and not
@@ -178,9 +146,9 @@ export async function rl(config: RLConfig, resumeFrom?: RLState): Promise<RLResu
     });
     training.catch((e) => (failure ??= e));
 
-    if (workflowInfo().continueAsNewSuggested || state.step - startedThisRun >= STEPS_PER_RUN) {
+    if (workflowInfo().continueAsNewSuggested || state.step - startedThisRun >= stepsPerRun) {
       await training;
-      await continueAsNew<typeof rl>(config, state);
+      await continueAsNew<typeof rl>(config, state, opts);
     }
   }
   await training;

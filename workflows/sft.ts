@@ -9,12 +9,12 @@
  *               recordSftStep (cpu)    the step's metrics line
  *
  * Every activity is idempotent by (run, step), so a new start on the same run folder (after a
- * crash, or once finished) skips what is done. Signals and the progress query are those of `rl`.
+ * crash, or once finished) skips what is done. Signals and the progress query: workflows/plumbing.ts.
  */
-import { condition, continueAsNew, defineQuery, proxyActivities, setHandler, workflowInfo } from '@temporalio/workflow';
-import type { CpuActivities, TrainerActivities, TrainSummary } from '../activities/types';
+import { continueAsNew, workflowInfo } from '@temporalio/workflow';
+import type { TrainSummary } from '../activities/types';
 import type { SFTConfig } from '../lib/config/schemas';
-import { pauseSignal, resumeSignal, stopSignal } from './rl';
+import { handleControls, runActivities, stopBeforeNextStep } from './plumbing';
 
 export interface SftState {
   runDir: string;
@@ -49,8 +49,6 @@ export interface SftResult {
   weightsDir?: string;
 }
 
-export const sftProgressQuery = defineQuery<SftProgress>('progress');
-
 /** How the workflow runs, apart from what it trains. */
 export interface SftOptions {
   /** Steps one workflow execution trains before it continues as new (bounds its history); default 200. */
@@ -58,17 +56,10 @@ export interface SftOptions {
 }
 
 const STEPS_PER_RUN = 200;
-const retry = { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' } as const;
 
 export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOptions = {}): Promise<SftResult> {
   const stepsPerRun = opts.stepsPerRun ?? STEPS_PER_RUN;
-  const queue = config.temporal.task_queue;
-  const heartbeatTimeout = `${config.temporal.heartbeat_timeout_s} seconds` as const;
-  const cpu = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 hours', heartbeatTimeout, retry });
-  const cpuQuick = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: '2 minutes', retry });
-  // A write of milliseconds, no heartbeat: retried after the heartbeat timeout if its worker died.
-  const cpuWrite = proxyActivities<CpuActivities>({ taskQueue: `${queue}.cpu`, startToCloseTimeout: heartbeatTimeout, retry });
-  const trainer = proxyActivities<TrainerActivities>({ taskQueue: `${queue}.trainer`, startToCloseTimeout: '6 hours', heartbeatTimeout, retry });
+  const { cpu, cpuQuick, cpuWrite, trainer } = runActivities(config.temporal);
 
   let state: SftState;
   if (resumeFrom) state = resumeFrom;
@@ -84,16 +75,12 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
     }
   }
   const { runDir, steps } = state;
-  setHandler(pauseSignal, () => void (state.paused = true));
-  setHandler(resumeSignal, () => void (state.paused = false));
-  setHandler(stopSignal, () => void (state.stopping = true));
-  setHandler(sftProgressQuery, () => ({ ...state, maxSteps: steps }));
+  handleControls(state, (): SftProgress => ({ ...state, maxSteps: steps }));
 
   const startedThisRun = state.trained;
   const target = config.val.target_loss;
   while (state.trained < steps && !state.stopping && !state.reachedTarget) {
-    await condition(() => !state.paused || state.stopping);
-    if (state.stopping) break;
+    if (await stopBeforeNextStep(state)) break;
     const step = state.trained;
     const trainStart = Date.now() / 1000;
     const train = await trainer.trainStep({ runDir, step });

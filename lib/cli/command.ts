@@ -1,5 +1,6 @@
 /** A CLI command: its zod config schema and what it does with the resolved config. */
 import type { z } from 'zod';
+import type { Alias } from '../config/aliases';
 import type { SharedKeys } from '../config/loader';
 
 export interface Command<S extends z.ZodType = z.ZodType> {
@@ -7,6 +8,8 @@ export interface Command<S extends z.ZodType = z.ZodType> {
   schema: S;
   /** Top-level keys that fill the same keys of several sections (rl). */
   shared?: SharedKeys;
+  /** Documented keys of another spelling that map onto the schema's (rl: prime-rl's docs). */
+  aliases?: readonly Alias[];
   /** A leading argument that is not an option sets this key (`runs show RUN`). */
   positional?: string;
   run(config: z.output<S>): Promise<void>;

@@ -6,6 +6,7 @@
  */
 import * as fs from 'node:fs';
 import { ConfigError, didYouMean } from '../config/errors';
+import { aliasesHelp, describeMapped, RL_ALIASES } from '../config/aliases';
 import { optionsHelp, SOURCES_HELP } from '../config/help';
 import { loadConfig } from '../config/loader';
 import { describeFailure } from '../failures';
@@ -22,6 +23,7 @@ const commands: CommandTable = {
     summary: 'run asynchronous RL: trainer, orchestrator and inference on Temporal',
     schema: schemas.rlSchema,
     shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS },
+    aliases: RL_ALIASES,
     run: async (config) => (await import('../../workers/launcher')).runRl(config),
   }),
   sft: command({
@@ -81,7 +83,10 @@ function usage(): string {
 }
 
 function commandHelp(name: string, c: Command): string {
-  return `Usage: prime-rl ${name} [@ config.toml ...] [--key value ...]\n\n${c.summary}\n\n${SOURCES_HELP}\n\nOptions (type, default, description):${optionsHelp(c.schema)}`;
+  const aliases = c.aliases
+    ? `\n\nThe Python prime-rl's documented keys are accepted too (in top-level files and as flags), mapped onto ours\n(two spellings of one key in one file or command line: an error; --dry-run lists the mapping on stderr):\n${aliasesHelp(c.aliases)}`
+    : '';
+  return `Usage: prime-rl ${name} [@ config.toml ...] [--key value ...]\n\n${c.summary}\n\n${SOURCES_HELP}\n\nOptions (type, default, description):${optionsHelp(c.schema)}${aliases}`;
 }
 
 /** Finds the command named by the leading arguments; returns it with the remaining arguments. */
@@ -116,8 +121,10 @@ export async function runCli(argv: string[]): Promise<number> {
       return 0;
     }
     const args = cmd.positional && rest[0] !== undefined && !rest[0].startsWith('-') && !rest[0].startsWith('@') ? [`--${cmd.positional}`, ...rest] : rest;
-    const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared });
+    const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared, aliases: cmd.aliases });
     if (loaded.dryRun) {
+      // stderr: stdout stays the resolved config alone (input for `temporal workflow start`).
+      if (loaded.mapped.length > 0) process.stderr.write(`documented keys mapped onto ours:\n${describeMapped(loaded.mapped)}\n`);
       const json = JSON.stringify(loaded.config, null, 2);
       if (loaded.dryRunFile) fs.writeFileSync(loaded.dryRunFile, `${json}\n`);
       process.stdout.write(`${json}\n`);

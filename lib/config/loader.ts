@@ -11,8 +11,9 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
-import type { z } from 'zod';
+import { z } from 'zod';
 import { ConfigError, didYouMean } from './errors';
+import { findAlias, applyAliases, type Alias, type Mapped } from './aliases';
 import { allPaths, arrayElement, fieldAt, inspect, objectShape, typeName } from './introspect';
 
 type Raw = Record<string, unknown>;
@@ -32,10 +33,14 @@ export interface LoadOptions<S extends z.ZodType> {
   env?: NodeJS.ProcessEnv;
   cwd?: string;
   shared?: SharedKeys;
+  /** Documented keys of another spelling, mapped onto this schema's (lib/config/aliases.ts). */
+  aliases?: readonly Alias[];
 }
 
 export interface Loaded<T> {
   config: T;
+  /** The documented keys that were mapped onto ours, for --dry-run. */
+  mapped: Mapped[];
   dryRun: boolean;
   /** `--dry-run FILE` also writes the resolved config there (input for `temporal workflow start`). */
   dryRunFile?: string;
@@ -212,7 +217,7 @@ interface ParsedArgs {
 }
 
 /** Splits argv into `@ file` references, `--key value` assignments and `--dry-run`. */
-function parseArgs(argv: string[], schema: z.ZodType): ParsedArgs {
+function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] = []): ParsedArgs {
   const out: ParsedArgs = { files: [], assignments: [], dryRun: false };
   const isOption = (t: string | undefined) => t !== undefined && t.startsWith('--');
   let i = 0;
@@ -251,6 +256,13 @@ function parseArgs(argv: string[], schema: z.ZodType): ParsedArgs {
     }
     let keys = name.split('.').map(normaliseKey);
     let field = fieldAt(schema, keys);
+    // A documented key (`--learning-rate`, `--lora.r`, `--model PATH`): the value is coerced by
+    // the field it maps to; the key is kept, and mapped with the other flags in loadConfig.
+    const alias = findAlias(aliases, keys.join('.'));
+    const next = inline ?? argv[i + 1];
+    if (alias && (!alias.alias.onlyString || (next !== undefined && !/^\s*[{@]/.test(next)))) {
+      field = alias.to === null ? z.number() : alias.alias.onlyString ? z.string() : fieldAt(schema, alias.to.split('.'));
+    }
     let negated = false;
     if (!field) {
       // --no-a.b and --a.no-b both negate the boolean a.b.
@@ -373,27 +385,37 @@ function formatIssues(error: z.ZodError, origins: Origins, schema: z.ZodType): s
 export function loadConfig<S extends z.ZodType>(opts: LoadOptions<S>): Loaded<z.output<S>> {
   const { schema, argv, env = process.env, cwd = process.cwd() } = opts;
   const origins: Origins = new Map();
-  const args = parseArgs(argv, schema);
+  const aliases = opts.aliases ?? [];
+  const args = parseArgs(argv, schema, aliases);
+  const mapped: Mapped[] = [];
 
   let raw = fromEnv(env, schema, origins);
   for (const { file, scope } of args.files) {
     const tree = readConfigFile(file, cwd);
     const where = `in ${file}`;
+    if (!scope.length) mapped.push(...applyAliases(tree, aliases, where));
     checkKeys(tree, schema, scope, where);
     const scoped: Raw = {};
     if (scope.length) setPath(scoped, scope, tree);
     recordOrigins(scope.length ? scoped : tree, where, origins);
     raw = deepMerge(raw, scope.length ? scoped : tree);
   }
+  // The command line is one source: a documented flag and ours for the same key conflict.
+  const cli: Raw = {};
   for (const { keys, value, flag } of args.assignments) {
     const one: Raw = {};
     setPath(one, keys, value);
-    raw = deepMerge(raw, one);
+    Object.assign(cli, deepMerge(cli, one));
     origins.set(keys.join('.'), `from ${flag}`);
   }
+  for (const m of applyAliases(cli, aliases, 'on the command line')) {
+    mapped.push(m);
+    if (m.to !== null) origins.set(m.to, origins.get(m.from) ?? m.where);
+  }
+  raw = deepMerge(raw, cli);
   if (opts.shared) propagateShared(raw, schema, opts.shared, origins);
 
   const result = schema.safeParse(raw);
   if (!result.success) throw new ConfigError(formatIssues(result.error, origins, schema));
-  return { config: result.data, dryRun: args.dryRun, dryRunFile: args.dryRunFile };
+  return { config: result.data, mapped, dryRun: args.dryRun, dryRunFile: args.dryRunFile };
 }

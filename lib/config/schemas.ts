@@ -4,6 +4,7 @@
  * Defaults follow the Python prime-rl (DESIGN.md §4). Objects are strict: unknown keys are errors.
  */
 import { z } from 'zod';
+import { ARCHS } from '../model/families';
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
 function section<T extends z.core.$ZodLooseShape>(shape: T) {
@@ -97,6 +98,11 @@ const samplingSchema = section({
   top_k: z.number().int().min(-1).default(-1).describe('keep the k most likely tokens; -1 = off'),
   min_p: z.number().min(0).max(1).default(0).describe('drop tokens below min_p x the top probability'),
   max_tokens: positiveInt().optional().describe('max new tokens per turn; unset = up to seq_len'),
+  stop: z
+    .array(z.string().min(1))
+    .max(16)
+    .default([])
+    .describe('stop strings: a turn ends at the token that completes one (matched in the decoded text, special tokens left out)'),
 });
 
 const loraSchema = section({
@@ -289,6 +295,11 @@ export const rlSchema = z
     ckpt: checkpointSchema,
     eval: evalSettings,
     temporal: temporalSchema,
+    wandb: section({
+      project: z.string().min(1).optional().describe('Weights & Biases project: log every step\'s metrics there (needs WANDB_API_KEY, or WANDB_MODE=offline for a local run folder); unset = no W&B'),
+      name: z.string().min(1).optional().describe('W&B run name; unset = run_name'),
+      entity: z.string().min(1).optional().describe('W&B team or user; unset = the API key\'s default'),
+    }),
     trainer: trainerSchema,
     orchestrator: orchestratorSchema,
     inference: inferenceSchema,
@@ -407,7 +418,7 @@ export const workerSchema = z.strictObject({
 });
 
 export const modelCreateSchema = z.strictObject({
-  arch: z.enum(['qwen3', 'qwen2', 'llama']).default('qwen3').describe('architecture'),
+  arch: z.enum(ARCHS).default('qwen3').describe('architecture'),
   preset: z.enum(['tiny', 'small']).default('tiny').describe('size preset; explicit sizes below override it'),
   tokenizer: z.enum(['bytes', 'qwen3']).default('bytes').describe('byte-level tokenizer, or the real Qwen3 one'),
   seed: seed(),

@@ -126,6 +126,8 @@ export const generateRequest = z.strictObject({
   seed: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
   n: z.number().int().min(1).max(64).default(1),
   stop_token_ids: z.array(tokenId).max(64).optional(),
+  /** Stop strings: the sequence ends at the token whose text completes one (that token is kept). */
+  stop: z.array(z.string().min(1)).max(16).optional(),
   prompt_logprobs: z.boolean().default(false),
 });
 export type GenerateRequest = z.output<typeof generateRequest>;

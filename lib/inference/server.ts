@@ -454,7 +454,8 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     const sampling = { ...body, stop_token_ids: body.stop_token_ids ?? null };
     const results = await start(
       Array.from({ length: body.n }, (_, i) => engineRequest(body.prompt_token_ids, sampling, maxTokens, i, body.prompt_logprobs && i === 0)),
-      { signal },
+      // Stop strings are matched in the decoded text, so only then does the sequence need a tokenizer.
+      body.stop?.length ? { signal, tokenizer, stopStrings: body.stop } : { signal },
     );
     const promptLogprobs = results[0].promptLogprobs;
     return {

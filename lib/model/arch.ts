@@ -1,9 +1,11 @@
 /**
  * The architecture facts the native engine needs, normalised from a Hugging Face `config.json`
- * (Llama, Qwen2, Qwen3 dense decoders). This is the contract between `lib/model` (which reads and
+ * by the family modules (`families/`). This is the contract between `lib/model` (which reads and
  * writes HF folders) and `native/` (which computes with them).
  */
-export type Arch = 'llama' | 'qwen2' | 'qwen3';
+import type { Arch } from './families';
+
+export type { Arch };
 
 export interface ArchConfig {
   arch: Arch;
@@ -18,7 +20,7 @@ export interface ArchConfig {
   ropeTheta: number;
   maxPositionEmbeddings: number;
   tieWordEmbeddings: boolean;
-  /** q/k/v projections carry biases (Qwen2; Llama's `attention_bias`). */
+  /** q/k/v projections carry biases (Qwen2; Llama's and Qwen3's `attention_bias`, which adds o_proj's). */
   attentionBias: boolean;
   /** per-head RMSNorm on q and k before RoPE (Qwen3). */
   qkNorm: boolean;
@@ -33,4 +35,12 @@ export interface NamedTensor {
   dtype: DiskDType;
   shape: number[];
   data: Buffer;
+}
+
+/** Dtypes the engine reads and writes: the safetensors ones, plus F64 (used by gradient checks). */
+export type TensorDType = DiskDType | 'F64';
+
+/** A tensor as raw little-endian bytes. Every `NamedTensor` is one. */
+export interface WeightTensor extends Omit<NamedTensor, 'dtype'> {
+  dtype: TensorDType;
 }

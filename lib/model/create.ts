@@ -12,6 +12,7 @@ import { BYTE_VOCAB_SIZE, byteTokenizerConfig, byteTokenizerJson } from './byte-
 import { CHATML_TEMPLATE } from './chat';
 import { toHfConfig } from './hf-config';
 import { writeHfModel } from './hf';
+import { family } from './families';
 import { Rng } from './rng';
 import { parameterCount, tensorSpecs } from './tensors';
 import { Tokenizer } from './tokenizer';
@@ -147,8 +148,7 @@ export function resolveArchConfig(opts: Omit<CreateModelOptions, 'out' | 'seed'>
     ropeTheta: sizes.ropeTheta,
     maxPositionEmbeddings: sizes.maxPositionEmbeddings,
     tieWordEmbeddings: sizes.tieWordEmbeddings,
-    attentionBias: opts.arch === 'qwen2',
-    qkNorm: opts.arch === 'qwen3',
+    ...family(opts.arch).defaults,
   };
   for (const k of ['vocabSize', 'hiddenSize', 'intermediateSize', 'numLayers', 'numHeads', 'numKvHeads', 'headDim', 'maxPositionEmbeddings'] as const) {
     if (!Number.isSafeInteger(a[k]) || a[k] <= 0) throw new Error(`${k} must be a positive integer, got ${a[k]}`);

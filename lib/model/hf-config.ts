@@ -3,61 +3,15 @@
  * a field the native engine would silently ignore (rope scaling, sliding windows, MLP biases, other
  * activations) is an error naming the field, because serving such a model would give wrong logits.
  */
-import type { Arch, ArchConfig } from './arch';
+import type { ArchConfig } from './arch';
+import { ConfigReader, type Json } from './config-reader';
+import { ARCHS, FAMILIES, family, type Arch } from './families';
 
-const ARCH_BY_CLASS: Record<string, Arch> = {
-  LlamaForCausalLM: 'llama',
-  Qwen2ForCausalLM: 'qwen2',
-  Qwen3ForCausalLM: 'qwen3',
-};
-const CLASS_BY_ARCH: Record<Arch, string> = { llama: 'LlamaForCausalLM', qwen2: 'Qwen2ForCausalLM', qwen3: 'Qwen3ForCausalLM' };
+const ARCH_BY_CLASS = new Map(ARCHS.map((a) => [FAMILIES[a].hfClass, a]));
 
-/** Defaults of the transformers config classes (LlamaConfig, Qwen2Config, Qwen3Config) for absent fields. */
-const DEFAULT_MAX_POSITIONS: Record<Arch, number> = { llama: 2048, qwen2: 32768, qwen3: 32768 };
+/** Defaults of the transformers config classes for absent fields (the family-specific ones are in `families/`). */
 const DEFAULT_ROPE_THETA = 10000;
 const DEFAULT_RMS_EPS = 1e-6;
-
-type Json = Record<string, unknown>;
-
-class ConfigReader {
-  constructor(
-    private readonly raw: Json,
-    private readonly source: string,
-  ) {}
-
-  fail(field: string, why: string): never {
-    throw new Error(`${this.source}: field '${field}' ${why}`);
-  }
-
-  /** Absent and JSON null both mean "use the default", as in transformers. */
-  has(field: string): boolean {
-    return this.raw[field] !== undefined && this.raw[field] !== null;
-  }
-
-  posInt(field: string, fallback?: number): number {
-    if (!this.has(field)) {
-      if (fallback === undefined) this.fail(field, 'is required');
-      return fallback;
-    }
-    const v = this.raw[field];
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) this.fail(field, `must be a positive integer, got ${JSON.stringify(v)}`);
-    return v;
-  }
-
-  posNumber(field: string, fallback: number, from: Json = this.raw, label = field): number {
-    const v = from[field];
-    if (v === undefined || v === null) return fallback;
-    if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) this.fail(label, `must be a positive number, got ${JSON.stringify(v)}`);
-    return v;
-  }
-
-  bool(field: string, fallback: boolean): boolean {
-    if (!this.has(field)) return fallback;
-    const v = this.raw[field];
-    if (typeof v !== 'boolean') this.fail(field, `must be a boolean, got ${JSON.stringify(v)}`);
-    return v;
-  }
-}
 
 function readArch(r: ConfigReader, raw: Json): Arch {
   const modelType = raw.model_type;
@@ -67,14 +21,14 @@ function readArch(r: ConfigReader, raw: Json): Arch {
     if (!Array.isArray(archs) || archs.length === 0 || typeof archs[0] !== 'string') {
       r.fail('architectures', 'must be a non-empty array of class names');
     }
-    arch = ARCH_BY_CLASS[archs[0]];
-    if (!arch) r.fail('architectures', `names unsupported class ${JSON.stringify(archs[0])} (supported: ${Object.keys(ARCH_BY_CLASS).join(', ')})`);
+    arch = ARCH_BY_CLASS.get(archs[0]);
+    if (!arch) r.fail('architectures', `names unsupported class ${JSON.stringify(archs[0])} (supported: ${[...ARCH_BY_CLASS.keys()].join(', ')})`);
   }
   if (modelType !== undefined && modelType !== null) {
-    if (typeof modelType !== 'string' || !(modelType in CLASS_BY_ARCH)) {
-      r.fail('model_type', `is unsupported: ${JSON.stringify(modelType)} (supported: ${Object.keys(CLASS_BY_ARCH).join(', ')})`);
+    if (typeof modelType !== 'string' || !(ARCHS as string[]).includes(modelType)) {
+      r.fail('model_type', `is unsupported: ${JSON.stringify(modelType)} (supported: ${ARCHS.join(', ')})`);
     }
-    if (arch && arch !== modelType) r.fail('model_type', `is '${modelType}' but architectures names ${CLASS_BY_ARCH[arch]}`);
+    if (arch && arch !== modelType) r.fail('model_type', `is '${modelType}' but architectures names ${FAMILIES[arch].hfClass}`);
     arch = modelType as Arch;
   }
   if (!arch) r.fail('architectures', 'and model_type are both missing');
@@ -109,6 +63,7 @@ export function parseHfConfig(raw: unknown, source = 'config.json'): ArchConfig 
   const json = raw as Json;
   const r = new ConfigReader(json, source);
   const arch = readArch(r, json);
+  const fam = FAMILIES[arch];
 
   const hiddenSize = r.posInt('hidden_size');
   const numHeads = r.posInt('num_attention_heads');
@@ -122,7 +77,7 @@ export function parseHfConfig(raw: unknown, source = 'config.json'): ArchConfig 
   const act = json.hidden_act ?? 'silu';
   if (act !== 'silu') r.fail('hidden_act', `is ${JSON.stringify(act)}; only 'silu' (SwiGLU) is supported`);
   if (r.bool('mlp_bias', false)) r.fail('mlp_bias', 'is true; MLP biases are not supported');
-  if (arch !== 'llama' && r.bool('use_sliding_window', false)) r.fail('use_sliding_window', 'is true; sliding-window attention is not supported');
+  const features = fam.readFeatures(r);
 
   return {
     arch,
@@ -135,11 +90,9 @@ export function parseHfConfig(raw: unknown, source = 'config.json'): ArchConfig 
     headDim,
     rmsNormEps: r.posNumber('rms_norm_eps', DEFAULT_RMS_EPS),
     ropeTheta: readRope(r, json),
-    maxPositionEmbeddings: r.posInt('max_position_embeddings', DEFAULT_MAX_POSITIONS[arch]),
+    maxPositionEmbeddings: r.posInt('max_position_embeddings', fam.defaultMaxPositions),
     tieWordEmbeddings: r.bool('tie_word_embeddings', false),
-    // transformers hard-codes q/k/v biases for Qwen2 and ignores `attention_bias` there.
-    attentionBias: arch === 'qwen2' ? true : r.bool('attention_bias', false),
-    qkNorm: arch === 'qwen3',
+    ...features,
   };
 }
 
@@ -154,10 +107,10 @@ export interface SpecialTokenIds {
  * `torch_dtype` is the dtype the weights are stored in.
  */
 export function toHfConfig(a: ArchConfig, tokens: SpecialTokenIds, torchDtype: 'float32' | 'bfloat16'): Json {
-  if (a.arch === 'qwen2' && !a.attentionBias) throw new Error('qwen2 always has attention biases (attentionBias must be true)');
-  if (a.qkNorm !== (a.arch === 'qwen3')) throw new Error(`qkNorm is ${a.qkNorm} but only qwen3 has q/k norms`);
+  const fam = family(a.arch);
+  const own = fam.hfFields(a);
   const common: Json = {
-    architectures: [CLASS_BY_ARCH[a.arch]],
+    architectures: [fam.hfClass],
     model_type: a.arch,
     vocab_size: a.vocabSize,
     hidden_size: a.hiddenSize,
@@ -180,12 +133,5 @@ export function toHfConfig(a: ArchConfig, tokens: SpecialTokenIds, torchDtype: '
     pad_token_id: tokens.pad,
     torch_dtype: torchDtype,
   };
-  switch (a.arch) {
-    case 'llama':
-      return { ...common, attention_bias: a.attentionBias, mlp_bias: false, pretraining_tp: 1 };
-    case 'qwen2':
-      return { ...common, use_sliding_window: false, sliding_window: null, max_window_layers: a.numLayers };
-    case 'qwen3':
-      return { ...common, attention_bias: a.attentionBias, use_sliding_window: false, sliding_window: null, max_window_layers: a.numLayers };
-  }
+  return { ...common, ...own };
 }

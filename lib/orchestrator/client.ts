@@ -28,6 +28,8 @@ export interface GenerateParams {
   min_p: number;
   max_tokens: number;
   seed: number;
+  /** Stop strings (omitted when none). */
+  stop?: string[];
 }
 
 export interface GenerateResult {

@@ -24,6 +24,8 @@ export interface SamplingSettings {
   min_p: number;
   /** Per turn; unset = the rest of the context. */
   max_tokens?: number;
+  /** Stop strings; a turn's message content ends before the first. */
+  stop?: string[];
 }
 
 export interface RolloutTask {
@@ -121,6 +123,7 @@ export async function runRollout(task: RolloutTask, pool: EnvPool, client: Infer
         min_p: task.sampling.min_p,
         max_tokens: Math.min(room, task.sampling.max_tokens ?? room),
         seed: (task.seed + turn) % 2 ** 31,
+        ...(task.sampling.stop?.length ? { stop: task.sampling.stop } : {}),
       };
       const out = await client.generate(ids, params);
       if (out.finishReason === 'abort') throw new RolloutError('inference aborted the request');
@@ -132,7 +135,7 @@ export async function runRollout(task: RolloutTask, pool: EnvPool, client: Infer
       // The stop token (e.g. <|im_end|>) ends the turn; the message content is what came before it.
       const stopped = out.finishReason === 'stop';
       const contentIds = stopped ? out.tokenIds.slice(0, -1) : out.tokenIds;
-      const reply: Message = { role: 'assistant', content: tokenizer.decode(contentIds) };
+      const reply: Message = { role: 'assistant', content: contentBeforeStop(tokenizer.decode(out.tokenIds), task.sampling.stop) ?? tokenizer.decode(contentIds) };
       messages.push(reply);
       rollout.completion.push(reply);
       // A turn cut by max_tokens still ends the turn; only a full context ends the rollout early.
@@ -175,4 +178,10 @@ export async function runRollout(task: RolloutTask, pool: EnvPool, client: Infer
   }
   if (rollout.policyVersion === Infinity) rollout.policyVersion = -1;
   return rollout;
+}
+
+/** The text before the first stop string in `text`, or undefined when none occurs (a stop token ended the turn, or its length). */
+function contentBeforeStop(text: string, stops: readonly string[] | undefined): string | undefined {
+  const at = Math.min(...(stops ?? []).map((s) => text.indexOf(s)).filter((i) => i >= 0));
+  return Number.isFinite(at) ? text.slice(0, at) : undefined;
 }

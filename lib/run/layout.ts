@@ -17,6 +17,7 @@
  *   launcher.json              the local launcher and its processes (pid + start time), while it runs
  */
 import * as path from 'node:path';
+import { weightsEntry } from './entries';
 
 export class RunLayout {
   readonly dir: string;
@@ -55,7 +56,7 @@ export class RunLayout {
   }
   /** Weights of policy version `version` (version 0 is the base model, not stored here). */
   weightsDir(version: number): string {
-    return path.join(this.weightsRoot, `step_${version}`);
+    return path.join(this.dir, weightsEntry(version));
   }
   get checkpointsRoot(): string {
     return path.join(this.dir, 'checkpoints');

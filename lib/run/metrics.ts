@@ -16,6 +16,31 @@ export interface StepRecord {
   [key: string]: unknown;
 }
 
+/**
+ * The Python prime-rl's documented metric names, each read from our record of a step: the one
+ * table of these names (metrics.jsonl lines and W&B carry both spellings).
+ */
+export const DOCUMENTED_METRICS: Readonly<Record<string, (r: StepRecord) => unknown>> = {
+  'train/reward': (r) => r.reward_mean,
+  'train/loss': (r) => r.loss,
+  'train/learning_rate': (r) => r.lr,
+  // The KL divergence the trainer measures between its policy and the one that sampled.
+  'train/kl_divergence': (r) => r.mismatch_kl,
+  // Completion tokens per rollout (all turns).
+  'rollout/mean_length': (r) => (typeof r.completion_tokens === 'number' && typeof r.rollouts === 'number' && r.rollouts > 0 ? r.completion_tokens / r.rollouts : undefined),
+  'rollout/generation_time': (r) => r.generate_seconds,
+};
+
+/** `record` with the documented names added (those whose value is a number). */
+export function withDocumentedNames(record: StepRecord): StepRecord {
+  const out: StepRecord = { ...record };
+  for (const [name, read] of Object.entries(DOCUMENTED_METRICS)) {
+    const v = read(record);
+    if (typeof v === 'number' && Number.isFinite(v)) out[name] = v;
+  }
+  return out;
+}
+
 /** The complete lines of `text` (a torn last line, without its newline, is not one). */
 function completeLines(text: string): string[] {
   const end = text.lastIndexOf('\n');

@@ -15,11 +15,12 @@ import { readBatch } from '../orchestrator/batch';
 import { listSteps, RunLayout } from '../run/layout';
 import type { TrainMetrics, TrainProgress } from './types';
 import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
+import { lrAt, type LrSchedule } from './schedule';
 import type { TrainerSpec } from './spec';
 
 
 /** Learning-rate schedule of the trainer over its `maxSteps`. */
-function scheduleOf(t: TrainerSpec): native.LrSchedule {
+function scheduleOf(t: TrainerSpec): LrSchedule {
   return {
     kind: t.scheduler.type,
     lr: t.optim.lr,
@@ -139,7 +140,7 @@ export class TrainerRuntime {
     const loadStart = performance.now();
     const batch = readBatch(this.layout.batchFile(step));
     const load = (performance.now() - loadStart) / 1000;
-    const lr = native.lrAt(scheduleOf(t), step);
+    const lr = lrAt(scheduleOf(t), step);
     const stats = await this.trainer.step(
       batch.rows.map((r) => ({ inputIds: r.inputIds, positionIds: r.positionIds, lossMask: r.lossMask, advantages: r.advantages, inferenceLogprobs: r.logprobs })),
       { lr, maxGradNorm: t.optim.max_norm, loss: t.loss },

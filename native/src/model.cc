@@ -50,11 +50,18 @@ at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected) {
   return at::from_blob(const_cast<uint8_t*>(t.data), expected, at::TensorOptions().dtype(st));
 }
 
-// Tensors a checkpoint may carry that the model does not need.
-bool ignorable(const std::string& name, const ArchConfig& cfg) {
-  if (cfg.tieWordEmbeddings && name == "lm_head.weight") return true;  // some tied checkpoints store a copy
-  return name.size() > 22 && name.compare(name.size() - 22, 22, ".rotary_emb.inv_freq") == 0;
-}
+// The skeleton's slots inside a block, by the names the family tables use (LayerSlot in
+// lib/model/families/decoder.ts). Outside blocks: "embed", "norm", "lmHead".
+const std::pair<const char*, at::Tensor Layer::*> kLayerSlots[] = {
+    {"inputNorm", &Layer::inputNorm}, {"q", &Layer::q},         {"k", &Layer::k},         {"v", &Layer::v},
+    {"o", &Layer::o},                 {"qBias", &Layer::qBias}, {"kBias", &Layer::kBias}, {"vBias", &Layer::vBias},
+    {"oBias", &Layer::oBias},         {"qNorm", &Layer::qNorm}, {"kNorm", &Layer::kNorm}, {"postNorm", &Layer::postNorm},
+    {"gate", &Layer::gate},           {"up", &Layer::up},       {"down", &Layer::down},
+};
+// The slot holding each projection's weight, in Proj order.
+const char* const kProjSlots[kNumProj] = {"q", "k", "v", "o", "gate", "up", "down"};
+// Slots every block must have; the others are optional.
+const char* const kRequiredLayerSlots[] = {"inputNorm", "q", "k", "v", "o", "postNorm", "gate", "up", "down"};
 
 }  // namespace
 
@@ -80,9 +87,6 @@ const char* projName(int p) {
   return names[p];
 }
 
-std::string projModule(int64_t layer, int p) {
-  return "model.layers." + std::to_string(layer) + (p <= kOProj ? ".self_attn." : ".mlp.") + projName(p);
-}
 
 std::vector<int64_t> segmentStarts(const std::vector<int64_t>& pos) {
   std::vector<int64_t> starts;
@@ -95,46 +99,48 @@ std::vector<int64_t> segmentStarts(const std::vector<int64_t>& pos) {
 // Weights
 
 std::vector<Model::Slot> Model::slots() {
-  const int64_t D = cfg.hiddenSize, I = cfg.intermediateSize, hd = cfg.headDim;
-  const int64_t qd = cfg.numHeads * hd, kvd = cfg.numKvHeads * hd;
   std::vector<Slot> s;
-  s.push_back({"model.embed_tokens.weight", {cfg.vocabSize, D}, &embed_});
-  for (int64_t i = 0; i < cfg.numLayers; i++) {
-    Layer& L = layers_[i];
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    s.push_back({p + "input_layernorm.weight", {D}, &L.inputNorm});
-    s.push_back({p + "self_attn.q_proj.weight", {qd, D}, &L.q});
-    if (cfg.attentionBias) s.push_back({p + "self_attn.q_proj.bias", {qd}, &L.qBias});
-    s.push_back({p + "self_attn.k_proj.weight", {kvd, D}, &L.k});
-    if (cfg.attentionBias) s.push_back({p + "self_attn.k_proj.bias", {kvd}, &L.kBias});
-    s.push_back({p + "self_attn.v_proj.weight", {kvd, D}, &L.v});
-    if (cfg.attentionBias) s.push_back({p + "self_attn.v_proj.bias", {kvd}, &L.vBias});
-    s.push_back({p + "self_attn.o_proj.weight", {D, qd}, &L.o});
-    // Llama's and Qwen3's attention_bias also covers o_proj; Qwen2's q/k/v biases do not.
-    if (cfg.attentionBias && cfg.arch != "qwen2") s.push_back({p + "self_attn.o_proj.bias", {D}, &L.oBias});
-    if (cfg.qkNorm) {
-      s.push_back({p + "self_attn.q_norm.weight", {hd}, &L.qNorm});
-      s.push_back({p + "self_attn.k_norm.weight", {hd}, &L.kNorm});
+  for (const ParamSpec& p : specs_) {
+    at::Tensor* t = nullptr;
+    if (p.layer < 0) {
+      if (p.slot == "embed") t = &embed_;
+      else if (p.slot == "norm") t = &norm_;
+      else if (p.slot == "lmHead") t = &lmHead_;
+    } else if (p.layer < int64_t(layers_.size())) {
+      for (auto& [slot, member] : kLayerSlots)
+        if (p.slot == slot) t = &(layers_[p.layer].*member);
     }
-    s.push_back({p + "post_attention_layernorm.weight", {D}, &L.postNorm});
-    s.push_back({p + "mlp.gate_proj.weight", {I, D}, &L.gate});
-    s.push_back({p + "mlp.up_proj.weight", {I, D}, &L.up});
-    s.push_back({p + "mlp.down_proj.weight", {D, I}, &L.down});
+    if (!t)
+      throw std::runtime_error("tensor '" + p.name + "': no slot '" + p.slot + "' in " +
+                               (p.layer < 0 ? std::string("the model") : "layer " + std::to_string(p.layer)));
+    s.push_back({&p, t});
   }
-  s.push_back({"model.norm.weight", {D}, &norm_});
-  if (!cfg.tieWordEmbeddings) s.push_back({"lm_head.weight", {cfg.vocabSize, D}, &lmHead_});
   return s;
 }
 
-Model::Model(ArchConfig c, at::ScalarType dt, at::Device dev) : cfg(std::move(c)), dtype(dt), device(dev) {
-  if (cfg.arch != "llama" && cfg.arch != "qwen2" && cfg.arch != "qwen3")
-    throw std::runtime_error("unsupported architecture '" + cfg.arch + "' (expected llama, qwen2 or qwen3)");
-  if (cfg.vocabSize <= 0 || cfg.hiddenSize <= 0 || cfg.intermediateSize <= 0 || cfg.numLayers <= 0 ||
-      cfg.numHeads <= 0 || cfg.numKvHeads <= 0 || cfg.headDim <= 0 || cfg.headDim % 2 != 0)
+Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::Device dev)
+    : cfg(std::move(c)), dtype(dt), device(dev), specs_(std::move(specs)) {
+  if (cfg.vocabSize <= 0 || cfg.hiddenSize <= 0 || cfg.numLayers <= 0 || cfg.numHeads <= 0 || cfg.numKvHeads <= 0 ||
+      cfg.headDim <= 0 || cfg.headDim % 2 != 0)
     throw std::runtime_error("invalid ArchConfig: sizes must be positive and headDim even");
   if (cfg.numHeads % cfg.numKvHeads != 0)
     throw std::runtime_error("invalid ArchConfig: numHeads must be a multiple of numKvHeads");
   layers_.resize(cfg.numLayers);
+  // The table must fill each slot at most once and every required one.
+  std::set<std::pair<int64_t, std::string>> filled;
+  for (const ParamSpec& p : specs_)
+    if (!filled.emplace(p.layer, p.slot).second)
+      throw std::runtime_error("tensor table: slot '" + p.slot + "' of layer " + std::to_string(p.layer) + " given twice");
+  for (const char* slot : {"embed", "norm"})
+    if (!filled.count({-1, slot})) throw std::runtime_error(std::string("tensor table: no '") + slot + "' tensor");
+  for (int64_t l = 0; l < cfg.numLayers; l++) {
+    for (const char* slot : kRequiredLayerSlots)
+      if (!filled.count({l, slot}))
+        throw std::runtime_error("tensor table: layer " + std::to_string(l) + " has no '" + slot + "' tensor");
+    if (filled.count({l, "qNorm"}) != filled.count({l, "kNorm"}))
+      throw std::runtime_error("tensor table: layer " + std::to_string(l) + " needs both qNorm and kNorm or neither");
+  }
+  slots();  // rejects unknown slots and layers
   // inv_freq = 1 / theta^(2i/d), computed in fp32 like HF (fp64 for fp64 models).
   at::ScalarType rd = logitsDtype();
   invFreq_ = 1.0 / at::pow(cfg.ropeTheta, at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong))
@@ -143,27 +149,29 @@ Model::Model(ArchConfig c, at::ScalarType dt, at::Device dev) : cfg(std::move(c)
                        .to(device);
 }
 
-Model::Model(ArchConfig c, const std::vector<RawTensor>& tensors, at::ScalarType dt, at::Device dev)
-    : Model(std::move(c), dt, dev) {
+Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTensor>& tensors, at::ScalarType dt,
+             at::Device dev)
+    : Model(std::move(c), std::move(specs), dt, dev) {
   std::map<std::string, const RawTensor*> byName;
   for (const RawTensor& t : tensors)
     if (!byName.emplace(t.name, &t).second) throw std::runtime_error("tensor '" + t.name + "' given twice");
   std::set<std::string> used;
   for (Slot& s : slots()) {
-    auto it = byName.find(s.name);
+    const ParamSpec& p = *s.spec;
+    auto it = byName.find(p.name);
     if (it == byName.end())
-      throw std::runtime_error("missing tensor '" + s.name + "' (expected shape " + shapeStr(s.shape) + ")");
-    at::Tensor src = viewRaw(*it->second, s.shape);
-    *s.tensor = at::empty(s.shape, options()).copy_(src);  // the one copy: bytes -> compute dtype/device
-    used.insert(s.name);
+      throw std::runtime_error("missing tensor '" + p.name + "' (expected shape " + shapeStr(p.shape) + ")");
+    at::Tensor src = viewRaw(*it->second, p.shape);
+    *s.tensor = at::empty(p.shape, options()).copy_(src);  // the one copy: bytes -> compute dtype/device
+    used.insert(p.name);
   }
   for (const RawTensor& t : tensors)
-    if (!used.count(t.name) && !ignorable(t.name, cfg))
+    if (!used.count(t.name))
       throw std::runtime_error("unexpected tensor '" + t.name + "' for " + cfg.arch + " config");
 }
 
 std::unique_ptr<Model> Model::copy() const {
-  std::unique_ptr<Model> m(new Model(cfg, dtype, device));
+  std::unique_ptr<Model> m(new Model(cfg, specs_, dtype, device));
   std::vector<Slot> src = const_cast<Model*>(this)->slots(), dst = m->slots();
   for (size_t i = 0; i < src.size(); i++) *dst[i].tensor = src[i].tensor->detach().clone();
   return m;
@@ -175,12 +183,26 @@ const at::Tensor& Model::projWeight(int64_t layer, int p) const {
   return *w[p];
 }
 
+const ParamSpec& Model::projSpec(int64_t layer, int p) const {
+  for (const ParamSpec& s : specs_)
+    if (s.layer == layer && s.slot == kProjSlots[p]) return s;
+  throw std::runtime_error("layer " + std::to_string(layer) + " has no " + projName(p));  // the constructor checked
+}
+
+std::string Model::projModule(int64_t layer, int p) const {
+  const std::string& name = projSpec(layer, p).name;
+  const std::string suffix = ".weight";
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    throw std::runtime_error("tensor '" + name + "': a projection weight's name must end in '.weight'");
+  return name.substr(0, name.size() - suffix.size());
+}
+
 void Model::loadWeights(const std::vector<RawTensor>& tensors, bool strict) {
   std::map<std::string, at::Tensor*> params;
   std::map<std::string, std::vector<int64_t>> shapes;
   for (Slot& s : slots()) {
-    params[s.name] = s.tensor;
-    shapes[s.name] = s.shape;
+    params[s.spec->name] = s.tensor;
+    shapes[s.spec->name] = s.spec->shape;
   }
   // Validate everything before touching the live weights, so a bad update leaves them intact.
   std::vector<std::pair<at::Tensor*, at::Tensor>> updates;
@@ -188,10 +210,7 @@ void Model::loadWeights(const std::vector<RawTensor>& tensors, bool strict) {
   for (const RawTensor& t : tensors) {
     if (!seen.insert(t.name).second) throw std::runtime_error("tensor '" + t.name + "' given twice");
     auto it = params.find(t.name);
-    if (it == params.end()) {
-      if (ignorable(t.name, cfg)) continue;
-      throw std::runtime_error("unexpected tensor '" + t.name + "' for " + cfg.arch + " config");
-    }
+    if (it == params.end()) throw std::runtime_error("unexpected tensor '" + t.name + "' for " + cfg.arch + " config");
     updates.emplace_back(it->second, viewRaw(t, shapes[t.name]));
   }
   if (strict)
@@ -204,7 +223,7 @@ void Model::loadWeights(const std::vector<RawTensor>& tensors, bool strict) {
 
 std::vector<std::pair<std::string, at::Tensor>> Model::namedParameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (Slot& s : const_cast<Model*>(this)->slots()) out.emplace_back(s.name, *s.tensor);
+  for (Slot& s : const_cast<Model*>(this)->slots()) out.emplace_back(s.spec->name, *s.tensor);
   return out;
 }
 
@@ -272,7 +291,7 @@ std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const a
   at::Tensor q = project(h, L.q, L.qBias, layer, kQProj, ad).view({N, cfg.numHeads, hd});
   at::Tensor k = project(h, L.k, L.kBias, layer, kKProj, ad).view({N, cfg.numKvHeads, hd});
   v = project(h, L.v, L.vBias, layer, kVProj, ad).view({N, cfg.numKvHeads, hd});
-  if (cfg.qkNorm) {
+  if (L.qNorm.defined()) {
     q = rmsNorm(q, L.qNorm);
     k = rmsNorm(k, L.kNorm);
   }

@@ -1,4 +1,6 @@
-// HF dense decoder (Llama / Qwen2 / Qwen3) on libtorch: weights, packed forward, KV-cache decode.
+// The decoder skeleton (Llama / Qwen2 / Qwen3 dense) on libtorch: weights, packed forward, KV-cache
+// decode. Which HF tensor fills which parameter comes from the family's table in TS
+// (lib/model/families), passed in as ParamSpecs: this engine knows slots, not HF names.
 // The math lives in model.cc, top to bottom; this header is what the generator, trainer and
 // N-API glue need to see.
 #pragma once
@@ -15,13 +17,22 @@
 
 namespace prime {
 
-// Mirror of `ArchConfig` in lib/model/arch.ts.
+// The sizes of `ArchConfig` (lib/model/arch.ts) the computation uses; the optional parts (biases,
+// q/k norms, an untied head) are whichever tensors the ParamSpecs provide.
 struct ArchConfig {
-  std::string arch;  // "llama" | "qwen2" | "qwen3"
-  int64_t vocabSize = 0, hiddenSize = 0, intermediateSize = 0, numLayers = 0;
-  int64_t numHeads = 0, numKvHeads = 0, headDim = 0, maxPositionEmbeddings = 0;
+  std::string arch;  // the family's name, for messages
+  int64_t vocabSize = 0, hiddenSize = 0, numLayers = 0;
+  int64_t numHeads = 0, numKvHeads = 0, headDim = 0;
   double rmsNormEps = 1e-6, ropeTheta = 10000.0;
-  bool tieWordEmbeddings = false, attentionBias = false, qkNorm = false;
+};
+
+// One row of the family's tensor table: the HF tensor `name` of `shape` fills skeleton slot `slot`
+// ("embed", "norm", "lmHead", or a Layer field such as "qBias" of block `layer`; -1 outside blocks).
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string slot;
+  int64_t layer = -1;
 };
 
 // A tensor as it arrives from JS: raw little-endian bytes, borrowed (copied once into a tensor).
@@ -36,16 +47,14 @@ struct RawTensor {
 struct Layer {
   at::Tensor inputNorm, postNorm;           // [D]
   at::Tensor q, k, v, o;                    // [H*hd, D], [KV*hd, D], [KV*hd, D], [D, H*hd]
-  at::Tensor qBias, kBias, vBias, oBias;    // defined when attentionBias (oBias: Llama only)
-  at::Tensor qNorm, kNorm;                  // [hd], defined when qkNorm (Qwen3)
+  at::Tensor qBias, kBias, vBias, oBias;    // optional (undefined = none)
+  at::Tensor qNorm, kNorm;                  // [hd], optional (Qwen3)
   at::Tensor gate, up, down;                // [I, D], [I, D], [D, I]
 };
 
 // The seven linear projections of a block, in HF order; LoRA targets them by module name.
 enum Proj : int { kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj, kNumProj };
 const char* projName(int p);  // "q_proj", ..., "down_proj"
-// HF module path of a projection, e.g. "model.layers.3.self_attn.q_proj" (weight: + ".weight").
-std::string projModule(int64_t layer, int p);
 
 // Low-rank adapters on some projections: y = W x + (alpha / rank) * B (A dropout(x)).
 struct LoraAdapters {
@@ -67,7 +76,9 @@ using LayerKV = std::pair<at::Tensor, at::Tensor>;
 
 class Model {
  public:
-  Model(ArchConfig cfg, const std::vector<RawTensor>& tensors, at::ScalarType dtype, at::Device device);
+  // Fills the slots named by `specs` (in their order, which is the checkpoint order) from `tensors`.
+  Model(ArchConfig cfg, std::vector<ParamSpec> specs, const std::vector<RawTensor>& tensors, at::ScalarType dtype,
+        at::Device device);
 
   // Copies new values into the live parameters (same shapes), e.g. for update_weights. With
   // strict, every parameter must be given; otherwise a subset is fine.
@@ -80,6 +91,9 @@ class Model {
   std::unique_ptr<Model> copy() const;
   // Weight of projection p of a layer (LoRA: shapes, merging).
   const at::Tensor& projWeight(int64_t layer, int p) const;
+  // HF module path of a projection, from the table: e.g. "model.layers.3.self_attn.q_proj" (its
+  // weight's name without ".weight"); PEFT names adapters after it.
+  std::string projModule(int64_t layer, int p) const;
 
   // Forward over one packed row (N tokens; attention is causal within each segment starting at
   // segStarts[i]). Returns the final-normed hidden states [N, D]. kvOut receives per-layer K/V.
@@ -117,19 +131,19 @@ class Model {
   std::atomic<bool> busy{false};
 
  private:
-  // Checks cfg and derives the RoPE table; the weights stay empty (both constructors fill them).
-  Model(ArchConfig cfg, at::ScalarType dtype, at::Device device);
+  // Checks cfg and specs and derives the RoPE table; the weights stay empty (both constructors fill them).
+  Model(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype, at::Device device);
   // The adapters of one forward, threaded through the blocks.
   struct Adapt {
     const LoraAdapters* lora;
     at::Generator* dropoutRng;
   };
   struct Slot {
-    std::string name;
-    std::vector<int64_t> shape;
+    const ParamSpec* spec;
     at::Tensor* tensor;
   };
-  std::vector<Slot> slots();  // expected parameters for cfg, in HF order
+  std::vector<Slot> slots();  // the parameters of specs_, in their order
+  const ParamSpec& projSpec(int64_t layer, int p) const;
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& pos) const;
   std::pair<at::Tensor, at::Tensor> attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
@@ -144,6 +158,7 @@ class Model {
   at::Tensor decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& pos) const;
 
+  std::vector<ParamSpec> specs_;
   at::Tensor embed_, norm_, lmHead_;  // lmHead_ undefined when tied
   std::vector<Layer> layers_;
   at::Tensor invFreq_;  // [hd/2] RoPE inverse frequencies

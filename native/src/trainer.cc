@@ -129,7 +129,7 @@ Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
         at::Tensor B = at::zeros({W.size(0), lc.rank}, model->options()).requires_grad_(true);
         lora_->A[l][p] = A;
         lora_->B[l][p] = B;
-        const std::string peft = "base_model.model." + projModule(l, p);
+        const std::string peft = "base_model.model." + model->projModule(l, p);
         trainable_.emplace_back(peft + ".lora_A.weight", A);
         trainable_.emplace_back(peft + ".lora_B.weight", B);
       }
@@ -253,7 +253,7 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::policyWeights() const {
     for (int64_t l = 0; l < model->cfg.numLayers; l++)
       for (int p = 0; p < kNumProj; p++)
         if (lora_->A[l][p].defined())
-          out[index.at(projModule(l, p) + ".weight")].second.add_(at::mm(lora_->B[l][p], lora_->A[l][p]), lora_->scale());
+          out[index.at(model->projModule(l, p) + ".weight")].second.add_(at::mm(lora_->B[l][p], lora_->A[l][p]), lora_->scale());
   return out;
 }
 

@@ -1,11 +1,11 @@
 /**
- * Seeded random models for the native engine's tests and benchmarks: HF-named tensors for any
+ * Seeded random models for the native engine's tests and benchmarks (not used by the runtime): HF-named tensors for any
  * ArchConfig, with values large enough that the model's distributions are far from uniform.
  */
-import type { Arch, ArchConfig } from '../lib/model/arch';
-import { Rng } from '../lib/model/rng';
-import { tensorSpecs } from '../lib/model/tensors';
-import type { TensorDType, WeightTensor } from './index';
+import type { Arch, ArchConfig, TensorDType, WeightTensor } from './arch';
+import { family } from './families';
+import { Rng } from './rng';
+import { tensorSpecs } from './tensors';
 
 /** A small config of the given architecture (hidden 64, 2 layers, 4 heads, 2 kv heads, vocab 300). */
 export function tinyConfig(arch: Arch, overrides: Partial<ArchConfig> = {}): ArchConfig {
@@ -22,8 +22,7 @@ export function tinyConfig(arch: Arch, overrides: Partial<ArchConfig> = {}): Arc
     ropeTheta: 10000,
     maxPositionEmbeddings: 512,
     tieWordEmbeddings: arch === 'qwen3',
-    attentionBias: arch === 'qwen2',
-    qkNorm: arch === 'qwen3',
+    ...family(arch).defaults,
     ...overrides,
   };
 }

@@ -1,0 +1,45 @@
+/**
+ * Strict typed access to the fields of a Hugging Face `config.json`; every error names the file
+ * and the field. Shared by `hf-config.ts` (common fields) and the family modules (their own).
+ */
+export type Json = Record<string, unknown>;
+
+export class ConfigReader {
+  constructor(
+    readonly raw: Json,
+    private readonly source: string,
+  ) {}
+
+  fail(field: string, why: string): never {
+    throw new Error(`${this.source}: field '${field}' ${why}`);
+  }
+
+  /** Absent and JSON null both mean "use the default", as in transformers. */
+  has(field: string): boolean {
+    return this.raw[field] !== undefined && this.raw[field] !== null;
+  }
+
+  posInt(field: string, fallback?: number): number {
+    if (!this.has(field)) {
+      if (fallback === undefined) this.fail(field, 'is required');
+      return fallback;
+    }
+    const v = this.raw[field];
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) this.fail(field, `must be a positive integer, got ${JSON.stringify(v)}`);
+    return v;
+  }
+
+  posNumber(field: string, fallback: number, from: Json = this.raw, label = field): number {
+    const v = from[field];
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) this.fail(label, `must be a positive number, got ${JSON.stringify(v)}`);
+    return v;
+  }
+
+  bool(field: string, fallback: boolean): boolean {
+    if (!this.has(field)) return fallback;
+    const v = this.raw[field];
+    if (typeof v !== 'boolean') this.fail(field, `must be a boolean, got ${JSON.stringify(v)}`);
+    return v;
+  }
+}

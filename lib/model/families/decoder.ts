@@ -1,0 +1,121 @@
+/**
+ * The shared decoder skeleton (pre-norm blocks: RMSNorm, GQA attention with RoPE, SwiGLU MLP) and
+ * the interface every architecture family implements over it. The native engine knows only the
+ * skeleton's slots (`native/src/model.h`: `Layer` fields, embed/norm/lmHead); which HF tensor
+ * fills which slot is declared here, in TS, and handed to the engine with the weights.
+ */
+import type { ArchConfig } from '../arch';
+import type { ConfigReader, Json } from '../config-reader';
+
+/** Slots outside the blocks. */
+export type ModelSlot = 'embed' | 'norm' | 'lmHead';
+/** Slots of one block (native `Layer` fields); biases and q/k norms are optional. */
+export type LayerSlot =
+  | 'inputNorm'
+  | 'q'
+  | 'k'
+  | 'v'
+  | 'o'
+  | 'qBias'
+  | 'kBias'
+  | 'vBias'
+  | 'oBias'
+  | 'qNorm'
+  | 'kNorm'
+  | 'postNorm'
+  | 'gate'
+  | 'up'
+  | 'down';
+
+export type TensorRole = 'embedding' | 'linear' | 'bias' | 'norm';
+
+export interface TensorSpec {
+  /** Hugging Face name, e.g. `model.layers.3.self_attn.q_proj.weight`. */
+  name: string;
+  shape: number[];
+  /** How it is initialised: normal(0, 0.02) for embeddings and linears, zeros for biases, ones for norms. */
+  role: TensorRole;
+  /** The engine's parameter it fills; `layer` is its block (-1 for model slots). */
+  slot: ModelSlot | LayerSlot;
+  layer: number;
+}
+
+/** The architecture choices a family fixes or reads from config.json. */
+export interface FamilyFeatures {
+  /** q/k/v projections carry biases. */
+  attentionBias: boolean;
+  /** Per-head RMSNorm on q and k before RoPE. */
+  qkNorm: boolean;
+}
+
+/** One architecture family: its config.json mapping and its tensor table (see README.md here). */
+export interface Family {
+  /** config.json `model_type`, and `ArchConfig.arch`. */
+  modelType: string;
+  /** config.json `architectures[0]` (the transformers class). */
+  hfClass: string;
+  /** transformers' default `max_position_embeddings` for this config class. */
+  defaultMaxPositions: number;
+  /** The features of a newly created model of this family (`model create`, test configs). */
+  defaults: FamilyFeatures;
+  /**
+   * Reads the family's own fields after the common ones; rejects (naming the field) anything the
+   * engine would silently ignore.
+   */
+  readFeatures(r: ConfigReader): FamilyFeatures;
+  /** Rejects an ArchConfig this family cannot express; returns its own config.json fields. */
+  hfFields(a: ArchConfig): Json;
+  /** Every tensor in checkpoint order (embedding, layers in order, final norm, head). */
+  tensors(a: ArchConfig): TensorSpec[];
+}
+
+/**
+ * The dense decoder's tensors in HF Llama naming. `oProjBias`: `attention_bias` also puts a bias
+ * on o_proj (Llama, Qwen3; Qwen2's hard-coded q/k/v biases do not).
+ */
+export function denseDecoderTensors(a: ArchConfig, opts: { oProjBias: boolean }): TensorSpec[] {
+  const q = a.numHeads * a.headDim;
+  const kv = a.numKvHeads * a.headDim;
+  const specs: TensorSpec[] = [{ name: 'model.embed_tokens.weight', shape: [a.vocabSize, a.hiddenSize], role: 'embedding', slot: 'embed', layer: -1 }];
+  for (let i = 0; i < a.numLayers; i++) {
+    const p = `model.layers.${i}`;
+    const add = (suffix: string, shape: number[], role: TensorRole, slot: LayerSlot) => specs.push({ name: `${p}.${suffix}`, shape, role, slot, layer: i });
+    add('input_layernorm.weight', [a.hiddenSize], 'norm', 'inputNorm');
+    add('self_attn.q_proj.weight', [q, a.hiddenSize], 'linear', 'q');
+    add('self_attn.k_proj.weight', [kv, a.hiddenSize], 'linear', 'k');
+    add('self_attn.v_proj.weight', [kv, a.hiddenSize], 'linear', 'v');
+    if (a.attentionBias) {
+      add('self_attn.q_proj.bias', [q], 'bias', 'qBias');
+      add('self_attn.k_proj.bias', [kv], 'bias', 'kBias');
+      add('self_attn.v_proj.bias', [kv], 'bias', 'vBias');
+    }
+    if (a.qkNorm) {
+      add('self_attn.q_norm.weight', [a.headDim], 'norm', 'qNorm');
+      add('self_attn.k_norm.weight', [a.headDim], 'norm', 'kNorm');
+    }
+    add('self_attn.o_proj.weight', [a.hiddenSize, q], 'linear', 'o');
+    if (a.attentionBias && opts.oProjBias) add('self_attn.o_proj.bias', [a.hiddenSize], 'bias', 'oBias');
+    add('post_attention_layernorm.weight', [a.hiddenSize], 'norm', 'postNorm');
+    add('mlp.gate_proj.weight', [a.intermediateSize, a.hiddenSize], 'linear', 'gate');
+    add('mlp.up_proj.weight', [a.intermediateSize, a.hiddenSize], 'linear', 'up');
+    add('mlp.down_proj.weight', [a.hiddenSize, a.intermediateSize], 'linear', 'down');
+  }
+  specs.push({ name: 'model.norm.weight', shape: [a.hiddenSize], role: 'norm', slot: 'norm', layer: -1 });
+  if (!a.tieWordEmbeddings) specs.push({ name: 'lm_head.weight', shape: [a.vocabSize, a.hiddenSize], role: 'linear', slot: 'lmHead', layer: -1 });
+  return specs;
+}
+
+/** Qwen2/Qwen3 configs may turn on sliding-window attention, which the engine does not implement. */
+export function rejectSlidingWindow(r: ConfigReader): void {
+  if (r.bool('use_sliding_window', false)) r.fail('use_sliding_window', 'is true; sliding-window attention is not supported');
+}
+
+/** The config.json fields Qwen2/Qwen3 write for full attention. */
+export function fullAttentionFields(a: ArchConfig): Json {
+  return { use_sliding_window: false, sliding_window: null, max_window_layers: a.numLayers };
+}
+
+/** For families without q/k norms (toHfConfig). */
+export function noQkNorm(a: ArchConfig): void {
+  if (a.qkNorm) throw new Error(`qkNorm is true but ${a.arch} has no q/k norms`);
+}

@@ -1,0 +1,20 @@
+/** The registry of architecture families: one line per family (see README.md in this folder). */
+import type { Family } from './decoder';
+import { llama } from './llama';
+import { qwen2 } from './qwen2';
+import { qwen3 } from './qwen3';
+
+export const FAMILIES = { llama, qwen2, qwen3 } satisfies Record<string, Family>;
+
+/** `ArchConfig.arch`: a registered family's `model_type`. */
+export type Arch = keyof typeof FAMILIES;
+/** The registered families' names, for enums and messages. */
+export const ARCHS = Object.keys(FAMILIES) as [Arch, ...Arch[]];
+
+/** The family of `arch`; an unknown name is an error listing the supported ones. */
+export function family(arch: string): Family {
+  if (!Object.prototype.hasOwnProperty.call(FAMILIES, arch)) throw new Error(`unsupported architecture '${arch}' (supported: ${ARCHS.join(', ')})`);
+  return FAMILIES[arch as Arch];
+}
+
+export type { Family, FamilyFeatures, LayerSlot, ModelSlot, TensorRole, TensorSpec } from './decoder';

@@ -1,0 +1,69 @@
+// JS <-> C++ conversions shared by the wrapped classes (on the JS thread; bad input throws a
+// TypeError naming the field or key).
+#pragma once
+
+#include <napi.h>
+
+#include <c10/util/Exception.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loss.h"
+#include "model.h"
+
+namespace prime::addon {
+
+// Fields of a JS object: missing or mistyped ones are TypeErrors naming the key.
+Napi::Value field(const Napi::Object& o, const char* key);
+double num(const Napi::Object& o, const char* key);
+double numOr(const Napi::Object& o, const char* key, double def);
+bool boolOr(const Napi::Object& o, const char* key, bool def);
+std::string str(const Napi::Object& o, const char* key);
+Napi::Object obj(Napi::Value v, const char* what);
+Napi::Array arr(Napi::Value v, const char* what);
+// Integer arrays: Int32Array, Uint32Array or number[].
+std::vector<int64_t> ints(Napi::Value v, const char* what);
+// Real arrays: Float32Array, Float64Array or number[].
+std::vector<double> reals(Napi::Value v, const char* what);
+// Uint8Array or array of truthy/falsy values.
+std::vector<uint8_t> mask(Napi::Value v, const char* what);
+
+ArchConfig archConfig(Napi::Value v);
+// The family's tensor table ({name, shape, slot, layer}[]) from native/index.ts.
+std::vector<ParamSpec> paramSpecs(Napi::Value v);
+// Borrows the bytes of JS {name, dtype, shape, data} tensors; the job must keep `buffers` alive.
+std::vector<RawTensor> rawTensors(Napi::Value v, std::vector<Napi::Value>& buffers);
+Napi::Array tensorsToJs(Napi::Env env, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+Napi::Float32Array floats(Napi::Env env, const std::vector<float>& v);
+// Weights copied to the CPU in the dtype named like the safetensors ones ("" = compute dtype).
+std::vector<std::pair<std::string, at::Tensor>> toCpu(const std::vector<std::pair<std::string, at::Tensor>>& in,
+                                                      const std::string& dtype, at::ScalarType computeDtype);
+
+// Packed rows (inputIds + positionIds) for scoring, and their per-token scores.
+using ScoreRows = std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>;
+ScoreRows scoreRows(Napi::Value v);
+using Scores = std::vector<std::pair<std::vector<float>, std::vector<float>>>;
+Napi::Value scoresToJs(Napi::Env env, const Scores& scores);
+
+// The loss configuration (LossConfig in native/index.ts; absent = defaults) and its metrics.
+LossConfig lossConfig(Napi::Value v);
+Napi::Object metricsToJs(Napi::Env env, const LossMetrics& s);
+
+// Runs synchronous native code on the JS thread; node-addon-api only converts Napi::Error, so
+// C++ exceptions are rethrown as JS errors here instead of terminating the process.
+template <typename F>
+auto jsErrors(Napi::Env env, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    throw Napi::Error::New(env, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
+
+}  // namespace prime::addon

@@ -1,0 +1,18 @@
+// What module init (addon.cc) registers: the wrapped classes and the module functions.
+#pragma once
+
+#include <napi.h>
+
+namespace prime::addon {
+
+Napi::Function DefineModel(Napi::Env env);
+Napi::Function DefineGenerator(Napi::Env env);
+Napi::Function DefineTrainer(Napi::Env env);
+
+Napi::Value CreateModel(const Napi::CallbackInfo& info);  // (config, specs, tensors, options) -> Promise<Model>
+Napi::Value PolicyLoss(const Napi::CallbackInfo& info);
+Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
+Napi::Value Info(const Napi::CallbackInfo& info);
+Napi::Value SetThreads(const Napi::CallbackInfo& info);
+
+}  // namespace prime::addon

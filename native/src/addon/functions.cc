@@ -1,0 +1,116 @@
+// Module functions outside the classes: the policy loss on given vectors, the matmul yardstick,
+// build info and thread counts.
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/version.h>
+
+#include <dlfcn.h>
+
+#include <chrono>
+
+#include "addon/async.h"
+#include "addon/convert.h"
+#include "addon/exports.h"
+
+namespace prime::addon {
+
+// The policy loss on given per-token vectors (fp64, synchronous): the same code as the trainer's
+// loss, for checking values and d loss / d logp against hand computation.
+Napi::Value PolicyLoss(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = obj(info[0], "inputs");
+  LossConfig cfg = lossConfig(info[1]);
+  std::vector<double> logp = reals(field(o, "logp"), "logp");
+  std::vector<uint8_t> m = mask(field(o, "lossMask"), "lossMask");
+  std::vector<int64_t> lengths = ints(field(o, "sampleLengths"), "sampleLengths");
+  auto optional = [&](const char* key) {
+    Napi::Value v = o.Get(key);
+    return v.IsUndefined() || v.IsNull() ? std::vector<double>(logp.size(), 0.0) : reals(v, key);
+  };
+  std::vector<double> mu = optional("mu"), adv = optional("advantages"), ref = optional("refLogp");
+  return jsErrors(env, [&]() -> Napi::Value {
+    validateLossConfig(cfg);
+    const size_t T = logp.size();
+    if (m.size() != T || mu.size() != T || adv.size() != T || ref.size() != T)
+      throw std::runtime_error("logp, lossMask, mu, advantages and refLogp need the same length");
+    std::vector<int64_t> sample;
+    for (size_t i = 0; i < lengths.size(); i++) {
+      if (lengths[i] < 1) throw std::runtime_error("sampleLengths must be >= 1");
+      sample.insert(sample.end(), size_t(lengths[i]), int64_t(i));
+    }
+    if (sample.size() != T) throw std::runtime_error("sampleLengths must sum to the number of tokens");
+    const auto f64 = at::TensorOptions().dtype(at::kDouble);
+    LossInputs in;
+    in.logp = at::tensor(logp, f64).requires_grad_(true);
+    in.mask = at::tensor(std::vector<double>(m.begin(), m.end()), f64);
+    in.mu = at::tensor(mu, f64);
+    in.adv = at::tensor(adv, f64);
+    in.refLogp = at::tensor(ref, f64);
+    in.sample = at::tensor(sample, at::TensorOptions().dtype(at::kLong));
+    in.numSamples = int64_t(lengths.size());
+    int64_t tokens, samples;
+    countLossUnits(in.mask, in.sample, in.numSamples, tokens, samples);
+    LossSums sums;
+    policyLoss(cfg, in, resolveNormalizer(cfg, tokens, samples), sums).backward();
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("loss", sums.loss);
+    at::Tensor g = in.logp.grad().contiguous();
+    Napi::Float64Array grad = Napi::Float64Array::New(env, T);
+    std::copy_n(g.data_ptr<double>(), T, grad.Data());
+    out.Set("gradLogp", grad);
+    out.Set("metrics", metricsToJs(env, lossMetrics(sums)));
+    return out;
+  });
+}
+
+// Measured fp32 matmul throughput (GFLOP/s) of an n x n x n product, the benchmarks' yardstick.
+Napi::Value MatmulGflops(const Napi::CallbackInfo& info) {
+  const int64_t n = info[0].As<Napi::Number>().Int64Value(), iters = info[1].As<Napi::Number>().Int64Value();
+  auto out = std::make_shared<double>(0);
+  Job* job = new Job(
+      info.Env(), nullptr,
+      [=] {
+        c10::InferenceMode inference;
+        at::Tensor a = at::randn({n, n}), b = at::randn({n, n}), c = at::empty({n, n});
+        at::mm_out(c, a, b);  // warm-up
+        auto t0 = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < iters; i++) at::mm_out(c, a, b);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        *out = 2.0 * double(n) * double(n) * double(n) * double(iters) / s / 1e9;
+      },
+      [out](Napi::Env env) -> Napi::Value { return Napi::Number::New(env, *out); });
+  return job->start();
+}
+
+Napi::Value Info(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("torchVersion", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+                              std::to_string(TORCH_VERSION_PATCH));
+  out.Set("cuda", at::hasCUDA());
+  out.Set("threads", gThreads.load() > 0 ? gThreads.load() : at::get_num_threads());
+  auto blasThreads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (blasThreads) out.Set("blasThreads", blasThreads());
+  out.Set("parallelInfo", at::get_parallel_info());
+  return out;
+}
+
+// Thread counts. When libtorch's BLAS is a pthreads OpenBLAS (Debian), matmuls run on OpenBLAS's
+// own pool, whose threads spin after each call; an OpenMP pool of the same size beside it fights
+// them for the cores (measured: ~10x slower small ops, half the matmul rate). So there the BLAS
+// pool gets n threads and ATen's OpenMP pool 1. Otherwise (MKL, OpenMP OpenBLAS) ATen gets n.
+Napi::Value SetThreads(const Napi::CallbackInfo& info) {
+  int n = info[0].As<Napi::Number>().Int32Value();
+  if (n < 1) throw Napi::RangeError::New(info.Env(), "threads must be >= 1");
+  using SetFn = void (*)(int);
+  using GetFn = int (*)();
+  auto setBlas = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  auto blasParallel = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  const bool pthreadBlas = setBlas && blasParallel && blasParallel() == 1;
+  if (setBlas) setBlas(n);
+  gThreads = pthreadBlas ? 1 : n;
+  at::set_num_threads(gThreads);
+  return info.Env().Undefined();
+}
+
+}  // namespace prime::addon

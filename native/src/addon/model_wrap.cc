@@ -1,0 +1,136 @@
+// JS class Model and createModel: a loaded model, scoring, weights, and the generators and
+// trainers made from it (NativeModel in native/index.ts).
+#include <c10/core/InferenceMode.h>
+
+#include "addon/async.h"
+#include "addon/convert.h"
+#include "addon/exports.h"
+#include "generator.h"
+#include "trainer.h"
+
+namespace prime::addon {
+namespace {
+
+class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Model",
+                       {InstanceMethod("score", &ModelWrap::Score), InstanceMethod("loadWeights", &ModelWrap::LoadWeights),
+                        InstanceMethod("readWeights", &ModelWrap::ReadWeights),
+                        InstanceMethod("numParameters", &ModelWrap::NumParameters),
+                        InstanceMethod("createGenerator", &ModelWrap::CreateGenerator),
+                        InstanceMethod("createTrainer", &ModelWrap::CreateTrainer)});
+  }
+  explicit ModelWrap(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<ModelWrap>(info), model_(unwrapExternal<Model>(info, "Model")) {}
+
+ private:
+  Napi::Value Score(const Napi::CallbackInfo& info) {
+    auto rows = scoreRows(info[0]);
+    const double temperature = info[1].IsObject() ? numOr(info[1].As<Napi::Object>(), "temperature", 1.0) : 1.0;
+    auto model = model_;
+    auto out = std::make_shared<Scores>(rows.size());
+    Job* job = new Job(
+        info.Env(), model,
+        [=] {
+          c10::InferenceMode inference;
+          for (size_t i = 0; i < rows.size(); i++)
+            model->scoreRow(rows[i].first, rows[i].second, temperature, (*out)[i].first, (*out)[i].second);
+        },
+        [out](Napi::Env env) -> Napi::Value { return scoresToJs(env, *out); });
+    return job->start();
+  }
+
+  Napi::Value LoadWeights(const Napi::CallbackInfo& info) {
+    const bool strict = info[1].IsObject() ? boolOr(info[1].As<Napi::Object>(), "strict", true) : true;
+    std::vector<Napi::Value> buffers;
+    std::vector<RawTensor> tensors = rawTensors(info[0], buffers);
+    auto model = model_;
+    Job* job = new Job(info.Env(), model, [model, tensors, strict] { model->loadWeights(tensors, strict); }, nullptr);
+    for (Napi::Value b : buffers) job->keep(b);
+    return job->start();
+  }
+
+  Napi::Value ReadWeights(const Napi::CallbackInfo& info) {
+    std::string dtype = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+    auto model = model_;
+    auto out = std::make_shared<std::vector<std::pair<std::string, at::Tensor>>>();
+    Job* job = new Job(
+        info.Env(), model,
+        [=] {
+          c10::InferenceMode inference;
+          *out = toCpu(model->namedParameters(), dtype, model->dtype);
+        },
+        [out](Napi::Env env) -> Napi::Value { return tensorsToJs(env, *out); });
+    return job->start();
+  }
+
+  Napi::Value NumParameters(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), double(model_->numParameters()));
+  }
+
+  Napi::Value CreateGenerator(const Napi::CallbackInfo& info) {
+    Napi::Object o = obj(info[0], "options");
+    checkIdle(info.Env(), *model_);
+    const int64_t seqs = int64_t(num(o, "maxSequences")), len = int64_t(num(o, "maxSequenceLength"));
+    auto gen = jsErrors(info.Env(), [&] { return std::make_shared<Generator>(model_, seqs, len); });
+    return wrap(info.Env(), &Constructors::generator, gen);
+  }
+
+  Napi::Value CreateTrainer(const Napi::CallbackInfo& info) {
+    Napi::Object o = info[0].IsObject() ? info[0].As<Napi::Object>() : Napi::Object::New(info.Env());
+    TrainerConfig c;
+    c.adamw.beta1 = numOr(o, "beta1", c.adamw.beta1);
+    c.adamw.beta2 = numOr(o, "beta2", c.adamw.beta2);
+    c.adamw.eps = numOr(o, "eps", c.adamw.eps);
+    c.adamw.weightDecay = numOr(o, "weightDecay", c.adamw.weightDecay);
+    c.reference = boolOr(o, "reference", false);
+    c.seed = uint64_t(numOr(o, "seed", 0));
+    Napi::Value lora = o.Get("lora");
+    if (!lora.IsUndefined() && !lora.IsNull()) {
+      Napi::Object l = obj(lora, "lora");
+      c.lora.rank = int64_t(num(l, "rank"));
+      c.lora.alpha = num(l, "alpha");
+      c.lora.dropout = numOr(l, "dropout", 0.0);
+      Napi::Array targets = arr(field(l, "targetModules"), "targetModules");
+      for (uint32_t i = 0; i < targets.Length(); i++) {
+        if (!targets.Get(i).IsString()) throw Napi::TypeError::New(info.Env(), "targetModules must contain strings");
+        c.lora.targets.push_back(targets.Get(i).As<Napi::String>().Utf8Value());
+      }
+      if (c.lora.rank < 1) throw Napi::RangeError::New(info.Env(), "lora.rank must be >= 1");
+    }
+    checkIdle(info.Env(), *model_);
+    auto trainer = jsErrors(info.Env(), [&] { return std::make_shared<Trainer>(model_, c); });
+    return wrap(info.Env(), &Constructors::trainer, trainer);
+  }
+
+  std::shared_ptr<Model> model_;
+};
+
+}  // namespace
+
+Napi::Function DefineModel(Napi::Env env) { return ModelWrap::Define(env); }
+
+Napi::Value CreateModel(const Napi::CallbackInfo& info) {
+  ArchConfig cfg = archConfig(info[0]);
+  std::vector<ParamSpec> specs = paramSpecs(info[1]);
+  Napi::Object o = info[3].IsObject() ? info[3].As<Napi::Object>() : Napi::Object::New(info.Env());
+  const std::string dtype = o.Get("dtype").IsString() ? str(o, "dtype") : "float32";
+  const std::string device = o.Get("device").IsString() ? str(o, "device") : "cpu";
+  std::vector<Napi::Value> buffers;
+  std::vector<RawTensor> tensors = rawTensors(info[2], buffers);
+  auto out = std::make_shared<std::shared_ptr<Model>>();
+  Job* job = new Job(
+      info.Env(), nullptr,
+      [=] {
+        at::Device dev(device);
+        if (dev.is_cuda() && !at::hasCUDA())
+          throw std::runtime_error("device '" + device + "' requested but this libtorch build has no CUDA");
+        *out = std::make_shared<Model>(cfg, specs, tensors, parseComputeDtype(dtype), dev);
+      },
+      [out](Napi::Env env) -> Napi::Value { return wrap(env, &Constructors::model, *out); });
+  for (Napi::Value b : buffers) job->keep(b);
+  return job->start();
+}
+
+}  // namespace prime::addon

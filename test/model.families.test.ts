@@ -1,0 +1,54 @@
+/** Architecture families: the registry, each family's tensor table over the decoder skeleton, its config.json mapping. */
+import { ARCHS, FAMILIES, family } from '../lib/model/families';
+import { parseHfConfig, toHfConfig } from '../lib/model/hf-config';
+import { tinyConfig } from '../lib/model/testing';
+import { tensorSpecs } from '../lib/model/tensors';
+import { modelCreateSchema } from '../lib/config/schemas';
+
+const REQUIRED_LAYER_SLOTS = ['inputNorm', 'q', 'k', 'v', 'o', 'postNorm', 'gate', 'up', 'down'];
+
+describe.each(ARCHS)('%s', (arch) => {
+  const variants = [tinyConfig(arch), tinyConfig(arch, { tieWordEmbeddings: !tinyConfig(arch).tieWordEmbeddings })];
+
+  test('its table fills every required slot once, with unique names, blocks in order', () => {
+    for (const c of variants) {
+      const specs = tensorSpecs(c);
+      expect(new Set(specs.map((s) => s.name)).size).toBe(specs.length);
+      expect(new Set(specs.map((s) => `${s.layer}/${s.slot}`)).size).toBe(specs.length);
+      expect(specs.filter((s) => s.layer < 0).map((s) => s.slot)).toEqual(c.tieWordEmbeddings ? ['embed', 'norm'] : ['embed', 'norm', 'lmHead']);
+      for (let l = 0; l < c.numLayers; l++) {
+        const slots = specs.filter((s) => s.layer === l).map((s) => s.slot);
+        expect(slots).toEqual(expect.arrayContaining(REQUIRED_LAYER_SLOTS));
+        expect(slots.includes('qNorm')).toBe(c.qkNorm);
+        expect(slots.includes('qBias')).toBe(c.attentionBias);
+      }
+      const layers = specs.map((s) => s.layer).filter((l) => l >= 0);
+      expect(layers).toEqual([...layers].sort((a, b) => a - b));
+    }
+  });
+
+  test('its defaults round-trip through config.json', () => {
+    const c = tinyConfig(arch);
+    expect(c).toMatchObject(FAMILIES[arch].defaults);
+    const json = toHfConfig(c, { bos: 1, eos: 2, pad: 0 }, 'float32');
+    expect(json).toMatchObject({ model_type: arch, architectures: [FAMILIES[arch].hfClass] });
+    expect(parseHfConfig(json)).toEqual(c);
+  });
+});
+
+test('an unregistered architecture is an error listing the registered ones', () => {
+  expect(() => family('gpt2')).toThrow("unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3)");
+  expect(() => family('toString')).toThrow(/unsupported architecture 'toString'/);
+  expect(() => tensorSpecs({ ...tinyConfig('llama'), arch: 'gpt2' as 'llama' })).toThrow(/unsupported architecture 'gpt2'/);
+});
+
+test('a family rejects features it cannot express when writing config.json', () => {
+  expect(() => toHfConfig(tinyConfig('qwen2', { attentionBias: false }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(/qwen2 always has attention biases/);
+  expect(() => toHfConfig(tinyConfig('llama', { qkNorm: true }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(/llama has no q\/k norms/);
+  expect(() => toHfConfig(tinyConfig('qwen3', { qkNorm: false }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(/qwen3 always has q\/k norms/);
+});
+
+test('model create offers exactly the registered families', () => {
+  for (const arch of ARCHS) expect(modelCreateSchema.parse({ arch, out: 'm' }).arch).toBe(arch);
+  expect(() => modelCreateSchema.parse({ arch: 'gpt2', out: 'm' })).toThrow();
+});

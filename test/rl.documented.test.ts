@@ -1,0 +1,66 @@
+/**
+ * The Python prime-rl's documented config (configs/prime-rl/documented.toml) runs end to end on a
+ * tiny model: the file as it is, with flags only for the size of the run and this test's stack.
+ */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { RL_ALIASES } from '../lib/config/aliases';
+import { loadConfig } from '../lib/config/loader';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
+import { createModel } from '../lib/model/create';
+import { RunLayout } from '../lib/run/layout';
+import { DOCUMENTED_METRICS, readStepMetrics } from '../lib/run/metrics';
+import type { RLResult } from '../workflows/rl';
+import { execute, startStack, type Stack } from './harness';
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-doc-'));
+const modelDir = path.join(root, 'outputs', 'models', 'x');
+let stack: Stack & { inference: { url: string } };
+
+beforeAll(async () => {
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+  stack = await startStack(root, { modelDir, seqLen: 128 });
+});
+afterAll(async () => {
+  await stack?.close();
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+// The two sections other work adds are left out here (config.aliases.test.ts checks them).
+const documented = fs.readFileSync(path.join(__dirname, '..', 'configs', 'prime-rl', 'documented.toml'), 'utf8')
+  .replace(/\[difficulty_filter\][^[]*/, '').replace(/\[kl_penalty\][^[]*/, '');
+
+test('the documented config trains a few steps and records the documented metric names', async () => {
+  const file = path.join(root, 'documented.toml');
+  fs.writeFileSync(file, documented);
+  const cfg = loadConfig({
+    schema: rlSchema,
+    // The file's model = "outputs/models/x" is relative to where a user runs it: here, `root`.
+    argv: [
+      '--model', modelDir,
+      '@', file, '--max-steps', '2', '--batch-size', '8', '--rollouts-per-example', '4', '--sampling.max-tokens', '12',
+      '--seq-len', '128', '--output-dir', path.join(root, 'outputs'), '--orchestrator.base-urls', `${stack.inference.url}/v1`,
+      // A random model scores 0 everywhere: keep those groups so the trainer steps.
+      '--trainer.threads', '1', '--no-orchestrator.filter.zero-variance',
+    ],
+    env: {},
+    cwd: root,
+    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
+    aliases: RL_ALIASES,
+  }).config;
+  const result = await execute<RLResult>({
+    temporal: stack.temporal, pool: stack.pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: 'documented', args: [cfg], trainer: true,
+  });
+  expect(result.steps).toBe(2);
+  expect(cfg.trainer.lora).toMatchObject({ enabled: true, rank: 64 });
+  const lines = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile);
+  expect(lines.map((l) => l.step)).toEqual([0, 1]);
+  for (const l of lines) {
+    for (const name of Object.keys(DOCUMENTED_METRICS)) expect(Number.isFinite(l[name] as number)).toBe(true);
+    expect(l['train/reward']).toBe(l.reward_mean);
+    expect(l['train/learning_rate']).toBe(l.lr);
+  }
+  // LoRA with its rank from `r`: the adapters are saved in PEFT layout.
+  expect(fs.existsSync(path.join(RunLayout.of(cfg.output_dir, cfg.run_name).weightsDir(2), 'lora'))).toBe(true);
+}, 300_000);

@@ -1,0 +1,61 @@
+/**
+ * What the `rl`, `sft` and `eval` workflows share: the retry policy, the activity proxies of a run's
+ * task queues, and the pause / resume / stop signals with the `progress` query.
+ */
+import { condition, defineQuery, defineSignal, proxyActivities, setHandler } from '@temporalio/workflow';
+import type { CpuActivities, TrainerActivities } from '../activities/types';
+import type { TemporalConfig } from '../lib/config/schemas';
+import { taskQueues } from '../lib/temporal/queues';
+
+/** Retries go on until the problem is fixed (a worker comes back); non-retryable failures stop them. */
+export const retry = { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' } as const;
+
+type Duration = `${number} ${'seconds' | 'minutes' | 'hours'}`;
+
+/**
+ * Activity proxies on the run's queues:
+ *   cpu       long cpu work (rollouts, packing, evaluation), heartbeating; `cpuStartToClose` bounds it
+ *   cpuQuick  preparation (prepareRun, prepareSft, prepareEval, rewindRun): 2 minutes
+ *   cpuWrite  writes of milliseconds that send no heartbeat: bounded by the heartbeat timeout, so one
+ *             whose worker died is retried as soon as the others, not after minutes of a stalled run
+ *   trainer   the trainer queue (one activity at a time), heartbeating, 6 hours
+ */
+export function runActivities(temporal: Pick<TemporalConfig, 'task_queue' | 'heartbeat_timeout_s'>, cpuStartToClose: Duration = '2 hours') {
+  const queues = taskQueues(temporal.task_queue);
+  const heartbeatTimeout: Duration = `${temporal.heartbeat_timeout_s} seconds`;
+  return {
+    queues,
+    cpu: proxyActivities<CpuActivities>({ taskQueue: queues.cpu, startToCloseTimeout: cpuStartToClose, heartbeatTimeout, retry }),
+    cpuQuick: proxyActivities<CpuActivities>({ taskQueue: queues.cpu, startToCloseTimeout: '2 minutes', retry }),
+    cpuWrite: proxyActivities<CpuActivities>({ taskQueue: queues.cpu, startToCloseTimeout: heartbeatTimeout, retry }),
+    trainer: proxyActivities<TrainerActivities>({ taskQueue: queues.trainer, startToCloseTimeout: '6 hours', heartbeatTimeout, retry }),
+  };
+}
+
+/** Pause before the next step (the steps in flight finish). */
+export const pauseSignal = defineSignal('pause');
+export const resumeSignal = defineSignal('resume');
+/** Finish the steps already started, then end the run (it can be resumed later with a new start). */
+export const stopSignal = defineSignal('stop');
+/** Where a run is: its state (see `RLProgress`, `SftProgress`). */
+export const progressQuery = defineQuery<unknown>('progress');
+
+/** The part of a run's state the signals steer. */
+export interface Controls {
+  paused: boolean;
+  stopping: boolean;
+}
+
+/** Installs the signal handlers on `state` and the `progress` query answered by `progress()`. */
+export function handleControls(state: Controls, progress: () => unknown): void {
+  setHandler(pauseSignal, () => void (state.paused = true));
+  setHandler(resumeSignal, () => void (state.paused = false));
+  setHandler(stopSignal, () => void (state.stopping = true));
+  setHandler(progressQuery, progress);
+}
+
+/** Waits while the run is paused; true when it should stop instead of starting another step. */
+export async function stopBeforeNextStep(state: Controls): Promise<boolean> {
+  await condition(() => !state.paused || state.stopping);
+  return state.stopping;
+}
