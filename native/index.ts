@@ -361,7 +361,8 @@ function repoRoot(): string {
 let addon: Addon | undefined;
 function load(): Addon {
   if (!addon) {
-    const file = path.join(repoRoot(), 'build', 'native', 'Release', 'prime_native.node');
+    // PRIME_NATIVE_ADDON: another build of the addon (e.g. against PyTorch 2.x: scripts/check-torch2.sh).
+    const file = process.env.PRIME_NATIVE_ADDON || path.join(repoRoot(), 'build', 'native', 'Release', 'prime_native.node');
     if (!fs.existsSync(file)) throw new Error(`prime_native: ${file} not found; run \`npm run build:native\``);
     addon = require(file) as Addon;
   }

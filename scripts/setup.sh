@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs and builds everything prime-rl needs, idempotently: a second run on a set-up machine
 # finishes in seconds. Steps are skipped when a stamp (hash of their inputs) says they are done.
-#   1. Debian packages: libtorch + OpenBLAS, compilers, cmake, ninja, clang-format (npm run lint), a JRE and Maven
+#   0. which libtorch: Debian's, or PyTorch's (LIBTORCH, or on a GPU machine)
+#   1. Debian packages: libtorch (unless 0. chose PyTorch's) + OpenBLAS, compilers, cmake, ninja,
+#      clang-format (npm run lint), a JRE and Maven
 #   2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system), and
 #      Temporal's Java test server (time skipping, for the fast workflow tests) into tools/
 #   3. npm packages, exactly as package-lock.json pins them
@@ -21,8 +23,22 @@ stamp_set() { echo "$2" > "$STAMPS/$1"; }
 # hash_of FILE...: a short hash of the files' contents (stdin too, for extra inputs).
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
+# 0. which libtorch ----------------------------------------------------------------------------
+# LIBTORCH=<folder> (a libtorch prefix or a PyTorch package folder) or LIBTORCH=pytorch (python3's
+# PyTorch) picks one; unset, python3's PyTorch is used when it sees a CUDA device (a GPU machine),
+# else Debian's libtorch-dev 1.13, the CPU default. native/cmake/torch.cmake reads the result.
+torch_of_python() { python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null; }
+if [ "${LIBTORCH:-}" = pytorch ]; then
+  LIBTORCH=$(torch_of_python) || { echo "error: LIBTORCH=pytorch but python3 cannot import torch" >&2; exit 2; }
+elif [ -z "${LIBTORCH:-}" ] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  LIBTORCH=$(torch_of_python)
+fi
+export LIBTORCH=${LIBTORCH:-}
+if [ -n "$LIBTORCH" ]; then log "libtorch: $LIBTORCH"; fi
+
 # 1. Debian packages --------------------------------------------------------------------------
-APT_PACKAGES=(libtorch-dev libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium clang-format openjdk-17-jre-headless maven)
+APT_PACKAGES=(libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium clang-format openjdk-17-jre-headless maven)
+if [ -z "$LIBTORCH" ]; then APT_PACKAGES+=(libtorch-dev); fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -68,7 +84,7 @@ if ! stamp_ok npm "$lock_hash" || [ ! -d node_modules ]; then
 fi
 
 # 4. native addon -------------------------------------------------------------------------------
-native_hash=$(echo "$lock_hash" | hash_of - native/CMakeLists.txt $(find native/src -type f | sort))
+native_hash=$(echo "$lock_hash $LIBTORCH" | hash_of - native/CMakeLists.txt $(find native/cmake native/src -type f | sort))
 if ! stamp_ok native "$native_hash" || [ ! -f build/native/Release/prime_native.node ]; then
   log "building the native addon (libtorch)"
   npx --no-install cmake-js compile --directory native --out build/native --log-level warn

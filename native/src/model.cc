@@ -7,6 +7,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in libtorch 2.x)
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,60 @@
+# Which libtorch the addon builds against. LIBTORCH (a cmake -D variable, or the environment
+# variable of that name) names it:
+#   unset           Debian's libtorch-dev 1.13 (the CPU default and CI's build)
+#   <folder>        a libtorch prefix or a PyTorch package folder (.../site-packages/torch): both
+#                   hold include/, lib/ and share/cmake/Torch. scripts/setup.sh fills it from
+#                   `python3 -c 'import torch; print(torch.utils.cmake_prefix_path)'` on GPU machines.
+# A PyTorch built with CUDA asks for the CUDA toolkit when its CMake config is read. With a toolkit
+# (a GPU machine) that config is used as is; without one (checking the PyTorch 2.x build on a CPU
+# machine) its CPU libraries are imported directly, and the addon then reports `cuda: false`.
+# Sets TORCH_LINK (what to link) and PRIME_TORCH_DESC (one line for the build log).
+
+if(NOT DEFINED LIBTORCH AND DEFINED ENV{LIBTORCH})
+  set(LIBTORCH "$ENV{LIBTORCH}")
+endif()
+
+if(NOT LIBTORCH)
+  find_package(Torch REQUIRED)
+  set(TORCH_LINK ${TORCH_LIBRARIES})
+  set(PRIME_TORCH_DESC "system libtorch (${Torch_DIR})")
+  return()
+endif()
+
+# A path from torch.utils.cmake_prefix_path (<torch>/share/cmake) names the same installation.
+get_filename_component(LIBTORCH "${LIBTORCH}" ABSOLUTE)
+if(EXISTS "${LIBTORCH}/Torch/TorchConfig.cmake")
+  get_filename_component(LIBTORCH "${LIBTORCH}/../.." ABSOLUTE)
+endif()
+if(NOT EXISTS "${LIBTORCH}/share/cmake/Torch/TorchConfig.cmake")
+  message(FATAL_ERROR "LIBTORCH=${LIBTORCH}: no share/cmake/Torch/TorchConfig.cmake there; give a libtorch "
+                      "prefix or a PyTorch package folder (python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')")
+endif()
+
+set(_torch_lib "${LIBTORCH}/lib")
+if(EXISTS "${_torch_lib}/libtorch_cuda.so")
+  find_package(CUDAToolkit QUIET)
+endif()
+if(NOT EXISTS "${_torch_lib}/libtorch_cuda.so" OR CUDAToolkit_FOUND)
+  find_package(Torch REQUIRED PATHS "${LIBTORCH}/share/cmake/Torch" NO_DEFAULT_PATH)
+  set(TORCH_LINK ${TORCH_LIBRARIES})
+  if(CUDAToolkit_FOUND)
+    set(PRIME_TORCH_DESC "libtorch in ${LIBTORCH} with CUDA ${CUDAToolkit_VERSION}")
+  else()
+    set(PRIME_TORCH_DESC "libtorch in ${LIBTORCH} (CPU build)")
+  endif()
+else()
+  # The CPU half of a CUDA build: torch_cpu and c10 need only the CUDA runtime and CUPTI shared
+  # libraries at load time (pip's nvidia-cuda-runtime / nvidia-cuda-cupti), not the toolkit.
+  foreach(_lib c10 torch_cpu)
+    find_library(_path_${_lib} ${_lib} PATHS "${_torch_lib}" NO_DEFAULT_PATH REQUIRED)
+    list(APPEND TORCH_LINK "${_path_${_lib}}")
+  endforeach()
+  set(_torch_include "${LIBTORCH}/include" "${LIBTORCH}/include/torch/csrc/api/include")
+  add_library(prime_torch_cpu INTERFACE)
+  target_include_directories(prime_torch_cpu SYSTEM INTERFACE ${_torch_include})
+  target_compile_definitions(prime_torch_cpu INTERFACE USE_DISTRIBUTED USE_C10D_GLOO)
+  set(TORCH_LINK prime_torch_cpu ${TORCH_LINK})
+  set(PRIME_TORCH_DESC "CPU libraries of the CUDA libtorch in ${LIBTORCH} (no CUDA toolkit found)")
+endif()
+# The addon finds libtorch where it was built against, wherever node loads it from.
+set(CMAKE_BUILD_RPATH "${_torch_lib}")
