@@ -13,7 +13,14 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { storedJson, writeFileAtomic } from '../lib/atomic';
 import { serverUrl, type EvalConfig } from '../lib/config/schemas';
-import { summarizeEnvEval, writeEvalResults, evalDir, type EnvEvalMetrics, type EvalExample, type EvalResults } from '../lib/eval';
+import {
+  summarizeEnvEval,
+  writeEvalResults,
+  evalDir,
+  type EnvEvalMetrics,
+  type EvalExample,
+  type EvalResults,
+} from '../lib/eval';
 import type { EnvSpec } from '../lib/envs/loader';
 import type { EnvPool } from '../lib/envs/pool';
 import { hash32 } from '../lib/envs/random';
@@ -90,7 +97,16 @@ function envKeys(envs: readonly EnvSpec[]): string[] {
 
 function partFile(input: EvaluateInput): string {
   const { plan, version, env } = input;
-  const key = { env: plan.envs[env], n: plan.numExamples, k: plan.rolloutsPerExample, sampling: plan.sampling, seqLen: plan.seqLen, seed: plan.seed, target: plan.target, version };
+  const key = {
+    env: plan.envs[env],
+    n: plan.numExamples,
+    k: plan.rolloutsPerExample,
+    sampling: plan.sampling,
+    seqLen: plan.seqLen,
+    seed: plan.seed,
+    target: plan.target,
+    version,
+  };
   const hash = hash32(JSON.stringify(key)).toString(16).padStart(8, '0');
   return path.join(evalDir(plan.runDir), 'parts', version.name.replace(/[^A-Za-z0-9._-]/g, '_'), `${env}-${hash}.json`);
 }
@@ -105,11 +121,17 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
   let target: EvalTarget;
   if (config.client.base_url !== undefined) {
     if (!config.model.name) throw bad('an external API (client.base_url) needs model.name: the model the API serves');
-    if (config.weights_dir !== undefined) throw bad('weights_dir evaluates local weights: it cannot be combined with client.base_url');
+    if (config.weights_dir !== undefined)
+      throw bad('weights_dir evaluates local weights: it cannot be combined with client.base_url');
     if (config.client.api_key_var !== undefined && process.env[config.client.api_key_var] === undefined) {
       throw bad(`client.api_key_var: environment variable ${config.client.api_key_var} is not set`);
     }
-    target = { kind: 'api', baseUrl: config.client.base_url, model: config.model.name, apiKeyVar: config.client.api_key_var };
+    target = {
+      kind: 'api',
+      baseUrl: config.client.base_url,
+      model: config.model.name,
+      apiKeyVar: config.client.api_key_var,
+    };
     versions.push({ name: config.model.name, step: null, policyVersion: 0 });
   } else {
     if (!config.model.name) throw bad('model.name: the model folder to evaluate (the base of weights_dir)');
@@ -118,16 +140,23 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
       kind: 'local',
       baseUrls: [`${serverUrl(config.server)}/v1`],
       modelDir,
-      client: config.server.api_key_var !== undefined ? { apiKeyVar: config.server.api_key_var, apiKeySetting: 'server.api_key_var' } : undefined,
+      client:
+        config.server.api_key_var !== undefined
+          ? { apiKeyVar: config.server.api_key_var, apiKeySetting: 'server.api_key_var' }
+          : undefined,
     };
     if (config.eval_base) versions.push({ name: 'base', step: null, policyVersion: 0 });
     if (config.weights_dir !== undefined) {
       const dir = path.resolve(config.weights_dir);
       if (!fs.existsSync(dir)) throw bad(`weights_dir ${dir} does not exist`);
-      const found = listSteps(fs.readdirSync(dir)).filter((s) => fs.existsSync(path.join(dir, `step_${s}`, 'config.json')));
+      const found = listSteps(fs.readdirSync(dir)).filter((s) =>
+        fs.existsSync(path.join(dir, `step_${s}`, 'config.json')),
+      );
       const missing = (config.steps ?? []).filter((s) => !found.includes(s));
-      if (missing.length > 0) throw bad(`steps ${missing.join(', ')} not found in ${dir} (it has ${found.join(', ') || 'none'})`);
-      for (const s of config.steps ?? found) versions.push({ name: `step_${s}`, step: s, policyVersion: s, weightDir: path.join(dir, `step_${s}`) });
+      if (missing.length > 0)
+        throw bad(`steps ${missing.join(', ')} not found in ${dir} (it has ${found.join(', ') || 'none'})`);
+      for (const s of config.steps ?? found)
+        versions.push({ name: `step_${s}`, step: s, policyVersion: s, weightDir: path.join(dir, `step_${s}`) });
     } else if (config.steps !== undefined) throw bad('steps picks folders of weights_dir: set weights_dir');
   }
   if (versions.length === 0) throw bad('nothing to evaluate: eval_base is off and no weights_dir is given');
@@ -148,59 +177,85 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
 
 export function createEvalActivities({ pool }: { pool: EnvPool }) {
   return {
-    evaluate: (input: EvaluateInput): Promise<EnvEvalMetrics> => storedJson(partFile(input), async () => {
-      const { plan, version } = input;
-      const env = plan.envs[input.env];
-      const info = await environmentInfo(pool, env);
-      const n = Math.min(plan.numExamples, info.size.eval ?? Infinity);
-      const k = plan.rolloutsPerExample;
-      const t = plan.target;
-      let client: InferenceClient | undefined;
-      const apiKey = t.kind === 'api' && t.apiKeyVar !== undefined ? process.env[t.apiKeyVar] : undefined;
-      let done = 0;
-      const errors: string[] = [];
-      const tasks = Array.from({ length: n * k }, (_, i) => ({ example: Math.floor(i / k), sample: i % k }));
-      const examples = new Map<number, ReturnType<typeof pool.example>>();
-      const results = await withHeartbeat(
-        () => ({ version: version.name, env: env.id, done, total: n * k }),
-        async () => {
-          if (t.kind === 'local') {
-            client = new InferenceClient(t.baseUrls, t.client);
-            await client.ensurePolicy({ version: version.policyVersion, weightDir: version.weightDir ?? '' });
-          }
-          return mapLimit(tasks, CONCURRENCY, async ({ example: index, sample }) => {
-            if (!examples.has(index)) examples.set(index, pool.example(env, 'eval', index, plan.seed));
-            const example = await examples.get(index)!;
-            const seed = hash32(`eval/${plan.seed}/${index}/${sample}`) & 0x7fffffff;
-            let r: { reward: number; completionTokens: number; error?: string };
-            if (!example.ok) r = { reward: 0, completionTokens: 0, error: `example: ${example.error}` };
-            else if (t.kind === 'local') {
-              r = await runRollout({ env, info, example: example.value, seed, seqLen: plan.seqLen, sampling: plan.sampling }, pool, client!, tokenizerOf(t.modelDir));
-            } else {
-              r = await runChatRollout({ env, info, example: example.value, seed, sampling: plan.sampling }, pool, { baseUrl: t.baseUrl, model: t.model, apiKey });
+    evaluate: (input: EvaluateInput): Promise<EnvEvalMetrics> =>
+      storedJson(partFile(input), async () => {
+        const { plan, version } = input;
+        const env = plan.envs[input.env];
+        const info = await environmentInfo(pool, env);
+        const n = Math.min(plan.numExamples, info.size.eval ?? Infinity);
+        const k = plan.rolloutsPerExample;
+        const t = plan.target;
+        let client: InferenceClient | undefined;
+        const apiKey = t.kind === 'api' && t.apiKeyVar !== undefined ? process.env[t.apiKeyVar] : undefined;
+        let done = 0;
+        const errors: string[] = [];
+        const tasks = Array.from({ length: n * k }, (_, i) => ({ example: Math.floor(i / k), sample: i % k }));
+        const examples = new Map<number, ReturnType<typeof pool.example>>();
+        const results = await withHeartbeat(
+          () => ({ version: version.name, env: env.id, done, total: n * k }),
+          async () => {
+            if (t.kind === 'local') {
+              client = new InferenceClient(t.baseUrls, t.client);
+              await client.ensurePolicy({ version: version.policyVersion, weightDir: version.weightDir ?? '' });
             }
-            if (r.error) errors.push(r.error);
-            done++;
-            return r;
-          });
-        },
-      ).catch((e) => {
-        // Our server refusing the eval itself (API key, weight folder) fails it: see client.ts.
-        throw toActivityFailure(e);
-      });
-      if (errors.length === results.length) throw ApplicationFailure.nonRetryable(`every rollout of ${env.id} on ${version.name} failed, e.g.: ${errors[0]}`, Failure.EvalFailed);
-      // A failed rollout scores 0, as a wrong answer would.
-      const perExample: EvalExample[] = Array.from({ length: n }, (_, e) => ({
-        rewards: results.slice(e * k, (e + 1) * k).map((r) => (r.error ? 0 : r.reward)),
-        completionTokens: results.slice(e * k, (e + 1) * k).map((r) => r.completionTokens),
-      }));
-      return summarizeEnvEval(perExample);
-    }),
+            return mapLimit(tasks, CONCURRENCY, async ({ example: index, sample }) => {
+              if (!examples.has(index)) examples.set(index, pool.example(env, 'eval', index, plan.seed));
+              const example = await examples.get(index)!;
+              const seed = hash32(`eval/${plan.seed}/${index}/${sample}`) & 0x7fffffff;
+              let r: { reward: number; completionTokens: number; error?: string };
+              if (!example.ok) r = { reward: 0, completionTokens: 0, error: `example: ${example.error}` };
+              else if (t.kind === 'local') {
+                r = await runRollout(
+                  { env, info, example: example.value, seed, seqLen: plan.seqLen, sampling: plan.sampling },
+                  pool,
+                  client!,
+                  tokenizerOf(t.modelDir),
+                );
+              } else {
+                r = await runChatRollout({ env, info, example: example.value, seed, sampling: plan.sampling }, pool, {
+                  baseUrl: t.baseUrl,
+                  model: t.model,
+                  apiKey,
+                });
+              }
+              if (r.error) errors.push(r.error);
+              done++;
+              return r;
+            });
+          },
+        ).catch((e) => {
+          // Our server refusing the eval itself (API key, weight folder) fails it: see client.ts.
+          throw toActivityFailure(e);
+        });
+        if (errors.length === results.length)
+          throw ApplicationFailure.nonRetryable(
+            `every rollout of ${env.id} on ${version.name} failed, e.g.: ${errors[0]}`,
+            Failure.EvalFailed,
+          );
+        // A failed rollout scores 0, as a wrong answer would.
+        const perExample: EvalExample[] = Array.from({ length: n }, (_, e) => ({
+          rewards: results.slice(e * k, (e + 1) * k).map((r) => (r.error ? 0 : r.reward)),
+          completionTokens: results.slice(e * k, (e + 1) * k).map((r) => r.completionTokens),
+        }));
+        return summarizeEnvEval(perExample);
+      }),
 
     /** `<runDir>/eval/<version>.json` from the version's per-environment metrics (in plan.envs order). */
-    async writeEvalVersion({ plan, version, metrics }: { plan: EvalPlan; version: EvalVersion; metrics: EnvEvalMetrics[] }): Promise<EvalResults> {
+    async writeEvalVersion({
+      plan,
+      version,
+      metrics,
+    }: {
+      plan: EvalPlan;
+      version: EvalVersion;
+      metrics: EnvEvalMetrics[];
+    }): Promise<EvalResults> {
       const keys = envKeys(plan.envs);
-      const results: EvalResults = { model: version.name, step: version.step, environments: Object.fromEntries(keys.map((key, i) => [key, metrics[i]])) };
+      const results: EvalResults = {
+        model: version.name,
+        step: version.step,
+        environments: Object.fromEntries(keys.map((key, i) => [key, metrics[i]])),
+      };
       writeEvalResults(plan.runDir, results);
       return results;
     },

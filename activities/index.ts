@@ -12,7 +12,16 @@ import { prepareSft, recordSftStep } from './sft';
 import { createTrainerActivities as trainerActivities } from './train';
 
 export function createCpuActivities(deps: { pool: EnvPool }) {
-  return withFailureTypes({ ...createRolloutActivities(deps), ...createPackActivities(), ...createEvalActivities(deps), prepareRun, recordStep, rewindRun, prepareSft, recordSftStep });
+  return withFailureTypes({
+    ...createRolloutActivities(deps),
+    ...createPackActivities(),
+    ...createEvalActivities(deps),
+    prepareRun,
+    recordStep,
+    rewindRun,
+    prepareSft,
+    recordSftStep,
+  });
 }
 
 export function createTrainerActivities() {

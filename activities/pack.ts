@@ -36,7 +36,12 @@ export interface PackSummary {
  * Why step `step` has nothing to train, or undefined when it has (or when every rollout was dropped
  * for carrying no signal: a normal GRPO step that trains nothing, recorded as such).
  */
-function nothingToTrain(step: number, r: StepBatchResult, seqLen: number, rolloutErrors: () => string[]): ApplicationFailure | undefined {
+function nothingToTrain(
+  step: number,
+  r: StepBatchResult,
+  seqLen: number,
+  rolloutErrors: () => string[],
+): ApplicationFailure | undefined {
   const a = r.advantages;
   // Rollouts skipped for a prompt longer than seq_len are no failure: generateRollouts has checked
   // that the environments have prompts that fit, so this step drew long ones by chance.
@@ -71,12 +76,15 @@ export function createPackActivities() {
         advantage: o.advantage,
         filterZeroAdvantages: o.filter_zero_advantages,
       };
-      const result = await inThreadWithHeartbeat<StepBatchResult>(libModule('orchestrator/step-batch'), 'buildStepBatch', input, { phase: 'starting', step }).catch(
-        (e) => {
-          // A plugin estimator that fails would fail every retry the same way.
-          throw isPluginError(e) ? ApplicationFailure.nonRetryable(e.message, Failure.InvalidConfig) : e;
-        },
-      );
+      const result = await inThreadWithHeartbeat<StepBatchResult>(
+        libModule('orchestrator/step-batch'),
+        'buildStepBatch',
+        input,
+        { phase: 'starting', step },
+      ).catch((e) => {
+        // A plugin estimator that fails would fail every retry the same way.
+        throw isPluginError(e) ? ApplicationFailure.nonRetryable(e.message, Failure.InvalidConfig) : e;
+      });
       const failure = nothingToTrain(step, result, o.seq_len, () =>
         readRollouts(layout.rolloutsDir(step)).flatMap((r) => (r.error ? [r.error] : [])),
       );

@@ -38,7 +38,11 @@ export function checkEnvironments(envs: readonly EnvSpec[]): void {
 /** An environment's info from the env worker pool (InvalidEnvironment when it cannot be loaded there). */
 export async function environmentInfo(pool: EnvPool, env: EnvSpec): Promise<EnvironmentInfo> {
   const r = await pool.info(env);
-  if (!r.ok) throw ApplicationFailure.nonRetryable(`environment '${env.id}' cannot be loaded: ${r.error}`, Failure.InvalidEnvironment);
+  if (!r.ok)
+    throw ApplicationFailure.nonRetryable(
+      `environment '${env.id}' cannot be loaded: ${r.error}`,
+      Failure.InvalidEnvironment,
+    );
   return r.value;
 }
 
@@ -49,5 +53,8 @@ export async function environmentInfo(pool: EnvPool, env: EnvSpec): Promise<Envi
 export function holdsRunConfig(runDir: string, file: string, text: string): boolean {
   if (!fs.existsSync(file)) return false;
   if (fs.readFileSync(file, 'utf8') === text) return true;
-  throw ApplicationFailure.nonRetryable(`run folder ${runDir} holds a run with a different config (${file}); use another run_name or output_dir`, Failure.ConfigMismatch);
+  throw ApplicationFailure.nonRetryable(
+    `run folder ${runDir} holds a run with a different config (${file}); use another run_name or output_dir`,
+    Failure.ConfigMismatch,
+  );
 }

@@ -141,7 +141,8 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
 
       const config = readRunConfig(runDir);
       const o = config.orchestrator;
-      if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
+      if (config.env.length === 0)
+        throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
       const started = Date.now();
       const infos: EnvironmentInfo[] = [];
       for (const e of config.env) infos.push(await environmentInfo(pool, e));
@@ -150,8 +151,11 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       const examplesPerStep = o.batch_size / o.rollouts_per_example;
       const mix = new EnvMix(mixEntries, { seed: config.seed, examplesPerStep });
       const draws = mix.sample(step);
-      const examples = await Promise.all(draws.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)));
-      const promptTokens = (env: number, e: (typeof examples)[number]) => (e.ok ? [renderPrompt(tokenizer, e.value.prompt, infos[env].tools).ids.length] : []);
+      const examples = await Promise.all(
+        draws.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)),
+      );
+      const promptTokens = (env: number, e: (typeof examples)[number]) =>
+        e.ok ? [renderPrompt(tokenizer, e.value.prompt, infos[env].tools).ids.length] : [];
       const probe = async () => {
         const lengths: number[] = [];
         for (const [i, e] of config.env.entries()) {
@@ -161,7 +165,12 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
         }
         return lengths;
       };
-      await checkPromptsFit(examples.flatMap((e, g) => promptTokens(draws[g].env, e)), probe, o.seq_len, step);
+      await checkPromptsFit(
+        examples.flatMap((e, g) => promptTokens(draws[g].env, e)),
+        probe,
+        o.seq_len,
+        step,
+      );
 
       let filters: RolloutFilter[];
       try {
@@ -169,7 +178,11 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       } catch (err) {
         throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
       }
-      const refill = refillDraws(mixEntries, { seed: config.seed, examplesPerStep, maxRefillRounds: o.max_refill_rounds });
+      const refill = refillDraws(mixEntries, {
+        seed: config.seed,
+        examplesPerStep,
+        maxRefillRounds: o.max_refill_rounds,
+      });
       let total = o.batch_size;
       let done = 0;
       let phase = 'loading weights';
@@ -187,8 +200,30 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
                 const seed = rolloutSeed(config.seed, step, group, sample);
                 const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
                 const rollout: Rollout = example.ok
-                  ? await runRollout({ env, info: infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling }, pool, client, tokenizer)
-                  : { completion: [], samples: [], reward: 0, metrics: {}, turns: 0, completionTokens: 0, truncated: false, policyVersion, error: `example: ${example.error}` };
+                  ? await runRollout(
+                      {
+                        env,
+                        info: infos[draw.env],
+                        example: example.value,
+                        seed,
+                        seqLen: o.seq_len,
+                        sampling: o.sampling,
+                      },
+                      pool,
+                      client,
+                      tokenizer,
+                    )
+                  : {
+                      completion: [],
+                      samples: [],
+                      reward: 0,
+                      metrics: {},
+                      turns: 0,
+                      completionTokens: 0,
+                      truncated: false,
+                      policyVersion,
+                      error: `example: ${example.error}`,
+                    };
                 done++;
                 return { ...base, ...rollout };
               }),
@@ -203,7 +238,9 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
               phase = `refill round ${round}`;
               total += count * o.rollouts_per_example;
               const fresh = refill(step, round, count);
-              const freshExamples = await Promise.all(fresh.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)));
+              const freshExamples = await Promise.all(
+                fresh.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)),
+              );
               return Promise.all(fresh.map((d, k) => playGroup(d, firstSlot + k, round, freshExamples[k])));
             },
             view: (rollouts) => {
@@ -236,7 +273,8 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       const mean = rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length);
       const variance = rewards.reduce((a, r) => a + (r - mean) ** 2, 0) / Math.max(1, rewards.length);
       const rubric: Record<string, number> = {};
-      for (const r of valid) for (const [k, v] of Object.entries(r.metrics)) rubric[k] = (rubric[k] ?? 0) + v / valid.length;
+      for (const r of valid)
+        for (const [k, v] of Object.entries(r.metrics)) rubric[k] = (rubric[k] ?? 0) + v / valid.length;
       const summary: RolloutSummary = {
         step,
         path: dir,
@@ -249,13 +287,23 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
         rubric,
         completionTokens: all.reduce((a, r) => a + r.completionTokens, 0),
         seconds: (Date.now() - started) / 1000,
-        errors: all.filter((r) => r.error).slice(0, 3).map((r) => r.error!),
+        errors: all
+          .filter((r) => r.error)
+          .slice(0, 3)
+          .map((r) => r.error!),
         filter: played.metrics,
       };
       writeDirAtomic(dir, (tmp) => {
-        const lines = (groups: StoredRollout[][]) => groups.flat().map((r) => JSON.stringify(r) + '\n').join('');
+        const lines = (groups: StoredRollout[][]) =>
+          groups
+            .flat()
+            .map((r) => JSON.stringify(r) + '\n')
+            .join('');
         fs.writeFileSync(path.join(tmp, ROLLOUTS), lines(played.kept));
-        fs.writeFileSync(path.join(tmp, DROPPED), lines(played.dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))));
+        fs.writeFileSync(
+          path.join(tmp, DROPPED),
+          lines(played.dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))),
+        );
         fs.writeFileSync(path.join(tmp, SUMMARY), JSON.stringify(summary, null, 1));
       });
       return summary;

@@ -21,7 +21,8 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
   checkConfig(config, rlSchema);
   const layout = RunLayout.of(config.output_dir, config.run_name);
   checkModel(config.model.name ?? config.trainer.model.name);
-  if (config.env.length === 0) throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
+  if (config.env.length === 0)
+    throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
   checkEnvironments([...config.env, ...config.eval.env]);
   try {
     // Plugins (advantage estimator, rollout filters) load now, so a bad import_path fails the start.
@@ -42,34 +43,51 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
  * `ckpt.resume_step`: the run (rl or sft) continues from its checkpoint of `step`; what came after
  * is discarded (lib/run/rewind.ts). Called once per new start, before its first step.
  */
-export async function rewindRun({ runDir, step }: { runDir: string; step: number }): Promise<{ weightsDir: string | null }> {
+export async function rewindRun({
+  runDir,
+  step,
+}: {
+  runDir: string;
+  step: number;
+}): Promise<{ weightsDir: string | null }> {
   return rewind(runDir, step, fs.existsSync(new RunLayout(runDir).sftConfigFile) ? 'sft' : 'rl');
 }
 
 /** One metrics.jsonl line per step, flat where a chart needs a series. */
-export async function recordStep({ runDir, step, policyVersion, rollouts, batch, train, times }: StepRecordInput): Promise<void> {
-  appendStepMetrics(new RunLayout(runDir).metricsFile, withDocumentedNames({
-    step,
-    policy_version: policyVersion,
-    reward_mean: rollouts.rewardMean,
-    reward_std: rollouts.rewardStd,
-    rollouts: rollouts.rollouts,
-    rollouts_errored: rollouts.errored,
-    rollouts_truncated: rollouts.truncated,
-    completion_tokens: rollouts.completionTokens,
-    generate_seconds: rollouts.seconds,
-    rubric: rollouts.rubric,
-    samples: batch.counts.samples,
-    rows: batch.counts.rows,
-    // The rollout filters (activities/rollouts.ts) and the advantages' zero drop (packBatch).
-    groups_dropped: rollouts.filter.groups_dropped,
-    dropped_by: rollouts.filter.dropped_by,
-    refill_rounds: rollouts.filter.refill_rounds,
-    groups_missing: rollouts.filter.groups_missing,
-    groups_too_few_valid: batch.advantages.groups_too_few_valid,
-    zero_advantage_tokens: batch.advantages.zero_advantage_tokens,
-    ...train.metrics,
-    progress: train.progress,
-    time: times,
-  }));
+export async function recordStep({
+  runDir,
+  step,
+  policyVersion,
+  rollouts,
+  batch,
+  train,
+  times,
+}: StepRecordInput): Promise<void> {
+  appendStepMetrics(
+    new RunLayout(runDir).metricsFile,
+    withDocumentedNames({
+      step,
+      policy_version: policyVersion,
+      reward_mean: rollouts.rewardMean,
+      reward_std: rollouts.rewardStd,
+      rollouts: rollouts.rollouts,
+      rollouts_errored: rollouts.errored,
+      rollouts_truncated: rollouts.truncated,
+      completion_tokens: rollouts.completionTokens,
+      generate_seconds: rollouts.seconds,
+      rubric: rollouts.rubric,
+      samples: batch.counts.samples,
+      rows: batch.counts.rows,
+      // The rollout filters (activities/rollouts.ts) and the advantages' zero drop (packBatch).
+      groups_dropped: rollouts.filter.groups_dropped,
+      dropped_by: rollouts.filter.dropped_by,
+      refill_rounds: rollouts.filter.refill_rounds,
+      groups_missing: rollouts.filter.groups_missing,
+      groups_too_few_valid: batch.advantages.groups_too_few_valid,
+      zero_advantage_tokens: batch.advantages.zero_advantage_tokens,
+      ...train.metrics,
+      progress: train.progress,
+      time: times,
+    }),
+  );
 }

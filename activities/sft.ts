@@ -26,7 +26,10 @@ function validationSource(c: SFTConfig): SftDataSource | undefined {
   if (c.val.interval === undefined) return undefined;
   if (c.val.path !== undefined) return { path: path.resolve(c.val.path), numExamples: c.val.num_examples };
   if (c.data.env !== undefined) return { env: c.data.env, numExamples: c.val.num_examples ?? DEFAULT_ENV_VAL_EXAMPLES };
-  throw ApplicationFailure.nonRetryable('val.interval is set but there is no validation data: set val.path, or use data.env (its eval split)', Failure.InvalidConfig);
+  throw ApplicationFailure.nonRetryable(
+    'val.interval is set but there is no validation data: set val.path, or use data.env (its eval split)',
+    Failure.InvalidConfig,
+  );
 }
 
 /**
@@ -38,7 +41,10 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
   const layout = RunLayout.of(config.output_dir, config.run_name);
   const text = storedConfigText(config);
   if (fs.existsSync(layout.configFile)) {
-    throw ApplicationFailure.nonRetryable(`run folder ${layout.dir} holds an RL run; use another run_name or output_dir`, Failure.ConfigMismatch);
+    throw ApplicationFailure.nonRetryable(
+      `run folder ${layout.dir} holds an RL run; use another run_name or output_dir`,
+      Failure.ConfigMismatch,
+    );
   }
   if (holdsRunConfig(layout.dir, layout.sftConfigFile, text)) {
     const done = readSftPlan(layout.dir);
@@ -59,12 +65,18 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
     maxSteps: config.max_steps,
     seqLen: config.seq_len,
   };
-  const result = await inThreadWithHeartbeat<SftPrepareResult>(libModule('sft/prepare'), 'prepareSftData', input, { phase: 'starting' });
+  const result = await inThreadWithHeartbeat<SftPrepareResult>(libModule('sft/prepare'), 'prepareSftData', input, {
+    phase: 'starting',
+  });
   if (result.ok) return result.plan;
   // Bad data (a malformed row, a template without the prefix property) or a seq_len that leaves a
   // batch nothing to train: retrying cannot fix either.
-  if (result.problem === 'seq_len') throw ApplicationFailure.nonRetryable(`seq_len: ${result.message}`, Failure.InvalidConfig);
-  throw ApplicationFailure.nonRetryable(`${result.problem === 'data' ? 'SFT data' : 'SFT validation data'}: ${result.message}`, Failure.InvalidSftData);
+  if (result.problem === 'seq_len')
+    throw ApplicationFailure.nonRetryable(`seq_len: ${result.message}`, Failure.InvalidConfig);
+  throw ApplicationFailure.nonRetryable(
+    `${result.problem === 'data' ? 'SFT data' : 'SFT validation data'}: ${result.message}`,
+    Failure.InvalidSftData,
+  );
 }
 
 export interface SftStepRecordInput {

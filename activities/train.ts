@@ -32,7 +32,9 @@ async function publishWeights(rt: TrainerRuntime, version: number, metrics?: Tra
     return await rt.writeWeights(version);
   } catch (e) {
     if (!(e instanceof NonFiniteWeightsError)) throw e;
-    const stats = metrics ? ` (step ${version - 1}: loss ${metrics.loss}, grad_norm ${metrics.grad_norm}, lr ${metrics.lr})` : '';
+    const stats = metrics
+      ? ` (step ${version - 1}: loss ${metrics.loss}, grad_norm ${metrics.grad_norm}, lr ${metrics.lr})`
+      : '';
     throw ApplicationFailure.nonRetryable(
       `the run diverged${stats}: ${e.message}; lower trainer.optim.lr (or trainer.optim.max_norm) and start again`,
       Failure.NonFiniteWeights,
@@ -49,46 +51,70 @@ export function createTrainerActivities() {
     if (runtime && runtime.runDir === path.resolve(runDir) && runtime.progress.steps === step) return runtime;
     runtime = undefined;
     phase = 'restoring';
-    const restored = await TrainerRuntime.restore(runDir, readTrainingSpec(runDir).trainer, step, (done, total) => (phase = `replaying ${done}/${total}`));
+    const restored = await TrainerRuntime.restore(
+      runDir,
+      readTrainingSpec(runDir).trainer,
+      step,
+      (done, total) => (phase = `replaying ${done}/${total}`),
+    );
     const { report } = restored;
-    Context.current().log.info('trainer restored', { runDir, step, from: report.from, replayed: report.replayed, skipped: report.skipped });
+    Context.current().log.info('trainer restored', {
+      runDir,
+      step,
+      from: report.from,
+      replayed: report.replayed,
+      skipped: report.skipped,
+    });
     for (const s of report.skipped) Context.current().log.warn(`unusable checkpoint skipped: ${s}`);
     runtime = restored.runtime;
     return runtime;
   }
 
   /** `work` on the runtime at exactly `step`, heartbeating meanwhile with `label` as its phase. */
-  function onRuntimeAt<T>(runDir: string, step: number, label: string, work: (rt: TrainerRuntime) => Promise<T>): Promise<T> {
-    return withHeartbeat(() => ({ step, phase }), async () => {
-      const rt = await at(runDir, step);
-      phase = label;
-      const result = await work(rt);
-      phase = 'idle';
-      return result;
-    });
+  function onRuntimeAt<T>(
+    runDir: string,
+    step: number,
+    label: string,
+    work: (rt: TrainerRuntime) => Promise<T>,
+  ): Promise<T> {
+    return withHeartbeat(
+      () => ({ step, phase }),
+      async () => {
+        const rt = await at(runDir, step);
+        phase = label;
+        const result = await work(rt);
+        phase = 'idle';
+        return result;
+      },
+    );
   }
 
   return {
     async trainStep({ runDir, step }: StepRef): Promise<TrainSummary> {
       const summaryFile = new RunLayout(runDir).trainSummaryFile(step);
-      return storedJson(summaryFile, () => withHeartbeat(() => ({ step, phase }), async () => {
-        const restoreStart = performance.now();
-        const rt = await at(runDir, step);
-        const replay = (performance.now() - restoreStart) / 1000;
-        phase = 'training';
-        const metrics = await rt.train(step);
-        const saveStart = performance.now();
-        let weightsDir: string | null = null;
-        if (readTrainingSpec(runDir).writesWeights(step + 1)) {
-          phase = 'saving weights';
-          weightsDir = await publishWeights(rt, step + 1, metrics);
-        }
-        metrics.seconds.replay = replay;
-        metrics.seconds.save = (performance.now() - saveStart) / 1000;
-        phase = 'idle';
-        const summary: TrainSummary = { step, weightsDir, metrics, progress: { ...rt.progress } };
-        return summary;
-      }));
+      return storedJson(summaryFile, () =>
+        withHeartbeat(
+          () => ({ step, phase }),
+          async () => {
+            const restoreStart = performance.now();
+            const rt = await at(runDir, step);
+            const replay = (performance.now() - restoreStart) / 1000;
+            phase = 'training';
+            const metrics = await rt.train(step);
+            const saveStart = performance.now();
+            let weightsDir: string | null = null;
+            if (readTrainingSpec(runDir).writesWeights(step + 1)) {
+              phase = 'saving weights';
+              weightsDir = await publishWeights(rt, step + 1, metrics);
+            }
+            metrics.seconds.replay = replay;
+            metrics.seconds.save = (performance.now() - saveStart) / 1000;
+            phase = 'idle';
+            const summary: TrainSummary = { step, weightsDir, metrics, progress: { ...rt.progress } };
+            return summary;
+          },
+        ),
+      );
     },
 
     /**
@@ -98,11 +124,15 @@ export function createTrainerActivities() {
      */
     async validate({ runDir, step }: StepRef): Promise<ValidationResult> {
       const plan = readSftPlan(runDir);
-      if (!plan || plan.valBatches === 0) throw ApplicationFailure.nonRetryable(`run ${runDir} has no validation batches`, Failure.NoValidationData);
+      if (!plan || plan.valBatches === 0)
+        throw ApplicationFailure.nonRetryable(`run ${runDir} has no validation batches`, Failure.NoValidationData);
       const layout = new RunLayout(runDir);
       const files = Array.from({ length: plan.valBatches }, (_, i) => layout.valBatchFile(i));
       return storedJson(layout.sftValidationFile(step), () =>
-        onRuntimeAt(runDir, step, 'validating', async (rt): Promise<ValidationResult> => ({ step, ...(await rt.validationLoss(files)) })),
+        onRuntimeAt(runDir, step, 'validating', async (rt): Promise<ValidationResult> => ({
+          step,
+          ...(await rt.validationLoss(files)),
+        })),
       );
     },
 

@@ -61,7 +61,11 @@ async function main() {
       });
       const request = async () => {
         const t0 = performance.now();
-        const r = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        const r = await fetch(`${server.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body,
+        });
         const json = (await r.json()) as { usage: { completion_tokens: number } };
         return { ms: performance.now() - t0, tokens: json.usage.completion_tokens };
       };
@@ -88,17 +92,23 @@ async function main() {
 
       // update_weights -> first token from the new weights, while 8 clients keep the server busy.
       let busy = true;
-      const load = Promise.all(Array.from({ length: 8 }, async () => { while (busy) await request(); }));
+      const load = Promise.all(
+        Array.from({ length: 8 }, async () => {
+          while (busy) await request();
+        }),
+      );
       await new Promise((r) => setTimeout(r, 500));
       const t0 = performance.now();
       const upd = await fetch(`${server.url}/update_weights`, {
-        method: 'POST', headers: { 'content-type': 'application/json' },
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ weight_dir: path.join(tmp, `${name}-step1`), version: 1 }),
       });
       if (!upd.ok) throw new Error(`update_weights failed: ${await upd.text()}`);
       const applied = performance.now() - t0;
       const first = await fetch(`${server.url}/v1/generate`, {
-        method: 'POST', headers: { 'content-type': 'application/json' },
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ prompt_token_ids: [1, 2, 3], max_tokens: 1 }),
       });
       const version = ((await first.json()) as { policy_version: number }).policy_version;

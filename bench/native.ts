@@ -8,7 +8,16 @@
  * attention (QK^T and PV: 4 * layers * context * H * hd per token forward; mean context for causal).
  */
 import type { ArchConfig } from '../lib/model/arch';
-import { info, loadModel, matmulGflops, setThreads, type LossConfig, type NativeModel, type TrainerOptions, type TrainRow } from '../native';
+import {
+  info,
+  loadModel,
+  matmulGflops,
+  setThreads,
+  type LossConfig,
+  type NativeModel,
+  type TrainerOptions,
+  type TrainRow,
+} from '../native';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { parameterCount } from '../lib/model/tensors';
 import { Rng } from '../lib/model/rng';
@@ -66,19 +75,23 @@ async function benchModel(name: string, c: ArchConfig, rows: Row[]): Promise<voi
     await gen.add([reqs[0]]); // warm-up
     await gen.remove([1]);
     const [, s] = await time(() => gen.add(reqs));
-    const tokens = 4 * 256, flops = tokens * (2 * Pprefill + attnFlops(c, 128));
+    const tokens = 4 * 256,
+      flops = tokens * (2 * Pprefill + attnFlops(c, 128));
     rows.push({ model: name, what: 'prefill (4 x 256)', tokensPerSecond: tokens / s, gflops: flops / s / 1e9 });
   }
   // Decode: batch B, 64-token prompts, 32 steps timed after 2 warm-up steps.
   for (const B of [1, 16, 64]) {
     const gen = model.createGenerator({ maxSequences: B, maxSequenceLength: 160 });
-    await gen.add(Array.from({ length: B }, (_, i) => ({ promptIds: randomTokens(rng, 64, c.vocabSize), maxTokens: 64, seed: i })));
+    await gen.add(
+      Array.from({ length: B }, (_, i) => ({ promptIds: randomTokens(rng, 64, c.vocabSize), maxTokens: 64, seed: i })),
+    );
     for (let i = 0; i < 2; i++) await gen.step();
     const steps = 32;
     const [, s] = await time(async () => {
       for (let i = 0; i < steps; i++) await gen.step();
     });
-    const tokens = B * steps, ctx = 64 + 2 + steps / 2;
+    const tokens = B * steps,
+      ctx = 64 + 2 + steps / 2;
     const flops = tokens * (2 * P + attnFlops(c, ctx));
     rows.push({ model: name, what: `decode batch ${B}`, tokensPerSecond: tokens / s, gflops: flops / s / 1e9 });
   }
@@ -88,7 +101,17 @@ async function benchModel(name: string, c: ArchConfig, rows: Row[]): Promise<voi
   const variants: { what: string; options: TrainerOptions; loss: LossConfig }[] = [
     { what: 'ce', options: {}, loss: { kind: 'ce' } },
     { what: 'grpo+tis', options: {}, loss: { kind: 'grpo', mismatch: { mode: 'tis' } } },
-    { what: 'grpo, LoRA r16 all linear', options: { lora: { rank: 16, alpha: 32, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] } }, loss: { kind: 'grpo' } },
+    {
+      what: 'grpo, LoRA r16 all linear',
+      options: {
+        lora: {
+          rank: 16,
+          alpha: 32,
+          targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+        },
+      },
+      loss: { kind: 'grpo' },
+    },
   ];
   for (const { what, options, loss } of variants) {
     const trainer = model.createTrainer(options);
@@ -107,7 +130,12 @@ async function benchModel(name: string, c: ArchConfig, rows: Row[]): Promise<voi
     });
     // LoRA still back-propagates through every layer's activations (not into the frozen weights).
     const flops = steps * 2 * 512 * ((options.lora ? 4 : 6) * P + 3 * attnFlops(c, 64)); // mean context 64
-    rows.push({ model: name, what: `train ${what} (2 x 512, fwd+bwd+AdamW)`, tokensPerSecond: (steps * 2 * 512) / s, gflops: flops / s / 1e9 });
+    rows.push({
+      model: name,
+      what: `train ${what} (2 x 512, fwd+bwd+AdamW)`,
+      tokensPerSecond: (steps * 2 * 512) / s,
+      gflops: flops / s / 1e9,
+    });
   }
 }
 
@@ -117,16 +145,21 @@ async function main(): Promise<void> {
   let peak = await matmulGflops(2048, 10);
   const rows: Row[] = [];
   const tiny = tinyConfig('qwen3');
-  const tinyParams = parameterCount(tiny), medParams = parameterCount(MEDIUM);
+  const tinyParams = parameterCount(tiny),
+    medParams = parameterCount(MEDIUM);
   await benchModel(`tiny qwen3 (${(tinyParams / 1e3).toFixed(0)}K)`, tiny, rows);
   await benchModel(`llama ${(medParams / 1e6).toFixed(1)}M`, MEDIUM, rows);
   peak = Math.max(peak, await matmulGflops(2048, 10));
   const i = info();
-  console.log(`libtorch ${i.torchVersion}, ${threads} threads (ATen ${i.threads}, BLAS ${i.blasThreads ?? '-'}), fp32 CPU; matmul 2048^3: ${peak.toFixed(1)} GFLOP/s\n`);
+  console.log(
+    `libtorch ${i.torchVersion}, ${threads} threads (ATen ${i.threads}, BLAS ${i.blasThreads ?? '-'}), fp32 CPU; matmul 2048^3: ${peak.toFixed(1)} GFLOP/s\n`,
+  );
   console.log('| model | workload | tokens/s | GFLOP/s | of matmul |');
   console.log('|---|---|---:|---:|---:|');
   for (const r of rows)
-    console.log(`| ${r.model} | ${r.what} | ${r.tokensPerSecond.toFixed(0)} | ${r.gflops.toFixed(1)} | ${((100 * r.gflops) / peak).toFixed(0)}% |`);
+    console.log(
+      `| ${r.model} | ${r.what} | ${r.tokensPerSecond.toFixed(0)} | ${r.gflops.toFixed(1)} | ${((100 * r.gflops) / peak).toFixed(0)}% |`,
+    );
 }
 
 main().catch((e) => {

@@ -30,7 +30,6 @@ function arg(name: string, dflt: string): string {
   return i >= 0 ? process.argv[i + 1] : dflt;
 }
 
-
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
 
 interface Times {
@@ -47,14 +46,38 @@ async function main() {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-bench-rl-'));
   const modelDir = path.join(root, 'model');
   const created = createModel({
-    arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir,
-    hiddenSize: Number(arg('hidden', '256')), numLayers: Number(arg('layers', '4')), intermediateSize: 3 * Number(arg('hidden', '256')),
-    numHeads: 4, numKvHeads: 2,
+    arch: 'qwen3',
+    preset: 'tiny',
+    tokenizer: 'bytes',
+    seed: 0,
+    out: modelDir,
+    hiddenSize: Number(arg('hidden', '256')),
+    numLayers: Number(arg('layers', '4')),
+    intermediateSize: 3 * Number(arg('hidden', '256')),
+    numHeads: 4,
+    numKvHeads: 2,
   });
   const [port, uiPort] = [await freePort(), await freePort()];
-  const temporal = (await startDevServer({ ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(root, 't.db'), logFile: path.join(root, 't.log') })).endpoint;
+  const temporal = (
+    await startDevServer({
+      ip: '127.0.0.1',
+      port,
+      uiPort,
+      namespace: 'default',
+      dbFile: path.join(root, 't.db'),
+      logFile: path.join(root, 't.log'),
+    })
+  ).endpoint;
   const outputDir = path.join(root, 'outputs');
-  const inference = await startInferenceServer(inferenceSchema.parse({ model: { name: modelDir }, seq_len: 256, output_dir: outputDir, server: { port: 0 }, threads: 1 }));
+  const inference = await startInferenceServer(
+    inferenceSchema.parse({
+      model: { name: modelDir },
+      seq_len: 256,
+      output_dir: outputDir,
+      server: { port: 0 },
+      threads: 1,
+    }),
+  );
   const pool = new EnvPool({ workers: 1, timeoutS: 60 });
   const connection = await NativeConnection.connect({ address: temporal.address });
   const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
@@ -64,19 +87,55 @@ async function main() {
       const cfg = loadConfig({
         schema: rlSchema,
         argv: [
-          '--run-name', `async-${k}`, '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '256',
-          '--max-steps', String(steps), '--async-level', String(k), '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '1000',
-          '--orchestrator.batch-size', '32', '--orchestrator.rollouts-per-example', '8', '--orchestrator.sampling.max-tokens', '32',
-          '--orchestrator.base-urls', `${inference.url}/v1`, '--trainer.optim.lr', '1e-4', '--trainer.threads', '1',
+          '--run-name',
+          `async-${k}`,
+          '--model.name',
+          modelDir,
+          '--output-dir',
+          outputDir,
+          '--seq-len',
+          '256',
+          '--max-steps',
+          String(steps),
+          '--async-level',
+          String(k),
+          '--env',
+          '[{"id": "reverse-text"}]',
+          '--ckpt.interval',
+          '1000',
+          '--orchestrator.batch-size',
+          '32',
+          '--orchestrator.rollouts-per-example',
+          '8',
+          '--orchestrator.sampling.max-tokens',
+          '32',
+          '--orchestrator.base-urls',
+          `${inference.url}/v1`,
+          '--trainer.optim.lr',
+          '1e-4',
+          '--trainer.threads',
+          '1',
         ],
         env: {},
         shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
       }).config;
       const q = taskQueues(cfg.temporal.task_queue);
-      const cpu = await Worker.create({ connection, taskQueue: q.cpu, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool }) });
-      const trainer = await Worker.create({ connection, taskQueue: q.trainer, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1 });
+      const cpu = await Worker.create({
+        connection,
+        taskQueue: q.cpu,
+        workflowsPath: require.resolve('../workflows'),
+        activities: createCpuActivities({ pool }),
+      });
+      const trainer = await Worker.create({
+        connection,
+        taskQueue: q.trainer,
+        activities: createTrainerActivities(),
+        maxConcurrentActivityTaskExecutions: 1,
+      });
       const t0 = Date.now();
-      await cpu.runUntil(trainer.runUntil(client.workflow.execute('rl', { taskQueue: q.cpu, workflowId: cfg.run_name, args: [cfg] })));
+      await cpu.runUntil(
+        trainer.runUntil(client.workflow.execute('rl', { taskQueue: q.cpu, workflowId: cfg.run_name, args: [cfg] })),
+      );
       const wall = (Date.now() - t0) / 1000;
       const lines = readStepMetrics(RunLayout.of(outputDir, cfg.run_name).metricsFile);
       const times = lines.map((l) => l.time as Times);

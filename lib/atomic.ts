@@ -22,7 +22,8 @@ function fsyncDir(dir: string): void {
 
 /** Writes `chunks` to a temp file next to `file`, fsyncs it, and renames it over `file`. */
 export function writeFileAtomic(file: string, chunks: string | Buffer | readonly Buffer[]): void {
-  const parts = typeof chunks === 'string' ? [Buffer.from(chunks, 'utf8')] : Buffer.isBuffer(chunks) ? [chunks] : chunks;
+  const parts =
+    typeof chunks === 'string' ? [Buffer.from(chunks, 'utf8')] : Buffer.isBuffer(chunks) ? [chunks] : chunks;
   const tmp = tempSibling(file, 'tmp');
   try {
     const fd = fs.openSync(tmp, 'w');

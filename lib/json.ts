@@ -35,6 +35,7 @@ export function readJsonFile(file: string): Record<string, unknown> {
   } catch (e) {
     throw new Error(`${file}: not valid JSON (${jsonSyntaxError(e, text)})`);
   }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error(`${file}: not a JSON object`);
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
+    throw new Error(`${file}: not a JSON object`);
   return parsed as Record<string, unknown>;
 }

@@ -4,7 +4,8 @@ import * as path from 'node:path';
 
 function findRoot(start: string): string {
   for (let dir = start; ; dir = path.dirname(dir)) {
-    if (fs.existsSync(path.join(dir, 'package.json')) && fs.existsSync(path.join(dir, 'native', 'CMakeLists.txt'))) return dir;
+    if (fs.existsSync(path.join(dir, 'package.json')) && fs.existsSync(path.join(dir, 'native', 'CMakeLists.txt')))
+      return dir;
     if (path.dirname(dir) === dir) throw new Error(`cannot find the prime-rl project root above ${start}`);
   }
 }

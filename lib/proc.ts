@@ -87,7 +87,9 @@ export async function terminateProcess(id: ProcessId, graceMs = 10_000): Promise
 export const PARENT_PIPE_ENV = 'PRIME_RL_PARENT_PIPE_FD';
 
 /** spawn() options giving the child such a pipe (stdio[3]); use with `watchParentPipe` in the child. */
-export function parentPipeOptions(stdio: ['ignore' | 'inherit' | number, 'ignore' | 'inherit' | number, 'ignore' | 'inherit' | number]): SpawnOptions {
+export function parentPipeOptions(
+  stdio: ['ignore' | 'inherit' | number, 'ignore' | 'inherit' | number, 'ignore' | 'inherit' | number],
+): SpawnOptions {
   return { stdio: [...stdio, 'pipe'], env: { ...process.env, [PARENT_PIPE_ENV]: '3' } };
 }
 

@@ -14,7 +14,8 @@ import { projectRoot } from './paths';
 /** The signature of a function `runInThread` can call. */
 export type ThreadFunction<I, O> = (input: I, progress: (value: unknown) => void) => O | Promise<O>;
 
-type ThreadMessage = { progress: unknown } | { result: unknown } | { error: { name: string; message: string; stack?: string } };
+type ThreadMessage =
+  { progress: unknown } | { result: unknown } | { error: { name: string; message: string; stack?: string } };
 
 const REGISTER_TS = path.join(projectRoot, 'lib', 'envs', 'register-ts.js');
 
@@ -49,7 +50,12 @@ export function moduleWorker(module: string, workerData: unknown): Worker {
  * Calls `module`'s export `fn` with `input` in a new worker thread. Rejects with an Error of the
  * thrown error's name and message, or when the thread dies without an answer.
  */
-export function runInThread<O>(module: string, fn: string, input: unknown, onProgress?: (value: unknown) => void): Promise<O> {
+export function runInThread<O>(
+  module: string,
+  fn: string,
+  input: unknown,
+  onProgress?: (value: unknown) => void,
+): Promise<O> {
   return new Promise<O>((resolve, reject) => {
     const worker = new Worker(BOOTSTRAP, {
       eval: true,
@@ -74,6 +80,10 @@ export function runInThread<O>(module: string, fn: string, input: unknown, onPro
         });
     });
     worker.on('error', (e) => settle(() => reject(e)));
-    worker.on('exit', (code) => settle(() => reject(new Error(`${path.basename(module)}: the thread running ${fn} exited (code ${code}) without a result`))));
+    worker.on('exit', (code) =>
+      settle(() =>
+        reject(new Error(`${path.basename(module)}: the thread running ${fn} exited (code ${code}) without a result`)),
+      ),
+    );
   });
 }

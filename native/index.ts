@@ -333,7 +333,12 @@ interface RawTrainer {
 interface Addon {
   info(): NativeInfo;
   setThreads(n: number): void;
-  createModel(config: ArchConfig, specs: readonly EngineTensorSpec[], tensors: readonly WeightTensor[], opts: ModelOptions): Promise<RawModel>;
+  createModel(
+    config: ArchConfig,
+    specs: readonly EngineTensorSpec[],
+    tensors: readonly WeightTensor[],
+    opts: ModelOptions,
+  ): Promise<RawModel>;
   matmulGflops(n: number, iters: number): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
   lossKinds(): LossKindSpec[];
@@ -344,7 +349,9 @@ type EngineTensorSpec = Pick<TensorSpec, 'name' | 'shape' | 'slot' | 'layer'>;
 
 /** Drops tensors checkpoints may carry that the model does not use (see `isIgnorable`). */
 function withoutIgnorable(tensors: readonly WeightTensor[], config: ArchConfig): readonly WeightTensor[] {
-  return tensors.some((t) => isIgnorable(t.name, config)) ? tensors.filter((t) => !isIgnorable(t.name, config)) : tensors;
+  return tensors.some((t) => isIgnorable(t.name, config))
+    ? tensors.filter((t) => !isIgnorable(t.name, config))
+    : tensors;
 }
 
 /** The repository root: the nearest directory above this file holding package.json. */
@@ -362,7 +369,8 @@ let addon: Addon | undefined;
 function load(): Addon {
   if (!addon) {
     // PRIME_NATIVE_ADDON: another build of the addon (e.g. against PyTorch 2.x: scripts/check-torch2.sh).
-    const file = process.env.PRIME_NATIVE_ADDON || path.join(repoRoot(), 'build', 'native', 'Release', 'prime_native.node');
+    const file =
+      process.env.PRIME_NATIVE_ADDON || path.join(repoRoot(), 'build', 'native', 'Release', 'prime_native.node');
     if (!fs.existsSync(file)) throw new Error(`prime_native: ${file} not found; run \`npm run build:native\``);
     addon = require(file) as Addon;
   }

@@ -24,7 +24,8 @@ const kebab = (p: string[]) => `--${p.map((k) => k.replace(/_/g, '-')).join('.')
 test('--help lists every command', () => {
   const r = cli(['--help']);
   expect(r.code).toBe(0);
-  for (const c of ['rl', 'sft', 'eval', 'inference', 'worker', 'model create', 'temporal start']) expect(r.stdout).toContain(c);
+  for (const c of ['rl', 'sft', 'eval', 'inference', 'worker', 'model create', 'temporal start'])
+    expect(r.stdout).toContain(c);
 });
 
 test.each([
@@ -39,7 +40,9 @@ test.each([
   const r = cli([...name.split(' '), '--help']);
   expect(r.code).toBe(0);
   for (const { path: p } of leaves(schema)) expect(r.stdout).toContain(kebab(p));
-  expect(r.stdout).toMatch(/--output-dir\s+string\s+"outputs"\s+root of run folders|--out\s+string\s+required\s+folder to write/);
+  expect(r.stdout).toMatch(
+    /--output-dir\s+string\s+"outputs"\s+root of run folders|--out\s+string\s+required\s+folder to write/,
+  );
 });
 
 test.each(['rl', 'sft', 'eval'])('%s @ configs/debug/%s.toml --dry-run prints the resolved config', (name) => {
@@ -63,18 +66,39 @@ test('--dry-run FILE also writes the resolved config', () => {
   expect(JSON.parse(fs.readFileSync(out, 'utf8'))).toEqual(JSON.parse(r.stdout));
 });
 
-test('--dry-run prints the base URL the orchestrator will use: the run\'s server port, unless base_urls is set', () => {
+test("--dry-run prints the base URL the orchestrator will use: the run's server port, unless base_urls is set", () => {
   const moved = cli(['rl', '@', 'configs/debug/rl.toml', '--inference.server.port', '8401', '--dry-run']);
   expect(moved.code).toBe(0);
   expect(JSON.parse(moved.stdout).orchestrator.base_urls).toEqual(['http://127.0.0.1:8401/v1']);
-  const wildcard = cli(['rl', '@', 'configs/debug/rl.toml', '--inference.server.host', '0.0.0.0', '--inference.server.port', '8402', '--dry-run']);
+  const wildcard = cli([
+    'rl',
+    '@',
+    'configs/debug/rl.toml',
+    '--inference.server.host',
+    '0.0.0.0',
+    '--inference.server.port',
+    '8402',
+    '--dry-run',
+  ]);
   expect(JSON.parse(wildcard.stdout).orchestrator.base_urls).toEqual(['http://127.0.0.1:8402/v1']);
   // Servers started elsewhere: the explicit list wins.
-  const remote = cli(['rl', '@', 'configs/debug/rl.toml', '--inference.server.port', '8401', '--orchestrator.base-urls', 'http://gpu1:8000/v1', 'http://gpu2:8000/v1', '--dry-run']);
+  const remote = cli([
+    'rl',
+    '@',
+    'configs/debug/rl.toml',
+    '--inference.server.port',
+    '8401',
+    '--orchestrator.base-urls',
+    'http://gpu1:8000/v1',
+    'http://gpu2:8000/v1',
+    '--dry-run',
+  ]);
   expect(JSON.parse(remote.stdout).orchestrator.base_urls).toEqual(['http://gpu1:8000/v1', 'http://gpu2:8000/v1']);
   const any = cli(['rl', '@', 'configs/debug/rl.toml', '--inference.server.port', '0', '--dry-run']);
   expect(any.code).toBe(2);
-  expect(any.stderr).toMatch(/inference\.server\.port: port 0 \(any free port\) leaves the orchestrator no address .* set orchestrator\.base_urls/);
+  expect(any.stderr).toMatch(
+    /inference\.server\.port: port 0 \(any free port\) leaves the orchestrator no address .* set orchestrator\.base_urls/,
+  );
 });
 
 test('environment variables reach the config', () => {
@@ -86,10 +110,19 @@ test.each([
   [['rl', '--no-such-key', '1'], /unknown config key 'no_such_key'/],
   [['rl', '@', 'configs/debug/rl.toml', '--trainer.optim.lrr', '1'], /Did you mean 'trainer\.optim\.lr'/],
   [['rl', '@', 'configs/debug/missing.toml'], /config file not found: configs\/debug\/missing\.toml/],
-  [['rl', '@', 'configs/debug/rl.toml', '--seq-len', '64', '--trainer.seq-len', '32'], /conflicting values for the shared key 'seq_len'/],
+  [
+    ['rl', '@', 'configs/debug/rl.toml', '--seq-len', '64', '--trainer.seq-len', '32'],
+    /conflicting values for the shared key 'seq_len'/,
+  ],
   [['rl', '@', 'configs/debug/rl.toml', '--max-steps', 'x'], /max_steps \(from --max-steps\): expected a number/],
-  [['rl', '@', 'configs/debug/rl.toml', '--orchestrator.batch-size', '10'], /orchestrator\.batch_size: 10 is not a multiple of orchestrator\.rollouts_per_example \(4\).*use e\.g\. 8 or 12/],
-  [['rl', '@', 'configs/debug/rl.toml', '--orchestrator.sampling.max-tokens', '256'], /orchestrator\.sampling\.max_tokens: 256 leaves no room for the prompt within orchestrator\.seq_len \(256\)/],
+  [
+    ['rl', '@', 'configs/debug/rl.toml', '--orchestrator.batch-size', '10'],
+    /orchestrator\.batch_size: 10 is not a multiple of orchestrator\.rollouts_per_example \(4\).*use e\.g\. 8 or 12/,
+  ],
+  [
+    ['rl', '@', 'configs/debug/rl.toml', '--orchestrator.sampling.max-tokens', '256'],
+    /orchestrator\.sampling\.max_tokens: 256 leaves no room for the prompt within orchestrator\.seq_len \(256\)/,
+  ],
   [['evl'], /unknown command 'evl'. Did you mean 'eval'\?/],
   [['model', 'creat'], /Did you mean 'create'/],
 ])('bad input %j exits 2 and names the problem', (args, message) => {
@@ -106,10 +139,23 @@ test('a workflow that fails on bad input exits 2 with the activity and its reaso
     expect(cli(['model', 'create', '--out', model]).code).toBe(0);
     const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
     const r = cli([
-      'eval', '--model.name', model, '--env', '[{"id": "no-such-env"}]', '--output-dir', out,
-      '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--server.port', String(http),
+      'eval',
+      '--model.name',
+      model,
+      '--env',
+      '[{"id": "no-such-env"}]',
+      '--output-dir',
+      out,
+      '--temporal.port',
+      String(port),
+      '--temporal.ui-port',
+      String(uiPort),
+      '--server.port',
+      String(http),
     ]);
-    expect(r.stderr).toMatch(/error: Workflow execution failed: Activity task failed \(prepareEval\): unknown environment "no-such-env"/);
+    expect(r.stderr).toMatch(
+      /error: Workflow execution failed: Activity task failed \(prepareEval\): unknown environment "no-such-env"/,
+    );
     expect(r.stderr).not.toMatch(/\n\s+at /);
     expect(r.code).toBe(2);
   } finally {
@@ -123,11 +169,32 @@ test('an rl run whose seq_len cannot hold a prompt fails at its first step and e
     const model = path.join(out, 'model');
     expect(cli(['model', 'create', '--out', model]).code).toBe(0);
     const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
-    const r = cli([
-      'rl', '@', 'configs/debug/rl.toml', '--model.name', model, '--output-dir', out, '--seq-len', '8', '--orchestrator.sampling.max-tokens', '4',
-      '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--inference.server.port', String(http),
-    ], {}, 90_000);
-    expect(r.stderr).toMatch(/error: Workflow execution failed: .*orchestrator\.seq_len \(8\) is too short for the environments' prompts/);
+    const r = cli(
+      [
+        'rl',
+        '@',
+        'configs/debug/rl.toml',
+        '--model.name',
+        model,
+        '--output-dir',
+        out,
+        '--seq-len',
+        '8',
+        '--orchestrator.sampling.max-tokens',
+        '4',
+        '--temporal.port',
+        String(port),
+        '--temporal.ui-port',
+        String(uiPort),
+        '--inference.server.port',
+        String(http),
+      ],
+      {},
+      90_000,
+    );
+    expect(r.stderr).toMatch(
+      /error: Workflow execution failed: .*orchestrator\.seq_len \(8\) is too short for the environments' prompts/,
+    );
     expect(r.code).toBe(2);
     expect(fs.existsSync(path.join(out, 'debug-rl', 'metrics.jsonl'))).toBe(false);
   } finally {
@@ -135,7 +202,7 @@ test('an rl run whose seq_len cannot hold a prompt fails at its first step and e
   }
 });
 
-test('an rl run whose server refuses its weights (403) stops with the server\'s message and exits 2, not retrying forever', async () => {
+test("an rl run whose server refuses its weights (403) stops with the server's message and exits 2, not retrying forever", async () => {
   const out = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-cli-403-'));
   try {
     const model = path.join(out, 'model');
@@ -145,17 +212,43 @@ test('an rl run whose server refuses its weights (403) stops with the server\'s 
     // Step 2 samples from policy version 1, which the server may not load from output_dir.
     const r = cli(
       [
-        'rl', '--model.name', model, '--env', JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]),
-        '--output-dir', out, '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--inference.server.port', String(http),
-        '--max-steps', '3', '--seq-len', '128', '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4',
-        '--orchestrator.sampling.max-tokens', '8', '--inference.allowed-weight-roots', path.join(out, 'elsewhere'),
-        '--trainer.threads', '1', '--inference.threads', '1',
+        'rl',
+        '--model.name',
+        model,
+        '--env',
+        JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]),
+        '--output-dir',
+        out,
+        '--temporal.port',
+        String(port),
+        '--temporal.ui-port',
+        String(uiPort),
+        '--inference.server.port',
+        String(http),
+        '--max-steps',
+        '3',
+        '--seq-len',
+        '128',
+        '--orchestrator.batch-size',
+        '8',
+        '--orchestrator.rollouts-per-example',
+        '4',
+        '--orchestrator.sampling.max-tokens',
+        '8',
+        '--inference.allowed-weight-roots',
+        path.join(out, 'elsewhere'),
+        '--trainer.threads',
+        '1',
+        '--inference.threads',
+        '1',
       ],
       {},
       // A run that retries forever is stopped here (SIGTERM: the launcher stops its processes).
       240_000,
     );
-    expect(r.stderr).toMatch(/error: Workflow execution failed: Activity task failed \(generateRollouts\): .*\/update_weights: HTTP 403: weight_dir: .*weights\/step_1 is outside the allowed roots/);
+    expect(r.stderr).toMatch(
+      /error: Workflow execution failed: Activity task failed \(generateRollouts\): .*\/update_weights: HTTP 403: weight_dir: .*weights\/step_1 is outside the allowed roots/,
+    );
     expect(r.stderr).not.toMatch(/\n\s+at /);
     expect(r.code).toBe(2);
   } finally {

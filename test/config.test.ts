@@ -52,7 +52,10 @@ describe('precedence: CLI > files > env > defaults', () => {
 
 describe('files', () => {
   test('several files: later wins, tables merge deeply, arrays are replaced', () => {
-    const a = file('a.toml', 'seq_len = 512\n[optim]\nlr = 1e-5\nweight_decay = 0.1\n[data]\nloss_roles = ["assistant", "tool"]\n');
+    const a = file(
+      'a.toml',
+      'seq_len = 512\n[optim]\nlr = 1e-5\nweight_decay = 0.1\n[data]\nloss_roles = ["assistant", "tool"]\n',
+    );
     const b = file('b.toml', '[optim]\nlr = 2e-5\n[data]\nloss_roles = ["user"]\n');
     const c = sft(['@', a, '@', b]);
     expect(c.seq_len).toBe(512);
@@ -74,7 +77,10 @@ describe('files', () => {
   });
 
   test('arrays of tables ([[env]])', () => {
-    const e = file('env.toml', '[[env]]\nid = "reverse-text"\nweight = 2\n[[env]]\nid = "arithmetic"\nargs = { digits = 3 }\n');
+    const e = file(
+      'env.toml',
+      '[[env]]\nid = "reverse-text"\nweight = 2\n[[env]]\nid = "arithmetic"\nargs = { digits = 3 }\n',
+    );
     expect(rl(['@', e]).env).toEqual([
       { id: 'reverse-text', args: {}, weight: 2 },
       { id: 'arithmetic', args: { digits: 3 }, weight: 1 },
@@ -101,7 +107,9 @@ describe('CLI values', () => {
     expect(sft(['--optim.betas', '0.8,0.95']).optim.betas).toEqual([0.8, 0.95]);
   });
   test('JSON values for objects and lists of objects', () => {
-    expect(rl(['--env', '[{"id": "arithmetic", "args": {"digits": 2}}]']).env).toEqual([{ id: 'arithmetic', args: { digits: 2 }, weight: 1 }]);
+    expect(rl(['--env', '[{"id": "arithmetic", "args": {"digits": 2}}]']).env).toEqual([
+      { id: 'arithmetic', args: { digits: 2 }, weight: 1 },
+    ]);
     expect(sft(['--data.env', '{"id": "reverse-text"}']).data.env).toEqual({ id: 'reverse-text', args: {}, weight: 1 });
   });
   test('negative numbers are values, not options', () => {
@@ -111,7 +119,11 @@ describe('CLI values', () => {
 
 describe('environment variables', () => {
   test('PRIME_A__B nests, and values are typed by the schema', () => {
-    const c = rl([], { PRIME_TRAINER__OPTIM__MAX_NORM: '0.5', PRIME_TRAINER__LORA__ENABLED: 'true', PRIME_SEQ_LEN: '128' });
+    const c = rl([], {
+      PRIME_TRAINER__OPTIM__MAX_NORM: '0.5',
+      PRIME_TRAINER__LORA__ENABLED: 'true',
+      PRIME_SEQ_LEN: '128',
+    });
     expect(c.trainer.optim.max_norm).toBe(0.5);
     expect(c.trainer.lora.enabled).toBe(true);
     expect(c.seq_len).toBe(128);
@@ -142,7 +154,11 @@ describe('shared keys of rl', () => {
   test('defaults fill the sections too', () => {
     const c = rl([]);
     expect(c.output_dir).toBe('outputs');
-    expect([c.trainer.output_dir, c.orchestrator.output_dir, c.inference.output_dir]).toEqual(['outputs', 'outputs', 'outputs']);
+    expect([c.trainer.output_dir, c.orchestrator.output_dir, c.inference.output_dir]).toEqual([
+      'outputs',
+      'outputs',
+      'outputs',
+    ]);
   });
   test('a value set only in one section is the run value', () => {
     const c = loadConfig({ schema: rlSchema, argv: ['--trainer.model.name', 'x'], env: {}, shared }).config;
@@ -180,16 +196,24 @@ describe('errors', () => {
     expect(configError(() => rl(['--trainer', '@', t]))).toContain("'trainer.thread'");
   });
   test('wrong types', () => {
-    expect(configError(() => rl(['--seq-len', 'many']))).toContain("seq_len (from --seq-len): expected a number, got 'many'");
+    expect(configError(() => rl(['--seq-len', 'many']))).toContain(
+      "seq_len (from --seq-len): expected a number, got 'many'",
+    );
     expect(configError(() => rl(['--seq-len', '1.5']))).toMatch(/seq_len: .*int.*\(from --seq-len\)/);
     expect(configError(() => rl(['--trainer.lora.enabled=maybe']))).toContain('expected true or false');
     const t = file('types.toml', 'seq_len = "long"\n');
-    expect(configError(() => rl(['@', t]))).toMatch(new RegExp(`seq_len: .*expected number.*\\(in ${t.replace(/[.]/g, '\\.')}\\)`));
-    expect(configError(() => rl(['--trainer.loss.type', 'ppo']))).toMatch(/trainer\.loss\.type: .*"dppo"\|"ipo"\|"grpo"\|"gspo"\|"cispo"/);
+    expect(configError(() => rl(['@', t]))).toMatch(
+      new RegExp(`seq_len: .*expected number.*\\(in ${t.replace(/[.]/g, '\\.')}\\)`),
+    );
+    expect(configError(() => rl(['--trainer.loss.type', 'ppo']))).toMatch(
+      /trainer\.loss\.type: .*"dppo"\|"ipo"\|"grpo"\|"gspo"\|"cispo"/,
+    );
     expect(configError(() => rl(['--env', '{not json']))).toContain('expected JSON');
   });
   test('a key that needs another names both', () => {
-    expect(configError(() => sft(['--val.target-loss', '0.1']))).toMatch(/val\.target_loss: needs val\.interval.*\(from --val\.target-loss\)/);
+    expect(configError(() => sft(['--val.target-loss', '0.1']))).toMatch(
+      /val\.target_loss: needs val\.interval.*\(from --val\.target-loss\)/,
+    );
     expect(sft(['--val.target-loss', '0.1', '--val.interval', '10']).val.target_loss).toBe(0.1);
   });
   test('configs that cannot train are refused, naming the keys and a fix', () => {
@@ -197,17 +221,38 @@ describe('errors', () => {
       'invalid configuration:\n  orchestrator.batch_size: 10 is not a multiple of orchestrator.rollouts_per_example (4): a step samples ' +
         'batch_size / rollouts_per_example examples, each rollouts_per_example times; use e.g. 8 or 12 (from --orchestrator.batch-size)',
     );
-    expect(configError(() => rl(['--orchestrator.rollouts-per-example', '3']))).toMatch(/^invalid configuration:\n  orchestrator\.batch_size: 128 is not a multiple of orchestrator\.rollouts_per_example \(3\).*use e\.g\. 126 or 129$/);
+    expect(configError(() => rl(['--orchestrator.rollouts-per-example', '3']))).toMatch(
+      /^invalid configuration:\n  orchestrator\.batch_size: 128 is not a multiple of orchestrator\.rollouts_per_example \(3\).*use e\.g\. 126 or 129$/,
+    );
     expect(configError(() => rl(['--seq-len', '64', '--orchestrator.sampling.max-tokens', '64']))).toBe(
       'invalid configuration:\n  orchestrator.sampling.max_tokens: 64 leaves no room for the prompt within orchestrator.seq_len (64): prompt + completion ' +
         'must fit in orchestrator.seq_len; lower max_tokens below 64 or raise orchestrator.seq_len (from --orchestrator.sampling.max-tokens)',
     );
-    expect(configError(() => rl(['--seq-len', '64', '--eval.sampling.max-tokens', '100']))).toMatch(/^invalid configuration:\n  eval\.sampling\.max_tokens: 100 leaves no room for the prompt within orchestrator\.seq_len \(64\)/);
-    const evalCfg = (argv: string[]) => loadConfig({ schema: evalSchema, argv: ['--model.name', 'm', ...argv], env: {} }).config;
-    expect(configError(() => evalCfg(['--seq-len', '32', '--sampling.max-tokens', '32']))).toMatch(/^invalid configuration:\n  sampling\.max_tokens: 32 leaves no room for the prompt within seq_len \(32\)/);
+    expect(configError(() => rl(['--seq-len', '64', '--eval.sampling.max-tokens', '100']))).toMatch(
+      /^invalid configuration:\n  eval\.sampling\.max_tokens: 100 leaves no room for the prompt within orchestrator\.seq_len \(64\)/,
+    );
+    const evalCfg = (argv: string[]) =>
+      loadConfig({ schema: evalSchema, argv: ['--model.name', 'm', ...argv], env: {} }).config;
+    expect(configError(() => evalCfg(['--seq-len', '32', '--sampling.max-tokens', '32']))).toMatch(
+      /^invalid configuration:\n  sampling\.max_tokens: 32 leaves no room for the prompt within seq_len \(32\)/,
+    );
     // An external API has its own context: seq_len does not bound it.
-    expect(evalCfg(['--seq-len', '32', '--sampling.max-tokens', '32', '--client.base-url', 'http://api.example/v1']).sampling.max_tokens).toBe(32);
-    expect(rl(['--seq-len', '64', '--orchestrator.sampling.max-tokens', '63', '--orchestrator.batch-size', '12', '--orchestrator.rollouts-per-example', '4']).orchestrator.batch_size).toBe(12);
+    expect(
+      evalCfg(['--seq-len', '32', '--sampling.max-tokens', '32', '--client.base-url', 'http://api.example/v1']).sampling
+        .max_tokens,
+    ).toBe(32);
+    expect(
+      rl([
+        '--seq-len',
+        '64',
+        '--orchestrator.sampling.max-tokens',
+        '63',
+        '--orchestrator.batch-size',
+        '12',
+        '--orchestrator.rollouts-per-example',
+        '4',
+      ]).orchestrator.batch_size,
+    ).toBe(12);
   });
   test('TOML syntax error names file, line and column', () => {
     const t = file('broken.toml', 'seq_len = 12\n[trainer\nlr = 1\n');

@@ -28,7 +28,9 @@ describe('loadEnvironment', () => {
   test('a plain JavaScript module exporting the definition as module.exports', async () => {
     const env = loadEnvironment(path.join(FIXTURES, 'plain.js'));
     expect(env.dataset.example('eval', 2, 0).prompt[0].content).toBe('eval 2');
-    expect(await env.score({ example: env.dataset.example('train', 0, 0), messages: [], completion: [], state: {} })).toEqual({
+    expect(
+      await env.score({ example: env.dataset.example('train', 0, 0), messages: [], completion: [], state: {} }),
+    ).toEqual({
       reward: 1,
       metrics: { one: 1 },
     });
@@ -38,17 +40,23 @@ describe('loadEnvironment', () => {
     expect(() => loadEnvironment('no-such-env-anywhere')).toThrow(
       'unknown environment "no-such-env-anywhere": not a built-in (reverse-text, arithmetic, guess-number, calculator), a module path (./file.ts) or an installed npm package',
     );
-    expect(() => loadEnvironment('./missing/env.ts')).toThrow(/environment "\.\/missing\/env\.ts": module .*missing\/env\.ts not found/);
+    expect(() => loadEnvironment('./missing/env.ts')).toThrow(
+      /environment "\.\/missing\/env\.ts": module .*missing\/env\.ts not found/,
+    );
     expect(() => loadEnvironment(path.join(FIXTURES, 'not-an-env.ts'))).toThrow(/exports no environment definition/);
     // An installed npm package that is not an environment.
-    expect(() => loadEnvironment('smol-toml')).toThrow(/environment "smol-toml": the module exports no environment definition/);
+    expect(() => loadEnvironment('smol-toml')).toThrow(
+      /environment "smol-toml": the module exports no environment definition/,
+    );
   });
 
   test('args are validated by the env schema: errors name the env id and the arg', () => {
     expect(() => loadEnvironment('guess-number', { max_turns: 'many' })).toThrow(
       /^environment "guess-number": invalid args: max_turns: .*number/,
     );
-    expect(() => loadEnvironment('guess-number', { colour: 'red' })).toThrow(/environment "guess-number": invalid args: .*colour/);
+    expect(() => loadEnvironment('guess-number', { colour: 'red' })).toThrow(
+      /environment "guess-number": invalid args: .*colour/,
+    );
   });
 });
 
@@ -57,7 +65,11 @@ describe('defineEnvironment defaults and checks', () => {
   const base = { name: 't', args: z.strictObject({}) };
 
   test('single-turn by default: one turn, respond says done, empty state', async () => {
-    const env = instantiate(defineEnvironment({ ...base, create: () => ({ dataset, rubric: [{ name: 'r', fn: () => 0.5 }] }) }), {}, 't');
+    const env = instantiate(
+      defineEnvironment({ ...base, create: () => ({ dataset, rubric: [{ name: 'r', fn: () => 0.5 }] }) }),
+      {},
+      't',
+    );
     expect(env.maxTurns).toBe(1);
     expect(env.tools).toEqual([]);
     const ex = env.dataset.example('train', 0, 0);
@@ -92,10 +104,17 @@ describe('defineEnvironment defaults and checks', () => {
     const make = (rubric: { name: string; fn: () => number }[]) =>
       instantiate(defineEnvironment({ ...base, create: () => ({ dataset, rubric }) }), {}, 'bad');
     expect(() => make([])).toThrow('environment "bad": the rubric needs at least one reward function');
-    expect(() => make([{ name: 'x', fn: () => 1 }, { name: 'x', fn: () => 1 }])).toThrow(/"x" appears twice/);
+    expect(() =>
+      make([
+        { name: 'x', fn: () => 1 },
+        { name: 'x', fn: () => 1 },
+      ]),
+    ).toThrow(/"x" appears twice/);
     const nan = make([{ name: 'x', fn: () => NaN }]);
     const ex = nan.dataset.example('train', 0, 0);
-    await expect(nan.score({ example: ex, messages: [], completion: [], state: {} })).rejects.toThrow(/"x" returned NaN/);
+    await expect(nan.score({ example: ex, messages: [], completion: [], state: {} })).rejects.toThrow(
+      /"x" returned NaN/,
+    );
   });
 });
 
@@ -111,14 +130,22 @@ describe('parseToolCalls', () => {
     ]);
     expect(parseToolCalls('<tool_call>{"name": "f"}</tool_call>')).toEqual([{ name: 'f', arguments: {} }]);
     expect(parseToolCalls('<tool_call>[1]</tool_call>')).toEqual([{ error: 'tool call needs a "name" string' }]);
-    expect(parseToolCalls('<tool_call>{"name": "f", "arguments": [1]}</tool_call>')).toEqual([{ error: 'arguments of "f" must be a JSON object' }]);
-    expect(parseToolCalls('<tool_call>{"name": "f", "arguments": "{"}</tool_call>')).toEqual([{ error: 'arguments of "f" are not valid JSON' }]);
+    expect(parseToolCalls('<tool_call>{"name": "f", "arguments": [1]}</tool_call>')).toEqual([
+      { error: 'arguments of "f" must be a JSON object' },
+    ]);
+    expect(parseToolCalls('<tool_call>{"name": "f", "arguments": "{"}</tool_call>')).toEqual([
+      { error: 'arguments of "f" are not valid JSON' },
+    ]);
     expect(parseToolCalls('no calls, <tool_call> unclosed')).toEqual([]);
   });
 });
 
 describe('listDataset', () => {
-  const items: Example[] = Array.from({ length: 50 }, (_, i) => ({ prompt: [{ role: 'user', content: `q${i}` }], answer: `${i}`, info: {} }));
+  const items: Example[] = Array.from({ length: 50 }, (_, i) => ({
+    prompt: [{ role: 'user', content: `q${i}` }],
+    answer: `${i}`,
+    info: {},
+  }));
 
   test('seeded split: disjoint, complete, deterministic, sized', () => {
     const ds = listDataset(items, { evalSize: 0.2 });

@@ -2,7 +2,12 @@
 import { loadEnvironment } from '../lib/envs/loader';
 import { arithmeticReward } from '../lib/envs/builtin/arithmetic';
 import { evaluate, parseInteger } from '../lib/envs/builtin/expression';
-import { parseReversed, reverseText, reverseTextReward, REVERSE_TEXT_SYSTEM_PROMPT } from '../lib/envs/builtin/reverse-text';
+import {
+  parseReversed,
+  reverseText,
+  reverseTextReward,
+  REVERSE_TEXT_SYSTEM_PROMPT,
+} from '../lib/envs/builtin/reverse-text';
 import type { Environment, Example, JsonObject, Message, Split } from '../lib/envs/types';
 
 const assistant = (content: string): Message => ({ role: 'assistant', content });
@@ -120,12 +125,20 @@ describe('arithmetic', () => {
       expect(ex.answer).toBe(operands.reduce((p, o) => p * BigInt(o), 1n).toString());
     }
     const ex = env.dataset.example('eval', 3, 1);
-    expect(await score(env, ex, [assistant(`<answer>${ex.answer}</answer>`)])).toEqual({ reward: 1, metrics: { correct: 1, format: 1 } });
-    expect(await score(env, ex, [assistant('<answer>nope</answer>')])).toEqual({ reward: 0, metrics: { correct: 0, format: 1 } });
+    expect(await score(env, ex, [assistant(`<answer>${ex.answer}</answer>`)])).toEqual({
+      reward: 1,
+      metrics: { correct: 1, format: 1 },
+    });
+    expect(await score(env, ex, [assistant('<answer>nope</answer>')])).toEqual({
+      reward: 0,
+      metrics: { correct: 0, format: 1 },
+    });
   });
 
   test('bad args name the env and the arg', () => {
-    expect(() => loadEnvironment('arithmetic', { operators: ['/'] })).toThrow(/environment "arithmetic": invalid args: operators\.0/);
+    expect(() => loadEnvironment('arithmetic', { operators: ['/'] })).toThrow(
+      /environment "arithmetic": invalid args: operators\.0/,
+    );
     expect(() => loadEnvironment('arithmetic', { digits: 0 })).toThrow(/"arithmetic".*digits/);
   });
 });
@@ -152,8 +165,17 @@ describe('guess-number (multi-turn)', () => {
   test('feedback says higher / lower / ask again, and a hit ends the game', async () => {
     const low = secret - 1;
     const high = secret + 1;
-    const messages = await play([`<guess>${low}</guess>`, 'maybe 7?', `<guess>${high}</guess>`, `<guess>${secret}</guess>`, '<guess>1</guess>']);
-    const feedback = messages.filter((m) => m.role === 'user').slice(1).map((m) => m.content);
+    const messages = await play([
+      `<guess>${low}</guess>`,
+      'maybe 7?',
+      `<guess>${high}</guess>`,
+      `<guess>${secret}</guess>`,
+      '<guess>1</guess>',
+    ]);
+    const feedback = messages
+      .filter((m) => m.role === 'user')
+      .slice(1)
+      .map((m) => m.content);
     expect(feedback).toEqual(['Higher.', 'Write one integer guess in <guess> tags.', 'Lower.']);
     // The hit on turn 4 ended the rollout: the fifth guess was never appended.
     expect(messages.filter((m) => m.role === 'assistant')).toHaveLength(4);
@@ -188,7 +210,8 @@ describe('guess-number (multi-turn)', () => {
 describe('calculator (tool calls)', () => {
   const env = loadEnvironment('calculator');
   const ex = env.dataset.example('train', 0, 0);
-  const call = (expression: string) => `<tool_call>\n{"name": "calculate", "arguments": {"expression": "${expression}"}}\n</tool_call>`;
+  const call = (expression: string) =>
+    `<tool_call>\n{"name": "calculate", "arguments": {"expression": "${expression}"}}\n</tool_call>`;
 
   test('the tool is advertised with its JSON schema', () => {
     expect(env.maxTurns).toBe(4);
@@ -222,7 +245,9 @@ describe('calculator (tool calls)', () => {
   test('bad calls are reported to the model, not thrown', async () => {
     const messages: Message[] = [
       ...ex.prompt,
-      assistant(`${call('2 / 0')}<tool_call>{"name": "sqrt", "arguments": {}}</tool_call><tool_call>{oops}</tool_call>${call('')}`),
+      assistant(
+        `${call('2 / 0')}<tool_call>{"name": "sqrt", "arguments": {}}</tool_call><tool_call>{oops}</tool_call>${call('')}`,
+      ),
     ];
     const r = await env.respond({ example: ex, messages, state: {}, turn: 1 });
     expect(r.done).toBe(false);

@@ -41,9 +41,11 @@ describe('difflib.SequenceMatcher port', () => {
 
   test('isjunk: junk elements only extend matches, as in Python', () => {
     const isSpace = (c: string) => c === ' ';
-    expect(new SequenceMatcher('private Thread currentThread;', 'private volatile Thread currentThread;', { isjunk: isSpace }).ratio()).toBe(
-      0.8656716417910447,
-    );
+    expect(
+      new SequenceMatcher('private Thread currentThread;', 'private volatile Thread currentThread;', {
+        isjunk: isSpace,
+      }).ratio(),
+    ).toBe(0.8656716417910447);
     const m = new SequenceMatcher(' abcd', 'abcd abcd', { isjunk: isSpace });
     expect(m.getMatchingBlocks()).toEqual([
       { a: 1, b: 0, size: 4 },
@@ -58,6 +60,8 @@ describe('difflib.SequenceMatcher port', () => {
       { a: 3, b: 2, size: 2 },
       { a: 5, b: 4, size: 0 },
     ]);
-    expect(new SequenceMatcher('ab'.repeat(100), 'ba'.repeat(100)).getMatchingBlocks()).toEqual([{ a: 200, b: 200, size: 0 }]);
+    expect(new SequenceMatcher('ab'.repeat(100), 'ba'.repeat(100)).getMatchingBlocks()).toEqual([
+      { a: 200, b: 200, size: 0 },
+    ]);
   });
 });

@@ -32,7 +32,9 @@ describe('EnvMix', () => {
   test('finite datasets: every example once per epoch, then a new order', () => {
     const size = 12;
     const mix = new EnvMix([{ weight: 1, size }, { weight: 1 }], { seed: 4, examplesPerStep: 6 });
-    const draws = Array.from({ length: 40 }, (_, s) => mix.sample(s)).flat().filter((d) => d.env === 0);
+    const draws = Array.from({ length: 40 }, (_, s) => mix.sample(s))
+      .flat()
+      .filter((d) => d.env === 0);
     expect(draws.length).toBe(120);
     const epochs: number[][] = [];
     for (const d of draws) (epochs[d.epoch] ??= []).push(d.index);

@@ -22,7 +22,10 @@ describe('EnvPool', () => {
     const spec = { id: 'reverse-text', args: { max_words: 2 } };
     const local = loadEnvironment(spec.id, spec.args);
     const info = await pool.info(spec);
-    expect(info).toEqual({ ok: true, value: { name: 'reverse-text', maxTurns: 1, tools: [], size: { train: null, eval: null } } });
+    expect(info).toEqual({
+      ok: true,
+      value: { name: 'reverse-text', maxTurns: 1, tools: [], size: { train: null, eval: null } },
+    });
     const ex = await pool.example(spec, 'train', 5, 42);
     expect(ex).toEqual({ ok: true, value: local.dataset.example('train', 5, 42) });
     const example = (ex as { value: Example }).value;
@@ -46,7 +49,13 @@ describe('EnvPool', () => {
 
   test('bad args are an errored call naming the env', async () => {
     const r = await pool.info({ id: 'arithmetic', args: { digits: 'many' } });
-    expect(r).toMatchObject({ ok: false, kind: 'error', error: expect.stringMatching(/environment "arithmetic" info failed: environment "arithmetic": invalid args: digits/) });
+    expect(r).toMatchObject({
+      ok: false,
+      kind: 'error',
+      error: expect.stringMatching(
+        /environment "arithmetic" info failed: environment "arithmetic": invalid args: digits/,
+      ),
+    });
   });
 
   test.each([
@@ -78,7 +87,11 @@ describe('EnvPool', () => {
     if (!ex.ok) throw new Error(ex.error);
     const ctx = { example: ex.value, messages: ex.value.prompt, completion: [], state: {} };
     const [hung, fine] = await Promise.all([pool.score(faulty('hang-async', 'score'), ctx), pool.score(healthy, ctx)]);
-    expect(hung).toMatchObject({ ok: false, kind: 'timeout', error: 'environment "' + FAULTY + '" score timed out after 3s' });
+    expect(hung).toMatchObject({
+      ok: false,
+      kind: 'timeout',
+      error: 'environment "' + FAULTY + '" score timed out after 3s',
+    });
     expect(fine).toEqual({ ok: true, value: { reward: 0, metrics: { echo: 0 } } });
   });
 

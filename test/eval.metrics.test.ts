@@ -67,9 +67,12 @@ describe('summarizeEnvEval', () => {
 
   test('graded rewards have no pass@k; uneven k is an error', () => {
     expect(summarizeEnvEval([{ rewards: [0.5, 1], completionTokens: [1, 1] }]).pass_at_k).toBeNull();
-    expect(() => summarizeEnvEval([{ rewards: [1], completionTokens: [1] }, { rewards: [1, 0], completionTokens: [1, 1] }])).toThrow(
-      'eval metrics: example 1 has 2 samples, expected 1',
-    );
+    expect(() =>
+      summarizeEnvEval([
+        { rewards: [1], completionTokens: [1] },
+        { rewards: [1, 0], completionTokens: [1, 1] },
+      ]),
+    ).toThrow('eval metrics: example 1 has 2 samples, expected 1');
     expect(() => summarizeEnvEval([{ rewards: [1], completionTokens: [] }])).toThrow(/1 rewards but 0 token counts/);
     expect(() => summarizeEnvEval([])).toThrow('eval metrics: no examples');
   });
@@ -86,7 +89,11 @@ describe('results files and table', () => {
   });
   const results: EvalResults[] = [
     { model: 'step_20', step: 20, environments: { arithmetic: env(0.75, { '1': 0.75, '2': 0.875 }) } },
-    { model: 'base', step: null, environments: { 'reverse-text': env(0.05, null, 1), arithmetic: env(0.125, { '1': 0.125, '2': 0.2 }) } },
+    {
+      model: 'base',
+      step: null,
+      environments: { 'reverse-text': env(0.05, null, 1), arithmetic: env(0.125, { '1': 0.125, '2': 0.2 }) },
+    },
     { model: 'step_5', step: 5, environments: { 'reverse-text': env(0.5, null, 1) } },
   ];
   let tmp: string;
@@ -104,8 +111,13 @@ describe('results files and table', () => {
   test('a malformed results file is named', () => {
     const dir = fs.mkdtempSync(path.join(tmp, 'bad-'));
     fs.mkdirSync(path.join(dir, 'eval'));
-    fs.writeFileSync(path.join(dir, 'eval', 'x.json'), JSON.stringify({ model: 'x', step: null, environments: { a: { avg_at_k: 1 } } }));
-    expect(() => readEvalResults(dir)).toThrow(/eval\/x\.json: not an eval results file: environments\.a\.num_examples: /);
+    fs.writeFileSync(
+      path.join(dir, 'eval', 'x.json'),
+      JSON.stringify({ model: 'x', step: null, environments: { a: { avg_at_k: 1 } } }),
+    );
+    expect(() => readEvalResults(dir)).toThrow(
+      /eval\/x\.json: not an eval results file: environments\.a\.num_examples: /,
+    );
   });
 
   test('terminal table: one row per environment x model, aligned', () => {

@@ -17,7 +17,6 @@ import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { EvalResult } from '../workflows/eval';
 import { execute, startServer, startStack, type Stack } from './harness';
 
-
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-eval-'));
 const modelDir = path.join(root, 'model');
 const weightsDir = path.join(root, 'outputs', 'trained', 'weights');
@@ -30,20 +29,49 @@ function config(args: string[]): EvalConfig {
   return loadConfig({
     schema: evalSchema,
     argv: [
-      '--output-dir', path.join(root, 'outputs'), '--seq-len', '256', '--num-examples', '4', '--rollouts-per-example', '2',
-      '--sampling.max-tokens', '8', '--server.port', new URL(inference.url).port, ...args,
+      '--output-dir',
+      path.join(root, 'outputs'),
+      '--seq-len',
+      '256',
+      '--num-examples',
+      '4',
+      '--rollouts-per-example',
+      '2',
+      '--sampling.max-tokens',
+      '8',
+      '--server.port',
+      new URL(inference.url).port,
+      ...args,
     ],
     env: {},
   }).config;
 }
 
 const run = (cfg: EvalConfig) =>
-  execute<EvalResult>({ temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'eval', workflowId: `${cfg.run_name}-${Date.now()}`, args: [{ config: cfg }], trainer: false });
+  execute<EvalResult>({
+    temporal,
+    pool,
+    taskQueue: cfg.temporal.task_queue,
+    workflowType: 'eval',
+    workflowId: `${cfg.run_name}-${Date.now()}`,
+    args: [{ config: cfg }],
+    trainer: false,
+  });
 
 beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
   // Two "trained" versions: same architecture, other weights.
-  for (const [step, seed] of [[10, 1], [20, 2]]) createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed, out: path.join(weightsDir, `step_${step}`) });
+  for (const [step, seed] of [
+    [10, 1],
+    [20, 2],
+  ])
+    createModel({
+      arch: 'qwen3',
+      preset: 'tiny',
+      tokenizer: 'bytes',
+      seed,
+      out: path.join(weightsDir, `step_${step}`),
+    });
   ({ temporal, inference, pool } = stack = await startStack(root, { modelDir, seqLen: 256 }));
 });
 afterAll(async () => {
@@ -53,11 +81,21 @@ afterAll(async () => {
 
 test('base + two step folders on two environments: results files, pass@k for the binary env, a table', async () => {
   const cfg = config([
-    '--run-name', 'ev', '--model.name', modelDir, '--weights-dir', weightsDir,
-    '--env', '[{"id": "arithmetic"}, {"id": "reverse-text"}]',
+    '--run-name',
+    'ev',
+    '--model.name',
+    modelDir,
+    '--weights-dir',
+    weightsDir,
+    '--env',
+    '[{"id": "arithmetic"}, {"id": "reverse-text"}]',
   ]);
   const { runDir, results } = await run(cfg);
-  expect(results.map((r) => [r.model, r.step])).toEqual([['base', null], ['step_10', 10], ['step_20', 20]]);
+  expect(results.map((r) => [r.model, r.step])).toEqual([
+    ['base', null],
+    ['step_10', 10],
+    ['step_20', 20],
+  ]);
   const stored = readEvalResults(runDir);
   expect(stored).toEqual(results);
   for (const r of stored) {
@@ -74,27 +112,65 @@ test('base + two step folders on two environments: results files, pass@k for the
     expect(rt.reward_std).toBeLessThanOrEqual(0.5);
   }
   // The server served the last version evaluated.
-  expect(((await (await fetch(`${inference.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(20);
+  expect(((await (await fetch(`${inference.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(
+    20,
+  );
   const table = renderEvalTable(stored);
   expect(table.split('\n')[0]).toMatch(/^environment\s+model\s+k\s+avg@k\s+std\s+pass@1\s+pass@2\s+tokens$/);
   expect(table).toContain('step_20');
 
   // --steps picks folders; a missing one is a clear error.
-  const picked = await run(config(['--run-name', 'ev-pick', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[20]', '--no-eval-base', '--env', '[{"id": "arithmetic"}]']));
+  const picked = await run(
+    config([
+      '--run-name',
+      'ev-pick',
+      '--model.name',
+      modelDir,
+      '--weights-dir',
+      weightsDir,
+      '--steps',
+      '[20]',
+      '--no-eval-base',
+      '--env',
+      '[{"id": "arithmetic"}]',
+    ]),
+  );
   expect(picked.results.map((r) => r.model)).toEqual(['step_20']);
-  const missing = await run(config(['--run-name', 'ev-miss', '--model.name', modelDir, '--weights-dir', weightsDir, '--steps', '[30]', '--env', '[{"id": "arithmetic"}]'])).catch((e: Error) => e);
+  const missing = await run(
+    config([
+      '--run-name',
+      'ev-miss',
+      '--model.name',
+      modelDir,
+      '--weights-dir',
+      weightsDir,
+      '--steps',
+      '[30]',
+      '--env',
+      '[{"id": "arithmetic"}]',
+    ]),
+  ).catch((e: Error) => e);
   expect(missing).toBeInstanceOf(Error);
   // What the CLI prints (lib/failures.ts), and that it counts as bad input (exit 2).
   expect(describeFailure(missing as Error)).toEqual({
-    message: `Workflow execution failed: Activity task failed (prepareEval): steps 30 not found in ${weightsDir} (it has 10, 20)`, badInput: true,
+    message: `Workflow execution failed: Activity task failed (prepareEval): steps 30 not found in ${weightsDir} (it has 10, 20)`,
+    badInput: true,
   });
 });
 
 test('an external OpenAI-compatible API (our own server standing in) is evaluated through chat completions', async () => {
   process.env.EVAL_TEST_KEY = 'unused-by-this-server';
   const cfg = config([
-    '--run-name', 'ev-api', '--model.name', modelDir, '--client.base-url', `${inference.url}/v1`, '--client.api-key-var', 'EVAL_TEST_KEY',
-    '--env', '[{"id": "arithmetic"}]',
+    '--run-name',
+    'ev-api',
+    '--model.name',
+    modelDir,
+    '--client.base-url',
+    `${inference.url}/v1`,
+    '--client.api-key-var',
+    'EVAL_TEST_KEY',
+    '--env',
+    '[{"id": "arithmetic"}]',
   ]);
   const { runDir, results } = await run(cfg);
   expect(results).toHaveLength(1);
@@ -108,9 +184,22 @@ test('an external OpenAI-compatible API (our own server standing in) is evaluate
 
 test('a local server with server.api_key_var: the eval sends the key', async () => {
   process.env.EVAL_SERVER_KEY = 'the-local-key';
-  const keyed = await startServer(root, { modelDir, seqLen: 256, settings: { server: { api_key_var: 'EVAL_SERVER_KEY' } } });
+  const keyed = await startServer(root, {
+    modelDir,
+    seqLen: 256,
+    settings: { server: { api_key_var: 'EVAL_SERVER_KEY' } },
+  });
   try {
-    const cfg = config(['--run-name', 'ev-key', '--model.name', modelDir, '--env', '[{"id": "arithmetic"}]', '--server.api-key-var', 'EVAL_SERVER_KEY']);
+    const cfg = config([
+      '--run-name',
+      'ev-key',
+      '--model.name',
+      modelDir,
+      '--env',
+      '[{"id": "arithmetic"}]',
+      '--server.api-key-var',
+      'EVAL_SERVER_KEY',
+    ]);
     const { results } = await run({ ...cfg, server: { ...cfg.server, port: Number(new URL(keyed.url).port) } });
     expect(results.map((r) => r.model)).toEqual(['base']);
     expect(results[0].environments.arithmetic.num_examples).toBe(4);

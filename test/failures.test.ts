@@ -18,6 +18,11 @@ test('the CLI reads bad input off the type anywhere in the chain, and only off o
     badInput: true,
   });
   expect(describeFailure(chain(Failure.NothingToTrain)).badInput).toBe(false);
-  for (const other of [null, 'Error', 'toString', 'constructor']) expect(describeFailure(chain(other)).badInput).toBe(false);
-  expect([Failure.ConfigMismatch, Failure.InferenceRejected, Failure.NonFiniteWeights].map(isBadInput)).toEqual([true, true, false]);
+  for (const other of [null, 'Error', 'toString', 'constructor'])
+    expect(describeFailure(chain(other)).badInput).toBe(false);
+  expect([Failure.ConfigMismatch, Failure.InferenceRejected, Failure.NonFiniteWeights].map(isBadInput)).toEqual([
+    true,
+    true,
+    false,
+  ]);
 });

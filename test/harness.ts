@@ -21,7 +21,12 @@ Runtime.install({ logger: new DefaultLogger('WARN') });
 export async function startTemporal(dir: string): Promise<TemporalEndpoint> {
   const [port, uiPort] = [await freePort(), await freePort()];
   const started = await startDevServer({
-    ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile: path.join(dir, 'temporal.db'), logFile: path.join(dir, 'temporal.log'),
+    ip: '127.0.0.1',
+    port,
+    uiPort,
+    namespace: 'default',
+    dbFile: path.join(dir, 'temporal.db'),
+    logFile: path.join(dir, 'temporal.log'),
   });
   return started.endpoint;
 }
@@ -45,7 +50,11 @@ export function startServer(root: string, serve: Serve): Promise<InferenceServer
   const { server, ...rest } = serve.settings ?? {};
   return startInferenceServer(
     inferenceSchema.parse({
-      model: { name: serve.modelDir }, seq_len: serve.seqLen, output_dir: path.join(root, 'outputs'), threads: 1, ...rest,
+      model: { name: serve.modelDir },
+      seq_len: serve.seqLen,
+      output_dir: path.join(root, 'outputs'),
+      threads: 1,
+      ...rest,
       server: { port: 0, ...(server as object | undefined) },
     }),
   );
@@ -90,17 +99,30 @@ export interface Execution {
 export async function execute<T>(e: Execution): Promise<T> {
   const connection = await NativeConnection.connect({ address: e.temporal.address });
   const queues = taskQueues(e.taskQueue);
-  const cpu = await Worker.create({ connection, taskQueue: queues.cpu, workflowsPath: require.resolve('../workflows'), activities: createCpuActivities({ pool: e.pool }) });
+  const cpu = await Worker.create({
+    connection,
+    taskQueue: queues.cpu,
+    workflowsPath: require.resolve('../workflows'),
+    activities: createCpuActivities({ pool: e.pool }),
+  });
   const client = new Client({ connection: await Connection.connect({ address: e.temporal.address }) });
   try {
     const run = (async () => {
-      const handle = await client.workflow.start(e.workflowType, { taskQueue: queues.cpu, workflowId: e.workflowId, args: e.args, workflowExecutionTimeout: e.executionTimeout });
+      const handle = await client.workflow.start(e.workflowType, {
+        taskQueue: queues.cpu,
+        workflowId: e.workflowId,
+        args: e.args,
+        workflowExecutionTimeout: e.executionTimeout,
+      });
       await e.drive?.(handle);
       return (await handle.result()) as T;
     })();
     if (!e.trainer) return await cpu.runUntil(run);
     const trainer = await Worker.create({
-      connection, taskQueue: queues.trainer, activities: createTrainerActivities(), maxConcurrentActivityTaskExecutions: 1,
+      connection,
+      taskQueue: queues.trainer,
+      activities: createTrainerActivities(),
+      maxConcurrentActivityTaskExecutions: 1,
     });
     return await cpu.runUntil(trainer.runUntil(run));
   } finally {

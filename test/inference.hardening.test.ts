@@ -61,7 +61,9 @@ function watch(child: ChildProcess): Proc {
   });
   url.catch(() => undefined);
   return {
-    child, url, exited,
+    child,
+    url,
+    exited,
     stdout: () => out,
     stderr: () => err,
     async stop() {
@@ -77,17 +79,30 @@ function watch(child: ChildProcess): Proc {
 /** A server process on `config` (through the schema) plus `unchecked` settings the schema would refuse. */
 function serverProcess(config: object, unchecked?: object): Proc {
   const arg = JSON.stringify({ config, unchecked });
-  return watch(spawn(process.execPath, ['--require', REGISTER_TS, FIXTURE, arg], { stdio: ['ignore', 'pipe', 'pipe'] }));
+  return watch(
+    spawn(process.execPath, ['--require', REGISTER_TS, FIXTURE, arg], { stdio: ['ignore', 'pipe', 'pipe'] }),
+  );
 }
 
 function cli(args: string[], env: NodeJS.ProcessEnv = {}): Proc {
-  return watch(spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }));
+  return watch(
+    spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
 }
 
 /** Exit code of a command that must refuse to start; a server that starts instead is stopped and fails the test. */
 async function refusal(p: Proc): Promise<number | null> {
-  const started = p.url.then(() => true, () => false);
-  const outcome = await Promise.race([p.exited.then(() => 'exited' as const), started.then((s) => (s ? ('served' as const) : ('exited' as const)))]);
+  const started = p.url.then(
+    () => true,
+    () => false,
+  );
+  const outcome = await Promise.race([
+    p.exited.then(() => 'exited' as const),
+    started.then((s) => (s ? ('served' as const) : ('exited' as const))),
+  ]);
   if (outcome === 'served') {
     await p.stop();
     throw new Error(`it started serving instead of refusing: ${p.stdout()}`);
@@ -96,13 +111,22 @@ async function refusal(p: Proc): Promise<number | null> {
 }
 
 const post = (url: string, body: unknown) =>
-  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(DEADLINE_MS) });
-const health = async (base: string) => (await fetch(`${base}/health`, { signal: AbortSignal.timeout(DEADLINE_MS) })).status;
+  fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(DEADLINE_MS),
+  });
+const health = async (base: string) =>
+  (await fetch(`${base}/health`, { signal: AbortSignal.timeout(DEADLINE_MS) })).status;
 
 /** Server-sent events of a streaming response, read to its end. */
 async function events(r: Response): Promise<string[]> {
   const text = await r.text();
-  return text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice('data: '.length));
+  return text
+    .split('\n\n')
+    .filter((e) => e.startsWith('data: '))
+    .map((e) => e.slice('data: '.length));
 }
 
 async function metric(base: string, name: string): Promise<number> {
@@ -124,7 +148,15 @@ describe('a server with max_running 2, max_queued 4', () => {
   let base: string;
   beforeAll(async () => {
     // bfloat16: decode attention then runs through SDPA, which reads (masked) stale cache entries.
-    server = serverProcess({ model: { name: baseDir, dtype: 'bfloat16' }, seq_len: 2048, output_dir: outDir, threads: 1, max_running: 2, max_queued: 4, server: { port: 0 } });
+    server = serverProcess({
+      model: { name: baseDir, dtype: 'bfloat16' },
+      seq_len: 2048,
+      output_dir: outDir,
+      threads: 1,
+      max_running: 2,
+      max_queued: 4,
+      server: { port: 0 },
+    });
     base = await server.url;
   });
   afterAll(async () => {
@@ -135,18 +167,33 @@ describe('a server with max_running 2, max_queued 4', () => {
     const prompt = { prompt_token_ids: [1, 2, 3], max_tokens: 4 };
     const good = await post(`${base}/v1/generate`, { ...prompt, temperature: 0 });
     const before = (await good.json()) as any;
-    for (const [dir, version] of [['nan', 1], ['inf', 2]] as const) {
+    for (const [dir, version] of [
+      ['nan', 1],
+      ['inf', 2],
+    ] as const) {
       expect((await post(`${base}/update_weights`, { weight_dir: path.join(outDir, dir), version })).status).toBe(200);
       for (const sampling of [{ temperature: 0 }, {}, { top_p: 0.9 }, { top_k: 5 }, { min_p: 0.1 }]) {
         // Long prompts in both slots: NaN keys and values far into the cache.
-        const r = await post(`${base}/v1/generate`, { prompt_token_ids: Array.from({ length: 60 }, (_, i) => 1 + i), max_tokens: 4, ...sampling, n: 2 });
+        const r = await post(`${base}/v1/generate`, {
+          prompt_token_ids: Array.from({ length: 60 }, (_, i) => 1 + i),
+          max_tokens: 4,
+          ...sampling,
+          n: 2,
+        });
         const body = (await r.json()) as any;
         expect([r.status, body.error.code]).toEqual([500, 'non_finite_logits']);
         expect(body.error.message).toMatch(/non-finite logits/);
         expect(body.error.message).toContain(dir); // names the weights that produce them
       }
       // A stream ends too: an error event, then [DONE].
-      const r = await post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], stream: true, n: 2, top_k: 5, logprobs: true, top_logprobs: 2 });
+      const r = await post(`${base}/v1/chat/completions`, {
+        messages: [{ role: 'user', content: 'hi' }],
+        stream: true,
+        n: 2,
+        top_k: 5,
+        logprobs: true,
+        top_logprobs: 2,
+      });
       expect(r.status).toBe(200);
       const evs = await events(r);
       expect(evs[evs.length - 1]).toBe('[DONE]');
@@ -159,7 +206,11 @@ describe('a server with max_running 2, max_queued 4', () => {
     expect(after.choices).toEqual(before.choices);
     // A short and a long sequence together: the short one's slot is masked beyond its length, not
     // free of what the poisoned sequences left there.
-    const both = await Promise.all([prompt.prompt_token_ids, Array.from({ length: 40 }, (_, i) => 1 + i)].map((ids) => post(`${base}/v1/generate`, { prompt_token_ids: ids, max_tokens: 8, seed: 1 })));
+    const both = await Promise.all(
+      [prompt.prompt_token_ids, Array.from({ length: 40 }, (_, i) => 1 + i)].map((ids) =>
+        post(`${base}/v1/generate`, { prompt_token_ids: ids, max_tokens: 8, seed: 1 }),
+      ),
+    );
     expect(both.map((r) => r.status)).toEqual([200, 200]);
   });
 
@@ -179,14 +230,23 @@ describe('a server with max_running 2, max_queued 4', () => {
 
   test('a request that can never be queued is a 400 before any stream starts, and runs nothing', async () => {
     const tokens = await metric(base, 'prime_inference_prompt_tokens_total');
-    const stream = await post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, n: 8, stream: true });
+    const stream = await post(`${base}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 8,
+      n: 8,
+      stream: true,
+    });
     expect(stream.status).toBe(400);
     expect(stream.headers.get('content-type')).toMatch(/application\/json/);
     const body = (await stream.json()) as any;
     expect(body.error.param).toBe('n');
     expect(body.error.message).toMatch(/max_queued 4/);
     // 64 prompts x n 64: refused whole, nothing generated for it.
-    const big = await post(`${base}/v1/completions`, { prompt: Array.from({ length: 64 }, (_, i) => [1 + i, 2]), n: 64, max_tokens: 16 });
+    const big = await post(`${base}/v1/completions`, {
+      prompt: Array.from({ length: 64 }, (_, i) => [1 + i, 2]),
+      n: 64,
+      max_tokens: 16,
+    });
     expect(big.status).toBe(400);
     expect(await metric(base, 'prime_inference_prompt_tokens_total')).toBe(tokens);
   });
@@ -194,12 +254,26 @@ describe('a server with max_running 2, max_queued 4', () => {
   test('a 429 is all or nothing: none of the refused request runs', async () => {
     const tokens = await metric(base, 'prime_inference_prompt_tokens_total');
     // 2 running + 4 waiting, each for 1000 tokens: the queue stays full for a while.
-    const busy = post(`${base}/v1/completions`, { prompt: [1, 2, 3, 4, 5, 6, 7], n: 6, max_tokens: 1000, ignore_eos: true, seed: 1 });
+    const busy = post(`${base}/v1/completions`, {
+      prompt: [1, 2, 3, 4, 5, 6, 7],
+      n: 6,
+      max_tokens: 1000,
+      ignore_eos: true,
+      seed: 1,
+    });
     while ((await metric(base, 'prime_inference_running_sequences')) < 2) await new Promise((r) => setTimeout(r, 10));
-    const refused = await post(`${base}/v1/completions`, { prompt: [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]], n: 3, max_tokens: 4 });
+    const refused = await post(`${base}/v1/completions`, {
+      prompt: [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]],
+      n: 3,
+      max_tokens: 4,
+    });
     expect(refused.status).toBe(429);
     expect(((await refused.json()) as any).error.code).toBe('queue_full');
-    const streamed = await post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], n: 3, stream: true });
+    const streamed = await post(`${base}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'hi' }],
+      n: 3,
+      stream: true,
+    });
     expect(streamed.status).toBe(429);
     expect((await busy).status).toBe(200);
     // Only the busy request's 6 x 7 prompt tokens were ever prefilled.
@@ -223,17 +297,42 @@ describe('a server with max_running 2, max_queued 4', () => {
 
 describe('a KV budget too small for a request', () => {
   test('is refused at start: exit 2 naming kv_cache_tokens (inference and the inference worker)', async () => {
-    const direct = cli(['inference', '--model.name', baseDir, '--seq-len', '256', '--server.port', '0', '--kv-cache-tokens', '100']);
+    const direct = cli([
+      'inference',
+      '--model.name',
+      baseDir,
+      '--seq-len',
+      '256',
+      '--server.port',
+      '0',
+      '--kv-cache-tokens',
+      '100',
+    ]);
     expect(await refusal(direct)).toBe(2);
     expect(direct.stderr()).toMatch(/kv_cache_tokens/);
-    const worker = cli(['worker', '--pool', 'inference', '--inference.model.name', baseDir, '--inference.seq-len', '256', '--inference.server.port', '0', '--inference.kv-cache-tokens', '100']);
+    const worker = cli([
+      'worker',
+      '--pool',
+      'inference',
+      '--inference.model.name',
+      baseDir,
+      '--inference.seq-len',
+      '256',
+      '--inference.server.port',
+      '0',
+      '--inference.kv-cache-tokens',
+      '100',
+    ]);
     expect(await refusal(worker)).toBe(2);
     expect(worker.stderr()).toMatch(/kv_cache_tokens/);
   });
 
   test('a request that does not fit is a 400 naming kv_cache_tokens; the server stays responsive', async () => {
     // A budget the schema refuses, forced in: the scheduler itself must never spin on it.
-    const server = serverProcess({ model: { name: baseDir }, seq_len: 256, output_dir: outDir, threads: 1, server: { port: 0 } }, { kv_cache_tokens: 100 });
+    const server = serverProcess(
+      { model: { name: baseDir }, seq_len: 256, output_dir: outDir, threads: 1, server: { port: 0 } },
+      { kv_cache_tokens: 100 },
+    );
     try {
       const base = await server.url;
       const r = await post(`${base}/v1/generate`, { prompt_token_ids: [1, 2, 3], max_tokens: 200 });
@@ -254,7 +353,17 @@ describe('settings at start', () => {
   test('an empty API key variable is exit 2 with a message, not a stack', async () => {
     for (const args of [
       ['inference', '--model.name', baseDir, '--server.port', '0', '--server.api-key-var', 'PRIME_TEST_EMPTY_KEY'],
-      ['worker', '--pool', 'inference', '--inference.model.name', baseDir, '--inference.server.port', '0', '--inference.server.api-key-var', 'PRIME_TEST_EMPTY_KEY'],
+      [
+        'worker',
+        '--pool',
+        'inference',
+        '--inference.model.name',
+        baseDir,
+        '--inference.server.port',
+        '0',
+        '--inference.server.api-key-var',
+        'PRIME_TEST_EMPTY_KEY',
+      ],
     ]) {
       const p = cli(args, { PRIME_TEST_EMPTY_KEY: '' });
       expect(await refusal(p)).toBe(2);
@@ -267,7 +376,21 @@ describe('settings at start', () => {
     const workerOut = path.join(root, 'worker-out');
     const step = path.join(workerOut, 'run', 'weights', 'step_1');
     createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: step });
-    const p = cli(['worker', '--pool', 'inference', '--output-dir', workerOut, '--inference.model.name', baseDir, '--inference.seq-len', '256', '--inference.server.port', '0', '--threads', '1']);
+    const p = cli([
+      'worker',
+      '--pool',
+      'inference',
+      '--output-dir',
+      workerOut,
+      '--inference.model.name',
+      baseDir,
+      '--inference.seq-len',
+      '256',
+      '--inference.server.port',
+      '0',
+      '--threads',
+      '1',
+    ]);
     try {
       const base = await p.url;
       const r = await post(`${base}/update_weights`, { weight_dir: step, version: 1 });
@@ -283,7 +406,9 @@ describe('settings at start', () => {
     expect(load(['--pool', 'cpu', '--output-dir', 'X']).inference).toBeUndefined();
     const inf = load(['--pool', 'inference', '--output-dir', 'X', '--threads', '3', '--inference.model.name', 'm']);
     expect([inf.inference?.output_dir, inf.inference?.threads]).toEqual(['X', 3]);
-    expect(() => load(['--pool', 'inference', '--output-dir', 'X', '--inference.output-dir', 'Y', '--inference.model.name', 'm'])).toThrow(/output_dir/);
+    expect(() =>
+      load(['--pool', 'inference', '--output-dir', 'X', '--inference.output-dir', 'Y', '--inference.model.name', 'm']),
+    ).toThrow(/output_dir/);
   });
 });
 
@@ -293,8 +418,22 @@ describe('a server on a Qwen3 tokenizer with a long context', () => {
   let base: string;
   beforeAll(async () => {
     // A long context, so that a prompt of a megabyte passes the byte bound and must be tokenized.
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'qwen3', seed: 0, out: qwenDir, maxPositionEmbeddings: 32768 });
-    server = serverProcess({ model: { name: qwenDir }, seq_len: 32768, output_dir: outDir, threads: 1, max_running: 1, server: { port: 0 } });
+    createModel({
+      arch: 'qwen3',
+      preset: 'tiny',
+      tokenizer: 'qwen3',
+      seed: 0,
+      out: qwenDir,
+      maxPositionEmbeddings: 32768,
+    });
+    server = serverProcess({
+      model: { name: qwenDir },
+      seq_len: 32768,
+      output_dir: outDir,
+      threads: 1,
+      max_running: 1,
+      server: { port: 0 },
+    });
     base = await server.url;
   });
   afterAll(async () => {
@@ -333,7 +472,11 @@ describe('a server on a Qwen3 tokenizer with a long context', () => {
   });
 
   test('n > 10 raises no MaxListeners warning', async () => {
-    const r = await post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, n: 16 });
+    const r = await post(`${base}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 2,
+      n: 16,
+    });
     expect(((await r.json()) as any).choices).toHaveLength(16);
     expect(await health(base)).toBe(200); // the warning would be on stderr by now
     expect(server.stderr()).not.toMatch(/MaxListeners/);

@@ -72,7 +72,13 @@ describe('OpenAI API', () => {
 
   test('streaming chat delivers the same text as non-streaming', async () => {
     const whole = await client.chat.completions.create({ ...chat, max_tokens: 16, seed: 3 });
-    const stream = await client.chat.completions.create({ ...chat, max_tokens: 16, seed: 3, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      ...chat,
+      max_tokens: 16,
+      seed: 3,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let text = '';
     let finish: string | null = null;
     let usage;
@@ -112,7 +118,14 @@ describe('OpenAI API', () => {
   });
 
   test('logprobs equal the engine scoring the same tokens', async () => {
-    const r = await post('/v1/chat/completions', { ...chat, max_tokens: 10, seed: 5, temperature: 0.7, logprobs: true, return_token_ids: true });
+    const r = await post('/v1/chat/completions', {
+      ...chat,
+      max_tokens: 10,
+      seed: 5,
+      temperature: 0.7,
+      logprobs: true,
+      return_token_ids: true,
+    });
     const body = (await r.json()) as any;
     const prompt: number[] = body.prompt_token_ids;
     const completion: number[] = body.choices[0].token_ids;
@@ -127,7 +140,13 @@ describe('OpenAI API', () => {
   });
 
   test('top_logprobs: k alternatives, sorted, the greedy choice first', async () => {
-    const r = await client.chat.completions.create({ ...chat, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3 });
+    const r = await client.chat.completions.create({
+      ...chat,
+      max_tokens: 6,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 3,
+    });
     const content = r.choices[0].logprobs!.content!;
     expect(content).toHaveLength(r.usage!.completion_tokens);
     for (const entry of content) {
@@ -136,7 +155,13 @@ describe('OpenAI API', () => {
       expect([...lps].sort((a, b) => b - a)).toEqual(lps);
       expect(entry.top_logprobs[0].logprob).toBeCloseTo(entry.logprob, 6);
     }
-    const c = await client.completions.create({ model: baseDir, prompt: 'ab', max_tokens: 3, temperature: 0, logprobs: 2 });
+    const c = await client.completions.create({
+      model: baseDir,
+      prompt: 'ab',
+      max_tokens: 3,
+      temperature: 0,
+      logprobs: 2,
+    });
     for (const alts of c.choices[0].logprobs!.top_logprobs!) expect(Object.keys(alts).length).toBeGreaterThanOrEqual(1);
   });
 
@@ -144,14 +169,22 @@ describe('OpenAI API', () => {
     const results = await Promise.all(
       Array.from({ length: 64 }, (_, i) => client.chat.completions.create({ ...chat, max_tokens: 8, seed: i })),
     );
-    expect(results.every((r) => r.choices[0].finish_reason === 'length' || r.choices[0].finish_reason === 'stop')).toBe(true);
+    expect(results.every((r) => r.choices[0].finish_reason === 'length' || r.choices[0].finish_reason === 'stop')).toBe(
+      true,
+    );
     expect(server.scheduler.runningCount).toBe(0);
   });
 });
 
 describe('/v1/generate', () => {
   test('token in, token out, with prompt logprobs', async () => {
-    const body = await generate({ prompt_token_ids: [10, 20, 30, 40], max_tokens: 5, seed: 9, n: 2, prompt_logprobs: true });
+    const body = await generate({
+      prompt_token_ids: [10, 20, 30, 40],
+      max_tokens: 5,
+      seed: 9,
+      n: 2,
+      prompt_logprobs: true,
+    });
     expect(body.prompt_token_ids).toEqual([10, 20, 30, 40]);
     expect(body.choices).toHaveLength(2);
     for (const c of body.choices) {
@@ -163,7 +196,9 @@ describe('/v1/generate', () => {
     expect(body.prompt_logprobs[0]).toBeNull();
     expect(body.usage).toEqual({ prompt_tokens: 4, completion_tokens: 10, total_tokens: 14 });
     const again = await generate({ prompt_token_ids: [10, 20, 30, 40], max_tokens: 5, seed: 9, n: 2 });
-    expect(again.choices.map((c: { token_ids: number[] }) => c.token_ids)).toEqual(body.choices.map((c: { token_ids: number[] }) => c.token_ids));
+    expect(again.choices.map((c: { token_ids: number[] }) => c.token_ids)).toEqual(
+      body.choices.map((c: { token_ids: number[] }) => c.token_ids),
+    );
   });
 });
 
@@ -172,14 +207,14 @@ describe('weights', () => {
 
   test('update_weights changes outputs and version; reload_weights restores them', async () => {
     const before = await generate(request);
-    const upd = await (await post('/update_weights', { weight_dir: otherDir, version: 1 })).json() as any;
+    const upd = (await (await post('/update_weights', { weight_dir: otherDir, version: 1 })).json()) as any;
     expect(upd).toMatchObject({ status: 'ok', policy_version: 1 });
     const after = await generate(request);
     expect(after.policy_version).toBe(1);
     expect(after.choices[0].logprobs).not.toEqual(before.choices[0].logprobs);
-    const health = await (await fetch(`${server.url}/health`)).json() as any;
+    const health = (await (await fetch(`${server.url}/health`)).json()) as any;
     expect(health).toMatchObject({ status: 'ok', policy_version: 1 });
-    const rel = await (await post('/reload_weights', {})).json() as any;
+    const rel = (await (await post('/reload_weights', {})).json()) as any;
     expect(rel.policy_version).toBe(0);
     const restored = await generate(request);
     expect(restored.choices[0]).toEqual(before.choices[0]);
@@ -187,7 +222,9 @@ describe('weights', () => {
   });
 
   test('an update during generation takes effect between steps and loses no request', async () => {
-    const running = Promise.all(Array.from({ length: 8 }, (_, i) => generate({ prompt_token_ids: [5, 6], max_tokens: 60, seed: i })));
+    const running = Promise.all(
+      Array.from({ length: 8 }, (_, i) => generate({ prompt_token_ids: [5, 6], max_tokens: 60, seed: i })),
+    );
     await new Promise((r) => setTimeout(r, 20));
     await post('/update_weights', { weight_dir: otherDir });
     const results = await running;
@@ -231,7 +268,10 @@ describe('weight updates: paths and versions', () => {
     expect(((await zero.json()) as any).error.param).toBe('version');
     expect((await post('/update_weights', { weight_dir: otherDir, version: 3 })).status).toBe(200);
     // The same weights under another label, another folder under the same label: refused.
-    for (const body of [{ weight_dir: otherDir, version: 2 }, { weight_dir: third, version: 3 }]) {
+    for (const body of [
+      { weight_dir: otherDir, version: 2 },
+      { weight_dir: third, version: 3 },
+    ]) {
       const r = await post('/update_weights', body);
       expect(r.status).toBe(409);
       expect(((await r.json()) as any).error.param).toBe('version');
@@ -300,7 +340,8 @@ describe('disconnects and metrics', () => {
       'prime_inference_kv_cache_usage',
       'prime_inference_policy_version',
       'prime_inference_generation_tokens_per_second',
-    ]) expect(text).toContain(name);
+    ])
+      expect(text).toContain(name);
     expect(text).toMatch(/prime_inference_requests_total\{route="\/v1\/generate",status="200"\} \d+/);
   });
 });
@@ -311,17 +352,47 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
     ['body not an object', '/v1/generate', '[1,2]', 400, null],
     ['wrong type', '/v1/chat/completions', { messages: 'hi' }, 400, 'messages'],
     ['unknown role', '/v1/chat/completions', { messages: [{ role: 'wizard', content: 'x' }] }, 400, 'messages.0.role'],
-    ['unknown model', '/v1/chat/completions', { model: 'gpt-5', messages: [{ role: 'user', content: 'x' }] }, 404, 'model'],
-    ['negative max_tokens', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: -1 }, 400, 'max_tokens'],
+    [
+      'unknown model',
+      '/v1/chat/completions',
+      { model: 'gpt-5', messages: [{ role: 'user', content: 'x' }] },
+      404,
+      'model',
+    ],
+    [
+      'negative max_tokens',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'x' }], max_tokens: -1 },
+      400,
+      'max_tokens',
+    ],
     ['absurd max_tokens', '/v1/generate', { prompt_token_ids: [1], max_tokens: 1e9 }, 400, 'max_tokens'],
     ['absurd n', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], n: 100000 }, 400, 'n'],
     ['temperature out of range', '/v1/generate', { prompt_token_ids: [1], temperature: -1 }, 400, 'temperature'],
-    ['prompt longer than the context', '/v1/generate', { prompt_token_ids: Array(300).fill(1) }, 400, 'prompt_token_ids'],
+    [
+      'prompt longer than the context',
+      '/v1/generate',
+      { prompt_token_ids: Array(300).fill(1) },
+      400,
+      'prompt_token_ids',
+    ],
     ['token id outside the vocabulary', '/v1/generate', { prompt_token_ids: [1, 99999] }, 400, 'prompt_token_ids'],
     ['negative token id', '/v1/completions', { prompt: [1, -3] }, 400, 'prompt'],
     ['unknown field on /v1/generate', '/v1/generate', { prompt_token_ids: [1], temprature: 1 }, 400, null],
-    ['unsupported penalty', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], frequency_penalty: 1 }, 400, 'frequency_penalty'],
-    ['weight_dir that does not exist', '/update_weights', { weight_dir: path.join(root, 'out', 'nope') }, 400, 'weight_dir'],
+    [
+      'unsupported penalty',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'x' }], frequency_penalty: 1 },
+      400,
+      'frequency_penalty',
+    ],
+    [
+      'weight_dir that does not exist',
+      '/update_weights',
+      { weight_dir: path.join(root, 'out', 'nope') },
+      400,
+      'weight_dir',
+    ],
     ['weight_dir outside the allowed roots', '/update_weights', { weight_dir: baseDir }, 403, 'weight_dir'],
     ['weight_dir of another shape', '/update_weights', { weight_dir: wideDir }, 400, 'weight_dir'],
     ['weight_dir not a model', '/update_weights', { weight_dir: path.join(root, 'out') }, 400, 'weight_dir'],
@@ -331,14 +402,20 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
     expect(r.status).toBe(status);
     const json = (await r.json()) as any;
     expect(typeof json.error.message).toBe('string');
-    expect(json.error.type).toBe(({ 403: 'permission_error', 404: 'not_found_error' } as Record<number, string>)[status] ?? 'invalid_request_error');
+    expect(json.error.type).toBe(
+      ({ 403: 'permission_error', 404: 'not_found_error' } as Record<number, string>)[status] ??
+        'invalid_request_error',
+    );
     if (param) expect(json.error.param === param || json.error.param.startsWith(`${param}.`)).toBe(true);
   });
 
   test('oversized body is 413', async () => {
     const r = await post('/v1/generate', { prompt_token_ids: [1], pad: 'x'.repeat(17 * 1024 * 1024) });
     expect(r.status).toBe(413);
-    expect(((await r.json()) as any).error).toMatchObject({ message: expect.stringMatching(/too large/i), type: 'invalid_request_error' });
+    expect(((await r.json()) as any).error).toMatchObject({
+      message: expect.stringMatching(/too large/i),
+      type: 'invalid_request_error',
+    });
   });
 
   test('unknown route is 404', async () => {
@@ -357,7 +434,17 @@ describe('as a process', () => {
   function startCli(env: NodeJS.ProcessEnv, extra: string[] = []) {
     const child = spawn(
       process.execPath,
-      [path.join(projectRoot, 'bin', 'prime-rl.js'), 'inference', '--model.name', baseDir, '--server.port', '0', '--seq-len', '256', ...extra],
+      [
+        path.join(projectRoot, 'bin', 'prime-rl.js'),
+        'inference',
+        '--model.name',
+        baseDir,
+        '--server.port',
+        '0',
+        '--seq-len',
+        '256',
+        ...extra,
+      ],
       { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     const url = new Promise<string>((resolve, reject) => {
@@ -374,7 +461,10 @@ describe('as a process', () => {
   }
 
   test('with an API key, requests without the bearer token get 401', async () => {
-    const { child, url, exited } = startCli({ TEST_INFERENCE_KEY: 'sekrit' }, ['--server.api-key-var', 'TEST_INFERENCE_KEY']);
+    const { child, url, exited } = startCli({ TEST_INFERENCE_KEY: 'sekrit' }, [
+      '--server.api-key-var',
+      'TEST_INFERENCE_KEY',
+    ]);
     const base = await url;
     const denied = await fetch(`${base}/v1/models`);
     expect(denied.status).toBe(401);
@@ -383,7 +473,11 @@ describe('as a process', () => {
       expect((await fetch(`${base}/v1/models`, { headers: { authorization } })).status).toBe(401);
     }
     // The key is checked before the body is read: a malformed body without the key is a 401, not a 400.
-    const early = await fetch(`${base}/v1/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"prompt_token_ids": [' });
+    const early = await fetch(`${base}/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"prompt_token_ids": [',
+    });
     expect(early.status).toBe(401);
     const ok = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sekrit' });
     expect((await ok.models.list()).data).toHaveLength(1);

@@ -16,7 +16,14 @@ import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
 import { isListening, runningDevServer } from '../lib/temporal/devserver';
-import { launchSft, type EvalResultView, type RlProgressView, type RlResultView, type SftProgressView, type SftResultView } from '../lib/launch';
+import {
+  launchSft,
+  type EvalResultView,
+  type RlProgressView,
+  type RlResultView,
+  type SftProgressView,
+  type SftResultView,
+} from '../lib/launch';
 import type { EvalResult } from '../workflows/eval';
 import type { RLProgress, RLResult } from '../workflows/rl';
 import type { SftProgress, SftResult } from '../workflows/sft';
@@ -56,9 +63,30 @@ test('a command that started the dev server leaves it running for another comman
     loadConfig({
       schema: sftSchema,
       argv: [
-        '--run-name', name, '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '128', '--threads', '1',
-        '--max-steps', String(steps), '--batch-size', '4', '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '16',
-        '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--temporal.task-queue', name,
+        '--run-name',
+        name,
+        '--model.name',
+        modelDir,
+        '--output-dir',
+        outputDir,
+        '--seq-len',
+        '128',
+        '--threads',
+        '1',
+        '--max-steps',
+        String(steps),
+        '--batch-size',
+        '4',
+        '--data.env',
+        '{"id": "reverse-text"}',
+        '--data.num-examples',
+        '16',
+        '--temporal.port',
+        String(port),
+        '--temporal.ui-port',
+        String(uiPort),
+        '--temporal.task-queue',
+        name,
       ],
       env: {},
     }).config;
@@ -98,11 +126,43 @@ test('SIGKILL of the launcher takes its processes with it, and the same command 
   const steps = 10;
   const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
   const args = [
-    'rl', '--run-name', 'orphans', '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '128', '--max-steps', String(steps),
-    '--env', '[{"id": "reverse-text"}]', '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4',
-    '--orchestrator.sampling.max-tokens', '12', '--orchestrator.env-workers', '1', '--trainer.threads', '1', '--inference.threads', '1',
-    '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--temporal.task-queue', 'orphans', '--temporal.heartbeat-timeout-s', '8',
-    '--inference.server.port', String(http), '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`,
+    'rl',
+    '--run-name',
+    'orphans',
+    '--model.name',
+    modelDir,
+    '--output-dir',
+    outputDir,
+    '--seq-len',
+    '128',
+    '--max-steps',
+    String(steps),
+    '--env',
+    '[{"id": "reverse-text"}]',
+    '--orchestrator.batch-size',
+    '8',
+    '--orchestrator.rollouts-per-example',
+    '4',
+    '--orchestrator.sampling.max-tokens',
+    '12',
+    '--orchestrator.env-workers',
+    '1',
+    '--trainer.threads',
+    '1',
+    '--inference.threads',
+    '1',
+    '--temporal.port',
+    String(port),
+    '--temporal.ui-port',
+    String(uiPort),
+    '--temporal.task-queue',
+    'orphans',
+    '--temporal.heartbeat-timeout-s',
+    '8',
+    '--inference.server.port',
+    String(http),
+    '--orchestrator.base-urls',
+    `http://127.0.0.1:${http}/v1`,
   ];
   const metrics = RunLayout.of(outputDir, 'orphans').metricsFile;
   /** The launcher's own children: inference server and workers (the Temporal dev server may outlive it, for other commands). */
@@ -116,7 +176,11 @@ test('SIGKILL of the launcher takes its processes with it, and the same command 
   const orphans = ownChildren(first.child.pid!);
   expect(orphans.map((p) => cmdline(p).split(' ')[2]).sort()).toEqual(['inference', 'worker', 'worker']);
   first.child.kill('SIGKILL');
-  await until(`the killed launcher's processes ${orphans.map((p) => `${p} (${cmdline(p)})`).join(', ')} to exit`, () => !orphans.some(isRunning), 60_000);
+  await until(
+    `the killed launcher's processes ${orphans.map((p) => `${p} (${cmdline(p)})`).join(', ')} to exit`,
+    () => !orphans.some(isRunning),
+    60_000,
+  );
 
   // 2. Killed again, now with its inference server frozen (SIGSTOP): it cannot notice, still holds
   // its port, and must be found and stopped by the next launch of the same command.
@@ -133,7 +197,9 @@ test('SIGKILL of the launcher takes its processes with it, and the same command 
   const stranger = spawn('sleep', ['600'], { stdio: 'ignore', detached: true });
   cli.track(stranger.pid!);
   const launcherFile = RunLayout.of(outputDir, 'orphans').launcherFile;
-  const record = JSON.parse(fs.readFileSync(launcherFile, 'utf8')) as { processes: Record<string, { pid: number; start: string }> };
+  const record = JSON.parse(fs.readFileSync(launcherFile, 'utf8')) as {
+    processes: Record<string, { pid: number; start: string }>;
+  };
   record.processes.trainer.pid = stranger.pid!;
   fs.writeFileSync(launcherFile, JSON.stringify(record));
 
@@ -151,17 +217,44 @@ test('the Temporal dev server of a killed launcher, left up for other commands, 
   const [port, uiPort] = [await freePort(), await freePort()];
   const where = ['--output-dir', outputDir, '--temporal.port', String(port), '--temporal.ui-port', String(uiPort)];
   const launcher = cli.start([
-    'sft', '--run-name', 'left', '--model.name', modelDir, '--seq-len', '128', '--threads', '1', '--max-steps', '1000', '--batch-size', '4',
-    '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '16', '--temporal.task-queue', 'left', ...where,
+    'sft',
+    '--run-name',
+    'left',
+    '--model.name',
+    modelDir,
+    '--seq-len',
+    '128',
+    '--threads',
+    '1',
+    '--max-steps',
+    '1000',
+    '--batch-size',
+    '4',
+    '--data.env',
+    '{"id": "reverse-text"}',
+    '--data.num-examples',
+    '16',
+    '--temporal.task-queue',
+    'left',
+    ...where,
   ]);
-  await until('the launcher to record its dev server', async () => runningDevServer(outputDir)?.owner?.pid === launcher.child.pid && (await isListening('127.0.0.1', port)));
+  await until(
+    'the launcher to record its dev server',
+    async () =>
+      runningDevServer(outputDir)?.owner?.pid === launcher.child.pid && (await isListening('127.0.0.1', port)),
+  );
   const server = runningDevServer(outputDir)!;
   cli.track(server.pid);
-  const stop = () => spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), 'temporal', 'stop', ...where], { encoding: 'utf8' });
+  const stop = () =>
+    spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), 'temporal', 'stop', ...where], {
+      encoding: 'utf8',
+    });
 
   // While its launcher runs, the server is the launcher's to stop (it would restart it).
   const refused = stop();
-  expect(refused.stderr).toBe(`error: the Temporal dev server (pid ${server.pid}) belongs to the running launcher pid ${launcher.child.pid}, which would restart it; stop that command instead\n`);
+  expect(refused.stderr).toBe(
+    `error: the Temporal dev server (pid ${server.pid}) belongs to the running launcher pid ${launcher.child.pid}, which would restart it; stop that command instead\n`,
+  );
   expect(refused.status).toBe(1);
 
   launcher.child.kill('SIGKILL');

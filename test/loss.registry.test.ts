@@ -23,7 +23,8 @@ test('loss-kinds.generated.ts is the addon registry', () => {
 });
 
 const model = { name: 'm' };
-const parse = (loss: Record<string, unknown>) => rlSchema.safeParse({ trainer: { model, loss }, orchestrator: { model }, inference: { model } });
+const parse = (loss: Record<string, unknown>) =>
+  rlSchema.safeParse({ trainer: { model, loss }, orchestrator: { model }, inference: { model } });
 const issues = (loss: Record<string, unknown>) => {
   const r = parse(loss);
   expect(r.success).toBe(false);
@@ -42,12 +43,17 @@ describe('trainer.loss schema from the registry', () => {
     expect(loss.eps_low).toBeUndefined();
     expect(loss.ipo_threshold).toBeUndefined();
     expect(parse({ type: 'grpo' }).data!.trainer.loss).toMatchObject({ type: 'grpo', eps_low: 0.2, eps_high: 0.28 });
-    expect(parse({ type: 'ipo', ipo_threshold: 0.3 }).data!.trainer.loss).toMatchObject({ ipo_threshold: 0.3, kl_tau: 1e-3 });
+    expect(parse({ type: 'ipo', ipo_threshold: 0.3 }).data!.trainer.loss).toMatchObject({
+      ipo_threshold: 0.3,
+      kl_tau: 1e-3,
+    });
     expect(issues({ type: 'ce' })).toMatch(/^trainer\.loss\.type: /);
   });
 
   test('a parameter of another kind, or out of range, is an error naming the key', () => {
-    expect(issues({ type: 'dppo', eps_low: 0.1 })).toMatch(/trainer\.loss\.eps_low: .*'dppo'.*dppo_mask_low, dppo_mask_high, adv_tau, kl_tau/);
+    expect(issues({ type: 'dppo', eps_low: 0.1 })).toMatch(
+      /trainer\.loss\.eps_low: .*'dppo'.*dppo_mask_low, dppo_mask_high, adv_tau, kl_tau/,
+    );
     expect(issues({ type: 'cispo', eps_low: 0.1 })).toMatch(/trainer\.loss\.eps_low: /);
     expect(issues({ type: 'grpo', eps_low: 1.5 })).toMatch(/trainer\.loss\.eps_low: /);
     expect(issues({ dppo_mask_high: -0.1 })).toMatch(/trainer\.loss\.dppo_mask_high: /);

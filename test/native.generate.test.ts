@@ -1,5 +1,12 @@
 /** Native generation: KV-cache decode vs full forward, sampling determinism, continuous batching. */
-import { loadModel, setThreads, type GenerationRequest, type Generator, type NativeModel, type StepToken } from '../native';
+import {
+  loadModel,
+  setThreads,
+  type GenerationRequest,
+  type Generator,
+  type NativeModel,
+  type StepToken,
+} from '../native';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 
@@ -49,7 +56,10 @@ describe.each(['llama', 'qwen2', 'qwen3'] as const)('%s', (arch) => {
         gen,
         prompts.map((p, i) => ({ promptIds: p, temperature, maxTokens: 12 + i, seed: i, promptLogprobs: true })),
       );
-      const full = await model.score(prompts.map((p, i) => packRow([[...p, ...res[i].tokens]])), { temperature });
+      const full = await model.score(
+        prompts.map((p, i) => packRow([[...p, ...res[i].tokens]])),
+        { temperature },
+      );
       prompts.forEach((p, i) => {
         expect(res[i].finishReason).toBe('length');
         expect(res[i].tokens.length).toBe(12 + i);
@@ -79,7 +89,11 @@ describe('sampling and batching', () => {
 
   test('same seed same tokens, different seeds differ, top_k=1 equals greedy', async () => {
     const base = { promptIds: prompt, maxTokens: 24, temperature: 1.2 };
-    const [a, b, c] = await run([{ ...base, seed: 1 }, { ...base, seed: 1 }, { ...base, seed: 2 }]);
+    const [a, b, c] = await run([
+      { ...base, seed: 1 },
+      { ...base, seed: 1 },
+      { ...base, seed: 2 },
+    ]);
     expect(a.tokens).toEqual(b.tokens);
     expect(a.tokens).not.toEqual(c.tokens);
     const [greedy, topk1, greedy2] = await run([
@@ -122,7 +136,10 @@ describe('sampling and batching', () => {
       for (const t of await gen.step()) steps[added.findIndex((a) => a.seqId === t.seqId)].push(t);
     expect(steps[2].every((t) => t.topLogprobs === undefined)).toBe(true); // only when asked
     expect(steps[2].map((t) => t.token)).toEqual(steps[1].map((t) => t.token));
-    for (const [r, temperature] of [[0, 1], [1, 0.7]] as const) {
+    for (const [r, temperature] of [
+      [0, 1],
+      [1, 0.7],
+    ] as const) {
       const tokens = steps[r].map((t) => t.token);
       for (const s of [0, 2]) {
         const top = steps[r][s].topLogprobs!;
@@ -135,7 +152,9 @@ describe('sampling and batching', () => {
           { temperature },
         );
         const full = all.map((x) => x.logprobs[context.length]);
-        const best = Array.from(full.keys()).sort((a, b) => full[b] - full[a] || a - b).slice(0, k);
+        const best = Array.from(full.keys())
+          .sort((a, b) => full[b] - full[a] || a - b)
+          .slice(0, k);
         expect(Array.from(top.ids)).toEqual(best);
         top.logprobs.forEach((lp, j) => expect(Math.abs(lp - full[best[j]])).toBeLessThanOrEqual(1e-5));
         for (let j = 1; j < k; j++) expect(top.logprobs[j]).toBeLessThanOrEqual(top.logprobs[j - 1]);
@@ -160,7 +179,13 @@ describe('sampling and batching', () => {
     const tokens: number[] = [];
     let others: number[] = [];
     for (let step = 0; tokens.length < 30; step++) {
-      if (step === 3) others = (await gen.add([{ promptIds: [1, 2, 3], maxTokens: 100, seed: 1 }, { promptIds: randomTokens(new Rng(9), 40, 300), maxTokens: 4 }])).map((s) => s.seqId);
+      if (step === 3)
+        others = (
+          await gen.add([
+            { promptIds: [1, 2, 3], maxTokens: 100, seed: 1 },
+            { promptIds: randomTokens(new Rng(9), 40, 300), maxTokens: 4 },
+          ])
+        ).map((s) => s.seqId);
       if (step === 10) expect(await gen.remove([others[0], 12345])).toEqual([true, false]);
       if (step === 12) await gen.add([{ promptIds: [9, 9, 9, 9, 9, 9, 9], maxTokens: 50, temperature: 0 }]);
       for (const t of await gen.step()) if (t.seqId === idA) tokens.push(t.token);
@@ -180,7 +205,13 @@ describe('sampling and batching', () => {
     expect(full.finishReason).toBe('length');
     expect(prompt.length + full.tokens.length).toBe(8 + 1); // the last sampled token is not cached
     await small.add([{ promptIds: [1, 2, 3] }]);
-    expect(small.stats()).toEqual({ activeSequences: 1, cachedTokens: 2, maxSequences: 2, maxSequenceLength: 8, cacheUsage: 2 / 16 });
+    expect(small.stats()).toEqual({
+      activeSequences: 1,
+      cachedTokens: 2,
+      maxSequences: 2,
+      maxSequenceLength: 8,
+      cacheUsage: 2 / 16,
+    });
   });
 
   test('non-finite logits end a sequence with an error, and leave no NaN in the cache', async () => {
@@ -191,9 +222,15 @@ describe('sampling and batching', () => {
     const gen = m.createGenerator({ maxSequences: 2, maxSequenceLength: 64 });
     const long = (n: number) => Array.from({ length: n }, (_, i) => 1 + i);
     for (const sampling of [{ temperature: 0 }, { temperature: 1 }, { topP: 0.9 }, { topK: 5 }, { minP: 0.1 }]) {
-      await gen.add([{ promptIds: long(40), ...sampling, topLogprobs: 3 }, { promptIds: long(40), ...sampling }]);
+      await gen.add([
+        { promptIds: long(40), ...sampling, topLogprobs: 3 },
+        { promptIds: long(40), ...sampling },
+      ]);
       const tokens = await gen.step();
-      expect(tokens.map((t) => [t.token, t.finished, t.finishReason])).toEqual([[-1, true, 'error'], [-1, true, 'error']]);
+      expect(tokens.map((t) => [t.token, t.finished, t.finishReason])).toEqual([
+        [-1, true, 'error'],
+        [-1, true, 'error'],
+      ]);
       expect(tokens[0].error).toMatch(/non-finite logits/);
       expect(gen.stats().activeSequences).toBe(0);
     }
@@ -202,7 +239,10 @@ describe('sampling and batching', () => {
     await gen.remove(added.map((a) => a.seqId));
     // Good weights: a short and a long sequence together decode as on a fresh cache.
     await m.loadWeights(good);
-    const requests = [{ promptIds: [1, 2, 3], temperature: 0, maxTokens: 6 }, { promptIds: long(30), temperature: 0, maxTokens: 6 }];
+    const requests = [
+      { promptIds: [1, 2, 3], temperature: 0, maxTokens: 6 },
+      { promptIds: long(30), temperature: 0, maxTokens: 6 },
+    ];
     const reused = await generate(gen, requests);
     const fresh = await generate(m.createGenerator({ maxSequences: 2, maxSequenceLength: 64 }), requests);
     expect(reused.map((r) => r.finishReason)).toEqual(['length', 'length']);
@@ -214,7 +254,9 @@ describe('sampling and batching', () => {
     await expect(gen.add([{ promptIds: [1, 300] }])).rejects.toThrow(/token id 300 at index 1 is out of range/);
     await expect(gen.add([{ promptIds: [] }])).rejects.toThrow(/at least one token/);
     await expect(gen.add([{ promptIds: Array(9).fill(1) }])).rejects.toThrow(/exceeds maxSequenceLength 8/);
-    await expect(gen.add([{ promptIds: [1] }, { promptIds: [1] }, { promptIds: [1] }])).rejects.toThrow(/generator is full/);
+    await expect(gen.add([{ promptIds: [1] }, { promptIds: [1] }, { promptIds: [1] }])).rejects.toThrow(
+      /generator is full/,
+    );
     await expect(gen.add([{ promptIds: [1], topP: 0 }])).rejects.toThrow(/topP/);
     expect(gen.stats().activeSequences).toBe(0);
     expect(await gen.step()).toEqual([]);

@@ -21,7 +21,11 @@ function logSoftmax(row: Float32Array): Float64Array {
 
 test.each(['llama', 'qwen2', 'qwen3'])('%s: packed scoring equals transformers token by token', async (arch) => {
   const dir = path.join(FIXTURES, arch);
-  const meta = JSON.parse(fs.readFileSync(path.join(dir, 'meta.json'), 'utf8')) as { tokens_a: number[]; tokens_b: number[]; vocab_size: number };
+  const meta = JSON.parse(fs.readFileSync(path.join(dir, 'meta.json'), 'utf8')) as {
+    tokens_a: number[];
+    tokens_b: number[];
+    vocab_size: number;
+  };
   const raw = fs.readFileSync(path.join(dir, 'logits.bin'));
   const logits = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
   const hf = loadHfModel(dir);

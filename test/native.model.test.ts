@@ -8,7 +8,6 @@ import { ARCHS } from '../lib/model/families';
 
 setThreads(2);
 
-
 /**
  * Reference forward of one sample in float64, written straight from the HF modelling code:
  * returns log-softmax rows (logits[t] predicts token t+1).
@@ -16,9 +15,14 @@ setThreads(2);
 function referenceLogprobs(c: ArchConfig, weights: WeightTensor[], ids: number[]): Float64Array[] {
   const W = new Map(weights.map((t) => [t.name, decode(t)]));
   const w = (n: string) => W.get(n)!;
-  const D = c.hiddenSize, hd = c.headDim, H = c.numHeads, KV = c.numKvHeads, T = ids.length;
+  const D = c.hiddenSize,
+    hd = c.headDim,
+    H = c.numHeads,
+    KV = c.numKvHeads,
+    T = ids.length;
   const linear = (x: Float64Array, m: Float64Array, rows: number, bias?: Float64Array) => {
-    const cols = x.length, y = new Float64Array(rows);
+    const cols = x.length,
+      y = new Float64Array(rows);
     for (let r = 0; r < rows; r++) {
       let s = bias ? bias[r] : 0;
       for (let k = 0; k < cols; k++) s += m[r * cols + k] * x[k];
@@ -33,9 +37,12 @@ function referenceLogprobs(c: ArchConfig, weights: WeightTensor[], ids: number[]
     return x.map((v, i) => v * inv * g[i]);
   };
   const rope = (x: Float64Array, pos: number) => {
-    const half = hd / 2, out = new Float64Array(hd);
+    const half = hd / 2,
+      out = new Float64Array(hd);
     for (let i = 0; i < half; i++) {
-      const f = pos / Math.pow(c.ropeTheta, (2 * i) / hd), cos = Math.cos(f), sin = Math.sin(f);
+      const f = pos / Math.pow(c.ropeTheta, (2 * i) / hd),
+        cos = Math.cos(f),
+        sin = Math.sin(f);
       out[i] = x[i] * cos - x[i + half] * sin; // rotate_half = cat(-x2, x1)
       out[i + half] = x[i + half] * cos + x[i] * sin;
     }
@@ -43,8 +50,11 @@ function referenceLogprobs(c: ArchConfig, weights: WeightTensor[], ids: number[]
   };
   let xs = ids.map((t) => w('model.embed_tokens.weight').slice(t * D, (t + 1) * D));
   for (let l = 0; l < c.numLayers; l++) {
-    const p = `model.layers.${l}.`, b = (n: string) => (c.attentionBias ? w(`${p}self_attn.${n}_proj.bias`) : undefined);
-    const qs: Float64Array[][] = [], ks: Float64Array[][] = [], vs: Float64Array[][] = [];
+    const p = `model.layers.${l}.`,
+      b = (n: string) => (c.attentionBias ? w(`${p}self_attn.${n}_proj.bias`) : undefined);
+    const qs: Float64Array[][] = [],
+      ks: Float64Array[][] = [],
+      vs: Float64Array[][] = [];
     for (let t = 0; t < T; t++) {
       const h = rms(xs[t], w(p + 'input_layernorm.weight'));
       const q = linear(h, w(p + 'self_attn.q_proj.weight'), H * hd, b('q'));
@@ -62,8 +72,13 @@ function referenceLogprobs(c: ArchConfig, weights: WeightTensor[], ids: number[]
       const attn = new Float64Array(H * hd);
       for (let h = 0; h < H; h++) {
         const g = Math.floor(h / (H / KV)); // GQA
-        const s = Array.from({ length: t + 1 }, (_, j) => qs[t][h].reduce((a, qv, i) => a + qv * ks[j][g][i], 0) / Math.sqrt(hd));
-        const m = Math.max(...s), e = s.map((v) => Math.exp(v - m)), z = e.reduce((a, v) => a + v, 0);
+        const s = Array.from(
+          { length: t + 1 },
+          (_, j) => qs[t][h].reduce((a, qv, i) => a + qv * ks[j][g][i], 0) / Math.sqrt(hd),
+        );
+        const m = Math.max(...s),
+          e = s.map((v) => Math.exp(v - m)),
+          z = e.reduce((a, v) => a + v, 0);
         for (let j = 0; j <= t; j++) for (let i = 0; i < hd; i++) attn[h * hd + i] += (e[j] / z) * vs[j][g][i];
       }
       const o = linear(attn, w(p + 'self_attn.o_proj.weight'), D);
@@ -79,7 +94,8 @@ function referenceLogprobs(c: ArchConfig, weights: WeightTensor[], ids: number[]
   const head = c.tieWordEmbeddings ? w('model.embed_tokens.weight') : w('lm_head.weight');
   return xs.map((x) => {
     const logits = linear(rms(x, w('model.norm.weight')), head, c.vocabSize);
-    const m = Math.max(...logits), lse = m + Math.log(logits.reduce((a, v) => a + Math.exp(v - m), 0));
+    const m = Math.max(...logits),
+      lse = m + Math.log(logits.reduce((a, v) => a + Math.exp(v - m), 0));
     return logits.map((v) => v - lse);
   });
 }
@@ -99,7 +115,10 @@ describe.each(ARCHS)('%s', (arch) => {
   test('matches the float64 reference (fp64 to the precision of the Float32Array outputs; fp32)', async () => {
     const ref = referenceLogprobs(cfg, randomWeights(cfg, 1, 'F64'), ids);
     const want = ids.map((t, i) => (i === 0 ? 0 : ref[i - 1][t]));
-    for (const [dtype, tol, wdtype] of [['float64', 2e-6, 'F64'], ['float32', 2e-5, 'F32']] as const) {
+    for (const [dtype, tol, wdtype] of [
+      ['float64', 2e-6, 'F64'],
+      ['float32', 2e-5, 'F32'],
+    ] as const) {
       const model = await loadModel(cfg, randomWeights(cfg, 1, wdtype), { dtype });
       const [row] = await model.score([packRow([ids])]);
       expect(maxAbsDiff(row.logprobs, want)).toBeLessThan(tol);
@@ -113,7 +132,10 @@ describe.each(ARCHS)('%s', (arch) => {
     const samples = [5, 17, 1, 30, 9].map((n) => randomTokens(rng, n, cfg.vocabSize));
     for (const temperature of [1, 0.7]) {
       const [packed] = await model.score([packRow(samples)], { temperature });
-      const separate = await model.score(samples.map((s) => packRow([s])), { temperature });
+      const separate = await model.score(
+        samples.map((s) => packRow([s])),
+        { temperature },
+      );
       const flat = (k: 'logprobs' | 'entropies') => separate.flatMap((r) => Array.from(r[k]));
       expect(maxAbsDiff(packed.logprobs, flat('logprobs'))).toBeLessThanOrEqual(1e-5);
       expect(maxAbsDiff(packed.entropies, flat('entropies'))).toBeLessThanOrEqual(1e-5);
@@ -123,7 +145,10 @@ describe.each(ARCHS)('%s', (arch) => {
 
 describe('weights', () => {
   const cfg = tinyConfig('qwen2');
-  const row = packRow([[1, 2, 3, 4, 5, 6], [7, 8, 9]]);
+  const row = packRow([
+    [1, 2, 3, 4, 5, 6],
+    [7, 8, 9],
+  ]);
 
   test('F16/BF16 inputs convert exactly to the compute dtype', async () => {
     for (const dtype of ['BF16', 'F16'] as const) {
@@ -171,7 +196,9 @@ function halfToF64(t: WeightTensor): Float64Array {
   if (t.dtype === 'BF16') return decode(t);
   const u = new Uint16Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.length));
   return Float64Array.from(u, (h) => {
-    const e = (h >> 10) & 0x1f, m = h & 0x3ff, s = h & 0x8000 ? -1 : 1;
+    const e = (h >> 10) & 0x1f,
+      m = h & 0x3ff,
+      s = h & 0x8000 ? -1 : 1;
     return e === 0 ? s * m * 2 ** -24 : s * (1 + m / 1024) * 2 ** (e - 15);
   });
 }
@@ -181,28 +208,55 @@ describe('errors name the problem', () => {
   const good = () => randomWeights(cfg, 8);
 
   test.each([
-    ['missing tensor', (w: WeightTensor[]) => w.filter((t) => t.name !== 'model.layers.1.mlp.up_proj.weight'), /missing tensor 'model.layers.1.mlp.up_proj.weight'/],
-    ['wrong shape', (w: WeightTensor[]) => w.map((t) => (t.name === 'model.norm.weight' ? { ...t, shape: [32, 2] } : t)), /'model.norm.weight': shape \[32, 2\], expected \[64\]/],
-    ['unsupported dtype', (w: WeightTensor[]) => w.map((t) => (t.name === 'model.norm.weight' ? { ...t, dtype: 'I8' as unknown as 'F32' } : t)), /'model.norm.weight': unsupported dtype 'I8'/],
-    ['truncated data', (w: WeightTensor[]) => w.map((t) => (t.name === 'model.norm.weight' ? { ...t, data: t.data.subarray(4) } : t)), /'model.norm.weight': 252 data bytes, expected 256/],
-    ['unexpected tensor', (w: WeightTensor[]) => [...w, { ...w[1], name: 'model.layers.9.foo.weight' }], /unexpected tensor 'model.layers.9.foo.weight'/],
+    [
+      'missing tensor',
+      (w: WeightTensor[]) => w.filter((t) => t.name !== 'model.layers.1.mlp.up_proj.weight'),
+      /missing tensor 'model.layers.1.mlp.up_proj.weight'/,
+    ],
+    [
+      'wrong shape',
+      (w: WeightTensor[]) => w.map((t) => (t.name === 'model.norm.weight' ? { ...t, shape: [32, 2] } : t)),
+      /'model.norm.weight': shape \[32, 2\], expected \[64\]/,
+    ],
+    [
+      'unsupported dtype',
+      (w: WeightTensor[]) =>
+        w.map((t) => (t.name === 'model.norm.weight' ? { ...t, dtype: 'I8' as unknown as 'F32' } : t)),
+      /'model.norm.weight': unsupported dtype 'I8'/,
+    ],
+    [
+      'truncated data',
+      (w: WeightTensor[]) => w.map((t) => (t.name === 'model.norm.weight' ? { ...t, data: t.data.subarray(4) } : t)),
+      /'model.norm.weight': 252 data bytes, expected 256/,
+    ],
+    [
+      'unexpected tensor',
+      (w: WeightTensor[]) => [...w, { ...w[1], name: 'model.layers.9.foo.weight' }],
+      /unexpected tensor 'model.layers.9.foo.weight'/,
+    ],
     ['duplicate tensor', (w: WeightTensor[]) => [...w, w[1]], /given twice/],
   ])('%s', async (_, mutate, message) => {
     await expect(loadModel(cfg, mutate(good()))).rejects.toThrow(message);
   });
 
   test('bad config and device', async () => {
-    await expect(loadModel({ ...cfg, arch: 'gpt2' as 'llama' }, good())).rejects.toThrow(/unsupported architecture 'gpt2'/);
+    await expect(loadModel({ ...cfg, arch: 'gpt2' as 'llama' }, good())).rejects.toThrow(
+      /unsupported architecture 'gpt2'/,
+    );
     await expect(loadModel(cfg, good(), { device: 'cuda' })).rejects.toThrow(/CUDA/);
   });
 
   test('out-of-range token ids, bad rows, bad weight updates', async () => {
     const m = await loadModel(cfg, good());
-    await expect(m.score([packRow([[1, 2, 300]])])).rejects.toThrow(/token id 300 at index 2 is out of range \[0, 300\)/);
+    await expect(m.score([packRow([[1, 2, 300]])])).rejects.toThrow(
+      /token id 300 at index 2 is out of range \[0, 300\)/,
+    );
     await expect(m.score([packRow([[-1, 2]])])).rejects.toThrow(/token id -1/);
     await expect(m.score([{ inputIds: [1, 2], positionIds: [0] }])).rejects.toThrow(/same non-zero length/);
     const w = good().map((t) => (t.name === 'model.layers.0.self_attn.k_proj.weight' ? { ...t, shape: [16, 128] } : t));
-    await expect(m.loadWeights(w)).rejects.toThrow(/'model.layers.0.self_attn.k_proj.weight': shape \[16, 128\], expected \[32, 64\]/);
+    await expect(m.loadWeights(w)).rejects.toThrow(
+      /'model.layers.0.self_attn.k_proj.weight': shape \[16, 128\], expected \[32, 64\]/,
+    );
     await expect(m.loadWeights(good().slice(1))).rejects.toThrow(/missing tensor 'model.embed_tokens.weight'/);
     await m.loadWeights(good().slice(1), { strict: false });
     // The model still works after rejected calls.
@@ -210,11 +264,14 @@ describe('errors name the problem', () => {
   });
   // The engine's parameters are its family's tensor table (lib/model/families), in table order;
   // llama with attention_bias covers the o_proj bias the tiny configs lack.
-  test.each([...ARCHS.map((a) => tinyConfig(a)), tinyConfig('llama', { attentionBias: true })])('holds exactly the tensor table of $arch (bias $attentionBias)', async (c) => {
-    const m = await loadModel(c, randomWeights(c, 3));
-    const read = await m.readWeights();
-    expect(read.map((t) => [t.name, t.shape])).toEqual(tensorSpecs(c).map((s) => [s.name, s.shape]));
-  });
+  test.each([...ARCHS.map((a) => tinyConfig(a)), tinyConfig('llama', { attentionBias: true })])(
+    'holds exactly the tensor table of $arch (bias $attentionBias)',
+    async (c) => {
+      const m = await loadModel(c, randomWeights(c, 3));
+      const read = await m.readWeights();
+      expect(read.map((t) => [t.name, t.shape])).toEqual(tensorSpecs(c).map((s) => [s.name, s.shape]));
+    },
+  );
 
   test('checkpoint extras (RoPE buffers, a tied duplicate lm_head) are ignored on load and update', async () => {
     const w = good();
@@ -227,6 +284,8 @@ describe('errors name the problem', () => {
     expect((await m.readWeights()).length).toBe(w.length);
     const untied = tinyConfig('qwen3', { tieWordEmbeddings: false });
     await expect(loadModel(untied, [...randomWeights(untied, 1), extras[1]])).resolves.toBeDefined();
-    await expect(loadModel(cfg, [...w, { ...w[0], name: 'model.layers.0.self_attn.rotary_emb.foo' }])).rejects.toThrow(/unexpected tensor 'model.layers.0.self_attn.rotary_emb.foo'/);
+    await expect(loadModel(cfg, [...w, { ...w[0], name: 'model.layers.0.self_attn.rotary_emb.foo' }])).rejects.toThrow(
+      /unexpected tensor 'model.layers.0.self_attn.rotary_emb.foo'/,
+    );
   });
 });

@@ -43,16 +43,31 @@ interface Reference {
 }
 
 function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
-  const kind = cfg.kind ?? 'ce', T = x.logp.length;
-  const P = { eps_low: 0.2, eps_high: 0.28, dppo_mask_low: 0.2, dppo_mask_high: 0.2, ipo_threshold: 0.1, adv_tau: 1, kl_tau: 1e-3, ...cfg.params };
-  const epsLow = P.eps_low, epsHigh = P.eps_high, beta = cfg.klBeta ?? 0;
-  const lo = 1 - epsLow, hi = 1 + epsHigh;
+  const kind = cfg.kind ?? 'ce',
+    T = x.logp.length;
+  const P = {
+    eps_low: 0.2,
+    eps_high: 0.28,
+    dppo_mask_low: 0.2,
+    dppo_mask_high: 0.2,
+    ipo_threshold: 0.1,
+    adv_tau: 1,
+    kl_tau: 1e-3,
+    ...cfg.params,
+  };
+  const epsLow = P.eps_low,
+    epsHigh = P.eps_high,
+    beta = cfg.klBeta ?? 0;
+  const lo = 1 - epsLow,
+    hi = 1 + epsHigh;
   const clip = (v: number) => Math.min(Math.max(v, lo), hi);
   const mm = { mode: 'none', tisCap: 2, tokenLow: 0.125, tokenHigh: 8, seqLow: 0.1, seqHigh: 10, ...cfg.mismatch };
   const m = Array.from(x.lossMask as ArrayLike<number | boolean>, (v) => (v ? 1 : 0));
   const sampleOf: number[] = x.sampleLengths.flatMap((n, i) => Array<number>(n).fill(i));
   const S = x.sampleLengths.length;
-  const n = Array<number>(S).fill(0), seqLr = Array<number>(S).fill(0), seqA = Array<number>(S).fill(0);
+  const n = Array<number>(S).fill(0),
+    seqLr = Array<number>(S).fill(0),
+    seqA = Array<number>(S).fill(0);
   const lr = Array.from({ length: T }, (_, t) => (m[t] ? x.logp[t] - x.mu[t] : 0));
   for (let t = 0; t < T; t++) {
     n[sampleOf[t]] += m[t];
@@ -63,31 +78,54 @@ function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
     seqLr[i] /= Math.max(n[i], 1);
     seqA[i] /= Math.max(n[i], 1);
   }
-  const lossTokens = m.reduce((a: number, b) => a + b, 0), samples = n.filter((v) => v > 0).length;
+  const lossTokens = m.reduce((a: number, b) => a + b, 0),
+    samples = n.filter((v) => v > 0).length;
   const norm = (cfg.normalization ?? 'token') === 'token' ? lossTokens : samples;
   // coef[t]: d loss / d (token t's term).
   const coef = Array.from({ length: T }, (_, t) =>
     !m[t] ? 0 : (cfg.normalization ?? 'token') === 'token' ? 1 / norm : 1 / (n[sampleOf[t]] * norm),
   );
-  const out: Reference = { loss: 0, grad: Array<number>(T).fill(0), clippedLow: 0, clippedHigh: 0, maskedTokens: 0, maskedLow: 0, maskedHigh: 0, maskedAdvPositive: 0, maskedAdvNegative: 0, maskedMismatchKl: 0, maskedSamples: 0, mismatchKl: 0, referenceKl: 0, lossTokens, samples };
-  const keepSeq = seqLr.map((v) => kind === 'ce' || mm.mode !== 'mask' || (Math.exp(v) >= mm.seqLow && Math.exp(v) <= mm.seqHigh));
+  const out: Reference = {
+    loss: 0,
+    grad: Array<number>(T).fill(0),
+    clippedLow: 0,
+    clippedHigh: 0,
+    maskedTokens: 0,
+    maskedLow: 0,
+    maskedHigh: 0,
+    maskedAdvPositive: 0,
+    maskedAdvNegative: 0,
+    maskedMismatchKl: 0,
+    maskedSamples: 0,
+    mismatchKl: 0,
+    referenceKl: 0,
+    lossTokens,
+    samples,
+  };
+  const keepSeq = seqLr.map(
+    (v) => kind === 'ce' || mm.mode !== 'mask' || (Math.exp(v) >= mm.seqLow && Math.exp(v) <= mm.seqHigh),
+  );
   out.maskedSamples = keepSeq.filter((k, i) => !k && n[i] > 0).length;
   // gspo's per-sample loss and its derivative w.r.t. each of the sample's logps.
-  const seqLoss = Array<number>(S).fill(0), seqDeriv = Array<number>(S).fill(0);
+  const seqLoss = Array<number>(S).fill(0),
+    seqDeriv = Array<number>(S).fill(0);
   for (let i = 0; i < S; i++) {
     const s = Math.exp(seqLr[i]);
     const clipped = (seqA[i] > 0 && s > hi) || (seqA[i] < 0 && s < lo);
     seqLoss[i] = -seqA[i] * (clipped ? clip(s) : s);
-    seqDeriv[i] = clipped ? 0 : -seqA[i] * s / Math.max(n[i], 1);
-    if (kind === 'gspo' && clipped) (s > hi ? (out.clippedHigh += n[i]) : (out.clippedLow += n[i]));
+    seqDeriv[i] = clipped ? 0 : (-seqA[i] * s) / Math.max(n[i], 1);
+    if (kind === 'gspo' && clipped) s > hi ? (out.clippedHigh += n[i]) : (out.clippedLow += n[i]);
   }
   const seqWeightedCoef = Array<number>(S).fill(0); // sum over a sample's tokens of coef * weight
   for (let t = 0; t < T; t++) {
     if (!m[t]) continue;
-    const r = Math.exp(lr[t]), A = x.advantages[t], i = sampleOf[t];
+    const r = Math.exp(lr[t]),
+      A = x.advantages[t],
+      i = sampleOf[t];
     if (kind !== 'ce') out.mismatchKl += (r - lr[t] - 1) / lossTokens;
     let w = 1;
-    let low = false, high = false; // dropped for a ratio / probability that fell / rose too far
+    let low = false,
+      high = false; // dropped for a ratio / probability that fell / rose too far
     if (kind !== 'ce' && mm.mode === 'tis') w = Math.min(r, mm.tisCap);
     if (kind !== 'ce' && mm.mode === 'mask') {
       w = r >= mm.tokenLow && r <= mm.tokenHigh && keepSeq[i] ? 1 : 0;
@@ -109,7 +147,8 @@ function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
       l = -x.logp[t];
       g = -1;
     } else if (kind === 'grpo') {
-      const clippedHigh = A > 0 && r > hi, clippedLow = A < 0 && r < lo;
+      const clippedHigh = A > 0 && r > hi,
+        clippedLow = A < 0 && r < lo;
       out.clippedHigh += +clippedHigh;
       out.clippedLow += +clippedLow;
       l = -A * (clippedHigh || clippedLow ? clip(r) : r);
@@ -140,7 +179,8 @@ function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
       out.referenceKl += (Math.exp(d) - d - 1) / lossTokens;
     }
   }
-  if (kind === 'gspo') for (let t = 0; t < T; t++) if (m[t]) out.grad[t] += seqWeightedCoef[sampleOf[t]] * seqDeriv[sampleOf[t]];
+  if (kind === 'gspo')
+    for (let t = 0; t < T; t++) if (m[t]) out.grad[t] += seqWeightedCoef[sampleOf[t]] * seqDeriv[sampleOf[t]];
   return out;
 }
 
@@ -168,29 +208,41 @@ describe('policy losses vs hand computation', () => {
     for (const mode of kind === 'ce' ? (['none'] as const) : (['none', 'tis', 'mask'] as const))
       for (const normalization of ['token', 'sequence'] as const)
         for (const klBeta of [0, 0.05])
-          cases.push({ kind, normalization, klBeta, params: kind === 'dppo' ? { kl_tau: 0.05 } : kind === 'ce' || kind === 'ipo' ? {} : { eps_high: 0.25 }, mismatch: { mode } });
+          cases.push({
+            kind,
+            normalization,
+            klBeta,
+            params: kind === 'dppo' ? { kl_tau: 0.05 } : kind === 'ce' || kind === 'ipo' ? {} : { eps_high: 0.25 },
+            mismatch: { mode },
+          });
 
-  test.each(cases.map((c) => [`${c.kind} ${c.mismatch!.mode} ${c.normalization} beta=${c.klBeta}`, c]))('%s', (_, cfg) => {
-    const got = policyLoss(inputs, cfg as LossConfig);
-    const want = reference(inputs, cfg as LossConfig);
-    expect(got.loss).toBeCloseTo(want.loss, 12);
-    got.gradLogp.forEach((g, t) => expect(g).toBeCloseTo(want.grad[t], 12));
-    const M = got.metrics;
-    expect(M.lossTokens).toBe(9);
-    expect(M.samples).toBe(3);
-    expect(M.clippedFraction).toBeCloseTo((want.clippedLow + want.clippedHigh) / 9, 12);
-    expect(M.maskedTokenFraction).toBeCloseTo(want.maskedTokens / 9, 12);
-    expect(M.maskedLowFraction).toBeCloseTo(want.maskedLow / 9, 12);
-    expect(M.maskedHighFraction).toBeCloseTo(want.maskedHigh / 9, 12);
-    const masked = Math.max(want.maskedTokens, 1);
-    expect(M.maskedAdvantagePositive).toBeCloseTo(want.maskedAdvPositive / masked, 12);
-    expect(M.maskedAdvantageNegative).toBeCloseTo(want.maskedAdvNegative / masked, 12);
-    expect(M.maskedMismatchKl).toBeCloseTo(want.maskedMismatchKl / masked, 12);
-    expect(M.unmaskedMismatchKl).toBeCloseTo((want.mismatchKl * 9 - want.maskedMismatchKl) / Math.max(9 - want.maskedTokens, 1), 12);
-    expect(M.maskedSampleFraction).toBeCloseTo(want.maskedSamples / 3, 12);
-    expect(M.mismatchKl).toBeCloseTo(want.mismatchKl, 12);
-    expect(M.referenceKl).toBeCloseTo(want.referenceKl, 12);
-  });
+  test.each(cases.map((c) => [`${c.kind} ${c.mismatch!.mode} ${c.normalization} beta=${c.klBeta}`, c]))(
+    '%s',
+    (_, cfg) => {
+      const got = policyLoss(inputs, cfg as LossConfig);
+      const want = reference(inputs, cfg as LossConfig);
+      expect(got.loss).toBeCloseTo(want.loss, 12);
+      got.gradLogp.forEach((g, t) => expect(g).toBeCloseTo(want.grad[t], 12));
+      const M = got.metrics;
+      expect(M.lossTokens).toBe(9);
+      expect(M.samples).toBe(3);
+      expect(M.clippedFraction).toBeCloseTo((want.clippedLow + want.clippedHigh) / 9, 12);
+      expect(M.maskedTokenFraction).toBeCloseTo(want.maskedTokens / 9, 12);
+      expect(M.maskedLowFraction).toBeCloseTo(want.maskedLow / 9, 12);
+      expect(M.maskedHighFraction).toBeCloseTo(want.maskedHigh / 9, 12);
+      const masked = Math.max(want.maskedTokens, 1);
+      expect(M.maskedAdvantagePositive).toBeCloseTo(want.maskedAdvPositive / masked, 12);
+      expect(M.maskedAdvantageNegative).toBeCloseTo(want.maskedAdvNegative / masked, 12);
+      expect(M.maskedMismatchKl).toBeCloseTo(want.maskedMismatchKl / masked, 12);
+      expect(M.unmaskedMismatchKl).toBeCloseTo(
+        (want.mismatchKl * 9 - want.maskedMismatchKl) / Math.max(9 - want.maskedTokens, 1),
+        12,
+      );
+      expect(M.maskedSampleFraction).toBeCloseTo(want.maskedSamples / 3, 12);
+      expect(M.mismatchKl).toBeCloseTo(want.mismatchKl, 12);
+      expect(M.referenceKl).toBeCloseTo(want.referenceKl, 12);
+    },
+  );
 
   test('the vectors exercise both clip sides and every masking rule', () => {
     const grpo = reference(inputs, { kind: 'grpo' });
@@ -238,16 +290,30 @@ describe('policy losses vs hand computation', () => {
     // lr = 1: d = 0.233 > 0.2 with A > 0: masked, only the KL term (and its gradient) is left.
     expect(one(1, 2, { kind: 'dppo' }).loss).toBeCloseTo(1e-3, 14);
     expect(one(1, 2, { kind: 'dppo' }).gradLogp[0]).toBeCloseTo(2e-3, 14);
-    expect(one(1, 2, { kind: 'dppo' }).metrics).toMatchObject({ maskedTokenFraction: 1, maskedHighFraction: 1, maskedLowFraction: 0, maskedAdvantagePositive: 1 });
+    expect(one(1, 2, { kind: 'dppo' }).metrics).toMatchObject({
+      maskedTokenFraction: 1,
+      maskedHighFraction: 1,
+      maskedLowFraction: 0,
+      maskedAdvantagePositive: 1,
+    });
     // The same rise with A < 0 is kept (dppo only guards the direction the advantage pushes)...
     expect(one(1, -2, { kind: 'dppo' }).loss).toBeCloseTo(2 * Math.E + 1e-3, 14);
     // ...but ipo's symmetric region drops it; adv_tau and kl_tau scale the two terms.
     expect(one(1, -2, { kind: 'ipo', params: { kl_tau: 0.5 } }).loss).toBeCloseTo(0.5, 14);
-    expect(one(0.05, -2, { kind: 'ipo', params: { adv_tau: 0.5 } }).loss).toBeCloseTo(Math.exp(0.05) + 1e-3 * 0.0025, 14);
+    expect(one(0.05, -2, { kind: 'ipo', params: { adv_tau: 0.5 } }).loss).toBeCloseTo(
+      Math.exp(0.05) + 1e-3 * 0.0025,
+      14,
+    );
     // TIS: loss times min(r, cap); the weight is detached.
-    expect(one(-0.5, 1, { kind: 'grpo', mismatch: { mode: 'tis', tisCap: 2 } }).loss).toBeCloseTo(-Math.exp(-0.5) * Math.exp(-0.5), 14);
+    expect(one(-0.5, 1, { kind: 'grpo', mismatch: { mode: 'tis', tisCap: 2 } }).loss).toBeCloseTo(
+      -Math.exp(-0.5) * Math.exp(-0.5),
+      14,
+    );
     // k3 KL: exp(d) - d - 1 with d = ref - logp; gradient 1 - exp(d).
-    const kl = policyLoss({ logp: [-1], refLogp: [-1.5], lossMask: [1], sampleLengths: [1] }, { kind: 'ce', klBeta: 0.5 });
+    const kl = policyLoss(
+      { logp: [-1], refLogp: [-1.5], lossMask: [1], sampleLengths: [1] },
+      { kind: 'ce', klBeta: 0.5 },
+    );
     expect(kl.loss).toBeCloseTo(1 + 0.5 * (Math.exp(-0.5) + 0.5 - 1), 14);
     expect(kl.gradLogp[0]).toBeCloseTo(-1 + 0.5 * (1 - Math.exp(-0.5)), 14);
   });
@@ -262,13 +328,27 @@ describe('policy losses vs hand computation', () => {
   });
 
   test('bad configs', () => {
-    expect(() => policyLoss(inputs, { kind: 'ppo' as 'ce' })).toThrow(/unknown loss kind 'ppo' \(supported: ce, dppo, ipo, grpo, gspo, cispo\)/);
-    expect(() => policyLoss(inputs, { kind: 'dppo', params: { eps_low: 0.1 } })).toThrow(/loss 'dppo' has no parameter 'eps_low' \(its parameters: dppo_mask_low, dppo_mask_high, adv_tau, kl_tau\)/);
-    expect(() => policyLoss(inputs, { kind: 'grpo', params: { eps_low: 1.5 } })).toThrow(/eps_low = 1.5 is outside \[0, 1\]/);
-    expect(() => policyLoss(inputs, { kind: 'ipo', params: { kl_tau: 'x' as unknown as number } })).toThrow(/'kl_tau' must be a number/);
-    expect(() => policyLoss(inputs, { kind: 'ce', mismatch: { mode: 'tis' } })).toThrow(/mismatch correction needs inference logprobs/);
-    expect(() => policyLoss(inputs, { kind: 'grpo', normalization: 'row' as 'token' })).toThrow(/unknown loss normalization/);
-    expect(() => policyLoss({ ...inputs, sampleLengths: [5, 4] }, { kind: 'grpo' })).toThrow(/sum to the number of tokens/);
+    expect(() => policyLoss(inputs, { kind: 'ppo' as 'ce' })).toThrow(
+      /unknown loss kind 'ppo' \(supported: ce, dppo, ipo, grpo, gspo, cispo\)/,
+    );
+    expect(() => policyLoss(inputs, { kind: 'dppo', params: { eps_low: 0.1 } })).toThrow(
+      /loss 'dppo' has no parameter 'eps_low' \(its parameters: dppo_mask_low, dppo_mask_high, adv_tau, kl_tau\)/,
+    );
+    expect(() => policyLoss(inputs, { kind: 'grpo', params: { eps_low: 1.5 } })).toThrow(
+      /eps_low = 1.5 is outside \[0, 1\]/,
+    );
+    expect(() => policyLoss(inputs, { kind: 'ipo', params: { kl_tau: 'x' as unknown as number } })).toThrow(
+      /'kl_tau' must be a number/,
+    );
+    expect(() => policyLoss(inputs, { kind: 'ce', mismatch: { mode: 'tis' } })).toThrow(
+      /mismatch correction needs inference logprobs/,
+    );
+    expect(() => policyLoss(inputs, { kind: 'grpo', normalization: 'row' as 'token' })).toThrow(
+      /unknown loss normalization/,
+    );
+    expect(() => policyLoss({ ...inputs, sampleLengths: [5, 4] }, { kind: 'grpo' })).toThrow(
+      /sum to the number of tokens/,
+    );
   });
 });
 
@@ -334,7 +414,8 @@ test('on-policy GRPO gradient equals REINFORCE -sum A grad logp / N (built from 
       }
     }
   }
-  let maxDiff = 0, maxAbs = 0;
+  let maxDiff = 0,
+    maxAbs = 0;
   for (const g of grpo.gradients) {
     const want = reinforce.get(g.name)!;
     decode(g).forEach((v, i) => {
@@ -348,12 +429,23 @@ test('on-policy GRPO gradient equals REINFORCE -sum A grad logp / N (built from 
 
 describe('RL training steps', () => {
   const cfg = tinyConfig('qwen2');
-  const stepRows = (i: number) => [rlRow(new Rng(200 + i), [14, 10], cfg.vocabSize), rlRow(new Rng(300 + i), [20], cfg.vocabSize)];
-  const loss: LossConfig = { kind: 'grpo', params: { eps_low: 0.2, eps_high: 0.28 }, mismatch: { mode: 'tis', tisCap: 2 }, klBeta: 0.01, normalization: 'sequence' };
+  const stepRows = (i: number) => [
+    rlRow(new Rng(200 + i), [14, 10], cfg.vocabSize),
+    rlRow(new Rng(300 + i), [20], cfg.vocabSize),
+  ];
+  const loss: LossConfig = {
+    kind: 'grpo',
+    params: { eps_low: 0.2, eps_high: 0.28 },
+    mismatch: { mode: 'tis', tisCap: 2 },
+    klBeta: 0.01,
+    normalization: 'sequence',
+  };
 
   test('metrics; KL to the reference is 0 before the first update', async () => {
     const model = await loadModel(cfg, randomWeights(cfg, 3));
-    await expect(model.createTrainer().step(stepRows(0), { lr: 1e-3, loss })).rejects.toThrow(/klBeta > 0 needs a reference/);
+    await expect(model.createTrainer().step(stepRows(0), { lr: 1e-3, loss })).rejects.toThrow(
+      /klBeta > 0 needs a reference/,
+    );
     const trainer = model.createTrainer({ reference: true });
     const first = await trainer.step(stepRows(0), { lr: 1e-3, maxGradNorm: 1, loss });
     expect(first.referenceKl).toBe(0);
@@ -388,7 +480,12 @@ describe('RL training steps', () => {
 
 describe('LoRA', () => {
   const cfg = tinyConfig('llama');
-  const lora = { rank: 4, alpha: 8, dropout: 0.1, targetModules: ['q_proj', 'v_proj', 'down_proj'] as ('q_proj' | 'v_proj' | 'down_proj')[] };
+  const lora = {
+    rank: 4,
+    alpha: 8,
+    dropout: 0.1,
+    targetModules: ['q_proj', 'v_proj', 'down_proj'] as ('q_proj' | 'v_proj' | 'down_proj')[],
+  };
   const rows = (i: number) => [rlRow(new Rng(400 + i), [16, 12], cfg.vocabSize)];
   const loss: LossConfig = { kind: 'cispo', params: { eps_high: 0.28 }, klBeta: 0.02 };
 
@@ -402,14 +499,23 @@ describe('LoRA', () => {
     );
     expect(adapters.map((a) => a.name)).toEqual(names);
     const kv = cfg.numKvHeads * cfg.headDim;
-    expect(adapters.slice(0, 6).map((a) => a.shape)).toEqual([[4, 64], [64, 4], [4, 64], [kv, 4], [4, 128], [64, 4]]);
+    expect(adapters.slice(0, 6).map((a) => a.shape)).toEqual([
+      [4, 64],
+      [64, 4],
+      [4, 64],
+      [kv, 4],
+      [4, 128],
+      [64, 4],
+    ]);
     for (const a of adapters) {
       const v = decode(a);
       if (a.name.includes('lora_B')) expect(v.every((x) => x === 0)).toBe(true);
       else expect(Math.max(...v.map(Math.abs))).toBeLessThanOrEqual(1 / Math.sqrt(a.shape[1]));
     }
     await expect(model.createTrainer().readAdapters()).resolves.toEqual([]);
-    expect(() => model.createTrainer({ lora: { ...lora, targetModules: ['qkv' as 'q_proj'] } })).toThrow(/unknown LoRA target module 'qkv'/);
+    expect(() => model.createTrainer({ lora: { ...lora, targetModules: ['qkv' as 'q_proj'] } })).toThrow(
+      /unknown LoRA target module 'qkv'/,
+    );
   });
 
   test('only adapters train; merged weights reproduce the adapted forward', async () => {
@@ -437,7 +543,8 @@ describe('LoRA', () => {
     const [adapted] = await trainer.score(probe, { temperature: 0.7 });
     const [viaMerged] = await mergedModel.score(probe, { temperature: 0.7 });
     const [viaBase] = await model.score(probe, { temperature: 0.7 });
-    let diff = 0, moved = 0;
+    let diff = 0,
+      moved = 0;
     adapted.logprobs.forEach((v, t) => {
       diff = Math.max(diff, Math.abs(v - viaMerged.logprobs[t]));
       moved = Math.max(moved, Math.abs(v - viaBase.logprobs[t]));

@@ -38,7 +38,9 @@ describe.each(['llama', 'qwen2', 'qwen3'] as const)('%s', (arch) => {
     };
     // A few coordinates of every kind of tensor present for this architecture.
     const h = 1e-5;
-    for (const g of gradients.filter((_, i) => i % 3 === 0 || gradients[i].name.includes('norm') || gradients[i].name.includes('bias'))) {
+    for (const g of gradients.filter(
+      (_, i) => i % 3 === 0 || gradients[i].name.includes('norm') || gradients[i].name.includes('bias'),
+    )) {
       const gv = decode(g as WeightTensor);
       for (const index of [0, Math.floor(gv.length / 2), gv.length - 1]) {
         const fd = ((await lossAt(g.name, index, h)) - (await lossAt(g.name, index, -h))) / (2 * h);
@@ -101,7 +103,8 @@ describe('training', () => {
     expect(t3.stepCount).toBe(2);
     for (let i = 2; i < 4; i++) await t3.step(stepRows(i), { lr: lrs[i], maxGradNorm: 1 });
 
-    const a = await straight.readWeights(), b = await resumed.readWeights();
+    const a = await straight.readWeights(),
+      b = await resumed.readWeights();
     expect(a.every((t, i) => t.data.equals(b[i].data))).toBe(true);
     fs.rmSync(dir, { recursive: true });
   });
@@ -123,7 +126,10 @@ describe('training', () => {
     await expect(trainer.load(path.join(dir, 'nope'))).rejects.toThrow(/no checkpoint at/);
 
     fs.writeFileSync(file, bytes);
-    const other = await loadModel(tinyConfig('qwen2', { numLayers: 1 }), randomWeights(tinyConfig('qwen2', { numLayers: 1 }), 3));
+    const other = await loadModel(
+      tinyConfig('qwen2', { numLayers: 1 }),
+      randomWeights(tinyConfig('qwen2', { numLayers: 1 }), 3),
+    );
     await expect(other.createTrainer().load(dir)).rejects.toThrow(/holds \d+ parameters, the model has \d+/);
     const after = await model.readWeights();
     expect(after.every((t, i) => t.data.equals(before[i].data))).toBe(true);
@@ -135,9 +141,15 @@ describe('training', () => {
     const model = await loadModel(cfg, randomWeights(cfg, 3));
     const trainer = model.createTrainer();
     await expect(trainer.step([{ ...rows[0], lossMask: [1] }], { lr: 1 })).rejects.toThrow(/same non-zero length/);
-    await expect(trainer.step([{ inputIds: [1, 999], positionIds: [0, 1], lossMask: [1, 1] }], { lr: 1 })).rejects.toThrow(/token id 999/);
-    await expect(trainer.step(rows, { lr: 1, loss: { kind: 'ppo' as 'ce' } })).rejects.toThrow(/unknown loss kind 'ppo'/);
-    await expect(trainer.step(rows, { lr: 1, loss: { kind: 'grpo' } })).rejects.toThrow(/row 0: loss 'grpo' needs advantages and inferenceLogprobs/);
+    await expect(
+      trainer.step([{ inputIds: [1, 999], positionIds: [0, 1], lossMask: [1, 1] }], { lr: 1 }),
+    ).rejects.toThrow(/token id 999/);
+    await expect(trainer.step(rows, { lr: 1, loss: { kind: 'ppo' as 'ce' } })).rejects.toThrow(
+      /unknown loss kind 'ppo'/,
+    );
+    await expect(trainer.step(rows, { lr: 1, loss: { kind: 'grpo' } })).rejects.toThrow(
+      /row 0: loss 'grpo' needs advantages and inferenceLogprobs/,
+    );
     const bf16 = await loadModel(cfg, randomWeights(cfg, 3), { dtype: 'bfloat16' });
     expect(() => bf16.createTrainer()).toThrow(/training needs fp32/);
   });

@@ -15,17 +15,27 @@ import { rlSchema } from '../lib/config/schemas';
 
 /** The rl config with this orchestrator section (model names filled in). */
 const orchestrator = (o: Record<string, unknown> = {}) =>
-  rlSchema.parse({ trainer: { model: { name: 'm' } }, inference: { model: { name: 'm' } }, orchestrator: { model: { name: 'm' }, ...o } }).orchestrator;
+  rlSchema.parse({
+    trainer: { model: { name: 'm' } },
+    inference: { model: { name: 'm' } },
+    orchestrator: { model: { name: 'm' }, ...o },
+  }).orchestrator;
 /** The config errors of this orchestrator section, as `dotted.path: message`. */
 function configErrors(o: Record<string, unknown>): string {
-  const r = rlSchema.safeParse({ trainer: { model: { name: 'm' } }, inference: { model: { name: 'm' } }, orchestrator: { model: { name: 'm' }, ...o } });
+  const r = rlSchema.safeParse({
+    trainer: { model: { name: 'm' } },
+    inference: { model: { name: 'm' } },
+    orchestrator: { model: { name: 'm' }, ...o },
+  });
   if (r.success) throw new Error('the config parsed');
   return r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('\n');
 }
 
 const grpo = builtinEstimator({ type: 'grpo', std_norm: false });
 const rollouts = (rewards: (number | 'err')[], len = 10): RolloutOutcome[] =>
-  rewards.map((r) => (r === 'err' ? { reward: NaN, completionTokens: len, errored: true } : { reward: r, completionTokens: len }));
+  rewards.map((r) =>
+    r === 'err' ? { reward: NaN, completionTokens: len, errored: true } : { reward: r, completionTokens: len },
+  );
 
 function expectClose(actual: readonly (number | null)[], expected: readonly (number | null)[]) {
   expect(actual).toHaveLength(expected.length);
@@ -36,7 +46,11 @@ function expectClose(actual: readonly (number | null)[], expected: readonly (num
 }
 
 /** A group with these rewards and completion lengths; no input tokens, one turn each. */
-const group = (rewards: number[], lengths = rewards.map(() => 10), extra: Partial<AdvantageGroup> = {}): AdvantageGroup => ({
+const group = (
+  rewards: number[],
+  lengths = rewards.map(() => 10),
+  extra: Partial<AdvantageGroup> = {},
+): AdvantageGroup => ({
   rewards,
   completionTokens: lengths,
   inputTokens: rewards.map(() => 0),
@@ -52,7 +66,9 @@ describe('built-in estimators', () => {
     expect(ADVANTAGE_TYPES).toEqual(Object.keys(BUILTIN_ADVANTAGES));
     expect(ADVANTAGE_TYPES).toEqual(['grpo', 'rloo', 'opo', 'max_rl']);
     expect(orchestrator().advantage.type).toBe('grpo');
-    expect(configErrors({ advantage: { type: 'ppo' } })).toMatch(/^orchestrator\.advantage\.type: .*grpo.*rloo.*opo.*max_rl/);
+    expect(configErrors({ advantage: { type: 'ppo' } })).toMatch(
+      /^orchestrator\.advantage\.type: .*grpo.*rloo.*opo.*max_rl/,
+    );
   });
 
   test('grpo: R - mean(R)', () => {
@@ -88,17 +104,27 @@ describe('built-in estimators', () => {
     // mean 0.5: 1, -1
     expectClose(adv(maxRl, group([1, 0])), [1, -1]);
     expectClose(adv(maxRl, group([0, 0, 0])), [0, 0, 0]);
-    expect(configErrors({ advantage: { type: 'max_rl', std_norm: true } })).toBe('orchestrator.advantage.std_norm: max_rl normalises by the group mean: std_norm must stay false');
+    expect(configErrors({ advantage: { type: 'max_rl', std_norm: true } })).toBe(
+      'orchestrator.advantage.std_norm: max_rl normalises by the group mean: std_norm must stay false',
+    );
   });
 
   test('linear length penalty: R_i - mean(R) * (w_out out_i/max out + w_in in_i/max in + w_turns turns_i/max turns), then the estimator', () => {
-    const penalty = { type: 'linear' as const, num_output_tokens_weight: 0.25, num_input_tokens_weight: 0.1, num_turns_weight: 0.1 };
+    const penalty = {
+      type: 'linear' as const,
+      num_output_tokens_weight: 0.25,
+      num_input_tokens_weight: 0.1,
+      num_turns_weight: 0.1,
+    };
     const g = group([1, 1, 0], [10, 20, 40], { inputTokens: [5, 10, 10], turns: [1, 2, 2] });
     // mean(R) = 2/3. Fractions: out 1/4, 1/2, 1; in 1/2, 1, 1; turns 1/2, 1, 1.
     const frac = [0.25 * 0.25 + 0.1 * 0.5 + 0.1 * 0.5, 0.25 * 0.5 + 0.1 + 0.1, 0.25 + 0.1 + 0.1];
     const shaped = [1 - (2 / 3) * frac[0], 1 - (2 / 3) * frac[1], 0 - (2 / 3) * frac[2]];
     const m = (shaped[0] + shaped[1] + shaped[2]) / 3;
-    expectClose(adv({ type: 'grpo', std_norm: false, length_penalty: penalty }, g), shaped.map((s) => s - m));
+    expectClose(
+      adv({ type: 'grpo', std_norm: false, length_penalty: penalty }, g),
+      shaped.map((s) => s - m),
+    );
     // Equal rewards and equal lengths: the penalty is the same for all, so no signal.
     expectClose(adv({ type: 'grpo', std_norm: false, length_penalty: penalty }, group([1, 1])), [0, 0]);
     // The config's defaults are prime-rl's: 0.25 / 0.1 / 0.1.
@@ -111,7 +137,8 @@ describe('built-in estimators', () => {
   });
 
   test('equal rewards give exactly 0, whatever their float value', () => {
-    for (const type of ADVANTAGE_TYPES) expect(adv({ type, std_norm: false }, group([0.1, 0.1, 0.1])).every((a) => a === 0)).toBe(true);
+    for (const type of ADVANTAGE_TYPES)
+      expect(adv({ type, std_norm: false }, group([0.1, 0.1, 0.1])).every((a) => a === 0)).toBe(true);
   });
 });
 
@@ -152,14 +179,31 @@ describe('computeAdvantages', () => {
   });
 
   test('a non-finite reward must be marked errored', () => {
-    expect(() => computeAdvantages([[{ reward: NaN, completionTokens: 1 }, { reward: 1, completionTokens: 1 }]], grpo, { dropZeroAdvantage: true })).toThrow(
-      /reward NaN of a rollout not marked errored/,
-    );
+    expect(() =>
+      computeAdvantages(
+        [
+          [
+            { reward: NaN, completionTokens: 1 },
+            { reward: 1, completionTokens: 1 },
+          ],
+        ],
+        grpo,
+        { dropZeroAdvantage: true },
+      ),
+    ).toThrow(/reward NaN of a rollout not marked errored/);
   });
 });
 
 describe('difficulty filter', () => {
-  const view = (rewards: number[]): FilterGroup => ({ env: 'e', exampleIndex: 0, group: 0, round: 0, rewards, completionTokens: rewards.map(() => 1), errored: 0 });
+  const view = (rewards: number[]): FilterGroup => ({
+    env: 'e',
+    exampleIndex: 0,
+    group: 0,
+    round: 0,
+    rewards,
+    completionTokens: rewards.map(() => 1),
+    errored: 0,
+  });
   const filter = difficultyFilter({ enabled: true, min_reward_variance: 0.1, min_reward: 0.2, max_reward: 0.8 });
 
   test('population variance', () => {
@@ -186,7 +230,9 @@ describe('difficulty filter', () => {
   });
 
   test('the replaced orchestrator.filter section is an error naming its replacement', () => {
-    expect(configErrors({ filter: { zero_variance: false } })).toMatch(/^orchestrator\.filter: replaced by orchestrator\.difficulty_filter \{ enabled, min_reward_variance, min_reward, max_reward \}/);
+    expect(configErrors({ filter: { zero_variance: false } })).toMatch(
+      /^orchestrator\.filter: replaced by orchestrator\.difficulty_filter \{ enabled, min_reward_variance, min_reward, max_reward \}/,
+    );
     expect(orchestrator()).not.toHaveProperty('filter');
   });
 });

@@ -33,10 +33,21 @@ beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'qwen3', seed: 0, out: modelDir });
   const configFile = path.join(modelDir, 'tokenizer_config.json');
   const original = (JSON.parse(fs.readFileSync(QWEN3_CONFIG, 'utf8')) as { chat_template: string }).chat_template;
-  fs.writeFileSync(configFile, JSON.stringify({ ...JSON.parse(fs.readFileSync(configFile, 'utf8')), chat_template: original }));
+  fs.writeFileSync(
+    configFile,
+    JSON.stringify({ ...JSON.parse(fs.readFileSync(configFile, 'utf8')), chat_template: original }),
+  );
   tokenizer = Tokenizer.fromDir(modelDir);
   expect(tokenizer.chatTemplate).toBe(original);
-  server = await startInferenceServer(inferenceSchema.parse({ model: { name: modelDir }, seq_len: 1024, output_dir: root, threads: 2, server: { port: 0 } }));
+  server = await startInferenceServer(
+    inferenceSchema.parse({
+      model: { name: modelDir },
+      seq_len: 1024,
+      output_dir: root,
+      threads: 2,
+      server: { port: 0 },
+    }),
+  );
   pool = new EnvPool({ workers: 1, timeoutS: 30 });
 });
 afterAll(async () => {
@@ -75,16 +86,28 @@ const flat = (segments: readonly TokenSegment[]) => segments.flatMap((s) => Arra
 
 /** Each turn's prompt is its sample's tokens before the turn's sampled tokens. */
 function expectPromptsAreSamplePrefixes(rollout: Rollout, prompts: number[][]): void {
-  const before = rollout.samples.flatMap((segments) => segments.flatMap((s, k) => (s.generated ? [flat(segments.slice(0, k))] : [])));
+  const before = rollout.samples.flatMap((segments) =>
+    segments.flatMap((s, k) => (s.generated ? [flat(segments.slice(0, k))] : [])),
+  );
   expect(before).toEqual(prompts);
 }
 
-async function play(envId: string, args: Record<string, unknown>, client: InferenceClient, seqLen = 1024): Promise<{ rollout: Rollout; prompt: Message[] }> {
+async function play(
+  envId: string,
+  args: Record<string, unknown>,
+  client: InferenceClient,
+  seqLen = 1024,
+): Promise<{ rollout: Rollout; prompt: Message[] }> {
   const env = { id: envId, args };
   const info = await pool.info(env);
   const example = await pool.example(env, 'train', 0, 0);
   if (!info.ok || !example.ok) throw new Error('env failed');
-  const rollout = await runRollout({ env, info: info.value, example: example.value, seed: 3, seqLen, sampling }, pool, client, tokenizer);
+  const rollout = await runRollout(
+    { env, info: info.value, example: example.value, seed: 3, seqLen, sampling },
+    pool,
+    client,
+    tokenizer,
+  );
   return { rollout, prompt: example.value.prompt };
 }
 
@@ -106,12 +129,17 @@ test('a thinking model answered by user turns: one sample per turn, each prompt 
     // The prompt of turn t + 1 is the whole chat so far as the template renders it now: earlier
     // answers without their thinking.
     const chat = [...prompt, ...rollout.completion.slice(0, 2 * t)] as ChatMessage[];
-    expect(Array.from(segments[0].tokens)).toEqual(tokenizer.encode(renderChat(tokenizer, chat, { addGenerationPrompt: true })));
+    expect(Array.from(segments[0].tokens)).toEqual(
+      tokenizer.encode(renderChat(tokenizer, chat, { addGenerationPrompt: true })),
+    );
     const text = tokenizer.decode(Array.from(segments[0].tokens));
     expect(text.match(/<think>/g)?.length ?? 0).toBe(0);
     for (const g of wrong.slice(0, t)) expect(text).toContain(`<|im_start|>assistant\n<guess>${g}</guess><|im_end|>`);
     // The sampled tokens and their logprobs, exactly.
-    expect(Array.from(segments[1].tokens)).toEqual([...tokenizer.encode(replies[t]), tokenizer.encode('<|im_end|>')[0]]);
+    expect(Array.from(segments[1].tokens)).toEqual([
+      ...tokenizer.encode(replies[t]),
+      tokenizer.encode('<|im_end|>')[0],
+    ]);
     expect(Array.from(segments[1].logprobs!)).toEqual(Array.from(segments[1].tokens, (_, i) => -(t + 1 + i / 1000)));
   });
   expect(rollout.completionTokens).toBe(rollout.samples.reduce((n, s) => n + s[1].tokens.length, 0));
@@ -141,10 +169,12 @@ test('a thinking model answered by tool results: the prefix holds, one sample', 
   if (!info.ok) throw new Error('env failed');
   const full = renderChat(tokenizer, [...prompt, ...rollout.completion] as ChatMessage[], { tools: info.value.tools });
   expect(tokenizer.decode(flat(segments))).toBe(full.replace(/\n$/, ''));
-  expect(tokenizer.decode(Array.from(segments[2].tokens))).toMatch(/^\n<\|im_start\|>user\n<tool_response>\n-?\d+\n<\/tool_response><\|im_end\|>\n<\|im_start\|>assistant\n$/);
+  expect(tokenizer.decode(Array.from(segments[2].tokens))).toMatch(
+    /^\n<\|im_start\|>user\n<tool_response>\n-?\d+\n<\/tool_response><\|im_end\|>\n<\|im_start\|>assistant\n$/,
+  );
 });
 
-test('a rollout on Qwen3\'s template against a real server: its samples are the exact contexts of the sampled tokens and logprobs', async () => {
+test("a rollout on Qwen3's template against a real server: its samples are the exact contexts of the sampled tokens and logprobs", async () => {
   const client = new RecordingClient([`${server.url}/v1`]);
   const { rollout } = await play('guess-number', { max_turns: 3 }, client);
   expect(rollout.error).toBeUndefined();
@@ -154,11 +184,14 @@ test('a rollout on Qwen3\'s template against a real server: its samples are the 
   // Every sampled token's inference logprob equals the engine scoring its sample as one sequence.
   const hf = loadHfModel(modelDir);
   const model = await native.loadModel(hf.config, hf.tensors);
-  const scores = await model.score(rollout.samples.map((segments) => ({ inputIds: flat(segments), positionIds: flat(segments).map((_, i) => i) })));
+  const scores = await model.score(
+    rollout.samples.map((segments) => ({ inputIds: flat(segments), positionIds: flat(segments).map((_, i) => i) })),
+  );
   rollout.samples.forEach((segments, k) => {
     let at = 0;
     for (const s of segments) {
-      if (s.generated) Array.from(s.logprobs!).forEach((lp, i) => expect(lp).toBeCloseTo(scores[k].logprobs[at + i], 4));
+      if (s.generated)
+        Array.from(s.logprobs!).forEach((lp, i) => expect(lp).toBeCloseTo(scores[k].logprobs[at + i], 4));
       at += s.tokens.length;
     }
   });

@@ -11,7 +11,9 @@ import { buildStepBatch } from '../lib/orchestrator/step-batch';
 function sample(n: number, base = 0, advantage = 1): Sample {
   const ids = Array.from({ length: n }, (_, i) => base + i);
   return buildSample(
-    ids.map((t, i) => (i % 2 === 1 ? { tokens: [t], generated: true, logprobs: [-(t % 7) / 8] } : { tokens: [t], generated: false })),
+    ids.map((t, i) =>
+      i % 2 === 1 ? { tokens: [t], generated: true, logprobs: [-(t % 7) / 8] } : { tokens: [t], generated: false },
+    ),
     advantage,
   );
 }
@@ -34,7 +36,9 @@ describe('buildSample', () => {
   });
 
   test('generated tokens need their logprobs', () => {
-    expect(() => buildSample([{ tokens: [1, 2], generated: true, logprobs: [0] }], 1)).toThrow(/segment 0: generated tokens need one logprob each \(2 tokens, 1 logprobs\)/);
+    expect(() => buildSample([{ tokens: [1, 2], generated: true, logprobs: [0] }], 1)).toThrow(
+      /segment 0: generated tokens need one logprob each \(2 tokens, 1 logprobs\)/,
+    );
   });
 });
 
@@ -43,18 +47,45 @@ describe('packSamples', () => {
     // lengths 3 7 5 4 2 6 -> placed 7, 6, 5, 4, 3, 2 into rows of 10
     const samples = [3, 7, 5, 4, 2, 6].map((n, i) => sample(n, 100 * i));
     const { rows, counts } = packSamples(samples, 10);
-    expect(rows.map((r) => Array.from(r.sampleIndices))).toEqual([[1, 0], [5, 3], [2, 4]]);
-    expect(rows.map((r) => Array.from(r.sampleLengths))).toEqual([[7, 3], [6, 4], [5, 2]]);
+    expect(rows.map((r) => Array.from(r.sampleIndices))).toEqual([
+      [1, 0],
+      [5, 3],
+      [2, 4],
+    ]);
+    expect(rows.map((r) => Array.from(r.sampleLengths))).toEqual([
+      [7, 3],
+      [6, 4],
+      [5, 2],
+    ]);
     expect(Array.from(rows[2].inputIds)).toEqual([200, 201, 202, 203, 204, 400, 401, 0, 0, 0]);
     expect(Array.from(rows[2].positionIds)).toEqual([0, 1, 2, 3, 4, 0, 1, 0, 0, 0]);
     expect(Array.from(rows[2].lossMask)).toEqual([0, 1, 0, 1, 0, 0, 1, 0, 0, 0]);
-    expect(counts).toEqual({ samples: 6, rows: 3, tokens: 27, lossTokens: 1 + 3 + 2 + 2 + 1 + 3, truncated: 0, truncatedTokens: 0, padding: 3 });
+    expect(counts).toEqual({
+      samples: 6,
+      rows: 3,
+      tokens: 27,
+      lossTokens: 1 + 3 + 2 + 2 + 1 + 3,
+      truncated: 0,
+      truncatedTokens: 0,
+      padding: 3,
+    });
   });
 
   test('longer-than-row samples are truncated to seq_len and counted, never dropped', () => {
     const { rows, counts } = packSamples([sample(6, 10), sample(2, 50)], 4, { padTokenId: -1 });
-    expect(rows.map((r) => Array.from(r.inputIds))).toEqual([[10, 11, 12, 13], [50, 51, -1, -1]]);
-    expect(counts).toMatchObject({ samples: 2, rows: 2, tokens: 6, lossTokens: 3, truncated: 1, truncatedTokens: 2, padding: 2 });
+    expect(rows.map((r) => Array.from(r.inputIds))).toEqual([
+      [10, 11, 12, 13],
+      [50, 51, -1, -1],
+    ]);
+    expect(counts).toMatchObject({
+      samples: 2,
+      rows: 2,
+      tokens: 6,
+      lossTokens: 3,
+      truncated: 1,
+      truncatedTokens: 2,
+      padding: 2,
+    });
   });
 
   test('bad input is rejected', () => {
@@ -75,7 +106,11 @@ describe('packSamples', () => {
         return buildSample(
           [
             { tokens: ids(prompt), generated: false },
-            { tokens: ids(completion), generated: true, logprobs: Array.from({ length: completion }, () => -uniformInt(rng, 0, 1000) / 100) },
+            {
+              tokens: ids(completion),
+              generated: true,
+              logprobs: Array.from({ length: completion }, () => -uniformInt(rng, 0, 1000) / 100),
+            },
           ],
           (i % 5) - 2,
         );
@@ -91,11 +126,13 @@ function checkInvariants(samples: Sample[], seqLen: number, { rows, counts }: Pa
   const kept = samples.map((s) => Math.min(s.inputIds.length, seqLen));
   const seen = new Array(samples.length).fill(0);
   const finalFree = rows.map((r) => seqLen - r.sampleLengths.reduce((a, b) => a + b, 0));
-  const same = (a: ArrayLike<number>, b: ArrayLike<number>, n: number) => Array.from({ length: n }, (_, p) => a[p] === b[p]).every(Boolean);
+  const same = (a: ArrayLike<number>, b: ArrayLike<number>, n: number) =>
+    Array.from({ length: n }, (_, p) => a[p] === b[p]).every(Boolean);
   let tokens = 0;
   let lossTokens = 0;
   rows.forEach((row, r) => {
-    for (const arr of [row.inputIds, row.positionIds, row.lossMask, row.logprobs, row.advantages]) if (arr.length !== seqLen) bad.push(`row ${r}: length`);
+    for (const arr of [row.inputIds, row.positionIds, row.lossMask, row.logprobs, row.advantages])
+      if (arr.length !== seqLen) bad.push(`row ${r}: length`);
     let at = 0;
     row.sampleIndices.forEach((i, k) => {
       seen[i]++;
@@ -113,7 +150,8 @@ function checkInvariants(samples: Sample[], seqLen: number, { rows, counts }: Pa
       for (let p = 0; p < n; p++) {
         if (row.positionIds[at + p] !== p) bad.push(`sample ${i}: position ${p}`);
         // Mask right: logprobs and advantages only where the loss is.
-        if (row.lossMask[at + p] === 0 && (row.logprobs[at + p] !== 0 || row.advantages[at + p] !== 0)) bad.push(`sample ${i}: unmasked values at ${p}`);
+        if (row.lossMask[at + p] === 0 && (row.logprobs[at + p] !== 0 || row.advantages[at + p] !== 0))
+          bad.push(`sample ${i}: unmasked values at ${p}`);
         lossTokens += row.lossMask[at + p];
       }
       at += n;
@@ -121,7 +159,8 @@ function checkInvariants(samples: Sample[], seqLen: number, { rows, counts }: Pa
     tokens += at;
     if (at > seqLen) bad.push(`row ${r}: overfull`);
     for (let p = at; p < seqLen; p++) {
-      if (row.lossMask[p] !== 0 || row.advantages[p] !== 0 || row.inputIds[p] !== 0) bad.push(`row ${r}: padding at ${p}`);
+      if (row.lossMask[p] !== 0 || row.advantages[p] !== 0 || row.inputIds[p] !== 0)
+        bad.push(`row ${r}: padding at ${p}`);
     }
   });
   seen.forEach((c, i) => c !== 1 && bad.push(`sample ${i} placed ${c} times`));
@@ -143,7 +182,10 @@ describe('batch files', () => {
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
   test('read back as the packed rows without their padding, with step and counts', () => {
-    const { rows, counts } = packSamples([3, 7, 5, 4, 2, 6].map((n, i) => sample(n, 100 * i, i - 2.5)), 10);
+    const { rows, counts } = packSamples(
+      [3, 7, 5, 4, 2, 6].map((n, i) => sample(n, 100 * i, i - 2.5)),
+      10,
+    );
     const file = path.join(dir, 'step_3.safetensors');
     writeBatch(file, 3, 10, rows, counts);
     const batch = readBatch(file);
@@ -186,7 +228,14 @@ describe('a step batch of rollouts that are several samples', () => {
     const rolloutsFile = path.join(dir, 'rollouts.jsonl');
     fs.writeFileSync(rolloutsFile, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
     const batchFile = path.join(dir, 'step_0.safetensors');
-    const r = buildStepBatch({ step: 0, rolloutsFile, batchFile, seqLen: 16, advantage: { type: 'grpo', std_norm: false, kwargs: {} }, filterZeroAdvantages: false });
+    const r = buildStepBatch({
+      step: 0,
+      rolloutsFile,
+      batchFile,
+      seqLen: 16,
+      advantage: { type: 'grpo', std_norm: false, kwargs: {} },
+      filterZeroAdvantages: false,
+    });
     // Advantages over the 3 rollouts (mean 0.5), not over the 4 samples.
     expect(r.advantages).toMatchObject({ groups: 1, groups_kept: 1, rollouts: 3, rollouts_kept: 3 });
     expect(r.counts).toMatchObject({ samples: 4, tokens: 4 + 5 + 4 + 3, lossTokens: 7 });

@@ -28,7 +28,13 @@ let pool: EnvPool;
 beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
   server = await startInferenceServer(
-    inferenceSchema.parse({ model: { name: modelDir }, seq_len: 512, output_dir: root, threads: 2, server: { port: 0 } }),
+    inferenceSchema.parse({
+      model: { name: modelDir },
+      seq_len: 512,
+      output_dir: root,
+      threads: 2,
+      server: { port: 0 },
+    }),
   );
   pool = new EnvPool({ workers: 2, timeoutS: 30 });
 });
@@ -55,7 +61,12 @@ test('a multi-turn rollout extends the token ids of each turn exactly', async ()
   const client = new RecordingClient([`${server.url}/v1`]);
   const tokenizer = Tokenizer.fromDir(modelDir);
   const sampling = { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 12 };
-  const rollout = await runRollout({ env, info: info.value, example: example.value, seed: 5, seqLen: 512, sampling }, pool, client, tokenizer);
+  const rollout = await runRollout(
+    { env, info: info.value, example: example.value, seed: 5, seqLen: 512, sampling },
+    pool,
+    client,
+    tokenizer,
+  );
 
   expect(rollout.error).toBeUndefined();
   expect(rollout.turns).toBe(3);
@@ -72,7 +83,9 @@ test('a multi-turn rollout extends the token ids of each turn exactly', async ()
   expect(client.prompts[2]).toEqual(flat(5));
   // The environment's turn is the template's text between the model's turns.
   const envText = tokenizer.decode(Array.from(segments[2].tokens));
-  expect(envText).toMatch(/<\|im_start\|>user\n(Higher\.|Lower\.|Write one integer guess in <guess> tags\.)<\|im_end\|>\n<\|im_start\|>assistant\n$/);
+  expect(envText).toMatch(
+    /<\|im_start\|>user\n(Higher\.|Lower\.|Write one integer guess in <guess> tags\.)<\|im_end\|>\n<\|im_start\|>assistant\n$/,
+  );
   expect(rollout.completion.map((m) => m.role)).toEqual(['assistant', 'user', 'assistant', 'user', 'assistant']);
 
   // Every sampled token's inference logprob equals the engine scoring the whole rollout.
@@ -87,12 +100,18 @@ test('a multi-turn rollout extends the token ids of each turn exactly', async ()
   }
 });
 
-test('a chat rollout (the eval path of an external API) is played by the same driver; a 4xx errors it with the body\'s message', async () => {
+test("a chat rollout (the eval path of an external API) is played by the same driver; a 4xx errors it with the body's message", async () => {
   const env = { id: 'guess-number', args: { max_turns: 2 } };
   const info = await pool.info(env);
   const example = await pool.example(env, 'train', 0, 0);
   if (!info.ok || !example.ok) throw new Error('env failed');
-  const task = { env, info: info.value, example: example.value, seed: 1, sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 8 } };
+  const task = {
+    env,
+    info: info.value,
+    example: example.value,
+    seed: 1,
+    sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 8 },
+  };
   const api = { baseUrl: `${server.url}/v1`, model: modelDir };
   const ok = await runChatRollout(task, pool, api);
   expect(ok.error).toBeUndefined();
@@ -101,29 +120,51 @@ test('a chat rollout (the eval path of an external API) is played by the same dr
   expect(ok.completionTokens).toBeGreaterThan(0);
   // A request the API refuses: the message of its OpenAI-style error body, not the raw JSON.
   const refused = await runChatRollout(task, pool, { ...api, model: 'no-such-model' });
-  expect(refused.error).toBe(`${server.url}/v1/chat/completions: HTTP 404: model 'no-such-model' does not exist; this server serves '${modelDir}'`);
+  expect(refused.error).toBe(
+    `${server.url}/v1/chat/completions: HTTP 404: model 'no-such-model' does not exist; this server serves '${modelDir}'`,
+  );
   expect(refused.turns).toBe(0);
 });
 
-test('what our server\'s answers mean: a bad request errors one rollout, a wrong address the run, a full queue waits', async () => {
+test("what our server's answers mean: a bad request errors one rollout, a wrong address the run, a full queue waits", async () => {
   const params = { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 4, seed: 1 };
   const client = new InferenceClient([`${server.url}/v1`]);
   // 400 for this one request (a token outside the vocabulary): that rollout's error only.
   const bad = await client.generate([1_000_000], params).catch((e: unknown) => e);
   expect(bad).toBeInstanceOf(InferenceError);
-  expect([(bad as InferenceError).status, (bad as InferenceError).kind, (bad as InferenceError).rejectsRequest]).toEqual([400, 'request', true]);
+  expect([
+    (bad as InferenceError).status,
+    (bad as InferenceError).kind,
+    (bad as InferenceError).rejectsRequest,
+  ]).toEqual([400, 'request', true]);
   // 404: not a prime-rl server's route (a wrong base URL): no retry can fix it.
-  const lost = await new InferenceClient([`${server.url}/nowhere/v1`]).generate([1, 2], params).catch((e: unknown) => e);
-  expect([(lost as InferenceError).status, (lost as InferenceError).kind, (lost as InferenceError).rejectsRequest]).toEqual([404, 'config', false]);
+  const lost = await new InferenceClient([`${server.url}/nowhere/v1`])
+    .generate([1, 2], params)
+    .catch((e: unknown) => e);
+  expect([
+    (lost as InferenceError).status,
+    (lost as InferenceError).kind,
+    (lost as InferenceError).rejectsRequest,
+  ]).toEqual([404, 'config', false]);
 
   // A server that queues 1 request and runs 1: 12 requests at once through an unbounded client
   // meet 429s, which the client retries until every one is served.
   const small = await startInferenceServer(
-    inferenceSchema.parse({ model: { name: modelDir }, seq_len: 128, output_dir: root, threads: 1, max_running: 1, max_queued: 1, server: { port: 0 } }),
+    inferenceSchema.parse({
+      model: { name: modelDir },
+      seq_len: 128,
+      output_dir: root,
+      threads: 1,
+      max_running: 1,
+      max_queued: 1,
+      server: { port: 0 },
+    }),
   );
   try {
     const unbounded = new InferenceClient([`${small.url}/v1`]);
-    const results = await Promise.all(Array.from({ length: 12 }, (_, i) => unbounded.generate([1, 2, 3], { ...params, seed: i })));
+    const results = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => unbounded.generate([1, 2, 3], { ...params, seed: i })),
+    );
     expect(results.map((r) => r.finishReason).filter((f) => f === 'stop' || f === 'length')).toHaveLength(12);
     // ... after the server did answer 429 (its request counter says so).
     const metrics = await (await fetch(`${small.url}/metrics`)).text();
@@ -133,12 +174,13 @@ test('what our server\'s answers mean: a bad request errors one rollout, a wrong
   }
 });
 
-test('ensurePolicy moves a server that serves the wanted version number from another folder (another run\'s weights)', async () => {
+test("ensurePolicy moves a server that serves the wanted version number from another folder (another run's weights)", async () => {
   const [mine, theirs] = [path.join(root, 'policy', 'mine'), path.join(root, 'policy', 'theirs')];
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: theirs });
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 2, out: mine });
   const client = new InferenceClient([`${server.url}/v1`]);
-  const health = async () => (await (await fetch(`${server.url}/health`)).json()) as { policy_version: number; weight_dir: string };
+  const health = async () =>
+    (await (await fetch(`${server.url}/health`)).json()) as { policy_version: number; weight_dir: string };
   await client.ensurePolicy({ version: 1, weightDir: theirs });
   expect(await health()).toMatchObject({ policy_version: 1, weight_dir: fs.realpathSync(theirs) });
   await client.ensurePolicy({ version: 1, weightDir: mine });
@@ -159,7 +201,14 @@ describe('step activities', () => {
       seq_len: 512,
       trainer: { model: { name: modelDir } },
       inference: { model: { name: modelDir } },
-      orchestrator: { model: { name: modelDir }, seq_len: 512, batch_size: 8, rollouts_per_example: 4, base_urls: [`${server.url}/v1`], sampling: { max_tokens: 16 } },
+      orchestrator: {
+        model: { name: modelDir },
+        seq_len: 512,
+        batch_size: 8,
+        rollouts_per_example: 4,
+        base_urls: [`${server.url}/v1`],
+        sampling: { max_tokens: 16 },
+      },
     });
     fs.mkdirSync(path.dirname(layout.configFile), { recursive: true });
     fs.writeFileSync(layout.configFile, JSON.stringify(config));
@@ -178,7 +227,9 @@ describe('step activities', () => {
     // With no inference server reachable, only a stored result can answer.
     const offline = createRolloutActivities({ pool });
     const generatedBefore = server.scheduler.generatedTokens;
-    expect(await mock.run(offline.generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 })).toEqual(summary);
+    expect(await mock.run(offline.generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 })).toEqual(
+      summary,
+    );
     expect(server.scheduler.generatedTokens).toBe(generatedBefore);
   });
 
@@ -208,7 +259,14 @@ function runFolder(name: string, orchestrator: Record<string, unknown>, seqLen =
     seq_len: seqLen,
     trainer: { model: { name: modelDir }, seq_len: seqLen },
     inference: { model: { name: modelDir }, seq_len: seqLen },
-    orchestrator: { model: { name: modelDir }, seq_len: seqLen, batch_size: 8, rollouts_per_example: 4, base_urls: [`${server.url}/v1`], ...orchestrator },
+    orchestrator: {
+      model: { name: modelDir },
+      seq_len: seqLen,
+      batch_size: 8,
+      rollouts_per_example: 4,
+      base_urls: [`${server.url}/v1`],
+      ...orchestrator,
+    },
   });
   fs.mkdirSync(path.dirname(layout.configFile), { recursive: true });
   fs.writeFileSync(layout.configFile, JSON.stringify(config));
@@ -216,17 +274,42 @@ function runFolder(name: string, orchestrator: Record<string, unknown>, seqLen =
 }
 
 /** Stored rollouts of step 0: `groups` x `perGroup`, each a prompt of `prompt` tokens and a completion of `completion`. */
-function writeRollouts(layout: RunLayout, o: { groups: number; perGroup: number; prompt: number; completion: number; error?: string; reward?: (g: number, s: number) => number }) {
+function writeRollouts(
+  layout: RunLayout,
+  o: {
+    groups: number;
+    perGroup: number;
+    prompt: number;
+    completion: number;
+    error?: string;
+    reward?: (g: number, s: number) => number;
+  },
+) {
   const lines: string[] = [];
   for (let g = 0; g < o.groups; g++) {
     for (let s = 0; s < o.perGroup; s++) {
       const tokens = (n: number) => Array.from({ length: n }, (_, i) => 3 + ((g * 7 + s * 3 + i) % 250));
-      lines.push(JSON.stringify({
-        env: 'reverse-text', group: g, exampleIndex: g, sample: s, seed: s, completion: [], reward: o.reward ? o.reward(g, s) : s, metrics: {}, turns: 1,
-        completionTokens: o.completion, truncated: false, policyVersion: 0,
-        segments: [{ tokens: tokens(o.prompt), generated: false }, { tokens: tokens(o.completion), generated: true, logprobs: Array(o.completion).fill(-1) }],
-        ...(o.error ? { error: o.error } : {}),
-      }));
+      lines.push(
+        JSON.stringify({
+          env: 'reverse-text',
+          group: g,
+          exampleIndex: g,
+          sample: s,
+          seed: s,
+          completion: [],
+          reward: o.reward ? o.reward(g, s) : s,
+          metrics: {},
+          turns: 1,
+          completionTokens: o.completion,
+          truncated: false,
+          policyVersion: 0,
+          segments: [
+            { tokens: tokens(o.prompt), generated: false },
+            { tokens: tokens(o.completion), generated: true, logprobs: Array(o.completion).fill(-1) },
+          ],
+          ...(o.error ? { error: o.error } : {}),
+        }),
+      );
     }
   }
   fs.mkdirSync(layout.rolloutsDir(0), { recursive: true });
@@ -235,7 +318,10 @@ function writeRollouts(layout: RunLayout, o: { groups: number; perGroup: number;
 
 /** The non-retryable failure `p` rejects with. */
 async function failure(p: Promise<unknown>): Promise<ApplicationFailure> {
-  const e = await p.then(() => undefined, (err: unknown) => err);
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
   expect(e).toBeInstanceOf(ApplicationFailure);
   expect((e as ApplicationFailure).nonRetryable).toBe(true);
   return e as ApplicationFailure;
@@ -250,20 +336,32 @@ describe('runs that cannot train fail, naming why', () => {
     const { generateRollouts } = createRolloutActivities({ pool });
     const f = await failure(mock.run(generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 }));
     expect(f.type).toBe('InvalidConfig');
-    expect(f.message).toMatch(/^orchestrator\.seq_len \(8\) is too short for the environments' prompts: the 2 prompts of step 0 and the first 32 of each environment are \d+ tokens or longer/);
+    expect(f.message).toMatch(
+      /^orchestrator\.seq_len \(8\) is too short for the environments' prompts: the 2 prompts of step 0 and the first 32 of each environment are \d+ tokens or longer/,
+    );
     expect(f.message).toContain('raise seq_len');
     expect(server.scheduler.generatedTokens).toBe(generatedBefore);
     expect(fs.existsSync(layout.rolloutsDir(0))).toBe(false);
   });
 
   test('a run started without the CLI (temporal workflow start) is checked as the CLI checks it', async () => {
-    const config = rlSchema.parse({ run_name: 'no-cli', model: { name: modelDir }, env: [{ id: 'reverse-text' }], output_dir: path.join(root, 'runs'), trainer: { model: { name: modelDir } }, inference: { model: { name: modelDir } }, orchestrator: { model: { name: modelDir } } });
+    const config = rlSchema.parse({
+      run_name: 'no-cli',
+      model: { name: modelDir },
+      env: [{ id: 'reverse-text' }],
+      output_dir: path.join(root, 'runs'),
+      trainer: { model: { name: modelDir } },
+      inference: { model: { name: modelDir } },
+      orchestrator: { model: { name: modelDir } },
+    });
     const bad = { ...config, orchestrator: { ...config.orchestrator, batch_size: 10, rollouts_per_example: 4 } };
     // As a worker registers it: lib's config check fails it non-retryably (activities/failures.ts).
     const { prepareRun } = createCpuActivities({ pool });
     const f = await failure(mock.run(prepareRun, bad));
     expect(f.type).toBe('InvalidConfig');
-    expect(f.message).toMatch(/^invalid configuration: orchestrator\.batch_size: 10 is not a multiple of orchestrator\.rollouts_per_example \(4\)/);
+    expect(f.message).toMatch(
+      /^invalid configuration: orchestrator\.batch_size: 10 is not a multiple of orchestrator\.rollouts_per_example \(4\)/,
+    );
     expect(fs.existsSync(RunLayout.of(config.output_dir, 'no-cli').dir)).toBe(false);
   });
 
@@ -274,19 +372,34 @@ describe('runs that cannot train fail, naming why', () => {
     if (!info.ok || !example.ok) throw new Error('env failed');
     const client = new InferenceClient([`${server.url}/v1`]);
     const sampling = { temperature: 1, top_p: 1, top_k: -1, min_p: 0 };
-    const rollout = await runRollout({ env, info: info.value, example: example.value, seed: 1, seqLen: 8, sampling }, pool, client, Tokenizer.fromDir(modelDir));
+    const rollout = await runRollout(
+      { env, info: info.value, example: example.value, seed: 1, seqLen: 8, sampling },
+      pool,
+      client,
+      Tokenizer.fromDir(modelDir),
+    );
     expect(isPromptTooLong(rollout.error)).toBe(true);
-    expect(rollout.error).toMatch(/^prompt too long: the prompt is \d+ tokens, which leaves no room to generate within seq_len 8/);
+    expect(rollout.error).toMatch(
+      /^prompt too long: the prompt is \d+ tokens, which leaves no room to generate within seq_len 8/,
+    );
     expect(rollout.completionTokens).toBe(0);
   });
 
   test('packBatch fails a step whose rollouts all errored, with their errors', async () => {
     const layout = runFolder('all-errored', {});
-    writeRollouts(layout, { groups: 2, perGroup: 4, prompt: 10, completion: 5, error: 'environment score failed: boom' });
+    writeRollouts(layout, {
+      groups: 2,
+      perGroup: 4,
+      prompt: 10,
+      completion: 5,
+      error: 'environment score failed: boom',
+    });
     const { packBatch } = createPackActivities();
     const f = await failure(mock.run(packBatch, { runDir: layout.dir, step: 0 }));
     expect(f.type).toBe('NothingToTrain');
-    expect(f.message).toBe('step 0 has nothing to train: all 8 rollouts errored (first errors: environment score failed: boom | environment score failed: boom | environment score failed: boom)');
+    expect(f.message).toBe(
+      'step 0 has nothing to train: all 8 rollouts errored (first errors: environment score failed: boom | environment score failed: boom | environment score failed: boom)',
+    );
   });
 
   test('a step whose prompts were all too long by chance (the check found prompts that fit) trains nothing and is recorded', async () => {
@@ -305,7 +418,9 @@ describe('runs that cannot train fail, naming why', () => {
     const { packBatch } = createPackActivities();
     const f = await failure(mock.run(packBatch, { runDir: layout.dir, step: 0 }));
     expect(f.type).toBe('InvalidConfig');
-    expect(f.message).toBe('step 0 has nothing to train: its 8 samples carry no generated token within orchestrator.seq_len (16) (72 tokens cut off); raise seq_len (the shared key)');
+    expect(f.message).toBe(
+      'step 0 has nothing to train: its 8 samples carry no generated token within orchestrator.seq_len (16) (72 tokens cut off); raise seq_len (the shared key)',
+    );
   });
 
   test('a step whose groups all carry no signal (equal rewards) is a normal step that trains nothing', async () => {
@@ -341,22 +456,44 @@ describe('filtered steps (rollout filters, refill)', () => {
     return './' + path.relative(process.cwd(), path.join(root, name));
   };
   // Drops the step's own first `below` groups; keeps every refill.
-  const FILTER = plugin('early_filter.ts', "export const filter = (g: { group: number; round: number }, kw: { below: number }) => (g.round === 0 && g.group < kw.below ? 'early' : true);\n");
+  const FILTER = plugin(
+    'early_filter.ts',
+    "export const filter = (g: { group: number; round: number }, kw: { below: number }) => (g.round === 0 && g.group < kw.below ? 'early' : true);\n",
+  );
   const ADV = plugin('plus_one.ts', 'export default (g: { rewards: number[] }) => g.rewards.map((r) => r + 1);\n');
-  const orchestrator = (extra: Record<string, unknown>) => ({ sampling: { max_tokens: 16 }, filter_zero_advantages: false, ...extra });
+  const orchestrator = (extra: Record<string, unknown>) => ({
+    sampling: { max_tokens: 16 },
+    filter_zero_advantages: false,
+    ...extra,
+  });
 
   test('dropped groups are refilled with fresh examples: the step still trains on batch_size rollouts, and a rerun writes the same step', async () => {
-    const settings = orchestrator({ rollout_filters: [{ import_path: FILTER, kwargs: { below: 2 } }], advantage: { import_path: ADV } });
+    const settings = orchestrator({
+      rollout_filters: [{ import_path: FILTER, kwargs: { below: 2 } }],
+      advantage: { import_path: ADV },
+    });
     const layout = runFolder('refill', settings);
     const { generateRollouts } = createRolloutActivities({ pool });
     const summary: RolloutSummary = await mock.run(generateRollouts, { runDir: layout.dir, step: 3, policyVersion: 0 });
-    expect(summary.filter).toEqual({ groups_generated: 4, groups_dropped: 2, dropped_by: { [`${FILTER}/early`]: 2 }, refill_rounds: 1, groups_missing: 0 });
+    expect(summary.filter).toEqual({
+      groups_generated: 4,
+      groups_dropped: 2,
+      dropped_by: { [`${FILTER}/early`]: 2 },
+      refill_rounds: 1,
+      groups_missing: 0,
+    });
     expect(summary.rollouts).toBe(16);
     const stored = readRollouts(layout.rolloutsDir(3));
     expect(stored).toHaveLength(8);
     expect(stored.map((r) => [r.group, r.round])).toEqual([2, 2, 2, 2, 3, 3, 3, 3].map((g) => [g, 1]));
-    const dropped = fs.readFileSync(path.join(layout.rolloutsDir(3), 'dropped.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-    expect(dropped.map((r) => [r.group, r.round, r.dropped])).toEqual([0, 0, 0, 0, 1, 1, 1, 1].map((g) => [g, 0, `${FILTER}/early`]));
+    const dropped = fs
+      .readFileSync(path.join(layout.rolloutsDir(3), 'dropped.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(dropped.map((r) => [r.group, r.round, r.dropped])).toEqual(
+      [0, 0, 0, 0, 1, 1, 1, 1].map((g) => [g, 0, `${FILTER}/early`]),
+    );
     // A retry returns the stored step.
     expect(await mock.run(generateRollouts, { runDir: layout.dir, step: 3, policyVersion: 0 })).toEqual(summary);
 
@@ -364,20 +501,42 @@ describe('filtered steps (rollout filters, refill)', () => {
     const packed: PackSummary = await mock.run(createPackActivities().packBatch, { runDir: layout.dir, step: 3 });
     expect(packed.counts.samples).toBe(8);
     const batch = readBatch(packed.path);
-    const advantages = new Set(batch.rows.flatMap((r) => Array.from(r.advantages).filter((_, i) => r.lossMask[i] === 1)));
+    const advantages = new Set(
+      batch.rows.flatMap((r) => Array.from(r.advantages).filter((_, i) => r.lossMask[i] === 1)),
+    );
     expect([...advantages].every((a) => a >= 1)).toBe(true);
 
     // The same step from scratch (as after a crash) draws the same refill examples and plays the same requests.
     const again = runFolder('refill-again', settings);
     await mock.run(generateRollouts, { runDir: again.dir, step: 3, policyVersion: 0 });
-    const key = (r: (typeof stored)[number]) => [r.env, r.exampleIndex, r.group, r.round, r.seed, r.samples.flat().map((s) => Array.from(s.tokens))];
+    const key = (r: (typeof stored)[number]) => [
+      r.env,
+      r.exampleIndex,
+      r.group,
+      r.round,
+      r.seed,
+      r.samples.flat().map((s) => Array.from(s.tokens)),
+    ];
     expect(readRollouts(again.rolloutsDir(3)).map(key)).toEqual(stored.map(key));
   });
 
   test('refills are bounded by max_refill_rounds; what the step is short of is counted', async () => {
-    const layout = runFolder('exhausted', orchestrator({ difficulty_filter: { enabled: true, min_reward_variance: 1e9 }, max_refill_rounds: 1 }));
-    const summary: RolloutSummary = await mock.run(createRolloutActivities({ pool }).generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 });
-    expect(summary.filter).toEqual({ groups_generated: 4, groups_dropped: 4, dropped_by: { 'difficulty/reward_variance': 4 }, refill_rounds: 1, groups_missing: 2 });
+    const layout = runFolder(
+      'exhausted',
+      orchestrator({ difficulty_filter: { enabled: true, min_reward_variance: 1e9 }, max_refill_rounds: 1 }),
+    );
+    const summary: RolloutSummary = await mock.run(createRolloutActivities({ pool }).generateRollouts, {
+      runDir: layout.dir,
+      step: 0,
+      policyVersion: 0,
+    });
+    expect(summary.filter).toEqual({
+      groups_generated: 4,
+      groups_dropped: 4,
+      dropped_by: { 'difficulty/reward_variance': 4 },
+      refill_rounds: 1,
+      groups_missing: 2,
+    });
     expect(readRollouts(layout.rolloutsDir(0))).toHaveLength(0);
     const packed: PackSummary = await mock.run(createPackActivities().packBatch, { runDir: layout.dir, step: 0 });
     expect(packed.counts.samples).toBe(0);

@@ -87,13 +87,18 @@ export class CliProcesses {
   start(args: string[]): CliLaunch {
     const logFile = path.join(this.logDir, `cli-${this.groups.size}.log`);
     const fd = fs.openSync(logFile, 'w');
-    const child = spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], { stdio: ['ignore', fd, fd], detached: true });
+    const child = spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], {
+      stdio: ['ignore', fd, fd],
+      detached: true,
+    });
     fs.closeSync(fd);
     this.groups.add(child.pid!);
     const launch: CliLaunch = {
       child,
       output: () => fs.readFileSync(logFile, 'utf8'),
-      exited: new Promise((resolve) => child.once('exit', (code, signal) => resolve((launch.exit = code ?? signal ?? -1)))),
+      exited: new Promise((resolve) =>
+        child.once('exit', (code, signal) => resolve((launch.exit = code ?? signal ?? -1))),
+      ),
     };
     return launch;
   }

@@ -15,7 +15,10 @@ const CHROMIUM_CANDIDATES = ['/usr/bin/chromium', '/usr/bin/chromium-browser', '
 
 function chromium(): string {
   const found = CHROMIUM_CANDIDATES.find((p) => fs.existsSync(p));
-  if (!found) throw new Error(`Chromium not found (looked for ${CHROMIUM_CANDIDATES.join(', ')}); scripts/setup.sh installs it (apt package "chromium")`);
+  if (!found)
+    throw new Error(
+      `Chromium not found (looked for ${CHROMIUM_CANDIDATES.join(', ')}); scripts/setup.sh installs it (apt package "chromium")`,
+    );
   return found;
 }
 
@@ -61,7 +64,10 @@ function renderInBrowser(file: string): RenderedPage {
   const body = /<body([^>]*)>/.exec(dom)?.[1] ?? '';
   const attr = (name: string) => Number(new RegExp(`${name}="(\\d+)"`).exec(body)?.[1]);
   const drawn: Record<string, string> = {};
-  for (const m of dom.matchAll(/<figure class="chart has-data[^"]*" id="chart-([\w-]+)"(?: data-rendered="(\d+x\d+)")?/g)) drawn[m[1]] = m[2] ?? 'not drawn';
+  for (const m of dom.matchAll(
+    /<figure class="chart has-data[^"]*" id="chart-([\w-]+)"(?: data-rendered="(\d+x\d+)")?/g,
+  ))
+    drawn[m[1]] = m[2] ?? 'not drawn';
   const noData = [...dom.matchAll(/<figure class="chart no-data" id="chart-([\w-]+)"/g)].map((m) => m[1]);
   return { expected: attr('data-charts-expected'), rendered: attr('data-charts-rendered'), drawn, noData };
 }
@@ -108,9 +114,22 @@ describe('report', () => {
     fs.mkdirSync(path.join(dir, 'configs'));
     fs.writeFileSync(
       path.join(dir, 'configs', 'rl.json'),
-      JSON.stringify({ model: { name: '/models/qwen3-tiny' }, max_steps: 20, env: [{ id: 'reverse-text', args: {}, weight: 1 }], orchestrator: { batch_size: 128 }, trainer: { optim: { lr: 1e-6 } } }),
+      JSON.stringify({
+        model: { name: '/models/qwen3-tiny' },
+        max_steps: 20,
+        env: [{ id: 'reverse-text', args: {}, weight: 1 }],
+        orchestrator: { batch_size: 128 },
+        trainer: { optim: { lr: 1e-6 } },
+      }),
     );
-    const evalMetrics = (avg: number) => ({ num_examples: 32, rollouts_per_example: 1, avg_at_k: avg, reward_std: 0.1, pass_at_k: null, completion_tokens_mean: 40 });
+    const evalMetrics = (avg: number) => ({
+      num_examples: 32,
+      rollouts_per_example: 1,
+      avg_at_k: avg,
+      reward_std: 0.1,
+      pass_at_k: null,
+      completion_tokens_mean: 40,
+    });
     writeEvalResults(dir, { model: 'base', step: null, environments: { 'reverse-text': evalMetrics(0.05) } });
     writeEvalResults(dir, { model: 'step_20', step: 20, environments: { 'reverse-text': evalMetrics(0.8) } });
 
@@ -125,7 +144,14 @@ describe('report', () => {
     const page = renderInBrowser(file);
     expect(page.expected).toBe(6);
     expect(page.rendered).toBe(6);
-    expect(Object.keys(page.drawn).sort()).toEqual(['entropy', 'loss', 'mismatch_kl', 'reward', 'timeline', 'tokens_per_s']);
+    expect(Object.keys(page.drawn).sort()).toEqual([
+      'entropy',
+      'loss',
+      'mismatch_kl',
+      'reward',
+      'timeline',
+      'tokens_per_s',
+    ]);
     for (const size of Object.values(page.drawn)) expect(canvasOk(size)).toBe(true);
     expect(page.noData).toEqual([]);
   });
@@ -166,11 +192,17 @@ describe('report', () => {
     // An SFT run's environment is data.env; an eval's, its top-level env list.
     const sftDir = makeRun('header-sft', fullMetrics(2));
     fs.mkdirSync(path.join(sftDir, 'configs'));
-    fs.writeFileSync(path.join(sftDir, 'configs', 'sft.json'), JSON.stringify({ model: { name: '/m' }, data: { env: { id: 'reverse-text', args: {}, weight: 1 } } }));
+    fs.writeFileSync(
+      path.join(sftDir, 'configs', 'sft.json'),
+      JSON.stringify({ model: { name: '/m' }, data: { env: { id: 'reverse-text', args: {}, weight: 1 } } }),
+    );
     expect(fs.readFileSync(writeReport(sftDir), 'utf8')).toContain('<dt>environments</dt><dd>reverse-text</dd>');
     const evalDir = makeRun('header-eval', []);
     fs.mkdirSync(path.join(evalDir, 'configs'));
-    fs.writeFileSync(path.join(evalDir, 'configs', 'eval.json'), JSON.stringify({ env: [{ id: 'arithmetic', args: {}, weight: 1 }], rollouts_per_example: 4 }));
+    fs.writeFileSync(
+      path.join(evalDir, 'configs', 'eval.json'),
+      JSON.stringify({ env: [{ id: 'arithmetic', args: {}, weight: 1 }], rollouts_per_example: 4 }),
+    );
     const evalHtml = fs.readFileSync(writeReport(evalDir), 'utf8');
     expect(evalHtml).toContain('<dt>environments</dt><dd>arithmetic</dd>');
     expect(evalHtml).toContain('<dt>rollouts per example</dt><dd>4</dd>');

@@ -28,8 +28,10 @@ afterAll(async () => {
 });
 
 // The two sections other work adds are left out here (config.aliases.test.ts checks them).
-const documented = fs.readFileSync(path.join(__dirname, '..', 'configs', 'prime-rl', 'documented.toml'), 'utf8')
-  .replace(/\[difficulty_filter\][^[]*/, '').replace(/\[kl_penalty\][^[]*/, '');
+const documented = fs
+  .readFileSync(path.join(__dirname, '..', 'configs', 'prime-rl', 'documented.toml'), 'utf8')
+  .replace(/\[difficulty_filter\][^[]*/, '')
+  .replace(/\[kl_penalty\][^[]*/, '');
 
 test('the documented config trains a few steps and records the documented metric names', async () => {
   const file = path.join(root, 'documented.toml');
@@ -38,11 +40,28 @@ test('the documented config trains a few steps and records the documented metric
     schema: rlSchema,
     // The file's model = "outputs/models/x" is relative to where a user runs it: here, `root`.
     argv: [
-      '--model', modelDir,
-      '@', file, '--max-steps', '2', '--batch-size', '8', '--rollouts-per-example', '4', '--sampling.max-tokens', '12',
-      '--seq-len', '128', '--output-dir', path.join(root, 'outputs'), '--orchestrator.base-urls', `${stack.inference.url}/v1`,
+      '--model',
+      modelDir,
+      '@',
+      file,
+      '--max-steps',
+      '2',
+      '--batch-size',
+      '8',
+      '--rollouts-per-example',
+      '4',
+      '--sampling.max-tokens',
+      '12',
+      '--seq-len',
+      '128',
+      '--output-dir',
+      path.join(root, 'outputs'),
+      '--orchestrator.base-urls',
+      `${stack.inference.url}/v1`,
       // A random model scores 0 everywhere: keep those groups so the trainer steps.
-      '--trainer.threads', '1', '--no-orchestrator.filter.zero-variance',
+      '--trainer.threads',
+      '1',
+      '--no-orchestrator.filter.zero-variance',
     ],
     env: {},
     cwd: root,
@@ -50,7 +69,13 @@ test('the documented config trains a few steps and records the documented metric
     aliases: RL_ALIASES,
   }).config;
   const result = await execute<RLResult>({
-    temporal: stack.temporal, pool: stack.pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: 'documented', args: [cfg], trainer: true,
+    temporal: stack.temporal,
+    pool: stack.pool,
+    taskQueue: cfg.temporal.task_queue,
+    workflowType: 'rl',
+    workflowId: 'documented',
+    args: [cfg],
+    trainer: true,
   });
   expect(result.steps).toBe(2);
   expect(cfg.trainer.lora).toMatchObject({ enabled: true, rank: 64 });

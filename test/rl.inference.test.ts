@@ -59,9 +59,27 @@ function config(baseUrl: string, args: string[]): RLConfig {
   return loadConfig({
     schema: rlSchema,
     argv: [
-      '--model.name', modelDir, '--output-dir', path.join(root, 'outputs'), '--seq-len', '128', '--orchestrator.base-urls', baseUrl,
-      '--env', JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]), '--orchestrator.batch-size', '8',
-      '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '8', '--trainer.optim.lr', '1e-3', '--trainer.threads', '1', ...args,
+      '--model.name',
+      modelDir,
+      '--output-dir',
+      path.join(root, 'outputs'),
+      '--seq-len',
+      '128',
+      '--orchestrator.base-urls',
+      baseUrl,
+      '--env',
+      JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]),
+      '--orchestrator.batch-size',
+      '8',
+      '--orchestrator.rollouts-per-example',
+      '4',
+      '--orchestrator.sampling.max-tokens',
+      '8',
+      '--trainer.optim.lr',
+      '1e-3',
+      '--trainer.threads',
+      '1',
+      ...args,
     ],
     env: {},
     shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
@@ -71,7 +89,13 @@ function config(baseUrl: string, args: string[]): RLConfig {
 /** Runs the workflow; a run that retries forever hits the execution timeout instead. */
 function run(cfg: RLConfig): Promise<RLResult> {
   return execute<RLResult>({
-    temporal: stack.temporal, pool: stack.pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: cfg.run_name, args: [cfg], trainer: true,
+    temporal: stack.temporal,
+    pool: stack.pool,
+    taskQueue: cfg.temporal.task_queue,
+    workflowType: 'rl',
+    workflowId: cfg.run_name,
+    args: [cfg],
+    trainer: true,
     executionTimeout: '4 minutes',
   });
 }
@@ -87,9 +111,15 @@ interface Shown {
  * query is answered by the workflow worker in this process.
  */
 async function runsShow(run: string): Promise<Shown> {
-  const { stdout } = await promisify(execFile)(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), 'runs', 'show', run, '--temporal.address', stack.temporal.address], {
-    cwd: projectRoot, env: { PATH: process.env.PATH }, encoding: 'utf8',
-  });
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [path.join(projectRoot, 'bin', 'prime-rl.js'), 'runs', 'show', run, '--temporal.address', stack.temporal.address],
+    {
+      cwd: projectRoot,
+      env: { PATH: process.env.PATH },
+      encoding: 'utf8',
+    },
+  );
   return JSON.parse(stdout) as Shown;
 }
 
@@ -109,18 +139,40 @@ async function failureOf(result: Promise<unknown>): Promise<ApplicationFailure> 
 
 test('a server with max_running 2 and max_queued 2 serves batches of 8: no 429 fails the run', async () => {
   const url = await server({ max_running: 2, max_queued: 2 });
-  const cfg = config(url, ['--run-name', 'small-queue', '--max-steps', '2', '--inference.max-running', '2', '--inference.max-queued', '2']);
+  const cfg = config(url, [
+    '--run-name',
+    'small-queue',
+    '--max-steps',
+    '2',
+    '--inference.max-running',
+    '2',
+    '--inference.max-queued',
+    '2',
+  ]);
   const result = await run(cfg);
   expect(result.steps).toBe(2);
   const lines = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile);
-  expect(lines.map((l) => [l.rollouts, l.rollouts_errored])).toEqual([[8, 0], [8, 0]]);
+  expect(lines.map((l) => [l.rollouts, l.rollouts_errored])).toEqual([
+    [8, 0],
+    [8, 0],
+  ]);
 }, 300_000);
 
 test('with inference.server.api_key_var set, rollouts and evals send the key and the run completes', async () => {
   const url = await server({ server: { api_key_var: KEY_VAR } });
   const cfg = config(url, [
-    '--run-name', 'with-key', '--max-steps', '2', '--inference.server.api-key-var', KEY_VAR,
-    '--eval.interval', '2', '--eval.num-examples', '2', '--eval.sampling.max-tokens', '8',
+    '--run-name',
+    'with-key',
+    '--max-steps',
+    '2',
+    '--inference.server.api-key-var',
+    KEY_VAR,
+    '--eval.interval',
+    '2',
+    '--eval.num-examples',
+    '2',
+    '--eval.sampling.max-tokens',
+    '8',
   ]);
   const result = await run(cfg);
   expect(result.steps).toBe(2);
@@ -131,36 +183,60 @@ test('with inference.server.api_key_var set, rollouts and evals send the key and
 
 test('a key the server does not accept (401) fails the run at once, naming the key variable', async () => {
   const url = await server({ server: { api_key_var: KEY_VAR } });
-  const cfg = config(url, ['--run-name', 'wrong-key', '--max-steps', '2', '--inference.server.api-key-var', WRONG_KEY_VAR]);
+  const cfg = config(url, [
+    '--run-name',
+    'wrong-key',
+    '--max-steps',
+    '2',
+    '--inference.server.api-key-var',
+    WRONG_KEY_VAR,
+  ]);
   const failure = await failureOf(run(cfg));
   expect(failure.type).toBe(Failure.InferenceRejected);
   expect(failure.nonRetryable).toBe(true);
-  expect(failure.message).toMatch(/HTTP 401: .*environment variable PRIME_TEST_WRONG_KEY, named by inference\.server\.api_key_var/);
+  expect(failure.message).toMatch(
+    /HTTP 401: .*environment variable PRIME_TEST_WRONG_KEY, named by inference\.server\.api_key_var/,
+  );
 }, 300_000);
 
-test('a server that refuses the run\'s weights (403) fails the run with its message; `runs show` prints it', async () => {
+test("a server that refuses the run's weights (403) fails the run with its message; `runs show` prints it", async () => {
   const url = await server({ allowed_weight_roots: [path.join(root, 'elsewhere')] });
   const cfg = config(url, ['--run-name', 'forbidden-weights', '--max-steps', '3', '--async-level', '1']);
   // Step 2 samples from policy version 1: the first update_weights, refused.
   const failure = await failureOf(run(cfg));
   expect(failure.type).toBe(Failure.InferenceRejected);
   expect(failure.nonRetryable).toBe(true);
-  expect(failure.message).toMatch(/\/update_weights: HTTP 403: weight_dir: .*forbidden-weights\/weights\/step_1 is outside the allowed roots/);
+  expect(failure.message).toMatch(
+    /\/update_weights: HTTP 403: weight_dir: .*forbidden-weights\/weights\/step_1 is outside the allowed roots/,
+  );
 
   const shown = await runsShow(cfg.run_name);
   expect(shown.status).toBe('FAILED');
-  expect(shown.failure).toMatch(/Activity task failed \(generateRollouts\): .*HTTP 403: weight_dir: .* is outside the allowed roots/);
+  expect(shown.failure).toMatch(
+    /Activity task failed \(generateRollouts\): .*HTTP 403: weight_dir: .* is outside the allowed roots/,
+  );
 }, 300_000);
 
 test('a train step whose weights are not finite fails the run non-retryably, naming the tensor, and publishes nothing', async () => {
   const url = await server();
   // lr 1e37: step 0 makes the weights huge (finite), step 1 NaN. With async_level 2 both steps
   // sample from the base model, so no server ever loads the huge weights.
-  const cfg = config(url, ['--run-name', 'diverges', '--max-steps', '2', '--async-level', '2', '--trainer.optim.lr', '1e37']);
+  const cfg = config(url, [
+    '--run-name',
+    'diverges',
+    '--max-steps',
+    '2',
+    '--async-level',
+    '2',
+    '--trainer.optim.lr',
+    '1e37',
+  ]);
   const failure = await failureOf(run(cfg));
   expect(failure.type).toBe(Failure.NonFiniteWeights);
   expect(failure.nonRetryable).toBe(true);
-  expect(failure.message).toMatch(/^the run diverged \(step 1: loss .*\): tensor '[\w.]+' holds \d+ non-finite values \(NaN or Inf\) of \d+: weights\/step_2 not published/);
+  expect(failure.message).toMatch(
+    /^the run diverged \(step 1: loss .*\): tensor '[\w.]+' holds \d+ non-finite values \(NaN or Inf\) of \d+: weights\/step_2 not published/,
+  );
   expect(fs.existsSync(RunLayout.of(cfg.output_dir, cfg.run_name).weightsDir(2))).toBe(false);
 }, 300_000);
 

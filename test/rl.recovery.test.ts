@@ -53,20 +53,56 @@ afterAll(() => {
 async function runArgs(name: string): Promise<string[]> {
   const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
   return [
-    '--run-name', name, '--model.name', modelDir, '--output-dir', outputDir,
-    '--seq-len', '128', '--max-steps', String(STEPS), '--async-level', '1',
-    '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '2',
-    '--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--temporal.heartbeat-timeout-s', '5',
-    '--temporal.task-queue', name,
-    '--inference.server.port', String(http), '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`,
-    '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '12',
-    '--orchestrator.env-workers', '1', '--trainer.optim.lr', '1e-3', '--trainer.threads', '1', '--inference.threads', '1',
+    '--run-name',
+    name,
+    '--model.name',
+    modelDir,
+    '--output-dir',
+    outputDir,
+    '--seq-len',
+    '128',
+    '--max-steps',
+    String(STEPS),
+    '--async-level',
+    '1',
+    '--env',
+    '[{"id": "reverse-text"}]',
+    '--ckpt.interval',
+    '2',
+    '--temporal.port',
+    String(port),
+    '--temporal.ui-port',
+    String(uiPort),
+    '--temporal.heartbeat-timeout-s',
+    '5',
+    '--temporal.task-queue',
+    name,
+    '--inference.server.port',
+    String(http),
+    '--orchestrator.base-urls',
+    `http://127.0.0.1:${http}/v1`,
+    '--orchestrator.batch-size',
+    '8',
+    '--orchestrator.rollouts-per-example',
+    '4',
+    '--orchestrator.sampling.max-tokens',
+    '12',
+    '--orchestrator.env-workers',
+    '1',
+    '--trainer.optim.lr',
+    '1e-3',
+    '--trainer.threads',
+    '1',
+    '--inference.threads',
+    '1',
     // A random model scores 0 everywhere: train those zero-advantage rollouts, so that every step trains samples.
-    '--orchestrator.filter-zero-advantages', 'false',
+    '--orchestrator.filter-zero-advantages',
+    'false',
   ];
 }
 
-const configOf = (argv: string[]): RLConfig => loadConfig({ schema: rlSchema, argv, env: {}, shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } }).config;
+const configOf = (argv: string[]): RLConfig =>
+  loadConfig({ schema: rlSchema, argv, env: {}, shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } }).config;
 
 /** What every run must show: each metrics line once, counters equal to the batches, final weights. */
 function checkRun(layout: RunLayout) {
@@ -98,7 +134,8 @@ function recordedProcesses(layout: RunLayout): Record<string, ProcessId> {
 /** The pid of the launcher recorded in `<run>/launcher.json`. */
 function recordedLauncher(layout: RunLayout): number | undefined {
   try {
-    return asProcessId((JSON.parse(fs.readFileSync(layout.launcherFile, 'utf8')) as { launcher: unknown }).launcher)?.pid;
+    return asProcessId((JSON.parse(fs.readFileSync(layout.launcherFile, 'utf8')) as { launcher: unknown }).launcher)
+      ?.pid;
   } catch {
     return undefined;
   }
@@ -116,12 +153,19 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
 
   // Each kind of process at least once, the launcher twice, the rest at random, in random order,
   // each after a random delay once the run has trained a step since the previous kill.
-  const seed = process.env.CHAOS_SEED !== undefined ? Number(process.env.CHAOS_SEED) : Math.floor(Math.random() * 2 ** 31);
+  const seed =
+    process.env.CHAOS_SEED !== undefined ? Number(process.env.CHAOS_SEED) : Math.floor(Math.random() * 2 ** 31);
   const rng = new Rng(seed, 'chaos');
-  const schedule = shuffle(rng, [...KINDS, 'launcher', ...Array.from({ length: KILLS - KINDS.length - 1 }, () => pick(rng, KINDS))] as Kind[]);
+  const schedule = shuffle(rng, [
+    ...KINDS,
+    'launcher',
+    ...Array.from({ length: KILLS - KINDS.length - 1 }, () => pick(rng, KINDS)),
+  ] as Kind[]);
   // A step takes a fraction of a second here: the delay puts the kill anywhere in the next one.
   const delays = schedule.map(() => uniformInt(rng, 0, 400));
-  const events = [`chaos seed ${seed} (CHAOS_SEED=${seed} repeats this schedule): ${schedule.map((k, i) => `${k} +${delays[i]}ms`).join(', ')}`];
+  const events = [
+    `chaos seed ${seed} (CHAOS_SEED=${seed} repeats this schedule): ${schedule.map((k, i) => `${k} +${delays[i]}ms`).join(', ')}`,
+  ];
   console.log(events[0]);
 
   const args = ['rl', ...(await runArgs('chaos'))];
@@ -133,14 +177,21 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
   const whileRunning = (what: string, ok: () => boolean) =>
     until(`${what}\n${events.join('\n')}`, () => {
       if (ok()) return true;
-      if (launcher.exit !== undefined) throw new Error(`the launcher exited (${launcher.exit}) during the chaos:\n${launcher.output()}\n${events.join('\n')}`);
+      if (launcher.exit !== undefined)
+        throw new Error(
+          `the launcher exited (${launcher.exit}) during the chaos:\n${launcher.output()}\n${events.join('\n')}`,
+        );
       return false;
     });
   const stepAfter = (done: number) => whileRunning(`a step after step ${done - 1}`, () => steps() > done);
   try {
     await stepAfter(0);
     // The same run name in another output dir is another run: refused, never attached to this one.
-    const elsewhere = { ...config, output_dir: path.join(root, 'elsewhere'), inference: { ...config.inference, server: { ...config.inference.server, port: await freePort() } } };
+    const elsewhere = {
+      ...config,
+      output_dir: path.join(root, 'elsewhere'),
+      inference: { ...config.inference, server: { ...config.inference.server, port: await freePort() } },
+    };
     await expect(launchRun(elsewhere, { quiet: true })).rejects.toThrow(
       `workflow chaos is running for run folder ${path.resolve(layout.dir)}, not ${path.join(root, 'elsewhere', 'chaos')}: use another run_name`,
     );
@@ -148,10 +199,16 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
     for (const [i, kind] of schedule.entries()) {
       await sleep(delays[i]);
       const done = steps();
-      if (done >= STEPS) throw new Error(`the run ended after ${i} of ${KILLS} kills: raise STEPS\n${events.join('\n')}`);
+      if (done >= STEPS)
+        throw new Error(`the run ended after ${i} of ${KILLS} kills: raise STEPS\n${events.join('\n')}`);
       let pid: number | undefined;
       await until(`a running ${kind} to kill\n${events.join('\n')}`, () => {
-        pid = kind === 'launcher' ? launcher.child.pid : kind === 'temporal' ? runningDevServer(outputDir)?.pid : recordedProcesses(layout)[kind]?.pid;
+        pid =
+          kind === 'launcher'
+            ? launcher.child.pid
+            : kind === 'temporal'
+              ? runningDevServer(outputDir)?.pid
+              : recordedProcesses(layout)[kind]?.pid;
         return pid !== undefined;
       });
       const left = kind === 'launcher' ? Object.values(recordedProcesses(layout)) : [];
@@ -187,7 +244,8 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
   // how requests were batched (a retried step regroups them; the engine is not batch-invariant to
   // the ulp), and the trainer's importance ratios use them: the final weights agree to float
   // tolerance, not bit for bit.
-  const tokens = (l: RunLayout, step: number) => readRollouts(l.rolloutsDir(step)).map((r) => r.samples.flat().map((s) => Array.from(s.tokens)));
+  const tokens = (l: RunLayout, step: number) =>
+    readRollouts(l.rolloutsDir(step)).map((r) => r.samples.flat().map((s) => Array.from(s.tokens)));
   for (let step = 0; step < STEPS; step++) expect(tokens(layout, step)).toEqual(tokens(calm.layout, step));
   // Tolerance: one Adam step at this lr (1e-3) moves a weight by about lr at most; a step applied
   // twice or skipped is caught exactly by the counters above.
@@ -211,7 +269,10 @@ test('a port taken by another process is refused before anything starts, never s
   const { port } = other.address() as net.AddressInfo;
   try {
     const config = configOf(await runArgs('taken'));
-    const launched = launchRun({ ...config, inference: { ...config.inference, server: { ...config.inference.server, port } } }, { quiet: true });
+    const launched = launchRun(
+      { ...config, inference: { ...config.inference, server: { ...config.inference.server, port } } },
+      { quiet: true },
+    );
     // A ConfigError: the CLI prints it in one line and exits 2.
     await expect(launched).rejects.toThrow(ConfigError);
     await expect(launched).rejects.toThrow(`inference.server.port: 127.0.0.1:${port} is already in use`);

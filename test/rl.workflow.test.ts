@@ -17,7 +17,6 @@ import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { RLResult } from '../workflows/rl';
 import { execute, startStack, type Stack } from './harness';
 
-
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-wf-'));
 const modelDir = path.join(root, 'model');
 let temporal: TemporalEndpoint;
@@ -30,8 +29,17 @@ function config(port: number, args: string[]): RLConfig {
   return loadConfig({
     schema: rlSchema,
     argv: [
-      '--model.name', modelDir, '--output-dir', path.join(root, 'outputs'), '--seq-len', '128',
-      '--orchestrator.base-urls', `http://127.0.0.1:${port}/v1`, '--trainer.threads', '1', ...args,
+      '--model.name',
+      modelDir,
+      '--output-dir',
+      path.join(root, 'outputs'),
+      '--seq-len',
+      '128',
+      '--orchestrator.base-urls',
+      `http://127.0.0.1:${port}/v1`,
+      '--trainer.threads',
+      '1',
+      ...args,
     ],
     env: {},
     shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
@@ -49,55 +57,118 @@ afterAll(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-test.each([0, 1])('a 3-step run with async_level %i trains every step once and records its metrics', async (asyncLevel) => {
-  const cfg = config(serverPort(), [
-    '--run-name', `run-async-${asyncLevel}`, '--max-steps', '3', '--async-level', String(asyncLevel),
-    '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '2',
-    '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '12',
-    '--trainer.optim.lr', '1e-3', '--eval.interval', '2', '--eval.num-examples', '2', '--eval.sampling.max-tokens', '12',
-    '--trainer.kl-penalty.enabled', '--trainer.kl-penalty.beta', '0.01', '--trainer.kl-penalty.target-kl', '1',
-  ]);
-  const result = await execute<RLResult>({
-    temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: cfg.run_name, args: [cfg], trainer: true,
-  });
+test.each([0, 1])(
+  'a 3-step run with async_level %i trains every step once and records its metrics',
+  async (asyncLevel) => {
+    const cfg = config(serverPort(), [
+      '--run-name',
+      `run-async-${asyncLevel}`,
+      '--max-steps',
+      '3',
+      '--async-level',
+      String(asyncLevel),
+      '--env',
+      '[{"id": "reverse-text"}]',
+      '--ckpt.interval',
+      '2',
+      '--orchestrator.batch-size',
+      '8',
+      '--orchestrator.rollouts-per-example',
+      '4',
+      '--orchestrator.sampling.max-tokens',
+      '12',
+      '--trainer.optim.lr',
+      '1e-3',
+      '--eval.interval',
+      '2',
+      '--eval.num-examples',
+      '2',
+      '--eval.sampling.max-tokens',
+      '12',
+      '--trainer.kl-penalty.enabled',
+      '--trainer.kl-penalty.beta',
+      '0.01',
+      '--trainer.kl-penalty.target-kl',
+      '1',
+    ]);
+    const result = await execute<RLResult>({
+      temporal,
+      pool,
+      taskQueue: cfg.temporal.task_queue,
+      workflowType: 'rl',
+      workflowId: cfg.run_name,
+      args: [cfg],
+      trainer: true,
+    });
 
-  const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
-  expect(result.steps).toBe(3);
-  expect(result.runDir).toBe(layout.dir);
-  const lines = readStepMetrics(layout.metricsFile);
-  expect(lines.map((l) => l.step)).toEqual([0, 1, 2]);
-  // Rollouts of step n used policy version n - async_level (0 before that exists).
-  expect(lines.map((l) => l.policy_version)).toEqual([0, 1, 2].map((s) => Math.max(0, s - asyncLevel)));
-  for (const l of lines) expect(Number.isFinite(l.loss as number)).toBe(true);
-  // The default loss's (dppo) masking metrics and the KL penalty reach the step records; the KL
-  // stays far below target_kl = 1, so beta falls 20% a step.
-  for (const k of ['mismatch_kl_masked', 'mismatch_kl_unmasked', 'masked_low', 'masked_high', 'masked_adv_positive', 'masked_adv_negative', 'kl_divergence'])
-    for (const l of lines) expect(Number.isFinite(l[k] as number)).toBe(true);
-  expect(lines.map((l) => l.kl_beta as number)).toEqual([0.01, 0.01 * 0.8, 0.01 * 0.8 * 0.8]);
-  expect(fs.existsSync(path.join(layout.weightsDir(3), 'model.safetensors'))).toBe(true);
-  expect(fs.existsSync(layout.checkpointDir(2))).toBe(true);
-  expect(fs.existsSync(layout.checkpointDir(3))).toBe(true);
-  const progress = (lines[2].progress as { steps: number; samples: number }).steps;
-  expect(progress).toBe(3);
-  // eval child workflows: the base model, every eval.interval versions, and the last one.
-  expect(readEvalResults(layout.dir).map((r) => r.model)).toEqual(['base', 'step_2', 'step_3']);
-});
+    const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
+    expect(result.steps).toBe(3);
+    expect(result.runDir).toBe(layout.dir);
+    const lines = readStepMetrics(layout.metricsFile);
+    expect(lines.map((l) => l.step)).toEqual([0, 1, 2]);
+    // Rollouts of step n used policy version n - async_level (0 before that exists).
+    expect(lines.map((l) => l.policy_version)).toEqual([0, 1, 2].map((s) => Math.max(0, s - asyncLevel)));
+    for (const l of lines) expect(Number.isFinite(l.loss as number)).toBe(true);
+    // The default loss's (dppo) masking metrics and the KL penalty reach the step records; the KL
+    // stays far below target_kl = 1, so beta falls 20% a step.
+    for (const k of [
+      'mismatch_kl_masked',
+      'mismatch_kl_unmasked',
+      'masked_low',
+      'masked_high',
+      'masked_adv_positive',
+      'masked_adv_negative',
+      'kl_divergence',
+    ])
+      for (const l of lines) expect(Number.isFinite(l[k] as number)).toBe(true);
+    expect(lines.map((l) => l.kl_beta as number)).toEqual([0.01, 0.01 * 0.8, 0.01 * 0.8 * 0.8]);
+    expect(fs.existsSync(path.join(layout.weightsDir(3), 'model.safetensors'))).toBe(true);
+    expect(fs.existsSync(layout.checkpointDir(2))).toBe(true);
+    expect(fs.existsSync(layout.checkpointDir(3))).toBe(true);
+    const progress = (lines[2].progress as { steps: number; samples: number }).steps;
+    expect(progress).toBe(3);
+    // eval child workflows: the base model, every eval.interval versions, and the last one.
+    expect(readEvalResults(layout.dir).map((r) => r.model)).toEqual(['base', 'step_2', 'step_3']);
+  },
+);
 
 test('a step whose groups a rollout filter drops is refilled and still trains on batch_size rollouts; the metrics count it', async () => {
   const filter = path.join(__dirname, 'fixtures', 'plugins', 'early_filter.ts');
   const cfg = config(serverPort(), [
-    '--run-name', 'filtered', '--max-steps', '2', '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '100',
-    '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '8',
-    '--orchestrator.rollout-filters', JSON.stringify([{ import_path: filter, kwargs: { below: 1 } }]),
+    '--run-name',
+    'filtered',
+    '--max-steps',
+    '2',
+    '--env',
+    '[{"id": "reverse-text"}]',
+    '--ckpt.interval',
+    '100',
+    '--orchestrator.batch-size',
+    '8',
+    '--orchestrator.rollouts-per-example',
+    '4',
+    '--orchestrator.sampling.max-tokens',
+    '8',
+    '--orchestrator.rollout-filters',
+    JSON.stringify([{ import_path: filter, kwargs: { below: 1 } }]),
     // A random model's rewards can tie with the group mean: train those rollouts too, so every step has batch_size samples.
-    '--orchestrator.filter-zero-advantages', 'false',
+    '--orchestrator.filter-zero-advantages',
+    'false',
   ]);
-  await execute<RLResult>({ temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: cfg.run_name, args: [cfg], trainer: true });
+  await execute<RLResult>({
+    temporal,
+    pool,
+    taskQueue: cfg.temporal.task_queue,
+    workflowType: 'rl',
+    workflowId: cfg.run_name,
+    args: [cfg],
+    trainer: true,
+  });
 
   const lines = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile);
-  expect(lines.map((l) => [l.step, l.samples, l.groups_dropped, l.refill_rounds, l.groups_missing, l.dropped_by])).toEqual(
-    [0, 1].map((step) => [step, 8, 1, 1, 0, { [`${filter}/early`]: 1 }]),
-  );
+  expect(
+    lines.map((l) => [l.step, l.samples, l.groups_dropped, l.refill_rounds, l.groups_missing, l.dropped_by]),
+  ).toEqual([0, 1].map((step) => [step, 8, 1, 1, 0, { [`${filter}/early`]: 1 }]));
   // Every rollout generated counts, the dropped group's included.
   expect(lines.map((l) => l.rollouts)).toEqual([12, 12]);
 });
@@ -108,25 +179,74 @@ test('a step whose groups a rollout filter drops is refilled and still trains on
 test('RL raises the reward: a random model learns to write lowercase letters', async () => {
   const env = JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]);
   const cfg = config(serverPort(), [
-    '--run-name', 'learns', '--max-steps', '15', '--env', env, '--ckpt.interval', '100',
-    '--orchestrator.batch-size', '32', '--orchestrator.rollouts-per-example', '8', '--orchestrator.sampling.max-tokens', '8',
-    '--trainer.optim.lr', '1e-2', '--trainer.optim.weight-decay', '0',
+    '--run-name',
+    'learns',
+    '--max-steps',
+    '15',
+    '--env',
+    env,
+    '--ckpt.interval',
+    '100',
+    '--orchestrator.batch-size',
+    '32',
+    '--orchestrator.rollouts-per-example',
+    '8',
+    '--orchestrator.sampling.max-tokens',
+    '8',
+    '--trainer.optim.lr',
+    '1e-2',
+    '--trainer.optim.weight-decay',
+    '0',
   ]);
-  await execute<RLResult>({ temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: cfg.run_name, args: [cfg], trainer: true });
+  await execute<RLResult>({
+    temporal,
+    pool,
+    taskQueue: cfg.temporal.task_queue,
+    workflowType: 'rl',
+    workflowId: cfg.run_name,
+    args: [cfg],
+    trainer: true,
+  });
 
-  const rewards = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile).map((l) => l.reward_mean as number);
+  const rewards = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile).map(
+    (l) => l.reward_mean as number,
+  );
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const first = mean(rewards.slice(0, 3)), last = mean(rewards.slice(-3));
+  const first = mean(rewards.slice(0, 3)),
+    last = mean(rewards.slice(-3));
   expect(first).toBeLessThan(0.3);
   expect(last).toBeGreaterThan(first + 0.2);
 });
 
 test('ckpt.resume_step continues an RL run from that checkpoint: later steps get new rollouts, each metrics line once', async () => {
   const args = [
-    '--run-name', 'resume', '--max-steps', '3', '--env', '[{"id": "reverse-text"}]', '--ckpt.interval', '1',
-    '--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4', '--orchestrator.sampling.max-tokens', '8', '--trainer.optim.lr', '1e-3',
+    '--run-name',
+    'resume',
+    '--max-steps',
+    '3',
+    '--env',
+    '[{"id": "reverse-text"}]',
+    '--ckpt.interval',
+    '1',
+    '--orchestrator.batch-size',
+    '8',
+    '--orchestrator.rollouts-per-example',
+    '4',
+    '--orchestrator.sampling.max-tokens',
+    '8',
+    '--trainer.optim.lr',
+    '1e-3',
   ];
-  const go = (cfg: RLConfig) => execute<RLResult>({ temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'rl', workflowId: `resume-${Date.now()}`, args: [cfg], trainer: true });
+  const go = (cfg: RLConfig) =>
+    execute<RLResult>({
+      temporal,
+      pool,
+      taskQueue: cfg.temporal.task_queue,
+      workflowType: 'rl',
+      workflowId: `resume-${Date.now()}`,
+      args: [cfg],
+      trainer: true,
+    });
   await go(config(serverPort(), args));
   const layout = RunLayout.of(config(serverPort(), args).output_dir, 'resume');
   const before = readStepMetrics(layout.metricsFile);

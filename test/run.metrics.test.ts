@@ -16,7 +16,11 @@ test('each step gets one line, in order, whatever the retries', () => {
   expect(appendStepMetrics(file, { step: 1, loss: 0.4 })).toBe(false);
   expect(appendStepMetrics(file, { step: 0, loss: 0.9 })).toBe(false);
   expect(appendStepMetrics(file, { step: 2, loss: 0.25 })).toBe(true);
-  expect(readStepMetrics(file)).toEqual([{ step: 0, loss: 1 }, { step: 1, loss: 0.5 }, { step: 2, loss: 0.25 }]);
+  expect(readStepMetrics(file)).toEqual([
+    { step: 0, loss: 1 },
+    { step: 1, loss: 0.5 },
+    { step: 2, loss: 0.25 },
+  ]);
 });
 
 test('a line is appended to the file, which is never rewritten whole', () => {

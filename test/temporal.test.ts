@@ -10,7 +10,6 @@ import { projectRoot } from '../lib/paths';
 import { ensureTemporal, isListening, startDevServer } from '../lib/temporal/devserver';
 import { freePort } from '../lib/net';
 
-
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-temporal-'));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
@@ -18,7 +17,12 @@ test('starts the dev server, runs a workflow through a real worker, stops it', a
   const [port, uiPort] = [await freePort(), await freePort()];
   const dbFile = path.join(tmp, 'a', 'temporal.db');
   const { endpoint } = await startDevServer({
-    ip: '127.0.0.1', port, uiPort, namespace: 'default', dbFile, logFile: path.join(tmp, 'a', 'server.log'),
+    ip: '127.0.0.1',
+    port,
+    uiPort,
+    namespace: 'default',
+    dbFile,
+    logFile: path.join(tmp, 'a', 'server.log'),
   });
   try {
     expect(endpoint.address).toBe(`127.0.0.1:${port}`);
@@ -54,9 +58,18 @@ test('starts the dev server, runs a workflow through a real worker, stops it', a
 
 test('prime-rl temporal start --detach / status / stop', async () => {
   const [port, uiPort] = [await freePort(), await freePort()];
-  const args = ['--output-dir', path.join(tmp, 'b'), '--temporal.port', String(port), '--temporal.ui-port', String(uiPort)];
+  const args = [
+    '--output-dir',
+    path.join(tmp, 'b'),
+    '--temporal.port',
+    String(port),
+    '--temporal.ui-port',
+    String(uiPort),
+  ];
   const cli = (...a: string[]) =>
-    spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), 'temporal', ...a, ...args], { encoding: 'utf8' });
+    spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), 'temporal', ...a, ...args], {
+      encoding: 'utf8',
+    });
 
   const started = cli('start', '--detach');
   expect(started.stderr).toBe('');
@@ -79,7 +92,14 @@ test('a dev server that exits during start-up is reported with the end of its lo
   const dbFile = path.join(tmp, 'fail', 'db');
   fs.mkdirSync(dbFile, { recursive: true });
   const start = startDevServer({
-    ip: '127.0.0.1', port: await freePort(), uiPort: await freePort(), namespace: 'default', dbFile, logFile: path.join(tmp, 'fail', 'temporal.log'),
+    ip: '127.0.0.1',
+    port: await freePort(),
+    uiPort: await freePort(),
+    namespace: 'default',
+    dbFile,
+    logFile: path.join(tmp, 'fail', 'temporal.log'),
   });
-  await expect(start).rejects.toThrow(/exited during start-up \(code [1-9]\d*, signal null\); \S+temporal\.log ends with:\n\S/);
+  await expect(start).rejects.toThrow(
+    /exited during start-up \(code [1-9]\d*, signal null\); \S+temporal\.log ends with:\n\S/,
+  );
 });

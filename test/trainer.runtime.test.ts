@@ -27,7 +27,19 @@ afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 const config = (extra: string[] = []) =>
   loadConfig({
     schema: rlSchema,
-    argv: ['--model.name', modelDir, '--seq-len', '64', '--max-steps', '6', '--trainer.optim.lr', '1e-3', '--trainer.loss.mismatch.mode', 'tis', ...extra],
+    argv: [
+      '--model.name',
+      modelDir,
+      '--seq-len',
+      '64',
+      '--max-steps',
+      '6',
+      '--trainer.optim.lr',
+      '1e-3',
+      '--trainer.loss.mismatch.mode',
+      'tis',
+      ...extra,
+    ],
     env: {},
     shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
   }).config;
@@ -41,7 +53,13 @@ function runWithBatches(name: string, steps: number): RunLayout {
       const prompt = Array.from({ length: 5 + rng.int(5) }, () => rng.int(256));
       const completion = Array.from({ length: 3 + rng.int(8) }, () => rng.int(256));
       const logprobs = completion.map(() => -1 - rng.uniform() * 4);
-      return buildSample([{ tokens: prompt, generated: false }, { tokens: completion, generated: true, logprobs }], i % 2 ? 0.5 : -0.5);
+      return buildSample(
+        [
+          { tokens: prompt, generated: false },
+          { tokens: completion, generated: true, logprobs },
+        ],
+        i % 2 ? 0.5 : -0.5,
+      );
     });
     const { rows, counts } = packSamples(samples, 64);
     fs.mkdirSync(path.dirname(layout.batchFile(s)), { recursive: true });
@@ -102,7 +120,15 @@ test('a corrupt checkpoint is detected, reported and skipped for the previous on
 test('kl_penalty: the adaptive beta is logged, checkpointed, and the same after a restore', async () => {
   // target_kl far below any measured KL: beta rises 20% a step once the policy has moved; at
   // step 0 the policy is the reference (KL 0), so it first falls 20%.
-  const spec = rlTrainerSpec(config(['--trainer.kl-penalty.enabled', '--trainer.kl-penalty.beta', '0.5', '--trainer.kl-penalty.target-kl', '1e-12']));
+  const spec = rlTrainerSpec(
+    config([
+      '--trainer.kl-penalty.enabled',
+      '--trainer.kl-penalty.beta',
+      '0.5',
+      '--trainer.kl-penalty.target-kl',
+      '1e-12',
+    ]),
+  );
   const straight = (await TrainerRuntime.restore(runWithBatches('kl-straight', 4).dir, spec, 0)).runtime;
   const metrics = [];
   for (let s = 0; s < 4; s++) metrics.push(await straight.train(s));
@@ -117,7 +143,9 @@ test('kl_penalty: the adaptive beta is logged, checkpointed, and the same after 
   await first.train(0);
   await first.train(1);
   await first.checkpoint();
-  expect(JSON.parse(fs.readFileSync(path.join(layout.checkpointDir(2), 'progress.json'), 'utf8')).klBeta).toBe(first.klBeta);
+  expect(JSON.parse(fs.readFileSync(path.join(layout.checkpointDir(2), 'progress.json'), 'utf8')).klBeta).toBe(
+    first.klBeta,
+  );
   const restored = (await TrainerRuntime.restore(layout.dir, spec, 2)).runtime;
   expect(restored.klBeta).toBe(first.klBeta);
   expect((await restored.train(2)).kl_beta).toBe(betas[2]);
@@ -131,7 +159,10 @@ test('kl_penalty: the adaptive beta is logged, checkpointed, and the same after 
 
 test('with LoRA the weights folder holds the merged model and the PEFT adapters under lora/', async () => {
   const base = config();
-  const spec = rlTrainerSpec({ ...base, trainer: { ...base.trainer, lora: { ...base.trainer.lora, enabled: true, rank: 4 } } });
+  const spec = rlTrainerSpec({
+    ...base,
+    trainer: { ...base.trainer, lora: { ...base.trainer.lora, enabled: true, rank: 4 } },
+  });
   const layout = runWithBatches('lora', 2);
   const { runtime } = await TrainerRuntime.restore(layout.dir, spec, 0);
   await runtime.train(0);
@@ -141,11 +172,17 @@ test('with LoRA the weights folder holds the merged model and the PEFT adapters 
   const original = weightsOf(modelDir);
   expect([...merged.keys()].sort()).toEqual([...original.keys()].sort());
   // Adapted projections moved away from the base weights; the rest (norms, embeddings) did not.
-  expect(merged.get('model.layers.0.self_attn.q_proj.weight')!.equals(original.get('model.layers.0.self_attn.q_proj.weight')!)).toBe(false);
+  expect(
+    merged
+      .get('model.layers.0.self_attn.q_proj.weight')!
+      .equals(original.get('model.layers.0.self_attn.q_proj.weight')!),
+  ).toBe(false);
   expect(merged.get('model.norm.weight')!.equals(original.get('model.norm.weight')!)).toBe(true);
   const adapterConfig = JSON.parse(fs.readFileSync(path.join(dir, 'lora', 'adapter_config.json'), 'utf8'));
   expect(adapterConfig).toMatchObject({ peft_type: 'LORA', r: 4 });
-  const adapters = new Set(readSafetensors(path.join(dir, 'lora', 'adapter_model.safetensors')).tensors.map((t) => t.name));
+  const adapters = new Set(
+    readSafetensors(path.join(dir, 'lora', 'adapter_model.safetensors')).tensors.map((t) => t.name),
+  );
   expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')).toBe(true);
   expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight')).toBe(true);
 });

@@ -16,7 +16,10 @@ import * as native from '../native';
 
 export async function runWorker(config: WorkerConfig): Promise<void> {
   if (config.pool === 'inference') {
-    if (!config.inference) throw new ConfigError('--pool inference needs the server config: --inference.model.name DIR (or --inference @ file.toml)');
+    if (!config.inference)
+      throw new ConfigError(
+        '--pool inference needs the server config: --inference.model.name DIR (or --inference @ file.toml)',
+      );
     return runInference(config.inference);
   }
   Runtime.install({ logger: new DefaultLogger('WARN') });
@@ -45,7 +48,9 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
       maxConcurrentActivityTaskExecutions: 1,
     });
   }
-  process.stdout.write(`worker ${config.pool} polling ${config.pool === 'cpu' ? queues.cpu : queues.trainer} on ${endpoint.address}\n`);
+  process.stdout.write(
+    `worker ${config.pool} polling ${config.pool === 'cpu' ? queues.cpu : queues.trainer} on ${endpoint.address}\n`,
+  );
   const stop = () => worker.shutdown();
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);

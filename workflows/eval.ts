@@ -9,7 +9,8 @@ import type { EvalResults } from '../lib/eval/results';
 import type { EvalConfig, TemporalConfig } from '../lib/config/schemas';
 import { runActivities } from './plumbing';
 
-export type EvalInput = { config: EvalConfig } | { plan: EvalPlan; temporal: Pick<TemporalConfig, 'task_queue' | 'heartbeat_timeout_s'> };
+export type EvalInput =
+  { config: EvalConfig } | { plan: EvalPlan; temporal: Pick<TemporalConfig, 'task_queue' | 'heartbeat_timeout_s'> };
 
 export interface EvalResult {
   runDir: string;

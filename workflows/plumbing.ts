@@ -20,15 +20,28 @@ type Duration = `${number} ${'seconds' | 'minutes' | 'hours'}`;
  *             whose worker died is retried as soon as the others, not after minutes of a stalled run
  *   trainer   the trainer queue (one activity at a time), heartbeating, 6 hours
  */
-export function runActivities(temporal: Pick<TemporalConfig, 'task_queue' | 'heartbeat_timeout_s'>, cpuStartToClose: Duration = '2 hours') {
+export function runActivities(
+  temporal: Pick<TemporalConfig, 'task_queue' | 'heartbeat_timeout_s'>,
+  cpuStartToClose: Duration = '2 hours',
+) {
   const queues = taskQueues(temporal.task_queue);
   const heartbeatTimeout: Duration = `${temporal.heartbeat_timeout_s} seconds`;
   return {
     queues,
-    cpu: proxyActivities<CpuActivities>({ taskQueue: queues.cpu, startToCloseTimeout: cpuStartToClose, heartbeatTimeout, retry }),
+    cpu: proxyActivities<CpuActivities>({
+      taskQueue: queues.cpu,
+      startToCloseTimeout: cpuStartToClose,
+      heartbeatTimeout,
+      retry,
+    }),
     cpuQuick: proxyActivities<CpuActivities>({ taskQueue: queues.cpu, startToCloseTimeout: '2 minutes', retry }),
     cpuWrite: proxyActivities<CpuActivities>({ taskQueue: queues.cpu, startToCloseTimeout: heartbeatTimeout, retry }),
-    trainer: proxyActivities<TrainerActivities>({ taskQueue: queues.trainer, startToCloseTimeout: '6 hours', heartbeatTimeout, retry }),
+    trainer: proxyActivities<TrainerActivities>({
+      taskQueue: queues.trainer,
+      startToCloseTimeout: '6 hours',
+      heartbeatTimeout,
+      retry,
+    }),
   };
 }
 

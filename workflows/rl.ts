@@ -91,11 +91,29 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
         sampling: e.sampling,
         seqLen: config.orchestrator.seq_len,
         seed: config.seed,
-        target: { kind: 'local', baseUrls: config.orchestrator.base_urls, modelDir: config.orchestrator.model.name, client: rlClientOptions(config) },
-        versions: [version === 0 ? { name: 'base', step: null, policyVersion: 0 } : { name: `step_${version}`, step: version, policyVersion: version, weightDir: inRun(runDir, weightsEntry(version)) }],
+        target: {
+          kind: 'local',
+          baseUrls: config.orchestrator.base_urls,
+          modelDir: config.orchestrator.model.name,
+          client: rlClientOptions(config),
+        },
+        versions: [
+          version === 0
+            ? { name: 'base', step: null, policyVersion: 0 }
+            : {
+                name: `step_${version}`,
+                step: version,
+                policyVersion: version,
+                weightDir: inRun(runDir, weightsEntry(version)),
+              },
+        ],
       },
     };
-    return executeChild<(i: EvalInput) => Promise<EvalResult>>('eval', { args: [input], workflowId: `${workflowInfo().workflowId}-eval-${version}`, taskQueue: queues.cpu });
+    return executeChild<(i: EvalInput) => Promise<EvalResult>>('eval', {
+      args: [input],
+      workflowId: `${workflowInfo().workflowId}-eval-${version}`,
+      taskQueue: queues.cpu,
+    });
   };
   const interval = config.eval.interval;
   if (interval !== undefined) state.nextEval ??= 0;
@@ -152,7 +170,14 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
     }
   }
   await training;
-  if (failure !== undefined) throw failure instanceof Error ? failure : ApplicationFailure.create({ message: String(failure) });
+  if (failure !== undefined)
+    throw failure instanceof Error ? failure : ApplicationFailure.create({ message: String(failure) });
   await runDueEvals(true);
-  return { runDir, steps: state.trained, stoppedEarly: state.trained < maxSteps, lastTrain: state.lastTrain, lastReward: state.lastReward };
+  return {
+    runDir,
+    steps: state.trained,
+    stoppedEarly: state.trained < maxSteps,
+    lastTrain: state.lastTrain,
+    lastReward: state.lastReward,
+  };
 }

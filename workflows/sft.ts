@@ -65,7 +65,14 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
   if (resumeFrom) state = resumeFrom;
   else {
     const plan = await cpu.prepareSft(config);
-    state = { runDir: plan.runDir, steps: plan.steps, trained: 0, paused: false, stopping: false, reachedTarget: false };
+    state = {
+      runDir: plan.runDir,
+      steps: plan.steps,
+      trained: 0,
+      paused: false,
+      stopping: false,
+      reachedTarget: false,
+    };
     const from = config.ckpt.resume_step;
     if (from !== undefined) {
       // Continue from that checkpoint (activities/run.ts rewindRun); the batches stay, prepared once.
@@ -97,11 +104,21 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
     await cpuWrite.recordSftStep({ runDir, step, train, valLoss, time });
     state.trained = done;
     state.lastTrain = train;
-    state.weightsDir = train.weightsDir ?? (state.reachedTarget ? (await trainer.writeWeights({ runDir, step: done })).path : state.weightsDir);
+    state.weightsDir =
+      train.weightsDir ??
+      (state.reachedTarget ? (await trainer.writeWeights({ runDir, step: done })).path : state.weightsDir);
     if (!last && (workflowInfo().continueAsNewSuggested || state.trained - startedThisRun >= stepsPerRun)) {
       await continueAsNew<typeof sft>(config, state, opts);
     }
   }
   const { reachedTarget } = state;
-  return { runDir, steps: state.trained, stoppedEarly: state.trained < steps && !reachedTarget, reachedTarget, lastTrain: state.lastTrain, lastValLoss: state.lastValLoss, weightsDir: state.weightsDir };
+  return {
+    runDir,
+    steps: state.trained,
+    stoppedEarly: state.trained < steps && !reachedTarget,
+    reachedTarget,
+    lastTrain: state.lastTrain,
+    lastValLoss: state.lastValLoss,
+    weightsDir: state.weightsDir,
+  };
 }

@@ -39,7 +39,7 @@ export const cliCommands = (worker: Command): CommandTable => ({
     run: async (config) => (await import('../launch/eval')).runEval(config),
   }),
   report: command({
-    summary: 'write a run\'s report.html (metrics, timeline, configs, evals)',
+    summary: "write a run's report.html (metrics, timeline, configs, evals)",
     schema: schemas.reportSchema,
     positional: 'run',
     run: async (config) => {
@@ -90,17 +90,25 @@ function commandHelp(name: string, c: Command): string {
 function resolveCommand(commands: CommandTable, argv: string[]): { name: string; cmd: Command; rest: string[] } {
   const [first, second] = argv;
   const entry = commands[first];
-  if (!entry) throw new ConfigError(`unknown command '${first}'.${didYouMean(first, Object.keys(commands))} Run 'prime-rl --help'.`);
+  if (!entry)
+    throw new ConfigError(
+      `unknown command '${first}'.${didYouMean(first, Object.keys(commands))} Run 'prime-rl --help'.`,
+    );
   if (!('subcommands' in entry)) return { name: first, cmd: entry, rest: argv.slice(1) };
   const subs = Object.keys(entry.subcommands);
   if (second === undefined || second.startsWith('-')) {
     if (second === '--help' || second === '-h' || second === undefined) {
-      throw new HelpRequest(`Usage: prime-rl ${first} <${subs.join('|')}> ...\n\n${subs.map((s) => `  ${s.padEnd(10)} ${entry.subcommands[s].summary}`).join('\n')}`);
+      throw new HelpRequest(
+        `Usage: prime-rl ${first} <${subs.join('|')}> ...\n\n${subs.map((s) => `  ${s.padEnd(10)} ${entry.subcommands[s].summary}`).join('\n')}`,
+      );
     }
     throw new ConfigError(`'prime-rl ${first}' needs a subcommand: ${subs.join(', ')}`);
   }
   const cmd = entry.subcommands[second];
-  if (!cmd) throw new ConfigError(`unknown subcommand '${first} ${second}'.${didYouMean(second, subs)} Choose one of: ${subs.join(', ')}`);
+  if (!cmd)
+    throw new ConfigError(
+      `unknown subcommand '${first} ${second}'.${didYouMean(second, subs)} Choose one of: ${subs.join(', ')}`,
+    );
   return { name: `${first} ${second}`, cmd, rest: argv.slice(2) };
 }
 
@@ -117,11 +125,15 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
       process.stdout.write(`${commandHelp(name, cmd)}\n`);
       return 0;
     }
-    const args = cmd.positional && rest[0] !== undefined && !rest[0].startsWith('-') && !rest[0].startsWith('@') ? [`--${cmd.positional}`, ...rest] : rest;
+    const args =
+      cmd.positional && rest[0] !== undefined && !rest[0].startsWith('-') && !rest[0].startsWith('@')
+        ? [`--${cmd.positional}`, ...rest]
+        : rest;
     const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared, aliases: cmd.aliases });
     if (loaded.dryRun) {
       // stderr: stdout stays the resolved config alone (input for `temporal workflow start`).
-      if (loaded.mapped.length > 0) process.stderr.write(`documented keys mapped onto ours:\n${describeMapped(loaded.mapped)}\n`);
+      if (loaded.mapped.length > 0)
+        process.stderr.write(`documented keys mapped onto ours:\n${describeMapped(loaded.mapped)}\n`);
       const json = JSON.stringify(loaded.config, null, 2);
       if (loaded.dryRunFile) fs.writeFileSync(loaded.dryRunFile, `${json}\n`);
       process.stdout.write(`${json}\n`);

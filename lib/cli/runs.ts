@@ -53,9 +53,13 @@ export const runsCommands: Record<string, Command> = {
       withClient(c, async (client) => {
         const rows: string[] = [];
         for await (const w of client.workflow.list({ query: "WorkflowType IN ('rl', 'sft', 'eval')" })) {
-          rows.push(`${w.workflowId.padEnd(24)} ${w.type.padEnd(5)} ${w.status.name.padEnd(12)} ${w.startTime.toISOString()}`);
+          rows.push(
+            `${w.workflowId.padEnd(24)} ${w.type.padEnd(5)} ${w.status.name.padEnd(12)} ${w.startTime.toISOString()}`,
+          );
         }
-        process.stdout.write(rows.length ? `${'RUN'.padEnd(24)} TYPE  STATUS       STARTED\n${rows.join('\n')}\n` : 'no runs\n');
+        process.stdout.write(
+          rows.length ? `${'RUN'.padEnd(24)} TYPE  STATUS       STARTED\n${rows.join('\n')}\n` : 'no runs\n',
+        );
       }),
   }),
   show: command({
@@ -68,11 +72,21 @@ export const runsCommands: Record<string, Command> = {
         const d = await handle.describe();
         const progress = d.status.name === 'RUNNING' ? await handle.query('progress') : undefined;
         // Why a failed run failed: the activity and its error, as `rl` printed it.
-        const failure = d.status.name === 'FAILED' ? await handle.result().then(() => undefined, (e: Error) => describeFailure(e).message) : undefined;
+        const failure =
+          d.status.name === 'FAILED'
+            ? await handle.result().then(
+                () => undefined,
+                (e: Error) => describeFailure(e).message,
+              )
+            : undefined;
         // Activities being retried (a worker or server down, a bug): the attempt and its last error.
         const retrying = (d.raw.pendingActivities ?? [])
           .filter((a) => (a.attempt ?? 1) > 1)
-          .map((a) => ({ activity: a.activityType?.name, attempt: a.attempt, last_failure: a.lastFailure?.message ?? undefined }));
+          .map((a) => ({
+            activity: a.activityType?.name,
+            attempt: a.attempt,
+            last_failure: a.lastFailure?.message ?? undefined,
+          }));
         process.stdout.write(
           `${JSON.stringify({ run: d.workflowId, type: d.type, status: d.status.name, started: d.startTime, memo: d.memo, failure, retrying: retrying.length > 0 ? retrying : undefined, progress }, null, 2)}\n`,
         );

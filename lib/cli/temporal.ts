@@ -7,7 +7,14 @@
 import { z } from 'zod';
 import { temporalCommandSchema, type TemporalCommandConfig } from '../config/schemas';
 import { isRunning, terminateProcess } from '../proc';
-import { devServerOptions, forgetDevServer, isListening, recordDevServer, runningDevServer, startDevServer } from '../temporal/devserver';
+import {
+  devServerOptions,
+  forgetDevServer,
+  isListening,
+  recordDevServer,
+  runningDevServer,
+  startDevServer,
+} from '../temporal/devserver';
 import { command, CommandError, type Command } from './command';
 
 /** The pid of the dev server recorded for this output dir, if that process still runs. */
@@ -51,7 +58,9 @@ async function stop(c: TemporalCommandConfig): Promise<void> {
     );
   }
   if (server.owner && isRunning(server.owner)) {
-    throw new CommandError(`the Temporal dev server (pid ${server.pid}) belongs to the running launcher pid ${server.owner.pid}, which would restart it; stop that command instead`);
+    throw new CommandError(
+      `the Temporal dev server (pid ${server.pid}) belongs to the running launcher pid ${server.owner.pid}, which would restart it; stop that command instead`,
+    );
   }
   await terminateProcess(server, 15_000);
   forgetDevServer(c.output_dir, server.pid);
@@ -63,7 +72,9 @@ async function status(c: TemporalCommandConfig): Promise<void> {
   const up = await isListening(ip, port);
   const pid = readPid(c);
   process.stdout.write(
-    up ? `Temporal listening on ${ip}:${port} (UI http://${ip}:${ui_port})${pid ? `, detached pid ${pid}` : ''}\n` : `No Temporal server on ${ip}:${port}\n`,
+    up
+      ? `Temporal listening on ${ip}:${port} (UI http://${ip}:${ui_port})${pid ? `, detached pid ${pid}` : ''}\n`
+      : `No Temporal server on ${ip}:${port}\n`,
   );
 }
 

@@ -39,7 +39,8 @@ export const RL_ALIASES: readonly Alias[] = [
     from: 'gradient_accumulation_steps',
     to: null,
     note: "our trainer already accumulates the gradients of a step's packed rows (one forward/backward each, seq_len tokens) into one optimizer step; the value does not change the update",
-    check: (v) => (Number.isInteger(v) && (v as number) >= 1 ? undefined : `must be a positive integer, got ${JSON.stringify(v)}`),
+    check: (v) =>
+      Number.isInteger(v) && (v as number) >= 1 ? undefined : `must be a positive integer, got ${JSON.stringify(v)}`,
   },
   { from: 'sampling', to: 'orchestrator.sampling', table: true },
   { from: 'lora', to: 'trainer.lora', table: true, renames: { r: 'rank' } },
@@ -126,7 +127,8 @@ export function applyAliases(tree: Raw, aliases: readonly Alias[], where: string
     if (alias.table) {
       if (!isTable(value)) continue; // not a table: left for the key check to report
       remove(tree, keys);
-      for (const [k, v] of Object.entries(value)) assign(`${alias.from}.${k}`, findAlias([alias], `${alias.from}.${k}`)!.to, v, alias);
+      for (const [k, v] of Object.entries(value))
+        assign(`${alias.from}.${k}`, findAlias([alias], `${alias.from}.${k}`)!.to, v, alias);
     } else {
       remove(tree, keys);
       assign(alias.from, alias.to, value, alias);
@@ -139,7 +141,11 @@ export function applyAliases(tree: Raw, aliases: readonly Alias[], where: string
 export function aliasesHelp(aliases: readonly Alias[]): string {
   const rows = aliases.map((a) => {
     const from = a.table ? `[${a.from}] k` : a.from;
-    const renames = a.renames ? ` (${Object.entries(a.renames).map(([k, v]) => `${k} -> ${v}`).join(', ')})` : '';
+    const renames = a.renames
+      ? ` (${Object.entries(a.renames)
+          .map(([k, v]) => `${k} -> ${v}`)
+          .join(', ')})`
+      : '';
     const to = a.to === null ? '(nothing to set)' : a.table ? `${a.to}.k${renames}` : a.to;
     return { from, to, note: a.note ?? '' };
   });
@@ -149,5 +155,7 @@ export function aliasesHelp(aliases: readonly Alias[]): string {
 
 /** `--dry-run` text (stderr): what each documented key became. */
 export function describeMapped(mapped: readonly Mapped[]): string {
-  return mapped.map((m) => `  ${m.from} = ${JSON.stringify(m.value)} -> ${m.to ?? '(nothing to set)'} (${m.where})`).join('\n');
+  return mapped
+    .map((m) => `  ${m.from} = ${JSON.stringify(m.value)} -> ${m.to ?? '(nothing to set)'} (${m.where})`)
+    .join('\n');
 }

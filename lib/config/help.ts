@@ -31,7 +31,8 @@ export function optionsHelp(schema: z.ZodType): string {
   for (const [table, items] of groups) {
     if (items.length === 0) continue;
     lines.push('', table ? `[${table}]` : 'general:');
-    for (const r of items) lines.push(`  ${r.flag.padEnd(wf)}  ${r.type.padEnd(wt)}  ${r.dflt.padEnd(wd)}  ${r.description}`.trimEnd());
+    for (const r of items)
+      lines.push(`  ${r.flag.padEnd(wf)}  ${r.type.padEnd(wt)}  ${r.dflt.padEnd(wd)}  ${r.description}`.trimEnd());
   }
   return lines.join('\n');
 }

@@ -87,7 +87,9 @@ function recordOrigins(tree: Raw, origin: string, origins: Origins, prefix: stri
 const normaliseKey = (k: string) => k.replace(/-/g, '_');
 
 function unknownKeyError(key: string, schema: z.ZodType, where: string): ConfigError {
-  return new ConfigError(`unknown config key '${key}' (${where}).${didYouMean(key, allPaths(schema))} See --help for all keys.`);
+  return new ConfigError(
+    `unknown config key '${key}' (${where}).${didYouMean(key, allPaths(schema))} See --help for all keys.`,
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -107,7 +109,8 @@ function coerceScalar(field: z.ZodType, text: string, key: string, where: string
     case 'number':
     case 'int': {
       const n = Number(text);
-      if (text.trim() === '' || Number.isNaN(n)) throw new ConfigError(`${key} (${where}): expected a number, got '${text}'`);
+      if (text.trim() === '' || Number.isNaN(n))
+        throw new ConfigError(`${key} (${where}): expected a number, got '${text}'`);
       return n;
     }
     case 'boolean': {
@@ -142,7 +145,13 @@ function coerceList(field: z.ZodType, texts: string[], key: string, where: strin
     info.kind === 'tuple'
       ? (info.core as unknown as { _zod: { def: { items: z.ZodType[] } } })._zod.def.items[0]
       : arrayElement(field)!;
-  const parts = texts.length === 1 ? texts[0].split(',').map((s) => s.trim()).filter((s) => s !== '') : texts;
+  const parts =
+    texts.length === 1
+      ? texts[0]
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s !== '')
+      : texts;
   return parts.map((p) => coerceScalar(element, p, key, where));
 }
 
@@ -239,7 +248,8 @@ function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] 
       takeFile([]);
       continue;
     }
-    if (!isOption(tok)) throw new ConfigError(`unexpected argument '${tok}': options look like --key value, files like @ path.toml`);
+    if (!isOption(tok))
+      throw new ConfigError(`unexpected argument '${tok}': options look like --key value, files like @ path.toml`);
     let name = tok.slice(2);
     let inline: string | undefined;
     const eq = name.indexOf('=');
@@ -250,7 +260,8 @@ function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] 
     if (name === 'dry-run' || name === 'dry_run') {
       out.dryRun = true;
       i += 1;
-      const next = inline ?? (argv[i] !== undefined && !isOption(argv[i]) && !argv[i].startsWith('@') ? argv[i++] : undefined);
+      const next =
+        inline ?? (argv[i] !== undefined && !isOption(argv[i]) && !argv[i].startsWith('@') ? argv[i++] : undefined);
       if (next !== undefined) out.dryRunFile = next;
       continue;
     }
@@ -261,7 +272,8 @@ function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] 
     const alias = findAlias(aliases, keys.join('.'));
     const next = inline ?? argv[i + 1];
     if (alias && (!alias.alias.onlyString || (next !== undefined && !/^\s*[{@]/.test(next)))) {
-      field = alias.to === null ? z.number() : alias.alias.onlyString ? z.string() : fieldAt(schema, alias.to.split('.'));
+      field =
+        alias.to === null ? z.number() : alias.alias.onlyString ? z.string() : fieldAt(schema, alias.to.split('.'));
     }
     let negated = false;
     if (!field) {
@@ -293,7 +305,8 @@ function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] 
     }
     const info = inspect(field);
     if (inline === undefined && (argv[i] === '@' || argv[i]?.startsWith('@'))) {
-      if (!objectShape(field)) throw new ConfigError(`${flag} @ file: '${key}' is not a section, so a file cannot be scoped to it`);
+      if (!objectShape(field))
+        throw new ConfigError(`${flag} @ file: '${key}' is not a section, so a file cannot be scoped to it`);
       takeFile(keys);
       continue;
     }
@@ -319,7 +332,9 @@ function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] 
     }
     if (values.length === 0) throw new ConfigError(`${flag} needs a value (${typeName(field)})`);
     const value =
-      info.kind === 'array' || info.kind === 'tuple' ? coerceList(field, values, key, where) : coerceScalar(field, values[0], key, where);
+      info.kind === 'array' || info.kind === 'tuple'
+        ? coerceList(field, values, key, where)
+        : coerceScalar(field, values[0], key, where);
     out.assignments.push({ keys, value, flag });
   }
   return out;
@@ -332,14 +347,18 @@ function propagateShared(raw: Raw, schema: z.ZodType, shared: SharedKeys, origin
   for (const key of shared.keys) {
     const keys = key.split('.');
     // An optional section that was not given stays absent (worker: no inference section for cpu).
-    const sections = shared.sections.filter((s) => getPath(raw, [s]) !== undefined || !inspect(fieldAt(schema, [s])!).optional);
+    const sections = shared.sections.filter(
+      (s) => getPath(raw, [s]) !== undefined || !inspect(fieldAt(schema, [s])!).optional,
+    );
     const places = [keys, ...sections.map((s) => [s, ...keys])].filter((p) => fieldAt(schema, p));
     const explicit = places
       .map((p) => ({ key: p.join('.'), value: getPath(raw, p) }))
       .filter((e) => e.value !== undefined);
     const distinct = [...new Set(explicit.map((e) => JSON.stringify(e.value)))];
     if (distinct.length > 1) {
-      const list = explicit.map((e) => `${e.key} = ${JSON.stringify(e.value)} (${origins.get(e.key) ?? 'default'})`).join(', ');
+      const list = explicit
+        .map((e) => `${e.key} = ${JSON.stringify(e.value)} (${origins.get(e.key) ?? 'default'})`)
+        .join(', ');
       throw new ConfigError(`conflicting values for the shared key '${key}': ${list}. Set it once, at '${key}'.`);
     }
     if (explicit.length === 0) {
@@ -375,7 +394,8 @@ function formatIssues(error: z.ZodError, origins: Origins, schema: z.ZodType): s
         .join('\n');
     }
     const origin = origins.get(key);
-    const message = issue.code === 'invalid_type' && issue.message.includes('received undefined') ? 'required' : issue.message;
+    const message =
+      issue.code === 'invalid_type' && issue.message.includes('received undefined') ? 'required' : issue.message;
     return `${key || '(config)'}: ${message}${origin ? ` (${origin})` : ''}`;
   });
   return `invalid configuration:\n  ${lines.join('\n  ')}`;

@@ -20,10 +20,7 @@ const nonNegative = () => z.number().nonnegative();
 // Shared pieces
 
 export const temporalSchema = section({
-  address: z
-    .string()
-    .optional()
-    .describe('host:port of a Temporal server; unset = reuse or start a local dev server'),
+  address: z.string().optional().describe('host:port of a Temporal server; unset = reuse or start a local dev server'),
   namespace: z.string().default('default').describe('Temporal namespace'),
   ip: z.string().default('127.0.0.1').describe('interface the local dev server binds'),
   port: z.number().int().min(1).max(65535).default(7233).describe('gRPC port of the local dev server'),
@@ -42,17 +39,26 @@ export const temporalSchema = section({
 
 const modelSchema = () =>
   section({
-    name: z.string().min(1).describe('path of a Hugging Face model folder (made by `prime-rl model create` or trained)'),
+    name: z
+      .string()
+      .min(1)
+      .describe('path of a Hugging Face model folder (made by `prime-rl model create` or trained)'),
     dtype: z.enum(['float32', 'bfloat16']).default('float32').describe('compute dtype'),
     device: z.enum(['cpu', 'cuda']).default('cpu').describe('device for the native engine'),
   });
 
 const seqLen = () => positiveInt().default(2048).describe('max tokens of one packed row / one sequence');
 const maxSteps = () => positiveInt().optional().describe('number of optimizer steps; unset = no limit');
-const outputDir = () => z.string().min(1).default('outputs').describe('root of run folders, checkpoints and the local Temporal database');
+const outputDir = () =>
+  z.string().min(1).default('outputs').describe('root of run folders, checkpoints and the local Temporal database');
 const seed = () => z.number().int().nonnegative().default(0).describe('random seed');
 const asyncLevel = () =>
-  z.number().int().nonnegative().default(1).describe('rollouts of step n use policy weights no older than n - async_level');
+  z
+    .number()
+    .int()
+    .nonnegative()
+    .default(1)
+    .describe('rollouts of step n use policy weights no older than n - async_level');
 const runName = (dflt: string) =>
   z
     .string()
@@ -64,7 +70,10 @@ const threads = () => positiveInt().optional().describe('compute threads of the 
 const optimizerSchema = section({
   lr: z.number().positive().optional().describe('AdamW learning rate; unset = 1e-6, or 1e-5 with lora.enabled'),
   weight_decay: nonNegative().default(0.01).describe('AdamW decoupled weight decay'),
-  betas: z.tuple([z.number().min(0).max(1), z.number().min(0).max(1)]).default([0.9, 0.999]).describe('AdamW betas'),
+  betas: z
+    .tuple([z.number().min(0).max(1), z.number().min(0).max(1)])
+    .default([0.9, 0.999])
+    .describe('AdamW betas'),
   eps: z.number().positive().default(1e-8).describe('AdamW epsilon'),
   max_norm: z.number().positive().default(1.0).describe('gradient-norm clipping threshold'),
 });
@@ -83,7 +92,9 @@ const checkpointSchema = section({
     .int()
     .nonnegative()
     .optional()
-    .describe('a new start continues from the checkpoint of this step, redoing (and first discarding) what came after it; unset = continue where the run is'),
+    .describe(
+      'a new start continues from the checkpoint of this step, redoing (and first discarding) what came after it; unset = continue where the run is',
+    ),
 });
 
 const envSchema = z
@@ -104,7 +115,9 @@ const samplingSchema = section({
     .array(z.string().min(1))
     .max(16)
     .default([])
-    .describe('stop strings: a turn ends at the token that completes one (matched in the decoded text, special tokens left out)'),
+    .describe(
+      'stop strings: a turn ends at the token that completes one (matched in the decoded text, special tokens left out)',
+    ),
 });
 
 const loraSchema = section({
@@ -123,7 +136,12 @@ const loraSchema = section({
 const lossParamKeys = Object.fromEntries(
   [...LOSS_PARAMS.values()].map((p) => {
     const n = z.number().min(p.min);
-    return [p.name, (p.max === undefined ? n : n.max(p.max)).optional().describe(`${p.doc} (loss ${p.kinds.join(', ')}; default ${p.default})`)];
+    return [
+      p.name,
+      (p.max === undefined ? n : n.max(p.max))
+        .optional()
+        .describe(`${p.doc} (loss ${p.kinds.join(', ')}; default ${p.default})`),
+    ];
   }),
 ) as Record<LossParamName, z.ZodOptional<z.ZodNumber>>;
 
@@ -136,26 +154,48 @@ const lossSchema = z
   .strictObject({
     type: z.enum(POLICY_LOSSES).default('dppo').describe('policy loss'),
     ...lossParamKeys,
-    normalization: z.enum(['token', 'sequence']).default('token').describe('average the loss over all tokens or per sequence'),
+    normalization: z
+      .enum(['token', 'sequence'])
+      .default('token')
+      .describe('average the loss over all tokens or per sequence'),
     kl_beta: z.number().optional().describe('removed: the KL penalty to the initial model is trainer.kl_penalty'),
     mismatch: section({
-      mode: z.enum(['none', 'tis', 'mask']).default('none').describe('correction of trainer/inference logprob mismatch'),
+      mode: z
+        .enum(['none', 'tis', 'mask'])
+        .default('none')
+        .describe('correction of trainer/inference logprob mismatch'),
       tis_cap: z.number().positive().default(2).describe('TIS: cap C on the importance weight'),
       token_low: z.number().positive().default(0.125).describe('mask: drop tokens with ratio below this'),
       token_high: z.number().positive().default(8).describe('mask: drop tokens with ratio above this'),
-      seq_low: z.number().positive().default(0.1).describe('mask: drop sequences whose geometric-mean ratio is below this'),
-      seq_high: z.number().positive().default(10).describe('mask: drop sequences whose geometric-mean ratio is above this'),
+      seq_low: z
+        .number()
+        .positive()
+        .default(0.1)
+        .describe('mask: drop sequences whose geometric-mean ratio is below this'),
+      seq_high: z
+        .number()
+        .positive()
+        .default(10)
+        .describe('mask: drop sequences whose geometric-mean ratio is above this'),
     }),
   })
   .prefault({})
   .superRefine((l, ctx) => {
     // 0 (off, the old default) passes: run folders written before keep resuming.
     if (l.kl_beta !== undefined && l.kl_beta !== 0)
-      ctx.addIssue({ code: 'custom', path: ['kl_beta'], message: 'removed: set trainer.kl_penalty (enabled, beta, target_kl) instead' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['kl_beta'],
+        message: 'removed: set trainer.kl_penalty (enabled, beta, target_kl) instead',
+      });
     const own = lossKindSpec(l.type).params.map((p) => p.name);
     for (const key of LOSS_PARAMS.keys())
       if (l[key] !== undefined && !own.includes(key))
-        ctx.addIssue({ code: 'custom', path: [key], message: `not a parameter of loss type '${l.type}' (its parameters: ${own.join(', ') || 'none'})` });
+        ctx.addIssue({
+          code: 'custom',
+          path: [key],
+          message: `not a parameter of loss type '${l.type}' (its parameters: ${own.join(', ') || 'none'})`,
+        });
   })
   .transform(({ kl_beta: _removed, ...l }) => ({
     ...l,
@@ -171,7 +211,11 @@ const lossSchema = z
 const klPenaltySchema = section({
   enabled: z.boolean().default(false).describe('penalise the KL divergence to the reference (initial) policy'),
   beta: z.number().positive().default(0.001).describe('weight of the KL term (its start value when target_kl is set)'),
-  target_kl: z.number().positive().optional().describe('adapt beta each step toward this measured KL; unset = fixed beta'),
+  target_kl: z
+    .number()
+    .positive()
+    .optional()
+    .describe('adapt beta each step toward this measured KL; unset = fixed beta'),
 });
 
 /** The lr default depends on LoRA (DESIGN.md: 1e-6 full, 1e-5 LoRA), so it is filled after parsing. */
@@ -202,7 +246,12 @@ export const trainerSchema = z
 /** A plugin module (lib/orchestrator/plugins.ts): `import_path` + `kwargs`. */
 const pluginSchema = (what: string, contract: string) =>
   z.strictObject({
-    import_path: z.string().min(1).describe(`${what} module: ./file.ts (relative to the working directory), an absolute path or an npm package; ${contract}`),
+    import_path: z
+      .string()
+      .min(1)
+      .describe(
+        `${what} module: ./file.ts (relative to the working directory), an absolute path or an npm package; ${contract}`,
+      ),
     kwargs: z.record(z.string(), z.unknown()).default({}).describe(`keyword arguments passed to the ${what}`),
   });
 
@@ -212,35 +261,65 @@ const advantageSchema = z
     type: z
       .enum(ADVANTAGE_TYPES)
       .optional()
-      .describe('built-in estimator: grpo (R - mean), rloo (leave-one-out), opo (length-weighted baseline), max_rl ((R - mean) / mean); unset = grpo unless import_path is set'),
-    std_norm: z.boolean().default(false).describe('built-ins: divide advantages by the group reward std (not with max_rl)'),
+      .describe(
+        'built-in estimator: grpo (R - mean), rloo (leave-one-out), opo (length-weighted baseline), max_rl ((R - mean) / mean); unset = grpo unless import_path is set',
+      ),
+    std_norm: z
+      .boolean()
+      .default(false)
+      .describe('built-ins: divide advantages by the group reward std (not with max_rl)'),
     length_penalty: z
       .strictObject({
         type: z.literal('linear').default('linear').describe('the penalty: linear'),
         num_output_tokens_weight: nonNegative().default(0.25).describe('weight of generated tokens / the group max'),
-        num_input_tokens_weight: nonNegative().default(0.1).describe('weight of read tokens (prompt, env turns) / the group max'),
+        num_input_tokens_weight: nonNegative()
+          .default(0.1)
+          .describe('weight of read tokens (prompt, env turns) / the group max'),
         num_turns_weight: nonNegative().default(0.1).describe('weight of turns / the group max'),
       })
       .optional()
-      .describe('built-ins: subtract mean(R) x the weighted length terms from each reward before the estimator; unset = off'),
+      .describe(
+        'built-ins: subtract mean(R) x the weighted length terms from each reward before the estimator; unset = off',
+      ),
     import_path: z
       .string()
       .min(1)
       .optional()
-      .describe('plugin estimator module (./my_adv.ts relative to the working directory, an absolute path or an npm package); its `advantage` or default export: (group, kwargs) => advantages'),
+      .describe(
+        'plugin estimator module (./my_adv.ts relative to the working directory, an absolute path or an npm package); its `advantage` or default export: (group, kwargs) => advantages',
+      ),
     kwargs: z.record(z.string(), z.unknown()).default({}).describe('keyword arguments passed to the plugin estimator'),
   })
   .superRefine((a, ctx) => {
     if (a.import_path !== undefined) {
       for (const k of ['type', 'length_penalty'] as const) {
-        if (a[k] !== undefined) ctx.addIssue({ code: 'custom', path: [k], message: `set either ${k} (a built-in) or import_path (a plugin estimator, which computes the advantages itself), not both` });
+        if (a[k] !== undefined)
+          ctx.addIssue({
+            code: 'custom',
+            path: [k],
+            message: `set either ${k} (a built-in) or import_path (a plugin estimator, which computes the advantages itself), not both`,
+          });
       }
-      if (a.std_norm) ctx.addIssue({ code: 'custom', path: ['std_norm'], message: 'std_norm applies to built-in estimators only; a plugin (import_path) normalises itself' });
+      if (a.std_norm)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['std_norm'],
+          message: 'std_norm applies to built-in estimators only; a plugin (import_path) normalises itself',
+        });
     } else if (Object.keys(a.kwargs).length > 0) {
-      ctx.addIssue({ code: 'custom', path: ['kwargs'], message: 'kwargs are passed to a plugin estimator: set import_path, or configure a built-in with type, std_norm and length_penalty' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['kwargs'],
+        message:
+          'kwargs are passed to a plugin estimator: set import_path, or configure a built-in with type, std_norm and length_penalty',
+      });
     }
     if (a.type === 'max_rl' && a.std_norm) {
-      ctx.addIssue({ code: 'custom', path: ['std_norm'], message: 'max_rl normalises by the group mean: std_norm must stay false' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['std_norm'],
+        message: 'max_rl normalises by the group mean: std_norm must stay false',
+      });
     }
   })
   .prefault({})
@@ -255,19 +334,31 @@ export const orchestratorSchema = section({
   output_dir: outputDir(),
   seed: seed(),
   batch_size: positiveInt().default(128).describe('rollouts per step'),
-  rollouts_per_example: positiveInt().default(8).describe('rollouts per prompt (the group size of the advantage baseline)'),
+  rollouts_per_example: positiveInt()
+    .default(8)
+    .describe('rollouts per prompt (the group size of the advantage baseline)'),
   sampling: samplingSchema,
   advantage: advantageSchema,
   difficulty_filter: section({
-    enabled: z.boolean().default(false).describe('drop groups outside the filter and refill the step with fresh examples'),
+    enabled: z
+      .boolean()
+      .default(false)
+      .describe('drop groups outside the filter and refill the step with fresh examples'),
     min_reward_variance: nonNegative()
       .default(0)
-      .describe('drop groups whose reward variance (population) is below this; groups of equal rewards are always dropped when enabled'),
+      .describe(
+        'drop groups whose reward variance (population) is below this; groups of equal rewards are always dropped when enabled',
+      ),
     min_reward: z.number().optional().describe('drop groups whose mean reward is below this'),
     max_reward: z.number().optional().describe('drop groups whose mean reward is above this'),
   }),
   rollout_filters: z
-    .array(pluginSchema('rollout filter', '`filter` or default export: (group, kwargs) => true to keep, false or a reason to drop'))
+    .array(
+      pluginSchema(
+        'rollout filter',
+        '`filter` or default export: (group, kwargs) => true to keep, false or a reason to drop',
+      ),
+    )
     .default([])
     .describe('plugin filters, applied after difficulty_filter; dropped groups are refilled the same way'),
   max_refill_rounds: z
@@ -275,8 +366,13 @@ export const orchestratorSchema = section({
     .int()
     .nonnegative()
     .default(4)
-    .describe('rounds of fresh examples a step may play to replace the groups its filters dropped; then it trains on what it has'),
-  filter_zero_advantages: z.boolean().default(true).describe('do not train on rollouts whose advantage is exactly 0 (no policy-gradient signal)'),
+    .describe(
+      'rounds of fresh examples a step may play to replace the groups its filters dropped; then it trains on what it has',
+    ),
+  filter_zero_advantages: z
+    .boolean()
+    .default(true)
+    .describe('do not train on rollouts whose advantage is exactly 0 (no policy-gradient signal)'),
   // The old filter section, kept so that its keys (in a file or on the command line) get this
   // error instead of "unknown key".
   filter: z
@@ -314,7 +410,9 @@ export const serverSchema = z
       .string()
       .min(1)
       .optional()
-      .describe('environment variable holding the bearer token clients must send (in rl, the orchestrator sends it too: set it for the cpu workers as well)'),
+      .describe(
+        'environment variable holding the bearer token clients must send (in rl, the orchestrator sends it too: set it for the cpu workers as well)',
+      ),
     headers_timeout_s: z
       .number()
       .positive()
@@ -324,11 +422,17 @@ export const serverSchema = z
       .number()
       .positive()
       .default(300)
-      .describe('a client that has not sent its whole request (headers and body) after this long is disconnected (408)'),
+      .describe(
+        'a client that has not sent its whole request (headers and body) after this long is disconnected (408)',
+      ),
   })
   .superRefine((c, ctx) => {
     if (c.request_timeout_s < c.headers_timeout_s) {
-      ctx.addIssue({ code: 'custom', path: ['request_timeout_s'], message: `must be at least headers_timeout_s (${c.headers_timeout_s}): the request includes its headers` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['request_timeout_s'],
+        message: `must be at least headers_timeout_s (${c.headers_timeout_s}): the request includes its headers`,
+      });
     }
   })
   .prefault({});
@@ -344,8 +448,12 @@ export const inferenceSchema = z
     max_running: positiveInt().default(64).describe('max sequences decoded together'),
     max_queued: positiveInt()
       .default(1024)
-      .describe('max sequences waiting for a slot before new requests get 429 (in rl, the orchestrator keeps at most max_running + max_queued requests in flight per server, and retries a 429 with backoff)'),
-    kv_cache_tokens: positiveInt().optional().describe('KV-cache budget in tokens, at least seq_len; unset = max_running x seq_len'),
+      .describe(
+        'max sequences waiting for a slot before new requests get 429 (in rl, the orchestrator keeps at most max_running + max_queued requests in flight per server, and retries a 429 with backoff)',
+      ),
+    kv_cache_tokens: positiveInt()
+      .optional()
+      .describe('KV-cache budget in tokens, at least seq_len; unset = max_running x seq_len'),
     allowed_weight_roots: z
       .array(z.string())
       .optional()
@@ -380,7 +488,13 @@ export const RL_SECTIONS = ['trainer', 'orchestrator', 'inference'] as const;
  * max_tokens must leave room for a prompt: every prompt has at least one token, and prompt plus
  * completion must fit in seq_len, so a max_tokens of seq_len or more can never be honoured.
  */
-function checkMaxTokens(ctx: z.core.$RefinementCtx, at: string[], maxTokens: number | undefined, seqLen: number, seqLenKey: string): void {
+function checkMaxTokens(
+  ctx: z.core.$RefinementCtx,
+  at: string[],
+  maxTokens: number | undefined,
+  seqLen: number,
+  seqLenKey: string,
+): void {
   if (maxTokens === undefined || maxTokens < seqLen) return;
   ctx.addIssue({
     code: 'custom',
@@ -401,7 +515,9 @@ export function serverUrl(server: { host: string; port: number }): string {
 export const rlSchema = z
   .strictObject({
     run_name: runName('rl'),
-    model: section({ name: z.string().min(1).optional().describe('model folder for trainer, orchestrator and inference') }),
+    model: section({
+      name: z.string().min(1).optional().describe('model folder for trainer, orchestrator and inference'),
+    }),
     seq_len: seqLen(),
     max_steps: maxSteps(),
     async_level: asyncLevel(),
@@ -412,9 +528,15 @@ export const rlSchema = z
     eval: evalSettings,
     temporal: temporalSchema,
     wandb: section({
-      project: z.string().min(1).optional().describe('Weights & Biases project: log every step\'s metrics there (needs WANDB_API_KEY, or WANDB_MODE=offline for a local run folder); unset = no W&B'),
+      project: z
+        .string()
+        .min(1)
+        .optional()
+        .describe(
+          "Weights & Biases project: log every step's metrics there (needs WANDB_API_KEY, or WANDB_MODE=offline for a local run folder); unset = no W&B",
+        ),
       name: z.string().min(1).optional().describe('W&B run name; unset = run_name'),
-      entity: z.string().min(1).optional().describe('W&B team or user; unset = the API key\'s default'),
+      entity: z.string().min(1).optional().describe("W&B team or user; unset = the API key's default"),
     }),
     trainer: trainerSchema,
     orchestrator: orchestratorSchema,
@@ -433,19 +555,35 @@ export const rlSchema = z
         message: `${o.batch_size} is not a multiple of orchestrator.rollouts_per_example (${o.rollouts_per_example}): a step samples batch_size / rollouts_per_example examples, each rollouts_per_example times; use e.g. ${options}`,
       });
     }
-    checkMaxTokens(ctx, ['orchestrator', 'sampling', 'max_tokens'], o.sampling.max_tokens, o.seq_len, 'orchestrator.seq_len');
+    checkMaxTokens(
+      ctx,
+      ['orchestrator', 'sampling', 'max_tokens'],
+      o.sampling.max_tokens,
+      o.seq_len,
+      'orchestrator.seq_len',
+    );
     // Evals sample from the same inference server, within the orchestrator's seq_len.
-    checkMaxTokens(ctx, ['eval', 'sampling', 'max_tokens'], c.eval.sampling.max_tokens, o.seq_len, 'orchestrator.seq_len');
+    checkMaxTokens(
+      ctx,
+      ['eval', 'sampling', 'max_tokens'],
+      c.eval.sampling.max_tokens,
+      o.seq_len,
+      'orchestrator.seq_len',
+    );
     if (c.orchestrator.base_urls === undefined && c.inference.server.port === 0) {
       ctx.addIssue({
         code: 'custom',
         path: ['inference', 'server', 'port'],
-        message: 'port 0 (any free port) leaves the orchestrator no address for the run\'s inference server: choose a port, or set orchestrator.base_urls',
+        message:
+          "port 0 (any free port) leaves the orchestrator no address for the run's inference server: choose a port, or set orchestrator.base_urls",
       });
     }
   })
   // Resolved here, so that --dry-run prints (and the workflow gets) the address that is used.
-  .transform((c) => ({ ...c, orchestrator: { ...c.orchestrator, base_urls: c.orchestrator.base_urls ?? [`${serverUrl(c.inference.server)}/v1`] } }));
+  .transform((c) => ({
+    ...c,
+    orchestrator: { ...c.orchestrator, base_urls: c.orchestrator.base_urls ?? [`${serverUrl(c.inference.server)}/v1`] },
+  }));
 
 // ---------------------------------------------------------------------------------------------
 // Other commands
@@ -459,7 +597,9 @@ export const sftSchema = z
     epochs: positiveInt().default(1).describe('passes over the dataset (max_steps wins when both are set)'),
     output_dir: outputDir(),
     seed: seed(),
-    batch_size: positiveInt().default(32).describe('samples per optimizer step (packed into rows of seq_len; one row per forward/backward)'),
+    batch_size: positiveInt()
+      .default(32)
+      .describe('samples per optimizer step (packed into rows of seq_len; one row per forward/backward)'),
     threads: threads(),
     data: section({
       path: z.string().optional().describe('JSONL dataset (prompt/completion or messages rows)'),
@@ -469,13 +609,17 @@ export const sftSchema = z
     }),
     val: section({
       path: z.string().optional().describe('JSONL validation set; unset = the eval split of data.env'),
-      num_examples: positiveInt().optional().describe('validation examples; unset = all rows of val.path, or 64 examples of data.env'),
+      num_examples: positiveInt()
+        .optional()
+        .describe('validation examples; unset = all rows of val.path, or 64 examples of data.env'),
       interval: positiveInt().optional().describe('validation loss every N steps (and at the end); unset = off'),
       target_loss: z
         .number()
         .positive()
         .optional()
-        .describe('stop once the validation loss is at or below this (checkpoint and weights of that step); needs val.interval'),
+        .describe(
+          'stop once the validation loss is at or below this (checkpoint and weights of that step); needs val.interval',
+        ),
     }),
     optim: optimizerSchema,
     scheduler: schedulerSchema,
@@ -485,50 +629,63 @@ export const sftSchema = z
   })
   .superRefine((c, ctx) => {
     if (c.val.target_loss !== undefined && c.val.interval === undefined) {
-      ctx.addIssue({ code: 'custom', path: ['val', 'target_loss'], message: 'needs val.interval: the validation loss it is compared with is measured every val.interval steps' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['val', 'target_loss'],
+        message: 'needs val.interval: the validation loss it is compared with is measured every val.interval steps',
+      });
     }
   })
   .transform(withLrDefault);
 
-export const evalSchema = z.strictObject({
-  run_name: runName('eval'),
-  model: section({
-    name: z.string().min(1).optional().describe('model folder, or the model name an external API expects'),
-    dtype: z.enum(['float32', 'bfloat16']).default('float32').describe('compute dtype'),
-    device: z.enum(['cpu', 'cuda']).default('cpu').describe('device for the native engine'),
-  }),
-  seq_len: seqLen(),
-  output_dir: outputDir(),
-  seed: seed(),
-  env: z.array(envSchema).default([]).describe('environments to evaluate'),
-  num_examples: positiveInt().default(32).describe('held-out examples per environment'),
-  rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
-  sampling: samplingSchema,
-  weights_dir: z.string().optional().describe('evaluate every step_N folder in this directory'),
-  steps: z.array(z.number().int().nonnegative()).optional().describe('only these steps of weights_dir'),
-  eval_base: z.boolean().default(true).describe('also evaluate the base model'),
-  client: section({
-    base_url: z.string().url().optional().describe('external OpenAI-compatible API instead of a local server'),
-    api_key_var: z.string().optional().describe('environment variable holding its API key'),
-  }),
-  server: serverSchema.describe('the local inference server the eval starts (unless client.base_url)'),
-  threads: threads(),
-  temporal: temporalSchema,
-}).superRefine((c, ctx) => {
-  // An external API (client.base_url) has its own context length; seq_len is that of the local server.
-  if (c.client.base_url === undefined) checkMaxTokens(ctx, ['sampling', 'max_tokens'], c.sampling.max_tokens, c.seq_len, 'seq_len');
-});
+export const evalSchema = z
+  .strictObject({
+    run_name: runName('eval'),
+    model: section({
+      name: z.string().min(1).optional().describe('model folder, or the model name an external API expects'),
+      dtype: z.enum(['float32', 'bfloat16']).default('float32').describe('compute dtype'),
+      device: z.enum(['cpu', 'cuda']).default('cpu').describe('device for the native engine'),
+    }),
+    seq_len: seqLen(),
+    output_dir: outputDir(),
+    seed: seed(),
+    env: z.array(envSchema).default([]).describe('environments to evaluate'),
+    num_examples: positiveInt().default(32).describe('held-out examples per environment'),
+    rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
+    sampling: samplingSchema,
+    weights_dir: z.string().optional().describe('evaluate every step_N folder in this directory'),
+    steps: z.array(z.number().int().nonnegative()).optional().describe('only these steps of weights_dir'),
+    eval_base: z.boolean().default(true).describe('also evaluate the base model'),
+    client: section({
+      base_url: z.string().url().optional().describe('external OpenAI-compatible API instead of a local server'),
+      api_key_var: z.string().optional().describe('environment variable holding its API key'),
+    }),
+    server: serverSchema.describe('the local inference server the eval starts (unless client.base_url)'),
+    threads: threads(),
+    temporal: temporalSchema,
+  })
+  .superRefine((c, ctx) => {
+    // An external API (client.base_url) has its own context length; seq_len is that of the local server.
+    if (c.client.base_url === undefined)
+      checkMaxTokens(ctx, ['sampling', 'max_tokens'], c.sampling.max_tokens, c.seq_len, 'seq_len');
+  });
 
 /** Keys of `worker` that also fill its `inference` section (the server follows --output-dir). */
 export const WORKER_SHARED_KEYS = ['output_dir', 'threads'] as const;
 export const WORKER_SECTIONS = ['inference'] as const;
 
 export const workerSchema = z.strictObject({
-  pool: z.enum(['cpu', 'trainer', 'inference']).describe('cpu and trainer poll their task queues; inference serves HTTP'),
+  pool: z
+    .enum(['cpu', 'trainer', 'inference'])
+    .describe('cpu and trainer poll their task queues; inference serves HTTP'),
   output_dir: outputDir(),
   threads: threads(),
   env_workers: positiveInt().default(2).describe('cpu pool: child processes that run environment code'),
-  env_timeout_s: z.number().positive().default(60).describe('cpu pool: seconds before an environment call counts as hung'),
+  env_timeout_s: z
+    .number()
+    .positive()
+    .default(60)
+    .describe('cpu pool: seconds before an environment call counts as hung'),
   temporal: temporalSchema,
   inference: inferenceSchema.optional().describe('inference pool: the server to run'),
 });
@@ -552,7 +709,10 @@ export const modelCreateSchema = z.strictObject({
 });
 
 export const reportSchema = z.strictObject({
-  run: z.string().min(1).describe('run name (a folder of output_dir) or a run folder path; also accepted as the first argument'),
+  run: z
+    .string()
+    .min(1)
+    .describe('run name (a folder of output_dir) or a run folder path; also accepted as the first argument'),
   output_dir: outputDir(),
 });
 

@@ -6,7 +6,8 @@ import { hash32, Rng, shuffle } from './random';
 import type { Dataset, Example, Split } from './types';
 
 function checkIndex(index: number): void {
-  if (!Number.isSafeInteger(index) || index < 0) throw new Error(`example index must be a non-negative integer, got ${index}`);
+  if (!Number.isSafeInteger(index) || index < 0)
+    throw new Error(`example index must be a non-negative integer, got ${index}`);
 }
 
 export interface GeneratedDatasetOptions {
@@ -30,7 +31,8 @@ const MAX_DRAWS = 10_000;
 
 export function generatedDataset(opts: GeneratedDatasetOptions): Dataset {
   const evalFraction = opts.evalFraction ?? 0.1;
-  if (!(evalFraction > 0 && evalFraction < 1)) throw new Error(`${opts.name}: evalFraction must be in (0, 1), got ${evalFraction}`);
+  if (!(evalFraction > 0 && evalFraction < 1))
+    throw new Error(`${opts.name}: evalFraction must be in (0, 1), got ${evalFraction}`);
   const { key } = opts;
   return {
     size: () => undefined,
@@ -43,7 +45,9 @@ export function generatedDataset(opts: GeneratedDatasetOptions): Dataset {
         const isEval = hash32(`${seed}\u0000${key(example)}`) / 4294967296 < evalFraction;
         if (isEval === (split === 'eval')) return example;
       }
-      throw new Error(`${opts.name}: no ${split} example in ${MAX_DRAWS} draws; the example space is too small for a held-out split`);
+      throw new Error(
+        `${opts.name}: no ${split} example in ${MAX_DRAWS} draws; the example space is too small for a held-out split`,
+      );
     },
   };
 }
@@ -67,7 +71,10 @@ export function listDataset(examples: readonly Example[], opts: ListDatasetOptio
   const order = (seed: number) => {
     let o = orders.get(seed);
     if (!o) {
-      o = shuffle(new Rng(seed, 'list-dataset/split'), examples.map((_, i) => i));
+      o = shuffle(
+        new Rng(seed, 'list-dataset/split'),
+        examples.map((_, i) => i),
+      );
       orders.set(seed, o);
     }
     return o;
@@ -77,7 +84,8 @@ export function listDataset(examples: readonly Example[], opts: ListDatasetOptio
     size: (split) => sizes[split],
     example(split, index, seed) {
       checkIndex(index);
-      if (index >= sizes[split]) throw new Error(`example ${index} is out of range: the ${split} split has ${sizes[split]}`);
+      if (index >= sizes[split])
+        throw new Error(`example ${index} is out of range: the ${split} split has ${sizes[split]}`);
       return examples[order(seed)[split === 'eval' ? index : evalCount + index]];
     },
   };

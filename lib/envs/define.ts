@@ -88,7 +88,8 @@ export function instantiate(def: EnvironmentDefinition, args: unknown, id: strin
   if (names.size !== tools.length) throw new Error(`${where}: tool names must be unique`);
   const multiTurn = setup.respond !== undefined || tools.length > 0;
   const maxTurns = setup.maxTurns ?? (multiTurn ? DEFAULT_MULTI_TURN : 1);
-  if (!Number.isInteger(maxTurns) || maxTurns < 1) throw new Error(`${where}: maxTurns must be a positive integer, got ${maxTurns}`);
+  if (!Number.isInteger(maxTurns) || maxTurns < 1)
+    throw new Error(`${where}: maxTurns must be a positive integer, got ${maxTurns}`);
 
   const respond =
     setup.respond ??

@@ -100,7 +100,12 @@ export class SequenceMatcher {
         bestj--;
         bestsize++;
       }
-      while (besti + bestsize < ahi && bestj + bestsize < bhi && bjunk.has(b[bestj + bestsize]) === junk && a[besti + bestsize] === b[bestj + bestsize]) {
+      while (
+        besti + bestsize < ahi &&
+        bestj + bestsize < bhi &&
+        bjunk.has(b[bestj + bestsize]) === junk &&
+        a[besti + bestsize] === b[bestj + bestsize]
+      ) {
         bestsize++;
       }
     };

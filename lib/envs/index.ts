@@ -2,7 +2,13 @@
 // Re-exported so env modules outside this package get the same zod without depending on it.
 export { z } from 'zod';
 export * from './types';
-export { defineEnvironment, instantiate, isEnvironmentDefinition, type EnvironmentDefinition, type EnvironmentSetup } from './define';
+export {
+  defineEnvironment,
+  instantiate,
+  isEnvironmentDefinition,
+  type EnvironmentDefinition,
+  type EnvironmentSetup,
+} from './define';
 export { generatedDataset, listDataset, type GeneratedDatasetOptions, type ListDatasetOptions } from './dataset';
 export { defineTool, parseToolCalls, runToolCalls, toolSchema, type ParsedToolCall, type Tool } from './tools';
 export { extractTag, lastAssistantText, pyStrip } from './parse';

@@ -20,7 +20,9 @@ function requireModule(id: string): unknown {
   return requireUserModule(id, (what, isPath) =>
     isPath
       ? new Error(`environment "${id}": module ${what} not found`)
-      : new Error(`unknown environment "${id}": not a built-in (${BUILTIN_ENV_IDS.join(', ')}), a module path (./file.ts) or an installed npm package`),
+      : new Error(
+          `unknown environment "${id}": not a built-in (${BUILTIN_ENV_IDS.join(', ')}), a module path (./file.ts) or an installed npm package`,
+        ),
   );
 }
 
@@ -31,7 +33,9 @@ export function resolveEnvironment(id: string): EnvironmentDefinition {
   const mod = requireModule(id) as Record<string, unknown> | undefined;
   const def = [mod?.default, mod?.environment, mod].find(isEnvironmentDefinition);
   if (!def) {
-    throw new Error(`environment "${id}": the module exports no environment definition (a default or \`environment\` export made with defineEnvironment)`);
+    throw new Error(
+      `environment "${id}": the module exports no environment definition (a default or \`environment\` export made with defineEnvironment)`,
+    );
   }
   return def;
 }

@@ -42,10 +42,14 @@ export class EnvMix {
   private readonly drawsBefore: number[][];
   private readonly permutations = new Map<string, number[]>();
 
-  constructor(private readonly entries: readonly MixEntry[], opts: EnvMixOptions) {
+  constructor(
+    private readonly entries: readonly MixEntry[],
+    opts: EnvMixOptions,
+  ) {
     if (entries.length === 0) throw new Error('env mix: no environments');
     for (const [i, e] of entries.entries()) {
-      if (!(e.weight > 0) || !Number.isFinite(e.weight)) throw new Error(`env mix: entry ${i} has weight ${e.weight}; weights must be positive`);
+      if (!(e.weight > 0) || !Number.isFinite(e.weight))
+        throw new Error(`env mix: entry ${i} has weight ${e.weight}; weights must be positive`);
       if (e.size != null && (!Number.isInteger(e.size) || e.size < 1)) {
         throw new Error(`env mix: entry ${i} has ${e.size} train examples; need at least 1`);
       }
@@ -63,7 +67,8 @@ export class EnvMix {
 
   /** The examples of `step`, in a seeded random order. */
   sample(step: number): MixDraw[] {
-    if (!Number.isSafeInteger(step) || step < 0) throw new Error(`env mix: step must be a non-negative integer, got ${step}`);
+    if (!Number.isSafeInteger(step) || step < 0)
+      throw new Error(`env mix: step must be a non-negative integer, got ${step}`);
     const taken = [...this.countsBefore(step)];
     return this.allocate(step).map((env) => {
       const ordinal = taken[env]++;
@@ -102,7 +107,10 @@ export class EnvMix {
     const key = `${env}/${epoch}`;
     let p = this.permutations.get(key);
     if (!p) {
-      p = shuffle(new Rng(this.seed, `env-mix/env/${env}/epoch/${epoch}`), Array.from({ length: size }, (_, i) => i));
+      p = shuffle(
+        new Rng(this.seed, `env-mix/env/${env}/epoch/${epoch}`),
+        Array.from({ length: size }, (_, i) => i),
+      );
       // Keep one epoch per env: draws move forward through epochs.
       for (const k of this.permutations.keys()) if (k.startsWith(`${env}/`)) this.permutations.delete(k);
       this.permutations.set(key, p);

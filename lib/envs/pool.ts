@@ -36,8 +36,7 @@ export interface EnvPoolOptions {
 }
 
 export type EnvCallResult<T> =
-  | { ok: true; value: T }
-  | { ok: false; kind: 'error' | 'timeout' | 'crash'; error: string; stack?: string };
+  { ok: true; value: T } | { ok: false; kind: 'error' | 'timeout' | 'crash'; error: string; stack?: string };
 
 export interface EnvPoolStats {
   calls: number;
@@ -80,7 +79,8 @@ export class EnvPool {
   private readonly counters: EnvPoolStats = { calls: 0, errors: 0, timeouts: 0, crashes: 0, restarts: 0 };
 
   constructor(opts: EnvPoolOptions) {
-    if (!Number.isInteger(opts.workers) || opts.workers < 1) throw new Error(`env pool: workers must be a positive integer, got ${opts.workers}`);
+    if (!Number.isInteger(opts.workers) || opts.workers < 1)
+      throw new Error(`env pool: workers must be a positive integer, got ${opts.workers}`);
     if (!(opts.timeoutS > 0)) throw new Error(`env pool: timeoutS must be positive, got ${opts.timeoutS}`);
     this.timeoutMs = opts.timeoutS * 1000;
     for (let i = 0; i < opts.workers; i++) this.spawn();
@@ -137,7 +137,10 @@ export class EnvPool {
   }
 
   private spawn(): void {
-    const child = fork(WORKER_SCRIPT, [], { execArgv: ['--require', REGISTER_TS], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const child = fork(WORKER_SCRIPT, [], {
+      execArgv: ['--require', REGISTER_TS],
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
     const w: Worker = { child, ready: false, retired: false };
     this.workers.add(w);
     child.on('message', (m: WorkerMessage) => this.onMessage(w, m));
@@ -175,7 +178,9 @@ export class EnvPool {
       p.resolve({ ok: false, kind: 'crash', error: `${callName(p.req)}: env worker died (${how})` });
     }
     if (!w.ready && ++this.startupFailures >= MAX_STARTUP_FAILURES) {
-      this.broken = new Error(`env pool: ${MAX_STARTUP_FAILURES} env workers in a row died before starting (last: ${how})`);
+      this.broken = new Error(
+        `env pool: ${MAX_STARTUP_FAILURES} env workers in a row died before starting (last: ${how})`,
+      );
       for (const q of this.queue.splice(0)) q.reject(this.broken);
       return;
     }

@@ -83,7 +83,11 @@ export async function runToolCalls(tools: readonly Tool<any>[], calls: readonly 
     }
     const t = tools.find((candidate) => candidate.name === call.name);
     if (!t) {
-      out.push({ role: 'tool', name: call.name, content: `error: unknown tool "${call.name}"; available: ${tools.map((x) => x.name).join(', ')}` });
+      out.push({
+        role: 'tool',
+        name: call.name,
+        content: `error: unknown tool "${call.name}"; available: ${tools.map((x) => x.name).join(', ')}`,
+      });
       continue;
     }
     const args = t.args.safeParse(call.arguments);

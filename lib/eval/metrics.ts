@@ -29,7 +29,16 @@ export interface EnvEvalMetrics {
  * forms the (huge) binomials.
  */
 export function passAtK(n: number, c: number, k: number): number {
-  if (!Number.isInteger(n) || !Number.isInteger(c) || !Number.isInteger(k) || n < 1 || c < 0 || c > n || k < 1 || k > n) {
+  if (
+    !Number.isInteger(n) ||
+    !Number.isInteger(c) ||
+    !Number.isInteger(k) ||
+    n < 1 ||
+    c < 0 ||
+    c > n ||
+    k < 1 ||
+    k > n
+  ) {
     throw new Error(`pass@k needs integers 0 <= c <= n and 1 <= k <= n, got n=${n} c=${c} k=${k}`);
   }
   if (n - c < k) return 1;
@@ -52,8 +61,14 @@ export function summarizeEnvEval(examples: readonly EvalExample[]): EnvEvalMetri
   if (examples.length === 0) throw new Error('eval metrics: no examples');
   const k = examples[0].rewards.length;
   for (const [i, e] of examples.entries()) {
-    if (e.rewards.length !== k || k === 0) throw new Error(`eval metrics: example ${i} has ${e.rewards.length} samples, expected ${k} (every example needs the same k >= 1)`);
-    if (e.completionTokens.length !== k) throw new Error(`eval metrics: example ${i} has ${e.rewards.length} rewards but ${e.completionTokens.length} token counts`);
+    if (e.rewards.length !== k || k === 0)
+      throw new Error(
+        `eval metrics: example ${i} has ${e.rewards.length} samples, expected ${k} (every example needs the same k >= 1)`,
+      );
+    if (e.completionTokens.length !== k)
+      throw new Error(
+        `eval metrics: example ${i} has ${e.rewards.length} rewards but ${e.completionTokens.length} token counts`,
+      );
   }
   const rewards = examples.flatMap((e) => e.rewards);
   if (!rewards.every(Number.isFinite)) throw new Error('eval metrics: rewards must be finite numbers');

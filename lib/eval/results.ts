@@ -61,7 +61,10 @@ export function readEvalResults(runDir: string): EvalResults[] {
       const file = path.join(dir, name);
       const json = readJsonFile(file);
       const parsed = resultsSchema.safeParse(json);
-      if (!parsed.success) throw new Error(`${file}: not an eval results file: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}`);
+      if (!parsed.success)
+        throw new Error(
+          `${file}: not an eval results file: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}`,
+        );
       return parsed.data;
     });
   return results.sort((a, b) => (a.step ?? -1) - (b.step ?? -1) || a.model.localeCompare(b.model));

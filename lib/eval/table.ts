@@ -15,7 +15,9 @@ const reward = (x: number) => x.toFixed(3);
 
 export function evalTable(results: readonly EvalResults[]): EvalTable {
   const envs = [...new Set(results.flatMap((r) => Object.keys(r.environments)))];
-  const ks = [...new Set(results.flatMap((r) => Object.values(r.environments).flatMap((m) => Object.keys(m.pass_at_k ?? {}))))]
+  const ks = [
+    ...new Set(results.flatMap((r) => Object.values(r.environments).flatMap((m) => Object.keys(m.pass_at_k ?? {})))),
+  ]
     .map(Number)
     .sort((a, b) => a - b);
   const header = ['environment', 'model', 'k', 'avg@k', 'std', ...ks.map((k) => `pass@${k}`), 'tokens'];
@@ -28,7 +30,15 @@ export function evalTable(results: readonly EvalResults[]): EvalTable {
         const v = m.pass_at_k?.[String(k)];
         return v === undefined ? '-' : reward(v);
       });
-      rows.push([env, r.model, String(m.rollouts_per_example), reward(m.avg_at_k), reward(m.reward_std), ...pass, m.completion_tokens_mean.toFixed(1)]);
+      rows.push([
+        env,
+        r.model,
+        String(m.rollouts_per_example),
+        reward(m.avg_at_k),
+        reward(m.reward_std),
+        ...pass,
+        m.completion_tokens_mean.toFixed(1),
+      ]);
     }
   }
   return { header, rows, numeric: header.map((_, i) => i >= 2) };
@@ -39,6 +49,10 @@ export function renderEvalTable(results: readonly EvalResults[]): string {
   const { header, rows, numeric } = evalTable(results);
   if (rows.length === 0) return '(no eval results)';
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells: string[]) => cells.map((c, i) => (numeric[i] ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  ').trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (numeric[i] ? c.padStart(widths[i]) : c.padEnd(widths[i])))
+      .join('  ')
+      .trimEnd();
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }

@@ -26,7 +26,10 @@ export interface SequenceResult {
 
 /** The engine could not generate a sequence of the request (e.g. the weights give NaN logits). */
 export class EngineError extends Error {
-  constructor(readonly code: SequenceError['code'], message: string) {
+  constructor(
+    readonly code: SequenceError['code'],
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -85,17 +88,34 @@ class SequenceState {
         this.stoppedByString = true;
       }
     }
-    this.emit(this.stoppedByString ? this.text.length : Math.max(this.emitted, this.text.length - this.holdBack), token, logprob, top);
+    this.emit(
+      this.stoppedByString ? this.text.length : Math.max(this.emitted, this.text.length - this.holdBack),
+      token,
+      logprob,
+      top,
+    );
     return this.stoppedByString;
   }
 
   finish(reason: Exclude<FinishReason, 'error'>, policyVersion: number): SequenceResult {
     if (this.detok && !this.stoppedByString) {
       this.text += this.detok.flush();
-      this.emit(this.text.length, this.tokenIds[this.tokenIds.length - 1] ?? -1, this.logprobs[this.logprobs.length - 1] ?? 0);
+      this.emit(
+        this.text.length,
+        this.tokenIds[this.tokenIds.length - 1] ?? -1,
+        this.logprobs[this.logprobs.length - 1] ?? 0,
+      );
     }
     const { tokenIds, logprobs, topLogprobs, text, promptLogprobs } = this;
-    return { tokenIds, logprobs, topLogprobs, text, finishReason: this.stoppedByString ? 'stop' : reason, policyVersion, promptLogprobs };
+    return {
+      tokenIds,
+      logprobs,
+      topLogprobs,
+      text,
+      finishReason: this.stoppedByString ? 'stop' : reason,
+      policyVersion,
+      promptLogprobs,
+    };
   }
 }
 
@@ -125,7 +145,10 @@ export function startSequences(
     onFinish: (reason, policyVersion, error) => {
       if (reason === 'error') {
         // One failed sequence fails the request: stop generating the rest of it.
-        failure ??= new EngineError(error?.code ?? 'prefill_failed', error?.message ?? 'the engine failed a sequence of this request');
+        failure ??= new EngineError(
+          error?.code ?? 'prefill_failed',
+          error?.message ?? 'the engine failed a sequence of this request',
+        );
         cancelAll();
       } else results[i] = states[i].finish(reason, policyVersion);
       if (--left > 0) return;

@@ -12,17 +12,31 @@ export class InferenceMetrics {
 
   constructor(scheduler: Scheduler) {
     const registers = [this.registry];
-    this.requests = new Counter({ name: 'prime_inference_requests_total', help: 'HTTP requests by route and status', labelNames: ['route', 'status'], registers });
+    this.requests = new Counter({
+      name: 'prime_inference_requests_total',
+      help: 'HTTP requests by route and status',
+      labelNames: ['route', 'status'],
+      registers,
+    });
     const gauge = (name: string, help: string, read: () => number) =>
-      new Gauge({ name, help, registers, collect() { this.set(read()); } });
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(read());
+        },
+      });
     gauge('prime_inference_running_sequences', 'sequences in the running batch', () => scheduler.runningCount);
     gauge('prime_inference_waiting_sequences', 'sequences queued for a slot', () => scheduler.waitingCount);
     gauge('prime_inference_kv_cache_usage', 'fraction of the KV cache holding tokens', () => scheduler.cacheUsage);
     gauge('prime_inference_policy_version', 'policy version being served', () => scheduler.policy.version);
     gauge('prime_inference_generation_tokens_total', 'tokens sampled since start', () => scheduler.generatedTokens);
     gauge('prime_inference_prompt_tokens_total', 'prompt tokens prefilled since start', () => scheduler.promptTokens);
-    gauge('prime_inference_generation_tokens_per_second', `sampled tokens per second over the last ${RATE_WINDOW_MS / 1000} s`, () =>
-      this.rate(scheduler.generatedTokens),
+    gauge(
+      'prime_inference_generation_tokens_per_second',
+      `sampled tokens per second over the last ${RATE_WINDOW_MS / 1000} s`,
+      () => this.rate(scheduler.generatedTokens),
     );
   }
 

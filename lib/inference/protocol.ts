@@ -12,7 +12,11 @@ export class ApiError extends Error {
     message: string,
     readonly param: string | null = null,
     readonly code: string | null = null,
-    readonly type: string = status === 401 ? 'authentication_error' : status === 404 ? 'not_found_error' : 'invalid_request_error',
+    readonly type: string = status === 401
+      ? 'authentication_error'
+      : status === 404
+        ? 'not_found_error'
+        : 'invalid_request_error',
   ) {
     super(message);
   }
@@ -69,12 +73,7 @@ const sampling = {
 
 const message = z.looseObject({
   role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
-  content: z
-    .union([
-      z.string(),
-      z.array(z.looseObject({ type: z.literal('text'), text: z.string() })),
-    ])
-    .nullish(),
+  content: z.union([z.string(), z.array(z.looseObject({ type: z.literal('text'), text: z.string() }))]).nullish(),
   name: z.string().optional(),
   tool_calls: z.array(z.unknown()).optional(),
   tool_call_id: z.string().optional(),
@@ -89,7 +88,9 @@ export const chatCompletionRequest = z.looseObject({
   max_completion_tokens: z.number().int().min(1).nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().min(0).max(20).nullish(),
-  tools: z.array(z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string() }) })).nullish(),
+  tools: z
+    .array(z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string() }) }))
+    .nullish(),
   tool_choice: z.unknown().optional(),
   add_generation_prompt: z.boolean().nullish(),
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),

@@ -109,7 +109,9 @@ export class Scheduler {
    * request can never run here) or QueueFullError (no room now) before queueing any, so work that
    * was refused never runs.
    */
-  submitAll(items: readonly { request: GenerationRequest & { maxTokens: number }; callbacks: SequenceCallbacks }[]): SequenceHandle[] {
+  submitAll(
+    items: readonly { request: GenerationRequest & { maxTokens: number }; callbacks: SequenceCallbacks }[],
+  ): SequenceHandle[] {
     if (this.closing) throw new ShuttingDownError('server is shutting down');
     for (const { request } of items) {
       const reserved = request.promptIds.length + request.maxTokens;
@@ -130,7 +132,9 @@ export class Scheduler {
     // Sequences that will get a free slot at the next step are not waiting for one.
     const freeSlots = Math.max(0, this.opts.maxRunning - this.running.size - this.admitting);
     if (this.waiting.length + k > this.opts.maxQueued + freeSlots) {
-      throw new QueueFullError(`too many queued sequences (max_queued ${this.opts.maxQueued}; this request has ${k}, ${this.waiting.length} wait): retry later`);
+      throw new QueueFullError(
+        `too many queued sequences (max_queued ${this.opts.maxQueued}; this request has ${k}, ${this.waiting.length} wait): retry later`,
+      );
     }
     const entries = items.map(({ request, callbacks }): Entry => ({
       request,
@@ -251,7 +255,10 @@ export class Scheduler {
           // Nothing runs, yet the head does not fit the whole budget: it never will. submitAll
           // refuses such requests; were one to get here, failing it beats spinning on it forever.
           const e = this.waiting.shift()!;
-          this.finish(e, 'error', { code: 'kv_cache_exceeded', message: `prompt + max_tokens = ${e.reserved} tokens exceed the KV-cache budget (kv_cache_tokens ${this.opts.kvCacheTokens})` });
+          this.finish(e, 'error', {
+            code: 'kv_cache_exceeded',
+            message: `prompt + max_tokens = ${e.reserved} tokens exceed the KV-cache budget (kv_cache_tokens ${this.opts.kvCacheTokens})`,
+          });
         }
         // Nothing to decode: let the event loop run (HTTP, signals) before looking again.
         await new Promise<void>((resolve) => setImmediate(resolve));
@@ -265,7 +272,10 @@ export class Scheduler {
         if (!e) continue;
         if (t.finishReason === 'error') {
           // No token: the engine dropped the sequence (its only reason: non-finite logits). The others go on.
-          this.finish(e, 'error', { code: 'non_finite_logits', message: t.error ?? 'the model produced non-finite logits' });
+          this.finish(e, 'error', {
+            code: 'non_finite_logits',
+            message: t.error ?? 'the model produced non-finite logits',
+          });
           continue;
         }
         this.generatedTokens += 1;

@@ -63,7 +63,9 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   // Another launcher of this run still running (another terminal, or this process) owns its processes.
   const previous = readLauncherRecord(layout);
   if (previous && isRunning(previous.launcher)) {
-    throw new CommandError(`run ${spec.runName} is already launched by process ${previous.launcher.pid} (${layout.launcherFile}); stop that one (Ctrl-C, or kill ${previous.launcher.pid}) before launching it again`);
+    throw new CommandError(
+      `run ${spec.runName} is already launched by process ${previous.launcher.pid} (${layout.launcherFile}); stop that one (Ctrl-C, or kill ${previous.launcher.pid}) before launching it again`,
+    );
   }
   // Processes of a killed launcher exit on their own (see cliProcess); one that has not yet (still
   // draining, or stuck) is stopped here: it would hold its port, or poll our task queues.
@@ -71,7 +73,9 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     Object.entries(previous?.processes ?? {})
       .filter(([, id]) => isRunning(id))
       .map(([name, id]) => {
-        say(`stopping ${name} (pid ${id.pid}), left running by the killed launcher ${previous!.launcher.pid} of this run`);
+        say(
+          `stopping ${name} (pid ${id.pid}), left running by the killed launcher ${previous!.launcher.pid} of this run`,
+        );
         return terminateProcess(id, 10_000);
       }),
   );
@@ -80,7 +84,9 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   // answering there, rollouts would silently come from that server's model.
   const http = spec.inference?.server;
   if (http && http.port !== 0 && (await isListening(http.host === '0.0.0.0' ? '127.0.0.1' : http.host, http.port))) {
-    throw new ConfigError(`inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`);
+    throw new ConfigError(
+      `inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`,
+    );
   }
 
   const self = processId(process.pid)!;
@@ -95,18 +101,35 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   /** The run's local processes: inference server (if any) and worker pools, each supervised. */
   const spawnChildren = () => {
     const configs = path.join(layout.dir, 'configs');
-    const workerBase: Omit<WorkerConfig, 'pool'> = { output_dir: spec.outputDir, ...spec.worker, temporal: { ...spec.temporal, address } };
+    const workerBase: Omit<WorkerConfig, 'pool'> = {
+      output_dir: spec.outputDir,
+      ...spec.worker,
+      temporal: { ...spec.temporal, address },
+    };
     const recorded = (pool: keyof LauncherRecord['processes']) => (id: ProcessId) => {
       record.processes[pool] = id;
       saveRecord();
     };
     if (spec.inference) {
-      children.inference = new Supervised('inference', cliProcess(['inference', '@', writeJson(path.join(configs, 'inference.json'), spec.inference)], path.join(layout.logsDir, 'inference.log')), say, recorded('inference'));
+      children.inference = new Supervised(
+        'inference',
+        cliProcess(
+          ['inference', '@', writeJson(path.join(configs, 'inference.json'), spec.inference)],
+          path.join(layout.logsDir, 'inference.log'),
+        ),
+        say,
+        recorded('inference'),
+      );
     }
     const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
     for (const pool of spec.pools) {
       const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
-      children[pool] = new Supervised(`${pool} worker`, cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])), say, recorded(pool));
+      children[pool] = new Supervised(
+        `${pool} worker`,
+        cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])),
+        say,
+        recorded(pool),
+      );
     }
   };
 
@@ -129,9 +152,15 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     const checkAttachable = async (): Promise<boolean> => {
       const d = await handle.describe();
       if (d.status.name !== 'RUNNING') return false;
-      if (d.type !== spec.workflowType) throw new Error(`workflow ${workflowId} is a running ${d.type} run, not ${spec.workflowType}: use another run_name`);
+      if (d.type !== spec.workflowType)
+        throw new Error(
+          `workflow ${workflowId} is a running ${d.type} run, not ${spec.workflowType}: use another run_name`,
+        );
       const runDir = (d.memo as { runDir?: unknown } | undefined)?.runDir;
-      if (runDir !== path.resolve(layout.dir)) throw new Error(`workflow ${workflowId} is running for run folder ${String(runDir)}, not ${path.resolve(layout.dir)}: use another run_name`);
+      if (runDir !== path.resolve(layout.dir))
+        throw new Error(
+          `workflow ${workflowId} is running for run folder ${String(runDir)}, not ${path.resolve(layout.dir)}: use another run_name`,
+        );
       return true;
     };
     let running = false;
@@ -202,7 +231,12 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         return s?.restarts ?? 0;
       },
     });
-    const processes = { temporal: proc(temporal?.process), inference: proc(children.inference), cpu: proc(children.cpu), trainer: proc(children.trainer) };
+    const processes = {
+      temporal: proc(temporal?.process),
+      inference: proc(children.inference),
+      cpu: proc(children.cpu),
+      trainer: proc(children.trainer),
+    };
     return { layout, processes, result, stop };
   } catch (e) {
     await opened?.close();

@@ -68,7 +68,11 @@ export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Pro
 export async function runRl(config: RLConfig): Promise<void> {
   const run = await launchRun(config);
   const wandb = await startWandb({
-    settings: config.wandb, runName: config.run_name, runDir: run.layout.dir, metricsFile: run.layout.metricsFile, config,
+    settings: config.wandb,
+    runName: config.run_name,
+    runDir: run.layout.dir,
+    metricsFile: run.layout.metricsFile,
+    config,
     say: (line) => process.stderr.write(`${line}\n`),
   });
   try {

@@ -141,12 +141,21 @@ export function renderChatTemplate(
 }
 
 /** Renders with the tokenizer's own chat template. */
-export function renderChat(tokenizer: Tokenizer, messages: readonly ChatMessage[], opts: ChatRenderOptions = {}): string {
-  if (tokenizer.chatTemplate === undefined) throw new Error('tokenizer has no chat_template (tokenizer_config.json or chat_template.jinja)');
+export function renderChat(
+  tokenizer: Tokenizer,
+  messages: readonly ChatMessage[],
+  opts: ChatRenderOptions = {},
+): string {
+  if (tokenizer.chatTemplate === undefined)
+    throw new Error('tokenizer has no chat_template (tokenizer_config.json or chat_template.jinja)');
   return renderChatTemplate(tokenizer.chatTemplate, messages, { ...opts, specialTokens: tokenizer.specialTokensMap });
 }
 
 /** Renders and tokenizes (without adding special tokens: the template writes them), as transformers does. */
-export function applyChatTemplate(tokenizer: Tokenizer, messages: readonly ChatMessage[], opts: ChatRenderOptions = {}): number[] {
+export function applyChatTemplate(
+  tokenizer: Tokenizer,
+  messages: readonly ChatMessage[],
+  opts: ChatRenderOptions = {},
+): number[] {
   return tokenizer.encode(renderChat(tokenizer, messages, opts));
 }

@@ -25,14 +25,16 @@ export class ConfigReader {
       return fallback;
     }
     const v = this.raw[field];
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) this.fail(field, `must be a positive integer, got ${JSON.stringify(v)}`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0)
+      this.fail(field, `must be a positive integer, got ${JSON.stringify(v)}`);
     return v;
   }
 
   posNumber(field: string, fallback: number, from: Json = this.raw, label = field): number {
     const v = from[field];
     if (v === undefined || v === null) return fallback;
-    if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) this.fail(label, `must be a positive number, got ${JSON.stringify(v)}`);
+    if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v))
+      this.fail(label, `must be a positive number, got ${JSON.stringify(v)}`);
     return v;
   }
 

@@ -99,10 +99,16 @@ interface TokenizerFilesOut {
 
 function tokenizerFiles(kind: TokenizerKind, modelMaxLength: number): TokenizerFilesOut {
   if (kind === 'bytes') {
-    return { tokenizerJson: Buffer.from(JSON.stringify(byteTokenizerJson())), tokenizerConfig: byteTokenizerConfig(modelMaxLength) };
+    return {
+      tokenizerJson: Buffer.from(JSON.stringify(byteTokenizerJson())),
+      tokenizerConfig: byteTokenizerConfig(modelMaxLength),
+    };
   }
   const dir = qwen3TokenizerDir();
-  const config = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
+  const config = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8')) as Record<
+    string,
+    unknown
+  >;
   return {
     tokenizerJson: fs.readFileSync(path.join(dir, 'tokenizer.json')),
     // Qwen3's template strips reasoning from past turns; ours keeps conversations prefix-stable.
@@ -150,11 +156,21 @@ export function resolveArchConfig(opts: Omit<CreateModelOptions, 'out' | 'seed'>
     tieWordEmbeddings: sizes.tieWordEmbeddings,
     ...family(opts.arch).defaults,
   };
-  for (const k of ['vocabSize', 'hiddenSize', 'intermediateSize', 'numLayers', 'numHeads', 'numKvHeads', 'headDim', 'maxPositionEmbeddings'] as const) {
+  for (const k of [
+    'vocabSize',
+    'hiddenSize',
+    'intermediateSize',
+    'numLayers',
+    'numHeads',
+    'numKvHeads',
+    'headDim',
+    'maxPositionEmbeddings',
+  ] as const) {
     if (!Number.isSafeInteger(a[k]) || a[k] <= 0) throw new Error(`${k} must be a positive integer, got ${a[k]}`);
   }
   if (!(a.ropeTheta > 0)) throw new Error(`ropeTheta must be positive, got ${a.ropeTheta}`);
-  if (a.numHeads % a.numKvHeads !== 0) throw new Error(`numKvHeads (${a.numKvHeads}) must divide numHeads (${a.numHeads})`);
+  if (a.numHeads % a.numKvHeads !== 0)
+    throw new Error(`numKvHeads (${a.numKvHeads}) must divide numHeads (${a.numHeads})`);
   if (a.headDim % 2 !== 0) throw new Error(`headDim must be even for RoPE, got ${a.headDim}`);
   return a;
 }
@@ -164,8 +180,10 @@ export function initTensors(a: ArchConfig, seed: number, dtype: CreateDType = 'f
   return tensorSpecs(a).map((spec) => {
     const values = new Float32Array(spec.shape.reduce((x, y) => x * y, 1));
     if (spec.role === 'norm') values.fill(1);
-    else if (spec.role === 'embedding' || spec.role === 'linear') new Rng(seed, spec.name).fillNormal(values, 0, INITIALIZER_RANGE);
-    const data = dtype === 'bfloat16' ? toBf16(values) : Buffer.from(values.buffer, values.byteOffset, values.byteLength);
+    else if (spec.role === 'embedding' || spec.role === 'linear')
+      new Rng(seed, spec.name).fillNormal(values, 0, INITIALIZER_RANGE);
+    const data =
+      dtype === 'bfloat16' ? toBf16(values) : Buffer.from(values.buffer, values.byteOffset, values.byteLength);
     return { name: spec.name, dtype: dtype === 'bfloat16' ? 'BF16' : 'F32', shape: spec.shape, data };
   });
 }
@@ -175,8 +193,12 @@ export function createModel(opts: CreateModelOptions): CreatedModel {
   const a = resolveArchConfig(opts);
   const dtype = opts.dtype ?? 'float32';
   const files = tokenizerFiles(opts.tokenizer, a.maxPositionEmbeddings);
-  const tok = new Tokenizer({ tokenizerJson: JSON.parse(files.tokenizerJson.toString('utf8')), tokenizerConfig: files.tokenizerConfig });
-  if (a.vocabSize < tok.size) throw new Error(`vocabSize ${a.vocabSize} is smaller than the ${opts.tokenizer} tokenizer (${tok.size} tokens)`);
+  const tok = new Tokenizer({
+    tokenizerJson: JSON.parse(files.tokenizerJson.toString('utf8')),
+    tokenizerConfig: files.tokenizerConfig,
+  });
+  if (a.vocabSize < tok.size)
+    throw new Error(`vocabSize ${a.vocabSize} is smaller than the ${opts.tokenizer} tokenizer (${tok.size} tokens)`);
   const endOfText = tok.requireTokenId('<|endoftext|>');
   const imEnd = tok.requireTokenId('<|im_end|>');
   const config = toHfConfig(a, { bos: endOfText, eos: imEnd, pad: endOfText }, dtype);
@@ -213,6 +235,8 @@ export function createModelFromConfig(c: ModelCreateConfig): CreatedModel {
     tieWordEmbeddings: c.tie_word_embeddings,
   });
   const millions = (created.parameterCount / 1e6).toFixed(2);
-  console.log(`wrote ${created.dir}: ${c.arch} ${c.preset}, ${c.tokenizer} tokenizer, ${millions}M parameters (${c.dtype})`);
+  console.log(
+    `wrote ${created.dir}: ${c.arch} ${c.preset}, ${c.tokenizer} tokenizer, ${millions}M parameters (${c.dtype})`,
+  );
   return created;
 }

@@ -22,13 +22,18 @@ function readArch(r: ConfigReader, raw: Json): Arch {
       r.fail('architectures', 'must be a non-empty array of class names');
     }
     arch = ARCH_BY_CLASS.get(archs[0]);
-    if (!arch) r.fail('architectures', `names unsupported class ${JSON.stringify(archs[0])} (supported: ${[...ARCH_BY_CLASS.keys()].join(', ')})`);
+    if (!arch)
+      r.fail(
+        'architectures',
+        `names unsupported class ${JSON.stringify(archs[0])} (supported: ${[...ARCH_BY_CLASS.keys()].join(', ')})`,
+      );
   }
   if (modelType !== undefined && modelType !== null) {
     if (typeof modelType !== 'string' || !(ARCHS as string[]).includes(modelType)) {
       r.fail('model_type', `is unsupported: ${JSON.stringify(modelType)} (supported: ${ARCHS.join(', ')})`);
     }
-    if (arch && arch !== modelType) r.fail('model_type', `is '${modelType}' but architectures names ${FAMILIES[arch].hfClass}`);
+    if (arch && arch !== modelType)
+      r.fail('model_type', `is '${modelType}' but architectures names ${FAMILIES[arch].hfClass}`);
     arch = modelType as Arch;
   }
   if (!arch) r.fail('architectures', 'and model_type are both missing');
@@ -47,7 +52,8 @@ function readRope(r: ConfigReader, raw: Json): number {
     if (p.rope_type !== undefined && p.rope_type !== 'default') {
       r.fail('rope_parameters.rope_type', `is ${JSON.stringify(p.rope_type)}; only 'default' RoPE is supported`);
     }
-    if (p.rope_theta !== undefined) return r.posNumber('rope_theta', DEFAULT_ROPE_THETA, p, 'rope_parameters.rope_theta');
+    if (p.rope_theta !== undefined)
+      return r.posNumber('rope_theta', DEFAULT_ROPE_THETA, p, 'rope_parameters.rope_theta');
   }
   const scaling = raw.rope_scaling;
   if (scaling !== undefined && scaling !== null) {
@@ -68,9 +74,13 @@ export function parseHfConfig(raw: unknown, source = 'config.json'): ArchConfig 
   const hiddenSize = r.posInt('hidden_size');
   const numHeads = r.posInt('num_attention_heads');
   const numKvHeads = r.posInt('num_key_value_heads', numHeads);
-  if (numHeads % numKvHeads !== 0) r.fail('num_key_value_heads', `(${numKvHeads}) must divide num_attention_heads (${numHeads})`);
+  if (numHeads % numKvHeads !== 0)
+    r.fail('num_key_value_heads', `(${numKvHeads}) must divide num_attention_heads (${numHeads})`);
   if (!r.has('head_dim') && hiddenSize % numHeads !== 0) {
-    r.fail('head_dim', `is absent and hidden_size (${hiddenSize}) is not divisible by num_attention_heads (${numHeads})`);
+    r.fail(
+      'head_dim',
+      `is absent and hidden_size (${hiddenSize}) is not divisible by num_attention_heads (${numHeads})`,
+    );
   }
   const headDim = r.posInt('head_dim', hiddenSize / numHeads);
 

@@ -78,7 +78,12 @@ export function writeHfModel(dir: string, opts: WriteHfModelOptions): void {
       // Names are relative paths inside the folder (`lora/adapter_config.json`): no `..`, no
       // absolute path, and never the two files written above.
       const parts = name.split('/');
-      if (name.includes('\\') || parts.some((p) => p === '' || p === '.' || p === '..') || name === 'config.json' || name === 'model.safetensors') {
+      if (
+        name.includes('\\') ||
+        parts.some((p) => p === '' || p === '.' || p === '..') ||
+        name === 'config.json' ||
+        name === 'model.safetensors'
+      ) {
         throw new Error(`${dir}: extra file name '${name}' is not allowed`);
       }
       fs.mkdirSync(path.join(tmp, ...parts.slice(0, -1)), { recursive: true });

@@ -21,7 +21,16 @@ import { jsonSyntaxError } from '../json';
 export type SafetensorsDType = DiskDType | 'F64' | 'I64' | 'I32' | 'I16' | 'I8' | 'U8' | 'BOOL';
 
 export const DTYPE_BYTES: Record<SafetensorsDType, number> = {
-  F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1,
+  F64: 8,
+  F32: 4,
+  F16: 2,
+  BF16: 2,
+  I64: 8,
+  I32: 4,
+  I16: 2,
+  I8: 1,
+  U8: 1,
+  BOOL: 1,
 };
 
 /** Any tensor of a safetensors file: raw little-endian bytes. */
@@ -96,7 +105,9 @@ function parseHeader(
     if (value === null || typeof value !== 'object') throw new Error(`${where}: entry is not an object`);
     const { dtype, shape, data_offsets: offsets } = value as Record<string, unknown>;
     if (!isSafetensorsDType(dtype)) {
-      throw new Error(`${where}: unsupported dtype ${JSON.stringify(dtype)} (supported: ${Object.keys(DTYPE_BYTES).join(', ')})`);
+      throw new Error(
+        `${where}: unsupported dtype ${JSON.stringify(dtype)} (supported: ${Object.keys(DTYPE_BYTES).join(', ')})`,
+      );
     }
     if (!Array.isArray(shape) || !shape.every(isNonNegInt)) {
       throw new Error(`${where}: shape must be an array of non-negative integers`);
@@ -198,7 +209,9 @@ function readExactly(fd: number, position: number, length: number, file: string)
 export function readSafetensorsDir(dir: string): NamedTensor[] {
   return readWeightFiles(dir).map((t) => {
     if (!MODEL_DTYPES.includes(t.dtype)) {
-      throw new Error(`${dir}: tensor '${t.name}' has dtype ${t.dtype}; model weights must be ${MODEL_DTYPES.join(', ')}`);
+      throw new Error(
+        `${dir}: tensor '${t.name}' has dtype ${t.dtype}; model weights must be ${MODEL_DTYPES.join(', ')}`,
+      );
     }
     return t as NamedTensor;
   });
@@ -270,7 +283,9 @@ function checkedSorted(tensors: readonly StoredTensor[], target: string): Stored
     if (!isSafetensorsDType(t.dtype)) throw new Error(`${target}: tensor '${t.name}' has unsupported dtype ${t.dtype}`);
     const expected = numel(t.shape) * DTYPE_BYTES[t.dtype];
     if (t.data.length !== expected) {
-      throw new Error(`${target}: tensor '${t.name}' has ${t.data.length} bytes but ${t.dtype}${JSON.stringify(t.shape)} needs ${expected}`);
+      throw new Error(
+        `${target}: tensor '${t.name}' has ${t.data.length} bytes but ${t.dtype}${JSON.stringify(t.shape)} needs ${expected}`,
+      );
     }
   }
   return sorted;
@@ -286,7 +301,11 @@ export function serializeSafetensors(tensors: readonly StoredTensor[], metadata?
  * Writes a safetensors file atomically (temp file + fsync + rename), streaming the tensor buffers
  * so a multi-GB model is never concatenated in memory.
  */
-export function writeSafetensors(file: string, tensors: readonly StoredTensor[], metadata?: Record<string, string>): void {
+export function writeSafetensors(
+  file: string,
+  tensors: readonly StoredTensor[],
+  metadata?: Record<string, string>,
+): void {
   const sorted = checkedSorted(tensors, file);
   writeFileAtomic(file, [encodeHeader(sorted, metadata), ...sorted.map((t) => t.data)]);
 }

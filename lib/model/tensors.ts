@@ -35,13 +35,17 @@ export function checkModelTensors(a: ArchConfig, tensors: readonly NamedTensor[]
   const expected = new Set(specs.map((s) => s.name));
   const unexpected = tensors.filter((t) => !expected.has(t.name) && !isIgnorable(t.name, a)).map((t) => t.name);
   if (unexpected.length > 0) {
-    throw new Error(`${source}: unexpected tensor(s) for ${a.arch}: ${unexpected.slice(0, 5).join(', ')}${unexpected.length > 5 ? ', ...' : ''}`);
+    throw new Error(
+      `${source}: unexpected tensor(s) for ${a.arch}: ${unexpected.slice(0, 5).join(', ')}${unexpected.length > 5 ? ', ...' : ''}`,
+    );
   }
   return specs.map((s) => {
     const t = byName.get(s.name);
     if (!t) throw new Error(`${source}: missing tensor '${s.name}'`);
     if (t.shape.length !== s.shape.length || t.shape.some((d, i) => d !== s.shape[i])) {
-      throw new Error(`${source}: tensor '${s.name}' has shape ${JSON.stringify(t.shape)}, config.json implies ${JSON.stringify(s.shape)}`);
+      throw new Error(
+        `${source}: tensor '${s.name}' has shape ${JSON.stringify(t.shape)}, config.json implies ${JSON.stringify(s.shape)}`,
+      );
     }
     return t;
   });

@@ -36,15 +36,21 @@ export function encode(values: Float64Array, dtype: TensorDType): Buffer {
     case 'F32':
       return Buffer.from(new Float32Array(values).buffer);
     case 'BF16': {
-      const f = new Float32Array(values), u = new Uint32Array(f.buffer), out = new Uint16Array(n);
+      const f = new Float32Array(values),
+        u = new Uint32Array(f.buffer),
+        out = new Uint16Array(n);
       for (let i = 0; i < n; i++) out[i] = (u[i] + 0x7fff + ((u[i] >>> 16) & 1)) >>> 16;
       return Buffer.from(out.buffer);
     }
     case 'F16': {
-      const out = new Uint16Array(n), f = new Float32Array(1), u = new Uint32Array(f.buffer);
+      const out = new Uint16Array(n),
+        f = new Float32Array(1),
+        u = new Uint32Array(f.buffer);
       for (let i = 0; i < n; i++) {
         f[0] = values[i];
-        const x = u[0], sign = (x >>> 16) & 0x8000, exp = ((x >>> 23) & 0xff) - 127 + 15;
+        const x = u[0],
+          sign = (x >>> 16) & 0x8000,
+          exp = ((x >>> 23) & 0xff) - 127 + 15;
         // Test values are small normals: no overflow/subnormal handling needed beyond flushing.
         out[i] = exp <= 0 ? sign : sign | (exp << 10) | ((x >>> 13) & 0x3ff);
       }
@@ -56,8 +62,10 @@ export function encode(values: Float64Array, dtype: TensorDType): Buffer {
 /** Decodes little-endian F32/F64/BF16 bytes to numbers. */
 export function decode(t: WeightTensor): Float64Array {
   const b = t.data;
-  if (t.dtype === 'F64') return new Float64Array(new Float64Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length)));
-  if (t.dtype === 'F32') return new Float64Array(new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length)));
+  if (t.dtype === 'F64')
+    return new Float64Array(new Float64Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length)));
+  if (t.dtype === 'F32')
+    return new Float64Array(new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length)));
   if (t.dtype === 'BF16') {
     const u16 = new Uint16Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length));
     const u32 = new Uint32Array(u16.length);
@@ -76,7 +84,8 @@ export function randomWeights(c: ArchConfig, seed: number, dtype: TensorDType = 
   return tensorSpecs(c).map(({ name, shape }) => {
     const n = shape.reduce((a, b) => a * b, 1);
     const v = new Float64Array(n);
-    const isNorm = name.endsWith('norm.weight'), isBias = name.endsWith('.bias');
+    const isNorm = name.endsWith('norm.weight'),
+      isBias = name.endsWith('.bias');
     const std = isNorm || isBias ? 0.1 : name.includes('embed') ? 0.3 : 1 / Math.sqrt(shape[1]);
     for (let i = 0; i < n; i++) v[i] = (isNorm ? 1 : 0) + std * rng.normal();
     return { name, dtype, shape, data: encode(v, dtype) };

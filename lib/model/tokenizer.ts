@@ -13,7 +13,8 @@ type Json = Record<string, unknown>;
 /** `tokenizer_config.json` spells a token as a string or as an AddedToken object `{content, ...}`. */
 function tokenContent(v: unknown): string | undefined {
   if (typeof v === 'string') return v;
-  if (v !== null && typeof v === 'object' && typeof (v as Json).content === 'string') return (v as Json).content as string;
+  if (v !== null && typeof v === 'object' && typeof (v as Json).content === 'string')
+    return (v as Json).content as string;
   return undefined;
 }
 
@@ -43,7 +44,10 @@ function maxTokenBytesOf(json: Json): number | undefined {
   if (model?.type !== 'BPE' || model.vocab === null || typeof model.vocab !== 'object') return undefined;
   const byteLevel = (p: unknown): boolean => {
     const q = p as Json | null | undefined;
-    return q?.type === 'ByteLevel' || (q?.type === 'Sequence' && Array.isArray(q.pretokenizers) && q.pretokenizers.some(byteLevel));
+    return (
+      q?.type === 'ByteLevel' ||
+      (q?.type === 'Sequence' && Array.isArray(q.pretokenizers) && q.pretokenizers.some(byteLevel))
+    );
   };
   if (!byteLevel(json.pre_tokenizer)) return undefined;
   let max = 1;
@@ -114,7 +118,8 @@ export class Tokenizer {
     if (configEos !== undefined) eos.add(configEos);
     const genEos = files.generationConfig?.eos_token_id;
     for (const id of Array.isArray(genEos) ? genEos : genEos === undefined || genEos === null ? [] : [genEos]) {
-      if (typeof id !== 'number' || !Number.isInteger(id)) throw new Error(`${source}: generation_config eos_token_id must be integers`);
+      if (typeof id !== 'number' || !Number.isInteger(id))
+        throw new Error(`${source}: generation_config eos_token_id must be integers`);
       eos.add(id);
     }
     this.eosTokenIds = [...eos];
@@ -128,7 +133,9 @@ export class Tokenizer {
       tokenizerJson: readJsonFile(file('tokenizer.json')),
       tokenizerConfig: exists('tokenizer_config.json') ? readJsonFile(file('tokenizer_config.json')) : {},
       generationConfig: exists('generation_config.json') ? readJsonFile(file('generation_config.json')) : undefined,
-      chatTemplateFile: exists('chat_template.jinja') ? fs.readFileSync(file('chat_template.jinja'), 'utf8') : undefined,
+      chatTemplateFile: exists('chat_template.jinja')
+        ? fs.readFileSync(file('chat_template.jinja'), 'utf8')
+        : undefined,
       source: dir,
     });
   }

@@ -106,7 +106,12 @@ export function lengthPenalized(g: AdvantageGroup, p: LengthPenaltyConfig): numb
   const inp = frac(g.inputTokens);
   const turns = frac(g.turns);
   const passRate = mean(g.rewards);
-  return g.rewards.map((r, i) => r - passRate * (p.num_output_tokens_weight * out[i] + p.num_input_tokens_weight * inp[i] + p.num_turns_weight * turns[i]));
+  return g.rewards.map(
+    (r, i) =>
+      r -
+      passRate *
+        (p.num_output_tokens_weight * out[i] + p.num_input_tokens_weight * inp[i] + p.num_turns_weight * turns[i]),
+  );
 }
 
 export function builtinEstimator(cfg: BuiltinAdvantageConfig): AdvantageEstimator {
@@ -202,7 +207,8 @@ export function computeAdvantages(
     const at: number[] = [];
     group.forEach((r, i) => {
       if (r.errored) metrics.rollouts_errored++;
-      else if (!Number.isFinite(r.reward)) throw new Error(`advantages: reward ${r.reward} of a rollout not marked errored`);
+      else if (!Number.isFinite(r.reward))
+        throw new Error(`advantages: reward ${r.reward} of a rollout not marked errored`);
       else (valid.push(r), at.push(i));
     });
     const out: (number | null)[] = group.map(() => null);

@@ -33,18 +33,84 @@ function stack<T extends Int32Array | Uint8Array | Float32Array>(parts: readonly
 }
 
 /** Writes a step's packed rows atomically. */
-export function writeBatch(file: string, step: number, seqLen: number, rows: readonly PackedRow[], counts: PackCounts): void {
+export function writeBatch(
+  file: string,
+  step: number,
+  seqLen: number,
+  rows: readonly PackedRow[],
+  counts: PackCounts,
+): void {
   const r = rows.length;
   const shape = [r, seqLen];
   const rowOffsets = new Int32Array(r + 1);
   rows.forEach((row, i) => (rowOffsets[i + 1] = rowOffsets[i] + row.sampleLengths.length));
   const tensors: StoredTensor[] = [
-    { name: 'input_ids', dtype: 'I32', shape, data: bytes(stack(rows.map((x) => x.inputIds), (n) => new Int32Array(n))) },
-    { name: 'position_ids', dtype: 'I32', shape, data: bytes(stack(rows.map((x) => x.positionIds), (n) => new Int32Array(n))) },
-    { name: 'loss_mask', dtype: 'U8', shape, data: bytes(stack(rows.map((x) => x.lossMask), (n) => new Uint8Array(n))) },
-    { name: 'logprobs', dtype: 'F32', shape, data: bytes(stack(rows.map((x) => x.logprobs), (n) => new Float32Array(n))) },
-    { name: 'advantages', dtype: 'F32', shape, data: bytes(stack(rows.map((x) => x.advantages), (n) => new Float32Array(n))) },
-    { name: 'sample_lengths', dtype: 'I32', shape: [rowOffsets[r]], data: bytes(stack(rows.map((x) => x.sampleLengths), (n) => new Int32Array(n))) },
+    {
+      name: 'input_ids',
+      dtype: 'I32',
+      shape,
+      data: bytes(
+        stack(
+          rows.map((x) => x.inputIds),
+          (n) => new Int32Array(n),
+        ),
+      ),
+    },
+    {
+      name: 'position_ids',
+      dtype: 'I32',
+      shape,
+      data: bytes(
+        stack(
+          rows.map((x) => x.positionIds),
+          (n) => new Int32Array(n),
+        ),
+      ),
+    },
+    {
+      name: 'loss_mask',
+      dtype: 'U8',
+      shape,
+      data: bytes(
+        stack(
+          rows.map((x) => x.lossMask),
+          (n) => new Uint8Array(n),
+        ),
+      ),
+    },
+    {
+      name: 'logprobs',
+      dtype: 'F32',
+      shape,
+      data: bytes(
+        stack(
+          rows.map((x) => x.logprobs),
+          (n) => new Float32Array(n),
+        ),
+      ),
+    },
+    {
+      name: 'advantages',
+      dtype: 'F32',
+      shape,
+      data: bytes(
+        stack(
+          rows.map((x) => x.advantages),
+          (n) => new Float32Array(n),
+        ),
+      ),
+    },
+    {
+      name: 'sample_lengths',
+      dtype: 'I32',
+      shape: [rowOffsets[r]],
+      data: bytes(
+        stack(
+          rows.map((x) => x.sampleLengths),
+          (n) => new Int32Array(n),
+        ),
+      ),
+    },
     { name: 'row_offsets', dtype: 'I32', shape: [r + 1], data: bytes(rowOffsets) },
   ];
   writeSafetensors(file, tensors, { step: String(step), seq_len: String(seqLen), counts: JSON.stringify(counts) });
@@ -72,7 +138,8 @@ export function readBatch(file: string): Batch {
   const lp = new Float32Array(get('logprobs', 'F32'));
   const adv = new Float32Array(get('advantages', 'F32'));
   const lengths = new Int32Array(get('sample_lengths', 'I32'));
-  if (!(seqLen > 0) || ids.length !== rowCount * seqLen) throw new Error(`${file}: batch tensors do not match ${rowCount} rows of seq_len ${metadata.seq_len}`);
+  if (!(seqLen > 0) || ids.length !== rowCount * seqLen)
+    throw new Error(`${file}: batch tensors do not match ${rowCount} rows of seq_len ${metadata.seq_len}`);
   const rows: BatchRow[] = [];
   for (let r = 0; r < rowCount; r++) {
     const sampleLengths = lengths.subarray(offsets[r], offsets[r + 1]);

@@ -27,7 +27,13 @@ export interface ChatRollout extends Episode {
   completionTokens: number;
 }
 
-async function chat(api: ChatApi, messages: readonly Message[], tools: EnvironmentInfo['tools'], sampling: SamplingSettings, seed: number) {
+async function chat(
+  api: ChatApi,
+  messages: readonly Message[],
+  tools: EnvironmentInfo['tools'],
+  sampling: SamplingSettings,
+  seed: number,
+) {
   const url = `${api.baseUrl.replace(/\/+$/, '')}/chat/completions`;
   const body = {
     model: api.model,
@@ -52,7 +58,12 @@ async function chat(api: ChatApi, messages: readonly Message[], tools: Environme
   const text = await res.text();
   // An external API: any 4xx but 429 errors the rollout (a wrong key errors them all, and the eval
   // fails with it); the rest fails the activity, which Temporal retries.
-  if (!res.ok) throw new InferenceError(`${url}: ${httpErrorText(res.status, text)}`, res.status, res.status >= 400 && res.status < 500 && res.status !== 429 ? 'request' : 'unavailable');
+  if (!res.ok)
+    throw new InferenceError(
+      `${url}: ${httpErrorText(res.status, text)}`,
+      res.status,
+      res.status >= 400 && res.status < 500 && res.status !== 429 ? 'request' : 'unavailable',
+    );
   const json = JSON.parse(text) as { choices: { message: Message }[]; usage?: { completion_tokens?: number } };
   return { message: json.choices[0].message, completionTokens: json.usage?.completion_tokens ?? 0 };
 }

@@ -12,5 +12,9 @@ import type { InferenceClientOptions } from './client';
  */
 export function rlClientOptions(config: RLConfig): InferenceClientOptions {
   const i = config.inference;
-  return { apiKeyVar: i.server.api_key_var, apiKeySetting: 'inference.server.api_key_var', maxInFlight: i.max_running + i.max_queued };
+  return {
+    apiKeyVar: i.server.api_key_var,
+    apiKeySetting: 'inference.server.api_key_var',
+    maxInFlight: i.max_running + i.max_queued,
+  };
 }

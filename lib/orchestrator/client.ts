@@ -90,7 +90,8 @@ export function httpErrorText(status: number, body: string): string {
  * the run with its message; anything else is left to Temporal's retries.
  */
 export function toActivityFailure(e: unknown): unknown {
-  if (e instanceof InferenceError && e.kind === 'config') return new NonRetryableError(e.message, Failure.InferenceRejected);
+  if (e instanceof InferenceError && e.kind === 'config')
+    return new NonRetryableError(e.message, Failure.InferenceRejected);
   return e;
 }
 
@@ -142,7 +143,11 @@ export class InferenceClient {
       this.apiKeyVar = opts.apiKeyVar;
       this.apiKey = process.env[opts.apiKeyVar];
       if (!this.apiKey) {
-        throw new InferenceError(`${this.apiKeySetting} names environment variable ${opts.apiKeyVar}, which is not set (or empty) in this worker's environment`, undefined, 'config');
+        throw new InferenceError(
+          `${this.apiKeySetting} names environment variable ${opts.apiKeyVar}, which is not set (or empty) in this worker's environment`,
+          undefined,
+          'config',
+        );
       }
     }
     this.maxInFlight = opts.maxInFlight ?? Infinity;
@@ -162,17 +167,28 @@ export class InferenceClient {
       : `the server wants an API key: set ${this.apiKeySetting} to the environment variable that holds it`;
   }
 
-  private async once<T>(url: string, route: 'generate' | 'control', init?: { body?: unknown; method?: string }): Promise<T> {
+  private async once<T>(
+    url: string,
+    route: 'generate' | 'control',
+    init?: { body?: unknown; method?: string },
+  ): Promise<T> {
     let res: Response;
     try {
       res = await fetch(url, {
         method: init?.method ?? (init?.body === undefined ? 'GET' : 'POST'),
-        headers: { 'content-type': 'application/json', ...(this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : {}) },
+        headers: {
+          'content-type': 'application/json',
+          ...(this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : {}),
+        },
         body: init?.body === undefined ? undefined : JSON.stringify(init.body),
         signal: AbortSignal.timeout(this.timeoutMs),
       });
     } catch (e) {
-      throw new InferenceError(`inference server ${url} unreachable: ${(e as Error).message}`, undefined, 'unavailable');
+      throw new InferenceError(
+        `inference server ${url} unreachable: ${(e as Error).message}`,
+        undefined,
+        'unavailable',
+      );
     }
     const text = await res.text();
     if (!res.ok) {
@@ -186,7 +202,11 @@ export class InferenceClient {
   }
 
   /** One call, retried with backoff while the server is busy (429/503), `busyTimeoutMs` at most. */
-  private async call<T>(url: string, route: 'generate' | 'control', init?: { body?: unknown; method?: string }): Promise<T> {
+  private async call<T>(
+    url: string,
+    route: 'generate' | 'control',
+    init?: { body?: unknown; method?: string },
+  ): Promise<T> {
     if (this.fatal) throw this.fatal;
     const started = Date.now();
     for (let attempt = 0; ; attempt++) {
@@ -197,7 +217,11 @@ export class InferenceClient {
         const backoff = Math.min(BUSY_MAX_MS, BUSY_FIRST_MS * 2 ** attempt) * (0.5 + Math.random());
         const wait = Math.max(backoff, (e as InferenceError & { retryAfterMs?: number }).retryAfterMs ?? 0);
         if (Date.now() + wait - started > this.busyTimeoutMs) {
-          throw new InferenceError(`${e.message} (still busy after ${Math.round((Date.now() - started) / 1000)} s of retries)`, e.status, 'unavailable');
+          throw new InferenceError(
+            `${e.message} (still busy after ${Math.round((Date.now() - started) / 1000)} s of retries)`,
+            e.status,
+            'unavailable',
+          );
         }
         await sleep(wait);
         if (this.fatal) throw this.fatal;
@@ -239,12 +263,19 @@ export class InferenceClient {
       this.baseUrls.map(async (url) => {
         const root = this.root(url);
         const health = await this.call<{ policy_version: number; weight_dir?: string }>(`${root}/health`, 'control');
-        if (health.policy_version === policy.version && (policy.version === 0 || health.weight_dir === undefined || sameDir(health.weight_dir, policy.weightDir))) return;
+        if (
+          health.policy_version === policy.version &&
+          (policy.version === 0 || health.weight_dir === undefined || sameDir(health.weight_dir, policy.weightDir))
+        )
+          return;
         if (policy.version === 0) {
           await this.call(`${root}/reload_weights`, 'control', { body: {} });
           return;
         }
-        const update = () => this.call(`${root}/update_weights`, 'control', { body: { weight_dir: policy.weightDir, version: policy.version } });
+        const update = () =>
+          this.call(`${root}/update_weights`, 'control', {
+            body: { weight_dir: policy.weightDir, version: policy.version },
+          });
         try {
           await update();
         } catch (e) {
@@ -264,9 +295,16 @@ export class InferenceClient {
       const body = await this.call<{
         policy_version: number;
         choices: { token_ids: number[]; logprobs: number[]; finish_reason: 'stop' | 'length' | 'abort' }[];
-      }>(`${this.root(this.baseUrls[server])}/v1/generate`, 'generate', { body: { prompt_token_ids: promptIds, ...params } });
+      }>(`${this.root(this.baseUrls[server])}/v1/generate`, 'generate', {
+        body: { prompt_token_ids: promptIds, ...params },
+      });
       const c = body.choices[0];
-      return { tokenIds: c.token_ids, logprobs: c.logprobs, finishReason: c.finish_reason, policyVersion: body.policy_version };
+      return {
+        tokenIds: c.token_ids,
+        logprobs: c.logprobs,
+        finishReason: c.finish_reason,
+        policyVersion: body.policy_version,
+      };
     } catch (e) {
       if (e instanceof InferenceError && e.kind === 'config') this.fatal ??= e;
       throw e;

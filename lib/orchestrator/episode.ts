@@ -42,7 +42,9 @@ export interface Episode {
 
 function unwrap<T>(r: EnvCallResult<T>, what: string): T {
   if (r.ok) return r.value;
-  throw new EpisodeError(`environment ${what} ${r.kind === 'error' ? 'failed' : r.kind === 'timeout' ? 'timed out' : 'crashed'}: ${r.error}`);
+  throw new EpisodeError(
+    `environment ${what} ${r.kind === 'error' ? 'failed' : r.kind === 'timeout' ? 'timed out' : 'crashed'}: ${r.error}`,
+  );
 }
 
 /**
@@ -51,7 +53,11 @@ function unwrap<T>(r: EnvCallResult<T>, what: string): T {
  * rejects as invalid) error this episode only; anything else (an unreachable or failing server, a
  * server refusing the run: client.ts) is thrown, to fail or retry the activity.
  */
-export async function playEpisode({ env, info, example }: EpisodeTask, pool: EnvPool, player: Player): Promise<Episode> {
+export async function playEpisode(
+  { env, info, example }: EpisodeTask,
+  pool: EnvPool,
+  player: Player,
+): Promise<Episode> {
   const messages: Message[] = [...example.prompt];
   const episode: Episode = { completion: [], reward: 0, metrics: {}, turns: 0 };
   try {
@@ -67,7 +73,8 @@ export async function playEpisode({ env, info, example }: EpisodeTask, pool: Env
       if (response.state) state = response.state as JsonObject;
       if (response.done) break;
       const added = response.messages ?? [];
-      if (added.length === 0) throw new EpisodeError(`environment ${env.id} neither ended the rollout nor replied at turn ${turn}`);
+      if (added.length === 0)
+        throw new EpisodeError(`environment ${env.id} neither ended the rollout nor replied at turn ${turn}`);
       messages.push(...added);
       episode.completion.push(...added);
       player.observe?.(messages);

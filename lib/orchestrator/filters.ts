@@ -64,7 +64,8 @@ export function difficultyFilter(cfg: DifficultyFilterConfig): RolloutFilter {
     name: 'difficulty',
     check({ rewards }) {
       if (!cfg.enabled || rewards.length < 2) return undefined;
-      if (rewards.every((r) => r === rewards[0]) || rewardVariance(rewards) < cfg.min_reward_variance) return 'reward_variance';
+      if (rewards.every((r) => r === rewards[0]) || rewardVariance(rewards) < cfg.min_reward_variance)
+        return 'reward_variance';
       const m = rewards.reduce((s, r) => s + r, 0) / rewards.length;
       if (cfg.min_reward !== undefined && m < cfg.min_reward) return 'min_reward';
       if (cfg.max_reward !== undefined && m > cfg.max_reward) return 'max_reward';
@@ -115,7 +116,13 @@ export function dropReason(filters: readonly RolloutFilter[], g: FilterGroup): s
 export async function playFiltered<G>(opts: RefillOptions<G>): Promise<FilteredGroups<G>> {
   const kept: G[] = [];
   const dropped: { group: G; reason: string }[] = [];
-  const metrics: FilterMetrics = { groups_generated: 0, groups_dropped: 0, dropped_by: {}, refill_rounds: 0, groups_missing: 0 };
+  const metrics: FilterMetrics = {
+    groups_generated: 0,
+    groups_dropped: 0,
+    dropped_by: {},
+    refill_rounds: 0,
+    groups_missing: 0,
+  };
   let slot = 0;
   for (let round = 0; ; round++) {
     const count = opts.groups - kept.length;
@@ -143,11 +150,16 @@ export async function playFiltered<G>(opts: RefillOptions<G>): Promise<FilteredG
  * (step, round), so refill examples are drawn without replacement from their own stream and a
  * retried step draws the same ones. They may repeat examples of the main stream.
  */
-export function refillDraws(entries: readonly MixEntry[], opts: { seed: number; examplesPerStep: number; maxRefillRounds: number }) {
+export function refillDraws(
+  entries: readonly MixEntry[],
+  opts: { seed: number; examplesPerStep: number; maxRefillRounds: number },
+) {
   const mix = new EnvMix(entries, { seed: hash32(`${opts.seed}/refill`), examplesPerStep: opts.examplesPerStep });
   return (step: number, round: number, count: number): MixDraw[] => {
-    if (round < 1 || round > opts.maxRefillRounds) throw new Error(`refill round ${round} is outside 1..${opts.maxRefillRounds}`);
-    if (count > opts.examplesPerStep) throw new Error(`refill of ${count} groups: at most ${opts.examplesPerStep} per round`);
+    if (round < 1 || round > opts.maxRefillRounds)
+      throw new Error(`refill round ${round} is outside 1..${opts.maxRefillRounds}`);
+    if (count > opts.examplesPerStep)
+      throw new Error(`refill of ${count} groups: at most ${opts.examplesPerStep} per round`);
     return mix.sample(step * opts.maxRefillRounds + round - 1).slice(0, count);
   };
 }

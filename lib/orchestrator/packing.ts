@@ -44,7 +44,9 @@ export function buildSample(segments: readonly TokenSegment[], advantage: number
     for (let i = 0; i < n; i++) sample.inputIds[at + i] = seg.tokens[i];
     if (seg.generated) {
       if (!seg.logprobs || seg.logprobs.length !== n) {
-        throw new Error(`segment ${k}: generated tokens need one logprob each (${n} tokens, ${seg.logprobs?.length ?? 0} logprobs)`);
+        throw new Error(
+          `segment ${k}: generated tokens need one logprob each (${n} tokens, ${seg.logprobs?.length ?? 0} logprobs)`,
+        );
       }
       for (let i = 0; i < n; i++) sample.logprobs[at + i] = seg.logprobs[i];
       sample.lossMask.fill(1, at, at + n);
@@ -106,7 +108,8 @@ function checkSample(s: Sample, i: number): void {
  * into the first row with room, else a new row. Longer-than-row samples are truncated and counted.
  */
 export function packSamples(samples: readonly Sample[], seqLen: number, opts: PackOptions = {}): PackResult {
-  if (!Number.isInteger(seqLen) || seqLen < 1) throw new Error(`packing: seq_len must be a positive integer, got ${seqLen}`);
+  if (!Number.isInteger(seqLen) || seqLen < 1)
+    throw new Error(`packing: seq_len must be a positive integer, got ${seqLen}`);
   samples.forEach(checkSample);
   const lengths = samples.map((s) => Math.min(s.inputIds.length, seqLen));
   const order = samples.map((_, i) => i).sort((a, b) => lengths[b] - lengths[a] || a - b);
@@ -122,7 +125,15 @@ export function packSamples(samples: readonly Sample[], seqLen: number, opts: Pa
     bin.free -= lengths[i];
   }
 
-  const counts: PackCounts = { samples: samples.length, rows: bins.length, tokens: 0, lossTokens: 0, truncated: 0, truncatedTokens: 0, padding: 0 };
+  const counts: PackCounts = {
+    samples: samples.length,
+    rows: bins.length,
+    tokens: 0,
+    lossTokens: 0,
+    truncated: 0,
+    truncatedTokens: 0,
+    padding: 0,
+  };
   const rows = bins.map(({ members }) => {
     const row: PackedRow = {
       inputIds: new Int32Array(seqLen).fill(opts.padTokenId ?? 0),

@@ -15,7 +15,13 @@
  * `prepareRun` loads them all when a run starts, so a bad import_path fails the run at once.
  */
 import { requireUserModule } from '../modules';
-import { builtinEstimator, type AdvantageEstimator, type AdvantageGroup, type AdvantageType, type LengthPenaltyConfig } from './advantages';
+import {
+  builtinEstimator,
+  type AdvantageEstimator,
+  type AdvantageGroup,
+  type AdvantageType,
+  type LengthPenaltyConfig,
+} from './advantages';
 import { difficultyFilter, type DifficultyFilterConfig, type FilterGroup, type RolloutFilter } from './filters';
 
 /**
@@ -54,27 +60,41 @@ export interface AdvantageConfig {
 }
 
 /** The function a plugin module exports as `name` (or as its default, or as the module itself). */
-function pluginFunction(key: string, what: string, exportName: string, p: PluginConfig): (...args: unknown[]) => unknown {
+function pluginFunction(
+  key: string,
+  what: string,
+  exportName: string,
+  p: PluginConfig,
+): (...args: unknown[]) => unknown {
   let mod: unknown;
   try {
-    mod = requireUserModule(p.import_path, (file, isPath) =>
-      new PluginError(`${key} = "${p.import_path}": ${isPath ? `module ${file} not found` : 'no such module path (./file.ts) or installed npm package'}`),
+    mod = requireUserModule(
+      p.import_path,
+      (file, isPath) =>
+        new PluginError(
+          `${key} = "${p.import_path}": ${isPath ? `module ${file} not found` : 'no such module path (./file.ts) or installed npm package'}`,
+        ),
     );
   } catch (err) {
     if (isPluginError(err)) throw err;
-    throw new PluginError(`${key} = "${p.import_path}": the module failed to load: ${(err as Error)?.message ?? String(err)}`);
+    throw new PluginError(
+      `${key} = "${p.import_path}": the module failed to load: ${(err as Error)?.message ?? String(err)}`,
+    );
   }
   const exports = mod as Record<string, unknown> | undefined;
   const fn = [exports?.[exportName], exports?.default, mod].find((f) => typeof f === 'function');
   if (!fn) {
-    throw new PluginError(`${key} = "${p.import_path}": the module exports no ${what} (a function exported as \`${exportName}\` or as the default)`);
+    throw new PluginError(
+      `${key} = "${p.import_path}": the module exports no ${what} (a function exported as \`${exportName}\` or as the default)`,
+    );
   }
   return fn as (...args: unknown[]) => unknown;
 }
 
 /** The run's advantage estimator. Throws (naming the key and module) when a plugin cannot load. */
 export function advantageEstimator(cfg: AdvantageConfig): AdvantageEstimator {
-  if (cfg.import_path === undefined) return builtinEstimator({ type: cfg.type ?? 'grpo', std_norm: cfg.std_norm, length_penalty: cfg.length_penalty });
+  if (cfg.import_path === undefined)
+    return builtinEstimator({ type: cfg.type ?? 'grpo', std_norm: cfg.std_norm, length_penalty: cfg.length_penalty });
   const plugin = { import_path: cfg.import_path, kwargs: cfg.kwargs };
   const fn = pluginFunction('orchestrator.advantage.import_path', 'advantage estimator', 'advantage', plugin);
   return {
@@ -83,8 +103,12 @@ export function advantageEstimator(cfg: AdvantageConfig): AdvantageEstimator {
       const adv = callPlugin('advantage estimator', plugin, () => fn(g, plugin.kwargs));
       const n = g.rewards.length;
       if (!Array.isArray(adv) || adv.length !== n || !adv.every((a) => typeof a === 'number' && Number.isFinite(a))) {
-        const shown = Array.isArray(adv) ? `${adv.length} values [${adv.slice(0, 8).join(', ')}${adv.length > 8 ? ', ...' : ''}]` : JSON.stringify(adv);
-        throw new PluginError(`advantage estimator "${cfg.import_path}" returned ${shown} for a group of ${n} rollouts: it must return ${n} finite numbers`);
+        const shown = Array.isArray(adv)
+          ? `${adv.length} values [${adv.slice(0, 8).join(', ')}${adv.length > 8 ? ', ...' : ''}]`
+          : JSON.stringify(adv);
+        throw new PluginError(
+          `advantage estimator "${cfg.import_path}" returned ${shown} for a group of ${n} rollouts: it must return ${n} finite numbers`,
+        );
       }
       return adv as number[];
     },
@@ -92,7 +116,10 @@ export function advantageEstimator(cfg: AdvantageConfig): AdvantageEstimator {
 }
 
 /** The run's rollout filters, in order: the difficulty filter, then the plugins. */
-export function rolloutFilters(o: { difficulty_filter: DifficultyFilterConfig; rollout_filters: readonly PluginConfig[] }): RolloutFilter[] {
+export function rolloutFilters(o: {
+  difficulty_filter: DifficultyFilterConfig;
+  rollout_filters: readonly PluginConfig[];
+}): RolloutFilter[] {
   const plugins = o.rollout_filters.map((p, i): RolloutFilter => {
     const fn = pluginFunction(`orchestrator.rollout_filters[${i}].import_path`, 'rollout filter', 'filter', p);
     return {
@@ -102,7 +129,9 @@ export function rolloutFilters(o: { difficulty_filter: DifficultyFilterConfig; r
         if (verdict === true) return undefined;
         if (verdict === false) return 'dropped';
         if (typeof verdict === 'string' && verdict !== '') return verdict;
-        throw new PluginError(`rollout filter "${p.import_path}" returned ${JSON.stringify(verdict)}: it must return true (keep), false or a reason (drop)`);
+        throw new PluginError(
+          `rollout filter "${p.import_path}" returned ${JSON.stringify(verdict)}: it must return true (keep), false or a reason (drop)`,
+        );
       },
     };
   });

@@ -56,7 +56,11 @@ export interface Rollout extends Episode {
 }
 
 /** The rendered prompt of an example (chat template with the generation prompt) and its tokens: turn 1's input. */
-export function renderPrompt(tokenizer: Tokenizer, prompt: readonly Message[], tools: EnvironmentInfo['tools']): { text: string; ids: number[] } {
+export function renderPrompt(
+  tokenizer: Tokenizer,
+  prompt: readonly Message[],
+  tools: EnvironmentInfo['tools'],
+): { text: string; ids: number[] } {
   const text = renderChat(tokenizer, prompt as ChatMessage[], { tools, addGenerationPrompt: true });
   return { text, ids: tokenizer.encode(text) };
 }
@@ -131,7 +135,9 @@ class TokenPlayer implements Player {
     this.policyVersion = Math.min(this.policyVersion, out.policyVersion);
     // The stop token (e.g. <|im_end|>) ends the turn; the message content is what came before it.
     const stopped = out.finishReason === 'stop';
-    const content = contentBeforeStop(this.tokenizer.decode(out.tokenIds), sampling.stop) ?? this.tokenizer.decode(stopped ? out.tokenIds.slice(0, -1) : out.tokenIds);
+    const content =
+      contentBeforeStop(this.tokenizer.decode(out.tokenIds), sampling.stop) ??
+      this.tokenizer.decode(stopped ? out.tokenIds.slice(0, -1) : out.tokenIds);
     const reply: Message = { role: 'assistant', content };
     this.rendered += reply.content;
     this.stopText = stopped ? this.tokenizer.decode(out.tokenIds.slice(-1)) : '';
@@ -144,7 +150,10 @@ class TokenPlayer implements Player {
   }
 
   observe(messages: readonly Message[]): void {
-    const next = renderChat(this.tokenizer, messages as ChatMessage[], { tools: this.task.info.tools, addGenerationPrompt: true });
+    const next = renderChat(this.tokenizer, messages as ChatMessage[], {
+      tools: this.task.info.tools,
+      addGenerationPrompt: true,
+    });
     if (!next.startsWith(this.rendered)) {
       // The template renders an earlier turn differently now: the next turn is sampled from the
       // re-rendered chat, which starts a new sample.
@@ -163,12 +172,19 @@ class TokenPlayer implements Player {
   }
 }
 
-export async function runRollout(task: RolloutTask, pool: EnvPool, client: InferenceClient, tokenizer: Tokenizer): Promise<Rollout> {
+export async function runRollout(
+  task: RolloutTask,
+  pool: EnvPool,
+  client: InferenceClient,
+  tokenizer: Tokenizer,
+): Promise<Rollout> {
   const prompt = renderPrompt(tokenizer, task.example.prompt, task.info.tools);
   const player = new TokenPlayer(task, client, tokenizer, prompt);
   // A prompt with no room for one generated token would make a rollout that trains nothing.
   const tooLong = promptTooLong(prompt.ids.length, task.seqLen);
-  const episode: Episode = tooLong ? { completion: [], reward: 0, metrics: {}, turns: 0, error: tooLong } : await playEpisode(task, pool, player);
+  const episode: Episode = tooLong
+    ? { completion: [], reward: 0, metrics: {}, turns: 0, error: tooLong }
+    : await playEpisode(task, pool, player);
   return {
     ...episode,
     samples: player.samples.filter((segments) => segments.some((s) => s.generated)),

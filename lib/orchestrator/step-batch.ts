@@ -48,7 +48,10 @@ export interface StepBatchProgress {
   step: number;
 }
 
-export function buildStepBatch(input: StepBatchInput, progress: (p: StepBatchProgress) => void = () => {}): StepBatchResult {
+export function buildStepBatch(
+  input: StepBatchInput,
+  progress: (p: StepBatchProgress) => void = () => {},
+): StepBatchResult {
   const { step } = input;
   progress({ phase: 'reading', step });
   const rollouts = fs
@@ -67,7 +70,13 @@ export function buildStepBatch(input: StepBatchInput, progress: (p: StepBatchPro
   const tokens = (r: RolloutLine) => (r.samples ?? [r.segments!]).flat().reduce((n, s) => n + s.tokens.length, 0);
   const result = computeAdvantages(
     groups.map((g) =>
-      g.map((r) => ({ reward: r.reward, completionTokens: r.completionTokens, inputTokens: tokens(r) - r.completionTokens, turns: r.turns, errored: r.error !== undefined })),
+      g.map((r) => ({
+        reward: r.reward,
+        completionTokens: r.completionTokens,
+        inputTokens: tokens(r) - r.completionTokens,
+        turns: r.turns,
+        errored: r.error !== undefined,
+      })),
     ),
     advantageEstimator(input.advantage),
     { dropZeroAdvantage: input.filterZeroAdvantages },

@@ -66,8 +66,15 @@
   /* Timeline: seconds since the run's start on x, step on y, one bar per step phase. */
   function timelineChart(chart, el) {
     var bars = chart.bars;
-    var end = Math.max.apply(null, bars.map(function (b) { return b.end; }));
-    var steps = bars.map(function (b) { return b.step; });
+    var end = Math.max.apply(
+      null,
+      bars.map(function (b) {
+        return b.end;
+      }),
+    );
+    var steps = bars.map(function (b) {
+      return b.step;
+    });
     var lo = Math.min.apply(null, steps) - 0.6;
     var hi = Math.max.apply(null, steps) + 0.6;
     var rows = hi - lo;
@@ -77,15 +84,30 @@
       legend: { show: false },
       cursor: { y: false },
       scales: {
-        x: { time: false, auto: false, range: function () { return [0, end]; } },
-        y: { auto: false, range: function () { return [lo, hi]; } },
+        x: {
+          time: false,
+          auto: false,
+          range: function () {
+            return [0, end];
+          },
+        },
+        y: {
+          auto: false,
+          range: function () {
+            return [lo, hi];
+          },
+        },
       },
       axes: [
         { label: 'seconds since start' },
         {
           label: 'step',
           incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
-          values: function (u, ticks) { return ticks.map(function (t) { return Number.isInteger(t) ? String(t) : ''; }); },
+          values: function (u, ticks) {
+            return ticks.map(function (t) {
+              return Number.isInteger(t) ? String(t) : '';
+            });
+          },
         },
       ],
       series: [{}, { label: 'steps', stroke: 'transparent', points: { show: false } }],
@@ -108,7 +130,13 @@
         ],
       },
     };
-    return { opts: opts, values: [[0, end], [null, null]] };
+    return {
+      opts: opts,
+      values: [
+        [0, end],
+        [null, null],
+      ],
+    };
   }
 
   data.charts.forEach(function (chart) {
@@ -116,11 +144,15 @@
     var el = figure.querySelector('.plot');
     var built = chart.kind === 'timeline' ? timelineChart(chart, el) : lineChart(chart, el);
     var hooks = built.opts.hooks || (built.opts.hooks = {});
-    (hooks.draw || (hooks.draw = [])).push(function (u) { markDrawn(u, figure); });
+    (hooks.draw || (hooks.draw = [])).push(function (u) {
+      markDrawn(u, figure);
+    });
     plots.push({ el: el, height: built.opts.height, plot: new uPlot(built.opts, built.values, el) });
   });
 
   window.addEventListener('resize', function () {
-    plots.forEach(function (p) { p.plot.setSize({ width: widthOf(p.el), height: p.height }); });
+    plots.forEach(function (p) {
+      p.plot.setSize({ width: widthOf(p.el), height: p.height });
+    });
   });
 })();

@@ -114,7 +114,12 @@ function timelineChart(records: readonly StepRecord[]): TimelineChart {
     add('training', t.train_start, t.train_end);
   }
   const t0 = Math.min(...raw.map((b) => b.start));
-  return { kind: 'timeline', id: 'timeline', title: 'Step timeline', bars: raw.map((b) => ({ ...b, start: b.start - t0, end: b.end - t0 })) };
+  return {
+    kind: 'timeline',
+    id: 'timeline',
+    title: 'Step timeline',
+    bars: raw.map((b) => ({ ...b, start: b.start - t0, end: b.end - t0 })),
+  };
 }
 
 function flatten(value: unknown, prefix: string, out: [string, string][]): void {
@@ -155,12 +160,22 @@ export function loadReportData(runDir: string): ReportData {
       { label: 'loss', values: field(records, 'loss'), color: '#dc2626' },
       { label: 'validation loss', values: field(records, 'val_loss'), color: '#9333ea' },
     ]),
-    lineChart('mismatch_kl', 'Mismatch KL (trainer vs inference)', [{ label: 'mismatch KL', values: field(records, 'mismatch_kl'), color: '#ea580c' }]),
+    lineChart('mismatch_kl', 'Mismatch KL (trainer vs inference)', [
+      { label: 'mismatch KL', values: field(records, 'mismatch_kl'), color: '#ea580c' },
+    ]),
     lineChart('entropy', 'Entropy', [{ label: 'entropy', values: field(records, 'entropy'), color: '#059669' }]),
-    lineChart('tokens_per_s', 'Throughput', [{ label: 'tokens/s', values: field(records, 'tokens_per_s'), color: '#0891b2' }]),
+    lineChart('tokens_per_s', 'Throughput', [
+      { label: 'tokens/s', values: field(records, 'tokens_per_s'), color: '#0891b2' },
+    ]),
     timelineChart(records),
   ];
-  return { runName: path.basename(dir), steps: records.map((r) => r.step), charts, configs: readConfigs(dir), evals: readEvalResults(dir) };
+  return {
+    runName: path.basename(dir),
+    steps: records.map((r) => r.step),
+    charts,
+    configs: readConfigs(dir),
+    evals: readEvalResults(dir),
+  };
 }
 
 /** Whether a chart has anything to draw. */

@@ -66,7 +66,8 @@ function summary(data: ReportData): string {
       const last = chart.series[0].values.filter((v): v is number => v !== null).at(-1);
       if (last !== undefined) parts.push(`last ${chart.series[0].label.replace(' (mean)', '')} ${last.toPrecision(4)}`);
     }
-    if (chart.kind === 'timeline' && chart.bars.length > 0) parts.push(`${formatDuration(Math.max(...chart.bars.map((b) => b.end)))} wall time`);
+    if (chart.kind === 'timeline' && chart.bars.length > 0)
+      parts.push(`${formatDuration(Math.max(...chart.bars.map((b) => b.end)))} wall time`);
   }
   return parts.join(' · ');
 }
@@ -90,7 +91,8 @@ function configDetails(c: ConfigFile): string {
 
 function chartFigure(chart: Chart): string {
   const caption = `<figcaption>${escapeHtml(chart.title)}</figcaption>`;
-  if (!hasData(chart)) return `<figure class="chart no-data" id="chart-${chart.id}">${caption}<div class="empty">no data</div></figure>`;
+  if (!hasData(chart))
+    return `<figure class="chart no-data" id="chart-${chart.id}">${caption}<div class="empty">no data</div></figure>`;
   const legend =
     chart.kind === 'timeline'
       ? `<ul class="phases">${(Object.keys(PHASE_LABELS) as Phase[])
@@ -104,7 +106,8 @@ function chartFigure(chart: Chart): string {
 function evalSection(data: ReportData): string {
   if (data.evals.length === 0) return '';
   const { header, rows, numeric } = evalTable(data.evals);
-  const cell = (tag: string, text: string, i: number) => `<${tag}${numeric[i] ? ' class="num"' : ''}>${escapeHtml(text)}</${tag}>`;
+  const cell = (tag: string, text: string, i: number) =>
+    `<${tag}${numeric[i] ? ' class="num"' : ''}>${escapeHtml(text)}</${tag}>`;
   return `<section class="evals"><h2>Evaluations</h2><table><thead><tr>${header.map((h, i) => cell('th', h, i)).join('')}</tr></thead><tbody>${rows
     .map((r) => `<tr>${r.map((c, i) => cell('td', c, i)).join('')}</tr>`)
     .join('')}</tbody></table></section>`;

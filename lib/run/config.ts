@@ -18,7 +18,8 @@ function describeIssues(error: z.ZodError): string {
  */
 export function checkConfig<S extends z.ZodType>(config: unknown, schema: S): z.output<S> {
   const parsed = schema.safeParse(config);
-  if (!parsed.success) throw new NonRetryableError(`invalid configuration: ${describeIssues(parsed.error)}`, Failure.InvalidConfig);
+  if (!parsed.success)
+    throw new NonRetryableError(`invalid configuration: ${describeIssues(parsed.error)}`, Failure.InvalidConfig);
   return parsed.data;
 }
 
@@ -42,7 +43,11 @@ function readStored<S extends z.ZodType>(file: string, schema: S): z.output<S> {
   const hit = cache.get(file);
   if (hit && hit.mtimeMs === stat.mtimeMs) return hit.config as z.output<S>;
   const parsed = schema.safeParse(JSON.parse(fs.readFileSync(file, 'utf8')));
-  if (!parsed.success) throw new NonRetryableError(`run config ${file} is invalid: ${describeIssues(parsed.error)}`, Failure.InvalidRunConfig);
+  if (!parsed.success)
+    throw new NonRetryableError(
+      `run config ${file} is invalid: ${describeIssues(parsed.error)}`,
+      Failure.InvalidRunConfig,
+    );
   cache.set(file, { mtimeMs: stat.mtimeMs, config: parsed.data });
   return parsed.data;
 }
@@ -89,7 +94,11 @@ export function readTrainingSpec(runDir: string): RunTrainingSpec {
   if (fs.existsSync(layout.sftConfigFile)) {
     const c = readSftConfig(runDir);
     const plan = readSftPlan(runDir);
-    if (!plan) throw new NonRetryableError(`SFT run ${layout.dir} has no ${layout.sftPlanFile}: was it prepared?`, Failure.MissingSftPlan);
+    if (!plan)
+      throw new NonRetryableError(
+        `SFT run ${layout.dir} has no ${layout.sftPlanFile}: was it prepared?`,
+        Failure.MissingSftPlan,
+      );
     return {
       trainer: sftTrainerSpec(c, plan.steps),
       keepLast: c.ckpt.keep_last,
@@ -100,5 +109,10 @@ export function readTrainingSpec(runDir: string): RunTrainingSpec {
   }
   const c = readRunConfig(runDir);
   // Every policy version is served to the rollouts of a later step.
-  return { trainer: rlTrainerSpec(c), keepLast: c.ckpt.keep_last, asyncLevel: c.async_level, writesWeights: () => true };
+  return {
+    trainer: rlTrainerSpec(c),
+    keepLast: c.ckpt.keep_last,
+    asyncLevel: c.async_level,
+    writesWeights: () => true,
+  };
 }

@@ -27,7 +27,10 @@ export const DOCUMENTED_METRICS: Readonly<Record<string, (r: StepRecord) => unkn
   // The KL divergence the trainer measures between its policy and the one that sampled.
   'train/kl_divergence': (r) => r.mismatch_kl,
   // Completion tokens per rollout (all turns).
-  'rollout/mean_length': (r) => (typeof r.completion_tokens === 'number' && typeof r.rollouts === 'number' && r.rollouts > 0 ? r.completion_tokens / r.rollouts : undefined),
+  'rollout/mean_length': (r) =>
+    typeof r.completion_tokens === 'number' && typeof r.rollouts === 'number' && r.rollouts > 0
+      ? r.completion_tokens / r.rollouts
+      : undefined,
   'rollout/generation_time': (r) => r.generate_seconds,
 };
 

@@ -27,11 +27,20 @@ export interface StepLineOptions {
 }
 
 /** Steps done / total, `parts`, and an ETA from the pace of the steps done since the line's clock started. */
-export function stepLine(trained: number, total: number | undefined, rate: StepRate, parts: string[], opts: StepLineOptions = {}): string {
+export function stepLine(
+  trained: number,
+  total: number | undefined,
+  rate: StepRate,
+  parts: string[],
+  opts: StepLineOptions = {},
+): string {
   rate.first ??= trained;
   const done = trained - rate.first;
   const perStep = done > 0 ? ((opts.now ?? Date.now()) - rate.started) / 1000 / done : NaN;
   const left = total !== undefined ? (total - trained) * perStep : NaN;
-  const eta = opts.mayEndEarly && Number.isFinite(left) ? `ETA ≤${formatDuration(left)} (${opts.mayEndEarly})` : `ETA ${formatDuration(left)}`;
+  const eta =
+    opts.mayEndEarly && Number.isFinite(left)
+      ? `ETA ≤${formatDuration(left)} (${opts.mayEndEarly})`
+      : `ETA ${formatDuration(left)}`;
   return [`step ${trained}/${total ?? '∞'}`, ...parts, eta, opts.paused ? 'PAUSED' : ''].join(' | ');
 }

@@ -48,20 +48,55 @@ export function rewindRun(runDir: string, step: number, kind: 'rl' | 'sft'): { w
     const meta = verifyCheckpoint(ckpt);
     if (meta.steps !== step) throw new Error(`it records ${meta.steps} steps`);
   } catch (e) {
-    throw new NonRetryableError(`ckpt.resume_step: checkpoint ${ckpt} is unusable: ${(e as Error).message}`, Failure.InvalidConfig);
+    throw new NonRetryableError(
+      `ckpt.resume_step: checkpoint ${ckpt} is unusable: ${(e as Error).message}`,
+      Failure.InvalidConfig,
+    );
   }
   truncateStepMetrics(layout.metricsFile, step);
-  remove(layout.checkpointsRoot, (s) => s <= step, (s) => layout.checkpointDir(s));
-  remove(path.dirname(layout.trainSummaryFile(0)), (s) => s < step, (s) => layout.trainSummaryFile(s));
+  remove(
+    layout.checkpointsRoot,
+    (s) => s <= step,
+    (s) => layout.checkpointDir(s),
+  );
+  remove(
+    path.dirname(layout.trainSummaryFile(0)),
+    (s) => s < step,
+    (s) => layout.trainSummaryFile(s),
+  );
   // Weights of version v are written by train step v - 1.
-  remove(layout.weightsRoot, (s) => s <= step, (s) => layout.weightsDir(s));
+  remove(
+    layout.weightsRoot,
+    (s) => s <= step,
+    (s) => layout.weightsDir(s),
+  );
   if (kind === 'rl') {
-    remove(path.dirname(layout.batchFile(0)), (s) => s < step, (s) => layout.batchFile(s));
-    remove(path.dirname(layout.rolloutsDir(0)), (s) => s < step, (s) => layout.rolloutsDir(s));
+    remove(
+      path.dirname(layout.batchFile(0)),
+      (s) => s < step,
+      (s) => layout.batchFile(s),
+    );
+    remove(
+      path.dirname(layout.rolloutsDir(0)),
+      (s) => s < step,
+      (s) => layout.rolloutsDir(s),
+    );
   }
   // Evals of discarded versions (results, and the parts they were summed from, keyed by version name).
-  remove(evalDir(runDir), (s) => s <= step, (s) => path.join(evalDir(runDir), `step_${s}.json`));
-  remove(path.join(evalDir(runDir), 'parts'), (s) => s <= step, (s) => path.join(evalDir(runDir), 'parts', `step_${s}`));
-  remove(path.dirname(layout.sftValidationFile(0)), (s) => s <= step, (s) => layout.sftValidationFile(s));
+  remove(
+    evalDir(runDir),
+    (s) => s <= step,
+    (s) => path.join(evalDir(runDir), `step_${s}.json`),
+  );
+  remove(
+    path.join(evalDir(runDir), 'parts'),
+    (s) => s <= step,
+    (s) => path.join(evalDir(runDir), 'parts', `step_${s}`),
+  );
+  remove(
+    path.dirname(layout.sftValidationFile(0)),
+    (s) => s <= step,
+    (s) => layout.sftValidationFile(s),
+  );
   return { weightsDir: fs.existsSync(layout.weightsDir(step)) ? layout.weightsDir(step) : null };
 }

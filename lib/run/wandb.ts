@@ -48,8 +48,10 @@ export function wandbOff(settings: WandbSettings, env: NodeJS.ProcessEnv = proce
   if (!settings.project) return undefined;
   const mode = env.WANDB_MODE;
   if (mode === 'disabled') return 'WANDB_MODE=disabled';
-  if (mode !== 'offline' && !env.WANDB_API_KEY) return 'WANDB_API_KEY is not set (set it, or WANDB_MODE=offline to write a local W&B run folder)';
-  if (!fs.existsSync(wandbPython(env))) return `the W&B SDK is not installed (${wandbPython(env)} is missing: run scripts/setup.sh)`;
+  if (mode !== 'offline' && !env.WANDB_API_KEY)
+    return 'WANDB_API_KEY is not set (set it, or WANDB_MODE=offline to write a local W&B run folder)';
+  if (!fs.existsSync(wandbPython(env)))
+    return `the W&B SDK is not installed (${wandbPython(env)} is missing: run scripts/setup.sh)`;
   return undefined;
 }
 
@@ -59,7 +61,8 @@ export function flattenMetrics(record: Record<string, unknown>, prefix = ''): Re
   for (const [k, v] of Object.entries(record)) {
     const key = prefix ? `${prefix}/${k}` : k;
     if (typeof v === 'number' && Number.isFinite(v)) out[key] = v;
-    else if (typeof v === 'object' && v !== null && !Array.isArray(v)) Object.assign(out, flattenMetrics(v as Record<string, unknown>, key));
+    else if (typeof v === 'object' && v !== null && !Array.isArray(v))
+      Object.assign(out, flattenMetrics(v as Record<string, unknown>, key));
   }
   return out;
 }
@@ -87,10 +90,14 @@ export async function startWandb(opts: WandbOptions): Promise<WandbLogger | unde
     opts.say(`W&B logging is off: ${off}; the run goes on without it`);
     return undefined;
   }
-  const child: ChildProcessWithoutNullStreams = spawn(wandbPython(env), [path.join(projectRoot, 'scripts', 'wandb', 'sidecar.py')], {
-    env: { ...env, WANDB_SILENT: env.WANDB_SILENT ?? 'true' },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  const child: ChildProcessWithoutNullStreams = spawn(
+    wandbPython(env),
+    [path.join(projectRoot, 'scripts', 'wandb', 'sidecar.py')],
+    {
+      env: { ...env, WANDB_SILENT: env.WANDB_SILENT ?? 'true' },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    },
+  );
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => void (stderr = (stderr + d.toString()).slice(-2000)));
   child.stdin.on('error', () => undefined); // a sidecar that died: reported through its exit
@@ -110,13 +117,19 @@ export async function startWandb(opts: WandbOptions): Promise<WandbLogger | unde
   child.stdin.write(
     `${JSON.stringify({
       init: {
-        project: opts.settings.project, name: opts.settings.name ?? opts.runName, entity: opts.settings.entity,
-        id: runId(opts.runName, opts.runDir), dir: opts.runDir, config: opts.config,
+        project: opts.settings.project,
+        name: opts.settings.name ?? opts.runName,
+        entity: opts.settings.entity,
+        id: runId(opts.runName, opts.runDir),
+        dir: opts.runDir,
+        config: opts.config,
       },
     })}\n`,
   );
   const reply = await firstReply;
-  const parsed = reply ? (JSON.parse(reply) as { ok: boolean; start_step?: number; where?: string; error?: string }) : undefined;
+  const parsed = reply
+    ? (JSON.parse(reply) as { ok: boolean; start_step?: number; where?: string; error?: string })
+    : undefined;
   if (!parsed?.ok) {
     const why = parsed?.error ?? (stderr.trim().split('\n').pop() || 'the sidecar exited');
     opts.say(`W&B logging is off: ${why}; the run goes on without it`);
@@ -124,7 +137,9 @@ export async function startWandb(opts: WandbOptions): Promise<WandbLogger | unde
     await exited;
     return undefined;
   }
-  opts.say(`W&B logging to ${parsed.where}${env.WANDB_MODE === 'offline' ? ' (offline: `wandb sync` uploads it)' : ''}`);
+  opts.say(
+    `W&B logging to ${parsed.where}${env.WANDB_MODE === 'offline' ? ' (offline: `wandb sync` uploads it)' : ''}`,
+  );
   let next = parsed.start_step ?? 0;
   let broken = false;
   let closing = false;
@@ -145,7 +160,9 @@ export async function startWandb(opts: WandbOptions): Promise<WandbLogger | unde
   void exited.then((code) => {
     if (!closing) {
       broken = true;
-      opts.say(`W&B logging stopped: the sidecar exited (${code}): ${stderr.trim().split('\n').pop() ?? ''}; the run goes on without it`);
+      opts.say(
+        `W&B logging stopped: the sidecar exited (${code}): ${stderr.trim().split('\n').pop() ?? ''}; the run goes on without it`,
+      );
     }
   });
   const timer = setInterval(pump, opts.pollMs ?? 2000);

@@ -37,7 +37,8 @@ export interface SftDataset {
 }
 
 export function loadSftConversations(source: SftDataSource, split: Split, seed: number): SftConversation[] {
-  if (source.path !== undefined && source.env !== undefined) throw new Error('SFT data: give a JSONL file (path) or an environment (env), not both');
+  if (source.path !== undefined && source.env !== undefined)
+    throw new Error('SFT data: give a JSONL file (path) or an environment (env), not both');
   if (source.path !== undefined) return readSftJsonl(source.path, source.numExamples);
   if (source.env !== undefined) return envConversations(source.env, split, seed, source.numExamples);
   throw new Error('SFT data: give a JSONL file (path) or an environment (env)');
@@ -47,7 +48,12 @@ export function loadSftConversations(source: SftDataSource, split: Split, seed: 
  * Loads and tokenises a dataset. For an env source, `split` picks its train or eval split (the
  * training set and the validation set); a file is its own split.
  */
-export function loadSftDataset(tokenizer: Tokenizer, source: SftDataSource, split: Split, opts: SftDataOptions): SftDataset {
+export function loadSftDataset(
+  tokenizer: Tokenizer,
+  source: SftDataSource,
+  split: Split,
+  opts: SftDataOptions,
+): SftDataset {
   if (opts.lossRoles.length === 0) throw new Error('SFT data: loss_roles is empty, so no token would carry loss');
   const conversations = loadSftConversations(source, split, opts.seed);
   return {

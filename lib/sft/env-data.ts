@@ -24,15 +24,18 @@ export function envConversations(spec: EnvSpec, split: Split, seed: number, coun
   }
   const size = env.dataset.size(split);
   const n = count ?? size;
-  if (n === undefined) throw new Error(`environment "${spec.id}" generates its examples without end: set the number of examples to take`);
-  if (size !== undefined && n > size) throw new Error(`environment "${spec.id}": ${n} examples asked for, but its ${split} split has ${size}`);
+  if (n === undefined)
+    throw new Error(`environment "${spec.id}" generates its examples without end: set the number of examples to take`);
+  if (size !== undefined && n > size)
+    throw new Error(`environment "${spec.id}": ${n} examples asked for, but its ${split} split has ${size}`);
 
   const out: SftConversation[] = [];
   for (let i = 0; i < n; i++) {
     const source = `env ${spec.id} ${split} example ${i}`;
     const example = env.dataset.example(split, i, seed);
     const demo = demonstrationSchema.safeParse(demonstrate(example));
-    if (!demo.success) throw new Error(`${source}: demonstration() returned no valid messages: ${describeIssues(demo.error)}`);
+    if (!demo.success)
+      throw new Error(`${source}: demonstration() returned no valid messages: ${describeIssues(demo.error)}`);
     out.push({ messages: [...example.prompt, ...demo.data], tools: env.tools, source });
   }
   return out;

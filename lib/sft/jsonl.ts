@@ -53,6 +53,7 @@ export function readSftJsonl(file: string, limit?: number): SftConversation[] {
     out.push(parseSftRow(lines[i], `${file}:${i + 1}`));
   }
   if (out.length === 0) throw new Error(`SFT dataset ${file} has no rows`);
-  if (limit !== undefined && out.length < limit) throw new Error(`SFT dataset ${file} has ${out.length} rows, fewer than the ${limit} asked for`);
+  if (limit !== undefined && out.length < limit)
+    throw new Error(`SFT dataset ${file} has ${out.length} rows, fewer than the ${limit} asked for`);
   return out;
 }

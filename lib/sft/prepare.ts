@@ -41,7 +41,8 @@ export type SftPrepareProgress =
  * The plan, or why the data cannot make one: `data` (a bad row or dataset, named), or `seq_len`
  * (a batch in which no token carries loss once its samples are cut to seq_len).
  */
-export type SftPrepareResult = { ok: true; plan: SftPlan } | { ok: false; problem: 'data' | 'validation data' | 'seq_len'; message: string };
+export type SftPrepareResult =
+  { ok: true; plan: SftPlan } | { ok: false; problem: 'data' | 'validation data' | 'seq_len'; message: string };
 
 /** Posting every conversation's progress would flood the parent thread; this many per post. */
 const PROGRESS_EVERY = 64;
@@ -53,10 +54,17 @@ function noLossTokens(what: string, counts: PackCounts, seqLen: number): string 
   );
 }
 
-export function prepareSftData(input: SftPrepareInput, progress: (p: SftPrepareProgress) => void = () => {}): SftPrepareResult {
+export function prepareSftData(
+  input: SftPrepareInput,
+  progress: (p: SftPrepareProgress) => void = () => {},
+): SftPrepareResult {
   const layout = new RunLayout(input.runDir);
   const tokenizer = Tokenizer.fromDir(input.modelDir);
-  const load = (source: SftDataSource, split: 'train' | 'eval', phase: 'tokenizing' | 'tokenizing validation'): Sample[] =>
+  const load = (
+    source: SftDataSource,
+    split: 'train' | 'eval',
+    phase: 'tokenizing' | 'tokenizing validation',
+  ): Sample[] =>
     loadSftDataset(tokenizer, source, split, {
       lossRoles: input.lossRoles,
       seed: input.seed,
@@ -83,22 +91,40 @@ export function prepareSftData(input: SftPrepareInput, progress: (p: SftPrepareP
 
   const { seqLen, batchSize } = input;
   const pack = { padTokenId: tokenizer.padTokenId };
-  const schedule = new SftSchedule({ datasetSize: train.length, batchSize, epochs: input.epochs, maxSteps: input.maxSteps, seed: input.seed });
+  const schedule = new SftSchedule({
+    datasetSize: train.length,
+    batchSize,
+    epochs: input.epochs,
+    maxSteps: input.maxSteps,
+    seed: input.seed,
+  });
   for (let step = 0; step < schedule.totalSteps; step++) {
-    const { rows, counts } = packSamples(schedule.batch(step).indices.map((i) => train[i]), seqLen, pack);
+    const { rows, counts } = packSamples(
+      schedule.batch(step).indices.map((i) => train[i]),
+      seqLen,
+      pack,
+    );
     // A step that would train on nothing is the config's fault; say so before the run starts.
-    if (counts.lossTokens === 0) return { ok: false, problem: 'seq_len', message: noLossTokens(`the batch of step ${step}`, counts, seqLen) };
+    if (counts.lossTokens === 0)
+      return { ok: false, problem: 'seq_len', message: noLossTokens(`the batch of step ${step}`, counts, seqLen) };
     writeBatch(layout.batchFile(step), step, seqLen, rows, counts);
     progress({ phase: 'packing', step, steps: schedule.totalSteps });
   }
   let valBatches = 0;
   for (let from = 0; from < val.length; from += batchSize) {
     const { rows, counts } = packSamples(val.slice(from, from + batchSize), seqLen, pack);
-    if (counts.lossTokens === 0) return { ok: false, problem: 'seq_len', message: noLossTokens(`validation batch ${valBatches}`, counts, seqLen) };
+    if (counts.lossTokens === 0)
+      return { ok: false, problem: 'seq_len', message: noLossTokens(`validation batch ${valBatches}`, counts, seqLen) };
     writeBatch(layout.valBatchFile(valBatches), valBatches, seqLen, rows, counts);
     valBatches++;
   }
-  const plan: SftPlan = { runDir: layout.dir, steps: schedule.totalSteps, valBatches, samples: train.length, valSamples: val.length };
+  const plan: SftPlan = {
+    runDir: layout.dir,
+    steps: schedule.totalSteps,
+    valBatches,
+    samples: train.length,
+    valSamples: val.length,
+  };
   fs.mkdirSync(path.dirname(layout.sftPlanFile), { recursive: true });
   writeFileAtomic(layout.sftPlanFile, `${JSON.stringify(plan, null, 1)}\n`);
   return { ok: true, plan };

@@ -68,7 +68,10 @@ export class SftSchedule {
 
   private order(epoch: number): number[] {
     if (this.cached?.epoch !== epoch) {
-      const order = shuffle(new Rng(this.opts.seed, `sft/epoch/${epoch}`), Array.from({ length: this.opts.datasetSize }, (_, i) => i));
+      const order = shuffle(
+        new Rng(this.opts.seed, `sft/epoch/${epoch}`),
+        Array.from({ length: this.opts.datasetSize }, (_, i) => i),
+      );
       this.cached = { epoch, order };
     }
     return this.cached.order;

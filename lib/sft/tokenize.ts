@@ -34,7 +34,11 @@ function isPrefix(prefix: readonly number[], full: readonly number[]): boolean {
  * The conversation's tokens with a loss mask of 1 on the spans of messages whose role is in
  * `lossRoles`. Logprobs and advantages are zeros (SFT uses neither).
  */
-export function tokenizeConversation(tokenizer: Tokenizer, conv: SftConversation, lossRoles: readonly string[]): Sample {
+export function tokenizeConversation(
+  tokenizer: Tokenizer,
+  conv: SftConversation,
+  lossRoles: readonly string[],
+): Sample {
   const { messages, tools, source } = conv;
   const encode = (msgs: Message[], addGenerationPrompt: boolean): number[] => {
     try {
@@ -63,7 +67,10 @@ export function tokenizeConversation(tokenizer: Tokenizer, conv: SftConversation
   messages.forEach((m, i) => {
     if (!roles.has(m.role)) return;
     lossMessages++;
-    const start = i === 0 ? 0 : boundary(messages.slice(0, i), m.role === 'assistant', `the conversation before message ${i} (${m.role})`);
+    const start =
+      i === 0
+        ? 0
+        : boundary(messages.slice(0, i), m.role === 'assistant', `the conversation before message ${i} (${m.role})`);
     const end = boundary(messages.slice(0, i + 1), false, `the conversation up to message ${i} (${m.role})`);
     let stop = end;
     while (stop > start && !endOfTurn.has(full[stop - 1])) stop--;
@@ -72,7 +79,9 @@ export function tokenizeConversation(tokenizer: Tokenizer, conv: SftConversation
     lossMask.fill(1, start, stop);
   });
   if (lossMessages === 0) {
-    throw new Error(`${source}: no message has a loss role (${[...roles].join(', ')}), so the sample has nothing to train on`);
+    throw new Error(
+      `${source}: no message has a loss role (${[...roles].join(', ')}), so the sample has nothing to train on`,
+    );
   }
   const n = full.length;
   return { inputIds: Int32Array.from(full), lossMask, logprobs: new Float32Array(n), advantages: new Float32Array(n) };

@@ -58,7 +58,10 @@ export interface DevServerRecord extends ProcessId {
 export function recordDevServer(outputDir: string, server: { pid: number; port: number; owner?: ProcessId }): void {
   const id = processId(server.pid);
   if (id === undefined) return;
-  writeFileAtomic(devServerPidFile(outputDir), `${JSON.stringify({ ...id, port: server.port, ...(server.owner && { owner: server.owner }) })}\n`);
+  writeFileAtomic(
+    devServerPidFile(outputDir),
+    `${JSON.stringify({ ...id, port: server.port, ...(server.owner && { owner: server.owner }) })}\n`,
+  );
 }
 
 /** The recorded dev server of an output dir if that very process still runs (a recycled pid is not it). */
@@ -77,7 +80,8 @@ export function runningDevServer(outputDir: string): DevServerRecord | undefined
 /** Forgets the recorded dev server, if it is `pid` (stopped by whoever recorded it). */
 export function forgetDevServer(outputDir: string, pid: number): void {
   try {
-    if ((JSON.parse(fs.readFileSync(devServerPidFile(outputDir), 'utf8')) as { pid?: unknown }).pid === pid) fs.rmSync(devServerPidFile(outputDir), { force: true });
+    if ((JSON.parse(fs.readFileSync(devServerPidFile(outputDir), 'utf8')) as { pid?: unknown }).pid === pid)
+      fs.rmSync(devServerPidFile(outputDir), { force: true });
   } catch {
     // no record, or not one of ours
   }
@@ -121,13 +125,20 @@ export function spawnDevServer(opts: DevServerOptions): ChildProcess {
   fs.mkdirSync(path.dirname(opts.logFile), { recursive: true });
   const log = fs.openSync(opts.logFile, 'a');
   const args = [
-    'server', 'start-dev',
-    '--ip', opts.ip,
-    '--port', String(opts.port),
-    '--ui-port', String(opts.uiPort),
-    '--db-filename', opts.dbFile,
-    '--namespace', opts.namespace,
-    '--log-level', 'warn',
+    'server',
+    'start-dev',
+    '--ip',
+    opts.ip,
+    '--port',
+    String(opts.port),
+    '--ui-port',
+    String(opts.uiPort),
+    '--db-filename',
+    opts.dbFile,
+    '--namespace',
+    opts.namespace,
+    '--log-level',
+    'warn',
   ];
   const child = spawn(temporalCliPath, args, { stdio: ['ignore', log, log], detached: opts.detached ?? false });
   fs.closeSync(log);
@@ -147,7 +158,10 @@ function logTail(file: string, lines = 15): string {
  * Starts `temporal server start-dev` and resolves once its gRPC port and UI accept connections.
  * `onSpawn` sees the process at once, before it is ready (to record its pid before anything else).
  */
-export async function startDevServer(opts: DevServerOptions, onSpawn?: (child: ChildProcess) => void): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
+export async function startDevServer(
+  opts: DevServerOptions,
+  onSpawn?: (child: ChildProcess) => void,
+): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
   if (!fs.existsSync(temporalCliPath)) {
     throw new Error(`Temporal CLI not found at ${temporalCliPath}: run 'bash scripts/setup.sh' first`);
   }
@@ -158,7 +172,11 @@ export async function startDevServer(opts: DevServerOptions, onSpawn?: (child: C
   onSpawn?.(child);
   const failed = new Promise<never>((_, reject) => {
     child.once('exit', (code, signal) =>
-      reject(new Error(`Temporal dev server exited during start-up (code ${code}, signal ${signal}); ${opts.logFile} ends with:\n${logTail(opts.logFile)}`)),
+      reject(
+        new Error(
+          `Temporal dev server exited during start-up (code ${code}, signal ${signal}); ${opts.logFile} ends with:\n${logTail(opts.logFile)}`,
+        ),
+      ),
     );
     child.once('error', reject);
   });
@@ -166,7 +184,8 @@ export async function startDevServer(opts: DevServerOptions, onSpawn?: (child: C
   const ready = (async () => {
     const deadline = Date.now() + 60_000;
     while (!(await isListening(opts.ip, opts.port)) || !(await isListening(opts.ip, opts.uiPort))) {
-      if (Date.now() > deadline) throw new Error(`Temporal dev server did not open ${opts.ip}:${opts.port} within 60 s; see ${opts.logFile}`);
+      if (Date.now() > deadline)
+        throw new Error(`Temporal dev server did not open ${opts.ip}:${opts.port} within 60 s; see ${opts.logFile}`);
       await sleep(100);
     }
   })();

@@ -28,7 +28,7 @@ export function fileSha256(file: string): string {
   const fd = fs.openSync(file, 'r');
   try {
     const chunk = Buffer.allocUnsafe(8 << 20);
-    for (let n; (n = fs.readSync(fd, chunk, 0, chunk.length, null)) > 0; ) hash.update(chunk.subarray(0, n));
+    for (let n; (n = fs.readSync(fd, chunk, 0, chunk.length, null)) > 0;) hash.update(chunk.subarray(0, n));
   } finally {
     fs.closeSync(fd);
   }
@@ -39,6 +39,7 @@ export function fileSha256(file: string): string {
 export function verifyCheckpoint(dir: string): CheckpointMeta {
   const meta = JSON.parse(fs.readFileSync(path.join(dir, PROGRESS_FILE), 'utf8')) as CheckpointMeta;
   const actual = fileSha256(path.join(dir, CKPT_FILE));
-  if (actual !== meta.sha256) throw new Error(`checksum mismatch (${actual.slice(0, 12)} != ${String(meta.sha256).slice(0, 12)})`);
+  if (actual !== meta.sha256)
+    throw new Error(`checksum mismatch (${actual.slice(0, 12)} != ${String(meta.sha256).slice(0, 12)})`);
   return meta;
 }

@@ -19,7 +19,6 @@ import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
 import type { TrainerSpec } from './spec';
 
-
 /** Learning-rate schedule of the trainer over its `maxSteps`. */
 function scheduleOf(t: TrainerSpec): LrSchedule {
   return {
@@ -48,7 +47,9 @@ export class NonFiniteWeightsError extends Error {
     readonly size: number,
     version: number,
   ) {
-    super(`tensor '${tensor}' holds ${count} non-finite values (NaN or Inf) of ${size}: weights/step_${version} not published`);
+    super(
+      `tensor '${tensor}' holds ${count} non-finite values (NaN or Inf) of ${size}: weights/step_${version} not published`,
+    );
   }
 }
 
@@ -59,7 +60,10 @@ export class NonFiniteWeightsError extends Error {
 export function countNonFinite(t: NamedTensor): number {
   if (t.dtype !== 'F32') throw new Error(`countNonFinite: tensor ${t.name} is ${t.dtype}, not F32`);
   // A view where the bytes are 4-aligned, else a copy.
-  const data = t.data.byteOffset % 4 === 0 ? new Float32Array(t.data.buffer, t.data.byteOffset, t.data.length / 4) : new Float32Array(Uint8Array.from(t.data).buffer);
+  const data =
+    t.data.byteOffset % 4 === 0
+      ? new Float32Array(t.data.buffer, t.data.byteOffset, t.data.length / 4)
+      : new Float32Array(Uint8Array.from(t.data).buffer);
   let count = 0;
   // x - x is 0 for every finite x, NaN for NaN and +-Inf.
   for (let i = 0; i < data.length; i++) if (data[i] - data[i] !== 0) count++;
@@ -98,7 +102,12 @@ export class TrainerRuntime {
    * A runtime at exactly `step` applied train steps: the newest usable checkpoint at or before
    * it (corrupt ones are reported and skipped), then the stored batches up to `step`.
    */
-  static async restore(runDir: string, t: TrainerSpec, step: number, onReplay?: (done: number, total: number) => void): Promise<{ runtime: TrainerRuntime; report: RestoreReport }> {
+  static async restore(
+    runDir: string,
+    t: TrainerSpec,
+    step: number,
+    onReplay?: (done: number, total: number) => void,
+  ): Promise<{ runtime: TrainerRuntime; report: RestoreReport }> {
     const layout = new RunLayout(runDir);
     if (t.threads) native.setThreads(t.threads);
     const baseDir = path.resolve(t.model.name);
@@ -112,9 +121,15 @@ export class TrainerRuntime {
       seed: t.seed,
       // The KL reference is the initial model: frozen here, before any checkpoint is loaded.
       reference: t.klPenalty.enabled,
-      lora: t.lora.enabled ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, targetModules: t.lora.target_modules } : undefined,
+      lora: t.lora.enabled
+        ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, targetModules: t.lora.target_modules }
+        : undefined,
     });
-    const runtime = new TrainerRuntime(layout, t, model, trainer, baseDir, readHfConfig(baseDir).rawConfig, { steps: 0, samples: 0, tokens: 0 });
+    const runtime = new TrainerRuntime(layout, t, model, trainer, baseDir, readHfConfig(baseDir).rawConfig, {
+      steps: 0,
+      samples: 0,
+      tokens: 0,
+    });
     runtime.klBeta = t.klPenalty.beta;
     const report: RestoreReport = { from: 0, skipped: [], replayed: 0 };
     const candidates = fs.existsSync(layout.checkpointsRoot) ? listSteps(fs.readdirSync(layout.checkpointsRoot)) : [];
@@ -142,7 +157,8 @@ export class TrainerRuntime {
 
   /** Applies batch `step` (which must be the next one) and returns its metrics. */
   async train(step: number): Promise<TrainMetrics> {
-    if (step !== this.progress.steps) throw new Error(`trainer is at step ${this.progress.steps}, asked to train step ${step}`);
+    if (step !== this.progress.steps)
+      throw new Error(`trainer is at step ${this.progress.steps}, asked to train step ${step}`);
     const t = this.spec;
     const loadStart = performance.now();
     const batch = readBatch(this.layout.batchFile(step));
@@ -150,7 +166,13 @@ export class TrainerRuntime {
     const lr = lrAt(scheduleOf(t), step);
     const klBeta = t.klPenalty.enabled ? this.klBeta : 0;
     const stats = await this.trainer.step(
-      batch.rows.map((r) => ({ inputIds: r.inputIds, positionIds: r.positionIds, lossMask: r.lossMask, advantages: r.advantages, inferenceLogprobs: r.logprobs })),
+      batch.rows.map((r) => ({
+        inputIds: r.inputIds,
+        positionIds: r.positionIds,
+        lossMask: r.lossMask,
+        advantages: r.advantages,
+        inferenceLogprobs: r.logprobs,
+      })),
       { lr, maxGradNorm: t.optim.max_norm, loss: { ...t.loss, klBeta } },
     );
     this.klBeta = nextKlBeta(t.klPenalty, this.klBeta, stats.referenceKl);

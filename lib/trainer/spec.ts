@@ -38,7 +38,9 @@ export function rlTrainerSpec(c: RLConfig): TrainerSpec {
       temperature: c.orchestrator.sampling.temperature || 1,
       normalization: t.loss.normalization,
       // The type's parameters, filled from their defaults by the schema.
-      params: Object.fromEntries(lossKindSpec(t.loss.type).params.map((p) => [p.name, (t.loss as Record<string, unknown>)[p.name] as number])),
+      params: Object.fromEntries(
+        lossKindSpec(t.loss.type).params.map((p) => [p.name, (t.loss as Record<string, unknown>)[p.name] as number]),
+      ),
       mismatch: {
         mode: t.loss.mismatch.mode,
         tisCap: t.loss.mismatch.tis_cap,

@@ -11,7 +11,8 @@ namespace prime {
 
 Generator::Generator(std::shared_ptr<Model> m, int64_t maxSeqs, int64_t maxLen)
     : maxSequences(maxSeqs), maxSequenceLength(maxLen), model(std::move(m)) {
-  if (maxSeqs <= 0 || maxLen <= 1) throw std::runtime_error("generator needs maxSequences >= 1 and maxSequenceLength >= 2");
+  if (maxSeqs <= 0 || maxLen <= 1)
+    throw std::runtime_error("generator needs maxSequences >= 1 and maxSequenceLength >= 2");
   const ArchConfig& c = model->cfg;
   cache_.slots = maxSeqs;
   cache_.maxLen = maxLen;
@@ -50,7 +51,8 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
     bool poisoned = false;
     if (P > 1) {
       // Prefill all but the last prompt token into this slot's cache.
-      at::Tensor ids = at::tensor(std::vector<int64_t>(r.prompt.begin(), r.prompt.end() - 1), longOpts).to(model->device);
+      at::Tensor ids =
+          at::tensor(std::vector<int64_t>(r.prompt.begin(), r.prompt.end() - 1), longOpts).to(model->device);
       at::Tensor pos = at::arange(P - 1, longOpts.device(model->device));
       std::vector<LayerKV> kv;
       at::Tensor hidden = model->forwardPacked(ids, pos, {0}, &kv);
@@ -71,7 +73,8 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
     } else if (r.promptLogprobs) {
       added.promptLogprobs.assign(1, std::numeric_limits<float>::quiet_NaN());
     }
-    Sequence s{nextId_++, P - 1, r.prompt.back(), 0, r, std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}()), poisoned};
+    Sequence s{nextId_++, P - 1, r.prompt.back(), 0, r, std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}()),
+               poisoned};
     seqs_.push_back(std::move(s));
     out.push_back(std::move(added));
   }
@@ -89,11 +92,12 @@ std::vector<StepToken> Generator::step() {
     pos[b] = seqs_[b].cacheLen;
   }
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor logits = model->decode(at::tensor(ids, longOpts).to(model->device),
-                                    at::tensor(pos, longOpts).to(model->device), cache_);
+  at::Tensor logits =
+      model->decode(at::tensor(ids, longOpts).to(model->device), at::tensor(pos, longOpts).to(model->device), cache_);
   // Per-row temperature (1 for greedy rows), then one vectorised log-softmax for the batch.
   std::vector<double> temps(n);
-  for (int64_t b = 0; b < n; b++) temps[b] = seqs_[b].req.sampling.temperature > 0 ? seqs_[b].req.sampling.temperature : 1.0;
+  for (int64_t b = 0; b < n; b++)
+    temps[b] = seqs_[b].req.sampling.temperature > 0 ? seqs_[b].req.sampling.temperature : 1.0;
   at::Tensor t = at::tensor(temps, at::TensorOptions().dtype(at::kDouble)).to(logits.device(), logits.scalar_type());
   at::Tensor logprobs = at::log_softmax(logits / t.unsqueeze(1), -1).to(at::kFloat).cpu().contiguous();
   at::Tensor probs = logprobs.exp();

@@ -23,8 +23,8 @@ void validateLossConfig(const LossConfig& c) {
     if (p == k.params.end()) {
       std::string known;
       for (const LossParam& q : k.params) known += (known.empty() ? "" : ", ") + q.name;
-      throw std::runtime_error("loss '" + c.kind + "' has no parameter '" + name + "' (its parameters: " +
-                               (known.empty() ? "none" : known) + ")");
+      throw std::runtime_error("loss '" + c.kind + "' has no parameter '" + name +
+                               "' (its parameters: " + (known.empty() ? "none" : known) + ")");
     }
     if (!(value >= p->min && value <= p->max)) {
       std::ostringstream os;
@@ -39,7 +39,8 @@ void validateLossConfig(const LossConfig& c) {
   if (c.mismatch != "none" && c.mismatch != "tis" && c.mismatch != "mask")
     throw std::runtime_error("unknown mismatch correction '" + c.mismatch + "' (supported: none, tis, mask)");
   if (c.mismatch != "none" && !k.policy)
-    throw std::runtime_error("mismatch correction needs inference logprobs: use it with a policy loss, not '" + c.kind + "'");
+    throw std::runtime_error("mismatch correction needs inference logprobs: use it with a policy loss, not '" + c.kind +
+                             "'");
   if (!(c.tisCap > 0)) throw std::runtime_error("tisCap must be > 0");
   if (!(c.tokenLow >= 0 && c.tokenLow <= c.tokenHigh) || !(c.seqLow >= 0 && c.seqLow <= c.seqHigh))
     throw std::runtime_error("mask bounds need 0 <= tokenLow <= tokenHigh and 0 <= seqLow <= seqHigh");
@@ -118,7 +119,8 @@ at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normal
     } else if (cfg.mismatch == "mask") {
       const at::Tensor seqRho = ctx.seqLogRatio.detach().exp();
       const at::Tensor keepSeq = (seqRho >= cfg.seqLow) & (seqRho <= cfg.seqHigh);
-      const at::Tensor keepTok = (ctx.rho >= cfg.tokenLow) & (ctx.rho <= cfg.tokenHigh) & keepSeq.index_select(0, in.sample);
+      const at::Tensor keepTok =
+          (ctx.rho >= cfg.tokenLow) & (ctx.rho <= cfg.tokenHigh) & keepSeq.index_select(0, in.sample);
       weight = weight * keepTok.to(m.scalar_type());
       low = low | (ctx.rho < cfg.tokenLow);
       high = high | (ctx.rho > cfg.tokenHigh);

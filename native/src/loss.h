@@ -22,19 +22,19 @@
 namespace prime {
 
 struct LossConfig {
-  std::string kind = "ce";             // a registry name (lossKinds())
-  double temperature = 1.0;            // logits / T before log-softmax, to match inference logprobs
-  std::string normalization = "token"; // token | sequence
+  std::string kind = "ce";              // a registry name (lossKinds())
+  double temperature = 1.0;             // logits / T before log-softmax, to match inference logprobs
+  std::string normalization = "token";  // token | sequence
   // Denominator of the step's loss: loss tokens (token) or samples (sequence) of the whole
   // optimizer step, for steps split over several calls. 0 = count them over this call's rows.
   double normalizer = 0;
   // The kind's parameters by name; an absent one takes the registry default (param()).
   std::map<std::string, double> params;
-  std::string mismatch = "none";       // none | tis | mask: correction on the detached ratio
-  double tisCap = 2.0;                 // tis: token loss times min(ratio, tisCap)
+  std::string mismatch = "none";             // none | tis | mask: correction on the detached ratio
+  double tisCap = 2.0;                       // tis: token loss times min(ratio, tisCap)
   double tokenLow = 0.125, tokenHigh = 8.0;  // mask: keep tokens with ratio in [low, high]
   double seqLow = 0.1, seqHigh = 10.0;       // mask: keep samples whose geometric-mean ratio is inside
-  double klBeta = 0;                   // weight of the k3 KL to the reference policy
+  double klBeta = 0;                         // weight of the k3 KL to the reference policy
   bool isPolicy() const;
   // Parameter `name` of this kind: the configured value or the registry default.
   double param(const std::string& name) const;

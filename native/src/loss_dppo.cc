@@ -7,13 +7,19 @@
 
 namespace prime {
 
-LossParam advTauParam() { return {"adv_tau", 1.0, 0, std::numeric_limits<double>::infinity(), "weight of the advantage term"}; }
-LossParam klTauParam() { return {"kl_tau", 1e-3, 0, std::numeric_limits<double>::infinity(), "weight of the (log ratio)^2 term to the inference policy"}; }
+LossParam advTauParam() {
+  return {"adv_tau", 1.0, 0, std::numeric_limits<double>::infinity(), "weight of the advantage term"};
+}
+LossParam klTauParam() {
+  return {"kl_tau", 1e-3, 0, std::numeric_limits<double>::infinity(),
+          "weight of the (log ratio)^2 term to the inference policy"};
+}
 
 LossTerms probabilityTrustRegion(const LossContext& c, const at::Tensor& dropLow, const at::Tensor& dropHigh) {
   const at::Tensor keep = (dropLow | dropHigh).logical_not().to(c.in.mask.scalar_type());
   const at::Tensor r = c.logRatio.exp();
-  const at::Tensor perToken = -keep * c.cfg.param("adv_tau") * c.in.adv * r + c.cfg.param("kl_tau") * c.logRatio.square();
+  const at::Tensor perToken =
+      -keep * c.cfg.param("adv_tau") * c.in.adv * r + c.cfg.param("kl_tau") * c.logRatio.square();
   return LossTerms{perToken, {}, dropLow, dropHigh};
 }
 

@@ -4,7 +4,10 @@
 namespace prime {
 
 LossParam epsLowParam() { return {"eps_low", 0.2, 0, 1, "lower clip range of the importance ratio"}; }
-LossParam epsHighParam() { return {"eps_high", 0.28, 0, std::numeric_limits<double>::infinity(), "upper clip range of the importance ratio (DAPO clip-higher)"}; }
+LossParam epsHighParam() {
+  return {"eps_high", 0.28, 0, std::numeric_limits<double>::infinity(),
+          "upper clip range of the importance ratio (DAPO clip-higher)"};
+}
 
 LossKind grpoLoss() {
   return {"grpo", true, {epsLowParam(), epsHighParam()}, "PPO clip on the token ratio", [](const LossContext& c) {

@@ -7,12 +7,14 @@ namespace prime {
 LossKind ipoLoss() {
   return {"ipo",
           true,
-          {{"ipo_threshold", 0.1, 0, 1, "drop a token whose probability moved by more than this either way"}, advTauParam(), klTauParam()},
+          {{"ipo_threshold", 0.1, 0, 1, "drop a token whose probability moved by more than this either way"},
+           advTauParam(),
+           klTauParam()},
           "dppo with a symmetric probability-difference trust region",
           [](const LossContext& c) {
             const at::Tensor d = probabilityDifference(c);
             const double t = c.cfg.param("ipo_threshold");
-            return probabilityTrustRegion(c, d < -t, d > t);
+            return probabilityTrustRegion(c, d<-t, d> t);
           }};
 }
 

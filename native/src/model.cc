@@ -40,7 +40,8 @@ at::ScalarType diskDtype(const std::string& name, const std::string& dtype) {
 at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected) {
   at::ScalarType st = diskDtype(t.name, t.dtype);
   if (t.shape != expected)
-    throw std::runtime_error("tensor '" + t.name + "': shape " + shapeStr(t.shape) + ", expected " + shapeStr(expected));
+    throw std::runtime_error("tensor '" + t.name + "': shape " + shapeStr(t.shape) + ", expected " +
+                             shapeStr(expected));
   int64_t numel = 1;
   for (int64_t d : expected) numel *= d;
   size_t want = size_t(numel) * at::elementSize(st);
@@ -53,10 +54,21 @@ at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected) {
 // The skeleton's slots inside a block, by the names the family tables use (LayerSlot in
 // lib/model/families/decoder.ts). Outside blocks: "embed", "norm", "lmHead".
 const std::pair<const char*, at::Tensor Layer::*> kLayerSlots[] = {
-    {"inputNorm", &Layer::inputNorm}, {"q", &Layer::q},         {"k", &Layer::k},         {"v", &Layer::v},
-    {"o", &Layer::o},                 {"qBias", &Layer::qBias}, {"kBias", &Layer::kBias}, {"vBias", &Layer::vBias},
-    {"oBias", &Layer::oBias},         {"qNorm", &Layer::qNorm}, {"kNorm", &Layer::kNorm}, {"postNorm", &Layer::postNorm},
-    {"gate", &Layer::gate},           {"up", &Layer::up},       {"down", &Layer::down},
+    {"inputNorm", &Layer::inputNorm},
+    {"q", &Layer::q},
+    {"k", &Layer::k},
+    {"v", &Layer::v},
+    {"o", &Layer::o},
+    {"qBias", &Layer::qBias},
+    {"kBias", &Layer::kBias},
+    {"vBias", &Layer::vBias},
+    {"oBias", &Layer::oBias},
+    {"qNorm", &Layer::qNorm},
+    {"kNorm", &Layer::kNorm},
+    {"postNorm", &Layer::postNorm},
+    {"gate", &Layer::gate},
+    {"up", &Layer::up},
+    {"down", &Layer::down},
 };
 // The slot holding each projection's weight, in Proj order.
 const char* const kProjSlots[kNumProj] = {"q", "k", "v", "o", "gate", "up", "down"};
@@ -74,19 +86,24 @@ at::ScalarType parseComputeDtype(const std::string& name) {
 
 std::string diskDtypeName(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "F32";
-    case at::kHalf: return "F16";
-    case at::kBFloat16: return "BF16";
-    case at::kDouble: return "F64";
-    default: throw std::runtime_error("no safetensors name for dtype " + std::string(c10::toString(t)));
+    case at::kFloat:
+      return "F32";
+    case at::kHalf:
+      return "F16";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kDouble:
+      return "F64";
+    default:
+      throw std::runtime_error("no safetensors name for dtype " + std::string(c10::toString(t)));
   }
 }
 
 const char* projName(int p) {
-  static const char* const names[kNumProj] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  static const char* const names[kNumProj] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                              "gate_proj", "up_proj", "down_proj"};
   return names[p];
 }
-
 
 std::vector<int64_t> segmentStarts(const std::vector<int64_t>& pos) {
   std::vector<int64_t> starts;
@@ -130,7 +147,8 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::
   std::set<std::pair<int64_t, std::string>> filled;
   for (const ParamSpec& p : specs_)
     if (!filled.emplace(p.layer, p.slot).second)
-      throw std::runtime_error("tensor table: slot '" + p.slot + "' of layer " + std::to_string(p.layer) + " given twice");
+      throw std::runtime_error("tensor table: slot '" + p.slot + "' of layer " + std::to_string(p.layer) +
+                               " given twice");
   for (const char* slot : {"embed", "norm"})
     if (!filled.count({-1, slot})) throw std::runtime_error(std::string("tensor table: no '") + slot + "' tensor");
   for (int64_t l = 0; l < cfg.numLayers; l++) {
@@ -143,10 +161,10 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::
   slots();  // rejects unknown slots and layers
   // inv_freq = 1 / theta^(2i/d), computed in fp32 like HF (fp64 for fp64 models).
   at::ScalarType rd = logitsDtype();
-  invFreq_ = 1.0 / at::pow(cfg.ropeTheta, at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong))
-                                              .to(rd)
-                                              .div(double(cfg.headDim)))
-                       .to(device);
+  invFreq_ =
+      1.0 / at::pow(cfg.ropeTheta,
+                    at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong)).to(rd).div(double(cfg.headDim)))
+                .to(device);
 }
 
 Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTensor>& tensors, at::ScalarType dt,
@@ -166,8 +184,7 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTe
     used.insert(p.name);
   }
   for (const RawTensor& t : tensors)
-    if (!used.count(t.name))
-      throw std::runtime_error("unexpected tensor '" + t.name + "' for " + cfg.arch + " config");
+    if (!used.count(t.name)) throw std::runtime_error("unexpected tensor '" + t.name + "' for " + cfg.arch + " config");
 }
 
 std::unique_ptr<Model> Model::copy() const {
@@ -390,7 +407,8 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
   const int64_t N = ids.size(0), H = cfg.numHeads, hd = cfg.headDim;
   const Adapt ad{lora, dropoutRng};
   std::vector<int64_t> segLens(segStarts.size());
-  for (size_t s = 0; s < segStarts.size(); s++) segLens[s] = (s + 1 < segStarts.size() ? segStarts[s + 1] : N) - segStarts[s];
+  for (size_t s = 0; s < segStarts.size(); s++)
+    segLens[s] = (s + 1 < segStarts.size() ? segStarts[s + 1] : N) - segStarts[s];
   auto [cos, sin] = rope(pos);
   at::Tensor x = at::embedding(embed_, ids);
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
@@ -471,7 +489,8 @@ void Model::tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, d
 void Model::scoreRow(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
                      std::vector<float>& logprobs, std::vector<float>& entropies, const LoraAdapters* lora) const {
   const int64_t N = int64_t(ids.size());
-  if (N == 0 || pos.size() != ids.size()) throw std::runtime_error("row needs inputIds and positionIds of the same non-zero length");
+  if (N == 0 || pos.size() != ids.size())
+    throw std::runtime_error("row needs inputIds and positionIds of the same non-zero length");
   if (!(temperature > 0)) throw std::runtime_error("temperature must be > 0");
   checkTokenIds(ids.data(), ids.size());
   const std::vector<int64_t> starts = segmentStarts(pos);

@@ -45,11 +45,11 @@ struct RawTensor {
 };
 
 struct Layer {
-  at::Tensor inputNorm, postNorm;           // [D]
-  at::Tensor q, k, v, o;                    // [H*hd, D], [KV*hd, D], [KV*hd, D], [D, H*hd]
-  at::Tensor qBias, kBias, vBias, oBias;    // optional (undefined = none)
-  at::Tensor qNorm, kNorm;                  // [hd], optional (Qwen3)
-  at::Tensor gate, up, down;                // [I, D], [I, D], [D, I]
+  at::Tensor inputNorm, postNorm;         // [D]
+  at::Tensor q, k, v, o;                  // [H*hd, D], [KV*hd, D], [KV*hd, D], [D, H*hd]
+  at::Tensor qBias, kBias, vBias, oBias;  // optional (undefined = none)
+  at::Tensor qNorm, kNorm;                // [hd], optional (Qwen3)
+  at::Tensor gate, up, down;              // [I, D], [I, D], [D, I]
 };
 
 // The seven linear projections of a block, in HF order; LoRA targets them by module name.
@@ -116,8 +116,7 @@ class Model {
   // softmax(logits / temperature), entropies[t] = entropy of that distribution; both 0 at the
   // first token of each sample (nothing predicts it).
   void scoreRow(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
-                std::vector<float>& logprobs, std::vector<float>& entropies,
-                const LoraAdapters* lora = nullptr) const;
+                std::vector<float>& logprobs, std::vector<float>& entropies, const LoraAdapters* lora = nullptr) const;
   // Rejects token ids outside [0, vocab).
   void checkTokenIds(const int64_t* ids, size_t n) const;
 

@@ -45,7 +45,8 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   if (N == 0 || row.pos.size() != N || row.lossMask.size() != N)
     throw std::runtime_error(where + "inputIds, positionIds and lossMask need the same non-zero length");
   if (loss.isPolicy() && (row.advantages.size() != N || row.inferenceLogprobs.size() != N))
-    throw std::runtime_error(where + "loss '" + loss.kind + "' needs advantages and inferenceLogprobs aligned with inputIds");
+    throw std::runtime_error(where + "loss '" + loss.kind +
+                             "' needs advantages and inferenceLogprobs aligned with inputIds");
   model.checkTokenIds(row.ids.data(), N);
   PreparedRow p;
   p.starts = segmentStarts(row.pos);
@@ -67,8 +68,8 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   if (loss.isPolicy()) {
     p.in.mu = at::tensor(std::vector<double>(row.inferenceLogprobs.begin() + 1, row.inferenceLogprobs.end()), fopts)
                   .to(model.device, dt);
-    p.in.adv = at::tensor(std::vector<double>(row.advantages.begin() + 1, row.advantages.end()), fopts)
-                   .to(model.device, dt);
+    p.in.adv =
+        at::tensor(std::vector<double>(row.advantages.begin() + 1, row.advantages.end()), fopts).to(model.device, dt);
   }
   return p;
 }
@@ -141,9 +142,10 @@ Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
 std::unique_ptr<torch::optim::AdamW> Trainer::makeOptimizer() const {
   std::vector<at::Tensor> params;
   for (auto& [name, p] : trainable_) params.push_back(p);
-  return std::make_unique<torch::optim::AdamW>(
-      params,
-      torch::optim::AdamWOptions(0.0).betas({cfg_.adamw.beta1, cfg_.adamw.beta2}).eps(cfg_.adamw.eps).weight_decay(cfg_.adamw.weightDecay));
+  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(0.0)
+                                                           .betas({cfg_.adamw.beta1, cfg_.adamw.beta2})
+                                                           .eps(cfg_.adamw.eps)
+                                                           .weight_decay(cfg_.adamw.weightDecay));
 }
 
 Trainer::~Trainer() = default;
@@ -151,7 +153,8 @@ Trainer::~Trainer() = default;
 StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const LossConfig& loss) {
   validateLossConfig(loss);
   if (loss.klBeta > 0 && !lora_ && !reference_)
-    throw std::runtime_error("klBeta > 0 needs a reference policy: create the trainer with reference: true (or use LoRA)");
+    throw std::runtime_error(
+        "klBeta > 0 needs a reference policy: create the trainer with reference: true (or use LoRA)");
   StepStats st;
   // Validate every row and count loss tokens and samples first: the normaliser spans all rows.
   std::vector<PreparedRow> prepared;
@@ -188,8 +191,8 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
       if (loss.klBeta > 0) {
         // The reference: the frozen copy, or with LoRA the base model (adapters off).
         const Model& ref = reference_ ? *reference_ : *model;
-        in.refLogp = targetLogprobs(ref, ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1), targets,
-                                    loss.temperature);
+        in.refLogp =
+            targetLogprobs(ref, ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1), targets, loss.temperature);
       }
     }
     policyLoss(loss, in, norm, sums).backward();
@@ -231,7 +234,8 @@ StepStats Trainer::gradients(const std::vector<TrainRow>& rows, const LossConfig
   const auto t0 = std::chrono::steady_clock::now();
   StepStats st = forwardBackward(rows, loss);
   st.seconds = st.forwardBackwardSeconds = since(t0);
-  for (auto& [name, p] : trainable_) grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
+  for (auto& [name, p] : trainable_)
+    grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
   optim_->zero_grad();
   return st;
 }
@@ -253,7 +257,8 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::policyWeights() const {
     for (int64_t l = 0; l < model->cfg.numLayers; l++)
       for (int p = 0; p < kNumProj; p++)
         if (lora_->A[l][p].defined())
-          out[index.at(model->projModule(l, p) + ".weight")].second.add_(at::mm(lora_->B[l][p], lora_->A[l][p]), lora_->scale());
+          out[index.at(model->projModule(l, p) + ".weight")].second.add_(at::mm(lora_->B[l][p], lora_->A[l][p]),
+                                                                         lora_->scale());
   return out;
 }
 
@@ -281,7 +286,8 @@ void Trainer::save(const std::string& dir) const {
   const std::string path = checkpointPath(dir), tmp = path + ".tmp";
   ar.save_to(tmp);
   fsyncPath(tmp, O_RDONLY);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "'");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "'");
   fsyncPath(dir, O_RDONLY | O_DIRECTORY);
 }
 

@@ -81,8 +81,8 @@ class Trainer {
   StepStats forwardBackward(const std::vector<TrainRow>& rows, const LossConfig& loss);
   std::unique_ptr<torch::optim::AdamW> makeOptimizer() const;
   const TrainerConfig cfg_;
-  std::unique_ptr<LoraAdapters> lora_;     // set with LoRA
-  std::unique_ptr<Model> reference_;       // set with cfg.reference (full fine-tuning)
+  std::unique_ptr<LoraAdapters> lora_;                         // set with LoRA
+  std::unique_ptr<Model> reference_;                           // set with cfg.reference (full fine-tuning)
   std::vector<std::pair<std::string, at::Tensor>> trainable_;  // what AdamW updates, checkpoint order
   std::unique_ptr<torch::optim::AdamW> optim_;
   at::Generator rng_;

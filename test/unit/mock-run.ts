@@ -8,11 +8,32 @@ import * as path from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, DefaultLogger, Runtime, Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import {
+  bundleWorkflowCode,
+  DefaultLogger,
+  Runtime,
+  Worker,
+  type WorkflowBundleWithSourceMap,
+} from '@temporalio/worker';
 import type { EvalPlan } from '../../activities/evaluate';
-import type { CpuActivities, PackSummary, RolloutSummary, TrainerActivities, TrainSummary } from '../../activities/types';
+import type {
+  CpuActivities,
+  PackSummary,
+  RolloutSummary,
+  TrainerActivities,
+  TrainSummary,
+} from '../../activities/types';
 import { loadConfig } from '../../lib/config/loader';
-import { evalSchema, RL_SECTIONS, RL_SHARED_KEYS, rlSchema, sftSchema, type EvalConfig, type RLConfig, type SFTConfig } from '../../lib/config/schemas';
+import {
+  evalSchema,
+  RL_SECTIONS,
+  RL_SHARED_KEYS,
+  rlSchema,
+  sftSchema,
+  type EvalConfig,
+  type RLConfig,
+  type SFTConfig,
+} from '../../lib/config/schemas';
 import type { EnvEvalMetrics } from '../../lib/eval/metrics';
 import type { EvalResults } from '../../lib/eval/results';
 import { projectRoot } from '../../lib/paths';
@@ -31,7 +52,9 @@ export async function startTestServer(): Promise<TestWorkflowEnvironment> {
   // The SDK waits a fixed 5 s for the server to listen; a JVM on a loaded machine can miss that.
   for (let attempt = 1; ; attempt++) {
     try {
-      return await TestWorkflowEnvironment.createTimeSkipping({ server: { executable: { type: 'existing-path', path: testServer } } });
+      return await TestWorkflowEnvironment.createTimeSkipping({
+        server: { executable: { type: 'existing-path', path: testServer } },
+      });
     } catch (e) {
       if (attempt === 3 || !/did not start within/.test(String(e))) throw e;
     }
@@ -45,13 +68,20 @@ export const bundleWorkflows = (): Promise<WorkflowBundleWithSourceMap> =>
 export const RUN_DIR = '/runs/unit';
 
 const cli = (schema: typeof rlSchema | typeof sftSchema | typeof evalSchema, argv: string[], shared = false) =>
-  loadConfig({ schema, argv, env: {}, ...(shared ? { shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } } : {}) }).config;
+  loadConfig({ schema, argv, env: {}, ...(shared ? { shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } } : {}) })
+    .config;
 
 /** An RL config for the stand-ins: `args` as on the command line. */
 export const rlConfig = (args: string[]): RLConfig =>
-  cli(rlSchema, ['--model.name', '/models/tiny', '--env', '[{"id": "reverse-text"}]', '--temporal.task-queue', 'unit', ...args], true) as RLConfig;
-export const sftConfig = (args: string[]): SFTConfig => cli(sftSchema, ['--model.name', '/models/tiny', '--temporal.task-queue', 'unit', ...args]) as SFTConfig;
-export const evalConfig = (args: string[]): EvalConfig => cli(evalSchema, ['--model.name', '/models/tiny', '--temporal.task-queue', 'unit', ...args]) as EvalConfig;
+  cli(
+    rlSchema,
+    ['--model.name', '/models/tiny', '--env', '[{"id": "reverse-text"}]', '--temporal.task-queue', 'unit', ...args],
+    true,
+  ) as RLConfig;
+export const sftConfig = (args: string[]): SFTConfig =>
+  cli(sftSchema, ['--model.name', '/models/tiny', '--temporal.task-queue', 'unit', ...args]) as SFTConfig;
+export const evalConfig = (args: string[]): EvalConfig =>
+  cli(evalSchema, ['--model.name', '/models/tiny', '--temporal.task-queue', 'unit', ...args]) as EvalConfig;
 
 /** One activity call as the stand-ins saw it: `trainStep 3`, `evaluate step_2/0`, ... */
 export type Calls = string[];
@@ -76,7 +106,12 @@ const trainSummary = (step: number, weightsDir: string | null): TrainSummary =>
   ({ step, weightsDir, metrics: { loss: 1 / (step + 1) }, progress: { step: step + 1 } }) as unknown as TrainSummary;
 
 const metrics = (reward: number): EnvEvalMetrics => ({
-  num_examples: 2, rollouts_per_example: 1, avg_at_k: reward, reward_std: 0, pass_at_k: null, completion_tokens_mean: 3,
+  num_examples: 2,
+  rollouts_per_example: 1,
+  avg_at_k: reward,
+  reward_std: 0,
+  pass_at_k: null,
+  completion_tokens_mean: 3,
 });
 
 /** Stand-ins for the cpu and trainer activities the workflows call, logging each call into `calls`. */
@@ -119,7 +154,11 @@ export function standIns(calls: Calls, b: Behaviour = {}) {
     },
     async writeEvalVersion({ version, plan, metrics: m }) {
       calls.push(`writeEvalVersion ${version.name}`);
-      return { model: version.name, step: version.step, environments: Object.fromEntries(plan.envs.map((e, i) => [e.id, m[i]])) } as EvalResults;
+      return {
+        model: version.name,
+        step: version.step,
+        environments: Object.fromEntries(plan.envs.map((e, i) => [e.id, m[i]])),
+      } as EvalResults;
     },
   };
   const trainer: Partial<TrainerActivities> = {
@@ -148,11 +187,19 @@ export function standIns(calls: Calls, b: Behaviour = {}) {
 /** An eval plan over `versions` (`base` or `step_N`) and the env ids. */
 export function evalPlan(versions: string[], envs = ['reverse-text']): EvalPlan {
   return {
-    runDir: RUN_DIR, envs: envs.map((id) => ({ id, args: {} })), numExamples: 2, rolloutsPerExample: 1, sampling: {} as EvalPlan['sampling'],
-    seqLen: 64, seed: 0, target: { kind: 'local', baseUrls: ['http://127.0.0.1:1/v1'], modelDir: '/models/tiny' } as EvalPlan['target'],
+    runDir: RUN_DIR,
+    envs: envs.map((id) => ({ id, args: {} })),
+    numExamples: 2,
+    rolloutsPerExample: 1,
+    sampling: {} as EvalPlan['sampling'],
+    seqLen: 64,
+    seed: 0,
+    target: { kind: 'local', baseUrls: ['http://127.0.0.1:1/v1'], modelDir: '/models/tiny' } as EvalPlan['target'],
     versions: versions.map((name) => {
       const step = name === 'base' ? null : Number(name.replace('step_', ''));
-      return step === null ? { name, step, policyVersion: 0 } : { name, step, policyVersion: step, weightDir: `${RUN_DIR}/weights/${name}` };
+      return step === null
+        ? { name, step, policyVersion: 0 }
+        : { name, step, policyVersion: step, weightDir: `${RUN_DIR}/weights/${name}` };
     }) as EvalPlan['versions'],
   };
 }
@@ -172,10 +219,24 @@ export async function startWorkers(env: TestWorkflowEnvironment, bundle: Workflo
   // Stand-ins made from the rig at call time, so one pair of workers serves every test of a file.
   const live = (pick: (a: ReturnType<typeof standIns>) => object) =>
     Object.fromEntries(
-      Object.keys(pick(standIns([], {}))).map((name) => [name, (...args: unknown[]) => (pick(standIns(rig.calls, rig.behaviour)) as Record<string, (...a: unknown[]) => unknown>)[name](...args)]),
+      Object.keys(pick(standIns([], {}))).map((name) => [
+        name,
+        (...args: unknown[]) =>
+          (pick(standIns(rig.calls, rig.behaviour)) as Record<string, (...a: unknown[]) => unknown>)[name](...args),
+      ]),
     );
-  const cpu = await Worker.create({ connection: env.nativeConnection, taskQueue: queues.cpu, workflowBundle: bundle, activities: live((a) => a.cpu) });
-  const trainer = await Worker.create({ connection: env.nativeConnection, taskQueue: queues.trainer, activities: live((a) => a.trainer), maxConcurrentActivityTaskExecutions: 1 });
+  const cpu = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue: queues.cpu,
+    workflowBundle: bundle,
+    activities: live((a) => a.cpu),
+  });
+  const trainer = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue: queues.trainer,
+    activities: live((a) => a.trainer),
+    maxConcurrentActivityTaskExecutions: 1,
+  });
   const running = Promise.all([cpu.run(), trainer.run()]);
   return {
     async stop() {

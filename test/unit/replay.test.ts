@@ -15,19 +15,62 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
-import { bundleWorkflows, evalConfig, evalPlan, rlConfig, sftConfig, startTestServer, startWorkers, type Rig } from './mock-run';
+import {
+  bundleWorkflows,
+  evalConfig,
+  evalPlan,
+  rlConfig,
+  sftConfig,
+  startTestServer,
+  startWorkers,
+  type Rig,
+} from './mock-run';
 
 const dir = path.join(__dirname, '..', 'fixtures', 'histories');
 const RECORD = process.env.RECORD_HISTORIES === '1';
 
 /** The recorded scenarios: workflow id (the fixture files' prefix), type and arguments. */
-const scenarios: { id: string; type: 'rl' | 'sft' | 'eval'; args: unknown[]; rig: Rig['behaviour']; pauseAt?: number }[] = [
+const scenarios: {
+  id: string;
+  type: 'rl' | 'sft' | 'eval';
+  args: unknown[];
+  rig: Rig['behaviour'];
+  pauseAt?: number;
+}[] = [
   {
-    id: 'replay-rl', type: 'rl', pauseAt: 1, rig: {},
-    args: [rlConfig(['--run-name', 'replay-rl', '--max-steps', '3', '--async-level', '1', '--ckpt.interval', '2', '--eval.interval', '2']), undefined, { stepsPerRun: 2 }],
+    id: 'replay-rl',
+    type: 'rl',
+    pauseAt: 1,
+    rig: {},
+    args: [
+      rlConfig([
+        '--run-name',
+        'replay-rl',
+        '--max-steps',
+        '3',
+        '--async-level',
+        '1',
+        '--ckpt.interval',
+        '2',
+        '--eval.interval',
+        '2',
+      ]),
+      undefined,
+      { stepsPerRun: 2 },
+    ],
   },
-  { id: 'replay-sft', type: 'sft', rig: { sftSteps: 3, valLoss: (s) => 1 / s }, args: [sftConfig(['--run-name', 'replay-sft', '--val.interval', '1']), undefined, { stepsPerRun: 2 }] },
-  { id: 'replay-eval', type: 'eval', rig: { evalPlan: () => evalPlan(['base', 'step_2'], ['arithmetic', 'reverse-text']) }, args: [{ config: evalConfig(['--run-name', 'replay-eval']) }] },
+  {
+    id: 'replay-sft',
+    type: 'sft',
+    rig: { sftSteps: 3, valLoss: (s) => 1 / s },
+    args: [sftConfig(['--run-name', 'replay-sft', '--val.interval', '1']), undefined, { stepsPerRun: 2 }],
+  },
+  {
+    id: 'replay-eval',
+    type: 'eval',
+    rig: { evalPlan: () => evalPlan(['base', 'step_2'], ['arithmetic', 'reverse-text']) },
+    args: [{ config: evalConfig(['--run-name', 'replay-eval']) }],
+  },
 ];
 
 /**
@@ -38,7 +81,13 @@ const scenarios: { id: string; type: 'rl' | 'sft' | 'eval'; args: unknown[]; rig
 const History = temporal.api.history.v1.History;
 const FORMAT = { longs: String, enums: String, bytes: String } as const;
 
-const fixtures = () => (fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.json')).sort() : []);
+const fixtures = () =>
+  fs.existsSync(dir)
+    ? fs
+        .readdirSync(dir)
+        .filter((f) => f.endsWith('.json'))
+        .sort()
+    : [];
 
 (RECORD ? test : test.skip)('record the histories of every scenario into test/fixtures/histories', async () => {
   const env = await startTestServer();
@@ -48,7 +97,10 @@ const fixtures = () => (fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f
     fs.rmSync(dir, { recursive: true, force: true });
     fs.mkdirSync(dir, { recursive: true });
     for (const s of scenarios) {
-      rig.behaviour = s.pauseAt === undefined ? s.rig : { ...s.rig, onGenerate: (step) => (step === s.pauseAt ? pauseBriefly(handle) : undefined) };
+      rig.behaviour =
+        s.pauseAt === undefined
+          ? s.rig
+          : { ...s.rig, onGenerate: (step) => (step === s.pauseAt ? pauseBriefly(handle) : undefined) };
       const handle = await env.client.workflow.start(s.type, { taskQueue: 'unit.cpu', workflowId: s.id, args: s.args });
       await handle.result();
       await save(env, s.id, handle.firstExecutionRunId);
@@ -74,7 +126,10 @@ async function save(env: TestWorkflowEnvironment, workflowId: string, runId: str
   for (let n = 0, next: string | undefined = runId; next; n++) {
     const history = await env.client.workflow.getHandle(workflowId, next).fetchHistory();
     const file = path.join(dir, `${workflowId}.${n}.json`);
-    fs.writeFileSync(`${file}.tmp`, JSON.stringify(History.toObject(History.fromObject(history), FORMAT), null, 1) + '\n');
+    fs.writeFileSync(
+      `${file}.tmp`,
+      JSON.stringify(History.toObject(History.fromObject(history), FORMAT), null, 1) + '\n',
+    );
     fs.renameSync(`${file}.tmp`, file);
     for (const e of history.events ?? []) {
       const child = e.childWorkflowExecutionStartedEventAttributes?.workflowExecution;
@@ -87,11 +142,23 @@ async function save(env: TestWorkflowEnvironment, workflowId: string, runId: str
 (RECORD ? test.skip : test)('the recorded histories replay on the current workflow code', async () => {
   const files = fixtures();
   // Each scenario, its continued executions and the eval children of rl.
-  for (const id of ['replay-rl.0', 'replay-rl.1', 'replay-rl-eval-0.0', 'replay-rl-eval-2.0', 'replay-rl-eval-3.0', 'replay-sft.0', 'replay-sft.1', 'replay-eval.0']) {
+  for (const id of [
+    'replay-rl.0',
+    'replay-rl.1',
+    'replay-rl-eval-0.0',
+    'replay-rl-eval-2.0',
+    'replay-rl-eval-3.0',
+    'replay-sft.0',
+    'replay-sft.1',
+    'replay-eval.0',
+  ]) {
     expect(files).toContain(`${id}.json`);
   }
   const workflowBundle = await bundleWorkflows();
-  const histories = files.map((f) => ({ workflowId: f.replace(/\.\d+\.json$/, ''), history: History.fromObject(JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8'))) }));
+  const histories = files.map((f) => ({
+    workflowId: f.replace(/\.\d+\.json$/, ''),
+    history: History.fromObject(JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8'))),
+  }));
   const failed: string[] = [];
   for await (const r of Worker.runReplayHistories({ workflowBundle }, histories)) {
     if (r.error) failed.push(`${r.workflowId} (${r.runId}): ${r.error.message}`);

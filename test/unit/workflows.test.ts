@@ -3,13 +3,30 @@
  * server: pause / resume / stop, the progress query, continue-as-new, eval scheduling, a failing
  * un-awaited training chain, retries. Activity behaviour itself is tested in the full tier.
  */
-import { WorkflowFailedError, type WorkflowHandle, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import {
+  WorkflowFailedError,
+  type WorkflowHandle,
+  type WorkflowHandleWithFirstExecutionRunId,
+} from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Failure, describeFailure } from '../../lib/failures';
 import type { EvalResult } from '../../workflows/eval';
 import type { RLProgress, RLResult } from '../../workflows/rl';
 import type { SftProgress, SftResult } from '../../workflows/sft';
-import { bundleWorkflows, evalConfig, evalPlan, fatal, rlConfig, RUN_DIR, sftConfig, startTestServer, startWorkers, type Behaviour, type Calls, type Rig } from './mock-run';
+import {
+  bundleWorkflows,
+  evalConfig,
+  evalPlan,
+  fatal,
+  rlConfig,
+  RUN_DIR,
+  sftConfig,
+  startTestServer,
+  startWorkers,
+  type Behaviour,
+  type Calls,
+  type Rig,
+} from './mock-run';
 
 let env: TestWorkflowEnvironment;
 let workers: Awaited<ReturnType<typeof startWorkers>>;
@@ -26,7 +43,13 @@ afterAll(async () => {
 });
 
 /** Starts `type` with `args` on fresh workers with stand-ins; `drive` runs once it has started. */
-async function run<T>(type: 'rl' | 'sft' | 'eval', args: unknown[], b: Behaviour = {}, drive?: (h: WorkflowHandle) => Promise<void>, calls: Calls = []) {
+async function run<T>(
+  type: 'rl' | 'sft' | 'eval',
+  args: unknown[],
+  b: Behaviour = {},
+  drive?: (h: WorkflowHandle) => Promise<void>,
+  calls: Calls = [],
+) {
   rig.calls = calls;
   rig.behaviour = b;
   const handle = await env.client.workflow.start(type, { taskQueue: 'unit.cpu', workflowId: `${type}-${++id}`, args });
@@ -55,11 +78,30 @@ const signalAt = (step: number, name: 'pause' | 'stop', handle: () => WorkflowHa
 
 describe('rl', () => {
   test('async_level 1: rollouts of step n use version n-1, every step trains, checkpoints and records once, in order', async () => {
-    const { result, calls } = await run<RLResult>('rl', [rlConfig(['--run-name', 'r', '--max-steps', '3', '--async-level', '1', '--ckpt.interval', '2'])]);
-    expect(result).toEqual({ runDir: RUN_DIR, steps: 3, stoppedEarly: false, lastTrain: expect.objectContaining({ step: 2 }), lastReward: 0.2 });
-    expect(calls.filter((c) => c.startsWith('generateRollouts'))).toEqual(['generateRollouts 0 v0', 'generateRollouts 1 v0', 'generateRollouts 2 v1']);
+    const { result, calls } = await run<RLResult>('rl', [
+      rlConfig(['--run-name', 'r', '--max-steps', '3', '--async-level', '1', '--ckpt.interval', '2']),
+    ]);
+    expect(result).toEqual({
+      runDir: RUN_DIR,
+      steps: 3,
+      stoppedEarly: false,
+      lastTrain: expect.objectContaining({ step: 2 }),
+      lastReward: 0.2,
+    });
+    expect(calls.filter((c) => c.startsWith('generateRollouts'))).toEqual([
+      'generateRollouts 0 v0',
+      'generateRollouts 1 v0',
+      'generateRollouts 2 v1',
+    ]);
     expect(calls.filter((c) => /^(trainStep|saveCheckpoint|recordStep)/.test(c))).toEqual([
-      'trainStep 0', 'recordStep 0', 'trainStep 1', 'saveCheckpoint 2', 'recordStep 1', 'trainStep 2', 'saveCheckpoint 3', 'recordStep 2',
+      'trainStep 0',
+      'recordStep 0',
+      'trainStep 1',
+      'saveCheckpoint 2',
+      'recordStep 1',
+      'trainStep 2',
+      'saveCheckpoint 3',
+      'recordStep 2',
     ]);
     // Step 2 needs version 1: it is generated only after train step 0 finished.
     expect(calls.indexOf('generateRollouts 2 v1')).toBeGreaterThan(calls.indexOf('trainStep 0'));
@@ -69,14 +111,27 @@ describe('rl', () => {
     let handle!: WorkflowHandle;
     let paused: RLProgress | undefined;
     let callsWhilePaused: number | undefined;
-    const { result, calls } = await run<RLResult>('rl', [rlConfig(['--run-name', 'p', '--max-steps', '4', '--async-level', '1'])], { onGenerate: signalAt(1, 'pause', () => handle) }, async (h) => {
-      handle = h;
-      paused = await progressUntil<RLProgress>(h, (p) => p.paused && p.trained === 2);
-      callsWhilePaused = (await h.query<RLProgress>('progress')).step;
-      await h.signal('resume');
-    });
+    const { result, calls } = await run<RLResult>(
+      'rl',
+      [rlConfig(['--run-name', 'p', '--max-steps', '4', '--async-level', '1'])],
+      { onGenerate: signalAt(1, 'pause', () => handle) },
+      async (h) => {
+        handle = h;
+        paused = await progressUntil<RLProgress>(h, (p) => p.paused && p.trained === 2);
+        callsWhilePaused = (await h.query<RLProgress>('progress')).step;
+        await h.signal('resume');
+      },
+    );
     // Paused after step 1 was generated: step 2 waits, step 1 still trains.
-    expect(paused).toMatchObject({ runDir: RUN_DIR, step: 2, trained: 2, paused: true, stopping: false, maxSteps: 4, lastReward: 0.1 });
+    expect(paused).toMatchObject({
+      runDir: RUN_DIR,
+      step: 2,
+      trained: 2,
+      paused: true,
+      stopping: false,
+      maxSteps: 4,
+      lastReward: 0.1,
+    });
     expect(callsWhilePaused).toBe(2);
     expect(calls.indexOf('generateRollouts 2 v1')).toBeGreaterThan(calls.indexOf('trainStep 1'));
     expect(result).toMatchObject({ steps: 4, stoppedEarly: false });
@@ -84,28 +139,49 @@ describe('rl', () => {
 
   test('stop finishes the steps in flight and ends the run early', async () => {
     let handle!: WorkflowHandle;
-    const { result, calls } = await run<RLResult>('rl', [rlConfig(['--run-name', 's', '--max-steps', '10', '--async-level', '2'])], { onGenerate: signalAt(2, 'stop', () => handle) }, async (h) => {
-      handle = h;
-    });
+    const { result, calls } = await run<RLResult>(
+      'rl',
+      [rlConfig(['--run-name', 's', '--max-steps', '10', '--async-level', '2'])],
+      { onGenerate: signalAt(2, 'stop', () => handle) },
+      async (h) => {
+        handle = h;
+      },
+    );
     expect(result).toMatchObject({ steps: 3, stoppedEarly: true });
     expect(calls.filter((c) => c.startsWith('trainStep'))).toEqual(['trainStep 0', 'trainStep 1', 'trainStep 2']);
     expect(calls.filter((c) => c.startsWith('generateRollouts'))).toHaveLength(3);
   });
 
   test('continue-as-new every stepsPerRun steps carries the state: prepared once, every step once', async () => {
-    const { result, calls, handle } = await run<RLResult>('rl', [rlConfig(['--run-name', 'c', '--max-steps', '5', '--async-level', '1']), undefined, { stepsPerRun: 2 }]);
+    const { result, calls, handle } = await run<RLResult>('rl', [
+      rlConfig(['--run-name', 'c', '--max-steps', '5', '--async-level', '1']),
+      undefined,
+      { stepsPerRun: 2 },
+    ]);
     expect(result).toMatchObject({ steps: 5, stoppedEarly: false });
     expect(calls.filter((c) => c.startsWith('prepareRun'))).toEqual(['prepareRun c']);
     expect(calls.filter((c) => c.startsWith('trainStep'))).toEqual([0, 1, 2, 3, 4].map((s) => `trainStep ${s}`));
-    expect(calls.filter((c) => c.startsWith('generateRollouts'))).toEqual(['generateRollouts 0 v0', ...[1, 2, 3, 4].map((s) => `generateRollouts ${s} v${s - 1}`)]);
+    expect(calls.filter((c) => c.startsWith('generateRollouts'))).toEqual([
+      'generateRollouts 0 v0',
+      ...[1, 2, 3, 4].map((s) => `generateRollouts ${s} v${s - 1}`),
+    ]);
     const runs = await executionChain(handle);
     expect(runs).toHaveLength(3); // steps 0-1, 2-3, 4
   });
 
   test('eval.interval: the base model, every interval-th version and the last, each before the rollouts that follow', async () => {
-    const { result, calls } = await run<RLResult>('rl', [rlConfig(['--run-name', 'e', '--max-steps', '5', '--async-level', '1', '--eval.interval', '2']), undefined, { stepsPerRun: 3 }]);
+    const { result, calls } = await run<RLResult>('rl', [
+      rlConfig(['--run-name', 'e', '--max-steps', '5', '--async-level', '1', '--eval.interval', '2']),
+      undefined,
+      { stepsPerRun: 3 },
+    ]);
     expect(result.steps).toBe(5);
-    expect(calls.filter((c) => c.startsWith('writeEvalVersion'))).toEqual(['writeEvalVersion base', 'writeEvalVersion step_2', 'writeEvalVersion step_4', 'writeEvalVersion step_5']);
+    expect(calls.filter((c) => c.startsWith('writeEvalVersion'))).toEqual([
+      'writeEvalVersion base',
+      'writeEvalVersion step_2',
+      'writeEvalVersion step_4',
+      'writeEvalVersion step_5',
+    ]);
     // Version 2 exists once train step 1 finished; it is evaluated before the next rollouts.
     const evalOf2 = calls.indexOf('evaluate step_2/0');
     expect(evalOf2).toBeGreaterThan(calls.indexOf('trainStep 1'));
@@ -115,11 +191,27 @@ describe('rl', () => {
   });
 
   test('ckpt.resume_step rewinds the run folder and starts there (evals due from the next interval)', async () => {
-    const { result, calls } = await run<RLResult>('rl', [rlConfig(['--run-name', 'rs', '--max-steps', '4', '--async-level', '0', '--ckpt.resume-step', '2', '--eval.interval', '2'])]);
+    const { result, calls } = await run<RLResult>('rl', [
+      rlConfig([
+        '--run-name',
+        'rs',
+        '--max-steps',
+        '4',
+        '--async-level',
+        '0',
+        '--ckpt.resume-step',
+        '2',
+        '--eval.interval',
+        '2',
+      ]),
+    ]);
     expect(result).toMatchObject({ steps: 4, stoppedEarly: false });
     expect(calls.slice(0, 2)).toEqual(['prepareRun rs', 'rewindRun 2']);
     expect(calls.filter((c) => c.startsWith('trainStep'))).toEqual(['trainStep 2', 'trainStep 3']);
-    expect(calls.filter((c) => c.startsWith('writeEvalVersion'))).toEqual(['writeEvalVersion step_2', 'writeEvalVersion step_4']);
+    expect(calls.filter((c) => c.startsWith('writeEvalVersion'))).toEqual([
+      'writeEvalVersion step_2',
+      'writeEvalVersion step_4',
+    ]);
   });
 
   test('a train step that fails for good fails the run with its message, though nothing awaited it', async () => {
@@ -129,12 +221,24 @@ describe('rl', () => {
       },
     };
     const calls: Calls = [];
-    const err = await run<RLResult>('rl', [rlConfig(['--run-name', 'f', '--max-steps', '10', '--async-level', '1'])], b, undefined, calls).catch((e: unknown) => e);
+    const err = await run<RLResult>(
+      'rl',
+      [rlConfig(['--run-name', 'f', '--max-steps', '10', '--async-level', '1'])],
+      b,
+      undefined,
+      calls,
+    ).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(WorkflowFailedError);
-    expect(describeFailure(err as Error).message).toBe('Workflow execution failed: Activity task failed (trainStep): train step 1 produced weights with NaN or Inf');
+    expect(describeFailure(err as Error).message).toBe(
+      'Workflow execution failed: Activity task failed (trainStep): train step 1 produced weights with NaN or Inf',
+    );
     expect(failureType(err)).toBe(Failure.NonFiniteWeights);
     // Step 3 needs version 2, which never comes: the run fails instead of waiting for it forever.
-    expect(calls.filter((c) => c.startsWith('generateRollouts'))).toEqual(['generateRollouts 0 v0', 'generateRollouts 1 v0', 'generateRollouts 2 v1']);
+    expect(calls.filter((c) => c.startsWith('generateRollouts'))).toEqual([
+      'generateRollouts 0 v0',
+      'generateRollouts 1 v0',
+      'generateRollouts 2 v1',
+    ]);
   });
 
   test('a retryable train failure is retried (backoff skipped in time) and the run completes', async () => {
@@ -143,7 +247,11 @@ describe('rl', () => {
         if (step === 1 && attempt < 3) throw new Error('trainer worker lost');
       },
     };
-    const { result, calls } = await run<RLResult>('rl', [rlConfig(['--run-name', 'rt', '--max-steps', '3', '--async-level', '1'])], b);
+    const { result, calls } = await run<RLResult>(
+      'rl',
+      [rlConfig(['--run-name', 'rt', '--max-steps', '3', '--async-level', '1'])],
+      b,
+    );
     expect(result).toMatchObject({ steps: 3, stoppedEarly: false });
     expect(calls.filter((c) => c === 'trainStep 1')).toHaveLength(3);
     expect(calls.filter((c) => c.startsWith('recordStep'))).toEqual(['recordStep 0', 'recordStep 1', 'recordStep 2']);
@@ -153,21 +261,51 @@ describe('rl', () => {
 describe('sft', () => {
   test('validation, checkpoints and metrics per step; continue-as-new carries the state', async () => {
     const cfg = sftConfig(['--run-name', 'sf', '--val.interval', '2', '--ckpt.interval', '3']);
-    const { result, calls, handle } = await run<SftResult>('sft', [cfg, undefined, { stepsPerRun: 2 }], { sftSteps: 5, valLoss: (s) => 1 / s });
+    const { result, calls, handle } = await run<SftResult>('sft', [cfg, undefined, { stepsPerRun: 2 }], {
+      sftSteps: 5,
+      valLoss: (s) => 1 / s,
+    });
     expect(result).toEqual({
-      runDir: RUN_DIR, steps: 5, stoppedEarly: false, reachedTarget: false, lastTrain: expect.objectContaining({ step: 4 }), lastValLoss: 0.2, weightsDir: `${RUN_DIR}/weights/step_5`,
+      runDir: RUN_DIR,
+      steps: 5,
+      stoppedEarly: false,
+      reachedTarget: false,
+      lastTrain: expect.objectContaining({ step: 4 }),
+      lastValLoss: 0.2,
+      weightsDir: `${RUN_DIR}/weights/step_5`,
     });
     expect(calls.filter((c) => c === 'prepareSft')).toHaveLength(1);
     expect(calls.filter((c) => /^(validate|saveCheckpoint|recordSftStep)/.test(c))).toEqual([
-      'recordSftStep 0', 'validate 2', 'recordSftStep 1 val=0.5', 'saveCheckpoint 3', 'recordSftStep 2', 'validate 4', 'recordSftStep 3 val=0.25',
-      'validate 5', 'saveCheckpoint 5', 'recordSftStep 4 val=0.2',
+      'recordSftStep 0',
+      'validate 2',
+      'recordSftStep 1 val=0.5',
+      'saveCheckpoint 3',
+      'recordSftStep 2',
+      'validate 4',
+      'recordSftStep 3 val=0.25',
+      'validate 5',
+      'saveCheckpoint 5',
+      'recordSftStep 4 val=0.2',
     ]);
     expect(await executionChain(handle)).toHaveLength(3);
   });
 
   test('val.target_loss reached: the run ends there with a checkpoint and its weights', async () => {
-    const cfg = sftConfig(['--run-name', 'st', '--val.interval', '1', '--val.target-loss', '0.3', '--ckpt.interval', '10']);
-    const { result, calls } = await run<SftResult>('sft', [cfg], { sftSteps: 8, valLoss: (s) => 1 / s, writesWeights: () => false });
+    const cfg = sftConfig([
+      '--run-name',
+      'st',
+      '--val.interval',
+      '1',
+      '--val.target-loss',
+      '0.3',
+      '--ckpt.interval',
+      '10',
+    ]);
+    const { result, calls } = await run<SftResult>('sft', [cfg], {
+      sftSteps: 8,
+      valLoss: (s) => 1 / s,
+      writesWeights: () => false,
+    });
     expect(result).toMatchObject({ steps: 4, stoppedEarly: false, reachedTarget: true, lastValLoss: 0.25 });
     // Step 4 wrote no weights (not a checkpoint step): the workflow has them written.
     expect(calls.slice(-4)).toEqual(['validate 4', 'saveCheckpoint 4', 'recordSftStep 3 val=0.25', 'writeWeights 4']);
@@ -201,9 +339,15 @@ describe('eval', () => {
     const { result, calls } = await run<EvalResult>('eval', [{ config: evalConfig(['--run-name', 'ev']) }], b);
     expect(result.runDir).toBe(RUN_DIR);
     expect(result.results.map((r) => [r.model, r.step, Object.keys(r.environments)])).toEqual([
-      ['base', null, ['arithmetic', 'reverse-text']], ['step_10', 10, ['arithmetic', 'reverse-text']], ['step_20', 20, ['arithmetic', 'reverse-text']],
+      ['base', null, ['arithmetic', 'reverse-text']],
+      ['step_10', 10, ['arithmetic', 'reverse-text']],
+      ['step_20', 20, ['arithmetic', 'reverse-text']],
     ]);
-    expect(calls.filter((c) => c.startsWith('writeEvalVersion'))).toEqual(['writeEvalVersion base', 'writeEvalVersion step_10', 'writeEvalVersion step_20']);
+    expect(calls.filter((c) => c.startsWith('writeEvalVersion'))).toEqual([
+      'writeEvalVersion base',
+      'writeEvalVersion step_10',
+      'writeEvalVersion step_20',
+    ]);
     // Version step_10 starts only once base is written.
     expect(calls.indexOf('evaluate step_10/0')).toBeGreaterThan(calls.indexOf('writeEvalVersion base'));
   });
@@ -214,11 +358,15 @@ describe('eval', () => {
         throw fatal('eval: no weight folder step_30 under /w (have: step_10, step_20)', Failure.InvalidConfig);
       },
     };
-    const err = await run<EvalResult>('eval', [{ config: evalConfig(['--run-name', 'ev-bad']) }], b).catch((e: unknown) => e);
+    const err = await run<EvalResult>('eval', [{ config: evalConfig(['--run-name', 'ev-bad']) }], b).catch(
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(WorkflowFailedError);
     expect(failureType(err)).toBe(Failure.InvalidConfig);
     expect(describeFailure(err as Error)).toMatchObject({ badInput: true });
-    expect(describeFailure(err as Error).message).toContain('no weight folder step_30 under /w (have: step_10, step_20)');
+    expect(describeFailure(err as Error).message).toContain(
+      'no weight folder step_30 under /w (have: step_10, step_20)',
+    );
   });
 });
 

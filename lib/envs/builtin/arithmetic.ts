@@ -37,7 +37,12 @@ export default defineEnvironment({
     .strictObject(problemArgs({ operands: 2, digits: 2 }))
     .refine(operandsInOrder, { message: 'min_operands must be <= max_operands', path: ['min_operands'] }),
   create(a) {
-    const shape = { minOperands: a.min_operands, maxOperands: a.max_operands, digits: a.digits, operators: a.operators };
+    const shape = {
+      minOperands: a.min_operands,
+      maxOperands: a.max_operands,
+      digits: a.digits,
+      operators: a.operators,
+    };
     return {
       dataset: generatedDataset({
         name: 'arithmetic',
@@ -55,9 +60,16 @@ export default defineEnvironment({
         },
       }),
       rubric: [
-        { name: 'correct', fn: ({ completion, example }) => arithmeticReward(lastAssistantText(completion), example.answer) },
+        {
+          name: 'correct',
+          fn: ({ completion, example }) => arithmeticReward(lastAssistantText(completion), example.answer),
+        },
         // Logged only: tells "never uses the tags" apart from "wrong number".
-        { name: 'format', weight: 0, fn: ({ completion }) => (/<answer>[\s\S]*?<\/answer>/.test(lastAssistantText(completion)) ? 1 : 0) },
+        {
+          name: 'format',
+          weight: 0,
+          fn: ({ completion }) => (/<answer>[\s\S]*?<\/answer>/.test(lastAssistantText(completion)) ? 1 : 0),
+        },
       ],
       demonstration: (example) => [{ role: 'assistant', content: `<answer>${example.answer}</answer>` }],
     };

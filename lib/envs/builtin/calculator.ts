@@ -31,7 +31,12 @@ export default defineEnvironment({
     })
     .refine(operandsInOrder, { message: 'min_operands must be <= max_operands', path: ['min_operands'] }),
   create(a) {
-    const shape = { minOperands: a.min_operands, maxOperands: a.max_operands, digits: a.digits, operators: a.operators };
+    const shape = {
+      minOperands: a.min_operands,
+      maxOperands: a.max_operands,
+      digits: a.digits,
+      operators: a.operators,
+    };
     return {
       maxTurns: a.max_turns,
       tools: [calculateTool],
@@ -51,7 +56,10 @@ export default defineEnvironment({
         },
       }),
       rubric: [
-        { name: 'correct', fn: ({ completion, example }) => arithmeticReward(lastAssistantText(completion), example.answer) },
+        {
+          name: 'correct',
+          fn: ({ completion, example }) => arithmeticReward(lastAssistantText(completion), example.answer),
+        },
         { name: 'tool_calls', weight: 0, fn: ({ completion }) => completion.filter((m) => m.role === 'tool').length },
       ],
     };

@@ -36,7 +36,8 @@ export const MAX_EXPRESSION_CHARS = 200;
  * Throws an Error with a short reason on anything else.
  */
 export function evaluate(expression: string): bigint {
-  if (expression.length > MAX_EXPRESSION_CHARS) throw new Error(`expression longer than ${MAX_EXPRESSION_CHARS} characters`);
+  if (expression.length > MAX_EXPRESSION_CHARS)
+    throw new Error(`expression longer than ${MAX_EXPRESSION_CHARS} characters`);
   const tokens = expression.match(/\d+|[-+*()]|\S/g) ?? [];
   let pos = 0;
   const peek = () => tokens[pos];

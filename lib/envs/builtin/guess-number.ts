@@ -48,7 +48,10 @@ export default defineEnvironment({
           return {
             prompt: [
               { role: 'system', content: GUESS_NUMBER_SYSTEM_PROMPT },
-              { role: 'user', content: `The secret is between ${a.min_value} and ${a.max_value}. You have ${a.max_turns} guesses. What is your first guess?` },
+              {
+                role: 'user',
+                content: `The secret is between ${a.min_value} and ${a.max_value}. You have ${a.max_turns} guesses. What is your first guess?`,
+              },
             ],
             answer: String(secret),
             info: { secret },
@@ -64,7 +67,11 @@ export default defineEnvironment({
         return { messages: [{ role: 'user', content: feedback }], done: false };
       },
       rubric: [
-        { name: 'solved', weight: 0.8, fn: ({ completion, example }) => (guessOutcome(completion, Number(example.answer)).solved ? 1 : 0) },
+        {
+          name: 'solved',
+          weight: 0.8,
+          fn: ({ completion, example }) => (guessOutcome(completion, Number(example.answer)).solved ? 1 : 0),
+        },
         {
           // 1 for a first-guess hit, falling linearly with each extra turn; 0 when unsolved.
           name: 'efficiency',

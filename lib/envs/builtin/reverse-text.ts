@@ -32,7 +32,12 @@ const args = z
     min_words: z.number().int().positive().default(1).describe('fewest words per text'),
     max_words: z.number().int().positive().default(3).describe('most words per text'),
     min_chars: z.number().int().positive().default(1).describe('shortest text in characters'),
-    max_chars: z.number().int().positive().default(20).describe('longest text in characters (defaults suit tiny models)'),
+    max_chars: z
+      .number()
+      .int()
+      .positive()
+      .default(20)
+      .describe('longest text in characters (defaults suit tiny models)'),
   })
   .refine((a) => a.min_words <= a.max_words, { message: 'min_words must be <= max_words', path: ['min_words'] })
   .refine((a) => a.min_chars <= a.max_chars, { message: 'min_chars must be <= max_chars', path: ['min_chars'] });
@@ -63,7 +68,9 @@ export default defineEnvironment({
         const text = parts.join(' ');
         if (text.length >= a.min_chars && text.length <= a.max_chars) return text;
       }
-      throw new Error(`reverse-text: no text of ${a.min_words}-${a.max_words} words has ${a.min_chars}-${a.max_chars} characters`);
+      throw new Error(
+        `reverse-text: no text of ${a.min_words}-${a.max_words} words has ${a.min_chars}-${a.max_chars} characters`,
+      );
     };
     return {
       dataset: generatedDataset({
@@ -81,8 +88,15 @@ export default defineEnvironment({
           };
         },
       }),
-      rubric: [{ name: 'lcs_ratio', fn: ({ completion, example }) => reverseTextReward(lastAssistantText(completion), example.answer) }],
-      demonstration: (example) => [{ role: 'assistant', content: `<reversed_text>\n${example.answer}\n</reversed_text>` }],
+      rubric: [
+        {
+          name: 'lcs_ratio',
+          fn: ({ completion, example }) => reverseTextReward(lastAssistantText(completion), example.answer),
+        },
+      ],
+      demonstration: (example) => [
+        { role: 'assistant', content: `<reversed_text>\n${example.answer}\n</reversed_text>` },
+      ],
     };
   },
 });

@@ -53,7 +53,9 @@ function bearerCheck(config: InferenceConfig): ((header: string | undefined) => 
   if (name === undefined) return undefined;
   const key = process.env[name];
   if (!key) {
-    throw new ConfigError(`server.api_key_var: the environment variable ${name} is ${key === undefined ? 'not set' : 'empty'}; export the bearer token clients must send in it, or leave server.api_key_var unset for a server without a key`);
+    throw new ConfigError(
+      `server.api_key_var: the environment variable ${name} is ${key === undefined ? 'not set' : 'empty'}; export the bearer token clients must send in it, or leave server.api_key_var unset for a server without a key`,
+    );
   }
   const digest = (s: string) => createHash('sha256').update(s).digest();
   const expected = digest(`Bearer ${key}`);
@@ -61,9 +63,15 @@ function bearerCheck(config: InferenceConfig): ((header: string | undefined) => 
 }
 
 /** The engine on the base weights; the weights themselves are not kept in the JS heap (/reload_weights reads them again). */
-async function loadBase(baseDir: string, config: InferenceConfig): Promise<{ arch: ArchConfig; model: native.NativeModel }> {
+async function loadBase(
+  baseDir: string,
+  config: InferenceConfig,
+): Promise<{ arch: ArchConfig; model: native.NativeModel }> {
   const base = loadHfModel(baseDir);
-  const model = await native.loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
+  const model = await native.loadModel(base.config, base.tensors, {
+    device: config.model.device,
+    dtype: config.model.dtype,
+  });
   return { arch: base.config, model };
 }
 
@@ -103,7 +111,11 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     // slowloris holds a socket forever otherwise: fastify's default requestTimeout of 0 also
     // switches off node's headersTimeout). Node checks these every connectionsCheckingInterval.
     requestTimeout,
-    http: { headersTimeout, requestTimeout, connectionsCheckingInterval: Math.max(100, Math.min(5000, headersTimeout / 4)) },
+    http: {
+      headersTimeout,
+      requestTimeout,
+      connectionsCheckingInterval: Math.max(100, Math.min(5000, headersTimeout / 4)),
+    },
   });
 
   installErrorHandlers(app, scheduler);
@@ -114,12 +126,18 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
       throw new ApiError(401, 'missing or invalid API key (Authorization: Bearer <key>)', null, 'invalid_api_key');
     }
   });
-  app.addHook('onResponse', async (req, reply) => metrics.countRequest(req.routeOptions.url ?? 'unknown', reply.statusCode));
+  app.addHook('onResponse', async (req, reply) =>
+    metrics.countRequest(req.routeOptions.url ?? 'unknown', reply.statusCode),
+  );
   app.addHook('onSend', async (_req, reply) => {
     reply.header('x-policy-version', String(scheduler.policy.version));
   });
 
-  app.get('/health', async () => ({ status: 'ok', policy_version: scheduler.policy.version, weight_dir: scheduler.policy.weightDir }));
+  app.get('/health', async () => ({
+    status: 'ok',
+    policy_version: scheduler.policy.version,
+    weight_dir: scheduler.policy.weightDir,
+  }));
 
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', metrics.registry.contentType);

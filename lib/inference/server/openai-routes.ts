@@ -7,7 +7,14 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type * as native from '../../../native';
 import { renderChat, type ChatMessage } from '../../model/chat';
 import { EngineError, type SequenceResult } from '../generation';
-import { ApiError, chatCompletionRequest, completionRequest, parseBody, type ChatCompletionRequest, type RequestMessage } from '../protocol';
+import {
+  ApiError,
+  chatCompletionRequest,
+  completionRequest,
+  parseBody,
+  type ChatCompletionRequest,
+  type RequestMessage,
+} from '../protocol';
 import { engineErrorBody } from './errors';
 import { disconnectSignal, now, usage, type Served } from './served';
 
@@ -18,7 +25,10 @@ function contentText(m: RequestMessage): string | null {
 }
 
 /** `<tool_call>{json}</tool_call>` blocks (Qwen/Hermes format) in an assistant reply. */
-function parseToolCalls(text: string): { content: string; calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] } {
+function parseToolCalls(text: string): {
+  content: string;
+  calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[];
+} {
   const calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] = [];
   const content = text.replace(/<tool_call>\s*([\s\S]*?)\s*<\/tool_call>/g, (whole, body: string) => {
     try {
@@ -55,8 +65,10 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
         : [],
     };
   };
-  const tokenLogprobs = (r: SequenceResult) => r.tokenIds.map((id, i) => logprobEntry(id, r.logprobs[i], r.topLogprobs[i]));
-  const stopList = (stop: string | string[] | null | undefined) => (stop === undefined || stop === null ? [] : typeof stop === 'string' ? [stop] : stop);
+  const tokenLogprobs = (r: SequenceResult) =>
+    r.tokenIds.map((id, i) => logprobEntry(id, r.logprobs[i], r.topLogprobs[i]));
+  const stopList = (stop: string | string[] | null | undefined) =>
+    stop === undefined || stop === null ? [] : typeof stop === 'string' ? [stop] : stop;
 
   /** The chat rendered by the model's template and tokenized (off the event loop when long). */
   const chatPrompt = async (body: ChatCompletionRequest): Promise<number[]> => {
@@ -75,7 +87,12 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
         extra: body.chat_template_kwargs ?? undefined,
       });
     } catch (e) {
-      throw new ApiError(400, `messages: the chat template cannot render them: ${(e as Error).message}`, 'messages', 'invalid_messages');
+      throw new ApiError(
+        400,
+        `messages: the chat template cannot render them: ${(e as Error).message}`,
+        'messages',
+        'invalid_messages',
+      );
     }
     served.checkTextLength(text, 'messages');
     return prompts.encode(text);
@@ -106,35 +123,56 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
 
   app.get('/v1/models', async () => ({
     object: 'list',
-    data: [{ id: modelName, object: 'model', created: now(), owned_by: 'prime-rl', max_model_len: contextLength, policy_version: scheduler.policy.version }],
+    data: [
+      {
+        id: modelName,
+        object: 'model',
+        created: now(),
+        owned_by: 'prime-rl',
+        max_model_len: contextLength,
+        policy_version: scheduler.policy.version,
+      },
+    ],
   }));
 
   app.post('/v1/chat/completions', async (req: FastifyRequest, reply) => {
     const body = parseBody(chatCompletionRequest, req.body);
     served.checkModel(body.model);
-    if (body.top_logprobs && !body.logprobs) throw new ApiError(400, 'top_logprobs: requires logprobs: true', 'top_logprobs');
+    if (body.top_logprobs && !body.logprobs)
+      throw new ApiError(400, 'top_logprobs: requires logprobs: true', 'top_logprobs');
     // Watched from the start: a client that leaves while its prompt is tokenized runs nothing.
     const signal = disconnectSignal(reply);
     const promptIds = await chatPrompt(body);
     served.checkPrompt(promptIds, 'messages');
-    const maxParam = body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+    const maxParam =
+      body.max_completion_tokens !== undefined && body.max_completion_tokens !== null
+        ? 'max_completion_tokens'
+        : 'max_tokens';
     const maxTokens = served.maxTokensFor(promptIds.length, body.max_completion_tokens ?? body.max_tokens, maxParam);
     const n = body.n ?? 1;
     const id = `chatcmpl-${randomUUID()}`;
     const created = now();
     const stopStrings = stopList(body.stop);
     const withTools = (body.tools?.length ?? 0) > 0;
-    const requests = Array.from({ length: n }, (_, i) => served.engineRequest(promptIds, body, maxTokens, i, false, body.logprobs ? body.top_logprobs ?? 0 : 0));
+    const requests = Array.from({ length: n }, (_, i) =>
+      served.engineRequest(promptIds, body, maxTokens, i, false, body.logprobs ? (body.top_logprobs ?? 0) : 0),
+    );
 
     if (body.stream) {
       const chunk = (index: number, delta: object, extra: object = {}) => ({
-        id, object: 'chat.completion.chunk', created, model: modelName, policy_version: scheduler.policy.version,
+        id,
+        object: 'chat.completion.chunk',
+        created,
+        model: modelName,
+        policy_version: scheduler.policy.version,
         choices: [{ index, delta, logprobs: null, finish_reason: null, ...extra }],
       });
       // Queued before any header is sent: a refused request is a plain 429/400, not a broken stream.
       // No token can arrive before the stream below exists (tokens come from a later decode step).
       const done = served.start(requests, {
-        tokenizer, stopStrings, signal,
+        tokenizer,
+        stopStrings,
+        signal,
         onText: (i, delta, tokenId, logprob, top) => {
           const lp = body.logprobs ? { content: [logprobEntry(tokenId, logprob, top)] } : null;
           stream.send(chunk(i, { content: delta }, { logprobs: lp }));
@@ -145,13 +183,32 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
         for (let i = 0; i < n; i++) stream.send(chunk(i, { role: 'assistant', content: '' }));
         const results = await done;
         if (signal.aborted) return;
-        results.forEach((r, i) => stream.send(chunk(i, {}, { finish_reason: r.finishReason, ...(body.return_token_ids ? { token_ids: r.tokenIds } : {}) })));
+        results.forEach((r, i) =>
+          stream.send(
+            chunk(
+              i,
+              {},
+              { finish_reason: r.finishReason, ...(body.return_token_ids ? { token_ids: r.tokenIds } : {}) },
+            ),
+          ),
+        );
         if (body.stream_options?.include_usage) {
-          stream.send({ id, object: 'chat.completion.chunk', created, model: modelName, choices: [], usage: usage(promptIds.length, results) });
+          stream.send({
+            id,
+            object: 'chat.completion.chunk',
+            created,
+            model: modelName,
+            choices: [],
+            usage: usage(promptIds.length, results),
+          });
         }
       } catch (e) {
         // Headers are out: the error travels as an event, as OpenAI and vLLM send it.
-        stream.send(e instanceof EngineError ? engineErrorBody(e, scheduler) : new ApiError(500, `internal error: ${(e as Error).message}`, null, null, 'server_error').body());
+        stream.send(
+          e instanceof EngineError
+            ? engineErrorBody(e, scheduler)
+            : new ApiError(500, `internal error: ${(e as Error).message}`, null, null, 'server_error').body(),
+        );
       } finally {
         stream.end();
       }
@@ -160,13 +217,20 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
 
     const results = await served.start(requests, { tokenizer, stopStrings, signal });
     return {
-      id, object: 'chat.completion', created, model: modelName,
+      id,
+      object: 'chat.completion',
+      created,
+      model: modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
       choices: results.map((r, index) => {
         const { content, calls } = withTools ? parseToolCalls(r.text) : { content: r.text, calls: [] };
         return {
           index,
-          message: { role: 'assistant', content: calls.length && !content ? null : content, ...(calls.length ? { tool_calls: calls } : {}) },
+          message: {
+            role: 'assistant',
+            content: calls.length && !content ? null : content,
+            ...(calls.length ? { tool_calls: calls } : {}),
+          },
           logprobs: body.logprobs ? { content: tokenLogprobs(r) } : null,
           finish_reason: calls.length ? 'tool_calls' : r.finishReason,
           ...(body.return_token_ids ? { token_ids: r.tokenIds } : {}),
@@ -200,28 +264,40 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     const stopStrings = stopList(body.stop);
     const requests = promptIds.flatMap((p) => {
       const maxTokens = served.maxTokensFor(p.length, body.max_tokens ?? 16, 'max_tokens');
-      return Array.from({ length: n }, (_, i) => served.engineRequest(p, body, maxTokens, i, false, body.logprobs ?? 0));
+      return Array.from({ length: n }, (_, i) =>
+        served.engineRequest(p, body, maxTokens, i, false, body.logprobs ?? 0),
+      );
     });
     const results = await served.start(requests, { tokenizer, stopStrings, signal });
     return {
-      id: `cmpl-${randomUUID()}`, object: 'text_completion', created: now(), model: modelName,
+      id: `cmpl-${randomUUID()}`,
+      object: 'text_completion',
+      created: now(),
+      model: modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
       choices: results.map((r, index) => ({
         index,
         text: r.text,
-        logprobs: body.logprobs !== undefined && body.logprobs !== null
-          ? {
-              tokens: r.tokenIds.map((t) => tokenizer.decode([t])),
-              token_logprobs: r.logprobs,
-              top_logprobs: body.logprobs ? r.topLogprobs.map((top) => Object.fromEntries(Array.from(top.ids, (alt, j) => [tokenizer.decode([alt]), top.logprobs[j]]))) : null,
-              text_offset: null,
-            }
-          : null,
+        logprobs:
+          body.logprobs !== undefined && body.logprobs !== null
+            ? {
+                tokens: r.tokenIds.map((t) => tokenizer.decode([t])),
+                token_logprobs: r.logprobs,
+                top_logprobs: body.logprobs
+                  ? r.topLogprobs.map((top) =>
+                      Object.fromEntries(Array.from(top.ids, (alt, j) => [tokenizer.decode([alt]), top.logprobs[j]])),
+                    )
+                  : null,
+                text_offset: null,
+              }
+            : null,
         finish_reason: r.finishReason,
         ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: promptIds[Math.floor(index / n)] } : {}),
       })),
-      usage: usage(promptIds.reduce((a, p) => a + p.length * n, 0), results),
+      usage: usage(
+        promptIds.reduce((a, p) => a + p.length * n, 0),
+        results,
+      ),
     };
   });
-
 }

@@ -35,7 +35,11 @@ export interface WeightSources {
 }
 
 /** The RL routes on `served`. */
-export function registerPolicyRoutes(app: FastifyInstance, served: Served, { baseDir, baseReal, allowedRoots }: WeightSources): void {
+export function registerPolicyRoutes(
+  app: FastifyInstance,
+  served: Served,
+  { baseDir, baseReal, allowedRoots }: WeightSources,
+): void {
   const { scheduler, arch } = served;
 
   app.post('/v1/generate', async (req, reply) => {
@@ -46,7 +50,9 @@ export function registerPolicyRoutes(app: FastifyInstance, served: Served, { bas
     const signal = disconnectSignal(reply);
     const sampling = { ...body, stop_token_ids: body.stop_token_ids ?? null };
     const results = await served.start(
-      Array.from({ length: body.n }, (_, i) => served.engineRequest(body.prompt_token_ids, sampling, maxTokens, i, body.prompt_logprobs && i === 0)),
+      Array.from({ length: body.n }, (_, i) =>
+        served.engineRequest(body.prompt_token_ids, sampling, maxTokens, i, body.prompt_logprobs && i === 0),
+      ),
       // Stop strings are matched in the decoded text, so only then does the sequence need a tokenizer.
       body.stop?.length ? { signal, tokenizer: served.tokenizer, stopStrings: body.stop } : { signal },
     );
@@ -56,9 +62,15 @@ export function registerPolicyRoutes(app: FastifyInstance, served: Served, { bas
       model: served.modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
       prompt_token_ids: body.prompt_token_ids,
-      choices: results.map((r, index) => ({ index, token_ids: r.tokenIds, logprobs: r.logprobs, finish_reason: r.finishReason })),
+      choices: results.map((r, index) => ({
+        index,
+        token_ids: r.tokenIds,
+        logprobs: r.logprobs,
+        finish_reason: r.finishReason,
+      })),
       usage: usage(body.prompt_token_ids.length, results),
-      prompt_logprobs: body.prompt_logprobs && promptLogprobs ? Array.from(promptLogprobs, (v, i) => (i === 0 ? null : v)) : null,
+      prompt_logprobs:
+        body.prompt_logprobs && promptLogprobs ? Array.from(promptLogprobs, (v, i) => (i === 0 ? null : v)) : null,
     };
   });
 
@@ -66,7 +78,13 @@ export function registerPolicyRoutes(app: FastifyInstance, served: Served, { bas
   const labels = new Map<number, string>([[0, baseReal]]);
   const insideRoots = (real: string) => allowedRoots.some((root) => within(root, real));
   const forbidden = (what: string) =>
-    new ApiError(403, `weight_dir: ${what} outside the allowed roots (${allowedRoots.join(', ')})`, 'weight_dir', 'forbidden_path', 'permission_error');
+    new ApiError(
+      403,
+      `weight_dir: ${what} outside the allowed roots (${allowedRoots.join(', ')})`,
+      'weight_dir',
+      'forbidden_path',
+      'permission_error',
+    );
 
   app.post('/update_weights', async (req) => {
     const body = parseBody(updateWeightsRequest, req.body);
@@ -78,7 +96,8 @@ export function registerPolicyRoutes(app: FastifyInstance, served: Served, { bas
       throw new ApiError(400, `weight_dir: ${body.weight_dir} does not exist`, 'weight_dir', 'not_found');
     }
     if (!insideRoots(real)) throw forbidden(`${body.weight_dir} is`);
-    if (!fs.statSync(real).isDirectory()) throw new ApiError(400, `weight_dir: ${body.weight_dir} is not a folder`, 'weight_dir', 'invalid_model');
+    if (!fs.statSync(real).isDirectory())
+      throw new ApiError(400, `weight_dir: ${body.weight_dir} is not a folder`, 'weight_dir', 'invalid_model');
     // Every file the load may read must be inside the roots too: a link in an allowed folder must
     // not make the server read a file elsewhere (nor quote it in an error).
     for (const name of fs.readdirSync(real)) {
@@ -96,24 +115,45 @@ export function registerPolicyRoutes(app: FastifyInstance, served: Served, { bas
     // label. Labels may go down: rl evaluates step n, then samples with n - async_level.
     const version = body.version ?? scheduler.policy.version + 1;
     if (version === 0 && real !== baseReal) {
-      throw new ApiError(400, `version: 0 is the base model's version (${baseDir}); ${body.weight_dir} needs a version >= 1`, 'version', 'invalid_version');
+      throw new ApiError(
+        400,
+        `version: 0 is the base model's version (${baseDir}); ${body.weight_dir} needs a version >= 1`,
+        'version',
+        'invalid_version',
+      );
     }
     const labelled = labels.get(version);
     if (labelled !== undefined && labelled !== real) {
-      throw new ApiError(409, `version: ${version} already names the weights in ${labelled}; ${body.weight_dir} needs its own version (or POST /reload_weights to start a new lineage)`, 'version', 'version_conflict');
+      throw new ApiError(
+        409,
+        `version: ${version} already names the weights in ${labelled}; ${body.weight_dir} needs its own version (or POST /reload_weights to start a new lineage)`,
+        'version',
+        'version_conflict',
+      );
     }
     const earlier = [...labels].find(([v, dir]) => dir === real && v !== version);
     if (earlier) {
-      throw new ApiError(409, `version: ${body.weight_dir} was loaded as version ${earlier[0]}; the same weights cannot also be version ${version}`, 'version', 'version_conflict');
+      throw new ApiError(
+        409,
+        `version: ${body.weight_dir} was loaded as version ${earlier[0]}; the same weights cannot also be version ${version}`,
+        'version',
+        'version_conflict',
+      );
     }
     let loaded;
     try {
       loaded = loadHfModel(real);
     } catch (e) {
-      throw new ApiError(400, `weight_dir: not a loadable model folder: ${(e as Error).message}`, 'weight_dir', 'invalid_model');
+      throw new ApiError(
+        400,
+        `weight_dir: not a loadable model folder: ${(e as Error).message}`,
+        'weight_dir',
+        'invalid_model',
+      );
     }
     const mismatch = sameShape(arch, loaded.config);
-    if (mismatch) throw new ApiError(400, `weight_dir: not the same model shape: ${mismatch}`, 'weight_dir', 'shape_mismatch');
+    if (mismatch)
+      throw new ApiError(400, `weight_dir: not the same model shape: ${mismatch}`, 'weight_dir', 'shape_mismatch');
     await scheduler.updateWeights(loaded.tensors, { version, weightDir: real });
     labels.set(version, real);
     return { status: 'ok', policy_version: version, weight_dir: real };
@@ -124,10 +164,23 @@ export function registerPolicyRoutes(app: FastifyInstance, served: Served, { bas
     try {
       loaded = loadHfModel(baseDir);
     } catch (e) {
-      throw new ApiError(500, `the base model folder ${baseDir} can no longer be loaded: ${(e as Error).message}`, null, 'base_model_unreadable', 'server_error');
+      throw new ApiError(
+        500,
+        `the base model folder ${baseDir} can no longer be loaded: ${(e as Error).message}`,
+        null,
+        'base_model_unreadable',
+        'server_error',
+      );
     }
     const mismatch = sameShape(arch, loaded.config);
-    if (mismatch) throw new ApiError(500, `the base model folder ${baseDir} changed shape since the server started: ${mismatch}`, null, 'base_model_changed', 'server_error');
+    if (mismatch)
+      throw new ApiError(
+        500,
+        `the base model folder ${baseDir} changed shape since the server started: ${mismatch}`,
+        null,
+        'base_model_changed',
+        'server_error',
+      );
     await scheduler.updateWeights(loaded.tensors, { version: 0, weightDir: baseDir });
     labels.clear();
     labels.set(0, baseReal);

@@ -76,10 +76,19 @@ export interface Family {
 export function denseDecoderTensors(a: ArchConfig, opts: { oProjBias: boolean }): TensorSpec[] {
   const q = a.numHeads * a.headDim;
   const kv = a.numKvHeads * a.headDim;
-  const specs: TensorSpec[] = [{ name: 'model.embed_tokens.weight', shape: [a.vocabSize, a.hiddenSize], role: 'embedding', slot: 'embed', layer: -1 }];
+  const specs: TensorSpec[] = [
+    {
+      name: 'model.embed_tokens.weight',
+      shape: [a.vocabSize, a.hiddenSize],
+      role: 'embedding',
+      slot: 'embed',
+      layer: -1,
+    },
+  ];
   for (let i = 0; i < a.numLayers; i++) {
     const p = `model.layers.${i}`;
-    const add = (suffix: string, shape: number[], role: TensorRole, slot: LayerSlot) => specs.push({ name: `${p}.${suffix}`, shape, role, slot, layer: i });
+    const add = (suffix: string, shape: number[], role: TensorRole, slot: LayerSlot) =>
+      specs.push({ name: `${p}.${suffix}`, shape, role, slot, layer: i });
     add('input_layernorm.weight', [a.hiddenSize], 'norm', 'inputNorm');
     add('self_attn.q_proj.weight', [q, a.hiddenSize], 'linear', 'q');
     add('self_attn.k_proj.weight', [kv, a.hiddenSize], 'linear', 'k');
@@ -101,13 +110,21 @@ export function denseDecoderTensors(a: ArchConfig, opts: { oProjBias: boolean })
     add('mlp.down_proj.weight', [a.hiddenSize, a.intermediateSize], 'linear', 'down');
   }
   specs.push({ name: 'model.norm.weight', shape: [a.hiddenSize], role: 'norm', slot: 'norm', layer: -1 });
-  if (!a.tieWordEmbeddings) specs.push({ name: 'lm_head.weight', shape: [a.vocabSize, a.hiddenSize], role: 'linear', slot: 'lmHead', layer: -1 });
+  if (!a.tieWordEmbeddings)
+    specs.push({
+      name: 'lm_head.weight',
+      shape: [a.vocabSize, a.hiddenSize],
+      role: 'linear',
+      slot: 'lmHead',
+      layer: -1,
+    });
   return specs;
 }
 
 /** Qwen2/Qwen3 configs may turn on sliding-window attention, which the engine does not implement. */
 export function rejectSlidingWindow(r: ConfigReader): void {
-  if (r.bool('use_sliding_window', false)) r.fail('use_sliding_window', 'is true; sliding-window attention is not supported');
+  if (r.bool('use_sliding_window', false))
+    r.fail('use_sliding_window', 'is true; sliding-window attention is not supported');
 }
 
 /** The config.json fields Qwen2/Qwen3 write for full attention. */

@@ -13,7 +13,8 @@ export const ARCHS = Object.keys(FAMILIES) as [Arch, ...Arch[]];
 
 /** The family of `arch`; an unknown name is an error listing the supported ones. */
 export function family(arch: string): Family {
-  if (!Object.prototype.hasOwnProperty.call(FAMILIES, arch)) throw new Error(`unsupported architecture '${arch}' (supported: ${ARCHS.join(', ')})`);
+  if (!Object.prototype.hasOwnProperty.call(FAMILIES, arch))
+    throw new Error(`unsupported architecture '${arch}' (supported: ${ARCHS.join(', ')})`);
   return FAMILIES[arch as Arch];
 }
 

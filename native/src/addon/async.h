@@ -35,7 +35,7 @@ class Job : public Napi::AsyncWorker {
 
  protected:
   void Execute() override;  // on the worker thread: runs work, turns exceptions into an error
-  void OnOK() override;      // back on the JS thread: resolves with done's value
+  void OnOK() override;     // back on the JS thread: resolves with done's value
   void OnError(const Napi::Error& e) override;
 
  private:

@@ -10,10 +10,10 @@ namespace {
 class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "Generator",
-                       {InstanceMethod("add", &GeneratorWrap::Add), InstanceMethod("step", &GeneratorWrap::Step),
-                        InstanceMethod("remove", &GeneratorWrap::Remove),
-                        InstanceMethod("stats", &GeneratorWrap::Stats)});
+    return DefineClass(
+        env, "Generator",
+        {InstanceMethod("add", &GeneratorWrap::Add), InstanceMethod("step", &GeneratorWrap::Step),
+         InstanceMethod("remove", &GeneratorWrap::Remove), InstanceMethod("stats", &GeneratorWrap::Stats)});
   }
   explicit GeneratorWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<GeneratorWrap>(info), gen_(unwrapExternal<Generator>(info, "Generator")) {}

@@ -14,12 +14,13 @@ namespace {
 class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "Model",
-                       {InstanceMethod("score", &ModelWrap::Score), InstanceMethod("loadWeights", &ModelWrap::LoadWeights),
-                        InstanceMethod("readWeights", &ModelWrap::ReadWeights),
-                        InstanceMethod("numParameters", &ModelWrap::NumParameters),
-                        InstanceMethod("createGenerator", &ModelWrap::CreateGenerator),
-                        InstanceMethod("createTrainer", &ModelWrap::CreateTrainer)});
+    return DefineClass(
+        env, "Model",
+        {InstanceMethod("score", &ModelWrap::Score), InstanceMethod("loadWeights", &ModelWrap::LoadWeights),
+         InstanceMethod("readWeights", &ModelWrap::ReadWeights),
+         InstanceMethod("numParameters", &ModelWrap::NumParameters),
+         InstanceMethod("createGenerator", &ModelWrap::CreateGenerator),
+         InstanceMethod("createTrainer", &ModelWrap::CreateTrainer)});
   }
   explicit ModelWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<ModelWrap>(info), model_(unwrapExternal<Model>(info, "Model")) {}
@@ -46,7 +47,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     std::vector<Napi::Value> buffers;
     std::vector<RawTensor> tensors = rawTensors(info[0], buffers);
     auto model = model_;
-    Job* job = new Job(info.Env(), model, [model, tensors, strict] { model->loadWeights(tensors, strict); }, nullptr);
+    Job* job = new Job(
+        info.Env(), model, [model, tensors, strict] { model->loadWeights(tensors, strict); }, nullptr);
     for (Napi::Value b : buffers) job->keep(b);
     return job->start();
   }

@@ -39,13 +39,12 @@ Napi::Object statsToJs(Napi::Env env, const StepStats& s) {
 class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "Trainer",
-                       {InstanceMethod("step", &TrainerWrap::Step), InstanceMethod("gradients", &TrainerWrap::Gradients),
-                        InstanceMethod("score", &TrainerWrap::Score),
-                        InstanceMethod("readWeights", &TrainerWrap::ReadWeights),
-                        InstanceMethod("readAdapters", &TrainerWrap::ReadAdapters),
-                        InstanceMethod("save", &TrainerWrap::Save), InstanceMethod("load", &TrainerWrap::Load),
-                        InstanceMethod("stepCount", &TrainerWrap::StepCount)});
+    return DefineClass(
+        env, "Trainer",
+        {InstanceMethod("step", &TrainerWrap::Step), InstanceMethod("gradients", &TrainerWrap::Gradients),
+         InstanceMethod("score", &TrainerWrap::Score), InstanceMethod("readWeights", &TrainerWrap::ReadWeights),
+         InstanceMethod("readAdapters", &TrainerWrap::ReadAdapters), InstanceMethod("save", &TrainerWrap::Save),
+         InstanceMethod("load", &TrainerWrap::Load), InstanceMethod("stepCount", &TrainerWrap::StepCount)});
   }
   explicit TrainerWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<TrainerWrap>(info), tr_(unwrapExternal<Trainer>(info, "Trainer")) {}
@@ -119,16 +118,22 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
   Napi::Value Save(const Napi::CallbackInfo& info) {
     std::string dir = info[0].As<Napi::String>().Utf8Value();
     auto tr = tr_;
-    return (new Job(info.Env(), tr->model, [tr, dir] { tr->save(dir); }, nullptr))->start();
+    return (new Job(
+                info.Env(), tr->model, [tr, dir] { tr->save(dir); }, nullptr))
+        ->start();
   }
 
   Napi::Value Load(const Napi::CallbackInfo& info) {
     std::string dir = info[0].As<Napi::String>().Utf8Value();
     auto tr = tr_;
-    return (new Job(info.Env(), tr->model, [tr, dir] { tr->load(dir); }, nullptr))->start();
+    return (new Job(
+                info.Env(), tr->model, [tr, dir] { tr->load(dir); }, nullptr))
+        ->start();
   }
 
-  Napi::Value StepCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), double(tr_->stepCount())); }
+  Napi::Value StepCount(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), double(tr_->stepCount()));
+  }
 
   std::shared_ptr<Trainer> tr_;
 };
