@@ -3,6 +3,7 @@
  * (the env worker pool on cpu workers, the in-memory trainer on the trainer worker).
  */
 import type { EnvPool } from '../lib/envs/pool';
+import type { GroupLeader } from '../lib/trainer/group';
 import { createEvalActivities } from './evaluate';
 import { withFailureTypes } from './failures';
 import { createPackActivities } from './pack';
@@ -24,6 +25,7 @@ export function createCpuActivities(deps: { pool: EnvPool }) {
   });
 }
 
-export function createTrainerActivities() {
-  return withFailureTypes(trainerActivities());
+/** `leader`: this worker is rank 0 of a data-parallel trainer (lib/trainer/group.ts). */
+export function createTrainerActivities(deps: { leader?: GroupLeader } = {}) {
+  return withFailureTypes(trainerActivities(deps));
 }

@@ -4,6 +4,8 @@
  * The worker keeps one TrainerRuntime in memory; when it is not exactly where a call needs it (a
  * new process, a crash, another run) it is rebuilt from the newest good checkpoint and the stored
  * batches. All are idempotent by (run, step): finished work is found on disk (validate only reads).
+ * Data parallel (`trainer.world_size` > 1), this worker is rank 0: each activity is a job that
+ * every rank runs (lib/trainer/group.ts), and only this rank writes.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -14,6 +16,8 @@ import { withHeartbeat } from './heartbeat';
 import { storedJson } from '../lib/atomic';
 import { readSftPlan, readTrainingSpec } from '../lib/run/config';
 import { listSteps, RunLayout } from '../lib/run/layout';
+import type { GroupLeader, RankJob } from '../lib/trainer/group';
+import { RankTrainer } from '../lib/trainer/ranks';
 import { NonFiniteWeightsError, TrainerRuntime } from '../lib/trainer/runtime';
 import type { StepRef, TrainMetrics, TrainSummary } from './types';
 
@@ -42,50 +46,65 @@ async function publishWeights(rt: TrainerRuntime, version: number, metrics?: Tra
   }
 }
 
-export function createTrainerActivities() {
-  let runtime: TrainerRuntime | undefined;
+/** `leader`: this worker is rank 0 of a data-parallel trainer. */
+export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
+  const { leader } = opts;
+  const ranks = new RankTrainer();
   let phase = 'idle';
 
-  /** The runtime of `runDir` at exactly `step` applied steps. */
-  async function at(runDir: string, step: number): Promise<TrainerRuntime> {
-    if (runtime && runtime.runDir === path.resolve(runDir) && runtime.progress.steps === step) return runtime;
-    runtime = undefined;
-    phase = 'restoring';
-    const restored = await TrainerRuntime.restore(
-      runDir,
-      readTrainingSpec(runDir).trainer,
-      step,
-      (done, total) => (phase = `replaying ${done}/${total}`),
-    );
-    const { report } = restored;
-    Context.current().log.info('trainer restored', {
-      runDir,
-      step,
-      from: report.from,
-      replayed: report.replayed,
-      skipped: report.skipped,
-    });
-    for (const s of report.skipped) Context.current().log.warn(`unusable checkpoint skipped: ${s}`);
-    runtime = restored.runtime;
-    return runtime;
+  /**
+   * `work` on the runtime at exactly `job.step` (restored first if need be). Data parallel, every
+   * rank gets the job first; any failure ends the process group, so the retry starts all ranks
+   * afresh from the newest checkpoint.
+   */
+  async function onJob<T>(job: RankJob, work: (rt: TrainerRuntime) => Promise<T>): Promise<T> {
+    const { runDir, step } = job;
+    try {
+      if (leader) {
+        phase = 'forming the trainer process group';
+        const { group, fresh } = await leader.ensure();
+        if (fresh) ranks.setGroup(group);
+        await leader.dispatch(job);
+      }
+      phase = 'restoring';
+      const rt = await ranks.at(runDir, step, {
+        onReplay: (done, total) => (phase = `replaying ${done}/${total}`),
+        onRestored: (report) => {
+          Context.current().log.info('trainer restored', {
+            runDir,
+            step,
+            from: report.from,
+            replayed: report.replayed,
+            skipped: report.skipped,
+          });
+          for (const s of report.skipped) Context.current().log.warn(`unusable checkpoint skipped: ${s}`);
+        },
+      });
+      return await work(rt);
+    } catch (e) {
+      if (!leader) throw e;
+      ranks.drop();
+      const reports = await leader.invalidate();
+      if (reports.length > 0 && e instanceof Error) e.message += ` (other ranks: ${reports.join('; ')})`;
+      throw e;
+    }
   }
 
   /** `work` on the runtime at exactly `step`, heartbeating meanwhile with `label` as its phase. */
   function onRuntimeAt<T>(
-    runDir: string,
-    step: number,
+    job: RankJob,
     label: string,
     work: (rt: TrainerRuntime) => Promise<T>,
   ): Promise<T> {
     return withHeartbeat(
-      () => ({ step, phase }),
-      async () => {
-        const rt = await at(runDir, step);
-        phase = label;
-        const result = await work(rt);
-        phase = 'idle';
-        return result;
-      },
+      () => ({ step: job.step, phase }),
+      () =>
+        onJob(job, async (rt) => {
+          phase = label;
+          const result = await work(rt);
+          phase = 'idle';
+          return result;
+        }),
     );
   }
 
@@ -97,10 +116,12 @@ export function createTrainerActivities() {
           () => ({ step, phase }),
           async () => {
             const restoreStart = performance.now();
-            const rt = await at(runDir, step);
-            const replay = (performance.now() - restoreStart) / 1000;
-            phase = 'training';
-            const metrics = await rt.train(step);
+            let replay = 0;
+            const { rt, metrics } = await onJob({ op: 'train', runDir, step }, async (rt) => {
+              replay = (performance.now() - restoreStart) / 1000;
+              phase = 'training';
+              return { rt, metrics: await rt.train(step) };
+            });
             const saveStart = performance.now();
             let weightsDir: string | null = null;
             if (readTrainingSpec(runDir).writesWeights(step + 1)) {
@@ -129,7 +150,7 @@ export function createTrainerActivities() {
       const layout = new RunLayout(runDir);
       const files = Array.from({ length: plan.valBatches }, (_, i) => layout.valBatchFile(i));
       return storedJson(layout.sftValidationFile(step), () =>
-        onRuntimeAt(runDir, step, 'validating', async (rt): Promise<ValidationResult> => ({
+        onRuntimeAt({ op: 'at', runDir, step }, 'validating', async (rt): Promise<ValidationResult> => ({
           step,
           ...(await rt.validationLoss(files)),
         })),
@@ -142,7 +163,8 @@ export function createTrainerActivities() {
      */
     async writeWeights({ runDir, step }: StepRef): Promise<{ path: string }> {
       const dir = new RunLayout(runDir).weightsDir(step);
-      if (!fs.existsSync(dir)) await onRuntimeAt(runDir, step, 'saving weights', (rt) => publishWeights(rt, step));
+      if (!fs.existsSync(dir))
+        await onRuntimeAt({ op: 'at', runDir, step }, 'saving weights', (rt) => publishWeights(rt, step));
       return { path: dir };
     },
 
@@ -150,7 +172,8 @@ export function createTrainerActivities() {
     async saveCheckpoint({ runDir, step }: StepRef): Promise<{ path: string }> {
       const layout = new RunLayout(runDir);
       const dir = layout.checkpointDir(step);
-      if (!fs.existsSync(dir)) await onRuntimeAt(runDir, step, 'checkpointing', (rt) => rt.checkpoint());
+      if (!fs.existsSync(dir))
+        await onRuntimeAt({ op: 'checkpoint', runDir, step }, 'checkpointing', (rt) => rt.checkpoint());
       const spec = readTrainingSpec(runDir);
       prune(layout, spec.keepLast, spec.asyncLevel);
       return { path: dir };

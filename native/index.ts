@@ -329,6 +329,7 @@ interface RawTrainer {
   save(dir: string): Promise<void>;
   load(dir: string): Promise<void>;
   stepCount(): number;
+  setGroup(group: DistGroup, bucketBytes: number): void;
 }
 interface Addon {
   info(): NativeInfo;
@@ -342,6 +343,8 @@ interface Addon {
   matmulGflops(n: number, iters: number): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
   lossKinds(): LossKindSpec[];
+  createStore(opts: DistStoreOptions): Promise<DistStore>;
+  createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup>;
 }
 
 /** One row of the family's tensor table as the engine reads it (native/src/model.h `ParamSpec`). */
@@ -577,4 +580,55 @@ export class Trainer {
   get stepCount(): number {
     return this.raw.stepCount();
   }
+
+  /**
+   * Data parallel from now on (before any step or load): `step` sums the loss normaliser, metrics
+   * and gradients (in buckets of `bucketBytes`) over the group's ranks, each calling `step` with
+   * its share of the rows; AdamW is ZeRO-1 (each rank steps the parameters it owns, then
+   * broadcasts them). `save` is then a collective: rank 0 writes the whole state, other ranks only
+   * send theirs (their `dir` is ignored); `load` keeps this rank's shard of a whole checkpoint.
+   */
+  setGroup(group: DistGroup, bucketBytes: number): void {
+    this.raw.setGroup(group, bucketBytes);
+  }
+}
+
+/** A c10d TCPStore: rank 0 serves it, the other ranks connect (the trainer's rendezvous). */
+export interface DistStoreOptions {
+  host: string;
+  /** 0 with isServer: any free port (see `port()`). */
+  port: number;
+  isServer?: boolean;
+  /** A client gives up connecting after this long. */
+  timeoutS: number;
+}
+
+export interface DistStore {
+  set(key: string, value: string): Promise<void>;
+  /** The value of `key`, or null when it is not set within `timeoutMs`; rejects when the store is gone. */
+  get(key: string, timeoutMs: number): Promise<string | null>;
+  add(key: string, delta: number): Promise<number>;
+  port(): number;
+}
+
+export interface DistGroupOptions {
+  /** Keys of this group in the store: a fresh prefix per group, so it never meets an older one's. */
+  prefix: string;
+  rank: number;
+  size: number;
+  /** Forming the group and every collective fail after this long without progress. */
+  timeoutS: number;
+}
+
+/** A Gloo process group (opaque: `Trainer.setGroup` uses it). */
+export type DistGroup = { readonly __brand: 'DistGroup' };
+
+/** Connects to (or, isServer, serves) a c10d TCP store. */
+export function createStore(opts: DistStoreOptions): Promise<DistStore> {
+  return load().createStore(opts);
+}
+
+/** Joins a Gloo process group through `store`; resolves once all `size` ranks have joined. */
+export function createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup> {
+  return load().createGroup(store, opts);
 }

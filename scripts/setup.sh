@@ -37,7 +37,9 @@ export LIBTORCH=${LIBTORCH:-}
 if [ -n "$LIBTORCH" ]; then log "libtorch: $LIBTORCH"; fi
 
 # 1. Debian packages --------------------------------------------------------------------------
-APT_PACKAGES=(libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium clang-format openjdk-17-jre-headless maven)
+# libgloo-dev: the Gloo headers that c10d's ProcessGroupGloo.hpp includes (the data-parallel
+# trainer, native/src/dist.cc), for either libtorch (PyTorch's wheels ship none).
+APT_PACKAGES=(libopenblas0-pthread build-essential cmake ninja-build git ca-certificates chromium clang-format openjdk-17-jre-headless maven libgloo-dev)
 if [ -z "$LIBTORCH" ]; then APT_PACKAGES+=(libtorch-dev); fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

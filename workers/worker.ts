@@ -3,6 +3,8 @@
  * activities, with a pool of environment processes); `trainer` polls `<prefix>.trainer` (one
  * activity at a time: the model and optimizer live in this process); `inference` is the policy
  * server, which cpu activities drive over HTTP. SIGTERM / SIGINT drain and exit 0.
+ * A data-parallel trainer (`--trainer.world-size N`) is N trainer workers: rank 0 polls the queue
+ * and drives ranks 1..N-1, which only follow it through the c10d store (lib/trainer/group.ts).
  */
 import { NativeConnection, Runtime, DefaultLogger, Worker } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../activities';
@@ -12,7 +14,33 @@ import { EnvPool } from '../lib/envs/pool';
 import { runInference } from '../lib/cli/inference';
 import { ensureTemporal } from '../lib/temporal/devserver';
 import { taskQueues } from '../lib/temporal/queues';
+import { GroupLeader, runFollower, type RankGroup } from '../lib/trainer/group';
+import { RankTrainer } from '../lib/trainer/ranks';
 import * as native from '../native';
+
+/** Rank 1..N-1 of the data-parallel trainer: follows rank 0 until SIGTERM / SIGINT. */
+async function runFollowerRank(config: WorkerConfig): Promise<void> {
+  if (config.threads) native.setThreads(config.threads);
+  const ranks = new RankTrainer();
+  let current: RankGroup | undefined;
+  let stopping = false;
+  const stop = () => void (stopping = true);
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+  const t = config.trainer;
+  process.stdout.write(
+    `worker trainer rank ${t.rank} of ${t.world_size} following rank 0 at ${t.dist.host}:${t.dist.port}\n`,
+  );
+  await runFollower(t, {
+    execute: async (job, group) => {
+      if (current !== group) ranks.setGroup((current = group));
+      await ranks.follow(job);
+    },
+    reset: () => ranks.setGroup((current = undefined)),
+    log: (line) => process.stdout.write(`${line}\n`),
+    stopped: () => stopping,
+  });
+}
 
 export async function runWorker(config: WorkerConfig): Promise<void> {
   if (config.pool === 'inference') {
@@ -22,6 +50,9 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
       );
     return runInference(config.inference);
   }
+  if (config.pool === 'trainer' && config.trainer.rank > 0) return runFollowerRank(config);
+  const leader =
+    config.pool === 'trainer' && config.trainer.world_size > 1 ? await GroupLeader.start(config.trainer) : undefined;
   Runtime.install({ logger: new DefaultLogger('WARN') });
   const endpoint = await ensureTemporal(config.temporal, config.output_dir);
   const connection = await NativeConnection.connect({ address: endpoint.address });
@@ -43,13 +74,15 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
       connection,
       namespace: endpoint.namespace,
       taskQueue: queues.trainer,
-      activities: createTrainerActivities(),
+      activities: createTrainerActivities({ leader }),
       // The trainer holds one model in memory: activities must not interleave.
       maxConcurrentActivityTaskExecutions: 1,
     });
   }
   process.stdout.write(
-    `worker ${config.pool} polling ${config.pool === 'cpu' ? queues.cpu : queues.trainer} on ${endpoint.address}\n`,
+    `worker ${config.pool} polling ${config.pool === 'cpu' ? queues.cpu : queues.trainer} on ${endpoint.address}` +
+      (leader ? ` (trainer rank 0 of ${config.trainer.world_size}, store at ${config.trainer.dist.host}:${leader.port})` : '') +
+      '\n',
   );
   const stop = () => worker.shutdown();
   process.once('SIGTERM', stop);

@@ -218,6 +218,63 @@ const klPenaltySchema = section({
     .describe('adapt beta each step toward this measured KL; unset = fixed beta'),
 });
 
+/**
+ * The data-parallel trainer (lib/trainer/group.ts): `world_size` ranks, one process each, rank 0
+ * the Temporal worker serving the c10d TCP store at `dist.host:dist.port` that the other ranks
+ * rendezvous through. Shared by `rl` (trainer.*), `sft` (trainer.*) and `worker` (trainer.*, with
+ * the rank).
+ */
+const trainerScaleShape = {
+  world_size: positiveInt()
+    .default(1)
+    .describe('trainer ranks (processes) that train each step together, data parallel; rl and sft start them all'),
+  dist: section({
+    host: z
+      .string()
+      .min(1)
+      .default('127.0.0.1')
+      .describe("rank 0's address: it serves the c10d TCP store there, the other ranks connect to it"),
+    port: z
+      .number()
+      .int()
+      .min(0)
+      .max(65535)
+      .default(0)
+      .describe('TCP store port; 0 = rl and sft pick a free one for their local ranks (a worker needs a real port)'),
+    timeout_s: z
+      .number()
+      .positive()
+      .default(60)
+      .describe('a rank silent this long (joining, a collective) fails the step, which is retried on a fresh group'),
+    bucket_mb: z.number().positive().default(25).describe('gradient all-reduce bucket size in MiB'),
+  }),
+};
+
+/** `trainer` of `worker`: which rank this process is. */
+export const trainerRankSchema = section({
+  ...trainerScaleShape,
+  rank: z
+    .number()
+    .int()
+    .nonnegative()
+    .default(0)
+    .describe('this trainer rank: 0 polls the trainer task queue and drives ranks 1..world_size-1'),
+}).superRefine((t, ctx) => {
+  if (t.rank >= t.world_size)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['rank'],
+      message: `must be below trainer.world_size (${t.world_size}): ranks are 0..${t.world_size - 1}`,
+    });
+  if (t.world_size > 1 && t.dist.port === 0)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['dist', 'port'],
+      message: 'every rank must know the TCP store port of rank 0: set the same trainer.dist.port on all ranks',
+    });
+});
+export type TrainerRankConfig = z.output<typeof trainerRankSchema>;
+
 /** The lr default depends on LoRA (DESIGN.md: 1e-6 full, 1e-5 LoRA), so it is filled after parsing. */
 function withLrDefault<T extends { optim: { lr?: number }; lora: { enabled: boolean } }>(c: T) {
   return { ...c, optim: { ...c.optim, lr: c.optim.lr ?? (c.lora.enabled ? 1e-5 : 1e-6) } };
@@ -239,6 +296,7 @@ export const trainerSchema = z
     loss: lossSchema,
     kl_penalty: klPenaltySchema,
     lora: loraSchema,
+    ...trainerScaleShape,
   })
   .prefault({})
   .transform(withLrDefault);
@@ -626,6 +684,7 @@ export const sftSchema = z
     lora: loraSchema,
     ckpt: checkpointSchema,
     temporal: temporalSchema,
+    trainer: section(trainerScaleShape),
   })
   .superRefine((c, ctx) => {
     if (c.val.target_loss !== undefined && c.val.interval === undefined) {
@@ -688,6 +747,7 @@ export const workerSchema = z.strictObject({
     .describe('cpu pool: seconds before an environment call counts as hung'),
   temporal: temporalSchema,
   inference: inferenceSchema.optional().describe('inference pool: the server to run'),
+  trainer: trainerRankSchema.describe('trainer pool: this rank of the data-parallel trainer'),
 });
 
 export const modelCreateSchema = z.strictObject({

@@ -14,7 +14,8 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
-import type { InferenceConfig, TemporalConfig, WorkerConfig } from '../config/schemas';
+import * as net from 'node:net';
+import type { InferenceConfig, TemporalConfig, TrainerRankConfig, WorkerConfig } from '../config/schemas';
 import { ConfigError } from '../config/errors';
 import { CommandError } from '../cli/command';
 import { RunLayout } from '../run/layout';
@@ -36,6 +37,8 @@ export interface LaunchSpec {
   /** Worker pools to run. */
   pools: ('cpu' | 'trainer')[];
   worker: Pick<WorkerConfig, 'env_workers' | 'env_timeout_s' | 'threads'>;
+  /** The trainer's ranks: world_size trainer workers (rank 0 + followers) on this machine. */
+  trainer?: Pick<TrainerRankConfig, 'world_size' | 'dist'>;
   workflowType: 'rl' | 'sft' | 'eval';
   args: unknown[];
   memo: Record<string, unknown>;
@@ -47,6 +50,8 @@ export interface LocalRun<R> {
   layout: RunLayout;
   /** The local processes, for tests that kill them (no pid: not run for this workflow). */
   processes: Record<Pool, { pid?: number; restarts: number }>;
+  /** Trainer ranks 1..world_size-1 (rank 0 is `processes.trainer`). */
+  followers: { pid?: number; restarts: number }[];
   result: Promise<R>;
   stop(): Promise<void>;
 }
@@ -71,7 +76,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   // draining, or stuck) is stopped here: it would hold its port, or poll our task queues.
   await Promise.all(
     Object.entries(previous?.processes ?? {})
-      .filter(([, id]) => isRunning(id))
+      .filter((e): e is [string, ProcessId] => e[1] !== undefined && isRunning(e[1]))
       .map(([name, id]) => {
         say(
           `stopping ${name} (pid ${id.pid}), left running by the killed launcher ${previous!.launcher.pid} of this run`,
@@ -98,13 +103,19 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   const address = temporalAddress(spec.temporal);
 
   const children: Partial<Record<Pool, Supervised>> = {};
+  const followers: Supervised[] = [];
   /** The run's local processes: inference server (if any) and worker pools, each supervised. */
-  const spawnChildren = () => {
+  const spawnChildren = async () => {
     const configs = path.join(layout.dir, 'configs');
+    const worldSize = spec.trainer?.world_size ?? 1;
+    const dist = spec.trainer?.dist ?? { host: '127.0.0.1', port: 0, timeout_s: 60, bucket_mb: 25 };
+    // Local ranks rendezvous on a port picked now unless the config names one.
+    const trainerDist = worldSize > 1 && dist.port === 0 ? { ...dist, port: await freePort(dist.host) } : dist;
     const workerBase: Omit<WorkerConfig, 'pool'> = {
       output_dir: spec.outputDir,
       ...spec.worker,
       temporal: { ...spec.temporal, address },
+      trainer: { rank: 0, world_size: worldSize, dist: trainerDist },
     };
     const recorded = (pool: keyof LauncherRecord['processes']) => (id: ProcessId) => {
       record.processes[pool] = id;
@@ -131,10 +142,27 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         recorded(pool),
       );
     }
+    if (!spec.pools.includes('trainer')) return;
+    for (let rank = 1; rank < worldSize; rank++) {
+      const name = `trainer-${rank}` as const;
+      const file = writeJson(path.join(configs, `worker-${name}.json`), {
+        ...workerBase,
+        pool: 'trainer',
+        trainer: { ...workerBase.trainer, rank },
+      });
+      followers.push(
+        new Supervised(
+          `trainer rank ${rank}`,
+          cliProcess(['worker', '@', file], path.join(layout.logsDir, `${name}.log`)),
+          say,
+          recorded(name),
+        ),
+      );
+    }
   };
 
   const stop = async () => {
-    await Promise.all(Object.values(children).map((c) => c.stop()));
+    await Promise.all([...Object.values(children), ...followers].map((c) => c.stop()));
     if (temporal) await releaseDevServer(temporal, spec.temporal, spec.outputDir, spec.runName, say);
     fs.rmSync(layout.launcherFile, { force: true });
   };
@@ -170,7 +198,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       if (!(e instanceof WorkflowNotFoundError)) throw e;
     }
     // Checked before any process starts, so a refused launch leaves nothing behind.
-    spawnChildren();
+    await spawnChildren();
     if (running) say(`re-attached to running workflow ${workflowId}`);
     else {
       try {
@@ -237,10 +265,22 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       cpu: proc(children.cpu),
       trainer: proc(children.trainer),
     };
-    return { layout, processes, result, stop };
+    return { layout, processes, followers: followers.map((f) => proc(f)), result, stop };
   } catch (e) {
     await opened?.close();
     await stop();
     throw e;
   }
+}
+
+/** A TCP port free on `host` now (the OS picks it). */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, host, () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
 }

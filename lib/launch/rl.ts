@@ -44,6 +44,7 @@ export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Pro
         env_timeout_s: config.orchestrator.env_timeout_s,
         threads: config.trainer.threads,
       },
+      trainer: config.trainer,
       workflowType: 'rl',
       args: [config],
       memo: {

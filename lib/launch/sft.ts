@@ -40,6 +40,7 @@ export function launchSft(config: SFTConfig, opts: { quiet?: boolean } = {}): Pr
       temporal: config.temporal,
       pools: ['cpu', 'trainer'],
       worker: { env_workers: 1, env_timeout_s: 60, threads: config.threads },
+      trainer: config.trainer,
       workflowType: 'sft',
       args: [config],
       memo: {

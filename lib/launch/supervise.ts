@@ -119,7 +119,8 @@ export type Pool = 'temporal' | 'inference' | 'cpu' | 'trainer';
  */
 export interface LauncherRecord {
   launcher: ProcessId;
-  processes: Partial<Record<Exclude<Pool, 'temporal'>, ProcessId>>;
+  /** By pool, and trainer ranks 1..N-1 as `trainer-<rank>`. */
+  processes: Partial<Record<Exclude<Pool, 'temporal'> | `trainer-${number}`, ProcessId>>;
 }
 
 export function readLauncherRecord(layout: RunLayout): LauncherRecord | undefined {
@@ -131,9 +132,10 @@ export function readLauncherRecord(layout: RunLayout): LauncherRecord | undefine
     const launcher = asProcessId(raw.launcher);
     if (launcher === undefined) return undefined;
     const processes: LauncherRecord['processes'] = {};
-    for (const name of ['inference', 'cpu', 'trainer'] as const) {
-      const id = asProcessId(raw.processes?.[name]);
-      if (id) processes[name] = id;
+    for (const [name, value] of Object.entries(raw.processes ?? {})) {
+      if (!['inference', 'cpu', 'trainer'].includes(name) && !/^trainer-\d+$/.test(name)) continue;
+      const id = asProcessId(value);
+      if (id) processes[name as keyof LauncherRecord['processes']] = id;
     }
     return { launcher, processes };
   } catch {

@@ -18,6 +18,26 @@ import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type Checkpoint
 import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
 import type { TrainerSpec } from './spec';
+import type { RankGroup } from './group';
+
+/**
+ * The rows rank `rank` of `size` trains of a step: rows go, longest first, to the rank with the
+ * fewest tokens yet (ties: the lower rank), so the ranks' forward/backward times are even; each
+ * rank keeps its rows in batch order. Deterministic: every rank computes the same split.
+ */
+export function shardRows<T extends { inputIds: ArrayLike<number> }>(rows: readonly T[], rank: number, size: number): T[] {
+  if (size === 1) return [...rows];
+  const order = rows.map((_, i) => i).sort((a, b) => rows[b].inputIds.length - rows[a].inputIds.length || a - b);
+  const load = new Array<number>(size).fill(0);
+  const mine: number[] = [];
+  for (const i of order) {
+    let r = 0;
+    for (let k = 1; k < size; k++) if (load[k] < load[r]) r = k;
+    load[r] += rows[i].inputIds.length;
+    if (r === rank) mine.push(i);
+  }
+  return mine.sort((a, b) => a - b).map((i) => rows[i]);
+}
 
 /** Learning-rate schedule of the trainer over its `maxSteps`. */
 function scheduleOf(t: TrainerSpec): LrSchedule {
@@ -89,6 +109,8 @@ export class TrainerRuntime {
     private readonly baseDir: string,
     private readonly rawConfig: Record<string, unknown>,
     public progress: TrainProgress,
+    /** Data parallel: this rank's process group (steps, checkpoints and restores are collective). */
+    readonly group?: RankGroup,
   ) {}
 
   /** The KL penalty's beta for the next step (see kl-controller): checkpointed, recomputed on replay. */
@@ -107,6 +129,7 @@ export class TrainerRuntime {
     t: TrainerSpec,
     step: number,
     onReplay?: (done: number, total: number) => void,
+    group?: RankGroup,
   ): Promise<{ runtime: TrainerRuntime; report: RestoreReport }> {
     const layout = new RunLayout(runDir);
     if (t.threads) native.setThreads(t.threads);
@@ -125,11 +148,17 @@ export class TrainerRuntime {
         ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, targetModules: t.lora.target_modules }
         : undefined,
     });
-    const runtime = new TrainerRuntime(layout, t, model, trainer, baseDir, readHfConfig(baseDir).rawConfig, {
-      steps: 0,
-      samples: 0,
-      tokens: 0,
-    });
+    if (group) trainer.setGroup(group.group, group.bucketBytes);
+    const runtime = new TrainerRuntime(
+      layout,
+      t,
+      model,
+      trainer,
+      baseDir,
+      readHfConfig(baseDir).rawConfig,
+      { steps: 0, samples: 0, tokens: 0 },
+      group,
+    );
     runtime.klBeta = t.klPenalty.beta;
     const report: RestoreReport = { from: 0, skipped: [], replayed: 0 };
     const candidates = fs.existsSync(layout.checkpointsRoot) ? listSteps(fs.readdirSync(layout.checkpointsRoot)) : [];
@@ -165,8 +194,9 @@ export class TrainerRuntime {
     const load = (performance.now() - loadStart) / 1000;
     const lr = lrAt(scheduleOf(t), step);
     const klBeta = t.klPenalty.enabled ? this.klBeta : 0;
+    const rows = this.group ? shardRows(batch.rows, this.group.rank, this.group.size) : batch.rows;
     const stats = await this.trainer.step(
-      batch.rows.map((r) => ({
+      rows.map((r) => ({
         inputIds: r.inputIds,
         positionIds: r.positionIds,
         lossMask: r.lossMask,
@@ -263,9 +293,16 @@ export class TrainerRuntime {
     return dir;
   }
 
-  /** Saves `checkpoints/step_<steps>` atomically, with a checksum. */
+  /**
+   * Saves `checkpoints/step_<steps>` atomically, with a checksum. Data parallel: a collective in
+   * which rank 0 gathers the optimizer shards and alone writes.
+   */
   async checkpoint(): Promise<string> {
     const dir = this.layout.checkpointDir(this.progress.steps);
+    if (this.group && this.group.rank > 0) {
+      await this.trainer.save('');
+      return dir;
+    }
     await writeDirAtomicAsync(dir, async (tmp) => {
       await this.trainer.save(tmp);
       const klBeta = this.spec.klPenalty.enabled ? { klBeta: this.klBeta } : {};

@@ -12,6 +12,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   ctors->model = Napi::Persistent(DefineModel(env));
   ctors->generator = Napi::Persistent(DefineGenerator(env));
   ctors->trainer = Napi::Persistent(DefineTrainer(env));
+  ctors->distStore = Napi::Persistent(DefineDistStore(env));
+  ctors->distGroup = Napi::Persistent(DefineDistGroup(env));
   env.SetInstanceData<Constructors>(ctors);
   exports.Set("info", Napi::Function::New(env, Info));
   exports.Set("setThreads", Napi::Function::New(env, SetThreads));
@@ -19,6 +21,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("matmulGflops", Napi::Function::New(env, MatmulGflops));
   exports.Set("policyLoss", Napi::Function::New(env, PolicyLoss));
   exports.Set("lossKinds", Napi::Function::New(env, LossKinds));
+  exports.Set("createStore", Napi::Function::New(env, CreateStore));
+  exports.Set("createGroup", Napi::Function::New(env, CreateGroup));
   return exports;
 }
 

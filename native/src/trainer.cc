@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace prime {
 namespace fs = std::filesystem;
@@ -82,6 +84,20 @@ at::Tensor targetLogprobs(const Model& m, const at::Tensor& hidden, const at::Te
   return lp.gather(1, targets.unsqueeze(1)).squeeze(1);
 }
 
+// The key of a parameter in an optimizer's state map: its TensorImpl, as a string in libtorch
+// 1.13 and as the pointer itself in 2.x.
+template <typename Map>
+typename Map::key_type stateKey(const Map&, const at::Tensor& p) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return s.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
@@ -139,9 +155,10 @@ Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
 }
 
 // lr is set before every step (schedules live in TS), so it starts at 0 here.
-std::unique_ptr<torch::optim::AdamW> Trainer::makeOptimizer() const {
+std::unique_ptr<torch::optim::AdamW> Trainer::makeOptimizer(bool all) const {
   std::vector<at::Tensor> params;
-  for (auto& [name, p] : trainable_) params.push_back(p);
+  for (size_t i = 0; i < trainable_.size(); i++)
+    if (all || !group_ || owner_[i] == group_->rank()) params.push_back(trainable_[i].second);
   return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(0.0)
                                                            .betas({cfg_.adamw.beta1, cfg_.adamw.beta2})
                                                            .eps(cfg_.adamw.eps)
@@ -168,6 +185,13 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     countLossUnits(in.mask, in.sample, in.numSamples, t, s);
     lossTokens += t;
     samples += s;
+  }
+  if (group_) {
+    // The normaliser is the whole step's (every rank's rows), as one trainer would count it.
+    at::Tensor counts = at::tensor(std::vector<int64_t>{lossTokens, samples}, at::TensorOptions().dtype(at::kLong));
+    group_->allReduceSum(counts);
+    lossTokens = counts[0].item<int64_t>();
+    samples = counts[1].item<int64_t>();
   }
   const double norm = resolveNormalizer(loss, lossTokens, samples);
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
@@ -197,16 +221,132 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     }
     policyLoss(loss, in, norm, sums).backward();
   }
+  if (group_) {
+    // Every rank's sums (its loss share is already divided by the global normaliser).
+    at::Tensor f = at::tensor(
+        std::vector<double>{sums.loss, sums.entropy, sums.mismatchKl, sums.maskedMismatchKl, sums.referenceKl},
+        at::TensorOptions().dtype(at::kDouble));
+    at::Tensor n = at::tensor(std::vector<int64_t>{sums.lossTokens, sums.samples, sums.maskedTokens,
+                                                   sums.maskedSamples, sums.clippedTokens, sums.maskedLow,
+                                                   sums.maskedHigh, sums.maskedAdvPositive, sums.maskedAdvNegative,
+                                                   st.tokens},
+                              at::TensorOptions().dtype(at::kLong));
+    group_->allReduceSum(f);
+    group_->allReduceSum(n);
+    double* fd = f.data_ptr<double>();
+    int64_t* nd = n.data_ptr<int64_t>();
+    sums.loss = fd[0], sums.entropy = fd[1], sums.mismatchKl = fd[2], sums.maskedMismatchKl = fd[3];
+    sums.referenceKl = fd[4];
+    sums.lossTokens = nd[0], sums.samples = nd[1], sums.maskedTokens = nd[2], sums.maskedSamples = nd[3];
+    sums.clippedTokens = nd[4], sums.maskedLow = nd[5], sums.maskedHigh = nd[6], sums.maskedAdvPositive = nd[7];
+    sums.maskedAdvNegative = nd[8], st.tokens = nd[9];
+  }
   st.metrics = lossMetrics(sums);
   return st;
 }
 
+void Trainer::setGroup(std::shared_ptr<DistGroup> group, int64_t bucketBytes) {
+  if (step_ != 0) throw std::runtime_error("setGroup: the trainer has already stepped");
+  group_ = std::move(group);
+  bucketBytes_ = bucketBytes;
+  // Greedy by size, in parameter order: each parameter to the rank owning the fewest values yet.
+  std::vector<int64_t> load(group_->size(), 0);
+  owner_.assign(trainable_.size(), 0);
+  for (size_t i = 0; i < trainable_.size(); i++) {
+    int r = 0;
+    for (int k = 1; k < group_->size(); k++)
+      if (load[k] < load[r]) r = k;
+    owner_[i] = r;
+    load[r] += trainable_[i].second.numel();
+  }
+  optim_ = makeOptimizer();
+}
+
+void Trainer::zeroGrads() {
+  if (!group_) return optim_->zero_grad();
+  // What libtorch 1.13's zero_grad does, over every parameter (AdamW holds only this rank's).
+  for (auto& [name, p] : trainable_)
+    if (p.grad().defined()) {
+      p.mutable_grad().detach_();
+      p.mutable_grad().zero_();
+    }
+}
+
+void Trainer::syncGradients() {
+  at::NoGradGuard noGrad;
+  // A parameter with a gradient on any rank has one on all (zeros where its rows did not reach
+  // it), as one trainer over all rows would; one with none anywhere is left alone (AdamW skips it).
+  const int64_t n = int64_t(trainable_.size());
+  at::Tensor has = at::zeros({n}, at::TensorOptions().dtype(at::kFloat));
+  for (int64_t i = 0; i < n; i++)
+    if (trainable_[i].second.grad().defined()) has[i] = 1;
+  group_->allReduceSum(has);
+  std::vector<at::Tensor> grads;
+  for (int64_t i = 0; i < n; i++) {
+    at::Tensor& p = trainable_[i].second;
+    if (has[i].item<float>() == 0) continue;
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  group_->allReduceBucketed(grads, bucketBytes_);
+}
+
+void Trainer::broadcastParameters() {
+  for (int r = 0; r < group_->size(); r++) {
+    std::vector<at::Tensor> owned;
+    for (size_t i = 0; i < trainable_.size(); i++)
+      if (owner_[i] == r) owned.push_back(trainable_[i].second);
+    group_->broadcastBucketed(owned, r, bucketBytes_);
+  }
+}
+
+std::unique_ptr<torch::optim::AdamW> Trainer::gatherOptimizer() {
+  const int rank = group_->rank();
+  std::unique_ptr<torch::optim::AdamW> full = rank == 0 ? makeOptimizer(true) : nullptr;
+  const auto dopts = at::TensorOptions().dtype(at::kDouble);
+  for (size_t i = 0; i < trainable_.size(); i++) {
+    const at::Tensor& p = trainable_[i].second;
+    const int owner = owner_[i], tag = int(i) * 3;
+    if (rank != 0 && rank != owner) continue;
+    if (owner == 0) {  // rank 0's own shard: a copy
+      auto it = optim_->state().find(stateKey(optim_->state(), p));
+      if (it != optim_->state().end()) full->state()[stateKey(full->state(), p)] = it->second->clone();
+      continue;
+    }
+    // From its owner: [has state, step], then exp_avg and exp_avg_sq.
+    at::Tensor meta = at::zeros({2}, dopts);
+    if (rank == owner) {
+      auto it = optim_->state().find(stateKey(optim_->state(), p));
+      auto* st = it == optim_->state().end() ? nullptr : static_cast<torch::optim::AdamWParamState*>(it->second.get());
+      if (st) meta = at::tensor(std::vector<double>{1.0, double(st->step())}, dopts);
+      group_->send(meta, 0, tag);
+      if (!st) continue;
+      at::Tensor m = st->exp_avg().contiguous(), v = st->exp_avg_sq().contiguous();
+      group_->send(m, 0, tag + 1);
+      group_->send(v, 0, tag + 2);
+    } else {
+      group_->recv(meta, owner, tag);
+      if (meta[0].item<double>() == 0) continue;
+      at::Tensor m = at::empty_like(p, at::MemoryFormat::Contiguous), v = at::empty_like(p, at::MemoryFormat::Contiguous);
+      group_->recv(m, owner, tag + 1);
+      group_->recv(v, owner, tag + 2);
+      auto st = std::make_unique<torch::optim::AdamWParamState>();
+      st->step(int64_t(meta[1].item<double>()));
+      st->exp_avg(m);
+      st->exp_avg_sq(v);
+      full->state()[stateKey(full->state(), p)] = std::move(st);
+    }
+  }
+  return full;
+}
+
 StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& loss, double lr, double maxGradNorm) {
   const auto t0 = std::chrono::steady_clock::now();
-  optim_->zero_grad();
+  zeroGrads();
   StepStats st = forwardBackward(rows, loss);
   st.forwardBackwardSeconds = since(t0);
   const auto t1 = std::chrono::steady_clock::now();
+  if (group_) syncGradients();
   // Total L2 norm over all gradients (as torch.nn.utils.clip_grad_norm_), clipped in place.
   std::vector<at::Tensor> norms;
   for (auto& [name, p] : trainable_)
@@ -221,6 +361,7 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
   }
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   optim_->step();
+  if (group_) broadcastParameters();
   step_++;
   st.lr = lr;
   st.optimizerSeconds = since(t1);
@@ -230,13 +371,14 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
 
 StepStats Trainer::gradients(const std::vector<TrainRow>& rows, const LossConfig& loss,
                              std::vector<std::pair<std::string, at::Tensor>>& grads) {
-  optim_->zero_grad();
+  // With a group: the loss over every rank's rows, the gradients of this rank's rows only.
+  zeroGrads();
   const auto t0 = std::chrono::steady_clock::now();
   StepStats st = forwardBackward(rows, loss);
   st.seconds = st.forwardBackwardSeconds = since(t0);
   for (auto& [name, p] : trainable_)
     grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
-  optim_->zero_grad();
+  zeroGrads();
   return st;
 }
 
@@ -269,7 +411,9 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::adapters() const {
   return out;
 }
 
-void Trainer::save(const std::string& dir) const {
+void Trainer::save(const std::string& dir) {
+  std::unique_ptr<torch::optim::AdamW> gathered = group_ ? gatherOptimizer() : nullptr;
+  if (group_ && group_->rank() != 0) return;  // rank 0 alone writes
   fs::create_directories(dir);
   torch::serialize::OutputArchive ar;
   ar.write("step", at::tensor(step_), /*is_buffer=*/true);
@@ -279,7 +423,7 @@ void Trainer::save(const std::string& dir) const {
   // Archive keys may not contain '.', so parameters are stored by index (trainable_ order).
   for (size_t i = 0; i < trainable_.size(); i++) ar.write("p" + std::to_string(i), trainable_[i].second.detach(), true);
   torch::serialize::OutputArchive opt;
-  optim_->save(opt);
+  (gathered ? *gathered : *optim_).save(opt);
   ar.write("optimizer", opt);
   ar.write("rng", rng_.get_state(), true);
   // Write a temp file, sync, then rename: a crash never leaves a half-written trainer.ckpt.
@@ -297,7 +441,7 @@ void Trainer::load(const std::string& dir) {
   const auto& named = trainable_;
   std::vector<at::Tensor> weights(named.size());
   at::Tensor step, rng;
-  std::unique_ptr<torch::optim::AdamW> fresh = makeOptimizer();
+  std::unique_ptr<torch::optim::AdamW> fresh = makeOptimizer(true);
   try {
     // Read and check everything before touching live state, so a bad file changes nothing.
     torch::serialize::InputArchive ar;
@@ -330,6 +474,16 @@ void Trainer::load(const std::string& dir) {
   {
     at::NoGradGuard noGrad;
     for (size_t i = 0; i < named.size(); i++) named[i].second.copy_(weights[i]);
+  }
+  if (group_) {
+    // ZeRO-1: this rank keeps its shard of the whole state the file holds.
+    std::unique_ptr<torch::optim::AdamW> shard = makeOptimizer();
+    for (size_t i = 0; i < named.size(); i++) {
+      if (owner_[i] != group_->rank()) continue;
+      auto it = fresh->state().find(stateKey(fresh->state(), named[i].second));
+      if (it != fresh->state().end()) shard->state()[stateKey(shard->state(), named[i].second)] = std::move(it->second);
+    }
+    fresh = std::move(shard);
   }
   optim_ = std::move(fresh);
   step_ = step.item<int64_t>();

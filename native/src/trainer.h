@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "dist.h"
 #include "loss.h"
 #include "model.h"
 
@@ -71,15 +72,29 @@ class Trainer {
   std::vector<std::pair<std::string, at::Tensor>> adapters() const;
   // Atomic checkpoint in dir/trainer.ckpt: trainable weights (all, or the adapters), AdamW
   // state, step count, the trainer's RNG state.
-  void save(const std::string& dir) const;
+  void save(const std::string& dir);
   void load(const std::string& dir);
+
+  // Data parallel from now on (call before any step or load): a step's loss normaliser, metrics
+  // and gradients are summed over `group` (gradients in buckets of `bucketBytes`), and AdamW is
+  // ZeRO-1: this rank holds the state of, and steps, only the parameters it owns (assigned
+  // greedily by size, the same on every rank); each owner then broadcasts its updated parameters.
+  // save() gathers the whole optimizer state to rank 0, which alone writes (other ranks pass any
+  // dir); load() reads the whole file on every rank and keeps this rank's shard.
+  void setGroup(std::shared_ptr<DistGroup> group, int64_t bucketBytes);
 
   int64_t stepCount() const { return step_; }
   const std::shared_ptr<Model> model;
 
  private:
   StepStats forwardBackward(const std::vector<TrainRow>& rows, const LossConfig& loss);
-  std::unique_ptr<torch::optim::AdamW> makeOptimizer() const;
+  // AdamW over this rank's parameters (all of them without a group, or with `all`).
+  std::unique_ptr<torch::optim::AdamW> makeOptimizer(bool all = false) const;
+  void zeroGrads();
+  void syncGradients();        // data parallel: sums the gradients over the group
+  void broadcastParameters();  // data parallel: each owner's updated parameters to every rank
+  // The whole optimizer state on rank 0 (gathered from the owners; null on other ranks).
+  std::unique_ptr<torch::optim::AdamW> gatherOptimizer();
   const TrainerConfig cfg_;
   std::unique_ptr<LoraAdapters> lora_;                         // set with LoRA
   std::unique_ptr<Model> reference_;                           // set with cfg.reference (full fine-tuning)
@@ -87,6 +102,9 @@ class Trainer {
   std::unique_ptr<torch::optim::AdamW> optim_;
   at::Generator rng_;
   int64_t step_ = 0;
+  std::shared_ptr<DistGroup> group_;  // set when data parallel
+  int64_t bucketBytes_ = 0;
+  std::vector<int> owner_;  // ZeRO-1: the rank that steps trainable_[i]
 };
 
 }  // namespace prime

@@ -52,7 +52,7 @@ class Job : public Napi::AsyncWorker {
 
 // Per-addon-instance constructors of the wrapped classes (set by Init).
 struct Constructors {
-  Napi::FunctionReference model, generator, trainer;
+  Napi::FunctionReference model, generator, trainer, distStore, distGroup;
 };
 
 // A new JS object of a wrapped class holding `value`.

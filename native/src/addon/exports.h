@@ -3,11 +3,24 @@
 
 #include <napi.h>
 
+#include <memory>
+
+namespace prime {
+class DistGroup;
+}
+
 namespace prime::addon {
 
 Napi::Function DefineModel(Napi::Env env);
 Napi::Function DefineGenerator(Napi::Env env);
 Napi::Function DefineTrainer(Napi::Env env);
+Napi::Function DefineDistStore(Napi::Env env);
+Napi::Function DefineDistGroup(Napi::Env env);
+// The engine group of a JS DistGroup (Trainer.setGroup).
+std::shared_ptr<DistGroup> unwrapGroup(Napi::Value v);
+Napi::Value CreateStore(const Napi::CallbackInfo& info);  // ({host, port, isServer, timeoutS}) -> Promise<DistStore>
+// (store, {prefix, rank, size, timeoutS}) -> Promise<DistGroup>, once every rank has joined
+Napi::Value CreateGroup(const Napi::CallbackInfo& info);
 
 Napi::Value CreateModel(const Napi::CallbackInfo& info);  // (config, specs, tensors, options) -> Promise<Model>
 Napi::Value PolicyLoss(const Napi::CallbackInfo& info);

@@ -44,7 +44,8 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
         {InstanceMethod("step", &TrainerWrap::Step), InstanceMethod("gradients", &TrainerWrap::Gradients),
          InstanceMethod("score", &TrainerWrap::Score), InstanceMethod("readWeights", &TrainerWrap::ReadWeights),
          InstanceMethod("readAdapters", &TrainerWrap::ReadAdapters), InstanceMethod("save", &TrainerWrap::Save),
-         InstanceMethod("load", &TrainerWrap::Load), InstanceMethod("stepCount", &TrainerWrap::StepCount)});
+         InstanceMethod("load", &TrainerWrap::Load), InstanceMethod("stepCount", &TrainerWrap::StepCount),
+         InstanceMethod("setGroup", &TrainerWrap::SetGroup)});
   }
   explicit TrainerWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<TrainerWrap>(info), tr_(unwrapExternal<Trainer>(info, "Trainer")) {}
@@ -129,6 +130,15 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     return (new Job(
                 info.Env(), tr->model, [tr, dir] { tr->load(dir); }, nullptr))
         ->start();
+  }
+
+  // (group, bucketBytes): synchronous, the model must be idle.
+  Napi::Value SetGroup(const Napi::CallbackInfo& info) {
+    std::shared_ptr<DistGroup> group = unwrapGroup(info[0]);
+    const int64_t bucketBytes = int64_t(info[1].As<Napi::Number>().DoubleValue());
+    checkIdle(info.Env(), *tr_->model);
+    jsErrors(info.Env(), [&] { tr_->setGroup(group, bucketBytes); });
+    return info.Env().Undefined();
   }
 
   Napi::Value StepCount(const Napi::CallbackInfo& info) {

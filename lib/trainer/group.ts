@@ -1,0 +1,218 @@
+/**
+ * How the data-parallel trainer's ranks train one step together (`trainer.world_size` > 1).
+ *
+ * Rank 0 is the only Temporal worker of the trainer queue. It serves a c10d TCP store at
+ * `trainer.dist.host:port`; ranks 1..N-1 connect to it and do nothing but follow rank 0:
+ *
+ *   - A *generation* is one Gloo process group. Rank 0 forms one when it has none (at its first
+ *     activity, and after any failure): it sets the store key `gen` to a fresh name, waits until
+ *     every other rank has counted itself in under `<gen>/joined` (within `dist.timeout_s`, else
+ *     the activity fails and Temporal retries it), then all join the group on the store prefix
+ *     `<gen>/pg/`, which no earlier group used.
+ *   - Each trainer activity is one *job* `{op, runDir, step}`, written to `<gen>/job/<k>`; every
+ *     rank then brings its runtime to `step` and does the job's collective part (lib/trainer/ranks.ts).
+ *     Rank 0 alone writes the summary, weights and checkpoints.
+ *   - Any failure on any rank (a dead rank breaks a collective at once, a stuck one after
+ *     `dist.timeout_s`) ends the generation: rank 0 fails the activity and drops its group and
+ *     runtime; followers drop theirs and wait for the next `gen`. The retried activity forms a new
+ *     generation in which every rank restores from the newest checkpoint and replays the stored
+ *     batches together, exactly as one trainer does after a crash. A step is applied to a runtime
+ *     only at `progress.steps === step`, and a finished step is found on disk (train/step_n.json),
+ *     so nothing is applied twice.
+ *   - A dead rank 0 takes the store with it: followers reconnect until the restarted rank 0 serves
+ *     it again; Temporal retries the activity on that rank 0 (heartbeat timeout).
+ */
+import { randomBytes } from 'node:crypto';
+import * as native from '../../native';
+import { ConfigError } from '../config/errors';
+import type { TrainerRankConfig } from '../config/schemas';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** One trainer activity as every rank sees it; `at`: only bring the runtime to `step`. */
+export interface RankJob {
+  op: 'train' | 'checkpoint' | 'at';
+  runDir: string;
+  step: number;
+}
+
+/** A process group generation as a rank holds it. */
+export interface RankGroup {
+  group: native.DistGroup;
+  rank: number;
+  size: number;
+  bucketBytes: number;
+}
+
+const where = (t: TrainerRankConfig) => `${t.dist.host}:${t.dist.port}`;
+
+/** The store error of a rank that cannot bind or reach `trainer.dist.host:port`, as a config error. */
+function storeError(t: TrainerRankConfig, e: unknown): ConfigError {
+  const key = 'trainer.dist.host / trainer.dist.port';
+  const what =
+    t.rank === 0
+      ? `rank 0 serves the trainer's TCP store there; give an address of this host and a free port`
+      : `rank 0 (\`prime-rl worker --pool trainer --trainer.rank 0\`) serves it; is it running, and reachable at that address?`;
+  return new ConfigError(`${key} (${where(t)}): ${(e as Error).message}; ${what}`);
+}
+
+/** Rank 0's side: the store, the current generation, the jobs it hands out. */
+export class GroupLeader {
+  private readonly nonce = randomBytes(4).toString('hex');
+  private generation = 0;
+  private current?: { name: string; group: RankGroup; jobs: number };
+
+  private constructor(
+    readonly config: TrainerRankConfig,
+    private readonly store: native.DistStore,
+  ) {}
+
+  /** Serves the store at trainer.dist.host:port (a ConfigError naming the keys if it cannot). */
+  static async start(config: TrainerRankConfig): Promise<GroupLeader> {
+    if (config.rank !== 0) throw new Error('GroupLeader is rank 0');
+    try {
+      const store = await native.createStore({
+        host: config.dist.host,
+        port: config.dist.port,
+        isServer: true,
+        timeoutS: config.dist.timeout_s,
+      });
+      return new GroupLeader(config, store);
+    } catch (e) {
+      throw storeError(config, e);
+    }
+  }
+
+  get port(): number {
+    return this.store.port();
+  }
+
+  /** The current generation's group, or a new one once every rank has joined (`fresh`). */
+  async ensure(): Promise<{ group: RankGroup; fresh: boolean }> {
+    if (this.current) return { group: this.current.group, fresh: false };
+    const { world_size: size, dist } = this.config;
+    const name = `${this.nonce}.${++this.generation}`;
+    await this.store.set('gen', name);
+    const deadline = Date.now() + dist.timeout_s * 1000;
+    for (;;) {
+      const joined = await this.store.add(`${name}/joined`, 0);
+      if (joined >= size - 1) break;
+      if (Date.now() > deadline)
+        throw new Error(
+          `trainer ranks: ${joined} of ${size - 1} followers joined within trainer.dist.timeout_s (${dist.timeout_s} s); ` +
+            `start \`prime-rl worker --pool trainer --trainer.rank R --trainer.world-size ${size}\` for every R in 1..${size - 1}, pointed at ${where(this.config)}`,
+        );
+      await sleep(100);
+    }
+    const group = await native.createGroup(this.store, {
+      prefix: `${name}/pg/`,
+      rank: 0,
+      size,
+      timeoutS: dist.timeout_s,
+    });
+    this.current = { name, group: { group, rank: 0, size, bucketBytes: bucketBytes(this.config) }, jobs: 0 };
+    return { group: this.current.group, fresh: true };
+  }
+
+  /** Hands `job` to every follower of the current generation. */
+  async dispatch(job: RankJob): Promise<void> {
+    const c = this.current;
+    if (!c) throw new Error('dispatch: no process group (call ensure first)');
+    await this.store.set(`${c.name}/job/${c.jobs++}`, JSON.stringify(job));
+  }
+
+  /**
+   * Ends the current generation after a failure: the next activity forms a new one. Returns what
+   * the followers reported failing in it (for the activity's error).
+   */
+  async invalidate(): Promise<string[]> {
+    const c = this.current;
+    this.current = undefined;
+    if (!c) return [];
+    const reports: string[] = [];
+    for (let r = 1; r < this.config.world_size; r++) {
+      const e = await this.store.get(`${c.name}/error/${r}`, 1).catch(() => null);
+      if (e) reports.push(`rank ${r}: ${e}`);
+    }
+    return reports;
+  }
+}
+
+export function bucketBytes(t: TrainerRankConfig): number {
+  return Math.round(t.dist.bucket_mb * 1024 * 1024);
+}
+
+/**
+ * A follower rank (1..world_size-1), until `stopped()`: joins every generation rank 0 forms and
+ * runs its jobs with `execute`; `reset` drops the rank's runtime when a generation ends. The first
+ * connection to the store must succeed within `dist.timeout_s` (else a ConfigError naming the
+ * keys); later losses of it (rank 0 restarting) are waited out.
+ */
+export async function runFollower(
+  config: TrainerRankConfig,
+  hooks: {
+    execute: (job: RankJob, group: RankGroup) => Promise<void>;
+    reset: () => void;
+    log: (line: string) => void;
+    stopped: () => boolean;
+  },
+): Promise<void> {
+  const { rank, world_size: size, dist } = config;
+  const connect = () =>
+    native.createStore({ host: dist.host, port: dist.port, isServer: false, timeoutS: dist.timeout_s });
+  let store: native.DistStore;
+  try {
+    store = await connect();
+  } catch (e) {
+    throw storeError(config, e);
+  }
+  let seen: string | null = null;
+  while (!hooks.stopped()) {
+    try {
+      const name = await store.get('gen', 1000);
+      if (name === null || name === seen) continue;
+      seen = name;
+      hooks.reset();
+      await store.add(`${name}/joined`, 1);
+      hooks.log(`rank ${rank}: joining trainer process group ${name}`);
+      let group: RankGroup;
+      try {
+        const g = await native.createGroup(store, { prefix: `${name}/pg/`, rank, size, timeoutS: dist.timeout_s });
+        group = { group: g, rank, size, bucketBytes: bucketBytes(config) };
+      } catch (e) {
+        hooks.log(`rank ${rank}: group ${name} not formed: ${(e as Error).message}`);
+        continue;
+      }
+      try {
+        for (let k = 0; !hooks.stopped(); ) {
+          const job = await store.get(`${name}/job/${k}`, 1000);
+          if (job === null) {
+            if ((await store.get('gen', 1000)) !== name) break; // rank 0 moved on
+            continue;
+          }
+          await hooks.execute(JSON.parse(job) as RankJob, group);
+          k++;
+        }
+      } catch (e) {
+        const message = (e as Error).message;
+        hooks.log(`rank ${rank}: group ${name} ended: ${message}`);
+        await store.set(`${name}/error/${rank}`, message).catch(() => undefined);
+      }
+      hooks.reset();
+    } catch (e) {
+      // The store is gone (rank 0 died): reconnect until it is back.
+      hooks.log(`rank ${rank}: trainer store ${where(config)} lost (${(e as Error).message}); reconnecting`);
+      hooks.reset();
+      seen = null;
+      for (;;) {
+        if (hooks.stopped()) return;
+        try {
+          store = await connect();
+          break;
+        } catch {
+          await sleep(1000);
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,101 @@
+// JS classes DistStore and DistGroup (native/index.ts): the data-parallel trainer's c10d store and
+// process group. Every call that talks to another process runs as a Job off the JS thread.
+#include "addon/async.h"
+#include "addon/convert.h"
+#include "addon/exports.h"
+#include "dist.h"
+
+namespace prime::addon {
+namespace {
+
+class StoreWrap : public Napi::ObjectWrap<StoreWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "DistStore",
+                       {InstanceMethod("set", &StoreWrap::Set), InstanceMethod("get", &StoreWrap::Get),
+                        InstanceMethod("add", &StoreWrap::Add), InstanceMethod("port", &StoreWrap::Port)});
+  }
+  explicit StoreWrap(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<StoreWrap>(info), store(unwrapExternal<DistStore>(info, "DistStore")) {}
+  std::shared_ptr<DistStore> store;
+
+ private:
+  Napi::Value Set(const Napi::CallbackInfo& info) {
+    std::string key = info[0].As<Napi::String>().Utf8Value(), value = info[1].As<Napi::String>().Utf8Value();
+    auto s = store;
+    return (new Job(
+                info.Env(), nullptr, [s, key, value] { s->set(key, value); }, nullptr))
+        ->start();
+  }
+  // (key, timeoutMs) -> the value, or null when the key is not set within timeoutMs.
+  Napi::Value Get(const Napi::CallbackInfo& info) {
+    std::string key = info[0].As<Napi::String>().Utf8Value();
+    const int64_t timeoutMs = int64_t(info[1].As<Napi::Number>().DoubleValue());
+    auto s = store;
+    auto out = std::make_shared<std::optional<std::string>>();
+    Job* job = new Job(
+        info.Env(), nullptr, [=] { *out = s->get(key, timeoutMs); },
+        [out](Napi::Env env) -> Napi::Value {
+          return out->has_value() ? Napi::String::New(env, **out) : env.Null();
+        });
+    return job->start();
+  }
+  Napi::Value Add(const Napi::CallbackInfo& info) {
+    std::string key = info[0].As<Napi::String>().Utf8Value();
+    const int64_t delta = int64_t(info[1].As<Napi::Number>().DoubleValue());
+    auto s = store;
+    auto out = std::make_shared<int64_t>(0);
+    Job* job = new Job(
+        info.Env(), nullptr, [=] { *out = s->add(key, delta); },
+        [out](Napi::Env env) -> Napi::Value { return Napi::Number::New(env, double(*out)); });
+    return job->start();
+  }
+  Napi::Value Port(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), store->port()); }
+};
+
+class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) { return DefineClass(env, "DistGroup", {}); }
+  explicit GroupWrap(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<GroupWrap>(info), group(unwrapExternal<DistGroup>(info, "DistGroup")) {}
+  std::shared_ptr<DistGroup> group;
+};
+
+}  // namespace
+
+Napi::Function DefineDistStore(Napi::Env env) { return StoreWrap::Define(env); }
+Napi::Function DefineDistGroup(Napi::Env env) { return GroupWrap::Define(env); }
+
+std::shared_ptr<DistGroup> unwrapGroup(Napi::Value v) {
+  if (!v.IsObject()) throw Napi::TypeError::New(v.Env(), "expected a DistGroup");
+  return GroupWrap::Unwrap(v.As<Napi::Object>())->group;
+}
+
+Napi::Value CreateStore(const Napi::CallbackInfo& info) {
+  Napi::Object o = obj(info[0], "options");
+  const std::string host = str(o, "host");
+  const int port = int(num(o, "port"));
+  const bool isServer = boolOr(o, "isServer", false);
+  const double timeoutS = num(o, "timeoutS");
+  auto out = std::make_shared<std::shared_ptr<DistStore>>();
+  Job* job = new Job(
+      info.Env(), nullptr, [=] { *out = std::make_shared<DistStore>(host, port, isServer, timeoutS); },
+      [out](Napi::Env env) -> Napi::Value { return wrap(env, &Constructors::distStore, *out); });
+  return job->start();
+}
+
+Napi::Value CreateGroup(const Napi::CallbackInfo& info) {
+  if (!info[0].IsObject()) throw Napi::TypeError::New(info.Env(), "createGroup: expected a DistStore");
+  std::shared_ptr<DistStore> store = StoreWrap::Unwrap(info[0].As<Napi::Object>())->store;
+  Napi::Object o = obj(info[1], "options");
+  const std::string prefix = str(o, "prefix");
+  const int rank = int(num(o, "rank")), size = int(num(o, "size"));
+  const double timeoutS = num(o, "timeoutS");
+  auto out = std::make_shared<std::shared_ptr<DistGroup>>();
+  Job* job = new Job(
+      info.Env(), nullptr, [=] { *out = std::make_shared<DistGroup>(store, prefix, rank, size, timeoutS); },
+      [out](Napi::Env env) -> Napi::Value { return wrap(env, &Constructors::distGroup, *out); });
+  return job->start();
+}
+
+}  // namespace prime::addon
