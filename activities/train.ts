@@ -91,11 +91,7 @@ export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
   }
 
   /** `work` on the runtime at exactly `step`, heartbeating meanwhile with `label` as its phase. */
-  function onRuntimeAt<T>(
-    job: RankJob,
-    label: string,
-    work: (rt: TrainerRuntime) => Promise<T>,
-  ): Promise<T> {
+  function onRuntimeAt<T>(job: RankJob, label: string, work: (rt: TrainerRuntime) => Promise<T>): Promise<T> {
     return withHeartbeat(
       () => ({ step: job.step, phase }),
       () =>

@@ -149,9 +149,9 @@ test('a collective whose peer is gone fails within the timeout instead of hangin
   const { ranks } = await twoRanks({}, 3);
   const started = Date.now();
   // Rank 1 never steps: rank 0's first collective (the loss normaliser) times out.
-  await expect(
-    ranks[0].trainer.step(shardRows(stepRows(0), 0, 2), { lr: 1e-3, loss: lossOf }),
-  ).rejects.toThrow(/trainer process group: all-reduce failed/);
+  await expect(ranks[0].trainer.step(shardRows(stepRows(0), 0, 2), { lr: 1e-3, loss: lossOf })).rejects.toThrow(
+    /trainer process group: all-reduce failed/,
+  );
   expect(Date.now() - started).toBeLessThan(20_000);
 }, 30_000);
 

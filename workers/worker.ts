@@ -81,7 +81,9 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
   }
   process.stdout.write(
     `worker ${config.pool} polling ${config.pool === 'cpu' ? queues.cpu : queues.trainer} on ${endpoint.address}` +
-      (leader ? ` (trainer rank 0 of ${config.trainer.world_size}, store at ${config.trainer.dist.host}:${leader.port})` : '') +
+      (leader
+        ? ` (trainer rank 0 of ${config.trainer.world_size}, store at ${config.trainer.dist.host}:${leader.port})`
+        : '') +
       '\n',
   );
   const stop = () => worker.shutdown();

@@ -14,11 +14,11 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
-import * as net from 'node:net';
 import type { InferenceConfig, TemporalConfig, TrainerRankConfig, WorkerConfig } from '../config/schemas';
 import { ConfigError } from '../config/errors';
 import { CommandError } from '../cli/command';
 import { RunLayout } from '../run/layout';
+import { freePort } from '../net';
 import { isRunning, processId, terminateProcess, type ProcessId } from '../proc';
 import { isListening } from '../temporal/devserver';
 import { taskQueues } from '../temporal/queues';
@@ -110,7 +110,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     const worldSize = spec.trainer?.world_size ?? 1;
     const dist = spec.trainer?.dist ?? { host: '127.0.0.1', port: 0, timeout_s: 60, bucket_mb: 25 };
     // Local ranks rendezvous on a port picked now unless the config names one.
-    const trainerDist = worldSize > 1 && dist.port === 0 ? { ...dist, port: await freePort(dist.host) } : dist;
+    const trainerDist = worldSize > 1 && dist.port === 0 ? { ...dist, port: await freePort() } : dist;
     const workerBase: Omit<WorkerConfig, 'pool'> = {
       output_dir: spec.outputDir,
       ...spec.worker,
@@ -271,16 +271,4 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     await stop();
     throw e;
   }
-}
-
-/** A TCP port free on `host` now (the OS picks it). */
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, host, () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
 }

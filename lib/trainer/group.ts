@@ -173,6 +173,9 @@ export async function runFollower(
       if (name === null || name === seen) continue;
       seen = name;
       hooks.reset();
+      // A generation every other rank has joined already (this rank restarted into it) is one it
+      // cannot be part of: wait for the next, which rank 0 forms once this one fails.
+      if ((await store.add(`${name}/joined`, 0)) >= size - 1) continue;
       await store.add(`${name}/joined`, 1);
       hooks.log(`rank ${rank}: joining trainer process group ${name}`);
       let group: RankGroup;
@@ -184,7 +187,7 @@ export async function runFollower(
         continue;
       }
       try {
-        for (let k = 0; !hooks.stopped(); ) {
+        for (let k = 0; !hooks.stopped();) {
           const job = await store.get(`${name}/job/${k}`, 1000);
           if (job === null) {
             if ((await store.get('gen', 1000)) !== name) break; // rank 0 moved on

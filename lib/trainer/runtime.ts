@@ -25,7 +25,11 @@ import type { RankGroup } from './group';
  * fewest tokens yet (ties: the lower rank), so the ranks' forward/backward times are even; each
  * rank keeps its rows in batch order. Deterministic: every rank computes the same split.
  */
-export function shardRows<T extends { inputIds: ArrayLike<number> }>(rows: readonly T[], rank: number, size: number): T[] {
+export function shardRows<T extends { inputIds: ArrayLike<number> }>(
+  rows: readonly T[],
+  rank: number,
+  size: number,
+): T[] {
   if (size === 1) return [...rows];
   const order = rows.map((_, i) => i).sort((a, b) => rows[b].inputIds.length - rows[a].inputIds.length || a - b);
   const load = new Array<number>(size).fill(0);

@@ -108,12 +108,10 @@ DistGroup::DistGroup(std::shared_ptr<DistStore> s, const std::string& prefix, in
   // else loopback when the store is local, else this host's address.
   opts->threads = 1;
   const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-  if (ifname && *ifname)
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  if (ifname && *ifname) opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
   else if (isLoopback(store_->host()))
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  else
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  else opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->store);
   try {
     impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);

@@ -226,10 +226,9 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     at::Tensor f = at::tensor(
         std::vector<double>{sums.loss, sums.entropy, sums.mismatchKl, sums.maskedMismatchKl, sums.referenceKl},
         at::TensorOptions().dtype(at::kDouble));
-    at::Tensor n = at::tensor(std::vector<int64_t>{sums.lossTokens, sums.samples, sums.maskedTokens,
-                                                   sums.maskedSamples, sums.clippedTokens, sums.maskedLow,
-                                                   sums.maskedHigh, sums.maskedAdvPositive, sums.maskedAdvNegative,
-                                                   st.tokens},
+    at::Tensor n = at::tensor(std::vector<int64_t>{sums.lossTokens, sums.samples, sums.maskedTokens, sums.maskedSamples,
+                                                   sums.clippedTokens, sums.maskedLow, sums.maskedHigh,
+                                                   sums.maskedAdvPositive, sums.maskedAdvNegative, st.tokens},
                               at::TensorOptions().dtype(at::kLong));
     group_->allReduceSum(f);
     group_->allReduceSum(n);
@@ -327,7 +326,8 @@ std::unique_ptr<torch::optim::AdamW> Trainer::gatherOptimizer() {
     } else {
       group_->recv(meta, owner, tag);
       if (meta[0].item<double>() == 0) continue;
-      at::Tensor m = at::empty_like(p, at::MemoryFormat::Contiguous), v = at::empty_like(p, at::MemoryFormat::Contiguous);
+      at::Tensor m = at::empty_like(p, at::MemoryFormat::Contiguous),
+                 v = at::empty_like(p, at::MemoryFormat::Contiguous);
       group_->recv(m, owner, tag + 1);
       group_->recv(v, owner, tag + 2);
       auto st = std::make_unique<torch::optim::AdamWParamState>();

@@ -35,9 +35,7 @@ class StoreWrap : public Napi::ObjectWrap<StoreWrap> {
     auto out = std::make_shared<std::optional<std::string>>();
     Job* job = new Job(
         info.Env(), nullptr, [=] { *out = s->get(key, timeoutMs); },
-        [out](Napi::Env env) -> Napi::Value {
-          return out->has_value() ? Napi::String::New(env, **out) : env.Null();
-        });
+        [out](Napi::Env env) -> Napi::Value { return out->has_value() ? Napi::String::New(env, **out) : env.Null(); });
     return job->start();
   }
   Napi::Value Add(const Napi::CallbackInfo& info) {

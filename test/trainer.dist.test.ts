@@ -1,0 +1,231 @@
+/**
+ * The data-parallel trainer as users run it: `prime-rl rl` / `sft` with `trainer.world_size = 2`
+ * start two trainer ranks (one core each) that train every step together. Their weights equal
+ * those of world size 1 on the same batches (here: one trainer replaying the run's stored batches),
+ * SIGKILLed ranks cost a retry on a fresh process group and never a step applied twice, and bad
+ * settings exit 2 naming the key.
+ */
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { loadConfig } from '../lib/config/loader';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, sftSchema } from '../lib/config/schemas';
+import { launchRun, launchSft, type LocalRun } from '../lib/launch';
+import { createModel } from '../lib/model/create';
+import { loadHfModel } from '../lib/model/hf';
+import { decode } from '../lib/model/testing';
+import { freePort } from '../lib/net';
+import { readBatch } from '../lib/orchestrator/batch';
+import { projectRoot } from '../lib/paths';
+import { RunLayout } from '../lib/run/layout';
+import { runningDevServer } from '../lib/temporal/devserver';
+import { RankTrainer } from '../lib/trainer/ranks';
+import * as native from '../native';
+import { CliProcesses, metricLines, until } from './processes';
+
+jest.setTimeout(8 * 60_000);
+native.setThreads(1);
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-dist-'));
+const modelDir = path.join(root, 'model');
+const outputDir = path.join(root, 'outputs');
+const cli = new CliProcesses(path.join(root, 'cli'));
+
+beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
+afterAll(() => {
+  const server = runningDevServer(outputDir);
+  if (server) cli.track(server.pid);
+  cli.cleanup();
+  if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
+});
+
+/** Keys both commands share: their own Temporal ports and queue, two ranks, short timeouts. */
+async function common(name: string): Promise<string[]> {
+  const [port, uiPort] = [await freePort(), await freePort()];
+  return [
+    ...['--run-name', name, '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '128'],
+    ...['--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--temporal.task-queue', name],
+    ...['--temporal.heartbeat-timeout-s', '5', '--trainer.world-size', '2', '--trainer.dist.timeout-s', '10'],
+  ];
+}
+
+/**
+ * The final weights of `run` against one trainer (world size 1) replaying the run's stored batches
+ * from the base model: equal up to fp32 reduction order.
+ */
+async function expectSameAsOneTrainer(run: LocalRun<unknown>, steps: number): Promise<void> {
+  const copy = path.join(root, `${path.basename(run.layout.dir)}-ws1`);
+  fs.cpSync(run.layout.dir, copy, { recursive: true });
+  const layout = new RunLayout(copy);
+  for (const d of [layout.checkpointsRoot, layout.weightsRoot]) fs.rmSync(d, { recursive: true, force: true });
+  const rt = await new RankTrainer().at(copy, steps);
+  const ws1 = loadHfModel(await rt.writeWeights(steps)).tensors;
+  const ws2 = loadHfModel(run.layout.weightsDir(steps)).tensors;
+  expect(ws2.map((t) => t.name)).toEqual(ws1.map((t) => t.name));
+  let worst = 0,
+    moved = 0;
+  const base = loadHfModel(modelDir).tensors;
+  ws1.forEach((t, i) => {
+    const a = decode(t),
+      b = decode(ws2[i]),
+      b0 = decode(base.find((x) => x.name === t.name)!);
+    for (let k = 0; k < a.length; k++) {
+      worst = Math.max(worst, Math.abs(a[k] - b[k]));
+      moved = Math.max(moved, Math.abs(a[k] - b0[k]));
+    }
+  });
+  expect(moved).toBeGreaterThan(1e-3); // training changed the weights ...
+  expect(worst).toBeLessThan(2e-5); // ... the same way at both world sizes
+}
+
+/** Every step trained once: one metrics line each, counters equal to the batches. */
+function expectEachStepOnce(layout: RunLayout, steps: number): void {
+  const lines = metricLines(layout.metricsFile);
+  expect(lines.map((l) => l.step)).toEqual(Array.from({ length: steps }, (_, i) => i));
+  const batches = Array.from({ length: steps }, (_, s) => readBatch(layout.batchFile(s)).counts);
+  const last = lines[steps - 1].progress as { steps: number; samples: number; tokens: number };
+  expect(last).toEqual({
+    steps,
+    samples: batches.reduce((a, c) => a + c.samples, 0),
+    tokens: batches.reduce((a, c) => a + c.tokens, 0),
+  });
+}
+
+test('rl at world size 2 == world size 1; SIGKILLed ranks mid-run cost a retry, never a step twice', async () => {
+  const STEPS = 8;
+  const [http] = [await freePort()];
+  const argv = [
+    ...(await common('dist-rl')),
+    ...[
+      '--max-steps',
+      String(STEPS),
+      '--async-level',
+      '1',
+      '--env',
+      '[{"id": "reverse-text"}]',
+      '--ckpt.interval',
+      '2',
+    ],
+    ...['--inference.server.port', String(http), '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`],
+    ...['--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4'],
+    ...['--orchestrator.sampling.max-tokens', '12', '--orchestrator.env-workers', '1', '--trainer.optim.lr', '1e-3'],
+    ...['--trainer.threads', '1', '--inference.threads', '1', '--orchestrator.filter-zero-advantages', 'false'],
+  ];
+  const config = loadConfig({
+    schema: rlSchema,
+    argv,
+    env: {},
+    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
+  }).config;
+  const run = await launchRun(config, { quiet: true });
+  try {
+    const trained = (s: number) => fs.existsSync(run.layout.trainSummaryFile(s));
+    // Rank 1 while step 2 trains (its collectives with rank 0 break), then rank 0 (the Temporal
+    // worker, which also serves the store) while step 5 trains.
+    await until('step 1 trained', () => trained(1));
+    await until('step 2 training', () => fs.existsSync(run.layout.batchFile(2)));
+    process.kill(run.followers[0].pid!, 'SIGKILL');
+    await until('step 4 trained', () => trained(4));
+    await until('step 5 training', () => fs.existsSync(run.layout.batchFile(5)));
+    process.kill(run.processes.trainer.pid!, 'SIGKILL');
+    const result = (await run.result) as { steps: number };
+    expect(result.steps).toBe(STEPS);
+    expect(run.followers[0].restarts).toBeGreaterThanOrEqual(1);
+    expect(run.processes.trainer.restarts).toBeGreaterThanOrEqual(1);
+  } finally {
+    await run.stop();
+  }
+  expectEachStepOnce(run.layout, STEPS);
+  // Rank 0 alone wrote: one checkpoint per interval, no temp leftovers of another rank.
+  expect(fs.readdirSync(run.layout.checkpointsRoot).sort()).toEqual(['step_2', 'step_4', 'step_6', 'step_8']);
+  await expectSameAsOneTrainer(run, STEPS);
+});
+
+test('sft at world size 2 == world size 1 on the same batches', async () => {
+  const STEPS = 4;
+  const argv = [
+    ...(await common('dist-sft')),
+    ...['--threads', '1', '--max-steps', String(STEPS), '--batch-size', '8', '--optim.lr', '1e-3'],
+    ...['--data.env', '{"id": "reverse-text"}', '--data.num-examples', '32'],
+  ];
+  const run = await launchSft(loadConfig({ schema: sftSchema, argv, env: {} }).config, { quiet: true });
+  try {
+    expect(((await run.result) as { steps: number }).steps).toBe(STEPS);
+  } finally {
+    await run.stop();
+  }
+  await expectSameAsOneTrainer(run, STEPS);
+});
+
+function worker(args: string[]) {
+  const r = spawnSync(
+    process.execPath,
+    [path.join(projectRoot, 'bin', 'prime-rl.js'), 'worker', '--pool', 'trainer', ...args],
+    { cwd: projectRoot, env: { PATH: process.env.PATH }, encoding: 'utf8', timeout: 60_000 },
+  );
+  return { code: r.status, stderr: r.stderr };
+}
+
+test.each([
+  [['--trainer.world-size', '0'], /trainer\.world_size/],
+  [
+    ['--trainer.rank', '2', '--trainer.world-size', '2', '--trainer.dist.port', '29999'],
+    /trainer\.rank.*below trainer\.world_size \(2\)/,
+  ],
+  [['--trainer.rank', '-1'], /trainer\.rank/],
+  [['--trainer.world-size', '2'], /trainer\.dist\.port: every rank must know/],
+])('worker %j exits 2 naming the key', (args, message) => {
+  const r = worker(args as string[]);
+  expect(r.stderr).toMatch(message);
+  expect(r.code).toBe(2);
+});
+
+test('a follower rank whose store is unreachable exits 2 naming trainer.dist.host / port', async () => {
+  const port = await freePort(); // nothing listens there
+  const r = worker([
+    '--trainer.rank',
+    '1',
+    '--trainer.world-size',
+    '2',
+    '--trainer.dist.port',
+    String(port),
+    '--trainer.dist.timeout-s',
+    '1',
+  ]);
+  expect(r.stderr).toContain(`trainer.dist.host / trainer.dist.port (127.0.0.1:${port}): cannot reach the store`);
+  expect(r.code).toBe(2);
+  // Rank 0 on an address of no interface here.
+  const r0 = worker([
+    '--trainer.world-size',
+    '2',
+    '--trainer.dist.host',
+    '192.0.2.1',
+    '--trainer.dist.port',
+    String(port),
+    '--trainer.dist.timeout-s',
+    '1',
+  ]);
+  expect(r0.stderr).toContain('trainer.dist.host / trainer.dist.port (192.0.2.1:');
+  expect(r0.code).toBe(2);
+});
+
+test('rl and sft refuse trainer.world_size 0 before starting anything', () => {
+  for (const cmd of ['rl', 'sft']) {
+    const r = spawnSync(
+      process.execPath,
+      [
+        path.join(projectRoot, 'bin', 'prime-rl.js'),
+        cmd,
+        '--model.name',
+        modelDir,
+        '--trainer.world-size',
+        '0',
+        '--dry-run',
+      ],
+      { cwd: projectRoot, env: { PATH: process.env.PATH }, encoding: 'utf8' },
+    );
+    expect(r.stderr).toMatch(/trainer\.world_size/);
+    expect(r.status).toBe(2);
+  }
+});
