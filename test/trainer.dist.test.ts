@@ -52,9 +52,12 @@ async function common(name: string): Promise<string[]> {
 
 /**
  * The final weights of `run` against one trainer (world size 1) replaying the run's stored batches
- * from the base model: equal up to fp32 reduction order.
+ * from the base model: equal up to fp32 reduction order. Adam turns the last-bit differences of
+ * small gradients into differences up to a fraction of `lr` on a few weights (RL: 2% of them above
+ * 1e-5 after 8 steps, the worst 1.7e-4 at lr 1e-3); a step applied twice or skipped moves most
+ * weights by about lr, and the mean by far more than lr / 100.
  */
-async function expectSameAsOneTrainer(run: LocalRun<unknown>, steps: number): Promise<void> {
+async function expectSameAsOneTrainer(run: LocalRun<unknown>, steps: number, lr: number): Promise<void> {
   const copy = path.join(root, `${path.basename(run.layout.dir)}-ws1`);
   fs.cpSync(run.layout.dir, copy, { recursive: true });
   const layout = new RunLayout(copy);
@@ -64,7 +67,9 @@ async function expectSameAsOneTrainer(run: LocalRun<unknown>, steps: number): Pr
   const ws2 = loadHfModel(run.layout.weightsDir(steps)).tensors;
   expect(ws2.map((t) => t.name)).toEqual(ws1.map((t) => t.name));
   let worst = 0,
-    moved = 0;
+    moved = 0,
+    sum = 0,
+    count = 0;
   const base = loadHfModel(modelDir).tensors;
   ws1.forEach((t, i) => {
     const a = decode(t),
@@ -72,11 +77,14 @@ async function expectSameAsOneTrainer(run: LocalRun<unknown>, steps: number): Pr
       b0 = decode(base.find((x) => x.name === t.name)!);
     for (let k = 0; k < a.length; k++) {
       worst = Math.max(worst, Math.abs(a[k] - b[k]));
+      sum += Math.abs(a[k] - b[k]);
+      count++;
       moved = Math.max(moved, Math.abs(a[k] - b0[k]));
     }
   });
-  expect(moved).toBeGreaterThan(1e-3); // training changed the weights ...
-  expect(worst).toBeLessThan(2e-5); // ... the same way at both world sizes
+  expect(moved).toBeGreaterThan(2 * lr); // training changed the weights ...
+  expect(worst).toBeLessThan(lr / 4); // ... the same way at both world sizes
+  expect(sum / count).toBeLessThan(lr / 100);
 }
 
 /** Every step trained once: one metrics line each, counters equal to the batches. */
@@ -139,7 +147,7 @@ test('rl at world size 2 == world size 1; SIGKILLed ranks mid-run cost a retry, 
   expectEachStepOnce(run.layout, STEPS);
   // Rank 0 alone wrote: one checkpoint per interval, no temp leftovers of another rank.
   expect(fs.readdirSync(run.layout.checkpointsRoot).sort()).toEqual(['step_2', 'step_4', 'step_6', 'step_8']);
-  await expectSameAsOneTrainer(run, STEPS);
+  await expectSameAsOneTrainer(run, STEPS, 1e-3);
 });
 
 test('sft at world size 2 == world size 1 on the same batches', async () => {
@@ -155,7 +163,7 @@ test('sft at world size 2 == world size 1 on the same batches', async () => {
   } finally {
     await run.stop();
   }
-  await expectSameAsOneTrainer(run, STEPS);
+  await expectSameAsOneTrainer(run, STEPS, 1e-3);
 });
 
 function worker(args: string[]) {
