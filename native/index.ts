@@ -271,6 +271,8 @@ export interface TrainStepStats extends LossMetrics {
   seconds: number;
   forwardBackwardSeconds: number;
   optimizerSeconds: number;
+  /** Data parallel: gradient all-reduce and parameter broadcast, waiting for the other ranks included (0 otherwise). */
+  commSeconds: number;
   tokensPerSecond: number;
 }
 

@@ -346,7 +346,10 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
   StepStats st = forwardBackward(rows, loss);
   st.forwardBackwardSeconds = since(t0);
   const auto t1 = std::chrono::steady_clock::now();
-  if (group_) syncGradients();
+  if (group_) {
+    syncGradients();
+    st.commSeconds = since(t1);
+  }
   // Total L2 norm over all gradients (as torch.nn.utils.clip_grad_norm_), clipped in place.
   std::vector<at::Tensor> norms;
   for (auto& [name, p] : trainable_)
@@ -361,7 +364,11 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
   }
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   optim_->step();
-  if (group_) broadcastParameters();
+  if (group_) {
+    const auto t2 = std::chrono::steady_clock::now();
+    broadcastParameters();
+    st.commSeconds += since(t2);
+  }
   step_++;
   st.lr = lr;
   st.optimizerSeconds = since(t1);

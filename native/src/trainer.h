@@ -47,6 +47,7 @@ struct TrainerConfig {
 struct StepStats {
   LossMetrics metrics;
   double gradNorm = 0, lr = 0, seconds = 0, forwardBackwardSeconds = 0, optimizerSeconds = 0;
+  double commSeconds = 0;  // data parallel: gradient all-reduce + parameter broadcast (incl. waiting for peers)
   int64_t tokens = 0;
 };
 

@@ -32,6 +32,7 @@ Napi::Object statsToJs(Napi::Env env, const StepStats& s) {
   o.Set("seconds", s.seconds);
   o.Set("forwardBackwardSeconds", s.forwardBackwardSeconds);
   o.Set("optimizerSeconds", s.optimizerSeconds);
+  o.Set("commSeconds", s.commSeconds);
   o.Set("tokensPerSecond", s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0);
   return o;
 }
