@@ -303,6 +303,8 @@ export interface NativeInfo {
   /** OpenBLAS's own thread pool size, when libtorch uses OpenBLAS. */
   blasThreads?: number;
   parallelInfo: string;
+  /** Whether the build has c10d's Gloo process group (the data-parallel trainer, `createGroup`). */
+  gloo: boolean;
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -13,6 +13,20 @@ import { shardRows } from '../lib/trainer/runtime';
 
 native.setThreads(1);
 
+/**
+ * Builds without c10d's Gloo (native/CMakeLists.txt: PyTorch 2.x without its Gloo headers, as in
+ * scripts/check-torch2.sh) have no process groups and say so; the Debian build has them.
+ */
+const { gloo } = native.info();
+const withGloo = gloo ? test : test.skip;
+
+(gloo ? test.skip : test)('without Gloo, forming a group fails naming trainer.world_size', async () => {
+  const store = await native.createStore({ host: '127.0.0.1', port: 0, isServer: true, timeoutS: 5 });
+  await expect(native.createGroup(store, { prefix: 'x/', rank: 0, size: 1, timeoutS: 5 })).rejects.toThrow(
+    /no c10d Gloo process group .*trainer\.world_size must be 1/,
+  );
+});
+
 const cfg = tinyConfig('qwen3');
 const rowOf = (rng: Rng, lengths: number[]): native.TrainRow => {
   const samples = lengths.map((n) => randomTokens(rng, n, cfg.vocabSize));
@@ -82,78 +96,90 @@ test('shardRows: every row to exactly one rank, balanced by tokens, in batch ord
   expect(shardRows(rows, 0, 1)).toEqual(rows);
 });
 
-test('world size 2 (ZeRO-1, bucketed all-reduce) == world size 1 on the same rows; checkpoints cross over', async () => {
-  const single = await native.loadModel(cfg, randomWeights(cfg, 7));
-  const t1 = single.createTrainer();
-  const singleStats: native.TrainStepStats[] = [];
-  for (let s = 0; s < 4; s++)
-    singleStats.push(await t1.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf }));
+withGloo(
+  'world size 2 (ZeRO-1, bucketed all-reduce) == world size 1 on the same rows; checkpoints cross over',
+  async () => {
+    const single = await native.loadModel(cfg, randomWeights(cfg, 7));
+    const t1 = single.createTrainer();
+    const singleStats: native.TrainStepStats[] = [];
+    for (let s = 0; s < 4; s++)
+      singleStats.push(await t1.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf }));
 
-  const { ranks } = await twoRanks();
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-dist-'));
-  for (let s = 0; s < 2; s++) {
-    const [a, b] = await stepBoth(ranks, s);
-    // Metrics and the loss normaliser are the whole step's, the same on both ranks.
-    expect(a.lossTokens).toBe(singleStats[s].lossTokens);
-    expect(a.tokens).toBe(singleStats[s].tokens);
-    expect(b.loss).toBe(a.loss);
-    expect(a.loss).toBeCloseTo(singleStats[s].loss, 5);
-    expect(a.gradNorm).toBeCloseTo(singleStats[s].gradNorm, 5);
-  }
-  // ZeRO-1 checkpoint: rank 0 gathers the optimizer shards and alone writes.
-  await Promise.all(ranks.map((r, rank) => r.trainer.save(rank === 0 ? dir : '')));
-  expect(fs.readdirSync(dir)).toEqual(['trainer.ckpt']);
-  for (let s = 2; s < 4; s++) await stepBoth(ranks, s);
-  const w0 = await ranks[0].model.readWeights(),
-    w1 = await ranks[1].model.readWeights(),
-    ws = await single.readWeights();
-  // Both ranks hold the same full weights (the owners' broadcast), equal to one trainer's up to
-  // fp32 reduction order.
-  expect(w0.every((t, i) => t.data.equals(w1[i].data))).toBe(true);
-  expect(maxDiff(ws, w0)).toBeLessThan(1e-5);
+    const { ranks } = await twoRanks();
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-dist-'));
+    for (let s = 0; s < 2; s++) {
+      const [a, b] = await stepBoth(ranks, s);
+      // Metrics and the loss normaliser are the whole step's, the same on both ranks.
+      expect(a.lossTokens).toBe(singleStats[s].lossTokens);
+      expect(a.tokens).toBe(singleStats[s].tokens);
+      expect(b.loss).toBe(a.loss);
+      expect(a.loss).toBeCloseTo(singleStats[s].loss, 5);
+      expect(a.gradNorm).toBeCloseTo(singleStats[s].gradNorm, 5);
+    }
+    // ZeRO-1 checkpoint: rank 0 gathers the optimizer shards and alone writes.
+    await Promise.all(ranks.map((r, rank) => r.trainer.save(rank === 0 ? dir : '')));
+    expect(fs.readdirSync(dir)).toEqual(['trainer.ckpt']);
+    for (let s = 2; s < 4; s++) await stepBoth(ranks, s);
+    const w0 = await ranks[0].model.readWeights(),
+      w1 = await ranks[1].model.readWeights(),
+      ws = await single.readWeights();
+    // Both ranks hold the same full weights (the owners' broadcast), equal to one trainer's up to
+    // fp32 reduction order.
+    expect(w0.every((t, i) => t.data.equals(w1[i].data))).toBe(true);
+    expect(maxDiff(ws, w0)).toBeLessThan(1e-5);
 
-  // The world-size-2 checkpoint, resumed by one trainer, gives the same weights (optimizer state
-  // included: Adam's moments steer steps 3 and 4).
-  const resumed = await native.loadModel(cfg, randomWeights(cfg, 9));
-  const t2 = resumed.createTrainer();
-  await t2.load(dir);
-  expect(t2.stepCount).toBe(2);
-  for (let s = 2; s < 4; s++) await t2.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
-  expect(maxDiff(ws, await resumed.readWeights())).toBeLessThan(1e-5);
+    // The world-size-2 checkpoint, resumed by one trainer, gives the same weights (optimizer state
+    // included: Adam's moments steer steps 3 and 4).
+    const resumed = await native.loadModel(cfg, randomWeights(cfg, 9));
+    const t2 = resumed.createTrainer();
+    await t2.load(dir);
+    expect(t2.stepCount).toBe(2);
+    for (let s = 2; s < 4; s++) await t2.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
+    expect(maxDiff(ws, await resumed.readWeights())).toBeLessThan(1e-5);
 
-  // And two fresh ranks load a checkpoint of one trainer, each keeping its shard.
-  const oneDir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-dist-'));
-  const again = await native.loadModel(cfg, randomWeights(cfg, 7));
-  const t3 = again.createTrainer();
-  for (let s = 0; s < 2; s++) await t3.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
-  await t3.save(oneDir);
-  const fresh = await twoRanks();
-  await Promise.all(fresh.ranks.map((r) => r.trainer.load(oneDir)));
-  for (let s = 2; s < 4; s++) await stepBoth(fresh.ranks, s);
-  expect(maxDiff(ws, await fresh.ranks[1].model.readWeights())).toBeLessThan(1e-5);
-  fs.rmSync(dir, { recursive: true });
-  fs.rmSync(oneDir, { recursive: true });
-}, 120_000);
+    // And two fresh ranks load a checkpoint of one trainer, each keeping its shard.
+    const oneDir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-dist-'));
+    const again = await native.loadModel(cfg, randomWeights(cfg, 7));
+    const t3 = again.createTrainer();
+    for (let s = 0; s < 2; s++) await t3.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
+    await t3.save(oneDir);
+    const fresh = await twoRanks();
+    await Promise.all(fresh.ranks.map((r) => r.trainer.load(oneDir)));
+    for (let s = 2; s < 4; s++) await stepBoth(fresh.ranks, s);
+    expect(maxDiff(ws, await fresh.ranks[1].model.readWeights())).toBeLessThan(1e-5);
+    fs.rmSync(dir, { recursive: true });
+    fs.rmSync(oneDir, { recursive: true });
+  },
+  120_000,
+);
 
-test('LoRA: adapters only, the same as world size 1', async () => {
-  const lora: native.LoraOptions = { rank: 4, alpha: 8, targetModules: ['q_proj', 'v_proj', 'down_proj'] };
-  const single = await native.loadModel(cfg, randomWeights(cfg, 7));
-  const t1 = single.createTrainer({ lora, seed: 3 });
-  for (let s = 0; s < 2; s++) await t1.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
-  const { ranks } = await twoRanks({ lora, seed: 3 });
-  for (let s = 0; s < 2; s++) await stepBoth(ranks, s);
-  expect(maxDiff(await t1.readAdapters(), await ranks[1].trainer.readAdapters())).toBeLessThan(1e-5);
-}, 60_000);
+withGloo(
+  'LoRA: adapters only, the same as world size 1',
+  async () => {
+    const lora: native.LoraOptions = { rank: 4, alpha: 8, targetModules: ['q_proj', 'v_proj', 'down_proj'] };
+    const single = await native.loadModel(cfg, randomWeights(cfg, 7));
+    const t1 = single.createTrainer({ lora, seed: 3 });
+    for (let s = 0; s < 2; s++) await t1.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
+    const { ranks } = await twoRanks({ lora, seed: 3 });
+    for (let s = 0; s < 2; s++) await stepBoth(ranks, s);
+    expect(maxDiff(await t1.readAdapters(), await ranks[1].trainer.readAdapters())).toBeLessThan(1e-5);
+  },
+  60_000,
+);
 
-test('a collective whose peer is gone fails within the timeout instead of hanging', async () => {
-  const { ranks } = await twoRanks({}, 3);
-  const started = Date.now();
-  // Rank 1 never steps: rank 0's first collective (the loss normaliser) times out.
-  await expect(ranks[0].trainer.step(shardRows(stepRows(0), 0, 2), { lr: 1e-3, loss: lossOf })).rejects.toThrow(
-    /trainer process group: all-reduce failed/,
-  );
-  expect(Date.now() - started).toBeLessThan(20_000);
-}, 30_000);
+withGloo(
+  'a collective whose peer is gone fails within the timeout instead of hanging',
+  async () => {
+    const { ranks } = await twoRanks({}, 3);
+    const started = Date.now();
+    // Rank 1 never steps: rank 0's first collective (the loss normaliser) times out.
+    await expect(ranks[0].trainer.step(shardRows(stepRows(0), 0, 2), { lr: 1e-3, loss: lossOf })).rejects.toThrow(
+      /trainer process group: all-reduce failed/,
+    );
+    expect(Date.now() - started).toBeLessThan(20_000);
+  },
+  30_000,
+);
 
 test('store errors name the address', async () => {
   await expect(native.createStore({ host: '127.0.0.1', port: 1, timeoutS: 1 })).rejects.toThrow(

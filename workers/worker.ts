@@ -14,7 +14,7 @@ import { EnvPool } from '../lib/envs/pool';
 import { runInference } from '../lib/cli/inference';
 import { ensureTemporal } from '../lib/temporal/devserver';
 import { taskQueues } from '../lib/temporal/queues';
-import { GroupLeader, runFollower, type RankGroup } from '../lib/trainer/group';
+import { checkWorldSize, GroupLeader, runFollower, type RankGroup } from '../lib/trainer/group';
 import { RankTrainer } from '../lib/trainer/ranks';
 import * as native from '../native';
 
@@ -50,6 +50,7 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
       );
     return runInference(config.inference);
   }
+  if (config.pool === 'trainer') checkWorldSize(config.trainer.world_size);
   if (config.pool === 'trainer' && config.trainer.rank > 0) return runFollowerRank(config);
   const leader =
     config.pool === 'trainer' && config.trainer.world_size > 1 ? await GroupLeader.start(config.trainer) : undefined;

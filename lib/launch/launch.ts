@@ -22,6 +22,7 @@ import { freePort } from '../net';
 import { isRunning, processId, terminateProcess, type ProcessId } from '../proc';
 import { isListening } from '../temporal/devserver';
 import { taskQueues } from '../temporal/queues';
+import { checkWorldSize } from '../trainer/group';
 import { acquireDevServer, releaseDevServer, temporalAddress, type OwnedDevServer } from './devserver-policy';
 import { cliProcess, readLauncherRecord, Supervised, writeJson, type LauncherRecord, type Pool } from './supervise';
 
@@ -84,6 +85,8 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         return terminateProcess(id, 10_000);
       }),
   );
+
+  if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer?.world_size ?? 1);
 
   // The run's own inference server must get its port: were another process (another run's server)
   // answering there, rollouts would silently come from that server's model.

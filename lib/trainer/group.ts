@@ -44,6 +44,14 @@ export interface RankGroup {
   bucketBytes: number;
 }
 
+/** trainer.world_size > 1 needs an addon built with c10d's Gloo (native/CMakeLists.txt). */
+export function checkWorldSize(worldSize: number): void {
+  if (worldSize > 1 && !native.info().gloo)
+    throw new ConfigError(
+      `trainer.world_size ${worldSize}: this build of the native addon has no c10d Gloo process group (its Gloo headers did not match libtorch when it was built); use trainer.world_size 1, or rebuild with matching Gloo headers`,
+    );
+}
+
 const where = (t: TrainerRankConfig) => `${t.dist.host}:${t.dist.port}`;
 
 /** The store error of a rank that cannot bind or reach `trainer.dist.host:port`, as a config error. */

@@ -2,9 +2,11 @@
 // libtorch 1.13 (Debian) and PyTorch 2.x; Gloo's own headers come from libgloo-dev.
 #include "dist.h"
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef PRIME_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
 
 #include <cstdlib>
 #include <stdexcept>
@@ -14,6 +16,51 @@ namespace prime {
 namespace {
 
 std::chrono::milliseconds toMs(double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); }
+
+}  // namespace
+
+DistStore::DistStore(const std::string& host, int port, bool isServer, double timeoutS) : host_(host) {
+  c10d::TCPStoreOptions o;
+  o.port = uint16_t(port);
+  o.isServer = isServer;
+  o.waitWorkers = false;
+  o.timeout = toMs(timeoutS);
+  try {
+    auto s = c10::make_intrusive<c10d::TCPStore>(host, o);
+    port_ = s->getPort();
+    store = s;
+  } catch (const std::exception& e) {
+    const std::string why = isServer ? "cannot listen on " : "cannot reach the store at ";
+    throw std::runtime_error(why + host + ":" + std::to_string(port) + ": " +
+                             (dynamic_cast<const c10::Error*>(&e)
+                                  ? dynamic_cast<const c10::Error*>(&e)->what_without_backtrace()
+                                  : e.what()));
+  }
+}
+
+DistStore::~DistStore() = default;
+
+void DistStore::set(const std::string& key, const std::string& value) {
+  store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::optional<std::string> DistStore::get(const std::string& key, int64_t timeoutMs) {
+  try {
+    store->wait({key}, std::chrono::milliseconds(timeoutMs));
+  } catch (const c10::Error&) {
+    // A timeout; a lost connection throws again here.
+    if (!store->check({key})) return std::nullopt;
+  }
+  std::vector<uint8_t> v = store->get(key);
+  return std::string(v.begin(), v.end());
+}
+
+int64_t DistStore::add(const std::string& key, int64_t delta) { return store->add(key, delta); }
+
+#ifdef PRIME_HAVE_GLOO
+const bool kHaveGloo = true;
+
+namespace {
 
 bool isLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
@@ -55,44 +102,6 @@ void forBuckets(std::vector<at::Tensor>& ts, int64_t bucketBytes, Op op) {
 }
 
 }  // namespace
-
-DistStore::DistStore(const std::string& host, int port, bool isServer, double timeoutS) : host_(host) {
-  c10d::TCPStoreOptions o;
-  o.port = uint16_t(port);
-  o.isServer = isServer;
-  o.waitWorkers = false;
-  o.timeout = toMs(timeoutS);
-  try {
-    auto s = c10::make_intrusive<c10d::TCPStore>(host, o);
-    port_ = s->getPort();
-    store = s;
-  } catch (const std::exception& e) {
-    const std::string why = isServer ? "cannot listen on " : "cannot reach the store at ";
-    throw std::runtime_error(why + host + ":" + std::to_string(port) + ": " +
-                             (dynamic_cast<const c10::Error*>(&e)
-                                  ? dynamic_cast<const c10::Error*>(&e)->what_without_backtrace()
-                                  : e.what()));
-  }
-}
-
-DistStore::~DistStore() = default;
-
-void DistStore::set(const std::string& key, const std::string& value) {
-  store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
-}
-
-std::optional<std::string> DistStore::get(const std::string& key, int64_t timeoutMs) {
-  try {
-    store->wait({key}, std::chrono::milliseconds(timeoutMs));
-  } catch (const c10::Error&) {
-    // A timeout; a lost connection throws again here.
-    if (!store->check({key})) return std::nullopt;
-  }
-  std::vector<uint8_t> v = store->get(key);
-  return std::string(v.begin(), v.end());
-}
-
-int64_t DistStore::add(const std::string& key, int64_t delta) { return store->add(key, delta); }
 
 struct DistGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
@@ -150,5 +159,22 @@ void DistGroup::recv(at::Tensor& t, int src, int tag) {
   std::vector<at::Tensor> v{t};
   finish(impl_->pg->recv(v, src, tag), "recv");
 }
+
+#else
+// Built without c10d's Gloo (native/CMakeLists.txt says when): no process groups.
+const bool kHaveGloo = false;
+struct DistGroup::Impl {};
+DistGroup::DistGroup(std::shared_ptr<DistStore>, const std::string&, int, int, double) {
+  throw std::runtime_error(
+      "this build of the native addon has no c10d Gloo process group (its Gloo headers did not match "
+      "libtorch at build time): trainer.world_size must be 1");
+}
+DistGroup::~DistGroup() = default;
+void DistGroup::allReduceSum(at::Tensor&) {}
+void DistGroup::allReduceBucketed(std::vector<at::Tensor>&, int64_t) {}
+void DistGroup::broadcastBucketed(std::vector<at::Tensor>&, int, int64_t) {}
+void DistGroup::send(at::Tensor&, int, int) {}
+void DistGroup::recv(at::Tensor&, int, int) {}
+#endif
 
 }  // namespace prime

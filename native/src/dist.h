@@ -18,6 +18,9 @@ class Store;
 
 namespace prime {
 
+// Whether this build has c10d's Gloo process group (native/CMakeLists.txt checks the headers).
+extern const bool kHaveGloo;
+
 // A c10d TCPStore: the server (rank 0, listening on host:port) or a client connected to it.
 class DistStore {
  public:

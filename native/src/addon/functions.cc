@@ -12,6 +12,7 @@
 #include "addon/async.h"
 #include "addon/convert.h"
 #include "addon/exports.h"
+#include "dist.h"
 
 namespace prime::addon {
 
@@ -121,6 +122,7 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   auto blasThreads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   if (blasThreads) out.Set("blasThreads", blasThreads());
   out.Set("parallelInfo", at::get_parallel_info());
+  out.Set("gloo", kHaveGloo);
   return out;
 }
 
