@@ -14,8 +14,8 @@ import { shardRows } from '../lib/trainer/runtime';
 native.setThreads(1);
 
 /**
- * Builds without c10d's Gloo (native/CMakeLists.txt: PyTorch 2.x without its Gloo headers, as in
- * scripts/check-torch2.sh) have no process groups and say so; the Debian build has them.
+ * A build without usable Gloo headers (native/CMakeLists.txt: libgloo-dev missing) has no process
+ * groups and says so; Debian's libtorch 1.13 and PyTorch 2.x builds have them.
  */
 const { gloo } = native.info();
 const withGloo = gloo ? test : test.skip;
