@@ -165,7 +165,7 @@ export interface TrainRow extends PackedRow {
 }
 
 /**
- * The training objective (DESIGN.md section 4). `kind` names a loss of the native registry
+ * The training objective. `kind` names a loss of the native registry
  * (`LOSS_KINDS` in ./loss-kinds, the unit native/src/loss_<kind>.cc says exactly what it
  * computes); `params` are its parameters by config key (an absent one takes the registry
  * default). Per loss token t, with logp the trainer's logprob under softmax(logits / temperature),

@@ -1,7 +1,7 @@
 /**
  * Every command's configuration, as zod schemas. This file is the one source of truth: the loader
  * validates against it, `--help` is generated from it, and `--dry-run` prints what it resolves to.
- * Defaults follow the Python prime-rl (DESIGN.md §4). Objects are strict: unknown keys are errors.
+ * Defaults follow the Python prime-rl. Objects are strict: unknown keys are errors.
  */
 import { z } from 'zod';
 import { LOSS_PARAMS, lossKindSpec, POLICY_LOSSES, type LossParamName } from '../../native/loss-kinds';
@@ -218,7 +218,7 @@ const klPenaltySchema = section({
     .describe('adapt beta each step toward this measured KL; unset = fixed beta'),
 });
 
-/** The lr default depends on LoRA (DESIGN.md: 1e-6 full, 1e-5 LoRA), so it is filled after parsing. */
+/** The lr default depends on LoRA (as prime-rl: 1e-6 full, 1e-5 LoRA), so it is filled after parsing. */
 function withLrDefault<T extends { optim: { lr?: number }; lora: { enabled: boolean } }>(c: T) {
   return { ...c, optim: { ...c.optim, lr: c.optim.lr ?? (c.lora.enabled ? 1e-5 : 1e-6) } };
 }
@@ -480,7 +480,7 @@ const evalSettings = section({
   sampling: samplingSchema,
 });
 
-/** Keys of `rl` that fill the trainer, orchestrator and inference sections (DESIGN.md §4 Config). */
+/** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
 export const RL_SECTIONS = ['trainer', 'orchestrator', 'inference'] as const;
 
