@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { LOSS_PARAMS, lossKindSpec, POLICY_LOSSES, type LossParamName } from '../../native/loss-kinds';
-import { ARCHS } from '../model/families';
+import { ARCHS, PROJECTIONS } from '../model/families';
 import { ADVANTAGE_TYPES } from '../orchestrator/advantages';
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
@@ -126,9 +126,9 @@ const loraSchema = section({
   alpha: z.number().positive().default(32).describe('adapter scaling numerator (scale = alpha / rank)'),
   dropout: z.number().min(0).lt(1).default(0).describe('dropout on the adapter input'),
   target_modules: z
-    .array(z.enum(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']))
+    .array(z.enum(PROJECTIONS))
     .min(1)
-    .default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'])
+    .default([...PROJECTIONS])
     .describe('projections that get adapters'),
 });
 
