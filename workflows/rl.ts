@@ -71,6 +71,8 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
 
   const maxSteps = config.max_steps ?? Infinity;
   const k = config.async_level;
+  // Signals and the progress query are answered from the start, also while the run is prepared:
+  // a pause or stop sent then is kept (`early`), and `progress` says `preparing`.
   const early: Controls = { paused: false, stopping: false };
   let prepared: RLState | undefined = resumeFrom;
   handleControls(

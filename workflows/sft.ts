@@ -59,6 +59,8 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
   const stepsPerRun = opts.stepsPerRun ?? STEPS_PER_RUN;
   const { cpu, cpuQuick, cpuWrite, trainer } = runActivities(config.temporal);
 
+  // Signals and the progress query are answered from the start, also while the run is prepared:
+  // a pause or stop sent then is kept (`early`), and `progress` says `preparing`.
   const early: Controls = { paused: false, stopping: false };
   let prepared: SftState | undefined = resumeFrom;
   handleControls(
