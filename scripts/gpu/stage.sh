@@ -59,7 +59,7 @@ link() { # link TARGET PATH: PATH -> TARGET, replacing an earlier link (never a 
   fi
   mkdir -p "$(dirname "$2")" && ln -sfn "$1" "$2"
 }
-[ -d "$STAGE/node_modules" ] && link "$STAGE/node_modules/node_modules" node_modules
+[ -d "$STAGE/packages" ] && link "$STAGE/packages/node_modules" node_modules
 [ -d "$STAGE/temporal" ] && link "$STAGE/temporal/temporal" tools/bin/temporal
 if [ -d "$STAGE/dist" ]; then
   rm -rf dist.tmp && cp -r "$STAGE/dist/dist" dist.tmp && rm -rf dist && mv dist.tmp dist
