@@ -8,14 +8,14 @@
  * every rank runs (lib/trainer/group.ts), and only this rank writes.
  */
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { withHeartbeat } from './heartbeat';
 import { storedJson } from '../lib/atomic';
 import { readSftPlan, readTrainingSpec } from '../lib/run/config';
-import { listSteps, RunLayout } from '../lib/run/layout';
+import { RunLayout } from '../lib/run/layout';
+import { pruneRunFolder } from '../lib/run/prune';
 import type { GroupLeader, RankJob } from '../lib/trainer/group';
 import { RankTrainer } from '../lib/trainer/ranks';
 import { NonFiniteWeightsError, TrainerRuntime } from '../lib/trainer/runtime';
@@ -171,27 +171,8 @@ export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
       if (!fs.existsSync(dir))
         await onRuntimeAt({ op: 'checkpoint', runDir, step }, 'checkpointing', (rt) => rt.checkpoint());
       const spec = readTrainingSpec(runDir);
-      prune(layout, spec.keepLast, spec.asyncLevel);
+      pruneRunFolder(layout, spec.keepLast, spec.asyncLevel);
       return { path: dir };
     },
   };
-}
-
-/**
- * With keep_last = K: the K newest checkpoints stay; batches older than the oldest kept one are
- * no longer needed for a replay, nor weights older than it minus async_level (in-flight rollouts).
- */
-function prune(layout: RunLayout, keepLast: number | undefined, asyncLevel: number): void {
-  if (keepLast === undefined || !fs.existsSync(layout.checkpointsRoot)) return;
-  const ckpts = listSteps(fs.readdirSync(layout.checkpointsRoot));
-  const kept = ckpts.slice(-keepLast);
-  for (const s of ckpts.slice(0, -keepLast)) fs.rmSync(layout.checkpointDir(s), { recursive: true, force: true });
-  const oldest = kept[0];
-  const drop = (root: string, file: (s: number) => string, below: number) => {
-    if (!fs.existsSync(root)) return;
-    const names = fs.readdirSync(root).map((n) => n.replace(/\.safetensors$/, ''));
-    for (const s of listSteps(names)) if (s < below) fs.rmSync(file(s), { recursive: true, force: true });
-  };
-  drop(path.dirname(layout.batchFile(0)), (s) => layout.batchFile(s), oldest);
-  drop(layout.weightsRoot, (s) => layout.weightsDir(s), oldest - asyncLevel);
 }

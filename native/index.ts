@@ -9,6 +9,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import type { ArchConfig, TensorDType, WeightTensor } from '../lib/model/arch';
+import type { Projection } from '../lib/model/families';
 import { isIgnorable, tensorSpecs, type TensorSpec } from '../lib/model/tensors';
 
 import type { LossKindName, LossKindSpec, LossParamName } from './loss-kinds';
@@ -124,7 +125,7 @@ export interface AdamWOptions {
 }
 
 /** LoRA projection names (HF module names inside a block). */
-export type LoraTarget = 'q_proj' | 'k_proj' | 'v_proj' | 'o_proj' | 'gate_proj' | 'up_proj' | 'down_proj';
+export type LoraTarget = Projection;
 
 export interface LoraOptions {
   rank: number;
@@ -165,7 +166,7 @@ export interface TrainRow extends PackedRow {
 }
 
 /**
- * The training objective (DESIGN.md section 4). `kind` names a loss of the native registry
+ * The training objective. `kind` names a loss of the native registry
  * (`LOSS_KINDS` in ./loss-kinds, the unit native/src/loss_<kind>.cc says exactly what it
  * computes); `params` are its parameters by config key (an absent one takes the registry
  * default). Per loss token t, with logp the trainer's logprob under softmax(logits / temperature),

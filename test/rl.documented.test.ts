@@ -27,11 +27,7 @@ afterAll(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-// The two sections other work adds are left out here (config.aliases.test.ts checks them).
-const documented = fs
-  .readFileSync(path.join(__dirname, '..', 'configs', 'prime-rl', 'documented.toml'), 'utf8')
-  .replace(/\[difficulty_filter\][^[]*/, '')
-  .replace(/\[kl_penalty\][^[]*/, '');
+const documented = fs.readFileSync(path.join(__dirname, '..', 'configs', 'prime-rl', 'documented.toml'), 'utf8');
 
 test('the documented config trains a few steps and records the documented metric names', async () => {
   const file = path.join(root, 'documented.toml');
@@ -58,10 +54,15 @@ test('the documented config trains a few steps and records the documented metric
       path.join(root, 'outputs'),
       '--orchestrator.base-urls',
       `${stack.inference.url}/v1`,
-      // A random model scores 0 everywhere: keep those groups so the trainer steps.
       '--trainer.threads',
       '1',
-      '--no-orchestrator.filter.zero-variance',
+      // A random model scores (near) 0 everywhere: the difficulty filter stays on, with bounds that
+      // keep those groups, and zero-advantage rollouts are trained on, so that the trainer steps.
+      '--orchestrator.difficulty-filter.min-reward-variance',
+      '0',
+      '--orchestrator.difficulty-filter.min-reward',
+      '0',
+      '--no-orchestrator.filter-zero-advantages',
     ],
     env: {},
     cwd: root,
@@ -79,6 +80,8 @@ test('the documented config trains a few steps and records the documented metric
   });
   expect(result.steps).toBe(2);
   expect(cfg.trainer.lora).toMatchObject({ enabled: true, rank: 64 });
+  expect(cfg.orchestrator.difficulty_filter).toMatchObject({ enabled: true, max_reward: 0.95 });
+  expect(cfg.trainer.kl_penalty).toEqual({ enabled: true, target_kl: 0.01, beta: 0.1 });
   const lines = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile);
   expect(lines.map((l) => l.step)).toEqual([0, 1]);
   for (const l of lines) {

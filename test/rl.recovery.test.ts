@@ -98,6 +98,11 @@ async function runArgs(name: string): Promise<string[]> {
     // A random model scores 0 everywhere: train those zero-advantage rollouts, so that every step trains samples.
     '--orchestrator.filter-zero-advantages',
     'false',
+    // With every advantage 0, grpo's gradient is exactly 0, so each step samples the same tokens
+    // whatever the timing. dppo's KL term would turn the last-bit noise of batch-dependent
+    // inference logprobs into Adam updates, and later steps could sample other tokens.
+    '--trainer.loss.type',
+    'grpo',
   ];
 }
 

@@ -54,6 +54,8 @@ test('WANDB_MODE=offline writes the steps, documented names included, to a local
       loss: 1 / (step + 1),
       lr: 1e-5,
       mismatch_kl: 0.001,
+      kl_divergence: 0.002,
+      kl_beta: 0.1,
       completion_tokens: 40,
       rollouts: 8,
       generate_seconds: 2,

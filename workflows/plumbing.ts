@@ -59,12 +59,23 @@ export interface Controls {
   stopping: boolean;
 }
 
-/** Installs the signal handlers on `state` and the `progress` query answered by `progress()`. */
-export function handleControls(state: Controls, progress: () => unknown): void {
-  setHandler(pauseSignal, () => void (state.paused = true));
-  setHandler(resumeSignal, () => void (state.paused = false));
-  setHandler(stopSignal, () => void (state.stopping = true));
+/**
+ * Installs the signal handlers, which steer `controls()` (the run's state, or the flags a run keeps
+ * while it is prepared), and the `progress` query answered by `progress()`. Called before the
+ * workflow's first await, so that a query or signal sent while the run is prepared is answered.
+ */
+export function handleControls(controls: () => Controls, progress: () => unknown): void {
+  setHandler(pauseSignal, () => void (controls().paused = true));
+  setHandler(resumeSignal, () => void (controls().paused = false));
+  setHandler(stopSignal, () => void (controls().stopping = true));
   setHandler(progressQuery, progress);
+}
+
+/** What `progress` answers while a run is prepared (its folder, its data): nothing trained yet. */
+export interface Preparing extends Controls {
+  preparing: true;
+  trained: 0;
+  maxSteps?: number;
 }
 
 /** Waits while the run is paused; true when it should stop instead of starting another step. */

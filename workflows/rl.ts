@@ -20,7 +20,7 @@ import type { RLConfig } from '../lib/config/schemas';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { inRun, weightsEntry } from '../lib/run/entries';
 import type { EvalInput, EvalResult } from './eval';
-import { handleControls, runActivities, stopBeforeNextStep } from './plumbing';
+import { handleControls, runActivities, stopBeforeNextStep, type Controls, type Preparing } from './plumbing';
 
 export interface RLState {
   runDir: string;
@@ -36,9 +36,7 @@ export interface RLState {
   nextEval?: number;
 }
 
-export interface RLProgress extends RLState {
-  maxSteps?: number;
-}
+export type RLProgress = (RLState & { maxSteps?: number }) | Preparing;
 
 export interface RLResult {
   runDir: string;
@@ -73,10 +71,20 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
 
   const maxSteps = config.max_steps ?? Infinity;
   const k = config.async_level;
-  const state: RLState = resumeFrom ?? (await start());
+  // Signals and the progress query are answered from the start, also while the run is prepared:
+  // a pause or stop sent then is kept (`early`), and `progress` says `preparing`.
+  const early: Controls = { paused: false, stopping: false };
+  let prepared: RLState | undefined = resumeFrom;
+  handleControls(
+    () => prepared ?? early,
+    (): RLProgress =>
+      prepared
+        ? { ...prepared, maxSteps: config.max_steps }
+        : { preparing: true, trained: 0, ...early, maxSteps: config.max_steps },
+  );
+  const state: RLState = prepared ?? { ...(await start()), ...early };
+  prepared = state;
   const { runDir } = state;
-
-  handleControls(state, (): RLProgress => ({ ...state, maxSteps: config.max_steps }));
 
   /** Evaluates policy `version` on the eval envs (the training envs if none) with an `eval` child workflow. */
   const evaluate = (version: number) => {

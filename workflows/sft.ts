@@ -14,7 +14,7 @@
 import { continueAsNew, workflowInfo } from '@temporalio/workflow';
 import type { TrainSummary } from '../activities/types';
 import type { SFTConfig } from '../lib/config/schemas';
-import { handleControls, runActivities, stopBeforeNextStep } from './plumbing';
+import { handleControls, runActivities, stopBeforeNextStep, type Controls, type Preparing } from './plumbing';
 
 export interface SftState {
   runDir: string;
@@ -32,9 +32,7 @@ export interface SftState {
   weightsDir?: string;
 }
 
-export interface SftProgress extends SftState {
-  maxSteps: number;
-}
+export type SftProgress = (SftState & { maxSteps: number }) | Preparing;
 
 export interface SftResult {
   runDir: string;
@@ -61,6 +59,15 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
   const stepsPerRun = opts.stepsPerRun ?? STEPS_PER_RUN;
   const { cpu, cpuQuick, cpuWrite, trainer } = runActivities(config.temporal);
 
+  // Signals and the progress query are answered from the start, also while the run is prepared:
+  // a pause or stop sent then is kept (`early`), and `progress` says `preparing`.
+  const early: Controls = { paused: false, stopping: false };
+  let prepared: SftState | undefined = resumeFrom;
+  handleControls(
+    () => prepared ?? early,
+    (): SftProgress =>
+      prepared ? { ...prepared, maxSteps: prepared.steps } : { preparing: true, trained: 0, ...early },
+  );
   let state: SftState;
   if (resumeFrom) state = resumeFrom;
   else {
@@ -69,9 +76,8 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
       runDir: plan.runDir,
       steps: plan.steps,
       trained: 0,
-      paused: false,
-      stopping: false,
       reachedTarget: false,
+      ...early,
     };
     const from = config.ckpt.resume_step;
     if (from !== undefined) {
@@ -81,8 +87,8 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
       if (weightsDir !== null) state.weightsDir = weightsDir;
     }
   }
+  prepared = state;
   const { runDir, steps } = state;
-  handleControls(state, (): SftProgress => ({ ...state, maxSteps: steps }));
 
   const startedThisRun = state.trained;
   const target = config.val.target_loss;

@@ -1,11 +1,11 @@
 /**
  * Every command's configuration, as zod schemas. This file is the one source of truth: the loader
  * validates against it, `--help` is generated from it, and `--dry-run` prints what it resolves to.
- * Defaults follow the Python prime-rl (DESIGN.md §4). Objects are strict: unknown keys are errors.
+ * Defaults follow the Python prime-rl. Objects are strict: unknown keys are errors.
  */
 import { z } from 'zod';
 import { LOSS_PARAMS, lossKindSpec, POLICY_LOSSES, type LossParamName } from '../../native/loss-kinds';
-import { ARCHS } from '../model/families';
+import { ARCHS, PROJECTIONS } from '../model/families';
 import { ADVANTAGE_TYPES } from '../orchestrator/advantages';
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
@@ -126,9 +126,9 @@ const loraSchema = section({
   alpha: z.number().positive().default(32).describe('adapter scaling numerator (scale = alpha / rank)'),
   dropout: z.number().min(0).lt(1).default(0).describe('dropout on the adapter input'),
   target_modules: z
-    .array(z.enum(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']))
+    .array(z.enum(PROJECTIONS))
     .min(1)
-    .default(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'])
+    .default([...PROJECTIONS])
     .describe('projections that get adapters'),
 });
 
@@ -275,7 +275,7 @@ export const trainerRankSchema = section({
 });
 export type TrainerRankConfig = z.output<typeof trainerRankSchema>;
 
-/** The lr default depends on LoRA (DESIGN.md: 1e-6 full, 1e-5 LoRA), so it is filled after parsing. */
+/** The lr default depends on LoRA (as prime-rl: 1e-6 full, 1e-5 LoRA), so it is filled after parsing. */
 function withLrDefault<T extends { optim: { lr?: number }; lora: { enabled: boolean } }>(c: T) {
   return { ...c, optim: { ...c.optim, lr: c.optim.lr ?? (c.lora.enabled ? 1e-5 : 1e-6) } };
 }
@@ -538,7 +538,7 @@ const evalSettings = section({
   sampling: samplingSchema,
 });
 
-/** Keys of `rl` that fill the trainer, orchestrator and inference sections (DESIGN.md §4 Config). */
+/** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
 export const RL_SECTIONS = ['trainer', 'orchestrator', 'inference'] as const;
 

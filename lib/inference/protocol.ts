@@ -115,7 +115,7 @@ export const completionRequest = z.looseObject({
 });
 export type CompletionRequest = z.output<typeof completionRequest>;
 
-/** Token in, token out (DESIGN.md): what the orchestrator's rollouts use. */
+/** Token in, token out: what the orchestrator's rollouts use. */
 export const generateRequest = z.strictObject({
   model: z.string().optional(),
   prompt_token_ids: z.array(tokenId).min(1),

@@ -14,7 +14,8 @@ import { launch, type LocalRun } from './launch';
  */
 export interface SftProgressView {
   trained: number;
-  maxSteps: number;
+  /** Unknown while the run is prepared (its data decides it). */
+  maxSteps?: number;
   paused: boolean;
   lastTrain?: { metrics: TrainMetrics };
   lastValLoss?: number;

@@ -1,5 +1,5 @@
 /**
- * Group advantages (DESIGN.md §4, after prime-rl's orchestrator advantage code). Each example is
+ * Group advantages (after prime-rl's orchestrator advantage code). Each example is
  * rolled out G times; a rollout's advantage comes from its group's rewards and is broadcast later to
  * all its completion tokens.
  *

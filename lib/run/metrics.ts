@@ -24,8 +24,8 @@ export const DOCUMENTED_METRICS: Readonly<Record<string, (r: StepRecord) => unkn
   'train/reward': (r) => r.reward_mean,
   'train/loss': (r) => r.loss,
   'train/learning_rate': (r) => r.lr,
-  // The KL divergence the trainer measures between its policy and the one that sampled.
-  'train/kl_divergence': (r) => r.mismatch_kl,
+  // The KL to the reference (initial) policy that [kl_penalty] steers; absent while it is off.
+  'train/kl_divergence': (r) => (typeof r.kl_beta === 'number' && r.kl_beta > 0 ? r.kl_divergence : undefined),
   // Completion tokens per rollout (all turns).
   'rollout/mean_length': (r) =>
     typeof r.completion_tokens === 'number' && typeof r.rollouts === 'number' && r.rollouts > 0

@@ -1,6 +1,6 @@
 /** What the trainer runtime reports per step and in total (activities pass these on as they are). */
 
-/** Trainer metrics of one step (DESIGN.md: loss, entropy, mismatch KL, masked fractions, ...). */
+/** Trainer metrics of one step (loss, entropy, mismatch KL, masked fractions, ..., as prime-rl logs them). */
 export interface TrainMetrics {
   loss: number;
   entropy: number;

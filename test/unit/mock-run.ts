@@ -90,6 +90,8 @@ export type Calls = string[];
 export interface Behaviour {
   /** Steps of the SFT plan. */
   sftSteps?: number;
+  /** Called inside prepareRun / prepareSft, before they return (the run is being prepared). */
+  onPrepare?: () => Promise<void> | void;
   /** Called at the start of generateRollouts(step) (e.g. to signal the workflow mid-step). */
   onGenerate?: (step: number) => Promise<void> | void;
   /** Called at the start of trainStep(step) (sft and rl); throw to fail the step. */
@@ -119,6 +121,7 @@ export function standIns(calls: Calls, b: Behaviour = {}) {
   const cpu: Partial<CpuActivities> = {
     async prepareRun(config: RLConfig) {
       calls.push(`prepareRun ${config.run_name}`);
+      await b.onPrepare?.();
       return { runDir: RUN_DIR } as Awaited<ReturnType<CpuActivities['prepareRun']>>;
     },
     async rewindRun({ step }) {

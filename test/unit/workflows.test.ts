@@ -60,12 +60,8 @@ async function run<T>(
 /** Waits (on real time: the workers run in this process) until the workflow's progress satisfies `ok`. */
 async function progressUntil<P>(h: WorkflowHandle, ok: (p: P) => boolean): Promise<P> {
   for (let i = 0; i < 200; i++) {
-    // Until its prepare activity returned, a new run has no state to report yet.
-    const p = await h.query<P>('progress').catch((e: Error) => {
-      if (/did not register a handler for progress/.test(String(e.cause))) return undefined;
-      throw e;
-    });
-    if (p !== undefined && ok(p)) return p;
+    const p = await h.query<P>('progress');
+    if (ok(p)) return p;
     await new Promise((r) => setTimeout(r, 25));
   }
   throw new Error(`progress of ${h.workflowId} never satisfied ${ok}`);
@@ -107,6 +103,32 @@ describe('rl', () => {
     expect(calls.indexOf('generateRollouts 2 v1')).toBeGreaterThan(calls.indexOf('trainStep 0'));
   });
 
+  test('while the run is prepared, progress answers `preparing` and a pause sent then holds step 0', async () => {
+    let handle: WorkflowHandle | undefined;
+    let during: RLProgress | undefined;
+    const { result, calls } = await run<RLResult>(
+      'rl',
+      [rlConfig(['--run-name', 'prep', '--max-steps', '1'])],
+      {
+        onPrepare: async () => {
+          while (!handle) await new Promise((r) => setTimeout(r, 5));
+          during = await handle!.query<RLProgress>('progress');
+          await handle!.signal('pause');
+        },
+      },
+      async (h) => {
+        handle = h;
+        const paused = await progressUntil<RLProgress>(h, (p) => !('preparing' in p) && p.paused);
+        expect(paused.trained).toBe(0);
+        await h.signal('resume');
+      },
+    );
+    expect(during).toEqual({ preparing: true, trained: 0, paused: false, stopping: false, maxSteps: 1 });
+    expect(result.steps).toBe(1);
+    // Paused before step 0: nothing was generated until the resume.
+    expect(calls[0]).toBe('prepareRun prep');
+  });
+
   test('pause holds the next step (the one training finishes), the progress query shows it, resume goes on', async () => {
     let handle!: WorkflowHandle;
     let paused: RLProgress | undefined;
@@ -118,7 +140,7 @@ describe('rl', () => {
       async (h) => {
         handle = h;
         paused = await progressUntil<RLProgress>(h, (p) => p.paused && p.trained === 2);
-        callsWhilePaused = (await h.query<RLProgress>('progress')).step;
+        callsWhilePaused = (await h.query<RLProgress & { step: number }>('progress')).step;
         await h.signal('resume');
       },
     );

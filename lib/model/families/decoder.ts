@@ -29,6 +29,13 @@ export type LayerSlot =
 
 export type TensorRole = 'embedding' | 'linear' | 'bias' | 'norm';
 
+/**
+ * The block's projections by their HF module names: what LoRA can target (`lora.target_modules`).
+ * The engine knows the same names in this order (`native/src/model.cc` `projName`).
+ */
+export const PROJECTIONS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
+export type Projection = (typeof PROJECTIONS)[number];
+
 export interface TensorSpec {
   /** Hugging Face name, e.g. `model.layers.3.self_attn.q_proj.weight`. */
   name: string;

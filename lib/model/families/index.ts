@@ -18,4 +18,5 @@ export function family(arch: string): Family {
   return FAMILIES[arch as Arch];
 }
 
-export type { Family, FamilyFeatures, LayerSlot, ModelSlot, TensorRole, TensorSpec } from './decoder';
+export { PROJECTIONS } from './decoder';
+export type { Family, FamilyFeatures, LayerSlot, ModelSlot, Projection, TensorRole, TensorSpec } from './decoder';

@@ -1,0 +1,79 @@
+/**
+ * The GPU checks (bench/gpu/checks.ts) without jest, for a bare GPU machine (scripts/gpu/run.sh):
+ * prints a table, writes checks.md and checks.json to --out, exits 1 when a check fails.
+ *
+ *   node dist/bench/gpu-checks.js [--device cuda|cuda:N|cpu] [--out DIR] [--only SUBSTRING]
+ *
+ * --device defaults to cuda when the addon sees a CUDA device, else cpu (the bf16 checks then skip).
+ * PRIME_PYTHON names the Python with torch and transformers (default python3).
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as native from '../native';
+import { CHECKS, makeWorkDir, type CheckResult } from './gpu/checks';
+
+function arg(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  if (i < 0) return undefined;
+  const v = process.argv[i + 1];
+  if (v === undefined || v.startsWith('--')) {
+    console.error(`gpu-checks: --${name} needs a value`);
+    process.exit(2);
+  }
+  return v;
+}
+
+async function main() {
+  const known = new Set(['--device', '--out', '--only']);
+  for (let i = 2; i < process.argv.length; i += 2) {
+    if (!known.has(process.argv[i])) {
+      console.error(`gpu-checks: unknown argument ${process.argv[i]} (known: ${[...known].join(', ')})`);
+      process.exit(2);
+    }
+  }
+  const info = native.info();
+  const device = arg('device') ?? (info.cuda ? 'cuda' : 'cpu');
+  if (!/^(cpu|cuda(:\d+)?)$/.test(device)) {
+    console.error(`gpu-checks: --device must be cpu, cuda or cuda:N, not '${device}'`);
+    process.exit(2);
+  }
+  const out = arg('out');
+  const only = arg('only');
+  const ctx = { device, workDir: makeWorkDir(), python: process.env.PRIME_PYTHON || 'python3' };
+  console.log(`[gpu-checks] torch ${info.torchVersion}, cuda ${info.cuda}, device ${device}, work dir ${ctx.workDir}`);
+
+  const rows: Array<{ check: string; seconds: number } & CheckResult> = [];
+  for (const check of CHECKS.filter((c) => !only || c.name.includes(only))) {
+    const t0 = Date.now();
+    let result: CheckResult;
+    try {
+      result = await check.run(ctx);
+    } catch (e) {
+      result = { status: 'fail', detail: `error: ${(e as Error).message.split('\n')[0]}` };
+    }
+    rows.push({ check: check.name, seconds: (Date.now() - t0) / 1000, ...result });
+    console.log(`[gpu-checks] ${result.status.padEnd(4)} ${check.name}: ${result.detail}`);
+  }
+
+  const table = [
+    `GPU checks on ${device} (torch ${info.torchVersion}, cuda ${info.cuda})`,
+    '',
+    '| check | result | seconds | detail |',
+    '| --- | --- | --- | --- |',
+    ...rows.map((r) => `| ${r.check} | ${r.status} | ${r.seconds.toFixed(1)} | ${r.detail.replaceAll('|', '/')} |`),
+  ].join('\n');
+  console.log('\n' + table);
+  if (out) {
+    fs.mkdirSync(out, { recursive: true });
+    fs.writeFileSync(path.join(out, 'checks.md'), table + '\n');
+    fs.writeFileSync(path.join(out, 'checks.json'), JSON.stringify({ device, info, rows }, null, 2) + '\n');
+    const rlLog = path.join(ctx.workDir, 'rl.log');
+    if (fs.existsSync(rlLog)) fs.copyFileSync(rlLog, path.join(out, 'rl.log'));
+  }
+  process.exit(rows.some((r) => r.status === 'fail') ? 1 : 0);
+}
+
+main().catch((e: unknown) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On the GPU machine, after scripts/gpu/stage.sh: builds the addon against the local PyTorch with
+# plain cmake (no cmake-js there: the bundled Node's headers stand in for what it passes), then
+# runs the GPU checks (dist/bench/gpu-checks.js) and, after `--`, any further command in the same
+# environment (a benchmark, say). Results and logs go to $OUT (default outputs/gpu).
+#   bash scripts/gpu/run.sh [gpu-checks args] [-- command...]
+#   LIBTORCH=<folder>   another libtorch (default: python3's PyTorch, torch.utils.cmake_prefix_path)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+STAGE=${PRIME_GPU_STAGE:-/opt/prime-gpu}
+OUT=${OUT:-$ROOT/outputs/gpu}
+mkdir -p "$OUT"
+log() { printf '\033[1m[gpu-run]\033[0m %s\n' "$*"; }
+die() { echo "gpu-run: $*" >&2; exit 1; }
+
+[ -f "$STAGE/env.sh" ] || die "$STAGE/env.sh not found: run scripts/gpu/stage.sh with the bundle's last call first"
+# shellcheck disable=SC1091
+source "$STAGE/env.sh"
+[ -d node_modules ] && [ -f dist/bench/gpu-checks.js ] || die "node_modules/ or dist/ missing: stage the bundle's last call"
+# dist/ must be compiled from these sources (the bundle records their hash).
+sources_hash=$(cat tsconfig.json $(find lib workflows activities workers native bench test -name '*.ts' | sort) | sha256sum | cut -c1-16)
+[ "$sources_hash" = "$(cat dist/.sources-hash)" ] || die "dist/ was compiled from other sources than this tree: run scripts/gpu/bundle.sh again"
+
+checks=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do checks+=("$1") && shift; done
+[ "${1:-}" = -- ] && shift
+
+# The addon, against PyTorch's libtorch (native/cmake/torch.cmake: CUDA when nvcc is there).
+if [ -z "${LIBTORCH:-}" ]; then
+  LIBTORCH=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') || die "python3 cannot import torch; set LIBTORCH"
+fi
+export LIBTORCH
+log "node $(node --version), libtorch: $LIBTORCH"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+{
+  cmake -S native -B build/native "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLIBTORCH="$LIBTORCH" \
+    -DCMAKE_JS_INC="$PRIME_NODE_INCLUDE" -DCMAKE_CXX_FLAGS=-DBUILDING_NODE_EXTENSION \
+    -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/build/native/Release"
+  cmake --build build/native -j "$(nproc)"
+} > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; die "the addon failed to build (log: $OUT/build.log)"; }
+grep -m1 'prime_native: building against' "$OUT/build.log" || true
+
+status=0
+node dist/bench/gpu-checks.js --out "$OUT" "${checks[@]}" || status=$?
+if [ $# -gt 0 ]; then
+  log "running: $*"
+  "$@" || status=$?
+fi
+exit $status
