@@ -7,10 +7,10 @@
  *
  *   npm run bench:compare [-- --models qwen3,bytes --threads 2 --batches 1,16,64 --rows 2 --row-len 512 --skip-torch]
  *
- * The PyTorch side runs in a venv this script creates in build/bench-venv from PyPI (PyTorch's
- * CUDA wheel installed without its CUDA dependencies but the two its CPU half loads, as
- * scripts/check-torch2.sh does; transformers with its dependencies). Nothing is downloaded by the
- * test suite. FLOPs: 2 x (matmul parameters) per decoded token, 6 x per trained token (the tied
+ * The PyTorch side runs in a venv this script creates in build/bench-venv from PyPI (torch and
+ * transformers with their dependencies). Nothing is downloaded by the test suite. With
+ * --baseline-addon <prime_native.node> the engine side also runs on another build of the addon
+ * (e.g. main's), for before/after figures in the same run. --train-steps: timed steps (default 3). FLOPs: 2 x (matmul parameters) per decoded token, 6 x per trained token (the tied
  * embedding counts once, as the LM head), attention left out; the yardstick is a 2048^3 fp32
  * matmul of the engine, measured before and after.
  */
@@ -27,8 +27,9 @@ import { loadModel, matmulGflops, setThreads, type TrainRow, type TrainStepOptio
 const ROOT = path.resolve(__dirname, '..', '..');
 const VENV = path.join(ROOT, 'build', 'bench-venv');
 const PY = path.join(VENV, 'bin', 'python');
-const TORCH_PINS = ['torch==2.11.0', 'nvidia-cuda-runtime==13.0.96', 'nvidia-cuda-cupti==13.0.85'];
-const PY_PINS = ['transformers==4.57.1', 'filelock', 'typing-extensions', 'sympy', 'networkx', 'jinja2', 'fsspec'];
+// PyPI's Linux torch wheel is the CUDA build: `import torch` loads its CUDA libraries (cuDNN, cuBLAS, ...)
+// even on a CPU machine, so they come too (about 5 GB in all); only PyPI is used.
+const PINS = ['torch==2.11.0', 'transformers==4.57.1'];
 const PROMPT = 64,
   NEW = 64;
 
@@ -45,14 +46,13 @@ function arg(name: string, dflt: string): string {
 
 function ensureVenv(): void {
   const stamp = path.join(VENV, '.pins'),
-    pins = [...TORCH_PINS, ...PY_PINS].join(' ');
+    pins = PINS.join(' ');
   if (fs.existsSync(stamp) && fs.readFileSync(stamp, 'utf8') === pins) return;
-  console.error(`[bench] creating ${VENV} (PyTorch CPU half + transformers from PyPI, about 1.5 GB)`);
+  console.error(`[bench] creating ${VENV} (${pins} from PyPI, about 5 GB)`);
   fs.rmSync(VENV, { recursive: true, force: true });
   execFileSync('python3', ['-m', 'venv', VENV], { stdio: 'inherit' });
   const pip = [path.join(VENV, 'bin', 'pip'), 'install', '--quiet', '--disable-pip-version-check'];
-  execFileSync(pip[0], [...pip.slice(1), '--no-deps', ...TORCH_PINS], { stdio: 'inherit' });
-  execFileSync(pip[0], [...pip.slice(1), ...PY_PINS], { stdio: 'inherit' });
+  execFileSync(pip[0], [...pip.slice(1), ...PINS], { stdio: 'inherit' });
   fs.writeFileSync(stamp, pins);
 }
 
@@ -90,7 +90,7 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
     const batch = Array.from({ length: rows }, row);
     const opts: TrainStepOptions = { lr: 1e-4, maxGradNorm: 1, loss: { kind: 'ce' } };
     await trainer.step(batch, opts); // warm-up
-    const steps = 3,
+    const steps = Number(process.env.PRIME_BENCH_TRAIN_STEPS ?? 3),
       t0 = process.hrtime.bigint();
     for (let i = 0; i < steps; i++) await trainer.step(batch, opts);
     seconds = Number(process.hrtime.bigint() - t0) / 1e9;
@@ -99,8 +99,8 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
   return { tokensPerSecond: tokens / seconds, seconds, peakRssMb: process.resourceUsage().maxRSS / 1024 };
 }
 
-function child(cmd: string, args: string[]): Result {
-  const out = execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+function child(cmd: string, args: string[], env: NodeJS.ProcessEnv = process.env): Result {
+  const out = execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], env });
   return JSON.parse(out.trim().split('\n').pop()!) as Result;
 }
 
@@ -117,6 +117,8 @@ async function main(): Promise<void> {
   const rows = Number(arg('rows', '2')),
     rowLen = Number(arg('row-len', '512'));
   const torch = !process.argv.includes('--skip-torch');
+  const baseline = process.argv.includes('--baseline-addon') ? path.resolve(arg('baseline-addon', '')) : null;
+  process.env.PRIME_BENCH_TRAIN_STEPS = arg('train-steps', '3');
   if (torch) ensureVenv();
   setThreads(threads);
   const peak0 = await matmulGflops(2048, 10);
@@ -136,7 +138,11 @@ async function main(): Promise<void> {
       [`train ${rows} x ${rowLen}`, ['train', String(rows), String(rowLen)], 6 * P],
     ];
     for (const [label, w, flopsPerToken] of workloads) {
-      const ours = child(process.execPath, [__filename, '--engine', dir, ...w, String(threads)]);
+      const engineArgs = [__filename, '--engine', dir, ...w, String(threads)];
+      const before = baseline
+        ? child(process.execPath, engineArgs, { ...process.env, PRIME_NATIVE_ADDON: baseline })
+        : null;
+      const ours = child(process.execPath, engineArgs);
       const theirs = torch
         ? child(PY, [path.join(ROOT, 'bench', 'compare_torch.py'), dir, ...w, String(threads)])
         : null;
@@ -144,7 +150,8 @@ async function main(): Promise<void> {
       lines.push(
         `| ${name} | ${label} | ${ours.tokensPerSecond.toFixed(1)} | ${theirs ? theirs.tokensPerSecond.toFixed(1) : '-'} | ` +
           `${theirs ? (ours.tokensPerSecond / theirs.tokensPerSecond).toFixed(2) + 'x' : '-'} | ${gf(ours).toFixed(1)} | ` +
-          `${ours.peakRssMb.toFixed(0)} | ${theirs ? theirs.peakRssMb.toFixed(0) : '-'} |`,
+          `${ours.peakRssMb.toFixed(0)} | ${theirs ? theirs.peakRssMb.toFixed(0) : '-'} | ` +
+          `${before ? `${before.tokensPerSecond.toFixed(1)} / ${before.peakRssMb.toFixed(0)}` : '-'} |`,
       );
       console.error(lines[lines.length - 1]);
     }
@@ -152,9 +159,9 @@ async function main(): Promise<void> {
   const peak = Math.max(peak0, await matmulGflops(2048, 10));
   console.log(`${threads} threads; engine matmul 2048^3: ${peak.toFixed(1)} GFLOP/s\n`);
   console.log(
-    '| model | workload | ours tok/s | torch tok/s | ratio | ours GFLOP/s | ours peak RSS MB | torch peak RSS MB |',
+    '| model | workload | ours tok/s | torch tok/s | ratio | ours GFLOP/s | ours peak RSS MB | torch peak RSS MB | baseline tok/s / peak MB |',
   );
-  console.log('|---|---|---:|---:|---:|---:|---:|---:|');
+  console.log('|---|---|---:|---:|---:|---:|---:|---:|---:|');
   for (const l of lines) console.log(l);
   console.log(`\nGFLOP/s as a share of the matmul yardstick: divide by ${peak.toFixed(1)}.`);
 }

@@ -10,6 +10,7 @@ of 4 * <rows> sequences of <row length> / 4 tokens (the same attention work: a p
 within each sample), CE on tokens 32.. of each sample, backward, clip to norm 1, AdamW.
 """
 import json
+import os
 import resource
 import sys
 import time
@@ -58,7 +59,7 @@ def main() -> None:
             opt.step()
 
         step()  # warm-up
-        steps = 3
+        steps = int(os.environ.get("PRIME_BENCH_TRAIN_STEPS", "3"))
         t0 = time.perf_counter()
         for _ in range(steps):
             step()

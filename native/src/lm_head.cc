@@ -11,9 +11,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// log_softmax(hidden W^T / T) of one chunk, as the unfused path computed it.
-at::Tensor chunkLogSoftmax(const at::Tensor& h, const at::Tensor& w, double temperature, at::ScalarType dt) {
-  return at::log_softmax(at::linear(h, w).to(dt) / temperature, -1);
+// Logits / T of one chunk, as the unfused path computed them (in place: no second buffer).
+at::Tensor chunkLogits(const at::Tensor& h, const at::Tensor& w, double temperature, at::ScalarType dt) {
+  at::Tensor z = at::linear(h, w).to(dt);
+  return temperature == 1.0 ? z : z.div_(temperature);
 }
 
 struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
@@ -24,7 +25,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     at::Tensor logp = at::empty({N}, hidden.options().dtype(dt)), entropy = at::empty_like(logp);
     for (int64_t a = 0; a < N; a += chunk) {
       const int64_t len = std::min(chunk, N - a);
-      at::Tensor lp = chunkLogSoftmax(hidden.narrow(0, a, len), weight, temperature, dt);
+      at::Tensor lp = at::log_softmax(chunkLogits(hidden.narrow(0, a, len), weight, temperature, dt), -1);
       logp.narrow(0, a, len).copy_(lp.gather(1, targets.narrow(0, a, len).unsqueeze(1)).squeeze(1));
       entropy.narrow(0, a, len).copy_(-(lp.exp() * lp).sum(-1));
     }
@@ -46,23 +47,33 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     const bool wantHidden = ctx->needs_input_grad(0), wantWeight = ctx->needs_input_grad(1);
     at::Tensor gLogp = grads[0], gEnt = grads[1];  // materialised: zeros when an output was unused
     at::Tensor gHidden = wantHidden ? at::empty_like(hidden) : at::Tensor();
-    at::Tensor gWeight = wantWeight ? at::zeros_like(weight) : at::Tensor();
+    at::Tensor gWeight = wantWeight ? at::empty_like(weight) : at::Tensor();  // first chunk: beta = 0
+    // Unused outputs get zero gradients: skip the entropy terms when nothing uses the entropy.
+    const bool entropyGrad = gEnt.defined() && gEnt.ne(0).any().item<bool>();
     const int64_t N = hidden.size(0), chunk = ctx->saved_data["chunk"].toInt();
     for (int64_t a = 0; a < N && (wantHidden || wantWeight); a += chunk) {
       const int64_t len = std::min(chunk, N - a);
       const at::Tensor h = hidden.narrow(0, a, len);
-      at::Tensor lp = chunkLogSoftmax(h, weight, temperature, dt);
-      const at::Tensor gl = gLogp.narrow(0, a, len).unsqueeze(1), ge = gEnt.narrow(0, a, len).unsqueeze(1);
-      at::Tensor p = lp.exp();
-      // In place on lp: -(p (gEnt (log p + H) + gLogp)), then + gLogp at the target; / T.
-      at::Tensor g = lp.add_(entropy.narrow(0, a, len).unsqueeze(1)).mul_(ge).add_(gl).mul_(p).neg_();
-      p.reset();
-      const at::Tensor tgt = targets.narrow(0, a, len).unsqueeze(1);
-      g.scatter_add_(1, tgt, gl);
-      g.div_(temperature);
+      const at::Tensor gl = gLogp.narrow(0, a, len).unsqueeze(1);
+      const at::Tensor ge = entropyGrad ? gEnt.narrow(0, a, len).unsqueeze(1) : at::Tensor();
+      at::Tensor z = chunkLogits(h, weight, temperature, dt), g;
+      if (entropyGrad) {
+        // In place: -(p (gEnt (log p + H) + gLogp)).
+        at::Tensor lp = at::log_softmax(z, -1);
+        z.reset();
+        at::Tensor p = lp.exp();
+        g = lp.add_(entropy.narrow(0, a, len).unsqueeze(1)).mul_(ge).add_(gl).mul_(p).neg_();
+      } else {
+        g = at::softmax(z, -1).mul_(-gl);  // the usual case: entropy is a metric, its gradient 0
+      }
+      g.scatter_add_(1, targets.narrow(0, a, len).unsqueeze(1), gl);  // + gLogp at the target
       const at::Tensor gw = g.to(weight.scalar_type());
-      if (wantHidden) gHidden.narrow(0, a, len).copy_(gw.mm(weight));
-      if (wantWeight) gWeight.addmm_(gw.t(), h);
+      // 1 / T folded into the two products (dL/dlogits = dL/dz / T).
+      if (wantHidden) {
+        at::Tensor gh = gHidden.narrow(0, a, len);
+        at::mm_out(gh, gw, weight).div_(temperature);
+      }
+      if (wantWeight) gWeight.addmm_(gw.t(), h, a == 0 ? 0.0 : 1.0, 1.0 / temperature);
     }
     return {gHidden, gWeight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
