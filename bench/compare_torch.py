@@ -26,7 +26,7 @@ def main() -> None:
     threads = int(sys.argv[-1])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
     vocab = model.config.vocab_size
     if what == "decode":
         batch = int(sys.argv[3])
