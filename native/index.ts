@@ -24,6 +24,11 @@ export interface ModelOptions {
   device?: string;
   /** Default 'float32'. */
   dtype?: ComputeDType;
+  /**
+   * Tokens per chunk of the LM head + log-softmax in training and scoring (memory: chunk x vocab
+   * logits at a time). Default 0: about 32M logits per chunk, between 16 and 1,024 tokens.
+   */
+  logitsChunkTokens?: number;
 }
 
 export type TokenIds = Int32Array | number[];
@@ -347,6 +352,7 @@ interface Addon {
   ): Promise<RawModel>;
   matmulGflops(n: number, iters: number): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
+  lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult;
   lossKinds(): LossKindSpec[];
   createStore(opts: DistStoreOptions): Promise<DistStore>;
   createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup>;
@@ -426,6 +432,31 @@ export function policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLo
 }
 
 /** The native loss registry as the addon has it (what loss-kinds.generated.ts must equal). */
+/** Shapes of `lmHeadCheck`'s random fp64 problem; the loss is sum(c1 * logp + c2 * entropy), c ~ U(0, w). */
+export interface LmHeadCheckOptions {
+  tokens: number;
+  hidden: number;
+  vocab: number;
+  chunkTokens: number;
+  temperature: number;
+  wLogp: number;
+  wEntropy: number;
+  seed: number;
+}
+/** Largest absolute differences between the chunked LM head and the full-logits autograd graph. */
+export interface LmHeadCheckResult {
+  logp: number;
+  entropy: number;
+  gradHidden: number;
+  gradWeight: number;
+  /** Largest gradient entry of the reference, to tell a match from two zero gradients. */
+  gradScale: number;
+}
+/** The chunked LM head (native/src/lm_head.h) checked against the plain graph, for tests. */
+export function lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult {
+  return load().lmHeadCheck(options);
+}
+
 export function lossKinds(): LossKindSpec[] {
   return load().lossKinds();
 }

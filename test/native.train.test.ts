@@ -2,7 +2,7 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { loadModel, setThreads, type TrainRow, type WeightTensor } from '../native';
+import { lmHeadCheck, loadModel, setThreads, type TrainRow, type WeightTensor } from '../native';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { lrAt } from '../lib/trainer/schedule';
 import { Rng } from '../lib/model/rng';
@@ -162,4 +162,67 @@ test('learning-rate schedules', () => {
   expect(lrAt({ kind: 'cosine', lr: 1, totalSteps: 10, minLr: 0.1 }, 5)).toBeCloseTo(0.55);
   expect(lrAt({ kind: 'cosine', lr: 1, totalSteps: 10 }, 10)).toBeCloseTo(0);
   expect(() => lrAt({ kind: 'linear', lr: 1 }, 0)).toThrow(/totalSteps/);
+});
+
+describe('chunked LM head (logits never materialised for a whole row)', () => {
+  test('values and gradients of logp and entropy match the full-logits graph (fp64)', () => {
+    const base = { tokens: 11, hidden: 8, vocab: 37, temperature: 0.7, seed: 3 };
+    // Ragged chunks (3 + 3 + 3 + 2), one chunk, and each output's gradient alone.
+    for (const [chunkTokens, wLogp, wEntropy] of [
+      [3, 1, 0.5],
+      [0, 1, 0.5],
+      [4, 1, 0],
+      [4, 0, 1],
+    ]) {
+      const r = lmHeadCheck({ ...base, chunkTokens, wLogp, wEntropy });
+      expect(r.gradScale).toBeGreaterThan(1e-3);
+      for (const d of [r.logp, r.entropy, r.gradHidden, r.gradWeight])
+        expect(d).toBeLessThan(1e-12 * (1 + r.gradScale));
+    }
+  });
+
+  test.each(['llama', 'qwen3'] as const)(
+    '%s: a step chunked by 3 tokens equals one chunk (grads, loss, entropy, KL, scores)',
+    async (arch) => {
+      // llama: untied LM head; qwen3: tied embedding (both grads reach the same weight).
+      const cfg = tinyConfig(arch, { hiddenSize: 32, intermediateSize: 48, headDim: 8, vocabSize: 64 });
+      const weights = randomWeights(cfg, 8, 'F64');
+      const rng = new Rng(9);
+      const rows: TrainRow[] = [trainRow(rng, [7, 5], cfg.vocabSize), trainRow(rng, [9], cfg.vocabSize)].map((r) => {
+        const n = r.inputIds.length;
+        const mask = Array.from(r.lossMask as number[]);
+        return {
+          ...r,
+          advantages: Array.from({ length: n }, () => rng.normal()),
+          inferenceLogprobs: mask.map((m) => (m ? -4 : 0)),
+        };
+      });
+      const loss = { kind: 'grpo' as const, temperature: 0.8, klBeta: 0.1 };
+      const run = async (logitsChunkTokens: number) => {
+        const model = await loadModel(cfg, weights, { dtype: 'float64', logitsChunkTokens });
+        const trainer = model.createTrainer({ reference: true });
+        await trainer.step(rows, { lr: 1e-2, loss }); // moves the policy off the reference
+        return { ...(await trainer.gradients(rows, loss)), scores: await trainer.score(rows, { temperature: 0.8 }) };
+      };
+      const [chunked, whole] = [await run(3), await run(0)];
+      expect(chunked.referenceKl).toBeGreaterThan(0);
+      for (const k of ['loss', 'entropy', 'referenceKl'] as const) expect(chunked[k]).toBeCloseTo(whole[k], 12);
+      chunked.gradients.forEach((g, i) => {
+        const a = decode(g as WeightTensor),
+          b = decode(whole.gradients[i] as WeightTensor);
+        a.forEach((v, j) => expect(Math.abs(v - b[j])).toBeLessThan(1e-12));
+      });
+      chunked.scores.forEach((s, i) => {
+        s.logprobs.forEach((v, t) => expect(v).toBeCloseTo(whole.scores[i].logprobs[t], 6));
+        s.entropies.forEach((v, t) => expect(v).toBeCloseTo(whole.scores[i].entropies[t], 6));
+      });
+    },
+  );
+
+  test('logitsChunkTokens must be a non-negative integer', async () => {
+    const cfg = tinyConfig('qwen3');
+    await expect(loadModel(cfg, randomWeights(cfg, 1), { logitsChunkTokens: 1.5 })).rejects.toThrow(
+      /logitsChunkTokens must be an integer >= 0/,
+    );
+  });
 });

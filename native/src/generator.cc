@@ -1,5 +1,6 @@
 #include "generator.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -94,35 +95,44 @@ std::vector<StepToken> Generator::step() {
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
   at::Tensor logits =
       model->decode(at::tensor(ids, longOpts).to(model->device), at::tensor(pos, longOpts).to(model->device), cache_);
-  // Per-row temperature (1 for greedy rows), then one vectorised log-softmax for the batch.
-  std::vector<double> temps(n);
+  // After the LM head, per row: the first maximum (a comparison pass), e = exp((x - max) / T)
+  // vectorised for the batch (T = 1 for greedy rows), then the sampler's sum and inverse-CDF
+  // scan over e. No log-softmax or probability tensor of the batch's size, no sort unless top-p
+  // is on (sampler.h).
+  logits = logits.cpu().contiguous();
+  const int64_t V = logits.size(1);
+  std::vector<int64_t> best(n);
+  std::vector<double> temps(n), maxes(n, 0.0);
   for (int64_t b = 0; b < n; b++)
     temps[b] = seqs_[b].req.sampling.temperature > 0 ? seqs_[b].req.sampling.temperature : 1.0;
-  at::Tensor t = at::tensor(temps, at::TensorOptions().dtype(at::kDouble)).to(logits.device(), logits.scalar_type());
-  at::Tensor logprobs = at::log_softmax(logits / t.unsqueeze(1), -1).to(at::kFloat).cpu().contiguous();
-  at::Tensor probs = logprobs.exp();
-  const int64_t V = logprobs.size(1);
-  const float* lp = logprobs.data_ptr<float>();
-  const float* pr = probs.data_ptr<float>();
   std::vector<Sampled> sampled(n);
   std::vector<StepToken> out(n);
-  // Rows are independent (own RNG each), so sampling in parallel stays deterministic.
-  at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
-    std::vector<int32_t> order;
-    for (int64_t i = a; i < b; i++) {
-      const float* row = lp + i * V;
-      sampled[i] = sampleToken(row, pr + i * V, V, seqs_[i].req.sampling, seqs_[i].rng, order);
-      if (sampled[i].token < 0) continue;  // NaN row: no top logprobs (NaN breaks the sort's ordering)
-      if (const int64_t k = std::min(seqs_[i].req.topLogprobs, V); k > 0) {
-        // A partial sort of the ids: O(V log k), only for the rows that ask.
-        order.resize(V);
-        for (int64_t t = 0; t < V; t++) order[t] = int32_t(t);
-        std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                          [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
-        out[i].topIds.assign(order.begin(), order.begin() + k);
-        for (int64_t j = 0; j < k; j++) out[i].topLogprobs.push_back(row[order[j]]);
+  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "sample", [&] {
+    const scalar_t* x = logits.data_ptr<scalar_t>();
+    at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; i++)
+        if ((best[i] = rowArgmax(x + i * V, V)) >= 0) maxes[i] = double(x[i * V + best[i]]);
+    });
+    const auto opts = at::TensorOptions().dtype(at::kDouble);
+    at::Tensor e = at::sub(logits, at::tensor(maxes, opts).to(logits.scalar_type()).unsqueeze(1))
+                       .div_(at::tensor(temps, opts).to(logits.scalar_type()).unsqueeze(1))
+                       .exp_();
+    const scalar_t* ex = e.data_ptr<scalar_t>();
+    // Rows are independent (own RNG each), so sampling in parallel stays deterministic.
+    at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
+      std::vector<int32_t> order;
+      for (int64_t i = a; i < b; i++) {
+        if (best[i] < 0) {  // NaN row: nothing to sample, no top logprobs
+          sampled[i] = {-1, std::numeric_limits<float>::quiet_NaN()};
+          continue;
+        }
+        const RowLogits<scalar_t> row{x + i * V, ex + i * V, V, best[i], temps[i]};
+        double logNorm = 0;
+        sampled[i] = sampleToken(row, seqs_[i].req.sampling, seqs_[i].rng, order, &logNorm);
+        if (seqs_[i].req.topLogprobs > 0)
+          topLogprobs(row, logNorm, seqs_[i].req.topLogprobs, out[i].topIds, out[i].topLogprobs);
       }
-    }
+    });
   });
   for (int64_t b = 0; b < n; b++) {
     Sequence& s = seqs_[b];

@@ -191,6 +191,7 @@ std::unique_ptr<Model> Model::copy() const {
   std::unique_ptr<Model> m(new Model(cfg, specs_, dtype, device));
   std::vector<Slot> src = const_cast<Model*>(this)->slots(), dst = m->slots();
   for (size_t i = 0; i < src.size(); i++) *dst[i].tensor = src[i].tensor->detach().clone();
+  m->logitsChunkTokens = logitsChunkTokens;
   return m;
 }
 
@@ -472,18 +473,19 @@ at::Tensor Model::logits(const at::Tensor& hidden) const {
   return at::linear(hidden, lmHead_.defined() ? lmHead_ : embed_).to(logitsDtype());
 }
 
+TokenStats Model::tokenStats(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {
+  return chunkedTokenStats(hidden, lmHead_.defined() ? lmHead_ : embed_, targets, temperature, logitsDtype(),
+                           logitsChunkTokens);
+}
+
 void Model::tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature, float* logprobs,
                           float* entropies) const {
-  const int64_t N = hidden.size(0), chunk = 1024;
-  for (int64_t a = 0; a < N; a += chunk) {
-    const int64_t len = std::min(chunk, N - a);
-    at::Tensor lp = at::log_softmax(logits(hidden.narrow(0, a, len)) / temperature, -1);
-    at::Tensor tok = lp.gather(1, targets.narrow(0, a, len).unsqueeze(1)).squeeze(1);
-    at::Tensor ent = -(lp.exp() * lp).sum(-1);
-    at::Tensor tokCpu = tok.to(at::kFloat).cpu().contiguous(), entCpu = ent.to(at::kFloat).cpu().contiguous();
-    std::copy_n(tokCpu.data_ptr<float>(), len, logprobs + a);
-    std::copy_n(entCpu.data_ptr<float>(), len, entropies + a);
-  }
+  at::NoGradGuard noGrad;
+  const TokenStats ts = tokenStats(hidden, targets, temperature);
+  const int64_t N = hidden.size(0);
+  at::Tensor tok = ts.logp.to(at::kFloat).cpu().contiguous(), ent = ts.entropy.to(at::kFloat).cpu().contiguous();
+  std::copy_n(tok.data_ptr<float>(), N, logprobs);
+  std::copy_n(ent.data_ptr<float>(), N, entropies);
 }
 
 void Model::scoreRow(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "lm_head.h"
+
 namespace prime {
 
 // The sizes of `ArchConfig` (lib/model/arch.ts) the computation uses; the optional parts (biases,
@@ -108,8 +110,11 @@ class Model {
   at::Tensor decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache) const;
   // Final hidden states -> logits (fp32, or fp64 for fp64 models).
   at::Tensor logits(const at::Tensor& hidden) const;
-  // Per-token log p(target) and entropy of softmax(logits / temperature), computed in chunks so
-  // a long row never materialises all its logits at once. hidden [N, D], targets [N].
+  // Per-token log p(target) and entropy of softmax(logits / temperature) from final hidden states
+  // [N, D] and targets [N], through the chunked LM head (lm_head.h): never all the row's logits at
+  // once. Differentiable w.r.t. hidden and the head weight when grad mode is on.
+  TokenStats tokenStats(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const;
+  // tokenStats without grad, copied out as floats.
   void tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature, float* logprobs,
                      float* entropies) const;
   // Scores one packed row: logprobs[t] = log p(ids[t] | earlier tokens of its sample) under
@@ -125,6 +130,9 @@ class Model {
   const at::Device device;
   at::ScalarType logitsDtype() const { return dtype == at::kDouble ? at::kDouble : at::kFloat; }
   at::TensorOptions options() const { return at::TensorOptions().dtype(dtype).device(device); }
+
+  // Tokens per LM-head chunk in training and scoring (lm_head.h); 0 = from the vocabulary size.
+  int64_t logitsChunkTokens = 0;
 
   // Calls on one model run one at a time (the TS facade queues them; this flag catches misuse).
   std::atomic<bool> busy{false};

@@ -6,32 +6,47 @@
 
 namespace prime {
 
-Sampled sampleToken(const float* logprobs, const float* probs, int64_t vocab, const SamplingParams& p,
-                    std::mt19937_64& rng, std::vector<int32_t>& order) {
-  // A NaN anywhere means the logits were not finite (NaN or +-Inf logits make log_softmax NaN):
-  // there is no distribution to sample from. Every filter below would drop every token, so say so
-  // instead (the caller fails the sequence).
-  if (std::isnan(logprobs[0])) return {-1, std::numeric_limits<float>::quiet_NaN()};
+template <typename S>
+int64_t rowArgmax(const S* x, int64_t vocab) {
   int64_t best = 0;
-  for (int64_t i = 1; i < vocab; i++) {
-    if (std::isnan(logprobs[i])) return {-1, std::numeric_limits<float>::quiet_NaN()};
-    if (logprobs[i] > logprobs[best]) best = i;  // first maximum wins ties
+  bool nan = false;
+  for (int64_t i = 0; i < vocab; i++) {
+    nan |= std::isnan(x[i]);
+    if (x[i] > x[best]) best = i;  // first maximum wins ties
   }
-  if (p.temperature <= 0) return {best, logprobs[best]};
+  return nan || !std::isfinite(x[best]) ? -1 : best;
+}
+
+namespace {
+template <typename S>
+float logprobOf(const RowLogits<S>& r, int64_t i, double logNorm) {
+  return float((double(r.x[i]) - double(r.x[r.best])) / r.temperature - logNorm);
+}
+}  // namespace
+
+template <typename S>
+Sampled sampleToken(const RowLogits<S>& r, const SamplingParams& p, std::mt19937_64& rng, std::vector<int32_t>& order,
+                    double* logNorm) {
+  const S* probs = r.e;  // unnormalised: every filter below compares or sums ratios only
+  const int64_t vocab = r.vocab, best = r.best;
+  double total = 0;
+#pragma omp simd reduction(+ : total)
+  for (int64_t i = 0; i < vocab; i++) total += probs[i];
+  *logNorm = std::log(total);
+  auto pick = [&](int64_t t) { return Sampled{t, logprobOf(r, t, *logNorm)}; };
+  if (p.temperature <= 0) return pick(best);
 
   const bool filtered = p.minP > 0 || (p.topK > 0 && p.topK < vocab) || p.topP < 1.0;
   const double draw = double(rng() >> 11) * (1.0 / 9007199254740992.0);  // 53-bit uniform in [0, 1)
   if (!filtered) {
-    // Inverse CDF over the whole vocabulary in token order.
-    double total = 0;
-    for (int64_t i = 0; i < vocab; i++) total += probs[i];
+    // Inverse CDF over the whole vocabulary in token order; stops at the sampled token.
     const double u = draw * total;
     double acc = 0;
     for (int64_t i = 0; i < vocab; i++) {
       acc += probs[i];
-      if (u < acc) return {i, logprobs[i]};
+      if (u < acc) return pick(i);
     }
-    return {best, logprobs[best]};  // u within rounding of total
+    return pick(best);  // u within rounding of total
   }
 
   // Candidates in a deterministic order: by probability descending, then token id.
@@ -57,16 +72,43 @@ Sampled sampleToken(const float* logprobs, const float* probs, int64_t vocab, co
     }
     order.resize(n);
   }
-  if (order.empty()) return {best, logprobs[best]};  // cannot happen for finite rows (best passes min-p)
-  double total = 0;
-  for (int32_t t : order) total += probs[t];
-  const double u = draw * total;
+  if (order.empty()) return pick(best);  // cannot happen for finite rows (best passes min-p)
+  double mass = 0;
+  for (int32_t t : order) mass += probs[t];
+  const double u = draw * mass;
   double acc = 0;
   for (int32_t t : order) {
     acc += probs[t];
-    if (u < acc) return {t, logprobs[t]};
+    if (u < acc) return pick(t);
   }
-  return {order.front(), logprobs[order.front()]};  // u within rounding of total
+  return pick(order.front());  // u within rounding of mass
 }
+
+template <typename S>
+void topLogprobs(const RowLogits<S>& r, double logNorm, int64_t k, std::vector<int32_t>& ids,
+                 std::vector<float>& logprobs) {
+  const S* x = r.x;
+  k = std::min(k, r.vocab);
+  ids.clear();
+  // ids stays sorted by x descending; a later id enters only on a strictly larger value, so
+  // equal values keep the lower id first.
+  for (int64_t i = 0; i < r.vocab; i++) {
+    if (int64_t(ids.size()) == k && !(x[i] > x[ids.back()])) continue;
+    if (int64_t(ids.size()) == k) ids.pop_back();
+    auto at = std::upper_bound(ids.begin(), ids.end(), x[i], [&](S v, int32_t id) { return v > x[id]; });
+    ids.insert(at, int32_t(i));
+  }
+  logprobs.clear();
+  for (int32_t id : ids) logprobs.push_back(logprobOf(r, id, logNorm));
+}
+
+#define PRIME_SAMPLER(S)                                                                                               \
+  template int64_t rowArgmax<S>(const S*, int64_t);                                                                    \
+  template Sampled sampleToken<S>(const RowLogits<S>&, const SamplingParams&, std::mt19937_64&, std::vector<int32_t>&, \
+                                  double*);                                                                            \
+  template void topLogprobs<S>(const RowLogits<S>&, double, int64_t, std::vector<int32_t>&, std::vector<float>&);
+PRIME_SAMPLER(float)
+PRIME_SAMPLER(double)
+#undef PRIME_SAMPLER
 
 }  // namespace prime

@@ -22,12 +22,36 @@ struct Sampled {
   float logprob;
 };
 
-// Samples one token from one row of logprobs = log_softmax(logits / T) (T = 1 when greedy) and
-// probs = exp(logprobs), both computed vectorised for the whole batch by the caller. Filters in
-// vLLM's order: min-p, top-k, top-p. Exactly one uniform is drawn from rng per non-greedy call, so
-// a sequence's tokens depend only on its own seed and logits, never on the rest of the batch.
-// `order` is reusable workspace. A row holding NaN (non-finite logits) samples nothing: token -1.
-Sampled sampleToken(const float* logprobs, const float* probs, int64_t vocab, const SamplingParams& p,
-                    std::mt19937_64& rng, std::vector<int32_t>& order);
+// One row of a decode step's distribution, as the generator hands it over: raw logits `x`, their
+// first maximum `best` (rowArgmax) and e[i] = exp((x[i] - x[best]) / T) (T = 1 when greedy),
+// computed vectorised for the whole batch. Nothing of size vocab is normalised: log softmax(x /
+// T)[i] = (x[i] - x[best]) / T - log(sum e), with sum e taken once by sampleToken.
+template <typename S>
+struct RowLogits {
+  const S* x;
+  const S* e;
+  int64_t vocab, best;
+  double temperature;  // 1 when greedy
+};
+
+// The first maximum of a row of logits, or -1 when the row is not a distribution (a NaN, or a
+// non-finite maximum: log_softmax would be NaN). One pass, comparisons only.
+template <typename S>
+int64_t rowArgmax(const S* x, int64_t vocab);
+
+// Samples one token of a valid row (best >= 0). Filters in vLLM's order: min-p, top-k, top-p; the
+// sort happens only with top-p, the candidate list only with a filter on. Exactly one uniform is
+// drawn from rng per non-greedy call, so a sequence's tokens depend only on its own seed and
+// logits, never on the rest of the batch. `order` is reusable workspace. Sets *logNorm to
+// log(sum e), for topLogprobs.
+template <typename S>
+Sampled sampleToken(const RowLogits<S>& row, const SamplingParams& p, std::mt19937_64& rng, std::vector<int32_t>& order,
+                    double* logNorm);
+
+// The k most likely tokens of a valid row, descending (ties: lower id first), and their log
+// softmax(x / T): one pass keeping a sorted list of k (k is small, at most kMaxTopLogprobs).
+template <typename S>
+void topLogprobs(const RowLogits<S>& row, double logNorm, int64_t k, std::vector<int32_t>& ids,
+                 std::vector<float>& logprobs);
 
 }  // namespace prime

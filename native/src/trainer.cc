@@ -76,14 +76,6 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   return p;
 }
 
-// log p(targets) under softmax(logits(hidden) / T) of `m`, with the full log-softmax for entropy.
-at::Tensor targetLogprobs(const Model& m, const at::Tensor& hidden, const at::Tensor& targets, double temperature,
-                          at::Tensor* logSoftmax = nullptr) {
-  at::Tensor lp = at::log_softmax(m.logits(hidden) / temperature, -1);
-  if (logSoftmax) *logSoftmax = lp;
-  return lp.gather(1, targets.unsqueeze(1)).squeeze(1);
-}
-
 // The key of a parameter in an optimizer's state map: its TensorImpl, as a string in libtorch
 // 1.13 and as the pointer itself in 2.x.
 template <typename Map>
@@ -206,18 +198,16 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     at::Tensor targets = ids.narrow(0, 1, N - 1);
     const std::vector<int64_t>& starts = prepared[r].starts;
     at::Tensor hidden = model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_);
-    at::Tensor lp;
-    in.logp = targetLogprobs(*model, hidden.narrow(0, 0, N - 1), targets, loss.temperature, &lp);
-    {
+    // The chunked LM head: logp carries the graph; entropy is the metric only.
+    const TokenStats ts = model->tokenStats(hidden.narrow(0, 0, N - 1), targets, loss.temperature);
+    in.logp = ts.logp;
+    in.entropy = ts.entropy.detach();
+    if (loss.klBeta > 0) {
       at::NoGradGuard noGrad;
-      at::Tensor lpd = lp.detach();
-      in.entropy = -(lpd.exp() * lpd).sum(-1);
-      if (loss.klBeta > 0) {
-        // The reference: the frozen copy, or with LoRA the base model (adapters off).
-        const Model& ref = reference_ ? *reference_ : *model;
-        in.refLogp =
-            targetLogprobs(ref, ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1), targets, loss.temperature);
-      }
+      // The reference: the frozen copy, or with LoRA the base model (adapters off).
+      const Model& ref = reference_ ? *reference_ : *model;
+      in.refLogp =
+          ref.tokenStats(ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1), targets, loss.temperature).logp;
     }
     policyLoss(loss, in, norm, sums).backward();
   }

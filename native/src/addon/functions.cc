@@ -1,5 +1,6 @@
 // Module functions outside the classes: the policy loss on given vectors, the matmul yardstick,
 // build info and thread counts.
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/version.h>
@@ -61,6 +62,41 @@ Napi::Value PolicyLoss(const Napi::CallbackInfo& info) {
     std::copy_n(g.data_ptr<double>(), T, grad.Data());
     out.Set("gradLogp", grad);
     out.Set("metrics", metricsToJs(env, lossMetrics(sums)));
+    return out;
+  });
+}
+
+// The chunked LM head (lm_head.h) against the plain full-logits autograd graph, on random fp64
+// data (synchronous): L = sum(wLogp * logp + wEntropy * entropy) both ways; returns the largest
+// absolute differences of logp, entropy and dL/dhidden, dL/dweight, and the largest gradient
+// entries (so a test can see they are not trivially zero).
+Napi::Value LmHeadCheck(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = obj(info[0], "options");
+  const int64_t N = int64_t(num(o, "tokens")), D = int64_t(num(o, "hidden")), V = int64_t(num(o, "vocab"));
+  const int64_t chunk = int64_t(num(o, "chunkTokens"));
+  const double T = num(o, "temperature"), wLogp = num(o, "wLogp"), wEnt = num(o, "wEntropy");
+  return jsErrors(env, [&]() -> Napi::Value {
+    if (N < 1 || D < 1 || V < 2) throw std::runtime_error("tokens, hidden must be >= 1 and vocab >= 2");
+    at::Generator g = at::make_generator<at::CPUGeneratorImpl>(uint64_t(num(o, "seed")));
+    const auto f64 = at::TensorOptions().dtype(at::kDouble);
+    const at::Tensor h0 = at::randn({N, D}, g, f64), w0 = at::randn({V, D}, g, f64) * 0.5;
+    const at::Tensor targets = at::randint(V, {N}, g, at::TensorOptions().dtype(at::kLong));
+    const at::Tensor cL = at::rand({N}, g, f64) * wLogp, cE = at::rand({N}, g, f64) * wEnt;
+    at::Tensor h1 = h0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(true);
+    const TokenStats s = chunkedTokenStats(h1, w1, targets, T, at::kDouble, chunk);
+    ((s.logp * cL).sum() + (s.entropy * cE).sum()).backward();
+    at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+    const at::Tensor lp = at::log_softmax(at::linear(h2, w2) / T, -1);
+    const at::Tensor logp = lp.gather(1, targets.unsqueeze(1)).squeeze(1), ent = -(lp.exp() * lp).sum(-1);
+    ((logp * cL).sum() + (ent * cE).sum()).backward();
+    auto maxDiff = [](const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); };
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("logp", maxDiff(s.logp.detach(), logp.detach()));
+    out.Set("entropy", maxDiff(s.entropy.detach(), ent.detach()));
+    out.Set("gradHidden", maxDiff(h1.grad(), h2.grad()));
+    out.Set("gradWeight", maxDiff(w1.grad(), w2.grad()));
+    out.Set("gradScale", std::max(h2.grad().abs().max().item<double>(), w2.grad().abs().max().item<double>()));
     return out;
   });
 }

@@ -2,6 +2,8 @@
 // trainers made from it (NativeModel in native/index.ts).
 #include <c10/core/InferenceMode.h>
 
+#include <cmath>
+
 #include "addon/async.h"
 #include "addon/convert.h"
 #include "addon/exports.h"
@@ -119,6 +121,15 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
   Napi::Object o = info[3].IsObject() ? info[3].As<Napi::Object>() : Napi::Object::New(info.Env());
   const std::string dtype = o.Get("dtype").IsString() ? str(o, "dtype") : "float32";
   const std::string device = o.Get("device").IsString() ? str(o, "device") : "cpu";
+  const Napi::Value chunkV = o.Get("logitsChunkTokens");
+  int64_t chunk = 0;
+  if (!chunkV.IsUndefined()) {
+    const double c = chunkV.IsNumber() ? chunkV.As<Napi::Number>().DoubleValue() : -1;
+    if (!(c >= 0 && c == std::floor(c)))
+      throw Napi::TypeError::New(info.Env(),
+                                 "logitsChunkTokens must be an integer >= 0 (0 = from the vocabulary size)");
+    chunk = int64_t(c);
+  }
   std::vector<Napi::Value> buffers;
   std::vector<RawTensor> tensors = rawTensors(info[2], buffers);
   auto out = std::make_shared<std::shared_ptr<Model>>();
@@ -129,6 +140,7 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
         if (dev.is_cuda() && !at::hasCUDA())
           throw std::runtime_error("device '" + device + "' requested but this libtorch build has no CUDA");
         *out = std::make_shared<Model>(cfg, specs, tensors, parseComputeDtype(dtype), dev);
+        (*out)->logitsChunkTokens = chunk;
       },
       [out](Napi::Env env) -> Napi::Value { return wrap(env, &Constructors::model, *out); });
   for (Napi::Value b : buffers) job->keep(b);

@@ -1,0 +1,172 @@
+/**
+ * Our engine against Hugging Face transformers + PyTorch eager, on the same model folder, same
+ * threads and shapes, back to back: decode at batch 1/16/64 (64-token prompts, 64 sampled tokens,
+ * prefill included) and training on packed rows (fwd + bwd + clip + AdamW), for a Qwen3-vocabulary
+ * model and a byte-vocabulary one (`model create --preset small`). Prints a markdown table with
+ * the ratios. Each workload runs in its own process, so its peak RSS is its own.
+ *
+ *   npm run bench:compare [-- --models qwen3,bytes --threads 2 --batches 1,16,64 --rows 2 --row-len 512 --skip-torch]
+ *
+ * The PyTorch side runs in a venv this script creates in build/bench-venv from PyPI (torch and
+ * transformers with their dependencies). Nothing is downloaded by the test suite. With
+ * --baseline-addon <prime_native.node> the engine side also runs on another build of the addon
+ * (e.g. main's), for before/after figures in the same run. --train-steps: timed steps (default 3). FLOPs: 2 x (matmul parameters) per decoded token, 6 x per trained token (the tied
+ * embedding counts once, as the LM head), attention left out; the yardstick is a 2048^3 fp32
+ * matmul of the engine, measured before and after.
+ */
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { createModel, type TokenizerKind } from '../lib/model/create';
+import { loadHfModel } from '../lib/model/hf';
+import { packRow, randomTokens } from '../lib/model/testing';
+import { Rng } from '../lib/model/rng';
+import { parameterCount } from '../lib/model/tensors';
+import { loadModel, matmulGflops, setThreads, type TrainRow, type TrainStepOptions } from '../native';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const VENV = path.join(ROOT, 'build', 'bench-venv');
+const PY = path.join(VENV, 'bin', 'python');
+// PyPI's Linux torch wheel is the CUDA build: `import torch` loads its CUDA libraries (cuDNN, cuBLAS, ...)
+// even on a CPU machine, so they come too (about 5 GB in all); only PyPI is used.
+const PINS = ['torch==2.11.0', 'transformers==4.57.1'];
+const PROMPT = 64,
+  NEW = 64;
+
+interface Result {
+  tokensPerSecond: number;
+  seconds: number;
+  peakRssMb: number;
+}
+
+function arg(name: string, dflt: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : dflt;
+}
+
+function ensureVenv(): void {
+  const stamp = path.join(VENV, '.pins'),
+    pins = PINS.join(' ');
+  if (fs.existsSync(stamp) && fs.readFileSync(stamp, 'utf8') === pins) return;
+  console.error(`[bench] creating ${VENV} (${pins} from PyPI, about 5 GB)`);
+  fs.rmSync(VENV, { recursive: true, force: true });
+  execFileSync('python3', ['-m', 'venv', VENV], { stdio: 'inherit' });
+  const pip = [path.join(VENV, 'bin', 'pip'), 'install', '--quiet', '--disable-pip-version-check'];
+  execFileSync(pip[0], [...pip.slice(1), ...PINS], { stdio: 'inherit' });
+  fs.writeFileSync(stamp, pins);
+}
+
+/** Engine side of one workload, in this (child) process. */
+async function engineWorkload(dir: string, what: string, args: number[], threads: number): Promise<Result> {
+  setThreads(threads);
+  const base = loadHfModel(dir);
+  const model = await loadModel(base.config, base.tensors);
+  const V = base.config.vocabSize;
+  const rng = new Rng(0);
+  let tokens = 0,
+    seconds = 0;
+  if (what === 'decode') {
+    const [batch] = args;
+    const run = async (b: number) => {
+      const gen = model.createGenerator({ maxSequences: b, maxSequenceLength: PROMPT + NEW + 1 });
+      const t0 = process.hrtime.bigint();
+      await gen.add(
+        Array.from({ length: b }, (_, i) => ({ promptIds: randomTokens(rng, PROMPT, V), maxTokens: NEW, seed: i })),
+      );
+      let live = b;
+      while (live > 0) live -= (await gen.step()).filter((t) => t.finished).length;
+      return Number(process.hrtime.bigint() - t0) / 1e9;
+    };
+    await run(1); // warm-up
+    seconds = await run(batch);
+    tokens = batch * NEW;
+  } else {
+    const [rows, len] = args;
+    const trainer = model.createTrainer({});
+    const row = (): TrainRow => {
+      const samples = Array.from({ length: 4 }, () => randomTokens(rng, len / 4, V));
+      return { ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i >= 32 ? 1 : 0))) };
+    };
+    const batch = Array.from({ length: rows }, row);
+    const opts: TrainStepOptions = { lr: 1e-4, maxGradNorm: 1, loss: { kind: 'ce' } };
+    await trainer.step(batch, opts); // warm-up
+    const steps = Number(process.env.PRIME_BENCH_TRAIN_STEPS ?? 3),
+      t0 = process.hrtime.bigint();
+    for (let i = 0; i < steps; i++) await trainer.step(batch, opts);
+    seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    tokens = steps * rows * len;
+  }
+  return { tokensPerSecond: tokens / seconds, seconds, peakRssMb: process.resourceUsage().maxRSS / 1024 };
+}
+
+function child(cmd: string, args: string[], env: NodeJS.ProcessEnv = process.env): Result {
+  const out = execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], env });
+  return JSON.parse(out.trim().split('\n').pop()!) as Result;
+}
+
+async function main(): Promise<void> {
+  if (process.argv[2] === '--engine') {
+    const [dir, what, ...rest] = process.argv.slice(3);
+    const nums = rest.map(Number);
+    console.log(JSON.stringify(await engineWorkload(dir, what, nums.slice(0, -1), nums[nums.length - 1])));
+    return;
+  }
+  const threads = Number(arg('threads', '2'));
+  const kinds = arg('models', 'qwen3,bytes').split(',') as TokenizerKind[];
+  const batches = arg('batches', '1,16,64').split(',').map(Number);
+  const rows = Number(arg('rows', '2')),
+    rowLen = Number(arg('row-len', '512'));
+  const torch = !process.argv.includes('--skip-torch');
+  const baseline = process.argv.includes('--baseline-addon') ? path.resolve(arg('baseline-addon', '')) : null;
+  process.env.PRIME_BENCH_TRAIN_STEPS = arg('train-steps', '3');
+  if (torch) ensureVenv();
+  setThreads(threads);
+  const peak0 = await matmulGflops(2048, 10);
+  const lines: string[] = [];
+  for (const kind of kinds) {
+    const dir = path.join(ROOT, 'build', 'bench-models', `small-${kind}`);
+    const created = fs.existsSync(path.join(dir, 'config.json'))
+      ? { config: loadHfModel(dir).config }
+      : createModel({ arch: 'qwen3', preset: 'small', tokenizer: kind, seed: 1, out: dir });
+    const c = created.config;
+    const total = parameterCount(c);
+    // Matmul parameters: all but the input embedding; a tied embedding is the LM head, counted once.
+    const P = c.tieWordEmbeddings ? total : total - c.vocabSize * c.hiddenSize;
+    const name = `small ${kind} (V ${c.vocabSize}, ${(total / 1e6).toFixed(1)}M)`;
+    const workloads: [string, string[], number][] = [
+      ...batches.map((b): [string, string[], number] => [`decode batch ${b}`, ['decode', String(b)], 2 * P]),
+      [`train ${rows} x ${rowLen}`, ['train', String(rows), String(rowLen)], 6 * P],
+    ];
+    for (const [label, w, flopsPerToken] of workloads) {
+      const engineArgs = [__filename, '--engine', dir, ...w, String(threads)];
+      const before = baseline
+        ? child(process.execPath, engineArgs, { ...process.env, PRIME_NATIVE_ADDON: baseline })
+        : null;
+      const ours = child(process.execPath, engineArgs);
+      const theirs = torch
+        ? child(PY, [path.join(ROOT, 'bench', 'compare_torch.py'), dir, ...w, String(threads)])
+        : null;
+      const gf = (r: Result) => (r.tokensPerSecond * flopsPerToken) / 1e9;
+      lines.push(
+        `| ${name} | ${label} | ${ours.tokensPerSecond.toFixed(1)} | ${theirs ? theirs.tokensPerSecond.toFixed(1) : '-'} | ` +
+          `${theirs ? (ours.tokensPerSecond / theirs.tokensPerSecond).toFixed(2) + 'x' : '-'} | ${gf(ours).toFixed(1)} | ` +
+          `${ours.peakRssMb.toFixed(0)} | ${theirs ? theirs.peakRssMb.toFixed(0) : '-'} | ` +
+          `${before ? `${before.tokensPerSecond.toFixed(1)} / ${before.peakRssMb.toFixed(0)}` : '-'} |`,
+      );
+      console.error(lines[lines.length - 1]);
+    }
+  }
+  const peak = Math.max(peak0, await matmulGflops(2048, 10));
+  console.log(`${threads} threads; engine matmul 2048^3: ${peak.toFixed(1)} GFLOP/s\n`);
+  console.log(
+    '| model | workload | ours tok/s | torch tok/s | ratio | ours GFLOP/s | ours peak RSS MB | torch peak RSS MB | baseline tok/s / peak MB |',
+  );
+  console.log('|---|---|---:|---:|---:|---:|---:|---:|---:|');
+  for (const l of lines) console.log(l);
+  console.log(`\nGFLOP/s as a share of the matmul yardstick: divide by ${peak.toFixed(1)}.`);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,74 @@
+"""The PyTorch side of bench/compare.ts: Hugging Face transformers + PyTorch eager on a model
+folder, one workload per process (so ru_maxrss is that workload's peak). Prints one JSON line.
+
+  python bench/compare_torch.py <model dir> decode <batch> <threads>
+  python bench/compare_torch.py <model dir> train <rows> <row length> <threads>
+
+decode: <batch> random 64-token prompts, 64 sampled tokens each (temperature 1, no top-k/top-p,
+no early stop), prefill included. train: the engine's packed rows of 4 samples each, here a batch
+of 4 * <rows> sequences of <row length> / 4 tokens (the same attention work: a packed row attends
+within each sample), CE on tokens 32.. of each sample, backward, clip to norm 1, AdamW.
+"""
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+PROMPT, NEW = 64, 64
+
+
+def main() -> None:
+    folder, what = sys.argv[1], sys.argv[2]
+    threads = int(sys.argv[-1])
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
+    vocab = model.config.vocab_size
+    if what == "decode":
+        batch = int(sys.argv[3])
+        model.eval()
+        gen = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=NEW, min_new_tokens=NEW)
+
+        def run(b: int) -> None:
+            ids = torch.randint(0, vocab, (b, PROMPT))
+            with torch.inference_mode():
+                model.generate(ids, attention_mask=torch.ones_like(ids), pad_token_id=0, **gen)
+
+        run(1)  # warm-up
+        t0 = time.perf_counter()
+        run(batch)
+        seconds = time.perf_counter() - t0
+        tokens = batch * NEW
+    else:
+        rows, length = int(sys.argv[3]), int(sys.argv[4])
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+        ids = torch.randint(0, vocab, (4 * rows, length // 4))
+        labels = ids.clone()
+        labels[:, :32] = -100  # CE on tokens 32.. of each sample, as the engine's lossMask
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            loss = model(input_ids=ids, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+        step()  # warm-up
+        steps = int(os.environ.get("PRIME_BENCH_TRAIN_STEPS", "3"))
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        seconds = time.perf_counter() - t0
+        tokens = steps * rows * length
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"tokensPerSecond": tokens / seconds, "seconds": seconds, "peakRssMb": peak,
+                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()

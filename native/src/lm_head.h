@@ -1,0 +1,28 @@
+// The LM head fused with the per-token log-softmax quantities the losses need, in chunks of
+// tokens: never a [tokens, vocab] tensor for the whole row, forward or backward. At a
+// 151,936-token vocabulary one 1,024-token row's fp32 logits are 622 MB, and the plain autograd
+// graph of log_softmax(logits / T).gather(...) holds several of them.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace prime {
+
+struct TokenStats {
+  at::Tensor logp;     // [N] log softmax(hidden W^T / T)[t, targets[t]]
+  at::Tensor entropy;  // [N] entropy of that distribution
+};
+
+// Tokens per chunk: about 32M logits (128 MB in fp32) per chunk buffer, between 16 and 1,024.
+int64_t lmHeadChunkTokens(int64_t vocab);
+
+// hidden [N, D], weight [V, D] (the LM head or the tied embedding), targets [N] int64. Logits are
+// computed in `logitsDtype` (fp32, or fp64 for fp64 models) exactly as at::linear(hidden,
+// weight).to(logitsDtype) / temperature followed by log_softmax. Differentiable w.r.t. hidden and
+// weight (both outputs): the backward recomputes each chunk's logits and accumulates the weight's
+// gradient chunk by chunk.
+// chunkTokens: tokens per chunk (0 = lmHeadChunkTokens(vocab)).
+TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                             double temperature, at::ScalarType logitsDtype, int64_t chunkTokens = 0);
+
+}  // namespace prime
