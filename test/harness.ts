@@ -12,6 +12,7 @@ import { inferenceSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { freePort } from '../lib/net';
+import { InferenceClient, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
 import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
 import { taskQueues } from '../lib/temporal/queues';
 
@@ -128,5 +129,14 @@ export async function execute<T>(e: Execution): Promise<T> {
   } finally {
     await client.connection.close();
     await connection.close();
+  }
+}
+
+/** A real inference client that also records the prompt of each request it sends. */
+export class RecordingClient extends InferenceClient {
+  readonly prompts: number[][] = [];
+  override async generate(promptIds: readonly number[], params: GenerateParams): Promise<GenerateResult> {
+    this.prompts.push([...promptIds]);
+    return super.generate(promptIds, params);
   }
 }

@@ -16,7 +16,8 @@ import { renderChat, type ChatMessage } from '../lib/model/chat';
 import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
-import { InferenceClient, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
+import { InferenceClient, type GenerateResult } from '../lib/orchestrator/client';
+import { RecordingClient } from './harness';
 import { runRollout, type Rollout } from '../lib/orchestrator/rollout';
 import type { TokenSegment } from '../lib/orchestrator/packing';
 
@@ -55,15 +56,6 @@ afterAll(async () => {
   await server?.close(1000);
   fs.rmSync(root, { recursive: true, force: true });
 });
-
-/** A real client that also records the prompt of each turn. */
-class RecordingClient extends InferenceClient {
-  readonly prompts: number[][] = [];
-  override async generate(promptIds: readonly number[], params: GenerateParams): Promise<GenerateResult> {
-    this.prompts.push([...promptIds]);
-    return super.generate(promptIds, params);
-  }
-}
 
 /**
  * A policy that thinks as Qwen3 does (a tiny random model never writes a `<think>` block): turn t

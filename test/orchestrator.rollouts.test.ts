@@ -15,7 +15,8 @@ import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { readBatch } from '../lib/orchestrator/batch';
-import { InferenceClient, InferenceError, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
+import { InferenceClient, InferenceError } from '../lib/orchestrator/client';
+import { RecordingClient } from './harness';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { isPromptTooLong, promptTooLong, runRollout } from '../lib/orchestrator/rollout';
 import { RunLayout } from '../lib/run/layout';
@@ -43,15 +44,6 @@ afterAll(async () => {
   await server?.close(1000);
   fs.rmSync(root, { recursive: true, force: true });
 });
-
-/** A real client that also records what it sent. */
-class RecordingClient extends InferenceClient {
-  readonly prompts: number[][] = [];
-  override async generate(promptIds: readonly number[], params: GenerateParams): Promise<GenerateResult> {
-    this.prompts.push([...promptIds]);
-    return super.generate(promptIds, params);
-  }
-}
 
 test('a multi-turn rollout extends the token ids of each turn exactly', async () => {
   const env = { id: 'guess-number', args: { max_turns: 3 } };
