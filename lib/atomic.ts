@@ -6,9 +6,47 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
+import * as os from 'node:os';
 
-function tempSibling(target: string, kind: string): string {
-  return `${target}.${kind}-${process.pid}-${randomBytes(4).toString('hex')}`;
+/**
+ * `<target>.<kind>-<host>-<pid>-<random>`: the host and pid name the writer, so a later writer can
+ * tell a leftover of a killed process (same host, pid gone) from a write still in progress.
+ */
+function tempSibling(target: string, kind: 'tmp' | 'old'): string {
+  return `${target}.${kind}-${os.hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Removes the temp siblings of `dir` that a writer killed mid-write (SIGKILL, OOM) left behind on
+ * this host: its `.tmp-*` folders always, its `.old-*` folders once `dir` itself is back. Writers on
+ * other hosts sharing the folder are left alone (their pids mean nothing here).
+ */
+function sweepDeadSiblings(dir: string): void {
+  const parent = path.dirname(path.resolve(dir));
+  const base = path.basename(dir);
+  const host = os.hostname();
+  let names: string[];
+  try {
+    names = fs.readdirSync(parent);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!name.startsWith(`${base}.`)) continue;
+    const m = /^(tmp|old)-(.+)-(\d+)-[0-9a-f]{8}$/.exec(name.slice(base.length + 1));
+    if (!m || m[2] !== host || processAlive(Number(m[3]))) continue;
+    if (m[1] === 'old' && !fs.existsSync(dir)) continue; // the only copy left: keep it for a person to restore
+    fs.rmSync(path.join(parent, name), { recursive: true, force: true });
+  }
 }
 
 function fsyncDir(dir: string): void {
@@ -75,6 +113,7 @@ export async function writeDirAtomicAsync(dir: string, fill: (tmpDir: string) =>
 
 function makeTempDir(dir: string): string {
   fs.mkdirSync(path.dirname(path.resolve(dir)), { recursive: true });
+  sweepDeadSiblings(dir);
   const tmp = tempSibling(dir, 'tmp');
   fs.mkdirSync(tmp);
   return tmp;
