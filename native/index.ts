@@ -29,6 +29,12 @@ export interface ModelOptions {
    * logits at a time). Default 0: about 32M logits per chunk, between 16 and 1,024 tokens.
    */
   logitsChunkTokens?: number;
+  /**
+   * Bytes of log-softmax a training step keeps from the forward for the backward, per packed row
+   * (whole chunks, the first ones); chunks beyond it are recomputed in the backward (one more
+   * LM-head matmul each). Default 1 GiB; 0 recomputes every chunk (least memory).
+   */
+  logitsKeepBytes?: number;
 }
 
 export type TokenIds = Int32Array | number[];
@@ -438,6 +444,8 @@ export interface LmHeadCheckOptions {
   hidden: number;
   vocab: number;
   chunkTokens: number;
+  /** How many leading chunks keep their log-softmax for the backward (the rest are recomputed). */
+  keepChunks: number;
   temperature: number;
   wLogp: number;
   wEntropy: number;

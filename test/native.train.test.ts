@@ -167,22 +167,24 @@ test('learning-rate schedules', () => {
 describe('chunked LM head (logits never materialised for a whole row)', () => {
   test('values and gradients of logp and entropy match the full-logits graph (fp64)', () => {
     const base = { tokens: 11, hidden: 8, vocab: 37, temperature: 0.7, seed: 3 };
-    // Ragged chunks (3 + 3 + 3 + 2), one chunk, and each output's gradient alone.
+    // Ragged chunks (3 + 3 + 3 + 2), one chunk, and each output's gradient alone; each with no
+    // chunk, some and every chunk's log-softmax kept for the backward.
     for (const [chunkTokens, wLogp, wEntropy] of [
       [3, 1, 0.5],
       [0, 1, 0.5],
       [4, 1, 0],
       [4, 0, 1],
-    ]) {
-      const r = lmHeadCheck({ ...base, chunkTokens, wLogp, wEntropy });
-      expect(r.gradScale).toBeGreaterThan(1e-3);
-      for (const d of [r.logp, r.entropy, r.gradHidden, r.gradWeight])
-        expect(d).toBeLessThan(1e-12 * (1 + r.gradScale));
-    }
+    ])
+      for (const keepChunks of [0, 2, 4]) {
+        const r = lmHeadCheck({ ...base, chunkTokens, keepChunks, wLogp, wEntropy });
+        expect(r.gradScale).toBeGreaterThan(1e-3);
+        for (const d of [r.logp, r.entropy, r.gradHidden, r.gradWeight])
+          expect(d).toBeLessThan(1e-12 * (1 + r.gradScale));
+      }
   });
 
   test.each(['llama', 'qwen3'] as const)(
-    '%s: a step chunked by 3 tokens equals one chunk (grads, loss, entropy, KL, scores)',
+    '%s: a step chunked by 3 tokens equals one chunk, log-softmax kept or recomputed (grads, loss, entropy, KL, scores)',
     async (arch) => {
       // llama: untied LM head; qwen3: tied embedding (both grads reach the same weight).
       const cfg = tinyConfig(arch, { hiddenSize: 32, intermediateSize: 48, headDim: 8, vocabSize: 64 });
@@ -198,31 +200,39 @@ describe('chunked LM head (logits never materialised for a whole row)', () => {
         };
       });
       const loss = { kind: 'grpo' as const, temperature: 0.8, klBeta: 0.1 };
-      const run = async (logitsChunkTokens: number) => {
-        const model = await loadModel(cfg, weights, { dtype: 'float64', logitsChunkTokens });
+      const run = async (logitsChunkTokens: number, logitsKeepBytes?: number) => {
+        const model = await loadModel(cfg, weights, { dtype: 'float64', logitsChunkTokens, logitsKeepBytes });
         const trainer = model.createTrainer({ reference: true });
         await trainer.step(rows, { lr: 1e-2, loss }); // moves the policy off the reference
         return { ...(await trainer.gradients(rows, loss)), scores: await trainer.score(rows, { temperature: 0.8 }) };
       };
-      const [chunked, whole] = [await run(3), await run(0)];
-      expect(chunked.referenceKl).toBeGreaterThan(0);
-      for (const k of ['loss', 'entropy', 'referenceKl'] as const) expect(chunked[k]).toBeCloseTo(whole[k], 12);
-      chunked.gradients.forEach((g, i) => {
-        const a = decode(g as WeightTensor),
-          b = decode(whole.gradients[i] as WeightTensor);
-        a.forEach((v, j) => expect(Math.abs(v - b[j])).toBeLessThan(1e-12));
-      });
-      chunked.scores.forEach((s, i) => {
-        s.logprobs.forEach((v, t) => expect(v).toBeCloseTo(whole.scores[i].logprobs[t], 6));
-        s.entropies.forEach((v, t) => expect(v).toBeCloseTo(whole.scores[i].entropies[t], 6));
-      });
+      // One chunk of 3 fp64 logits rows is 3 * 64 * 8 bytes: keep none, the first two, or all.
+      const chunkBytes = 3 * cfg.vocabSize * 8;
+      const whole = await run(0);
+      for (const keep of [0, 2 * chunkBytes, undefined]) {
+        const chunked = await run(3, keep);
+        expect(chunked.referenceKl).toBeGreaterThan(0);
+        for (const k of ['loss', 'entropy', 'referenceKl'] as const) expect(chunked[k]).toBeCloseTo(whole[k], 12);
+        chunked.gradients.forEach((g, i) => {
+          const a = decode(g as WeightTensor),
+            b = decode(whole.gradients[i] as WeightTensor);
+          a.forEach((v, j) => expect(Math.abs(v - b[j])).toBeLessThan(1e-12));
+        });
+        chunked.scores.forEach((s, i) => {
+          s.logprobs.forEach((v, t) => expect(v).toBeCloseTo(whole.scores[i].logprobs[t], 6));
+          s.entropies.forEach((v, t) => expect(v).toBeCloseTo(whole.scores[i].entropies[t], 6));
+        });
+      }
     },
   );
 
-  test('logitsChunkTokens must be a non-negative integer', async () => {
+  test('logitsChunkTokens and logitsKeepBytes must be non-negative integers', async () => {
     const cfg = tinyConfig('qwen3');
     await expect(loadModel(cfg, randomWeights(cfg, 1), { logitsChunkTokens: 1.5 })).rejects.toThrow(
       /logitsChunkTokens must be an integer >= 0/,
+    );
+    await expect(loadModel(cfg, randomWeights(cfg, 1), { logitsKeepBytes: -1 })).rejects.toThrow(
+      /logitsKeepBytes must be an integer >= 0/,
     );
   });
 });

@@ -13,6 +13,10 @@ struct TokenStats {
   at::Tensor entropy;  // [N] entropy of that distribution
 };
 
+// Default budget of log-softmax kept from forward to backward, per call (one packed row): 1 GiB,
+// a 1,700-token row at a 151,936-token vocabulary in fp32.
+constexpr int64_t kLogitsKeepBytes = int64_t(1) << 30;
+
 // Tokens per chunk: about 32M logits (128 MB in fp32) per chunk buffer, between 16 and 1,024.
 int64_t lmHeadChunkTokens(int64_t vocab);
 
@@ -22,7 +26,11 @@ int64_t lmHeadChunkTokens(int64_t vocab);
 // weight (both outputs): the backward recomputes each chunk's logits and accumulates the weight's
 // gradient chunk by chunk.
 // chunkTokens: tokens per chunk (0 = lmHeadChunkTokens(vocab)).
+// keepBytes: how much of the forward's log-softmax may be kept for the backward (whole chunks, the
+// first ones); the backward recomputes only the chunks beyond it. Keeping one chunk costs what one
+// chunk buffer costs; it saves an LM-head matmul and a log-softmax in the backward.
 TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                             double temperature, at::ScalarType logitsDtype, int64_t chunkTokens = 0);
+                             double temperature, at::ScalarType logitsDtype, int64_t chunkTokens = 0,
+                             int64_t keepBytes = kLogitsKeepBytes);
 
 }  // namespace prime

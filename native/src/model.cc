@@ -475,7 +475,7 @@ at::Tensor Model::logits(const at::Tensor& hidden) const {
 
 TokenStats Model::tokenStats(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {
   return chunkedTokenStats(hidden, lmHead_.defined() ? lmHead_ : embed_, targets, temperature, logitsDtype(),
-                           logitsChunkTokens);
+                           logitsChunkTokens, logitsKeepBytes);
 }
 
 void Model::tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature, float* logprobs,

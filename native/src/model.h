@@ -133,6 +133,8 @@ class Model {
 
   // Tokens per LM-head chunk in training and scoring (lm_head.h); 0 = from the vocabulary size.
   int64_t logitsChunkTokens = 0;
+  // Bytes of log-softmax a training forward keeps for its backward (lm_head.h).
+  int64_t logitsKeepBytes = kLogitsKeepBytes;
 
   // Calls on one model run one at a time (the TS facade queues them; this flag catches misuse).
   std::atomic<bool> busy{false};

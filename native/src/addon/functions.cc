@@ -67,14 +67,15 @@ Napi::Value PolicyLoss(const Napi::CallbackInfo& info) {
 }
 
 // The chunked LM head (lm_head.h) against the plain full-logits autograd graph, on random fp64
-// data (synchronous): L = sum(wLogp * logp + wEntropy * entropy) both ways; returns the largest
+// data (synchronous), the first `keepChunks` chunks' log-softmax kept for the backward and the
+// others recomputed: L = sum(wLogp * logp + wEntropy * entropy) both ways; returns the largest
 // absolute differences of logp, entropy and dL/dhidden, dL/dweight, and the largest gradient
 // entries (so a test can see they are not trivially zero).
 Napi::Value LmHeadCheck(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = obj(info[0], "options");
   const int64_t N = int64_t(num(o, "tokens")), D = int64_t(num(o, "hidden")), V = int64_t(num(o, "vocab"));
-  const int64_t chunk = int64_t(num(o, "chunkTokens"));
+  const int64_t chunk = int64_t(num(o, "chunkTokens")), keepChunks = int64_t(num(o, "keepChunks"));
   const double T = num(o, "temperature"), wLogp = num(o, "wLogp"), wEnt = num(o, "wEntropy");
   return jsErrors(env, [&]() -> Napi::Value {
     if (N < 1 || D < 1 || V < 2) throw std::runtime_error("tokens, hidden must be >= 1 and vocab >= 2");
@@ -84,7 +85,8 @@ Napi::Value LmHeadCheck(const Napi::CallbackInfo& info) {
     const at::Tensor targets = at::randint(V, {N}, g, at::TensorOptions().dtype(at::kLong));
     const at::Tensor cL = at::rand({N}, g, f64) * wLogp, cE = at::rand({N}, g, f64) * wEnt;
     at::Tensor h1 = h0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(true);
-    const TokenStats s = chunkedTokenStats(h1, w1, targets, T, at::kDouble, chunk);
+    const int64_t chunkBytes = (chunk > 0 ? chunk : lmHeadChunkTokens(V)) * V * int64_t(sizeof(double));
+    const TokenStats s = chunkedTokenStats(h1, w1, targets, T, at::kDouble, chunk, keepChunks * chunkBytes);
     ((s.logp * cL).sum() + (s.entropy * cE).sum()).backward();
     at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
     const at::Tensor lp = at::log_softmax(at::linear(h2, w2) / T, -1);

@@ -115,21 +115,24 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 
 Napi::Function DefineModel(Napi::Env env) { return ModelWrap::Define(env); }
 
+// o[key] as an integer >= 0, `fallback` when absent; a TypeError naming the key otherwise.
+static int64_t nonNegativeInt(const Napi::Object& o, const char* key, int64_t fallback, const std::string& hint) {
+  const Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) return fallback;
+  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+  if (!(d >= 0 && d == std::floor(d) && d < 9.007199254740992e15))
+    throw Napi::TypeError::New(o.Env(), std::string(key) + " must be an integer >= 0 " + hint);
+  return int64_t(d);
+}
+
 Napi::Value CreateModel(const Napi::CallbackInfo& info) {
   ArchConfig cfg = archConfig(info[0]);
   std::vector<ParamSpec> specs = paramSpecs(info[1]);
   Napi::Object o = info[3].IsObject() ? info[3].As<Napi::Object>() : Napi::Object::New(info.Env());
   const std::string dtype = o.Get("dtype").IsString() ? str(o, "dtype") : "float32";
   const std::string device = o.Get("device").IsString() ? str(o, "device") : "cpu";
-  const Napi::Value chunkV = o.Get("logitsChunkTokens");
-  int64_t chunk = 0;
-  if (!chunkV.IsUndefined()) {
-    const double c = chunkV.IsNumber() ? chunkV.As<Napi::Number>().DoubleValue() : -1;
-    if (!(c >= 0 && c == std::floor(c)))
-      throw Napi::TypeError::New(info.Env(),
-                                 "logitsChunkTokens must be an integer >= 0 (0 = from the vocabulary size)");
-    chunk = int64_t(c);
-  }
+  const int64_t chunk = nonNegativeInt(o, "logitsChunkTokens", 0, "(0 = from the vocabulary size)");
+  const int64_t keep = nonNegativeInt(o, "logitsKeepBytes", kLogitsKeepBytes, "(0 = recompute every chunk)");
   std::vector<Napi::Value> buffers;
   std::vector<RawTensor> tensors = rawTensors(info[2], buffers);
   auto out = std::make_shared<std::shared_ptr<Model>>();
@@ -141,6 +144,7 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
           throw std::runtime_error("device '" + device + "' requested but this libtorch build has no CUDA");
         *out = std::make_shared<Model>(cfg, specs, tensors, parseComputeDtype(dtype), dev);
         (*out)->logitsChunkTokens = chunk;
+        (*out)->logitsKeepBytes = keep;
       },
       [out](Napi::Env env) -> Napi::Value { return wrap(env, &Constructors::model, *out); });
   for (Napi::Value b : buffers) job->keep(b);
