@@ -121,6 +121,19 @@ test('a dead server is set aside; its requests go elsewhere, with the samples on
   expect(((await (await fetch(`${back.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(1);
   expect(fleet.servers()[0].aside).toBe(false);
 
+  // A server that lost its weights between two requests (restarted: here reloaded to the base
+  // model behind the client's back) answers from version 0: that answer is not used, the request
+  // moves, and the server gets the policy again before more requests.
+  expect((await fetch(`${back.url}/reload_weights`, { method: 'POST', body: '{}' })).ok).toBe(true);
+  const afterReload = await Promise.all(Array.from({ length: 4 }, (_, i) => fleet.generate([3, 4], params(i))));
+  expect(afterReload.map((r) => r.policyVersion)).toEqual([1, 1, 1, 1]);
+  expect(fleet.servers()[0].aside).toBe(true);
+  await until('the reloaded server is brought back to version 1', async () => {
+    await fleet.generate([1, 2], params(0));
+    return !fleet.servers()[0].aside;
+  });
+  expect(((await (await fetch(`${back.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(1);
+
   // Every server gone: a request fails `unavailable`, naming each server's last error.
   await back.close(1000);
   await live.close(1000);
