@@ -84,10 +84,12 @@ export class CliProcesses {
     fs.mkdirSync(logDir, { recursive: true });
   }
 
-  start(args: string[]): CliLaunch {
+  /** `prefix`: a command that runs the CLI, e.g. `ip netns exec NS` (it must exec it, keeping the pid). */
+  start(args: string[], prefix: string[] = []): CliLaunch {
     const logFile = path.join(this.logDir, `cli-${this.groups.size}.log`);
     const fd = fs.openSync(logFile, 'w');
-    const child = spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], {
+    const argv = [...prefix, process.execPath, path.join(projectRoot, 'bin', 'prime-rl.js'), ...args];
+    const child = spawn(argv[0], argv.slice(1), {
       stdio: ['ignore', fd, fd],
       detached: true,
     });

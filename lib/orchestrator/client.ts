@@ -3,6 +3,15 @@
  * `/v1/generate` spread over one or more servers, and making every server serve the policy version
  * a step asks for.
  *
+ * Several servers (a fleet): each request goes to the live server with the fewest of this client's
+ * requests in flight (ties in turn), `maxInFlight` per server at most. A server that answers
+ * `unavailable` is set aside at once: the request moves to another server (seeds are per request,
+ * so which server answers changes no sample), and the set-aside server gets nothing until a probe
+ * (`/health`, first after 1 s, then at doubling intervals up to 30 s while it keeps failing) finds
+ * it back and has brought it to the client's policy. An answer from an older policy version than
+ * the client's (a server restarted between two requests) sets it aside the same way. Only when no
+ * server is left does a request fail, `unavailable`: the activity fails and Temporal retries it.
+ *
  * What an answer means for the run (`InferenceError.kind`):
  *  - `request`: a 4xx for one `/v1/generate` request (400 bad request, 413, 422: e.g. a prompt too
  *    long for the context). It errors that one rollout; the step goes on without it.
@@ -13,8 +22,8 @@
  *    it (non-retryable, `Failure.InferenceRejected`).
  *  - `busy`: 429 (queue full) or 503 (shutting down, overloaded). Retried here with backoff,
  *    `busyTimeoutMs` at most, before it counts as `unavailable`.
- *  - `unavailable`: unreachable, timed out, 408 or 5xx. The activity fails and Temporal retries it
- *    (same seeds, same requests) once the server is back.
+ *  - `unavailable`: unreachable, timed out, 408 or 5xx. The request moves to another server; with
+ *    none left, the activity fails and Temporal retries it (same seeds, same requests).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -116,6 +125,43 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Backoff on a busy server: 100 ms doubling to 5 s, jittered so that waiting requests spread out. */
 const BUSY_FIRST_MS = 100;
 const BUSY_MAX_MS = 5_000;
+/** Probes of a set-aside server: the first 1 s after it failed, then doubling up to 30 s. */
+const PROBE_FIRST_MS = 1_000;
+const PROBE_MAX_MS = 30_000;
+
+/** One server as this client sees it. */
+interface Server {
+  url: string;
+  /** The server root: routes outside /v1 hang off it. */
+  root: string;
+  /** This client's requests in flight there. */
+  inFlight: number;
+  /** Requests it answered. */
+  served: number;
+  /** Set aside: no requests until a probe finds it back, at the client's policy. */
+  aside: boolean;
+  probing: boolean;
+  /** When the next probe may start, and the wait after it should that one fail too. */
+  probeAt: number;
+  probeDelayMs: number;
+  /** Why it was last set aside. */
+  lastError?: InferenceError;
+}
+
+/** What `servers()` reports of each server, for logs and tests. */
+export interface ServerView {
+  url: string;
+  inFlight: number;
+  served: number;
+  aside: boolean;
+}
+
+interface Waiter {
+  /** The server the request just failed on: taken only when no other server is live. */
+  avoid?: number;
+  resolve: (server: number) => void;
+  reject: (e: unknown) => void;
+}
 
 export class InferenceClient {
   private next = 0;
@@ -125,18 +171,16 @@ export class InferenceClient {
   private readonly maxInFlight: number;
   private readonly timeoutMs: number;
   private readonly busyTimeoutMs: number;
-  /** Requests in flight per server (index of baseUrls). */
-  private readonly inFlight: number[];
+  private readonly fleet: Server[];
   /** Requests waiting for a slot, first come first served. */
-  private readonly waiters: ((server: number) => void)[] = [];
+  private readonly waiters: Waiter[] = [];
+  /** The policy of the last `ensurePolicy`: a server coming back is brought to it first. */
+  private policy?: PolicyRef;
   /** The first `config` error of a generate request: every later one fails with it at once. */
   private fatal?: InferenceError;
 
   /** `baseUrls` as in config (`http://host:port/v1`); routes outside /v1 hang off the server root. */
-  constructor(
-    private readonly baseUrls: readonly string[],
-    opts: InferenceClientOptions = {},
-  ) {
+  constructor(baseUrls: readonly string[], opts: InferenceClientOptions = {}) {
     if (baseUrls.length === 0) throw new Error('no inference base URLs configured');
     this.apiKeySetting = opts.apiKeySetting ?? 'inference.server.api_key_var';
     if (opts.apiKeyVar !== undefined) {
@@ -153,11 +197,21 @@ export class InferenceClient {
     this.maxInFlight = opts.maxInFlight ?? Infinity;
     this.timeoutMs = opts.timeoutMs ?? 600_000;
     this.busyTimeoutMs = opts.busyTimeoutMs ?? 600_000;
-    this.inFlight = baseUrls.map(() => 0);
+    this.fleet = baseUrls.map((url) => ({
+      url,
+      root: url.replace(/\/+$/, '').replace(/\/v1$/, ''),
+      inFlight: 0,
+      served: 0,
+      aside: false,
+      probing: false,
+      probeAt: 0,
+      probeDelayMs: PROBE_FIRST_MS,
+    }));
   }
 
-  private root(url: string): string {
-    return url.replace(/\/+$/, '').replace(/\/v1$/, '');
+  /** Each server's load and state, in `baseUrls` order. */
+  servers(): ServerView[] {
+    return this.fleet.map(({ url, inFlight, served, aside }) => ({ url, inFlight, served, aside }));
   }
 
   /** What to add to a 401's message: which key was sent, or that none was. */
@@ -190,7 +244,17 @@ export class InferenceClient {
         'unavailable',
       );
     }
-    const text = await res.text();
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (e) {
+      // The server died (or timed out) while it sent the answer.
+      throw new InferenceError(
+        `inference server ${url} cut its answer: ${(e as Error).message}`,
+        undefined,
+        'unavailable',
+      );
+    }
     if (!res.ok) {
       const kind = classifyStatus(res.status, route);
       const hint = res.status === 401 ? `: ${this.keyHint()}` : '';
@@ -229,87 +293,203 @@ export class InferenceClient {
     }
   }
 
-  /** A slot on the least loaded server; waits while every server has `maxInFlight` requests. */
-  private acquire(): Promise<number> {
-    const n = this.baseUrls.length;
-    const start = this.next++ % n;
-    let best = -1;
-    for (let i = 0; i < n; i++) {
-      const s = (start + i) % n;
-      if (this.inFlight[s] < this.maxInFlight && (best < 0 || this.inFlight[s] < this.inFlight[best])) best = s;
-    }
-    if (best >= 0) {
-      this.inFlight[best]++;
-      return Promise.resolve(best);
-    }
-    return new Promise((resolve) => this.waiters.push(resolve));
+  /** The failure when every server is set aside: each one's last error. */
+  private noServerLeft(): InferenceError {
+    const why = this.fleet.map((s) => s.lastError?.message ?? `${s.url}: set aside`).join('; ');
+    return new InferenceError(
+      `no inference server left (${this.fleet.length} configured): ${why}`,
+      undefined,
+      'unavailable',
+    );
   }
 
-  /** Frees a slot of `server`: the next waiter takes it over. */
-  private release(server: number): void {
-    const waiter = this.waiters.shift();
-    if (waiter) waiter(server);
-    else this.inFlight[server]--;
+  /** Sets a server aside after `error`; its first probe is due `PROBE_FIRST_MS` later. */
+  private setAside(server: number, error: InferenceError): void {
+    const s = this.fleet[server];
+    s.lastError = error;
+    if (s.aside) return;
+    s.aside = true;
+    s.probeAt = Date.now() + PROBE_FIRST_MS;
+    s.probeDelayMs = PROBE_FIRST_MS;
+    this.dispatch();
   }
 
   /**
-   * Makes every server serve `policy` (no-op where it already does). A server that serves the same
+   * The live server with a free slot and the fewest requests in flight (ties in turn), or -1.
+   * `avoid` only when it is the one live server.
+   */
+  private pick(avoid?: number): number {
+    const n = this.fleet.length;
+    const start = this.next++ % n;
+    const others = this.fleet.some((s, i) => !s.aside && i !== avoid);
+    let best = -1;
+    for (let i = 0; i < n; i++) {
+      const k = (start + i) % n;
+      const s = this.fleet[k];
+      if (s.aside || s.inFlight >= this.maxInFlight || (k === avoid && others)) continue;
+      if (best < 0 || s.inFlight < this.fleet[best].inFlight) best = k;
+    }
+    return best;
+  }
+
+  /** Hands free slots to the waiters in order; with no live server, fails them all. */
+  private dispatch(): void {
+    if (this.fleet.every((s) => s.aside)) {
+      const error = this.noServerLeft();
+      for (const w of this.waiters.splice(0)) w.reject(error);
+      return;
+    }
+    for (let i = 0; i < this.waiters.length;) {
+      const server = this.pick(this.waiters[i].avoid);
+      if (server < 0) {
+        i++;
+        continue;
+      }
+      this.fleet[server].inFlight++;
+      this.waiters.splice(i, 1)[0].resolve(server);
+    }
+  }
+
+  /** A slot on the least loaded live server; waits while every live server has `maxInFlight` requests. */
+  private acquire(avoid?: number): Promise<number> {
+    this.probeDue();
+    if (this.fleet.every((s) => s.aside)) return Promise.reject(this.noServerLeft());
+    const server = this.pick(avoid);
+    if (server >= 0) {
+      this.fleet[server].inFlight++;
+      return Promise.resolve(server);
+    }
+    return new Promise((resolve, reject) => this.waiters.push({ avoid, resolve, reject }));
+  }
+
+  /** Frees a slot of `server` for the waiters. */
+  private release(server: number): void {
+    this.fleet[server].inFlight--;
+    this.probeDue();
+    this.dispatch();
+  }
+
+  /** Starts the probes that are due (they run beside the requests, never holding one up). */
+  private probeDue(): void {
+    const now = Date.now();
+    for (const [i, s] of this.fleet.entries()) if (s.aside && !s.probing && now >= s.probeAt) void this.probe(i);
+  }
+
+  /** A set-aside server: back (at the client's policy) and given requests, or its next probe later. */
+  private async probe(server: number): Promise<void> {
+    const s = this.fleet[server];
+    s.probing = true;
+    try {
+      // A policy that changed while the server was loading the old one: load the new one too.
+      for (let policy = this.policy; ; policy = this.policy) {
+        if (policy) await this.bringToPolicy(s, policy);
+        else await this.call(`${s.root}/health`, 'control');
+        if (policy === this.policy) break;
+      }
+      s.aside = false;
+      this.dispatch();
+    } catch (e) {
+      if (e instanceof InferenceError && e.kind === 'config') this.fatal ??= e;
+      if (e instanceof InferenceError) s.lastError = e;
+      s.probeDelayMs = Math.min(PROBE_MAX_MS, s.probeDelayMs * 2);
+      s.probeAt = Date.now() + s.probeDelayMs;
+    } finally {
+      s.probing = false;
+    }
+  }
+
+  /**
+   * Makes one server serve `policy` (no-op where it already does). A server that serves the same
    * version number from another folder (another run's weights/step_N, on a server that outlived
    * that run) is moved to ours; if it keeps that label for the other folder (409), it is reloaded
    * to its base model first, which starts a new lineage of labels.
    */
+  private async bringToPolicy(s: Server, policy: PolicyRef): Promise<void> {
+    const health = await this.call<{ policy_version: number; weight_dir?: string }>(`${s.root}/health`, 'control');
+    if (
+      health.policy_version === policy.version &&
+      (policy.version === 0 || health.weight_dir === undefined || sameDir(health.weight_dir, policy.weightDir))
+    )
+      return;
+    if (policy.version === 0) {
+      await this.call(`${s.root}/reload_weights`, 'control', { body: {} });
+      return;
+    }
+    const update = () =>
+      this.call(`${s.root}/update_weights`, 'control', {
+        body: { weight_dir: policy.weightDir, version: policy.version },
+      });
+    try {
+      await update();
+    } catch (e) {
+      if (!(e instanceof InferenceError && e.status === 409)) throw e;
+      await this.call(`${s.root}/reload_weights`, 'control', { body: {} });
+      await update();
+    }
+  }
+
+  /**
+   * Makes every live server serve `policy`. One that cannot be reached (or fails to load it,
+   * `unavailable`) is set aside and brought to `policy` when a probe finds it back; with none
+   * left this fails, `unavailable`. A `config` error fails it at once.
+   */
   async ensurePolicy(policy: PolicyRef): Promise<void> {
+    this.policy = policy;
     await Promise.all(
-      this.baseUrls.map(async (url) => {
-        const root = this.root(url);
-        const health = await this.call<{ policy_version: number; weight_dir?: string }>(`${root}/health`, 'control');
-        if (
-          health.policy_version === policy.version &&
-          (policy.version === 0 || health.weight_dir === undefined || sameDir(health.weight_dir, policy.weightDir))
-        )
-          return;
-        if (policy.version === 0) {
-          await this.call(`${root}/reload_weights`, 'control', { body: {} });
-          return;
-        }
-        const update = () =>
-          this.call(`${root}/update_weights`, 'control', {
-            body: { weight_dir: policy.weightDir, version: policy.version },
-          });
+      this.fleet.map(async (s, i) => {
+        if (s.aside) return;
         try {
-          await update();
+          await this.bringToPolicy(s, policy);
         } catch (e) {
-          if (!(e instanceof InferenceError && e.status === 409)) throw e;
-          await this.call(`${root}/reload_weights`, 'control', { body: {} });
-          await update();
+          if (!(e instanceof InferenceError && e.kind === 'unavailable')) throw e;
+          this.setAside(i, e);
         }
       }),
     );
+    if (this.fleet.every((s) => s.aside)) throw this.noServerLeft();
   }
 
-  /** One sequence from `promptIds`, on the least loaded server. */
+  /**
+   * One sequence from `promptIds`, on the least loaded live server; moved to another server when
+   * one fails `unavailable` (2 attempts per configured server at most).
+   */
   async generate(promptIds: readonly number[], params: GenerateParams): Promise<GenerateResult> {
-    if (this.fatal) throw this.fatal;
-    const server = await this.acquire();
-    try {
-      const body = await this.call<{
-        policy_version: number;
-        choices: { token_ids: number[]; logprobs: number[]; finish_reason: 'stop' | 'length' | 'abort' }[];
-      }>(`${this.root(this.baseUrls[server])}/v1/generate`, 'generate', {
-        body: { prompt_token_ids: promptIds, ...params },
-      });
-      const c = body.choices[0];
-      return {
-        tokenIds: c.token_ids,
-        logprobs: c.logprobs,
-        finishReason: c.finish_reason,
-        policyVersion: body.policy_version,
-      };
-    } catch (e) {
-      if (e instanceof InferenceError && e.kind === 'config') this.fatal ??= e;
-      throw e;
-    } finally {
-      this.release(server);
+    let avoid: number | undefined;
+    for (let attempt = 1; ; attempt++) {
+      if (this.fatal) throw this.fatal;
+      const server = await this.acquire(avoid);
+      const s = this.fleet[server];
+      try {
+        const body = await this.call<{
+          policy_version: number;
+          choices: { token_ids: number[]; logprobs: number[]; finish_reason: 'stop' | 'length' | 'abort' }[];
+        }>(`${s.root}/v1/generate`, 'generate', {
+          body: { prompt_token_ids: promptIds, ...params },
+        });
+        if (this.policy && body.policy_version < this.policy.version) {
+          throw new InferenceError(
+            `${s.url} answered from policy version ${body.policy_version}, older than ${this.policy.version} (restarted?)`,
+            undefined,
+            'unavailable',
+          );
+        }
+        s.served++;
+        const c = body.choices[0];
+        return {
+          tokenIds: c.token_ids,
+          logprobs: c.logprobs,
+          finishReason: c.finish_reason,
+          policyVersion: body.policy_version,
+        };
+      } catch (e) {
+        if (e instanceof InferenceError && e.kind === 'config') this.fatal ??= e;
+        if (!(e instanceof InferenceError && e.kind === 'unavailable')) throw e;
+        this.setAside(server, e);
+        if (attempt >= 2 * this.fleet.length) throw e;
+        avoid = server;
+      } finally {
+        this.release(server);
+      }
     }
   }
 }
