@@ -13,6 +13,8 @@ export interface TokenSegment {
   generated: boolean;
   /** Inference logprob of each sampled token (mu); required when `generated`. */
   logprobs?: ArrayLike<number>;
+  /** Policy version that sampled each token (generated segments); a record, packing ignores it. */
+  versions?: ArrayLike<number>;
 }
 
 /** One sample ready to pack; all arrays have the same length. */
