@@ -26,6 +26,7 @@ import {
   type FilterMetrics,
   type RolloutFilter,
 } from '../lib/orchestrator/filters';
+import type { InFlightClaim } from '../lib/orchestrator/inflight';
 import { isPluginError, rolloutFilters } from '../lib/orchestrator/plugins';
 import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/orchestrator/rollout';
 import { readRunConfig } from '../lib/run/config';
@@ -58,6 +59,8 @@ export interface RolloutSummary {
   errors: string[];
   /** The rollout filters: groups dropped (by reason), refill rounds, groups still missing. */
   filter: FilterMetrics;
+  /** In-flight mode: the groups the step took and their off-policy distance (activities/inflight.ts). */
+  inFlight?: InFlightClaim;
 }
 
 /** One stored rollout: the packing input plus what a person inspecting the run wants to read. */

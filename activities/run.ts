@@ -14,7 +14,8 @@ import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins'
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
 import { checkEnvironments, checkModel, holdsRunConfig } from './preflight';
-import type { StepRecordInput } from './types';
+import type { InFlightClaim } from '../lib/orchestrator/inflight';
+import type { StepRecordInput, StepTimes } from './types';
 
 /** Checks the model, environments and algorithm plugins, writes configs/rl.json; a rerun with the same config is a no-op. */
 export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> {
@@ -53,6 +54,18 @@ export async function rewindRun({
   return rewind(runDir, step, fs.existsSync(new RunLayout(runDir).sftConfigFile) ? 'sft' : 'rl');
 }
 
+/** In-flight mode's per-step metrics: off-policy distance, stale drops, idle time of inference and trainer. */
+function inFlightMetrics(f: InFlightClaim, times: StepTimes) {
+  return {
+    off_policy_mean: f.offPolicyMean,
+    off_policy_max: f.offPolicyMax,
+    stale_groups_dropped: f.staleGroups,
+    stale_rollouts_dropped: f.staleRollouts,
+    inference_idle_seconds: f.inferenceIdleSeconds,
+    trainer_idle_seconds: times.trainer_idle ?? null,
+  };
+}
+
 /** One metrics.jsonl line per step, flat where a chart needs a series. */
 export async function recordStep({
   runDir,
@@ -85,6 +98,7 @@ export async function recordStep({
       groups_missing: rollouts.filter.groups_missing,
       groups_too_few_valid: batch.advantages.groups_too_few_valid,
       zero_advantage_tokens: batch.advantages.zero_advantage_tokens,
+      ...(rollouts.inFlight ? inFlightMetrics(rollouts.inFlight, times) : {}),
       ...train.metrics,
       progress: train.progress,
       time: times,
