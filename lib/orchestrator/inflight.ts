@@ -32,7 +32,7 @@ export interface InFlightClaim {
   /** Groups (and their rollouts) dropped for being more than max_off_policy_steps versions behind. */
   staleGroups: number;
   staleRollouts: number;
-  /** Versions behind the step of the rollouts it trains on (step - oldest token's version): mean and max. */
+  /** Versions behind the step of the rollouts it trains on (step - oldest token's version): mean and max (0 when none sampled). */
   offPolicyMean: number;
   offPolicyMax: number;
   /** Seconds the producer had nothing to generate while the groups looked at were made. */
@@ -96,8 +96,9 @@ export function claimMetrics<R>(
 ): { inFlight: InFlightClaim; filter: FilterMetrics } {
   const stale = d.dropped.filter((x) => x.reason === STALE);
   const filtered = d.dropped.filter((x) => x.reason !== STALE);
+  // Rollouts that sampled nothing (an example that failed to load) have no distance.
   const behind = d.kept.flatMap((c) =>
-    c.rollouts.map((r) => step - (r.policyVersion >= 0 ? r.policyVersion : c.startVersion)),
+    c.rollouts.filter((r) => r.policyVersion >= 0).map((r) => step - r.policyVersion),
   );
   const dropped_by: Record<string, number> = {};
   for (const x of filtered) dropped_by[x.reason] = (dropped_by[x.reason] ?? 0) + 1;
