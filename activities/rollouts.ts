@@ -29,6 +29,7 @@ import {
 import type { InFlightClaim } from '../lib/orchestrator/inflight';
 import { isPluginError, rolloutFilters } from '../lib/orchestrator/plugins';
 import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/orchestrator/rollout';
+import { TeacherClient } from '../lib/orchestrator/teacher';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
@@ -148,6 +149,8 @@ export interface RolloutContext {
   tokenizer: Tokenizer;
   mixEntries: MixEntry[];
   examplesPerStep: number;
+  /** Online distillation's teacher (`[distill] teacher`), when set. */
+  teacher?: TeacherClient;
 }
 
 export async function rolloutContext(runDir: string, pool: EnvPool): Promise<RolloutContext> {
@@ -163,6 +166,7 @@ export async function rolloutContext(runDir: string, pool: EnvPool): Promise<Rol
     tokenizer: tokenizerOf(path.resolve(o.model.name)),
     mixEntries: config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
     examplesPerStep: o.batch_size / o.rollouts_per_example,
+    teacher: config.distill?.teacher ? new TeacherClient(config.distill.teacher.base_url) : undefined,
   };
 }
 
@@ -185,8 +189,8 @@ export interface GroupTask {
   policyVersion: number;
 }
 
-/** Plays one group; `onRollout` after each finished rollout. */
-export function playGroup(
+/** Plays one group; `onRollout` after each finished rollout. With a teacher, its logprobs are added to the valid rollouts. */
+export async function playGroup(
   ctx: RolloutContext,
   pool: EnvPool,
   client: InferenceClient,
@@ -195,7 +199,7 @@ export function playGroup(
 ): Promise<StoredRollout[]> {
   const o = ctx.config.orchestrator;
   const env = ctx.config.env[draw.env];
-  return Promise.all(
+  const rollouts = await Promise.all(
     Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
       const seed = rolloutSeed(ctx.config.seed, seedStep, group, sample);
       const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
@@ -222,6 +226,11 @@ export function playGroup(
       return { ...base, ...rollout };
     }),
   );
+  await ctx.teacher?.annotate(
+    rollouts.filter((r) => !r.error).flatMap((r) => r.samples),
+    o.seq_len,
+  );
+  return rollouts;
 }
 
 /** What the rollout filters see of a group. */
@@ -305,7 +314,10 @@ export function writeStepRollouts(
         .map((r) => JSON.stringify(r) + '\n')
         .join('');
     fs.writeFileSync(path.join(tmp, ROLLOUTS), lines(kept));
-    fs.writeFileSync(path.join(tmp, DROPPED), lines(dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))));
+    fs.writeFileSync(
+      path.join(tmp, DROPPED),
+      lines(dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))),
+    );
     extra(tmp);
     fs.writeFileSync(path.join(tmp, SUMMARY), JSON.stringify(summary, null, 1));
   });

@@ -11,6 +11,8 @@ import { rlSchema, type RLConfig } from '../lib/config/schemas';
 import { checkConfig, storedConfigText } from '../lib/run/config';
 import { rewindRun as rewind } from '../lib/run/rewind';
 import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins';
+import { Tokenizer } from '../lib/model/tokenizer';
+import { tokenizerMismatch } from '../lib/orchestrator/teacher';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
 import { checkEnvironments, checkModel, holdsRunConfig } from './preflight';
@@ -25,6 +27,8 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
   if (config.env.length === 0)
     throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
   checkEnvironments([...config.env, ...config.eval.env]);
+  if (config.distill.teacher)
+    checkTeacher(config.model.name ?? config.trainer.model.name, config.distill.teacher.model);
   try {
     // Plugins (advantage estimator, rollout filters) load now, so a bad import_path fails the start.
     advantageEstimator(config.orchestrator.advantage);
@@ -38,6 +42,20 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
     writeFileAtomic(layout.configFile, text);
   }
   return { runDir: layout.dir };
+}
+
+/** Distillation needs the teacher's token ids to mean the student's: its tokenizer must be the same. */
+function checkTeacher(student: string, teacher: string): void {
+  checkModel(teacher, 'distill.teacher.model');
+  const mismatch = tokenizerMismatch(
+    Tokenizer.fromDir(path.resolve(student)),
+    Tokenizer.fromDir(path.resolve(teacher)),
+  );
+  if (mismatch)
+    throw ApplicationFailure.nonRetryable(
+      `distill.teacher.model: the teacher's tokenizer is not the student's (${mismatch}); distillation compares logprobs of the same token ids`,
+      Failure.InvalidConfig,
+    );
 }
 
 /**

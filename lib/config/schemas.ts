@@ -619,6 +619,28 @@ export const rlSchema = z
       name: z.string().min(1).optional().describe('W&B run name; unset = run_name'),
       entity: z.string().min(1).optional().describe("W&B team or user; unset = the API key's default"),
     }),
+    distill: section({
+      teacher: z
+        .strictObject({
+          base_url: z
+            .string()
+            .url()
+            .describe('the inference server serving the teacher (http://host:port/v1; a `prime-rl inference` server)'),
+          model: z
+            .string()
+            .min(1)
+            .describe("the teacher's model folder: its tokenizer must be the student's (checked when the run starts)"),
+        })
+        .optional()
+        .describe(
+          "online distillation from a teacher: each generated token's advantage is the teacher's logprob of it minus the student's (reverse KL), plus weight x the environment's advantage; unset = off",
+        ),
+      weight: nonNegative()
+        .default(0)
+        .describe(
+          'distillation: weight of the environment-reward advantage added to the teacher term (0 = pure distillation)',
+        ),
+    }),
     trainer: trainerSchema,
     orchestrator: orchestratorSchema,
     inference: inferenceSchema,
