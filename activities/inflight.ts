@@ -104,6 +104,10 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       const cap = Math.max(1, Math.floor((o.in_flight.max_rollouts ?? 2 * o.batch_size) / o.rollouts_per_example));
       fs.mkdirSync(layout.inflightGroupsDir, { recursive: true });
       const mix = new EnvMix(ctx.mixEntries, { seed: config.seed, examplesPerStep });
+      // Two clients: `control` moves the servers to each new policy; `client` generates and is
+      // never pinned to a policy (ensurePolicy), since in this mode an answer legitimately comes
+      // from an older version than the newest (its request started before the update landed).
+      const control = new InferenceClient(o.base_urls, rlClientOptions(config));
       const client = new InferenceClient(o.base_urls, rlClientOptions(config));
       const cancelled = Context.current().cancellationSignal;
       const known = groupNumbers(layout);
@@ -154,7 +158,7 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
           while (!cancelled.aborted && failure === undefined) {
             const newest = newestVersion(layout);
             if (newest !== version) {
-              await client.ensurePolicy({ version: newest, weightDir: layout.weightsDir(newest) });
+              await control.ensurePolicy({ version: newest, weightDir: layout.weightsDir(newest) });
               version = newest;
             }
             if (running < limit && waiting() + running < cap) {
