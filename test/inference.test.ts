@@ -238,9 +238,9 @@ describe('weights', () => {
       expect(v).toHaveLength(r.choices[0].token_ids.length);
       expect(v.every((x) => x === 0 || x === 1) && v.every((x, i) => i === 0 || x >= v[i - 1])).toBe(true);
     }
-    expect(results.some((r) => r.choices[0].policy_versions.includes(0) && r.choices[0].policy_versions.includes(1))).toBe(
-      true,
-    );
+    expect(
+      results.some((r) => r.choices[0].policy_versions.includes(0) && r.choices[0].policy_versions.includes(1)),
+    ).toBe(true);
     await post('/reload_weights', {});
   });
 });
