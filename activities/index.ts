@@ -5,6 +5,7 @@
 import type { EnvPool } from '../lib/envs/pool';
 import type { GroupLeader } from '../lib/trainer/group';
 import { createEvalActivities } from './evaluate';
+import { createInFlightActivities } from './inflight';
 import { withFailureTypes } from './failures';
 import { createPackActivities } from './pack';
 import { createRolloutActivities } from './rollouts';
@@ -15,6 +16,7 @@ import { createTrainerActivities as trainerActivities } from './train';
 export function createCpuActivities(deps: { pool: EnvPool }) {
   return withFailureTypes({
     ...createRolloutActivities(deps),
+    ...createInFlightActivities(deps),
     ...createPackActivities(),
     ...createEvalActivities(deps),
     prepareRun,

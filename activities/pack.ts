@@ -67,7 +67,8 @@ export function createPackActivities() {
     async packBatch({ runDir, step }: PackInput): Promise<PackSummary> {
       const layout = new RunLayout(runDir);
       const file = layout.batchFile(step);
-      const o = readRunConfig(runDir).orchestrator;
+      const config = readRunConfig(runDir);
+      const o = config.orchestrator;
       const input: StepBatchInput = {
         step,
         rolloutsFile: rolloutsFile(layout.rolloutsDir(step)),
@@ -75,6 +76,8 @@ export function createPackActivities() {
         seqLen: o.seq_len,
         advantage: o.advantage,
         filterZeroAdvantages: o.filter_zero_advantages,
+        // `?.`: run configs stored before distillation existed have no such section.
+        ...(config.distill?.teacher ? { distill: { weight: config.distill.weight } } : {}),
       };
       const result = await inThreadWithHeartbeat<StepBatchResult>(
         libModule('orchestrator/step-batch'),

@@ -10,16 +10,26 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { storedResult, writeDirAtomic } from '../lib/atomic';
+import type { RLConfig } from '../lib/config/schemas';
 import type { EnvPool } from '../lib/envs/pool';
-import { EnvMix, type MixDraw } from '../lib/envs/mix';
+import { EnvMix, type MixDraw, type MixEntry } from '../lib/envs/mix';
 import { hash32 } from '../lib/envs/random';
 import type { EnvironmentInfo } from '../lib/envs/types';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { InferenceClient, toActivityFailure } from '../lib/orchestrator/client';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
-import { playFiltered, refillDraws, type FilterMetrics, type RolloutFilter } from '../lib/orchestrator/filters';
+import {
+  playFiltered,
+  refillDraws,
+  type FilteredGroups,
+  type FilterGroup,
+  type FilterMetrics,
+  type RolloutFilter,
+} from '../lib/orchestrator/filters';
+import type { InFlightClaim } from '../lib/orchestrator/inflight';
 import { isPluginError, rolloutFilters } from '../lib/orchestrator/plugins';
 import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/orchestrator/rollout';
+import { TeacherClient } from '../lib/orchestrator/teacher';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
@@ -50,6 +60,8 @@ export interface RolloutSummary {
   errors: string[];
   /** The rollout filters: groups dropped (by reason), refill rounds, groups still missing. */
   filter: FilterMetrics;
+  /** In-flight mode: the groups the step took and their off-policy distance (activities/inflight.ts). */
+  inFlight?: InFlightClaim;
 }
 
 /** One stored rollout: the packing input plus what a person inspecting the run wants to read. */
@@ -130,31 +142,219 @@ async function checkPromptsFit(
   );
 }
 
+/** What playing a run's rollouts needs: its config, environments, tokenizer and env mix. */
+export interface RolloutContext {
+  config: RLConfig;
+  infos: EnvironmentInfo[];
+  tokenizer: Tokenizer;
+  mixEntries: MixEntry[];
+  examplesPerStep: number;
+  /** Online distillation's teacher (`[distill] teacher`), when set. */
+  teacher?: TeacherClient;
+}
+
+export async function rolloutContext(runDir: string, pool: EnvPool): Promise<RolloutContext> {
+  const config = readRunConfig(runDir);
+  const o = config.orchestrator;
+  if (config.env.length === 0)
+    throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
+  const infos: EnvironmentInfo[] = [];
+  for (const e of config.env) infos.push(await environmentInfo(pool, e));
+  return {
+    config,
+    infos,
+    tokenizer: tokenizerOf(path.resolve(o.model.name)),
+    mixEntries: config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
+    examplesPerStep: o.batch_size / o.rollouts_per_example,
+    teacher: config.distill?.teacher ? new TeacherClient(config.distill.teacher.base_url) : undefined,
+  };
+}
+
+export type ExampleResult = Awaited<ReturnType<EnvPool['example']>>;
+
+/** The train examples of `draws`. */
+export function examplesOf(ctx: RolloutContext, pool: EnvPool, draws: readonly MixDraw[]): Promise<ExampleResult[]> {
+  return Promise.all(draws.map((d) => pool.example(ctx.config.env[d.env], 'train', d.index, ctx.config.seed)));
+}
+
+/** One group to play: an example's rollouts_per_example rollouts, seeded by (seedStep, group, sample). */
+export interface GroupTask {
+  draw: MixDraw;
+  example: ExampleResult;
+  /** Step of the seeds (rolloutSeed). */
+  seedStep: number;
+  group: number;
+  round: number;
+  /** Recorded as the version of a rollout whose example could not be loaded (nothing sampled). */
+  policyVersion: number;
+}
+
+/** Plays one group; `onRollout` after each finished rollout. With a teacher, its logprobs are added to the valid rollouts. */
+export async function playGroup(
+  ctx: RolloutContext,
+  pool: EnvPool,
+  client: InferenceClient,
+  { draw, example, seedStep, group, round, policyVersion }: GroupTask,
+  onRollout: () => void = () => {},
+): Promise<StoredRollout[]> {
+  const o = ctx.config.orchestrator;
+  const env = ctx.config.env[draw.env];
+  const rollouts = await Promise.all(
+    Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
+      const seed = rolloutSeed(ctx.config.seed, seedStep, group, sample);
+      const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
+      const rollout: Rollout = example.ok
+        ? await runRollout(
+            { env, info: ctx.infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling },
+            pool,
+            client,
+            ctx.tokenizer,
+          )
+        : {
+            completion: [],
+            samples: [],
+            reward: 0,
+            metrics: {},
+            turns: 0,
+            completionTokens: 0,
+            truncated: false,
+            policyVersion,
+            newestPolicyVersion: policyVersion,
+            error: `example: ${example.error}`,
+          };
+      onRollout();
+      return { ...base, ...rollout };
+    }),
+  );
+  await ctx.teacher?.annotate(
+    rollouts.filter((r) => !r.error).flatMap((r) => r.samples),
+    o.seq_len,
+  );
+  return rollouts;
+}
+
+/** What the rollout filters see of a group. */
+export function filterView(rollouts: readonly StoredRollout[]): FilterGroup {
+  const valid = rollouts.filter((r) => !r.error);
+  return {
+    env: rollouts[0].env,
+    exampleIndex: rollouts[0].exampleIndex,
+    group: rollouts[0].group,
+    round: rollouts[0].round,
+    rewards: valid.map((r) => r.reward),
+    completionTokens: valid.map((r) => r.completionTokens),
+    errored: rollouts.length - valid.length,
+  };
+}
+
+/** The run's rollout filters; a plugin that fails to load stops the run. */
+export function loadFilters(ctx: RolloutContext): RolloutFilter[] {
+  try {
+    return rolloutFilters(ctx.config.orchestrator);
+  } catch (err) {
+    throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
+  }
+}
+
+/**
+ * A step's summary from its groups: stats over every rollout generated, dropped groups included
+ * (what the policy scores: the filters would bias it).
+ */
+export function summarize(
+  step: number,
+  dir: string,
+  policyVersion: number,
+  played: FilteredGroups<StoredRollout[]>,
+  seconds: number,
+): RolloutSummary {
+  const all = [...played.kept, ...played.dropped.map((d) => d.group)].flat();
+  const valid = all.filter((r) => !r.error);
+  const rewards = valid.map((r) => r.reward);
+  const mean = rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length);
+  const variance = rewards.reduce((a, r) => a + (r - mean) ** 2, 0) / Math.max(1, rewards.length);
+  const rubric: Record<string, number> = {};
+  for (const r of valid)
+    for (const [k, v] of Object.entries(r.metrics)) rubric[k] = (rubric[k] ?? 0) + v / valid.length;
+  return {
+    step,
+    path: dir,
+    policyVersion,
+    rollouts: all.length,
+    errored: all.length - valid.length,
+    truncated: all.filter((r) => r.truncated).length,
+    rewardMean: mean,
+    rewardStd: Math.sqrt(variance),
+    rubric,
+    completionTokens: all.reduce((a, r) => a + r.completionTokens, 0),
+    seconds,
+    errors: all
+      .filter((r) => r.error)
+      .slice(0, 3)
+      .map((r) => r.error!),
+    filter: played.metrics,
+  };
+}
+
+/**
+ * Writes a step's rollouts folder at once (temp + rename): the kept groups for packing, the dropped
+ * ones (each rollout with `dropped`: the filter's reason) beside them, and the summary last read
+ * back by a retry.
+ */
+export function writeStepRollouts(
+  dir: string,
+  kept: readonly StoredRollout[][],
+  dropped: readonly { group: StoredRollout[]; reason: string }[],
+  summary: RolloutSummary,
+  extra: (tmp: string) => void = () => {},
+): void {
+  writeDirAtomic(dir, (tmp) => {
+    const lines = (groups: readonly (readonly object[])[]) =>
+      groups
+        .flat()
+        .map((r) => JSON.stringify(r) + '\n')
+        .join('');
+    fs.writeFileSync(path.join(tmp, ROLLOUTS), lines(kept));
+    fs.writeFileSync(
+      path.join(tmp, DROPPED),
+      lines(dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))),
+    );
+    extra(tmp);
+    fs.writeFileSync(path.join(tmp, SUMMARY), JSON.stringify(summary, null, 1));
+  });
+}
+
+/** A step's stored summary (its rollouts folder is complete), or undefined. */
+export function storedSummary(runDir: string, step: number): RolloutSummary | undefined {
+  return storedResult<RolloutSummary>(path.join(new RunLayout(runDir).rolloutsDir(step), SUMMARY));
+}
+
+/**
+ * An error of playing rollouts, as the activity fails: a request the server refuses as invalid
+ * errored only its rollout (runRollout); one it refuses for the whole run (a wrong API key, a
+ * forbidden weight folder) ends the run here, and so does a rollout filter plugin that fails (a
+ * retry would repeat it).
+ */
+export function rolloutFailure(e: unknown): unknown {
+  if (isPluginError(e)) return ApplicationFailure.nonRetryable(e.message, Failure.InvalidConfig);
+  return toActivityFailure(e);
+}
+
 export function createRolloutActivities({ pool }: RolloutDeps) {
   return {
     async generateRollouts({ runDir, step, policyVersion }: RolloutStepInput): Promise<RolloutSummary> {
       const layout = new RunLayout(runDir);
       const dir = layout.rolloutsDir(step);
-      const summaryFile = path.join(dir, SUMMARY);
-      const stored = storedResult<RolloutSummary>(summaryFile);
+      const stored = storedSummary(runDir, step);
       if (stored) return stored;
 
-      const config = readRunConfig(runDir);
-      const o = config.orchestrator;
-      if (config.env.length === 0)
-        throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
       const started = Date.now();
-      const infos: EnvironmentInfo[] = [];
-      for (const e of config.env) infos.push(await environmentInfo(pool, e));
-      const tokenizer = tokenizerOf(path.resolve(o.model.name));
-      const mixEntries = config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train }));
-      const examplesPerStep = o.batch_size / o.rollouts_per_example;
+      const ctx = await rolloutContext(runDir, pool);
+      const { config, infos, tokenizer, mixEntries, examplesPerStep } = ctx;
+      const o = config.orchestrator;
       const mix = new EnvMix(mixEntries, { seed: config.seed, examplesPerStep });
       const draws = mix.sample(step);
-      const examples = await Promise.all(
-        draws.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)),
-      );
-      const promptTokens = (env: number, e: (typeof examples)[number]) =>
+      const examples = await examplesOf(ctx, pool, draws);
+      const promptTokens = (env: number, e: ExampleResult) =>
         e.ok ? [renderPrompt(tokenizer, e.value.prompt, infos[env].tools).ids.length] : [];
       const probe = async () => {
         const lengths: number[] = [];
@@ -172,12 +372,7 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
         step,
       );
 
-      let filters: RolloutFilter[];
-      try {
-        filters = rolloutFilters(o);
-      } catch (err) {
-        throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
-      }
+      const filters = loadFilters(ctx);
       const refill = refillDraws(mixEntries, {
         seed: config.seed,
         examplesPerStep,
@@ -192,120 +387,30 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
           const client = new InferenceClient(o.base_urls, rlClientOptions(config));
           await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
           phase = 'generating';
-          /** One example's rollouts_per_example rollouts, as group `group` of the step. */
-          const playGroup = (draw: MixDraw, group: number, round: number, example: (typeof examples)[number]) => {
-            const env = config.env[draw.env];
-            return Promise.all(
-              Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
-                const seed = rolloutSeed(config.seed, step, group, sample);
-                const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
-                const rollout: Rollout = example.ok
-                  ? await runRollout(
-                      {
-                        env,
-                        info: infos[draw.env],
-                        example: example.value,
-                        seed,
-                        seqLen: o.seq_len,
-                        sampling: o.sampling,
-                      },
-                      pool,
-                      client,
-                      tokenizer,
-                    )
-                  : {
-                      completion: [],
-                      samples: [],
-                      reward: 0,
-                      metrics: {},
-                      turns: 0,
-                      completionTokens: 0,
-                      truncated: false,
-                      policyVersion,
-                      error: `example: ${example.error}`,
-                    };
-                done++;
-                return { ...base, ...rollout };
-              }),
-            );
-          };
+          const play = (draw: MixDraw, group: number, round: number, example: ExampleResult) =>
+            playGroup(ctx, pool, client, { draw, example, seedStep: step, group, round, policyVersion }, () => done++);
           return playFiltered<StoredRollout[]>({
             groups: examplesPerStep,
             maxRefillRounds: o.max_refill_rounds,
             filters,
             async play(round, firstSlot, count) {
-              if (round === 0) return Promise.all(draws.map((d, g) => playGroup(d, g, 0, examples[g])));
+              if (round === 0) return Promise.all(draws.map((d, g) => play(d, g, 0, examples[g])));
               phase = `refill round ${round}`;
               total += count * o.rollouts_per_example;
               const fresh = refill(step, round, count);
-              const freshExamples = await Promise.all(
-                fresh.map((d) => pool.example(config.env[d.env], 'train', d.index, config.seed)),
-              );
-              return Promise.all(fresh.map((d, k) => playGroup(d, firstSlot + k, round, freshExamples[k])));
+              const freshExamples = await examplesOf(ctx, pool, fresh);
+              return Promise.all(fresh.map((d, k) => play(d, firstSlot + k, round, freshExamples[k])));
             },
-            view: (rollouts) => {
-              const valid = rollouts.filter((r) => !r.error);
-              return {
-                env: rollouts[0].env,
-                exampleIndex: rollouts[0].exampleIndex,
-                group: rollouts[0].group,
-                round: rollouts[0].round,
-                rewards: valid.map((r) => r.reward),
-                completionTokens: valid.map((r) => r.completionTokens),
-                errored: rollouts.length - valid.length,
-              };
-            },
+            view: filterView,
           });
         },
       ).catch((e) => {
-        // A request the server refuses as invalid errored only its rollout (runRollout); one it
-        // refuses for the whole run (a wrong API key, a forbidden weight folder) ends the run here,
-        // and so does a rollout filter plugin that fails (a retry would repeat it).
-        if (isPluginError(e)) throw ApplicationFailure.nonRetryable(e.message, Failure.InvalidConfig);
-        throw toActivityFailure(e);
+        throw rolloutFailure(e);
       });
-      // Stats over every rollout generated, dropped groups included: what the policy scores (the
-      // filters would bias it). Only the kept groups are stored for packing; the dropped ones are
-      // kept beside them for whoever inspects the step.
-      const all = [...played.kept, ...played.dropped.map((d) => d.group)].flat();
-      const valid = all.filter((r) => !r.error);
-      const rewards = valid.map((r) => r.reward);
-      const mean = rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length);
-      const variance = rewards.reduce((a, r) => a + (r - mean) ** 2, 0) / Math.max(1, rewards.length);
-      const rubric: Record<string, number> = {};
-      for (const r of valid)
-        for (const [k, v] of Object.entries(r.metrics)) rubric[k] = (rubric[k] ?? 0) + v / valid.length;
-      const summary: RolloutSummary = {
-        step,
-        path: dir,
-        policyVersion,
-        rollouts: all.length,
-        errored: all.length - valid.length,
-        truncated: all.filter((r) => r.truncated).length,
-        rewardMean: mean,
-        rewardStd: Math.sqrt(variance),
-        rubric,
-        completionTokens: all.reduce((a, r) => a + r.completionTokens, 0),
-        seconds: (Date.now() - started) / 1000,
-        errors: all
-          .filter((r) => r.error)
-          .slice(0, 3)
-          .map((r) => r.error!),
-        filter: played.metrics,
-      };
-      writeDirAtomic(dir, (tmp) => {
-        const lines = (groups: StoredRollout[][]) =>
-          groups
-            .flat()
-            .map((r) => JSON.stringify(r) + '\n')
-            .join('');
-        fs.writeFileSync(path.join(tmp, ROLLOUTS), lines(played.kept));
-        fs.writeFileSync(
-          path.join(tmp, DROPPED),
-          lines(played.dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))),
-        );
-        fs.writeFileSync(path.join(tmp, SUMMARY), JSON.stringify(summary, null, 1));
-      });
+      // Only the kept groups are stored for packing; the dropped ones are kept beside them for
+      // whoever inspects the step.
+      const summary = summarize(step, dir, policyVersion, played, (Date.now() - started) / 1000);
+      writeStepRollouts(dir, played.kept, played.dropped, summary);
       return summary;
     },
   };

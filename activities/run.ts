@@ -11,10 +11,13 @@ import { rlSchema, type RLConfig } from '../lib/config/schemas';
 import { checkConfig, storedConfigText } from '../lib/run/config';
 import { rewindRun as rewind } from '../lib/run/rewind';
 import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins';
+import { Tokenizer } from '../lib/model/tokenizer';
+import { tokenizerMismatch } from '../lib/orchestrator/teacher';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
 import { checkEnvironments, checkModel, holdsRunConfig } from './preflight';
-import type { StepRecordInput } from './types';
+import type { InFlightClaim } from '../lib/orchestrator/inflight';
+import type { StepRecordInput, StepTimes } from './types';
 
 /** Checks the model, environments and algorithm plugins, writes configs/rl.json; a rerun with the same config is a no-op. */
 export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> {
@@ -24,6 +27,8 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
   if (config.env.length === 0)
     throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
   checkEnvironments([...config.env, ...config.eval.env]);
+  if (config.distill.teacher)
+    checkTeacher(config.model.name ?? config.trainer.model.name, config.distill.teacher.model);
   try {
     // Plugins (advantage estimator, rollout filters) load now, so a bad import_path fails the start.
     advantageEstimator(config.orchestrator.advantage);
@@ -39,6 +44,20 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
   return { runDir: layout.dir };
 }
 
+/** Distillation needs the teacher's token ids to mean the student's: its tokenizer must be the same. */
+function checkTeacher(student: string, teacher: string): void {
+  checkModel(teacher, 'distill.teacher.model');
+  const mismatch = tokenizerMismatch(
+    Tokenizer.fromDir(path.resolve(student)),
+    Tokenizer.fromDir(path.resolve(teacher)),
+  );
+  if (mismatch)
+    throw ApplicationFailure.nonRetryable(
+      `distill.teacher.model: the teacher's tokenizer is not the student's (${mismatch}); distillation compares logprobs of the same token ids`,
+      Failure.InvalidConfig,
+    );
+}
+
 /**
  * `ckpt.resume_step`: the run (rl or sft) continues from its checkpoint of `step`; what came after
  * is discarded (lib/run/rewind.ts). Called once per new start, before its first step.
@@ -51,6 +70,18 @@ export async function rewindRun({
   step: number;
 }): Promise<{ weightsDir: string | null }> {
   return rewind(runDir, step, fs.existsSync(new RunLayout(runDir).sftConfigFile) ? 'sft' : 'rl');
+}
+
+/** In-flight mode's per-step metrics: off-policy distance, stale drops, idle time of inference and trainer. */
+function inFlightMetrics(f: InFlightClaim, times: StepTimes) {
+  return {
+    off_policy_mean: f.offPolicyMean,
+    off_policy_max: f.offPolicyMax,
+    stale_groups_dropped: f.staleGroups,
+    stale_rollouts_dropped: f.staleRollouts,
+    inference_idle_seconds: f.inferenceIdleSeconds,
+    trainer_idle_seconds: times.trainer_idle ?? null,
+  };
 }
 
 /** One metrics.jsonl line per step, flat where a chart needs a series. */
@@ -85,6 +116,7 @@ export async function recordStep({
       groups_missing: rollouts.filter.groups_missing,
       groups_too_few_valid: batch.advantages.groups_too_few_valid,
       zero_advantage_tokens: batch.advantages.zero_advantage_tokens,
+      ...(rollouts.inFlight ? inFlightMetrics(rollouts.inFlight, times) : {}),
       ...train.metrics,
       progress: train.progress,
       time: times,

@@ -24,6 +24,8 @@ export interface StepTimes {
   pack_end: number;
   train_start: number;
   train_end: number;
+  /** In-flight mode: seconds the trainer waited between the previous train step's end and this one's start. */
+  trainer_idle?: number;
 }
 
 export interface TrainSummary {

@@ -4,6 +4,10 @@
  *
  *   npm run build:ts && node dist/bench/rl.js [--steps 8] [--hidden 256] [--layers 4]
  *
+ * With `--modes`: strict mode against in-flight mode (both async_level 1) on an env mix whose
+ * rollouts differ widely in length (reverse-text: one turn; guess-number: up to 6 turns): step
+ * time, the trainer's idle fraction and the rewards per step, each with its time since the start.
+ *
  * Per run: mean step time (between consecutive train ends, after the first step), mean generation
  * and train time, and the orchestration overhead: a step's activity spans as the workflow saw
  * them minus the durations the activities measured themselves.
@@ -82,13 +86,29 @@ async function main() {
   const connection = await NativeConnection.connect({ address: temporal.address });
   const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
   const rows: string[] = [];
+  const modes = process.argv.includes('--modes');
+  const variants = modes
+    ? [
+        { name: 'strict', k: 1, args: ['--env', '[{"id": "reverse-text"}, {"id": "guess-number"}]'] },
+        {
+          name: 'in-flight',
+          k: 1,
+          args: [
+            '--env',
+            '[{"id": "reverse-text"}, {"id": "guess-number"}]',
+            '--orchestrator.in-flight.enabled',
+            'true',
+          ],
+        },
+      ]
+    : [0, 1, 2].map((k) => ({ name: `async-${k}`, k, args: ['--env', '[{"id": "reverse-text"}]'] }));
   try {
-    for (const k of [0, 1, 2]) {
+    for (const { name, k, args } of variants) {
       const cfg = loadConfig({
         schema: rlSchema,
         argv: [
           '--run-name',
-          `async-${k}`,
+          name,
           '--model.name',
           modelDir,
           '--output-dir',
@@ -99,8 +119,7 @@ async function main() {
           String(steps),
           '--async-level',
           String(k),
-          '--env',
-          '[{"id": "reverse-text"}]',
+          ...args,
           '--ckpt.interval',
           '1000',
           '--orchestrator.batch-size',
@@ -149,6 +168,19 @@ async function main() {
         const own = (l.generate_seconds as number) + s.load + s.replay + s.train + s.save;
         return observed - own;
       });
+      if (modes) {
+        // Trainer idle: the gaps between one train step's end and the next one's start.
+        const idle = times.slice(1).reduce((a, t, i) => a + (t.train_start - times[i].train_end), 0);
+        const busy = times[times.length - 1].train_end - times[0].train_start;
+        const rewards = lines.map(
+          (l, i) => `${(l.reward_mean as number).toFixed(2)}@${(times[i].train_end - t0 / 1000).toFixed(0)}s`,
+        );
+        rows.push(
+          `| ${name} | ${mean(stepTimes).toFixed(2)} | ${mean(gen).toFixed(2)} | ${mean(train).toFixed(2)} | ${(idle / busy).toFixed(2)} | ${wall.toFixed(1)} | ${rewards.join(' ')} |`,
+        );
+        process.stderr.write(`${rows[rows.length - 1]}\n`);
+        continue;
+      }
       rows.push(
         `| ${k} | ${mean(stepTimes).toFixed(2)} | ${mean(gen).toFixed(2)} | ${mean(train).toFixed(2)} | ${Math.max(mean(gen), mean(train)).toFixed(2)} | ${(mean(overhead) * 1000).toFixed(0)} | ${wall.toFixed(1)} |`,
       );
@@ -161,6 +193,19 @@ async function main() {
     await inference.close(1000);
     await temporal.stop();
     fs.rmSync(root, { recursive: true, force: true });
+  }
+  if (modes) {
+    process.stdout.write(
+      [
+        `Model: qwen3 ${(created.parameterCount / 1e6).toFixed(2)}M params, byte tokenizer; ${steps} steps of 32 rollouts (4 prompts x 8), max 32 new tokens per turn; reverse-text + guess-number; ${os.cpus().length} cores.`,
+        '',
+        '| mode | step time (s) | generation / claim (s) | training (s) | trainer idle fraction | run wall time (s) | reward_mean @ time since start, per step |',
+        '| --- | ---: | ---: | ---: | ---: | ---: | --- |',
+        ...rows,
+        '',
+      ].join('\n'),
+    );
+    return;
   }
   process.stdout.write(
     [

@@ -83,6 +83,32 @@ export function writeFileAtomic(file: string, chunks: string | Buffer | readonly
 }
 
 /**
+ * Writes `text` to `file` only if no file is there: complete (temp file, fsync, then a hard link,
+ * which fails when `file` exists) or not at all. False when `file` already existed: its content is
+ * left as it was. Writers racing for one name (two producers) get it once.
+ */
+export function writeFileExclusive(file: string, text: string): boolean {
+  const tmp = tempSibling(file, 'tmp');
+  try {
+    fs.writeFileSync(tmp, text);
+    const fd = fs.openSync(tmp, 'r');
+    try {
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.linkSync(tmp, file);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw e;
+  } finally {
+    fs.rmSync(tmp, { force: true });
+  }
+  fsyncDir(path.dirname(file));
+  return true;
+}
+
+/**
  * Builds a folder with `fill(tmpDir)` in a temp sibling, then moves it to `dir`. An existing `dir`
  * is first renamed aside and deleted only after the new folder is in place, so a crash leaves
  * either the old folder, the new one, or the old one under a `.old-*` name, never a mix.

@@ -231,6 +231,16 @@ describe('weights', () => {
     for (const r of results) expect(['length', 'stop']).toContain(r.choices[0].finish_reason);
     // Sequences that were running when the update landed finished under the new policy.
     expect(results.some((r) => r.policy_version === 1)).toBe(true);
+    // Each token names the version that sampled it: versions never go down within a sequence, and
+    // the sequences that were decoding when the update landed carry both (an in-flight update).
+    for (const r of results) {
+      const v: number[] = r.choices[0].policy_versions;
+      expect(v).toHaveLength(r.choices[0].token_ids.length);
+      expect(v.every((x) => x === 0 || x === 1) && v.every((x, i) => i === 0 || x >= v[i - 1])).toBe(true);
+    }
+    expect(
+      results.some((r) => r.choices[0].policy_versions.includes(0) && r.choices[0].policy_versions.includes(1)),
+    ).toBe(true);
     await post('/reload_weights', {});
   });
 });

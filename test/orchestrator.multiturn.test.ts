@@ -70,7 +70,13 @@ class ThinkingPolicy extends InferenceClient {
   override async generate(promptIds: readonly number[]): Promise<GenerateResult> {
     const turn = this.prompts.push([...promptIds]);
     const tokenIds = [...tokenizer.encode(this.replies[turn - 1]), tokenizer.encode('<|im_end|>')[0]];
-    return { tokenIds, logprobs: tokenIds.map((_, i) => -(turn + i / 1000)), finishReason: 'stop', policyVersion: 0 };
+    return {
+      tokenIds,
+      logprobs: tokenIds.map((_, i) => -(turn + i / 1000)),
+      finishReason: 'stop',
+      policyVersion: 0,
+      tokenPolicyVersions: tokenIds.map(() => 0),
+    };
   }
 }
 

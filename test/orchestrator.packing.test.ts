@@ -35,6 +35,20 @@ describe('buildSample', () => {
     expect(Array.from(s.advantages)).toEqual([0, 0, 0, 0.75, 0.75, 0, 0.75]);
   });
 
+  test('distillation: per-token advantage = teacher logprob - inference logprob + weight x advantage', () => {
+    const segments: TokenSegment[] = [
+      { tokens: [1, 2], generated: false },
+      { tokens: [4, 5], generated: true, logprobs: [-0.5, -0.25], teacherLogprobs: [-1.5, -0.25] },
+      { tokens: [6], generated: false },
+      // The last token of a full-context sample has no teacher logprob: no distillation term.
+      { tokens: [7], generated: true, logprobs: [-2], teacherLogprobs: [null] },
+    ];
+    expect(Array.from(buildSample(segments, 0.5, { weight: 0 }).advantages)).toEqual([0, 0, -1, 0, 0, 0]);
+    expect(Array.from(buildSample(segments, 0.5, { weight: 2 }).advantages)).toEqual([0, 0, 0, 1, 0, 1]);
+    // Without distillation the teacher's logprobs are ignored.
+    expect(Array.from(buildSample(segments, 0.5).advantages)).toEqual([0, 0, 0.5, 0.5, 0, 0.5]);
+  });
+
   test('generated tokens need their logprobs', () => {
     expect(() => buildSample([{ tokens: [1, 2], generated: true, logprobs: [0] }], 1)).toThrow(
       /segment 0: generated tokens need one logprob each \(2 tokens, 1 logprobs\)/,

@@ -13,20 +13,19 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
 import { pick, Rng, shuffle, uniformInt } from '../lib/envs/random';
 import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
-import { freePort } from '../lib/net';
 import { ConfigError } from '../lib/config/errors';
 import { readBatch } from '../lib/orchestrator/batch';
-import { asProcessId, isRunning, type ProcessId } from '../lib/proc';
+import { freePort } from '../lib/net';
+import { asProcessId, isRunning } from '../lib/proc';
 import { RunLayout } from '../lib/run/layout';
 import { isListening, runningDevServer } from '../lib/temporal/devserver';
 import { readRollouts } from '../activities/rollouts';
 import { launchRun } from '../lib/launch';
 import { CliProcesses, metricLines, metricSteps, sleep, until, type CliLaunch } from './processes';
+import { configOf, recordedProcesses, tinyRunArgs } from './rl-chaos';
 
 jest.setTimeout(10 * 60_000);
 
@@ -50,64 +49,7 @@ afterAll(() => {
 });
 
 /** `prime-rl rl` arguments of a tiny run on its own ports. */
-async function runArgs(name: string): Promise<string[]> {
-  const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
-  return [
-    '--run-name',
-    name,
-    '--model.name',
-    modelDir,
-    '--output-dir',
-    outputDir,
-    '--seq-len',
-    '128',
-    '--max-steps',
-    String(STEPS),
-    '--async-level',
-    '1',
-    '--env',
-    '[{"id": "reverse-text"}]',
-    '--ckpt.interval',
-    '2',
-    '--temporal.port',
-    String(port),
-    '--temporal.ui-port',
-    String(uiPort),
-    '--temporal.heartbeat-timeout-s',
-    '5',
-    '--temporal.task-queue',
-    name,
-    '--inference.server.port',
-    String(http),
-    '--orchestrator.base-urls',
-    `http://127.0.0.1:${http}/v1`,
-    '--orchestrator.batch-size',
-    '8',
-    '--orchestrator.rollouts-per-example',
-    '4',
-    '--orchestrator.sampling.max-tokens',
-    '12',
-    '--orchestrator.env-workers',
-    '1',
-    '--trainer.optim.lr',
-    '1e-3',
-    '--trainer.threads',
-    '1',
-    '--inference.threads',
-    '1',
-    // A random model scores 0 everywhere: train those zero-advantage rollouts, so that every step trains samples.
-    '--orchestrator.filter-zero-advantages',
-    'false',
-    // With every advantage 0, grpo's gradient is exactly 0, so each step samples the same tokens
-    // whatever the timing. dppo's KL term would turn the last-bit noise of batch-dependent
-    // inference logprobs into Adam updates, and later steps could sample other tokens.
-    '--trainer.loss.type',
-    'grpo',
-  ];
-}
-
-const configOf = (argv: string[]): RLConfig =>
-  loadConfig({ schema: rlSchema, argv, env: {}, shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } }).config;
+const runArgs = (name: string) => tinyRunArgs({ name, modelDir, outputDir, steps: STEPS });
 
 /** What every run must show: each metrics line once, counters equal to the batches, final weights. */
 function checkRun(layout: RunLayout) {
@@ -124,17 +66,6 @@ function checkRun(layout: RunLayout) {
 
 const KINDS = ['trainer', 'inference', 'cpu', 'temporal', 'launcher'] as const;
 type Kind = (typeof KINDS)[number];
-
-/** The processes the launcher records in `<run>/launcher.json` (the ones still running). */
-function recordedProcesses(layout: RunLayout): Record<string, ProcessId> {
-  try {
-    const raw = JSON.parse(fs.readFileSync(layout.launcherFile, 'utf8')) as { processes: Record<string, unknown> };
-    const running = Object.entries(raw.processes).map(([k, v]) => [k, asProcessId(v)] as const);
-    return Object.fromEntries(running.filter((e): e is [string, ProcessId] => e[1] !== undefined && isRunning(e[1])));
-  } catch {
-    return {}; // not written yet, or being replaced
-  }
-}
 
 /** The pid of the launcher recorded in `<run>/launcher.json`. */
 function recordedLauncher(layout: RunLayout): number | undefined {

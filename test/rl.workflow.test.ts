@@ -15,7 +15,9 @@ import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { RLResult } from '../workflows/rl';
-import { execute, startStack, type Stack } from './harness';
+import { readRollouts } from '../activities/rollouts';
+import { readBatch } from '../lib/orchestrator/batch';
+import { execute, startServer, startStack, type Stack } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-wf-'));
 const modelDir = path.join(root, 'model');
@@ -171,6 +173,70 @@ test('a step whose groups a rollout filter drops is refilled and still trains on
   ).toEqual([0, 1].map((step) => [step, 8, 1, 1, 0, { [`${filter}/early`]: 1 }]));
   // Every rollout generated counts, the dropped group's included.
   expect(lines.map((l) => l.rollouts)).toEqual([12, 12]);
+});
+
+test("online distillation: every generated token's advantage is the teacher's logprob minus the student's", async () => {
+  const teacherDir = path.join(root, 'teacher');
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: teacherDir });
+  const teacher = await startServer(root, { modelDir: teacherDir, seqLen: 128 });
+  try {
+    const cfg = config(serverPort(), [
+      '--run-name',
+      'distill',
+      '--max-steps',
+      '2',
+      '--env',
+      '[{"id": "reverse-text"}]',
+      '--ckpt.interval',
+      '100',
+      '--orchestrator.batch-size',
+      '8',
+      '--orchestrator.rollouts-per-example',
+      '4',
+      '--orchestrator.sampling.max-tokens',
+      '8',
+      '--distill.teacher',
+      JSON.stringify({ base_url: `${teacher.url}/v1`, model: teacherDir }),
+    ]);
+    const result = await execute<RLResult>({
+      temporal,
+      pool,
+      taskQueue: cfg.temporal.task_queue,
+      workflowType: 'rl',
+      workflowId: cfg.run_name,
+      args: [cfg],
+      trainer: true,
+    });
+    expect(result.steps).toBe(2);
+    const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
+    for (const step of [0, 1]) {
+      // Every generated token carries the teacher's logprob; the batch trains teacher - student on
+      // each (weight 0: pure distillation; the zero environment advantages are not dropped).
+      // A sample of seq_len tokens (these byte-tokenized prompts are long) has no teacher logprob
+      // for its last token: no term there.
+      const samples = readRollouts(layout.rolloutsDir(step)).flatMap((r) => r.samples);
+      for (const sample of samples) {
+        const length = sample.reduce((n, s) => n + s.tokens.length, 0);
+        const teacher = sample.filter((s) => s.generated).flatMap((s) => Array.from(s.teacherLogprobs!));
+        expect(teacher.slice(0, -1).every((t) => typeof t === 'number')).toBe(true);
+        expect(teacher[teacher.length - 1] === null).toBe(length === 128);
+      }
+      const expected = samples
+        .flatMap((sample) => sample.filter((s) => s.generated))
+        .flatMap((s) =>
+          Array.from(s.logprobs!, (mu, i) => (s.teacherLogprobs![i] === null ? 0 : s.teacherLogprobs![i]! - mu)),
+        );
+      expect(expected).toHaveLength(readStepMetrics(layout.metricsFile)[step].completion_tokens as number);
+      const trained = readBatch(layout.batchFile(step)).rows.flatMap((row) =>
+        Array.from(row.advantages).filter((_, i) => row.lossMask[i] === 1),
+      );
+      const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b).map((x) => x.toFixed(4));
+      expect(sorted(trained)).toEqual(sorted(expected));
+      expect(expected.some((x) => Math.abs(x) > 1e-2)).toBe(true);
+    }
+  } finally {
+    await teacher.close(1000);
+  }
 });
 
 // The whole loop has to point the right way for this to pass: rewards to advantages to the loss's

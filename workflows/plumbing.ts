@@ -19,6 +19,7 @@ type Duration = `${number} ${'seconds' | 'minutes' | 'hours'}`;
  *   cpuWrite  writes of milliseconds that send no heartbeat: bounded by the heartbeat timeout, so one
  *             whose worker died is retried as soon as the others, not after minutes of a stalled run
  *   trainer   the trainer queue (one activity at a time), heartbeating, 6 hours
+ *   producer  in-flight mode's rollout producer: runs until the workflow cancels it, heartbeating
  */
 export function runActivities(
   temporal: Pick<TemporalConfig, 'task_queue' | 'heartbeat_timeout_s'>,
@@ -36,6 +37,12 @@ export function runActivities(
     }),
     cpuQuick: proxyActivities<CpuActivities>({ taskQueue: queues.cpu, startToCloseTimeout: '2 minutes', retry }),
     cpuWrite: proxyActivities<CpuActivities>({ taskQueue: queues.cpu, startToCloseTimeout: heartbeatTimeout, retry }),
+    producer: proxyActivities<CpuActivities>({
+      taskQueue: queues.cpu,
+      startToCloseTimeout: '8760 hours',
+      heartbeatTimeout,
+      retry,
+    }),
     trainer: proxyActivities<TrainerActivities>({
       taskQueue: queues.trainer,
       startToCloseTimeout: '6 hours',

@@ -10,12 +10,24 @@
  *   6. every eval.interval policy versions (from the base model on) and at the end: an `eval` child
  *      workflow into the run's eval/ folder, run between steps so nothing else drives inference.
  *
+ * In-flight mode (orchestrator.in_flight.enabled): a `produceRollouts` activity generates for the
+ * whole execution (cancelled before it ends or continues as new), on the newest policy; step n's
+ * rollouts are `claimRollouts(n)`, the next finished groups, instead of 1-2. See README, "In-flight mode".
+ *
  * Everything large stays in the run folder; activities exchange paths and summaries. The history is
  * bounded by continue-as-new, which carries the run state. Signals pause, resume and stop the run
  * after the current step; the `progress` query reports where it is (workflows/plumbing.ts).
  */
-import { ApplicationFailure, condition, continueAsNew, executeChild, workflowInfo } from '@temporalio/workflow';
-import type { StepTimes, TrainSummary } from '../activities/types';
+import {
+  ApplicationFailure,
+  CancellationScope,
+  condition,
+  continueAsNew,
+  executeChild,
+  isCancellation,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { RolloutSummary, StepTimes, TrainSummary } from '../activities/types';
 import type { RLConfig } from '../lib/config/schemas';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { inRun, weightsEntry } from '../lib/run/entries';
@@ -56,7 +68,9 @@ const STEPS_PER_RUN = 100;
 
 export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions = {}): Promise<RLResult> {
   const stepsPerRun = opts.stepsPerRun ?? STEPS_PER_RUN;
-  const { queues, cpu, cpuQuick, cpuWrite, trainer } = runActivities(config.temporal);
+  const { queues, cpu, cpuQuick, cpuWrite, trainer, producer } = runActivities(config.temporal);
+  // Read with `?.`: configs recorded before in-flight mode existed have no such section.
+  const inFlight = config.orchestrator.in_flight?.enabled === true;
 
   /** A new start: the run folder, rewound to ckpt.resume_step when it is set (else every step is walked, done ones found on disk). */
   async function start(): Promise<RLState> {
@@ -141,6 +155,25 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
   let failure: unknown;
   const startedThisRun = state.step;
 
+  // In-flight mode: the producer runs while this execution does; its failure (one retrying cannot
+  // fix) fails the run, also while a claim waits for rollouts it would never write.
+  const producing = inFlight ? new CancellationScope() : undefined;
+  let producerFailed: Promise<never> = new Promise(() => {});
+  if (producing) {
+    producerFailed = producing
+      .run(() => producer.produceRollouts({ runDir }))
+      .then(
+        () => new Promise<never>(() => {}),
+        (e) => {
+          if (isCancellation(e)) return new Promise<never>(() => {});
+          failure ??= e;
+          throw e;
+        },
+      );
+    producerFailed.catch(() => {});
+  }
+  let lastTrainEnd: number | undefined;
+
   while (state.step < maxSteps && !state.stopping) {
     if (await stopBeforeNextStep(state)) break;
     const step = state.step;
@@ -150,9 +183,17 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
     const policyVersion = Math.max(0, step - k);
     await condition(() => state.trained >= policyVersion || failure !== undefined);
     if (failure !== undefined) throw failure;
-    await runDueEvals(false);
-    const times: StepTimes = { wait_start: waitStart / 1000, generate_start: Date.now() / 1000 } as StepTimes;
-    const rollouts = await cpu.generateRollouts({ runDir, step, policyVersion });
+    let rollouts: RolloutSummary;
+    const times: StepTimes = { wait_start: waitStart / 1000 } as StepTimes;
+    if (inFlight) {
+      // The step takes the next finished groups once the trainer is within async_level steps of it.
+      times.generate_start = Date.now() / 1000;
+      rollouts = await Promise.race([cpu.claimRollouts({ runDir, step }), producerFailed]);
+    } else {
+      await runDueEvals(false);
+      times.generate_start = Date.now() / 1000;
+      rollouts = await cpu.generateRollouts({ runDir, step, policyVersion });
+    }
     times.generate_end = Date.now() / 1000;
     const batch = await cpu.packBatch({ runDir, step });
     times.pack_end = Date.now() / 1000;
@@ -163,21 +204,29 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
       times.train_start = Date.now() / 1000;
       const train = await trainer.trainStep({ runDir, step });
       times.train_end = Date.now() / 1000;
+      if (inFlight) {
+        if (lastTrainEnd !== undefined) times.trainer_idle = times.train_start - lastTrainEnd;
+        lastTrainEnd = times.train_end;
+      }
       state.trained = step + 1;
       state.lastTrain = train;
       if (state.trained % config.ckpt.interval === 0 || state.trained === maxSteps) {
         await trainer.saveCheckpoint({ runDir, step: state.trained });
       }
-      await cpuWrite.recordStep({ runDir, step, policyVersion, rollouts, batch, train, times });
+      // In-flight mode: the oldest version the step's tokens were sampled with.
+      const version = inFlight ? rollouts.policyVersion : policyVersion;
+      await cpuWrite.recordStep({ runDir, step, policyVersion: version, rollouts, batch, train, times });
     });
     training.catch((e) => (failure ??= e));
 
     if (workflowInfo().continueAsNewSuggested || state.step - startedThisRun >= stepsPerRun) {
       await training;
+      producing?.cancel();
       await continueAsNew<typeof rl>(config, state, opts);
     }
   }
   await training;
+  producing?.cancel();
   if (failure !== undefined)
     throw failure instanceof Error ? failure : ApplicationFailure.create({ message: String(failure) });
   await runDueEvals(true);

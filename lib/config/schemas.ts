@@ -427,6 +427,29 @@ export const orchestratorSchema = section({
     .describe(
       'rounds of fresh examples a step may play to replace the groups its filters dropped; then it trains on what it has',
     ),
+  in_flight: section({
+    enabled: z
+      .boolean()
+      .default(false)
+      .describe(
+        'in-flight mode: rollouts are generated continuously and the inference servers take each new policy as soon as the trainer writes it ' +
+          '(between two decode steps); a step trains the next batch_size finished rollouts. Off (strict mode): rollouts of step n use ' +
+          'policy n - async_level exactly, so a run is reproducible',
+      ),
+    max_off_policy_steps: z
+      .number()
+      .int()
+      .nonnegative()
+      .default(8)
+      .describe(
+        'in-flight mode: a group whose oldest token is more than this many policy versions behind the step that would train it is dropped (and counted)',
+      ),
+    max_rollouts: positiveInt()
+      .optional()
+      .describe(
+        'in-flight mode: cap on rollouts generated ahead of the steps (in flight or finished and not yet taken by a step); concurrency adapts below it. Unset = 2 x batch_size',
+      ),
+  }),
   filter_zero_advantages: z
     .boolean()
     .default(true)
@@ -596,6 +619,28 @@ export const rlSchema = z
       name: z.string().min(1).optional().describe('W&B run name; unset = run_name'),
       entity: z.string().min(1).optional().describe("W&B team or user; unset = the API key's default"),
     }),
+    distill: section({
+      teacher: z
+        .strictObject({
+          base_url: z
+            .string()
+            .url()
+            .describe('the inference server serving the teacher (http://host:port/v1; a `prime-rl inference` server)'),
+          model: z
+            .string()
+            .min(1)
+            .describe("the teacher's model folder: its tokenizer must be the student's (checked when the run starts)"),
+        })
+        .optional()
+        .describe(
+          "online distillation from a teacher: each generated token's advantage is the teacher's logprob of it minus the student's (reverse KL), plus weight x the environment's advantage; unset = off",
+        ),
+      weight: nonNegative()
+        .default(0)
+        .describe(
+          'distillation: weight of the environment-reward advantage added to the teacher term (0 = pure distillation)',
+        ),
+    }),
     trainer: trainerSchema,
     orchestrator: orchestratorSchema,
     inference: inferenceSchema,
@@ -628,6 +673,25 @@ export const rlSchema = z
       o.seq_len,
       'orchestrator.seq_len',
     );
+    if (o.in_flight.enabled && c.eval.interval !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['eval', 'interval'],
+        message:
+          'evals between steps are not supported with orchestrator.in_flight.enabled (rollouts are generated continuously on the same servers): unset eval.interval, or run `prime-rl eval` on the weights afterwards',
+      });
+    }
+    if (
+      o.in_flight.enabled &&
+      o.in_flight.max_rollouts !== undefined &&
+      o.in_flight.max_rollouts < o.rollouts_per_example
+    ) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['orchestrator', 'in_flight', 'max_rollouts'],
+        message: `${o.in_flight.max_rollouts} is below orchestrator.rollouts_per_example (${o.rollouts_per_example}): the cap must hold at least one group`,
+      });
+    }
     if (c.orchestrator.base_urls === undefined && c.inference.server.port === 0) {
       ctx.addIssue({
         code: 'custom',

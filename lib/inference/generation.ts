@@ -20,7 +20,10 @@ export interface SequenceResult {
   topLogprobs: TopLogprobs[];
   text: string;
   finishReason: Exclude<FinishReason, 'error'>;
+  /** The version served when the sequence finished. */
   policyVersion: number;
+  /** Per token, the policy version that sampled it: weights can change between two decode steps. */
+  tokenPolicyVersions: number[];
   promptLogprobs?: Float32Array;
 }
 
@@ -48,6 +51,7 @@ export interface SequenceOptions {
 class SequenceState {
   readonly tokenIds: number[] = [];
   readonly logprobs: number[] = [];
+  readonly versions: number[] = [];
   readonly topLogprobs: TopLogprobs[] = [];
   text = '';
   promptLogprobs?: Float32Array;
@@ -74,9 +78,10 @@ class SequenceState {
   }
 
   /** Returns true when a stop string ended the sequence. */
-  token(token: number, logprob: number, top?: TopLogprobs): boolean {
+  token(token: number, logprob: number, version: number, top?: TopLogprobs): boolean {
     this.tokenIds.push(token);
     this.logprobs.push(logprob);
+    this.versions.push(version);
     if (top) this.topLogprobs.push(top);
     if (!this.detok) return false;
     const from = Math.max(0, this.text.length - this.holdBack);
@@ -106,7 +111,7 @@ class SequenceState {
         this.logprobs[this.logprobs.length - 1] ?? 0,
       );
     }
-    const { tokenIds, logprobs, topLogprobs, text, promptLogprobs } = this;
+    const { tokenIds, logprobs, topLogprobs, text, promptLogprobs, versions } = this;
     return {
       tokenIds,
       logprobs,
@@ -114,6 +119,7 @@ class SequenceState {
       text,
       finishReason: this.stoppedByString ? 'stop' : reason,
       policyVersion,
+      tokenPolicyVersions: versions,
       promptLogprobs,
     };
   }
@@ -141,7 +147,7 @@ export function startSequences(
     onAdmitted: (p) => {
       states[i].promptLogprobs = p;
     },
-    onToken: (token, logprob, _version, top) => states[i].token(token, logprob, top),
+    onToken: (token, logprob, version, top) => states[i].token(token, logprob, version, top),
     onFinish: (reason, policyVersion, error) => {
       if (reason === 'error') {
         // One failed sequence fails the request: stop generating the rest of it.

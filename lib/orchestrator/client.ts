@@ -45,6 +45,8 @@ export interface GenerateResult {
   logprobs: number[];
   finishReason: 'stop' | 'length' | 'abort';
   policyVersion: number;
+  /** Per token, the policy version that sampled it (a server without them: `policyVersion` for each). */
+  tokenPolicyVersions: number[];
 }
 
 /** Where a policy version's weights live: version 0 is the base model the servers started with. */
@@ -462,7 +464,12 @@ export class InferenceClient {
       try {
         const body = await this.call<{
           policy_version: number;
-          choices: { token_ids: number[]; logprobs: number[]; finish_reason: 'stop' | 'length' | 'abort' }[];
+          choices: {
+            token_ids: number[];
+            logprobs: number[];
+            policy_versions?: number[];
+            finish_reason: 'stop' | 'length' | 'abort';
+          }[];
         }>(`${s.root}/v1/generate`, 'generate', {
           body: { prompt_token_ids: promptIds, ...params },
         });
@@ -480,6 +487,7 @@ export class InferenceClient {
           logprobs: c.logprobs,
           finishReason: c.finish_reason,
           policyVersion: body.policy_version,
+          tokenPolicyVersions: c.policy_versions ?? c.token_ids.map(() => body.policy_version),
         };
       } catch (e) {
         if (e instanceof InferenceError && e.kind === 'config') this.fatal ??= e;

@@ -13,6 +13,10 @@ export interface TokenSegment {
   generated: boolean;
   /** Inference logprob of each sampled token (mu); required when `generated`. */
   logprobs?: ArrayLike<number>;
+  /** Policy version that sampled each token (generated segments); a record, packing ignores it. */
+  versions?: ArrayLike<number>;
+  /** Online distillation: the teacher's logprob of each generated token (null: none, no distillation term). */
+  teacherLogprobs?: ArrayLike<number | null>;
 }
 
 /** One sample ready to pack; all arrays have the same length. */
@@ -29,8 +33,15 @@ export interface Sample {
 /**
  * Concatenates a sample's segments in order (prompt, completion of turn 1, env response, ...):
  * within a sample each turn extends the previous turn's tokens, so this is the sequence the model saw.
+ *
+ * With `distill` (online distillation), a generated token's advantage is its teacher logprob minus
+ * its inference logprob (reverse KL to the teacher) plus `distill.weight` x the rollout's advantage.
  */
-export function buildSample(segments: readonly TokenSegment[], advantage: number): Sample {
+export function buildSample(
+  segments: readonly TokenSegment[],
+  advantage: number,
+  distill?: { weight: number },
+): Sample {
   const length = segments.reduce((n, s) => n + s.tokens.length, 0);
   const sample: Sample = {
     inputIds: new Int32Array(length),
@@ -50,7 +61,13 @@ export function buildSample(segments: readonly TokenSegment[], advantage: number
       }
       for (let i = 0; i < n; i++) sample.logprobs[at + i] = seg.logprobs[i];
       sample.lossMask.fill(1, at, at + n);
-      sample.advantages.fill(advantage, at, at + n);
+      if (distill) {
+        for (let i = 0; i < n; i++) {
+          const teacher = seg.teacherLogprobs?.[i];
+          const kl = teacher === undefined || teacher === null ? 0 : teacher - seg.logprobs[i];
+          sample.advantages[at + i] = kl + distill.weight * advantage;
+        }
+      } else sample.advantages.fill(advantage, at, at + n);
     }
     at += n;
   }

@@ -51,8 +51,10 @@ export interface Rollout extends Episode {
   completionTokens: number;
   /** The rollout ran out of context before the environment ended it. */
   truncated: boolean;
-  /** Lowest policy version that produced any of the tokens. */
+  /** Lowest policy version that produced any of the tokens (-1: none sampled). */
   policyVersion: number;
+  /** Highest policy version that produced any of the tokens (-1: none sampled); above `policyVersion` only when weights changed mid-rollout (in-flight mode). */
+  newestPolicyVersion: number;
 }
 
 /** The rendered prompt of an example (chat template with the generation prompt) and its tokens: turn 1's input. */
@@ -85,6 +87,7 @@ class TokenPlayer implements Player {
   completionTokens = 0;
   truncated = false;
   policyVersion = Infinity;
+  newestPolicyVersion = -1;
   /** The current sample's tokens: the next turn's prompt. */
   private ids: number[] = [];
   /** The template's text that `ids` stand for (the model's own tokens as sampled, decoded). */
@@ -129,10 +132,14 @@ class TokenPlayer implements Player {
     };
     const out = await this.client.generate(this.ids, params);
     if (out.finishReason === 'abort') throw new EpisodeError('inference aborted the request');
-    this.sample.push({ tokens: out.tokenIds, generated: true, logprobs: out.logprobs });
+    const versions = out.tokenPolicyVersions;
+    this.sample.push({ tokens: out.tokenIds, generated: true, logprobs: out.logprobs, versions });
     this.ids.push(...out.tokenIds);
     this.completionTokens += out.tokenIds.length;
-    this.policyVersion = Math.min(this.policyVersion, out.policyVersion);
+    for (const v of versions.length > 0 ? versions : [out.policyVersion]) {
+      this.policyVersion = Math.min(this.policyVersion, v);
+      this.newestPolicyVersion = Math.max(this.newestPolicyVersion, v);
+    }
     // The stop token (e.g. <|im_end|>) ends the turn; the message content is what came before it.
     const stopped = out.finishReason === 'stop';
     const content =
@@ -191,6 +198,7 @@ export async function runRollout(
     completionTokens: player.completionTokens,
     truncated: player.truncated,
     policyVersion: player.policyVersion === Infinity ? -1 : player.policyVersion,
+    newestPolicyVersion: player.newestPolicyVersion,
   };
 }
 

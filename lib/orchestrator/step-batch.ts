@@ -33,8 +33,10 @@ export interface StepBatchInput {
   batchFile: string;
   seqLen: number;
   advantage: AdvantageConfig;
-  /** Rollouts with an advantage of exactly 0 are not packed. */
+  /** Rollouts with an advantage of exactly 0 are not packed (unless distilling: the teacher term is not 0). */
   filterZeroAdvantages: boolean;
+  /** Online distillation (`[distill]` with a teacher): per-token advantages, see `buildSample`. */
+  distill?: { weight: number };
 }
 
 export interface StepBatchResult {
@@ -79,7 +81,7 @@ export function buildStepBatch(
       })),
     ),
     advantageEstimator(input.advantage),
-    { dropZeroAdvantage: input.filterZeroAdvantages },
+    { dropZeroAdvantage: input.filterZeroAdvantages && input.distill === undefined },
   );
   if (fs.existsSync(input.batchFile)) {
     // Written by an earlier attempt: the rollouts determine it, so the stored one is this step's batch.
@@ -91,7 +93,7 @@ export function buildStepBatch(
     g.forEach((r, ri) => {
       const advantage = result.advantages[gi][ri];
       if (advantage === null) return;
-      for (const segments of r.samples ?? [r.segments!]) samples.push(buildSample(segments, advantage));
+      for (const segments of r.samples ?? [r.segments!]) samples.push(buildSample(segments, advantage, input.distill));
     }),
   );
   const { rows, counts } = packSamples(samples, input.seqLen);

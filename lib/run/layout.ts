@@ -12,6 +12,8 @@
  *   weights/step_N/            HF folder of policy version N (written by train step N-1)
  *   checkpoints/step_N/        trainer state after N train steps
  *   train/step_N.json          summary of train step N (written last: the step's done-marker)
+ *   inflight/groups/G.json     in-flight mode: finished group number G (written once, never replaced)
+ *   inflight/consumed.json     in-flight mode: how far the next step's claim has looked (advisory)
  *   metrics.jsonl              one line per finished step
  *   logs/                      worker and server logs (local launcher)
  *   launcher.json              the local launcher and its processes (pid + start time), while it runs
@@ -66,6 +68,15 @@ export class RunLayout {
   }
   trainSummaryFile(step: number): string {
     return path.join(this.dir, 'train', `step_${step}.json`);
+  }
+  get inflightGroupsDir(): string {
+    return path.join(this.dir, 'inflight', 'groups');
+  }
+  inflightGroupFile(seq: number): string {
+    return path.join(this.inflightGroupsDir, `${seq}.json`);
+  }
+  get inflightConsumedFile(): string {
+    return path.join(this.dir, 'inflight', 'consumed.json');
   }
   get metricsFile(): string {
     return path.join(this.dir, 'metrics.jsonl');

@@ -94,6 +94,10 @@ export interface Behaviour {
   onPrepare?: () => Promise<void> | void;
   /** Called at the start of generateRollouts(step) (e.g. to signal the workflow mid-step). */
   onGenerate?: (step: number) => Promise<void> | void;
+  /** In-flight mode: called when produceRollouts starts (attempt 1, 2, ...); throw to fail it. */
+  onProduce?: (attempt: number) => Promise<void> | void;
+  /** In-flight mode: called at the start of claimRollouts(step). */
+  onClaim?: (step: number) => Promise<void> | void;
   /** Called at the start of trainStep(step) (sft and rl); throw to fail the step. */
   onTrain?: (step: number, attempt: number) => Promise<void> | void;
   /** Whether trainStep(step) writes HF weights (default: every step). */
@@ -132,6 +136,21 @@ export function standIns(calls: Calls, b: Behaviour = {}) {
       calls.push(`generateRollouts ${step} v${policyVersion}`);
       await b.onGenerate?.(step);
       return { step, policyVersion, rewardMean: step / 10 } as RolloutSummary;
+    },
+    async produceRollouts() {
+      const ctx = Context.current();
+      calls.push(`produceRollouts attempt ${ctx.info.attempt}`);
+      await b.onProduce?.(ctx.info.attempt);
+      // Generates until cancelled: heartbeats carry the cancellation to the activity.
+      while (!ctx.cancellationSignal.aborted) {
+        ctx.heartbeat();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+    async claimRollouts({ step }) {
+      calls.push(`claimRollouts ${step}`);
+      await b.onClaim?.(step);
+      return { step, policyVersion: Math.max(0, step - 1), rewardMean: step / 10 } as RolloutSummary;
     },
     async packBatch({ step }) {
       calls.push(`packBatch ${step}`);

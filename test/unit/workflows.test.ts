@@ -280,6 +280,90 @@ describe('rl', () => {
   });
 });
 
+describe('rl, in-flight mode', () => {
+  // A short heartbeat timeout: a cancelled producer learns it at its next heartbeat (within 80% of it).
+  const inFlight = (name: string, steps: number, ...more: string[]) =>
+    rlConfig([
+      '--run-name',
+      name,
+      '--max-steps',
+      String(steps),
+      '--orchestrator.in-flight.enabled',
+      'true',
+      '--temporal.heartbeat-timeout-s',
+      '5',
+      ...more,
+    ]);
+
+  test('one producer per execution; each step claims its rollouts once, in order, and trains and records once', async () => {
+    const { result, calls, handle } = await run<RLResult>('rl', [
+      inFlight('if', 5, '--async-level', '1'),
+      undefined,
+      { stepsPerRun: 2 },
+    ]);
+    expect(result).toMatchObject({ steps: 5, stoppedEarly: false });
+    expect(calls.filter((c) => c.startsWith('generateRollouts'))).toEqual([]);
+    expect(calls.filter((c) => c.startsWith('claimRollouts'))).toEqual(
+      [0, 1, 2, 3, 4].map((s) => `claimRollouts ${s}`),
+    );
+    expect(calls.filter((c) => c.startsWith('trainStep'))).toEqual([0, 1, 2, 3, 4].map((s) => `trainStep ${s}`));
+    expect(calls.filter((c) => c.startsWith('recordStep'))).toEqual([0, 1, 2, 3, 4].map((s) => `recordStep ${s}`));
+    // Continue-as-new every 2 steps: each of the 3 executions started its own producer.
+    expect(await executionChain(handle)).toHaveLength(3);
+    expect(calls.filter((c) => c.startsWith('produceRollouts'))).toEqual(Array(3).fill('produceRollouts attempt 1'));
+    // async_level 1: step 2 is claimed only once train step 0 finished (its batch stays fresh).
+    expect(calls.indexOf('claimRollouts 2')).toBeGreaterThan(calls.indexOf('trainStep 0'));
+  });
+
+  test('a producer that crashed is retried and the run goes on', async () => {
+    let retried!: () => void;
+    const secondAttempt = new Promise<void>((r) => (retried = r));
+    const { result, calls } = await run<RLResult>('rl', [inFlight('ifr', 3)], {
+      onProduce: (attempt) => {
+        if (attempt === 1) throw new Error('inference server unreachable');
+        retried();
+      },
+      // Rollouts come from the producer: step 0 finds them once it runs again.
+      onClaim: () => secondAttempt,
+    });
+    expect(result.steps).toBe(3);
+    expect(calls.filter((c) => c.startsWith('produceRollouts'))).toEqual([
+      'produceRollouts attempt 1',
+      'produceRollouts attempt 2',
+    ]);
+  });
+
+  test('a producer that fails for good fails the run with its message, also while a claim waits for rollouts', async () => {
+    const calls: Calls = [];
+    let release!: () => void;
+    const claimWaits = new Promise<void>((r) => (release = r));
+    const err = await run<RLResult>(
+      'rl',
+      [inFlight('iff', 3)],
+      {
+        onProduce: () => {
+          throw fatal('inference rejected the run: HTTP 401', Failure.InferenceRejected);
+        },
+        // The claim waits for rollouts that never come (released once the run failed, so the worker can stop).
+        onClaim: () => claimWaits,
+      },
+      undefined,
+      calls,
+    ).catch((e: unknown) => e);
+    release();
+    expect(err).toBeInstanceOf(WorkflowFailedError);
+    expect(describeFailure(err as Error).message).toBe(
+      'Workflow execution failed: Activity task failed (produceRollouts): inference rejected the run: HTTP 401',
+    );
+    expect(failureType(err)).toBe(Failure.InferenceRejected);
+    expect(calls.filter((c) => c.startsWith('trainStep'))).toEqual([]);
+  });
+
+  test('evals between steps are refused in in-flight mode, naming the key', () => {
+    expect(() => inFlight('ife', 3, '--eval.interval', '2')).toThrow(/eval\.interval.*in_flight/s);
+  });
+});
+
 describe('sft', () => {
   test('validation, checkpoints and metrics per step; continue-as-new carries the state', async () => {
     const cfg = sftConfig(['--run-name', 'sf', '--val.interval', '2', '--ckpt.interval', '3']);

@@ -66,6 +66,9 @@ export function registerPolicyRoutes(
         index,
         token_ids: r.tokenIds,
         logprobs: r.logprobs,
+        // Weights may change between two decode steps while a sequence runs (in-flight updates):
+        // the version that sampled each token.
+        policy_versions: r.tokenPolicyVersions,
         finish_reason: r.finishReason,
       })),
       usage: usage(body.prompt_token_ids.length, results),

@@ -1,0 +1,245 @@
+/**
+ * In-flight mode (orchestrator.in_flight.enabled), the cpu side:
+ *
+ *  - `produceRollouts`: one long, heartbeating activity per workflow execution that generates
+ *    groups continuously. Before starting each group it makes the servers serve the newest policy
+ *    in `weights/` (they take it between two decode steps, requests in flight); each finished group
+ *    is written once as `inflight/groups/<G>.json`, G the next free number (`writeFileExclusive`:
+ *    two producers, e.g. one retried while the old attempt still runs, never share a number and
+ *    never leave a gap). Groups it had in flight when it died are lost: no step had taken them.
+ *  - `claimRollouts(step)`: takes the step's groups from where step - 1 stopped (its summary's
+ *    `inFlight.next`), in number order (lib/orchestrator/inflight.ts decides), and writes them as the
+ *    step's rollouts folder, in generateRollouts' format, so packing and training are the same in
+ *    both modes. The folder's summary is the claim: a retry returns it, so a group is taken by one
+ *    step only and a step's groups never change.
+ */
+import * as fs from 'node:fs';
+import { Context } from '@temporalio/activity';
+import { storedResult, writeFileAtomic, writeFileExclusive } from '../lib/atomic';
+import { EnvMix, type MixDraw } from '../lib/envs/mix';
+import { InferenceClient } from '../lib/orchestrator/client';
+import { rlClientOptions } from '../lib/orchestrator/client-options';
+import { claimMetrics, claimStep, nextConcurrency, type ClaimCandidate } from '../lib/orchestrator/inflight';
+import { RunLayout, listSteps } from '../lib/run/layout';
+import { withHeartbeat } from './heartbeat';
+import {
+  examplesOf,
+  filterView,
+  loadFilters,
+  playGroup,
+  rolloutContext,
+  rolloutFailure,
+  storedSummary,
+  summarize,
+  writeStepRollouts,
+  type RolloutDeps,
+  type RolloutSummary,
+  type StoredRollout,
+} from './rollouts';
+
+/** One finished group as the producer stores it. */
+export interface StoredGroup extends ClaimCandidate<StoredRollout> {
+  /** Draw number: example d of the producer's stream (env mix step floor(d / groups per step)). */
+  draw: number;
+  rollouts: StoredRollout[];
+  finishedAt: number;
+}
+
+/** How often the producer and a waiting claim look at the run folder. */
+const POLL_MS = 100;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The newest policy version with weights in the run folder (0: the base model). */
+export function newestVersion(layout: RunLayout): number {
+  let names: string[] = [];
+  try {
+    names = fs.readdirSync(layout.weightsRoot);
+  } catch {
+    // no weights yet
+  }
+  const steps = listSteps(names);
+  return steps.length > 0 ? steps[steps.length - 1] : 0;
+}
+
+/** Numbers of the stored groups, ascending. */
+function groupNumbers(layout: RunLayout): number[] {
+  let names: string[] = [];
+  try {
+    names = fs.readdirSync(layout.inflightGroupsDir);
+  } catch {
+    return [];
+  }
+  return names
+    .map((n) => /^(\d+)\.json$/.exec(n))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => Number(m[1]))
+    .sort((a, b) => a - b);
+}
+
+const readGroup = (layout: RunLayout, seq: number): StoredGroup | undefined =>
+  storedResult<StoredGroup>(layout.inflightGroupFile(seq));
+
+/** The first group the next claim looks at, as the claim last wrote it (advisory: the producer's backpressure). */
+function consumed(layout: RunLayout): number {
+  return storedResult<{ next: number }>(layout.inflightConsumedFile)?.next ?? 0;
+}
+
+export interface ProduceInput {
+  runDir: string;
+}
+
+export interface ClaimInput {
+  runDir: string;
+  step: number;
+}
+
+export function createInFlightActivities({ pool }: RolloutDeps) {
+  return {
+    /** Generates until cancelled (the workflow cancels it when it ends or continues as new). */
+    async produceRollouts({ runDir }: ProduceInput): Promise<void> {
+      const layout = new RunLayout(runDir);
+      const ctx = await rolloutContext(runDir, pool);
+      const { config, examplesPerStep } = ctx;
+      const o = config.orchestrator;
+      const cap = Math.max(1, Math.floor((o.in_flight.max_rollouts ?? 2 * o.batch_size) / o.rollouts_per_example));
+      fs.mkdirSync(layout.inflightGroupsDir, { recursive: true });
+      const mix = new EnvMix(ctx.mixEntries, { seed: config.seed, examplesPerStep });
+      // Two clients: `control` moves the servers to each new policy; `client` generates and is
+      // never pinned to a policy (ensurePolicy), since in this mode an answer legitimately comes
+      // from an older version than the newest (its request started before the update landed).
+      const control = new InferenceClient(o.base_urls, rlClientOptions(config));
+      const client = new InferenceClient(o.base_urls, rlClientOptions(config));
+      const cancelled = Context.current().cancellationSignal;
+      const known = groupNumbers(layout);
+      let nextSeq = known.length > 0 ? known[known.length - 1] + 1 : 0;
+      // Draws continue after the newest stored group's: a restarted producer plays new examples.
+      let nextDraw = known.length > 0 ? (readGroup(layout, known[known.length - 1])?.draw ?? -1) + 1 : 0;
+      let limit = Math.min(cap, examplesPerStep);
+      let running = 0;
+      let version = -1;
+      let written = 0;
+      let idleMs = 0;
+      let idleSince: number | undefined = Date.now();
+      let failure: unknown;
+      const waiting = () => nextSeq - consumed(layout);
+
+      /** Stores a finished group under the next free number. */
+      const publish = (group: Omit<StoredGroup, 'seq'>) => {
+        for (; ; nextSeq++) {
+          if (writeFileExclusive(layout.inflightGroupFile(nextSeq), JSON.stringify({ ...group, seq: nextSeq }))) break;
+        }
+        nextSeq++;
+        written++;
+      };
+
+      const start = async (draw: number, startVersion: number) => {
+        const seedStep = Math.floor(draw / examplesPerStep);
+        const slot = draw % examplesPerStep;
+        const d: MixDraw = mix.sample(seedStep)[slot];
+        const [example] = await examplesOf(ctx, pool, [d]);
+        const rollouts = await playGroup(ctx, pool, client, {
+          draw: d,
+          example,
+          seedStep,
+          group: slot,
+          round: 0,
+          policyVersion: startVersion,
+        });
+        if (cancelled.aborted) return;
+        const idleSeconds = idleMs / 1000;
+        idleMs = 0;
+        publish({ draw, rollouts, startVersion, idleSeconds, finishedAt: Date.now() / 1000 });
+        limit = nextConcurrency(limit, waiting(), examplesPerStep, cap);
+      };
+
+      await withHeartbeat(
+        () => ({ phase: 'producing', running, limit, version, written, next: nextSeq }),
+        async () => {
+          while (!cancelled.aborted && failure === undefined) {
+            const newest = newestVersion(layout);
+            if (newest !== version) {
+              await control.ensurePolicy({ version: newest, weightDir: layout.weightsDir(newest) });
+              version = newest;
+            }
+            if (running < limit && waiting() + running < cap) {
+              if (idleSince !== undefined) idleMs += Date.now() - idleSince;
+              idleSince = undefined;
+              running++;
+              void start(nextDraw++, version)
+                .catch((e) => (failure ??= e))
+                .finally(() => {
+                  if (--running === 0) idleSince = Date.now();
+                });
+              continue;
+            }
+            await sleep(POLL_MS);
+          }
+        },
+      ).catch((e) => {
+        failure ??= e;
+      });
+      if (failure !== undefined && !cancelled.aborted) throw rolloutFailure(failure);
+    },
+
+    /** Step `step`'s groups: the stored claim, or the next ones as they finish (waits for them). */
+    async claimRollouts({ runDir, step }: ClaimInput): Promise<RolloutSummary> {
+      const stored = storedSummary(runDir, step);
+      if (stored) return stored;
+      const layout = new RunLayout(runDir);
+      const started = Date.now();
+      const ctx = await rolloutContext(runDir, pool);
+      const o = ctx.config.orchestrator;
+      const filters = loadFilters(ctx);
+      const first = step > 0 ? (storedSummary(runDir, step - 1)?.inFlight?.next ?? 0) : 0;
+      const candidates: StoredGroup[] = [];
+      const decide = () =>
+        claimStep(step, candidates, {
+          need: ctx.examplesPerStep,
+          maxOffPolicySteps: o.in_flight.max_off_policy_steps,
+          filters,
+          view: (c) => filterView(c.rollouts as StoredRollout[]),
+        });
+      let decision = decide();
+      await withHeartbeat(
+        () => ({ phase: 'waiting for rollouts', step, looked: decision.looked, kept: decision.kept.length }),
+        async () => {
+          while (!decision.complete) {
+            const next = readGroup(layout, first + candidates.length);
+            if (next) {
+              candidates.push(next);
+              decision = decide();
+              continue;
+            }
+            // Tell the producer how far this claim has looked: those groups no longer wait.
+            writeFileAtomic(layout.inflightConsumedFile, JSON.stringify({ step, next: first + candidates.length }));
+            await sleep(POLL_MS);
+          }
+        },
+      );
+      const { inFlight, filter } = claimMetrics(step, first, decision);
+      writeFileAtomic(layout.inflightConsumedFile, JSON.stringify({ step, next: inFlight.next }));
+      const kept = decision.kept.map((c) => c.rollouts as StoredRollout[]);
+      const dropped = decision.dropped.map((x) => ({
+        group: x.candidate.rollouts as StoredRollout[],
+        reason: x.reason,
+      }));
+      const versions = kept
+        .flat()
+        .map((r) => r.policyVersion)
+        .filter((v) => v >= 0);
+      const dir = layout.rolloutsDir(step);
+      const summary: RolloutSummary = {
+        ...summarize(
+          step,
+          dir,
+          versions.length > 0 ? Math.min(...versions) : 0,
+          { kept, dropped, metrics: filter },
+          (Date.now() - started) / 1000,
+        ),
+        inFlight,
+      };
+      writeStepRollouts(dir, kept, dropped, summary);
+      return summary;
+    },
+  };
+}

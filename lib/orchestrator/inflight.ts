@@ -1,0 +1,136 @@
+/**
+ * In-flight mode's decisions, free of I/O (activities/inflight.ts does the I/O):
+ *
+ *  - which finished groups a step takes (`claimStep`): the groups in the order they finished,
+ *    from where the previous step stopped; a group whose oldest token is more than
+ *    `max_off_policy_steps` versions behind the step is dropped as stale, one a rollout filter
+ *    drops is dropped with the filter's reason, the rest are taken until the step has its
+ *    batch_size / rollouts_per_example groups. A pure function of the groups and the step, so a
+ *    retried claim takes the same groups.
+ *  - how many groups the producer keeps in flight (`nextConcurrency`).
+ */
+import { dropReason, type FilterGroup, type FilterMetrics, type RolloutFilter } from './filters';
+
+/** What a claim needs to know of a finished group. */
+export interface ClaimCandidate<R> {
+  seq: number;
+  /** The group's rollouts, each with the oldest version of its tokens (-1: none sampled). */
+  rollouts: readonly (R & { policyVersion: number })[];
+  /** The version the producer served when it started the group: the group's version where no rollout sampled a token. */
+  startVersion: number;
+  /** Seconds the producer had nothing in flight before it finished this group (inference idle time). */
+  idleSeconds: number;
+}
+
+/** The in-flight part of a step's rollout summary (recorded in metrics.jsonl). */
+export interface InFlightClaim {
+  /** Groups [first, next) were looked at; the next step starts at `next`. */
+  first: number;
+  next: number;
+  /** The groups the step trains on. */
+  groups: number[];
+  /** Groups (and their rollouts) dropped for being more than max_off_policy_steps versions behind. */
+  staleGroups: number;
+  staleRollouts: number;
+  /** Versions behind the step of the rollouts it trains on (step - oldest token's version): mean and max (0 when none sampled). */
+  offPolicyMean: number;
+  offPolicyMax: number;
+  /** Seconds the producer had nothing to generate while the groups looked at were made. */
+  inferenceIdleSeconds: number;
+}
+
+/** The oldest policy version of a group's tokens. */
+export function groupVersion<R>(c: ClaimCandidate<R>): number {
+  const sampled = c.rollouts.map((r) => r.policyVersion).filter((v) => v >= 0);
+  return sampled.length > 0 ? Math.min(...sampled) : c.startVersion;
+}
+
+export interface ClaimDecision<R> {
+  kept: ClaimCandidate<R>[];
+  dropped: { candidate: ClaimCandidate<R>; reason: string }[];
+  /** Candidates looked at (a prefix of those given). */
+  looked: number;
+  /** The step has all its groups. */
+  complete: boolean;
+}
+
+/** Reason recorded for a stale group in the step's dropped.jsonl. */
+export const STALE = 'stale';
+
+/**
+ * Goes through `candidates` (consecutive groups from the step's first) until `need` are kept.
+ * `view` is what the rollout filters see of a group.
+ */
+export function claimStep<R>(
+  step: number,
+  candidates: readonly ClaimCandidate<R>[],
+  opts: {
+    need: number;
+    maxOffPolicySteps: number;
+    filters: readonly RolloutFilter[];
+    view(c: ClaimCandidate<R>): FilterGroup;
+  },
+): ClaimDecision<R> {
+  const kept: ClaimCandidate<R>[] = [];
+  const dropped: ClaimDecision<R>['dropped'] = [];
+  let looked = 0;
+  for (const c of candidates) {
+    if (kept.length === opts.need) break;
+    looked++;
+    if (step - groupVersion(c) > opts.maxOffPolicySteps) {
+      dropped.push({ candidate: c, reason: STALE });
+      continue;
+    }
+    const reason = dropReason(opts.filters, opts.view(c));
+    if (reason === undefined) kept.push(c);
+    else dropped.push({ candidate: c, reason });
+  }
+  return { kept, dropped, looked, complete: kept.length === opts.need };
+}
+
+/** The claim's record and the filters' metrics (stale groups are not the filters': they count apart). */
+export function claimMetrics<R>(
+  step: number,
+  first: number,
+  d: ClaimDecision<R>,
+): { inFlight: InFlightClaim; filter: FilterMetrics } {
+  const stale = d.dropped.filter((x) => x.reason === STALE);
+  const filtered = d.dropped.filter((x) => x.reason !== STALE);
+  // Rollouts that sampled nothing (an example that failed to load) have no distance.
+  const behind = d.kept.flatMap((c) =>
+    c.rollouts.filter((r) => r.policyVersion >= 0).map((r) => step - r.policyVersion),
+  );
+  const dropped_by: Record<string, number> = {};
+  for (const x of filtered) dropped_by[x.reason] = (dropped_by[x.reason] ?? 0) + 1;
+  const looked = [...d.kept, ...d.dropped.map((x) => x.candidate)];
+  return {
+    inFlight: {
+      first,
+      next: first + d.looked,
+      groups: d.kept.map((c) => c.seq),
+      staleGroups: stale.length,
+      staleRollouts: stale.reduce((n, x) => n + x.candidate.rollouts.length, 0),
+      offPolicyMean: behind.reduce((a, b) => a + b, 0) / Math.max(1, behind.length),
+      offPolicyMax: behind.length > 0 ? Math.max(...behind) : 0,
+      inferenceIdleSeconds: looked.reduce((a, c) => a + c.idleSeconds, 0),
+    },
+    filter: {
+      groups_generated: d.looked - stale.length,
+      groups_dropped: filtered.length,
+      dropped_by,
+      refill_rounds: 0,
+      groups_missing: 0,
+    },
+  };
+}
+
+/**
+ * The producer's concurrency after a group finished, in groups: one more while fewer than a step's
+ * groups wait to be claimed (the next step would wait for generation: generate more at once), one
+ * fewer while more than a step's wait (they age toward the staleness bound), within [1, cap].
+ */
+export function nextConcurrency(limit: number, waiting: number, groupsPerStep: number, cap: number): number {
+  if (waiting < groupsPerStep) return Math.min(cap, limit + 1);
+  if (waiting > groupsPerStep) return Math.max(1, limit - 1);
+  return Math.min(cap, Math.max(1, limit));
+}

@@ -1,0 +1,86 @@
+/**
+ * What the tests of runs under SIGKILLs share (test/rl.recovery.test.ts, test/rl.inflight.test.ts):
+ * the `prime-rl rl` arguments of a tiny run on its own ports, and the processes a launcher records.
+ */
+import * as fs from 'node:fs';
+import { loadConfig } from '../lib/config/loader';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
+import { freePort } from '../lib/net';
+import { asProcessId, isRunning, type ProcessId } from '../lib/proc';
+import type { RunLayout } from '../lib/run/layout';
+
+/** `prime-rl rl` arguments of a tiny run (reverse-text, batch 8 = 2 groups of 4) on its own ports. */
+export async function tinyRunArgs(o: {
+  name: string;
+  modelDir: string;
+  outputDir: string;
+  steps: number;
+}): Promise<string[]> {
+  const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
+  return [
+    '--run-name',
+    o.name,
+    '--model.name',
+    o.modelDir,
+    '--output-dir',
+    o.outputDir,
+    '--seq-len',
+    '128',
+    '--max-steps',
+    String(o.steps),
+    '--async-level',
+    '1',
+    '--env',
+    '[{"id": "reverse-text"}]',
+    '--ckpt.interval',
+    '2',
+    '--temporal.port',
+    String(port),
+    '--temporal.ui-port',
+    String(uiPort),
+    '--temporal.heartbeat-timeout-s',
+    '5',
+    '--temporal.task-queue',
+    o.name,
+    '--inference.server.port',
+    String(http),
+    '--orchestrator.base-urls',
+    `http://127.0.0.1:${http}/v1`,
+    '--orchestrator.batch-size',
+    '8',
+    '--orchestrator.rollouts-per-example',
+    '4',
+    '--orchestrator.sampling.max-tokens',
+    '12',
+    '--orchestrator.env-workers',
+    '1',
+    '--trainer.optim.lr',
+    '1e-3',
+    '--trainer.threads',
+    '1',
+    '--inference.threads',
+    '1',
+    // A random model scores 0 everywhere: train those zero-advantage rollouts, so that every step trains samples.
+    '--orchestrator.filter-zero-advantages',
+    'false',
+    // With every advantage 0, grpo's gradient is exactly 0, so each step samples the same tokens
+    // whatever the timing. dppo's KL term would turn the last-bit noise of batch-dependent
+    // inference logprobs into Adam updates, and later steps could sample other tokens.
+    '--trainer.loss.type',
+    'grpo',
+  ];
+}
+
+export const configOf = (argv: string[]): RLConfig =>
+  loadConfig({ schema: rlSchema, argv, env: {}, shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } }).config;
+
+/** The processes the launcher records in `<run>/launcher.json` (the ones still running). */
+export function recordedProcesses(layout: RunLayout): Record<string, ProcessId> {
+  try {
+    const raw = JSON.parse(fs.readFileSync(layout.launcherFile, 'utf8')) as { processes: Record<string, unknown> };
+    const running = Object.entries(raw.processes).map(([k, v]) => [k, asProcessId(v)] as const);
+    return Object.fromEntries(running.filter((e): e is [string, ProcessId] => e[1] !== undefined && isRunning(e[1])));
+  } catch {
+    return {}; // not written yet, or being replaced
+  }
+}

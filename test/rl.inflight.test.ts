@@ -1,0 +1,125 @@
+/**
+ * In-flight mode, tested with real processes (`prime-rl rl` launches the Temporal dev server, the
+ * inference server, cpu and trainer workers): the run completes with every step trained once while
+ * the trainer, the inference server, the cpu worker and the Temporal server are each SIGKILLed once
+ * mid-run; every sample's tokens name versions within max_off_policy_steps of the step that trained
+ * them; the steps took consecutive, disjoint runs of the finished groups (nothing used twice).
+ */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { createModel } from '../lib/model/create';
+import { readBatch } from '../lib/orchestrator/batch';
+import { RunLayout } from '../lib/run/layout';
+import { runningDevServer } from '../lib/temporal/devserver';
+import { readRollouts, storedSummary } from '../activities/rollouts';
+import { CliProcesses, metricLines, metricSteps, until, type CliLaunch } from './processes';
+import { recordedProcesses, tinyRunArgs } from './rl-chaos';
+
+jest.setTimeout(10 * 60_000);
+
+const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inflight-'));
+const modelDir = path.join(root, 'model');
+const outputDir = path.join(root, 'outputs');
+const STEPS = 14;
+const MAX_OFF = 2;
+const cli = new CliProcesses(path.join(root, 'cli'));
+function stopAll(): void {
+  const server = runningDevServer(outputDir);
+  if (server) cli.track(server.pid);
+  cli.cleanup();
+}
+
+beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
+afterAll(() => {
+  stopAll();
+  if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
+});
+
+const KILLS = ['trainer', 'inference', 'cpu', 'temporal'] as const;
+
+test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal cost retries; every step trains once on fresh, unshared groups', async () => {
+  const args = [
+    'rl',
+    ...(await tinyRunArgs({ name: 'inflight', modelDir, outputDir, steps: STEPS })),
+    '--orchestrator.in-flight.enabled',
+    'true',
+    '--orchestrator.in-flight.max-off-policy-steps',
+    String(MAX_OFF),
+  ];
+  const layout = RunLayout.of(outputDir, 'inflight');
+  const steps = () => metricSteps(layout.metricsFile).length;
+  const events: string[] = [];
+  const launcher: CliLaunch = cli.start(args);
+  const stepAfter = (done: number) =>
+    until(`a step after step ${done - 1}\n${events.join('\n')}`, () => {
+      if (launcher.exit !== undefined) throw new Error(`the launcher exited (${launcher.exit}):\n${launcher.output()}`);
+      return steps() > done;
+    });
+  try {
+    await stepAfter(1);
+    for (const kind of KILLS) {
+      const done = steps();
+      if (done >= STEPS) throw new Error(`the run ended before the ${kind} kill: raise STEPS\n${events.join('\n')}`);
+      let pid: number | undefined;
+      await until(`a running ${kind} to kill`, () => {
+        pid = kind === 'temporal' ? runningDevServer(outputDir)?.pid : recordedProcesses(layout)[kind]?.pid;
+        return pid !== undefined;
+      });
+      process.kill(pid!, 'SIGKILL');
+      events.push(`kill ${kind} (pid ${pid}) after step ${done - 1}`);
+      await stepAfter(done);
+    }
+    expect(await launcher.exited).toBe(0);
+    expect(launcher.output()).toContain(`run inflight completed: ${STEPS} steps`);
+  } finally {
+    stopAll();
+  }
+  console.log(events.join('\n'));
+
+  // Every step once, and the trainer's counters equal the batches it was given: none trained twice.
+  const lines = metricLines(layout.metricsFile);
+  expect(lines.map((l) => l.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i));
+  const batches = Array.from({ length: STEPS }, (_, s) => readBatch(layout.batchFile(s)).counts);
+  const last = lines[STEPS - 1].progress as { steps: number; samples: number; tokens: number };
+  expect(last.steps).toBe(STEPS);
+  expect(last.samples).toBe(batches.reduce((a, c) => a + c.samples, 0));
+  expect(last.tokens).toBe(batches.reduce((a, c) => a + c.tokens, 0));
+
+  let next = 0;
+  const taken = new Set<number>();
+  for (let step = 0; step < STEPS; step++) {
+    // The steps looked at consecutive runs of the finished groups; each group went to one step.
+    const f = storedSummary(layout.dir, step)!.inFlight!;
+    expect(f.first).toBe(next);
+    next = f.next;
+    expect(f.groups).toHaveLength(2);
+    for (const g of f.groups) {
+      expect(g >= f.first && g < f.next && !taken.has(g)).toBe(true);
+      taken.add(g);
+      expect(fs.existsSync(layout.inflightGroupFile(g))).toBe(true);
+    }
+    // Every generated token names the version that sampled it: within the bound, never newer than the step.
+    const rollouts = readRollouts(layout.rolloutsDir(step));
+    expect(rollouts).toHaveLength(8);
+    for (const r of rollouts) {
+      for (const seg of r.samples.flat().filter((s) => s.generated)) {
+        const versions = Array.from(seg.versions!);
+        expect(versions).toHaveLength(seg.tokens.length);
+        for (const v of versions)
+          expect(`step ${step}: version ${v}`).toBe(
+            `step ${step}: version ${Math.min(step, Math.max(v, step - MAX_OFF))}`,
+          );
+      }
+    }
+    // The step's metrics: off-policy distance, stale drops, idle times.
+    const line = lines[step];
+    expect(line.off_policy_max as number).toBeLessThanOrEqual(MAX_OFF);
+    expect(line.off_policy_mean as number).toBeLessThanOrEqual(line.off_policy_max as number);
+    expect(line.stale_groups_dropped).toBe(f.staleGroups);
+    expect(typeof line.inference_idle_seconds).toBe('number');
+    if (step > 0) expect(line.trainer_idle_seconds as number).toBeGreaterThanOrEqual(0);
+  }
+  // Training went on while generation did: some step's samples came from a policy older than its own.
+  expect(lines.some((l) => (l.off_policy_max as number) > 0)).toBe(true);
+});
