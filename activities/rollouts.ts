@@ -19,7 +19,8 @@ import { InferenceClient, toActivityFailure } from '../lib/orchestrator/client';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { playFiltered, refillDraws, type FilterMetrics, type RolloutFilter } from '../lib/orchestrator/filters';
 import { isPluginError, rolloutFilters } from '../lib/orchestrator/plugins';
-import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/orchestrator/rollout';
+import { promptTooLong, renderPrompt, type Rollout } from '../lib/orchestrator/rollout';
+import { playRollout } from '../lib/orchestrator/verifiers-rollout';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
@@ -146,7 +147,8 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       const started = Date.now();
       const infos: EnvironmentInfo[] = [];
       for (const e of config.env) infos.push(await environmentInfo(pool, e));
-      const tokenizer = tokenizerOf(path.resolve(o.model.name));
+      const modelDir = path.resolve(o.model.name);
+      const tokenizer = tokenizerOf(modelDir);
       const mixEntries = config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train }));
       const examplesPerStep = o.batch_size / o.rollouts_per_example;
       const mix = new EnvMix(mixEntries, { seed: config.seed, examplesPerStep });
@@ -200,7 +202,7 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
                 const seed = rolloutSeed(config.seed, step, group, sample);
                 const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
                 const rollout: Rollout = example.ok
-                  ? await runRollout(
+                  ? await playRollout(
                       {
                         env,
                         info: infos[draw.env],
@@ -212,6 +214,13 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
                       pool,
                       client,
                       tokenizer,
+                      {
+                        baseUrl: o.base_urls[group % o.base_urls.length],
+                        model: modelDir,
+                        tokenizerDir: modelDir,
+                        apiKeyVar: rlClientOptions(config).apiKeyVar,
+                        policyVersion,
+                      },
                     )
                   : {
                       completion: [],

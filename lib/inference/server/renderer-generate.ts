@@ -7,6 +7,7 @@
  * which the client checks. Like our other routes it names the policy version that sampled.
  */
 import { randomUUID } from 'node:crypto';
+import * as path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { ApiError, parseBody } from '../protocol';
@@ -66,7 +67,9 @@ export function registerRendererGenerateRoute(app: FastifyInstance, served: Serv
   app.post('/inference/v1/generate', async (req, reply) => {
     const body = parseBody(rendererGenerateRequest, req.body);
     const sp = body.sampling_params;
-    served.checkModel(body.model);
+    // verifiers names the model by the folder its renderer loads: the served folder, however spelt, is the served model.
+    if (body.model === undefined || path.resolve(body.model) !== path.resolve(served.modelName))
+      served.checkModel(body.model);
     served.checkPrompt(body.token_ids, 'token_ids');
     const maxTokens = served.maxTokensFor(body.token_ids.length, sp.max_tokens, 'sampling_params.max_tokens');
     const stops = typeof sp.stop === 'string' ? [sp.stop] : (sp.stop ?? []);
