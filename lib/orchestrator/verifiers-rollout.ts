@@ -51,7 +51,9 @@ export function traceSamples(trace: WireTrace): TokenSegment[][] {
     if (mask.length !== ids.length)
       throw new MalformedTrace(`trace ${trace.id} node ${i}: ${mask.length} mask entries for ${ids.length} tokens`);
     if ((n.logprobs ?? []).length !== sampled)
-      throw new MalformedTrace(`trace ${trace.id} node ${i}: ${(n.logprobs ?? []).length} logprobs for ${sampled} sampled tokens`);
+      throw new MalformedTrace(
+        `trace ${trace.id} node ${i}: ${(n.logprobs ?? []).length} logprobs for ${sampled} sampled tokens`,
+      );
     if (!(n.logprobs ?? []).every(Number.isFinite))
       throw new MalformedTrace(`trace ${trace.id} node ${i}: a logprob is not a finite number`);
   });
@@ -71,13 +73,19 @@ export function traceSamples(trace: WireTrace): TokenSegment[][] {
       const mask = n.mask ?? [];
       const logprobs = n.logprobs ?? [];
       let lp = 0;
-      for (let start = 0; start < ids.length; ) {
+      for (let start = 0; start < ids.length;) {
         let end = start;
         while (end < ids.length && mask[end] === mask[start]) end++;
-        if (mask[start]) {
-          segments.push({ tokens: ids.slice(start, end), generated: true, logprobs: logprobs.slice(lp, lp + end - start) });
-          lp += end - start;
-        } else segments.push({ tokens: ids.slice(start, end), generated: false });
+        const generated = mask[start];
+        const tokens = ids.slice(start, end);
+        const last = segments[segments.length - 1];
+        // Runs of one kind join across nodes (a prompt's messages, the generation prompt): one segment each.
+        const lps = generated ? logprobs.slice(lp, lp + tokens.length) : undefined;
+        if (last && last.generated === generated) {
+          last.tokens = [...(last.tokens as number[]), ...tokens];
+          if (lps) last.logprobs = [...(last.logprobs as number[]), ...lps];
+        } else segments.push(generated ? { tokens, generated, logprobs: lps } : { tokens, generated });
+        if (generated) lp += tokens.length;
         start = end;
       }
     }
@@ -106,8 +114,21 @@ function text(content: unknown): string {
 /** An assembled episode as our Rollout: samples, reward (mean over its traces), metrics, errors. */
 export function episodeRollout(episode: WireEpisode, policyVersion: number): Rollout {
   const traces = episode.traces;
-  const failed = errorText(episode.errors) ?? traces.map((t) => (t.ok === false ? (errorText(t.errors) ?? `trace ${t.id} did not complete`) : undefined)).find(Boolean);
-  const base = { completion: [] as Message[], reward: 0, metrics: {} as Record<string, number>, turns: 0, samples: [] as TokenSegment[][], completionTokens: 0, truncated: false, policyVersion };
+  const failed =
+    errorText(episode.errors) ??
+    traces
+      .map((t) => (t.ok === false ? (errorText(t.errors) ?? `trace ${t.id} did not complete`) : undefined))
+      .find(Boolean);
+  const base = {
+    completion: [] as Message[],
+    reward: 0,
+    metrics: {} as Record<string, number>,
+    turns: 0,
+    samples: [] as TokenSegment[][],
+    completionTokens: 0,
+    truncated: false,
+    policyVersion,
+  };
   if (failed) return { ...base, error: `verifiers: ${failed}` };
   if (traces.length === 0) return { ...base, error: 'verifiers: the episode has no trace' };
   let samples: TokenSegment[][];
@@ -143,7 +164,10 @@ export function episodeRollout(episode: WireEpisode, policyVersion: number): Rol
     metrics,
     turns: nodes.filter((n) => n.sampled).length,
     samples,
-    completionTokens: samples.reduce((a, s) => a + s.filter((g) => g.generated).reduce((b, g) => b + g.tokens.length, 0), 0),
+    completionTokens: samples.reduce(
+      (a, s) => a + s.filter((g) => g.generated).reduce((b, g) => b + g.tokens.length, 0),
+      0,
+    ),
     truncated: /length|context|overlong/i.test(stop),
   };
 }

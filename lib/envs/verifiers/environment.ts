@@ -73,7 +73,13 @@ export function verifiersLaunch(id: string, args: VerifiersArgs): VerifiersLaunc
     python,
     launcher: LAUNCHER,
     // Offline: the renderer loads the tokenizer from the local model folder, never from the Hub.
-    env: { ...process.env, PYTHONPATH: pythonPath, HF_HUB_OFFLINE: '1', TRANSFORMERS_OFFLINE: '1', PYTHONUNBUFFERED: '1' },
+    env: {
+      ...process.env,
+      PYTHONPATH: pythonPath,
+      HF_HUB_OFFLINE: '1',
+      TRANSFORMERS_OFFLINE: '1',
+      PYTHONUNBUFFERED: '1',
+    },
     config: { ...args.env, taskset: { ...args.taskset, id: module } },
   };
 }

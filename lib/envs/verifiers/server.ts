@@ -93,10 +93,17 @@ class EnvServerProcess {
   ) {
     this.dealer.connect(address);
     void this.receive();
-    child.once('exit', (code, signal) => this.fail(new Error(`env server exited (${signal ?? `code ${code}`}): ${this.stderrTail()}`)));
+    child.once('exit', (code, signal) =>
+      this.fail(new Error(`env server exited (${signal ?? `code ${code}`}): ${this.stderrTail()}`)),
+    );
   }
 
-  static start(name: string, launch: VerifiersLaunch, maxConcurrent: number | undefined, timeoutMs: number): Promise<EnvServerProcess> {
+  static start(
+    name: string,
+    launch: VerifiersLaunch,
+    maxConcurrent: number | undefined,
+    timeoutMs: number,
+  ): Promise<EnvServerProcess> {
     const args = [launch.launcher, 'serve', '--config', JSON.stringify(launch.config)];
     if (maxConcurrent) args.push('--max-concurrent', String(maxConcurrent));
     const child = spawn(launch.python, args, { env: launch.env, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -174,7 +181,12 @@ class EnvServerProcess {
   }
 
   /** Sends one request; resolves with its reply (rejects when the server dies, or after `timeoutMs`, cancelling a run). */
-  request(method: string, payload: JsonObject, timeoutMs: number, onDelta?: (d: JsonObject) => void): Promise<JsonObject> {
+  request(
+    method: string,
+    payload: JsonObject,
+    timeoutMs: number,
+    onDelta?: (d: JsonObject) => void,
+  ): Promise<JsonObject> {
     if (this.dead) return Promise.reject(new VerifiersRunError(this.dead.message, 'crash'));
     const rid = randomUUID().replace(/-/g, '');
     return new Promise<JsonObject>((resolve, reject) => {
@@ -268,7 +280,9 @@ export class VerifiersServers {
       while (!(await s.healthy(2000))) {
         if (s.dead || Date.now() > deadline) {
           s.close();
-          throw new Error(`env server for ${run.name} did not answer health in ${run.startTimeoutMs / 1000}s: ${s.dead?.message ?? ''}`);
+          throw new Error(
+            `env server for ${run.name} did not answer health in ${run.startTimeoutMs / 1000}s: ${s.dead?.message ?? ''}`,
+          );
         }
         await new Promise((r) => setTimeout(r, 250));
       }
@@ -294,7 +308,8 @@ export class VerifiersServers {
         run.timeoutMs,
         (d) => assembly.apply(d),
       );
-      if (reply.success !== true) throw new VerifiersRunError(`env server: ${String(reply.error ?? 'run failed')}`, 'error');
+      if (reply.success !== true)
+        throw new VerifiersRunError(`env server: ${String(reply.error ?? 'run failed')}`, 'error');
       return assembly.finish(reply.head as JsonObject, reply.traces as { id: string; nodes: number; calls: number }[]);
     } catch (e) {
       // A server that cannot answer health after a timed-out run is hung: kill it, the next run restarts it.
