@@ -3,7 +3,7 @@
  * reverse_words), against our inference server with a tiny model and our own tokenizer folder,
  * offline: RL steps through the real rl workflow (and its evals), samples checked token by token
  * against what the server generates; crashes and hangs of the env server error only their rollout.
- * Needs the venv scripts/setup.sh builds (PRIME_RL_VERIFIERS=1) or PRIME_RL_VERIFIERS_PYTHON.
+ * Needs the venv scripts/setup.sh builds (.venv-verifiers) or PRIME_RL_VERIFIERS_PYTHON.
  */
 /* eslint-disable @typescript-eslint/no-explicit-any -- JSON bodies of raw HTTP responses */
 import { spawnSync } from 'node:child_process';
@@ -34,7 +34,7 @@ const available = probe?.status === 0;
 if (!available) {
   console.warn(
     `verifiers.env.test.ts skipped: no Python with verifiers 0.4.0 at ${python} ` +
-      `(${probe ? probe.stderr.trim().split('\n').pop() : 'not found'}); run PRIME_RL_VERIFIERS=1 scripts/setup.sh`,
+      `(${probe ? probe.stderr.trim().split('\n').pop() : 'not found'}); run scripts/setup.sh (without PRIME_RL_VERIFIERS=0)`,
   );
 }
 const suite = available ? describe : describe.skip;

@@ -65,7 +65,7 @@ export function verifiersLaunch(id: string, args: VerifiersArgs): VerifiersLaunc
     throw new Error(
       args.python
         ? `environment "${id}": args.python ${args.python} does not exist`
-        : `environment "${id}": ${python} does not exist; run scripts/setup.sh (it builds .venv-verifiers when a config names a verifiers env, or always with PRIME_RL_VERIFIERS=1), or set args.python to a Python with verifiers==0.4.0`,
+        : `environment "${id}": ${python} does not exist; run scripts/setup.sh (it builds .venv-verifiers unless PRIME_RL_VERIFIERS=0), or set args.python to a Python with verifiers==0.4.0`,
     );
   }
   const pythonPath = [...args.paths.map((p) => path.resolve(p)), process.env.PYTHONPATH].filter(Boolean).join(':');
