@@ -26,7 +26,9 @@ import type { EnvPool } from '../lib/envs/pool';
 import { hash32 } from '../lib/envs/random';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { InferenceClient, toActivityFailure, type InferenceClientOptions } from '../lib/orchestrator/client';
-import { runRollout, type SamplingSettings } from '../lib/orchestrator/rollout';
+import type { SamplingSettings } from '../lib/orchestrator/rollout';
+import { playRollout } from '../lib/orchestrator/verifiers-rollout';
+import { isVerifiersEnv } from '../lib/envs/verifiers/environment';
 import { listSteps, RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
 import { checkEnvironments, checkModel, environmentInfo } from './preflight';
@@ -205,12 +207,26 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
               let r: { reward: number; completionTokens: number; error?: string };
               if (!example.ok) r = { reward: 0, completionTokens: 0, error: `example: ${example.error}` };
               else if (t.kind === 'local') {
-                r = await runRollout(
+                r = await playRollout(
                   { env, info, example: example.value, seed, seqLen: plan.seqLen, sampling: plan.sampling },
                   pool,
                   client!,
                   tokenizerOf(t.modelDir),
+                  {
+                    baseUrl: t.baseUrls[(index * k + sample) % t.baseUrls.length],
+                    model: t.modelDir,
+                    tokenizerDir: t.modelDir,
+                    apiKeyVar: t.client?.apiKeyVar,
+                    policyVersion: version.policyVersion,
+                  },
                 );
+              } else if (isVerifiersEnv(env.id)) {
+                // Its env server renders with the policy's own tokenizer and needs token ids back.
+                r = {
+                  reward: 0,
+                  completionTokens: 0,
+                  error: `${env.id}: a verifiers env runs against our inference server (token ids and logprobs), not an external API (client.base_url)`,
+                };
               } else {
                 r = await runChatRollout({ env, info, example: example.value, seed, sampling: plan.sampling }, pool, {
                   baseUrl: t.baseUrl,

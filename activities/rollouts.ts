@@ -28,8 +28,9 @@ import {
 } from '../lib/orchestrator/filters';
 import type { InFlightClaim } from '../lib/orchestrator/inflight';
 import { isPluginError, rolloutFilters } from '../lib/orchestrator/plugins';
-import { promptTooLong, renderPrompt, runRollout, type Rollout } from '../lib/orchestrator/rollout';
+import { promptTooLong, renderPrompt, type Rollout } from '../lib/orchestrator/rollout';
 import { TeacherClient } from '../lib/orchestrator/teacher';
+import { playRollout } from '../lib/orchestrator/verifiers-rollout';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
@@ -203,12 +204,21 @@ export async function playGroup(
     Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
       const seed = rolloutSeed(ctx.config.seed, seedStep, group, sample);
       const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
+      const modelDir = path.resolve(o.model.name);
       const rollout: Rollout = example.ok
-        ? await runRollout(
+        ? await playRollout(
             { env, info: ctx.infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling },
             pool,
             client,
             ctx.tokenizer,
+            // A verifiers env server calls an inference server itself: one per group, round robin.
+            {
+              baseUrl: o.base_urls[group % o.base_urls.length],
+              model: modelDir,
+              tokenizerDir: modelDir,
+              apiKeyVar: rlClientOptions(ctx.config).apiKeyVar,
+              policyVersion,
+            },
           )
         : {
             completion: [],

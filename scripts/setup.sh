@@ -10,6 +10,7 @@
 #   4. the native addon (cmake-js against libtorch) -> build/native/Release/prime_native.node
 #   5. the TypeScript build -> dist/
 #   6. the Weights & Biases SDK (Python `wandb`, pinned in scripts/wandb/requirements.txt) -> .venv/
+#   7. verifiers 0.4.0 for `[[env]] id = "verifiers:<module>"` (scripts/verifiers/) -> .venv-verifiers/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -101,20 +102,43 @@ if ! stamp_ok ts "$ts_hash" || [ ! -f dist/workers/cli.js ]; then
   stamp_set ts "$ts_hash"
 fi
 
-# 6. W&B SDK -----------------------------------------------------------------------------------
-# The official SDK is Python; [wandb] runs it as a sidecar (lib/run/wandb.ts) from this venv.
-wandb_hash=$(hash_of scripts/wandb/requirements.txt)
-if ! stamp_ok wandb "$wandb_hash" || [ ! -x .venv/bin/python ]; then
+# python3 with venv + ensurepip (steps 6 and 7).
+ensure_python_venv() {
   if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     log "installing Debian packages: python3 python3-venv"
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3 python3-venv
   fi
+}
+
+# 6. W&B SDK -----------------------------------------------------------------------------------
+# The official SDK is Python; [wandb] runs it as a sidecar (lib/run/wandb.ts) from this venv.
+wandb_hash=$(hash_of scripts/wandb/requirements.txt)
+if ! stamp_ok wandb "$wandb_hash" || [ ! -x .venv/bin/python ]; then
+  ensure_python_venv
   log "installing the W&B SDK into .venv"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/wandb/requirements.txt
   stamp_set wandb "$wandb_hash"
+fi
+
+# 7. verifiers ---------------------------------------------------------------------------------
+# A verifiers environment's env server runs in this venv (lib/envs/verifiers/README.md), unless an
+# env's args.python names another Python. verifiers needs Python >= 3.11. About 560 MB and a few
+# minutes, once; PRIME_RL_VERIFIERS=0 skips it (the verifiers tests then skip, saying so).
+if [ "${PRIME_RL_VERIFIERS:-1}" != 0 ]; then
+  vf_hash=$(hash_of scripts/verifiers/requirements.txt scripts/verifiers/constraints.txt)
+  if ! stamp_ok verifiers "$vf_hash" || [ ! -x .venv-verifiers/bin/python ]; then
+    ensure_python_venv
+    python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' ||
+      { echo "error: verifiers needs Python >= 3.11 (python3 is $(python3 -V 2>&1)); install one, or PRIME_RL_VERIFIERS=0 to skip" >&2; exit 1; }
+    log "installing verifiers into .venv-verifiers (once, a few minutes)"
+    [ -x .venv-verifiers/bin/python ] || python3 -m venv .venv-verifiers
+    .venv-verifiers/bin/python -m pip install -q --disable-pip-version-check \
+      -r scripts/verifiers/requirements.txt -c scripts/verifiers/constraints.txt
+    stamp_set verifiers "$vf_hash"
+  fi
 fi
 
 log "ready"

@@ -273,3 +273,17 @@ describe('errors', () => {
     expect(configError(() => rl(['--seq-len']))).toContain('--seq-len needs a value');
   });
 });
+
+describe('in-flight mode refuses what it cannot honour, naming the key', () => {
+  const inFlight = ['--orchestrator.in-flight.enabled', 'true', '--env', '[{"id": "reverse-text"}]'];
+  test('evals between steps', () => {
+    expect(configError(() => rl([...inFlight, '--eval.interval', '2']))).toMatch(/eval\.interval.*in_flight/s);
+  });
+  test('a verifiers environment (its tokens carry no policy version)', () => {
+    const msg = configError(() => rl([...inFlight.slice(0, 2), '--env', '[{"id": "verifiers:reverse_words"}]']));
+    expect(msg).toMatch(/env\.0\.id.*verifiers environments are not supported/s);
+  });
+  test('strict mode takes both', () => {
+    expect(rl(['--env', '[{"id": "verifiers:reverse_words"}]', '--eval.interval', '2']).eval.interval).toBe(2);
+  });
+});

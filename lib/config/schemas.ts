@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { LOSS_PARAMS, lossKindSpec, POLICY_LOSSES, type LossParamName } from '../../native/loss-kinds';
 import { ARCHS, PROJECTIONS } from '../model/families';
 import { ADVANTAGE_TYPES } from '../orchestrator/advantages';
+import { isVerifiersEnv } from '../envs/verifiers/environment';
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
 function section<T extends z.core.$ZodLooseShape>(shape: T) {
@@ -679,6 +680,15 @@ export const rlSchema = z
         path: ['eval', 'interval'],
         message:
           'evals between steps are not supported with orchestrator.in_flight.enabled (rollouts are generated continuously on the same servers): unset eval.interval, or run `prime-rl eval` on the weights afterwards',
+      });
+    }
+    const verifiersEnv = c.env.findIndex((e) => isVerifiersEnv(e.id));
+    if (o.in_flight.enabled && verifiersEnv >= 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['env', verifiersEnv, 'id'],
+        message:
+          "verifiers environments are not supported with orchestrator.in_flight.enabled: their env server's renderers client drops the policy version of each token, so the off-policy bound cannot be enforced; use strict mode (the default)",
       });
     }
     if (

@@ -1,5 +1,5 @@
 /**
- * Finds environments by id: a built-in name, a module path (`./my_env.ts`, `/abs/env.js`; relative
+ * Finds environments by id: a built-in name, `verifiers:<module>` (verifiers/environment.ts), a module path (`./my_env.ts`, `/abs/env.js`; relative
  * to the working directory), or an installed npm package (lib/modules.ts). A module's default export or its
  * `environment` export must be an environment definition (see `defineEnvironment`).
  */
@@ -7,6 +7,7 @@ import { requireUserModule } from '../modules';
 import { BUILTIN_ENVIRONMENTS } from './builtin';
 import { instantiate, isEnvironmentDefinition, type EnvironmentDefinition } from './define';
 import type { Environment } from './types';
+import { isVerifiersEnv, verifiersEnvironment } from './verifiers/environment';
 
 /** One `[[env]]` entry as the pool and the mix see it. */
 export interface EnvSpec {
@@ -28,6 +29,7 @@ function requireModule(id: string): unknown {
 
 /** The definition behind an id (built-ins first). */
 export function resolveEnvironment(id: string): EnvironmentDefinition {
+  if (isVerifiersEnv(id)) return verifiersEnvironment(id) as unknown as EnvironmentDefinition;
   const builtin = BUILTIN_ENVIRONMENTS[id];
   if (builtin) return builtin;
   const mod = requireModule(id) as Record<string, unknown> | undefined;

@@ -16,6 +16,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import * as path from 'node:path';
 import { projectRoot } from '../paths';
 import type { EnvSpec } from './loader';
+import { VerifiersServers } from './verifiers/server';
 import type { EnvCall, PoolRequest, WorkerMessage } from './pool-protocol';
 import type {
   EnvResponse,
@@ -77,6 +78,8 @@ export class EnvPool {
   private closed = false;
   private broken: Error | undefined;
   private readonly counters: EnvPoolStats = { calls: 0, errors: 0, timeouts: 0, crashes: 0, restarts: 0 };
+  /** The env servers of `verifiers:` envs, which play their rollouts (closed with the pool). */
+  readonly verifiers = new VerifiersServers();
 
   constructor(opts: EnvPoolOptions) {
     if (!Number.isInteger(opts.workers) || opts.workers < 1)
@@ -115,6 +118,7 @@ export class EnvPool {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await this.verifiers.close();
     const closedError = new Error('env pool closed');
     for (const p of this.queue.splice(0)) p.reject(closedError);
     const exits: Promise<void>[] = [];

@@ -28,6 +28,7 @@ import { PromptTokenizer } from '../tokenize';
 import { installErrorHandlers } from './errors';
 import { registerOpenAiRoutes } from './openai-routes';
 import { registerPolicyRoutes } from './policy-routes';
+import { registerRendererGenerateRoute } from './renderer-generate';
 import { Served } from './served';
 
 /** Largest accepted request body. */
@@ -146,6 +147,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
 
   registerOpenAiRoutes(app, served);
   registerPolicyRoutes(app, served, { baseDir, baseReal, allowedRoots });
+  registerRendererGenerateRoute(app, served);
 
   await app.listen({ host: config.server.host, port: config.server.port });
   const address = app.server.address();

@@ -1,0 +1,111 @@
+/**
+ * `POST /inference/v1/generate`: vLLM's token-in route as the `renderers` package's client calls it
+ * (what a verifiers env server in train mode POSTs: lib/envs/verifiers/README.md). The request is
+ * `{model, token_ids, sampling_params: {..., stop_token_ids, logprobs: 1, skip_special_tokens}}`,
+ * the response `{request_id, choices: [{index, token_ids, logprobs: {content: [{token:
+ * "token_id:<id>", logprob}]}, finish_reason}]}`: exactly one finite logprob per sampled token,
+ * which the client checks. Like our other routes it names the policy version that sampled.
+ */
+import { randomUUID } from 'node:crypto';
+import * as path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import { z } from 'zod';
+import { ApiError, parseBody } from '../protocol';
+import { disconnectSignal, usage, type Served } from './served';
+
+const tokenId = z.number().int().nonnegative();
+/** A vLLM sampling field we accept only at its neutral value (so nobody silently gets other sampling). */
+const neutral = (value: number | boolean, what: string) =>
+  z
+    .union([z.number(), z.boolean()])
+    .nullish()
+    .refine((v) => v === undefined || v === null || v === value, `${what} is not supported`);
+
+const absent = (what: string) =>
+  z
+    .unknown()
+    .optional()
+    .refine((v) => v === undefined || v === null, what);
+
+const samplingParams = z.strictObject({
+  temperature: z.number().min(0).max(100).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  top_k: z.number().int().min(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  seed: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullish(),
+  n: z.number().int().min(1).max(64).nullish(),
+  max_tokens: z.number().int().min(1).nullish(),
+  stop_token_ids: z.array(tokenId).max(64).nullish(),
+  stop: z.union([z.string().min(1), z.array(z.string().min(1)).max(16)]).nullish(),
+  ignore_eos: z.boolean().nullish(),
+  /** The sampled token's logprob is always returned; top alternatives are not (0 or 1 only). */
+  logprobs: z.number().int().min(0).max(1).nullish(),
+  // Text-side options: this route returns token ids only, so they change nothing.
+  skip_special_tokens: z.boolean().nullish(),
+  spaces_between_special_tokens: z.boolean().nullish(),
+  include_stop_str_in_output: z.boolean().nullish(),
+  repetition_penalty: neutral(1, 'repetition_penalty other than 1'),
+  frequency_penalty: neutral(0, 'frequency_penalty other than 0'),
+  presence_penalty: neutral(0, 'presence_penalty other than 0'),
+  min_tokens: neutral(0, 'min_tokens other than 0'),
+});
+
+export const rendererGenerateRequest = z.strictObject({
+  model: z.string().optional(),
+  token_ids: z.array(tokenId).min(1),
+  sampling_params: samplingParams.default({}),
+  /** Scheduling hints vLLM takes; this server has no prefix cache or priorities, so they change nothing. */
+  cache_salt: z.string().nullish(),
+  priority: z.number().int().nullish(),
+  request_id: z.string().nullish(),
+  return_token_ids: z.boolean().nullish(),
+  features: absent('multimodal inputs (features) are not supported'),
+  content_parts: absent('multimodal inputs (content_parts) are not supported'),
+});
+
+export function registerRendererGenerateRoute(app: FastifyInstance, served: Served): void {
+  app.post('/inference/v1/generate', async (req, reply) => {
+    const body = parseBody(rendererGenerateRequest, req.body);
+    const sp = body.sampling_params;
+    // verifiers names the model by the folder its renderer loads: the served folder, however spelt, is the served model.
+    if (body.model === undefined || path.resolve(body.model) !== path.resolve(served.modelName))
+      served.checkModel(body.model);
+    served.checkPrompt(body.token_ids, 'token_ids');
+    const maxTokens = served.maxTokensFor(body.token_ids.length, sp.max_tokens, 'sampling_params.max_tokens');
+    const stops = typeof sp.stop === 'string' ? [sp.stop] : (sp.stop ?? []);
+    const signal = disconnectSignal(reply);
+    const results = await served.start(
+      Array.from({ length: sp.n ?? 1 }, (_, i) => served.engineRequest(body.token_ids, sp, maxTokens, i)),
+      stops.length ? { signal, tokenizer: served.tokenizer, stopStrings: stops } : { signal },
+    );
+    for (const r of results) {
+      const bad = r.logprobs.findIndex((v) => !Number.isFinite(v));
+      // The engine samples only tokens of non-zero probability; a non-finite logprob is a bug, not input.
+      if (r.logprobs.length !== r.tokenIds.length || bad >= 0)
+        throw new ApiError(
+          500,
+          `the engine returned ${r.logprobs.length} logprobs for ${r.tokenIds.length} tokens` +
+            (bad >= 0 ? ` (logprob ${r.logprobs[bad]} at index ${bad})` : ''),
+          null,
+          'engine_logprobs',
+          'server_error',
+        );
+    }
+    return {
+      request_id: body.request_id ?? `gen-${randomUUID()}`,
+      model: served.modelName,
+      policy_version: Math.min(...results.map((r) => r.policyVersion)),
+      prompt_token_ids: body.token_ids,
+      choices: results.map((r, index) => ({
+        index,
+        token_ids: r.tokenIds,
+        logprobs: {
+          content: r.tokenIds.map((id, k) => ({ token: `token_id:${id}`, logprob: r.logprobs[k] })),
+        },
+        finish_reason: r.finishReason,
+        policy_version: r.policyVersion,
+      })),
+      usage: usage(body.token_ids.length, results),
+    };
+  });
+}

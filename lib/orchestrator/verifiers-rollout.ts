@@ -1,0 +1,241 @@
+/**
+ * One rollout of a verifiers environment (`[[env]] id = "verifiers:<module>"`): the task is shipped
+ * to the env's server (lib/envs/verifiers/server.ts), which calls our inference server itself
+ * (`/inference/v1/generate`, rendered and tokenized by its `renderers` client), scores the episode
+ * and streams it back. Each trace is a message graph whose nodes carry the tokens they add to the
+ * sequence, a mask (true on sampled tokens) and one logprob per sampled token; every root-to-leaf
+ * path is one training sample, its tokens exactly as the server generated them (never re-tokenised).
+ */
+import type { EnvPool } from '../envs/pool';
+import type { Message } from '../envs/types';
+import type { Tokenizer } from '../model/tokenizer';
+import type { InferenceClient } from './client';
+import { VerifiersRunError, type VerifiersServers, type WireEpisode, type WireTrace } from '../envs/verifiers/server';
+import { isVerifiersEnv, verifiersArgs, verifiersLaunch } from '../envs/verifiers/environment';
+import type { TokenSegment } from './packing';
+import { runRollout, type Rollout, type RolloutTask } from './rollout';
+
+/** Where the env server reaches the policy. */
+export interface VerifiersEndpoint {
+  /** An inference server's OpenAI base URL (`http://host:port/v1`). */
+  baseUrl: string;
+  /** The served model name (what requests must name). */
+  model: string;
+  /** The tokenizer folder the renderer loads (offline). */
+  tokenizerDir: string;
+  /** Environment variable with the server's API key, if it has one. */
+  apiKeyVar?: string;
+  /** The policy version the servers were set to serve for these rollouts. */
+  policyVersion: number;
+}
+
+type Node = {
+  parent?: number | null;
+  sampled?: boolean;
+  message?: { role?: string; content?: unknown };
+  token_ids?: number[];
+  mask?: boolean[];
+  logprobs?: number[];
+};
+
+/** Thrown for a trace whose tokens, mask and logprobs do not line up: the rollout errors. */
+class MalformedTrace extends Error {}
+
+/** The training samples of a trace: one per root-to-leaf path with a sampled token. */
+export function traceSamples(trace: WireTrace): TokenSegment[][] {
+  const nodes = trace.nodes as Node[];
+  nodes.forEach((n, i) => {
+    const ids = n.token_ids ?? [];
+    const mask = n.mask ?? [];
+    const sampled = mask.filter(Boolean).length;
+    if (mask.length !== ids.length)
+      throw new MalformedTrace(`trace ${trace.id} node ${i}: ${mask.length} mask entries for ${ids.length} tokens`);
+    if ((n.logprobs ?? []).length !== sampled)
+      throw new MalformedTrace(
+        `trace ${trace.id} node ${i}: ${(n.logprobs ?? []).length} logprobs for ${sampled} sampled tokens`,
+      );
+    if (!(n.logprobs ?? []).every(Number.isFinite))
+      throw new MalformedTrace(`trace ${trace.id} node ${i}: a logprob is not a finite number`);
+  });
+  const hasChild = new Set(nodes.map((n) => n.parent).filter((p) => p !== null && p !== undefined));
+  const samples: TokenSegment[][] = [];
+  for (let leaf = 0; leaf < nodes.length; leaf++) {
+    if (hasChild.has(leaf)) continue;
+    const path: Node[] = [];
+    for (let at: number | null | undefined = leaf; at !== null && at !== undefined; at = nodes[at].parent) {
+      if (path.length > nodes.length) throw new MalformedTrace(`trace ${trace.id}: a cycle in node parents`);
+      path.push(nodes[at]);
+    }
+    path.reverse();
+    const segments: TokenSegment[] = [];
+    for (const n of path) {
+      const ids = n.token_ids ?? [];
+      const mask = n.mask ?? [];
+      const logprobs = n.logprobs ?? [];
+      let lp = 0;
+      for (let start = 0; start < ids.length;) {
+        let end = start;
+        while (end < ids.length && mask[end] === mask[start]) end++;
+        const generated = mask[start];
+        const tokens = ids.slice(start, end);
+        const last = segments[segments.length - 1];
+        // Runs of one kind join across nodes (a prompt's messages, the generation prompt): one segment each.
+        const lps = generated ? logprobs.slice(lp, lp + tokens.length) : undefined;
+        if (last && last.generated === generated) {
+          last.tokens = [...(last.tokens as number[]), ...tokens];
+          if (lps) last.logprobs = [...(last.logprobs as number[]), ...lps];
+        } else segments.push(generated ? { tokens, generated, logprobs: lps } : { tokens, generated });
+        if (generated) lp += tokens.length;
+        start = end;
+      }
+    }
+    if (segments.some((s) => s.generated)) samples.push(segments);
+  }
+  return samples;
+}
+
+const score = (r: unknown): number | undefined => {
+  const v = r as { score?: number; weight?: number } | null;
+  return v && typeof v.score === 'number' ? v.score * (v.weight ?? 1) : undefined;
+};
+
+function errorText(errors: unknown): string | undefined {
+  const list = Array.isArray(errors) ? (errors as { type?: string; message?: string }[]) : [];
+  const last = list[list.length - 1];
+  return last ? `${last.type ?? 'Error'}: ${last.message ?? JSON.stringify(last)}` : undefined;
+}
+
+function text(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) return content.map((p) => (p as { text?: string }).text ?? '').join('');
+  return '';
+}
+
+/** An assembled episode as our Rollout: samples, reward (mean over its traces), metrics, errors. */
+export function episodeRollout(episode: WireEpisode, policyVersion: number): Rollout {
+  const traces = episode.traces;
+  const failed =
+    errorText(episode.errors) ??
+    traces
+      .map((t) => (t.ok === false ? (errorText(t.errors) ?? `trace ${t.id} did not complete`) : undefined))
+      .find(Boolean);
+  const base = {
+    completion: [] as Message[],
+    reward: 0,
+    metrics: {} as Record<string, number>,
+    turns: 0,
+    samples: [] as TokenSegment[][],
+    completionTokens: 0,
+    truncated: false,
+    // The renderers client drops the version our route returns: the version the step asked for.
+    policyVersion,
+    newestPolicyVersion: policyVersion,
+  };
+  if (failed) return { ...base, error: `verifiers: ${failed}` };
+  if (traces.length === 0) return { ...base, error: 'verifiers: the episode has no trace' };
+  let samples: TokenSegment[][];
+  try {
+    samples = traces.flatMap(traceSamples);
+  } catch (e) {
+    if (e instanceof MalformedTrace) return { ...base, error: `verifiers: ${e.message}` };
+    throw e;
+  }
+  const metrics: Record<string, number> = {};
+  let reward = 0;
+  for (const t of traces) {
+    const rewards = (t.rewards ?? {}) as Record<string, unknown>;
+    for (const [name, r] of Object.entries(rewards)) {
+      const v = score(r);
+      if (v === undefined) continue;
+      reward += v / traces.length;
+      metrics[name] = (metrics[name] ?? 0) + (r as { score: number }).score / traces.length;
+    }
+    for (const [name, v] of Object.entries((t.metrics ?? {}) as Record<string, number | null>))
+      if (typeof v === 'number') metrics[name] = (metrics[name] ?? 0) + v / traces.length;
+  }
+  const nodes = traces.flatMap((t) => t.nodes as Node[]);
+  const firstSampled = nodes.findIndex((n) => n.sampled);
+  const completion = (firstSampled < 0 ? [] : nodes.slice(firstSampled)).map(
+    (n) => ({ role: n.message?.role ?? 'assistant', content: text(n.message?.content) }) as Message,
+  );
+  const stop = traces.map((t) => String(t.stop_condition ?? '')).join(' ');
+  return {
+    ...base,
+    completion,
+    reward,
+    metrics,
+    turns: nodes.filter((n) => n.sampled).length,
+    samples,
+    completionTokens: samples.reduce(
+      (a, s) => a + s.filter((g) => g.generated).reduce((b, g) => b + g.tokens.length, 0),
+      0,
+    ),
+    truncated: /length|context|overlong/i.test(stop),
+  };
+}
+
+/** Plays `task` (an example of a verifiers env) on its env server; failures of the server error this rollout only. */
+export async function runVerifiersRollout(
+  task: RolloutTask,
+  servers: VerifiersServers,
+  endpoint: VerifiersEndpoint,
+): Promise<Rollout> {
+  const args = verifiersArgs.parse(task.env.args ?? {});
+  const { sampling } = task;
+  try {
+    const episode = await servers.run({
+      key: JSON.stringify([task.env.id, args]),
+      name: task.env.id,
+      launch: verifiersLaunch(task.env.id, args),
+      maxConcurrent: args.max_concurrent,
+      startTimeoutMs: args.start_timeout_s * 1000,
+      timeoutMs: args.timeout_s * 1000,
+      task_data: task.example.info.task_data as Record<string, unknown>,
+      client: {
+        type: 'train',
+        base_url: endpoint.baseUrl,
+        // verifiers reads the key from this variable; unset = no key ("EMPTY").
+        api_key_var: endpoint.apiKeyVar ?? 'PRIME_RL_NO_API_KEY',
+        renderer_model_name: endpoint.tokenizerDir,
+      },
+      model: endpoint.model,
+      sampling: {
+        temperature: sampling.temperature,
+        top_p: sampling.top_p,
+        top_k: sampling.top_k,
+        min_p: sampling.min_p,
+        seed: task.seed,
+        ...(sampling.max_tokens !== undefined ? { max_tokens: sampling.max_tokens } : {}),
+        ...(sampling.stop?.length ? { stop: sampling.stop } : {}),
+      },
+    });
+    return episodeRollout(episode, endpoint.policyVersion);
+  } catch (e) {
+    if (!(e instanceof VerifiersRunError)) throw e;
+    return {
+      completion: [],
+      reward: 0,
+      metrics: {},
+      turns: 0,
+      samples: [],
+      completionTokens: 0,
+      truncated: false,
+      policyVersion: endpoint.policyVersion,
+      newestPolicyVersion: endpoint.policyVersion,
+      error: `verifiers env server ${e.kind === 'error' ? 'failed' : e.kind === 'timeout' ? 'timed out' : 'crashed'}: ${e.message}`,
+    };
+  }
+}
+
+/** A rollout of any env: a verifiers env on its env server, any other through the env pool (rollout.ts). */
+export function playRollout(
+  task: RolloutTask,
+  pool: EnvPool,
+  client: InferenceClient,
+  tokenizer: Tokenizer,
+  endpoint: VerifiersEndpoint,
+): Promise<Rollout> {
+  return isVerifiersEnv(task.env.id)
+    ? runVerifiersRollout(task, pool.verifiers, endpoint)
+    : runRollout(task, pool, client, tokenizer);
+}
