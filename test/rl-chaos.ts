@@ -3,11 +3,16 @@
  * the `prime-rl rl` arguments of a tiny run on its own ports, and the processes a launcher records.
  */
 import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
 import { freePort } from '../lib/net';
 import { asProcessId, isRunning, type ProcessId } from '../lib/proc';
+import { createModel } from '../lib/model/create';
 import type { RunLayout } from '../lib/run/layout';
+import { runningDevServer } from '../lib/temporal/devserver';
+import { CliProcesses } from './processes';
 
 /** `prime-rl rl` arguments of a tiny run (reverse-text, batch 8 = 2 groups of 4) on its own ports. */
 export async function tinyRunArgs(o: {
@@ -83,4 +88,33 @@ export function recordedProcesses(layout: RunLayout): Record<string, ProcessId> 
   } catch {
     return {}; // not written yet, or being replaced
   }
+}
+
+/**
+ * A temp folder with a tiny model and an outputs folder, and the CLI processes a test starts there;
+ * registers the jest hooks that make the model first and kill every process at the end (the Temporal
+ * dev server included: it has its own process group) and remove the folder (unless KEEP_TMP).
+ */
+export function chaosScene(prefix: string): {
+  root: string;
+  modelDir: string;
+  outputDir: string;
+  cli: CliProcesses;
+  stopAll: () => void;
+} {
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  const modelDir = path.join(root, 'model');
+  const outputDir = path.join(root, 'outputs');
+  const cli = new CliProcesses(path.join(root, 'cli'));
+  const stopAll = () => {
+    const server = runningDevServer(outputDir);
+    if (server) cli.track(server.pid);
+    cli.cleanup();
+  };
+  beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
+  afterAll(() => {
+    stopAll();
+    if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
+  });
+  return { root, modelDir, outputDir, cli, stopAll };
 }

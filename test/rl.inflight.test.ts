@@ -6,35 +6,18 @@
  * them; the steps took consecutive, disjoint runs of the finished groups (nothing used twice).
  */
 import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import { createModel } from '../lib/model/create';
 import { readBatch } from '../lib/orchestrator/batch';
 import { RunLayout } from '../lib/run/layout';
 import { runningDevServer } from '../lib/temporal/devserver';
 import { readRollouts, storedSummary } from '../activities/rollouts';
-import { CliProcesses, metricLines, metricSteps, until, type CliLaunch } from './processes';
-import { recordedProcesses, tinyRunArgs } from './rl-chaos';
+import { metricLines, metricSteps, until, type CliLaunch } from './processes';
+import { chaosScene, recordedProcesses, tinyRunArgs } from './rl-chaos';
 
 jest.setTimeout(10 * 60_000);
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inflight-'));
-const modelDir = path.join(root, 'model');
-const outputDir = path.join(root, 'outputs');
+const { modelDir, outputDir, cli, stopAll } = chaosScene('prime-inflight-');
 const STEPS = 14;
 const MAX_OFF = 2;
-const cli = new CliProcesses(path.join(root, 'cli'));
-function stopAll(): void {
-  const server = runningDevServer(outputDir);
-  if (server) cli.track(server.pid);
-  cli.cleanup();
-}
-
-beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
-afterAll(() => {
-  stopAll();
-  if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
-});
 
 const KILLS = ['trainer', 'inference', 'cpu', 'temporal'] as const;
 

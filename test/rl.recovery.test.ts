@@ -11,10 +11,8 @@
  */
 import * as fs from 'node:fs';
 import * as net from 'node:net';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { pick, Rng, shuffle, uniformInt } from '../lib/envs/random';
-import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { ConfigError } from '../lib/config/errors';
 import { readBatch } from '../lib/orchestrator/batch';
@@ -24,29 +22,14 @@ import { RunLayout } from '../lib/run/layout';
 import { isListening, runningDevServer } from '../lib/temporal/devserver';
 import { readRollouts } from '../activities/rollouts';
 import { launchRun } from '../lib/launch';
-import { CliProcesses, metricLines, metricSteps, sleep, until, type CliLaunch } from './processes';
-import { configOf, recordedProcesses, tinyRunArgs } from './rl-chaos';
+import { metricLines, metricSteps, sleep, until, type CliLaunch } from './processes';
+import { chaosScene, configOf, recordedProcesses, tinyRunArgs } from './rl-chaos';
 
 jest.setTimeout(10 * 60_000);
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-recovery-'));
-const modelDir = path.join(root, 'model');
-const outputDir = path.join(root, 'outputs');
+const { root, modelDir, outputDir, cli, stopAll } = chaosScene('prime-recovery-');
 const STEPS = 40;
 const KILLS = 10;
-const cli = new CliProcesses(path.join(root, 'cli'));
-/** Kills every process the test started, the Temporal dev server included (it has its own process group). */
-function stopAll(): void {
-  const server = runningDevServer(outputDir);
-  if (server) cli.track(server.pid);
-  cli.cleanup();
-}
-
-beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
-afterAll(() => {
-  stopAll();
-  if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
-});
 
 /** `prime-rl rl` arguments of a tiny run on its own ports. */
 const runArgs = (name: string) => tinyRunArgs({ name, modelDir, outputDir, steps: STEPS });

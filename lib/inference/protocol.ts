@@ -43,12 +43,13 @@ export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.outp
   return r.data;
 }
 
-const tokenId = z.number().int().nonnegative();
-const neutral = <T extends z.ZodType>(schema: T, value: unknown, what: string) =>
+export const tokenId = z.number().int().nonnegative();
+/** A field accepted only at its neutral value (so nobody silently gets other sampling). */
+export const neutral = <T extends z.ZodType>(schema: T, value: unknown, what: string) =>
   schema.optional().refine((v) => v === undefined || v === null || v === value, `${what} is not supported`);
 
-/** Sampling fields shared by all generation routes (OpenAI names plus vLLM's extensions). */
-const sampling = {
+/** The sampling fields every generation route takes, vLLM's `/inference/v1/generate` included. */
+export const samplingFields = {
   temperature: z.number().min(0).max(100).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
   top_k: z.number().int().min(-1).nullish(),
@@ -60,6 +61,11 @@ const sampling = {
   ignore_eos: z.boolean().nullish(),
   frequency_penalty: neutral(z.number().nullable(), 0, 'frequency_penalty other than 0'),
   presence_penalty: neutral(z.number().nullable(), 0, 'presence_penalty other than 0'),
+};
+
+/** Sampling fields shared by the OpenAI-style routes (OpenAI names plus vLLM's extensions). */
+const sampling = {
+  ...samplingFields,
   logit_bias: z
     .record(z.string(), z.number())
     .nullish()

@@ -10,16 +10,8 @@ import { randomUUID } from 'node:crypto';
 import * as path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
-import { ApiError, parseBody } from '../protocol';
+import { ApiError, neutral, parseBody, samplingFields, tokenId } from '../protocol';
 import { disconnectSignal, usage, type Served } from './served';
-
-const tokenId = z.number().int().nonnegative();
-/** A vLLM sampling field we accept only at its neutral value (so nobody silently gets other sampling). */
-const neutral = (value: number | boolean, what: string) =>
-  z
-    .union([z.number(), z.boolean()])
-    .nullish()
-    .refine((v) => v === undefined || v === null || v === value, `${what} is not supported`);
 
 const absent = (what: string) =>
   z
@@ -28,26 +20,16 @@ const absent = (what: string) =>
     .refine((v) => v === undefined || v === null, what);
 
 const samplingParams = z.strictObject({
-  temperature: z.number().min(0).max(100).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
-  top_k: z.number().int().min(-1).nullish(),
-  min_p: z.number().min(0).max(1).nullish(),
-  seed: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullish(),
-  n: z.number().int().min(1).max(64).nullish(),
+  ...samplingFields,
   max_tokens: z.number().int().min(1).nullish(),
-  stop_token_ids: z.array(tokenId).max(64).nullish(),
-  stop: z.union([z.string().min(1), z.array(z.string().min(1)).max(16)]).nullish(),
-  ignore_eos: z.boolean().nullish(),
   /** The sampled token's logprob is always returned; top alternatives are not (0 or 1 only). */
   logprobs: z.number().int().min(0).max(1).nullish(),
   // Text-side options: this route returns token ids only, so they change nothing.
   skip_special_tokens: z.boolean().nullish(),
   spaces_between_special_tokens: z.boolean().nullish(),
   include_stop_str_in_output: z.boolean().nullish(),
-  repetition_penalty: neutral(1, 'repetition_penalty other than 1'),
-  frequency_penalty: neutral(0, 'frequency_penalty other than 0'),
-  presence_penalty: neutral(0, 'presence_penalty other than 0'),
-  min_tokens: neutral(0, 'min_tokens other than 0'),
+  repetition_penalty: neutral(z.number().nullable(), 1, 'repetition_penalty other than 1'),
+  min_tokens: neutral(z.number().nullable(), 0, 'min_tokens other than 0'),
 });
 
 export const rendererGenerateRequest = z.strictObject({
