@@ -766,6 +766,13 @@ export const modelCreateSchema = z.strictObject({
   max_position_embeddings: positiveInt().optional().describe('context length'),
   rope_theta: z.number().positive().optional().describe('RoPE base'),
   tie_word_embeddings: z.boolean().optional().describe('share embedding and output weights'),
+  // Mixture of experts (qwen3_moe only); unset = the preset's.
+  num_experts: positiveInt().optional().describe('qwen3_moe: experts per sparse block'),
+  num_experts_per_tok: positiveInt().optional().describe('qwen3_moe: experts each token is routed to (top-k)'),
+  moe_intermediate_size: positiveInt().optional().describe('qwen3_moe: width of each expert MLP'),
+  decoder_sparse_step: positiveInt().optional().describe('qwen3_moe: block l is sparse when (l + 1) % step == 0'),
+  mlp_only_layers: z.array(z.number().int().nonnegative()).optional().describe('qwen3_moe: blocks kept dense'),
+  norm_topk_prob: z.boolean().optional().describe('qwen3_moe: renormalise the top-k routing weights to sum to 1'),
 });
 
 export const reportSchema = z.strictObject({
