@@ -67,6 +67,13 @@ const runName = (dflt: string) =>
     .describe('run name: the folder under output_dir and the Temporal workflow id');
 const threads = () => positiveInt().optional().describe('compute threads of the native engine; unset = all cores');
 
+/** Mixture-of-experts training options (no effect on dense models). */
+const moeTrainSchema = section({
+  router_aux_loss_coef: nonNegative()
+    .default(0)
+    .describe("weight of the router's load-balancing loss (transformers' definition) added to the loss"),
+});
+
 const optimizerSchema = section({
   lr: z.number().positive().optional().describe('AdamW learning rate; unset = 1e-6, or 1e-5 with lora.enabled'),
   weight_decay: nonNegative().default(0.01).describe('AdamW decoupled weight decay'),
@@ -296,6 +303,7 @@ export const trainerSchema = z
     loss: lossSchema,
     kl_penalty: klPenaltySchema,
     lora: loraSchema,
+    moe: moeTrainSchema,
     ...trainerScaleShape,
   })
   .prefault({})
@@ -682,6 +690,7 @@ export const sftSchema = z
     optim: optimizerSchema,
     scheduler: schedulerSchema,
     lora: loraSchema,
+    moe: moeTrainSchema,
     ckpt: checkpointSchema,
     temporal: temporalSchema,
     trainer: section(trainerScaleShape),
