@@ -234,7 +234,7 @@ export interface LossConfig {
   klBeta?: number;
   /**
    * MoE: weight of the router's load-balancing loss (transformers' load_balancing_loss_func,
-   * over each row's sparse layers), added to the loss. Default 0 (still reported).
+   * over each row's sparse layers), added to the loss (and to the reported `loss`). Default 0 (still reported).
    */
   routerAuxLossCoef?: number;
 }

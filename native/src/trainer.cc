@@ -276,6 +276,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     sums.maskedAdvNegative = nd[8], st.tokens = nd[9];
   }
   st.metrics = lossMetrics(sums);
+  st.metrics.loss += loss.routerAuxLossCoef * st.routerAuxLoss;  // the objective that was differentiated
   return st;
 }
 
