@@ -22,6 +22,9 @@ export interface SequenceResult {
   finishReason: Exclude<FinishReason, 'error'>;
   policyVersion: number;
   promptLogprobs?: Float32Array;
+  /** MoE, when asked: per prompt token but the last, and per token, the experts it was routed to. */
+  promptRoutes?: Int32Array;
+  routes: Int32Array[];
 }
 
 /** The engine could not generate a sequence of the request (e.g. the weights give NaN logits). */
@@ -49,8 +52,10 @@ class SequenceState {
   readonly tokenIds: number[] = [];
   readonly logprobs: number[] = [];
   readonly topLogprobs: TopLogprobs[] = [];
+  readonly routes: Int32Array[] = [];
   text = '';
   promptLogprobs?: Float32Array;
+  promptRoutes?: Int32Array;
   private emitted = 0;
   private stoppedByString = false;
   private readonly detok?: IncrementalDetokenizer;
@@ -74,9 +79,10 @@ class SequenceState {
   }
 
   /** Returns true when a stop string ended the sequence. */
-  token(token: number, logprob: number, top?: TopLogprobs): boolean {
+  token(token: number, logprob: number, top?: TopLogprobs, routes?: Int32Array): boolean {
     this.tokenIds.push(token);
     this.logprobs.push(logprob);
+    if (routes) this.routes.push(routes);
     if (top) this.topLogprobs.push(top);
     if (!this.detok) return false;
     const from = Math.max(0, this.text.length - this.holdBack);
@@ -106,7 +112,7 @@ class SequenceState {
         this.logprobs[this.logprobs.length - 1] ?? 0,
       );
     }
-    const { tokenIds, logprobs, topLogprobs, text, promptLogprobs } = this;
+    const { tokenIds, logprobs, topLogprobs, text, promptLogprobs, promptRoutes, routes } = this;
     return {
       tokenIds,
       logprobs,
@@ -115,6 +121,8 @@ class SequenceState {
       finishReason: this.stoppedByString ? 'stop' : reason,
       policyVersion,
       promptLogprobs,
+      promptRoutes,
+      routes,
     };
   }
 }
@@ -138,10 +146,11 @@ export function startSequences(
   const cancelAll = () => handles.forEach((h) => h.cancel());
 
   const callbacks = (i: number): SequenceCallbacks => ({
-    onAdmitted: (p) => {
+    onAdmitted: (p, routes) => {
       states[i].promptLogprobs = p;
+      states[i].promptRoutes = routes;
     },
-    onToken: (token, logprob, _version, top) => states[i].token(token, logprob, top),
+    onToken: (token, logprob, _version, top, routes) => states[i].token(token, logprob, top, routes),
     onFinish: (reason, policyVersion, error) => {
       if (reason === 'error') {
         // One failed sequence fails the request: stop generating the rest of it.
