@@ -101,6 +101,13 @@ export async function recordSftStep({ runDir, step, train, valLoss, time }: SftS
     tokens: m.tokens,
     loss_tokens: m.loss_tokens,
     tokens_per_s: m.tokens_per_s,
+    ...(m.expert_load_mean === undefined
+      ? {}
+      : {
+          router_aux_loss: m.router_aux_loss,
+          expert_load_max: m.expert_load_max,
+          expert_load_mean: m.expert_load_mean,
+        }),
     progress: train.progress,
     time,
   });

@@ -22,7 +22,7 @@ import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/t
 import { parameterCount } from '../lib/model/tensors';
 import { Rng } from '../lib/model/rng';
 
-const threads = Number(process.argv[2] ?? 2);
+const threads = Number(require.main === module ? (process.argv[2] ?? 2) : 2);
 
 const MEDIUM: ArchConfig = {
   arch: 'llama',
@@ -48,7 +48,7 @@ function matmulParams(c: ArchConfig, total: number): number {
 /** Attention FLOPs of one token attending to `ctx` keys (QK^T + PV). */
 const attnFlops = (c: ArchConfig, ctx: number) => 4 * c.numLayers * ctx * c.numHeads * c.headDim;
 
-interface Row {
+export interface Row {
   model: string;
   what: string;
   tokensPerSecond: number;
@@ -61,9 +61,13 @@ async function time<T>(f: () => Promise<T>): Promise<[T, number]> {
   return [r, Number(process.hrtime.bigint() - t0) / 1e9];
 }
 
-async function benchModel(name: string, c: ArchConfig, rows: Row[]): Promise<void> {
+/**
+ * Prefill, decode and training rows for model `c`. `activeParams` overrides the matmul parameters
+ * a token goes through (MoE: the experts it is routed to, not all of them).
+ */
+export async function benchModel(name: string, c: ArchConfig, rows: Row[], activeParams?: number): Promise<void> {
   const model: NativeModel = await loadModel(c, randomWeights(c, 1));
-  const P = matmulParams(c, model.numParameters);
+  const P = activeParams ?? matmulParams(c, model.numParameters);
   // Prefill computes no logits (the last prompt token is decoded by the first step).
   const Pprefill = P - c.vocabSize * c.hiddenSize;
   const rng = new Rng(2);
@@ -139,17 +143,8 @@ async function benchModel(name: string, c: ArchConfig, rows: Row[]): Promise<voi
   }
 }
 
-async function main(): Promise<void> {
-  setThreads(threads);
-  // The machine may be shared: take the better of two matmul measurements as the yardstick.
-  let peak = await matmulGflops(2048, 10);
-  const rows: Row[] = [];
-  const tiny = tinyConfig('qwen3');
-  const tinyParams = parameterCount(tiny),
-    medParams = parameterCount(MEDIUM);
-  await benchModel(`tiny qwen3 (${(tinyParams / 1e3).toFixed(0)}K)`, tiny, rows);
-  await benchModel(`llama ${(medParams / 1e6).toFixed(1)}M`, MEDIUM, rows);
-  peak = Math.max(peak, await matmulGflops(2048, 10));
+/** Prints rows as the markdown table of BENCHMARKS.md, after the machine line. */
+export function printTable(rows: Row[], peak: number, threads: number): void {
   const i = info();
   console.log(
     `libtorch ${i.torchVersion}, ${threads} threads (ATen ${i.threads}, BLAS ${i.blasThreads ?? '-'}), fp32 CPU; matmul 2048^3: ${peak.toFixed(1)} GFLOP/s\n`,
@@ -162,7 +157,22 @@ async function main(): Promise<void> {
     );
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+async function main(): Promise<void> {
+  setThreads(threads);
+  // The machine may be shared: take the better of two matmul measurements as the yardstick.
+  let peak = await matmulGflops(2048, 10);
+  const rows: Row[] = [];
+  const tiny = tinyConfig('qwen3');
+  const tinyParams = parameterCount(tiny),
+    medParams = parameterCount(MEDIUM);
+  await benchModel(`tiny qwen3 (${(tinyParams / 1e3).toFixed(0)}K)`, tiny, rows);
+  await benchModel(`llama ${(medParams / 1e6).toFixed(1)}M`, MEDIUM, rows);
+  peak = Math.max(peak, await matmulGflops(2048, 10));
+  printTable(rows, peak, threads);
+}
+
+if (require.main === module)
+  main().catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });

@@ -85,6 +85,8 @@ export interface GenerationRequest {
   promptLogprobs?: boolean;
   /** 0..20: with every token, the k most likely tokens (OpenAI `top_logprobs`). Default 0. */
   topLogprobs?: number;
+  /** MoE: return the experts each fed token was routed to (`promptRoutes`, `StepToken.routes`). */
+  returnRoutes?: boolean;
 }
 
 /** The most likely tokens of one step, descending by logprob (ties: lower id first). */
@@ -97,6 +99,11 @@ export interface AddedSequence {
   seqId: number;
   /** One per prompt token; NaN for the first. Present when requested. */
   promptLogprobs?: Float32Array;
+  /**
+   * With returnRoutes on an MoE model: the experts of prompt tokens 0..P-2 (the prefill; the last
+   * prompt token is fed by the first step), [P - 1, sparse layers, experts per token] flattened.
+   */
+  promptRoutes?: Int32Array;
 }
 
 export interface StepToken {
@@ -117,6 +124,11 @@ export interface StepToken {
   error?: string;
   /** When the request asked for topLogprobs: from the same distribution as `logprob`. */
   topLogprobs?: TopLogprobs;
+  /**
+   * With returnRoutes on an MoE model: the experts (sparse layers x experts per token) of the
+   * token fed in this step, whose output `token` was sampled from.
+   */
+  routes?: Int32Array;
 }
 
 export interface CacheStats {
@@ -174,6 +186,13 @@ export interface TrainRow extends PackedRow {
   lossMask: Uint8Array | boolean[] | number[];
   advantages?: Reals;
   inferenceLogprobs?: Reals;
+  /**
+   * MoE router replay: per token, per sparse layer in order, the numExpertsPerTok experts the
+   * token was routed to at inference ([tokens, sparse layers, K] flattened). The sparse blocks
+   * send the token to these experts (weighted by the router's current probabilities of them)
+   * instead of the router's own top-k. Absent = the router decides.
+   */
+  routes?: Int32Array | number[];
 }
 
 /**
@@ -219,6 +238,11 @@ export interface LossConfig {
   mismatch?: MismatchCorrection;
   /** Default 0 (no KL term). */
   klBeta?: number;
+  /**
+   * MoE: weight of the router's load-balancing loss (transformers' load_balancing_loss_func,
+   * over each row's sparse layers), added to the loss (and to the reported `loss`). Default 0 (still reported).
+   */
+  routerAuxLossCoef?: number;
 }
 
 export interface MismatchCorrection {
@@ -286,6 +310,11 @@ export interface TrainStepStats extends LossMetrics {
   /** Data parallel: gradient all-reduce and parameter broadcast, waiting for the other ranks included (0 otherwise). */
   commSeconds: number;
   tokensPerSecond: number;
+  /** MoE: the router load-balancing loss (token-weighted mean over rows; 0 for dense models). */
+  routerAuxLoss: number;
+  /** MoE: (token, slot) pairs per expert per sparse layer over the step: the largest and the mean. */
+  expertLoadMax: number;
+  expertLoadMean: number;
 }
 
 /** Inputs of `policyLoss`: per-token vectors of one equal length, samples back to back. */
@@ -365,7 +394,7 @@ interface Addon {
 }
 
 /** One row of the family's tensor table as the engine reads it (native/src/model.h `ParamSpec`). */
-type EngineTensorSpec = Pick<TensorSpec, 'name' | 'shape' | 'slot' | 'layer'>;
+type EngineTensorSpec = Pick<TensorSpec, 'name' | 'shape' | 'slot' | 'layer' | 'expert'>;
 
 /** Drops tensors checkpoints may carry that the model does not use (see `isIgnorable`). */
 function withoutIgnorable(tensors: readonly WeightTensor[], config: ArchConfig): readonly WeightTensor[] {
@@ -479,7 +508,13 @@ export async function loadModel(
   options: ModelOptions = {},
 ): Promise<NativeModel> {
   // The family's tensor table tells the engine which tensor fills which parameter (it knows no HF names).
-  const specs = tensorSpecs(config).map(({ name, shape, slot, layer }) => ({ name, shape, slot, layer }));
+  const specs = tensorSpecs(config).map(({ name, shape, slot, layer, expert }) => ({
+    name,
+    shape,
+    slot,
+    layer,
+    expert,
+  }));
   const raw = await load().createModel(config, specs, withoutIgnorable(tensors, config), options);
   return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
 }

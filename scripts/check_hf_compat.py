@@ -19,7 +19,7 @@ What it checks (exit status 1 on any mismatch):
 With --write-fixtures it also writes, under test/fixtures/hf-reference/:
   * tokenizer-chat.json: the HF texts and ids of checks 2 and 3, which test/model.*.test.ts compare
     against without Python;
-  * <arch>/ for llama, qwen2, qwen3: a tiny model folder (bytes tokenizer) and HF's fp32 logits on
+  * <arch>/ for llama, qwen2, qwen3, qwen3_moe: a tiny model folder (bytes tokenizer) and HF's fp32 logits on
     two token sequences (logits.bin, described by meta.json), for the native engine's tests.
 """
 
@@ -38,7 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, 'test', 'fixtures', 'hf-reference')
-ARCHS = ['llama', 'qwen2', 'qwen3']
+ARCHS = ['llama', 'qwen2', 'qwen3', 'qwen3_moe']
 TOKENIZERS = ['bytes', 'qwen3']
 
 # Runs lib/model (compiled) on a JSON request from stdin and prints a JSON answer.
@@ -258,6 +258,10 @@ def write_logit_fixtures(work):
             'arch': arch, 'preset': 'tiny', 'tokenizer': 'bytes', 'seed': 0, 'out': created,
             'hiddenSize': 32, 'intermediateSize': 64, 'numHeads': 4, 'numKvHeads': 2, 'tieWordEmbeddings': arch != 'llama',
         }
+        if arch == 'qwen3_moe':
+            # Sparse blocks 0 and 2 around a dense one; 2 of 4 experts per token, renormalised.
+            opts.update({'numLayers': 3, 'moe': {'numExperts': 4, 'numExpertsPerTok': 2, 'moeIntermediateSize': 16,
+                                                 'mlpOnlyLayers': [1], 'normTopkProb': True}})
         node({'op': 'create', 'opts': opts})
         model = AutoModelForCausalLM.from_pretrained(created, dtype=torch.float32)
         tok = AutoTokenizer.from_pretrained(created)

@@ -202,6 +202,61 @@ describe('/v1/generate', () => {
   });
 });
 
+describe('/v1/generate with routes (MoE router replay)', () => {
+  test('per prompt token and per sampled token, replayable by the trainer; a 400 on a dense model', async () => {
+    const moeDir = path.join(root, 'moe');
+    // Sparse blocks 0 and 2: 2 layers x 2 experts per token = 4 entries per token.
+    const moe = { mlpOnlyLayers: [1] };
+    createModel({ arch: 'qwen3_moe', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: moeDir, numLayers: 3, moe });
+    const moeServer = await startInferenceServer(
+      inferenceSchema.parse({
+        model: { name: moeDir },
+        seq_len: 64,
+        output_dir: path.join(root, 'out'),
+        threads: 2,
+        server: { port: 0 },
+      }),
+    );
+    try {
+      const prompt = [10, 20, 30, 40];
+      const res = await fetch(`${moeServer.url}/v1/generate`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt_token_ids: prompt, max_tokens: 6, seed: 3, return_routes: true }),
+      });
+      const body = (await res.json()) as any;
+      expect(body.prompt_routes).toHaveLength(prompt.length - 1);
+      const [choice] = body.choices;
+      expect(choice.routes).toHaveLength(choice.token_ids.length);
+      const all: number[][] = [...body.prompt_routes, ...choice.routes];
+      expect(all.every((r) => r.length === 4 && r.every((e) => Number.isInteger(e) && e >= 0 && e < 8))).toBe(true);
+      // Training on the sample through these routes reproduces the server's logprobs.
+      const hf = loadHfModel(moeDir);
+      const trainer = (await native.loadModel(hf.config, hf.tensors)).createTrainer();
+      const ids = [...prompt, ...choice.token_ids];
+      const stats = await trainer.gradients(
+        [
+          {
+            inputIds: ids,
+            positionIds: ids.map((_, i) => i),
+            lossMask: ids.map((_, i) => (i >= prompt.length ? 1 : 0)),
+            advantages: ids.map(() => 1),
+            inferenceLogprobs: [...prompt.map(() => 0), ...choice.logprobs],
+            routes: [...all.flat(), -1, -1, -1, -1],
+          },
+        ],
+        { kind: 'grpo' },
+      );
+      expect(stats.mismatchKl).toBeLessThan(1e-9);
+    } finally {
+      await moeServer.close(1000);
+    }
+    const dense = await post('/v1/generate', { prompt_token_ids: [1, 2], max_tokens: 1, return_routes: true });
+    expect(dense.status).toBe(400);
+    expect(((await dense.json()) as any).error).toMatchObject({ param: 'return_routes', message: /has no MoE router/ });
+  });
+});
+
 describe('weights', () => {
   const request = { prompt_token_ids: [1, 2, 3], max_tokens: 8, temperature: 0 };
 

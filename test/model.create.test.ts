@@ -1,7 +1,15 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { createModel, initTensors, MODEL_PRESETS, resolveArchConfig } from '../lib/model/create';
+import {
+  createModel,
+  createModelFromConfig,
+  initTensors,
+  MODEL_PRESETS,
+  MOE_PRESETS,
+  resolveArchConfig,
+} from '../lib/model/create';
+import { modelCreateSchema } from '../lib/config/schemas';
 import { loadHfModel } from '../lib/model/hf';
 import { parameterCount } from '../lib/model/tensors';
 import { Tokenizer } from '../lib/model/tokenizer';
@@ -17,45 +25,55 @@ afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 const read = (dir: string, file: string) => fs.readFileSync(path.join(dir, file));
 
 describe('createModel', () => {
-  test.each(['llama', 'qwen2', 'qwen3'] as const)('writes a complete %s folder that loads back', (arch) => {
-    const out = path.join(tmp, arch);
-    const created = createModel({ arch, preset: 'tiny', tokenizer: 'bytes', seed: 0, out });
-    expect(fs.readdirSync(out).sort()).toEqual([
-      'config.json',
-      'generation_config.json',
-      'model.safetensors',
-      'tokenizer.json',
-      'tokenizer_config.json',
-    ]);
-    const config = JSON.parse(read(out, 'config.json').toString());
-    expect(config).toMatchObject({
-      architectures: [{ llama: 'LlamaForCausalLM', qwen2: 'Qwen2ForCausalLM', qwen3: 'Qwen3ForCausalLM' }[arch]],
-      model_type: arch,
-      torch_dtype: 'float32',
-      vocab_size: 265,
-      bos_token_id: 256,
-      eos_token_id: 258,
-      pad_token_id: 256,
-    });
-    expect(JSON.parse(read(out, 'generation_config.json').toString())).toEqual({
-      bos_token_id: 256,
-      eos_token_id: [258, 256],
-      pad_token_id: 256,
-    });
-    const model = loadHfModel(out);
-    expect(model.config).toEqual(created.config);
-    expect(created.parameterCount).toBe(model.tensors.reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0));
-    const tok = Tokenizer.fromDir(out);
-    expect(tok.eosTokenIds).toEqual([258, 256]);
-    expect(applyChatTemplate(tok, [{ role: 'user', content: 'hi' }], { addGenerationPrompt: true })).toEqual([
-      257,
-      ...Buffer.from('user\nhi'),
-      258,
-      10,
-      257,
-      ...Buffer.from('assistant\n'),
-    ]);
-  });
+  test.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'] as const)(
+    'writes a complete %s folder that loads back',
+    (arch) => {
+      const out = path.join(tmp, arch);
+      const created = createModel({ arch, preset: 'tiny', tokenizer: 'bytes', seed: 0, out });
+      expect(fs.readdirSync(out).sort()).toEqual([
+        'config.json',
+        'generation_config.json',
+        'model.safetensors',
+        'tokenizer.json',
+        'tokenizer_config.json',
+      ]);
+      const config = JSON.parse(read(out, 'config.json').toString());
+      expect(config).toMatchObject({
+        architectures: [
+          {
+            llama: 'LlamaForCausalLM',
+            qwen2: 'Qwen2ForCausalLM',
+            qwen3: 'Qwen3ForCausalLM',
+            qwen3_moe: 'Qwen3MoeForCausalLM',
+          }[arch],
+        ],
+        model_type: arch,
+        torch_dtype: 'float32',
+        vocab_size: 265,
+        bos_token_id: 256,
+        eos_token_id: 258,
+        pad_token_id: 256,
+      });
+      expect(JSON.parse(read(out, 'generation_config.json').toString())).toEqual({
+        bos_token_id: 256,
+        eos_token_id: [258, 256],
+        pad_token_id: 256,
+      });
+      const model = loadHfModel(out);
+      expect(model.config).toEqual(created.config);
+      expect(created.parameterCount).toBe(model.tensors.reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0));
+      const tok = Tokenizer.fromDir(out);
+      expect(tok.eosTokenIds).toEqual([258, 256]);
+      expect(applyChatTemplate(tok, [{ role: 'user', content: 'hi' }], { addGenerationPrompt: true })).toEqual([
+        257,
+        ...Buffer.from('user\nhi'),
+        258,
+        10,
+        257,
+        ...Buffer.from('assistant\n'),
+      ]);
+    },
+  );
 
   test('the same seed gives byte-identical files; another seed gives other weights', () => {
     const opts = { arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes' } as const;
@@ -153,6 +171,57 @@ describe('createModel', () => {
       }),
     ).toThrow(message);
     expect(fs.existsSync(path.join(tmp, 'x'))).toBe(false);
+  });
+
+  test('qwen3_moe: MoE presets and options; experts x top-k width equals the dense preset MLP', () => {
+    for (const preset of ['tiny', 'small'] as const) {
+      const a = resolveArchConfig({ arch: 'qwen3_moe', preset, tokenizer: 'bytes' });
+      const { numExpertsPerTok, moeIntermediateSize } = MOE_PRESETS[preset];
+      expect(a.moe).toMatchObject(MOE_PRESETS[preset]);
+      expect(numExpertsPerTok * moeIntermediateSize).toBe(MODEL_PRESETS[preset].intermediateSize);
+    }
+    const out = path.join(tmp, 'moe');
+    createModelFromConfig(
+      modelCreateSchema.parse({
+        arch: 'qwen3_moe',
+        out,
+        num_layers: 4,
+        num_experts: 6,
+        num_experts_per_tok: 3,
+        moe_intermediate_size: 24,
+        decoder_sparse_step: 2,
+        mlp_only_layers: [3],
+        norm_topk_prob: false,
+      }),
+    );
+    const config = JSON.parse(read(out, 'config.json').toString());
+    expect(config).toMatchObject({
+      model_type: 'qwen3_moe',
+      num_experts: 6,
+      num_experts_per_tok: 3,
+      moe_intermediate_size: 24,
+      decoder_sparse_step: 2,
+      mlp_only_layers: [3],
+      norm_topk_prob: false,
+    });
+    // Layer 1 is the only sparse one (3 is mlp-only; 0 and 2 are off the step).
+    const names = loadHfModel(out).tensors.map((t) => t.name);
+    expect(names.filter((n) => n.endsWith('mlp.gate.weight'))).toEqual(['model.layers.1.mlp.gate.weight']);
+    expect(names.filter((n) => /experts\.\d+\.up_proj/.test(n))).toHaveLength(6);
+    expect(names.filter((n) => n.endsWith('mlp.up_proj.weight'))).toHaveLength(3);
+    expect(() =>
+      createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out, moe: { numExperts: 4 } }),
+    ).toThrow(/MoE options need an MoE architecture \(qwen3_moe\); 'qwen3' is dense/);
+    expect(() =>
+      createModel({
+        arch: 'qwen3_moe',
+        preset: 'tiny',
+        tokenizer: 'bytes',
+        seed: 0,
+        out,
+        moe: { numExpertsPerTok: 9 },
+      }),
+    ).toThrow(/numExpertsPerTok \(9\) exceeds moe.numExperts \(8\)/);
   });
 
   test('presets: the small one is 50-100M parameters with the Qwen3 vocabulary', () => {

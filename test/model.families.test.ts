@@ -1,20 +1,24 @@
 /** Architecture families: the registry, each family's tensor table over the decoder skeleton, its config.json mapping. */
-import { ARCHS, FAMILIES, family } from '../lib/model/families';
+import { ARCHS, FAMILIES, family, isSparseLayer } from '../lib/model/families';
 import { parseHfConfig, toHfConfig } from '../lib/model/hf-config';
 import { tinyConfig } from '../lib/model/testing';
 import { tensorSpecs } from '../lib/model/tensors';
 import { modelCreateSchema } from '../lib/config/schemas';
 
-const REQUIRED_LAYER_SLOTS = ['inputNorm', 'q', 'k', 'v', 'o', 'postNorm', 'gate', 'up', 'down'];
+const REQUIRED_LAYER_SLOTS = ['inputNorm', 'q', 'k', 'v', 'o', 'postNorm'];
+const DENSE_MLP = ['gate', 'up', 'down'];
 
 describe.each(ARCHS)('%s', (arch) => {
   const variants = [tinyConfig(arch), tinyConfig(arch, { tieWordEmbeddings: !tinyConfig(arch).tieWordEmbeddings })];
+  const moe = FAMILIES[arch].defaults.moe;
+  // MoE: every other block sparse, and one of those kept dense.
+  if (moe) variants.push(tinyConfig(arch, { numLayers: 5, moe: { ...moe, decoderSparseStep: 2, mlpOnlyLayers: [3] } }));
 
   test('its table fills every required slot once, with unique names, blocks in order', () => {
     for (const c of variants) {
       const specs = tensorSpecs(c);
       expect(new Set(specs.map((s) => s.name)).size).toBe(specs.length);
-      expect(new Set(specs.map((s) => `${s.layer}/${s.slot}`)).size).toBe(specs.length);
+      expect(new Set(specs.map((s) => `${s.layer}/${s.slot}/${s.expert}`)).size).toBe(specs.length);
       expect(specs.filter((s) => s.layer < 0).map((s) => s.slot)).toEqual(
         c.tieWordEmbeddings ? ['embed', 'norm'] : ['embed', 'norm', 'lmHead'],
       );
@@ -23,7 +27,19 @@ describe.each(ARCHS)('%s', (arch) => {
         expect(slots).toEqual(expect.arrayContaining(REQUIRED_LAYER_SLOTS));
         expect(slots.includes('qNorm')).toBe(c.qkNorm);
         expect(slots.includes('qBias')).toBe(c.attentionBias);
+        if (!isSparseLayer(c.moe, l)) {
+          expect(slots).toEqual(expect.arrayContaining(DENSE_MLP));
+          expect(slots).not.toContain('router');
+          continue;
+        }
+        expect(slots).not.toEqual(expect.arrayContaining(['gate']));
+        expect(slots.filter((s) => s === 'router')).toHaveLength(1);
+        for (const slot of ['expertGate', 'expertUp', 'expertDown']) {
+          const experts = specs.filter((s) => s.layer === l && s.slot === slot).map((s) => s.expert);
+          expect(experts).toEqual(Array.from({ length: c.moe!.numExperts }, (_, e) => e));
+        }
       }
+      if (c.moe && c.numLayers === 5) expect([0, 1, 2, 3, 4].filter((l) => isSparseLayer(c.moe, l))).toEqual([1]); // 3 is mlp-only
       const layers = specs.map((s) => s.layer).filter((l) => l >= 0);
       expect(layers).toEqual([...layers].sort((a, b) => a - b));
     }
@@ -39,7 +55,7 @@ describe.each(ARCHS)('%s', (arch) => {
 });
 
 test('an unregistered architecture is an error listing the registered ones', () => {
-  expect(() => family('gpt2')).toThrow("unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3)");
+  expect(() => family('gpt2')).toThrow("unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, qwen3_moe)");
   expect(() => family('toString')).toThrow(/unsupported architecture 'toString'/);
   expect(() => tensorSpecs({ ...tinyConfig('llama'), arch: 'gpt2' as 'llama' })).toThrow(
     /unsupported architecture 'gpt2'/,
@@ -56,6 +72,20 @@ test('a family rejects features it cannot express when writing config.json', () 
   expect(() => toHfConfig(tinyConfig('qwen3', { qkNorm: false }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(
     /qwen3 always has q\/k norms/,
   );
+  const moe = FAMILIES.qwen3_moe.defaults.moe!;
+  expect(() => toHfConfig(tinyConfig('qwen3', { moe }), { bos: 1, eos: 2, pad: 0 }, 'float32')).toThrow(
+    /qwen3 has no MoE blocks/,
+  );
+  expect(() =>
+    toHfConfig(tinyConfig('qwen3_moe', { moe: { ...moe, mlpOnlyLayers: [7] } }), { bos: 1, eos: 2, pad: 0 }, 'float32'),
+  ).toThrow(/moe.mlpOnlyLayers: 7 is not a layer index in \[0, 2\)/);
+  expect(() =>
+    toHfConfig(
+      tinyConfig('qwen3_moe', { moe: { ...moe, numExpertsPerTok: 9 } }),
+      { bos: 1, eos: 2, pad: 0 },
+      'float32',
+    ),
+  ).toThrow(/numExpertsPerTok \(9\) exceeds moe.numExperts \(8\)/);
 });
 
 test('model create offers exactly the registered families', () => {

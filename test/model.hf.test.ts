@@ -105,6 +105,63 @@ describe('parseHfConfig', () => {
     });
   });
 
+  // Qwen3-30B-A3B's MoE fields.
+  const qwen3Moe = {
+    ...qwen3,
+    architectures: ['Qwen3MoeForCausalLM'],
+    model_type: 'qwen3_moe',
+    hidden_size: 2048,
+    intermediate_size: 6144,
+    num_hidden_layers: 48,
+    num_attention_heads: 32,
+    num_key_value_heads: 4,
+    num_experts: 128,
+    num_experts_per_tok: 8,
+    moe_intermediate_size: 768,
+    decoder_sparse_step: 1,
+    mlp_only_layers: [],
+    norm_topk_prob: true,
+    output_router_logits: false,
+    router_aux_loss_coef: 0.001,
+  };
+
+  test('qwen3_moe: experts, top-k, expert width, sparse layers (v4 and v5 names)', () => {
+    const moe = {
+      numExperts: 128,
+      numExpertsPerTok: 8,
+      moeIntermediateSize: 768,
+      decoderSparseStep: 1,
+      mlpOnlyLayers: [],
+      normTopkProb: true,
+    };
+    expect(parseHfConfig(qwen3Moe)).toMatchObject({ arch: 'qwen3_moe', qkNorm: true, moe });
+    const { num_experts: _n, ...v5 } = { ...qwen3Moe, num_local_experts: 128 };
+    expect(parseHfConfig(v5).moe).toEqual(moe);
+    // transformers' Qwen3MoeConfig defaults.
+    const {
+      num_experts: _a,
+      num_experts_per_tok: _b,
+      moe_intermediate_size: _c,
+      norm_topk_prob: _d,
+      ...bare
+    } = qwen3Moe;
+    expect(parseHfConfig(bare).moe).toMatchObject({
+      numExperts: 128,
+      numExpertsPerTok: 8,
+      moeIntermediateSize: 768,
+      normTopkProb: false,
+    });
+    const bad: [Record<string, unknown>, RegExp][] = [
+      [{ num_experts_per_tok: 200 }, /field 'num_experts_per_tok' \(200\) exceeds num_experts \(128\)/],
+      [{ mlp_only_layers: [1, -1] }, /field 'mlp_only_layers' must be an array of non-negative integers/],
+      [{ mlp_only_layers: [2, 2] }, /field 'mlp_only_layers' has duplicates/],
+      [{ num_local_experts: 64 }, /field 'num_local_experts' \(64\) differs from num_experts \(128\)/],
+      [{ decoder_sparse_step: 0 }, /field 'decoder_sparse_step' must be a positive integer/],
+      [{ norm_topk_prob: 'yes' }, /field 'norm_topk_prob' must be a boolean/],
+    ];
+    for (const [patch, err] of bad) expect(() => parseHfConfig({ ...qwen3Moe, ...patch })).toThrow(err);
+  });
+
   test('transformers v5 rope_parameters are accepted', () => {
     const { rope_theta: _drop, rope_scaling: _none, ...rest } = qwen3;
     const v5 = { ...rest, rope_parameters: { rope_type: 'default', rope_theta: 5e6 } };
@@ -197,14 +254,14 @@ describe('model folders', () => {
   });
   afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
-  test.each(['llama', 'qwen2', 'qwen3'])(
+  test.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'])(
     'loads the folder transformers saved (%s fixture, v5 config layout)',
     (arch) => {
       const m = loadHfModel(path.join(FIXTURES, arch));
       expect(m.config).toMatchObject({
         arch,
         hiddenSize: 32,
-        numLayers: 2,
+        numLayers: arch === 'qwen3_moe' ? 3 : 2,
         vocabSize: 265,
         headDim: 8,
         tieWordEmbeddings: arch !== 'llama',

@@ -40,7 +40,7 @@ const maxAbsDiff = (a: ArrayLike<number>, b: ArrayLike<number>) => {
   return m;
 };
 
-describe.each(['llama', 'qwen2', 'qwen3'] as const)('%s', (arch) => {
+describe.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'] as const)('%s', (arch) => {
   const cfg = tinyConfig(arch);
   let model: NativeModel;
   beforeAll(async () => {

@@ -1,6 +1,6 @@
 /**
  * The native engine against Hugging Face transformers itself: logits that transformers computed
- * (fp32, by scripts/check_hf_compat.py --write-fixtures) for small Llama, Qwen2 and Qwen3 folders
+ * (fp32, by scripts/check_hf_compat.py --write-fixtures) for small Llama, Qwen2, Qwen3 and Qwen3-MoE folders
  * with perturbed norms and biases, so every weight matters. Both sequences go in one packed row.
  */
 import * as fs from 'node:fs';
@@ -19,31 +19,34 @@ function logSoftmax(row: Float32Array): Float64Array {
   return Float64Array.from(row, (v) => v - lse);
 }
 
-test.each(['llama', 'qwen2', 'qwen3'])('%s: packed scoring equals transformers token by token', async (arch) => {
-  const dir = path.join(FIXTURES, arch);
-  const meta = JSON.parse(fs.readFileSync(path.join(dir, 'meta.json'), 'utf8')) as {
-    tokens_a: number[];
-    tokens_b: number[];
-    vocab_size: number;
-  };
-  const raw = fs.readFileSync(path.join(dir, 'logits.bin'));
-  const logits = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
-  const hf = loadHfModel(dir);
-  const model = await native.loadModel(hf.config, hf.tensors);
-  const ids = [...meta.tokens_a, ...meta.tokens_b];
-  const positions = [...meta.tokens_a.map((_, i) => i), ...meta.tokens_b.map((_, i) => i)];
-  const [scores] = await model.score([{ inputIds: ids, positionIds: positions }]);
-  let worst = 0;
-  let offset = 0;
-  for (const seq of [meta.tokens_a, meta.tokens_b]) {
-    for (let t = 1; t < seq.length; t++) {
-      // HF row t-1 of this sequence predicts token t.
-      const row = logits.subarray((offset + t - 1) * meta.vocab_size, (offset + t) * meta.vocab_size);
-      const expected = logSoftmax(row)[seq[t]];
-      worst = Math.max(worst, Math.abs(scores.logprobs[offset + t] - expected));
+test.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'])(
+  '%s: packed scoring equals transformers token by token',
+  async (arch) => {
+    const dir = path.join(FIXTURES, arch);
+    const meta = JSON.parse(fs.readFileSync(path.join(dir, 'meta.json'), 'utf8')) as {
+      tokens_a: number[];
+      tokens_b: number[];
+      vocab_size: number;
+    };
+    const raw = fs.readFileSync(path.join(dir, 'logits.bin'));
+    const logits = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
+    const hf = loadHfModel(dir);
+    const model = await native.loadModel(hf.config, hf.tensors);
+    const ids = [...meta.tokens_a, ...meta.tokens_b];
+    const positions = [...meta.tokens_a.map((_, i) => i), ...meta.tokens_b.map((_, i) => i)];
+    const [scores] = await model.score([{ inputIds: ids, positionIds: positions }]);
+    let worst = 0;
+    let offset = 0;
+    for (const seq of [meta.tokens_a, meta.tokens_b]) {
+      for (let t = 1; t < seq.length; t++) {
+        // HF row t-1 of this sequence predicts token t.
+        const row = logits.subarray((offset + t - 1) * meta.vocab_size, (offset + t) * meta.vocab_size);
+        const expected = logSoftmax(row)[seq[t]];
+        worst = Math.max(worst, Math.abs(scores.logprobs[offset + t] - expected));
+      }
+      offset += seq.length;
     }
-    offset += seq.length;
-  }
-  // Logits here are O(10) (weights x10); measured worst difference is 4e-6, the last bits of fp32.
-  expect(worst).toBeLessThan(1e-5);
-});
+    // Logits here are O(10) (weights x10); measured worst difference is 4e-6, the last bits of fp32.
+    expect(worst).toBeLessThan(1e-5);
+  },
+);

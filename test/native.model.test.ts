@@ -4,7 +4,7 @@ import { loadModel, setThreads, type WeightTensor } from '../native';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { tensorSpecs } from '../lib/model/tensors';
-import { ARCHS } from '../lib/model/families';
+import { ARCHS, isSparseLayer } from '../lib/model/families';
 
 setThreads(2);
 
@@ -84,10 +84,35 @@ function referenceLogprobs(c: ArchConfig, weights: WeightTensor[], ids: number[]
       const o = linear(attn, w(p + 'self_attn.o_proj.weight'), D);
       const h1 = x.map((v, i) => v + o[i]);
       const m = rms(h1, w(p + 'post_attention_layernorm.weight'));
-      const gate = linear(m, w(p + 'mlp.gate_proj.weight'), c.intermediateSize);
-      const up = linear(m, w(p + 'mlp.up_proj.weight'), c.intermediateSize);
-      const act = gate.map((gv, i) => (gv / (1 + Math.exp(-gv))) * up[i]);
-      const down = linear(act, w(p + 'mlp.down_proj.weight'), D);
+      const swiglu = (prefix: string, width: number) => {
+        const gate = linear(m, w(prefix + 'gate_proj.weight'), width);
+        const up = linear(m, w(prefix + 'up_proj.weight'), width);
+        const act = gate.map((gv, i) => (gv / (1 + Math.exp(-gv))) * up[i]);
+        return linear(act, w(prefix + 'down_proj.weight'), D);
+      };
+      let down: Float64Array;
+      if (!isSparseLayer(c.moe, l)) {
+        down = swiglu(p + 'mlp.', c.intermediateSize);
+      } else {
+        // Qwen3MoeSparseMoeBlock: softmax over the router logits, top-k, optional renormalisation.
+        const moe = c.moe!;
+        const logits = linear(m, w(p + 'mlp.gate.weight'), moe.numExperts);
+        const mx = Math.max(...logits),
+          e = logits.map((v) => Math.exp(v - mx)),
+          z = e.reduce((a, v) => a + v, 0);
+        const probs = Array.from(e, (v) => v / z);
+        const top = probs
+          .map((pr, i) => [pr, i])
+          .sort((a, b) => b[0] - a[0])
+          .slice(0, moe.numExpertsPerTok);
+        const sum = top.reduce((a, [pr]) => a + pr, 0);
+        down = new Float64Array(D);
+        for (const [pr, i] of top) {
+          const y = swiglu(p + `mlp.experts.${i}.`, moe.moeIntermediateSize);
+          const wt = moe.normTopkProb ? pr / sum : pr;
+          for (let d = 0; d < D; d++) down[d] += wt * y[d];
+        }
+      }
       return h1.map((v, i) => v + down[i]);
     });
   }

@@ -17,7 +17,7 @@ function trainRow(rng: Rng, lengths: number[], vocab: number): TrainRow {
 
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'prime-native-'));
 
-describe.each(['llama', 'qwen2', 'qwen3'] as const)('%s', (arch) => {
+describe.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'] as const)('%s', (arch) => {
   test('gradients match central finite differences (float64)', async () => {
     const cfg = tinyConfig(arch, { hiddenSize: 32, intermediateSize: 48, headDim: 8, vocabSize: 64 });
     const weights = randomWeights(cfg, 21, 'F64');

@@ -4,6 +4,7 @@
 # then print the held-out reward before SFT, after SFT and after RL, and the reports.
 #   bash examples/reverse_text/run.sh            (npm run reverse-text)
 # Extra arguments go to every train/eval command, e.g. --seed 1 --output-dir outputs/seed1.
+# MODEL_ARGS="..." adds flags to `model create` (an MoE model: see README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/setup.sh
@@ -16,7 +17,8 @@ start=$(date +%s)
 stamp() { echo "[reverse-text] $1 ($(( $(date +%s) - start ))s)"; }
 
 stamp "1/4 model: byte tokenizer, 4 layers of width 128, 8 heads"
-$CLI model create --out "$MODEL" --hidden-size 128 --intermediate-size 384 --num-layers 4 --num-heads 8 --num-kv-heads 8 --max-position-embeddings 512
+# MODEL_ARGS adds `model create` flags (later flags win), e.g. the MoE variant (README.md).
+$CLI model create --out "$MODEL" --hidden-size 128 --intermediate-size 384 --num-layers 4 --num-heads 8 --num-kv-heads 8 --max-position-embeddings 512 ${MODEL_ARGS:-}
 
 stamp "2/4 SFT on reverse-text demonstrations, until the validation loss reaches its target"
 $CLI sft @ configs/reverse_text/sft.toml --model.name "$MODEL" "$@"

@@ -68,6 +68,13 @@ const runName = (dflt: string) =>
     .describe('run name: the folder under output_dir and the Temporal workflow id');
 const threads = () => positiveInt().optional().describe('compute threads of the native engine; unset = all cores');
 
+/** Mixture-of-experts training options (no effect on dense models). */
+const moeTrainSchema = section({
+  router_aux_loss_coef: nonNegative()
+    .default(0)
+    .describe("weight of the router's load-balancing loss (transformers' definition) added to the loss"),
+});
+
 const optimizerSchema = section({
   lr: z.number().positive().optional().describe('AdamW learning rate; unset = 1e-6, or 1e-5 with lora.enabled'),
   weight_decay: nonNegative().default(0.01).describe('AdamW decoupled weight decay'),
@@ -297,6 +304,7 @@ export const trainerSchema = z
     loss: lossSchema,
     kl_penalty: klPenaltySchema,
     lora: loraSchema,
+    moe: moeTrainSchema,
     ...trainerScaleShape,
   })
   .prefault({})
@@ -756,6 +764,7 @@ export const sftSchema = z
     optim: optimizerSchema,
     scheduler: schedulerSchema,
     lora: loraSchema,
+    moe: moeTrainSchema,
     ckpt: checkpointSchema,
     temporal: temporalSchema,
     trainer: section(trainerScaleShape),
@@ -840,6 +849,13 @@ export const modelCreateSchema = z.strictObject({
   max_position_embeddings: positiveInt().optional().describe('context length'),
   rope_theta: z.number().positive().optional().describe('RoPE base'),
   tie_word_embeddings: z.boolean().optional().describe('share embedding and output weights'),
+  // Mixture of experts (qwen3_moe only); unset = the preset's.
+  num_experts: positiveInt().optional().describe('qwen3_moe: experts per sparse block'),
+  num_experts_per_tok: positiveInt().optional().describe('qwen3_moe: experts each token is routed to (top-k)'),
+  moe_intermediate_size: positiveInt().optional().describe('qwen3_moe: width of each expert MLP'),
+  decoder_sparse_step: positiveInt().optional().describe('qwen3_moe: block l is sparse when (l + 1) % step == 0'),
+  mlp_only_layers: z.array(z.number().int().nonnegative()).optional().describe('qwen3_moe: blocks kept dense'),
+  norm_topk_prob: z.boolean().optional().describe('qwen3_moe: renormalise the top-k routing weights to sum to 1'),
 });
 
 export const reportSchema = z.strictObject({

@@ -25,6 +25,9 @@ export interface SequenceResult {
   /** Per token, the policy version that sampled it: weights can change between two decode steps. */
   tokenPolicyVersions: number[];
   promptLogprobs?: Float32Array;
+  /** MoE, when asked: per prompt token but the last, and per token, the experts it was routed to. */
+  promptRoutes?: Int32Array;
+  routes: Int32Array[];
 }
 
 /** The engine could not generate a sequence of the request (e.g. the weights give NaN logits). */
@@ -53,8 +56,10 @@ class SequenceState {
   readonly logprobs: number[] = [];
   readonly versions: number[] = [];
   readonly topLogprobs: TopLogprobs[] = [];
+  readonly routes: Int32Array[] = [];
   text = '';
   promptLogprobs?: Float32Array;
+  promptRoutes?: Int32Array;
   private emitted = 0;
   private stoppedByString = false;
   private readonly detok?: IncrementalDetokenizer;
@@ -78,10 +83,11 @@ class SequenceState {
   }
 
   /** Returns true when a stop string ended the sequence. */
-  token(token: number, logprob: number, version: number, top?: TopLogprobs): boolean {
+  token(token: number, logprob: number, version: number, top?: TopLogprobs, routes?: Int32Array): boolean {
     this.tokenIds.push(token);
     this.logprobs.push(logprob);
     this.versions.push(version);
+    if (routes) this.routes.push(routes);
     if (top) this.topLogprobs.push(top);
     if (!this.detok) return false;
     const from = Math.max(0, this.text.length - this.holdBack);
@@ -111,7 +117,7 @@ class SequenceState {
         this.logprobs[this.logprobs.length - 1] ?? 0,
       );
     }
-    const { tokenIds, logprobs, topLogprobs, text, promptLogprobs, versions } = this;
+    const { tokenIds, logprobs, topLogprobs, text, promptLogprobs, promptRoutes, routes, versions } = this;
     return {
       tokenIds,
       logprobs,
@@ -121,6 +127,8 @@ class SequenceState {
       policyVersion,
       tokenPolicyVersions: versions,
       promptLogprobs,
+      promptRoutes,
+      routes,
     };
   }
 }
@@ -144,10 +152,11 @@ export function startSequences(
   const cancelAll = () => handles.forEach((h) => h.cancel());
 
   const callbacks = (i: number): SequenceCallbacks => ({
-    onAdmitted: (p) => {
+    onAdmitted: (p, routes) => {
       states[i].promptLogprobs = p;
+      states[i].promptRoutes = routes;
     },
-    onToken: (token, logprob, version, top) => states[i].token(token, logprob, version, top),
+    onToken: (token, logprob, version, top, routes) => states[i].token(token, logprob, version, top, routes),
     onFinish: (reason, policyVersion, error) => {
       if (reason === 'error') {
         // One failed sequence fails the request: stop generating the rest of it.

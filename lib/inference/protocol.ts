@@ -136,6 +136,12 @@ export const generateRequest = z.strictObject({
   /** Stop strings: the sequence ends at the token whose text completes one (that token is kept). */
   stop: z.array(z.string().min(1)).max(16).optional(),
   prompt_logprobs: z.boolean().default(false),
+  /**
+   * MoE models (router replay): with every choice, `routes[t]` = the experts (sparse layers x
+   * experts per token, flattened) of the token fed to sample token t, and `prompt_routes` for
+   * prompt tokens 0..P-2.
+   */
+  return_routes: z.boolean().default(false),
 });
 export type GenerateRequest = z.output<typeof generateRequest>;
 

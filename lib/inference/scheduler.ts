@@ -21,11 +21,17 @@ export interface SequenceError {
 
 export interface SequenceCallbacks {
   /** A sampled token (with its top alternatives when asked). Return true to stop the sequence here (a stop string matched). */
-  onToken(token: number, logprob: number, policyVersion: number, top?: TopLogprobs): boolean | void;
+  onToken(
+    token: number,
+    logprob: number,
+    policyVersion: number,
+    top?: TopLogprobs,
+    routes?: Int32Array,
+  ): boolean | void;
   /** The sequence ended: 'stop' (stop token or stop string), 'length', 'abort' (cancelled, shutdown) or 'error' (with a message). */
   onFinish(reason: FinishReason, policyVersion: number, error?: SequenceError): void;
-  /** Prefill is done; prompt logprobs when they were asked for. */
-  onAdmitted?(promptLogprobs?: Float32Array): void;
+  /** Prefill is done; prompt logprobs and (MoE) prompt routes when they were asked for. */
+  onAdmitted?(promptLogprobs?: Float32Array, promptRoutes?: Int32Array): void;
 }
 
 export interface SequenceHandle {
@@ -237,7 +243,7 @@ export class Scheduler {
             e.seqId = a.seqId;
             this.running.set(a.seqId, e);
             this.promptTokens += e.request.promptIds.length;
-            e.callbacks.onAdmitted?.(a.promptLogprobs);
+            e.callbacks.onAdmitted?.(a.promptLogprobs, a.promptRoutes);
           });
         } catch (err) {
           // Requests are validated before they get here; a failure now is the engine's. Fail them, keep serving.
@@ -279,7 +285,9 @@ export class Scheduler {
           continue;
         }
         this.generatedTokens += 1;
-        const stop = e.cancelled ? false : e.callbacks.onToken(t.token, t.logprob, this.policy.version, t.topLogprobs);
+        const stop = e.cancelled
+          ? false
+          : e.callbacks.onToken(t.token, t.logprob, this.policy.version, t.topLogprobs, t.routes);
         if (t.finished) this.finish(e, t.finishReason ?? 'length');
         else if (stop) stopNow.push(e);
       }

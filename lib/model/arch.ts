@@ -24,6 +24,25 @@ export interface ArchConfig {
   attentionBias: boolean;
   /** per-head RMSNorm on q and k before RoPE (Qwen3). */
   qkNorm: boolean;
+  /** Mixture-of-experts MLPs (Qwen3-MoE); absent for dense models. */
+  moe?: MoeConfig;
+}
+
+/**
+ * A Qwen3-MoE block's sparse MLP: a router picks `numExpertsPerTok` of `numExperts` SwiGLU experts
+ * of width `moeIntermediateSize` per token. Which blocks are sparse: `isSparseLayer`
+ * (families/decoder.ts); the others keep a dense MLP of width `intermediateSize`.
+ */
+export interface MoeConfig {
+  numExperts: number;
+  numExpertsPerTok: number;
+  moeIntermediateSize: number;
+  /** Every `decoderSparseStep`-th block is sparse (layer l when (l + 1) % step == 0)... */
+  decoderSparseStep: number;
+  /** ...unless it is listed here. */
+  mlpOnlyLayers: number[];
+  /** Renormalise the top-k routing probabilities to sum to 1. */
+  normTopkProb: boolean;
 }
 
 /** safetensors dtypes the loader accepts on disk. */

@@ -44,4 +44,14 @@ export class ConfigReader {
     if (typeof v !== 'boolean') this.fail(field, `must be a boolean, got ${JSON.stringify(v)}`);
     return v;
   }
+
+  /** A list of distinct non-negative integers (e.g. layer indices). */
+  intList(field: string, fallback: number[]): number[] {
+    if (!this.has(field)) return fallback;
+    const v = this.raw[field];
+    if (!Array.isArray(v) || v.some((x) => typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0))
+      this.fail(field, `must be an array of non-negative integers, got ${JSON.stringify(v)}`);
+    if (new Set(v).size !== v.length) this.fail(field, `has duplicates: ${JSON.stringify(v)}`);
+    return v as number[];
+  }
 }

@@ -1,5 +1,5 @@
 /**
- * `prime-rl model create`: a randomly initialised Llama/Qwen2/Qwen3 model as a complete HF folder
+ * `prime-rl model create`: a randomly initialised Llama/Qwen2/Qwen3/Qwen3-MoE model as a complete HF folder
  * (config, weights, tokenizer with our ChatML template, generation config), for tests, debugging
  * and from-scratch training. Initialisation follows transformers' `_init_weights` (normal(0,
  * initializer_range) for linears and embeddings, zero biases, unit RMSNorm weights) with our own
@@ -7,12 +7,13 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { Arch, ArchConfig, NamedTensor } from './arch';
+import type { Arch, ArchConfig, MoeConfig, NamedTensor } from './arch';
 import { BYTE_VOCAB_SIZE, byteTokenizerConfig, byteTokenizerJson } from './byte-tokenizer';
 import { CHATML_TEMPLATE } from './chat';
 import { toHfConfig } from './hf-config';
 import { writeHfModel } from './hf';
 import { family } from './families';
+import { checkMoe } from './families/qwen3_moe';
 import { Rng } from './rng';
 import { parameterCount, tensorSpecs } from './tensors';
 import { Tokenizer } from './tokenizer';
@@ -61,6 +62,19 @@ export const MODEL_PRESETS: Record<ModelPreset, ModelSizes> = {
   },
 };
 
+/**
+ * The experts of an MoE family's presets (its `defaults.moe` otherwise). Each has as many active
+ * MLP parameters per token as the dense preset (experts per token x expert width = intermediateSize),
+ * so the two compare at equal active parameters.
+ */
+export const MOE_PRESETS: Record<
+  ModelPreset,
+  Pick<MoeConfig, 'numExperts' | 'numExpertsPerTok' | 'moeIntermediateSize'>
+> = {
+  tiny: { numExperts: 8, numExpertsPerTok: 2, moeIntermediateSize: 96 },
+  small: { numExperts: 16, numExpertsPerTok: 4, moeIntermediateSize: 320 },
+};
+
 /** Model vocabulary per tokenizer: exact for bytes (no unusable rows), Qwen3's own padded size for qwen3. */
 const DEFAULT_VOCAB: Record<TokenizerKind, number> = { bytes: BYTE_VOCAB_SIZE, qwen3: 151936 };
 
@@ -79,6 +93,8 @@ export interface CreateModelOptions extends Partial<ModelSizes> {
   headDim?: number;
   /** Model vocabulary (embedding rows); at least the tokenizer's size. */
   vocabSize?: number;
+  /** MoE families: overrides of the preset's experts (`MOE_PRESETS`, the family's defaults). */
+  moe?: Partial<MoeConfig>;
 }
 
 export interface CreatedModel {
@@ -156,6 +172,13 @@ export function resolveArchConfig(opts: Omit<CreateModelOptions, 'out' | 'seed'>
     tieWordEmbeddings: sizes.tieWordEmbeddings,
     ...family(opts.arch).defaults,
   };
+  const fam = family(opts.arch);
+  if (fam.defaults.moe) {
+    const given = Object.fromEntries(Object.entries(opts.moe ?? {}).filter(([, v]) => v !== undefined));
+    a.moe = checkMoe({ ...fam.defaults.moe, ...MOE_PRESETS[opts.preset], ...given }, a.numLayers);
+  } else if (opts.moe && Object.values(opts.moe).some((v) => v !== undefined)) {
+    throw new Error(`MoE options need an MoE architecture (qwen3_moe); '${opts.arch}' is dense`);
+  }
   for (const k of [
     'vocabSize',
     'hiddenSize',
@@ -233,6 +256,14 @@ export function createModelFromConfig(c: ModelCreateConfig): CreatedModel {
     maxPositionEmbeddings: c.max_position_embeddings,
     ropeTheta: c.rope_theta,
     tieWordEmbeddings: c.tie_word_embeddings,
+    moe: {
+      numExperts: c.num_experts,
+      numExpertsPerTok: c.num_experts_per_tok,
+      moeIntermediateSize: c.moe_intermediate_size,
+      decoderSparseStep: c.decoder_sparse_step,
+      mlpOnlyLayers: c.mlp_only_layers,
+      normTopkProb: c.norm_topk_prob,
+    },
   });
   const millions = (created.parameterCount / 1e6).toFixed(2);
   console.log(

@@ -118,6 +118,7 @@ export interface SpecialTokenIds {
  */
 export function toHfConfig(a: ArchConfig, tokens: SpecialTokenIds, torchDtype: 'float32' | 'bfloat16'): Json {
   const fam = family(a.arch);
+  if (a.moe && !fam.defaults.moe) throw new Error(`${a.arch} has no MoE blocks, but moe is set`);
   const own = fam.hfFields(a);
   const common: Json = {
     architectures: [fam.hfClass],

@@ -235,6 +235,13 @@ export class TrainerRuntime {
       tokens: stats.tokens,
       loss_tokens: stats.lossTokens,
       tokens_per_s: stats.tokensPerSecond,
+      ...(stats.expertLoadMean > 0
+        ? {
+            router_aux_loss: stats.routerAuxLoss,
+            expert_load_max: stats.expertLoadMax,
+            expert_load_mean: stats.expertLoadMean,
+          }
+        : {}),
       seconds: { load, replay: 0, train: stats.seconds, save: 0 },
     };
   }

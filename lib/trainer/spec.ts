@@ -49,6 +49,7 @@ export function rlTrainerSpec(c: RLConfig): TrainerSpec {
         seqLow: t.loss.mismatch.seq_low,
         seqHigh: t.loss.mismatch.seq_high,
       },
+      routerAuxLossCoef: t.moe.router_aux_loss_coef,
     },
     klPenalty: { enabled: t.kl_penalty.enabled, beta: t.kl_penalty.beta, targetKl: t.kl_penalty.target_kl },
   };
@@ -64,7 +65,7 @@ export function sftTrainerSpec(c: SFTConfig, totalSteps: number): TrainerSpec {
     seed: c.seed,
     threads: c.threads,
     maxSteps: totalSteps,
-    loss: { kind: 'ce' },
+    loss: { kind: 'ce', routerAuxLossCoef: c.moe.router_aux_loss_coef },
     klPenalty: { enabled: false, beta: 0 },
   };
 }

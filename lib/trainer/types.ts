@@ -25,6 +25,10 @@ export interface TrainMetrics {
   tokens: number;
   loss_tokens: number;
   tokens_per_s: number;
+  /** MoE models only: router load-balancing loss, and tokens per expert (max, mean) over the sparse layers. */
+  router_aux_loss?: number;
+  expert_load_max?: number;
+  expert_load_mean?: number;
   seconds: { load: number; replay: number; train: number; save: number };
 }
 

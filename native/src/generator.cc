@@ -10,6 +10,17 @@
 
 namespace prime {
 
+namespace {
+// Rows [from, from + n) of one forward's routes as [n, sparse layers, K] int32, flattened.
+std::vector<int32_t> routesOf(const MoeRouting& routing, const Model& model, int64_t from, int64_t n) {
+  std::vector<at::Tensor> per;
+  for (int64_t l : model.sparseLayers()) per.push_back(routing.experts.at(l).narrow(0, from, n));
+  if (per.empty()) return {};
+  at::Tensor all = at::stack(per, 1).to(at::kInt).cpu().contiguous();
+  return std::vector<int32_t>(all.data_ptr<int32_t>(), all.data_ptr<int32_t>() + all.numel());
+}
+}  // namespace
+
 Generator::Generator(std::shared_ptr<Model> m, int64_t maxSeqs, int64_t maxLen)
     : maxSequences(maxSeqs), maxSequenceLength(maxLen), model(std::move(m)) {
   if (maxSeqs <= 0 || maxLen <= 1)
@@ -56,7 +67,10 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
           at::tensor(std::vector<int64_t>(r.prompt.begin(), r.prompt.end() - 1), longOpts).to(model->device);
       at::Tensor pos = at::arange(P - 1, longOpts.device(model->device));
       std::vector<LayerKV> kv;
-      at::Tensor hidden = model->forwardPacked(ids, pos, {0}, &kv);
+      MoeRouting routing;
+      at::Tensor hidden =
+          model->forwardPacked(ids, pos, {0}, &kv, nullptr, nullptr, r.returnRoutes ? &routing : nullptr);
+      if (r.returnRoutes) added.promptRoutes = routesOf(routing, *model, 0, P - 1);
       // Non-finite keys or values make the hidden states non-finite: remember, so the slot is
       // cleared when the sequence leaves, even if it is removed before its first step.
       poisoned = !at::isfinite(hidden).all().item<bool>();
@@ -93,8 +107,11 @@ std::vector<StepToken> Generator::step() {
     pos[b] = seqs_[b].cacheLen;
   }
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor logits =
-      model->decode(at::tensor(ids, longOpts).to(model->device), at::tensor(pos, longOpts).to(model->device), cache_);
+  bool routes = false;
+  for (const Sequence& s : seqs_) routes = routes || s.req.returnRoutes;
+  MoeRouting routing;
+  at::Tensor logits = model->decode(at::tensor(ids, longOpts).to(model->device),
+                                    at::tensor(pos, longOpts).to(model->device), cache_, routes ? &routing : nullptr);
   // After the LM head, per row: the first maximum (a comparison pass), e = exp((x - max) / T)
   // vectorised for the batch (T = 1 for greedy rows), then the sampler's sum and inverse-CDF
   // scan over e. No log-softmax or probability tensor of the batch's size, no sort unless top-p
@@ -147,6 +164,7 @@ std::vector<StepToken> Generator::step() {
       s.failed = true;
       continue;
     }
+    if (s.req.returnRoutes) out[b].routes = routesOf(routing, *model, b, 1);
     s.cacheLen++;
     s.generated++;
     s.pending = sampled[b].token;

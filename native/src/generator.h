@@ -21,7 +21,8 @@ struct SequenceRequest {
   bool hasSeed = false;
   uint64_t seed = 0;
   bool promptLogprobs = false;
-  int64_t topLogprobs = 0;  // per sampled token, the k most likely tokens (0..kMaxTopLogprobs)
+  int64_t topLogprobs = 0;    // per sampled token, the k most likely tokens (0..kMaxTopLogprobs)
+  bool returnRoutes = false;  // MoE: the experts each fed token was routed to (router replay)
 };
 
 constexpr int64_t kMaxTopLogprobs = 20;
@@ -29,6 +30,8 @@ constexpr int64_t kMaxTopLogprobs = 20;
 struct AddedSequence {
   int64_t seqId;
   std::vector<float> promptLogprobs;  // per prompt token (NaN for the first); empty unless asked
+  // With returnRoutes: prompt tokens 0..P-2 (the prefill) x sparse layers x experts per token.
+  std::vector<int32_t> promptRoutes;
 };
 
 struct StepToken {
@@ -41,6 +44,9 @@ struct StepToken {
   // (ties: lower id first).
   std::vector<int32_t> topIds;
   std::vector<float> topLogprobs;
+  // With returnRoutes: the experts (sparse layers x experts per token) of the token fed in this
+  // step, the one whose output `token` was sampled from.
+  std::vector<int32_t> routes;
 };
 
 class Generator {

@@ -35,6 +35,7 @@ struct LossConfig {
   double tokenLow = 0.125, tokenHigh = 8.0;  // mask: keep tokens with ratio in [low, high]
   double seqLow = 0.1, seqHigh = 10.0;       // mask: keep samples whose geometric-mean ratio is inside
   double klBeta = 0;                         // weight of the k3 KL to the reference policy
+  double routerAuxLossCoef = 0;              // MoE: weight of the router's load-balancing loss (trainer.cc)
   bool isPolicy() const;
   // Parameter `name` of this kind: the configured value or the registry default.
   double param(const std::string& name) const;

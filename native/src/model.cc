@@ -1,6 +1,7 @@
 // The model, top to bottom: weight loading, RMSNorm, RoPE, attention (packed and cached), the
-// SwiGLU block, logits and token log-probabilities. Follows Hugging Face's Llama/Qwen2/Qwen3
-// modelling code so that logprobs match a transformers forward to fp32 precision.
+// SwiGLU block (dense, or Qwen3-MoE's routed experts), logits and token log-probabilities.
+// Follows Hugging Face's Llama/Qwen2/Qwen3/Qwen3-MoE modelling code so that logprobs match a transformers forward to
+// fp32 precision.
 #include "model.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
@@ -69,11 +70,25 @@ const std::pair<const char*, at::Tensor Layer::*> kLayerSlots[] = {
     {"gate", &Layer::gate},
     {"up", &Layer::up},
     {"down", &Layer::down},
+    {"router", &Layer::router},
+};
+// A sparse block's per-expert slots (ParamSpec::expert says which expert), with their Proj kind.
+struct ExpertSlot {
+  const char* name;
+  std::vector<at::Tensor> Layer::*member;
+  int proj;
+};
+const ExpertSlot kExpertSlots[] = {
+    {"expertGate", &Layer::expertGate, kGateProj},
+    {"expertUp", &Layer::expertUp, kUpProj},
+    {"expertDown", &Layer::expertDown, kDownProj},
 };
 // The slot holding each projection's weight, in Proj order.
 const char* const kProjSlots[kNumProj] = {"q", "k", "v", "o", "gate", "up", "down"};
-// Slots every block must have; the others are optional.
-const char* const kRequiredLayerSlots[] = {"inputNorm", "q", "k", "v", "o", "postNorm", "gate", "up", "down"};
+// Slots every block must have; the others are optional. The MLP is either dense (gate, up, down)
+// or sparse (router and every expert's expertGate, expertUp, expertDown).
+const char* const kRequiredLayerSlots[] = {"inputNorm", "q", "k", "v", "o", "postNorm"};
+const char* const kDenseMlpSlots[] = {"gate", "up", "down"};
 
 }  // namespace
 
@@ -124,8 +139,12 @@ std::vector<Model::Slot> Model::slots() {
       else if (p.slot == "norm") t = &norm_;
       else if (p.slot == "lmHead") t = &lmHead_;
     } else if (p.layer < int64_t(layers_.size())) {
+      Layer& L = layers_[p.layer];
       for (auto& [slot, member] : kLayerSlots)
-        if (p.slot == slot) t = &(layers_[p.layer].*member);
+        if (p.slot == slot && p.expert < 0) t = &(L.*member);
+      for (const ExpertSlot& es : kExpertSlots)
+        if (p.slot == es.name && p.expert >= 0 && p.expert < int64_t((L.*es.member).size()))
+          t = &(L.*es.member)[p.expert];
     }
     if (!t)
       throw std::runtime_error("tensor '" + p.name + "': no slot '" + p.slot + "' in " +
@@ -143,22 +162,60 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::
   if (cfg.numHeads % cfg.numKvHeads != 0)
     throw std::runtime_error("invalid ArchConfig: numHeads must be a multiple of numKvHeads");
   layers_.resize(cfg.numLayers);
-  // The table must fill each slot at most once and every required one.
+  // The table must fill each slot at most once and every required one. A sparse block's expert
+  // count is its router's rows.
   std::set<std::pair<int64_t, std::string>> filled;
-  for (const ParamSpec& p : specs_)
+  std::map<std::pair<int64_t, std::string>, std::set<int64_t>> experts;  // (layer, slot) -> experts given
+  for (const ParamSpec& p : specs_) {
+    if (p.expert >= 0) {
+      if (!experts[{p.layer, p.slot}].insert(p.expert).second)
+        throw std::runtime_error("tensor table: expert " + std::to_string(p.expert) + " of slot '" + p.slot +
+                                 "' of layer " + std::to_string(p.layer) + " given twice");
+      continue;
+    }
     if (!filled.emplace(p.layer, p.slot).second)
       throw std::runtime_error("tensor table: slot '" + p.slot + "' of layer " + std::to_string(p.layer) +
                                " given twice");
+    if (p.slot == "router" && p.layer >= 0 && p.layer < cfg.numLayers) {
+      if (p.shape.size() != 2 || p.shape[0] < 1)
+        throw std::runtime_error("tensor '" + p.name + "': a router must be [experts, hidden]");
+      if (cfg.numExpertsPerTok < 1 || cfg.numExpertsPerTok > p.shape[0])
+        throw std::runtime_error("invalid ArchConfig: numExpertsPerTok (" + std::to_string(cfg.numExpertsPerTok) +
+                                 ") must be in [1, " + std::to_string(p.shape[0]) + "] for the router '" + p.name +
+                                 "'");
+      Layer& L = layers_[p.layer];
+      for (const ExpertSlot& es : kExpertSlots) (L.*es.member).resize(p.shape[0]);
+    }
+  }
   for (const char* slot : {"embed", "norm"})
     if (!filled.count({-1, slot})) throw std::runtime_error(std::string("tensor table: no '") + slot + "' tensor");
   for (int64_t l = 0; l < cfg.numLayers; l++) {
     for (const char* slot : kRequiredLayerSlots)
       if (!filled.count({l, slot}))
         throw std::runtime_error("tensor table: layer " + std::to_string(l) + " has no '" + slot + "' tensor");
+    const int64_t E = int64_t(layers_[l].expertGate.size());
+    if (E == 0) {
+      for (const char* slot : kDenseMlpSlots)
+        if (!filled.count({l, slot}))
+          throw std::runtime_error("tensor table: layer " + std::to_string(l) + " has no '" + slot +
+                                   "' tensor (nor a 'router': no MLP)");
+    } else {
+      for (const char* slot : kDenseMlpSlots)
+        if (filled.count({l, slot}))
+          throw std::runtime_error("tensor table: layer " + std::to_string(l) + " has both a router and '" + slot +
+                                   "'");
+      for (const ExpertSlot& es : kExpertSlots)
+        if (int64_t(experts[{l, es.name}].size()) != E)
+          throw std::runtime_error("tensor table: layer " + std::to_string(l) + " has " +
+                                   std::to_string(experts[{l, es.name}].size()) + " '" + es.name +
+                                   "' tensors for a router of " + std::to_string(E) + " experts");
+    }
     if (filled.count({l, "qNorm"}) != filled.count({l, "kNorm"}))
       throw std::runtime_error("tensor table: layer " + std::to_string(l) + " needs both qNorm and kNorm or neither");
   }
   slots();  // rejects unknown slots and layers
+  for (int64_t l = 0; l < cfg.numLayers; l++)
+    if (!layers_[l].expertGate.empty()) sparseLayers_.push_back(l);
   // inv_freq = 1 / theta^(2i/d), computed in fp32 like HF (fp64 for fp64 models).
   at::ScalarType rd = logitsDtype();
   invFreq_ =
@@ -195,24 +252,40 @@ std::unique_ptr<Model> Model::copy() const {
   return m;
 }
 
-const at::Tensor& Model::projWeight(int64_t layer, int p) const {
-  const Layer& L = layers_.at(size_t(layer));
-  const at::Tensor* w[kNumProj] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
-  return *w[p];
-}
-
-const ParamSpec& Model::projSpec(int64_t layer, int p) const {
-  for (const ParamSpec& s : specs_)
-    if (s.layer == layer && s.slot == kProjSlots[p]) return s;
-  throw std::runtime_error("layer " + std::to_string(layer) + " has no " + projName(p));  // the constructor checked
-}
-
-std::string Model::projModule(int64_t layer, int p) const {
-  const std::string& name = projSpec(layer, p).name;
+std::vector<ProjectionRef> Model::projections() const {
+  std::vector<ProjectionRef> out;
   const std::string suffix = ".weight";
-  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    throw std::runtime_error("tensor '" + name + "': a projection weight's name must end in '.weight'");
-  return name.substr(0, name.size() - suffix.size());
+  for (const Slot& s : const_cast<Model*>(this)->slots()) {
+    int kind = -1;
+    for (int p = 0; p < kNumProj; p++)
+      if (s.spec->slot == kProjSlots[p]) kind = p;
+    for (const ExpertSlot& es : kExpertSlots)
+      if (s.spec->slot == es.name) kind = es.proj;
+    if (kind < 0) continue;
+    const std::string& name = s.spec->name;
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      throw std::runtime_error("tensor '" + name + "': a projection weight's name must end in '.weight'");
+    out.push_back({kind, name.substr(0, name.size() - suffix.size()), *s.tensor});
+  }
+  return out;
+}
+
+int64_t Model::numExperts(int64_t layer) const { return int64_t(layers_.at(size_t(layer)).expertGate.size()); }
+
+at::Tensor routerAuxLoss(const MoeRouting& routing) {
+  std::vector<at::Tensor> logits, experts;
+  for (size_t l = 0; l < routing.logits.size(); l++)
+    if (routing.logits[l].defined()) {
+      logits.push_back(routing.logits[l]);
+      experts.push_back(routing.experts[l].reshape(-1));
+    }
+  if (logits.empty()) throw std::runtime_error("routerAuxLoss: no router logits were kept");
+  const at::Tensor all = at::cat(logits, 0);  // [layers * N, E]
+  const int64_t T = all.size(0), E = all.size(1);
+  const at::ScalarType ft = all.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor meanProb = at::softmax(all, -1, ft).mean(0);
+  const at::Tensor fraction = at::bincount(at::cat(experts, 0), {}, E).to(ft) / double(T);
+  return (fraction * meanProb).sum() * double(E);
 }
 
 void Model::loadWeights(const std::vector<RawTensor>& tensors, bool strict) {
@@ -284,10 +357,10 @@ at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 }
 }  // namespace
 
-at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, int64_t layer, int p,
-                          const Adapt& ad) const {
+at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, const Adapt& ad) const {
   at::Tensor y = at::linear(x, W, b);
-  if (!ad.lora || !ad.lora->A[layer][p].defined()) return y;
+  const LoraAdapters::Adapter* a = ad.lora ? ad.lora->find(W) : nullptr;
+  if (!a) return y;
   at::Tensor in = x;
   if (ad.dropoutRng && ad.lora->dropout > 0) {
     // Inverted dropout with a mask drawn on the CPU from the trainer's generator, so the masks
@@ -296,7 +369,7 @@ at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Te
     at::Tensor mask = at::empty(x.sizes(), at::TensorOptions().dtype(x.scalar_type())).bernoulli_(keep, *ad.dropoutRng);
     in = x * mask.to(x.device()) * (1.0 / keep);
   }
-  return y + at::linear(at::linear(in, ad.lora->A[layer][p]), ad.lora->B[layer][p]) * ad.lora->scale();
+  return y + at::linear(at::linear(in, a->A), a->B) * ad.lora->scale();
 }
 
 // Pre-attention half of a block: input norm, q/k/v projections, Qwen3 q/k norm, RoPE.
@@ -306,9 +379,9 @@ std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const a
                                                          const Adapt& ad) const {
   const int64_t N = x.size(0), hd = cfg.headDim;
   at::Tensor h = rmsNorm(x, L.inputNorm);
-  at::Tensor q = project(h, L.q, L.qBias, layer, kQProj, ad).view({N, cfg.numHeads, hd});
-  at::Tensor k = project(h, L.k, L.kBias, layer, kKProj, ad).view({N, cfg.numKvHeads, hd});
-  v = project(h, L.v, L.vBias, layer, kVProj, ad).view({N, cfg.numKvHeads, hd});
+  at::Tensor q = project(h, L.q, L.qBias, ad).view({N, cfg.numHeads, hd});
+  at::Tensor k = project(h, L.k, L.kBias, ad).view({N, cfg.numKvHeads, hd});
+  v = project(h, L.v, L.vBias, ad).view({N, cfg.numKvHeads, hd});
   if (L.qNorm.defined()) {
     q = rmsNorm(q, L.qNorm);
     k = rmsNorm(k, L.kNorm);
@@ -316,14 +389,65 @@ std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const a
   return {applyRope(q, cos, sin), applyRope(k, cos, sin)};
 }
 
-// Post-attention half: output projection + residual, then the SwiGLU MLP + residual.
+// Post-attention half: output projection + residual, then the MLP + residual.
 at::Tensor Model::finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
                               const Adapt& ad) const {
-  const at::Tensor none;
-  at::Tensor h = x + project(attn, L.o, L.oBias, layer, kOProj, ad);
+  at::Tensor h = x + project(attn, L.o, L.oBias, ad);
   at::Tensor m = rmsNorm(h, L.postNorm);
-  at::Tensor g = at::silu(project(m, L.gate, none, layer, kGateProj, ad)) * project(m, L.up, none, layer, kUpProj, ad);
-  return h + project(g, L.down, none, layer, kDownProj, ad);
+  return h + (L.sparse() ? sparseMlp(L, m, layer, ad) : denseMlp(m, L.gate, L.up, L.down, ad));
+}
+
+at::Tensor Model::denseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
+                           const Adapt& ad) const {
+  const at::Tensor none;
+  return project(at::silu(project(x, gate, none, ad)) * project(x, up, none, ad), down, none, ad);
+}
+
+// Qwen3MoeSparseMoeBlock: softmax over the router logits (fp32), top-k experts per token, their
+// probabilities renormalised when normTopkProb, then each token's experts' outputs weighted by
+// them and summed. Grouped: the N*K (token, expert) pairs are sorted by expert, so each expert
+// runs one matmul over its tokens (index_select in, index_add_ out, in expert order as HF does).
+at::Tensor Model::sparseMlp(const Layer& L, const at::Tensor& x, int64_t layer, const Adapt& ad) const {
+  const int64_t N = x.size(0), E = int64_t(L.expertGate.size()), K = cfg.numExpertsPerTok;
+  at::Tensor logits = at::linear(x, L.router);                // [N, E]
+  at::Tensor probs = at::softmax(logits, -1, logitsDtype());  // fp32 (fp64 for fp64 models)
+  MoeRouting* r = ad.routing;
+  auto [weights, experts] = probs.topk(K, -1);  // [N, K], descending
+  if (r && layer < int64_t(r->replay.size()) && r->replay[layer].defined()) {
+    // Replayed rows take the given experts (-1 rows: the router's own), weighted by their
+    // current probabilities (a top-k value is that same gather).
+    const at::Tensor& replay = r->replay[layer];
+    if (replay.dim() != 2 || replay.size(0) != N || replay.size(1) != K)
+      throw std::runtime_error("router replay: layer " + std::to_string(layer) + " needs experts [" +
+                               std::to_string(N) + ", " + std::to_string(K) + "]");
+    if (replay.min().item<int64_t>() < -1 || replay.max().item<int64_t>() >= E)
+      throw std::runtime_error("router replay: layer " + std::to_string(layer) + " names an expert outside [0, " +
+                               std::to_string(E) + ") (-1: the router's own)");
+    experts = at::where(replay.ge(0), replay, experts);
+    weights = probs.gather(1, experts);
+  }
+  if (cfg.normTopkProb) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  weights = weights.to(dtype);
+  if (r) {
+    if (r->experts.size() < layers_.size()) r->experts.resize(layers_.size());
+    if (r->logits.size() < layers_.size()) r->logits.resize(layers_.size());
+    r->experts[layer] = experts;
+    if (r->keepLogits) r->logits[layer] = logits;
+  }
+  const at::Tensor flat = experts.reshape(-1);
+  const at::Tensor order = std::get<1>(flat.sort(/*stable=*/true, 0, /*descending=*/false));
+  const at::Tensor tokens = order.div(K, "floor");  // pair i is (token i / K, its (i % K)-th expert)
+  const at::Tensor w = weights.reshape(-1).index_select(0, order);
+  const at::Tensor counts = at::bincount(flat, {}, E).cpu();
+  const int64_t* count = counts.data_ptr<int64_t>();
+  at::Tensor out = at::zeros_like(x);
+  for (int64_t e = 0, off = 0; e < E; off += count[e], e++) {
+    if (count[e] == 0) continue;
+    const at::Tensor rows = tokens.narrow(0, off, count[e]);
+    at::Tensor y = denseMlp(x.index_select(0, rows), L.expertGate[e], L.expertUp[e], L.expertDown[e], ad);
+    out.index_add_(0, rows, y * w.narrow(0, off, count[e]).unsqueeze(1));
+  }
+  return out;
 }
 
 // Causal attention within one sample. q [H, L, hd], k/v [KV, L, hd] -> [H, L, hd].
@@ -403,10 +527,10 @@ at::Tensor Model::decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, c
 // Forward passes
 
 at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, const std::vector<int64_t>& segStarts,
-                                std::vector<LayerKV>* kvOut, const LoraAdapters* lora,
-                                at::Generator* dropoutRng) const {
+                                std::vector<LayerKV>* kvOut, const LoraAdapters* lora, at::Generator* dropoutRng,
+                                MoeRouting* routing) const {
   const int64_t N = ids.size(0), H = cfg.numHeads, hd = cfg.headDim;
-  const Adapt ad{lora, dropoutRng};
+  const Adapt ad{lora, dropoutRng, routing};
   std::vector<int64_t> segLens(segStarts.size());
   for (size_t s = 0; s < segStarts.size(); s++)
     segLens[s] = (s + 1 < segStarts.size() ? segStarts[s + 1] : N) - segStarts[s];
@@ -432,7 +556,7 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
   return rmsNorm(x, norm_);
 }
 
-at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache) const {
+at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache, MoeRouting* routing) const {
   const int64_t n = ids.size(0), H = cfg.numHeads, KV = cfg.numKvHeads, hd = cfg.headDim;
   const int64_t S = pos.max().item<int64_t>() + 1;  // keys beyond the longest sequence are never read
   auto [cos, sin] = rope(pos);
@@ -440,7 +564,7 @@ at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& 
   // Sequence b sees cache positions 0..pos[b] (its own new token included).
   at::Tensor visible = (at::arange(S, rows.options()).unsqueeze(0) <= pos.unsqueeze(1)).view({n, 1, 1, S});
   const int64_t G = H / KV;
-  const Adapt noAdapters{nullptr, nullptr};  // inference serves merged weights
+  const Adapt noAdapters{nullptr, nullptr, routing};  // inference serves merged weights
   at::Tensor x = at::embedding(embed_, ids);
   using at::indexing::Slice;
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {

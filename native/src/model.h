@@ -1,8 +1,7 @@
-// The decoder skeleton (Llama / Qwen2 / Qwen3 dense) on libtorch: weights, packed forward, KV-cache
-// decode. Which HF tensor fills which parameter comes from the family's table in TS
-// (lib/model/families), passed in as ParamSpecs: this engine knows slots, not HF names.
-// The math lives in model.cc, top to bottom; this header is what the generator, trainer and
-// N-API glue need to see.
+// The decoder skeleton (Llama / Qwen2 / Qwen3 dense, Qwen3-MoE sparse MLPs) on libtorch: weights, packed forward,
+// KV-cache decode. Which HF tensor fills which parameter comes from the family's table in TS (lib/model/families),
+// passed in as ParamSpecs: this engine knows slots, not HF names. The math lives in model.cc, top to bottom; this
+// header is what the generator, trainer and N-API glue need to see.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -10,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -26,6 +26,10 @@ struct ArchConfig {
   int64_t vocabSize = 0, hiddenSize = 0, numLayers = 0;
   int64_t numHeads = 0, numKvHeads = 0, headDim = 0;
   double rmsNormEps = 1e-6, ropeTheta = 10000.0;
+  // Sparse MoE blocks (the layers whose table has a router): experts per token (top-k), and
+  // whether the top-k routing weights are renormalised to sum to 1.
+  int64_t numExpertsPerTok = 0;
+  bool normTopkProb = false;
 };
 
 // One row of the family's tensor table: the HF tensor `name` of `shape` fills skeleton slot `slot`
@@ -35,6 +39,7 @@ struct ParamSpec {
   std::vector<int64_t> shape;
   std::string slot;
   int64_t layer = -1;
+  int64_t expert = -1;  // the expert of an "expert*" slot
 };
 
 // A tensor as it arrives from JS: raw little-endian bytes, borrowed (copied once into a tensor).
@@ -51,19 +56,54 @@ struct Layer {
   at::Tensor q, k, v, o;                  // [H*hd, D], [KV*hd, D], [KV*hd, D], [D, H*hd]
   at::Tensor qBias, kBias, vBias, oBias;  // optional (undefined = none)
   at::Tensor qNorm, kNorm;                // [hd], optional (Qwen3)
-  at::Tensor gate, up, down;              // [I, D], [I, D], [D, I]
+  at::Tensor gate, up, down;              // [I, D], [I, D], [D, I]; dense MLP
+  // A sparse MoE MLP instead (Qwen3-MoE): router [E, D] and per expert [Ie, D], [Ie, D], [D, Ie].
+  at::Tensor router;
+  std::vector<at::Tensor> expertGate, expertUp, expertDown;
+  bool sparse() const { return router.defined(); }
 };
 
-// The seven linear projections of a block, in HF order; LoRA targets them by module name.
+// The seven kinds of linear projection of a block, in HF order; LoRA targets them by module name
+// (an MoE expert's gate/up/down_proj are of the same kinds, as PEFT matches them by suffix).
 enum Proj : int { kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj, kNumProj };
 const char* projName(int p);  // "q_proj", ..., "down_proj"
+
+// One projection weight of the model: its kind and HF module path, e.g.
+// "model.layers.3.mlp.experts.5.up_proj" (its weight's name without ".weight"; PEFT names
+// adapters after it).
+struct ProjectionRef {
+  int kind;
+  std::string module;
+  at::Tensor weight;
+};
 
 // Low-rank adapters on some projections: y = W x + (alpha / rank) * B (A dropout(x)).
 struct LoraAdapters {
   int64_t rank = 0;
   double alpha = 0, dropout = 0;
-  std::vector<std::array<at::Tensor, kNumProj>> A, B;  // per layer: [rank, in], [out, rank]; undefined = untargeted
+  struct Adapter {
+    std::string module;  // ProjectionRef::module
+    at::Tensor A, B;     // [rank, in], [out, rank]
+  };
+  // Keyed by the adapted weight's TensorImpl (weights are updated in place, never replaced).
+  std::map<const c10::TensorImpl*, Adapter> byWeight;
+  const Adapter* find(const at::Tensor& W) const {
+    auto it = byWeight.find(W.unsafeGetTensorImpl());
+    return it == byWeight.end() ? nullptr : &it->second;
+  }
   double scale() const { return alpha / double(rank); }
+};
+
+// The routing of the sparse blocks in one forward (router replay, aux loss, load metrics).
+struct MoeRouting {
+  // In: per layer, the experts [N, K] (long) each token goes to instead of the router's top-k
+  // (router replay; weights still come from the router's probabilities); a row of -1 keeps the
+  // router's own choice. Empty = recompute.
+  std::vector<at::Tensor> replay;
+  // Out, per layer (undefined for dense ones): the router's logits [N, E] when keepLogits (they
+  // carry the graph), and the experts chosen [N, K].
+  bool keepLogits = false;
+  std::vector<at::Tensor> logits, experts;
 };
 
 // Per-slot key/value cache for batched decoding; owned by the Generator. Slots 0..n-1 are the
@@ -91,23 +131,25 @@ class Model {
 
   // A deep copy of the weights that shares nothing with this model (a frozen KL reference).
   std::unique_ptr<Model> copy() const;
-  // Weight of projection p of a layer (LoRA: shapes, merging).
-  const at::Tensor& projWeight(int64_t layer, int p) const;
-  // HF module path of a projection, from the table: e.g. "model.layers.3.self_attn.q_proj" (its
-  // weight's name without ".weight"); PEFT names adapters after it.
-  std::string projModule(int64_t layer, int p) const;
+  // Every projection weight (LoRA targets), in checkpoint order.
+  std::vector<ProjectionRef> projections() const;
+  // The expert count of a layer's sparse MLP (0 for dense layers), and the sparse layers in order.
+  int64_t numExperts(int64_t layer) const;
+  const std::vector<int64_t>& sparseLayers() const { return sparseLayers_; }
 
   // Forward over one packed row (N tokens; attention is causal within each segment starting at
   // segStarts[i]). Returns the final-normed hidden states [N, D]. kvOut receives per-layer K/V.
   // With lora, the adapters are added to their projections; with dropoutRng too, LoRA dropout
   // masks are drawn from it (training).
+  // With routing, sparse blocks replay its routes and report theirs.
   at::Tensor forwardPacked(const at::Tensor& ids, const at::Tensor& pos, const std::vector<int64_t>& segStarts,
                            std::vector<LayerKV>* kvOut = nullptr, const LoraAdapters* lora = nullptr,
-                           at::Generator* dropoutRng = nullptr) const;
+                           at::Generator* dropoutRng = nullptr, MoeRouting* routing = nullptr) const;
   // One decode step for the n sequences in cache slots 0..n-1: token ids[b] sits at position
   // pos[b] (= number of tokens already cached for b). Writes its K/V into the cache and returns
   // logits [n, V] in the logits dtype (fp32, fp64 for fp64 models).
-  at::Tensor decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache) const;
+  // With routing, sparse blocks report the experts each token went to.
+  at::Tensor decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache, MoeRouting* routing = nullptr) const;
   // Final hidden states -> logits (fp32, or fp64 for fp64 models).
   at::Tensor logits(const at::Tensor& hidden) const;
   // Per-token log p(target) and entropy of softmax(logits / temperature) from final hidden states
@@ -142,17 +184,17 @@ class Model {
  private:
   // Checks cfg and specs and derives the RoPE table; the weights stay empty (both constructors fill them).
   Model(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype, at::Device device);
-  // The adapters of one forward, threaded through the blocks.
+  // The adapters and MoE routing of one forward, threaded through the blocks.
   struct Adapt {
     const LoraAdapters* lora;
     at::Generator* dropoutRng;
+    MoeRouting* routing = nullptr;
   };
   struct Slot {
     const ParamSpec* spec;
     at::Tensor* tensor;
   };
   std::vector<Slot> slots();  // the parameters of specs_, in their order
-  const ParamSpec& projSpec(int64_t layer, int p) const;
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& pos) const;
   std::pair<at::Tensor, at::Tensor> attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
@@ -160,9 +202,12 @@ class Model {
                                                     const Adapt& ad) const;
   at::Tensor finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
                          const Adapt& ad) const;
-  // x W^T + b, plus the layer's adapter for projection p when ad has one.
-  at::Tensor project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, int64_t layer, int p,
-                     const Adapt& ad) const;
+  // The SwiGLU MLP of a dense block, or the routed experts of a sparse one.
+  at::Tensor denseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
+                      const Adapt& ad) const;
+  at::Tensor sparseMlp(const Layer& L, const at::Tensor& x, int64_t layer, const Adapt& ad) const;
+  // x W^T + b, plus W's adapter when ad has one.
+  at::Tensor project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, const Adapt& ad) const;
   at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
   at::Tensor decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& pos) const;
@@ -170,8 +215,14 @@ class Model {
   std::vector<ParamSpec> specs_;
   at::Tensor embed_, norm_, lmHead_;  // lmHead_ undefined when tied
   std::vector<Layer> layers_;
+  std::vector<int64_t> sparseLayers_;
   at::Tensor invFreq_;  // [hd/2] RoPE inverse frequencies
 };
+
+// transformers' load_balancing_loss_func over the sparse layers of one forward (routing.logits):
+// E * sum_e f_e P_e, f_e the fraction of (token, slot) pairs routed to expert e (routing.experts)
+// and P_e the mean router probability of e, both over every layer's tokens together.
+at::Tensor routerAuxLoss(const MoeRouting& routing);
 
 // Segment starts of a packed row: a new sample begins wherever the position id does not continue
 // the previous one (positions restart at 0 per sample).

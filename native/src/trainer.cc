@@ -92,6 +92,20 @@ typename Map::key_type stateKey(const Map&, const at::Tensor& p) {
 
 }  // namespace
 
+std::vector<at::Tensor> Trainer::replayRoutes(const TrainRow& row, size_t r) const {
+  const std::vector<int64_t>& sparse = model->sparseLayers();
+  const int64_t N = int64_t(row.ids.size()), S = int64_t(sparse.size()), K = model->cfg.numExpertsPerTok;
+  if (S == 0) throw std::runtime_error("row " + std::to_string(r) + ": routes given but the model has no MoE layers");
+  if (int64_t(row.routes.size()) != N * S * K)
+    throw std::runtime_error("row " + std::to_string(r) + ": routes has " + std::to_string(row.routes.size()) +
+                             " entries, expected tokens x sparse layers x experts per token = " + std::to_string(N) +
+                             " x " + std::to_string(S) + " x " + std::to_string(K));
+  at::Tensor all = at::tensor(row.routes, at::TensorOptions().dtype(at::kLong)).view({N, S, K}).to(model->device);
+  std::vector<at::Tensor> replay(model->cfg.numLayers);
+  for (int64_t i = 0; i < S; i++) replay[sparse[i]] = all.select(1, i).contiguous();
+  return replay;
+}
+
 Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
     : model(std::move(m)), cfg_(std::move(c)), rng_(at::make_generator<at::CPUGeneratorImpl>(cfg_.seed)) {
   if (model->dtype == at::kBFloat16)
@@ -122,26 +136,23 @@ Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
     lora_->rank = lc.rank;
     lora_->alpha = lc.alpha;
     lora_->dropout = lc.dropout;
-    lora_->A.resize(model->cfg.numLayers);
-    lora_->B.resize(model->cfg.numLayers);
-    for (int64_t l = 0; l < model->cfg.numLayers; l++)
-      for (int p = 0; p < kNumProj; p++) {
-        if (!targeted[p]) continue;
-        const at::Tensor& W = model->projWeight(l, p);
-        // PEFT's init: A ~ kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0, so the
-        // adapted model starts as the base model. Drawn on the CPU for device-independent values.
-        const double bound = 1.0 / std::sqrt(double(W.size(1)));
-        at::Tensor A = at::empty({lc.rank, W.size(1)}, at::TensorOptions().dtype(model->dtype))
-                           .uniform_(-bound, bound, rng_)
-                           .to(model->device)
-                           .requires_grad_(true);
-        at::Tensor B = at::zeros({W.size(0), lc.rank}, model->options()).requires_grad_(true);
-        lora_->A[l][p] = A;
-        lora_->B[l][p] = B;
-        const std::string peft = "base_model.model." + model->projModule(l, p);
-        trainable_.emplace_back(peft + ".lora_A.weight", A);
-        trainable_.emplace_back(peft + ".lora_B.weight", B);
-      }
+    // Every projection of a targeted kind, experts' included (PEFT matches module names by suffix).
+    for (const ProjectionRef& proj : model->projections()) {
+      if (!targeted[proj.kind]) continue;
+      const at::Tensor& W = proj.weight;
+      // PEFT's init: A ~ kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0, so the
+      // adapted model starts as the base model. Drawn on the CPU for device-independent values.
+      const double bound = 1.0 / std::sqrt(double(W.size(1)));
+      at::Tensor A = at::empty({lc.rank, W.size(1)}, at::TensorOptions().dtype(model->dtype))
+                         .uniform_(-bound, bound, rng_)
+                         .to(model->device)
+                         .requires_grad_(true);
+      at::Tensor B = at::zeros({W.size(0), lc.rank}, model->options()).requires_grad_(true);
+      lora_->byWeight[W.unsafeGetTensorImpl()] = {proj.module, A, B};
+      const std::string peft = "base_model.model." + proj.module;
+      trainable_.emplace_back(peft + ".lora_A.weight", A);
+      trainable_.emplace_back(peft + ".lora_B.weight", B);
+    }
   }
   optim_ = makeOptimizer();
 }
@@ -178,14 +189,23 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     lossTokens += t;
     samples += s;
   }
+  int64_t stepTokens = st.tokens;  // the aux loss's row weights: row tokens / step tokens
   if (group_) {
     // The normaliser is the whole step's (every rank's rows), as one trainer would count it.
-    at::Tensor counts = at::tensor(std::vector<int64_t>{lossTokens, samples}, at::TensorOptions().dtype(at::kLong));
+    at::Tensor counts =
+        at::tensor(std::vector<int64_t>{lossTokens, samples, stepTokens}, at::TensorOptions().dtype(at::kLong));
     group_->allReduceSum(counts);
     lossTokens = counts[0].item<int64_t>();
     samples = counts[1].item<int64_t>();
+    stepTokens = counts[2].item<int64_t>();
   }
   const double norm = resolveNormalizer(loss, lossTokens, samples);
+  if (!(loss.routerAuxLossCoef >= 0)) throw std::runtime_error("routerAuxLossCoef must be >= 0");
+  const std::vector<int64_t>& sparse = model->sparseLayers();
+  // Expert load over the step: (token, slot) pairs per expert, per sparse layer.
+  std::vector<at::Tensor> load;
+  for (int64_t l : sparse) load.push_back(at::zeros({model->numExperts(l)}, at::TensorOptions().dtype(at::kLong)));
+  double auxSum = 0;  // sum over rows of aux loss x row tokens / step tokens
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
   LossSums sums;
   for (size_t r = 0; r < rows.size(); r++) {
@@ -197,7 +217,11 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     at::Tensor pos = at::tensor(row.pos, longOpts).to(model->device);
     at::Tensor targets = ids.narrow(0, 1, N - 1);
     const std::vector<int64_t>& starts = prepared[r].starts;
-    at::Tensor hidden = model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_);
+    MoeRouting routing;
+    routing.keepLogits = !sparse.empty();
+    if (!row.routes.empty()) routing.replay = replayRoutes(row, r);
+    at::Tensor hidden =
+        model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_, sparse.empty() ? nullptr : &routing);
     // The chunked LM head: logp carries the graph; entropy is the metric only.
     const TokenStats ts = model->tokenStats(hidden.narrow(0, 0, N - 1), targets, loss.temperature);
     in.logp = ts.logp;
@@ -209,7 +233,28 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
       in.refLogp =
           ref.tokenStats(ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1), targets, loss.temperature).logp;
     }
-    policyLoss(loss, in, norm, sums).backward();
+    at::Tensor rowLoss = policyLoss(loss, in, norm, sums);
+    if (!sparse.empty()) {
+      const double weight = double(N) / double(std::max<int64_t>(stepTokens, 1));
+      at::Tensor aux = routerAuxLoss(routing);
+      auxSum += aux.item<double>() * weight;
+      if (loss.routerAuxLossCoef > 0) rowLoss = rowLoss + aux * (loss.routerAuxLossCoef * weight);
+      for (size_t i = 0; i < sparse.size(); i++)
+        load[i] += at::bincount(routing.experts[sparse[i]].reshape(-1).cpu(), {}, load[i].size(0));
+    }
+    rowLoss.backward();
+  }
+  if (!sparse.empty()) {
+    at::Tensor counts = at::cat(load);
+    if (group_) {
+      at::Tensor aux = at::tensor(std::vector<double>{auxSum}, at::TensorOptions().dtype(at::kDouble));
+      group_->allReduceSum(aux);
+      group_->allReduceSum(counts);
+      auxSum = aux.item<double>();
+    }
+    st.routerAuxLoss = auxSum;
+    st.expertLoadMax = double(counts.max().item<int64_t>());
+    st.expertLoadMean = double(counts.sum().item<int64_t>()) / double(counts.numel());
   }
   if (group_) {
     // Every rank's sums (its loss share is already divided by the global normaliser).
@@ -231,6 +276,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     sums.maskedAdvNegative = nd[8], st.tokens = nd[9];
   }
   st.metrics = lossMetrics(sums);
+  st.metrics.loss += loss.routerAuxLossCoef * st.routerAuxLoss;  // the objective that was differentiated
   return st;
 }
 
@@ -393,11 +439,8 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::policyWeights() const {
     out.emplace_back(name, p.detach().clone());
   }
   if (lora_)
-    for (int64_t l = 0; l < model->cfg.numLayers; l++)
-      for (int p = 0; p < kNumProj; p++)
-        if (lora_->A[l][p].defined())
-          out[index.at(model->projModule(l, p) + ".weight")].second.add_(at::mm(lora_->B[l][p], lora_->A[l][p]),
-                                                                         lora_->scale());
+    for (auto& [w, a] : lora_->byWeight)
+      out[index.at(a.module + ".weight")].second.add_(at::mm(a.B, a.A), lora_->scale());
   return out;
 }
 

@@ -23,6 +23,10 @@ struct TrainRow {
   std::vector<int64_t> ids, pos;
   std::vector<uint8_t> lossMask;
   std::vector<double> advantages, inferenceLogprobs;
+  // Router replay (MoE): per token, per sparse layer in order, the numExpertsPerTok experts it
+  // was routed to at inference ([N, sparse layers, K] flattened; -1 = the router decides, e.g.
+  // for a sample's last token, which inference never fed); empty = the router decides.
+  std::vector<int64_t> routes;
 };
 
 struct AdamWConfig {
@@ -49,6 +53,10 @@ struct StepStats {
   double gradNorm = 0, lr = 0, seconds = 0, forwardBackwardSeconds = 0, optimizerSeconds = 0;
   double commSeconds = 0;  // data parallel: gradient all-reduce + parameter broadcast (incl. waiting for peers)
   int64_t tokens = 0;
+  // MoE: the router's load-balancing loss (token-weighted mean over rows; added to the loss times
+  // LossConfig::routerAuxLossCoef), and the (token, slot) pairs each expert of each sparse layer
+  // received over the step: the largest count and the mean (tokens x K / experts). 0 for dense models.
+  double routerAuxLoss = 0, expertLoadMax = 0, expertLoadMean = 0;
 };
 
 class Trainer {
@@ -92,6 +100,8 @@ class Trainer {
   // AdamW over this rank's parameters (all of them without a group, or with `all`).
   std::unique_ptr<torch::optim::AdamW> makeOptimizer(bool all = false) const;
   void zeroGrads();
+  // A row's routes as per-layer [N, K] tensors for MoeRouting::replay (checked against the model).
+  std::vector<at::Tensor> replayRoutes(const TrainRow& row, size_t r) const;
   void syncGradients();        // data parallel: sums the gradients over the group
   void broadcastParameters();  // data parallel: each owner's updated parameters to every rank
   // The whole optimizer state on rank 0 (gathered from the owners; null on other ranks).

@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { ArchConfig } from '../../model/arch';
+import { isSparseLayer } from '../../model/families';
 import { loadHfModel } from '../../model/hf';
 import { ApiError, generateRequest, parseBody, updateWeightsRequest } from '../protocol';
 import { disconnectSignal, usage, type Served } from './served';
@@ -14,7 +15,8 @@ import { disconnectSignal, usage, type Served } from './served';
 /** How `b` differs in shape from the served `a` (undefined: the same). */
 function sameShape(a: ArchConfig, b: ArchConfig): string | undefined {
   for (const k of Object.keys(a) as (keyof ArchConfig)[]) {
-    if (a[k] !== b[k]) return `${k} is ${JSON.stringify(b[k])}, the served model has ${JSON.stringify(a[k])}`;
+    if (JSON.stringify(a[k]) !== JSON.stringify(b[k]))
+      return `${k} is ${JSON.stringify(b[k])}, the served model has ${JSON.stringify(a[k])}`;
   }
   return undefined;
 }
@@ -47,11 +49,21 @@ export function registerPolicyRoutes(
     served.checkModel(body.model);
     served.checkPrompt(body.prompt_token_ids, 'prompt_token_ids');
     const maxTokens = served.maxTokensFor(body.prompt_token_ids.length, body.max_tokens, 'max_tokens');
+    if (body.return_routes && !arch.moe)
+      throw new ApiError(400, `return_routes: ${arch.arch} has no MoE router`, 'return_routes', 'invalid_value');
     const signal = disconnectSignal(reply);
     const sampling = { ...body, stop_token_ids: body.stop_token_ids ?? null };
     const results = await served.start(
       Array.from({ length: body.n }, (_, i) =>
-        served.engineRequest(body.prompt_token_ids, sampling, maxTokens, i, body.prompt_logprobs && i === 0),
+        served.engineRequest(
+          body.prompt_token_ids,
+          sampling,
+          maxTokens,
+          i,
+          body.prompt_logprobs && i === 0,
+          0,
+          body.return_routes,
+        ),
       ),
       // Stop strings are matched in the decoded text, so only then does the sequence need a tokenizer.
       body.stop?.length ? { signal, tokenizer: served.tokenizer, stopStrings: body.stop } : { signal },
@@ -70,10 +82,12 @@ export function registerPolicyRoutes(
         // the version that sampled each token.
         policy_versions: r.tokenPolicyVersions,
         finish_reason: r.finishReason,
+        ...(body.return_routes ? { routes: r.routes.map((t) => Array.from(t)) } : {}),
       })),
       usage: usage(body.prompt_token_ids.length, results),
       prompt_logprobs:
         body.prompt_logprobs && promptLogprobs ? Array.from(promptLogprobs, (v, i) => (i === 0 ? null : v)) : null,
+      ...(body.return_routes ? { prompt_routes: promptRoutesPerToken(results[0].promptRoutes, arch) } : {}),
     };
   });
 
@@ -189,4 +203,12 @@ export function registerPolicyRoutes(
     labels.set(0, baseReal);
     return { status: 'ok', policy_version: 0, weight_dir: baseDir };
   });
+}
+
+/** The prefill's routes [P - 1, sparse layers, K] (flattened) as one array per prompt token. */
+function promptRoutesPerToken(routes: Int32Array | undefined, a: ArchConfig): number[][] {
+  const sparse = Array.from({ length: a.numLayers }, (_, l) => l).filter((l) => isSparseLayer(a.moe, l)).length;
+  const width = sparse * a.moe!.numExpertsPerTok;
+  const tokens = routes ? routes.length / width : 0;
+  return Array.from({ length: tokens }, (_, t) => Array.from(routes!.subarray(t * width, (t + 1) * width)));
 }

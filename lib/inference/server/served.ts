@@ -106,6 +106,7 @@ export class Served {
     i: number,
     promptLogprobs = false,
     topLogprobs = 0,
+    returnRoutes = false,
   ) {
     return {
       promptIds,
@@ -118,6 +119,7 @@ export class Served {
       maxTokens,
       promptLogprobs,
       topLogprobs,
+      returnRoutes,
     };
   }
 

@@ -4,7 +4,7 @@
  * skeleton's slots (`native/src/model.h`: `Layer` fields, embed/norm/lmHead); which HF tensor
  * fills which slot is declared here, in TS, and handed to the engine with the weights.
  */
-import type { ArchConfig } from '../arch';
+import type { ArchConfig, MoeConfig } from '../arch';
 import type { ConfigReader, Json } from '../config-reader';
 
 /** Slots outside the blocks. */
@@ -25,7 +25,12 @@ export type LayerSlot =
   | 'postNorm'
   | 'gate'
   | 'up'
-  | 'down';
+  | 'down'
+  // A sparse MoE block's router [experts, D] and its experts' projections (one tensor per expert).
+  | 'router'
+  | 'expertGate'
+  | 'expertUp'
+  | 'expertDown';
 
 export type TensorRole = 'embedding' | 'linear' | 'bias' | 'norm';
 
@@ -45,6 +50,8 @@ export interface TensorSpec {
   /** The engine's parameter it fills; `layer` is its block (-1 for model slots). */
   slot: ModelSlot | LayerSlot;
   layer: number;
+  /** The expert of an `expert*` slot (0-based); absent otherwise. */
+  expert?: number;
 }
 
 /** The architecture choices a family fixes or reads from config.json. */
@@ -53,6 +60,8 @@ export interface FamilyFeatures {
   attentionBias: boolean;
   /** Per-head RMSNorm on q and k before RoPE. */
   qkNorm: boolean;
+  /** Sparse MoE MLPs (Qwen3-MoE). */
+  moe?: MoeConfig;
 }
 
 /** One architecture family: its config.json mapping and its tensor table (see README.md here). */
@@ -81,6 +90,31 @@ export interface Family {
  * on o_proj (Llama, Qwen3; Qwen2's hard-coded q/k/v biases do not).
  */
 export function denseDecoderTensors(a: ArchConfig, opts: { oProjBias: boolean }): TensorSpec[] {
+  return decoderTensors(a, opts, (_layer, add) => {
+    add('mlp.gate_proj.weight', [a.intermediateSize, a.hiddenSize], 'linear', 'gate');
+    add('mlp.up_proj.weight', [a.intermediateSize, a.hiddenSize], 'linear', 'up');
+    add('mlp.down_proj.weight', [a.hiddenSize, a.intermediateSize], 'linear', 'down');
+  });
+}
+
+/** Adds one tensor of block i: its name after `model.layers.<i>.`. */
+export type AddLayerTensor = (
+  suffix: string,
+  shape: number[],
+  role: TensorRole,
+  slot: LayerSlot,
+  expert?: number,
+) => void;
+
+/**
+ * The decoder's tensors in HF Llama naming, with the MLP of block i given by `mlp` (after
+ * `post_attention_layernorm`, as HF orders a block's modules).
+ */
+export function decoderTensors(
+  a: ArchConfig,
+  opts: { oProjBias: boolean },
+  mlp: (i: number, add: AddLayerTensor) => void,
+): TensorSpec[] {
   const q = a.numHeads * a.headDim;
   const kv = a.numKvHeads * a.headDim;
   const specs: TensorSpec[] = [
@@ -94,8 +128,8 @@ export function denseDecoderTensors(a: ArchConfig, opts: { oProjBias: boolean })
   ];
   for (let i = 0; i < a.numLayers; i++) {
     const p = `model.layers.${i}`;
-    const add = (suffix: string, shape: number[], role: TensorRole, slot: LayerSlot) =>
-      specs.push({ name: `${p}.${suffix}`, shape, role, slot, layer: i });
+    const add: AddLayerTensor = (suffix, shape, role, slot, expert) =>
+      specs.push({ name: `${p}.${suffix}`, shape, role, slot, layer: i, ...(expert === undefined ? {} : { expert }) });
     add('input_layernorm.weight', [a.hiddenSize], 'norm', 'inputNorm');
     add('self_attn.q_proj.weight', [q, a.hiddenSize], 'linear', 'q');
     add('self_attn.k_proj.weight', [kv, a.hiddenSize], 'linear', 'k');
@@ -112,9 +146,7 @@ export function denseDecoderTensors(a: ArchConfig, opts: { oProjBias: boolean })
     add('self_attn.o_proj.weight', [a.hiddenSize, q], 'linear', 'o');
     if (a.attentionBias && opts.oProjBias) add('self_attn.o_proj.bias', [a.hiddenSize], 'bias', 'oBias');
     add('post_attention_layernorm.weight', [a.hiddenSize], 'norm', 'postNorm');
-    add('mlp.gate_proj.weight', [a.intermediateSize, a.hiddenSize], 'linear', 'gate');
-    add('mlp.up_proj.weight', [a.intermediateSize, a.hiddenSize], 'linear', 'up');
-    add('mlp.down_proj.weight', [a.hiddenSize, a.intermediateSize], 'linear', 'down');
+    mlp(i, add);
   }
   specs.push({ name: 'model.norm.weight', shape: [a.hiddenSize], role: 'norm', slot: 'norm', layer: -1 });
   if (!a.tieWordEmbeddings)
@@ -142,4 +174,14 @@ export function fullAttentionFields(a: ArchConfig): Json {
 /** For families without q/k norms (toHfConfig). */
 export function noQkNorm(a: ArchConfig): void {
   if (a.qkNorm) throw new Error(`qkNorm is true but ${a.arch} has no q/k norms`);
+}
+
+/** Whether block `layer` has a sparse MoE MLP (transformers' Qwen3MoeDecoderLayer rule). */
+export function isSparseLayer(moe: MoeConfig | undefined, layer: number): boolean {
+  return (
+    moe !== undefined &&
+    !moe.mlpOnlyLayers.includes(layer) &&
+    moe.numExperts > 0 &&
+    (layer + 1) % moe.decoderSparseStep === 0
+  );
 }

@@ -3,8 +3,9 @@ import type { Family } from './decoder';
 import { llama } from './llama';
 import { qwen2 } from './qwen2';
 import { qwen3 } from './qwen3';
+import { qwen3_moe } from './qwen3_moe';
 
-export const FAMILIES = { llama, qwen2, qwen3 } satisfies Record<string, Family>;
+export const FAMILIES = { llama, qwen2, qwen3, qwen3_moe } satisfies Record<string, Family>;
 
 /** `ArchConfig.arch`: a registered family's `model_type`. */
 export type Arch = keyof typeof FAMILIES;
@@ -18,5 +19,5 @@ export function family(arch: string): Family {
   return FAMILIES[arch as Arch];
 }
 
-export { PROJECTIONS } from './decoder';
+export { PROJECTIONS, isSparseLayer } from './decoder';
 export type { Family, FamilyFeatures, LayerSlot, ModelSlot, Projection, TensorRole, TensorSpec } from './decoder';

@@ -109,6 +109,12 @@ ArchConfig archConfig(Napi::Value v) {
   c.headDim = int64_t(num(o, "headDim"));
   c.rmsNormEps = num(o, "rmsNormEps");
   c.ropeTheta = num(o, "ropeTheta");
+  Napi::Value moe = o.Get("moe");
+  if (!moe.IsUndefined() && !moe.IsNull()) {
+    Napi::Object m = obj(moe, "config.moe");
+    c.numExpertsPerTok = int64_t(num(m, "numExpertsPerTok"));
+    c.normTopkProb = boolOr(m, "normTopkProb", false);
+  }
   return c;
 }
 
@@ -146,6 +152,12 @@ Napi::Array tensorsToJs(Napi::Env env, const std::vector<std::pair<std::string, 
     out.Set(uint32_t(i), o);
   }
   return out;
+}
+
+Napi::Int32Array int32s(Napi::Env env, const std::vector<int32_t>& v) {
+  Napi::Int32Array a = Napi::Int32Array::New(env, v.size());
+  std::copy(v.begin(), v.end(), a.Data());
+  return a;
 }
 
 Napi::Float32Array floats(Napi::Env env, const std::vector<float>& v) {
@@ -206,6 +218,7 @@ LossConfig lossConfig(Napi::Value v) {
     }
   }
   c.klBeta = numOr(o, "klBeta", c.klBeta);
+  c.routerAuxLossCoef = numOr(o, "routerAuxLossCoef", c.routerAuxLossCoef);
   Napi::Value mm = o.Get("mismatch");
   if (!mm.IsUndefined() && !mm.IsNull()) {
     Napi::Object m = obj(mm, "mismatch");
@@ -248,6 +261,7 @@ std::vector<ParamSpec> paramSpecs(Napi::Value v) {
     out[i].shape = ints(field(o, "shape"), "shape");
     out[i].slot = str(o, "slot");
     out[i].layer = int64_t(num(o, "layer"));
+    out[i].expert = int64_t(numOr(o, "expert", -1));
   }
   return out;
 }

@@ -37,6 +37,7 @@ std::vector<ParamSpec> paramSpecs(Napi::Value v);
 std::vector<RawTensor> rawTensors(Napi::Value v, std::vector<Napi::Value>& buffers);
 Napi::Array tensorsToJs(Napi::Env env, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 Napi::Float32Array floats(Napi::Env env, const std::vector<float>& v);
+Napi::Int32Array int32s(Napi::Env env, const std::vector<int32_t>& v);
 // Weights copied to the CPU in the dtype named like the safetensors ones ("" = compute dtype).
 std::vector<std::pair<std::string, at::Tensor>> toCpu(const std::vector<std::pair<std::string, at::Tensor>>& in,
                                                       const std::string& dtype, at::ScalarType computeDtype);

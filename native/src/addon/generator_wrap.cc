@@ -40,6 +40,7 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
       }
       r.promptLogprobs = boolOr(o, "promptLogprobs", false);
       r.topLogprobs = int64_t(numOr(o, "topLogprobs", 0));
+      r.returnRoutes = boolOr(o, "returnRoutes", false);
     }
     auto gen = gen_;
     auto out = std::make_shared<std::vector<AddedSequence>>();
@@ -51,6 +52,7 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
             Napi::Object o = Napi::Object::New(env);
             o.Set("seqId", double((*out)[i].seqId));
             if (!(*out)[i].promptLogprobs.empty()) o.Set("promptLogprobs", floats(env, (*out)[i].promptLogprobs));
+            if (!(*out)[i].promptRoutes.empty()) o.Set("promptRoutes", int32s(env, (*out)[i].promptRoutes));
             res.Set(uint32_t(i), o);
           }
           return res;
@@ -74,6 +76,7 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
             o.Set("finished", t.finished);
             if (t.finished) o.Set("finishReason", t.finishReason);
             if (!t.error.empty()) o.Set("error", t.error);
+            if (!t.routes.empty()) o.Set("routes", int32s(env, t.routes));
             if (!t.topIds.empty()) {
               Napi::Object top = Napi::Object::New(env);
               Napi::Int32Array ids = Napi::Int32Array::New(env, t.topIds.size());

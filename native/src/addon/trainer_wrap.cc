@@ -20,6 +20,8 @@ std::vector<TrainRow> trainRows(Napi::Value v) {
     Napi::Value adv = o.Get("advantages"), mu = o.Get("inferenceLogprobs");
     if (!adv.IsUndefined() && !adv.IsNull()) rows[i].advantages = reals(adv, "advantages");
     if (!mu.IsUndefined() && !mu.IsNull()) rows[i].inferenceLogprobs = reals(mu, "inferenceLogprobs");
+    Napi::Value routes = o.Get("routes");
+    if (!routes.IsUndefined() && !routes.IsNull()) rows[i].routes = ints(routes, "routes");
   }
   return rows;
 }
@@ -34,6 +36,9 @@ Napi::Object statsToJs(Napi::Env env, const StepStats& s) {
   o.Set("optimizerSeconds", s.optimizerSeconds);
   o.Set("commSeconds", s.commSeconds);
   o.Set("tokensPerSecond", s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0);
+  o.Set("routerAuxLoss", s.routerAuxLoss);
+  o.Set("expertLoadMax", s.expertLoadMax);
+  o.Set("expertLoadMean", s.expertLoadMean);
   return o;
 }
 
