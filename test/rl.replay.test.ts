@@ -46,8 +46,6 @@ function config(model: string, args: string[]): RLConfig {
       `${inference.url}/v1`,
       '--trainer.threads',
       '1',
-      '--env',
-      '[{"id": "reverse-text"}]',
       ...args,
     ],
     env: {},
@@ -85,6 +83,9 @@ test('rollouts keep the routes the server returned, batches carry them, and repl
       name,
       '--max-steps',
       '2',
+      // Rewards that vary within a group from the start (reverse-text's are 0 for a random model): a real update.
+      '--env',
+      JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]),
       '--async-level',
       '1',
       '--ckpt.interval',
@@ -179,7 +180,12 @@ test('rollouts keep the routes the server returned, batches carry them, and repl
   expect(tokens(replayed.layout)).toEqual(tokens(recomputed.layout));
   const kl = (layout: RunLayout) => readStepMetrics(layout.metricsFile).map((l) => l.mismatch_kl as number);
   const [withReplay, without] = [kl(replayed.layout), kl(recomputed.layout)];
-  console.log(`mismatch_kl per step: replay ${withReplay.join(', ')}; recomputed ${without.join(', ')}`);
   for (const v of [...withReplay, ...without]) expect(Number.isFinite(v)).toBe(true);
-  expect(withReplay[1]).toBeLessThanOrEqual(without[1]);
+  // Step 0 trains on the weights that sampled (both ~0); step 1 on a stale policy. Measured
+  // (README): 0.0467 replayed vs 0.0470 recomputed, deterministic to 1e-8 across runs; most of it
+  // is the update itself, which replay does not undo. Strictly less: the trainer used the routes.
+  expect(withReplay[0]).toBeLessThan(1e-6);
+  expect(without[0]).toBeLessThan(1e-6);
+  expect(without[1]).toBeGreaterThan(1e-3);
+  expect(withReplay[1]).toBeLessThan(without[1]);
 });
