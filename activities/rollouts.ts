@@ -207,7 +207,15 @@ export async function playGroup(
       const modelDir = path.resolve(o.model.name);
       const rollout: Rollout = example.ok
         ? await playRollout(
-            { env, info: ctx.infos[draw.env], example: example.value, seed, seqLen: o.seq_len, sampling: o.sampling },
+            {
+              env,
+              info: ctx.infos[draw.env],
+              example: example.value,
+              seed,
+              seqLen: o.seq_len,
+              sampling: o.sampling,
+              routerReplay: ctx.config.trainer.moe.router_replay,
+            },
             pool,
             client,
             ctx.tokenizer,

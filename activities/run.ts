@@ -12,6 +12,8 @@ import { checkConfig, storedConfigText } from '../lib/run/config';
 import { rewindRun as rewind } from '../lib/run/rewind';
 import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins';
 import { Tokenizer } from '../lib/model/tokenizer';
+import { readHfConfig } from '../lib/model/hf';
+import { routerReplayRefusal } from '../lib/trainer/spec';
 import { tokenizerMismatch } from '../lib/orchestrator/teacher';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
@@ -23,7 +25,9 @@ import type { StepRecordInput, StepTimes } from './types';
 export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> {
   checkConfig(config, rlSchema);
   const layout = RunLayout.of(config.output_dir, config.run_name);
-  checkModel(config.model.name ?? config.trainer.model.name);
+  const model = checkModel(config.model.name ?? config.trainer.model.name);
+  const refusal = config.trainer.moe.router_replay ? routerReplayRefusal(readHfConfig(model).config) : undefined;
+  if (refusal) throw ApplicationFailure.nonRetryable(refusal, Failure.InvalidConfig);
   if (config.env.length === 0)
     throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
   checkEnvironments([...config.env, ...config.eval.env]);

@@ -69,10 +69,21 @@ const runName = (dflt: string) =>
 const threads = () => positiveInt().optional().describe('compute threads of the native engine; unset = all cores');
 
 /** Mixture-of-experts training options (no effect on dense models). */
-const moeTrainSchema = section({
+const moeTrainShape = {
   router_aux_loss_coef: nonNegative()
     .default(0)
     .describe("weight of the router's load-balancing loss (transformers' definition) added to the loss"),
+};
+const moeTrainSchema = section(moeTrainShape);
+/** RL adds router replay: rollouts carry the experts inference used. */
+const moeRlTrainSchema = section({
+  ...moeTrainShape,
+  router_replay: z
+    .boolean()
+    .default(false)
+    .describe(
+      "MoE models only: rollouts keep the experts inference routed each token to, and the trainer sends tokens through them instead of its router's top-k",
+    ),
 });
 
 const optimizerSchema = section({
@@ -304,7 +315,7 @@ export const trainerSchema = z
     loss: lossSchema,
     kl_penalty: klPenaltySchema,
     lora: loraSchema,
-    moe: moeTrainSchema,
+    moe: moeRlTrainSchema,
     ...trainerScaleShape,
   })
   .prefault({})

@@ -1,7 +1,9 @@
 /**
  * Training batches on disk: one safetensors file per step (the format model weights use), holding
  * the packed rows as [rows, seq_len] tensors plus the sample lengths of every row, so the trainer
- * can keep attention inside samples. Counts and step go into the header metadata.
+ * can keep attention inside samples. Counts and step go into the header metadata. With router
+ * replay, `routes` [rows, seq_len, sparse layers x experts per token] holds the experts inference
+ * routed each token to, as I16 (-1 where unknown): half the bytes of I32, and expert ids fit.
  */
 import { readSafetensors, writeSafetensors, type StoredTensor } from '../model/safetensors';
 import type { PackCounts, PackedRow } from './packing';
@@ -22,7 +24,10 @@ export interface Batch {
 
 const bytes = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
-function stack<T extends Int32Array | Uint8Array | Float32Array>(parts: readonly T[], make: (n: number) => T): T {
+function stack<T extends Int32Array | Int16Array | Uint8Array | Float32Array>(
+  parts: readonly ArrayLike<number>[],
+  make: (n: number) => T,
+): T {
   const out = make(parts.reduce((n, p) => n + p.length, 0));
   let at = 0;
   for (const p of parts) {
@@ -113,6 +118,20 @@ export function writeBatch(
     },
     { name: 'row_offsets', dtype: 'I32', shape: [r + 1], data: bytes(rowOffsets) },
   ];
+  const routed = rows.filter((x) => x.routes);
+  if (routed.length > 0) {
+    if (routed.length !== r) throw new Error(`${file}: some rows have routes and some do not`);
+    const width = rows[0].routes!.length / seqLen;
+    // An Int16Array wraps larger values silently: check the expert ids fit.
+    for (const x of rows)
+      for (const e of x.routes!)
+        if (e < -1 || e > 0x7fff) throw new Error(`${file}: route ${e} does not fit a batch's I16 routes`);
+    const routes = stack(
+      rows.map((x) => x.routes!),
+      (n) => new Int16Array(n),
+    );
+    tensors.push({ name: 'routes', dtype: 'I16', shape: [r, seqLen, width], data: bytes(routes) });
+  }
   writeSafetensors(file, tensors, { step: String(step), seq_len: String(seqLen), counts: JSON.stringify(counts) });
 }
 
@@ -140,6 +159,10 @@ export function readBatch(file: string): Batch {
   const lengths = new Int32Array(get('sample_lengths', 'I32'));
   if (!(seqLen > 0) || ids.length !== rowCount * seqLen)
     throw new Error(`${file}: batch tensors do not match ${rowCount} rows of seq_len ${metadata.seq_len}`);
+  const routes = byName.has('routes') ? new Int16Array(get('routes', 'I16')) : undefined;
+  const width = routes ? byName.get('routes')!.shape[2] : 0;
+  if (routes && (!(width > 0) || routes.length !== rowCount * seqLen * width))
+    throw new Error(`${file}: batch tensor 'routes' is not [${rowCount}, ${seqLen}, width]`);
   const rows: BatchRow[] = [];
   for (let r = 0; r < rowCount; r++) {
     const sampleLengths = lengths.subarray(offsets[r], offsets[r + 1]);
@@ -153,6 +176,7 @@ export function readBatch(file: string): Batch {
       logprobs: lp.subarray(...span),
       advantages: adv.subarray(...span),
       sampleLengths,
+      ...(routes ? { routes: Int32Array.from(routes.subarray(span[0] * width, span[1] * width)) } : {}),
     });
   }
   return { step: Number(metadata.step), seqLen, rows, counts: JSON.parse(metadata.counts) as PackCounts };

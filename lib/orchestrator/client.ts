@@ -38,6 +38,8 @@ export interface GenerateParams {
   seed: number;
   /** Stop strings (omitted when none). */
   stop?: string[];
+  /** MoE router replay: also return the experts each token was routed to (omitted when off). */
+  return_routes?: boolean;
 }
 
 export interface GenerateResult {
@@ -47,6 +49,13 @@ export interface GenerateResult {
   policyVersion: number;
   /** Per token, the policy version that sampled it (a server without them: `policyVersion` for each). */
   tokenPolicyVersions: number[];
+  /**
+   * With `return_routes`: the experts (sparse layers x experts per token, flattened) of prompt
+   * tokens 0..P-2, and of the token fed at each decode step (step 0 feeds the last prompt token,
+   * step i the sampled token i - 1).
+   */
+  promptRoutes?: number[][];
+  routes?: number[][];
 }
 
 /** Where a policy version's weights live: version 0 is the base model the servers started with. */
@@ -469,7 +478,9 @@ export class InferenceClient {
             logprobs: number[];
             policy_versions?: number[];
             finish_reason: 'stop' | 'length' | 'abort';
+            routes?: number[][];
           }[];
+          prompt_routes?: number[][];
         }>(`${s.root}/v1/generate`, 'generate', {
           body: { prompt_token_ids: promptIds, ...params },
         });
@@ -488,6 +499,7 @@ export class InferenceClient {
           finishReason: c.finish_reason,
           policyVersion: body.policy_version,
           tokenPolicyVersions: c.policy_versions ?? c.token_ids.map(() => body.policy_version),
+          ...(params.return_routes ? { promptRoutes: body.prompt_routes ?? [], routes: c.routes ?? [] } : {}),
         };
       } catch (e) {
         if (e instanceof InferenceError && e.kind === 'config') this.fatal ??= e;

@@ -17,6 +17,11 @@ export interface TokenSegment {
   versions?: ArrayLike<number>;
   /** Online distillation: the teacher's logprob of each generated token (null: none, no distillation term). */
   teacherLogprobs?: ArrayLike<number | null>;
+  /**
+   * MoE router replay: the experts inference routed each token to, [tokens, sparse layers x
+   * experts per token] flattened (-1 where inference never fed the token). Absent = unknown.
+   */
+  routes?: ArrayLike<number>;
 }
 
 /** One sample ready to pack; all arrays have the same length. */
@@ -28,6 +33,29 @@ export interface Sample {
   logprobs: Float32Array;
   /** The rollout's advantage where the mask is 1, 0 elsewhere. */
   advantages: Float32Array;
+  /** Router replay: [length, width] flattened, -1 where unknown (see `TokenSegment.routes`). */
+  routes?: Int32Array;
+}
+
+/**
+ * The common per-token width of `routes` arrays of `holders` of `tokens` tokens each (undefined
+ * when none has routes); `what` names a holder in the error when two disagree.
+ */
+function routeWidth(
+  holders: readonly { routes?: ArrayLike<number>; tokens: number }[],
+  what: (i: number) => string,
+): number | undefined {
+  let width: number | undefined;
+  holders.forEach(({ routes, tokens }, i) => {
+    if (!routes) return;
+    const w = routes.length / tokens;
+    if (!Number.isInteger(w) || w < 1 || (width !== undefined && w !== width))
+      throw new Error(
+        `${what(i)}: routes has ${routes.length} entries for ${tokens} tokens, expected tokens x ${width ?? 'a width'}`,
+      );
+    width = w;
+  });
+  return width;
 }
 
 /**
@@ -49,10 +77,16 @@ export function buildSample(
     logprobs: new Float32Array(length),
     advantages: new Float32Array(length),
   };
+  const width = routeWidth(
+    segments.map((s) => ({ routes: s.routes, tokens: s.tokens.length })),
+    (k) => `segment ${k}`,
+  );
+  if (width !== undefined) sample.routes = new Int32Array(length * width).fill(-1);
   let at = 0;
   for (const [k, seg] of segments.entries()) {
     const n = seg.tokens.length;
     for (let i = 0; i < n; i++) sample.inputIds[at + i] = seg.tokens[i];
+    if (seg.routes) sample.routes!.set(seg.routes, at * width!);
     if (seg.generated) {
       if (!seg.logprobs || seg.logprobs.length !== n) {
         throw new Error(
@@ -85,6 +119,8 @@ export interface PackedRow {
   sampleLengths: Int32Array;
   /** Index in the input of each of those samples. */
   sampleIndices: Int32Array;
+  /** Router replay: [seq_len, width] flattened, -1 where unknown; present when a sample had routes. */
+  routes?: Int32Array;
 }
 
 export interface PackCounts {
@@ -128,6 +164,10 @@ export function packSamples(samples: readonly Sample[], seqLen: number, opts: Pa
   if (!Number.isInteger(seqLen) || seqLen < 1)
     throw new Error(`packing: seq_len must be a positive integer, got ${seqLen}`);
   samples.forEach(checkSample);
+  const width = routeWidth(
+    samples.map((s) => ({ routes: s.routes, tokens: s.inputIds.length })),
+    (i) => `packing: sample ${i}`,
+  );
   const lengths = samples.map((s) => Math.min(s.inputIds.length, seqLen));
   const order = samples.map((_, i) => i).sort((a, b) => lengths[b] - lengths[a] || a - b);
 
@@ -160,6 +200,7 @@ export function packSamples(samples: readonly Sample[], seqLen: number, opts: Pa
       advantages: new Float32Array(seqLen),
       sampleLengths: Int32Array.from(members, (i) => lengths[i]),
       sampleIndices: Int32Array.from(members),
+      ...(width !== undefined ? { routes: new Int32Array(seqLen * width).fill(-1) } : {}),
     };
     let at = 0;
     for (const i of members) {
@@ -173,6 +214,7 @@ export function packSamples(samples: readonly Sample[], seqLen: number, opts: Pa
       row.lossMask.set(s.lossMask.subarray(0, n), at);
       row.logprobs.set(s.logprobs.subarray(0, n), at);
       row.advantages.set(s.advantages.subarray(0, n), at);
+      if (s.routes) row.routes!.set(s.routes.subarray(0, n * width!), at * width!);
       for (let p = 0; p < n; p++) row.positionIds[at + p] = p;
       for (let p = 0; p < n; p++) counts.lossTokens += s.lossMask[p];
       at += n;

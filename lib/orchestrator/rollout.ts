@@ -37,6 +37,8 @@ export interface RolloutTask extends EpisodeTask {
   /** Context length: each sample's prompt and turns must fit. */
   seqLen: number;
   sampling: SamplingSettings;
+  /** MoE router replay (`trainer.moe.router_replay`): keep inference's routes on the samples. */
+  routerReplay?: boolean;
 }
 
 export interface Rollout extends Episode {
@@ -129,11 +131,16 @@ class TokenPlayer implements Player {
       max_tokens: Math.min(room, sampling.max_tokens ?? room),
       seed: (this.task.seed + turn) % 2 ** 31,
       ...(sampling.stop?.length ? { stop: sampling.stop } : {}),
+      ...(this.task.routerReplay ? { return_routes: true } : {}),
     };
     const out = await this.client.generate(this.ids, params);
     if (out.finishReason === 'abort') throw new EpisodeError('inference aborted the request');
     const versions = out.tokenPolicyVersions;
+    const promptLength = this.ids.length;
     this.sample.push({ tokens: out.tokenIds, generated: true, logprobs: out.logprobs, versions });
+    // Decode step i fed the token at position P - 1 + i; the prefill fed positions 0..P-2.
+    this.keepRoutes(out.routes, promptLength - 1);
+    this.keepRoutes(out.promptRoutes, 0);
     this.ids.push(...out.tokenIds);
     this.completionTokens += out.tokenIds.length;
     for (const v of versions.length > 0 ? versions : [out.policyVersion]) {
@@ -154,6 +161,29 @@ class TokenPlayer implements Player {
       return { reply, last: true };
     }
     return { reply };
+  }
+
+  /**
+   * Router replay: `rows[i]` are the experts of the current sample's token at position `from + i`.
+   * Routes already known are kept: a sampled token keeps the routes of the decode step that fed it
+   * when a later turn's prefill recomputes them (they differ at most by numerics). Tokens no
+   * request fed (the last one sampled) stay -1: the trainer's router decides there.
+   */
+  private keepRoutes(rows: readonly (readonly number[])[] | undefined, from: number): void {
+    if (!rows?.length) return;
+    const width = rows[0].length;
+    let at = 0;
+    for (const seg of this.sample) {
+      const n = seg.tokens.length;
+      if (!seg.routes) seg.routes = new Array<number>(n * width).fill(-1);
+      const routes = seg.routes as number[];
+      for (let p = Math.max(from, at); p < Math.min(from + rows.length, at + n); p++) {
+        const row = rows[p - from];
+        if (row.length !== width) throw new Error(`inference returned routes of ${row.length} and ${width} experts`);
+        if (routes[(p - at) * width] < 0) for (let k = 0; k < width; k++) routes[(p - at) * width + k] = row[k];
+      }
+      at += n;
+    }
   }
 
   observe(messages: readonly Message[]): void {

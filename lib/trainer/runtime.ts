@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as native from '../../native';
 import { writeDirAtomicAsync, writeFileAtomic } from '../atomic';
+import { Failure, NonRetryableError } from '../failures';
 import type { NamedTensor } from '../model/arch';
 import { loadHfModel, readHfConfig, writeHfModel } from '../model/hf';
 import { serializeSafetensors } from '../model/safetensors';
@@ -17,7 +18,7 @@ import type { TrainMetrics, TrainProgress } from './types';
 import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
 import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
-import type { TrainerSpec } from './spec';
+import { routerReplayRefusal, type TrainerSpec } from './spec';
 import type { RankGroup } from './group';
 
 /**
@@ -139,6 +140,8 @@ export class TrainerRuntime {
     if (t.threads) native.setThreads(t.threads);
     const baseDir = path.resolve(t.model.name);
     const base = loadHfModel(baseDir);
+    const refusal = t.routerReplay ? routerReplayRefusal(base.config) : undefined;
+    if (refusal) throw new NonRetryableError(refusal, Failure.InvalidConfig);
     const model = await native.loadModel(base.config, base.tensors, { device: t.model.device, dtype: t.model.dtype });
     const trainer = model.createTrainer({
       beta1: t.optim.betas[0],
@@ -206,6 +209,8 @@ export class TrainerRuntime {
         lossMask: r.lossMask,
         advantages: r.advantages,
         inferenceLogprobs: r.logprobs,
+        // Replay: the experts inference used (-1: the router decides); without, the router decides everywhere.
+        ...(t.routerReplay && r.routes ? { routes: r.routes } : {}),
       })),
       { lr, maxGradNorm: t.optim.max_norm, loss: { ...t.loss, klBeta } },
     );

@@ -5,6 +5,7 @@
 import type * as native from '../../native';
 import { lossKindSpec } from '../../native/loss-kinds';
 import type { RLConfig, SFTConfig, TrainerConfig } from '../config/schemas';
+import type { ArchConfig } from '../model/arch';
 import type { KlPenalty } from './kl-controller';
 
 export interface TrainerSpec {
@@ -19,6 +20,15 @@ export interface TrainerSpec {
   /** The loss; its klBeta is set per step by the runtime from klPenalty. */
   loss: native.LossConfig;
   klPenalty: KlPenalty;
+  /** MoE router replay: train each token through the experts inference routed it to (batch routes). */
+  routerReplay?: boolean;
+}
+
+/** Why `trainer.moe.router_replay` cannot apply to a model of `arch`, or undefined when it can. */
+export function routerReplayRefusal(arch: ArchConfig): string | undefined {
+  return arch.moe
+    ? undefined
+    : `trainer.moe.router_replay: the model (${arch.arch}) has no MoE router to replay; set it to false or use a MoE model`;
 }
 
 /** The RL trainer: the configured policy loss, logits at the sampling temperature. */
@@ -52,6 +62,7 @@ export function rlTrainerSpec(c: RLConfig): TrainerSpec {
       routerAuxLossCoef: t.moe.router_aux_loss_coef,
     },
     klPenalty: { enabled: t.kl_penalty.enabled, beta: t.kl_penalty.beta, targetKl: t.kl_penalty.target_kl },
+    routerReplay: t.moe.router_replay,
   };
 }
 
