@@ -183,9 +183,10 @@ test('rollouts keep the routes the server returned, batches carry them, and repl
   for (const v of [...withReplay, ...without]) expect(Number.isFinite(v)).toBe(true);
   // Step 0 trains on the weights that sampled (both ~0); step 1 on a stale policy. Measured
   // (README): 0.0467 replayed vs 0.0470 recomputed, deterministic to 1e-8 across runs; most of it
-  // is the update itself, which replay does not undo. Strictly less: the trainer used the routes.
+  // is the update itself, which replay does not undo, and at lr 3e-2 replay came out higher. So the
+  // check is that the two differ: the trainer used the stored routes, not its router's.
   expect(withReplay[0]).toBeLessThan(1e-6);
   expect(without[0]).toBeLessThan(1e-6);
   expect(without[1]).toBeGreaterThan(1e-3);
-  expect(withReplay[1]).toBeLessThan(without[1]);
+  expect(Math.abs(withReplay[1] - without[1])).toBeGreaterThan(1e-6);
 });
