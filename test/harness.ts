@@ -67,17 +67,18 @@ export async function startStack(root: string, serve: Serve): Promise<Stack & { 
 export async function startStack(root: string, serve?: Serve): Promise<Stack & { inference?: InferenceServer }> {
   const temporal = await startTemporal(root);
   const inference = serve ? await startServer(root, serve) : undefined;
-  const pool = new EnvPool({ workers: 1, timeoutS: 30 });
-  return {
+  const stack = {
     temporal,
-    pool,
+    pool: new EnvPool({ workers: 1, timeoutS: 30 }),
     inference,
     async close() {
-      await pool.close();
+      // The pool a test may have put in place of the first one (its workers and env servers).
+      await stack.pool.close();
       await inference?.close(1000);
       await temporal.stop();
     },
   };
+  return stack;
 }
 
 export interface Execution {
