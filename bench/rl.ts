@@ -3,6 +3,10 @@
  * dev server, real workers (in this process), a real inference server.
  *
  *   npm run build:ts && node dist/bench/rl.js [--steps 8] [--hidden 256] [--layers 4]
+ *     [--model DIR] [--lr 1e-4] [--envs JSON] [--max-tokens 32]
+ *
+ * `--model DIR` trains an existing model (e.g. the reverse-text example's SFT weights, so that the
+ * reward moves) instead of a random one; `--envs` replaces the run's `[[env]]` list.
  *
  * With `--modes`: strict mode against in-flight mode (both async_level 1) on an env mix whose
  * rollouts differ widely in length (reverse-text: one turn; guess-number: up to 6 turns): step
@@ -48,19 +52,25 @@ async function main() {
   Runtime.install({ logger: new DefaultLogger('WARN') });
   const steps = Number(arg('steps', '8'));
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-bench-rl-'));
-  const modelDir = path.join(root, 'model');
-  const created = createModel({
-    arch: 'qwen3',
-    preset: 'tiny',
-    tokenizer: 'bytes',
-    seed: 0,
-    out: modelDir,
-    hiddenSize: Number(arg('hidden', '256')),
-    numLayers: Number(arg('layers', '4')),
-    intermediateSize: 3 * Number(arg('hidden', '256')),
-    numHeads: 4,
-    numKvHeads: 2,
-  });
+  const given = process.argv.includes('--model') ? path.resolve(arg('model', '')) : undefined;
+  const modelDir = given ?? path.join(root, 'model');
+  const params = given
+    ? undefined
+    : createModel({
+        arch: 'qwen3',
+        preset: 'tiny',
+        tokenizer: 'bytes',
+        seed: 0,
+        out: modelDir,
+        hiddenSize: Number(arg('hidden', '256')),
+        numLayers: Number(arg('layers', '4')),
+        intermediateSize: 3 * Number(arg('hidden', '256')),
+        numHeads: 4,
+        numKvHeads: 2,
+      }).parameterCount;
+  const modelText = given ? `${given}` : `qwen3 ${(params! / 1e6).toFixed(2)}M params, byte tokenizer`;
+  const lr = arg('lr', '1e-4');
+  const maxTokens = arg('max-tokens', '32');
   const [port, uiPort] = [await freePort(), await freePort()];
   const temporal = (
     await startDevServer({
@@ -87,21 +97,13 @@ async function main() {
   const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
   const rows: string[] = [];
   const modes = process.argv.includes('--modes');
+  const envs = arg('envs', modes ? '[{"id": "reverse-text"}, {"id": "guess-number"}]' : '[{"id": "reverse-text"}]');
   const variants = modes
     ? [
-        { name: 'strict', k: 1, args: ['--env', '[{"id": "reverse-text"}, {"id": "guess-number"}]'] },
-        {
-          name: 'in-flight',
-          k: 1,
-          args: [
-            '--env',
-            '[{"id": "reverse-text"}, {"id": "guess-number"}]',
-            '--orchestrator.in-flight.enabled',
-            'true',
-          ],
-        },
+        { name: 'strict', k: 1, args: ['--env', envs] },
+        { name: 'in-flight', k: 1, args: ['--env', envs, '--orchestrator.in-flight.enabled', 'true'] },
       ]
-    : [0, 1, 2].map((k) => ({ name: `async-${k}`, k, args: ['--env', '[{"id": "reverse-text"}]'] }));
+    : [0, 1, 2].map((k) => ({ name: `async-${k}`, k, args: ['--env', envs] }));
   try {
     for (const { name, k, args } of variants) {
       const cfg = loadConfig({
@@ -127,11 +129,11 @@ async function main() {
           '--orchestrator.rollouts-per-example',
           '8',
           '--orchestrator.sampling.max-tokens',
-          '32',
+          maxTokens,
           '--orchestrator.base-urls',
           `${inference.url}/v1`,
           '--trainer.optim.lr',
-          '1e-4',
+          lr,
           '--trainer.threads',
           '1',
         ],
@@ -197,7 +199,7 @@ async function main() {
   if (modes) {
     process.stdout.write(
       [
-        `Model: qwen3 ${(created.parameterCount / 1e6).toFixed(2)}M params, byte tokenizer; ${steps} steps of 32 rollouts (4 prompts x 8), max 32 new tokens per turn; reverse-text + guess-number; ${os.cpus().length} cores.`,
+        `Model: ${modelText}; ${steps} steps of 32 rollouts (4 prompts x 8), max ${maxTokens} new tokens per turn, lr ${lr}; envs ${envs}; ${os.cpus().length} cores.`,
         '',
         '| mode | step time (s) | generation / claim (s) | training (s) | trainer idle fraction | run wall time (s) | reward_mean @ time since start, per step |',
         '| --- | ---: | ---: | ---: | ---: | ---: | --- |',
@@ -209,7 +211,7 @@ async function main() {
   }
   process.stdout.write(
     [
-      `Model: qwen3 ${(created.parameterCount / 1e6).toFixed(2)}M params, byte tokenizer; ${steps} steps of 32 rollouts (4 prompts x 8), max 32 new tokens; reverse-text; ${os.cpus().length} cores.`,
+      `Model: ${modelText}; ${steps} steps of 32 rollouts (4 prompts x 8), max ${maxTokens} new tokens, lr ${lr}; envs ${envs}; ${os.cpus().length} cores.`,
       '',
       '| async_level | step time (s) | generation (s) | training (s) | max(gen, train) (s) | Temporal overhead per step (ms) | run wall time (s) |',
       '| ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
