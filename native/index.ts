@@ -32,7 +32,7 @@ export interface ModelOptions {
   /**
    * Bytes of log-softmax a training step keeps from the forward for the backward, per packed row
    * (whole chunks, the first ones); chunks beyond it are recomputed in the backward (one more
-   * LM-head matmul each). Default 1 GiB; 0 recomputes every chunk (least memory).
+   * LM-head matmul each). Default 0: every chunk is recomputed (least memory).
    */
   logitsKeepBytes?: number;
 }

@@ -13,9 +13,10 @@ struct TokenStats {
   at::Tensor entropy;  // [N] entropy of that distribution
 };
 
-// Default budget of log-softmax kept from forward to backward, per call (one packed row): 1 GiB,
-// a 1,700-token row at a 151,936-token vocabulary in fp32.
-constexpr int64_t kLogitsKeepBytes = int64_t(1) << 30;
+// Default budget of log-softmax kept from forward to backward, per call (one packed row): none, so
+// a row costs one chunk buffer. Keeping it saved no measurable time on the CPU (BENCHMARKS.md, the
+// chunked LM head); 1 GiB would hold a 1,700-token row at a 151,936-token vocabulary in fp32.
+constexpr int64_t kLogitsKeepBytes = 0;
 
 // Tokens per chunk: about 32M logits (128 MB in fp32) per chunk buffer, between 16 and 1,024.
 int64_t lmHeadChunkTokens(int64_t vocab);
