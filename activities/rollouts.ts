@@ -147,6 +147,8 @@ async function checkPromptsFit(
 export interface RolloutContext {
   config: RLConfig;
   infos: EnvironmentInfo[];
+  /** The policy's model folder (absolute): its tokenizer, and what a verifiers env server names. */
+  modelDir: string;
   tokenizer: Tokenizer;
   mixEntries: MixEntry[];
   examplesPerStep: number;
@@ -161,10 +163,12 @@ export async function rolloutContext(runDir: string, pool: EnvPool): Promise<Rol
     throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
   const infos: EnvironmentInfo[] = [];
   for (const e of config.env) infos.push(await environmentInfo(pool, e));
+  const modelDir = path.resolve(o.model.name);
   return {
     config,
     infos,
-    tokenizer: tokenizerOf(path.resolve(o.model.name)),
+    modelDir,
+    tokenizer: tokenizerOf(modelDir),
     mixEntries: config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
     examplesPerStep: o.batch_size / o.rollouts_per_example,
     teacher: config.distill?.teacher ? new TeacherClient(config.distill.teacher.base_url) : undefined,
@@ -204,7 +208,6 @@ export async function playGroup(
     Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
       const seed = rolloutSeed(ctx.config.seed, seedStep, group, sample);
       const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
-      const modelDir = path.resolve(o.model.name);
       const rollout: Rollout = example.ok
         ? await playRollout(
             {
@@ -222,8 +225,8 @@ export async function playGroup(
             // A verifiers env server calls an inference server itself: one per group, round robin.
             {
               baseUrl: o.base_urls[group % o.base_urls.length],
-              model: modelDir,
-              tokenizerDir: modelDir,
+              model: ctx.modelDir,
+              tokenizerDir: ctx.modelDir,
               apiKeyVar: rlClientOptions(ctx.config).apiKeyVar,
               policyVersion,
             },

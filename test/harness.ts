@@ -8,13 +8,14 @@ import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import type { Duration } from '@temporalio/common';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../activities';
-import { inferenceSchema } from '../lib/config/schemas';
+import { inferenceSchema, type RLConfig } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { freePort } from '../lib/net';
 import { InferenceClient, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
 import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
 import { taskQueues } from '../lib/temporal/queues';
+import type { RLResult } from '../workflows/rl';
 
 Runtime.install({ logger: new DefaultLogger('WARN') });
 
@@ -131,6 +132,24 @@ export async function execute<T>(e: Execution): Promise<T> {
     await client.connection.close();
     await connection.close();
   }
+}
+
+/** Runs an rl workflow on `cfg` (workflow id: its run name) with a trainer worker; `more` overrides. */
+export function executeRl(
+  where: { temporal: TemporalEndpoint; pool: EnvPool },
+  cfg: RLConfig,
+  more: Partial<Execution> = {},
+): Promise<RLResult> {
+  return execute<RLResult>({
+    temporal: where.temporal,
+    pool: where.pool,
+    taskQueue: cfg.temporal.task_queue,
+    workflowType: 'rl',
+    workflowId: cfg.run_name,
+    args: [cfg],
+    trainer: true,
+    ...more,
+  });
 }
 
 /** A real inference client that also records the prompt of each request it sends. */

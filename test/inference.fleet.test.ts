@@ -15,8 +15,7 @@ import { freePort } from '../lib/net';
 import { InferenceClient, InferenceError, type GenerateParams } from '../lib/orchestrator/client';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
-import type { RLResult } from '../workflows/rl';
-import { execute, startServer, startStack, type Stack } from './harness';
+import { executeRl, startServer, startStack, type Stack } from './harness';
 import { CliProcesses, metricSteps, sleep, until } from './processes';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-fleet-'));
@@ -204,14 +203,7 @@ test('an rl run on two `prime-rl inference` processes, one SIGKILLed mid-run, co
     shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
   }).config;
   let killedAfter = -1;
-  const result = await execute<RLResult>({
-    temporal: stack.temporal,
-    pool: stack.pool,
-    taskQueue: cfg.temporal.task_queue,
-    workflowType: 'rl',
-    workflowId: cfg.run_name,
-    args: [cfg],
-    trainer: true,
+  const result = await executeRl(stack, cfg, {
     executionTimeout: '5 minutes',
     // Killed while it decodes requests of a step after the first: they move to the other server,
     // which serves the rest of the run alone.

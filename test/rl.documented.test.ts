@@ -11,8 +11,7 @@ import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { DOCUMENTED_METRICS, readStepMetrics } from '../lib/run/metrics';
-import type { RLResult } from '../workflows/rl';
-import { execute, startStack, type Stack } from './harness';
+import { executeRl, startStack, type Stack } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-doc-'));
 const modelDir = path.join(root, 'outputs', 'models', 'x');
@@ -69,14 +68,8 @@ test('the documented config trains a few steps and records the documented metric
     shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
     aliases: RL_ALIASES,
   }).config;
-  const result = await execute<RLResult>({
-    temporal: stack.temporal,
-    pool: stack.pool,
-    taskQueue: cfg.temporal.task_queue,
-    workflowType: 'rl',
+  const result = await executeRl(stack, cfg, {
     workflowId: 'documented',
-    args: [cfg],
-    trainer: true,
   });
   expect(result.steps).toBe(2);
   expect(cfg.trainer.lora).toMatchObject({ enabled: true, rank: 64 });

@@ -24,7 +24,7 @@ import { projectRoot } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import type { RLResult } from '../workflows/rl';
-import { execute, startServer, startStack, type Stack } from './harness';
+import { executeRl, startServer, startStack, type Stack } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-inference-'));
 const modelDir = path.join(root, 'model');
@@ -88,14 +88,7 @@ function config(baseUrl: string, args: string[]): RLConfig {
 
 /** Runs the workflow; a run that retries forever hits the execution timeout instead. */
 function run(cfg: RLConfig): Promise<RLResult> {
-  return execute<RLResult>({
-    temporal: stack.temporal,
-    pool: stack.pool,
-    taskQueue: cfg.temporal.task_queue,
-    workflowType: 'rl',
-    workflowId: cfg.run_name,
-    args: [cfg],
-    trainer: true,
+  return executeRl(stack, cfg, {
     executionTimeout: '4 minutes',
   });
 }

@@ -19,10 +19,9 @@ import { readStepMetrics } from '../lib/run/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import { TrainerRuntime } from '../lib/trainer/runtime';
 import { rlTrainerSpec } from '../lib/trainer/spec';
-import type { RLResult } from '../workflows/rl';
 import { readRollouts } from '../activities/rollouts';
 import { prepareRun } from '../activities/run';
-import { execute, startStack, type Stack } from './harness';
+import { executeRl, startStack, type Stack } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-replay-'));
 const moeDir = path.join(root, 'moe');
@@ -102,15 +101,7 @@ test('rollouts keep the routes the server returned, batches carry them, and repl
       '1e-2',
       ...(replay ? ['--trainer.moe.router-replay'] : []),
     ]);
-    const result = await execute<RLResult>({
-      temporal,
-      pool,
-      taskQueue: cfg.temporal.task_queue,
-      workflowType: 'rl',
-      workflowId: cfg.run_name,
-      args: [cfg],
-      trainer: true,
-    });
+    const result = await executeRl({ temporal, pool }, cfg);
     expect(result.steps).toBe(2);
     return { cfg, layout: RunLayout.of(cfg.output_dir, cfg.run_name) };
   };

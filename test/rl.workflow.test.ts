@@ -14,10 +14,9 @@ import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
-import type { RLResult } from '../workflows/rl';
 import { readRollouts } from '../activities/rollouts';
 import { readBatch } from '../lib/orchestrator/batch';
-import { execute, startServer, startStack, type Stack } from './harness';
+import { executeRl, startServer, startStack, type Stack } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-wf-'));
 const modelDir = path.join(root, 'model');
@@ -93,15 +92,7 @@ test.each([0, 1])(
       '--trainer.kl-penalty.target-kl',
       '1',
     ]);
-    const result = await execute<RLResult>({
-      temporal,
-      pool,
-      taskQueue: cfg.temporal.task_queue,
-      workflowType: 'rl',
-      workflowId: cfg.run_name,
-      args: [cfg],
-      trainer: true,
-    });
+    const result = await executeRl({ temporal, pool }, cfg);
 
     const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
     expect(result.steps).toBe(3);
@@ -157,15 +148,7 @@ test('a step whose groups a rollout filter drops is refilled and still trains on
     '--orchestrator.filter-zero-advantages',
     'false',
   ]);
-  await execute<RLResult>({
-    temporal,
-    pool,
-    taskQueue: cfg.temporal.task_queue,
-    workflowType: 'rl',
-    workflowId: cfg.run_name,
-    args: [cfg],
-    trainer: true,
-  });
+  await executeRl({ temporal, pool }, cfg);
 
   const lines = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile);
   expect(
@@ -198,15 +181,7 @@ test("online distillation: every generated token's advantage is the teacher's lo
       '--distill.teacher',
       JSON.stringify({ base_url: `${teacher.url}/v1`, model: teacherDir }),
     ]);
-    const result = await execute<RLResult>({
-      temporal,
-      pool,
-      taskQueue: cfg.temporal.task_queue,
-      workflowType: 'rl',
-      workflowId: cfg.run_name,
-      args: [cfg],
-      trainer: true,
-    });
+    const result = await executeRl({ temporal, pool }, cfg);
     expect(result.steps).toBe(2);
     const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
     for (const step of [0, 1]) {
@@ -264,15 +239,7 @@ test('RL raises the reward: a random model learns to write lowercase letters', a
     '--trainer.optim.weight-decay',
     '0',
   ]);
-  await execute<RLResult>({
-    temporal,
-    pool,
-    taskQueue: cfg.temporal.task_queue,
-    workflowType: 'rl',
-    workflowId: cfg.run_name,
-    args: [cfg],
-    trainer: true,
-  });
+  await executeRl({ temporal, pool }, cfg);
 
   const rewards = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile).map(
     (l) => l.reward_mean as number,
@@ -304,14 +271,8 @@ test('ckpt.resume_step continues an RL run from that checkpoint: later steps get
     '1e-3',
   ];
   const go = (cfg: RLConfig) =>
-    execute<RLResult>({
-      temporal,
-      pool,
-      taskQueue: cfg.temporal.task_queue,
-      workflowType: 'rl',
+    executeRl({ temporal, pool }, cfg, {
       workflowId: `resume-${Date.now()}`,
-      args: [cfg],
-      trainer: true,
     });
   await go(config(serverPort(), args));
   const layout = RunLayout.of(config(serverPort(), args).output_dir, 'resume');

@@ -23,8 +23,7 @@ import { renderPrompt } from '../lib/orchestrator/rollout';
 import { runVerifiersRollout } from '../lib/orchestrator/verifiers-rollout';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
-import type { RLResult } from '../workflows/rl';
-import { execute, startStack, type Stack } from './harness';
+import { executeRl, startStack, type Stack } from './harness';
 
 const python = process.env.PRIME_RL_VERIFIERS_PYTHON ?? path.join(VERIFIERS_VENV, 'bin', 'python');
 const probe = fs.existsSync(python)
@@ -90,15 +89,7 @@ suite('verifiers env servers', () => {
       env: {},
       shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
     }).config;
-    const result = await execute<RLResult>({
-      temporal: stack.temporal,
-      pool: stack.pool,
-      taskQueue: cfg.temporal.task_queue,
-      workflowType: 'rl',
-      workflowId: cfg.run_name,
-      args: [cfg],
-      trainer: true,
-    });
+    const result = await executeRl(stack, cfg);
     expect(result.steps).toBe(2);
     const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
     const lines = readStepMetrics(layout.metricsFile);
