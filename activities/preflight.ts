@@ -12,6 +12,7 @@ import type { EnvPool } from '../lib/envs/pool';
 import type { EnvironmentInfo } from '../lib/envs/types';
 import { Failure } from '../lib/failures';
 import { readHfConfig } from '../lib/model/hf';
+import type { RunLayout } from '../lib/run/layout';
 
 /** The resolved model folder `dir` (config key `key`), when it holds a loadable model (InvalidModel otherwise). */
 export function checkModel(dir: string, key = 'model.name'): string {
@@ -46,15 +47,29 @@ export async function environmentInfo(pool: EnvPool, env: EnvSpec): Promise<Envi
   return r.value;
 }
 
+/** A run folder's kinds of run, by the config file each keeps (lib/run/layout.ts). */
+const RUN_CONFIG_FILES = {
+  rl: (layout: RunLayout) => layout.configFile,
+  sft: (layout: RunLayout) => layout.sftConfigFile,
+} as const;
+
 /**
- * Whether run folder `runDir` already holds this run's config `text` at `file` (false: no config
- * yet). Another config there is a ConfigMismatch: the folder holds another run.
+ * Whether the run folder of `layout` already holds this `kind` of run with config `text` (false: no
+ * run yet). A run of the other kind, or another config, there is a ConfigMismatch: the folder holds
+ * another run.
  */
-export function holdsRunConfig(runDir: string, file: string, text: string): boolean {
+export function holdsRunConfig(layout: RunLayout, kind: keyof typeof RUN_CONFIG_FILES, text: string): boolean {
+  for (const [other, fileOf] of Object.entries(RUN_CONFIG_FILES))
+    if (other !== kind && fs.existsSync(fileOf(layout)))
+      throw ApplicationFailure.nonRetryable(
+        `run folder ${layout.dir} holds an ${other.toUpperCase()} run (${fileOf(layout)}); use another run_name or output_dir`,
+        Failure.ConfigMismatch,
+      );
+  const file = RUN_CONFIG_FILES[kind](layout);
   if (!fs.existsSync(file)) return false;
   if (fs.readFileSync(file, 'utf8') === text) return true;
   throw ApplicationFailure.nonRetryable(
-    `run folder ${runDir} holds a run with a different config (${file}); use another run_name or output_dir`,
+    `run folder ${layout.dir} holds a run with a different config (${file}); use another run_name or output_dir`,
     Failure.ConfigMismatch,
   );
 }

@@ -41,7 +41,7 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
     throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
   }
   const text = storedConfigText(config);
-  if (!holdsRunConfig(layout.dir, layout.configFile, text)) {
+  if (!holdsRunConfig(layout, 'rl', text)) {
     fs.mkdirSync(path.dirname(layout.configFile), { recursive: true });
     writeFileAtomic(layout.configFile, text);
   }

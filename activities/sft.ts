@@ -4,7 +4,6 @@
  * then the plan (`sft/plan.json`, its done-marker). The trainer then replays and resumes an SFT
  * run exactly as an RL run. `recordSftStep` appends a step's metrics line (once, whatever the retries).
  */
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
@@ -40,13 +39,7 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
   checkConfig(config, sftSchema);
   const layout = RunLayout.of(config.output_dir, config.run_name);
   const text = storedConfigText(config);
-  if (fs.existsSync(layout.configFile)) {
-    throw ApplicationFailure.nonRetryable(
-      `run folder ${layout.dir} holds an RL run; use another run_name or output_dir`,
-      Failure.ConfigMismatch,
-    );
-  }
-  if (holdsRunConfig(layout.dir, layout.sftConfigFile, text)) {
+  if (holdsRunConfig(layout, 'sft', text)) {
     const done = readSftPlan(layout.dir);
     if (done) return done;
   }

@@ -229,7 +229,9 @@ describe('/v1/generate with routes (MoE router replay)', () => {
       const [choice] = body.choices;
       expect(choice.routes).toHaveLength(choice.token_ids.length);
       const all: number[][] = [...body.prompt_routes, ...choice.routes];
-      expect(all.every((r) => r.length === 4 && r.every((e) => Number.isInteger(e) && e >= 0 && e < 8))).toBe(true);
+      // Each sparse layer's K = 2 experts: distinct ids of its 8 experts.
+      const layerOk = (e: number[]) => e.every((x) => Number.isInteger(x) && x >= 0 && x < 8) && e[0] !== e[1];
+      expect(all.every((r) => r.length === 4 && layerOk(r.slice(0, 2)) && layerOk(r.slice(2)))).toBe(true);
       // Training on the sample through these routes reproduces the server's logprobs.
       const hf = loadHfModel(moeDir);
       const trainer = (await native.loadModel(hf.config, hf.tensors)).createTrainer();
@@ -412,17 +414,33 @@ describe('disconnects and metrics', () => {
 });
 
 describe('bad input gets a 4xx with an OpenAI error body naming the field', () => {
-  const cases: [string, string, unknown, number, string | null][] = [
-    ['malformed JSON', '/v1/chat/completions', '{"messages": [', 400, null],
-    ['body not an object', '/v1/generate', '[1,2]', 400, null],
-    ['wrong type', '/v1/chat/completions', { messages: 'hi' }, 400, 'messages'],
-    ['unknown role', '/v1/chat/completions', { messages: [{ role: 'wizard', content: 'x' }] }, 400, 'messages.0.role'],
+  // [case, route, body, status, the param named, the message the client sees]
+  const cases: [string, string, unknown, number, string | null, RegExp][] = [
+    ['malformed JSON', '/v1/chat/completions', '{"messages": [', 400, null, /not valid JSON/],
+    ['body not an object', '/v1/generate', '[1,2]', 400, null, /^request body must be a JSON object$/],
+    [
+      'wrong type',
+      '/v1/chat/completions',
+      { messages: 'hi' },
+      400,
+      'messages',
+      /^messages: .*expected array, received string/,
+    ],
+    [
+      'unknown role',
+      '/v1/chat/completions',
+      { messages: [{ role: 'wizard', content: 'x' }] },
+      400,
+      'messages.0.role',
+      /^messages\.0\.role: .*expected one of/,
+    ],
     [
       'unknown model',
       '/v1/chat/completions',
       { model: 'gpt-5', messages: [{ role: 'user', content: 'x' }] },
       404,
       'model',
+      /^model 'gpt-5' does not exist; this server serves /,
     ],
     [
       'negative max_tokens',
@@ -430,26 +448,64 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
       { messages: [{ role: 'user', content: 'x' }], max_tokens: -1 },
       400,
       'max_tokens',
+      /^max_tokens: .*>=1/,
     ],
-    ['absurd max_tokens', '/v1/generate', { prompt_token_ids: [1], max_tokens: 1e9 }, 400, 'max_tokens'],
-    ['absurd n', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], n: 100000 }, 400, 'n'],
-    ['temperature out of range', '/v1/generate', { prompt_token_ids: [1], temperature: -1 }, 400, 'temperature'],
+    [
+      'absurd max_tokens',
+      '/v1/generate',
+      { prompt_token_ids: [1], max_tokens: 1e9 },
+      400,
+      'max_tokens',
+      /^max_tokens: 1000000000 new tokens do not fit: prompt 1 \+ 1000000000 > context 256$/,
+    ],
+    [
+      'absurd n',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'x' }], n: 100000 },
+      400,
+      'n',
+      /^n: .*<=64/,
+    ],
+    [
+      'temperature out of range',
+      '/v1/generate',
+      { prompt_token_ids: [1], temperature: -1 },
+      400,
+      'temperature',
+      /^temperature: .*>=0/,
+    ],
     [
       'prompt longer than the context',
       '/v1/generate',
       { prompt_token_ids: Array(300).fill(1) },
       400,
       'prompt_token_ids',
+      /^prompt_token_ids: the prompt has 300 tokens; this model's context is 256 tokens$/,
     ],
-    ['token id outside the vocabulary', '/v1/generate', { prompt_token_ids: [1, 99999] }, 400, 'prompt_token_ids'],
-    ['negative token id', '/v1/completions', { prompt: [1, -3] }, 400, 'prompt'],
-    ['unknown field on /v1/generate', '/v1/generate', { prompt_token_ids: [1], temprature: 1 }, 400, null],
+    [
+      'token id outside the vocabulary',
+      '/v1/generate',
+      { prompt_token_ids: [1, 99999] },
+      400,
+      'prompt_token_ids',
+      /^prompt_token_ids: token id 99999 at index 1 is outside the vocabulary/,
+    ],
+    ['negative token id', '/v1/completions', { prompt: [1, -3] }, 400, 'prompt', /^prompt\.1: .*>=0/],
+    [
+      'unknown field on /v1/generate',
+      '/v1/generate',
+      { prompt_token_ids: [1], temprature: 1 },
+      400,
+      null,
+      /^unknown field\(s\) temprature$/,
+    ],
     [
       'unsupported penalty',
       '/v1/chat/completions',
       { messages: [{ role: 'user', content: 'x' }], frequency_penalty: 1 },
       400,
       'frequency_penalty',
+      /^frequency_penalty: frequency_penalty other than 0 is not supported$/,
     ],
     [
       'weight_dir that does not exist',
@@ -457,16 +513,38 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
       { weight_dir: path.join(root, 'out', 'nope') },
       400,
       'weight_dir',
+      /^weight_dir: .*nope does not exist$/,
     ],
-    ['weight_dir outside the allowed roots', '/update_weights', { weight_dir: baseDir }, 403, 'weight_dir'],
-    ['weight_dir of another shape', '/update_weights', { weight_dir: wideDir }, 400, 'weight_dir'],
-    ['weight_dir not a model', '/update_weights', { weight_dir: path.join(root, 'out') }, 400, 'weight_dir'],
+    [
+      'weight_dir outside the allowed roots',
+      '/update_weights',
+      { weight_dir: baseDir },
+      403,
+      'weight_dir',
+      /^weight_dir: .* is outside the allowed roots/,
+    ],
+    [
+      'weight_dir of another shape',
+      '/update_weights',
+      { weight_dir: wideDir },
+      400,
+      'weight_dir',
+      /^weight_dir: not the same model shape: hiddenSize is 96, the served model has 64$/,
+    ],
+    [
+      'weight_dir not a model',
+      '/update_weights',
+      { weight_dir: path.join(root, 'out') },
+      400,
+      'weight_dir',
+      /^weight_dir: not a loadable model folder: /,
+    ],
   ];
-  test.each(cases)('%s', async (_name, route, body, status, param) => {
+  test.each(cases)('%s', async (_name, route, body, status, param, message) => {
     const r = await post(route, body);
     expect(r.status).toBe(status);
     const json = (await r.json()) as any;
-    expect(typeof json.error.message).toBe('string');
+    expect(json.error.message).toMatch(message);
     expect(json.error.type).toBe(
       ({ 403: 'permission_error', 404: 'not_found_error' } as Record<number, string>)[status] ??
         'invalid_request_error',
