@@ -19,6 +19,7 @@ import type { EnvSpec } from './loader';
 import { VerifiersServers } from './verifiers/server';
 import type { EnvCall, PoolRequest, WorkerMessage } from './pool-protocol';
 import type {
+  EnvFailureKind,
   EnvResponse,
   EnvironmentInfo,
   Example,
@@ -37,7 +38,7 @@ export interface EnvPoolOptions {
 }
 
 export type EnvCallResult<T> =
-  { ok: true; value: T } | { ok: false; kind: 'error' | 'timeout' | 'crash'; error: string; stack?: string };
+  { ok: true; value: T } | { ok: false; kind: EnvFailureKind; error: string; stack?: string };
 
 export interface EnvPoolStats {
   calls: number;

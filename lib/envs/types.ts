@@ -21,6 +21,14 @@ export type Split = 'train' | 'eval';
 /** JSON object: the env's own data in examples and rollout state. */
 export type JsonObject = Record<string, unknown>;
 
+/** How a call to an environment (a pool worker, a verifiers env server) failed: it threw, ran past its timeout, or its process died. */
+export type EnvFailureKind = 'error' | 'timeout' | 'crash';
+
+/** `kind` as the verb of an error message: "failed", "timed out", "crashed". */
+export function failedHow(kind: EnvFailureKind): string {
+  return kind === 'error' ? 'failed' : kind === 'timeout' ? 'timed out' : 'crashed';
+}
+
 export interface Example {
   /** The opening messages, system prompt (if any) first. */
   prompt: Message[];

@@ -6,7 +6,7 @@
  */
 import type { EnvPool, EnvCallResult } from '../envs/pool';
 import type { EnvSpec } from '../envs/loader';
-import type { EnvironmentInfo, Example, JsonObject, Message } from '../envs/types';
+import { failedHow, type EnvironmentInfo, type Example, type JsonObject, type Message } from '../envs/types';
 import { InferenceError } from './client';
 
 /** A failure of this episode only (an environment error, an aborted request): it errors the episode. */
@@ -43,7 +43,7 @@ export interface Episode {
 function unwrap<T>(r: EnvCallResult<T>, what: string): T {
   if (r.ok) return r.value;
   throw new EpisodeError(
-    `environment ${what} ${r.kind === 'error' ? 'failed' : r.kind === 'timeout' ? 'timed out' : 'crashed'}: ${r.error}`,
+    `environment ${what} ${failedHow(r.kind)}: ${r.error}`,
   );
 }
 

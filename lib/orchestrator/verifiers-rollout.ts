@@ -7,7 +7,7 @@
  * path is one training sample, its tokens exactly as the server generated them (never re-tokenised).
  */
 import type { EnvPool } from '../envs/pool';
-import type { Message } from '../envs/types';
+import { failedHow, type Message } from '../envs/types';
 import type { Tokenizer } from '../model/tokenizer';
 import type { InferenceClient } from './client';
 import { VerifiersRunError, type VerifiersServers, type WireEpisode, type WireTrace } from '../envs/verifiers/server';
@@ -111,6 +111,25 @@ function text(content: unknown): string {
   return '';
 }
 
+/**
+ * A rollout with nothing to train, at `policyVersion` (the renderers client drops the version our
+ * route returns: it is the version the step asked for); `error` set when it failed.
+ */
+function emptyRollout(policyVersion: number, error?: string): Rollout {
+  return {
+    completion: [],
+    reward: 0,
+    metrics: {},
+    turns: 0,
+    samples: [],
+    completionTokens: 0,
+    truncated: false,
+    policyVersion,
+    newestPolicyVersion: policyVersion,
+    ...(error === undefined ? {} : { error }),
+  };
+}
+
 /** An assembled episode as our Rollout: samples, reward (mean over its traces), metrics, errors. */
 export function episodeRollout(episode: WireEpisode, policyVersion: number): Rollout {
   const traces = episode.traces;
@@ -119,25 +138,13 @@ export function episodeRollout(episode: WireEpisode, policyVersion: number): Rol
     traces
       .map((t) => (t.ok === false ? (errorText(t.errors) ?? `trace ${t.id} did not complete`) : undefined))
       .find(Boolean);
-  const base = {
-    completion: [] as Message[],
-    reward: 0,
-    metrics: {} as Record<string, number>,
-    turns: 0,
-    samples: [] as TokenSegment[][],
-    completionTokens: 0,
-    truncated: false,
-    // The renderers client drops the version our route returns: the version the step asked for.
-    policyVersion,
-    newestPolicyVersion: policyVersion,
-  };
-  if (failed) return { ...base, error: `verifiers: ${failed}` };
-  if (traces.length === 0) return { ...base, error: 'verifiers: the episode has no trace' };
+  if (failed) return emptyRollout(policyVersion, `verifiers: ${failed}`);
+  if (traces.length === 0) return emptyRollout(policyVersion, 'verifiers: the episode has no trace');
   let samples: TokenSegment[][];
   try {
     samples = traces.flatMap(traceSamples);
   } catch (e) {
-    if (e instanceof MalformedTrace) return { ...base, error: `verifiers: ${e.message}` };
+    if (e instanceof MalformedTrace) return emptyRollout(policyVersion, `verifiers: ${e.message}`);
     throw e;
   }
   const metrics: Record<string, number> = {};
@@ -160,7 +167,7 @@ export function episodeRollout(episode: WireEpisode, policyVersion: number): Rol
   );
   const stop = traces.map((t) => String(t.stop_condition ?? '')).join(' ');
   return {
-    ...base,
+    ...emptyRollout(policyVersion),
     completion,
     reward,
     metrics,
@@ -212,18 +219,7 @@ export async function runVerifiersRollout(
     return episodeRollout(episode, endpoint.policyVersion);
   } catch (e) {
     if (!(e instanceof VerifiersRunError)) throw e;
-    return {
-      completion: [],
-      reward: 0,
-      metrics: {},
-      turns: 0,
-      samples: [],
-      completionTokens: 0,
-      truncated: false,
-      policyVersion: endpoint.policyVersion,
-      newestPolicyVersion: endpoint.policyVersion,
-      error: `verifiers env server ${e.kind === 'error' ? 'failed' : e.kind === 'timeout' ? 'timed out' : 'crashed'}: ${e.message}`,
-    };
+    return emptyRollout(endpoint.policyVersion, `verifiers env server ${failedHow(e.kind)}: ${e.message}`);
   }
 }
 

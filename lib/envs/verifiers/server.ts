@@ -14,14 +14,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { decode, encode } from '@msgpack/msgpack';
 import { Dealer } from 'zeromq';
-import type { JsonObject } from '../types';
+import type { EnvFailureKind, JsonObject } from '../types';
 import type { VerifiersLaunch } from './environment';
 
 /** A failure of one rollout's run on an env server. */
 export class VerifiersRunError extends Error {
   constructor(
     message: string,
-    readonly kind: 'error' | 'timeout' | 'crash',
+    readonly kind: EnvFailureKind,
   ) {
     super(message);
   }
