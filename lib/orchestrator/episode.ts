@@ -42,9 +42,7 @@ export interface Episode {
 
 function unwrap<T>(r: EnvCallResult<T>, what: string): T {
   if (r.ok) return r.value;
-  throw new EpisodeError(
-    `environment ${what} ${failedHow(r.kind)}: ${r.error}`,
-  );
+  throw new EpisodeError(`environment ${what} ${failedHow(r.kind)}: ${r.error}`);
 }
 
 /**

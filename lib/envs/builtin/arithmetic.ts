@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { generatedDataset } from '../dataset';
 import { defineEnvironment } from '../define';
 import { extractTag, lastAssistantText } from '../parse';
+import type { Dataset, RewardFunction } from '../types';
 import { evaluate, OPERATORS, parseInteger, randomExpression } from './expression';
 
 export const ARITHMETIC_SYSTEM_PROMPT =
@@ -30,6 +31,34 @@ export function problemArgs(defaults: { operands: number; digits: number }) {
 
 export const operandsInOrder = (a: { min_operands: number; max_operands: number }) => a.min_operands <= a.max_operands;
 
+type ProblemShape = z.infer<z.ZodObject<ReturnType<typeof problemArgs>>>;
+
+/** The generated problems of an env with `problemArgs` (arithmetic, calculator), asked under `systemPrompt`. */
+export function problemDataset(name: string, systemPrompt: string, a: ProblemShape): Dataset {
+  const shape = { minOperands: a.min_operands, maxOperands: a.max_operands, digits: a.digits, operators: a.operators };
+  return generatedDataset({
+    name,
+    key: (example) => String(example.info.expression),
+    generate(rng) {
+      const expression = randomExpression(rng, shape);
+      return {
+        prompt: [
+          { role: 'system', content: systemPrompt },
+          { role: 'user', content: expression },
+        ],
+        answer: evaluate(expression).toString(),
+        info: { expression },
+      };
+    },
+  });
+}
+
+/** The rubric term of a problem env: 1 for the exact answer in the last assistant turn. */
+export const correctAnswer: RewardFunction = {
+  name: 'correct',
+  fn: ({ completion, example }) => arithmeticReward(lastAssistantText(completion), example.answer),
+};
+
 export default defineEnvironment({
   name: 'arithmetic',
   description: 'integer arithmetic problems; reward 1 for the exact answer in <answer> tags',
@@ -37,33 +66,10 @@ export default defineEnvironment({
     .strictObject(problemArgs({ operands: 2, digits: 2 }))
     .refine(operandsInOrder, { message: 'min_operands must be <= max_operands', path: ['min_operands'] }),
   create(a) {
-    const shape = {
-      minOperands: a.min_operands,
-      maxOperands: a.max_operands,
-      digits: a.digits,
-      operators: a.operators,
-    };
     return {
-      dataset: generatedDataset({
-        name: 'arithmetic',
-        key: (example) => String(example.info.expression),
-        generate(rng) {
-          const expression = randomExpression(rng, shape);
-          return {
-            prompt: [
-              { role: 'system', content: ARITHMETIC_SYSTEM_PROMPT },
-              { role: 'user', content: expression },
-            ],
-            answer: evaluate(expression).toString(),
-            info: { expression },
-          };
-        },
-      }),
+      dataset: problemDataset('arithmetic', ARITHMETIC_SYSTEM_PROMPT, a),
       rubric: [
-        {
-          name: 'correct',
-          fn: ({ completion, example }) => arithmeticReward(lastAssistantText(completion), example.answer),
-        },
+        correctAnswer,
         // Logged only: tells "never uses the tags" apart from "wrong number".
         {
           name: 'format',

@@ -4,12 +4,10 @@
  * turn without a tool call is its final answer. Reward 1 for the exact integer in `<answer>` tags.
  */
 import { z } from 'zod';
-import { generatedDataset } from '../dataset';
 import { defineEnvironment } from '../define';
-import { lastAssistantText } from '../parse';
 import { defineTool } from '../tools';
-import { arithmeticReward, operandsInOrder, problemArgs } from './arithmetic';
-import { evaluate, MAX_EXPRESSION_CHARS, randomExpression } from './expression';
+import { correctAnswer, operandsInOrder, problemArgs, problemDataset } from './arithmetic';
+import { evaluate, MAX_EXPRESSION_CHARS } from './expression';
 
 export const CALCULATOR_SYSTEM_PROMPT =
   'Compute the value of the expression (multiplication before addition and subtraction). You may use the calculate tool. Put only the final integer in <answer> tags.';
@@ -31,35 +29,12 @@ export default defineEnvironment({
     })
     .refine(operandsInOrder, { message: 'min_operands must be <= max_operands', path: ['min_operands'] }),
   create(a) {
-    const shape = {
-      minOperands: a.min_operands,
-      maxOperands: a.max_operands,
-      digits: a.digits,
-      operators: a.operators,
-    };
     return {
       maxTurns: a.max_turns,
       tools: [calculateTool],
-      dataset: generatedDataset({
-        name: 'calculator',
-        key: (example) => String(example.info.expression),
-        generate(rng) {
-          const expression = randomExpression(rng, shape);
-          return {
-            prompt: [
-              { role: 'system', content: CALCULATOR_SYSTEM_PROMPT },
-              { role: 'user', content: expression },
-            ],
-            answer: evaluate(expression).toString(),
-            info: { expression },
-          };
-        },
-      }),
+      dataset: problemDataset('calculator', CALCULATOR_SYSTEM_PROMPT, a),
       rubric: [
-        {
-          name: 'correct',
-          fn: ({ completion, example }) => arithmeticReward(lastAssistantText(completion), example.answer),
-        },
+        correctAnswer,
         { name: 'tool_calls', weight: 0, fn: ({ completion }) => completion.filter((m) => m.role === 'tool').length },
       ],
     };
