@@ -15,7 +15,8 @@ type Duration = `${number} ${'seconds' | 'minutes' | 'hours'}`;
 /**
  * Activity proxies on the run's queues:
  *   cpu       long cpu work (rollouts, packing, evaluation), heartbeating; `cpuStartToClose` bounds it
- *   cpuQuick  preparation (prepareRun, prepareSft, prepareEval, rewindRun): 2 minutes
+ *   cpuQuick  preparation (prepareRun, prepareEval, rewindRun): 2 minutes (prepareSft, which
+ *             tokenises the data set and heartbeats, runs on `cpu`)
  *   cpuWrite  writes of milliseconds that send no heartbeat: bounded by the heartbeat timeout, so one
  *             whose worker died is retried as soon as the others, not after minutes of a stalled run
  *   trainer   the trainer queue (one activity at a time), heartbeating, 6 hours
@@ -71,7 +72,7 @@ export interface Controls {
  * while it is prepared), and the `progress` query answered by `progress()`. Called before the
  * workflow's first await, so that a query or signal sent while the run is prepared is answered.
  */
-export function handleControls(controls: () => Controls, progress: () => unknown): void {
+function handleControls(controls: () => Controls, progress: () => unknown): void {
   setHandler(pauseSignal, () => void (controls().paused = true));
   setHandler(resumeSignal, () => void (controls().paused = false));
   setHandler(stopSignal, () => void (controls().stopping = true));
@@ -83,6 +84,26 @@ export interface Preparing extends Controls {
   preparing: true;
   trained: 0;
   maxSteps?: number;
+}
+
+/**
+ * The controls of a run that is prepared before its first step, or resumed with its state
+ * (`resumeFrom`): signals and the `progress` query are answered from the start. A pause or stop sent
+ * while the run is prepared is kept in `early` (spread it into the new state), `progress` says
+ * `preparing` (with `maxSteps` when known) until `prepared(state)`, then `progress(state)`.
+ */
+export function controlsFromStart<S extends Controls>(
+  resumeFrom: S | undefined,
+  progress: (state: S) => unknown,
+  maxSteps?: number,
+): { early: Controls; prepared(state: S): void } {
+  const early: Controls = { paused: false, stopping: false };
+  let state = resumeFrom;
+  handleControls(
+    () => state ?? early,
+    () => (state ? progress(state) : ({ preparing: true, trained: 0, ...early, maxSteps } satisfies Preparing)),
+  );
+  return { early, prepared: (s) => void (state = s) };
 }
 
 /** Waits while the run is paused; true when it should stop instead of starting another step. */

@@ -32,7 +32,7 @@ import type { RLConfig } from '../lib/config/schemas';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { inRun, weightsEntry } from '../lib/run/entries';
 import type { EvalInput, EvalResult } from './eval';
-import { handleControls, runActivities, stopBeforeNextStep, type Controls, type Preparing } from './plumbing';
+import { controlsFromStart, runActivities, stopBeforeNextStep, type Preparing } from './plumbing';
 
 export interface RLState {
   runDir: string;
@@ -85,19 +85,13 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
 
   const maxSteps = config.max_steps ?? Infinity;
   const k = config.async_level;
-  // Signals and the progress query are answered from the start, also while the run is prepared:
-  // a pause or stop sent then is kept (`early`), and `progress` says `preparing`.
-  const early: Controls = { paused: false, stopping: false };
-  let prepared: RLState | undefined = resumeFrom;
-  handleControls(
-    () => prepared ?? early,
-    (): RLProgress =>
-      prepared
-        ? { ...prepared, maxSteps: config.max_steps }
-        : { preparing: true, trained: 0, ...early, maxSteps: config.max_steps },
+  const controls = controlsFromStart(
+    resumeFrom,
+    (s): RLProgress => ({ ...s, maxSteps: config.max_steps }),
+    config.max_steps,
   );
-  const state: RLState = prepared ?? { ...(await start()), ...early };
-  prepared = state;
+  const state: RLState = resumeFrom ?? { ...(await start()), ...controls.early };
+  controls.prepared(state);
   const { runDir } = state;
 
   /** Evaluates policy `version` on the eval envs (the training envs if none) with an `eval` child workflow. */

@@ -14,7 +14,7 @@
 import { continueAsNew, workflowInfo } from '@temporalio/workflow';
 import type { TrainSummary } from '../activities/types';
 import type { SFTConfig } from '../lib/config/schemas';
-import { handleControls, runActivities, stopBeforeNextStep, type Controls, type Preparing } from './plumbing';
+import { controlsFromStart, runActivities, stopBeforeNextStep, type Preparing } from './plumbing';
 
 export interface SftState {
   runDir: string;
@@ -59,15 +59,7 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
   const stepsPerRun = opts.stepsPerRun ?? STEPS_PER_RUN;
   const { cpu, cpuQuick, cpuWrite, trainer } = runActivities(config.temporal);
 
-  // Signals and the progress query are answered from the start, also while the run is prepared:
-  // a pause or stop sent then is kept (`early`), and `progress` says `preparing`.
-  const early: Controls = { paused: false, stopping: false };
-  let prepared: SftState | undefined = resumeFrom;
-  handleControls(
-    () => prepared ?? early,
-    (): SftProgress =>
-      prepared ? { ...prepared, maxSteps: prepared.steps } : { preparing: true, trained: 0, ...early },
-  );
+  const controls = controlsFromStart(resumeFrom, (s): SftProgress => ({ ...s, maxSteps: s.steps }));
   let state: SftState;
   if (resumeFrom) state = resumeFrom;
   else {
@@ -77,7 +69,7 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
       steps: plan.steps,
       trained: 0,
       reachedTarget: false,
-      ...early,
+      ...controls.early,
     };
     const from = config.ckpt.resume_step;
     if (from !== undefined) {
@@ -87,7 +79,7 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
       if (weightsDir !== null) state.weightsDir = weightsDir;
     }
   }
-  prepared = state;
+  controls.prepared(state);
   const { runDir, steps } = state;
 
   const startedThisRun = state.trained;
