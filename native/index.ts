@@ -196,20 +196,11 @@ export interface TrainRow extends PackedRow {
 }
 
 /**
- * The training objective. `kind` names a loss of the native registry
- * (`LOSS_KINDS` in ./loss-kinds, the unit native/src/loss_<kind>.cc says exactly what it
- * computes); `params` are its parameters by config key (an absent one takes the registry
- * default). Per loss token t, with logp the trainer's logprob under softmax(logits / temperature),
- * mu the inference logprob, r = exp(logp - mu), d = exp(logp) - exp(mu) and A the advantage:
- * - 'ce': -logp (SFT);
- * - 'dppo': -keep adv_tau A r + kl_tau (log r)^2, keep = not (A > 0 and d > dppo_mask_high or
- *   A <= 0 and d < -dppo_mask_low); 'ipo': the same with keep = |d| <= ipo_threshold;
- * - 'grpo': -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) (DAPO clip-higher: eps_high > eps_low);
- * - 'gspo': per sample, s = exp(mean of log r over its loss tokens), -min(s A, clip(s, ...) A)
- *   with A the mean advantage over its loss tokens: one term per sample, counted once per loss
- *   token (so token normalisation weights it by its token count, and each token's mismatch
- *   weight applies to its share);
- * - 'cispo': -sg(clip(r, 0, 1 + eps_high)) A logp.
+ * The training objective. `kind` names a loss of the native registry (`LOSS_KINDS` in
+ * ./loss-kinds); its unit native/src/loss_<kind>.cc says exactly what it computes per loss token,
+ * with logp the trainer's logprob under softmax(logits / temperature), mu the inference logprob,
+ * r = exp(logp - mu) and A the advantage. `params` are its parameters by config key (an absent one
+ * takes the registry default).
  * Mismatch correction (`mismatch.mode`) on the detached r multiplies each token's term: 'tis' by
  * min(r, tisCap); 'mask' zeroes tokens with r outside [tokenLow, tokenHigh] and whole samples whose
  * geometric-mean r is outside [seqLow, seqHigh]. Masked tokens still count in the normaliser

@@ -8,7 +8,7 @@ export interface Command<S extends z.ZodType = z.ZodType> {
   schema: S;
   /** Top-level keys that fill the same keys of several sections (rl). */
   shared?: SharedKeys;
-  /** Documented keys of another spelling that map onto the schema's (rl: prime-rl's docs). */
+  /** Keys of another spelling that map onto the schema's (rl: the Python prime-rl's key names, lib/config/aliases.ts). */
   aliases?: readonly Alias[];
   /** A leading argument that is not an option sets this key (`runs show RUN`). */
   positional?: string;

@@ -1,5 +1,5 @@
 /**
- * safetensors reader and writer (https://github.com/huggingface/safetensors).
+ * safetensors reader and writer (Hugging Face's tensor file format).
  *
  * Layout: an 8-byte little-endian u64 N, then N bytes of JSON header
  * `{name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__"?: {str: str}}`, then the data
