@@ -20,6 +20,8 @@ import { execute, startServer, startStack, type Stack } from './harness';
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-eval-'));
 const modelDir = path.join(root, 'model');
 const weightsDir = path.join(root, 'outputs', 'trained', 'weights');
+/** Graded rewards a random model already varies on (untrained models score 0 on the built-in envs). */
+const LOWERCASE = path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts');
 let temporal: TemporalEndpoint;
 let inference: InferenceServer;
 let pool: EnvPool;
@@ -88,7 +90,7 @@ test('base + two step folders on two environments: results files, pass@k for the
     '--weights-dir',
     weightsDir,
     '--env',
-    '[{"id": "arithmetic"}, {"id": "reverse-text"}]',
+    JSON.stringify([{ id: 'arithmetic' }, { id: LOWERCASE }]),
   ]);
   const { runDir, results } = await run(cfg);
   expect(results.map((r) => [r.model, r.step])).toEqual([
@@ -99,17 +101,22 @@ test('base + two step folders on two environments: results files, pass@k for the
   const stored = readEvalResults(runDir);
   expect(stored).toEqual(results);
   for (const r of stored) {
-    expect(Object.keys(r.environments)).toEqual(['arithmetic', 'reverse-text']);
+    expect(Object.keys(r.environments)).toEqual(['arithmetic', LOWERCASE]);
     const a = r.environments.arithmetic;
     expect(a).toMatchObject({ num_examples: 4, rollouts_per_example: 2 });
     expect(Object.keys(a.pass_at_k!)).toEqual(['1', '2']);
+    // Binary rewards: pass@1 is the mean reward; pass@2 is at least that.
+    expect(a.pass_at_k!['1']).toBeCloseTo(a.avg_at_k, 12);
+    expect(a.pass_at_k!['2']).toBeGreaterThanOrEqual(a.pass_at_k!['1']);
     expect(a.completion_tokens_mean).toBeGreaterThan(0);
-    // reverse-text rewards are graded in [0, 1]: their mean lies there, their std at most 0.5.
-    const rt = r.environments['reverse-text'];
-    expect(rt.avg_at_k).toBeGreaterThanOrEqual(0);
-    expect(rt.avg_at_k).toBeLessThanOrEqual(1);
-    expect(rt.reward_std).toBeGreaterThanOrEqual(0);
-    expect(rt.reward_std).toBeLessThanOrEqual(0.5);
+    // The lowercase fraction of a random model's bytes is graded, strictly inside (0, 1) on average
+    // (no pass@k); the (population) variance of rewards in [0, 1] is at most mean x (1 - mean).
+    const lc = r.environments[LOWERCASE];
+    expect(lc).toMatchObject({ num_examples: 2, rollouts_per_example: 2, pass_at_k: null });
+    expect(lc.avg_at_k).toBeGreaterThan(0);
+    expect(lc.avg_at_k).toBeLessThan(1);
+    expect(lc.reward_std).toBeGreaterThan(0);
+    expect(lc.reward_std ** 2).toBeLessThanOrEqual(lc.avg_at_k * (1 - lc.avg_at_k) + 1e-12);
   }
   // The server served the last version evaluated.
   expect(((await (await fetch(`${inference.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(
