@@ -10,6 +10,7 @@ import {
   resolveArchConfig,
 } from '../lib/model/create';
 import { modelCreateSchema } from '../lib/config/schemas';
+import { ARCHS } from '../lib/model/families';
 import { loadHfModel } from '../lib/model/hf';
 import { parameterCount } from '../lib/model/tensors';
 import { Tokenizer } from '../lib/model/tokenizer';
@@ -25,55 +26,53 @@ afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 const read = (dir: string, file: string) => fs.readFileSync(path.join(dir, file));
 
 describe('createModel', () => {
-  test.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'] as const)(
-    'writes a complete %s folder that loads back',
-    (arch) => {
-      const out = path.join(tmp, arch);
-      const created = createModel({ arch, preset: 'tiny', tokenizer: 'bytes', seed: 0, out });
-      expect(fs.readdirSync(out).sort()).toEqual([
-        'config.json',
-        'generation_config.json',
-        'model.safetensors',
-        'tokenizer.json',
-        'tokenizer_config.json',
-      ]);
-      const config = JSON.parse(read(out, 'config.json').toString());
-      expect(config).toMatchObject({
-        architectures: [
-          {
-            llama: 'LlamaForCausalLM',
-            qwen2: 'Qwen2ForCausalLM',
-            qwen3: 'Qwen3ForCausalLM',
-            qwen3_moe: 'Qwen3MoeForCausalLM',
-          }[arch],
-        ],
-        model_type: arch,
-        torch_dtype: 'float32',
-        vocab_size: 265,
-        bos_token_id: 256,
-        eos_token_id: 258,
-        pad_token_id: 256,
-      });
-      expect(JSON.parse(read(out, 'generation_config.json').toString())).toEqual({
-        bos_token_id: 256,
-        eos_token_id: [258, 256],
-        pad_token_id: 256,
-      });
-      const model = loadHfModel(out);
-      expect(model.config).toEqual(created.config);
-      expect(created.parameterCount).toBe(model.tensors.reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0));
-      const tok = Tokenizer.fromDir(out);
-      expect(tok.eosTokenIds).toEqual([258, 256]);
-      expect(applyChatTemplate(tok, [{ role: 'user', content: 'hi' }], { addGenerationPrompt: true })).toEqual([
-        257,
-        ...Buffer.from('user\nhi'),
-        258,
-        10,
-        257,
-        ...Buffer.from('assistant\n'),
-      ]);
-    },
-  );
+  // Every registered family; a new one fails here until its HF class name is below.
+  test.each(ARCHS)('writes a complete %s folder that loads back', (arch) => {
+    const out = path.join(tmp, arch);
+    const created = createModel({ arch, preset: 'tiny', tokenizer: 'bytes', seed: 0, out });
+    expect(fs.readdirSync(out).sort()).toEqual([
+      'config.json',
+      'generation_config.json',
+      'model.safetensors',
+      'tokenizer.json',
+      'tokenizer_config.json',
+    ]);
+    const config = JSON.parse(read(out, 'config.json').toString());
+    expect(config).toMatchObject({
+      architectures: [
+        {
+          llama: 'LlamaForCausalLM',
+          qwen2: 'Qwen2ForCausalLM',
+          qwen3: 'Qwen3ForCausalLM',
+          qwen3_moe: 'Qwen3MoeForCausalLM',
+        }[arch],
+      ],
+      model_type: arch,
+      torch_dtype: 'float32',
+      vocab_size: 265,
+      bos_token_id: 256,
+      eos_token_id: 258,
+      pad_token_id: 256,
+    });
+    expect(JSON.parse(read(out, 'generation_config.json').toString())).toEqual({
+      bos_token_id: 256,
+      eos_token_id: [258, 256],
+      pad_token_id: 256,
+    });
+    const model = loadHfModel(out);
+    expect(model.config).toEqual(created.config);
+    expect(created.parameterCount).toBe(model.tensors.reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0));
+    const tok = Tokenizer.fromDir(out);
+    expect(tok.eosTokenIds).toEqual([258, 256]);
+    expect(applyChatTemplate(tok, [{ role: 'user', content: 'hi' }], { addGenerationPrompt: true })).toEqual([
+      257,
+      ...Buffer.from('user\nhi'),
+      258,
+      10,
+      257,
+      ...Buffer.from('assistant\n'),
+    ]);
+  });
 
   test('the same seed gives byte-identical files; another seed gives other weights', () => {
     const opts = { arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes' } as const;
