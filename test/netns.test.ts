@@ -18,6 +18,7 @@ import { promisify } from 'node:util';
 import { createModel } from '../lib/model/create';
 import { projectRoot, temporalCliPath } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
+import { taskQueues } from '../lib/temporal/queues';
 import { CliProcesses, metricSteps, until, type CliLaunch } from './processes';
 
 const tag = randomBytes(3).toString('hex');
@@ -116,7 +117,7 @@ afterAll(() => {
     await run('ip', [
       ...inNs('cpu').slice(1),
       ...[temporalCliPath, 'workflow', 'start', '--address', temporal, '--type', 'rl'],
-      ...['--task-queue', `${queue}.cpu`, '--workflow-id', runName, '--input-file', resolved],
+      ...['--task-queue', taskQueues(queue).cpu, '--workflow-id', runName, '--input-file', resolved],
     ]);
 
     const metrics = RunLayout.of(outputDir, runName).metricsFile;

@@ -66,6 +66,9 @@ export const bundleWorkflows = (): Promise<WorkflowBundleWithSourceMap> =>
 
 /** The run folder the stand-in prepare activities report (nothing is written there). */
 export const RUN_DIR = '/runs/unit';
+/** The task-queue prefix of every unit run, and its queues. */
+const QUEUE_PREFIX = 'unit';
+export const UNIT_QUEUES = taskQueues(QUEUE_PREFIX);
 
 const cli = (schema: typeof rlSchema | typeof sftSchema | typeof evalSchema, argv: string[], shared = false) =>
   loadConfig({ schema, argv, env: {}, ...(shared ? { shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } } : {}) })
@@ -75,13 +78,21 @@ const cli = (schema: typeof rlSchema | typeof sftSchema | typeof evalSchema, arg
 export const rlConfig = (args: string[]): RLConfig =>
   cli(
     rlSchema,
-    ['--model.name', '/models/tiny', '--env', '[{"id": "reverse-text"}]', '--temporal.task-queue', 'unit', ...args],
+    [
+      '--model.name',
+      '/models/tiny',
+      '--env',
+      '[{"id": "reverse-text"}]',
+      '--temporal.task-queue',
+      QUEUE_PREFIX,
+      ...args,
+    ],
     true,
   ) as RLConfig;
 export const sftConfig = (args: string[]): SFTConfig =>
-  cli(sftSchema, ['--model.name', '/models/tiny', '--temporal.task-queue', 'unit', ...args]) as SFTConfig;
+  cli(sftSchema, ['--model.name', '/models/tiny', '--temporal.task-queue', QUEUE_PREFIX, ...args]) as SFTConfig;
 export const evalConfig = (args: string[]): EvalConfig =>
-  cli(evalSchema, ['--model.name', '/models/tiny', '--temporal.task-queue', 'unit', ...args]) as EvalConfig;
+  cli(evalSchema, ['--model.name', '/models/tiny', '--temporal.task-queue', QUEUE_PREFIX, ...args]) as EvalConfig;
 
 /** One activity call as the stand-ins saw it: `trainStep 3`, `evaluate step_2/0`, ... */
 export type Calls = string[];
@@ -237,7 +248,7 @@ export interface Rig {
  * until `stop()`; the stand-ins log into `rig.calls` and behave as `rig.behaviour` says.
  */
 export async function startWorkers(env: TestWorkflowEnvironment, bundle: WorkflowBundleWithSourceMap, rig: Rig) {
-  const queues = taskQueues('unit');
+  const queues = UNIT_QUEUES;
   // Stand-ins made from the rig at call time, so one pair of workers serves every test of a file.
   const live = (pick: (a: ReturnType<typeof standIns>) => object) =>
     Object.fromEntries(

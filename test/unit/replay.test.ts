@@ -23,6 +23,7 @@ import {
   sftConfig,
   startTestServer,
   startWorkers,
+  UNIT_QUEUES,
   type Rig,
 } from './mock-run';
 
@@ -101,7 +102,11 @@ const fixtures = () =>
         s.pauseAt === undefined
           ? s.rig
           : { ...s.rig, onGenerate: (step) => (step === s.pauseAt ? pauseBriefly(handle) : undefined) };
-      const handle = await env.client.workflow.start(s.type, { taskQueue: 'unit.cpu', workflowId: s.id, args: s.args });
+      const handle = await env.client.workflow.start(s.type, {
+        taskQueue: UNIT_QUEUES.cpu,
+        workflowId: s.id,
+        args: s.args,
+      });
       await handle.result();
       await save(env, s.id, handle.firstExecutionRunId);
     }

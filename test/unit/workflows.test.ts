@@ -23,6 +23,7 @@ import {
   sftConfig,
   startTestServer,
   startWorkers,
+  UNIT_QUEUES,
   type Behaviour,
   type Calls,
   type Rig,
@@ -52,7 +53,11 @@ async function run<T>(
 ) {
   rig.calls = calls;
   rig.behaviour = b;
-  const handle = await env.client.workflow.start(type, { taskQueue: 'unit.cpu', workflowId: `${type}-${++id}`, args });
+  const handle = await env.client.workflow.start(type, {
+    taskQueue: UNIT_QUEUES.cpu,
+    workflowId: `${type}-${++id}`,
+    args,
+  });
   await drive?.(handle);
   return { result: (await handle.result()) as T, calls, handle };
 }
