@@ -14,6 +14,7 @@
  *    step only and a step's groups never change.
  */
 import * as fs from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Context } from '@temporalio/activity';
 import { storedResult, writeFileAtomic, writeFileExclusive } from '../lib/atomic';
 import { EnvMix, type MixDraw } from '../lib/envs/mix';
@@ -47,7 +48,6 @@ export interface StoredGroup extends ClaimCandidate<StoredRollout> {
 
 /** How often the producer and a waiting claim look at the run folder. */
 const POLL_MS = 100;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The newest policy version with weights in the run folder (0: the base model). */
 export function newestVersion(layout: RunLayout): number {

@@ -6,6 +6,7 @@
 import { execFileSync, type SpawnOptions } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /** A process as recorded in a pid file: pid plus start time (pids are recycled, the pair is not). */
 export interface ProcessId {
@@ -55,8 +56,6 @@ export function asProcessId(value: unknown): ProcessId | undefined {
   const v = value as Partial<ProcessId> | undefined;
   return v && Number.isInteger(v.pid) && typeof v.start === 'string' ? { pid: v.pid!, start: v.start } : undefined;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Stops the recorded process if it is still that process: SIGTERM (and SIGCONT, should it be

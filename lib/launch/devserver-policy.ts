@@ -7,6 +7,7 @@
  * workflows and their history survive.
  */
 import type { ChildProcess } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection } from '@temporalio/client';
 import type { TemporalConfig } from '../config/schemas';
 import { isRunning, type ProcessId } from '../proc';
@@ -20,8 +21,6 @@ import {
   startDevServer,
 } from '../temporal/devserver';
 import { Supervised } from './supervise';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The local dev server a launch owns (none: it uses a server it does not own). */
 export interface OwnedDevServer {

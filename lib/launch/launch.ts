@@ -13,6 +13,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import type { InferenceConfig, TemporalConfig, TrainerRankConfig, WorkerConfig } from '../config/schemas';
 import { ConfigError } from '../config/errors';
@@ -25,8 +26,6 @@ import { taskQueues } from '../temporal/queues';
 import { checkWorldSize } from '../trainer/group';
 import { acquireDevServer, releaseDevServer, temporalAddress, type OwnedDevServer } from './devserver-policy';
 import { cliProcess, readLauncherRecord, Supervised, writeJson, type LauncherRecord, type Pool } from './supervise';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** What to launch: the workflow, and the local processes it needs. */
 export interface LaunchSpec {

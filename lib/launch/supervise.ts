@@ -19,6 +19,8 @@ import type { RunLayout } from '../run/layout';
 export class Supervised {
   private child?: ChildProcess;
   private adopted?: { id: ProcessId; poll: NodeJS.Timeout };
+  /** The pending restart after an exit (cleared by stop and release: no timer outlives supervision). */
+  private restart?: NodeJS.Timeout;
   private stopped = false;
   restarts = 0;
 
@@ -37,7 +39,7 @@ export class Supervised {
     if (this.stopped) return;
     this.restarts++;
     this.log(`${this.name} exited (${how}); restarting`);
-    setTimeout(() => !this.stopped && this.launch(), 1000);
+    this.restart = setTimeout(() => !this.stopped && this.launch(), 1000);
   }
 
   private launch(): void {
@@ -65,12 +67,14 @@ export class Supervised {
   /** Stops supervising and leaves the process running, no longer holding this process open. */
   release(): void {
     this.stopped = true;
+    clearTimeout(this.restart);
     clearInterval(this.adopted?.poll);
     this.child?.unref();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    clearTimeout(this.restart);
     if (this.adopted) {
       clearInterval(this.adopted.poll);
       return terminateProcess(this.adopted.id, 15_000);

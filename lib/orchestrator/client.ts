@@ -27,6 +27,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Failure, NonRetryableError } from '../failures';
 
 export interface GenerateParams {
@@ -130,8 +131,6 @@ export interface InferenceClientOptions {
   /** How long one request keeps retrying a busy server (429/503) before it counts as unavailable. */
   busyTimeoutMs?: number;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Backoff on a busy server: 100 ms doubling to 5 s, jittered so that waiting requests spread out. */
 const BUSY_FIRST_MS = 100;

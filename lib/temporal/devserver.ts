@@ -8,6 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFileAtomic } from '../atomic';
 import type { TemporalConfig } from '../config/schemas';
 import { temporalCliPath } from '../paths';
@@ -100,8 +101,6 @@ export function isListening(host: string, port: number, timeoutMs = 500): Promis
     socket.once('error', () => done(false));
   });
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function exited(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => {

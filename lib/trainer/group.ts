@@ -23,11 +23,10 @@
  *     it again; Temporal retries the activity on that rank 0 (heartbeat timeout).
  */
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import * as native from '../../native';
 import { ConfigError } from '../config/errors';
 import type { TrainerRankConfig } from '../config/schemas';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** One trainer activity as every rank sees it; `at`: only bring the runtime to `step`. */
 export interface RankJob {
