@@ -20,7 +20,13 @@ import { storedResult, writeFileAtomic, writeFileExclusive } from '../lib/atomic
 import { EnvMix, type MixDraw } from '../lib/envs/mix';
 import { InferenceClient } from '../lib/orchestrator/client';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
-import { claimMetrics, claimStep, nextConcurrency, type ClaimCandidate } from '../lib/orchestrator/inflight';
+import {
+  claimMetrics,
+  claimStep,
+  nextConcurrency,
+  resumeDraw,
+  type ClaimCandidate,
+} from '../lib/orchestrator/inflight';
 import { RunLayout, listSteps } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
 import {
@@ -112,8 +118,8 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       const cancelled = Context.current().cancellationSignal;
       const known = groupNumbers(layout);
       let nextSeq = known.length > 0 ? known[known.length - 1] + 1 : 0;
-      // Draws continue after the newest stored group's: a restarted producer plays new examples.
-      let nextDraw = known.length > 0 ? (readGroup(layout, known[known.length - 1])?.draw ?? -1) + 1 : 0;
+      // A restarted producer plays new examples: draws continue after the highest stored one.
+      let nextDraw = resumeDraw(known, cap, (seq) => readGroup(layout, seq)?.draw);
       let limit = Math.min(cap, examplesPerStep);
       let running = 0;
       let version = -1;

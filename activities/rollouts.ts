@@ -77,7 +77,6 @@ export interface StoredRollout extends Rollout {
   seed: number;
 }
 
-const SUMMARY = 'summary.json';
 const ROLLOUTS = 'rollouts.jsonl';
 /** The groups the rollout filters dropped, each rollout with `dropped`: the filter's reason. */
 const DROPPED = 'dropped.jsonl';
@@ -340,13 +339,13 @@ export function writeStepRollouts(
       lines(dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))),
     );
     extra(tmp);
-    fs.writeFileSync(path.join(tmp, SUMMARY), JSON.stringify(summary, null, 1));
+    fs.writeFileSync(path.join(tmp, RunLayout.ROLLOUTS_SUMMARY), JSON.stringify(summary, null, 1));
   });
 }
 
 /** A step's stored summary (its rollouts folder is complete), or undefined. */
 export function storedSummary(runDir: string, step: number): RolloutSummary | undefined {
-  return storedResult<RolloutSummary>(path.join(new RunLayout(runDir).rolloutsDir(step), SUMMARY));
+  return storedResult<RolloutSummary>(new RunLayout(runDir).rolloutsSummaryFile(step));
 }
 
 /**

@@ -7,6 +7,19 @@ export const LOSS_KINDS = [
     "params": []
   },
   {
+    "name": "cispo",
+    "policy": true,
+    "doc": "clipped IS-weight REINFORCE",
+    "params": [
+      {
+        "name": "eps_high",
+        "default": 0.28,
+        "min": 0,
+        "doc": "upper clip range of the importance ratio (DAPO clip-higher)"
+      }
+    ]
+  },
+  {
     "name": "dppo",
     "policy": true,
     "doc": "DPPO + KL (prime-rl's default): probability-difference trust region",
@@ -24,32 +37,6 @@ export const LOSS_KINDS = [
         "min": 0,
         "max": 1,
         "doc": "drop a token with advantage > 0 whose probability rose by more than this"
-      },
-      {
-        "name": "adv_tau",
-        "default": 1,
-        "min": 0,
-        "doc": "weight of the advantage term"
-      },
-      {
-        "name": "kl_tau",
-        "default": 0.001,
-        "min": 0,
-        "doc": "weight of the (log ratio)^2 term to the inference policy"
-      }
-    ]
-  },
-  {
-    "name": "ipo",
-    "policy": true,
-    "doc": "dppo with a symmetric probability-difference trust region",
-    "params": [
-      {
-        "name": "ipo_threshold",
-        "default": 0.1,
-        "min": 0,
-        "max": 1,
-        "doc": "drop a token whose probability moved by more than this either way"
       },
       {
         "name": "adv_tau",
@@ -106,15 +93,28 @@ export const LOSS_KINDS = [
     ]
   },
   {
-    "name": "cispo",
+    "name": "ipo",
     "policy": true,
-    "doc": "clipped IS-weight REINFORCE",
+    "doc": "dppo with a symmetric probability-difference trust region",
     "params": [
       {
-        "name": "eps_high",
-        "default": 0.28,
+        "name": "ipo_threshold",
+        "default": 0.1,
         "min": 0,
-        "doc": "upper clip range of the importance ratio (DAPO clip-higher)"
+        "max": 1,
+        "doc": "drop a token whose probability moved by more than this either way"
+      },
+      {
+        "name": "adv_tau",
+        "default": 1,
+        "min": 0,
+        "doc": "weight of the advantage term"
+      },
+      {
+        "name": "kl_tau",
+        "default": 0.001,
+        "min": 0,
+        "doc": "weight of the (log ratio)^2 term to the inference policy"
       }
     ]
   }

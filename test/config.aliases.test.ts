@@ -1,18 +1,20 @@
 /** The Python prime-rl's documented config keys, mapped onto ours (lib/config/aliases.ts). */
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { aliasesHelp, RL_ALIASES } from '../lib/config/aliases';
+import { parse as parseToml } from 'smol-toml';
+import { aliasesHelp, findAlias, RL_ALIASES } from '../lib/config/aliases';
 import { ConfigError } from '../lib/config/errors';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
+import { projectRoot } from '../lib/paths';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-aliases-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-const documented = fs.readFileSync(path.join(__dirname, '..', 'configs', 'prime-rl', 'documented.toml'), 'utf8');
-/** The documented config without the two sections that other work adds (see the last test). */
-const withoutFilterAndKl = documented.replace(/\[difficulty_filter\][^[]*/, '').replace(/\[kl_penalty\][^[]*/, '');
+const DOCUMENTED = path.join('configs', 'prime-rl', 'documented.toml');
+const documented = fs.readFileSync(path.join(projectRoot, DOCUMENTED), 'utf8');
 
 function file(name: string, text: string): string {
   const p = path.join(dir, name);
@@ -40,7 +42,7 @@ function configError(fn: () => unknown): string {
 }
 
 test('the documented config loads unchanged and every key lands on ours', () => {
-  const { config: c, mapped } = load(['@', file('doc.toml', withoutFilterAndKl)]);
+  const { config: c, mapped } = load(['@', file('doc.toml', documented)]);
   expect(c.model.name).toBe('outputs/models/x');
   expect([c.trainer.model.name, c.orchestrator.model.name, c.inference.model.name]).toEqual(
     Array(3).fill('outputs/models/x'),
@@ -64,6 +66,13 @@ test('the documented config loads unchanged and every key lands on ours', () => 
     target_modules: ['q_proj', 'v_proj', 'k_proj', 'o_proj'],
   });
   expect(c.wandb).toEqual({ project: 'my-project', name: 'my-run' });
+  expect(c.orchestrator.difficulty_filter).toEqual({
+    enabled: true,
+    min_reward_variance: 0.1,
+    max_reward: 0.95,
+    min_reward: 0.05,
+  });
+  expect(c.trainer.kl_penalty).toEqual({ enabled: true, target_kl: 0.01, beta: 0.1 });
   // What --dry-run lists: each documented key, its value and where it went.
   expect(mapped.map((m) => `${m.from}->${m.to}`)).toEqual(
     expect.arrayContaining([
@@ -134,17 +143,57 @@ test('--help documents every documented key', () => {
   expect(help).toContain('r -> rank');
 });
 
-// INTEGRATOR: passes once orchestrator.difficulty_filter and trainer.kl_penalty exist (other branches).
-test('the documented config with [difficulty_filter] and [kl_penalty]', () => {
-  const c = load(['@', file('full.toml', documented)]).config as unknown as {
-    orchestrator: { difficulty_filter: unknown };
-    trainer: { kl_penalty: unknown };
-  };
-  expect(c.orchestrator.difficulty_filter).toEqual({
-    enabled: true,
-    min_reward_variance: 0.1,
-    max_reward: 0.95,
-    min_reward: 0.05,
+/** The CLI as users run it (the compiled bin/prime-rl.js, as test/cli.test.ts runs it). */
+function cli(args: string[]) {
+  const r = spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], {
+    cwd: projectRoot,
+    env: { PATH: process.env.PATH },
+    encoding: 'utf8',
   });
-  expect(c.trainer.kl_penalty).toEqual({ enabled: true, target_kl: 0.01, beta: 0.1 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Dotted leaf keys of a TOML table (arrays of tables and plain arrays are leaves). */
+function leafKeys(tree: Record<string, unknown>, prefix = ''): string[] {
+  return Object.entries(tree).flatMap(([k, v]) =>
+    typeof v === 'object' && v !== null && !Array.isArray(v)
+      ? leafKeys(v as Record<string, unknown>, `${prefix}${k}.`)
+      : [`${prefix}${k}`],
+  );
+}
+
+test('rl @ documented.toml --dry-run: every key of the file is listed where it went, or is one of ours', () => {
+  const r = cli(['rl', '@', DOCUMENTED, '--dry-run']);
+  expect(r.stderr).not.toMatch(/error/i);
+  expect(r.code).toBe(0);
+  const resolved = JSON.parse(r.stdout) as Record<string, unknown>;
+  const tree = parseToml(documented) as Record<string, unknown>;
+  const keys = leafKeys(tree);
+  expect(keys).toHaveLength(26);
+  for (const key of keys) {
+    const hit = findAlias(RL_ALIASES, key);
+    if (hit) {
+      const value = key.split('.').reduce<unknown>((t, k) => (t as Record<string, unknown>)[k], tree);
+      expect(r.stderr).toContain(
+        `  ${key} = ${JSON.stringify(value)} -> ${hit.to ?? '(nothing to set)'} (in ${DOCUMENTED})\n`,
+      );
+    } else {
+      // Not a documented alias: the key is ours, and the resolved config holds the file's value.
+      expect(['max_steps', 'env', 'wandb.project', 'wandb.name']).toContain(key);
+      const [top, sub] = key.split('.');
+      const want = sub ? (tree[top] as Record<string, unknown>)[sub] : tree[top];
+      const got = sub ? (resolved[top] as Record<string, unknown>)[sub] : resolved[top];
+      if (typeof want === 'object') expect(got).toMatchObject(want as object);
+      else expect(got).toBe(want);
+    }
+  }
+});
+
+test('rl: a conflict exits 2 naming both keys; --help prints the documented keys', () => {
+  const r = cli(['rl', '--model', 'm', '--learning-rate', '1e-5', '--trainer.optim.lr', '2e-5', '--dry-run']);
+  expect(r.code).toBe(2);
+  expect(r.stderr).toMatch(/learning_rate = 0\.00001 and trainer\.optim\.lr = 0\.00002 both set trainer\.optim\.lr/);
+  const help = cli(['rl', '--help']);
+  expect(help.code).toBe(0);
+  expect(help.stdout).toContain(aliasesHelp(RL_ALIASES));
 });

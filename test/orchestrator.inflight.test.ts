@@ -1,6 +1,13 @@
 /** In-flight mode's decisions (lib/orchestrator/inflight.ts): which groups a step takes, and the producer's concurrency. */
 import { difficultyFilter } from '../lib/orchestrator/filters';
-import { claimMetrics, claimStep, nextConcurrency, STALE, type ClaimCandidate } from '../lib/orchestrator/inflight';
+import {
+  claimMetrics,
+  claimStep,
+  nextConcurrency,
+  resumeDraw,
+  STALE,
+  type ClaimCandidate,
+} from '../lib/orchestrator/inflight';
 
 type R = { reward: number };
 /** Group `seq` of two rollouts sampled with `versions` (-1: none sampled), rewards 0 and `spread`. */
@@ -75,4 +82,28 @@ test('concurrency grows while the next step would wait, shrinks while groups pil
   expect(nextConcurrency(3, 6, 4, 8)).toBe(2);
   expect(nextConcurrency(1, 6, 4, 8)).toBe(1);
   expect(nextConcurrency(3, 4, 4, 8)).toBe(3);
+});
+
+test('a restarted producer resumes after the highest stored draw, though groups finish out of order', () => {
+  // A producer with `cap` groups in flight, each finishing at a random later moment; it is killed
+  // after every stored group in turn. The draws it resumes with must all be new.
+  const cap = 4;
+  let seed = 7;
+  const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  const stored: number[] = []; // draw of group seq i
+  const inFlight: number[] = [];
+  let nextDraw = 0;
+  let outOfOrder = 0;
+  while (stored.length < 200) {
+    while (inFlight.length < cap) inFlight.push(nextDraw++);
+    const [draw] = inFlight.splice(Math.floor(random() * inFlight.length), 1);
+    stored.push(draw);
+    const known = stored.map((_, seq) => seq);
+    const resumed = resumeDraw(known, cap, (seq) => stored[seq]);
+    expect(resumed).toBe(Math.max(...stored) + 1);
+    if (stored[stored.length - 1] + 1 < resumed) outOfOrder++;
+  }
+  // The newest group often did not hold the highest draw: resuming after it would replay examples.
+  expect(outOfOrder).toBeGreaterThan(20);
+  expect(resumeDraw([], cap, () => undefined)).toBe(0);
 });

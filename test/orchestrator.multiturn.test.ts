@@ -172,6 +172,42 @@ test('a thinking model answered by tool results: the prefix holds, one sample', 
   );
 });
 
+test('tool turns and a user turn in one rollout: merged while the prefix holds, split where it breaks', async () => {
+  const envPath = path.join(__dirname, 'fixtures', 'envs', 'tool-then-recheck.ts');
+  const replies = [
+    '<think>\nCall the tool.\n</think>\n\n<tool_call>\n{"name": "echo", "arguments": {"text": "ok"}}\n</tool_call>',
+    '<think>\nThe tool said ok.\n</think>\n\nok',
+    '<think>\nAgain.\n</think>\n\nok',
+  ];
+  const policy = new ThinkingPolicy(replies);
+  const { rollout, prompt } = await play(envPath, {}, policy);
+
+  expect(rollout.error).toBeUndefined();
+  expect(rollout.completion.map((m) => m.role)).toEqual(['assistant', 'tool', 'assistant', 'user', 'assistant']);
+  // Turns 1 and 2 (the tool turn keeps the prefix) are one sample; the user turn drops their
+  // thinking, so turn 3 starts a second sample from the re-rendered chat.
+  expect(rollout.samples).toHaveLength(2);
+  expect(rollout.samples.map((segments) => segments.map((s) => s.generated))).toEqual([
+    [false, true, false, true],
+    [false, true],
+  ]);
+  expectPromptsAreSamplePrefixes(rollout, policy.prompts);
+  const info = await pool.info({ id: envPath, args: {} });
+  if (!info.ok) throw new Error('env failed');
+  const chat = [...prompt, ...rollout.completion.slice(0, 4)] as ChatMessage[];
+  expect(Array.from(rollout.samples[1][0].tokens)).toEqual(
+    tokenizer.encode(renderChat(tokenizer, chat, { addGenerationPrompt: true, tools: info.value.tools })),
+  );
+  expect(tokenizer.decode(Array.from(rollout.samples[1][0].tokens))).not.toContain('<think>');
+  expect(tokenizer.decode(flat(rollout.samples[0]))).toContain('</think>\n\nok');
+  // Every sampled token and logprob, in order, exactly once.
+  const generated = rollout.samples.flat().filter((s) => s.generated);
+  generated.forEach((s, t) => {
+    expect(Array.from(s.tokens)).toEqual([...tokenizer.encode(replies[t]), tokenizer.encode('<|im_end|>')[0]]);
+    expect(Array.from(s.logprobs!)).toEqual(Array.from(s.tokens, (_, i) => -(t + 1 + i / 1000)));
+  });
+});
+
 test("a rollout on Qwen3's template against a real server: its samples are the exact contexts of the sampled tokens and logprobs", async () => {
   const client = new RecordingClient([`${server.url}/v1`]);
   const { rollout } = await play('guess-number', { max_turns: 3 }, client);

@@ -3,7 +3,9 @@
  * inference server, cpu and trainer workers): the run completes with every step trained once while
  * the trainer, the inference server, the cpu worker and the Temporal server are each SIGKILLed once
  * mid-run; every sample's tokens name versions within max_off_policy_steps of the step that trained
- * them; the steps took consecutive, disjoint runs of the finished groups (nothing used twice).
+ * them; the steps took consecutive, disjoint runs of the finished groups (nothing used twice); each
+ * group looked at was trained on or counted as dropped; each step trained batch_size rollouts; and
+ * no example was played twice across producer restarts.
  */
 import * as fs from 'node:fs';
 import { readBatch } from '../lib/orchestrator/batch';
@@ -77,6 +79,10 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
     expect(f.first).toBe(next);
     next = f.next;
     expect(f.groups).toHaveLength(2);
+    // Every group looked at was trained on or dropped, and counted once.
+    expect(f.next - f.first).toBe(
+      f.groups.length + f.staleGroups + storedSummary(layout.dir, step)!.filter.groups_dropped,
+    );
     for (const g of f.groups) {
       expect(g >= f.first && g < f.next && !taken.has(g)).toBe(true);
       taken.add(g);
@@ -103,6 +109,11 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
     expect(typeof line.inference_idle_seconds).toBe('number');
     if (step > 0) expect(line.trainer_idle_seconds as number).toBeGreaterThanOrEqual(0);
   }
+  // The producers (one per cpu worker life) never played an example twice: every stored group has its own draw.
+  const draws = fs
+    .readdirSync(layout.inflightGroupsDir)
+    .map((n) => (JSON.parse(fs.readFileSync(`${layout.inflightGroupsDir}/${n}`, 'utf8')) as { draw: number }).draw);
+  expect(new Set(draws).size).toBe(draws.length);
   // Training went on while generation did: some step's samples came from a policy older than its own.
   expect(lines.some((l) => (l.off_policy_max as number) > 0)).toBe(true);
 });

@@ -7,7 +7,8 @@
  *    drops is dropped with the filter's reason, the rest are taken until the step has its
  *    batch_size / rollouts_per_example groups. A pure function of the groups and the step, so a
  *    retried claim takes the same groups.
- *  - how many groups the producer keeps in flight (`nextConcurrency`).
+ *  - how many groups the producer keeps in flight (`nextConcurrency`), and where a restarted one
+ *    resumes its draws (`resumeDraw`).
  */
 import { dropReason, type FilterGroup, type FilterMetrics, type RolloutFilter } from './filters';
 
@@ -122,6 +123,18 @@ export function claimMetrics<R>(
       groups_missing: 0,
     },
   };
+}
+
+/**
+ * The first draw a restarted producer plays: one after the highest stored draw, so no example is
+ * played twice. Groups finish out of order, so the newest group need not hold the highest draw; but
+ * every group stored after the one that does started before it and was still in flight when it
+ * started, and at most `cap` groups are in flight at once: the highest draw is among the newest
+ * `cap` groups, and only those are read. `known` holds the stored group numbers, ascending.
+ */
+export function resumeDraw(known: readonly number[], cap: number, drawOf: (seq: number) => number | undefined): number {
+  const draws = known.slice(-cap).map((seq) => drawOf(seq) ?? -1);
+  return Math.max(-1, ...draws) + 1;
 }
 
 /**

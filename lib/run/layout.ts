@@ -50,6 +50,11 @@ export class RunLayout {
   rolloutsDir(step: number): string {
     return path.join(this.dir, 'rollouts', `step_${step}`);
   }
+  /** Name of the summary in a rollouts folder (written last: the folder's done-marker). */
+  static readonly ROLLOUTS_SUMMARY = 'summary.json';
+  rolloutsSummaryFile(step: number): string {
+    return path.join(this.rolloutsDir(step), RunLayout.ROLLOUTS_SUMMARY);
+  }
   batchFile(step: number): string {
     return path.join(this.dir, 'batches', `step_${step}.safetensors`);
   }

@@ -8,10 +8,12 @@
  * newer checkpoints (so nothing restores from them), train summaries (the steps' done-markers),
  * weights, then batches before the rollouts they were packed from (a batch never outlives its
  * rollouts), then evals and SFT validations of the discarded versions. SFT batches stay: they are
- * the dataset's, prepared once.
+ * the dataset's, prepared once. In-flight mode: the producer's groups after the last kept step's
+ * claim go too (`rewindInFlight`), since they were sampled by discarded policies.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { storedResult } from '../atomic';
 import { Failure, NonRetryableError } from '../failures';
 import { evalDir } from '../eval/results';
 import { verifyCheckpoint } from '../trainer/checkpoint';
@@ -26,6 +28,28 @@ function stepsIn(dir: string): number[] {
 
 function remove(dir: string, keep: (step: number) => boolean, file: (step: number) => string): void {
   for (const s of stepsIn(dir)) if (!keep(s)) fs.rmSync(file(s), { recursive: true, force: true });
+}
+
+/**
+ * In-flight mode: the groups the kept steps did not claim were sampled by policies the rewind
+ * discards (whose version numbers the redone steps reuse), so they are removed, newest first so
+ * that the groups left stay numbered without a gap; the restarted producer continues after them.
+ */
+function rewindInFlight(layout: RunLayout, step: number): void {
+  if (!fs.existsSync(layout.inflightGroupsDir)) return;
+  const claimed =
+    step > 0
+      ? (storedResult<{ inFlight?: { next: number } }>(layout.rolloutsSummaryFile(step - 1))?.inFlight?.next ?? 0)
+      : 0;
+  const discarded = fs
+    .readdirSync(layout.inflightGroupsDir)
+    .map((n) => /^(\d+)\.json$/.exec(n))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => Number(m[1]))
+    .filter((seq) => seq >= claimed)
+    .sort((a, b) => b - a);
+  for (const seq of discarded) fs.rmSync(layout.inflightGroupFile(seq), { force: true });
+  fs.rmSync(layout.inflightConsumedFile, { force: true });
 }
 
 /**
@@ -81,6 +105,7 @@ export function rewindRun(runDir: string, step: number, kind: 'rl' | 'sft'): { w
       (s) => s < step,
       (s) => layout.rolloutsDir(s),
     );
+    rewindInFlight(layout, step);
   }
   // Evals of discarded versions (results, and the parts they were summed from, keyed by version name).
   remove(

@@ -3,11 +3,12 @@
 // correction (TIS, masking) and an optional k3 KL penalty to a reference policy. ATen only, so
 // the trainer and the addon's pure test hook run exactly the same code.
 //
-// Each loss kind is one unit (native/src/loss_<name>.cc) listed in the registry
-// (loss_registry.cc): its name, whether it is a policy loss, its parameters (name = the config
-// key under trainer.loss, default, range) and its per-token terms. The registry is the source of
-// truth for loss names and parameters: the addon exports it (lossKinds()) and the TS side derives
-// its types and config schema from it (native/loss-kinds.generated.ts, checked by a test).
+// Each loss kind is one unit (native/src/loss_<name>.cc) that registers itself in the registry
+// (loss_registry.cc) with a LossRegistration: its name, whether it is a policy loss, its
+// parameters (name = the config key under trainer.loss, default, range) and its per-token terms.
+// The registry is the source of truth for loss names and parameters: the addon exports it
+// (lossKinds()) and the TS side derives its types and config schema from it
+// (native/loss-kinds.generated.ts, checked by a test).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -91,17 +92,17 @@ struct LossKind {
   std::function<LossTerms(const LossContext&)> terms;
 };
 
-// The registry, in its listed order; lossKind throws naming the supported kinds.
+// The registry, sorted by name; lossKind throws naming the supported kinds.
 const std::vector<LossKind>& lossKinds();
 const LossKind& lossKind(const std::string& name);
 
-// The units (one file each), listed by the registry.
-LossKind ceLoss();
-LossKind dppoLoss();
-LossKind ipoLoss();
-LossKind grpoLoss();
-LossKind gspoLoss();
-LossKind cispoLoss();
+// A unit registers its kind when the addon loads, at namespace scope in its own file:
+//   namespace { const LossRegistration registered{LossKind{"name", ...}}; }
+// so a new loss is its file alone (CMake globs src/*.cc). Two kinds with one name are an error
+// on the first use of the registry.
+struct LossRegistration {
+  explicit LossRegistration(LossKind kind);
+};
 
 // Pieces shared by several units (defined in the first unit that uses them).
 LossParam epsLowParam();   // loss_grpo.cc

@@ -3,8 +3,14 @@
 
 namespace prime {
 
+namespace {
+
 LossKind ceLoss() {
   return {"ce", false, {}, "cross-entropy -logp (SFT)", [](const LossContext& c) { return LossTerms{-c.in.logp}; }};
 }
+
+const LossRegistration registered{ceLoss()};
+
+}  // namespace
 
 }  // namespace prime

@@ -3,11 +3,17 @@
 
 namespace prime {
 
+namespace {
+
 LossKind cispoLoss() {
   return {"cispo", true, {epsHighParam()}, "clipped IS-weight REINFORCE", [](const LossContext& c) {
             const double hi = 1 + c.cfg.param("eps_high");
             return LossTerms{-(c.rho.clamp_max(hi) * c.in.adv) * c.in.logp, c.rho > hi};
           }};
 }
+
+const LossRegistration registered{cispoLoss()};
+
+}  // namespace
 
 }  // namespace prime

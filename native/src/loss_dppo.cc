@@ -28,6 +28,8 @@ at::Tensor probabilityDifference(const LossContext& c) {
   return at::where(c.in.mask > 0, d, at::zeros_like(d));
 }
 
+namespace {
+
 LossKind dppoLoss() {
   return {"dppo",
           true,
@@ -42,5 +44,9 @@ LossKind dppoLoss() {
                                           pos & (d > c.cfg.param("dppo_mask_high")));
           }};
 }
+
+const LossRegistration registered{dppoLoss()};
+
+}  // namespace
 
 }  // namespace prime

@@ -9,6 +9,8 @@ LossParam epsHighParam() {
           "upper clip range of the importance ratio (DAPO clip-higher)"};
 }
 
+namespace {
+
 LossKind grpoLoss() {
   return {"grpo", true, {epsLowParam(), epsHighParam()}, "PPO clip on the token ratio", [](const LossContext& c) {
             const at::Tensor& A = c.in.adv;
@@ -21,5 +23,9 @@ LossKind grpoLoss() {
             return LossTerms{-A * at::where(clipped, rd.clamp(lo, hi), r), clipped};
           }};
 }
+
+const LossRegistration registered{grpoLoss()};
+
+}  // namespace
 
 }  // namespace prime

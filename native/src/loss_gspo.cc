@@ -3,6 +3,8 @@
 
 namespace prime {
 
+namespace {
+
 LossKind gspoLoss() {
   return {"gspo", true, {epsLowParam(), epsHighParam()}, "PPO clip on the sequence ratio", [](const LossContext& c) {
             // One term per sample, copied onto each of its loss tokens: the token normalisation
@@ -16,5 +18,9 @@ LossKind gspoLoss() {
             return LossTerms{perSample.index_select(0, c.in.sample), clippedSeq.index_select(0, c.in.sample)};
           }};
 }
+
+const LossRegistration registered{gspoLoss()};
+
+}  // namespace
 
 }  // namespace prime

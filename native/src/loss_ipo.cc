@@ -4,6 +4,8 @@
 
 namespace prime {
 
+namespace {
+
 LossKind ipoLoss() {
   return {"ipo",
           true,
@@ -17,5 +19,9 @@ LossKind ipoLoss() {
             return probabilityTrustRegion(c, d<-t, d> t);
           }};
 }
+
+const LossRegistration registered{ipoLoss()};
+
+}  // namespace
 
 }  // namespace prime
