@@ -98,7 +98,7 @@ fi
 ts_hash=$(echo "$lock_hash" | hash_of - tsconfig.json $(find lib workflows activities workers native bench test -name '*.ts' | sort))
 if ! stamp_ok ts "$ts_hash" || [ ! -f dist/workers/cli.js ]; then
   log "compiling TypeScript"
-  npx --no-install tsc -p tsconfig.json
+  bash scripts/build-ts.sh
   stamp_set ts "$ts_hash"
 fi
 

@@ -4,8 +4,8 @@
  * the trainer, the inference server, the cpu worker and the Temporal server are each SIGKILLed once
  * mid-run; every sample's tokens name versions within max_off_policy_steps of the step that trained
  * them; the steps took consecutive, disjoint runs of the finished groups (nothing used twice); each
- * group looked at was trained on or counted as dropped; each step trained batch_size rollouts; and
- * no example was played twice across producer restarts.
+ * group looked at was trained on or counted as dropped; the trainer's counters are what the claims
+ * add up to, as in an uninterrupted run; and no example was played twice across producer restarts.
  */
 import * as fs from 'node:fs';
 import { readBatch } from '../lib/orchestrator/batch';
@@ -31,6 +31,10 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
     'true',
     '--orchestrator.in-flight.max-off-policy-steps',
     String(MAX_OFF),
+    // Every rollout that did not error trains (none left out for a zero advantage), so a step's
+    // sample counter follows from its claim alone, as in an uninterrupted run.
+    '--orchestrator.filter-zero-advantages',
+    'false',
   ];
   const layout = RunLayout.of(outputDir, 'inflight');
   const steps = () => metricSteps(layout.metricsFile).length;
@@ -91,6 +95,10 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
     // Every generated token names the version that sampled it: within the bound, never newer than the step.
     const rollouts = readRollouts(layout.rolloutsDir(step));
     expect(rollouts).toHaveLength(8);
+    // The trainer got every sample of the step's claim, as an uninterrupted run would: those of the
+    // rollouts that did not error (the test's seq_len leaves some reverse-text prompts no room).
+    const trainable = rollouts.filter((r) => r.error === undefined).reduce((n, r) => n + r.samples.length, 0);
+    expect(`step ${step}: ${batches[step].samples} samples`).toBe(`step ${step}: ${trainable} samples`);
     for (const r of rollouts) {
       for (const seg of r.samples.flat().filter((s) => s.generated)) {
         const versions = Array.from(seg.versions!);

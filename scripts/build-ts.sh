@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Compiles the TypeScript into a fresh dist/: built in dist.new/, then swapped in by renames.
+# A fresh folder, because compiling over the old one keeps the output of sources that were moved or
+# deleted, and a stale lib/x.js shadows a new lib/x/index.js. Swapped, so that processes of a run
+# still going keep finding a whole dist/ (the new one) when they start workers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf dist.new dist.old
+npx --no-install tsc -p tsconfig.json --outDir dist.new
+[ -d dist ] && mv dist dist.old
+mv dist.new dist
+rm -rf dist.old
