@@ -26,7 +26,19 @@ const LIB = 'lib/ is the library: it never imports activities/, workflows/ or wo
 const ACTIVITIES = 'activities/ never imports workflows/ or workers/';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'dist.new/**', 'dist.old/**', 'build/**', 'node_modules/**', 'tools/**', 'outputs/**', '.venv/**', 'lib/report/client.js'] },
+  {
+    ignores: [
+      'dist/**',
+      'dist.new/**',
+      'dist.old/**',
+      'build/**',
+      'node_modules/**',
+      'tools/**',
+      'outputs/**',
+      '.venv/**',
+      'lib/report/client.js',
+    ],
+  },
   {
     files: ['**/*.ts'],
     languageOptions: {
