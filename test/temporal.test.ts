@@ -7,7 +7,7 @@ import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { temporalSchema } from '../lib/config/schemas';
 import { projectRoot } from '../lib/paths';
-import { ensureTemporal, isListening, startDevServer } from '../lib/temporal/devserver';
+import { ensureTemporal, isListening, lostOwnPort, startDevServer } from '../lib/temporal/devserver';
 import { freePort } from '../lib/net';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-temporal-'));
@@ -102,4 +102,16 @@ test('a dev server that exits during start-up is reported with the end of its lo
   await expect(start).rejects.toThrow(
     /exited during start-up \(code [1-9]\d*, signal null\); \S+temporal\.log ends with:\n\S/,
   );
+});
+
+test('start-up is retried only when the server lost a port it picked itself', () => {
+  const opts = { ip: '127.0.0.1', port: 7301, uiPort: 8301, namespace: 'default', dbFile: 'db', logFile: 'log' };
+  const failure = (port: number) =>
+    new Error(
+      `Temporal dev server exited during start-up (code 1, signal null); log ends with:\n... failed listening for HTTP API on 127.0.0.1:${port}: listen tcp 127.0.0.1:${port}: bind: address already in use"`,
+    );
+  expect(lostOwnPort(failure(42929), opts)).toBe(true);
+  expect(lostOwnPort(failure(7301), opts)).toBe(false);
+  expect(lostOwnPort(failure(8301), opts)).toBe(false);
+  expect(lostOwnPort(new Error('Temporal dev server exited during start-up (code 1, signal null)'), opts)).toBe(false);
 });

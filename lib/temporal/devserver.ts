@@ -153,11 +153,37 @@ function logTail(file: string, lines = 15): string {
   }
 }
 
+/** Start-up attempts when the server loses a port it picked itself (below). */
+const START_ATTEMPTS = 3;
+
+/**
+ * A start-up failure worth another attempt: the server could not bind a port it picked itself
+ * (its HTTP API and metrics ports: it finds a free one, closes it and binds it again later, and on
+ * a busy machine another process can take it in between). Ports we were given are not retried.
+ */
+export function lostOwnPort(e: unknown, opts: DevServerOptions): boolean {
+  const m = /listen tcp [^\s]*:(\d+): bind: address already in use/.exec((e as Error).message ?? '');
+  return m !== null && Number(m[1]) !== opts.port && Number(m[1]) !== opts.uiPort;
+}
+
 /**
  * Starts `temporal server start-dev` and resolves once its gRPC port and UI accept connections.
  * `onSpawn` sees the process at once, before it is ready (to record its pid before anything else).
  */
 export async function startDevServer(
+  opts: DevServerOptions,
+  onSpawn?: (child: ChildProcess) => void,
+): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startDevServerOnce(opts, onSpawn);
+    } catch (e) {
+      if (attempt >= START_ATTEMPTS || !lostOwnPort(e, opts)) throw e;
+    }
+  }
+}
+
+async function startDevServerOnce(
   opts: DevServerOptions,
   onSpawn?: (child: ChildProcess) => void,
 ): Promise<{ child: ChildProcess; endpoint: TemporalEndpoint }> {
