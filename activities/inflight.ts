@@ -27,7 +27,7 @@ import {
   resumeDraw,
   type ClaimCandidate,
 } from '../lib/orchestrator/inflight';
-import { RunLayout, listSteps } from '../lib/run/layout';
+import { RunLayout, listGroups, listSteps } from '../lib/run/layout';
 import { withHeartbeat } from './heartbeat';
 import {
   examplesOf,
@@ -75,11 +75,7 @@ function groupNumbers(layout: RunLayout): number[] {
   } catch {
     return [];
   }
-  return names
-    .map((n) => /^(\d+)\.json$/.exec(n))
-    .filter((m): m is RegExpExecArray => m !== null)
-    .map((m) => Number(m[1]))
-    .sort((a, b) => a - b);
+  return listGroups(names);
 }
 
 const readGroup = (layout: RunLayout, seq: number): StoredGroup | undefined =>

@@ -102,3 +102,12 @@ export function listSteps(names: readonly string[]): number[] {
     .map((m) => Number(m[1]))
     .sort((a, b) => a - b);
 }
+
+/** Numbers G of the in-flight group files (`G.json`) in a folder, ascending. */
+export function listGroups(names: readonly string[]): number[] {
+  return names
+    .map((n) => /^(\d+)\.json$/.exec(n))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => Number(m[1]))
+    .sort((a, b) => a - b);
+}

@@ -17,7 +17,7 @@ import { storedResult } from '../atomic';
 import { Failure, NonRetryableError } from '../failures';
 import { evalDir } from '../eval/results';
 import { verifyCheckpoint } from '../trainer/checkpoint';
-import { listSteps, RunLayout } from './layout';
+import { listGroups, listSteps, RunLayout } from './layout';
 import { truncateStepMetrics } from './metrics';
 
 /** Steps N of `step_N` / `step_N.<ext>` entries of `dir` (none when it does not exist). */
@@ -41,13 +41,9 @@ function rewindInFlight(layout: RunLayout, step: number): void {
     step > 0
       ? (storedResult<{ inFlight?: { next: number } }>(layout.rolloutsSummaryFile(step - 1))?.inFlight?.next ?? 0)
       : 0;
-  const discarded = fs
-    .readdirSync(layout.inflightGroupsDir)
-    .map((n) => /^(\d+)\.json$/.exec(n))
-    .filter((m): m is RegExpExecArray => m !== null)
-    .map((m) => Number(m[1]))
+  const discarded = listGroups(fs.readdirSync(layout.inflightGroupsDir))
     .filter((seq) => seq >= claimed)
-    .sort((a, b) => b - a);
+    .reverse();
   for (const seq of discarded) fs.rmSync(layout.inflightGroupFile(seq), { force: true });
   fs.rmSync(layout.inflightConsumedFile, { force: true });
 }
