@@ -12,6 +12,7 @@
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
 import { pick, Rng, shuffle, uniformInt } from '../lib/envs/random';
 import { loadHfModel } from '../lib/model/hf';
 import { ConfigError } from '../lib/config/errors';
@@ -45,6 +46,46 @@ function checkRun(layout: RunLayout) {
   expect(last.tokens).toBe(batches.reduce((a, c) => a + c.tokens, 0));
   expect(fs.existsSync(path.join(layout.weightsDir(STEPS), 'model.safetensors'))).toBe(true);
   return last;
+}
+
+/** The last lines of each log in the run's logs folder. */
+function logTails(layout: RunLayout, lines = 25): string {
+  if (!fs.existsSync(layout.logsDir)) return '(no logs folder)';
+  return fs
+    .readdirSync(layout.logsDir)
+    .sort()
+    .map((f) => {
+      const text = fs.readFileSync(path.join(layout.logsDir, f), 'utf8').trimEnd().split('\n');
+      return `--- ${f} (last ${Math.min(lines, text.length)} lines)\n${text.slice(-lines).join('\n')}`;
+    })
+    .join('\n');
+}
+
+/** The workflow's pending activities and workflow task as Temporal describes them (or why not). */
+async function pendingWork(port: number, workflowId: string): Promise<string> {
+  let connection: Connection | undefined;
+  try {
+    connection = await Connection.connect({ address: `127.0.0.1:${port}`, connectTimeout: 5_000 });
+    const d = await new Client({ connection }).workflow.getHandle(workflowId).describe();
+    const ts = (t?: { seconds?: unknown } | null) =>
+      t?.seconds ? new Date(Number(t.seconds) * 1000).toISOString() : '-';
+    const activities = (d.raw.pendingActivities ?? []).map(
+      (a) =>
+        `  ${a.activityType?.name} state ${a.state} attempt ${a.attempt} scheduled ${ts(a.scheduledTime)} ` +
+        `started ${ts(a.lastStartedTime)} heartbeat ${ts(a.lastHeartbeatTime)} next attempt ${ts(a.nextAttemptScheduleTime)} ` +
+        `worker ${a.lastWorkerIdentity} last failure: ${a.lastFailure?.message ?? '-'}`,
+    );
+    const task = d.raw.pendingWorkflowTask;
+    return [
+      `workflow ${d.status.name}, now ${new Date().toISOString()}, pending activities:`,
+      ...activities,
+      `pending workflow task: ${task ? `state ${task.state} attempt ${task.attempt} scheduled ${ts(task.scheduledTime)}` : 'none'}`,
+    ].join('\n');
+  } catch (e) {
+    return `(no description of workflow ${workflowId}: ${(e as Error).message})`;
+  } finally {
+    await connection?.close();
+  }
 }
 
 const KINDS = ['trainer', 'inference', 'cpu', 'temporal', 'launcher'] as const;
@@ -101,6 +142,12 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
           `the launcher exited (${launcher.exit}) during the chaos:\n${launcher.output()}\n${events.join('\n')}`,
         );
       return false;
+    }).catch(async (e: Error) => {
+      // A stall names itself: the workflow's pending work, what the launcher printed, each log's tail.
+      const pending = await pendingWork(config.temporal.port, 'chaos');
+      throw new Error(
+        `${e.message}\n${pending}\nlauncher output:\n${launcher.output().slice(-3000)}\n${logTails(layout)}`,
+      );
     });
   const stepAfter = (done: number) => whileRunning(`a step after step ${done - 1}`, () => steps() > done);
   try {
