@@ -370,6 +370,8 @@ interface RawTrainer {
 interface Addon {
   info(): NativeInfo;
   setThreads(n: number): void;
+  setCpuCache(capacityBytes: number): void;
+  cpuCacheStats(): CpuCacheStats;
   createModel(
     config: ArchConfig,
     specs: readonly EngineTensorSpec[],
@@ -441,6 +443,27 @@ export function info(): NativeInfo {
  */
 export function setThreads(n: number): void {
   load().setThreads(n);
+}
+
+/** The CPU caching allocator's counters (native/src/cpu_cache.h): large blocks reused or newly allocated. */
+export interface CpuCacheStats {
+  hits: number;
+  misses: number;
+  cachedBytes: number;
+  capacityBytes: number;
+}
+
+/**
+ * How many bytes of freed large CPU tensors (1 MiB and more) the engine keeps for reuse: 2 GiB
+ * unless set. A step re-allocates the same large buffers (logits chunks, gradients), which would
+ * otherwise go back to the kernel and be faulted in and zeroed again. 0 turns the cache off.
+ */
+export function setCpuCache(capacityBytes: number): void {
+  load().setCpuCache(capacityBytes);
+}
+
+export function cpuCacheStats(): CpuCacheStats {
+  return load().cpuCacheStats();
 }
 
 /** Measured fp32 throughput (GFLOP/s) of `iters` n x n matmuls: the yardstick of the benchmarks. */

@@ -5,6 +5,7 @@
 
 #include "addon/async.h"
 #include "addon/exports.h"
+#include "cpu_cache.h"
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   using namespace prime::addon;
@@ -15,8 +16,12 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   ctors->distStore = Napi::Persistent(DefineDistStore(env));
   ctors->distGroup = Napi::Persistent(DefineDistGroup(env));
   env.SetInstanceData<Constructors>(ctors);
+  // Large CPU tensors come from the caching allocator (cpu_cache.h), 2 GiB of freed blocks at most.
+  prime::setCpuCacheCapacity(std::size_t(2) << 30);
   exports.Set("info", Napi::Function::New(env, Info));
   exports.Set("setThreads", Napi::Function::New(env, SetThreads));
+  exports.Set("setCpuCache", Napi::Function::New(env, SetCpuCache));
+  exports.Set("cpuCacheStats", Napi::Function::New(env, CpuCacheStats));
   exports.Set("createModel", Napi::Function::New(env, CreateModel));
   exports.Set("matmulGflops", Napi::Function::New(env, MatmulGflops));
   exports.Set("policyLoss", Napi::Function::New(env, PolicyLoss));

@@ -29,5 +29,7 @@ Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
 Napi::Value LossKinds(const Napi::CallbackInfo& info);  // the loss registry as plain data
 Napi::Value Info(const Napi::CallbackInfo& info);
 Napi::Value SetThreads(const Napi::CallbackInfo& info);
+Napi::Value SetCpuCache(const Napi::CallbackInfo& info);    // (capacityBytes) -> void
+Napi::Value CpuCacheStats(const Napi::CallbackInfo& info);  // () -> {hits, misses, cachedBytes, capacityBytes}
 
 }  // namespace prime::addon

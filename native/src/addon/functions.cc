@@ -13,6 +13,7 @@
 #include "addon/async.h"
 #include "addon/convert.h"
 #include "addon/exports.h"
+#include "cpu_cache.h"
 #include "dist.h"
 
 namespace prime::addon {
@@ -180,6 +181,23 @@ Napi::Value SetThreads(const Napi::CallbackInfo& info) {
   gThreads = pthreadBlas ? 1 : n;
   at::set_num_threads(gThreads);
   return info.Env().Undefined();
+}
+
+Napi::Value SetCpuCache(const Napi::CallbackInfo& info) {
+  const double bytes = info[0].As<Napi::Number>().DoubleValue();
+  if (!(bytes >= 0)) throw Napi::RangeError::New(info.Env(), "CPU cache capacity must be >= 0 bytes");
+  prime::setCpuCacheCapacity(static_cast<std::size_t>(bytes));
+  return info.Env().Undefined();
+}
+
+Napi::Value CpuCacheStats(const Napi::CallbackInfo& info) {
+  const prime::CpuCacheStats s = prime::cpuCacheStats();
+  Napi::Object out = Napi::Object::New(info.Env());
+  out.Set("hits", double(s.hits));
+  out.Set("misses", double(s.misses));
+  out.Set("cachedBytes", double(s.cachedBytes));
+  out.Set("capacityBytes", double(s.capacityBytes));
+  return out;
 }
 
 }  // namespace prime::addon
