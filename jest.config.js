@@ -5,6 +5,8 @@ module.exports = {
   testMatch: ['**/*.test.ts'],
   transform: { '^.+\\.ts$': ['@swc/jest', { jsc: { target: 'es2022' } }] },
   testTimeout: 120000,
+  // OPENBLAS_CORETYPE in the real environment, before any test loads the addon (test/setup/blas.ts).
+  globalSetup: '<rootDir>/test/setup/blas.ts',
   // Native compute and Temporal dev servers are heavy on a 2-core machine: one test file at a time.
   maxWorkers: 1,
 };

@@ -11,6 +11,7 @@ import * as path from 'path';
 import type { ArchConfig, TensorDType, WeightTensor } from '../lib/model/arch';
 import type { Projection } from '../lib/model/families';
 import { isIgnorable, tensorSpecs, type TensorSpec } from '../lib/model/tensors';
+import { chooseOpenBlasCore } from './blas-core';
 
 import type { LossKindName, LossKindSpec, LossParamName } from './loss-kinds';
 export type { TensorDType, WeightTensor } from '../lib/model/arch';
@@ -334,6 +335,8 @@ export interface NativeInfo {
   threads: number;
   /** OpenBLAS's own thread pool size, when libtorch uses OpenBLAS. */
   blasThreads?: number;
+  /** The kernels OpenBLAS runs (`openblas_get_corename`), when libtorch's BLAS is OpenBLAS. */
+  blasCore?: string;
   parallelInfo: string;
   /** Whether the build has c10d's Gloo process group (the data-parallel trainer, `createGroup`). */
   gloo: boolean;
@@ -414,6 +417,7 @@ function load(): Addon {
     const file =
       process.env.PRIME_NATIVE_ADDON || path.join(repoRoot(), 'build', 'native', 'Release', 'prime_native.node');
     if (!fs.existsSync(file)) throw new Error(`prime_native: ${file} not found; run \`npm run build:native\``);
+    chooseOpenBlasCore(); // before OpenBLAS loads with the addon: it picks its kernels then (blas-core.ts)
     addon = require(file) as Addon;
   }
   return addon;

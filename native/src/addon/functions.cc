@@ -160,6 +160,8 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   out.Set("threads", gThreads.load() > 0 ? gThreads.load() : at::get_num_threads());
   auto blasThreads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   if (blasThreads) out.Set("blasThreads", blasThreads());
+  auto blasCore = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (blasCore) out.Set("blasCore", std::string(blasCore()));
   out.Set("parallelInfo", at::get_parallel_info());
   out.Set("gloo", kHaveGloo);
   return out;
