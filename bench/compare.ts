@@ -22,7 +22,7 @@ import { loadHfModel } from '../lib/model/hf';
 import { packRow, randomTokens } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { parameterCount } from '../lib/model/tensors';
-import { loadModel, matmulGflops, setThreads, type TrainRow, type TrainStepOptions } from '../native';
+import { info, loadModel, matmulGflops, setThreads, type TrainRow, type TrainStepOptions } from '../native';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const VENV = path.join(ROOT, 'build', 'bench-venv');
@@ -157,7 +157,10 @@ async function main(): Promise<void> {
     }
   }
   const peak = Math.max(peak0, await matmulGflops(2048, 10));
-  console.log(`${threads} threads; engine matmul 2048^3: ${peak.toFixed(1)} GFLOP/s\n`);
+  const blas = info().blasCore;
+  console.log(
+    `${threads} threads; engine matmul 2048^3: ${peak.toFixed(1)} GFLOP/s${blas ? ` (OpenBLAS ${blas} kernels)` : ''}\n`,
+  );
   console.log(
     '| model | workload | ours tok/s | torch tok/s | ratio | ours GFLOP/s | ours peak RSS MB | torch peak RSS MB | baseline tok/s / peak MB |',
   );
