@@ -10,7 +10,8 @@ import { Rng } from '../lib/model/rng';
 setThreads(1);
 const MiB = 1 << 20;
 
-afterAll(() => setCpuCache(2 * 1024 * MiB)); // the default, for the files that share this process
+const initial = cpuCacheStats().capacityBytes;
+afterAll(() => setCpuCache(initial)); // as it was, for the files that share this process
 
 test('large blocks are reused, the capacity bounds what stays cached, 0 turns the cache off', async () => {
   setCpuCache(64 * MiB);

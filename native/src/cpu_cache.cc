@@ -53,10 +53,14 @@ class CachingCpuAllocator final : public c10::Allocator {
     std::size_t size;
   };
 
+  // Small blocks carry a deleter of their own, so freeing one takes no lock and no lookup;
+  // `release` (the raw deleter, for raw_allocate's callers) handles both kinds.
   c10::DataPtr allocateBlock(std::size_t n) const {
     void* ptr = const_cast<CachingCpuAllocator*>(this)->take(n);
-    return {ptr, ptr, &release, c10::Device(c10::DeviceType::CPU)};
+    return {ptr, ptr, n < kMinCachedBytes ? &freeSmall : &release, c10::Device(c10::DeviceType::CPU)};
   }
+
+  static void freeSmall(void* ptr) { std::free(ptr); }
 
   static void* system(std::size_t size) {
     void* ptr = nullptr;
@@ -100,7 +104,7 @@ class CachingCpuAllocator final : public c10::Allocator {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(ptr);
-    if (it == live_.end()) {  // a small block
+    if (it == live_.end()) {  // a small block, freed through the raw deleter
       std::free(ptr);
       return;
     }
