@@ -6,7 +6,8 @@
  *   3. packBatch(n)                         (cpu)   advantages, packing -> batches/step_n
  *   4. trainStep(n)                         (trainer, not awaited: step n+1 generates meanwhile;
  *                                            train steps run strictly in order) -> weights/step_n+1
- *   5. every ckpt.interval trained steps: saveCheckpoint; then the step's metrics line.
+ *   5. every ckpt.interval trained steps: saveCheckpoint; then the step's metrics line (recordStep,
+ *      beside the next train step: lines in step order, the trainer never waiting for them).
  *   6. every eval.interval policy versions (from the base model on) and at the end: an `eval` child
  *      workflow into the run's eval/ folder, run between steps so nothing else drives inference.
  *
@@ -25,6 +26,7 @@ import {
   continueAsNew,
   executeChild,
   isCancellation,
+  patched,
   workflowInfo,
 } from '@temporalio/workflow';
 import type { RolloutSummary, StepTimes, TrainSummary } from '../activities/types';
@@ -146,6 +148,10 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
   };
 
   let training: Promise<void> = Promise.resolve();
+  let recording: Promise<void> = Promise.resolve();
+  // Executions started before metrics lines were written beside training write them in the
+  // trainer's chain, as their histories say.
+  const recordBesideTraining = patched('record-beside-training');
   let failure: unknown;
   const startedThisRun = state.step;
 
@@ -209,17 +215,25 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
       }
       // In-flight mode: the oldest version the step's tokens were sampled with.
       const version = inFlight ? rollouts.policyVersion : policyVersion;
-      await cpuWrite.recordStep({ runDir, step, policyVersion: version, rollouts, batch, train, times });
+      const record = () =>
+        cpuWrite.recordStep({ runDir, step, policyVersion: version, rollouts, batch, train, times });
+      if (!recordBesideTraining) return record();
+      // The metrics line is written while the next step trains, never before it: the trainer does
+      // not wait for it. Lines are still written in step order.
+      recording = recording.then(record);
+      recording.catch((e) => (failure ??= e));
     });
     training.catch((e) => (failure ??= e));
 
     if (workflowInfo().continueAsNewSuggested || state.step - startedThisRun >= stepsPerRun) {
       await training;
+      await recording;
       producing?.cancel();
       await continueAsNew<typeof rl>(config, state, opts);
     }
   }
   await training;
+  await recording;
   producing?.cancel();
   if (failure !== undefined)
     throw failure instanceof Error ? failure : ApplicationFailure.create({ message: String(failure) });

@@ -111,6 +111,8 @@ export interface Behaviour {
   onClaim?: (step: number) => Promise<void> | void;
   /** Called at the start of trainStep(step) (sft and rl); throw to fail the step. */
   onTrain?: (step: number, attempt: number) => Promise<void> | void;
+  /** Called at the start of recordStep(step) (rl). */
+  onRecord?: (step: number) => Promise<void> | void;
   /** Whether trainStep(step) writes HF weights (default: every step). */
   writesWeights?: (step: number) => boolean;
   /** Validation loss after `step` SFT steps. */
@@ -169,6 +171,7 @@ export function standIns(calls: Calls, b: Behaviour = {}) {
     },
     async recordStep({ step }) {
       calls.push(`recordStep ${step}`);
+      await b.onRecord?.(step);
     },
     async prepareSft() {
       calls.push('prepareSft');

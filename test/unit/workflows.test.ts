@@ -29,6 +29,8 @@ import {
   type Rig,
 } from './mock-run';
 
+const sleepReal = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 let env: TestWorkflowEnvironment;
 let workers: Awaited<ReturnType<typeof startWorkers>>;
 const rig: Rig = { calls: [], behaviour: {} };
@@ -94,18 +96,38 @@ describe('rl', () => {
       'generateRollouts 1 v0',
       'generateRollouts 2 v1',
     ]);
-    expect(calls.filter((c) => /^(trainStep|saveCheckpoint|recordStep)/.test(c))).toEqual([
+    // The trainer's chain in order; each metrics line after its step's train (and checkpoint), in order.
+    expect(calls.filter((c) => /^(trainStep|saveCheckpoint)/.test(c))).toEqual([
       'trainStep 0',
-      'recordStep 0',
       'trainStep 1',
       'saveCheckpoint 2',
-      'recordStep 1',
       'trainStep 2',
       'saveCheckpoint 3',
-      'recordStep 2',
     ]);
+    expect(calls.filter((c) => c.startsWith('recordStep'))).toEqual(['recordStep 0', 'recordStep 1', 'recordStep 2']);
+    expect(calls.indexOf('recordStep 1')).toBeGreaterThan(calls.indexOf('saveCheckpoint 2'));
+    expect(calls.indexOf('recordStep 2')).toBeGreaterThan(calls.indexOf('saveCheckpoint 3'));
     // Step 2 needs version 1: it is generated only after train step 0 finished.
     expect(calls.indexOf('generateRollouts 2 v1')).toBeGreaterThan(calls.indexOf('trainStep 0'));
+  });
+
+  test('the next train step does not wait for the metrics line of the step before', async () => {
+    // recordStep 0 holds until trainStep 1 has started (or 20 s pass, and the test fails).
+    let train1Started: () => void = () => {};
+    const started = new Promise<void>((r) => (train1Started = r));
+    let overlapped = false;
+    await run<RLResult>(
+      'rl',
+      [rlConfig(['--run-name', 'rec', '--max-steps', '3', '--async-level', '1'])],
+      {
+        onTrain: (step) => void (step === 1 && train1Started()),
+        onRecord: async (step) => {
+          if (step !== 0) return;
+          overlapped = await Promise.race([started.then(() => true), sleepReal(20_000).then(() => false)]);
+        },
+      },
+    );
+    expect(overlapped).toBe(true);
   });
 
   test('while the run is prepared, progress answers `preparing` and a pause sent then holds step 0', async () => {
