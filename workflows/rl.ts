@@ -215,8 +215,7 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
       }
       // In-flight mode: the oldest version the step's tokens were sampled with.
       const version = inFlight ? rollouts.policyVersion : policyVersion;
-      const record = () =>
-        cpuWrite.recordStep({ runDir, step, policyVersion: version, rollouts, batch, train, times });
+      const record = () => cpuWrite.recordStep({ runDir, step, policyVersion: version, rollouts, batch, train, times });
       if (!recordBesideTraining) return record();
       // The metrics line is written while the next step trains, never before it: the trainer does
       // not wait for it. Lines are still written in step order.

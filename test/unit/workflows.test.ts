@@ -116,17 +116,13 @@ describe('rl', () => {
     let train1Started: () => void = () => {};
     const started = new Promise<void>((r) => (train1Started = r));
     let overlapped = false;
-    await run<RLResult>(
-      'rl',
-      [rlConfig(['--run-name', 'rec', '--max-steps', '3', '--async-level', '1'])],
-      {
-        onTrain: (step) => void (step === 1 && train1Started()),
-        onRecord: async (step) => {
-          if (step !== 0) return;
-          overlapped = await Promise.race([started.then(() => true), sleepReal(20_000).then(() => false)]);
-        },
+    await run<RLResult>('rl', [rlConfig(['--run-name', 'rec', '--max-steps', '3', '--async-level', '1'])], {
+      onTrain: (step) => void (step === 1 && train1Started()),
+      onRecord: async (step) => {
+        if (step !== 0) return;
+        overlapped = await Promise.race([started.then(() => true), sleepReal(20_000).then(() => false)]);
       },
-    );
+    });
     expect(overlapped).toBe(true);
   });
 
