@@ -87,6 +87,25 @@ describe('sampling and batching', () => {
     expect(maxAbsDiff(added.promptLogprobs!.slice(1), scored.logprobs.slice(1))).toBeLessThanOrEqual(1e-5);
   });
 
+  test('prompts admitted together beyond one prefill forward (4096 tokens) are packed and split right', async () => {
+    // 1800 + 0 + 2500 + 900 tokens to prefill: the first pack holds prompts 0 and 1 (a one-token
+    // prompt needs no forward) and would overflow with prompt 2, which starts the second pack with 3.
+    const rng = new Rng(21);
+    const prompts = [1801, 1, 2501, 901].map((n) => randomTokens(rng, n, cfg.vocabSize));
+    const gen = model.createGenerator({ maxSequences: 4, maxSequenceLength: 2600 });
+    const added = await gen.add(prompts.map((p, i) => ({ promptIds: p, promptLogprobs: true, seed: i })));
+    const scored = await model.score(prompts.map((p) => packRow([p])));
+    prompts.forEach((p, i) => {
+      expect(added[i].promptLogprobs!.length).toBe(p.length);
+      expect(maxAbsDiff(added[i].promptLogprobs!.slice(1), scored[i].logprobs.slice(1))).toBeLessThanOrEqual(1e-4);
+    });
+    // Each slot's cache holds its own prompt: the first decode step equals a full forward.
+    const step = new Map((await gen.step()).map((t) => [t.seqId, t]));
+    const next = added.map((a) => step.get(a.seqId)!);
+    const full = await model.score(prompts.map((p, i) => packRow([[...p, next[i].token]])));
+    prompts.forEach((p, i) => expect(Math.abs(next[i].logprob - full[i].logprobs[p.length])).toBeLessThanOrEqual(1e-4));
+  });
+
   test('same seed same tokens, different seeds differ, top_k=1 equals greedy', async () => {
     const base = { promptIds: prompt, maxTokens: 24, temperature: 1.2 };
     const [a, b, c] = await run([

@@ -54,44 +54,91 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
       throw std::runtime_error("temperature must be >= 0 and minP in [0, 1]");
     model->checkTokenIds(r.prompt.data(), r.prompt.size());
   }
-  std::vector<AddedSequence> out;
+  // Prefill every prompt but its last token into its slot's cache (the last one is the first
+  // decode step's input). The prompts are packed into forwards of at most kPrefillTokens tokens
+  // (attention stays within each prompt), so admitting a batch costs a few large matmuls rather
+  // than one small forward per request. Sequences are added only once every forward succeeded.
+  const size_t first = seqs_.size();
+  std::vector<AddedSequence> out(requests.size());
+  std::vector<char> poisoned(requests.size(), 0);
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
-  for (const SequenceRequest& r : requests) {
-    const size_t slot = seqs_.size();
-    const int64_t P = int64_t(r.prompt.size());
-    AddedSequence added{nextId_, {}};
-    bool poisoned = false;
-    if (P > 1) {
-      // Prefill all but the last prompt token into this slot's cache.
-      at::Tensor ids =
-          at::tensor(std::vector<int64_t>(r.prompt.begin(), r.prompt.end() - 1), longOpts).to(model->device);
-      at::Tensor pos = at::arange(P - 1, longOpts.device(model->device));
+  size_t next = 0;
+  try {
+    while (next < requests.size()) {
+      // The pack: requests [next, end) whose prompts need a forward (P > 1), up to the budget.
+      std::vector<size_t> members;
+      std::vector<int64_t> ids, pos, starts;
+      bool routes = false;
+      size_t end = next;
+      for (; end < requests.size(); end++) {
+        const std::vector<int64_t>& prompt = requests[end].prompt;
+        const int64_t len = int64_t(prompt.size()) - 1;
+        if (len == 0) continue;
+        if (!members.empty() && int64_t(ids.size()) + len > kPrefillTokens) break;
+        members.push_back(end);
+        starts.push_back(int64_t(ids.size()));
+        ids.insert(ids.end(), prompt.begin(), prompt.end() - 1);
+        for (int64_t t = 0; t < len; t++) pos.push_back(t);
+        routes = routes || requests[end].returnRoutes;
+      }
+      next = end;
+      if (members.empty()) continue;
       std::vector<LayerKV> kv;
       MoeRouting routing;
-      at::Tensor hidden =
-          model->forwardPacked(ids, pos, {0}, &kv, nullptr, nullptr, r.returnRoutes ? &routing : nullptr);
-      if (r.returnRoutes) added.promptRoutes = routesOf(routing, *model, 0, P - 1);
+      const at::Tensor hidden =
+          model->forwardPacked(at::tensor(ids, longOpts).to(model->device), at::tensor(pos, longOpts).to(model->device),
+                               starts, &kv, nullptr, nullptr, routes ? &routing : nullptr);
       // Non-finite keys or values make the hidden states non-finite: remember, so the slot is
-      // cleared when the sequence leaves, even if it is removed before its first step.
-      poisoned = !at::isfinite(hidden).all().item<bool>();
-      for (size_t l = 0; l < kv.size(); l++) {
-        cache_.k[l][slot].narrow(1, 0, P - 1).copy_(kv[l].first.transpose(0, 1));
-        cache_.v[l][slot].narrow(1, 0, P - 1).copy_(kv[l].second.transpose(0, 1));
+      // cleared when the sequence leaves, even if it is removed before its first step. One host
+      // read for the pack (deliberate: a per-prompt flag is needed on the host).
+      const at::Tensor finite = at::isfinite(hidden).all(1).cpu();
+      const bool* ok = finite.data_ptr<bool>();
+      for (size_t m = 0; m < members.size(); m++) {
+        const size_t i = members[m];
+        const SequenceRequest& r = requests[i];
+        const int64_t from = starts[m], len = int64_t(r.prompt.size()) - 1;
+        const int64_t slot = int64_t(first + i);
+        poisoned[i] = !std::all_of(ok + from, ok + from + len, [](bool b) { return b; });
+        for (size_t l = 0; l < kv.size(); l++) {
+          cache_.k[l][slot].narrow(1, 0, len).copy_(kv[l].first.narrow(0, from, len).transpose(0, 1));
+          cache_.v[l][slot].narrow(1, 0, len).copy_(kv[l].second.narrow(0, from, len).transpose(0, 1));
+        }
+        if (r.returnRoutes) out[i].promptRoutes = routesOf(routing, *model, from, len);
+        if (r.promptLogprobs) {
+          // Raw (temperature 1) logprobs of prompt tokens 1..P-1, as vLLM's prompt_logprobs.
+          out[i].promptLogprobs.assign(len + 1, std::numeric_limits<float>::quiet_NaN());
+          std::vector<float> entropy(len);
+          at::Tensor targets = at::tensor(std::vector<int64_t>(r.prompt.begin() + 1, r.prompt.end()), longOpts);
+          model->tokenLogprobs(hidden.narrow(0, from, len), targets.to(model->device), 1.0,
+                               out[i].promptLogprobs.data() + 1, entropy.data());
+        }
       }
-      if (r.promptLogprobs) {
-        // Raw (temperature 1) logprobs of prompt tokens 1..P-1, as vLLM's prompt_logprobs.
-        added.promptLogprobs.assign(P, std::numeric_limits<float>::quiet_NaN());
-        std::vector<float> entropy(P - 1);
-        at::Tensor targets = at::tensor(std::vector<int64_t>(r.prompt.begin() + 1, r.prompt.end()), longOpts);
-        model->tokenLogprobs(hidden, targets.to(model->device), 1.0, added.promptLogprobs.data() + 1, entropy.data());
-      }
-    } else if (r.promptLogprobs) {
-      added.promptLogprobs.assign(1, std::numeric_limits<float>::quiet_NaN());
     }
-    Sequence s{nextId_++, P - 1, r.prompt.back(), 0, r, std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}()),
-               poisoned};
+  } catch (...) {
+    // Nothing is added: clear what the forwards that did run wrote into the free slots (it may be
+    // non-finite), so the slots' next sequences start from the zeroed cache the attention expects.
+    for (size_t i = 0; i < requests.size(); i++) {
+      const int64_t len = int64_t(requests[i].prompt.size()) - 1, slot = int64_t(first + i);
+      for (size_t l = 0; len > 0 && l < cache_.k.size(); l++) {
+        cache_.k[l][slot].narrow(1, 0, len).zero_();
+        cache_.v[l][slot].narrow(1, 0, len).zero_();
+      }
+    }
+    throw;
+  }
+  for (size_t i = 0; i < requests.size(); i++) {
+    const SequenceRequest& r = requests[i];
+    if (r.promptLogprobs && r.prompt.size() == 1)
+      out[i].promptLogprobs.assign(1, std::numeric_limits<float>::quiet_NaN());
+    out[i].seqId = nextId_;
+    Sequence s{nextId_++,
+               int64_t(r.prompt.size()) - 1,
+               r.prompt.back(),
+               0,
+               r,
+               std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}()),
+               bool(poisoned[i])};
     seqs_.push_back(std::move(s));
-    out.push_back(std::move(added));
   }
   publishStats();
   return out;

@@ -26,6 +26,10 @@ struct SequenceRequest {
 };
 
 constexpr int64_t kMaxTopLogprobs = 20;
+// Prompt tokens per prefill forward: the prompts admitted together are packed into forwards of at
+// most this many tokens (a longer prompt goes alone). Large enough that the matmuls are efficient,
+// small enough that a forward's activations stay modest (4096 x intermediate width floats).
+constexpr int64_t kPrefillTokens = 4096;
 
 struct AddedSequence {
   int64_t seqId;
