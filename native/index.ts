@@ -384,6 +384,7 @@ interface Addon {
   matmulGflops(n: number, iters: number): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
   lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult;
+  adamwCheck(options: AdamwCheckOptions): { maxDiff: number; moved: number };
   lossKinds(): LossKindSpec[];
   createStore(opts: DistStoreOptions): Promise<DistStore>;
   createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup>;
@@ -484,15 +485,16 @@ export function policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLo
   return load().policyLoss(inputs, loss);
 }
 
-/** The native loss registry as the addon has it (what loss-kinds.generated.ts must equal). */
-/** Shapes of `lmHeadCheck`'s random fp64 problem; the loss is sum(c1 * logp + c2 * entropy), c ~ U(0, w). */
+/** Shapes of `lmHeadCheck`'s random problem (drawn in fp64); the loss is sum(c1 * logp + c2 * entropy), c ~ U(0, w). */
 export interface LmHeadCheckOptions {
   tokens: number;
   hidden: number;
   vocab: number;
   chunkTokens: number;
-  /** How many leading chunks keep their log-softmax for the backward (the rest are recomputed). */
+  /** How many leading chunks keep their logits for the backward (the rest are recomputed). */
   keepChunks: number;
+  /** The chunked side's dtype (the reference is always fp64); default float64. */
+  dtype?: 'float32' | 'float64';
   temperature: number;
   wLogp: number;
   wEntropy: number;
@@ -512,6 +514,22 @@ export function lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult {
   return load().lmHeadCheck(options);
 }
 
+/** `adamwCheck`'s random problem: a parameter of `numel` values and a non-contiguous 5 x 7 one. */
+export interface AdamwCheckOptions {
+  numel: number;
+  steps: number;
+  weightDecay: number;
+  /** The clipping scale adamwStep applies; libtorch's AdamW gets gradients multiplied by it. */
+  gradScale: number;
+  dtype: 'float32' | 'float64';
+  seed: number;
+}
+/** The fused AdamW step (native/src/adamw.h) against libtorch's AdamW: largest parameter difference, and how far libtorch moved them. */
+export function adamwCheck(options: AdamwCheckOptions): { maxDiff: number; moved: number } {
+  return load().adamwCheck(options);
+}
+
+/** The native loss registry as the addon has it (what loss-kinds.generated.ts must equal). */
 export function lossKinds(): LossKindSpec[] {
   return load().lossKinds();
 }

@@ -2,7 +2,7 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { lmHeadCheck, loadModel, setThreads, type TrainRow, type WeightTensor } from '../native';
+import { adamwCheck, lmHeadCheck, loadModel, setThreads, type TrainRow, type WeightTensor } from '../native';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { lrAt } from '../lib/trainer/schedule';
 import { Rng } from '../lib/model/rng';
@@ -164,6 +164,20 @@ test('learning-rate schedules', () => {
   expect(() => lrAt({ kind: 'linear', lr: 1 }, 0)).toThrow(/totalSteps/);
 });
 
+test.each(['float64', 'float32'] as const)(
+  'the fused AdamW step equals libtorch AdamW (%s; weight decay, clipping scale, non-contiguous parameter)',
+  (dtype) => {
+    for (const [weightDecay, gradScale] of [
+      [0, 1],
+      [0.1, 0.25],
+    ]) {
+      const r = adamwCheck({ numel: 10007, steps: 5, weightDecay, gradScale, dtype, seed: 4 });
+      expect(r.moved).toBeGreaterThan(1e-2); // five steps of lr 1e-2 moved the parameters
+      expect(r.maxDiff).toBeLessThan(dtype === 'float64' ? 1e-14 : 1e-6);
+    }
+  },
+);
+
 describe('chunked LM head (logits never materialised for a whole row)', () => {
   test('values and gradients of logp and entropy match the full-logits graph (fp64)', () => {
     const base = { tokens: 11, hidden: 8, vocab: 37, temperature: 0.7, seed: 3 };
@@ -181,6 +195,18 @@ describe('chunked LM head (logits never materialised for a whole row)', () => {
         for (const d of [r.logp, r.entropy, r.gradHidden, r.gradWeight])
           expect(d).toBeLessThan(1e-12 * (1 + r.gradScale));
       }
+  });
+
+  test('fp32 (the fused row kernels with their vectorised exp) stays within fp32 rounding of the fp64 graph', () => {
+    // A vocabulary of several exp blocks and logits spread wide enough that many underflow.
+    const base = { tokens: 9, hidden: 16, vocab: 5000, temperature: 0.7, seed: 5, chunkTokens: 4, keepChunks: 1 };
+    const r = lmHeadCheck({ ...base, wLogp: 1, wEntropy: 0.5, dtype: 'float32' });
+    expect(r.gradScale).toBeGreaterThan(1e-3);
+    // |logp| and the entropy are about log(5000) ~ 8.5 here: a few fp32 ulps of that.
+    expect(r.logp).toBeLessThan(2e-5);
+    expect(r.entropy).toBeLessThan(2e-5);
+    expect(r.gradHidden).toBeLessThan(1e-5 * (1 + r.gradScale));
+    expect(r.gradWeight).toBeLessThan(1e-5 * (1 + r.gradScale));
   });
 
   test.each(['llama', 'qwen3'] as const)(

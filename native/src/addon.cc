@@ -26,6 +26,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("matmulGflops", Napi::Function::New(env, MatmulGflops));
   exports.Set("policyLoss", Napi::Function::New(env, PolicyLoss));
   exports.Set("lmHeadCheck", Napi::Function::New(env, LmHeadCheck));
+  exports.Set("adamwCheck", Napi::Function::New(env, AdamwCheck));
   exports.Set("lossKinds", Napi::Function::New(env, LossKinds));
   exports.Set("createStore", Napi::Function::New(env, CreateStore));
   exports.Set("createGroup", Napi::Function::New(env, CreateGroup));

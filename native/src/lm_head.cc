@@ -1,10 +1,15 @@
 #include "lm_head.h"
 
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <vector>
+
+#include "fast_exp.h"
 
 namespace prime {
 namespace {
@@ -12,30 +17,132 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Logits / T of one chunk, as the unfused path computed them (in place: no second buffer).
-at::Tensor chunkLogits(const at::Tensor& h, const at::Tensor& w, double temperature, at::ScalarType dt) {
-  at::Tensor z = at::linear(h, w).to(dt);
-  return temperature == 1.0 ? z : z.div_(temperature);
+// ---- Row kernels: each row of logits is read twice in the forward, once in the backward --------
+// The unfused chain (log_softmax, gather, exp, mul, sum; softmax and mul in the backward) made
+// about fourteen passes over a [tokens, vocab] chunk per step, each a trip through memory at a
+// 151,936-token vocabulary. Here, with z = logits / T, m = max z, S = sum e^(z - m) and
+// U = sum (z - m) e^(z - m):
+//   log Z = m + log S,  logp_t = z_t - log Z,  H = -sum p log p = log S - U / S,
+// and the backward needs only log Z and H per row (below).
+
+inline double expOf(double x) { return std::exp(x); }
+inline float expOf(float x) { return fastExp(x); }
+
+// Elements per block of the sums: partial sums in S's precision (vectorised), blocks added in
+// double, so a 151,936-term fp32 sum loses nothing a pairwise sum would keep.
+constexpr int64_t kSumBlock = 2048;
+
+struct RowStats {
+  double logZ, entropy;
+};
+
+// z: one row of raw logits (length V). NaN or a non-finite maximum gives NaN statistics, as
+// log_softmax would, so a broken step shows up in its loss (and the trainer refuses the weights).
+template <typename S>
+RowStats rowStats(const S* z, int64_t V, S invT) {
+  S mx = -std::numeric_limits<S>::infinity();
+  int nan = 0;
+#pragma omp simd reduction(max : mx) reduction(| : nan)
+  for (int64_t i = 0; i < V; i++) {
+    mx = z[i] > mx ? z[i] : mx;
+    nan |= z[i] != z[i];
+  }
+  const S m = mx * invT;  // T > 0: the maximum of z / T
+  if (nan || !std::isfinite(m)) return {std::nan(""), std::nan("")};
+  double sumE = 0, sumXE = 0;
+  for (int64_t b = 0; b < V; b += kSumBlock) {
+    const int64_t e = std::min(V, b + kSumBlock);
+    S s = 0, u = 0;
+#pragma omp simd reduction(+ : s, u)
+    for (int64_t i = b; i < e; i++) {
+      const S x = z[i] * invT - m;  // <= 0
+      const S ex = expOf(x);
+      s += ex;
+      u += x * ex;
+    }
+    sumE += double(s);
+    sumXE += double(u);
+  }
+  const double logS = std::log(sumE);
+  return {double(m) + logS, logS - sumXE / sumE};
+}
+
+// In place: the row of raw logits z becomes dL/dz where z / T is the softmax's input. With
+// p = softmax(z / T): d logp_t / d(z_j / T) = [j = t] - p_j and dH / d(z_j / T) = -p_j (log p_j + H),
+// so the row is -p_j (gEnt (log p_j + H) + gLogp), plus gLogp at the target.
+template <typename S>
+void rowGrad(S* z, int64_t V, S invT, S logZ, S entropy, S gLogp, S gEnt, int64_t target) {
+  if (gEnt == 0) {  // the usual case: entropy is a metric, its gradient 0
+#pragma omp simd
+    for (int64_t i = 0; i < V; i++) z[i] = -gLogp * expOf(z[i] * invT - logZ);
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < V; i++) {
+      const S lp = z[i] * invT - logZ;
+      z[i] = -expOf(lp) * (gEnt * (lp + entropy) + gLogp);
+    }
+  }
+  z[target] += gLogp;
+}
+
+// Raw logits of one chunk in the logits dtype (the 1 / T is applied by the row kernels).
+at::Tensor chunkLogits(const at::Tensor& h, const at::Tensor& w, at::ScalarType dt) { return at::linear(h, w).to(dt); }
+
+template <typename S>
+void forwardRows(const at::Tensor& z, const at::Tensor& targets, double temperature, at::Tensor& logp,
+                 at::Tensor& entropy, at::Tensor& logZ) {
+  const int64_t n = z.size(0), V = z.size(1);
+  const S invT = S(1.0 / temperature);
+  const S* zp = z.data_ptr<S>();
+  const int64_t* t = targets.data_ptr<int64_t>();
+  S *lp = logp.data_ptr<S>(), *ent = entropy.data_ptr<S>();
+  double* lz = logZ.data_ptr<double>();
+  at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
+    for (int64_t r = a; r < b; r++) {
+      const S* row = zp + r * V;
+      const RowStats st = rowStats(row, V, invT);
+      lz[r] = st.logZ;
+      ent[r] = S(st.entropy);
+      lp[r] = S(double(row[t[r]] * invT) - st.logZ);
+    }
+  });
+}
+
+template <typename S>
+void backwardRows(at::Tensor& z, const at::Tensor& targets, double temperature, const at::Tensor& logZ,
+                  const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt) {
+  const int64_t n = z.size(0), V = z.size(1);
+  const S invT = S(1.0 / temperature);
+  S* zp = z.data_ptr<S>();
+  const int64_t* t = targets.data_ptr<int64_t>();
+  const double* lz = logZ.data_ptr<double>();
+  const S *ent = entropy.data_ptr<S>(), *gl = gLogp.data_ptr<S>(), *ge = gEnt.defined() ? gEnt.data_ptr<S>() : nullptr;
+  at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
+    for (int64_t r = a; r < b; r++) rowGrad<S>(zp + r * V, V, invT, S(lz[r]), ent[r], gl[r], ge ? ge[r] : S(0), t[r]);
+  });
 }
 
 struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
-  // `keepChunks`: how many leading chunks keep their log-softmax for the backward (the rest are
+  // `keepChunks`: how many leading chunks keep their logits for the backward (the rest are
   // recomputed there from hidden and weight).
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const at::Tensor& targets, double temperature, int64_t logitsDtype, int64_t chunk,
                                int64_t keepChunks) {
     const auto dt = static_cast<at::ScalarType>(logitsDtype);
     const int64_t N = hidden.size(0);
+    const at::Tensor t = targets.contiguous();
     at::Tensor logp = at::empty({N}, hidden.options().dtype(dt)), entropy = at::empty_like(logp);
+    at::Tensor logZ = at::empty({N}, hidden.options().dtype(at::kDouble));
     std::vector<at::Tensor> kept;
     for (int64_t a = 0, c = 0; a < N; a += chunk, ++c) {
       const int64_t len = std::min(chunk, N - a);
-      at::Tensor lp = at::log_softmax(chunkLogits(hidden.narrow(0, a, len), weight, temperature, dt), -1);
-      logp.narrow(0, a, len).copy_(lp.gather(1, targets.narrow(0, a, len).unsqueeze(1)).squeeze(1));
-      entropy.narrow(0, a, len).copy_(-(lp.exp() * lp).sum(-1));
-      if (c < keepChunks) kept.push_back(lp);
+      at::Tensor z = chunkLogits(hidden.narrow(0, a, len), weight, dt);
+      at::Tensor lp = logp.narrow(0, a, len), ent = entropy.narrow(0, a, len), lz = logZ.narrow(0, a, len);
+      if (dt == at::kDouble) forwardRows<double>(z, t.narrow(0, a, len), temperature, lp, ent, lz);
+      else forwardRows<float>(z, t.narrow(0, a, len), temperature, lp, ent, lz);
+      if (c < keepChunks) kept.push_back(z);
     }
-    kept.insert(kept.begin(), {hidden, weight, targets, entropy});
+    kept.insert(kept.begin(), {hidden, weight, t, entropy, logZ});
     ctx->save_for_backward(kept);
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["dtype"] = logitsDtype;
@@ -43,41 +150,31 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     return {logp, entropy};
   }
 
-  // With z = logits / T, p = softmax(z), H = -sum p log p:
-  //   d logp_t / dz_j = [j = t] - p_j,   dH / dz_j = -p_j (log p_j + H).
-  // So dL/dz = gLogp ([j = t] - p) - gEnt p (log p + H), and dL/dlogits = dL/dz / T.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &entropy = saved[3];
+    const at::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &entropy = saved[3], &logZ = saved[4];
+    constexpr size_t kFirstKept = 5;
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const auto dt = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool wantHidden = ctx->needs_input_grad(0), wantWeight = ctx->needs_input_grad(1);
-    at::Tensor gLogp = grads[0], gEnt = grads[1];  // materialised: zeros when an output was unused
+    const at::Tensor gLogp = grads[0].contiguous();  // materialised: zeros when an output was unused
+    // Unused outputs get zero gradients: skip the entropy terms when nothing uses the entropy.
+    const bool entropyGrad = grads[1].defined() && grads[1].ne(0).any().item<bool>();
+    const at::Tensor gEnt = entropyGrad ? grads[1].contiguous() : at::Tensor();
     at::Tensor gHidden = wantHidden ? at::empty_like(hidden) : at::Tensor();
     at::Tensor gWeight = wantWeight ? at::empty_like(weight) : at::Tensor();  // first chunk: beta = 0
-    // Unused outputs get zero gradients: skip the entropy terms when nothing uses the entropy.
-    const bool entropyGrad = gEnt.defined() && gEnt.ne(0).any().item<bool>();
     const int64_t N = hidden.size(0), chunk = ctx->saved_data["chunk"].toInt();
     for (int64_t a = 0; a < N && (wantHidden || wantWeight); a += chunk) {
       const int64_t len = std::min(chunk, N - a);
       const at::Tensor h = hidden.narrow(0, a, len);
-      const at::Tensor gl = gLogp.narrow(0, a, len).unsqueeze(1);
-      const at::Tensor ge = entropyGrad ? gEnt.narrow(0, a, len).unsqueeze(1) : at::Tensor();
-      // A kept chunk's log-softmax is reused (and consumed: the backward runs once); the others are
+      // A kept chunk's logits are reused (and consumed: the backward runs once); the others are
       // recomputed, one LM-head matmul each.
       const size_t c = size_t(a / chunk);
-      at::Tensor lp = 4 + c < saved.size() ? saved[4 + c] : at::Tensor(), g;
-      if (entropyGrad) {
-        // In place: -(p (gEnt (log p + H) + gLogp)).
-        if (!lp.defined()) lp = at::log_softmax(chunkLogits(h, weight, temperature, dt), -1);
-        at::Tensor p = lp.exp();
-        g = lp.add_(entropy.narrow(0, a, len).unsqueeze(1)).mul_(ge).add_(gl).mul_(p).neg_();
-      } else if (lp.defined()) {
-        g = lp.exp_().mul_(-gl);  // the usual case: entropy is a metric, its gradient 0
-      } else {
-        g = at::softmax(chunkLogits(h, weight, temperature, dt), -1).mul_(-gl);
-      }
-      g.scatter_add_(1, targets.narrow(0, a, len).unsqueeze(1), gl);  // + gLogp at the target
+      at::Tensor g = kFirstKept + c < saved.size() ? saved[kFirstKept + c] : chunkLogits(h, weight, dt);
+      const at::Tensor t = targets.narrow(0, a, len), lz = logZ.narrow(0, a, len), ent = entropy.narrow(0, a, len);
+      const at::Tensor gl = gLogp.narrow(0, a, len), ge = entropyGrad ? gEnt.narrow(0, a, len) : at::Tensor();
+      if (dt == at::kDouble) backwardRows<double>(g, t, temperature, lz, ent, gl, ge);
+      else backwardRows<float>(g, t, temperature, lz, ent, gl, ge);
       const at::Tensor gw = g.to(weight.scalar_type());
       // 1 / T folded into the two products (dL/dlogits = dL/dz / T).
       if (wantHidden) {
@@ -100,8 +197,10 @@ TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight,
                              double temperature, at::ScalarType logitsDtype, int64_t chunkTokens, int64_t keepBytes) {
   if (chunkTokens < 0) throw std::runtime_error("logitsChunkTokens must be >= 0 (0 = from the vocabulary size)");
   if (keepBytes < 0) throw std::runtime_error("logitsKeepBytes must be >= 0");
+  if (logitsDtype != at::kFloat && logitsDtype != at::kDouble)
+    throw std::runtime_error("the LM head's logits are fp32 or fp64, not " + std::string(c10::toString(logitsDtype)));
   const int64_t chunk = chunkTokens > 0 ? chunkTokens : lmHeadChunkTokens(weight.size(0));
-  // Keep log-softmax chunks only when a backward will use them (not when scoring without grad).
+  // Keep logits chunks only when a backward will use them (not when scoring without grad).
   const bool backward = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   const int64_t chunkBytes = chunk * weight.size(0) * int64_t(c10::elementSize(logitsDtype));
   const int64_t keepChunks = backward ? keepBytes / std::max<int64_t>(chunkBytes, 1) : 0;

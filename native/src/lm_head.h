@@ -13,7 +13,7 @@ struct TokenStats {
   at::Tensor entropy;  // [N] entropy of that distribution
 };
 
-// Default budget of log-softmax kept from forward to backward, per call (one packed row): none, so
+// Default budget of logits kept from forward to backward, per call (one packed row): none, so
 // a row costs one chunk buffer. Keeping it saved no measurable time on the CPU (BENCHMARKS.md, the
 // chunked LM head); 1 GiB would hold a 1,700-token row at a 151,936-token vocabulary in fp32.
 constexpr int64_t kLogitsKeepBytes = 0;
@@ -22,14 +22,15 @@ constexpr int64_t kLogitsKeepBytes = 0;
 int64_t lmHeadChunkTokens(int64_t vocab);
 
 // hidden [N, D], weight [V, D] (the LM head or the tied embedding), targets [N] int64. Logits are
-// computed in `logitsDtype` (fp32, or fp64 for fp64 models) exactly as at::linear(hidden,
-// weight).to(logitsDtype) / temperature followed by log_softmax. Differentiable w.r.t. hidden and
-// weight (both outputs): the backward recomputes each chunk's logits and accumulates the weight's
-// gradient chunk by chunk.
+// computed in `logitsDtype` (fp32, or fp64 for fp64 models) as at::linear(hidden,
+// weight).to(logitsDtype); the log-softmax of logits / T and its per-token quantities come from
+// fused row kernels (two reads of a row forward, one backward; fp32 rows use a vectorised exp within
+// 1 ulp of expf). Differentiable w.r.t. hidden and weight (both outputs): the backward recomputes
+// each chunk's logits and accumulates the weight's gradient chunk by chunk.
 // chunkTokens: tokens per chunk (0 = lmHeadChunkTokens(vocab)).
-// keepBytes: how much of the forward's log-softmax may be kept for the backward (whole chunks, the
-// first ones); the backward recomputes only the chunks beyond it. Keeping one chunk costs what one
-// chunk buffer costs; it saves an LM-head matmul and a log-softmax in the backward.
+// keepBytes: how much of the forward's logits may be kept for the backward (whole chunks, the first
+// ones); the backward recomputes only the chunks beyond it. Keeping one chunk costs what one chunk
+// buffer costs; it saves an LM-head matmul in the backward.
 TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                              double temperature, at::ScalarType logitsDtype, int64_t chunkTokens = 0,
                              int64_t keepBytes = kLogitsKeepBytes);

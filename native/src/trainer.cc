@@ -1,4 +1,5 @@
-// The one translation unit that needs the heavy torch C++ API (optimizer and serialization).
+// With adamw.cc, the translation units that need the heavy torch C++ API (optimizer and
+// serialization).
 #include "trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -16,6 +17,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
+
+#include "adamw.h"
 
 namespace prime {
 namespace fs = std::filesystem;
@@ -74,20 +77,6 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
         at::tensor(std::vector<double>(row.advantages.begin() + 1, row.advantages.end()), fopts).to(model.device, dt);
   }
   return p;
-}
-
-// The key of a parameter in an optimizer's state map: its TensorImpl, as a string in libtorch
-// 1.13 and as the pointer itself in 2.x.
-template <typename Map>
-typename Map::key_type stateKey(const Map&, const at::Tensor& p) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream s;
-    s << static_cast<const void*>(p.unsafeGetTensorImpl());
-    return s.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
 }
 
 }  // namespace
@@ -392,14 +381,10 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
     if (p.grad().defined()) norms.push_back(p.grad().norm());
   at::Tensor total = norms.empty() ? at::zeros({}) : at::stack(norms).norm();
   st.gradNorm = total.item<double>();
-  if (maxGradNorm > 0 && st.gradNorm > maxGradNorm) {
-    const double coef = maxGradNorm / (st.gradNorm + 1e-6);
-    at::NoGradGuard noGrad;
-    for (auto& [name, p] : trainable_)
-      if (p.grad().defined()) p.grad().mul_(coef);
-  }
+  // Clipping is applied inside the AdamW pass (the gradients themselves stay as computed).
+  const double clip = maxGradNorm > 0 && st.gradNorm > maxGradNorm ? maxGradNorm / (st.gradNorm + 1e-6) : 1.0;
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  optim_->step();
+  adamwStep(*optim_, clip);
   if (group_) {
     const auto t2 = std::chrono::steady_clock::now();
     broadcastParameters();

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "adamw.h"
 #include "addon/async.h"
 #include "addon/convert.h"
 #include "addon/exports.h"
@@ -85,21 +86,69 @@ Napi::Value LmHeadCheck(const Napi::CallbackInfo& info) {
     const at::Tensor h0 = at::randn({N, D}, g, f64), w0 = at::randn({V, D}, g, f64) * 0.5;
     const at::Tensor targets = at::randint(V, {N}, g, at::TensorOptions().dtype(at::kLong));
     const at::Tensor cL = at::rand({N}, g, f64) * wLogp, cE = at::rand({N}, g, f64) * wEnt;
-    at::Tensor h1 = h0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(true);
-    const int64_t chunkBytes = (chunk > 0 ? chunk : lmHeadChunkTokens(V)) * V * int64_t(sizeof(double));
-    const TokenStats s = chunkedTokenStats(h1, w1, targets, T, at::kDouble, chunk, keepChunks * chunkBytes);
-    ((s.logp * cL).sum() + (s.entropy * cE).sum()).backward();
+    // The chunked side in the dtype asked for (fp32: the engine's training path), the reference in fp64.
+    const std::string dtype = o.Has("dtype") ? o.Get("dtype").As<Napi::String>().Utf8Value() : "float64";
+    if (dtype != "float64" && dtype != "float32") throw std::runtime_error("dtype must be float32 or float64");
+    const at::ScalarType dt = dtype == "float32" ? at::kFloat : at::kDouble;
+    at::Tensor h1 = h0.clone().to(dt).requires_grad_(true), w1 = w0.clone().to(dt).requires_grad_(true);
+    const int64_t chunkBytes = (chunk > 0 ? chunk : lmHeadChunkTokens(V)) * V * int64_t(c10::elementSize(dt));
+    const TokenStats s = chunkedTokenStats(h1, w1, targets, T, dt, chunk, keepChunks * chunkBytes);
+    ((s.logp * cL.to(dt)).sum() + (s.entropy * cE.to(dt)).sum()).backward();
     at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
     const at::Tensor lp = at::log_softmax(at::linear(h2, w2) / T, -1);
     const at::Tensor logp = lp.gather(1, targets.unsqueeze(1)).squeeze(1), ent = -(lp.exp() * lp).sum(-1);
     ((logp * cL).sum() + (ent * cE).sum()).backward();
-    auto maxDiff = [](const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); };
+    auto maxDiff = [](const at::Tensor& a, const at::Tensor& b) {
+      return (a.to(at::kDouble) - b).abs().max().item<double>();
+    };
     Napi::Object out = Napi::Object::New(env);
     out.Set("logp", maxDiff(s.logp.detach(), logp.detach()));
     out.Set("entropy", maxDiff(s.entropy.detach(), ent.detach()));
     out.Set("gradHidden", maxDiff(h1.grad(), h2.grad()));
     out.Set("gradWeight", maxDiff(w1.grad(), w2.grad()));
     out.Set("gradScale", std::max(h2.grad().abs().max().item<double>(), w2.grad().abs().max().item<double>()));
+    return out;
+  });
+}
+
+// adamwStep (native/src/adamw.h) against libtorch's own AdamW::step on the same random problem:
+// a contiguous parameter and a transposed (non-contiguous) one, `steps` steps with fresh random
+// gradients, weight decay, and the clipping scale applied to libtorch's gradients beforehand.
+Napi::Value AdamwCheck(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = obj(info[0], "options");
+  const int64_t n = int64_t(num(o, "numel")), steps = int64_t(num(o, "steps"));
+  const double wd = num(o, "weightDecay"), scale = num(o, "gradScale");
+  const bool f32 = o.Get("dtype").As<Napi::String>().Utf8Value() == "float32";
+  return jsErrors(env, [&]() -> Napi::Value {
+    if (n < 1 || steps < 1) throw std::runtime_error("numel and steps must be >= 1");
+    at::Generator g = at::make_generator<at::CPUGeneratorImpl>(uint64_t(num(o, "seed")));
+    const auto opts = at::TensorOptions().dtype(f32 ? at::kFloat : at::kDouble);
+    const std::vector<at::Tensor> init = {at::randn({n}, g, opts), at::randn({7, 5}, g, opts).t()};
+    std::vector<at::Tensor> ours, theirs;
+    for (const at::Tensor& t : init) {
+      ours.push_back(t.clone(at::MemoryFormat::Preserve));
+      theirs.push_back(t.clone(at::MemoryFormat::Preserve));
+    }
+    const auto options = torch::optim::AdamWOptions(1e-2).betas({0.9, 0.99}).eps(1e-8).weight_decay(wd);
+    torch::optim::AdamW a(ours, options), b(theirs, options);
+    for (int64_t s = 0; s < steps; s++) {
+      for (size_t i = 0; i < init.size(); i++) {
+        const at::Tensor grad = at::randn(init[i].sizes(), g, opts);
+        ours[i].mutable_grad() = grad;
+        theirs[i].mutable_grad() = grad * scale;
+      }
+      adamwStep(a, scale);
+      b.step();
+    }
+    double diff = 0, moved = 0;
+    for (size_t i = 0; i < init.size(); i++) {
+      diff = std::max(diff, (ours[i] - theirs[i]).abs().max().item<double>());
+      moved = std::max(moved, (theirs[i] - init[i]).abs().max().item<double>());
+    }
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("maxDiff", diff);
+    out.Set("moved", moved);
     return out;
   });
 }
