@@ -7,6 +7,9 @@
  * embeddings, 151,936 tokens), random weights; one packed row per step, GRPO loss.
  *
  *   npm run build:ts && node dist/bench/lm-head.js [tokens=512] [rounds=3] [threads=2]
+ *
+ * Each mode's step is also split into fwd + bwd and grad norm + AdamW (medians). Another build of
+ * the addon runs with PRIME_NATIVE_ADDON=<its prime_native.node>, for before/after figures.
  */
 import { loadModel, setThreads, type TrainRow } from '../native';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
@@ -47,16 +50,21 @@ async function main(): Promise<void> {
   const step = (i: number) => trainers[i].step([row], { lr: 1e-5, loss: { kind: 'grpo' } });
   for (let i = 0; i < modes.length; i++) await step(i); // warm-up
   const times: number[][] = modes.map(() => []);
+  const phases: { fwdBwd: number[]; optimizer: number[] }[] = modes.map(() => ({ fwdBwd: [], optimizer: [] }));
   for (let r = 0; r < rounds; r++)
     for (let i = 0; i < modes.length; i++) {
       const t0 = process.hrtime.bigint();
-      await step(i);
+      const st = await step(i);
       times[i].push(Number(process.hrtime.bigint() - t0) / 1e9);
+      phases[i].fwdBwd.push(st.forwardBackwardSeconds);
+      phases[i].optimizer.push(st.optimizerSeconds);
     }
   console.log(`one ${tokens}-token row, fwd+bwd+AdamW, ${threads} threads, ${rounds} alternating rounds`);
   modes.forEach((m, i) => {
     const s = [...times[i]].sort((a, b) => a - b);
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1].toFixed(3);
     console.log(`${m.name}: median ${s[s.length >> 1].toFixed(2)} s (${s.map((x) => x.toFixed(2)).join(', ')})`);
+    console.log(`  of which fwd+bwd ${median(phases[i].fwdBwd)} s, grad norm + AdamW ${median(phases[i].optimizer)} s`);
   });
   const med = times.map((t) => [...t].sort((a, b) => a - b)[t.length >> 1]);
   console.log(`recompute / keep: ${(med[0] / med[1]).toFixed(2)}x`);
