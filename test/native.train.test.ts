@@ -209,6 +209,24 @@ describe('chunked LM head (logits never materialised for a whole row)', () => {
     expect(r.gradWeight).toBeLessThan(1e-5 * (1 + r.gradScale));
   });
 
+  test('a NaN in the LM head gives NaN logprobs and entropies for every predicted token, and a NaN loss (fp32)', async () => {
+    const cfg = tinyConfig('llama', { vocabSize: 64 }); // untied: only the LM head is poisoned
+    const weights = randomWeights(cfg, 6).map((t) => {
+      if (t.name !== 'lm_head.weight') return t;
+      const data = new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
+      data[5] = NaN; // one entry of one vocabulary row: every token's row of logits has a NaN
+      return { ...t, data: Buffer.from(data.buffer) };
+    });
+    const trainer = (await loadModel(cfg, weights)).createTrainer();
+    const rows = [trainRow(new Rng(3), [6, 5], cfg.vocabSize)];
+    const [scores] = await trainer.score(rows, {});
+    // Every predicted token (not the first of each sample, 0 and 6, which nothing predicts).
+    const predicted = [1, 2, 3, 4, 5, 7, 8, 9, 10];
+    for (const t of predicted) expect([scores.logprobs[t], scores.entropies[t]]).toEqual([NaN, NaN]);
+    const st = await trainer.step(rows, { lr: 1e-3, loss: { kind: 'ce' } });
+    expect(Number.isNaN(st.loss)).toBe(true);
+  });
+
   test.each(['llama', 'qwen3'] as const)(
     '%s: a step chunked by 3 tokens equals one chunk, log-softmax kept or recomputed (grads, loss, entropy, KL, scores)',
     async (arch) => {
