@@ -495,6 +495,8 @@ export interface LmHeadCheckOptions {
   keepChunks: number;
   /** The chunked side's dtype (the reference is always fp64); default float64. */
   dtype?: 'float32' | 'float64';
+  /** The tensor-op path that devices other than the CPU take, instead of the CPU's fused row kernels. */
+  tensorOps?: boolean;
   temperature: number;
   wLogp: number;
   wEntropy: number;

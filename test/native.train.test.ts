@@ -189,12 +189,14 @@ describe('chunked LM head (logits never materialised for a whole row)', () => {
       [4, 1, 0],
       [4, 0, 1],
     ])
-      for (const keepChunks of [0, 2, 4]) {
-        const r = lmHeadCheck({ ...base, chunkTokens, keepChunks, wLogp, wEntropy });
-        expect(r.gradScale).toBeGreaterThan(1e-3);
-        for (const d of [r.logp, r.entropy, r.gradHidden, r.gradWeight])
-          expect(d).toBeLessThan(1e-12 * (1 + r.gradScale));
-      }
+      for (const keepChunks of [0, 2, 4])
+        for (const tensorOps of [false, true]) {
+          // tensorOps: the path of logits on other devices (CUDA), checked here on the CPU.
+          const r = lmHeadCheck({ ...base, chunkTokens, keepChunks, wLogp, wEntropy, tensorOps });
+          expect(r.gradScale).toBeGreaterThan(1e-3);
+          for (const d of [r.logp, r.entropy, r.gradHidden, r.gradWeight])
+            expect(d).toBeLessThan(1e-12 * (1 + r.gradScale));
+        }
   });
 
   test('fp32 (the fused row kernels with their vectorised exp) stays within fp32 rounding of the fp64 graph', () => {

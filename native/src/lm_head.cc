@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "fast_exp.h"
@@ -20,10 +21,11 @@ using torch::autograd::variable_list;
 // ---- Row kernels: each row of logits is read twice in the forward, once in the backward --------
 // The unfused chain (log_softmax, gather, exp, mul, sum; softmax and mul in the backward) made
 // about fourteen passes over a [tokens, vocab] chunk per step, each a trip through memory at a
-// 151,936-token vocabulary. Here, with z = logits / T, m = max z, S = sum e^(z - m) and
-// U = sum (z - m) e^(z - m):
-//   log Z = m + log S,  logp_t = z_t - log Z,  H = -sum p log p = log S - U / S,
-// and the backward needs only log Z and H per row (below).
+// 151,936-token vocabulary. Here, with x = logits / T, m = max x, S = sum e^(x - m) and
+// U = sum (x - m) e^(x - m):
+//   log Z = m + log S,  logp_t = x_t - log Z,  H = -sum p log p = log S - U / S,
+// and the backward needs only log Z and H per row (below). These walk host memory: CPU tensors
+// only. Other devices take the same formulas as tensor ops (forwardRowsOps / backwardRowsOps).
 
 inline double expOf(double x) { return std::exp(x); }
 inline float expOf(float x) { return fastExp(x); }
@@ -67,7 +69,7 @@ RowStats rowStats(const S* z, int64_t V, S invT) {
   return {double(m) + logS, logS - sumXE / sumE};
 }
 
-// In place: the row of raw logits z becomes dL/dz where z / T is the softmax's input. With
+// In place: the row of raw logits z becomes dL/dx where x = z / T is the softmax's input. With
 // p = softmax(z / T): d logp_t / d(z_j / T) = [j = t] - p_j and dH / d(z_j / T) = -p_j (log p_j + H),
 // so the row is -p_j (gEnt (log p_j + H) + gLogp), plus gLogp at the target.
 template <typename S>
@@ -95,6 +97,10 @@ void forwardRows(const at::Tensor& z, const at::Tensor& targets, double temperat
   const S invT = S(1.0 / temperature);
   const S* zp = z.data_ptr<S>();
   const int64_t* t = targets.data_ptr<int64_t>();
+  for (int64_t r = 0; r < n; r++)  // what gather would refuse (the rows are read by pointer)
+    if (t[r] < 0 || t[r] >= V)
+      throw std::runtime_error("LM head: target token " + std::to_string(t[r]) + " is outside the vocabulary of " +
+                               std::to_string(V));
   S *lp = logp.data_ptr<S>(), *ent = entropy.data_ptr<S>();
   double* lz = logZ.data_ptr<double>();
   at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
@@ -122,12 +128,45 @@ void backwardRows(at::Tensor& z, const at::Tensor& targets, double temperature, 
   });
 }
 
+// The same quantities as tensor ops, for logits on another device (CUDA): no host pointers, no
+// host round trip.
+void forwardRowsOps(const at::Tensor& z, const at::Tensor& targets, double temperature, at::Tensor& logp,
+                    at::Tensor& entropy, at::Tensor& logZ) {
+  const at::Tensor x = z / temperature, lse = at::logsumexp(x, -1, true);
+  const at::Tensor lp = x - lse;
+  logZ.copy_(lse.squeeze(1));
+  logp.copy_(lp.gather(1, targets.unsqueeze(1)).squeeze(1));
+  entropy.copy_(-(lp.exp() * lp).sum(-1));
+}
+
+void backwardRowsOps(at::Tensor& z, const at::Tensor& targets, double temperature, const at::Tensor& logZ,
+                     const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt) {
+  const at::Tensor lp = (z / temperature).sub_(logZ.to(z.scalar_type()).unsqueeze(1)), gl = gLogp.unsqueeze(1);
+  if (gEnt.defined()) z.copy_(lp.exp().mul_(-(gEnt.unsqueeze(1) * (lp + entropy.unsqueeze(1)) + gl)));
+  else z.copy_(lp.exp_().mul_(-gl));
+  z.scatter_add_(1, targets.unsqueeze(1), gl);
+}
+
+void forwardChunk(const at::Tensor& z, const at::Tensor& targets, double temperature, at::Tensor logp,
+                  at::Tensor entropy, at::Tensor logZ, bool ops) {
+  if (ops || !z.device().is_cpu()) forwardRowsOps(z, targets, temperature, logp, entropy, logZ);
+  else if (z.scalar_type() == at::kDouble) forwardRows<double>(z, targets, temperature, logp, entropy, logZ);
+  else forwardRows<float>(z, targets, temperature, logp, entropy, logZ);
+}
+
+void backwardChunk(at::Tensor& z, const at::Tensor& targets, double temperature, const at::Tensor& logZ,
+                   const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt, bool ops) {
+  if (ops || !z.device().is_cpu()) backwardRowsOps(z, targets, temperature, logZ, entropy, gLogp, gEnt);
+  else if (z.scalar_type() == at::kDouble) backwardRows<double>(z, targets, temperature, logZ, entropy, gLogp, gEnt);
+  else backwardRows<float>(z, targets, temperature, logZ, entropy, gLogp, gEnt);
+}
+
 struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
   // `keepChunks`: how many leading chunks keep their logits for the backward (the rest are
-  // recomputed there from hidden and weight).
+  // recomputed there from hidden and weight). `ops`: tensor ops even on the CPU (tests).
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const at::Tensor& targets, double temperature, int64_t logitsDtype, int64_t chunk,
-                               int64_t keepChunks) {
+                               int64_t keepChunks, bool ops) {
     const auto dt = static_cast<at::ScalarType>(logitsDtype);
     const int64_t N = hidden.size(0);
     const at::Tensor t = targets.contiguous();
@@ -137,9 +176,8 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     for (int64_t a = 0, c = 0; a < N; a += chunk, ++c) {
       const int64_t len = std::min(chunk, N - a);
       at::Tensor z = chunkLogits(hidden.narrow(0, a, len), weight, dt);
-      at::Tensor lp = logp.narrow(0, a, len), ent = entropy.narrow(0, a, len), lz = logZ.narrow(0, a, len);
-      if (dt == at::kDouble) forwardRows<double>(z, t.narrow(0, a, len), temperature, lp, ent, lz);
-      else forwardRows<float>(z, t.narrow(0, a, len), temperature, lp, ent, lz);
+      forwardChunk(z, t.narrow(0, a, len), temperature, logp.narrow(0, a, len), entropy.narrow(0, a, len),
+                   logZ.narrow(0, a, len), ops);
       if (c < keepChunks) kept.push_back(z);
     }
     kept.insert(kept.begin(), {hidden, weight, t, entropy, logZ});
@@ -147,6 +185,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["dtype"] = logitsDtype;
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["ops"] = ops;
     return {logp, entropy};
   }
 
@@ -164,6 +203,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     at::Tensor gHidden = wantHidden ? at::empty_like(hidden) : at::Tensor();
     at::Tensor gWeight = wantWeight ? at::empty_like(weight) : at::Tensor();  // first chunk: beta = 0
     const int64_t N = hidden.size(0), chunk = ctx->saved_data["chunk"].toInt();
+    const bool ops = ctx->saved_data["ops"].toBool();
     for (int64_t a = 0; a < N && (wantHidden || wantWeight); a += chunk) {
       const int64_t len = std::min(chunk, N - a);
       const at::Tensor h = hidden.narrow(0, a, len);
@@ -173,8 +213,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
       at::Tensor g = kFirstKept + c < saved.size() ? saved[kFirstKept + c] : chunkLogits(h, weight, dt);
       const at::Tensor t = targets.narrow(0, a, len), lz = logZ.narrow(0, a, len), ent = entropy.narrow(0, a, len);
       const at::Tensor gl = gLogp.narrow(0, a, len), ge = entropyGrad ? gEnt.narrow(0, a, len) : at::Tensor();
-      if (dt == at::kDouble) backwardRows<double>(g, t, temperature, lz, ent, gl, ge);
-      else backwardRows<float>(g, t, temperature, lz, ent, gl, ge);
+      backwardChunk(g, t, temperature, lz, ent, gl, ge, ops);
       const at::Tensor gw = g.to(weight.scalar_type());
       // 1 / T folded into the two products (dL/dlogits = dL/dz / T).
       if (wantHidden) {
@@ -183,7 +222,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
       }
       if (wantWeight) gWeight.addmm_(gw.t(), h, a == 0 ? 0.0 : 1.0, 1.0 / temperature);
     }
-    return {gHidden, gWeight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {gHidden, gWeight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -194,7 +233,8 @@ int64_t lmHeadChunkTokens(int64_t vocab) {
 }
 
 TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                             double temperature, at::ScalarType logitsDtype, int64_t chunkTokens, int64_t keepBytes) {
+                             double temperature, at::ScalarType logitsDtype, int64_t chunkTokens, int64_t keepBytes,
+                             LmHeadKernels kernels) {
   if (chunkTokens < 0) throw std::runtime_error("logitsChunkTokens must be >= 0 (0 = from the vocabulary size)");
   if (keepBytes < 0) throw std::runtime_error("logitsKeepBytes must be >= 0");
   if (logitsDtype != at::kFloat && logitsDtype != at::kDouble)
@@ -204,8 +244,8 @@ TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight,
   const bool backward = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   const int64_t chunkBytes = chunk * weight.size(0) * int64_t(c10::elementSize(logitsDtype));
   const int64_t keepChunks = backward ? keepBytes / std::max<int64_t>(chunkBytes, 1) : 0;
-  variable_list out =
-      ChunkedLmHead::apply(hidden, weight, targets, temperature, int64_t(logitsDtype), chunk, keepChunks);
+  variable_list out = ChunkedLmHead::apply(hidden, weight, targets, temperature, int64_t(logitsDtype), chunk,
+                                           keepChunks, kernels == LmHeadKernels::TensorOps);
   return {out[0], out[1]};
 }
 

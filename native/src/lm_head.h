@@ -31,8 +31,11 @@ int64_t lmHeadChunkTokens(int64_t vocab);
 // keepBytes: how much of the forward's logits may be kept for the backward (whole chunks, the first
 // ones); the backward recomputes only the chunks beyond it. Keeping one chunk costs what one chunk
 // buffer costs; it saves an LM-head matmul in the backward.
+// kernels: Auto = the fused row kernels on the CPU, tensor ops on other devices; TensorOps = the
+// tensor ops everywhere (how tests check the other devices' path on a CPU).
+enum class LmHeadKernels { Auto, TensorOps };
 TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                              double temperature, at::ScalarType logitsDtype, int64_t chunkTokens = 0,
-                             int64_t keepBytes = kLogitsKeepBytes);
+                             int64_t keepBytes = kLogitsKeepBytes, LmHeadKernels kernels = LmHeadKernels::Auto);
 
 }  // namespace prime

@@ -92,7 +92,9 @@ Napi::Value LmHeadCheck(const Napi::CallbackInfo& info) {
     const at::ScalarType dt = dtype == "float32" ? at::kFloat : at::kDouble;
     at::Tensor h1 = h0.clone().to(dt).requires_grad_(true), w1 = w0.clone().to(dt).requires_grad_(true);
     const int64_t chunkBytes = (chunk > 0 ? chunk : lmHeadChunkTokens(V)) * V * int64_t(c10::elementSize(dt));
-    const TokenStats s = chunkedTokenStats(h1, w1, targets, T, dt, chunk, keepChunks * chunkBytes);
+    const bool ops = o.Has("tensorOps") && o.Get("tensorOps").ToBoolean().Value();
+    const TokenStats s = chunkedTokenStats(h1, w1, targets, T, dt, chunk, keepChunks * chunkBytes,
+                                           ops ? LmHeadKernels::TensorOps : LmHeadKernels::Auto);
     ((s.logp * cL.to(dt)).sum() + (s.entropy * cE.to(dt)).sum()).backward();
     at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
     const at::Tensor lp = at::log_softmax(at::linear(h2, w2) / T, -1);
