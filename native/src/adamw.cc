@@ -26,8 +26,8 @@ void fusedUpdate(S* p, const S* g, S* m, S* v, int64_t n, const Coefficients& k)
   }
 }
 
-// The same update as tensor ops, for a layout the loop above cannot walk (not expected from our
-// trainer; kept so that no parameter is ever updated wrongly).
+// The same update as tensor ops: parameters on another device (CUDA: no host pointers, no host
+// round trip), or a layout the loop above cannot walk.
 void tensorUpdate(at::Tensor& p, const at::Tensor& g0, at::Tensor& m, at::Tensor& v, const Coefficients& k) {
   const at::Tensor g = k.gradScale == 1.0 ? g0 : g0 * k.gradScale;
   p.mul_(k.decay);
