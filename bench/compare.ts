@@ -7,6 +7,12 @@
  *
  *   npm run bench:compare [-- --models qwen3,bytes --threads 2 --batches 1,16,64 --rows 2 --row-len 512 --skip-torch]
  *
+ * On a GPU (issue #16: Qwen3-0.6B's shape, bf16, the card's own Python for the PyTorch side):
+ *   node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --python python3 \
+ *     --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4
+ * bf16 training is mixed precision on both sides (fp32 master weights, bf16 autocast); the MFU
+ * column divides by PRIME_BENCH_PEAK_TFLOPS (default 989, H100 / H200 SXM dense bf16).
+ *
  * The PyTorch side runs in a venv this script creates in build/bench-venv from PyPI (torch and
  * transformers with their dependencies). Nothing is downloaded by the test suite. With
  * --baseline-addon <prime_native.node> the engine side also runs on another build of the addon
@@ -17,12 +23,21 @@
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { createModel, type TokenizerKind } from '../lib/model/create';
+import { createModel, type CreateModelOptions } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { packRow, randomTokens } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { parameterCount } from '../lib/model/tensors';
-import { info, loadModel, matmulGflops, setThreads, type TrainRow, type TrainStepOptions } from '../native';
+import {
+  info,
+  loadModel,
+  matmulGflops,
+  setThreads,
+  type ComputeDType,
+  type TrainRow,
+  type TrainStepOptions,
+} from '../native';
+import { QWEN3_0_6B } from './shapes';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const VENV = path.join(ROOT, 'build', 'bench-venv');
@@ -30,8 +45,21 @@ const PY = path.join(VENV, 'bin', 'python');
 // PyPI's Linux torch wheel is the CUDA build: `import torch` loads its CUDA libraries (cuDNN, cuBLAS, ...)
 // even on a CPU machine, so they come too (about 5 GB in all); only PyPI is used.
 const PINS = ['torch==2.11.0', 'transformers==4.57.1'];
-const PROMPT = 64,
-  NEW = 64;
+// Prompt and new tokens per decoded sequence, samples per packed training row (--prompt, --new,
+// --samples; the Python side reads them from the environment this script sets).
+const PROMPT = Number(process.env.PRIME_BENCH_PROMPT ?? 64),
+  NEW = Number(process.env.PRIME_BENCH_NEW ?? 64),
+  SAMPLES = Number(process.env.PRIME_BENCH_SAMPLES ?? 4);
+const DEVICE = process.env.PRIME_BENCH_DEVICE ?? 'cpu',
+  DTYPE = (process.env.PRIME_BENCH_DTYPE ?? 'float32') as ComputeDType;
+// The models: the CPU ones by tokenizer (`model create --preset small`), and the GPU one.
+const MODELS: Record<string, Omit<CreateModelOptions, 'out' | 'seed'>> = {
+  qwen3: { arch: 'qwen3', preset: 'small', tokenizer: 'qwen3' },
+  bytes: { arch: 'qwen3', preset: 'small', tokenizer: 'bytes' },
+  'qwen3-0.6b': QWEN3_0_6B,
+};
+// Dense bf16 peak of the GPU named by PRIME_BENCH_PEAK_TFLOPS (spec sheet; H100/H200 SXM: 989).
+const PEAK_TFLOPS = Number(process.env.PRIME_BENCH_PEAK_TFLOPS ?? 989);
 
 interface Result {
   tokensPerSecond: number;
@@ -60,7 +88,10 @@ function ensureVenv(): void {
 async function engineWorkload(dir: string, what: string, args: number[], threads: number): Promise<Result> {
   setThreads(threads);
   const base = loadHfModel(dir);
-  const model = await loadModel(base.config, base.tensors);
+  // Training in bf16 is mixed precision (fp32 master weights), as the PyTorch side's autocast.
+  const train = what === 'train';
+  const dtype: ComputeDType = train && DTYPE === 'bfloat16' ? 'float32' : DTYPE;
+  const model = await loadModel(base.config, base.tensors, { device: DEVICE, dtype });
   const V = base.config.vocabSize;
   const rng = new Rng(0);
   let tokens = 0,
@@ -82,9 +113,9 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
     tokens = batch * NEW;
   } else {
     const [rows, len] = args;
-    const trainer = model.createTrainer({});
+    const trainer = model.createTrainer({ mixedPrecision: DTYPE === 'bfloat16' ? 'bfloat16' : undefined });
     const row = (): TrainRow => {
-      const samples = Array.from({ length: 4 }, () => randomTokens(rng, len / 4, V));
+      const samples = Array.from({ length: SAMPLES }, () => randomTokens(rng, len / SAMPLES, V));
       return { ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i >= 32 ? 1 : 0))) };
     };
     const batch = Array.from({ length: rows }, row);
@@ -112,27 +143,37 @@ async function main(): Promise<void> {
     return;
   }
   const threads = Number(arg('threads', '2'));
-  const kinds = arg('models', 'qwen3,bytes').split(',') as TokenizerKind[];
+  const kinds = arg('models', 'qwen3,bytes').split(',');
+  for (const k of kinds)
+    if (!MODELS[k]) throw new Error(`--models: unknown '${k}' (known: ${Object.keys(MODELS).join(', ')})`);
+  process.env.PRIME_BENCH_DEVICE = arg('device', 'cpu');
+  process.env.PRIME_BENCH_DTYPE = arg('dtype', 'float32');
+  process.env.PRIME_BENCH_PROMPT = arg('prompt', '64');
+  process.env.PRIME_BENCH_NEW = arg('new', '64');
+  process.env.PRIME_BENCH_SAMPLES = arg('samples', '4');
+  const gpu = process.env.PRIME_BENCH_DEVICE !== 'cpu';
+  // --python: a Python that has torch and transformers (the GPU machine's); else the bench venv.
+  const py = process.argv.includes('--python') ? arg('python', 'python3') : PY;
   const batches = arg('batches', '1,16,64').split(',').map(Number);
   const rows = Number(arg('rows', '2')),
     rowLen = Number(arg('row-len', '512'));
   const torch = !process.argv.includes('--skip-torch');
   const baseline = process.argv.includes('--baseline-addon') ? path.resolve(arg('baseline-addon', '')) : null;
   process.env.PRIME_BENCH_TRAIN_STEPS = arg('train-steps', '3');
-  if (torch) ensureVenv();
+  if (torch && py === PY) ensureVenv();
   setThreads(threads);
-  const peak0 = await matmulGflops(2048, 10);
+  const peak0 = gpu ? 0 : await matmulGflops(2048, 10);
   const lines: string[] = [];
   for (const kind of kinds) {
-    const dir = path.join(ROOT, 'build', 'bench-models', `small-${kind}`);
+    const dir = path.join(ROOT, 'build', 'bench-models', kind === 'qwen3-0.6b' ? kind : `small-${kind}`);
     const created = fs.existsSync(path.join(dir, 'config.json'))
       ? { config: loadHfModel(dir).config }
-      : createModel({ arch: 'qwen3', preset: 'small', tokenizer: kind, seed: 1, out: dir });
+      : createModel({ ...MODELS[kind], seed: 1, out: dir });
     const c = created.config;
     const total = parameterCount(c);
     // Matmul parameters: all but the input embedding; a tied embedding is the LM head, counted once.
     const P = c.tieWordEmbeddings ? total : total - c.vocabSize * c.hiddenSize;
-    const name = `small ${kind} (V ${c.vocabSize}, ${(total / 1e6).toFixed(1)}M)`;
+    const name = `${kind === 'qwen3-0.6b' ? kind : `small ${kind}`} (V ${c.vocabSize}, ${(total / 1e6).toFixed(1)}M)`;
     const workloads: [string, string[], number][] = [
       ...batches.map((b): [string, string[], number] => [`decode batch ${b}`, ['decode', String(b)], 2 * P]),
       [`train ${rows} x ${rowLen}`, ['train', String(rows), String(rowLen)], 6 * P],
@@ -144,25 +185,30 @@ async function main(): Promise<void> {
         : null;
       const ours = child(process.execPath, engineArgs);
       const theirs = torch
-        ? child(PY, [path.join(ROOT, 'bench', 'compare_torch.py'), dir, ...w, String(threads)])
+        ? child(py, [path.join(ROOT, 'bench', 'compare_torch.py'), dir, ...w, String(threads)])
         : null;
       const gf = (r: Result) => (r.tokensPerSecond * flopsPerToken) / 1e9;
+      // On a GPU: model FLOPs utilisation against the card's dense bf16 peak, both sides.
+      const mfu = (r: Result | null) => (r ? `${((100 * gf(r)) / (PEAK_TFLOPS * 1e3)).toFixed(1)}%` : '-');
+      const util = gpu ? `${mfu(ours)} / ${mfu(theirs)}` : gf(ours).toFixed(1);
       lines.push(
         `| ${name} | ${label} | ${ours.tokensPerSecond.toFixed(1)} | ${theirs ? theirs.tokensPerSecond.toFixed(1) : '-'} | ` +
-          `${theirs ? (ours.tokensPerSecond / theirs.tokensPerSecond).toFixed(2) + 'x' : '-'} | ${gf(ours).toFixed(1)} | ` +
+          `${theirs ? (ours.tokensPerSecond / theirs.tokensPerSecond).toFixed(2) + 'x' : '-'} | ${util} | ` +
           `${ours.peakRssMb.toFixed(0)} | ${theirs ? theirs.peakRssMb.toFixed(0) : '-'} | ` +
           `${before ? `${before.tokensPerSecond.toFixed(1)} / ${before.peakRssMb.toFixed(0)}` : '-'} |`,
       );
       console.error(lines[lines.length - 1]);
     }
   }
-  const peak = Math.max(peak0, await matmulGflops(2048, 10));
+  const peak = gpu ? 0 : Math.max(peak0, await matmulGflops(2048, 10));
   const blas = info().blasCore;
   console.log(
-    `${threads} threads; engine matmul 2048^3: ${peak.toFixed(1)} GFLOP/s${blas ? ` (OpenBLAS ${blas} kernels)` : ''}\n`,
+    gpu
+      ? `${process.env.PRIME_BENCH_DEVICE}, ${process.env.PRIME_BENCH_DTYPE}; MFU against a dense bf16 peak of ${PEAK_TFLOPS} TFLOP/s; prompts ${process.env.PRIME_BENCH_PROMPT} + ${process.env.PRIME_BENCH_NEW} new tokens; ${process.env.PRIME_BENCH_SAMPLES} samples per training row\n`
+      : `${threads} threads; engine matmul 2048^3: ${peak.toFixed(1)} GFLOP/s${blas ? ` (OpenBLAS ${blas} kernels)` : ''}\n`,
   );
   console.log(
-    '| model | workload | ours tok/s | torch tok/s | ratio | ours GFLOP/s | ours peak RSS MB | torch peak RSS MB | baseline tok/s / peak MB |',
+    `| model | workload | ours tok/s | torch tok/s | ratio | ${gpu ? 'MFU ours / torch' : 'ours GFLOP/s'} | ours peak RSS MB | torch peak RSS MB | baseline tok/s / peak MB |`,
   );
   console.log('|---|---|---:|---:|---:|---:|---:|---:|---:|');
   for (const l of lines) console.log(l);

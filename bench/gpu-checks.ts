@@ -2,7 +2,7 @@
  * The GPU checks (bench/gpu/checks.ts) without jest, for a bare GPU machine (scripts/gpu/run.sh):
  * prints a table, writes checks.md and checks.json to --out, exits 1 when a check fails.
  *
- *   node dist/bench/gpu-checks.js [--device cuda|cuda:N|cpu] [--out DIR] [--only SUBSTRING]
+ *   node dist/bench/gpu-checks.js [--device cuda|cuda:N|cpu] [--out DIR] [--only SUBSTRING] [--skip SUBSTRING]
  *
  * --device defaults to cuda when the addon sees a CUDA device, else cpu (the bf16 checks then skip).
  * PRIME_PYTHON names the Python with torch and transformers (default python3).
@@ -24,7 +24,7 @@ function arg(name: string): string | undefined {
 }
 
 async function main() {
-  const known = new Set(['--device', '--out', '--only']);
+  const known = new Set(['--device', '--out', '--only', '--skip']);
   for (let i = 2; i < process.argv.length; i += 2) {
     if (!known.has(process.argv[i])) {
       console.error(`gpu-checks: unknown argument ${process.argv[i]} (known: ${[...known].join(', ')})`);
@@ -39,11 +39,12 @@ async function main() {
   }
   const out = arg('out');
   const only = arg('only');
+  const skip = arg('skip');
   const ctx = { device, workDir: makeWorkDir(), python: process.env.PRIME_PYTHON || 'python3' };
   console.log(`[gpu-checks] torch ${info.torchVersion}, cuda ${info.cuda}, device ${device}, work dir ${ctx.workDir}`);
 
   const rows: Array<{ check: string; seconds: number } & CheckResult> = [];
-  for (const check of CHECKS.filter((c) => !only || c.name.includes(only))) {
+  for (const check of CHECKS.filter((c) => (!only || c.name.includes(only)) && !(skip && c.name.includes(skip)))) {
     const t0 = Date.now();
     let result: CheckResult;
     try {

@@ -3,6 +3,7 @@
  * update_weights takes to reach the first token served by the new weights.
  *
  *   npm run build:ts && node dist/bench/inference.js [--models tiny,small] [--concurrency 1,8,32,128] [--max-tokens 64] [--requests 64]
+ *   ... --models qwen3-0.6b --device cuda --dtype bfloat16        (Qwen3-0.6B's shape on a GPU, issue #16)
  *
  * Each concurrency level runs C clients in closed loop (a client sends its next request when the
  * previous one returns), at least `requests` requests in all and at least 2 per client, every request a chat completion of
@@ -14,6 +15,7 @@ import * as path from 'node:path';
 import { inferenceSchema } from '../lib/config/schemas';
 import { startInferenceServer } from '../lib/inference/server';
 import { createModel, type CreateModelOptions } from '../lib/model/create';
+import { QWEN3_0_6B } from './shapes';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -23,6 +25,7 @@ function arg(name: string, dflt: string): string {
 const MODELS: Record<string, Omit<CreateModelOptions, 'out' | 'seed'>> = {
   tiny: { arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes' },
   small: { arch: 'qwen3', preset: 'small', tokenizer: 'qwen3' },
+  'qwen3-0.6b': QWEN3_0_6B,
 };
 
 const percentile = (xs: number[], p: number) => {
@@ -46,7 +49,7 @@ async function main() {
       const maxRunning = Math.max(...levels);
       const server = await startInferenceServer(
         inferenceSchema.parse({
-          model: { name: dir },
+          model: { name: dir, device: arg('device', 'cpu'), dtype: arg('dtype', 'float32') },
           seq_len: 256,
           output_dir: tmp,
           server: { port: 0 },

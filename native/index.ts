@@ -174,6 +174,13 @@ export interface TrainerOptions extends AdamWOptions {
   reference?: boolean;
   /** Seed of the trainer's RNG (LoRA init and dropout). Default 0. */
   seed?: number;
+  /**
+   * bf16 mixed precision: matmuls and attention in bf16 under libtorch's autocast, as
+   * torch.autocast(dtype=torch.bfloat16) does, while the parameters (master weights), their
+   * gradients, the AdamW state and the LM head's log-softmax stay fp32. Needs a float32 model.
+   * Meant for CUDA (on a CPU it runs, slower than fp32). Absent: all in the model's dtype.
+   */
+  mixedPrecision?: 'bfloat16';
 }
 
 export type Reals = Float32Array | Float64Array | number[];

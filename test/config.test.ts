@@ -288,3 +288,19 @@ describe('in-flight mode refuses what it cannot honour, naming the key', () => {
     expect(rl(['--env', '[{"id": "verifiers:reverse_words"}]', '--eval.interval', '2']).eval.interval).toBe(2);
   });
 });
+
+describe('model device and dtype', () => {
+  test('cpu, cuda and cuda:N; trainer and inference each on their own GPU', () => {
+    expect(sft(['--model.device', 'cuda:1', '--model.dtype', 'bfloat16']).model).toMatchObject({
+      device: 'cuda:1',
+      dtype: 'bfloat16',
+    });
+    const c = rl(['--trainer.model.device', 'cuda:0', '--inference.model.device', 'cuda:1']);
+    expect([c.trainer.model.device, c.inference.model.device]).toEqual(['cuda:0', 'cuda:1']);
+  });
+  test('another device is refused, naming the key', () => {
+    const msg = configError(() => sft(['--model.device', 'gpu']));
+    expect(msg).toMatch(/model\.device/);
+    expect(msg).toMatch(/'cpu', 'cuda' or 'cuda:N'/);
+  });
+});

@@ -155,6 +155,77 @@ describe('training', () => {
   });
 });
 
+describe('bf16 mixed precision (fp32 master weights and AdamW state, bf16 matmuls under autocast)', () => {
+  const cfg = tinyConfig('qwen3', { hiddenSize: 64, intermediateSize: 128, headDim: 16, vocabSize: 96 });
+  const weights = randomWeights(cfg, 4);
+  const rng = new Rng(11);
+  const rows = [trainRow(rng, [20, 12], cfg.vocabSize), trainRow(rng, [31], cfg.vocabSize)];
+  const lr = 1e-3;
+  const maxDiff = (a: WeightTensor[], b: WeightTensor[]) =>
+    Math.max(
+      ...a.map((t, i) => {
+        const [x, y] = [decode(t), decode(b[i])];
+        return x.reduce((m, v, j) => Math.max(m, Math.abs(v - y[j])), 0);
+      }),
+    );
+
+  test('a step lands near the fp32 step, computed in bf16, and the weights it leaves are fp32', async () => {
+    const step = async (mixedPrecision?: 'bfloat16') => {
+      const trainer = (await loadModel(cfg, weights)).createTrainer({ mixedPrecision });
+      const stats = await trainer.step(rows, { lr, loss: { kind: 'ce' } });
+      return { stats, weights: await trainer.readWeights('F32') };
+    };
+    const fp32 = await step();
+    const bf16 = await step('bfloat16');
+    const rel = (a: number, b: number) => Math.abs(a - b) / Math.abs(b);
+    // bf16 products (8-bit mantissas) move the loss by rounding, not by a different computation.
+    expect(rel(bf16.stats.loss, fp32.stats.loss)).toBeGreaterThan(1e-6);
+    expect(rel(bf16.stats.loss, fp32.stats.loss)).toBeLessThan(2e-2);
+    expect(rel(bf16.stats.gradNorm, fp32.stats.gradNorm)).toBeLessThan(5e-2);
+    // AdamW's first step moves each weight by about lr in the direction of its gradient's sign: at
+    // most 2 lr apart (a tiny gradient whose sign rounding flipped), and nearly all the same way.
+    expect(maxDiff(bf16.weights, fp32.weights)).toBeLessThanOrEqual(2 * lr * (1 + 1e-3));
+    let same = 0,
+      all = 0;
+    weights.forEach((w0, i) => {
+      const [x0, a, b] = [decode(w0), decode(bf16.weights[i]), decode(fp32.weights[i])];
+      x0.forEach((v, j) => {
+        all++;
+        if (Math.sign(a[j] - v) === Math.sign(b[j] - v)) same++;
+      });
+    });
+    expect(same / all).toBeGreaterThan(0.97);
+    // Master weights: after the update most values are not bf16-representable (low 16 bits set).
+    for (const t of bf16.weights) {
+      const bits = new Uint32Array(new Float32Array(decode(t)).buffer);
+      const fine = bits.filter((b) => (b & 0xffff) !== 0).length;
+      expect(fine).toBeGreaterThan(bits.length * 0.9);
+    }
+  });
+
+  test("the LM head's recomputed logits equal the forward's: kept or recomputed chunks give the same gradients", async () => {
+    const grads = async (logitsKeepBytes: number) => {
+      const model = await loadModel(cfg, weights, { logitsChunkTokens: 8, logitsKeepBytes });
+      return (await model.createTrainer({ mixedPrecision: 'bfloat16' }).gradients(rows, { temperature: 0.9 }))
+        .gradients as WeightTensor[];
+    };
+    expect(maxDiff(await grads(0), await grads(1 << 30))).toBe(0);
+  });
+
+  test('bad settings are refused with what to do', async () => {
+    const bf16Model = await loadModel(cfg, weights, { dtype: 'bfloat16' });
+    expect(() => bf16Model.createTrainer()).toThrow(/fp32 \(or fp64\) master weights.*mixedPrecision bfloat16/);
+    const fp64Model = await loadModel(cfg, randomWeights(cfg, 4, 'F64'), { dtype: 'float64' });
+    expect(() => fp64Model.createTrainer({ mixedPrecision: 'bfloat16' })).toThrow(
+      /needs the model's weights in float32/,
+    );
+    const fp32Model = await loadModel(cfg, weights);
+    expect(() => fp32Model.createTrainer({ mixedPrecision: 'float16' as 'bfloat16' })).toThrow(
+      /mixedPrecision 'float16' is not supported/,
+    );
+  });
+});
+
 test('learning-rate schedules', () => {
   expect(lrAt({ kind: 'constant', lr: 1, warmupSteps: 4 }, 0)).toBe(0.25);
   expect(lrAt({ kind: 'constant', lr: 1, warmupSteps: 4 }, 10)).toBe(1);

@@ -232,8 +232,11 @@ function trainStep(dtype: ComputeDType): Check {
     async run(ctx) {
       if (!fp32 && !isCuda(ctx.device)) return NO_CUDA;
       const rows = trainRows(9);
+      // bf16 training is mixed precision: fp32 master weights, bf16 matmuls under autocast.
       const step = async (device: string, dt: ComputeDType) => {
-        const trainer = (await loadCheckModel(ctx, device, dt)).createTrainer();
+        const mixed = dt === 'bfloat16';
+        const model = await loadCheckModel(ctx, device, mixed ? 'float32' : dt);
+        const trainer = model.createTrainer({ mixedPrecision: mixed ? 'bfloat16' : undefined });
         const stats = await trainer.step(rows, { lr: LR, loss: { kind: 'ce' } });
         return { stats, weights: await trainer.readWeights('F32') };
       };

@@ -38,14 +38,28 @@ export const temporalSchema = section({
     .describe('an activity whose worker sends no heartbeat for this long is retried elsewhere (a dead worker)'),
 });
 
+/** cpu, cuda (the current CUDA device) or cuda:N. */
+const deviceSchema = () =>
+  z
+    .string()
+    .regex(/^(cpu|cuda(:\d+)?)$/, "expected 'cpu', 'cuda' or 'cuda:N' (N a device index)")
+    .default('cpu')
+    .describe('device for the native engine: cpu, cuda or cuda:N');
+/** bfloat16 trains in mixed precision: fp32 master weights and optimizer state, bf16 matmuls. */
+const computeDtypeSchema = () =>
+  z
+    .enum(['float32', 'bfloat16'])
+    .default('float32')
+    .describe('compute dtype; training in bfloat16 keeps fp32 master weights and optimizer state (mixed precision)');
+
 const modelSchema = () =>
   section({
     name: z
       .string()
       .min(1)
       .describe('path of a Hugging Face model folder (made by `prime-rl model create` or trained)'),
-    dtype: z.enum(['float32', 'bfloat16']).default('float32').describe('compute dtype'),
-    device: z.enum(['cpu', 'cuda']).default('cpu').describe('device for the native engine'),
+    dtype: computeDtypeSchema(),
+    device: deviceSchema(),
   });
 
 const seqLen = () => positiveInt().default(2048).describe('max tokens of one packed row / one sequence');
@@ -796,8 +810,8 @@ export const evalSchema = z
     run_name: runName('eval'),
     model: section({
       name: z.string().min(1).optional().describe('model folder, or the model name an external API expects'),
-      dtype: z.enum(['float32', 'bfloat16']).default('float32').describe('compute dtype'),
-      device: z.enum(['cpu', 'cuda']).default('cpu').describe('device for the native engine'),
+      dtype: computeDtypeSchema(),
+      device: deviceSchema(),
     }),
     seq_len: seqLen(),
     output_dir: outputDir(),

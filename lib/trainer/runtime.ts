@@ -142,8 +142,14 @@ export class TrainerRuntime {
     const base = loadHfModel(baseDir);
     const refusal = t.routerReplay ? routerReplayRefusal(base.config) : undefined;
     if (refusal) throw new NonRetryableError(refusal, Failure.InvalidConfig);
-    const model = await native.loadModel(base.config, base.tensors, { device: t.model.device, dtype: t.model.dtype });
+    // bf16 training is mixed precision: fp32 master weights and optimizer state, bf16 matmuls.
+    const bf16 = t.model.dtype === 'bfloat16';
+    const model = await native.loadModel(base.config, base.tensors, {
+      device: t.model.device,
+      dtype: bf16 ? 'float32' : t.model.dtype,
+    });
     const trainer = model.createTrainer({
+      mixedPrecision: bf16 ? 'bfloat16' : undefined,
       beta1: t.optim.betas[0],
       beta2: t.optim.betas[1],
       eps: t.optim.eps,

@@ -1,5 +1,7 @@
 #include "lm_head.h"
 
+#include "autocast.h"
+
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -87,8 +89,12 @@ void rowGrad(S* z, int64_t V, S invT, S logZ, S entropy, S gLogp, S gEnt, int64_
   z[target] += gLogp;
 }
 
-// Raw logits of one chunk in the logits dtype (the 1 / T is applied by the row kernels).
-at::Tensor chunkLogits(const at::Tensor& h, const at::Tensor& w, at::ScalarType dt) { return at::linear(h, w).to(dt); }
+// Raw logits of one chunk in the logits dtype (the 1 / T is applied by the row kernels). The
+// matmul runs in `mm` (bf16 under mixed precision: autocast.h), cast explicitly so the backward's
+// recomputation, which runs outside the forward's autocast region, gives the same logits.
+at::Tensor chunkLogits(const at::Tensor& h, const at::Tensor& w, at::ScalarType dt, at::ScalarType mm) {
+  return at::linear(h.to(mm), w.to(mm)).to(dt);
+}
 
 template <typename S>
 void forwardRows(const at::Tensor& z, const at::Tensor& targets, double temperature, at::Tensor& logp,
@@ -168,6 +174,11 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
                                const at::Tensor& targets, double temperature, int64_t logitsDtype, int64_t chunk,
                                int64_t keepChunks, bool ops) {
     const auto dt = static_cast<at::ScalarType>(logitsDtype);
+    // Under mixed precision the LM head's matmuls run in the autocast dtype, forward and backward
+    // alike; its weight stays fp32 and so does everything after the logits.
+    const at::ScalarType mm = AutocastGuard::active(hidden.device()).value_or(weight.scalar_type());
+    // bf16 copy of the weight made once per call, not once per chunk (no-op without autocast).
+    const at::Tensor w = weight.to(mm);
     const int64_t N = hidden.size(0);
     const at::Tensor t = targets.contiguous();
     at::Tensor logp = at::empty({N}, hidden.options().dtype(dt)), entropy = at::empty_like(logp);
@@ -175,7 +186,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     std::vector<at::Tensor> kept;
     for (int64_t a = 0, c = 0; a < N; a += chunk, ++c) {
       const int64_t len = std::min(chunk, N - a);
-      at::Tensor z = chunkLogits(hidden.narrow(0, a, len), weight, dt);
+      at::Tensor z = chunkLogits(hidden.narrow(0, a, len), w, dt, mm);
       forwardChunk(z, t.narrow(0, a, len), temperature, logp.narrow(0, a, len), entropy.narrow(0, a, len),
                    logZ.narrow(0, a, len), ops);
       if (c < keepChunks) kept.push_back(z);
@@ -186,6 +197,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     ctx->saved_data["dtype"] = logitsDtype;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["ops"] = ops;
+    ctx->saved_data["mm"] = int64_t(mm);
     return {logp, entropy};
   }
 
@@ -204,23 +216,35 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     at::Tensor gWeight = wantWeight ? at::empty_like(weight) : at::Tensor();  // first chunk: beta = 0
     const int64_t N = hidden.size(0), chunk = ctx->saved_data["chunk"].toInt();
     const bool ops = ctx->saved_data["ops"].toBool();
+    const auto mm = static_cast<at::ScalarType>(ctx->saved_data["mm"].toInt());
+    const at::Tensor w = weight.to(mm);  // once per call, as in the forward
     for (int64_t a = 0; a < N && (wantHidden || wantWeight); a += chunk) {
       const int64_t len = std::min(chunk, N - a);
       const at::Tensor h = hidden.narrow(0, a, len);
       // A kept chunk's logits are reused (and consumed: the backward runs once); the others are
       // recomputed, one LM-head matmul each.
       const size_t c = size_t(a / chunk);
-      at::Tensor g = kFirstKept + c < saved.size() ? saved[kFirstKept + c] : chunkLogits(h, weight, dt);
+      at::Tensor g = kFirstKept + c < saved.size() ? saved[kFirstKept + c] : chunkLogits(h, w, dt, mm);
       const at::Tensor t = targets.narrow(0, a, len), lz = logZ.narrow(0, a, len), ent = entropy.narrow(0, a, len);
       const at::Tensor gl = gLogp.narrow(0, a, len), ge = entropyGrad ? gEnt.narrow(0, a, len) : at::Tensor();
       backwardChunk(g, t, temperature, lz, ent, gl, ge, ops);
-      const at::Tensor gw = g.to(weight.scalar_type());
+      const at::Tensor gw = g.to(mm);
       // 1 / T folded into the two products (dL/dlogits = dL/dz / T).
-      if (wantHidden) {
-        at::Tensor gh = gHidden.narrow(0, a, len);
-        at::mm_out(gh, gw, weight).div_(temperature);
+      if (mm == weight.scalar_type() && mm == hidden.scalar_type()) {
+        if (wantHidden) {
+          at::Tensor gh = gHidden.narrow(0, a, len);
+          at::mm_out(gh, gw, weight).div_(temperature);
+        }
+        if (wantWeight) gWeight.addmm_(gw.t(), h, a == 0 ? 0.0 : 1.0, 1.0 / temperature);
+      } else {
+        // Mixed precision: bf16 products, accumulated into the fp32 gradients.
+        if (wantHidden) gHidden.narrow(0, a, len).copy_(at::mm(gw, w)).div_(temperature);
+        if (wantWeight) {
+          const at::Tensor part = at::mm(gw.t(), h.to(mm));
+          if (a == 0) gWeight.copy_(part).div_(temperature);
+          else gWeight.add_(part, 1.0 / temperature);
+        }
       }
-      if (wantWeight) gWeight.addmm_(gw.t(), h, a == 0 ? 0.0 : 1.0, 1.0 / temperature);
     }
     return {gHidden, gWeight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

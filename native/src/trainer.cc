@@ -2,6 +2,8 @@
 // serialization).
 #include "trainer.h"
 
+#include "autocast.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
 #include <torch/optim/adamw.h>
@@ -98,7 +100,13 @@ std::vector<at::Tensor> Trainer::replayRoutes(const TrainRow& row, size_t r) con
 Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
     : model(std::move(m)), cfg_(std::move(c)), rng_(at::make_generator<at::CPUGeneratorImpl>(cfg_.seed)) {
   if (model->dtype == at::kBFloat16)
-    throw std::runtime_error("training needs fp32 (or fp64) weights; load the model with dtype float32");
+    throw std::runtime_error(
+        "training keeps fp32 (or fp64) master weights: load the model with dtype float32, and for bf16 compute "
+        "create the trainer with mixedPrecision bfloat16");
+  if (cfg_.mixedPrecision && model->dtype != at::kFloat)
+    throw std::runtime_error("mixedPrecision " + std::string(c10::toString(*cfg_.mixedPrecision)) +
+                             " needs the model's weights in float32 (the master weights), not " +
+                             std::string(c10::toString(model->dtype)));
   const LoraConfig& lc = cfg_.lora;
   if (lc.rank < 0) throw std::runtime_error("LoRA rank must be >= 1 (0 = full fine-tuning)");
   if (lc.rank == 0) {
@@ -209,6 +217,10 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     MoeRouting routing;
     routing.keepLogits = !sparse.empty();
     if (!row.routes.empty()) routing.replay = replayRoutes(row, r);
+    // Mixed precision: the forward under bf16 autocast; the backward (outside it, as PyTorch
+    // advises) replays the dtypes the forward recorded.
+    std::optional<AutocastGuard> autocast;
+    autocast.emplace(model->device, cfg_.mixedPrecision);
     at::Tensor hidden =
         model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_, sparse.empty() ? nullptr : &routing);
     // The chunked LM head: logp carries the graph; entropy is the metric only.
@@ -231,6 +243,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
       for (size_t i = 0; i < sparse.size(); i++)
         load[i] += at::bincount(routing.experts[sparse[i]].reshape(-1).cpu(), {}, load[i].size(0));
     }
+    autocast.reset();
     rowLoss.backward();
   }
   if (!sparse.empty()) {

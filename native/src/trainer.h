@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct TrainerConfig {
   // fine-tuning; with LoRA the reference is always the base model, adapters off).
   bool reference = false;
   uint64_t seed = 0;  // the trainer's RNG: LoRA init and dropout masks (checkpointed)
+  // bf16 mixed precision (autocast.h): matmuls and attention in this dtype, the fp32 parameters,
+  // gradients and AdamW state as they are. None: everything in the model's dtype.
+  std::optional<at::ScalarType> mixedPrecision;
 };
 
 struct StepStats {

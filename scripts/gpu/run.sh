@@ -34,16 +34,26 @@ export LIBTORCH
 log "node $(node --version), libtorch: $LIBTORCH"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-{
+configure() { # configure [cmake -D args]: build/native from scratch
+  rm -rf build/native
   cmake -S native -B build/native "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLIBTORCH="$LIBTORCH" \
     -DCMAKE_JS_INC="$PRIME_NODE_INCLUDE" -DCMAKE_CXX_FLAGS=-DBUILDING_NODE_EXTENSION \
-    -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/build/native/Release"
+    -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/build/native/Release" "$@"
+}
+{
+  # PyTorch's CMake config (it reads the CUDA toolkit); where it does not configure, PyTorch's
+  # libraries linked directly, CUDA's included (native/cmake/torch.cmake, PRIME_TORCH_DIRECT).
+  configure || {
+    echo "[gpu-run] PyTorch's CMake config failed: linking its libraries directly (PRIME_TORCH_DIRECT)"
+    configure -DPRIME_TORCH_DIRECT=ON
+  }
   cmake --build build/native -j "$(nproc)"
 } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; die "the addon failed to build (log: $OUT/build.log)"; }
-grep -m1 'prime_native: building against' "$OUT/build.log" || true
+grep 'prime_native: building against\|PRIME_TORCH_DIRECT' "$OUT/build.log" || true
 
 status=0
-node dist/bench/gpu-checks.js --out "$OUT" "${checks[@]}" || status=$?
+# PRIME_GPU_CHECKS_SECONDS bounds the checks (default 0: no bound).
+timeout --kill-after=10 "${PRIME_GPU_CHECKS_SECONDS:-0}" node dist/bench/gpu-checks.js --out "$OUT" "${checks[@]}" || status=$?
 if [ $# -gt 0 ]; then
   log "running: $*"
   "$@" || status=$?

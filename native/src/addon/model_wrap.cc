@@ -7,6 +7,7 @@
 #include "addon/async.h"
 #include "addon/convert.h"
 #include "addon/exports.h"
+#include "autocast.h"
 #include "generator.h"
 #include "trainer.h"
 
@@ -90,6 +91,11 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     c.adamw.weightDecay = numOr(o, "weightDecay", c.adamw.weightDecay);
     c.reference = boolOr(o, "reference", false);
     c.seed = uint64_t(numOr(o, "seed", 0));
+    Napi::Value mp = o.Get("mixedPrecision");
+    if (!mp.IsUndefined() && !mp.IsNull()) {
+      if (!mp.IsString()) throw Napi::TypeError::New(info.Env(), "mixedPrecision must be a string ('bfloat16')");
+      c.mixedPrecision = jsErrors(info.Env(), [&] { return parseMixedPrecision(mp.As<Napi::String>().Utf8Value()); });
+    }
     Napi::Value lora = o.Get("lora");
     if (!lora.IsUndefined() && !lora.IsNull()) {
       Napi::Object l = obj(lora, "lora");
