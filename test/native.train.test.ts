@@ -151,7 +151,7 @@ describe('training', () => {
       /row 0: loss 'grpo' needs advantages and inferenceLogprobs/,
     );
     const bf16 = await loadModel(cfg, randomWeights(cfg, 3), { dtype: 'bfloat16' });
-    expect(() => bf16.createTrainer()).toThrow(/training needs fp32/);
+    expect(() => bf16.createTrainer()).toThrow(/training keeps fp32 \(or fp64\) master weights/);
   });
 });
 

@@ -245,7 +245,8 @@ function trainStep(dtype: ComputeDType): Check {
       const lossRel = Math.abs(dev.stats.loss - cpu.stats.loss) / Math.abs(cpu.stats.loss);
       const normRel = Math.abs(dev.stats.gradNorm - cpu.stats.gradNorm) / cpu.stats.gradNorm;
       const w = weightsDiff(dev.weights, cpu.weights);
-      const ok = lossRel <= lossBound && normRel <= normBound && w <= 2 * LR;
+      // 2 lr is reached exactly where a tiny gradient's sign flipped under rounding: allow its rounding.
+      const ok = lossRel <= lossBound && normRel <= normBound && w <= 2 * LR * (1 + 1e-3);
       return verdict(
         ok,
         `loss rel ${fmt(lossRel)} (bound ${lossBound}), grad norm rel ${fmt(normRel)} (bound ${normBound}), weights max ${fmt(w)} (bound 2 lr = ${2 * LR})`,

@@ -452,7 +452,7 @@ at::Tensor Model::sparseMlp(const Layer& L, const at::Tensor& x, int64_t layer, 
 
 // Causal attention within one sample. q [H, L, hd], k/v [KV, L, hd] -> [H, L, hd].
 at::Tensor Model::causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
-  const int64_t H = cfg.numHeads, KV = cfg.numKvHeads, G = H / KV, L = q.size(1), hd = cfg.headDim;
+  const int64_t H = cfg.numHeads, KV = cfg.numKvHeads, G = H / KV;
 #if TORCH_VERSION_MAJOR >= 2
   // Fused kernel (flash / memory-efficient on CUDA). GQA: query head h reads kv head h / G.
   at::Tensor ke = k.repeat_interleave(G, 0), ve = v.repeat_interleave(G, 0);
@@ -462,6 +462,7 @@ at::Tensor Model::causalAttention(const at::Tensor& q, const at::Tensor& k, cons
 #else
   // Explicit path for libtorch 1.x. The G query heads sharing a kv head are stacked along the
   // row axis ([KV, G*L, hd]) so K and V are never copied per query head.
+  const int64_t L = q.size(1), hd = cfg.headDim;
   at::Tensor qg = (q * (1.0 / std::sqrt(double(hd)))).reshape({KV, G * L, hd});
   at::Tensor s = at::matmul(qg, k.transpose(1, 2)).view({KV, G, L, L});
   at::Tensor future = at::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(device)).triu(1);

@@ -501,6 +501,11 @@ void Trainer::load(const std::string& dir) {
     }
     ar.read("step", step, true);
     ar.read("rng", rng, true);
+    // The archive's tensors were mapped to the model's device; the RNG state is the CPU
+    // generator's byte tensor whatever device wrote or reads it. Set on a scratch generator
+    // here, so a bad state is refused before any live state changes.
+    rng = rng.cpu();
+    at::make_generator<at::CPUGeneratorImpl>().set_state(rng);
     torch::serialize::InputArchive opt;
     ar.read("optimizer", opt);
     fresh->load(opt);

@@ -5,6 +5,9 @@
 #   packages      node_modules/: production packages only (npm install --omit=dev), this platform's binaries
 #   dist          the compiled TypeScript (compiled here first)
 #   temporal      the Temporal CLI (tools/bin/temporal), stripped
+#   addon         the addon prebuilt here against PyPI's torch (tools/torch2, made by
+#                 scripts/check-torch2.sh), CUDA libraries linked directly (no toolkit needed): the
+#                 GPU machine uses it when its torch is that same version, and builds its own otherwise
 # Each part is an xz archive, cached in .gpu/cache/ under the hash of its inputs. The plan
 # (.gpu/plan.txt) says which call carries which folder: every call but the last only stages; the
 # last one carries node, packages and dist, so it can run the checks even if the machine went cold
@@ -21,8 +24,8 @@ mkdir -p "$CACHE"
 log() { printf '\033[1m[gpu-bundle]\033[0m %s\n' "$*"; }
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
-# The hash of the TypeScript sources dist/ is compiled from (scripts/gpu/run.sh compares it).
-ts_sources_hash() { hash_of tsconfig.json $(find lib workflows activities workers native bench test -name '*.ts' | sort); }
+# ts_sources_hash, native_sources_hash (scripts/gpu/run.sh compares them).
+source scripts/gpu/hashes.sh
 
 command -v xz >/dev/null || die "xz is needed"
 git -C "$ROOT" check-ignore -q .gpu || die ".gpu/ must be ignored by git (it travels as a carried path)"
@@ -84,6 +87,19 @@ build_dist() {
   ts_sources_hash > "$out/dist/.sources-hash"
 }
 
+TORCH2=tools/torch2
+build_addon() {
+  local out=$1
+  LIBTORCH=$ROOT/$TORCH2/torch npx --no-install cmake-js compile --directory native --out build/gpu-addon \
+    --log-level warn --CDPRIME_TORCH_DIRECT=ON
+  mkdir -p "$out"
+  cp build/gpu-addon/Release/prime_native.node "$out/"
+  # The torch it was built against: version and git commit, as `torch` reports them there.
+  local v=$TORCH2/torch/version.py
+  echo "$(sed -n "s/^__version__ = '\(.*\)'$/\1/p" "$v") $(sed -n "s/^git_version = '\(.*\)'$/\1/p" "$v")" > "$out/torch-version"
+  native_sources_hash > "$out/sources-hash"
+}
+
 build_temporal() {
   local out=$1
   mkdir -p "$out"
@@ -99,6 +115,13 @@ part node "$NODE_VERSION" build_node
 part packages "$(hash_of package.json package-lock.json scripts/gpu/bundle.sh)" build_packages
 part dist "$(ts_sources_hash)" build_dist
 part temporal "$(hash_of tools/bin/temporal)" build_temporal
+essential=(node packages dist)
+if [ -f "$TORCH2/.pins" ]; then
+  part addon "$(native_sources_hash)-$(cat "$TORCH2/.pins" | sha256sum | cut -c1-16)" build_addon
+  essential+=(addon)
+else
+  log "addon: no $TORCH2 (scripts/check-torch2.sh makes it): the GPU machine builds the addon itself"
+fi
 
 # What travels with every call: tracked and untracked-not-ignored files (what git would add).
 tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')
@@ -107,9 +130,8 @@ budget=$((LIMIT_MIB * 1048576 - tree_bytes - 1048576))
 log "working tree: $((tree_bytes / 1048576)) MiB; room per call for parts: $((budget / 1048576)) MiB"
 
 size() { stat -c %s "$1"; }
-# The last call: the parts the checks cannot run without (packages unpacks to a folder not named
-# node_modules: Node never looks for packages in node_modules/node_modules).
-essential=(node packages dist)
+# The last call: the parts the checks cannot run without, and the prebuilt addon (packages unpacks
+# to a folder not named node_modules: Node never looks for packages in node_modules/node_modules).
 others=(temporal)
 total=0
 for p in "${essential[@]}"; do total=$((total + $(size "$CACHE/$p.tar.xz"))); done

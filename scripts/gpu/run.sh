@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine, after scripts/gpu/stage.sh: builds the addon against the local PyTorch with
-# plain cmake (no cmake-js there: the bundled Node's headers stand in for what it passes), then
+# On the GPU machine, after scripts/gpu/stage.sh: takes the bundle's prebuilt addon when it was made
+# against this very PyTorch, else builds the addon against the local PyTorch with plain cmake (no
+# cmake-js there: the bundled Node's headers stand in for what it passes), then
 # runs the GPU checks (dist/bench/gpu-checks.js) and, after `--`, any further command in the same
 # environment (a benchmark, say). Results and logs go to $OUT (default outputs/gpu).
 #   bash scripts/gpu/run.sh [gpu-checks args] [-- command...]
@@ -19,19 +20,35 @@ die() { echo "gpu-run: $*" >&2; exit 1; }
 source "$STAGE/env.sh"
 [ -d node_modules ] && [ -f dist/bench/gpu-checks.js ] || die "node_modules/ or dist/ missing: stage the bundle's last call"
 # dist/ must be compiled from these sources (the bundle records their hash).
-sources_hash=$(cat tsconfig.json $(find lib workflows activities workers native bench test -name '*.ts' | sort) | sha256sum | cut -c1-16)
-[ "$sources_hash" = "$(cat dist/.sources-hash)" ] || die "dist/ was compiled from other sources than this tree: run scripts/gpu/bundle.sh again"
+source scripts/gpu/hashes.sh
+[ "$(ts_sources_hash)" = "$(cat dist/.sources-hash)" ] || die "dist/ was compiled from other sources than this tree: run scripts/gpu/bundle.sh again"
 
 checks=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do checks+=("$1") && shift; done
 [ "${1:-}" = -- ] && shift
 
-# The addon, against PyTorch's libtorch (native/cmake/torch.cmake: CUDA when nvcc is there).
+# The addon: the bundle's prebuilt one, or built against PyTorch's libtorch (native/cmake/torch.cmake).
 if [ -z "${LIBTORCH:-}" ]; then
   LIBTORCH=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') || die "python3 cannot import torch; set LIBTORCH"
 fi
 export LIBTORCH
 log "node $(node --version), libtorch: $LIBTORCH"
+# The bundle's prebuilt addon, when it was built from these sources against this very torch: it
+# finds libtorch through LD_LIBRARY_PATH (exported: child processes load it too). Else a build here.
+prebuilt() {
+  local dir=$STAGE/addon torch_version torch_lib
+  [ -f "$dir/prime_native.node" ] || return 1
+  torch_version=$(python3 -c 'import torch; print(torch.__version__, torch.version.git_version)') || return 1
+  [ "$(cat "$dir/torch-version")" = "$torch_version" ] || { log "prebuilt addon is for torch $(cat "$dir/torch-version"), not $torch_version"; return 1; }
+  [ "$(cat "$dir/sources-hash")" = "$(native_sources_hash)" ] || { log "prebuilt addon: other native sources"; return 1; }
+  torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+  mkdir -p build/native/Release && cp "$dir/prime_native.node" build/native/Release/
+  export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  node -e "process.exit(require('./build/native/Release/prime_native.node').info().cuda ? 0 : 1)" ||
+    { log "prebuilt addon does not load or sees no CUDA: building"; return 1; }
+  log "using the bundle's prebuilt addon (torch $torch_version)"
+}
+
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 configure() { # configure [cmake -D args]: build/native from scratch
@@ -40,16 +57,18 @@ configure() { # configure [cmake -D args]: build/native from scratch
     -DCMAKE_JS_INC="$PRIME_NODE_INCLUDE" -DCMAKE_CXX_FLAGS=-DBUILDING_NODE_EXTENSION \
     -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/build/native/Release" "$@"
 }
-{
-  # PyTorch's CMake config (it reads the CUDA toolkit); where it does not configure, PyTorch's
-  # libraries linked directly, CUDA's included (native/cmake/torch.cmake, PRIME_TORCH_DIRECT).
-  configure || {
-    echo "[gpu-run] PyTorch's CMake config failed: linking its libraries directly (PRIME_TORCH_DIRECT)"
-    configure -DPRIME_TORCH_DIRECT=ON
-  }
-  cmake --build build/native -j "$(nproc)"
-} > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; die "the addon failed to build (log: $OUT/build.log)"; }
-grep 'prime_native: building against\|PRIME_TORCH_DIRECT' "$OUT/build.log" || true
+if ! prebuilt; then
+  {
+    # PyTorch's CMake config (it reads the CUDA toolkit); where it does not configure, PyTorch's
+    # libraries linked directly, CUDA's included (native/cmake/torch.cmake, PRIME_TORCH_DIRECT).
+    configure || {
+      echo "[gpu-run] PyTorch's CMake config failed: linking its libraries directly (PRIME_TORCH_DIRECT)"
+      configure -DPRIME_TORCH_DIRECT=ON
+    }
+    cmake --build build/native -j "$(nproc)"
+  } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; die "the addon failed to build (log: $OUT/build.log)"; }
+  grep 'prime_native: building against\|PRIME_TORCH_DIRECT' "$OUT/build.log" || true
+fi
 
 status=0
 # PRIME_GPU_CHECKS_SECONDS bounds the checks (default 0: no bound).
