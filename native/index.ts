@@ -65,6 +65,11 @@ export interface GeneratorOptions {
   maxSequences: number;
   /** Longest prompt + completion a slot holds. */
   maxSequenceLength: number;
+  /**
+   * Sample with tensor ops on the logits' device, as it is done on CUDA, also on the CPU (where
+   * the host sampler is the default). For tests of the CUDA path: same tokens for the same seeds.
+   */
+  tensorSampler?: boolean;
 }
 
 export interface GenerationRequest {

@@ -233,39 +233,99 @@ describe('sampling and batching', () => {
     });
   });
 
-  test('non-finite logits end a sequence with an error, and leave no NaN in the cache', async () => {
-    const good = randomWeights(cfg, 13);
-    const nan = good.map((t) => ({ ...t, data: Buffer.from(new Float32Array(t.data.length / 4).fill(NaN).buffer) }));
-    // bfloat16: decode attention runs through SDPA, which multiplies masked cache entries by 0.
-    const m = await loadModel(cfg, nan, { dtype: 'bfloat16' });
-    const gen = m.createGenerator({ maxSequences: 2, maxSequenceLength: 64 });
-    const long = (n: number) => Array.from({ length: n }, (_, i) => 1 + i);
-    for (const sampling of [{ temperature: 0 }, { temperature: 1 }, { topP: 0.9 }, { topK: 5 }, { minP: 0.1 }]) {
-      await gen.add([
-        { promptIds: long(40), ...sampling, topLogprobs: 3 },
-        { promptIds: long(40), ...sampling },
-      ]);
-      const tokens = await gen.step();
-      expect(tokens.map((t) => [t.token, t.finished, t.finishReason])).toEqual([
-        [-1, true, 'error'],
-        [-1, true, 'error'],
-      ]);
-      expect(tokens[0].error).toMatch(/non-finite logits/);
-      expect(gen.stats().activeSequences).toBe(0);
-    }
-    // Also sequences removed before their first step (a client gone right after prefill).
-    const added = await gen.add([{ promptIds: long(50) }, { promptIds: long(50) }]);
-    await gen.remove(added.map((a) => a.seqId));
-    // Good weights: a short and a long sequence together decode as on a fresh cache.
-    await m.loadWeights(good);
-    const requests = [
-      { promptIds: [1, 2, 3], temperature: 0, maxTokens: 6 },
-      { promptIds: long(30), temperature: 0, maxTokens: 6 },
+  test.each([false, true])(
+    'non-finite logits end a sequence with an error, and leave no NaN in the cache (tensor sampler: %s)',
+    async (tensorSampler) => {
+      const good = randomWeights(cfg, 13);
+      const nan = good.map((t) => ({ ...t, data: Buffer.from(new Float32Array(t.data.length / 4).fill(NaN).buffer) }));
+      // bfloat16: decode attention runs through SDPA, which multiplies masked cache entries by 0.
+      const m = await loadModel(cfg, nan, { dtype: 'bfloat16' });
+      const gen = m.createGenerator({ maxSequences: 2, maxSequenceLength: 64, tensorSampler });
+      const long = (n: number) => Array.from({ length: n }, (_, i) => 1 + i);
+      for (const sampling of [{ temperature: 0 }, { temperature: 1 }, { topP: 0.9 }, { topK: 5 }, { minP: 0.1 }]) {
+        await gen.add([
+          { promptIds: long(40), ...sampling, topLogprobs: 3 },
+          { promptIds: long(40), ...sampling },
+        ]);
+        const tokens = await gen.step();
+        expect(tokens.map((t) => [t.token, t.finished, t.finishReason])).toEqual([
+          [-1, true, 'error'],
+          [-1, true, 'error'],
+        ]);
+        expect(tokens[0].error).toMatch(/non-finite logits/);
+        expect(gen.stats().activeSequences).toBe(0);
+      }
+      // Also sequences removed before their first step (a client gone right after prefill).
+      const added = await gen.add([{ promptIds: long(50) }, { promptIds: long(50) }]);
+      await gen.remove(added.map((a) => a.seqId));
+      // Good weights: a short and a long sequence together decode as on a fresh cache.
+      await m.loadWeights(good);
+      const requests = [
+        { promptIds: [1, 2, 3], temperature: 0, maxTokens: 6 },
+        { promptIds: long(30), temperature: 0, maxTokens: 6 },
+      ];
+      const reused = await generate(gen, requests);
+      const fresh = await generate(
+        m.createGenerator({ maxSequences: 2, maxSequenceLength: 64, tensorSampler }),
+        requests,
+      );
+      expect(reused.map((r) => r.finishReason)).toEqual(['length', 'length']);
+      expect(reused).toEqual(fresh);
+    },
+  );
+
+  test("the tensor-op sampler (the CUDA path) gives the host sampler's tokens, logprobs and top logprobs", async () => {
+    // A wider vocabulary than the tiny preset's, so filters cut real distributions.
+    const wide = tinyConfig('qwen3', { vocabSize: 1024 });
+    const m = await loadModel(wide, randomWeights(wide, 21));
+    const rng = new Rng(4);
+    const samplings: Partial<GenerationRequest>[] = [
+      { temperature: 0, topLogprobs: 3 },
+      { temperature: 1 },
+      { temperature: 0.7, topK: 5 },
+      { temperature: 1, topP: 0.9, topLogprobs: 5 },
+      { temperature: 1.2, minP: 0.05 },
+      { temperature: 1, topK: 40, topP: 0.8, minP: 0.01 },
+      { temperature: 1.5, topK: 3, topLogprobs: 2 },
+      { temperature: 0.9, topP: 0.5, minP: 0.2 },
+      { temperature: 2, topK: 1000, topP: 0.99 },
     ];
-    const reused = await generate(gen, requests);
-    const fresh = await generate(m.createGenerator({ maxSequences: 2, maxSequenceLength: 64 }), requests);
-    expect(reused.map((r) => r.finishReason)).toEqual(['length', 'length']);
-    expect(reused).toEqual(fresh);
+    const requests: GenerationRequest[] = samplings.map((s, i) => ({
+      promptIds: randomTokens(rng, 3 + i, wide.vocabSize),
+      maxTokens: 20,
+      seed: 100 + i,
+      ...s,
+    }));
+    const steps = async (tensorSampler: boolean, reqs: GenerationRequest[]) => {
+      const gen = m.createGenerator({ maxSequences: 16, maxSequenceLength: 64, tensorSampler });
+      const added = await gen.add(reqs);
+      const out = added.map(() => [] as StepToken[]);
+      while (gen.stats().activeSequences > 0)
+        for (const t of await gen.step()) out[added.findIndex((a) => a.seqId === t.seqId)].push(t);
+      return out;
+    };
+    const host = await steps(false, requests);
+    const tensor = await steps(true, requests);
+    requests.forEach((_, i) => {
+      expect(tensor[i].map((t) => t.token)).toEqual(host[i].map((t) => t.token));
+      expect(
+        maxAbsDiff(
+          tensor[i].map((t) => t.logprob),
+          host[i].map((t) => t.logprob),
+        ),
+      ).toBeLessThanOrEqual(1e-5);
+      tensor[i].forEach((t, j) => {
+        const h = host[i][j].topLogprobs;
+        if (!h) return expect(t.topLogprobs).toBeUndefined();
+        expect(Array.from(t.topLogprobs!.ids)).toEqual(Array.from(h.ids));
+        expect(maxAbsDiff(t.topLogprobs!.logprobs, h.logprobs)).toBeLessThanOrEqual(1e-5);
+      });
+    });
+    // Not one sampling setting that always gives the same token: the filters' paths were exercised.
+    expect(new Set(tensor.flatMap((s) => s.map((t) => t.token))).size).toBeGreaterThan(50);
+    // A sequence's tokens do not depend on the rest of the batch.
+    const [alone] = await steps(true, [requests[5]]);
+    expect(alone.map((t) => t.token)).toEqual(tensor[5].map((t) => t.token));
   });
 
   test('errors', async () => {

@@ -1,5 +1,7 @@
 #include "generator.h"
 
+#include "tensor_sampler.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
@@ -21,8 +23,8 @@ std::vector<int32_t> routesOf(const MoeRouting& routing, const Model& model, int
 }
 }  // namespace
 
-Generator::Generator(std::shared_ptr<Model> m, int64_t maxSeqs, int64_t maxLen)
-    : maxSequences(maxSeqs), maxSequenceLength(maxLen), model(std::move(m)) {
+Generator::Generator(std::shared_ptr<Model> m, int64_t maxSeqs, int64_t maxLen, bool tensorSampler)
+    : maxSequences(maxSeqs), maxSequenceLength(maxLen), tensorSampler(tensorSampler), model(std::move(m)) {
   if (maxSeqs <= 0 || maxLen <= 1)
     throw std::runtime_error("generator needs maxSequences >= 1 and maxSequenceLength >= 2");
   const ArchConfig& c = model->cfg;
@@ -159,18 +161,42 @@ std::vector<StepToken> Generator::step() {
   MoeRouting routing;
   at::Tensor logits = model->decode(at::tensor(ids, longOpts).to(model->device),
                                     at::tensor(pos, longOpts).to(model->device), cache_, routes ? &routing : nullptr);
+  std::vector<Sampled> sampled(n);
+  std::vector<StepToken> out(n);
+  if (!logits.is_cpu() || tensorSampler) {
+    // Logits on the device (CUDA): sampled there, only tokens and logprobs come back.
+    std::vector<TensorSampleRow> rows(n);
+    for (int64_t b = 0; b < n; b++) {
+      Sequence& s = seqs_[b];
+      rows[b].params = s.req.sampling;
+      rows[b].topLogprobs = s.req.topLogprobs;
+      if (s.req.sampling.temperature > 0) rows[b].draw = uniform53(s.rng);
+    }
+    TensorSampled ts = sampleWithTensorOps(logits, rows);
+    sampled = std::move(ts.sampled);
+    for (int64_t b = 0; b < n; b++) {
+      out[b].topIds = std::move(ts.topIds[b]);
+      out[b].topLogprobs = std::move(ts.topLogprobs[b]);
+    }
+  } else {
+    sampleOnHost(logits, sampled, out);
+  }
+  finishStep(sampled, out, routing);
+  return out;
+}
+
+void Generator::sampleOnHost(const at::Tensor& deviceLogits, std::vector<Sampled>& sampled,
+                             std::vector<StepToken>& out) {
   // After the LM head, per row: the first maximum (a comparison pass), e = exp((x - max) / T)
   // vectorised for the batch (T = 1 for greedy rows), then the sampler's sum and inverse-CDF
   // scan over e. No log-softmax or probability tensor of the batch's size, no sort unless top-p
   // is on (sampler.h).
-  logits = logits.cpu().contiguous();
-  const int64_t V = logits.size(1);
+  const at::Tensor logits = deviceLogits.cpu().contiguous();
+  const int64_t n = logits.size(0), V = logits.size(1);
   std::vector<int64_t> best(n);
   std::vector<double> temps(n), maxes(n, 0.0);
   for (int64_t b = 0; b < n; b++)
     temps[b] = seqs_[b].req.sampling.temperature > 0 ? seqs_[b].req.sampling.temperature : 1.0;
-  std::vector<Sampled> sampled(n);
-  std::vector<StepToken> out(n);
   AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "sample", [&] {
     const scalar_t* x = logits.data_ptr<scalar_t>();
     at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {
@@ -198,6 +224,11 @@ std::vector<StepToken> Generator::step() {
       }
     });
   });
+}
+
+void Generator::finishStep(const std::vector<Sampled>& sampled, std::vector<StepToken>& out,
+                           const MoeRouting& routing) {
+  const int64_t n = int64_t(seqs_.size());
   for (int64_t b = 0; b < n; b++) {
     Sequence& s = seqs_[b];
     out[b].seqId = s.id;
@@ -228,7 +259,6 @@ std::vector<StepToken> Generator::step() {
   for (int64_t b = n - 1; b >= 0; b--)
     if (out[b].finished) release(size_t(b));
   publishStats();
-  return out;
 }
 
 std::vector<bool> Generator::remove(const std::vector<int64_t>& seqIds) {

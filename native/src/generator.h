@@ -55,7 +55,9 @@ struct StepToken {
 
 class Generator {
  public:
-  Generator(std::shared_ptr<Model> model, int64_t maxSequences, int64_t maxSequenceLength);
+  // tensorSampler: sample with tensor ops (tensor_sampler.h) even on the CPU, where the host
+  // sampler is the default (how tests check the path logits on CUDA take).
+  Generator(std::shared_ptr<Model> model, int64_t maxSequences, int64_t maxSequenceLength, bool tensorSampler = false);
 
   // Prefills each prompt into a free slot. The last prompt token is left pending: the next
   // step() feeds it, so every sampled token (the first included) comes out of step().
@@ -69,6 +71,7 @@ class Generator {
   int64_t activeSequences() const { return active_.load(); }
   int64_t cachedTokens() const { return cached_.load(); }
   const int64_t maxSequences, maxSequenceLength;
+  const bool tensorSampler;
   const std::shared_ptr<Model> model;
 
  private:
@@ -82,6 +85,10 @@ class Generator {
     bool failed = false;  // non-finite prefill or logits: its cache entries may hold NaN / Inf
   };
   void release(size_t slot);  // moves the last slot into `slot` so slots stay compact
+  // A step's sampling on the host (sampler.h), logits copied there.
+  void sampleOnHost(const at::Tensor& logits, std::vector<Sampled>& sampled, std::vector<StepToken>& out);
+  // Applies a step's sampled tokens: stop / length / error, then frees the finished slots.
+  void finishStep(const std::vector<Sampled>& sampled, std::vector<StepToken>& out, const MoeRouting& routing);
   void publishStats();
 
   KVCache cache_;

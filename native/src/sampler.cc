@@ -37,7 +37,7 @@ Sampled sampleToken(const RowLogits<S>& r, const SamplingParams& p, std::mt19937
   if (p.temperature <= 0) return pick(best);
 
   const bool filtered = p.minP > 0 || (p.topK > 0 && p.topK < vocab) || p.topP < 1.0;
-  const double draw = double(rng() >> 11) * (1.0 / 9007199254740992.0);  // 53-bit uniform in [0, 1)
+  const double draw = uniform53(rng);
   if (!filtered) {
     // Inverse CDF over the whole vocabulary in token order; stops at the sampled token.
     const double u = draw * total;
@@ -58,6 +58,8 @@ Sampled sampleToken(const RowLogits<S>& r, const SamplingParams& p, std::mt19937
   if (p.topK > 0 && size_t(p.topK) < order.size()) {
     std::nth_element(order.begin(), order.begin() + p.topK, order.end(), before);
     order.resize(p.topK);
+    // Visited in the defined order, not nth_element's (k log k: k is small).
+    if (p.topP >= 1.0) std::sort(order.begin(), order.end(), before);
   }
   if (p.topP < 1.0) {
     std::sort(order.begin(), order.end(), before);

@@ -34,13 +34,18 @@ struct RowLogits {
   double temperature;  // 1 when greedy
 };
 
+// A 53-bit uniform in [0, 1) from a sequence's RNG: the one draw a non-greedy token takes.
+inline double uniform53(std::mt19937_64& rng) { return double(rng() >> 11) * (1.0 / 9007199254740992.0); }
+
 // The first maximum of a row of logits, or -1 when the row is not a distribution (a NaN, or a
 // non-finite maximum: log_softmax would be NaN). One pass, comparisons only.
 template <typename S>
 int64_t rowArgmax(const S* x, int64_t vocab);
 
 // Samples one token of a valid row (best >= 0). Filters in vLLM's order: min-p, top-k, top-p; the
-// sort happens only with top-p, the candidate list only with a filter on. Exactly one uniform is
+// candidate list is built only with a filter on, and visited in token order under min-p alone,
+// else by probability descending (ties: lower id; sorted are the top k, or with top-p the
+// survivors of the other filters). tensor_sampler.h follows the same rules. Exactly one uniform is
 // drawn from rng per non-greedy call, so a sequence's tokens depend only on its own seed and
 // logits, never on the rest of the batch. `order` is reusable workspace. Sets *logNorm to
 // log(sum e), for topLogprobs.

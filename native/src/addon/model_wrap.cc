@@ -78,7 +78,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     Napi::Object o = obj(info[0], "options");
     checkIdle(info.Env(), *model_);
     const int64_t seqs = int64_t(num(o, "maxSequences")), len = int64_t(num(o, "maxSequenceLength"));
-    auto gen = jsErrors(info.Env(), [&] { return std::make_shared<Generator>(model_, seqs, len); });
+    const bool tensorSampler = boolOr(o, "tensorSampler", false);
+    auto gen = jsErrors(info.Env(), [&] { return std::make_shared<Generator>(model_, seqs, len, tensorSampler); });
     return wrap(info.Env(), &Constructors::generator, gen);
   }
 

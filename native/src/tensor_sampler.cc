@@ -1,0 +1,123 @@
+#include "tensor_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace prime {
+
+namespace {
+// The host sampler's filters, as it decides them per row (sampler.cc).
+bool filtered(const SamplingParams& p, int64_t vocab) {
+  return p.minP > 0 || (p.topK > 0 && p.topK < vocab) || p.topP < 1.0;
+}
+// Candidates visited in probability-descending order (ties: lower id): rows with top-k or top-p.
+bool sortedOrder(const SamplingParams& p, int64_t vocab) { return (p.topK > 0 && p.topK < vocab) || p.topP < 1.0; }
+
+// First index of each row of `cdf` [n, L] (non-decreasing) whose value exceeds target[i] (the
+// host sampler's `u < acc`), or L when none does.
+at::Tensor firstAbove(const at::Tensor& cdf, const at::Tensor& target) {
+  return at::searchsorted(cdf, target.unsqueeze(1).contiguous(), /*out_int32=*/false, /*right=*/true).squeeze(1);
+}
+}  // namespace
+
+TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<TensorSampleRow>& rows) {
+  const at::Tensor x = logitsIn.contiguous();
+  const int64_t n = x.size(0), V = x.size(1);
+  const auto dev = x.device();
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const auto i64 = at::TensorOptions().dtype(at::kLong);
+  std::vector<double> temps(n), draws(n), minP(n), topP(n);
+  std::vector<int64_t> topK(n), greedy(n), sorted(n), filt(n);
+  int64_t kTop = 0;
+  bool anySorted = false;
+  for (int64_t i = 0; i < n; i++) {
+    const SamplingParams& p = rows[i].params;
+    greedy[i] = p.temperature <= 0;
+    temps[i] = greedy[i] ? 1.0 : p.temperature;
+    draws[i] = rows[i].draw;
+    filt[i] = !greedy[i] && filtered(p, V);
+    sorted[i] = !greedy[i] && sortedOrder(p, V);
+    minP[i] = filt[i] ? p.minP : 0.0;
+    topK[i] = sorted[i] && p.topK > 0 && p.topK < V ? p.topK : V;
+    topP[i] = sorted[i] ? p.topP : 1.0;
+    anySorted = anySorted || sorted[i];
+    kTop = std::max(kTop, std::min(rows[i].topLogprobs, V));
+  }
+  // The rows' parameters: one small host-to-device copy each.
+  auto col = [&](const std::vector<double>& v) { return at::tensor(v, f64).to(dev); };
+  auto icol = [&](const std::vector<int64_t>& v) { return at::tensor(v, i64).to(dev); };
+  const at::Tensor T = col(temps), draw = col(draws), greedyT = icol(greedy).to(at::kBool);
+
+  // The host sampler's quantities: first maximum, e = exp((x - max) / T) (e[best] = 1), log sum e.
+  const at::Tensor best = x.argmax(1);
+  const at::Tensor mx = x.gather(1, best.unsqueeze(1));
+  const at::Tensor bad = at::isnan(x).any(1).logical_or(at::isfinite(mx.squeeze(1)).logical_not());
+  const at::Tensor e = (x - mx).div_(T.to(x.scalar_type()).unsqueeze(1)).exp_();
+  const at::Tensor logNorm = e.sum(1, /*keepdim=*/false, at::kDouble).log_();
+
+  // Token order (no filter, or min-p alone): inverse CDF over e with dropped tokens zeroed.
+  const at::Tensor kept = e * e.ge(col(minP).to(e.scalar_type()).unsqueeze(1));
+  const at::Tensor cdf = at::cumsum(kept, 1, at::kDouble);
+  const at::Tensor mass = cdf.select(1, V - 1);
+  at::Tensor token = firstAbove(cdf, draw * mass);
+  // u within rounding of the mass: the host sampler takes the maximum.
+  token = at::where(token.ge(V), best, token);
+
+  if (anySorted) {
+    // Probability-descending order, ties by id (a stable sort keeps ids ascending among equals).
+    // min-p keeps a prefix of it, top-k the first k, top-p the shortest prefix reaching its mass.
+    auto [se, order] = at::sort(e, /*stable=*/true, /*dim=*/1, /*descending=*/true);
+    const at::Tensor minKept = se.ge(col(minP).to(se.scalar_type()).unsqueeze(1)).sum(1);
+    // >= 1 for a valid row (e[best] = 1 >= minP); clamped for the rows that are NaN.
+    const at::Tensor len0 = at::minimum(minKept, icol(topK)).clamp_min_(1);
+    const at::Tensor csum = at::cumsum(se, 1, at::kDouble);
+    const at::Tensor kept0 = csum.gather(1, (len0 - 1).unsqueeze(1)).squeeze(1);
+    // Shortest prefix whose mass reaches topP x kept0: first index with csum >= target, plus one.
+    const at::Tensor reach =
+        at::searchsorted(csum, (col(topP) * kept0).unsqueeze(1).contiguous(), false, /*right=*/false).squeeze(1) + 1;
+    const at::Tensor len = at::where(col(topP).ge(1.0), len0, at::minimum(reach, len0));
+    const at::Tensor m = csum.gather(1, (len - 1).unsqueeze(1)).squeeze(1);
+    at::Tensor rank = firstAbove(csum, draw * m);
+    rank = at::where(rank.ge(len), at::zeros_like(rank), rank);  // rounding: the host takes the first
+    const at::Tensor sortedToken = order.gather(1, rank.unsqueeze(1)).squeeze(1);
+    token = at::where(icol(sorted).to(at::kBool), sortedToken, token);
+  }
+  token = at::where(greedyT, best, token);
+  // log softmax(x / T)[token] over the full vocabulary (greedy: T = 1), as the host reports it.
+  const at::Tensor logp = (x.gather(1, token.unsqueeze(1)).squeeze(1).to(at::kDouble) - mx.squeeze(1).to(at::kDouble))
+                              .div_(T)
+                              .sub_(logNorm);
+
+  // Everything the host needs in one tensor, one copy: token, logprob, bad, then the top ids and
+  // logprobs. The copy is the step's one deliberate sync: the host needs the tokens (stop checks).
+  std::vector<at::Tensor> parts{token.to(at::kDouble).unsqueeze(1), logp.unsqueeze(1),
+                                bad.to(at::kDouble).unsqueeze(1)};
+  if (kTop > 0) {
+    auto [vals, ids] = x.topk(kTop, 1, /*largest=*/true, /*sorted=*/true);
+    parts.push_back(ids.to(at::kDouble));
+    parts.push_back((vals.to(at::kDouble) - mx.to(at::kDouble)).div_(T.unsqueeze(1)).sub_(logNorm.unsqueeze(1)));
+  }
+  const at::Tensor host = at::cat(parts, 1).cpu().contiguous();
+  const double* h = host.data_ptr<double>();
+  const int64_t W = host.size(1);
+  TensorSampled out;
+  out.sampled.resize(n);
+  out.topIds.resize(n);
+  out.topLogprobs.resize(n);
+  for (int64_t i = 0; i < n; i++) {
+    const double* r = h + i * W;
+    if (r[2] != 0) {
+      out.sampled[i] = {-1, std::numeric_limits<float>::quiet_NaN()};
+      continue;
+    }
+    out.sampled[i] = {int64_t(r[0]), float(r[1])};
+    for (int64_t j = 0; j < std::min(rows[i].topLogprobs, kTop); j++) {
+      out.topIds[i].push_back(int32_t(r[3 + j]));
+      out.topLogprobs[i].push_back(float(r[3 + kTop + j]));
+    }
+  }
+  return out;
+}
+
+}  // namespace prime
