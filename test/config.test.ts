@@ -298,6 +298,14 @@ describe('model device and dtype', () => {
     const c = rl(['--trainer.model.device', 'cuda:0', '--inference.model.device', 'cuda:1']);
     expect([c.trainer.model.device, c.inference.model.device]).toEqual(['cuda:0', 'cuda:1']);
   });
+  test('activation checkpointing: [model.ac] for the trained model, absent = off; not an inference setting', () => {
+    expect(sft([]).model.ac).toBeUndefined();
+    expect(sft(['--model.ac.freq', '2']).model.ac).toEqual({ freq: 2 });
+    const toml = file('ac.toml', '[trainer.model.ac]\n');
+    expect(rl(['@', toml]).trainer.model.ac).toEqual({ freq: 1 });
+    expect(configError(() => rl(['--inference.model.ac.freq', '1']))).toMatch(/inference\.model\.ac/);
+    expect(configError(() => sft(['--model.ac.freq', '0']))).toMatch(/model\.ac\.freq/);
+  });
   test('another device is refused, naming the key', () => {
     const msg = configError(() => sft(['--model.device', 'gpu']));
     expect(msg).toMatch(/model\.device/);

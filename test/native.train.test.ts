@@ -2,7 +2,15 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { adamwCheck, lmHeadCheck, loadModel, setThreads, type TrainRow, type WeightTensor } from '../native';
+import {
+  adamwCheck,
+  lmHeadCheck,
+  loadModel,
+  setThreads,
+  type TrainerOptions,
+  type TrainRow,
+  type WeightTensor,
+} from '../native';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { lrAt } from '../lib/trainer/schedule';
 import { Rng } from '../lib/model/rng';
@@ -223,6 +231,71 @@ describe('bf16 mixed precision (fp32 master weights and AdamW state, bf16 matmul
     expect(() => fp32Model.createTrainer({ mixedPrecision: 'float16' as 'bfloat16' })).toThrow(
       /mixedPrecision 'float16' is not supported/,
     );
+  });
+});
+
+describe('activation checkpointing (layers rerun in the backward)', () => {
+  test.each(['llama', 'qwen3'] as const)(
+    '%s: gradients and the step equal the plain ones (fp64; full fine-tuning and LoRA with dropout)',
+    async (arch) => {
+      const cfg = tinyConfig(arch, { hiddenSize: 32, intermediateSize: 48, headDim: 8, vocabSize: 64, numLayers: 3 });
+      const weights = randomWeights(cfg, 31, 'F64');
+      const rng = new Rng(2);
+      const rows = [trainRow(rng, [7, 5], cfg.vocabSize), trainRow(rng, [9], cfg.vocabSize)];
+      const lora = { rank: 4, alpha: 8, dropout: 0.2, targetModules: ['q_proj', 'v_proj', 'up_proj', 'down_proj'] };
+      for (const opts of [{}, { lora, seed: 3 }] as TrainerOptions[]) {
+        const run = async (activationCheckpointing: number) => {
+          const model = await loadModel(cfg, weights, { dtype: 'float64' });
+          const trainer = model.createTrainer({ ...opts, activationCheckpointing });
+          // Two steps: the second's dropout masks come after the first's draws (the RNG stream).
+          await trainer.step(rows, { lr: 1e-2, loss: { kind: 'ce' } });
+          const g = await trainer.gradients(rows, { temperature: 0.8 });
+          return { g, weights: await trainer.readWeights('F64') };
+        };
+        const plain = await run(0);
+        for (const every of [1, 2]) {
+          const ac = await run(every);
+          expect(ac.g.loss).toBeCloseTo(plain.g.loss, 12);
+          ac.g.gradients.forEach((t, i) => {
+            const [a, b] = [decode(t as WeightTensor), decode(plain.g.gradients[i] as WeightTensor)];
+            a.forEach((v, j) => expect(Math.abs(v - b[j])).toBeLessThan(1e-12));
+          });
+          ac.weights.forEach((t, i) => {
+            const [a, b] = [decode(t), decode(plain.weights[i])];
+            a.forEach((v, j) => expect(Math.abs(v - b[j])).toBeLessThan(1e-12));
+          });
+        }
+      }
+    },
+  );
+
+  test('under bf16 mixed precision the rerun takes the same autocast: gradients equal the plain ones', async () => {
+    const cfg = tinyConfig('qwen3', { hiddenSize: 64, intermediateSize: 128, headDim: 16, vocabSize: 96 });
+    const weights = randomWeights(cfg, 4);
+    const rng = new Rng(11);
+    const rows = [trainRow(rng, [20, 12], cfg.vocabSize)];
+    const grads = async (activationCheckpointing: number) =>
+      (
+        await (
+          await loadModel(cfg, weights)
+        )
+          .createTrainer({ mixedPrecision: 'bfloat16', activationCheckpointing })
+          .gradients(rows, {})
+      ).gradients as WeightTensor[];
+    const [plain, ac] = [await grads(0), await grads(1)];
+    ac.forEach((t, i) => {
+      const [a, b] = [decode(t), decode(plain[i])];
+      a.forEach((v, j) => expect(Math.abs(v - b[j])).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(b[j]))));
+    });
+  });
+
+  test('refused for MoE models and for a bad value', async () => {
+    const moe = tinyConfig('qwen3_moe');
+    const model = await loadModel(moe, randomWeights(moe, 1));
+    expect(() => model.createTrainer({ activationCheckpointing: 1 })).toThrow(/not supported for MoE models yet/);
+    const cfg = tinyConfig('qwen3');
+    const dense = await loadModel(cfg, randomWeights(cfg, 1));
+    expect(() => dense.createTrainer({ activationCheckpointing: 1.5 })).toThrow(/integer >= 0/);
   });
 });
 

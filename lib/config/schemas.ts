@@ -52,14 +52,24 @@ const computeDtypeSchema = () =>
     .default('float32')
     .describe('compute dtype; training in bfloat16 keeps fp32 master weights and optimizer state (mixed precision)');
 
-const modelSchema = () =>
+const modelFields = () => ({
+  name: z.string().min(1).describe('path of a Hugging Face model folder (made by `prime-rl model create` or trained)'),
+  dtype: computeDtypeSchema(),
+  device: deviceSchema(),
+});
+const modelSchema = () => section(modelFields());
+/** The trained model (SFT, the RL trainer): the engine's settings plus activation checkpointing. */
+const trainerModelSchema = () =>
   section({
-    name: z
-      .string()
-      .min(1)
-      .describe('path of a Hugging Face model folder (made by `prime-rl model create` or trained)'),
-    dtype: computeDtypeSchema(),
-    device: deviceSchema(),
+    ...modelFields(),
+    ac: z
+      .strictObject({
+        freq: positiveInt().default(1).describe('checkpoint every freq-th decoder layer (layers 0, freq, 2 freq, ...)'),
+      })
+      .optional()
+      .describe(
+        'activation checkpointing (dense models): checkpointed layers keep only their input and run again in the backward; absent = off',
+      ),
   });
 
 const seqLen = () => positiveInt().default(2048).describe('max tokens of one packed row / one sequence');
@@ -318,7 +328,7 @@ function withLrDefault<T extends { optim: { lr?: number }; lora: { enabled: bool
 
 export const trainerSchema = z
   .strictObject({
-    model: modelSchema(),
+    model: trainerModelSchema(),
     seq_len: seqLen(),
     max_steps: maxSteps(),
     output_dir: outputDir(),
@@ -756,7 +766,7 @@ export const rlSchema = z
 export const sftSchema = z
   .strictObject({
     run_name: runName('sft'),
-    model: modelSchema(),
+    model: trainerModelSchema(),
     seq_len: seqLen(),
     max_steps: maxSteps(),
     epochs: positiveInt().default(1).describe('passes over the dataset (max_steps wins when both are set)'),

@@ -150,6 +150,7 @@ export class TrainerRuntime {
     });
     const trainer = model.createTrainer({
       mixedPrecision: bf16 ? 'bfloat16' : undefined,
+      activationCheckpointing: t.model.ac?.freq ?? 0,
       beta1: t.optim.betas[0],
       beta2: t.optim.betas[1],
       eps: t.optim.eps,

@@ -4,6 +4,8 @@
 // fp32 precision.
 #include "model.h"
 
+#include "checkpoint.h"
+
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
 
 #include <ATen/Dispatch.h>
@@ -529,32 +531,51 @@ at::Tensor Model::decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, c
 
 at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, const std::vector<int64_t>& segStarts,
                                 std::vector<LayerKV>* kvOut, const LoraAdapters* lora, at::Generator* dropoutRng,
-                                MoeRouting* routing) const {
-  const int64_t N = ids.size(0), H = cfg.numHeads, hd = cfg.headDim;
+                                MoeRouting* routing, int64_t checkpointEvery) const {
+  const int64_t N = ids.size(0);
   const Adapt ad{lora, dropoutRng, routing};
   std::vector<int64_t> segLens(segStarts.size());
   for (size_t s = 0; s < segStarts.size(); s++)
     segLens[s] = (s + 1 < segStarts.size() ? segStarts[s + 1] : N) - segStarts[s];
   auto [cos, sin] = rope(pos);
+  const bool checkpoint = checkpointEvery > 0 && at::GradMode::is_enabled();
+  if (checkpoint && (kvOut || !sparseLayers_.empty()))
+    throw std::runtime_error("activation checkpointing applies to training forwards of dense models");
   at::Tensor x = at::embedding(embed_, ids);
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
-    const Layer& L = layers_[l];
-    at::Tensor v;
-    auto [q, k] = attentionInputs(L, x, cos, sin, v, l, ad);
-    if (kvOut) kvOut->emplace_back(k, v);
-    // Attention never crosses a sample boundary: attend within each segment separately. One split
-    // per tensor (not a narrow per segment): its backward is a single concatenation, where each
-    // narrow's backward would write a full-row gradient, O(segments x row) per layer.
-    const std::vector<at::Tensor> qs = q.split_with_sizes(segLens), ks = k.split_with_sizes(segLens),
-                                  vs = v.split_with_sizes(segLens);
-    std::vector<at::Tensor> outs;
-    for (size_t s = 0; s < segLens.size(); s++) {
-      at::Tensor o = causalAttention(qs[s].transpose(0, 1), ks[s].transpose(0, 1), vs[s].transpose(0, 1));
-      outs.push_back(o.transpose(0, 1).reshape({segLens[s], H * hd}));
+    if (checkpoint && l % checkpointEvery == 0) {
+      // The rerun in the backward holds its own copies of what the layer reads.
+      x = checkpointed(
+          x,
+          [this, l, cos = cos, sin = sin, segLens, ad](const at::Tensor& in) {
+            return packedLayer(l, in, cos, sin, segLens, nullptr, ad);
+          },
+          dropoutRng);
+    } else {
+      x = packedLayer(l, x, cos, sin, segLens, kvOut, ad);
     }
-    x = finishBlock(L, x, outs.size() == 1 ? outs[0] : at::cat(outs, 0), l, ad);
   }
   return rmsNorm(x, norm_);
+}
+
+at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                              const std::vector<int64_t>& segLens, std::vector<LayerKV>* kvOut, const Adapt& ad) const {
+  const int64_t H = cfg.numHeads, hd = cfg.headDim;
+  const Layer& L = layers_[l];
+  at::Tensor v;
+  auto [q, k] = attentionInputs(L, x, cos, sin, v, l, ad);
+  if (kvOut) kvOut->emplace_back(k, v);
+  // Attention never crosses a sample boundary: attend within each segment separately. One split
+  // per tensor (not a narrow per segment): its backward is a single concatenation, where each
+  // narrow's backward would write a full-row gradient, O(segments x row) per layer.
+  const std::vector<at::Tensor> qs = q.split_with_sizes(segLens), ks = k.split_with_sizes(segLens),
+                                vs = v.split_with_sizes(segLens);
+  std::vector<at::Tensor> outs;
+  for (size_t s = 0; s < segLens.size(); s++) {
+    at::Tensor o = causalAttention(qs[s].transpose(0, 1), ks[s].transpose(0, 1), vs[s].transpose(0, 1));
+    outs.push_back(o.transpose(0, 1).reshape({segLens[s], H * hd}));
+  }
+  return finishBlock(L, x, outs.size() == 1 ? outs[0] : at::cat(outs, 0), l, ad);
 }
 
 at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache, MoeRouting* routing) const {

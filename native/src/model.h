@@ -142,9 +142,12 @@ class Model {
   // With lora, the adapters are added to their projections; with dropoutRng too, LoRA dropout
   // masks are drawn from it (training).
   // With routing, sparse blocks replay its routes and report theirs.
+  // checkpointEvery > 0: activation checkpointing of every checkpointEvery-th layer (0, N, 2N, ...)
+  // when gradients are recorded (checkpoint.h); dense layers only, no kvOut.
   at::Tensor forwardPacked(const at::Tensor& ids, const at::Tensor& pos, const std::vector<int64_t>& segStarts,
                            std::vector<LayerKV>* kvOut = nullptr, const LoraAdapters* lora = nullptr,
-                           at::Generator* dropoutRng = nullptr, MoeRouting* routing = nullptr) const;
+                           at::Generator* dropoutRng = nullptr, MoeRouting* routing = nullptr,
+                           int64_t checkpointEvery = 0) const;
   // One decode step for the n sequences in cache slots 0..n-1: token ids[b] sits at position
   // pos[b] (= number of tokens already cached for b). Writes its K/V into the cache and returns
   // logits [n, V] in the logits dtype (fp32, fp64 for fp64 models).
@@ -202,6 +205,9 @@ class Model {
                                                     const Adapt& ad) const;
   at::Tensor finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
                          const Adapt& ad) const;
+  // Decoder layer `layer` over a packed row whose segments have lengths segLens.
+  at::Tensor packedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                         const std::vector<int64_t>& segLens, std::vector<LayerKV>* kvOut, const Adapt& ad) const;
   // The SwiGLU MLP of a dense block, or the routed experts of a sparse one.
   at::Tensor denseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
                       const Adapt& ad) const;

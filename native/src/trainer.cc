@@ -107,6 +107,10 @@ Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
     throw std::runtime_error("mixedPrecision " + std::string(c10::toString(*cfg_.mixedPrecision)) +
                              " needs the model's weights in float32 (the master weights), not " +
                              std::string(c10::toString(model->dtype)));
+  if (cfg_.activationCheckpointing < 0)
+    throw std::runtime_error("activationCheckpointing must be >= 0 (checkpoint every N-th layer; 0 = off)");
+  if (cfg_.activationCheckpointing > 0 && !model->sparseLayers().empty())
+    throw std::runtime_error("activation checkpointing is not supported for MoE models yet; leave it off");
   const LoraConfig& lc = cfg_.lora;
   if (lc.rank < 0) throw std::runtime_error("LoRA rank must be >= 1 (0 = full fine-tuning)");
   if (lc.rank == 0) {
@@ -221,8 +225,8 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     // advises) replays the dtypes the forward recorded.
     std::optional<AutocastGuard> autocast;
     autocast.emplace(model->device, cfg_.mixedPrecision);
-    at::Tensor hidden =
-        model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_, sparse.empty() ? nullptr : &routing);
+    at::Tensor hidden = model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_,
+                                             sparse.empty() ? nullptr : &routing, cfg_.activationCheckpointing);
     // The chunked LM head: logp carries the graph; entropy is the metric only.
     const TokenStats ts = model->tokenStats(hidden.narrow(0, 0, N - 1), targets, loss.temperature);
     in.logp = ts.logp;

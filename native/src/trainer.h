@@ -50,6 +50,8 @@ struct TrainerConfig {
   // bf16 mixed precision (autocast.h): matmuls and attention in this dtype, the fp32 parameters,
   // gradients and AdamW state as they are. None: everything in the model's dtype.
   std::optional<at::ScalarType> mixedPrecision;
+  // Activation checkpointing of every N-th decoder layer (checkpoint.h); 0 = off. Dense models.
+  int64_t activationCheckpointing = 0;
 };
 
 struct StepStats {

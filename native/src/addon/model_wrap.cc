@@ -92,6 +92,10 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     c.adamw.weightDecay = numOr(o, "weightDecay", c.adamw.weightDecay);
     c.reference = boolOr(o, "reference", false);
     c.seed = uint64_t(numOr(o, "seed", 0));
+    const double every = numOr(o, "activationCheckpointing", 0);
+    if (!(every >= 0) || every != std::floor(every))
+      throw Napi::TypeError::New(info.Env(), "activationCheckpointing must be an integer >= 0 (every N-th layer)");
+    c.activationCheckpointing = int64_t(every);
     Napi::Value mp = o.Get("mixedPrecision");
     if (!mp.IsUndefined() && !mp.IsNull()) {
       if (!mp.IsString()) throw Napi::TypeError::New(info.Env(), "mixedPrecision must be a string ('bfloat16')");
