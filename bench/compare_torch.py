@@ -47,14 +47,15 @@ def main() -> None:
     if what == "decode":
         batch = int(sys.argv[3])
         model.eval()
-        gen = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=NEW, min_new_tokens=NEW)
+        gen = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
 
-        def run(b: int) -> None:
+        def run(b: int, new: int = NEW) -> None:
             ids = torch.randint(0, vocab, (b, PROMPT), device=DEVICE)
             with torch.inference_mode():
-                model.generate(ids, attention_mask=torch.ones_like(ids), pad_token_id=0, **gen)
+                model.generate(ids, attention_mask=torch.ones_like(ids), pad_token_id=0, max_new_tokens=new,
+                               min_new_tokens=new, **gen)
 
-        run(1)  # warm-up
+        run(1, min(NEW, 16))  # warm-up, as the engine's (bench/compare.ts WARMUP_TOKENS)
         sync()
         t0 = time.perf_counter()
         run(batch)
