@@ -198,6 +198,9 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["ops"] = ops;
     ctx->saved_data["mm"] = int64_t(mm);
+    // An unused output's gradient arrives undefined rather than as zeros: whether the entropy's
+    // terms are needed is then known without reading the gradient on the host.
+    ctx->set_materialize_grads(false);
     return {logp, entropy};
   }
 
@@ -208,9 +211,9 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const auto dt = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool wantHidden = ctx->needs_input_grad(0), wantWeight = ctx->needs_input_grad(1);
-    const at::Tensor gLogp = grads[0].contiguous();  // materialised: zeros when an output was unused
-    // Unused outputs get zero gradients: skip the entropy terms when nothing uses the entropy.
-    const bool entropyGrad = grads[1].defined() && grads[1].ne(0).any().item<bool>();
+    const at::Tensor gLogp = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(entropy);
+    // Skip the entropy terms when nothing uses the entropy.
+    const bool entropyGrad = grads[1].defined();
     const at::Tensor gEnt = entropyGrad ? grads[1].contiguous() : at::Tensor();
     at::Tensor gHidden = wantHidden ? at::empty_like(hidden) : at::Tensor();
     at::Tensor gWeight = wantWeight ? at::empty_like(weight) : at::Tensor();  // first chunk: beta = 0

@@ -53,8 +53,40 @@ at::Tensor LossContext::sampleSum(const at::Tensor& x) const {
 
 namespace {
 int64_t count(const at::Tensor& b) { return b.sum().item<int64_t>(); }
-double total(const at::Tensor& x) { return x.sum().item<double>(); }
 }  // namespace
+
+void DeviceLossSums::on(const at::Device& device) {
+  if (reals_.defined()) return;
+  reals_ = at::zeros({kNumReals}, at::TensorOptions().dtype(at::kDouble).device(device));
+  counts_ = at::zeros({kNumCounts}, at::TensorOptions().dtype(at::kLong).device(device));
+}
+
+void DeviceLossSums::add(Real which, const at::Tensor& x) {
+  on(x.device());
+  reals_.select(0, which).add_(x.detach().sum(at::kDouble));
+}
+
+void DeviceLossSums::count(Count which, const at::Tensor& isTrue) {
+  on(isTrue.device());
+  counts_.select(0, which).add_(isTrue.sum());
+}
+
+LossSums DeviceLossSums::read() const {
+  LossSums s;
+  if (!reals_.defined()) return s;
+  // One copy (counts are exact in fp64 up to 2^53); the step's deliberate sync.
+  const at::Tensor h = at::cat({reals_, counts_.to(at::kDouble)}).cpu();
+  const double* v = h.data_ptr<double>();
+  const double* n = v + kNumReals;
+  s.loss = v[kLoss], s.entropy = v[kEntropy], s.mismatchKl = v[kMismatchKl];
+  s.maskedMismatchKl = v[kMaskedMismatchKl], s.referenceKl = v[kReferenceKl];
+  s.lossTokens = int64_t(n[kLossTokens]), s.samples = int64_t(n[kSamples]);
+  s.maskedTokens = int64_t(n[kMaskedTokens]), s.maskedSamples = int64_t(n[kMaskedSamples]);
+  s.clippedTokens = int64_t(n[kClippedTokens]), s.maskedLow = int64_t(n[kMaskedLow]);
+  s.maskedHigh = int64_t(n[kMaskedHigh]), s.maskedAdvPositive = int64_t(n[kMaskedAdvPositive]);
+  s.maskedAdvNegative = int64_t(n[kMaskedAdvNegative]);
+  return s;
+}
 
 void countLossUnits(const at::Tensor& mask, const at::Tensor& sample, int64_t numSamples, int64_t& lossTokens,
                     int64_t& samples) {
@@ -90,17 +122,15 @@ LossMetrics lossMetrics(const LossSums& s) {
   return m;
 }
 
-at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normalizer, LossSums& sums) {
+at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normalizer, DeviceLossSums& sums) {
+  using S = DeviceLossSums;
   const LossKind& kind = lossKind(cfg.kind);
   const at::Tensor& m = in.mask;
   const at::Tensor isLoss = m > 0;
-  int64_t lossTokens, samples;
-  countLossUnits(m, in.sample, in.numSamples, lossTokens, samples);
-  sums.lossTokens += lossTokens;
-  sums.samples += samples;
-
   LossContext ctx{cfg, in, {}, {}, {}, {}};
   const at::Tensor n = ctx.sampleSum(m);  // loss tokens per sample
+  sums.count(S::kLossTokens, isLoss);
+  sums.count(S::kSamples, n > 0);
   ctx.nSafe = n.clamp_min(1);
   at::Tensor weight = m;  // detached: mask times the mismatch correction
   at::Tensor low = at::zeros_like(isLoss), high = at::zeros_like(isLoss);  // masked, per side
@@ -113,7 +143,7 @@ at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normal
     ctx.rho = lrDetached.exp();
     ctx.seqLogRatio = ctx.sampleSum(ctx.logRatio) / ctx.nSafe;  // log geometric-mean ratio, with grad
     tokenMismatchKl = (ctx.rho - lrDetached - 1) * m;
-    sums.mismatchKl += total(tokenMismatchKl);
+    sums.add(S::kMismatchKl, tokenMismatchKl);
     if (cfg.mismatch == "tis") {
       weight = weight * ctx.rho.clamp_max(cfg.tisCap);
     } else if (cfg.mismatch == "mask") {
@@ -124,21 +154,21 @@ at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normal
       weight = weight * keepTok.to(m.scalar_type());
       low = low | (ctx.rho < cfg.tokenLow);
       high = high | (ctx.rho > cfg.tokenHigh);
-      sums.maskedSamples += count((n > 0) & keepSeq.logical_not());
+      sums.count(S::kMaskedSamples, (n > 0) & keepSeq.logical_not());
     }
   }
   const LossTerms terms = kind.terms(ctx);
-  if (terms.clipped.defined()) sums.clippedTokens += count(terms.clipped & isLoss);
+  if (terms.clipped.defined()) sums.count(S::kClippedTokens, terms.clipped & isLoss);
   if (terms.dropLow.defined()) low = low | terms.dropLow;
   if (terms.dropHigh.defined()) high = high | terms.dropHigh;
   const at::Tensor masked = isLoss & ((weight == 0) | low | high);
-  sums.maskedTokens += count(masked);
-  sums.maskedLow += count(isLoss & low);
-  sums.maskedHigh += count(isLoss & high);
+  sums.count(S::kMaskedTokens, masked);
+  sums.count(S::kMaskedLow, isLoss & low);
+  sums.count(S::kMaskedHigh, isLoss & high);
   if (kind.policy) {
-    sums.maskedMismatchKl += total(tokenMismatchKl * masked);
-    sums.maskedAdvPositive += count(masked & (in.adv > 0));
-    sums.maskedAdvNegative += count(masked & (in.adv < 0));
+    sums.add(S::kMaskedMismatchKl, tokenMismatchKl * masked);
+    sums.count(S::kMaskedAdvPositive, masked & (in.adv > 0));
+    sums.count(S::kMaskedAdvNegative, masked & (in.adv < 0));
   }
 
   at::Tensor tokenLoss = terms.perToken * weight;
@@ -148,12 +178,12 @@ at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normal
     const at::Tensor d = (in.refLogp - in.logp) * m;
     const at::Tensor k3 = d.exp() - d - 1;
     tokenLoss = tokenLoss + cfg.klBeta * k3;
-    sums.referenceKl += total(k3.detach());
+    sums.add(S::kReferenceKl, k3);
   }
-  if (in.entropy.defined()) sums.entropy += total(in.entropy * m);
+  if (in.entropy.defined()) sums.add(S::kEntropy, in.entropy * m);
   at::Tensor loss = cfg.normalization == "token" ? tokenLoss.sum() : (ctx.sampleSum(tokenLoss) / ctx.nSafe).sum();
   loss = loss / normalizer;
-  sums.loss += loss.item<double>();
+  sums.add(S::kLoss, loss);
   return loss;
 }
 

@@ -135,6 +135,32 @@ struct LossMetrics {
 };
 LossMetrics lossMetrics(const LossSums& sums);
 
+// LossSums accumulated on the loss's device: each addition is a device op, never a host sync (the
+// trainer's per-row loop on CUDA); read() brings them to the host, once per step.
+class DeviceLossSums {
+ public:
+  enum Real { kLoss, kEntropy, kMismatchKl, kMaskedMismatchKl, kReferenceKl, kNumReals };
+  enum Count {
+    kLossTokens,
+    kSamples,
+    kMaskedTokens,
+    kMaskedSamples,
+    kClippedTokens,
+    kMaskedLow,
+    kMaskedHigh,
+    kMaskedAdvPositive,
+    kMaskedAdvNegative,
+    kNumCounts
+  };
+  void add(Real which, const at::Tensor& x);          // += the sum of x (detached, fp64)
+  void count(Count which, const at::Tensor& isTrue);  // += the number of true elements
+  LossSums read() const;                              // one device-to-host copy
+
+ private:
+  void on(const at::Device& device);
+  at::Tensor reals_, counts_;
+};
+
 // Loss tokens and samples (with at least one loss token) in the inputs: the normaliser parts.
 void countLossUnits(const at::Tensor& mask, const at::Tensor& sample, int64_t numSamples, int64_t& lossTokens,
                     int64_t& samples);
@@ -143,7 +169,7 @@ double resolveNormalizer(const LossConfig& cfg, int64_t lossTokens, int64_t samp
 
 // This row's share of the step loss (differentiable w.r.t. in.logp), already divided by
 // `normalizer` (loss tokens or samples of the whole step, per cfg.normalization). Adds the
-// row's metric sums to `sums`.
-at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normalizer, LossSums& sums);
+// row's metric sums to `sums`, on the device.
+at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normalizer, DeviceLossSums& sums);
 
 }  // namespace prime

@@ -44,6 +44,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 struct PreparedRow {
   std::vector<int64_t> starts;
   LossInputs in;
+  int64_t lossTokens = 0, samples = 0;  // counted on the host: the normaliser needs them first
 };
 
 PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, const Model& model) {
@@ -60,12 +61,18 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   if (N < 2) return p;
   std::vector<double> mask(N - 1), mu, adv;
   std::vector<int64_t> sample(N - 1);
+  std::vector<bool> sampleHasLoss(p.starts.size(), false);
   size_t s = 0;  // sample of token t
   for (size_t t = 1; t < N; t++) {
     while (s + 1 < p.starts.size() && p.starts[s + 1] <= int64_t(t)) s++;
     // The first token of a sample is predicted from the previous sample: never a loss token.
     mask[t - 1] = row.lossMask[t] && p.starts[s] != int64_t(t) ? 1.0 : 0.0;
     sample[t - 1] = int64_t(s);
+    if (mask[t - 1] > 0) {
+      p.lossTokens++;
+      if (!sampleHasLoss[s]) p.samples++;
+      sampleHasLoss[s] = true;
+    }
   }
   const auto fopts = at::TensorOptions().dtype(at::kDouble);
   const at::ScalarType dt = model.logitsDtype();
@@ -183,12 +190,8 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
   for (size_t r = 0; r < rows.size(); r++) {
     prepared.push_back(prepareRow(rows[r], r, loss, *model));
     st.tokens += int64_t(rows[r].ids.size());
-    const LossInputs& in = prepared.back().in;
-    if (!in.mask.defined()) continue;
-    int64_t t, s;
-    countLossUnits(in.mask, in.sample, in.numSamples, t, s);
-    lossTokens += t;
-    samples += s;
+    lossTokens += prepared.back().lossTokens;
+    samples += prepared.back().samples;
   }
   int64_t stepTokens = st.tokens;  // the aux loss's row weights: row tokens / step tokens
   if (group_) {
@@ -208,7 +211,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
   for (int64_t l : sparse) load.push_back(at::zeros({model->numExperts(l)}, at::TensorOptions().dtype(at::kLong)));
   double auxSum = 0;  // sum over rows of aux loss x row tokens / step tokens
   const auto longOpts = at::TensorOptions().dtype(at::kLong);
-  LossSums sums;
+  DeviceLossSums deviceSums;
   for (size_t r = 0; r < rows.size(); r++) {
     const TrainRow& row = rows[r];
     LossInputs& in = prepared[r].in;
@@ -238,7 +241,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
       in.refLogp =
           ref.tokenStats(ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1), targets, loss.temperature).logp;
     }
-    at::Tensor rowLoss = policyLoss(loss, in, norm, sums);
+    at::Tensor rowLoss = policyLoss(loss, in, norm, deviceSums);
     if (!sparse.empty()) {
       const double weight = double(N) / double(std::max<int64_t>(stepTokens, 1));
       at::Tensor aux = routerAuxLoss(routing);
@@ -262,6 +265,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     st.expertLoadMax = double(counts.max().item<int64_t>());
     st.expertLoadMean = double(counts.sum().item<int64_t>()) / double(counts.numel());
   }
+  LossSums sums = deviceSums.read();  // the step's one read of the loss metrics
   if (group_) {
     // Every rank's sums (its loss share is already divided by the global normaliser).
     at::Tensor f = at::tensor(

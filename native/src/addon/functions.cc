@@ -55,8 +55,9 @@ Napi::Value PolicyLoss(const Napi::CallbackInfo& info) {
     in.numSamples = int64_t(lengths.size());
     int64_t tokens, samples;
     countLossUnits(in.mask, in.sample, in.numSamples, tokens, samples);
-    LossSums sums;
-    policyLoss(cfg, in, resolveNormalizer(cfg, tokens, samples), sums).backward();
+    DeviceLossSums deviceSums;
+    policyLoss(cfg, in, resolveNormalizer(cfg, tokens, samples), deviceSums).backward();
+    const LossSums sums = deviceSums.read();
     Napi::Object out = Napi::Object::New(env);
     out.Set("loss", sums.loss);
     at::Tensor g = in.logp.grad().contiguous();
