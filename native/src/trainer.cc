@@ -44,6 +44,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 struct PreparedRow {
   std::vector<int64_t> starts;
   LossInputs in;
+  at::Tensor ids, pos;                  // on the model's device
   int64_t lossTokens = 0, samples = 0;  // counted on the host: the normaliser needs them first
 };
 
@@ -76,6 +77,10 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   }
   const auto fopts = at::TensorOptions().dtype(at::kDouble);
   const at::ScalarType dt = model.logitsDtype();
+  // Every host-to-device copy of the row happens here, before the step's first forward: a copy
+  // from pageable memory waits for the work queued on the device.
+  p.ids = at::tensor(row.ids, at::TensorOptions().dtype(at::kLong)).to(model.device);
+  p.pos = at::tensor(row.pos, at::TensorOptions().dtype(at::kLong)).to(model.device);
   p.in.mask = at::tensor(mask, fopts).to(model.device, dt);
   p.in.sample = at::tensor(sample, at::TensorOptions().dtype(at::kLong)).to(model.device);
   p.in.numSamples = int64_t(p.starts.size());
@@ -210,15 +215,13 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
   std::vector<at::Tensor> load;
   for (int64_t l : sparse) load.push_back(at::zeros({model->numExperts(l)}, at::TensorOptions().dtype(at::kLong)));
   double auxSum = 0;  // sum over rows of aux loss x row tokens / step tokens
-  const auto longOpts = at::TensorOptions().dtype(at::kLong);
   DeviceLossSums deviceSums;
   for (size_t r = 0; r < rows.size(); r++) {
     const TrainRow& row = rows[r];
     LossInputs& in = prepared[r].in;
     const int64_t N = int64_t(row.ids.size());
     if (N < 2) continue;
-    at::Tensor ids = at::tensor(row.ids, longOpts).to(model->device);
-    at::Tensor pos = at::tensor(row.pos, longOpts).to(model->device);
+    const at::Tensor &ids = prepared[r].ids, &pos = prepared[r].pos;
     at::Tensor targets = ids.narrow(0, 1, N - 1);
     const std::vector<int64_t>& starts = prepared[r].starts;
     MoeRouting routing;
