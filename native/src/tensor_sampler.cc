@@ -26,7 +26,6 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
   const int64_t n = x.size(0), V = x.size(1);
   const auto dev = x.device();
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
-  const auto i64 = at::TensorOptions().dtype(at::kLong);
   std::vector<double> temps(n), draws(n), minP(n), topP(n);
   std::vector<int64_t> topK(n), greedy(n), sorted(n), filt(n);
   int64_t kTop = 0;
@@ -44,10 +43,18 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
     anySorted = anySorted || sorted[i];
     kTop = std::max(kTop, std::min(rows[i].topLogprobs, V));
   }
-  // The rows' parameters: one small host-to-device copy each.
-  auto col = [&](const std::vector<double>& v) { return at::tensor(v, f64).to(dev); };
-  auto icol = [&](const std::vector<int64_t>& v) { return at::tensor(v, i64).to(dev); };
-  const at::Tensor T = col(temps), draw = col(draws), greedyT = icol(greedy).to(at::kBool);
+  // The rows' parameters in one host-to-device copy ([n, 7] fp64; the integers are exact).
+  enum Col { kT, kDraw, kMinP, kTopP, kTopK, kGreedy, kSorted, kCols };
+  std::vector<double> packed(size_t(n) * kCols, 0.0);
+  for (int64_t i = 0; i < n; i++) {
+    double* r = packed.data() + i * kCols;
+    r[kT] = temps[i], r[kDraw] = draws[i], r[kMinP] = minP[i], r[kTopP] = topP[i];
+    r[kTopK] = double(topK[i]), r[kGreedy] = double(greedy[i]), r[kSorted] = double(sorted[i]);
+  }
+  const at::Tensor params = at::tensor(packed, f64).view({n, kCols}).to(dev);
+  auto col = [&](Col c) { return params.select(1, c); };
+  auto icol = [&](Col c) { return params.select(1, c).to(at::kLong); };
+  const at::Tensor T = col(kT), draw = col(kDraw), greedyT = col(kGreedy).ne(0);
 
   // The host sampler's quantities: first maximum, e = exp((x - max) / T) (e[best] = 1), log sum e.
   const at::Tensor best = x.argmax(1);
@@ -57,7 +64,7 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
   const at::Tensor logNorm = e.sum(1, /*keepdim=*/false, at::kDouble).log_();
 
   // Token order (no filter, or min-p alone): inverse CDF over e with dropped tokens zeroed.
-  const at::Tensor kept = e * e.ge(col(minP).to(e.scalar_type()).unsqueeze(1));
+  const at::Tensor kept = e * e.ge(col(kMinP).to(e.scalar_type()).unsqueeze(1));
   const at::Tensor cdf = at::cumsum(kept, 1, at::kDouble);
   const at::Tensor mass = cdf.select(1, V - 1);
   at::Tensor token = firstAbove(cdf, draw * mass);
@@ -68,20 +75,20 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
     // Probability-descending order, ties by id (a stable sort keeps ids ascending among equals).
     // min-p keeps a prefix of it, top-k the first k, top-p the shortest prefix reaching its mass.
     auto [se, order] = at::sort(e, /*stable=*/true, /*dim=*/1, /*descending=*/true);
-    const at::Tensor minKept = se.ge(col(minP).to(se.scalar_type()).unsqueeze(1)).sum(1);
+    const at::Tensor minKept = se.ge(col(kMinP).to(se.scalar_type()).unsqueeze(1)).sum(1);
     // >= 1 for a valid row (e[best] = 1 >= minP); clamped for the rows that are NaN.
-    const at::Tensor len0 = at::minimum(minKept, icol(topK)).clamp_min_(1);
+    const at::Tensor len0 = at::minimum(minKept, icol(kTopK)).clamp_min_(1);
     const at::Tensor csum = at::cumsum(se, 1, at::kDouble);
     const at::Tensor kept0 = csum.gather(1, (len0 - 1).unsqueeze(1)).squeeze(1);
     // Shortest prefix whose mass reaches topP x kept0: first index with csum >= target, plus one.
     const at::Tensor reach =
-        at::searchsorted(csum, (col(topP) * kept0).unsqueeze(1).contiguous(), false, /*right=*/false).squeeze(1) + 1;
-    const at::Tensor len = at::where(col(topP).ge(1.0), len0, at::minimum(reach, len0));
+        at::searchsorted(csum, (col(kTopP) * kept0).unsqueeze(1).contiguous(), false, /*right=*/false).squeeze(1) + 1;
+    const at::Tensor len = at::where(col(kTopP).ge(1.0), len0, at::minimum(reach, len0));
     const at::Tensor m = csum.gather(1, (len - 1).unsqueeze(1)).squeeze(1);
     at::Tensor rank = firstAbove(csum, draw * m);
     rank = at::where(rank.ge(len), at::zeros_like(rank), rank);  // rounding: the host takes the first
     const at::Tensor sortedToken = order.gather(1, rank.unsqueeze(1)).squeeze(1);
-    token = at::where(icol(sorted).to(at::kBool), sortedToken, token);
+    token = at::where(col(kSorted).ne(0), sortedToken, token);
   }
   token = at::where(greedyT, best, token);
   // log softmax(x / T)[token] over the full vocabulary (greedy: T = 1), as the host reports it.
