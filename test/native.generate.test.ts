@@ -326,6 +326,19 @@ describe('sampling and batching', () => {
     // A sequence's tokens do not depend on the rest of the batch.
     const [alone] = await steps(true, [requests[5]]);
     expect(alone.map((t) => t.token)).toEqual(tensor[5].map((t) => t.token));
+    // Ties (all-zero weights: every logit 0) come lower id first on both paths.
+    const flat = await loadModel(
+      wide,
+      randomWeights(wide, 1).map((t) => ({ ...t, data: Buffer.alloc(t.data.length) })),
+    );
+    for (const tensorSampler of [false, true]) {
+      const gen = flat.createGenerator({ maxSequences: 2, maxSequenceLength: 16, tensorSampler });
+      await gen.add([{ promptIds: [3, 4], maxTokens: 1, temperature: 0, topLogprobs: 4 }]);
+      const [t] = await gen.step();
+      expect(t.token).toBe(0);
+      expect(Array.from(t.topLogprobs!.ids)).toEqual([0, 1, 2, 3]);
+      expect(t.logprob).toBeCloseTo(-Math.log(wide.vocabSize), 5);
+    }
   });
 
   test('errors', async () => {

@@ -101,7 +101,11 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
   std::vector<at::Tensor> parts{token.to(at::kDouble).unsqueeze(1), logp.unsqueeze(1),
                                 bad.to(at::kDouble).unsqueeze(1)};
   if (kTop > 0) {
-    auto [vals, ids] = x.topk(kTop, 1, /*largest=*/true, /*sorted=*/true);
+    auto [top, topIds] = x.topk(kTop, 1, /*largest=*/true, /*sorted=*/true);
+    // Ties in the host's order, lower id first: ids ascending, then a stable sort by value.
+    auto [idsAsc, byId] = topIds.sort(1);
+    auto [vals, byValue] = at::sort(top.gather(1, byId), /*stable=*/true, /*dim=*/1, /*descending=*/true);
+    const at::Tensor ids = idsAsc.gather(1, byValue);
     parts.push_back(ids.to(at::kDouble));
     parts.push_back((vals.to(at::kDouble) - mx.to(at::kDouble)).div_(T.unsqueeze(1)).sub_(logNorm.unsqueeze(1)));
   }
