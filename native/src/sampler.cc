@@ -36,7 +36,7 @@ Sampled sampleToken(const RowLogits<S>& r, const SamplingParams& p, std::mt19937
   auto pick = [&](int64_t t) { return Sampled{t, logprobOf(r, t, *logNorm)}; };
   if (p.temperature <= 0) return pick(best);
 
-  const bool filtered = p.minP > 0 || (p.topK > 0 && p.topK < vocab) || p.topP < 1.0;
+  const bool filtered = filtersCandidates(p, vocab);
   const double draw = uniform53(rng);
   if (!filtered) {
     // Inverse CDF over the whole vocabulary in token order; stops at the sampled token.

@@ -34,6 +34,15 @@ struct RowLogits {
   double temperature;  // 1 when greedy
 };
 
+// Whether a non-greedy row's sampling filters its candidates (min-p, top-k below the vocabulary, top-p),
+// and whether it visits them by probability (top-k or top-p) rather than in token order.
+inline bool filtersCandidates(const SamplingParams& p, int64_t vocab) {
+  return p.minP > 0 || (p.topK > 0 && p.topK < vocab) || p.topP < 1.0;
+}
+inline bool visitsByProbability(const SamplingParams& p, int64_t vocab) {
+  return (p.topK > 0 && p.topK < vocab) || p.topP < 1.0;
+}
+
 // A 53-bit uniform in [0, 1) from a sequence's RNG: the one draw a non-greedy token takes.
 inline double uniform53(std::mt19937_64& rng) { return double(rng() >> 11) * (1.0 / 9007199254740992.0); }
 

@@ -7,13 +7,6 @@
 namespace prime {
 
 namespace {
-// The host sampler's filters, as it decides them per row (sampler.cc).
-bool filtered(const SamplingParams& p, int64_t vocab) {
-  return p.minP > 0 || (p.topK > 0 && p.topK < vocab) || p.topP < 1.0;
-}
-// Candidates visited in probability-descending order (ties: lower id): rows with top-k or top-p.
-bool sortedOrder(const SamplingParams& p, int64_t vocab) { return (p.topK > 0 && p.topK < vocab) || p.topP < 1.0; }
-
 // First index of each row of `cdf` [n, L] (non-decreasing) whose value exceeds target[i] (the
 // host sampler's `u < acc`), or L when none does.
 at::Tensor firstAbove(const at::Tensor& cdf, const at::Tensor& target) {
@@ -26,30 +19,25 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
   const int64_t n = x.size(0), V = x.size(1);
   const auto dev = x.device();
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
-  std::vector<double> temps(n), draws(n), minP(n), topP(n);
-  std::vector<int64_t> topK(n), greedy(n), sorted(n), filt(n);
+  // The rows' parameters in one host-to-device copy ([n, 7] fp64; the integers are exact), with
+  // the host sampler's rules (sampler.h) for which filters apply.
+  enum Col { kT, kDraw, kMinP, kTopP, kTopK, kGreedy, kSorted, kCols };
+  std::vector<double> packed(size_t(n) * kCols, 0.0);
   int64_t kTop = 0;
   bool anySorted = false;
   for (int64_t i = 0; i < n; i++) {
     const SamplingParams& p = rows[i].params;
-    greedy[i] = p.temperature <= 0;
-    temps[i] = greedy[i] ? 1.0 : p.temperature;
-    draws[i] = rows[i].draw;
-    filt[i] = !greedy[i] && filtered(p, V);
-    sorted[i] = !greedy[i] && sortedOrder(p, V);
-    minP[i] = filt[i] ? p.minP : 0.0;
-    topK[i] = sorted[i] && p.topK > 0 && p.topK < V ? p.topK : V;
-    topP[i] = sorted[i] ? p.topP : 1.0;
-    anySorted = anySorted || sorted[i];
-    kTop = std::max(kTop, std::min(rows[i].topLogprobs, V));
-  }
-  // The rows' parameters in one host-to-device copy ([n, 7] fp64; the integers are exact).
-  enum Col { kT, kDraw, kMinP, kTopP, kTopK, kGreedy, kSorted, kCols };
-  std::vector<double> packed(size_t(n) * kCols, 0.0);
-  for (int64_t i = 0; i < n; i++) {
+    const bool greedy = p.temperature <= 0, sorted = !greedy && visitsByProbability(p, V);
     double* r = packed.data() + i * kCols;
-    r[kT] = temps[i], r[kDraw] = draws[i], r[kMinP] = minP[i], r[kTopP] = topP[i];
-    r[kTopK] = double(topK[i]), r[kGreedy] = double(greedy[i]), r[kSorted] = double(sorted[i]);
+    r[kT] = greedy ? 1.0 : p.temperature;
+    r[kDraw] = rows[i].draw;
+    r[kMinP] = !greedy && filtersCandidates(p, V) ? p.minP : 0.0;
+    r[kTopP] = sorted ? p.topP : 1.0;
+    r[kTopK] = double(sorted && p.topK > 0 && p.topK < V ? p.topK : V);
+    r[kGreedy] = greedy;
+    r[kSorted] = sorted;
+    anySorted = anySorted || sorted;
+    kTop = std::max(kTop, std::min(rows[i].topLogprobs, V));
   }
   const at::Tensor params = at::tensor(packed, f64).view({n, kCols}).to(dev);
   auto col = [&](Col c) { return params.select(1, c); };
