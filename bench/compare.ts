@@ -9,7 +9,9 @@
  *
  * On a GPU (issue #16: Qwen3-0.6B's shape, bf16, the card's own Python for the PyTorch side):
  *   node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --python python3 \
- *     --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4
+ *     --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4 --eager-batches 1,64
+ * (decode replays CUDA graphs captured in its warm-up; --eager-batches adds rows with graphs off;
+ * --no-train leaves the training workload out).
  * bf16 training is mixed precision on both sides (fp32 master weights, bf16 autocast); the MFU
  * column divides by PRIME_BENCH_PEAK_TFLOPS (default 989, H100 / H200 SXM dense bf16).
  *
@@ -98,9 +100,12 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
   let tokens = 0,
     seconds = 0;
   if (what === 'decode') {
-    const [batch] = args;
+    const [batch, eager] = args;
+    // One generator for the warm-up and the timed run, as a server keeps one: on CUDA the warm-up
+    // runs the whole workload, so the timed run replays CUDA graphs captured before it (as vLLM
+    // captures at start-up); elsewhere a short run at batch 1, as the Python side's warm-up.
+    const gen = model.createGenerator({ maxSequences: batch, maxSequenceLength: PROMPT + NEW + 1, cudaGraphs: !eager });
     const run = async (b: number, maxTokens = NEW) => {
-      const gen = model.createGenerator({ maxSequences: b, maxSequenceLength: PROMPT + NEW + 1 });
       const t0 = process.hrtime.bigint();
       await gen.add(
         Array.from({ length: b }, (_, i) => ({ promptIds: randomTokens(rng, PROMPT, V), maxTokens, seed: i })),
@@ -109,9 +114,14 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
       while (live > 0) live -= (await gen.step()).filter((t) => t.finished).length;
       return Number(process.hrtime.bigint() - t0) / 1e9;
     };
-    await run(1, Math.min(NEW, WARMUP_TOKENS)); // warm-up (the Python side's is the same)
+    if (DEVICE.startsWith('cuda') && !eager) await run(batch);
+    else await run(1, Math.min(NEW, WARMUP_TOKENS));
     seconds = await run(batch);
     tokens = batch * NEW;
+    const { cudaGraphs, eagerReason } = gen.stats();
+    console.error(
+      `[bench] decode batch ${batch}: ${cudaGraphs > 0 ? `${cudaGraphs} CUDA graphs` : `eager (${eagerReason})`}`,
+    );
   } else {
     const [rows, len] = args;
     const trainer = model.createTrainer({ mixedPrecision: DTYPE === 'bfloat16' ? 'bfloat16' : undefined });
@@ -156,6 +166,7 @@ async function main(): Promise<void> {
   // --python: a Python that has torch and transformers (the GPU machine's); else the bench venv.
   const py = process.argv.includes('--python') ? arg('python', 'python3') : PY;
   const batches = arg('batches', '1,16,64').split(',').map(Number);
+  const eagerBatches = process.argv.includes('--eager-batches') ? arg('eager-batches', '').split(',').map(Number) : [];
   const rows = Number(arg('rows', '2')),
     rowLen = Number(arg('row-len', '512'));
   const torch = !process.argv.includes('--skip-torch');
@@ -175,23 +186,41 @@ async function main(): Promise<void> {
     // Matmul parameters: all but the input embedding; a tied embedding is the LM head, counted once.
     const P = c.tieWordEmbeddings ? total : total - c.vocabSize * c.hiddenSize;
     const name = `${kind === 'qwen3-0.6b' ? kind : `small ${kind}`} (V ${c.vocabSize}, ${(total / 1e6).toFixed(1)}M)`;
-    const decodes = batches.map((b): [string, string[], number] => [`decode batch ${b}`, ['decode', String(b)], 2 * P]);
+    const decodes = batches.map((b): [string, string[], number] => [
+      `decode batch ${b}`,
+      ['decode', String(b), '0'],
+      2 * P,
+    ]);
+    // --eager-batches: the same decode with CUDA graphs off (the engine side alone; its ratio is to
+    // the transformers figure of the same batch).
+    for (const b of eagerBatches) decodes.push([`decode batch ${b}, eager`, ['decode', String(b), '1'], 2 * P]);
     const train: [string, string[], number] = [
       `train ${rows} x ${rowLen}`,
       ['train', String(rows), String(rowLen)],
       6 * P,
     ];
     // On a GPU training first: its MFU is the figure a time-boxed run must not lose.
-    const workloads = gpu ? [train, ...decodes] : [...decodes, train];
+    const trains = process.argv.includes('--no-train') ? [] : [train];
+    const workloads = gpu ? [...trains, ...decodes] : [...decodes, ...trains];
+    const theirsByLabel = new Map<string, Result>();
     for (const [label, w, flopsPerToken] of workloads) {
       const engineArgs = [__filename, '--engine', dir, ...w, String(threads)];
       const before = baseline
         ? child(process.execPath, engineArgs, { ...process.env, PRIME_NATIVE_ADDON: baseline })
         : null;
       const ours = child(process.execPath, engineArgs);
-      const theirs = torch
-        ? child(py, [path.join(ROOT, 'bench', 'compare_torch.py'), dir, ...w, String(threads)])
-        : null;
+      const eagerRow = w[0] === 'decode' && w[2] === '1';
+      const theirs = !torch
+        ? null
+        : eagerRow
+          ? (theirsByLabel.get(`decode batch ${w[1]}`) ?? null)
+          : child(py, [
+              path.join(ROOT, 'bench', 'compare_torch.py'),
+              dir,
+              ...w.slice(0, w[0] === 'decode' ? 2 : 3),
+              String(threads),
+            ]);
+      if (theirs) theirsByLabel.set(label, theirs);
       const gf = (r: Result) => (r.tokensPerSecond * flopsPerToken) / 1e9;
       // On a GPU: model FLOPs utilisation against the card's dense bf16 peak, both sides.
       const mfu = (r: Result | null) => (r ? `${((100 * gf(r)) / (PEAK_TFLOPS * 1e3)).toFixed(1)}%` : '-');

@@ -70,6 +70,11 @@ export interface GeneratorOptions {
    * the host sampler is the default). For tests of the CUDA path: same tokens for the same seeds.
    */
   tensorSampler?: boolean;
+  /**
+   * Replay decode steps from CUDA graphs (one per batch and key-length bucket, captured on first
+   * use) where the model allows: on CUDA, dense models. Default true; false: every step eager.
+   */
+  cudaGraphs?: boolean;
 }
 
 export interface GenerationRequest {
@@ -144,6 +149,10 @@ export interface CacheStats {
   maxSequenceLength: number;
   /** cachedTokens / (maxSequences * maxSequenceLength). */
   cacheUsage: number;
+  /** CUDA graphs of the decode step captured so far. */
+  cudaGraphs: number;
+  /** Why decode steps run eagerly, op by op ('' while CUDA graphs serve them). */
+  eagerReason: string;
 }
 
 export interface AdamWOptions {

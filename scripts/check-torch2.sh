@@ -10,8 +10,10 @@
 #   bash scripts/check-torch2.sh [jest args]      default: the test/native.* files
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The PyTorch of the GPU machines we test on, and the CUDA runtime pins of that wheel.
-TORCH_PINS=(torch==2.11.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85)
+# The PyTorch of the GPU machines we test on, and the CUDA runtime pins of that wheel; plus CUDA
+# 13.0's crt/ headers, which the runtime's headers include (ATen's CUDA headers need both: the
+# bundle's prebuilt addon compiles its CUDA graphs with them, scripts/gpu/bundle.sh).
+TORCH_PINS=(torch==2.11.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85 nvidia-cuda-crt==13.0.88)
 dir=tools/torch2
 if [ ! -f "$dir/.pins" ] || [ "$(cat "$dir/.pins")" != "${TORCH_PINS[*]}" ]; then
   echo "[check-torch2] installing ${TORCH_PINS[*]} into $dir (about 1 GB)"

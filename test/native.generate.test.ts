@@ -67,6 +67,29 @@ describe.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'] as const)('%s', (arch) =>
       });
     }
   });
+
+  test('bf16: KV-cache decode (batched matmuls over the cache, as on CUDA) is as close to fp32 as a bf16 forward', async () => {
+    const weights = randomWeights(cfg, 11);
+    const bf16 = await loadModel(cfg, weights, { dtype: 'bfloat16' });
+    const rng = new Rng(4);
+    const prompts = [2, 5, 17].map((n) => randomTokens(rng, n, cfg.vocabSize));
+    const res = await generate(
+      bf16.createGenerator({ maxSequences: 4, maxSequenceLength: 64 }),
+      prompts.map((p, i) => ({ promptIds: p, maxTokens: 10 + 3 * i, seed: i })),
+    );
+    const rows = prompts.map((p, i) => packRow([[...p, ...res[i].tokens]]));
+    const generated = (scores: { logprobs: Float32Array }[]) =>
+      scores.flatMap((s, i) => Array.from(s.logprobs.slice(prompts[i].length)));
+    const exact = generated(await model.score(rows)); // fp32, the same weights
+    const forward = generated(await bf16.score(rows));
+    const decoded = res.flatMap((r) => r.logprobs);
+    // bf16 rounds every product: neither path is near fp32 token by token; decoding must be no
+    // worse than the bf16 forward (mean and max error against fp32), with a floor for tiny ones.
+    const mean = (a: number[]) => a.reduce((x, y) => x + Math.abs(y), 0) / a.length;
+    const err = (a: number[]) => a.map((v, i) => v - exact[i]);
+    expect(mean(err(decoded))).toBeLessThanOrEqual(2 * mean(err(forward)) + 1e-3);
+    expect(maxAbsDiff(decoded, exact)).toBeLessThanOrEqual(2 * maxAbsDiff(forward, exact) + 1e-3);
+  });
 });
 
 describe('sampling and batching', () => {
@@ -230,7 +253,11 @@ describe('sampling and batching', () => {
       maxSequences: 2,
       maxSequenceLength: 8,
       cacheUsage: 2 / 16,
+      cudaGraphs: 0,
+      eagerReason: expect.stringMatching(/no CUDA|not on a CUDA device/),
     });
+    const eager = model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, cudaGraphs: false });
+    expect(eager.stats().eagerReason).toBe('CUDA graphs are off for this generator');
   });
 
   test.each([false, true])(
@@ -238,7 +265,8 @@ describe('sampling and batching', () => {
     async (tensorSampler) => {
       const good = randomWeights(cfg, 13);
       const nan = good.map((t) => ({ ...t, data: Buffer.from(new Float32Array(t.data.length / 4).fill(NaN).buffer) }));
-      // bfloat16: decode attention runs through SDPA, which multiplies masked cache entries by 0.
+      // bfloat16: decode attention runs as batched matmuls, which multiply masked cache entries by 0
+      // (0 x NaN = NaN), as on CUDA.
       const m = await loadModel(cfg, nan, { dtype: 'bfloat16' });
       const gen = m.createGenerator({ maxSequences: 2, maxSequenceLength: 64, tensorSampler });
       const long = (n: number) => Array.from({ length: n }, (_, i) => 1 + i);

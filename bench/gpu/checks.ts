@@ -189,10 +189,61 @@ function kvDecode(dtype: ComputeDType, bound: number): Check {
       const res = added.map((a) => out.get(a.seqId)!);
       const full = await model.score(prompts.map((p, i) => packRow([[...p, ...res[i].tokens]])));
       const worst = Math.max(...prompts.map((p, i) => maxAbsDiff(res[i].logprobs, full[i].logprobs.slice(p.length))));
-      return verdict(worst <= bound, `max |decode - forward| ${fmt(worst)} over 4x24 tokens (bound ${bound})`);
+      const { cudaGraphs, eagerReason } = gen.stats();
+      const how = cudaGraphs > 0 ? `${cudaGraphs} CUDA graphs` : `eager: ${eagerReason}`;
+      return verdict(worst <= bound, `max |decode - forward| ${fmt(worst)} over 4x24 tokens (bound ${bound}; ${how})`);
     },
   };
 }
+
+/**
+ * Decode steps replayed from CUDA graphs against the same steps run eagerly, in fp32: same tokens
+ * (seeded sampling and greedy) and logprobs, while the batch grows (a request joins mid-way),
+ * shrinks (requests finish at different lengths) and the context crosses key buckets (64, 128,
+ * 256), so several graphs are captured and replayed with padding rows. (In bf16 a padded batch's
+ * matmuls round differently enough to flip a sampled token now and then; the bf16 KV-cache check
+ * above runs through graphs against a full forward.)
+ */
+const graphDecode: Check = {
+  name: 'CUDA-graph decode equals eager decode, fp32',
+  async run(ctx) {
+    if (!isCuda(ctx.device)) return { status: 'skip', detail: 'no CUDA (graphs are captured on CUDA only)' };
+    const model = await loadCheckModel(ctx, ctx.device, 'float32');
+    const rng = new Rng(5);
+    const prompts = [3, 50, 120, 9, 70].map((n) => randomTokens(rng, n, CHECK_CONFIG.vocabSize));
+    const maxTokens = [100, 20, 130, 60, 90];
+    const decodeAll = async (cudaGraphs: boolean) => {
+      const gen = model.createGenerator({ maxSequences: 8, maxSequenceLength: 260, cudaGraphs });
+      const req = (i: number) => ({
+        promptIds: prompts[i],
+        temperature: i === 1 ? 0 : 1,
+        maxTokens: maxTokens[i],
+        seed: i,
+      });
+      const ids = (await gen.add([0, 1, 2, 3].map(req))).map((a) => a.seqId);
+      const out = new Map<number, { tokens: number[]; logprobs: number[] }>();
+      for (let step = 0; gen.stats().activeSequences > 0; step++) {
+        if (step === 10) ids.push((await gen.add([req(4)]))[0].seqId);
+        for (const t of await gen.step()) {
+          if (!out.has(t.seqId)) out.set(t.seqId, { tokens: [], logprobs: [] });
+          out.get(t.seqId)!.tokens.push(t.token);
+          out.get(t.seqId)!.logprobs.push(t.logprob);
+        }
+      }
+      return { res: ids.map((id) => out.get(id)!), stats: gen.stats() };
+    };
+    const graphs = await decodeAll(true);
+    const eager = await decodeAll(false);
+    if (graphs.stats.eagerReason !== '' || graphs.stats.cudaGraphs === 0)
+      return verdict(false, `no graphs were used: ${graphs.stats.eagerReason || '0 captured'}`);
+    const sameTokens = graphs.res.every((r, i) => r.tokens.join() === eager.res[i].tokens.join());
+    const worst = Math.max(...graphs.res.map((r, i) => maxAbsDiff(r.logprobs, eager.res[i].logprobs)));
+    return verdict(
+      sameTokens && worst <= 1e-4,
+      `${graphs.stats.cudaGraphs} graphs captured; same tokens: ${sameTokens}; max |graph - eager| logprob ${fmt(worst)} (bound 1e-4)`,
+    );
+  },
+};
 
 /** Packed training rows: three samples of different lengths per row, loss on their second halves. */
 function trainRows(seed: number): TrainRow[] {
@@ -254,6 +305,51 @@ function trainStep(dtype: ComputeDType): Check {
     },
   };
 }
+
+/**
+ * LoRA with dropout in bf16 mixed precision, masks drawn on the device: two trainers with the same
+ * seed train to the same adapters, and so does one with activation checkpointing (its backward
+ * draws the same masks again), while another seed's masks give other adapters. Means over all
+ * adapter entries: the flash-attention backward sums in a varying order, so a tiny gradient's sign
+ * may round the other way in one entry.
+ */
+const loraDropout: Check = {
+  name: 'LoRA dropout on the device: reproducible, same under activation checkpointing',
+  async run(ctx) {
+    if (!isCuda(ctx.device)) return NO_CUDA;
+    const lora = { rank: 8, alpha: 16, dropout: 0.2, targetModules: ['q_proj', 'v_proj', 'up_proj'] as const };
+    const adapters = async (seed: number, activationCheckpointing = 0) => {
+      const model = await loadCheckModel(ctx, ctx.device, 'float32');
+      const t = model.createTrainer({
+        seed,
+        lora: { ...lora, targetModules: [...lora.targetModules] },
+        mixedPrecision: 'bfloat16',
+        activationCheckpointing,
+      });
+      for (const s of [1, 2]) await t.step(trainRows(s), { lr: LR });
+      return t.readAdapters('F32');
+    };
+    const a = await adapters(1);
+    const mean = async (b: Promise<WeightTensor[]>) => {
+      const other = new Map((await b).map((t) => [t.name, decode(t)]));
+      const flat = (x: WeightTensor[]) => x.flatMap((t) => Array.from(decode(t)));
+      return meanAbsDiff(
+        flat(a),
+        a.flatMap((t) => Array.from(other.get(t.name) ?? [])),
+      );
+    };
+    const [same, checkpointed, otherSeed] = [
+      await mean(adapters(1)),
+      await mean(adapters(1, 1)),
+      await mean(adapters(2)),
+    ];
+    const ok = same <= 1e-6 && checkpointed <= 1e-6 && otherSeed >= 10 * Math.max(same, checkpointed, 1e-7);
+    return verdict(
+      ok,
+      `mean |adapters - same seed| ${fmt(same)}, with activation checkpointing ${fmt(checkpointed)} (bound 1e-6); other seed ${fmt(otherSeed)} (must be 10x larger)`,
+    );
+  },
+};
 
 /**
  * A checkpoint written on `device` restores on the CPU and one written there restores on `device`:
@@ -355,8 +451,10 @@ export const CHECKS: Check[] = [
   // bf16 decode and a bf16 forward of the same tokens differ in how the sums are split (cached
   // keys vs one pass); 5e-2 is about 6 bf16 ulps of logprobs of magnitude ~8.
   kvDecode('bfloat16', 5e-2),
+  graphDecode,
   trainStep('float32'),
   trainStep('bfloat16'),
+  loraDropout,
   checkpointRoundTrip,
   rlRun,
 ];

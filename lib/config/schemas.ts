@@ -58,6 +58,17 @@ const modelFields = () => ({
   device: deviceSchema(),
 });
 const modelSchema = () => section(modelFields());
+/** The served model (inference): the engine's settings plus how decode steps run. */
+const inferenceModelSchema = () =>
+  section({
+    ...modelFields(),
+    enforce_eager: z
+      .boolean()
+      .default(false)
+      .describe(
+        'decode every step op by op; false: on CUDA, dense models replay decode steps from CUDA graphs (one per batch and context-length bucket, captured on first use), as vLLM does',
+      ),
+  });
 /** The trained model (SFT, the RL trainer): the engine's settings plus activation checkpointing. */
 const trainerModelSchema = () =>
   section({
@@ -564,7 +575,7 @@ export const serverSchema = z
 
 export const inferenceSchema = z
   .strictObject({
-    model: modelSchema(),
+    model: inferenceModelSchema(),
     seq_len: seqLen(),
     output_dir: outputDir(),
     seed: seed(),

@@ -7,7 +7,9 @@
 # A PyTorch built with CUDA asks for the CUDA toolkit when its CMake config is read. With a toolkit
 # (a GPU machine) that config is used as is; without one (checking the PyTorch 2.x build on a CPU
 # machine) its CPU libraries are imported directly, and the addon then reports `cuda: false`.
-# Sets TORCH_LINK (what to link) and PRIME_TORCH_DESC (one line for the build log).
+# Sets TORCH_LINK (what to link), PRIME_TORCH_DESC (one line for the build log), and, where
+# PyTorch's CUDA libraries are linked, PRIME_TORCH_CUDA with PRIME_CUDA_INCLUDE (the CUDA runtime's
+# headers, which ATen's CUDA headers include: CUDA graphs of the decode step, src/decode_graph.cc).
 
 if(NOT DEFINED LIBTORCH AND DEFINED ENV{LIBTORCH})
   set(LIBTORCH "$ENV{LIBTORCH}")
@@ -43,6 +45,8 @@ if((NOT EXISTS "${_torch_lib}/libtorch_cuda.so" OR CUDAToolkit_FOUND) AND NOT PR
   set(TORCH_LINK ${TORCH_LIBRARIES})
   if(CUDAToolkit_FOUND)
     set(PRIME_TORCH_DESC "libtorch in ${LIBTORCH} with CUDA ${CUDAToolkit_VERSION}")
+    set(PRIME_TORCH_CUDA ON)
+    set(PRIME_CUDA_INCLUDE ${CUDAToolkit_INCLUDE_DIRS})
   else()
     set(PRIME_TORCH_DESC "libtorch in ${LIBTORCH} (CPU build)")
   endif()
@@ -69,6 +73,15 @@ else()
   set(TORCH_LINK prime_torch_cpu ${TORCH_LINK})
   if(PRIME_TORCH_DIRECT)
     set(PRIME_TORCH_DESC "libraries of the libtorch in ${LIBTORCH}, linked directly (${_libs})")
+    if(EXISTS "${_torch_lib}/libtorch_cuda.so")
+      # The CUDA runtime's headers: a toolkit's, or those of pip's nvidia-cuda-runtime beside a
+      # PyTorch package (site-packages/nvidia/cu13 or, CUDA 12, nvidia/cuda_runtime).
+      set(PRIME_TORCH_CUDA ON)
+      find_package(CUDAToolkit QUIET)
+      find_path(PRIME_CUDA_INCLUDE cuda_runtime_api.h
+        HINTS ${CUDAToolkit_INCLUDE_DIRS} "${LIBTORCH}/../nvidia/cu13/include" "${LIBTORCH}/../nvidia/cuda_runtime/include"
+        NO_DEFAULT_PATH)
+    endif()
   else()
     set(PRIME_TORCH_DESC "CPU libraries of the CUDA libtorch in ${LIBTORCH} (no CUDA toolkit found)")
   endif()

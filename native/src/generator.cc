@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 
@@ -23,7 +24,7 @@ std::vector<int32_t> routesOf(const MoeRouting& routing, const Model& model, int
 }
 }  // namespace
 
-Generator::Generator(std::shared_ptr<Model> m, int64_t maxSeqs, int64_t maxLen, bool tensorSampler)
+Generator::Generator(std::shared_ptr<Model> m, int64_t maxSeqs, int64_t maxLen, bool tensorSampler, bool cudaGraphs)
     : maxSequences(maxSeqs), maxSequenceLength(maxLen), tensorSampler(tensorSampler), model(std::move(m)) {
   if (maxSeqs <= 0 || maxLen <= 1)
     throw std::runtime_error("generator needs maxSequences >= 1 and maxSequenceLength >= 2");
@@ -35,6 +36,13 @@ Generator::Generator(std::shared_ptr<Model> m, int64_t maxSeqs, int64_t maxLen, 
     cache_.k.push_back(at::zeros({maxSeqs, c.numKvHeads, maxLen, c.headDim}, model->options()));
     cache_.v.push_back(at::zeros({maxSeqs, c.numKvHeads, maxLen, c.headDim}, model->options()));
   }
+  eagerReason_ = cudaGraphs ? DecodeGraphs::unsupported(*model) : "CUDA graphs are off for this generator";
+  if (eagerReason_.empty()) graphs_ = std::make_unique<DecodeGraphs>(model, cache_);
+}
+
+std::string Generator::eagerReason() const {
+  std::lock_guard<std::mutex> lock(reasonMutex_);
+  return eagerReason_;
 }
 
 std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& requests) {
@@ -151,16 +159,35 @@ std::vector<StepToken> Generator::step() {
   const int64_t n = int64_t(seqs_.size());
   if (n == 0) return {};
   std::vector<int64_t> ids(n), pos(n);
+  int64_t keys = 0;  // cache positions the attention reads: up to the longest sequence's new token
   for (int64_t b = 0; b < n; b++) {
     ids[b] = seqs_[b].pending;
     pos[b] = seqs_[b].cacheLen;
+    keys = std::max(keys, pos[b] + 1);
   }
-  const auto longOpts = at::TensorOptions().dtype(at::kLong);
   bool routes = false;
   for (const Sequence& s : seqs_) routes = routes || s.req.returnRoutes;
   MoeRouting routing;
-  at::Tensor logits = model->decode(at::tensor(ids, longOpts).to(model->device),
-                                    at::tensor(pos, longOpts).to(model->device), cache_, routes ? &routing : nullptr);
+  at::Tensor logits;
+  if (graphs_ && !routes) {
+    try {
+      logits = graphs_->decode(ids, pos, keys);
+      graphCount_ = graphs_->captured();
+    } catch (const std::exception& e) {
+      // A capture that fails (an operation CUDA cannot record) turns graphs off for this
+      // generator; the step runs eagerly below and writes the same K/V again.
+      std::lock_guard<std::mutex> lock(reasonMutex_);
+      eagerReason_ = std::string("CUDA graph capture failed: ") + e.what();
+      graphs_.reset();
+      graphCount_ = 0;
+      fprintf(stderr, "[prime-native] %s; decoding eagerly\n", eagerReason_.c_str());
+    }
+  }
+  if (!logits.defined()) {
+    const auto longOpts = at::TensorOptions().dtype(at::kLong);
+    logits = model->decode(at::tensor(ids, longOpts).to(model->device), at::tensor(pos, longOpts).to(model->device),
+                           keys, cache_, routes ? &routing : nullptr);
+  }
   std::vector<Sampled> sampled(n);
   std::vector<StepToken> out(n);
   if (!logits.is_cpu() || tensorSampler) {

@@ -4,10 +4,12 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "decode_graph.h"
 #include "model.h"
 #include "sampler.h"
 
@@ -56,8 +58,10 @@ struct StepToken {
 class Generator {
  public:
   // tensorSampler: sample with tensor ops (tensor_sampler.h) even on the CPU, where the host
-  // sampler is the default (how tests check the path logits on CUDA take).
-  Generator(std::shared_ptr<Model> model, int64_t maxSequences, int64_t maxSequenceLength, bool tensorSampler = false);
+  // sampler is the default (how tests check the path logits on CUDA take). cudaGraphs: replay
+  // decode steps from CUDA graphs where the model allows (decode_graph.h); false: always eager.
+  Generator(std::shared_ptr<Model> model, int64_t maxSequences, int64_t maxSequenceLength, bool tensorSampler = false,
+            bool cudaGraphs = true);
 
   // Prefills each prompt into a free slot. The last prompt token is left pending: the next
   // step() feeds it, so every sampled token (the first included) comes out of step().
@@ -70,6 +74,9 @@ class Generator {
   // Readable from the JS thread while a call runs elsewhere.
   int64_t activeSequences() const { return active_.load(); }
   int64_t cachedTokens() const { return cached_.load(); }
+  // CUDA graphs captured, and why steps run eagerly ("" while graphs serve them).
+  int64_t cudaGraphs() const { return graphCount_.load(); }
+  std::string eagerReason() const;
   const int64_t maxSequences, maxSequenceLength;
   const bool tensorSampler;
   const std::shared_ptr<Model> model;
@@ -92,6 +99,10 @@ class Generator {
   void publishStats();
 
   KVCache cache_;
+  std::unique_ptr<DecodeGraphs> graphs_;  // null: eager steps, for eagerReason_
+  std::string eagerReason_;
+  mutable std::mutex reasonMutex_;  // eagerReason_ is read from the JS thread
+  std::atomic<int64_t> graphCount_{0};
   std::vector<Sequence> seqs_;  // seqs_[slot]
   int64_t nextId_ = 1;
   std::atomic<int64_t> active_{0}, cached_{0};

@@ -4,7 +4,9 @@
 // fp32 precision.
 #include "model.h"
 
+#include "autocast.h"
 #include "checkpoint.h"
+#include "cuda_info.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
 
@@ -13,15 +15,23 @@
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in libtorch 2.x)
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
+// bmm with an out_dtype (bf16 inputs, fp32 scores): libtorch 2.11 has it (decodeAttentionBmm).
+#define PRIME_BMM_OUT_DTYPE (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11))
+
 namespace prime {
 namespace {
+
+// Set once CUDA's variable-length flash attention has failed in this process (packedLayer).
+std::atomic<bool> flashVarlenFailed{false};
 
 std::string shapeStr(const std::vector<int64_t>& s) {
   std::ostringstream o;
@@ -365,11 +375,25 @@ at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Te
   if (!a) return y;
   at::Tensor in = x;
   if (ad.dropoutRng && ad.lora->dropout > 0) {
-    // Inverted dropout with a mask drawn on the CPU from the trainer's generator, so the masks
-    // (and a resumed run) are reproducible whatever the device.
+    // Inverted dropout. The trainer's generator (on the CPU: its state is checkpointed, and
+    // activation checkpointing rewinds it) draws the mask itself on the CPU; on CUDA it draws
+    // the seed of a device generator that draws the mask there (no mask crosses the bus). Either
+    // way a resumed run, or a layer run again in the backward, draws the same masks.
     const double keep = 1 - ad.lora->dropout;
-    at::Tensor mask = at::empty(x.sizes(), at::TensorOptions().dtype(x.scalar_type())).bernoulli_(keep, *ad.dropoutRng);
-    in = x * mask.to(x.device()) * (1.0 / keep);
+    at::Tensor mask;
+    if (x.is_cuda()) {
+      // A CPU tensor's value: no device sync.
+      const int64_t seed =
+          at::randint(std::numeric_limits<int64_t>::max(), {1}, *ad.dropoutRng, at::TensorOptions().dtype(at::kLong))
+              .item<int64_t>();
+      at::Generator gen = seededCudaGenerator(x.device(), uint64_t(seed));
+      if (gen.defined()) mask = at::empty(x.sizes(), x.options()).bernoulli_(keep, gen);
+    }
+    if (!mask.defined())
+      mask = at::empty(x.sizes(), at::TensorOptions().dtype(x.scalar_type()))
+                 .bernoulli_(keep, *ad.dropoutRng)
+                 .to(x.device());
+    in = x * mask * (1.0 / keep);
   }
   return y + at::linear(at::linear(in, a->A), a->B) * ad.lora->scale();
 }
@@ -514,6 +538,34 @@ void decodeAttentionKernel(const T* q, const T* k, const T* v, T* out, const int
 }
 }  // namespace
 
+// Decode attention (CUDA, and bf16 on the CPU) as two batched matmuls over the cache in place: no
+// copy of the keys per query head (GQA groups the query heads as [n * KV, G, hd] against their kv
+// head's keys [n * KV, S, hd]); scores and softmax in fp32, probabilities rounded to the compute
+// dtype for the product with V (as flash attention does). Plain kernels whose shapes (n, S)
+// fix: capturable in a CUDA graph. q [n, H, hd]; caches [slots, KV, maxLen, hd]; visible [n, 1, 1, S].
+at::Tensor Model::decodeAttentionBmm(const at::Tensor& q, const at::Tensor& kCache, const at::Tensor& vCache,
+                                     const at::Tensor& visible, int64_t n, int64_t S) const {
+  const int64_t KV = cfg.numKvHeads, hd = cfg.headDim, G = cfg.numHeads / KV, maxLen = kCache.size(2);
+  const at::Tensor K = kCache.narrow(0, 0, n).view({n * KV, maxLen, hd}).narrow(1, 0, S).transpose(1, 2);
+  const at::Tensor V = vCache.narrow(0, 0, n).view({n * KV, maxLen, hd}).narrow(1, 0, S);
+  const at::Tensor qg = q.reshape({n * KV, G, hd});
+  at::Tensor s;  // [n * KV, G, S], fp32 (fp64 for fp64 models)
+  if (q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble) {
+    s = at::bmm(qg, K);
+  } else {
+#if PRIME_BMM_OUT_DTYPE
+    if (q.is_cuda()) s = at::bmm(qg, K, at::kFloat);  // bf16 products summed into fp32 scores
+#endif
+    // bf16 on the CPU (bmm's out_dtype is CUDA's only), or an older libtorch: fp32 copies.
+    if (!s.defined()) s = at::bmm(qg.to(at::kFloat), K.to(at::kFloat));
+  }
+  s = s.mul_(1.0 / std::sqrt(double(hd)))
+          .view({n, KV, G, S})
+          .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
+  const at::Tensor p = at::softmax(s, -1).to(q.scalar_type()).view({n * KV, G, S});
+  return at::bmm(p, V);  // [n * KV, G, hd] = [n, H, hd]
+}
+
 at::Tensor Model::decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                      const at::Tensor& pos) const {
   const int64_t n = q.size(0);
@@ -534,9 +586,7 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
                                 MoeRouting* routing, int64_t checkpointEvery) const {
   const int64_t N = ids.size(0);
   const Adapt ad{lora, dropoutRng, routing};
-  std::vector<int64_t> segLens(segStarts.size());
-  for (size_t s = 0; s < segStarts.size(); s++)
-    segLens[s] = (s + 1 < segStarts.size() ? segStarts[s + 1] : N) - segStarts[s];
+  const Segments seg = packedSegments(segStarts, N);
   auto [cos, sin] = rope(pos);
   const bool checkpoint = checkpointEvery > 0 && at::GradMode::is_enabled();
   if (checkpoint && (kvOut || !sparseLayers_.empty()))
@@ -547,24 +597,67 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
       // The rerun in the backward holds its own copies of what the layer reads.
       x = checkpointed(
           x,
-          [this, l, cos = cos, sin = sin, segLens, ad](const at::Tensor& in) {
-            return packedLayer(l, in, cos, sin, segLens, nullptr, ad);
+          [this, l, cos = cos, sin = sin, seg, ad](const at::Tensor& in) {
+            return packedLayer(l, in, cos, sin, seg, nullptr, ad);
           },
           dropoutRng);
     } else {
-      x = packedLayer(l, x, cos, sin, segLens, kvOut, ad);
+      x = packedLayer(l, x, cos, sin, seg, kvOut, ad);
     }
   }
   return rmsNorm(x, norm_);
 }
 
+Model::Segments Model::packedSegments(const std::vector<int64_t>& segStarts, int64_t N) const {
+  Segments seg;
+  for (size_t s = 0; s < segStarts.size(); s++) {
+    seg.lens.push_back((s + 1 < segStarts.size() ? segStarts[s + 1] : N) - segStarts[s]);
+    seg.longest = std::max(seg.longest, seg.lens.back());
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  // CUDA's flash attention (Ampere or newer) takes the whole packed row in one kernel, causal
+  // within each sample, GQA included, when attention runs in bf16: a bf16 model, or fp32 weights
+  // under bf16 autocast (mixed-precision training). Head sizes up to 256, multiples of 8.
+  const at::ScalarType compute = AutocastGuard::active(device).value_or(dtype);
+  if (device.is_cuda() && (compute == at::kBFloat16 || compute == at::kHalf) && cfg.headDim % 8 == 0 &&
+      cfg.headDim <= 256 && !flashVarlenFailed.load() && cudaCapabilityMajor(device) >= 8) {
+    std::vector<int32_t> cu(seg.lens.size() + 1, 0);
+    for (size_t s = 0; s < seg.lens.size(); s++) cu[s + 1] = cu[s] + int32_t(seg.lens[s]);
+    seg.cuSeqLens = at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(device);  // one copy per forward
+  }
+#endif
+  return seg;
+}
+
 at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                              const std::vector<int64_t>& segLens, std::vector<LayerKV>* kvOut, const Adapt& ad) const {
+                              const Segments& seg, std::vector<LayerKV>* kvOut, const Adapt& ad) const {
   const int64_t H = cfg.numHeads, hd = cfg.headDim;
   const Layer& L = layers_[l];
   at::Tensor v;
   auto [q, k] = attentionInputs(L, x, cos, sin, v, l, ad);
   if (kvOut) kvOut->emplace_back(k, v);
+#if TORCH_VERSION_MAJOR >= 2
+  if (seg.cuSeqLens.defined()) {
+    // One kernel for every sample of the row ([N, H, hd] is flash's packed layout). Autocast
+    // does not cover this op: q/k/v come cast to the compute dtype (the cast's backward returns
+    // fp32 gradients to fp32 inputs).
+    const at::ScalarType compute = AutocastGuard::active(device).value_or(dtype);
+    try {
+      at::Tensor o = std::get<0>(at::_flash_attention_forward(q.to(compute), k.to(compute), v.to(compute),
+                                                              seg.cuSeqLens, seg.cuSeqLens, seg.longest, seg.longest,
+                                                              /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                              /*return_debug_mask=*/false));
+      return finishBlock(L, x, o.reshape({x.size(0), H * hd}), l, ad);
+    } catch (const c10::Error& e) {
+      // A PyTorch built without flash attention (or a shape it refuses): per-sample attention
+      // below, for this and every later forward of the process.
+      if (!flashVarlenFailed.exchange(true))
+        fprintf(stderr, "[prime-native] variable-length flash attention failed (%s); attention runs per sample\n",
+                e.what_without_backtrace());
+    }
+  }
+#endif
+  const std::vector<int64_t>& segLens = seg.lens;
   // Attention never crosses a sample boundary: attend within each segment separately. One split
   // per tensor (not a narrow per segment): its backward is a single concatenation, where each
   // narrow's backward would write a full-row gradient, O(segments x row) per layer.
@@ -578,38 +671,33 @@ at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& 
   return finishBlock(L, x, outs.size() == 1 ? outs[0] : at::cat(outs, 0), l, ad);
 }
 
-at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache, MoeRouting* routing) const {
+at::Tensor Model::decode(const at::Tensor& ids, const at::Tensor& pos, int64_t keys, KVCache& cache,
+                         MoeRouting* routing) const {
   const int64_t n = ids.size(0), H = cfg.numHeads, KV = cfg.numKvHeads, hd = cfg.headDim;
-  const int64_t S = pos.max().item<int64_t>() + 1;  // keys beyond the longest sequence are never read
+  if (keys < 1 || keys > cache.maxLen)
+    throw std::runtime_error("decode: keys " + std::to_string(keys) + " outside [1, " + std::to_string(cache.maxLen) +
+                             "]");
+  const int64_t S = keys;  // keys beyond the longest sequence are never read
   auto [cos, sin] = rope(pos);
-  at::Tensor rows = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device));
+  const auto longOpts = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor rows = at::arange(n, longOpts);
+  // Where token b's K/V go in a layer's cache seen as [slots * KV * maxLen, hd]: row
+  // (b * KV + h) * maxLen + pos[b] for each kv head h. index_copy_ with these (no host reads).
+  const at::Tensor slotRows =
+      ((rows.unsqueeze(1) * KV + at::arange(KV, longOpts)).mul_(cache.maxLen) + pos.unsqueeze(1)).view({-1});
   // Sequence b sees cache positions 0..pos[b] (its own new token included).
-  at::Tensor visible = (at::arange(S, rows.options()).unsqueeze(0) <= pos.unsqueeze(1)).view({n, 1, 1, S});
-  const int64_t G = H / KV;
+  at::Tensor visible = (at::arange(S, longOpts).unsqueeze(0) <= pos.unsqueeze(1)).view({n, 1, 1, S});
   const Adapt noAdapters{nullptr, nullptr, routing};  // inference serves merged weights
   at::Tensor x = at::embedding(embed_, ids);
-  using at::indexing::Slice;
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
     const Layer& L = layers_[l];
     at::Tensor v;
     auto [q, k] = attentionInputs(L, x, cos, sin, v, l, noAdapters);
-    cache.k[l].index_put_({rows, Slice(), pos}, k);  // [n, KV, hd] into slot b, position pos[b]
-    cache.v[l].index_put_({rows, Slice(), pos}, v);
-    at::Tensor o;
-    if (device.is_cpu() && dtype != at::kBFloat16) {
-      o = decodeAttentionCpu(q, cache.k[l], cache.v[l], pos);
-    } else {
-      at::Tensor K = cache.k[l].narrow(0, 0, n).narrow(2, 0, S), V = cache.v[l].narrow(0, 0, n).narrow(2, 0, S);
-#if TORCH_VERSION_MAJOR >= 2
-      o = at::scaled_dot_product_attention(q.unsqueeze(2), K.repeat_interleave(G, 1), V.repeat_interleave(G, 1),
-                                           visible);
-#else
-      // Views into the cache (no copy): [n, KV, G, hd] x [n, KV, hd, S] -> scores [n, KV, G, S].
-      at::Tensor s = at::matmul((q * (1.0 / std::sqrt(double(hd)))).view({n, KV, G, hd}), K.transpose(2, 3));
-      s = s.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
-      o = at::matmul(at::softmax(s, -1, logitsDtype()).to(dtype), V);  // [n, KV, G, hd]
-#endif
-    }
+    cache.k[l].view({-1, hd}).index_copy_(0, slotRows, k.reshape({n * KV, hd}));
+    cache.v[l].view({-1, hd}).index_copy_(0, slotRows, v.reshape({n * KV, hd}));
+    const at::Tensor o = device.is_cpu() && dtype != at::kBFloat16
+                             ? decodeAttentionCpu(q, cache.k[l], cache.v[l], pos)
+                             : decodeAttentionBmm(q, cache.k[l], cache.v[l], visible, n, S);
     x = finishBlock(L, x, o.reshape({n, H * hd}), l, noAdapters);
   }
   return logits(rmsNorm(x, norm_));

@@ -150,9 +150,12 @@ class Model {
                            int64_t checkpointEvery = 0) const;
   // One decode step for the n sequences in cache slots 0..n-1: token ids[b] sits at position
   // pos[b] (= number of tokens already cached for b). Writes its K/V into the cache and returns
-  // logits [n, V] in the logits dtype (fp32, fp64 for fp64 models).
-  // With routing, sparse blocks report the experts each token went to.
-  at::Tensor decode(const at::Tensor& ids, const at::Tensor& pos, KVCache& cache, MoeRouting* routing = nullptr) const;
+  // logits [n, V] in the logits dtype (fp32, fp64 for fp64 models). keys: the cache positions
+  // attention reads per sequence, given by the caller (who knows the positions on the host):
+  // max(pos) + 1 <= keys <= maxLen. No host round trip on the device path (decode_graph.h
+  // captures it in a CUDA graph); with routing, sparse blocks report the experts each token went to.
+  at::Tensor decode(const at::Tensor& ids, const at::Tensor& pos, int64_t keys, KVCache& cache,
+                    MoeRouting* routing = nullptr) const;
   // Final hidden states -> logits (fp32, or fp64 for fp64 models).
   at::Tensor logits(const at::Tensor& hidden) const;
   // Per-token log p(target) and entropy of softmax(logits / temperature) from final hidden states
@@ -205,9 +208,17 @@ class Model {
                                                     const Adapt& ad) const;
   at::Tensor finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
                          const Adapt& ad) const;
-  // Decoder layer `layer` over a packed row whose segments have lengths segLens.
+  // The samples of a packed row: their lengths, and where attention runs as one variable-length
+  // flash-attention kernel (CUDA, bf16), their cumulative starts on the device (int32, [n + 1]).
+  struct Segments {
+    std::vector<int64_t> lens;
+    at::Tensor cuSeqLens;  // undefined: attention per sample
+    int64_t longest = 0;
+  };
+  Segments packedSegments(const std::vector<int64_t>& segStarts, int64_t N) const;
+  // Decoder layer `layer` over a packed row.
   at::Tensor packedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                         const std::vector<int64_t>& segLens, std::vector<LayerKV>* kvOut, const Adapt& ad) const;
+                         const Segments& seg, std::vector<LayerKV>* kvOut, const Adapt& ad) const;
   // The SwiGLU MLP of a dense block, or the routed experts of a sparse one.
   at::Tensor denseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
                       const Adapt& ad) const;
@@ -215,6 +226,8 @@ class Model {
   // x W^T + b, plus W's adapter when ad has one.
   at::Tensor project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, const Adapt& ad) const;
   at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  at::Tensor decodeAttentionBmm(const at::Tensor& q, const at::Tensor& kCache, const at::Tensor& vCache,
+                                const at::Tensor& visible, int64_t n, int64_t S) const;
   at::Tensor decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& pos) const;
 

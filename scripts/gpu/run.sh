@@ -4,7 +4,10 @@
 # cmake-js there: the bundled Node's headers stand in for what it passes), then
 # runs the GPU checks (dist/bench/gpu-checks.js) and, after `--`, any further command in the same
 # environment (a benchmark, say). Results and logs go to $OUT (default outputs/gpu).
-#   bash scripts/gpu/run.sh [gpu-checks args] [-- command...]
+#   bash scripts/gpu/run.sh [gpu-checks args | --no-checks] [-- command...]
+# An addon this script built or copied in an earlier call on the same (still warm) machine is used
+# again when it was made from these native sources against this torch: a later call can run
+# benchmarks alone (--no-checks -- bash scripts/gpu/session.sh) without building again.
 #   LIBTORCH=<folder>   another libtorch (default: python3's PyTorch, torch.utils.cmake_prefix_path)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,8 +26,11 @@ source "$STAGE/env.sh"
 source scripts/gpu/hashes.sh
 [ "$(ts_sources_hash)" = "$(cat dist/.sources-hash)" ] || die "dist/ was compiled from other sources than this tree: run scripts/gpu/bundle.sh again"
 
-checks=()
-while [ $# -gt 0 ] && [ "$1" != -- ]; do checks+=("$1") && shift; done
+checks=() run_checks=1
+while [ $# -gt 0 ] && [ "$1" != -- ]; do
+  if [ "$1" = --no-checks ]; then run_checks=0; else checks+=("$1"); fi
+  shift
+done
 [ "${1:-}" = -- ] && shift
 
 # The addon: the bundle's prebuilt one, or built against PyTorch's libtorch (native/cmake/torch.cmake).
@@ -49,6 +55,17 @@ prebuilt() {
   log "using the bundle's prebuilt addon (torch $torch_version)"
 }
 
+torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+addon=build/native/Release/prime_native.node
+# What the addon in build/native was made from: these native sources, this torch.
+addon_key="$(native_sources_hash) $(python3 -c 'import torch; print(torch.__version__, torch.version.git_version)')"
+earlier() { # the addon of an earlier call, if it is still the one these sources make
+  [ -f "$addon" ] && [ "$(cat build/native/.prime-addon-key 2>/dev/null)" = "$addon_key" ] || return 1
+  export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  node -e "process.exit(require('./$addon').info().cuda ? 0 : 1)" || return 1
+  log "using the addon built or copied by an earlier call"
+}
+
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 configure() { # configure [cmake -D args]: build/native from scratch
@@ -57,7 +74,9 @@ configure() { # configure [cmake -D args]: build/native from scratch
     -DCMAKE_JS_INC="$PRIME_NODE_INCLUDE" -DCMAKE_CXX_FLAGS=-DBUILDING_NODE_EXTENSION \
     -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/build/native/Release" "$@"
 }
-if ! prebuilt; then
+if earlier; then
+  :
+elif ! prebuilt; then
   {
     # PyTorch's CMake config (it reads the CUDA toolkit); where it does not configure, PyTorch's
     # libraries linked directly, CUDA's included (native/cmake/torch.cmake, PRIME_TORCH_DIRECT).
@@ -67,12 +86,15 @@ if ! prebuilt; then
     }
     cmake --build build/native -j "$(nproc)"
   } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; die "the addon failed to build (log: $OUT/build.log)"; }
-  grep 'prime_native: building against\|PRIME_TORCH_DIRECT' "$OUT/build.log" || true
+  grep 'prime_native: building against\|PRIME_TORCH_DIRECT\|CUDA graphs' "$OUT/build.log" || true
 fi
+echo "$addon_key" > build/native/.prime-addon-key
 
 status=0
 # PRIME_GPU_CHECKS_SECONDS bounds the checks (default 0: no bound).
-timeout --kill-after=10 "${PRIME_GPU_CHECKS_SECONDS:-0}" node dist/bench/gpu-checks.js --out "$OUT" "${checks[@]}" || status=$?
+if [ "$run_checks" = 1 ]; then
+  timeout --kill-after=10 "${PRIME_GPU_CHECKS_SECONDS:-0}" node dist/bench/gpu-checks.js --out "$OUT" "${checks[@]}" || status=$?
+fi
 if [ $# -gt 0 ]; then
   log "running: $*"
   "$@" || status=$?

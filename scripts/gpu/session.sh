@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
-# On the GPU machine, after scripts/gpu/run.sh has built the addon and run the engine checks (it
-# runs this as its trailing command): the benchmarks of issue #16 on the same card, ours next to
-# transformers / PyTorch, then the rl check and the inference server's update_weights. Each step
-# has its own time limit, so a slow one costs only itself, and writes to $OUT as it goes:
-#   compare.md     decode at 1 / 64 / 256 requests and packed 4,096-token training, Qwen3-0.6B shape, bf16
-#   rl.log         the `prime-rl rl` check's log (2 steps, trainer and inference on the GPU)
+# On the GPU machine, after scripts/gpu/run.sh has built the addon (it runs this as its trailing
+# command, after the checks or with --no-checks): the benchmarks of issue #16 on the same card, ours
+# next to transformers / PyTorch. Steps in order of what matters most, each with its own time
+# limit, so a slow one costs only itself; each writes to $OUT as it goes:
+#   compare.md     packed 4,096-token training and decode at 1 / 64 / 256 requests (CUDA graphs),
+#                  Qwen3-0.6B shape, bf16, against PyTorch / transformers
 #   inference.md   the server on the 0.6B model: throughput by concurrency, update_weights to first token
+#   eager.md       decode at 1 and 64 with CUDA graphs off (what the graphs gain)
+#   rl.log         the `prime-rl rl` check's log (2 steps; PRIME_GPU_SESSION_RL=0 leaves it out,
+#                  e.g. when the checks of the same call ran it)
 #   bash scripts/gpu/run.sh --skip 'rl run' -- bash scripts/gpu/session.sh
-# PRIME_GPU_SESSION_SECONDS: the time this script may take (default 400), shared out below.
+# PRIME_GPU_SESSION_SECONDS: the time this script may take (default 400), shared out below;
+# PRIME_GPU_DEADLINE (epoch seconds) ends it sooner (the device call's own limit);
+# PRIME_GPU_SESSION_ONLY=inference,eager runs only the steps named (a later call finishing a run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-outputs/gpu}
 PY=${PRIME_PYTHON:-python3}
 mkdir -p "$OUT"
 end=$((SECONDS + ${PRIME_GPU_SESSION_SECONDS:-400}))
+if [ -n "${PRIME_GPU_DEADLINE:-}" ]; then
+  by_deadline=$((SECONDS + PRIME_GPU_DEADLINE - $(date +%s)))
+  [ "$by_deadline" -lt "$end" ] && end=$by_deadline
+fi
+echo "[gpu-session] $((end - SECONDS))s for the benchmarks"
 
 # step NAME SECONDS CMD...: runs CMD for at most SECONDS (less if the session's end comes first).
 step() {
   local name=$1 secs=$2
   shift 2
+  if [ -n "${PRIME_GPU_SESSION_ONLY:-}" ] && [[ ",$PRIME_GPU_SESSION_ONLY," != *",$name,"* ]]; then
+    return
+  fi
   local left=$((end - SECONDS))
   [ "$left" -lt "$secs" ] && secs=$left
   if [ "$secs" -le 5 ]; then
@@ -32,10 +45,14 @@ step() {
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-step compare 200 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
+step compare 230 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --python '$PY' --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4 | tee '$OUT/compare.md'"
-step rl 120 node dist/bench/gpu-checks.js --only 'rl run'
-log=$(ls -td /tmp/prime-gpu-checks-*/rl.log 2>/dev/null | head -1)
-[ -n "$log" ] && cp "$log" "$OUT/rl.log"
-step inference 120 bash -c "node dist/bench/inference.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
+step inference 100 bash -c "node dist/bench/inference.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --concurrency 1,64 --requests 64 --max-tokens 128 | tee '$OUT/inference.md'"
+step eager 80 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
+  --no-train --prompt 128 --new 256 --batches 1 --eager-batches 1,64 | tee '$OUT/eager.md'"
+if [ "${PRIME_GPU_SESSION_RL:-1}" != 0 ]; then
+  step rl 60 node dist/bench/gpu-checks.js --only 'rl run'
+  log=$(ls -td /tmp/prime-gpu-checks-*/rl.log 2>/dev/null | head -1)
+  [ -n "$log" ] && cp "$log" "$OUT/rl.log"
+fi

@@ -86,7 +86,11 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const tokenizer = Tokenizer.fromDir(baseDir);
   const prompts = new PromptTokenizer(tokenizer, baseDir);
   const contextLength = Math.min(config.seq_len, arch.maxPositionEmbeddings);
-  const generator = model.createGenerator({ maxSequences: config.max_running, maxSequenceLength: contextLength });
+  const generator = model.createGenerator({
+    maxSequences: config.max_running,
+    maxSequenceLength: contextLength,
+    cudaGraphs: !config.model.enforce_eager,
+  });
   const scheduler = new Scheduler(
     model,
     generator,

@@ -115,6 +115,8 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
     o.Set("maxSequences", double(gen_->maxSequences));
     o.Set("maxSequenceLength", double(gen_->maxSequenceLength));
     o.Set("cacheUsage", double(gen_->cachedTokens()) / double(gen_->maxSequences * gen_->maxSequenceLength));
+    o.Set("cudaGraphs", double(gen_->cudaGraphs()));
+    o.Set("eagerReason", gen_->eagerReason());
     return o;
   }
 

@@ -1,0 +1,16 @@
+// Facts about, and objects of, a CUDA device that need CUDA's headers, which CPU builds lack (PRIME_HAVE_CUDA:
+// native/CMakeLists.txt).
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace prime {
+
+// The device's compute capability major version (9 for Hopper), or -1 off CUDA or in a build
+// without CUDA.
+int cudaCapabilityMajor(const at::Device& device);
+
+// A new generator on the CUDA device, seeded; undefined in a build without CUDA.
+at::Generator seededCudaGenerator(const at::Device& device, uint64_t seed);
+
+}  // namespace prime
