@@ -165,7 +165,8 @@ async function main(): Promise<void> {
   const gpu = process.env.PRIME_BENCH_DEVICE !== 'cpu';
   // --python: a Python that has torch and transformers (the GPU machine's); else the bench venv.
   const py = process.argv.includes('--python') ? arg('python', 'python3') : PY;
-  const batches = arg('batches', '1,16,64').split(',').map(Number);
+  // --batches none: no decode workloads (training alone).
+  const batches = arg('batches', '1,16,64') === 'none' ? [] : arg('batches', '1,16,64').split(',').map(Number);
   const eagerBatches = process.argv.includes('--eager-batches') ? arg('eager-batches', '').split(',').map(Number) : [];
   const rows = Number(arg('rows', '2')),
     rowLen = Number(arg('row-len', '512'));

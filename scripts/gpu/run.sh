@@ -21,7 +21,7 @@ die() { echo "gpu-run: $*" >&2; exit 1; }
 [ -f "$STAGE/env.sh" ] || die "$STAGE/env.sh not found: run scripts/gpu/stage.sh with the bundle's last call first"
 # shellcheck disable=SC1091
 source "$STAGE/env.sh"
-[ -d node_modules ] && [ -f dist/bench/gpu-checks.js ] || die "node_modules/ or dist/ missing: stage the bundle's last call"
+[ -d node_modules ] && [ -f dist/bench/gpu-checks.js ] || die "node_modules/ or dist/ missing: run scripts/gpu/stage.sh with a call folder (once every part is staged, a folder holding only the bundle's MANIFEST relinks them: a new call's transfer drops the links)"
 # dist/ must be compiled from these sources (the bundle records their hash).
 source scripts/gpu/hashes.sh
 [ "$(ts_sources_hash)" = "$(cat dist/.sources-hash)" ] || die "dist/ was compiled from other sources than this tree: run scripts/gpu/bundle.sh again"

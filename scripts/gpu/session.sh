@@ -47,7 +47,7 @@ step() {
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 step compare 230 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --python '$PY' --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4 | tee '$OUT/compare.md'"
-step inference 100 bash -c "node dist/bench/inference.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
+step inference 150 bash -c "node dist/bench/inference.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --concurrency 1,64 --requests 64 --max-tokens 128 | tee '$OUT/inference.md'"
 step eager 80 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
   --no-train --prompt 128 --new 256 --batches 1 --eager-batches 1,64 | tee '$OUT/eager.md'"
