@@ -11,7 +11,8 @@
  *   node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --python python3 \
  *     --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4 --eager-batches 1,64
  * (decode replays CUDA graphs captured in its warm-up; --eager-batches adds rows with graphs off;
- * --no-train leaves the training workload out).
+ * --no-train leaves the training workload out, --batches none the decode ones; --profile <dir>
+ * profiles one more training step on each side: <dir>/ours-train.txt next to torch-train.txt).
  * bf16 training is mixed precision on both sides (fp32 master weights, bf16 autocast); the MFU
  * column divides by PRIME_BENCH_PEAK_TFLOPS (default 989, H100 / H200 SXM dense bf16).
  *
@@ -38,6 +39,7 @@ import {
   type ComputeDType,
   type TrainRow,
   type TrainStepOptions,
+  type TrainStepStats,
 } from '../native';
 import { QWEN3_0_6B } from './shapes';
 
@@ -53,6 +55,9 @@ const PROMPT = Number(process.env.PRIME_BENCH_PROMPT ?? 64),
   NEW = Number(process.env.PRIME_BENCH_NEW ?? 64),
   SAMPLES = Number(process.env.PRIME_BENCH_SAMPLES ?? 4);
 const WARMUP_TOKENS = 16; // a decode warm-up's new tokens, both sides
+// --profile <dir>: after the timed training steps, one more step on each side under its profiler
+// (ours: native/src/profile.h; PyTorch's: torch.profiler), summaries and traces into <dir>.
+const PROFILE = process.env.PRIME_BENCH_PROFILE;
 const DEVICE = process.env.PRIME_BENCH_DEVICE ?? 'cpu',
   DTYPE = (process.env.PRIME_BENCH_DTYPE ?? 'float32') as ComputeDType;
 // The models: the CPU ones by tokenizer (`model create --preset small`), and the GPU one.
@@ -134,9 +139,16 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
     await trainer.step(batch, opts); // warm-up
     const steps = Number(process.env.PRIME_BENCH_TRAIN_STEPS ?? 3),
       t0 = process.hrtime.bigint();
-    for (let i = 0; i < steps; i++) await trainer.step(batch, opts);
+    let last: TrainStepStats | undefined;
+    for (let i = 0; i < steps; i++) last = await trainer.step(batch, opts);
     seconds = Number(process.hrtime.bigint() - t0) / 1e9;
     tokens = steps * rows * len;
+    if (last)
+      console.error(
+        `[bench] train step: forward + backward ${(last.forwardBackwardSeconds * 1e3).toFixed(1)} ms, optimizer ${(last.optimizerSeconds * 1e3).toFixed(1)} ms, step ${(last.seconds * 1e3).toFixed(1)} ms`,
+      );
+    // --profile: one more step under the profiler (not timed above).
+    if (PROFILE) await trainer.step(batch, { ...opts, profile: path.join(PROFILE, 'ours-train') });
   }
   return { tokensPerSecond: tokens / seconds, seconds, peakRssMb: process.resourceUsage().maxRSS / 1024 };
 }
@@ -162,6 +174,10 @@ async function main(): Promise<void> {
   process.env.PRIME_BENCH_PROMPT = arg('prompt', '64');
   process.env.PRIME_BENCH_NEW = arg('new', '64');
   process.env.PRIME_BENCH_SAMPLES = arg('samples', '4');
+  if (process.argv.includes('--profile')) {
+    process.env.PRIME_BENCH_PROFILE = path.resolve(arg('profile', ''));
+    fs.mkdirSync(process.env.PRIME_BENCH_PROFILE, { recursive: true });
+  }
   const gpu = process.env.PRIME_BENCH_DEVICE !== 'cpu';
   // --python: a Python that has torch and transformers (the GPU machine's); else the bench venv.
   const py = process.argv.includes('--python') ? arg('python', 'python3') : PY;

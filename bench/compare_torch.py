@@ -87,6 +87,18 @@ def main() -> None:
         sync()
         seconds = time.perf_counter() - t0
         tokens = steps * rows * length
+        profile_dir = os.environ.get("PRIME_BENCH_PROFILE")
+        if profile_dir:  # one more step under torch.profiler, as the engine side's --profile
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if DEVICE.startswith("cuda"):
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            with torch.profiler.profile(activities=activities) as prof:
+                step()
+                sync()
+            sort = "self_device_time_total" if DEVICE.startswith("cuda") else "self_cpu_time_total"
+            with open(os.path.join(profile_dir, "torch-train.txt"), "w") as f:
+                f.write(prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=100))
+            prof.export_chrome_trace(os.path.join(profile_dir, "torch-train.json"))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"tokensPerSecond": tokens / seconds, "seconds": seconds, "peakRssMb": peak,
                       "torch": torch.__version__, "threads": torch.get_num_threads()}))

@@ -317,6 +317,11 @@ export interface TrainStepOptions {
   /** Clip the total gradient norm to this; 0 or absent = no clipping. */
   maxGradNorm?: number;
   loss?: LossConfig;
+  /**
+   * Profile this step (libtorch 2.x builds): writes `<profile>.txt` (wall and device-busy time,
+   * time by CUDA kernel and by operator) and `<profile>.json` (the Kineto trace). native/src/profile.h.
+   */
+  profile?: string;
 }
 
 export interface TrainStepStats extends LossMetrics {

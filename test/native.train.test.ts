@@ -4,6 +4,7 @@ import * as os from 'os';
 import * as path from 'path';
 import {
   adamwCheck,
+  info,
   lmHeadCheck,
   loadModel,
   setThreads,
@@ -77,6 +78,25 @@ describe('training', () => {
     for (let i = 0; i < 40; i++) last = await trainer.step(rows, { lr: 3e-3, maxGradNorm: 1 });
     expect(last.loss).toBeLessThan(first.loss * 0.2);
     expect(trainer.stepCount).toBe(41);
+  });
+
+  test('a profiled step (libtorch 2.x) writes a time table and a trace; elsewhere it is refused before it runs', async () => {
+    const model = await loadModel(cfg, randomWeights(cfg, 2));
+    const trainer = model.createTrainer();
+    const prefix = path.join(tmp(), 'step');
+    if (info().torchVersion.startsWith('1.')) {
+      await expect(trainer.step(rows, { lr: 1e-3, profile: prefix })).rejects.toThrow(
+        /needs the addon built against libtorch 2\.x/,
+      );
+      expect(trainer.stepCount).toBe(0);
+      return;
+    }
+    const stats = await trainer.step(rows, { lr: 1e-3, profile: prefix });
+    expect(stats.tokens).toBe(63);
+    const table = fs.readFileSync(`${prefix}.txt`, 'utf8');
+    expect(table).toMatch(/^wall [\d.]+ ms; device busy/);
+    expect(table).toMatch(/\| [\d.]+ \| \d+ \| aten::(mm|addmm|linear|matmul) \|/); // the operators the step ran
+    expect(JSON.parse(fs.readFileSync(`${prefix}.json`, 'utf8'))).toHaveProperty('traceEvents');
   });
 
   test('sum loss with a given normaliser', async () => {

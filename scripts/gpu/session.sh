@@ -5,6 +5,7 @@
 # limit, so a slow one costs only itself; each writes to $OUT as it goes:
 #   compare.md     packed 4,096-token training and decode at 1 / 64 / 256 requests (CUDA graphs),
 #                  Qwen3-0.6B shape, bf16, against PyTorch / transformers
+#   profile.md     one training step of each side under its profiler: time by CUDA kernel
 #   inference.md   the server on the 0.6B model: throughput by concurrency, update_weights to first token
 #   eager.md       decode at 1 and 64 with CUDA graphs off (what the graphs gain)
 #   rl.log         the `prime-rl rl` check's log (2 steps; PRIME_GPU_SESSION_RL=0 leaves it out,
@@ -45,8 +46,14 @@ step() {
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-step compare 230 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
-  --python '$PY' --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4 | tee '$OUT/compare.md'"
+prof=/tmp/prime-gpu-profile
+step compare 240 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
+  --python '$PY' --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4 \
+  --profile $prof | tee '$OUT/compare.md'"
+# The two profiles of one training step side by side (the traces stay on the machine: $prof/*.json).
+for side in ours torch; do
+  [ -f "$prof/$side-train.txt" ] && { echo "## $side"; echo; cat "$prof/$side-train.txt"; echo; }
+done > "$OUT/profile.md"
 step inference 150 bash -c "node dist/bench/inference.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --concurrency 1,64 --requests 64 --max-tokens 128 | tee '$OUT/inference.md'"
 step eager 80 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \

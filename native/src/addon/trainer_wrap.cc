@@ -4,6 +4,7 @@
 #include "addon/async.h"
 #include "addon/convert.h"
 #include "addon/exports.h"
+#include "profile.h"
 #include "trainer.h"
 
 namespace prime::addon {
@@ -62,10 +63,16 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     Napi::Object o = obj(info[1], "options");
     const double lr = num(o, "lr"), maxNorm = numOr(o, "maxGradNorm", 0.0);
     LossConfig loss = lossConfig(o.Get("loss"));
+    const std::string profile = o.Has("profile") && !o.Get("profile").IsUndefined() ? str(o, "profile") : "";
     auto tr = tr_;
     auto out = std::make_shared<StepStats>();
     Job* job = new Job(
-        info.Env(), tr->model, [=] { *out = tr->step(rows, loss, lr, maxNorm); },
+        info.Env(), tr->model,
+        [=] {
+          const auto step = [&] { *out = tr->step(rows, loss, lr, maxNorm); };
+          if (profile.empty()) step();
+          else profiled(profile, tr->model->device, step);
+        },
         [out](Napi::Env env) -> Napi::Value { return statsToJs(env, *out); });
     return job->start();
   }
