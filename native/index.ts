@@ -11,6 +11,7 @@ import * as path from 'path';
 import type { ArchConfig, TensorDType, WeightTensor } from '../lib/model/arch';
 import type { Projection } from '../lib/model/families';
 import { isIgnorable, tensorSpecs, type TensorSpec } from '../lib/model/tensors';
+import { SerialQueue } from '../lib/serial';
 import { chooseOpenBlasCore } from './blas-core';
 
 import type { LossKindName, LossKindSpec, LossParamName } from './loss-kinds';
@@ -455,16 +456,6 @@ function load(): Addon {
     addon = require(file) as Addon;
   }
   return addon;
-}
-
-/** Runs tasks one after another (calls on one model must not overlap). */
-class SerialQueue {
-  private tail: Promise<unknown> = Promise.resolve();
-  run<T>(task: () => Promise<T>): Promise<T> {
-    const result = this.tail.then(task, task);
-    this.tail = result.catch(() => undefined);
-    return result;
-  }
 }
 
 // ------------------------------------------------------------------------------------------------

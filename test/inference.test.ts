@@ -351,6 +351,14 @@ describe('weight updates: paths and versions', () => {
     expect((await post('/reload_weights', {})).status).toBe(200);
     expect((await post('/update_weights', { weight_dir: third, version: 3 })).status).toBe(200);
     expect((await post('/reload_weights', {})).status).toBe(200);
+    // Sent together, two folders under one new label: weight changes run one at a time (the
+    // weights are read without blocking the event loop), so exactly one gets the label.
+    const together = await Promise.all([
+      post('/update_weights', { weight_dir: otherDir, version: 7 }),
+      post('/update_weights', { weight_dir: third, version: 7 }),
+    ]);
+    expect(together.map((r) => r.status).sort()).toEqual([200, 409]);
+    expect((await post('/reload_weights', {})).status).toBe(200);
   });
 });
 

@@ -6,7 +6,9 @@ import {
   INDEX_FILE,
   parseSafetensors,
   readSafetensors,
+  readSafetensorsAsync,
   readSafetensorsDir,
+  readSafetensorsDirAsync,
   serializeSafetensors,
   writeSafetensors,
 } from '../lib/model/safetensors';
@@ -103,6 +105,40 @@ describe('round trip', () => {
   });
 });
 
+describe('reading without blocking the event loop (a server loading new weights)', () => {
+  const same = (a: { name: string; dtype: string; shape: number[]; data: Buffer }[], b: typeof a) => {
+    expect(a.map(({ name, dtype, shape }) => ({ name, dtype, shape }))).toEqual(
+      b.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
+    );
+    a.forEach((t, i) => expect(Buffer.compare(t.data, b[i].data)).toBe(0));
+  };
+
+  test('the async reader gives what the sync one gives, tensors larger than its 64 MiB pieces included', async () => {
+    // 70 MB: read in two pieces at two offsets of one buffer, beside small tensors.
+    const big = new Float32Array(17_500_000);
+    for (let i = 0; i < big.length; i += 4099) big[i] = i;
+    const tensors = [
+      ...sample,
+      { name: 'big', dtype: 'F32' as const, shape: [big.length], data: Buffer.from(big.buffer) },
+    ];
+    const file = path.join(tmp, 'model.safetensors');
+    writeSafetensors(file, tensors, { format: 'pt' });
+    const [sync, async] = [readSafetensors(file), await readSafetensorsAsync(file)];
+    same(async.tensors, sync.tensors);
+    expect(async.metadata).toEqual({ format: 'pt' });
+  });
+
+  test('sharded folders: the async reader follows the index as the sync one does', async () => {
+    writeSafetensors(path.join(tmp, 'model-00001-of-00002.safetensors'), sample.slice(0, 2));
+    writeSafetensors(path.join(tmp, 'model-00002-of-00002.safetensors'), sample.slice(2));
+    const weightMap = Object.fromEntries(
+      sample.map((t, i) => [t.name, `model-0000${i < 2 ? 1 : 2}-of-00002.safetensors`]),
+    );
+    fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ metadata: {}, weight_map: weightMap }));
+    same(await readSafetensorsDirAsync(tmp), readSafetensorsDir(tmp));
+  });
+});
+
 describe('errors name the file and the tensor', () => {
   const ok = { w: { dtype: 'F32', shape: [2], data_offsets: [0, 8] } };
 
@@ -153,11 +189,12 @@ describe('errors name the file and the tensor', () => {
     ],
     ['bytes after the last tensor', rawFile(ok, 12), /data region is 12 bytes but tensors cover only 8/],
     ['bad metadata', rawFile({ __metadata__: { n: 1 }, ...ok }, 8), /__metadata__\.n is not a string/],
-  ])('%s', (_what, bytes, message) => {
+  ])('%s', async (_what, bytes, message) => {
     const file = path.join(tmp, 'x.safetensors');
     fs.writeFileSync(file, bytes);
     expect(() => readSafetensors(file)).toThrow(message);
     expect(() => readSafetensors(file)).toThrow(file);
+    await expect(readSafetensorsAsync(file)).rejects.toThrow(message);
   });
 
   test('a missing shard names the index and the shard', () => {
@@ -170,7 +207,7 @@ describe('errors name the file and the tensor', () => {
     );
   });
 
-  test('a tensor the index promises but the shard lacks', () => {
+  test('a tensor the index promises but the shard lacks', async () => {
     writeSafetensors(path.join(tmp, 's.safetensors'), [sample[0]]);
     fs.writeFileSync(
       path.join(tmp, INDEX_FILE),
@@ -179,6 +216,7 @@ describe('errors name the file and the tensor', () => {
     expect(() => readSafetensorsDir(tmp)).toThrow(
       /s\.safetensors: tensor 'ghost' listed in model\.safetensors\.index\.json is not in the shard/,
     );
+    await expect(readSafetensorsDirAsync(tmp)).rejects.toThrow(/tensor 'ghost' listed in .* is not in the shard/);
   });
 
   test('an index without weight_map, and a folder without weights', () => {

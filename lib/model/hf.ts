@@ -10,7 +10,7 @@ import type { ArchConfig, NamedTensor } from './arch';
 import { writeDirAtomic, writeFileAtomic } from '../atomic';
 import { readJsonFile } from '../json';
 import { parseHfConfig } from './hf-config';
-import { readSafetensorsDir, writeSafetensors } from './safetensors';
+import { readSafetensorsDir, readSafetensorsDirAsync, writeSafetensors } from './safetensors';
 import { checkModelTensors } from './tensors';
 
 export interface HfModel {
@@ -43,6 +43,13 @@ export function readHfConfig(dir: string): { config: ArchConfig; rawConfig: Reco
 export function loadHfModel(dir: string): HfModel {
   const { config, rawConfig } = readHfConfig(dir);
   const tensors = checkModelTensors(config, readSafetensorsDir(dir), dir);
+  return { dir, config, rawConfig, tensors };
+}
+
+/** loadHfModel without blocking the event loop while the weights are read (a serving process). */
+export async function loadHfModelAsync(dir: string): Promise<HfModel> {
+  const { config, rawConfig } = readHfConfig(dir);
+  const tensors = checkModelTensors(config, await readSafetensorsDirAsync(dir), dir);
   return { dir, config, rawConfig, tensors };
 }
 

@@ -177,17 +177,58 @@ export function readSafetensors(file: string): SafetensorsFile {
     const size = fs.fstatSync(fd).size;
     if (size <= bufferConstants.MAX_LENGTH) return parseSafetensors(readExactly(fd, 0, size, file), file);
     const n = headerLength(readExactly(fd, 0, 8, file), size, file);
-    const dataStart = 8 + n;
-    const { entries, metadata } = parseHeader(readExactly(fd, 8, n, file), size - dataStart, file);
+    const { entries, metadata } = parseHeader(readExactly(fd, 8, n, file), size - 8 - n, file);
     const tensors = entries.map((e) => ({
       name: e.name,
       dtype: e.dtype,
       shape: e.shape,
-      data: readExactly(fd, dataStart + e.begin, e.end - e.begin, file),
+      data: readExactly(fd, 8 + n + e.begin, e.end - e.begin, file),
     }));
     return { tensors, metadata };
   } finally {
     fs.closeSync(fd);
+  }
+}
+
+// Reads in flight at once for readSafetensorsAsync: libuv's thread pool has 4 threads by default.
+const ASYNC_READS = 4;
+const ASYNC_CHUNK = 64 << 20;
+
+/**
+ * readSafetensors without blocking the event loop (a server loading new weights keeps serving):
+ * the tensors are read in 64 MiB pieces, several at once on libuv's threads, so copying a large
+ * file out of the page cache also takes several cores. Same checks and errors as readSafetensors.
+ */
+export async function readSafetensorsAsync(file: string): Promise<SafetensorsFile> {
+  const handle = await fs.promises.open(file, 'r');
+  try {
+    const size = (await handle.stat()).size;
+    const n = headerLength(await readExactlyAsync(handle, 0, Math.min(8, size), file), size, file);
+    const { entries, metadata } = parseHeader(await readExactlyAsync(handle, 8, n, file), size - 8 - n, file);
+    const tensors = entries.map((e) => ({
+      name: e.name,
+      dtype: e.dtype,
+      shape: e.shape,
+      data: Buffer.allocUnsafe(e.end - e.begin),
+    }));
+    const pieces: { data: Buffer; at: number; position: number; length: number }[] = [];
+    entries.forEach((e, i) => {
+      for (let at = 0; at < e.end - e.begin; at += ASYNC_CHUNK) {
+        const length = Math.min(ASYNC_CHUNK, e.end - e.begin - at);
+        pieces.push({ data: tensors[i].data, at, position: 8 + n + e.begin + at, length });
+      }
+    });
+    let next = 0;
+    const reader = async () => {
+      while (next < pieces.length) {
+        const p = pieces[next++];
+        await readIntoAsync(handle, p.data, p.at, p.position, p.length, file);
+      }
+    };
+    await Promise.all(Array.from({ length: ASYNC_READS }, reader));
+    return { tensors, metadata };
+  } finally {
+    await handle.close();
   }
 }
 
@@ -202,27 +243,62 @@ function readExactly(fd: number, position: number, length: number, file: string)
   return buf;
 }
 
+async function readExactlyAsync(handle: fs.promises.FileHandle, position: number, length: number, file: string) {
+  const buf = Buffer.allocUnsafe(length);
+  await readIntoAsync(handle, buf, 0, position, length, file);
+  return buf;
+}
+
+async function readIntoAsync(
+  handle: fs.promises.FileHandle,
+  buf: Buffer,
+  offset: number,
+  position: number,
+  length: number,
+  file: string,
+): Promise<void> {
+  let done = 0;
+  while (done < length) {
+    const { bytesRead } = await handle.read(buf, offset + done, length - done, position + done);
+    if (bytesRead === 0) throw new Error(`${file}: unexpected end of file`);
+    done += bytesRead;
+  }
+}
+
 /**
  * Reads the weights of an HF model folder: `model.safetensors.index.json` (sharded, its
  * `weight_map` says which file holds each tensor) or else `model.safetensors`.
  */
 export function readSafetensorsDir(dir: string): NamedTensor[] {
-  return readWeightFiles(dir).map((t) => {
-    if (!MODEL_DTYPES.includes(t.dtype)) {
-      throw new Error(
-        `${dir}: tensor '${t.name}' has dtype ${t.dtype}; model weights must be ${MODEL_DTYPES.join(', ')}`,
-      );
-    }
-    return t as NamedTensor;
-  });
+  const plan = weightFiles(dir);
+  return modelTensors(
+    dir,
+    plan,
+    plan.map((f) => readSafetensors(f.file).tensors),
+  );
 }
 
-function readWeightFiles(dir: string): StoredTensor[] {
+/** readSafetensorsDir without blocking the event loop (readSafetensorsAsync). */
+export async function readSafetensorsDirAsync(dir: string): Promise<NamedTensor[]> {
+  const plan = weightFiles(dir);
+  const read: StoredTensor[][] = [];
+  for (const f of plan) read.push((await readSafetensorsAsync(f.file)).tensors);
+  return modelTensors(dir, plan, read);
+}
+
+/** A file of a model folder, and the tensors the index says it holds (undefined: all, no index). */
+interface WeightFile {
+  file: string;
+  names?: string[];
+}
+
+/** Which files hold the folder's weights: its index's shards, or the single model.safetensors. */
+function weightFiles(dir: string): WeightFile[] {
   const indexPath = path.join(dir, INDEX_FILE);
   if (!fs.existsSync(indexPath)) {
     const single = path.join(dir, 'model.safetensors');
     if (!fs.existsSync(single)) throw new Error(`${dir}: neither model.safetensors nor ${INDEX_FILE} exists`);
-    return readSafetensors(single).tensors;
+    return [{ file: single }];
   }
   const indexText = fs.readFileSync(indexPath, 'utf8');
   let index: unknown;
@@ -242,18 +318,36 @@ function readWeightFiles(dir: string): StoredTensor[] {
     }
     byShard.set(shard, [...(byShard.get(shard) ?? []), name]);
   }
+  return [...byShard].map(([shard, names]) => {
+    const file = path.join(dir, shard);
+    if (!fs.existsSync(file)) throw new Error(`${indexPath}: shard ${shard} (holding '${names[0]}') is missing`);
+    return { file, names };
+  });
+}
+
+/** The tensors each index entry names, from what was read of its file (read[i] of plan[i]); model dtypes only. */
+function modelTensors(dir: string, plan: WeightFile[], read: StoredTensor[][]): NamedTensor[] {
   const out: StoredTensor[] = [];
-  for (const [shard, names] of byShard) {
-    const shardPath = path.join(dir, shard);
-    if (!fs.existsSync(shardPath)) throw new Error(`${indexPath}: shard ${shard} (holding '${names[0]}') is missing`);
-    const found = new Map(readSafetensors(shardPath).tensors.map((t) => [t.name, t]));
+  plan.forEach(({ file, names }, i) => {
+    if (names === undefined) {
+      out.push(...read[i]);
+      return;
+    }
+    const found = new Map(read[i].map((t) => [t.name, t]));
     for (const name of names) {
       const t = found.get(name);
-      if (!t) throw new Error(`${shardPath}: tensor '${name}' listed in ${INDEX_FILE} is not in the shard`);
+      if (!t) throw new Error(`${file}: tensor '${name}' listed in ${INDEX_FILE} is not in the shard`);
       out.push(t);
     }
-  }
-  return out;
+  });
+  return out.map((t) => {
+    if (!MODEL_DTYPES.includes(t.dtype)) {
+      throw new Error(
+        `${dir}: tensor '${t.name}' has dtype ${t.dtype}; model weights must be ${MODEL_DTYPES.join(', ')}`,
+      );
+    }
+    return t as NamedTensor;
+  });
 }
 
 /** Header JSON padded with spaces to a multiple of 8 bytes, as the reference writer does. */

@@ -8,7 +8,8 @@ import * as path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { ArchConfig } from '../../model/arch';
 import { isSparseLayer } from '../../model/families';
-import { loadHfModel } from '../../model/hf';
+import { loadHfModelAsync } from '../../model/hf';
+import { SerialQueue } from '../../serial';
 import { ApiError, generateRequest, parseBody, updateWeightsRequest } from '../protocol';
 import { disconnectSignal, usage, type Served } from './served';
 
@@ -103,106 +104,114 @@ export function registerPolicyRoutes(
       'permission_error',
     );
 
-  app.post('/update_weights', async (req) => {
-    const body = parseBody(updateWeightsRequest, req.body);
-    const dir = path.resolve(body.weight_dir);
-    let real: string;
-    try {
-      real = fs.realpathSync(dir);
-    } catch {
-      throw new ApiError(400, `weight_dir: ${body.weight_dir} does not exist`, 'weight_dir', 'not_found');
-    }
-    if (!insideRoots(real)) throw forbidden(`${body.weight_dir} is`);
-    if (!fs.statSync(real).isDirectory())
-      throw new ApiError(400, `weight_dir: ${body.weight_dir} is not a folder`, 'weight_dir', 'invalid_model');
-    // Every file the load may read must be inside the roots too: a link in an allowed folder must
-    // not make the server read a file elsewhere (nor quote it in an error).
-    for (const name of fs.readdirSync(real)) {
-      let target: string;
-      try {
-        target = fs.realpathSync(path.join(real, name));
-      } catch {
-        continue; // a dangling link: loading names the missing file
-      }
-      if (!insideRoots(target)) throw forbidden(`${path.join(body.weight_dir, name)} links to a file`);
-    }
-    // A version names one set of weights: clients skip loading when /health already shows the
-    // version they want, so a wrong label silently serves wrong weights. 0 is the base model's,
-    // and since start (or the last reload) a label stays with its folder and a folder with its
-    // label. Labels may go down: rl evaluates step n, then samples with n - async_level.
-    const version = body.version ?? scheduler.policy.version + 1;
-    if (version === 0 && real !== baseReal) {
-      throw new ApiError(
-        400,
-        `version: 0 is the base model's version (${baseDir}); ${body.weight_dir} needs a version >= 1`,
-        'version',
-        'invalid_version',
-      );
-    }
-    const labelled = labels.get(version);
-    if (labelled !== undefined && labelled !== real) {
-      throw new ApiError(
-        409,
-        `version: ${version} already names the weights in ${labelled}; ${body.weight_dir} needs its own version (or POST /reload_weights to start a new lineage)`,
-        'version',
-        'version_conflict',
-      );
-    }
-    const earlier = [...labels].find(([v, dir]) => dir === real && v !== version);
-    if (earlier) {
-      throw new ApiError(
-        409,
-        `version: ${body.weight_dir} was loaded as version ${earlier[0]}; the same weights cannot also be version ${version}`,
-        'version',
-        'version_conflict',
-      );
-    }
-    let loaded;
-    try {
-      loaded = loadHfModel(real);
-    } catch (e) {
-      throw new ApiError(
-        400,
-        `weight_dir: not a loadable model folder: ${(e as Error).message}`,
-        'weight_dir',
-        'invalid_model',
-      );
-    }
-    const mismatch = sameShape(arch, loaded.config);
-    if (mismatch)
-      throw new ApiError(400, `weight_dir: not the same model shape: ${mismatch}`, 'weight_dir', 'shape_mismatch');
-    await scheduler.updateWeights(loaded.tensors, { version, weightDir: real });
-    labels.set(version, real);
-    return { status: 'ok', policy_version: version, weight_dir: real };
-  });
+  // Weight changes run one at a time: each reads the version labels, loads (without blocking the
+  // event loop: the server keeps serving meanwhile) and then records its label.
+  const weightChanges = new SerialQueue();
 
-  app.post('/reload_weights', async () => {
-    let loaded;
-    try {
-      loaded = loadHfModel(baseDir);
-    } catch (e) {
-      throw new ApiError(
-        500,
-        `the base model folder ${baseDir} can no longer be loaded: ${(e as Error).message}`,
-        null,
-        'base_model_unreadable',
-        'server_error',
-      );
-    }
-    const mismatch = sameShape(arch, loaded.config);
-    if (mismatch)
-      throw new ApiError(
-        500,
-        `the base model folder ${baseDir} changed shape since the server started: ${mismatch}`,
-        null,
-        'base_model_changed',
-        'server_error',
-      );
-    await scheduler.updateWeights(loaded.tensors, { version: 0, weightDir: baseDir });
-    labels.clear();
-    labels.set(0, baseReal);
-    return { status: 'ok', policy_version: 0, weight_dir: baseDir };
-  });
+  app.post('/update_weights', (req) =>
+    weightChanges.run(async () => {
+      const body = parseBody(updateWeightsRequest, req.body);
+      const dir = path.resolve(body.weight_dir);
+      let real: string;
+      try {
+        real = fs.realpathSync(dir);
+      } catch {
+        throw new ApiError(400, `weight_dir: ${body.weight_dir} does not exist`, 'weight_dir', 'not_found');
+      }
+      if (!insideRoots(real)) throw forbidden(`${body.weight_dir} is`);
+      if (!fs.statSync(real).isDirectory())
+        throw new ApiError(400, `weight_dir: ${body.weight_dir} is not a folder`, 'weight_dir', 'invalid_model');
+      // Every file the load may read must be inside the roots too: a link in an allowed folder must
+      // not make the server read a file elsewhere (nor quote it in an error).
+      for (const name of fs.readdirSync(real)) {
+        let target: string;
+        try {
+          target = fs.realpathSync(path.join(real, name));
+        } catch {
+          continue; // a dangling link: loading names the missing file
+        }
+        if (!insideRoots(target)) throw forbidden(`${path.join(body.weight_dir, name)} links to a file`);
+      }
+      // A version names one set of weights: clients skip loading when /health already shows the
+      // version they want, so a wrong label silently serves wrong weights. 0 is the base model's,
+      // and since start (or the last reload) a label stays with its folder and a folder with its
+      // label. Labels may go down: rl evaluates step n, then samples with n - async_level.
+      const version = body.version ?? scheduler.policy.version + 1;
+      if (version === 0 && real !== baseReal) {
+        throw new ApiError(
+          400,
+          `version: 0 is the base model's version (${baseDir}); ${body.weight_dir} needs a version >= 1`,
+          'version',
+          'invalid_version',
+        );
+      }
+      const labelled = labels.get(version);
+      if (labelled !== undefined && labelled !== real) {
+        throw new ApiError(
+          409,
+          `version: ${version} already names the weights in ${labelled}; ${body.weight_dir} needs its own version (or POST /reload_weights to start a new lineage)`,
+          'version',
+          'version_conflict',
+        );
+      }
+      const earlier = [...labels].find(([v, dir]) => dir === real && v !== version);
+      if (earlier) {
+        throw new ApiError(
+          409,
+          `version: ${body.weight_dir} was loaded as version ${earlier[0]}; the same weights cannot also be version ${version}`,
+          'version',
+          'version_conflict',
+        );
+      }
+      let loaded;
+      try {
+        loaded = await loadHfModelAsync(real);
+      } catch (e) {
+        throw new ApiError(
+          400,
+          `weight_dir: not a loadable model folder: ${(e as Error).message}`,
+          'weight_dir',
+          'invalid_model',
+        );
+      }
+      const mismatch = sameShape(arch, loaded.config);
+      if (mismatch)
+        throw new ApiError(400, `weight_dir: not the same model shape: ${mismatch}`, 'weight_dir', 'shape_mismatch');
+      await scheduler.updateWeights(loaded.tensors, { version, weightDir: real });
+      labels.set(version, real);
+      return { status: 'ok', policy_version: version, weight_dir: real };
+    }),
+  );
+
+  app.post('/reload_weights', () =>
+    weightChanges.run(async () => {
+      let loaded;
+      try {
+        loaded = await loadHfModelAsync(baseDir);
+      } catch (e) {
+        throw new ApiError(
+          500,
+          `the base model folder ${baseDir} can no longer be loaded: ${(e as Error).message}`,
+          null,
+          'base_model_unreadable',
+          'server_error',
+        );
+      }
+      const mismatch = sameShape(arch, loaded.config);
+      if (mismatch)
+        throw new ApiError(
+          500,
+          `the base model folder ${baseDir} changed shape since the server started: ${mismatch}`,
+          null,
+          'base_model_changed',
+          'server_error',
+        );
+      await scheduler.updateWeights(loaded.tensors, { version: 0, weightDir: baseDir });
+      labels.clear();
+      labels.set(0, baseReal);
+      return { status: 'ok', policy_version: 0, weight_dir: baseDir };
+    }),
+  );
 }
 
 /** The prefill's routes [P - 1, sparse layers, K] (flattened) as one array per prompt token. */
