@@ -5,10 +5,15 @@
 #   bash examples/reverse_text/run.sh            (npm run reverse-text)
 # Extra arguments go to every train/eval command, e.g. --seed 1 --output-dir outputs/seed1.
 # MODEL_ARGS="..." adds flags to `model create` (an MoE model: see README.md).
+# DEVICE=cuda (or cuda:N) DTYPE=bfloat16: SFT, eval, and rl's trainer and inference on that device
+# in that dtype. PRIME_SETUP=0 skips scripts/setup.sh (a GPU machine staged by scripts/gpu/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bash scripts/setup.sh
+[ "${PRIME_SETUP:-1}" = 0 ] || bash scripts/setup.sh
 CLI="node bin/prime-rl.js"
+ON=() RL_ON=()
+if [ -n "${DEVICE:-}" ]; then ON+=(--model.device "$DEVICE") RL_ON+=(--trainer.model.device "$DEVICE" --inference.model.device "$DEVICE"); fi
+if [ -n "${DTYPE:-}" ]; then ON+=(--model.dtype "$DTYPE") RL_ON+=(--trainer.model.dtype "$DTYPE" --inference.model.dtype "$DTYPE"); fi
 OUT=outputs
 for ((i = 1; i <= $#; i++)); do [ "${!i}" = "--output-dir" ] && { j=$((i + 1)); OUT=${!j}; }; done
 MODEL=$OUT/models/reverse-text
@@ -21,15 +26,15 @@ stamp "1/4 model: byte tokenizer, 4 layers of width 128, 8 heads"
 $CLI model create --out "$MODEL" --hidden-size 128 --intermediate-size 384 --num-layers 4 --num-heads 8 --num-kv-heads 8 --max-position-embeddings 512 ${MODEL_ARGS:-}
 
 stamp "2/4 SFT on reverse-text demonstrations, until the validation loss reaches its target"
-$CLI sft @ configs/reverse_text/sft.toml --model.name "$MODEL" "$@"
+$CLI sft @ configs/reverse_text/sft.toml --model.name "$MODEL" ${ON[@]+"${ON[@]}"} "$@"
 # The step it stopped at: its newest weights.
 SFT_STEP=$(ls "$SFT_WEIGHTS" | sed -n 's/^step_\([0-9]*\)$/\1/p' | sort -n | tail -1)
 
 stamp "3/4 eval: the model before SFT (base) and after SFT (step_$SFT_STEP)"
-$CLI eval @ configs/reverse_text/eval.toml --model.name "$MODEL" --weights-dir "$SFT_WEIGHTS" --steps "[$SFT_STEP]" "$@"
+$CLI eval @ configs/reverse_text/eval.toml --model.name "$MODEL" --weights-dir "$SFT_WEIGHTS" --steps "[$SFT_STEP]" ${ON[@]+"${ON[@]}"} "$@"
 
 stamp "4/4 RL from the SFT weights"
-$CLI rl @ configs/reverse_text/rl.toml --model.name "$SFT_WEIGHTS/step_$SFT_STEP" "$@"
+$CLI rl @ configs/reverse_text/rl.toml --model.name "$SFT_WEIGHTS/step_$SFT_STEP" ${RL_ON[@]+"${RL_ON[@]}"} "$@"
 
 stamp "done"
 node -e '

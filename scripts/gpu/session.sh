@@ -8,6 +8,7 @@
 #   profile.md     one training step of each side under its profiler: time by CUDA kernel
 #   inference.md   the server on the 0.6B model: throughput by concurrency, update_weights to first token
 #   eager.md       decode at 1 and 64 with CUDA graphs off (what the graphs gain)
+#   reverse-text.log  the reverse-text example on the card (only when named in PRIME_GPU_SESSION_ONLY)
 #   rl.log         the `prime-rl rl` check's log (2 steps; PRIME_GPU_SESSION_RL=0 leaves it out,
 #                  e.g. when the checks of the same call ran it)
 #   bash scripts/gpu/run.sh --skip 'rl run' -- bash scripts/gpu/session.sh
@@ -58,6 +59,12 @@ step inference 150 bash -c "node dist/bench/inference.js --models qwen3-0.6b --d
   --concurrency 1,64 --requests 64 --max-tokens 128 | tee '$OUT/inference.md'"
 step eager 80 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
   --no-train --prompt 128 --new 256 --batches 1 --eager-batches 1,64 | tee '$OUT/eager.md'"
+# The reverse-text example on the card (SFT, eval, RL; bf16): only when named, e.g. in a call of its
+# own: PRIME_GPU_SESSION_ONLY=reverse-text PRIME_GPU_SESSION_SECONDS=560.
+if [[ ",${PRIME_GPU_SESSION_ONLY:-}," == *",reverse-text,"* ]]; then
+  step reverse-text 3600 bash -c "PRIME_SETUP=0 DEVICE=cuda DTYPE=bfloat16 bash examples/reverse_text/run.sh \
+    --output-dir /tmp/prime-gpu-reverse-text > '$OUT/reverse-text.log' 2>&1"
+fi
 if [ "${PRIME_GPU_SESSION_RL:-1}" != 0 ]; then
   step rl 60 node dist/bench/gpu-checks.js --only 'rl run'
   log=$(ls -td /tmp/prime-gpu-checks-*/rl.log 2>/dev/null | head -1)
