@@ -637,7 +637,7 @@ at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& 
   auto [q, k] = attentionInputs(L, x, cos, sin, v, l, ad);
   if (kvOut) kvOut->emplace_back(k, v);
 #if TORCH_VERSION_MAJOR >= 2
-  if (seg.cuSeqLens.defined()) {
+  if (seg.cuSeqLens.defined() && !flashVarlenFailed.load()) {
     // One kernel for every sample of the row ([N, H, hd] is flash's packed layout). Autocast
     // does not cover this op: q/k/v come cast to the compute dtype (the cast's backward returns
     // fp32 gradients to fp32 inputs).
