@@ -27,13 +27,15 @@ if [ -n "${PRIME_GPU_DEADLINE:-}" ]; then
 fi
 echo "[gpu-session] $((end - SECONDS))s for the benchmarks"
 
+# named NAME: PRIME_GPU_SESSION_ONLY names the step; selected NAME: it names it, or names none.
+named() { [[ ",${PRIME_GPU_SESSION_ONLY:-}," == *",$1,"* ]]; }
+selected() { [ -z "${PRIME_GPU_SESSION_ONLY:-}" ] || named "$1"; }
+
 # step NAME SECONDS CMD...: runs CMD for at most SECONDS (less if the session's end comes first).
 step() {
   local name=$1 secs=$2
   shift 2
-  if [ -n "${PRIME_GPU_SESSION_ONLY:-}" ] && [[ ",$PRIME_GPU_SESSION_ONLY," != *",$name,"* ]]; then
-    return
-  fi
+  selected "$name" || return 0
   local left=$((end - SECONDS))
   [ "$left" -lt "$secs" ] && secs=$left
   if [ "$secs" -le 5 ]; then
@@ -48,20 +50,23 @@ step() {
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 prof=/tmp/prime-gpu-profile
+selected compare && rm -rf "$prof"
 step compare 240 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --python '$PY' --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4 \
   --profile $prof | tee '$OUT/compare.md'"
 # The two profiles of one training step side by side (the traces stay on the machine: $prof/*.json).
-for side in ours torch; do
-  [ -f "$prof/$side-train.txt" ] && { echo "## $side"; echo; cat "$prof/$side-train.txt"; echo; }
-done > "$OUT/profile.md"
+if selected compare; then
+  for side in ours torch; do
+    [ -f "$prof/$side-train.txt" ] && { echo "## $side"; echo; cat "$prof/$side-train.txt"; echo; }
+  done > "$OUT/profile.md"
+fi
 step inference 150 bash -c "node dist/bench/inference.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --concurrency 1,64 --requests 64 --max-tokens 128 | tee '$OUT/inference.md'"
 step eager 80 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
   --no-train --prompt 128 --new 256 --batches 1 --eager-batches 1,64 | tee '$OUT/eager.md'"
 # The reverse-text example on the card (SFT, eval, RL; bf16): only when named, e.g. in a call of its
 # own: PRIME_GPU_SESSION_ONLY=reverse-text PRIME_GPU_SESSION_SECONDS=560.
-if [[ ",${PRIME_GPU_SESSION_ONLY:-}," == *",reverse-text,"* ]]; then
+if named reverse-text; then
   step reverse-text 3600 bash -c "PRIME_SETUP=0 DEVICE=cuda DTYPE=bfloat16 bash examples/reverse_text/run.sh \
     --output-dir /tmp/prime-gpu-reverse-text > '$OUT/reverse-text.log' 2>&1"
 fi
