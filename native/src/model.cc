@@ -618,8 +618,8 @@ Model::Segments Model::packedSegments(const std::vector<int64_t>& segStarts, int
   // CUDA's flash attention (Ampere or newer) takes the whole packed row in one kernel, causal
   // within each sample, GQA included, when attention runs in bf16: a bf16 model, or fp32 weights
   // under bf16 autocast (mixed-precision training). Head sizes up to 256, multiples of 8.
-  const at::ScalarType compute = AutocastGuard::active(device).value_or(dtype);
-  if (device.is_cuda() && (compute == at::kBFloat16 || compute == at::kHalf) && cfg.headDim % 8 == 0 &&
+  seg.compute = AutocastGuard::active(device).value_or(dtype);
+  if (device.is_cuda() && (seg.compute == at::kBFloat16 || seg.compute == at::kHalf) && cfg.headDim % 8 == 0 &&
       cfg.headDim <= 256 && !flashVarlenFailed.load() && cudaCapabilityMajor(device) >= 8) {
     std::vector<int32_t> cu(seg.lens.size() + 1, 0);
     for (size_t s = 0; s < seg.lens.size(); s++) cu[s + 1] = cu[s] + int32_t(seg.lens[s]);
@@ -641,7 +641,7 @@ at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& 
     // One kernel for every sample of the row ([N, H, hd] is flash's packed layout). Autocast
     // does not cover this op: q/k/v come cast to the compute dtype (the cast's backward returns
     // fp32 gradients to fp32 inputs).
-    const at::ScalarType compute = AutocastGuard::active(device).value_or(dtype);
+    const at::ScalarType compute = seg.compute;
     try {
       at::Tensor o = std::get<0>(at::_flash_attention_forward(q.to(compute), k.to(compute), v.to(compute),
                                                               seg.cuSeqLens, seg.cuSeqLens, seg.longest, seg.longest,

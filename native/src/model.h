@@ -214,6 +214,7 @@ class Model {
     std::vector<int64_t> lens;
     at::Tensor cuSeqLens;  // undefined: attention per sample
     int64_t longest = 0;
+    at::ScalarType compute = at::kFloat;  // the dtype flash attention runs in (with cuSeqLens)
   };
   Segments packedSegments(const std::vector<int64_t>& segStarts, int64_t N) const;
   // Decoder layer `layer` over a packed row.

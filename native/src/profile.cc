@@ -59,13 +59,13 @@ void profiled(const std::string& prefix, const at::Device& device, const std::fu
   const double wallMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::unique_ptr<torch::autograd::profiler::ProfilerResult> result = torch::autograd::profiler::disableProfiler();
   std::map<std::string, Total> kernels, ops;
-  uint64_t deviceNs = 0;
   for (const auto& e : result->events()) {
     Total& t = (e.deviceType() == c10::DeviceType::CUDA ? kernels : ops)[e.name()];
     t.ns += e.durationNs();
     t.calls++;
-    if (e.deviceType() == c10::DeviceType::CUDA) deviceNs += e.durationNs();
   }
+  uint64_t deviceNs = 0;
+  for (const auto& [name, t] : kernels) deviceNs += t.ns;
   const std::string txt = prefix + ".txt", tmp = txt + ".tmp";
   {
     std::ofstream out(tmp);

@@ -34,35 +34,37 @@ done
 [ "${1:-}" = -- ] && shift
 
 # The addon: the bundle's prebuilt one, or built against PyTorch's libtorch (native/cmake/torch.cmake).
-if [ -z "${LIBTORCH:-}" ]; then
-  LIBTORCH=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') || die "python3 cannot import torch; set LIBTORCH"
-fi
+# One import of torch for what the checks below compare: version and commit, its lib/ folder.
+# (With LIBTORCH given and no torch in python3: nothing prebuilt matches, the addon is built.)
+torch_facts=$(python3 -c 'import torch, os; print(torch.__version__, torch.version.git_version, os.path.join(os.path.dirname(torch.__file__), "lib"))') ||
+  [ -n "${LIBTORCH:-}" ] || die "python3 cannot import torch; set LIBTORCH"
+read -r version commit torch_lib <<<"$torch_facts"
+torch_version="$version $commit"
+if [ -z "${LIBTORCH:-}" ]; then LIBTORCH=$(dirname "$torch_lib")/share/cmake; fi
 export LIBTORCH
 log "node $(node --version), libtorch: $LIBTORCH"
-# The bundle's prebuilt addon, when it was built from these sources against this very torch: it
-# finds libtorch through LD_LIBRARY_PATH (exported: child processes load it too). Else a build here.
+addon=build/native/Release/prime_native.node
+# loads_with_cuda: the addon in build/native loads (finding libtorch through LD_LIBRARY_PATH,
+# exported: child processes load it too) and sees CUDA.
+loads_with_cuda() {
+  export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  node -e "process.exit(require('./$addon').info().cuda ? 0 : 1)"
+}
+# The bundle's prebuilt addon, when it was built from these sources against this very torch.
 prebuilt() {
-  local dir=$STAGE/addon torch_version torch_lib
+  local dir=$STAGE/addon
   [ -f "$dir/prime_native.node" ] || return 1
-  torch_version=$(python3 -c 'import torch; print(torch.__version__, torch.version.git_version)') || return 1
   [ "$(cat "$dir/torch-version")" = "$torch_version" ] || { log "prebuilt addon is for torch $(cat "$dir/torch-version"), not $torch_version"; return 1; }
   [ "$(cat "$dir/sources-hash")" = "$(native_sources_hash)" ] || { log "prebuilt addon: other native sources"; return 1; }
-  torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-  mkdir -p build/native/Release && cp "$dir/prime_native.node" build/native/Release/
-  export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  node -e "process.exit(require('./build/native/Release/prime_native.node').info().cuda ? 0 : 1)" ||
-    { log "prebuilt addon does not load or sees no CUDA: building"; return 1; }
+  mkdir -p "$(dirname "$addon")" && cp "$dir/prime_native.node" "$addon"
+  loads_with_cuda || { log "prebuilt addon does not load or sees no CUDA: building"; return 1; }
   log "using the bundle's prebuilt addon (torch $torch_version)"
 }
-
-torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-addon=build/native/Release/prime_native.node
 # What the addon in build/native was made from: these native sources, this torch.
-addon_key="$(native_sources_hash) $(python3 -c 'import torch; print(torch.__version__, torch.version.git_version)')"
+addon_key="$(native_sources_hash) $torch_version"
 earlier() { # the addon of an earlier call, if it is still the one these sources make
   [ -f "$addon" ] && [ "$(cat build/native/.prime-addon-key 2>/dev/null)" = "$addon_key" ] || return 1
-  export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  node -e "process.exit(require('./$addon').info().cuda ? 0 : 1)" || return 1
+  loads_with_cuda || return 1
   log "using the addon built or copied by an earlier call"
 }
 
