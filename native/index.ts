@@ -420,6 +420,7 @@ interface Addon {
   lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult;
   adamwCheck(options: AdamwCheckOptions): { maxDiff: number; moved: number };
   lossKinds(): LossKindSpec[];
+  layerSlots(): string[];
   createStore(opts: DistStoreOptions): Promise<DistStore>;
   createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup>;
 }
@@ -558,6 +559,11 @@ export function adamwCheck(options: AdamwCheckOptions): { maxDiff: number; moved
 /** The native loss registry as the addon has it (what loss-kinds.generated.ts must equal). */
 export function lossKinds(): LossKindSpec[] {
   return load().lossKinds();
+}
+
+/** The block slot names the engine fills from a tensor table (what `LAYER_SLOTS` must equal). */
+export function layerSlots(): string[] {
+  return load().layerSlots();
 }
 
 /**

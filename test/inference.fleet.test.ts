@@ -16,7 +16,7 @@ import { InferenceClient, InferenceError, type GenerateParams } from '../lib/orc
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import { executeRl, startServer, startStack, type Stack } from './harness';
-import { CliProcesses, metricSteps, sleep, until } from './processes';
+import { CliProcesses, metricSteps, settlesWithin, sleep, until } from './processes';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-fleet-'));
 const modelDir = path.join(root, 'model');
@@ -232,5 +232,5 @@ test('an rl run on two `prime-rl inference` processes, one SIGKILLed mid-run, co
   const health = (await (await fetch(`${urls[0]}/health`)).json()) as { policy_version: number };
   expect(health.policy_version).toBeGreaterThanOrEqual(2); // step 3 samples from policy 2 or 3 (async level)
   launched[0].child.kill('SIGTERM');
-  await Promise.race([launched[0].exited, sleep(10_000)]);
+  await settlesWithin(launched[0].exited, 10_000);
 }, 300_000);

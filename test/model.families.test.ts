@@ -1,9 +1,11 @@
 /** Architecture families: the registry, each family's tensor table over the decoder skeleton, its config.json mapping. */
-import { ARCHS, FAMILIES, family, isSparseLayer } from '../lib/model/families';
+import { ARCHS, FAMILIES, family, isSparseLayer, LAYER_SLOTS } from '../lib/model/families';
 import { parseHfConfig, toHfConfig } from '../lib/model/hf-config';
 import { tinyConfig } from '../lib/model/testing';
 import { tensorSpecs } from '../lib/model/tensors';
+import { loadConfig } from '../lib/config/loader';
 import { modelCreateSchema } from '../lib/config/schemas';
+import { layerSlots } from '../native';
 
 const REQUIRED_LAYER_SLOTS = ['inputNorm', 'q', 'k', 'v', 'o', 'postNorm'];
 const DENSE_MLP = ['gate', 'up', 'down'];
@@ -90,5 +92,14 @@ test('a family rejects features it cannot express when writing config.json', () 
 
 test('model create offers exactly the registered families', () => {
   for (const arch of ARCHS) expect(modelCreateSchema.parse({ arch, out: 'm' }).arch).toBe(arch);
-  expect(() => modelCreateSchema.parse({ arch: 'gpt2', out: 'm' })).toThrow();
+  // What `prime-rl model create --arch gpt2` answers: the key, the registered names, the flag it came from.
+  expect(() => loadConfig({ schema: modelCreateSchema, argv: ['--arch', 'gpt2', '--out', 'm'], env: {} })).toThrow(
+    `arch: Invalid option: expected one of ${ARCHS.map((a) => `"${a}"`).join('|')} (from --arch)`,
+  );
+});
+
+test("the engine's block slots are LAYER_SLOTS: the names are written in TS and in native/src/model.cc", () => {
+  // Order does not matter; a slot on one side only is a table row the engine cannot fill, or a
+  // parameter no family can name.
+  expect([...layerSlots()].sort()).toEqual([...LAYER_SLOTS].sort());
 });

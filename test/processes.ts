@@ -41,6 +41,26 @@ export function childrenOf(pid: number): number[] {
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * Whether `p` settles within `ms`. The timer is cleared either way: a pending one (as a bare
+ * `Promise.race` with `sleep` leaves) keeps jest's process alive after the run ("Jest did not exit
+ * one second after the test run has completed").
+ */
+export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p.then(
+        () => true,
+        () => true,
+      ),
+      new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Waits until `ok()` holds; fails with `what` after `limitMs` (a bound on a hang, not a timing goal). */
 export async function until(what: string, ok: () => boolean | Promise<boolean>, limitMs = 120_000): Promise<void> {
   const deadline = Date.now() + limitMs;

@@ -5,7 +5,7 @@
  */
 import type { EnvPool } from '../envs/pool';
 import type { EnvironmentInfo, Message } from '../envs/types';
-import { httpErrorText, InferenceError } from './client';
+import { classifyStatus, httpErrorText, InferenceError } from './client';
 import { playEpisode, type Episode, type EpisodeTask } from './episode';
 import type { SamplingSettings } from './rollout';
 
@@ -56,13 +56,12 @@ async function chat(
     throw new InferenceError(`${url} unreachable: ${(e as Error).message}`, undefined, 'unavailable');
   }
   const text = await res.text();
-  // An external API: any 4xx but 429 errors the rollout (a wrong key errors them all, and the eval
-  // fails with it); the rest fails the activity, which Temporal retries.
+  // An external API: a 4xx (but 429) errors this rollout, the rest fails the activity (classifyStatus).
   if (!res.ok)
     throw new InferenceError(
       `${url}: ${httpErrorText(res.status, text)}`,
       res.status,
-      res.status >= 400 && res.status < 500 && res.status !== 429 ? 'request' : 'unavailable',
+      classifyStatus(res.status, 'external'),
     );
   const json = JSON.parse(text) as { choices: { message: Message }[]; usage?: { completion_tokens?: number } };
   return { message: json.choices[0].message, completionTokens: json.usage?.completion_tokens ?? 0 };

@@ -84,8 +84,14 @@ export class InferenceError extends Error {
   }
 }
 
-/** What a non-2xx status from our own server means, for a generation request or a control route. */
-export function classifyStatus(status: number, route: 'generate' | 'control'): InferenceErrorKind {
+/**
+ * What a non-2xx status means: from our own server, for a generation request or a control route; or
+ * from an external OpenAI-compatible API (`external`: the eval's chat rollouts), whose statuses name
+ * no setting of ours: any 4xx but 429 errors the one rollout (a wrong key errors them all, and the
+ * eval fails with it), the rest fails the activity, which Temporal retries.
+ */
+export function classifyStatus(status: number, route: 'generate' | 'control' | 'external'): InferenceErrorKind {
+  if (route === 'external') return status >= 400 && status < 500 && status !== 429 ? 'request' : 'unavailable';
   if (status === 429 || status === 503) return 'busy';
   if (status === 401 || status === 403 || status === 404) return 'config';
   if (status >= 400 && status < 500 && status !== 408) return route === 'generate' ? 'request' : 'config';
@@ -94,7 +100,7 @@ export function classifyStatus(status: number, route: 'generate' | 'control'): I
 
 /**
  * An error answer as `HTTP <status>: <message>`: the `error.message` of an OpenAI-style body (our
- * server's, lib/inference/server.ts, and most APIs'), else the raw text, cut to 1000 characters.
+ * server's, lib/inference/server/, and most APIs'), else the raw text, cut to 1000 characters.
  */
 export function httpErrorText(status: number, body: string): string {
   let message = body;

@@ -64,8 +64,9 @@ at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected) {
   return at::from_blob(const_cast<uint8_t*>(t.data), expected, at::TensorOptions().dtype(st));
 }
 
-// The skeleton's slots inside a block, by the names the family tables use (LayerSlot in
-// lib/model/families/decoder.ts). Outside blocks: "embed", "norm", "lmHead".
+// The skeleton's slots inside a block, by the names the family tables use (LAYER_SLOTS in
+// lib/model/families/decoder.ts; test/model.families.test.ts checks the two lists against each
+// other through layerSlotNames()). Outside blocks: "embed", "norm", "lmHead".
 const std::pair<const char*, at::Tensor Layer::*> kLayerSlots[] = {
     {"inputNorm", &Layer::inputNorm},
     {"q", &Layer::q},
@@ -124,6 +125,13 @@ std::string diskDtypeName(at::ScalarType t) {
     default:
       throw std::runtime_error("no safetensors name for dtype " + std::string(c10::toString(t)));
   }
+}
+
+std::vector<std::string> layerSlotNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, member] : kLayerSlots) names.push_back(name);
+  for (const ExpertSlot& es : kExpertSlots) names.push_back(es.name);
+  return names;
 }
 
 const char* projName(int p) {

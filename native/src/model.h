@@ -68,6 +68,10 @@ struct Layer {
 enum Proj : int { kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj, kNumProj };
 const char* projName(int p);  // "q_proj", ..., "down_proj"
 
+// The names of a block's slots the tensor table may fill (`kLayerSlots`, then the per-expert
+// slots): the same list as `LAYER_SLOTS` in lib/model/families/decoder.ts, which a test checks.
+std::vector<std::string> layerSlotNames();
+
 // One projection weight of the model: its kind and HF module path, e.g.
 // "model.layers.3.mlp.experts.5.up_proj" (its weight's name without ".weight"; PEFT names
 // adapters after it).

@@ -1,7 +1,8 @@
 /**
- * Replays recorded histories of `rl` (continue-as-new, eval children, a pause), `sft` (continue-as-
- * new, validation) and `eval` against the current workflow bundle: a change to workflow code that
- * would break running workflows (a nondeterminism error on replay) fails here.
+ * Replays recorded histories of `rl` (continue-as-new, eval children, a pause), `rl` in in-flight
+ * mode (the producer and the claims, continue-as-new), `sft` (continue-as-new, validation) and
+ * `eval` against the current workflow bundle: a change to workflow code that would break running
+ * workflows (a nondeterminism error on replay) fails here.
  *
  * The histories in test/fixtures/histories/ are recorded with stand-in activities on the
  * time-skipping server. After an intended, incompatible change (which needs a versioning plan for
@@ -55,6 +56,28 @@ const scenarios: {
         '2',
         '--eval.interval',
         '2',
+      ]),
+      undefined,
+      { stepsPerRun: 2 },
+    ],
+  },
+  {
+    // In-flight mode: one producer per execution (cancelled at continue-as-new and at the end), a claim per step.
+    id: 'replay-rl-inflight',
+    type: 'rl',
+    rig: {},
+    args: [
+      rlConfig([
+        '--run-name',
+        'replay-rl-inflight',
+        '--max-steps',
+        '3',
+        '--async-level',
+        '1',
+        '--orchestrator.in-flight.enabled',
+        'true',
+        '--temporal.heartbeat-timeout-s',
+        '5',
       ]),
       undefined,
       { stepsPerRun: 2 },
@@ -153,6 +176,8 @@ async function save(env: TestWorkflowEnvironment, workflowId: string, runId: str
     'replay-rl-eval-0.0',
     'replay-rl-eval-2.0',
     'replay-rl-eval-3.0',
+    'replay-rl-inflight.0',
+    'replay-rl-inflight.1',
     'replay-sft.0',
     'replay-sft.1',
     'replay-eval.0',

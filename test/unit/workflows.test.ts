@@ -13,6 +13,7 @@ import { Failure, describeFailure } from '../../lib/failures';
 import type { EvalResult } from '../../workflows/eval';
 import type { RLProgress, RLResult } from '../../workflows/rl';
 import type { SftProgress, SftResult } from '../../workflows/sft';
+import { settlesWithin } from '../processes';
 import {
   bundleWorkflows,
   evalConfig,
@@ -28,8 +29,6 @@ import {
   type Calls,
   type Rig,
 } from './mock-run';
-
-const sleepReal = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let env: TestWorkflowEnvironment;
 let workers: Awaited<ReturnType<typeof startWorkers>>;
@@ -120,7 +119,7 @@ describe('rl', () => {
       onTrain: (step) => void (step === 1 && train1Started()),
       onRecord: async (step) => {
         if (step !== 0) return;
-        overlapped = await Promise.race([started.then(() => true), sleepReal(20_000).then(() => false)]);
+        overlapped = await settlesWithin(started, 20_000);
       },
     });
     expect(overlapped).toBe(true);

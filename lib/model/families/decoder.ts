@@ -9,28 +9,34 @@ import type { ConfigReader, Json } from '../config-reader';
 
 /** Slots outside the blocks. */
 export type ModelSlot = 'embed' | 'norm' | 'lmHead';
-/** Slots of one block (native `Layer` fields); biases and q/k norms are optional. */
-export type LayerSlot =
-  | 'inputNorm'
-  | 'q'
-  | 'k'
-  | 'v'
-  | 'o'
-  | 'qBias'
-  | 'kBias'
-  | 'vBias'
-  | 'oBias'
-  | 'qNorm'
-  | 'kNorm'
-  | 'postNorm'
-  | 'gate'
-  | 'up'
-  | 'down'
+/**
+ * Slots of one block (native `Layer` fields); biases and q/k norms are optional. The engine names
+ * the same slots (`native/src/model.cc` `kLayerSlots` and `kExpertSlots`): test/model.families.test.ts
+ * checks the two lists are equal.
+ */
+export const LAYER_SLOTS = [
+  'inputNorm',
+  'q',
+  'k',
+  'v',
+  'o',
+  'qBias',
+  'kBias',
+  'vBias',
+  'oBias',
+  'qNorm',
+  'kNorm',
+  'postNorm',
+  'gate',
+  'up',
+  'down',
   // A sparse MoE block's router [experts, D] and its experts' projections (one tensor per expert).
-  | 'router'
-  | 'expertGate'
-  | 'expertUp'
-  | 'expertDown';
+  'router',
+  'expertGate',
+  'expertUp',
+  'expertDown',
+] as const;
+export type LayerSlot = (typeof LAYER_SLOTS)[number];
 
 export type TensorRole = 'embedding' | 'linear' | 'bias' | 'norm';
 

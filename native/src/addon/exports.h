@@ -27,7 +27,8 @@ Napi::Value PolicyLoss(const Napi::CallbackInfo& info);
 Napi::Value LmHeadCheck(const Napi::CallbackInfo& info);  // chunked LM head vs the full-logits graph
 Napi::Value AdamwCheck(const Napi::CallbackInfo& info);   // fused AdamW step vs libtorch's AdamW
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
-Napi::Value LossKinds(const Napi::CallbackInfo& info);  // the loss registry as plain data
+Napi::Value LossKinds(const Napi::CallbackInfo& info);   // the loss registry as plain data
+Napi::Value LayerSlots(const Napi::CallbackInfo& info);  // () -> the block slot names (model.h layerSlotNames)
 Napi::Value Info(const Napi::CallbackInfo& info);
 Napi::Value SetThreads(const Napi::CallbackInfo& info);
 Napi::Value SetCpuCache(const Napi::CallbackInfo& info);    // (capacityBytes) -> void

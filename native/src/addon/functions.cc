@@ -16,6 +16,7 @@
 #include "addon/exports.h"
 #include "cpu_cache.h"
 #include "dist.h"
+#include "model.h"
 
 namespace prime::addon {
 
@@ -181,6 +182,15 @@ Napi::Value LossKinds(const Napi::CallbackInfo& info) {
     k.Set("params", params);
     out.Set(uint32_t(i), k);
   }
+  return out;
+}
+
+// The engine's block slot names (model.h layerSlotNames): what LAYER_SLOTS in TS must equal.
+Napi::Value LayerSlots(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::vector<std::string> names = layerSlotNames();
+  Napi::Array out = Napi::Array::New(env, names.size());
+  for (size_t i = 0; i < names.size(); i++) out.Set(uint32_t(i), names[i]);
   return out;
 }
 
