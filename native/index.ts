@@ -231,8 +231,9 @@ export interface TrainRow extends PackedRow {
  * with logp the trainer's logprob under softmax(logits / temperature), mu the inference logprob,
  * r = exp(logp - mu) and A the advantage. `params` are its parameters by config key (an absent one
  * takes the registry default).
- * Mismatch correction (`mismatch.mode`) on the detached r multiplies each token's term: 'tis' by
- * min(r, tisCap); 'mask' zeroes tokens with r outside [tokenLow, tokenHigh] and whole samples whose
+ * Mismatch correction (`mismatch.mode`) on the detached r multiplies each token's policy term
+ * (not dppo's and ipo's kl_tau term, which stays on every loss token): 'tis' by min(r, tisCap);
+ * 'mask' zeroes tokens with r outside [tokenLow, tokenHigh] and whole samples whose
  * geometric-mean r is outside [seqLow, seqHigh]. Masked tokens still count in the normaliser
  * (as prime-rl: the loss is scaled down, not re-weighted onto the remaining tokens).
  * klBeta > 0 adds klBeta * k3 per loss token, k3 = exp(ref - logp) - (ref - logp) - 1 against

@@ -134,6 +134,8 @@ function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
       high = r > mm.tokenHigh;
     }
     let l: number, g: number;
+    let klLoss = 0,
+      klGrad = 0; // dppo / ipo: the kl_tau term, which the mismatch weight w leaves alone
     if (kind === 'dppo' || kind === 'ipo') {
       // Trust region on d = p - p_inference; -keep adv_tau A r + kl_tau (log r)^2.
       const d = Math.exp(x.logp[t]) - Math.exp(x.mu[t]);
@@ -142,8 +144,10 @@ function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
       low ||= dropLow;
       high ||= dropHigh;
       const keep = dropLow || dropHigh ? 0 : 1;
-      l = -keep * P.adv_tau * A * r + P.kl_tau * lr[t] ** 2;
-      g = -keep * P.adv_tau * A * r + 2 * P.kl_tau * lr[t];
+      l = -keep * P.adv_tau * A * r;
+      g = -keep * P.adv_tau * A * r;
+      klLoss = P.kl_tau * lr[t] ** 2;
+      klGrad = 2 * P.kl_tau * lr[t];
     } else if (kind === 'ce') {
       l = -x.logp[t];
       g = -1;
@@ -173,8 +177,8 @@ function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
       out.maskedAdvNegative += +(A < 0);
       out.maskedMismatchKl += r - lr[t] - 1;
     }
-    out.loss += coef[t] * w * l;
-    out.grad[t] += coef[t] * w * g;
+    out.loss += coef[t] * (w * l + klLoss);
+    out.grad[t] += coef[t] * (w * g + klGrad);
     if (beta > 0) {
       const d = x.refLogp[t] - x.logp[t];
       out.loss += coef[t] * beta * (Math.exp(d) - d - 1);
@@ -323,6 +327,18 @@ describe('policy losses vs hand computation', () => {
       -Math.exp(-0.5) * Math.exp(-0.5),
       14,
     );
+    // dppo with TIS: only the ratio term takes the weight w = min(r, cap); the KL term does not.
+    // lr = -0.2: d = e^-1 - e^-0.8 = -0.081, inside the trust region; A = -2.
+    const rl = Math.exp(-0.2);
+    const dppoTis = one(-0.2, -2, { kind: 'dppo', mismatch: { mode: 'tis', tisCap: 2 } });
+    expect(dppoTis.loss).toBeCloseTo(rl * 2 * rl + 1e-3 * 0.04, 14);
+    expect(dppoTis.gradLogp[0]).toBeCloseTo(rl * 2 * rl + 2e-3 * -0.2, 14);
+    // dppo with the mismatch mask: r = e^2.5 > token_high 8 drops the token's ratio term (which
+    // dppo's own region keeps: a rise with A < 0), and the KL term (and its gradient) stays.
+    const dppoMask = one(2.5, -1, { kind: 'dppo', mismatch: { mode: 'mask' } });
+    expect(dppoMask.loss).toBeCloseTo(1e-3 * 6.25, 14);
+    expect(dppoMask.gradLogp[0]).toBeCloseTo(2e-3 * 2.5, 14);
+    expect(dppoMask.metrics.maskedTokenFraction).toBe(1);
     // k3 KL: exp(d) - d - 1 with d = ref - logp; gradient 1 - exp(d).
     const kl = policyLoss(
       { logp: [-1], refLogp: [-1.5], lossMask: [1], sampleLengths: [1] },

@@ -2,13 +2,29 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { cliCommands, type CommandTable } from '../lib/cli/main';
+import type { Command } from '../lib/cli/command';
+import { ConfigError } from '../lib/config/errors';
+import { loadConfig } from '../lib/config/loader';
+import type { RLConfig } from '../lib/config/schemas';
 import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
-import { startWandb } from '../lib/run/wandb';
+import { startWandb, type WandbSettings } from '../lib/run/wandb';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-wandb-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-const settings = { project: 'prime-rl-test', name: 'doc-run' };
+/** A command's config from a TOML text, loaded as the CLI loads it. */
+const commands: CommandTable = cliCommands({} as Command);
+function load(name: 'rl' | 'sft' | 'eval', toml: string): unknown {
+  const file = path.join(dir, `${name}-${Math.random().toString(36).slice(2)}.toml`);
+  fs.writeFileSync(file, toml);
+  const cmd = commands[name] as Command;
+  return loadConfig({ schema: cmd.schema, argv: ['@', file], env: {}, shared: cmd.shared, aliases: cmd.aliases })
+    .config;
+}
+const wandbOf = (toml: string) => (load('rl', `model = "m"\n${toml}`) as RLConfig).wandb;
+
+const settings: WandbSettings = { project: 'prime-rl-test', name: 'doc-run' };
 
 test('without WANDB_API_KEY it says once why W&B logging is off, and goes on', async () => {
   const said: string[] = [];
@@ -27,20 +43,44 @@ test('without WANDB_API_KEY it says once why W&B logging is off, and goes on', a
   ]);
 });
 
-test('no [wandb] project: nothing to say, nothing started', async () => {
-  const said: string[] = [];
-  expect(
-    await startWandb({
-      settings: {},
-      runName: 'r',
-      runDir: dir,
-      metricsFile: path.join(dir, 'none.jsonl'),
-      config: {},
-      say: (l) => said.push(l),
-      env: {},
-    }),
-  ).toBeUndefined();
-  expect(said).toEqual([]);
+test.each([
+  ['WANDB_MODE=disabled', { WANDB_MODE: 'disabled' }, /^W&B logging is off: WANDB_MODE=disabled; /],
+  // A sidecar that cannot start: one that answers with something else, one that exits silently.
+  [
+    'a sidecar that replies with no JSON',
+    { WANDB_MODE: 'offline', PRIME_WANDB_PYTHON: '/bin/echo' },
+    /^W&B logging is off: the sidecar replied '.*sidecar\.py', not its JSON line; /,
+  ],
+  [
+    'a sidecar that exits at once',
+    { WANDB_MODE: 'offline', PRIME_WANDB_PYTHON: '/bin/false' },
+    /^W&B logging is off: the sidecar exited; /,
+  ],
+])('%s: says once why W&B logging is off, and goes on', async (_, env, said) => {
+  const lines: string[] = [];
+  const logger = await startWandb({
+    settings,
+    runName: 'r',
+    runDir: path.join(dir, 'off'),
+    metricsFile: path.join(dir, 'off', 'metrics.jsonl'),
+    config: {},
+    say: (l) => lines.push(l),
+    env: { PATH: process.env.PATH, ...env },
+  });
+  expect(logger).toBeUndefined();
+  expect(lines).toEqual([expect.stringMatching(said)]);
+});
+
+test('[wandb] turns W&B on: its project defaults to prime-rl, as in prime-rl; no [wandb] = off', () => {
+  expect(wandbOf('[wandb]\nname = "my-run"\n')).toEqual({ project: 'prime-rl', name: 'my-run' });
+  expect(wandbOf('[wandb]\n')).toEqual({ project: 'prime-rl' });
+  expect(wandbOf('[wandb]\nproject = "mine"\n')).toEqual({ project: 'mine' });
+  expect(wandbOf('max_steps = 1\n')).toBeUndefined(); // lib/launch/rl.ts starts no W&B then
+});
+
+test.each(['sft', 'eval'] as const)('%s refuses a [wandb] section, naming it (only rl logs to W&B)', (name) => {
+  expect(() => load(name, '[wandb]\nname = "x"\n')).toThrow(ConfigError);
+  expect(() => load(name, '[wandb]\nname = "x"\n')).toThrow(/unknown config key 'wandb'/);
 });
 
 test('WANDB_MODE=offline writes the steps, documented names included, to a local W&B run folder', async () => {
@@ -64,7 +104,7 @@ test('WANDB_MODE=offline writes the steps, documented names included, to a local
   appendStepMetrics(metricsFile, record(0));
   const said: string[] = [];
   const logger = await startWandb({
-    settings,
+    settings: wandbOf('[wandb]\nname = "doc-run"\n')!, // project: the default, prime-rl
     runName: 'doc',
     runDir,
     metricsFile,
@@ -96,5 +136,7 @@ test('WANDB_MODE=offline writes the steps, documented names included, to a local
   ]) {
     expect(bytes).toContain(name);
   }
+  // ...and names the project (a protobuf string: its length, 8, then the bytes).
+  expect(bytes).toContain('\x08prime-rl');
   expect(record(1)['rollout/mean_length']).toBe(5);
 }, 120_000);

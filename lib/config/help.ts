@@ -1,28 +1,53 @@
 /** `--help` text, generated from the zod schemas so it can never drift from what the loader accepts. */
 import type { z } from 'zod';
-import { inspect, leaves, typeName } from './introspect';
+import { arrayElement, inspect, leaves, objectShape, typeName } from './introspect';
 
 function formatDefault(info: ReturnType<typeof inspect>): string {
   if (info.hasDefault) return JSON.stringify(info.default);
   return info.optional ? 'unset' : 'required';
 }
 
+interface Row {
+  flag: string;
+  type: string;
+  dflt: string;
+  description: string;
+}
+
+function row(flag: string, field: z.ZodType): Row {
+  const info = inspect(field);
+  return { flag, type: typeName(field), dflt: formatDefault(info), description: info.description ?? '' };
+}
+
+/**
+ * The fields of a list's object entries (`[[env]]`, `rollout_filters`), as TOML and JSON spell
+ * them, one row each under an `each entry:` line, indented by `indent`; none for other fields.
+ */
+function entryRows(field: z.ZodType, indent: string): Row[] {
+  const element = arrayElement(field);
+  if (!element || !objectShape(element)) return [];
+  return [
+    { flag: `${indent}each entry:`, type: '', dflt: '', description: '' },
+    ...leaves(element).flatMap(({ path, schema }) => [
+      row(`${indent}  ${path.join('.')}`, schema),
+      ...entryRows(schema, `${indent}    `),
+    ]),
+  ];
+}
+
 /**
  * One line per option, `--trainer.optim.max-norm  number  1  description`, grouped under the table
- * that holds it (`[trainer.optim]`), top-level options first.
+ * that holds it (`[trainer.optim]`), top-level options first. A list of tables also lists the
+ * fields of its entries under it.
  */
 export function optionsHelp(schema: z.ZodType): string {
-  const groups = new Map<string, { flag: string; type: string; dflt: string; description: string }[]>([['', []]]);
+  const groups = new Map<string, Row[]>([['', []]]);
   for (const { path, schema: field } of leaves(schema)) {
-    const info = inspect(field);
     const table = path.slice(0, -1).join('.');
     if (!groups.has(table)) groups.set(table, []);
-    groups.get(table)!.push({
-      flag: `--${path.map((p) => p.replace(/_/g, '-')).join('.')}`,
-      type: typeName(field),
-      dflt: formatDefault(info),
-      description: info.description ?? '',
-    });
+    groups
+      .get(table)!
+      .push(row(`--${path.map((p) => p.replace(/_/g, '-')).join('.')}`, field), ...entryRows(field, '    '));
   }
   const rows = [...groups.values()].flat();
   const width = (k: 'flag' | 'type', cap: number) => Math.min(cap, Math.max(...rows.map((r) => r[k].length)));

@@ -217,7 +217,9 @@ const lossSchema = z
       mode: z
         .enum(['none', 'tis', 'mask'])
         .default('none')
-        .describe('correction of trainer/inference logprob mismatch'),
+        .describe(
+          "correction of the trainer/inference mismatch, on each token's policy term (not kl_tau's): tis = times min(ratio, tis_cap), mask = drop the tokens and samples outside the bounds below",
+        ),
       tis_cap: z.number().positive().default(2).describe('TIS: cap C on the importance weight'),
       token_low: z.number().positive().default(0.125).describe('mask: drop tokens with ratio below this'),
       token_high: z.number().positive().default(8).describe('mask: drop tokens with ratio above this'),
@@ -663,17 +665,21 @@ export const rlSchema = z
     ckpt: checkpointSchema,
     eval: evalSettings,
     temporal: temporalSchema,
-    wandb: section({
-      project: z
-        .string()
-        .min(1)
-        .optional()
-        .describe(
-          "Weights & Biases project: log every step's metrics there (needs WANDB_API_KEY, or WANDB_MODE=offline for a local run folder); unset = no W&B",
-        ),
-      name: z.string().min(1).optional().describe('W&B run name; unset = run_name'),
-      entity: z.string().min(1).optional().describe("W&B team or user; unset = the API key's default"),
-    }),
+    // Present (a [wandb] table, any --wandb.* flag or PRIME_WANDB__* variable) = W&B logging on, as
+    // in prime-rl; absent = off. `prime-rl rl` alone starts it (lib/launch/rl.ts).
+    wandb: z
+      .strictObject({
+        project: z
+          .string()
+          .min(1)
+          .default('prime-rl')
+          .describe(
+            "Weights & Biases project. A [wandb] table (even empty) or any --wandb.* flag logs every step's metrics to W&B (needs WANDB_API_KEY, or WANDB_MODE=offline for a local run folder); no [wandb] = no W&B",
+          ),
+        name: z.string().min(1).optional().describe('W&B run name; unset = run_name'),
+        entity: z.string().min(1).optional().describe("W&B team or user; unset = the API key's default"),
+      })
+      .optional(),
     distill: section({
       teacher: z
         .strictObject({

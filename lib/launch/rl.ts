@@ -68,14 +68,17 @@ export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Pro
 /** The `rl` command: launch, follow, summarise (with its evals and report), clean up. */
 export async function runRl(config: RLConfig): Promise<void> {
   const run = await launchRun(config);
-  const wandb = await startWandb({
-    settings: config.wandb,
-    runName: config.run_name,
-    runDir: run.layout.dir,
-    metricsFile: run.layout.metricsFile,
-    config,
-    say: (line) => process.stderr.write(`${line}\n`),
-  });
+  // No [wandb] section: no W&B, nothing to say (the user did not ask for it).
+  const wandb =
+    config.wandb &&
+    (await startWandb({
+      settings: config.wandb,
+      runName: config.run_name,
+      runDir: run.layout.dir,
+      metricsFile: run.layout.metricsFile,
+      config,
+      say: (line) => process.stderr.write(`${line}\n`),
+    }));
   try {
     await followRl(run, config);
   } finally {

@@ -6,9 +6,11 @@
  * step, and a re-launched run resumes the same W&B run (its id comes from the run folder) from the
  * first step W&B does not have.
  *
- * W&B is on when `wandb.project` is set and either WANDB_API_KEY is set or WANDB_MODE=offline
- * (a local run folder under `<run>/wandb/`, for `wandb sync`). Otherwise, or when the SDK is
- * missing or cannot start (no network, a bad key), it says so once, why, and the run goes on.
+ * W&B is on when the run has a `[wandb]` section (its project defaults to "prime-rl", as in
+ * prime-rl) and either WANDB_API_KEY is set or WANDB_MODE=offline (a local run folder under
+ * `<run>/wandb/`, for `wandb sync`). Otherwise, or when the SDK is missing or cannot start (no
+ * network, a bad key), it says so once, why, and the run goes on: every way out of startWandb
+ * says one line. A run without `[wandb]` does not call it.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -19,7 +21,7 @@ import { projectRoot } from '../paths';
 import { readStepMetrics, type StepRecord } from './metrics';
 
 export interface WandbSettings {
-  project?: string;
+  project: string;
   name?: string;
   entity?: string;
 }
@@ -44,8 +46,7 @@ export function wandbPython(env: NodeJS.ProcessEnv = process.env): string {
 }
 
 /** Why W&B logging is off, or undefined when it can start. */
-export function wandbOff(settings: WandbSettings, env: NodeJS.ProcessEnv = process.env): string | undefined {
-  if (!settings.project) return undefined;
+export function wandbOff(env: NodeJS.ProcessEnv = process.env): string | undefined {
   const mode = env.WANDB_MODE;
   if (mode === 'disabled') return 'WANDB_MODE=disabled';
   if (mode !== 'offline' && !env.WANDB_API_KEY)
@@ -84,8 +85,7 @@ export interface WandbLogger {
  */
 export async function startWandb(opts: WandbOptions): Promise<WandbLogger | undefined> {
   const env = opts.env ?? process.env;
-  if (!opts.settings.project) return undefined;
-  const off = wandbOff(opts.settings, env);
+  const off = wandbOff(env);
   if (off) {
     opts.say(`W&B logging is off: ${off}; the run goes on without it`);
     return undefined;
@@ -127,9 +127,12 @@ export async function startWandb(opts: WandbOptions): Promise<WandbLogger | unde
     })}\n`,
   );
   const reply = await firstReply;
-  const parsed = reply
-    ? (JSON.parse(reply) as { ok: boolean; start_step?: number; where?: string; error?: string })
-    : undefined;
+  let parsed: { ok: boolean; start_step?: number; where?: string; error?: string } | undefined;
+  try {
+    parsed = reply === undefined ? undefined : JSON.parse(reply);
+  } catch {
+    parsed = { ok: false, error: `the sidecar replied '${reply!.slice(0, 200)}', not its JSON line` };
+  }
   if (!parsed?.ok) {
     const why = parsed?.error ?? (stderr.trim().split('\n').pop() || 'the sidecar exited');
     opts.say(`W&B logging is off: ${why}; the run goes on without it`);

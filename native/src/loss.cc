@@ -172,6 +172,9 @@ at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normal
   }
 
   at::Tensor tokenLoss = terms.perToken * weight;
+  // The mismatch weight corrects the policy term's off-policy estimate; a penalty toward the
+  // inference policy stays on every loss token (most needed where the ratio is furthest from 1).
+  if (terms.regularizer.defined()) tokenLoss = tokenLoss + terms.regularizer * m;
   if (cfg.klBeta > 0) {
     // k3 estimator of KL(pi_theta || pi_ref), on every loss token (mismatch masking is about
     // the behaviour policy, not the reference). Masked before exp() for the same reason as above.

@@ -75,6 +75,9 @@ struct LossTerms {
   at::Tensor perToken;
   at::Tensor clipped;            // bool, optional: tokens where a clip was active (metric)
   at::Tensor dropLow, dropHigh;  // bool, optional: tokens the kind's trust region dropped, per side
+  // Optional: a per-token penalty toward the inference policy (dppo's and ipo's kl_tau term),
+  // added on every loss token without the mismatch weight, as prime-rl adds it outside its masks.
+  at::Tensor regularizer;
 };
 
 struct LossParam {

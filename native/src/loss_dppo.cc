@@ -2,7 +2,8 @@
 // d = exp(logp) - exp(mu) (not the ratio): a token is dropped when A > 0 and d > dppo_mask_high
 // (raised too far) or A <= 0 and d < -dppo_mask_low (lowered too far). Per loss token:
 //   -keep * adv_tau * A * r + kl_tau * (log r)^2,   r = exp(logp - mu),
-// the gradient flowing through r and through the KL term on every loss token, dropped or not.
+// the gradient flowing through r and through the KL term on every loss token, dropped or not
+// (by the trust region or by trainer.loss.mismatch: the KL term is the regularizer of LossTerms).
 #include "loss.h"
 
 namespace prime {
@@ -18,9 +19,8 @@ LossParam klTauParam() {
 LossTerms probabilityTrustRegion(const LossContext& c, const at::Tensor& dropLow, const at::Tensor& dropHigh) {
   const at::Tensor keep = (dropLow | dropHigh).logical_not().to(c.in.mask.scalar_type());
   const at::Tensor r = c.logRatio.exp();
-  const at::Tensor perToken =
-      -keep * c.cfg.param("adv_tau") * c.in.adv * r + c.cfg.param("kl_tau") * c.logRatio.square();
-  return LossTerms{perToken, {}, dropLow, dropHigh};
+  const at::Tensor policy = -keep * c.cfg.param("adv_tau") * c.in.adv * r;
+  return LossTerms{policy, {}, dropLow, dropHigh, c.cfg.param("kl_tau") * c.logRatio.square()};
 }
 
 at::Tensor probabilityDifference(const LossContext& c) {
