@@ -19,8 +19,12 @@ What it checks (exit status 1 on any mismatch):
 With --write-fixtures it also writes, under test/fixtures/hf-reference/:
   * tokenizer-chat.json: the HF texts and ids of checks 2 and 3, which test/model.*.test.ts compare
     against without Python;
-  * <arch>/ for llama, qwen2, qwen3, qwen3_moe: a tiny model folder (bytes tokenizer) and HF's fp32 logits on
-    two token sequences (logits.bin, described by meta.json), for the native engine's tests.
+  * <name>/ for each model of FIXTURE_MODELS (one per family: llama, qwen2, qwen3, qwen3_moe; and
+    variants such as qwen3_moe_step2): a tiny model folder (bytes tokenizer) and HF's fp32 logits on
+    two token sequences (logits.bin, described by meta.json), for the native engine's tests, which
+    cover every folder (test/hf-fixtures.ts).
+`--write-fixtures NAME...` writes only those model folders (a new variant, without rewriting the
+others or tokenizer-chat.json).
 """
 
 import argparse
@@ -39,6 +43,26 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, 'test', 'fixtures', 'hf-reference')
 ARCHS = ['llama', 'qwen2', 'qwen3', 'qwen3_moe']
+
+# The fixture models: folder name -> createModel options beyond the shared ones (write_logit_fixtures).
+# Smaller than the tiny preset so each fixture stays near 200 KB; llama keeps an untied lm_head.
+FIXTURE_MODELS = {
+    'llama': {'arch': 'llama', 'tieWordEmbeddings': False},
+    'qwen2': {'arch': 'qwen2'},
+    'qwen3': {'arch': 'qwen3'},
+    # Sparse blocks 0 and 2 around a dense one; 2 of 4 experts per token, renormalised.
+    'qwen3_moe': {
+        'arch': 'qwen3_moe', 'numLayers': 3,
+        'moe': {'numExperts': 4, 'numExpertsPerTok': 2, 'moeIntermediateSize': 16, 'mlpOnlyLayers': [1], 'normTopkProb': True},
+    },
+    # decoder_sparse_step 2 makes blocks 1 and 3 sparse and mlp_only_layers keeps 3 dense: dense, sparse,
+    # dense, dense; with transformers' default norm_topk_prob false (top-k softmax weights, not renormalised).
+    'qwen3_moe_step2': {
+        'arch': 'qwen3_moe', 'numLayers': 4,
+        'moe': {'numExperts': 4, 'numExpertsPerTok': 2, 'moeIntermediateSize': 16, 'decoderSparseStep': 2,
+                'mlpOnlyLayers': [3], 'normTopkProb': False},
+    },
+}
 TOKENIZERS = ['bytes', 'qwen3']
 
 # Runs lib/model (compiled) on a JSON request from stdin and prints a JSON answer.
@@ -249,19 +273,16 @@ def perturb(model):
                 p.mul_(10)
 
 
-def write_logit_fixtures(work):
+def write_logit_fixtures(work, names):
     print('4. native-engine fixtures')
-    for arch in ARCHS:
-        created = os.path.join(work, f'fixture-{arch}')
-        # Smaller than the tiny preset so each fixture stays near 200 KB; llama keeps an untied lm_head.
+    for name in names:
+        created = os.path.join(work, f'fixture-{name}')
+        spec = FIXTURE_MODELS[name]
         opts = {
-            'arch': arch, 'preset': 'tiny', 'tokenizer': 'bytes', 'seed': 0, 'out': created,
-            'hiddenSize': 32, 'intermediateSize': 64, 'numHeads': 4, 'numKvHeads': 2, 'tieWordEmbeddings': arch != 'llama',
+            'arch': spec['arch'], 'preset': 'tiny', 'tokenizer': 'bytes', 'seed': 0, 'out': created,
+            'hiddenSize': 32, 'intermediateSize': 64, 'numHeads': 4, 'numKvHeads': 2, 'tieWordEmbeddings': True,
+            **spec,
         }
-        if arch == 'qwen3_moe':
-            # Sparse blocks 0 and 2 around a dense one; 2 of 4 experts per token, renormalised.
-            opts.update({'numLayers': 3, 'moe': {'numExperts': 4, 'numExpertsPerTok': 2, 'moeIntermediateSize': 16,
-                                                 'mlpOnlyLayers': [1], 'normTopkProb': True}})
         node({'op': 'create', 'opts': opts})
         model = AutoModelForCausalLM.from_pretrained(created, dtype=torch.float32)
         tok = AutoTokenizer.from_pretrained(created)
@@ -272,7 +293,7 @@ def write_logit_fixtures(work):
         seq_b = tok('<|im_start|>assistant\nolléh<|im_end|>', add_special_tokens=False)['input_ids']
         with torch.no_grad():
             logits = [model(torch.tensor([s])).logits[0].float() for s in (seq_a, seq_b)]
-        out = os.path.join(FIXTURES, arch)
+        out = os.path.join(FIXTURES, name)
         shutil.rmtree(out, ignore_errors=True)
         model.save_pretrained(out)
         for f in ('tokenizer.json', 'tokenizer_config.json'):
@@ -303,19 +324,25 @@ def write_logit_fixtures(work):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--write-fixtures', action='store_true', help='rewrite test/fixtures/hf-reference')
+    parser.add_argument('--write-fixtures', nargs='*', metavar='NAME',
+                        help='rewrite test/fixtures/hf-reference: everything, or only the named model folders '
+                             f'({", ".join(FIXTURE_MODELS)})')
     args = parser.parse_args()
+    unknown = [n for n in args.write_fixtures or [] if n not in FIXTURE_MODELS]
+    if unknown:
+        parser.error(f'--write-fixtures: unknown fixture model {", ".join(unknown)} (known: {", ".join(FIXTURE_MODELS)})')
     print(f'torch {torch.__version__}, transformers {transformers.__version__}')
     check = Checker()
     with tempfile.TemporaryDirectory() as work:
         check_model_folders(work, check)
         reference = check_tokenizers(work, check)
-        if args.write_fixtures:
+        if args.write_fixtures is not None:
             os.makedirs(FIXTURES, exist_ok=True)
-            with open(os.path.join(FIXTURES, 'tokenizer-chat.json'), 'w') as f:
-                json.dump({'transformers': transformers.__version__, **reference}, f, indent=1, ensure_ascii=False)
-                f.write('\n')
-            write_logit_fixtures(work)
+            if not args.write_fixtures:
+                with open(os.path.join(FIXTURES, 'tokenizer-chat.json'), 'w') as f:
+                    json.dump({'transformers': transformers.__version__, **reference}, f, indent=1, ensure_ascii=False)
+                    f.write('\n')
+            write_logit_fixtures(work, args.write_fixtures or list(FIXTURE_MODELS))
     print('all checks passed' if check.failures == 0 else f'{check.failures} mismatches')
     sys.exit(1 if check.failures else 0)
 

@@ -202,13 +202,20 @@ describe('/v1/generate', () => {
   });
 });
 
-describe('/v1/generate with routes (MoE router replay)', () => {
-  test('per prompt token and per sampled token, replayable by the trainer; a 400 on a dense model', async () => {
-    const moeDir = path.join(root, 'moe');
-    // Sparse blocks 0 and 2: 2 layers x 2 experts per token = 4 entries per token.
-    const moe = { mlpOnlyLayers: [1] };
-    createModel({ arch: 'qwen3_moe', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: moeDir, numLayers: 3, moe });
-    const moeServer = await startInferenceServer(
+describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
+  const moeDir = path.join(root, 'moe');
+  let moeServer: InferenceServer;
+  beforeAll(async () => {
+    createModel({
+      arch: 'qwen3_moe',
+      preset: 'tiny',
+      tokenizer: 'bytes',
+      seed: 0,
+      out: moeDir,
+      numLayers: 3,
+      moe: { mlpOnlyLayers: [1] },
+    });
+    moeServer = await startInferenceServer(
       inferenceSchema.parse({
         model: { name: moeDir },
         seq_len: 64,
@@ -217,42 +224,77 @@ describe('/v1/generate with routes (MoE router replay)', () => {
         server: { port: 0 },
       }),
     );
-    try {
-      const prompt = [10, 20, 30, 40];
-      const res = await fetch(`${moeServer.url}/v1/generate`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ prompt_token_ids: prompt, max_tokens: 6, seed: 3, return_routes: true }),
-      });
-      const body = (await res.json()) as any;
-      expect(body.prompt_routes).toHaveLength(prompt.length - 1);
-      const [choice] = body.choices;
-      expect(choice.routes).toHaveLength(choice.token_ids.length);
-      const all: number[][] = [...body.prompt_routes, ...choice.routes];
-      // Each sparse layer's K = 2 experts: distinct ids of its 8 experts.
-      const layerOk = (e: number[]) => e.every((x) => Number.isInteger(x) && x >= 0 && x < 8) && e[0] !== e[1];
-      expect(all.every((r) => r.length === 4 && layerOk(r.slice(0, 2)) && layerOk(r.slice(2)))).toBe(true);
-      // Training on the sample through these routes reproduces the server's logprobs.
-      const hf = loadHfModel(moeDir);
-      const trainer = (await native.loadModel(hf.config, hf.tensors)).createTrainer();
-      const ids = [...prompt, ...choice.token_ids];
-      const stats = await trainer.gradients(
-        [
-          {
-            inputIds: ids,
-            positionIds: ids.map((_, i) => i),
-            lossMask: ids.map((_, i) => (i >= prompt.length ? 1 : 0)),
-            advantages: ids.map(() => 1),
-            inferenceLogprobs: [...prompt.map(() => 0), ...choice.logprobs],
-            routes: [...all.flat(), -1, -1, -1, -1],
-          },
-        ],
-        { kind: 'grpo' },
-      );
-      expect(stats.mismatchKl).toBeLessThan(1e-9);
-    } finally {
-      await moeServer.close(1000);
+  });
+  afterAll(() => moeServer?.close(1000));
+
+  test('chat completions: batched samples whose logprobs equal the engine scoring them; streaming gives the same text', async () => {
+    const request = { model: moeDir, messages: chat.messages, max_tokens: 10, n: 2, seed: 5, temperature: 0.7 };
+    const res = await fetch(`${moeServer.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...request, logprobs: true, return_token_ids: true }),
+    });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as any;
+    expect(body.object).toBe('chat.completion');
+    expect(body.choices).toHaveLength(2);
+    const hf = loadHfModel(moeDir);
+    const model = await native.loadModel(hf.config, hf.tensors);
+    const prompt: number[] = body.prompt_token_ids;
+    for (const choice of body.choices) {
+      expect(choice.message.role).toBe('assistant');
+      const completion: number[] = choice.token_ids;
+      expect(completion.length).toBeGreaterThan(0);
+      const logprobs: number[] = choice.logprobs.content.map((c: { logprob: number }) => c.logprob);
+      expect(logprobs).toHaveLength(completion.length);
+      // Decoded with the KV cache beside another sequence, scored here as one packed row.
+      const ids = [...prompt, ...completion];
+      const [scores] = await model.score([{ inputIds: ids, positionIds: ids.map((_, i) => i) }], { temperature: 0.7 });
+      logprobs.forEach((lp, i) => expect(lp).toBeCloseTo(scores.logprobs[prompt.length + i], 4));
     }
+    expect(body.choices[0].token_ids).not.toEqual(body.choices[1].token_ids);
+
+    const moeClient = new OpenAI({ baseURL: `${moeServer.url}/v1`, apiKey: 'unused' });
+    const whole = await moeClient.chat.completions.create({ ...request, n: 1 });
+    const stream = await moeClient.chat.completions.create({ ...request, n: 1, stream: true });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+    expect(text).toBe(whole.choices[0].message.content);
+  });
+
+  test('/v1/generate with routes: per prompt token and per sampled token, replayable by the trainer; a 400 on a dense model', async () => {
+    const prompt = [10, 20, 30, 40];
+    const res = await fetch(`${moeServer.url}/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt_token_ids: prompt, max_tokens: 6, seed: 3, return_routes: true }),
+    });
+    const body = (await res.json()) as any;
+    expect(body.prompt_routes).toHaveLength(prompt.length - 1);
+    const [choice] = body.choices;
+    expect(choice.routes).toHaveLength(choice.token_ids.length);
+    const all: number[][] = [...body.prompt_routes, ...choice.routes];
+    // Each sparse layer's K = 2 experts: distinct ids of its 8 experts.
+    const layerOk = (e: number[]) => e.every((x) => Number.isInteger(x) && x >= 0 && x < 8) && e[0] !== e[1];
+    expect(all.every((r) => r.length === 4 && layerOk(r.slice(0, 2)) && layerOk(r.slice(2)))).toBe(true);
+    // Training on the sample through these routes reproduces the server's logprobs.
+    const hf = loadHfModel(moeDir);
+    const trainer = (await native.loadModel(hf.config, hf.tensors)).createTrainer();
+    const ids = [...prompt, ...choice.token_ids];
+    const stats = await trainer.gradients(
+      [
+        {
+          inputIds: ids,
+          positionIds: ids.map((_, i) => i),
+          lossMask: ids.map((_, i) => (i >= prompt.length ? 1 : 0)),
+          advantages: ids.map(() => 1),
+          inferenceLogprobs: [...prompt.map(() => 0), ...choice.logprobs],
+          routes: [...all.flat(), -1, -1, -1, -1],
+        },
+      ],
+      { kind: 'grpo' },
+    );
+    expect(stats.mismatchKl).toBeLessThan(1e-9);
     const dense = await post('/v1/generate', { prompt_token_ids: [1, 2], max_tokens: 1, return_routes: true });
     expect(dense.status).toBe(400);
     expect(((await dense.json()) as any).error).toMatchObject({ param: 'return_routes', message: /has no MoE router/ });

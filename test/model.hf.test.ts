@@ -4,13 +4,9 @@ import * as path from 'node:path';
 import { parseHfConfig, toHfConfig } from '../lib/model/hf-config';
 import { loadHfModel, readHfConfig, writeHfModel } from '../lib/model/hf';
 import { readSafetensors } from '../lib/model/safetensors';
-import { initTensors } from '../lib/model/create';
+import { initTensors, resolveArchConfig } from '../lib/model/create';
 import type { ArchConfig } from '../lib/model/arch';
-import { ARCHS } from '../lib/model/families';
-
-const FIXTURES = path.join(__dirname, 'fixtures', 'hf-reference');
-/** The families with transformers fixtures (scripts/check_hf_compat.py writes one folder each). */
-const FIXTURE_ARCHS = ARCHS.filter((arch) => fs.existsSync(path.join(FIXTURES, arch)));
+import { HF_FIXTURES } from './hf-fixtures';
 
 /** Excerpts of the real Hub configs (Llama-3.2-1B without its llama3 rope scaling, Qwen2.5-0.5B, Qwen3-0.6B). */
 const llama = {
@@ -257,19 +253,15 @@ describe('model folders', () => {
   });
   afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
-  test.each(FIXTURE_ARCHS)('loads the folder transformers saved (%s fixture, v5 config layout)', (arch) => {
-    const m = loadHfModel(path.join(FIXTURES, arch));
-    expect(m.config).toMatchObject({
-      arch,
-      hiddenSize: 32,
-      numLayers: arch === 'qwen3_moe' ? 3 : 2,
-      vocabSize: 265,
-      headDim: 8,
-      tieWordEmbeddings: arch !== 'llama',
-    });
-    expect(m.tensors[0].name).toBe('model.embed_tokens.weight');
-    expect(m.tensors.every((t) => t.dtype === 'F32')).toBe(true);
-  });
+  test.each(HF_FIXTURES.map((f) => [f.name, f] as const))(
+    'loads the folder transformers saved (%s fixture, v5 config layout) as the config it was created with',
+    (_, { dir, meta }) => {
+      const m = loadHfModel(dir);
+      expect(m.config).toEqual(resolveArchConfig(meta.createOptions));
+      expect(m.tensors[0].name).toBe('model.embed_tokens.weight');
+      expect(m.tensors.every((t) => t.dtype === 'F32')).toBe(true);
+    },
+  );
 
   const tiny: ArchConfig = {
     arch: 'qwen3',

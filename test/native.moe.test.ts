@@ -181,7 +181,7 @@ describe('router replay', () => {
     expect(d.promptRoutes).toBeUndefined();
   });
 
-  test('replayed routes are the ones used; a stale policy has less mismatch with them', async () => {
+  test("replayed routes are the ones used; replaying a stale policy's routes cuts the mismatch KL from > 0.04 to < 0.012", async () => {
     const weights = randomWeights(cfg, 6);
     const trainerModel = await loadModel(cfg, weights);
     const trainer = trainerModel.createTrainer();
@@ -214,8 +214,11 @@ describe('router replay', () => {
       withReplay += (await trainer.gradients([row], grpo)).mismatchKl;
       without += (await trainer.gradients([recompute], grpo)).mismatchKl;
     }
-    console.log(`mismatch KL over 6 rollouts of a stale policy: ${without / 6} recomputed, ${withReplay / 6} replayed`);
-    expect(withReplay).toBeLessThan(without);
+    // Means over the 6 rollouts, deterministic (seeded sampling, fixed weights): 0.054 with the
+    // trainer's own routes, 0.0084 replaying inference's (README, router replay). What replay
+    // leaves is the perturbed routers' weights of the same experts, not a different set of experts.
+    expect(without / 6).toBeGreaterThan(0.04);
+    expect(withReplay / 6).toBeLessThan(0.012);
   });
 
   test('bad routes are rejected by name', async () => {

@@ -12,6 +12,7 @@ import {
   type TrainRow,
   type WeightTensor,
 } from '../native';
+import { FAMILIES } from '../lib/model/families';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { lrAt } from '../lib/trainer/schedule';
 import { Rng } from '../lib/model/rng';
@@ -54,6 +55,97 @@ describe.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'] as const)('%s', (arch) =>
       for (const index of [0, Math.floor(gv.length / 2), gv.length - 1]) {
         const fd = ((await lossAt(g.name, index, h)) - (await lossAt(g.name, index, -h))) / (2 * h);
         expect(Math.abs(fd - gv[index])).toBeLessThan(1e-7 + 1e-5 * Math.abs(fd));
+      }
+    }
+  });
+});
+
+describe('qwen3_moe: the router, every expert and the dense block', () => {
+  // Layer 0 sparse (2 of 4 experts per token), layer 1 dense (mlp_only_layers).
+  const E = 4;
+  const cfg = tinyConfig('qwen3_moe', {
+    hiddenSize: 32,
+    intermediateSize: 48,
+    headDim: 8,
+    vocabSize: 64,
+    moe: {
+      ...FAMILIES.qwen3_moe.defaults.moe!,
+      numExperts: E,
+      numExpertsPerTok: 2,
+      moeIntermediateSize: 16,
+      mlpOnlyLayers: [1],
+    },
+  });
+
+  test('gradients match central finite differences (float64) at coordinates of routed experts', async () => {
+    const weights = randomWeights(cfg, 21, 'F64');
+    const model = await loadModel(cfg, weights, { dtype: 'float64' });
+    const trainer = model.createTrainer();
+    const rng = new Rng(5);
+    const samples = [randomTokens(rng, 9, cfg.vocabSize), randomTokens(rng, 7, cfg.vocabSize)];
+    // The experts inference routes each token to: the prefill's, then the last token's (one decode step).
+    const routes: number[] = [];
+    for (const ids of samples) {
+      const gen = model.createGenerator({ maxSequences: 1, maxSequenceLength: 32 });
+      const [added] = await gen.add([{ promptIds: ids, maxTokens: 1, temperature: 0, returnRoutes: true }]);
+      routes.push(...added.promptRoutes!, ...(await gen.step())[0].routes!);
+    }
+    const row: TrainRow = {
+      ...packRow(samples),
+      lossMask: samples.flatMap((s) => s.map((_, i) => (i >= s.length / 2 ? 1 : 0))),
+    };
+    const opts = { temperature: 0.8 };
+    // Top-k routing is piecewise: each loss is also computed replaying the routes above, and the
+    // two must agree, so no perturbation flipped a route (a flip would also break the difference).
+    const lossNow = async (): Promise<number> => {
+      const own = await trainer.gradients([row], opts);
+      const replayed = await trainer.gradients([{ ...row, routes }], opts);
+      expect(Math.abs(own.loss - replayed.loss)).toBeLessThan(1e-12);
+      return own.loss;
+    };
+    await lossNow(); // the generator's routes are the trainer's own at these weights
+    const { gradients } = await trainer.gradients([row], opts);
+    const grad = (name: string) => decode(gradients.find((g) => g.name === name) as WeightTensor);
+    const lossAt = async (name: string, index: number, delta: number): Promise<number> => {
+      const t = weights.find((w) => w.name === name)!;
+      const v = decode(t);
+      v[index] += delta;
+      await model.loadWeights([{ ...t, data: encode(v, 'F64') }], { strict: false });
+      const loss = await lossNow();
+      await model.loadWeights([t], { strict: false });
+      return loss;
+    };
+    /** The coordinate of [from, to) with the largest gradient, which must be far from 0 (the check cannot pass at 0). */
+    const largest = (g: Float64Array, from: number, to: number): number => {
+      let at = from;
+      for (let i = from; i < to; i++) if (Math.abs(g[i]) > Math.abs(g[at])) at = i;
+      expect(Math.abs(g[at])).toBeGreaterThan(1e-4);
+      return at;
+    };
+    // Every expert serves tokens here (2 route entries per token, one sparse layer).
+    const served = Array.from({ length: E }, (_, e) => routes.filter((r) => r === e).length);
+    expect(served.every((n) => n > 0)).toBe(true);
+    const D = cfg.hiddenSize;
+    const router = 'model.layers.0.mlp.gate.weight';
+    const projections = ['gate_proj', 'up_proj', 'down_proj'];
+    const thirds = (g: Float64Array) =>
+      [0, 1, 2].map((k) => largest(g, Math.floor((k * g.length) / 3), Math.floor(((k + 1) * g.length) / 3)));
+    const checks: [string, number[]][] = [
+      // The router: the largest gradient in each expert's row.
+      [router, Array.from({ length: E }, (_, e) => largest(grad(router), e * D, (e + 1) * D))],
+      // Each expert's projections, and the dense block's MLP: the largest gradient in each third.
+      ...Array.from({ length: E }, (_, e) => projections.map((p) => `model.layers.0.mlp.experts.${e}.${p}.weight`))
+        .flat()
+        .concat(projections.map((p) => `model.layers.1.mlp.${p}.weight`))
+        .map((name): [string, number[]] => [name, thirds(grad(name))]),
+    ];
+    expect(checks).toHaveLength(1 + 3 * E + 3);
+    const h = 1e-5;
+    for (const [name, indices] of checks) {
+      const g = grad(name);
+      for (const index of indices) {
+        const fd = ((await lossAt(name, index, h)) - (await lossAt(name, index, -h))) / (2 * h);
+        expect([name, index, Math.abs(fd - g[index]) < 1e-7 + 1e-5 * Math.abs(fd)]).toEqual([name, index, true]);
       }
     }
   });

@@ -13,6 +13,7 @@ import { loadConfig } from '../lib/config/loader';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import type { EnvPool } from '../lib/envs/pool';
 import { createModel } from '../lib/model/create';
+import { loadHfModel } from '../lib/model/hf';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
@@ -371,4 +372,65 @@ test('ckpt.resume_step continues a run from that checkpoint, redoing what came a
   expect(after[2].time).not.toEqual(before[2].time);
   // The same batches from the same state: the same losses.
   after.forEach((l, i) => expect(l.loss as number).toBeCloseTo(before[i].loss as number, 4));
+});
+
+test('an SFT run on a Qwen3-MoE model lowers the loss and writes qwen3_moe weights with every expert trained', async () => {
+  // Sparse blocks 0 and 2 around a dense block 1, 2 of 8 experts per token.
+  const moeDir = path.join(root, 'moe');
+  createModel({
+    arch: 'qwen3_moe',
+    preset: 'tiny',
+    tokenizer: 'bytes',
+    seed: 0,
+    out: moeDir,
+    numLayers: 3,
+    moe: { mlpOnlyLayers: [1] },
+  });
+  const cfg = config([
+    '--run-name',
+    'sft-moe',
+    '--model.name',
+    moeDir,
+    '--max-steps',
+    '4',
+    '--batch-size',
+    '8',
+    '--data.env',
+    '{"id": "reverse-text"}',
+    '--data.num-examples',
+    '32',
+    '--optim.lr',
+    '3e-3',
+    // No decay: a tensor changes only through its own gradients.
+    '--optim.weight-decay',
+    '0',
+    '--moe.router-aux-loss-coef',
+    '0.01',
+    '--ckpt.interval',
+    '100',
+  ]);
+  const result = await run<SftResult>(cfg);
+  const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
+  expect(result).toMatchObject({ steps: 4, weightsDir: layout.weightsDir(4) });
+  const lines = readStepMetrics(layout.metricsFile);
+  expect(lines.map((l) => l.step)).toEqual([0, 1, 2, 3]);
+  expect(lines[3].loss as number).toBeLessThan(lines[0].loss as number);
+  for (const l of lines) {
+    expect(l.router_aux_loss as number).toBeGreaterThan(0);
+    expect(l.expert_load_max as number).toBeGreaterThanOrEqual(l.expert_load_mean as number);
+    expect(l.expert_load_mean as number).toBeGreaterThan(0);
+  }
+
+  const base = loadHfModel(moeDir);
+  const trained = loadHfModel(result.weightsDir!);
+  expect(trained.config).toEqual(base.config);
+  expect(trained.rawConfig).toMatchObject({ model_type: 'qwen3_moe', architectures: ['Qwen3MoeForCausalLM'] });
+  expect(trained.tensors.map((t) => t.name)).toEqual(base.tensors.map((t) => t.name));
+  // Every router, expert projection and the dense block's MLP moved.
+  const mlp = trained.tensors.filter((t) => /\.mlp\./.test(t.name));
+  expect(mlp).toHaveLength(2 * (1 + 8 * 3) + 3);
+  const unchanged = mlp
+    .filter((t) => t.data.equals(base.tensors.find((b) => b.name === t.name)!.data))
+    .map((t) => t.name);
+  expect(unchanged).toEqual([]);
 });
