@@ -170,7 +170,7 @@ export async function rolloutContext(runDir: string, pool: EnvPool): Promise<Rol
     tokenizer: tokenizerOf(modelDir),
     mixEntries: config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
     examplesPerStep: o.batch_size / o.rollouts_per_example,
-    teacher: config.distill?.teacher ? new TeacherClient(config.distill.teacher.base_url) : undefined,
+    teacher: config.distill?.teacher ? new TeacherClient(config.distill.teacher) : undefined,
   };
 }
 

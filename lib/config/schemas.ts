@@ -686,11 +686,27 @@ export const rlSchema = z
           base_url: z
             .string()
             .url()
-            .describe('the inference server serving the teacher (http://host:port/v1; a `prime-rl inference` server)'),
+            .describe(
+              "the OpenAI-compatible server serving the teacher (http://host:port/v1): `prime-rl inference`, or any server whose /completions returns the prompt tokens' logprobs with echo and logprobs (vLLM)",
+            ),
           model: z
             .string()
             .min(1)
             .describe("the teacher's model folder: its tokenizer must be the student's (checked when the run starts)"),
+          served_model: z
+            .string()
+            .min(1)
+            .optional()
+            .describe(
+              "the teacher's name on its server, sent as the requests' `model`; unset = the one model GET base_url/models lists (an error naming this key when it lists several)",
+            ),
+          api_key_var: z
+            .string()
+            .min(1)
+            .optional()
+            .describe(
+              "environment variable holding the teacher's API key, sent as a bearer token (set it for the cpu workers); unset = no key",
+            ),
         })
         .optional()
         .describe(

@@ -112,9 +112,11 @@ export const completionRequest = z.looseObject({
     z.array(tokenId).min(1),
     z.array(z.array(tokenId).min(1)).min(1).max(64),
   ]),
-  max_tokens: z.number().int().min(1).nullish(),
+  /** 0 only with `echo`: the prompt and its logprobs, nothing generated. */
+  max_tokens: z.number().int().min(0).nullish(),
   logprobs: z.number().int().min(0).max(20).nullish(),
-  echo: neutral(z.boolean().nullable(), false, 'echo'),
+  /** The prompt comes first in `text` and, with `logprobs`, in every logprobs list (its first token's logprob: null). */
+  echo: z.boolean().nullish(),
   suffix: neutral(z.string().nullable(), null, 'suffix'),
   best_of: z.number().int().min(1).max(1).nullish(),
   ...sampling,

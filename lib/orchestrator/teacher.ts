@@ -1,8 +1,10 @@
 /**
  * Online distillation (`[distill] teacher`): the teacher's logprob of every token the student
- * sampled, from one prompt-logprobs request per sample to the teacher's inference server
- * (`/v1/generate` with `prompt_logprobs`). Packing turns them into per-token advantages
- * (teacher - student: reverse KL, lib/orchestrator/packing.ts).
+ * sampled, from one request per sample to the teacher's OpenAI-compatible server: the standard
+ * (legacy) completions route with `echo` and `logprobs: 0`, whose answer lists the prompt's tokens
+ * with their logprobs before the one generated token. Our inference server and vLLM both implement
+ * it. Packing turns them into per-token advantages (teacher - student: reverse KL,
+ * lib/orchestrator/packing.ts).
  */
 import type { Tokenizer } from '../model/tokenizer';
 import { classifyStatus, httpErrorText, InferenceError } from './client';
@@ -20,22 +22,105 @@ export function tokenizerMismatch(student: Tokenizer, teacher: Tokenizer): strin
   return undefined;
 }
 
+/** `[distill] teacher`'s server settings, as in config. */
+export interface TeacherServer {
+  /** `distill.teacher.base_url`: `http://host:port/v1`. */
+  base_url: string;
+  /** `distill.teacher.served_model`; unset: the one model the server lists. */
+  served_model?: string;
+  /** `distill.teacher.api_key_var`: the environment variable holding its bearer token. */
+  api_key_var?: string;
+}
+
 export class TeacherClient {
+  private readonly baseUrl: string;
+  private readonly servedModel?: string;
+  private readonly apiKey?: string;
+  /** The served model's name, once read from `GET /models` (when `servedModel` is unset). */
+  private listed?: Promise<string>;
+
   constructor(
-    /** As in config: `http://host:port/v1`. */
-    private readonly baseUrl: string,
+    server: TeacherServer,
     private readonly timeoutMs = 600_000,
-  ) {}
+  ) {
+    this.baseUrl = server.base_url.replace(/\/+$/, '');
+    this.servedModel = server.served_model;
+    if (server.api_key_var !== undefined) {
+      this.apiKey = process.env[server.api_key_var];
+      if (!this.apiKey)
+        throw new InferenceError(
+          `distill.teacher.api_key_var names environment variable ${server.api_key_var}, which is not set (or empty) in this worker's environment`,
+          undefined,
+          'config',
+        );
+    }
+  }
 
   /** The teacher's logprob of `ids[i]` given `ids[<i]`, for i >= 1 (index 0: null). */
   async promptLogprobs(ids: readonly number[]): Promise<(number | null)[]> {
-    const url = `${this.baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '')}/v1/generate`;
+    const model = await this.model();
+    // Temperature 1: a server that applies it to logprobs then gives the raw ones too.
+    const body = await this.request('/completions', {
+      model,
+      prompt: ids,
+      max_tokens: 1,
+      echo: true,
+      logprobs: 0,
+      temperature: 1,
+    });
+    const logprobs = (body as { choices?: { logprobs?: { token_logprobs?: unknown } | null }[] } | null)?.choices?.[0]
+      ?.logprobs?.token_logprobs;
+    // The prompt's tokens (the first has no logprob), then the generated token.
+    if (
+      !Array.isArray(logprobs) ||
+      logprobs.length !== ids.length + 1 ||
+      logprobs.slice(1, ids.length).some((v) => typeof v !== 'number')
+    ) {
+      const got = Array.isArray(logprobs) ? `${logprobs.length} entries` : 'none';
+      throw new InferenceError(
+        `distill.teacher.base_url: ${this.baseUrl}/completions returned no logprobs of the prompt's tokens: with echo: true and logprobs: 0, choices[0].logprobs.token_logprobs must list the ${ids.length} prompt tokens' logprobs and then the generated token's (got ${got}); the teacher's server must implement echo on /completions (prime-rl inference and vLLM do)`,
+        undefined,
+        'config',
+      );
+    }
+    return [null, ...(logprobs.slice(1, ids.length) as number[])];
+  }
+
+  /** The model name the requests carry: `servedModel`, else the only one `GET /models` lists (read once). */
+  private model(): Promise<string> {
+    if (this.servedModel !== undefined) return Promise.resolve(this.servedModel);
+    this.listed ??= this.listedModel().catch((e: unknown) => {
+      this.listed = undefined; // a failed read is tried again by the next request
+      throw e;
+    });
+    return this.listed;
+  }
+
+  private async listedModel(): Promise<string> {
+    const body = (await this.request('/models')) as { data?: { id?: unknown }[] } | null;
+    const ids = (Array.isArray(body?.data) ? body.data : []).map((m) => m?.id).filter((id) => typeof id === 'string');
+    if (ids.length === 1) return ids[0];
+    throw new InferenceError(
+      ids.length === 0
+        ? `distill.teacher.base_url: ${this.baseUrl}/models lists no model: not an OpenAI-compatible server? (or set distill.teacher.served_model)`
+        : `distill.teacher.served_model: unset, and the teacher's server ${this.baseUrl} serves ${ids.length} models (${ids.join(', ')}): set it to the teacher's`,
+      undefined,
+      'config',
+    );
+  }
+
+  /** GET (no body) or POST `body` to `route` of the teacher's server; its JSON answer. */
+  private async request(route: string, body?: unknown): Promise<unknown> {
+    const url = `${this.baseUrl}${route}`;
     let res: Response;
     try {
       res = await fetch(url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ prompt_token_ids: ids, max_tokens: 1, prompt_logprobs: true }),
+        method: body === undefined ? 'GET' : 'POST',
+        headers: {
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+          ...(this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : {}),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(this.timeoutMs),
       });
     } catch (e) {
@@ -51,14 +136,15 @@ export class TeacherClient {
         kind,
       );
     }
-    const logprobs = (JSON.parse(text) as { prompt_logprobs?: (number | null)[] | null }).prompt_logprobs;
-    if (!Array.isArray(logprobs) || logprobs.length !== ids.length)
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
       throw new InferenceError(
-        `distill.teacher.base_url: ${url} returned no prompt logprobs for ${ids.length} tokens: not a prime-rl inference server?`,
+        `distill.teacher.base_url: ${url} answered with no JSON: ${text.slice(0, 200)}`,
         res.status,
         'config',
       );
-    return logprobs;
+    }
   }
 
   /**

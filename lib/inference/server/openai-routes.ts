@@ -1,6 +1,7 @@
 /**
  * The OpenAI-compatible routes: `/v1/models`, `/v1/chat/completions` (streaming, tools, logprobs)
- * and `/v1/completions`.
+ * and `/v1/completions` (logprobs; `echo`, with the prompt tokens' logprobs: what online
+ * distillation asks a teacher for, lib/orchestrator/teacher.ts).
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -16,7 +17,7 @@ import {
   type RequestMessage,
 } from '../protocol';
 import { engineErrorBody } from './errors';
-import { disconnectSignal, now, usage, type Served } from './served';
+import { disconnectSignal, now, promptLogprobList, usage, type Served } from './served';
 
 /** Text of an OpenAI message content (string or text parts). */
 function contentText(m: RequestMessage): string | null {
@@ -241,18 +242,49 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     };
   });
 
+  /**
+   * OpenAI's (legacy) completion `logprobs` of `ids`: `text_offset` is where each token's text starts
+   * in the choice's text, the lengths of the tokens before it summed (as vLLM counts).
+   */
+  const completionLogprobs = (
+    ids: number[],
+    logprobs: (number | null)[],
+    topLogprobs: Record<string, number>[] | null,
+  ) => {
+    const tokens = ids.map((t) => tokenizer.decode([t]));
+    const offsets: number[] = [];
+    let at = 0;
+    for (const t of tokens) {
+      offsets.push(at);
+      at += t.length;
+    }
+    return { tokens, token_logprobs: logprobs, top_logprobs: topLogprobs, text_offset: offsets };
+  };
+
   app.post('/v1/completions', async (req, reply) => {
     const body = parseBody(completionRequest, req.body);
     served.checkModel(body.model);
     if (body.stream) throw new ApiError(400, 'stream: streaming is supported on /v1/chat/completions only', 'stream');
+    const echo = body.echo ?? false;
+    const withLogprobs = body.logprobs !== undefined && body.logprobs !== null;
+    if (body.max_tokens === 0 && !echo)
+      throw new ApiError(400, 'max_tokens: 0 generates nothing; it is accepted only with echo: true', 'max_tokens');
+    // The engine computes the logprob of each prompt token, not its alternatives.
+    if (echo && body.logprobs)
+      throw new ApiError(
+        400,
+        `logprobs: ${body.logprobs} top logprobs of the echoed prompt tokens are not supported; with echo use logprobs: 0`,
+        'logprobs',
+      );
     const signal = disconnectSignal(reply);
     const prompt = body.prompt;
     let promptIds: number[][];
+    let promptTexts: string[] | undefined;
     if (typeof prompt === 'string' || prompt.every((p) => typeof p === 'string')) {
-      const texts = typeof prompt === 'string' ? [prompt] : (prompt as string[]);
+      promptTexts = typeof prompt === 'string' ? [prompt] : (prompt as string[]);
       // Every text is bounded before any is tokenized.
-      texts.forEach((t) => served.checkTextLength(t, 'prompt'));
-      promptIds = await Promise.all(texts.map((t) => prompts.encode(t)));
+      promptTexts.forEach((t) => served.checkTextLength(t, 'prompt'));
+      promptIds = await Promise.all(promptTexts.map((t) => prompts.encode(t)));
     } else {
       promptIds = prompt.every((p) => typeof p === 'number') ? [prompt as number[]] : (prompt as number[][]);
     }
@@ -262,41 +294,55 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     });
     const n = body.n ?? 1;
     const stopStrings = stopList(body.stop);
+    // max_tokens 0 (echo): the engine, which always generates, makes one token; it is not returned.
+    const generates = body.max_tokens !== 0;
     const requests = promptIds.flatMap((p) => {
-      const maxTokens = served.maxTokensFor(p.length, body.max_tokens ?? 16, 'max_tokens');
+      const maxTokens = served.maxTokensFor(p.length, generates ? (body.max_tokens ?? 16) : 1, 'max_tokens');
+      // The n choices of a prompt echo the same prompt: its logprobs are computed once, by the first.
       return Array.from({ length: n }, (_, i) =>
-        served.engineRequest(p, body, maxTokens, i, false, body.logprobs ?? 0),
+        served.engineRequest(p, body, maxTokens, i, echo && withLogprobs && i === 0, body.logprobs ?? 0),
       );
     });
     const results = await served.start(requests, { tokenizer, stopStrings, signal });
+    const generated = results.map((r) =>
+      generates ? r : { ...r, tokenIds: [], logprobs: [], topLogprobs: [], text: '', finishReason: 'length' as const },
+    );
     return {
       id: `cmpl-${randomUUID()}`,
       object: 'text_completion',
       created: now(),
       model: modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
-      choices: results.map((r, index) => ({
-        index,
-        text: r.text,
-        logprobs:
-          body.logprobs !== undefined && body.logprobs !== null
-            ? {
-                tokens: r.tokenIds.map((t) => tokenizer.decode([t])),
-                token_logprobs: r.logprobs,
-                top_logprobs: body.logprobs
+      choices: generated.map((r, index) => {
+        const p = Math.floor(index / n);
+        const echoed = echo
+          ? {
+              ids: promptIds[p],
+              text: promptTexts?.[p] ?? tokenizer.decode(promptIds[p]),
+              logprobs: withLogprobs ? promptLogprobList(results[p * n])! : [],
+            }
+          : { ids: [], text: '', logprobs: [] };
+        return {
+          index,
+          text: echoed.text + r.text,
+          logprobs: withLogprobs
+            ? completionLogprobs(
+                [...echoed.ids, ...r.tokenIds],
+                [...echoed.logprobs, ...r.logprobs],
+                body.logprobs
                   ? r.topLogprobs.map((top) =>
                       Object.fromEntries(Array.from(top.ids, (alt, j) => [tokenizer.decode([alt]), top.logprobs[j]])),
                     )
                   : null,
-                text_offset: null,
-              }
+              )
             : null,
-        finish_reason: r.finishReason,
-        ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: promptIds[Math.floor(index / n)] } : {}),
-      })),
+          finish_reason: r.finishReason,
+          ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: promptIds[p] } : {}),
+        };
+      }),
       usage: usage(
         promptIds.reduce((a, p) => a + p.length * n, 0),
-        results,
+        generated,
       ),
     };
   });

@@ -11,7 +11,7 @@ import { isSparseLayer } from '../../model/families';
 import { loadHfModelAsync } from '../../model/hf';
 import { SerialQueue } from '../../serial';
 import { ApiError, generateRequest, parseBody, updateWeightsRequest } from '../protocol';
-import { disconnectSignal, usage, type Served } from './served';
+import { disconnectSignal, promptLogprobList, usage, type Served } from './served';
 
 /** How `b` differs in shape from the served `a` (undefined: the same). */
 function sameShape(a: ArchConfig, b: ArchConfig): string | undefined {
@@ -69,7 +69,6 @@ export function registerPolicyRoutes(
       // Stop strings are matched in the decoded text, so only then does the sequence need a tokenizer.
       body.stop?.length ? { signal, tokenizer: served.tokenizer, stopStrings: body.stop } : { signal },
     );
-    const promptLogprobs = results[0].promptLogprobs;
     return {
       id: `gen-${randomUUID()}`,
       model: served.modelName,
@@ -86,8 +85,7 @@ export function registerPolicyRoutes(
         ...(body.return_routes ? { routes: r.routes.map((t) => Array.from(t)) } : {}),
       })),
       usage: usage(body.prompt_token_ids.length, results),
-      prompt_logprobs:
-        body.prompt_logprobs && promptLogprobs ? Array.from(promptLogprobs, (v, i) => (i === 0 ? null : v)) : null,
+      prompt_logprobs: body.prompt_logprobs ? promptLogprobList(results[0]) : null,
       ...(body.return_routes ? { prompt_routes: promptRoutesPerToken(results[0].promptRoutes, arch) } : {}),
     };
   });

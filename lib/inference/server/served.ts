@@ -129,6 +129,14 @@ export class Served {
   }
 }
 
+/**
+ * The logprob of each prompt token given the ones before it, as the engine computed them for a
+ * request with `promptLogprobs` (raw: temperature 1); the first token has none (null).
+ */
+export function promptLogprobList(r: SequenceResult): (number | null)[] | null {
+  return r.promptLogprobs ? Array.from(r.promptLogprobs, (v, i) => (i === 0 ? null : v)) : null;
+}
+
 export function usage(promptTokens: number, results: SequenceResult[]) {
   const completion = results.reduce((a, r) => a + r.tokenIds.length, 0);
   return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
