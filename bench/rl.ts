@@ -3,14 +3,15 @@
  * dev server, real workers (in this process), a real inference server.
  *
  *   npm run build:ts && node dist/bench/rl.js [--steps 8] [--hidden 256] [--layers 4]
- *     [--model DIR] [--lr 1e-4] [--envs JSON] [--max-tokens 32]
+ *     [--model DIR] [--lr 1e-4] [--envs JSON] [--max-tokens 32] [--modes [--window 10] [--every 60] [--curve-env ID]]
  *
  * `--model DIR` trains an existing model (e.g. the reverse-text example's SFT weights, so that the
  * reward moves) instead of a random one; `--envs` replaces the run's `[[env]]` list.
  *
  * With `--modes`: strict mode against in-flight mode (both async_level 1) on an env mix whose
  * rollouts differ widely in length (reverse-text: one turn; guess-number: up to 6 turns): step
- * time, the trainer's idle fraction and the rewards per step, each with its time since the start.
+ * time, the trainer's idle fraction and the rewards per step, each with its time since the start;
+ * then both reward curves at equal steps and at equal wall time.
  *
  * Per run: mean step time (between consecutive train ends, after the first step), mean generation
  * and train time, and the orchestration overhead: a step's activity spans as the workflow saw
@@ -22,6 +23,7 @@ import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../activities';
+import { readRollouts } from '../activities/rollouts';
 import { loadConfig } from '../lib/config/loader';
 import { inferenceSchema, RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
@@ -96,7 +98,10 @@ async function main() {
   const connection = await NativeConnection.connect({ address: temporal.address });
   const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
   const rows: string[] = [];
+  /** Per mode (--modes): each step's mean reward and when its training ended, seconds since the run's start. */
+  const curves: { name: string; points: { reward: number; at: number }[] }[] = [];
   const modes = process.argv.includes('--modes');
+  const curveEnv = process.argv.includes('--curve-env') ? arg('curve-env', '') : undefined;
   const envs = arg('envs', modes ? '[{"id": "reverse-text"}, {"id": "guess-number"}]' : '[{"id": "reverse-text"}]');
   const variants = modes
     ? [
@@ -174,9 +179,19 @@ async function main() {
         // Trainer idle: the gaps between one train step's end and the next one's start.
         const idle = times.slice(1).reduce((a, t, i) => a + (t.train_start - times[i].train_end), 0);
         const busy = times[times.length - 1].train_end - times[0].train_start;
-        const rewards = lines.map(
-          (l, i) => `${(l.reward_mean as number).toFixed(2)}@${(times[i].train_end - t0 / 1000).toFixed(0)}s`,
-        );
+        // --curve-env ID: the curve follows that env's rollouts alone (a batch's env mix varies in flight).
+        const layout = RunLayout.of(outputDir, cfg.run_name);
+        const rewardOf = (l: (typeof lines)[number], step: number) => {
+          if (!curveEnv) return l.reward_mean as number;
+          return mean(
+            readRollouts(layout.rolloutsDir(step))
+              .filter((r) => r.env === curveEnv)
+              .map((r) => r.reward),
+          );
+        };
+        const points = lines.map((l, i) => ({ reward: rewardOf(l, i), at: times[i].train_end - t0 / 1000 }));
+        curves.push({ name, points });
+        const rewards = points.map((p) => `${p.reward.toFixed(2)}@${p.at.toFixed(0)}s`);
         rows.push(
           `| ${name} | ${mean(stepTimes).toFixed(2)} | ${mean(gen).toFixed(2)} | ${mean(train).toFixed(2)} | ${(idle / busy).toFixed(2)} | ${wall.toFixed(1)} | ${rewards.join(' ')} |`,
         );
@@ -205,6 +220,9 @@ async function main() {
         '| --- | ---: | ---: | ---: | ---: | ---: | --- |',
         ...rows,
         '',
+        `Reward curves${curveEnv ? ` of the ${curveEnv} rollouts` : ''}:`,
+        '',
+        ...rewardCurves(curves, Number(arg('window', '10')), Number(arg('every', '60'))),
       ].join('\n'),
     );
     return;
@@ -219,6 +237,45 @@ async function main() {
       '',
     ].join('\n'),
   );
+}
+
+/**
+ * The modes' reward curves as two tables: at equal steps (mean reward of each window of `window`
+ * steps) and at equal wall time (mean reward of the last `window` steps trained by each multiple
+ * of `every` seconds since the run's start).
+ */
+function rewardCurves(
+  curves: { name: string; points: { reward: number; at: number }[] }[],
+  window: number,
+  every: number,
+) {
+  const cell = (xs: number[]) => (xs.length ? mean(xs).toFixed(3) : '-');
+  const steps = Math.max(...curves.map((c) => c.points.length));
+  const windows = Array.from({ length: Math.ceil(steps / window) }, (_, w) => w * window);
+  const end = Math.max(...curves.map((c) => c.points[c.points.length - 1]?.at ?? 0));
+  const marks = Array.from({ length: Math.max(1, Math.ceil(end / every)) }, (_, i) => (i + 1) * every);
+  const header = (cols: string[]) => [`| mode | ${cols.join(' | ')} |`, `| --- |${cols.map(() => ' ---: |').join('')}`];
+  return [
+    `Mean reward by steps (windows of ${window}):`,
+    '',
+    ...header(windows.map((w) => `steps ${w}-${Math.min(w + window, steps) - 1}`)),
+    ...curves.map(
+      (c) =>
+        `| ${c.name} | ${windows.map((w) => cell(c.points.slice(w, w + window).map((p) => p.reward))).join(' | ')} |`,
+    ),
+    '',
+    `Mean reward of the last ${window} steps trained by each time since the start (steps done in brackets):`,
+    '',
+    ...header(marks.map((m) => `${m} s`)),
+    ...curves.map((c) => {
+      const cells = marks.map((m) => {
+        const done = c.points.filter((p) => p.at <= m);
+        return `${cell(done.slice(-window).map((p) => p.reward))} (${done.length})`;
+      });
+      return `| ${c.name} | ${cells.join(' | ')} |`;
+    }),
+    '',
+  ];
 }
 
 main().catch((e) => {
