@@ -181,17 +181,17 @@ async function main() {
         const busy = times[times.length - 1].train_end - times[0].train_start;
         // --curve-env ID: the curve follows that env's rollouts alone (a batch's env mix varies in flight).
         const layout = RunLayout.of(outputDir, cfg.run_name);
+        // A step with none of that env's rollouts (in flight a batch can hold only the other env's) has no point: NaN.
         const rewardOf = (l: (typeof lines)[number], step: number) => {
           if (!curveEnv) return l.reward_mean as number;
-          return mean(
-            readRollouts(layout.rolloutsDir(step))
-              .filter((r) => r.env === curveEnv)
-              .map((r) => r.reward),
-          );
+          const rewards = readRollouts(layout.rolloutsDir(step))
+            .filter((r) => r.env === curveEnv)
+            .map((r) => r.reward);
+          return rewards.length ? mean(rewards) : NaN;
         };
         const points = lines.map((l, i) => ({ reward: rewardOf(l, i), at: times[i].train_end - t0 / 1000 }));
         curves.push({ name, points });
-        const rewards = points.map((p) => `${p.reward.toFixed(2)}@${p.at.toFixed(0)}s`);
+        const rewards = points.map((p) => `${Number.isNaN(p.reward) ? '-' : p.reward.toFixed(2)}@${p.at.toFixed(0)}s`);
         rows.push(
           `| ${name} | ${mean(stepTimes).toFixed(2)} | ${mean(gen).toFixed(2)} | ${mean(train).toFixed(2)} | ${(idle / busy).toFixed(2)} | ${wall.toFixed(1)} | ${rewards.join(' ')} |`,
         );
@@ -249,7 +249,11 @@ function rewardCurves(
   window: number,
   every: number,
 ) {
-  const cell = (xs: number[]) => (xs.length ? mean(xs).toFixed(3) : '-');
+  // Steps without a point (NaN) are left out of a window's mean.
+  const cell = (all: number[]) => {
+    const xs = all.filter((x) => !Number.isNaN(x));
+    return xs.length ? mean(xs).toFixed(3) : '-';
+  };
   const steps = Math.max(...curves.map((c) => c.points.length));
   const windows = Array.from({ length: Math.ceil(steps / window) }, (_, w) => w * window);
   const end = Math.max(...curves.map((c) => c.points[c.points.length - 1]?.at ?? 0));
