@@ -3,7 +3,9 @@
 # depth), warmed up by a short SFT, learns from a trained teacher (the 4-layer model that run.sh
 # trains) with pure distillation (distill.weight 0: no environment reward in the advantage).
 # Prints the student's held-out reward (avg@4 at temperature 1, 64 texts) before and after.
-#   bash examples/reverse_text/distill.sh [OUT] [TEACHER] [STEPS] [rl overrides...]
+# CONTROL=1 also runs the same RL stage without the teacher (the environment's reward alone), from
+# the same student weights, for comparison.
+#   [CONTROL=1] bash examples/reverse_text/distill.sh [OUT] [TEACHER] [STEPS] [rl overrides...]
 #   defaults: outputs/distill, outputs/reverse-text-rl/weights/step_250 (run.sh's RL result), 100
 #   (the overrides go to the rl command)
 set -euo pipefail
@@ -39,11 +41,21 @@ $CLI rl @ configs/reverse_text/rl.toml --model.name "$OUT/student-sft/weights/st
   --run-name student-distill --max-steps "$STEPS" --eval.interval "$STEPS" \
   --distill.teacher "{\"base_url\": \"http://127.0.0.1:$PORT/v1\", \"model\": \"$TEACHER\"}" "${@:4}"
 
+RUNS="student-distill"
+if [ "${CONTROL:-0}" = 1 ]; then
+  $CLI rl @ configs/reverse_text/rl.toml --model.name "$OUT/student-sft/weights/step_$SFT_STEP" --output-dir "$OUT" \
+    --run-name student-rl --max-steps "$STEPS" --eval.interval "$STEPS" "${@:4}"
+  RUNS="$RUNS student-rl"
+fi
+
 node -e '
 const { readEvalResults } = require("./dist/lib/eval");
-const evals = readEvalResults(process.argv[1] + "/student-distill");
-const at = (s) => evals.find((r) => (r.step ?? 0) === s)?.environments["reverse-text"].avg_at_k;
-const last = Math.max(...evals.map((r) => r.step ?? 0));
 const f = (x) => (x === undefined ? "-" : x.toFixed(3));
-console.log(`student held-out reward (avg@4 at temperature 1, 64 texts): ${f(at(0))} before distillation -> ${f(at(last))} after ${last} steps`);
-' "$OUT"
+for (const run of process.argv.slice(2)) {
+  const evals = readEvalResults(process.argv[1] + "/" + run);
+  const at = (s) => evals.find((r) => (r.step ?? 0) === s)?.environments["reverse-text"].avg_at_k;
+  const last = Math.max(...evals.map((r) => r.step ?? 0));
+  const how = run === "student-distill" ? "distillation" : "RL on the reward alone";
+  console.log(`student held-out reward (avg@4 at temperature 1, 64 texts): ${f(at(0))} before ${how} -> ${f(at(last))} after ${last} steps`);
+}
+' "$OUT" $RUNS
