@@ -10,6 +10,7 @@ import * as native from '../native';
 import { inferenceSchema } from '../lib/config/schemas';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
+import { createTinyMoe } from './tiny-moe';
 import { loadHfModel } from '../lib/model/hf';
 import { projectRoot } from '../lib/paths';
 
@@ -270,15 +271,7 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
   const moeDir = path.join(root, 'moe');
   let moeServer: InferenceServer;
   beforeAll(async () => {
-    createModel({
-      arch: 'qwen3_moe',
-      preset: 'tiny',
-      tokenizer: 'bytes',
-      seed: 0,
-      out: moeDir,
-      numLayers: 3,
-      moe: { mlpOnlyLayers: [1] },
-    });
+    createTinyMoe(moeDir);
     moeServer = await startInferenceServer(
       inferenceSchema.parse({
         model: { name: moeDir },

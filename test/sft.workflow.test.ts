@@ -19,6 +19,7 @@ import { readStepMetrics } from '../lib/run/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { SftProgress, SftResult } from '../workflows/sft';
 import { execute, startStack, type Stack } from './harness';
+import { createTinyMoe } from './tiny-moe';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-sft-'));
 const modelDir = path.join(root, 'model');
@@ -377,15 +378,7 @@ test('ckpt.resume_step continues a run from that checkpoint, redoing what came a
 test('an SFT run on a Qwen3-MoE model lowers the loss and writes qwen3_moe weights with every expert trained', async () => {
   // Sparse blocks 0 and 2 around a dense block 1, 2 of 8 experts per token.
   const moeDir = path.join(root, 'moe');
-  createModel({
-    arch: 'qwen3_moe',
-    preset: 'tiny',
-    tokenizer: 'bytes',
-    seed: 0,
-    out: moeDir,
-    numLayers: 3,
-    moe: { mlpOnlyLayers: [1] },
-  });
+  createTinyMoe(moeDir);
   const cfg = config([
     '--run-name',
     'sft-moe',
