@@ -30,6 +30,8 @@ export interface PackSummary {
   path: string;
   counts: PackCounts;
   advantages: AdvantageMetrics;
+  /** Distilling: the step's `teacher_kl` (mean reverse KL to the teacher over the tokens it scored). */
+  distill?: { teacher_kl: number; tokens: number };
 }
 
 /**
@@ -77,7 +79,9 @@ export function createPackActivities() {
         advantage: o.advantage,
         filterZeroAdvantages: o.filter_zero_advantages,
         // `?.`: run configs stored before distillation existed have no such section.
-        ...(config.distill?.teacher ? { distill: { weight: config.distill.weight } } : {}),
+        ...(config.distill?.teacher
+          ? { distill: { weight: config.distill.weight, baseline: config.distill.baseline ?? 'none' } }
+          : {}),
       };
       const result = await inThreadWithHeartbeat<StepBatchResult>(
         libModule('orchestrator/step-batch'),
@@ -92,7 +96,13 @@ export function createPackActivities() {
         readRollouts(layout.rolloutsDir(step)).flatMap((r) => (r.error ? [r.error] : [])),
       );
       if (failure) throw failure;
-      return { step, path: file, counts: result.counts, advantages: result.advantages };
+      return {
+        step,
+        path: file,
+        counts: result.counts,
+        advantages: result.advantages,
+        ...(result.distill ? { distill: result.distill } : {}),
+      };
     },
   };
 }

@@ -127,6 +127,7 @@ export async function recordStep({
       groups_missing: rollouts.filter.groups_missing,
       groups_too_few_valid: batch.advantages.groups_too_few_valid,
       zero_advantage_tokens: batch.advantages.zero_advantage_tokens,
+      ...(batch.distill ? { teacher_kl: batch.distill.teacher_kl } : {}),
       ...(rollouts.inFlight ? inFlightMetrics(rollouts.inFlight, times) : {}),
       ...train.metrics,
       progress: train.progress,

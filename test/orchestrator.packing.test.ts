@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import { readBatch, writeBatch } from '../lib/orchestrator/batch';
 import { Rng, uniformInt } from '../lib/envs/random';
 import { buildSample, packSamples, type PackResult, type Sample, type TokenSegment } from '../lib/orchestrator/packing';
-import { buildStepBatch } from '../lib/orchestrator/step-batch';
+import { buildStepBatch, type StepBatchInput, type StepBatchResult } from '../lib/orchestrator/step-batch';
 
 /** A sample of `n` tokens with ids base, base+1, ...; odd positions generated. */
 function sample(n: number, base = 0, advantage = 1): Sample {
@@ -47,6 +47,10 @@ describe('buildSample', () => {
     expect(Array.from(buildSample(segments, 0.5, { weight: 2 }).advantages)).toEqual([0, 0, 0, 1, 0, 1]);
     // Without distillation the teacher's logprobs are ignored.
     expect(Array.from(buildSample(segments, 0.5).advantages)).toEqual([0, 0, 0.5, 0.5, 0, 0.5]);
+    // A baseline has one entry per generated token, counted across segments; none for a token without a teacher term.
+    expect(Array.from(buildSample(segments, 0.5, { weight: 0, baseline: [-0.5, 0.25, 9] }).advantages)).toEqual([
+      0, 0, -0.5, -0.25, 0, 0,
+    ]);
   });
 
   test('generated tokens need their logprobs', () => {
@@ -226,6 +230,40 @@ describe('batch files', () => {
 describe('a step batch of rollouts that are several samples', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'step-batch-'));
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+  /** Step 0's batch (grpo advantages, rows of 16) of rollouts.jsonl `lines`, written as `<name>.safetensors`. */
+  const stepBatch = (
+    name: string,
+    lines: object[],
+    options: Pick<StepBatchInput, 'filterZeroAdvantages' | 'distill'>,
+  ): { r: StepBatchResult; batchFile: string } => {
+    const rolloutsFile = path.join(dir, `${name}.jsonl`);
+    fs.writeFileSync(rolloutsFile, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+    const batchFile = path.join(dir, `${name}.safetensors`);
+    const r = buildStepBatch({
+      step: 0,
+      rolloutsFile,
+      batchFile,
+      seqLen: 16,
+      advantage: { type: 'grpo', std_norm: false, kwargs: {} },
+      ...options,
+    });
+    return { r, batchFile };
+  };
+  /** The advantages of the loss tokens of each sample in a batch file, by the sample's last token id. */
+  const trainedAdvantages = (batchFile: string): Record<number, number[]> => {
+    const bySample: Record<number, number[]> = {};
+    for (const row of readBatch(batchFile).rows) {
+      let at = 0;
+      for (const len of row.sampleLengths) {
+        const ids = Array.from(row.inputIds.subarray(at, at + len));
+        bySample[ids[ids.length - 1]] = Array.from(row.advantages.subarray(at, at + len)).filter(
+          (_, i) => row.lossMask[at + i] === 1,
+        );
+        at += len;
+      }
+    }
+    return bySample;
+  };
   const turn = (prompt: number[], sampled: number[]): TokenSegment[] => [
     { tokens: prompt, generated: false },
     { tokens: sampled, generated: true, logprobs: sampled.map(() => -1) },
@@ -239,30 +277,42 @@ describe('a step batch of rollouts that are several samples', () => {
       { group: 0, reward: 0, completionTokens: 2, turns: 1, samples: [turn([1, 2], [8, 9])] },
       { group: 0, reward: 0.5, completionTokens: 1, turns: 1, segments: turn([1, 2], [10]) },
     ];
-    const rolloutsFile = path.join(dir, 'rollouts.jsonl');
-    fs.writeFileSync(rolloutsFile, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
-    const batchFile = path.join(dir, 'step_0.safetensors');
-    const r = buildStepBatch({
-      step: 0,
-      rolloutsFile,
-      batchFile,
-      seqLen: 16,
-      advantage: { type: 'grpo', std_norm: false, kwargs: {} },
-      filterZeroAdvantages: false,
-    });
+    const { r, batchFile } = stepBatch('several-samples', lines, { filterZeroAdvantages: false });
     // Advantages over the 3 rollouts (mean 0.5), not over the 4 samples.
     expect(r.advantages).toMatchObject({ groups: 1, groups_kept: 1, rollouts: 3, rollouts_kept: 3 });
     expect(r.counts).toMatchObject({ samples: 4, tokens: 4 + 5 + 4 + 3, lossTokens: 7 });
-    const bySample = new Map<number, number[]>();
-    for (const row of readBatch(batchFile).rows) {
-      let at = 0;
-      for (const len of row.sampleLengths) {
-        const ids = Array.from(row.inputIds.subarray(at, at + len));
-        const adv = Array.from(row.advantages.subarray(at, at + len)).filter((_, i) => row.lossMask[at + i] === 1);
-        bySample.set(ids[ids.length - 1], adv);
-        at += len;
-      }
-    }
-    expect(Object.fromEntries(bySample)).toEqual({ 4: [0.5, 0.5], 7: [0.5, 0.5], 9: [-0.5, -0.5], 10: [0] });
+    expect(trainedAdvantages(batchFile)).toEqual({ 4: [0.5, 0.5], 7: [0.5, 0.5], 9: [-0.5, -0.5], 10: [0] });
+  });
+
+  test("distilling: the position baseline of each token is the mean of the group's other rollouts there; teacher_kl", () => {
+    const scored = (sampled: number[], terms: number[]): TokenSegment[] => [
+      { tokens: [1, 2], generated: false },
+      { tokens: sampled, generated: true, logprobs: sampled.map(() => -1), teacherLogprobs: terms.map((t) => t - 1) },
+    ];
+    // Teacher terms (teacher - student logprob): rollout 0 [-4, 0, -2], rollout 1 [-2, -6], rollout 2
+    // errored (not trained, not in its group's baselines); group 1's two rollouts have equal rewards
+    // (environment advantage 0: kept when distilling).
+    const lines = [
+      { group: 0, reward: 1, completionTokens: 3, turns: 1, samples: [scored([3, 4, 5], [-4, 0, -2])] },
+      { group: 0, reward: 0, completionTokens: 2, turns: 1, samples: [scored([6, 7], [-2, -6])] },
+      { group: 0, reward: 0, completionTokens: 1, turns: 1, samples: [scored([8], [-100])], error: 'env failed' },
+      { group: 1, reward: 0.5, completionTokens: 1, turns: 1, samples: [scored([9], [-3])] },
+      { group: 1, reward: 0.5, completionTokens: 1, turns: 1, samples: [scored([10], [-1])] },
+    ];
+    const advantages = (baseline: 'none' | 'position') => {
+      const { r, batchFile } = stepBatch(`distill-${baseline}`, lines, {
+        filterZeroAdvantages: true,
+        distill: { weight: 0, baseline },
+      });
+      return { bySample: trainedAdvantages(batchFile), distill: r.distill };
+    };
+    const none = advantages('none');
+    // The teacher term as is; group 1's zero environment advantage does not drop it when distilling.
+    expect(none.bySample).toEqual({ 5: [-4, 0, -2], 7: [-2, -6], 9: [-3], 10: [-1] });
+    // Mean reverse KL over the trained tokens: (4 + 0 + 2 + 2 + 6 + 3 + 1) / 7.
+    expect(none.distill?.tokens).toBe(7);
+    expect(none.distill?.teacher_kl).toBeCloseTo(18 / 7, 12);
+    // Rollout 0 minus rollout 1's terms at the same positions (none at its third: 0) and vice versa.
+    expect(advantages('position').bySample).toEqual({ 5: [-2, 6, -2], 7: [2, -6], 9: [-2], 10: [2] });
   });
 });

@@ -210,6 +210,13 @@ test("online distillation: every generated token's advantage is the teacher's lo
       const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b).map((x) => x.toFixed(4));
       expect(sorted(trained)).toEqual(sorted(expected));
       expect(expected.some((x) => Math.abs(x) > 1e-2)).toBe(true);
+      // The step's teacher_kl: minus the mean term over the tokens the teacher scored.
+      const scored = samples
+        .flatMap((sample) => sample.filter((s) => s.generated))
+        .flatMap((s) => Array.from(s.teacherLogprobs!))
+        .filter((t) => t !== null).length;
+      const kl = -expected.reduce((a, b) => a + b, 0) / scored;
+      expect(readStepMetrics(layout.metricsFile)[step].teacher_kl).toBeCloseTo(kl, 5);
     }
   } finally {
     await teacher.close(1000);

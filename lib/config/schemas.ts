@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { LOSS_PARAMS, lossKindSpec, POLICY_LOSSES, type LossParamName } from '../../native/loss-kinds';
 import { ARCHS, PROJECTIONS } from '../model/families';
 import { ADVANTAGE_TYPES } from '../orchestrator/advantages';
+import { DISTILL_BASELINES } from '../orchestrator/distill';
 import { isVerifiersEnv } from '../envs/verifiers/environment';
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
@@ -716,6 +717,12 @@ export const rlSchema = z
         .default(0)
         .describe(
           'distillation: weight of the environment-reward advantage added to the teacher term (0 = pure distillation)',
+        ),
+      baseline: z
+        .enum(DISTILL_BASELINES)
+        .default('none')
+        .describe(
+          "distillation: subtracted from each token's teacher term, keeping its expected gradient: none, or position (the mean term of the other rollouts of its group at the same generated position, leave-one-out)",
         ),
     }),
     trainer: trainerSchema,

@@ -63,12 +63,14 @@ function routeWidth(
  * within a sample each turn extends the previous turn's tokens, so this is the sequence the model saw.
  *
  * With `distill` (online distillation), a generated token's advantage is its teacher logprob minus
- * its inference logprob (reverse KL to the teacher) plus `distill.weight` x the rollout's advantage.
+ * its inference logprob (reverse KL to the teacher), less `distill.baseline`'s entry for it (one per
+ * generated token, in order; lib/orchestrator/distill.ts), plus `distill.weight` x the rollout's
+ * advantage. A token without a teacher logprob gets no teacher term.
  */
 export function buildSample(
   segments: readonly TokenSegment[],
   advantage: number,
-  distill?: { weight: number },
+  distill?: { weight: number; baseline?: ArrayLike<number> },
 ): Sample {
   const length = segments.reduce((n, s) => n + s.tokens.length, 0);
   const sample: Sample = {
@@ -83,6 +85,7 @@ export function buildSample(
   );
   if (width !== undefined) sample.routes = new Int32Array(length * width).fill(-1);
   let at = 0;
+  let generated = 0; // generated tokens before this segment: the index into distill.baseline
   for (const [k, seg] of segments.entries()) {
     const n = seg.tokens.length;
     for (let i = 0; i < n; i++) sample.inputIds[at + i] = seg.tokens[i];
@@ -98,10 +101,14 @@ export function buildSample(
       if (distill) {
         for (let i = 0; i < n; i++) {
           const teacher = seg.teacherLogprobs?.[i];
-          const kl = teacher === undefined || teacher === null ? 0 : teacher - seg.logprobs[i];
-          sample.advantages[at + i] = kl + distill.weight * advantage;
+          const term =
+            teacher === undefined || teacher === null
+              ? 0
+              : teacher - seg.logprobs[i] - (distill.baseline?.[generated + i] ?? 0);
+          sample.advantages[at + i] = term + distill.weight * advantage;
         }
       } else sample.advantages.fill(advantage, at, at + n);
+      generated += n;
     }
     at += n;
   }

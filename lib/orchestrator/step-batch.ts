@@ -9,6 +9,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { computeAdvantages, type AdvantageMetrics } from './advantages';
 import { readBatch, writeBatch } from './batch';
+import { positionBaselines, teacherKl, type DistillBaseline } from './distill';
 import { buildSample, packSamples, type PackCounts, type Sample, type TokenSegment } from './packing';
 import { advantageEstimator, type AdvantageConfig } from './plugins';
 
@@ -36,12 +37,14 @@ export interface StepBatchInput {
   /** Rollouts with an advantage of exactly 0 are not packed (unless distilling: the teacher term is not 0). */
   filterZeroAdvantages: boolean;
   /** Online distillation (`[distill]` with a teacher): per-token advantages, see `buildSample`. */
-  distill?: { weight: number };
+  distill?: { weight: number; baseline: DistillBaseline };
 }
 
 export interface StepBatchResult {
   counts: PackCounts;
   advantages: AdvantageMetrics;
+  /** Distilling: the step's mean reverse KL to the teacher over the tokens it scored (lib/orchestrator/distill.ts). */
+  distill?: { teacher_kl: number; tokens: number };
 }
 
 /** Progress the thread reports (heartbeat details of `packBatch`). */
@@ -83,22 +86,36 @@ export function buildStepBatch(
     advantageEstimator(input.advantage),
     { dropZeroAdvantage: input.filterZeroAdvantages && input.distill === undefined },
   );
+  const samplesOf = (r: RolloutLine) => r.samples ?? [r.segments!];
+  const trained = groups.flatMap((g, gi) => g.filter((_, ri) => result.advantages[gi][ri] !== null));
+  const distill = input.distill ? teacherKl(trained.flatMap(samplesOf)) : undefined;
   if (fs.existsSync(input.batchFile)) {
     // Written by an earlier attempt: the rollouts determine it, so the stored one is this step's batch.
-    return { counts: readBatch(input.batchFile).counts, advantages: result.metrics };
+    return { counts: readBatch(input.batchFile).counts, advantages: result.metrics, distill };
   }
   progress({ phase: 'packing', step });
   const samples: Sample[] = [];
-  groups.forEach((g, gi) =>
+  for (const [gi, g] of groups.entries()) {
+    // Leave-one-out over the group's valid rollouts, trained or not: each was sampled independently.
+    const valid = g.filter((r) => r.error === undefined);
+    const baselines = input.distill?.baseline === 'position' ? positionBaselines(valid.map(samplesOf)) : undefined;
     g.forEach((r, ri) => {
       const advantage = result.advantages[gi][ri];
       if (advantage === null) return;
-      for (const segments of r.samples ?? [r.segments!]) samples.push(buildSample(segments, advantage, input.distill));
-    }),
-  );
+      samplesOf(r).forEach((segments, s) =>
+        samples.push(
+          buildSample(
+            segments,
+            advantage,
+            input.distill && { weight: input.distill.weight, baseline: baselines?.[valid.indexOf(r)]?.[s] },
+          ),
+        ),
+      );
+    });
+  }
   const { rows, counts } = packSamples(samples, input.seqLen);
   progress({ phase: 'writing', step });
   fs.mkdirSync(path.dirname(input.batchFile), { recursive: true });
   writeBatch(input.batchFile, step, input.seqLen, rows, counts);
-  return { counts, advantages: result.metrics };
+  return { counts, advantages: result.metrics, distill };
 }
