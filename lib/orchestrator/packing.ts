@@ -6,6 +6,8 @@
  * position 0.
  */
 
+import { teacherTerms } from './distill';
+
 /** A contiguous run of a rollout's tokens: prompt / env / tool tokens, or tokens the model sampled. */
 export interface TokenSegment {
   tokens: ArrayLike<number>;
@@ -84,8 +86,9 @@ export function buildSample(
     (k) => `segment ${k}`,
   );
   if (width !== undefined) sample.routes = new Int32Array(length * width).fill(-1);
+  const terms = distill ? teacherTerms(segments) : undefined;
   let at = 0;
-  let generated = 0; // generated tokens before this segment: the index into distill.baseline
+  let generated = 0; // generated tokens before this segment: the index into terms and distill.baseline
   for (const [k, seg] of segments.entries()) {
     const n = seg.tokens.length;
     for (let i = 0; i < n; i++) sample.inputIds[at + i] = seg.tokens[i];
@@ -100,12 +103,9 @@ export function buildSample(
       sample.lossMask.fill(1, at, at + n);
       if (distill) {
         for (let i = 0; i < n; i++) {
-          const teacher = seg.teacherLogprobs?.[i];
-          const term =
-            teacher === undefined || teacher === null
-              ? 0
-              : teacher - seg.logprobs[i] - (distill.baseline?.[generated + i] ?? 0);
-          sample.advantages[at + i] = term + distill.weight * advantage;
+          const term = terms![generated + i];
+          const teacher = term === null ? 0 : term - (distill.baseline?.[generated + i] ?? 0);
+          sample.advantages[at + i] = teacher + distill.weight * advantage;
         }
       } else sample.advantages.fill(advantage, at, at + n);
       generated += n;

@@ -72,7 +72,11 @@ export function buildStepBatch(
     else byGroup.set(r.group, [r]);
   }
   const groups = [...byGroup.keys()].sort((a, b) => a - b).map((g) => byGroup.get(g)!);
-  const tokens = (r: RolloutLine) => (r.samples ?? [r.segments!]).flat().reduce((n, s) => n + s.tokens.length, 0);
+  const samplesOf = (r: RolloutLine) => r.samples ?? [r.segments!];
+  const tokens = (r: RolloutLine) =>
+    samplesOf(r)
+      .flat()
+      .reduce((n, s) => n + s.tokens.length, 0);
   const result = computeAdvantages(
     groups.map((g) =>
       g.map((r) => ({
@@ -86,7 +90,6 @@ export function buildStepBatch(
     advantageEstimator(input.advantage),
     { dropZeroAdvantage: input.filterZeroAdvantages && input.distill === undefined },
   );
-  const samplesOf = (r: RolloutLine) => r.samples ?? [r.segments!];
   const trained = groups.flatMap((g, gi) => g.filter((_, ri) => result.advantages[gi][ri] !== null));
   const distill = input.distill ? teacherKl(trained.flatMap(samplesOf)) : undefined;
   if (fs.existsSync(input.batchFile)) {
