@@ -48,12 +48,50 @@ function checkRun(layout: RunLayout) {
   return last;
 }
 
-/** The last lines of each log in the run's logs folder. */
+/** Inverse-CDF boundary flips a run may show against another of the same seeds (see the chaos test). */
+const MAX_FLIPS = 2;
+
+/**
+ * The tokens of `run` that differ from `reference`'s, step by step, rollout by rollout, as
+ * "step s rollout r sample k token t: a -> b". Throws on any difference other than a boundary flip
+ * (b = a +- 1): another example, seed or policy version, another number of samples or tokens.
+ */
+function tokenFlips(run: RunLayout, reference: RunLayout): string[] {
+  const flips: string[] = [];
+  for (let step = 0; step < STEPS; step++) {
+    const [ours, theirs] = [readRollouts(run.rolloutsDir(step)), readRollouts(reference.rolloutsDir(step))];
+    const id = (r: (typeof ours)[number]) =>
+      JSON.stringify([
+        r.env,
+        r.exampleIndex,
+        r.sample,
+        r.seed,
+        r.policyVersion,
+        r.samples.flat().map((x) => x.tokens.length),
+      ]);
+    expect(ours.map(id)).toEqual(theirs.map(id));
+    ours.forEach((r, i) =>
+      r.samples.flat().forEach((x, k) => {
+        const ref = theirs[i].samples.flat()[k].tokens;
+        Array.from(x.tokens).forEach((t, j) => {
+          if (t === ref[j]) return;
+          const flip = `step ${step} rollout ${i} sample ${k} token ${j}: ${ref[j]} -> ${t}`;
+          if (Math.abs(t - ref[j]) !== 1) throw new Error(`not a boundary flip: ${flip}`);
+          flips.push(flip);
+        });
+      }),
+    );
+  }
+  return flips;
+}
+
+/** The last lines of each log in the run's logs folder, the workflow worker's (orchestrator.log) last. */
 function logTails(layout: RunLayout, lines = 25): string {
   if (!fs.existsSync(layout.logsDir)) return '(no logs folder)';
+  const last = (f: string) => (f === 'orchestrator.log' ? 1 : 0);
   return fs
     .readdirSync(layout.logsDir)
-    .sort()
+    .sort((a, b) => last(a) - last(b) || a.localeCompare(b))
     .map((f) => {
       const text = fs.readFileSync(path.join(layout.logsDir, f), 'utf8').trimEnd().split('\n');
       return `--- ${f} (last ${Math.min(lines, text.length)} lines)\n${text.slice(-lines).join('\n')}`;
@@ -66,7 +104,8 @@ async function pendingWork(port: number, workflowId: string): Promise<string> {
   let connection: Connection | undefined;
   try {
     connection = await Connection.connect({ address: `127.0.0.1:${port}`, connectTimeout: 5_000 });
-    const d = await new Client({ connection }).workflow.getHandle(workflowId).describe();
+    const handle = new Client({ connection }).workflow.getHandle(workflowId);
+    const d = await handle.describe();
     const ts = (t?: { seconds?: unknown } | null) =>
       t?.seconds ? new Date(Number(t.seconds) * 1000).toISOString() : '-';
     const activities = (d.raw.pendingActivities ?? []).map(
@@ -76,10 +115,33 @@ async function pendingWork(port: number, workflowId: string): Promise<string> {
         `worker ${a.lastWorkerIdentity} last failure: ${a.lastFailure?.message ?? '-'}`,
     );
     const task = d.raw.pendingWorkflowTask;
+    // Workflow tasks that failed or timed out say why a run stalls with no activity pending; the
+    // newest events say where it stands.
+    const events = (await handle.fetchHistory()).events ?? [];
+    const describe = (e: (typeof events)[number]) => {
+      const failed = e.workflowTaskFailedEventAttributes;
+      const timedOut = e.workflowTaskTimedOutEventAttributes;
+      const started = e.workflowTaskStartedEventAttributes;
+      const detail = failed
+        ? ` cause ${failed.cause} by ${failed.identity}: ${failed.failure?.message ?? '-'}`
+        : timedOut
+          ? ` timeout type ${timedOut.timeoutType}`
+          : started
+            ? ` by ${started.identity}`
+            : '';
+      return `  #${e.eventId} ${ts(e.eventTime)} type ${e.eventType}${detail}`;
+    };
+    const taskTrouble = events.filter(
+      (e) => e.workflowTaskFailedEventAttributes || e.workflowTaskTimedOutEventAttributes,
+    );
     return [
       `workflow ${d.status.name}, now ${new Date().toISOString()}, pending activities:`,
       ...activities,
-      `pending workflow task: ${task ? `state ${task.state} attempt ${task.attempt} scheduled ${ts(task.scheduledTime)}` : 'none'}`,
+      `pending workflow task: ${task ? `state ${task.state} attempt ${task.attempt} scheduled ${ts(task.scheduledTime)} started ${ts(task.startedTime)}` : 'none'}`,
+      `workflow tasks failed or timed out (${taskTrouble.length}):`,
+      ...taskTrouble.slice(-8).map(describe),
+      `last events of ${events.length}:`,
+      ...events.slice(-12).map(describe),
     ].join('\n');
   } catch (e) {
     return `(no description of workflow ${workflowId}: ${(e as Error).message})`;
@@ -206,13 +268,19 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
   }
   expect(checkRun(layout)).toEqual(expected);
   // Runs are reproducible whatever the timing: every step samples the same tokens (same policy
-  // versions, same seeds). The inference logprobs of those tokens can differ in the last bits with
-  // how requests were batched (a retried step regroups them; the engine is not batch-invariant to
-  // the ulp), and the trainer's importance ratios use them: the final weights agree to float
+  // versions, same seeds), with one exception the engine admits. The inference logits can differ in
+  // the last bits with how requests were batched (a retried step regroups them, and continuous
+  // batching groups them by arrival; the CPU engine is not batch-invariant to the ulp), so once in
+  // tens of thousands of tokens the uniform draw of the inverse-CDF sampler (token order) lands
+  // within rounding of a CDF boundary and picks the neighbouring token id. The draws that follow
+  // are the same (one draw per token), so the sample goes on with the same tokens. Such a flip is
+  // allowed, rarely; anything else (another seed, a lost or repeated rollout, a shorter sample) is
+  // not. Policy versions are compared exactly.
+  const flips = tokenFlips(layout, calm.layout);
+  if (flips.length > 0) console.log(`boundary flips (calm -> chaos):\n${flips.join('\n')}`);
+  expect(flips.length).toBeLessThanOrEqual(MAX_FLIPS);
+  // The trainer's importance ratios use those inference logprobs: the final weights agree to float
   // tolerance, not bit for bit.
-  const tokens = (l: RunLayout, step: number) =>
-    readRollouts(l.rolloutsDir(step)).map((r) => r.samples.flat().map((s) => Array.from(s.tokens)));
-  for (let step = 0; step < STEPS; step++) expect(tokens(layout, step)).toEqual(tokens(calm.layout, step));
   // Tolerance: one Adam step at this lr (1e-3) moves a weight by about lr at most; a step applied
   // twice or skipped is caught exactly by the counters above.
   const floats = (t: { data: Buffer }) => new Float32Array(new Uint8Array(t.data).buffer);

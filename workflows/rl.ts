@@ -1,26 +1,29 @@
 /**
  * The RL run as a durable workflow. Per step n, with async_level = k:
  *
- *   1. wait until the trainer has finished step n-k-1, so policy version n-k exists;
- *   2. generateRollouts(n, version n-k)     (cpu)   rollouts + rewards -> rollouts/step_n/
- *   3. packBatch(n)                         (cpu)   advantages, packing -> batches/step_n
- *   4. trainStep(n)                         (trainer, not awaited: step n+1 generates meanwhile;
- *                                            train steps run strictly in order) -> weights/step_n+1
- *   5. every ckpt.interval trained steps: saveCheckpoint; then the step's metrics line (recordStep,
+ *   1. once the trainer has finished step n-k-1 (policy version n-k exists):
+ *      generateRollouts(n, version n-k)    (cpu)      rollouts + rewards -> rollouts/step_n/
+ *   2. packBatch(n)                         (cpu)      advantages, packing -> batches/step_n
+ *   3. trainStep(n) once the trainer is free (trainer: step n+1 generates meanwhile; train steps
+ *      run strictly in order)                          -> weights/step_n+1
+ *   4. every ckpt.interval trained steps: saveCheckpoint; then the step's metrics line (recordStep,
  *      beside the next train step: lines in step order, the trainer never waiting for them).
- *   6. every eval.interval policy versions (from the base model on) and at the end: an `eval` child
- *      workflow into the run's eval/ folder, run between steps so nothing else drives inference.
+ *   5. every eval.interval policy versions (from the base model on) and at the end: an `eval` child
+ *      workflow into the run's eval/ folder, run between steps when nothing else is in flight.
  *
  * In-flight mode (orchestrator.in_flight.enabled): a `produceRollouts` activity generates for the
  * whole execution (cancelled before it ends or continues as new), on the newest policy; step n's
- * rollouts are `claimRollouts(n)`, the next finished groups, instead of 1-2. See README, "In-flight mode".
+ * rollouts are `claimRollouts(n)`, the next finished groups, instead of 1. See README, "In-flight mode".
+ *
+ * The steps overlap, yet every command is issued from one loop that takes one completion at a
+ * time in the order Temporal resolved them (workflows/inbox.ts), so a replay meets the commands in
+ * the order the history recorded them however the completions were grouped.
  *
  * Everything large stays in the run folder; activities exchange paths and summaries. The history is
  * bounded by continue-as-new, which carries the run state. Signals pause, resume and stop the run
  * after the current step; the `progress` query reports where it is (workflows/plumbing.ts).
  */
 import {
-  ApplicationFailure,
   CancellationScope,
   condition,
   continueAsNew,
@@ -29,12 +32,14 @@ import {
   patched,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { RolloutSummary, StepTimes, TrainSummary } from '../activities/types';
+import type { PackSummary, RolloutSummary, StepTimes, TrainSummary } from '../activities/types';
 import type { RLConfig } from '../lib/config/schemas';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { inRun, weightsEntry } from '../lib/run/entries';
 import type { EvalInput, EvalResult } from './eval';
-import { controlsFromStart, runActivities, stopBeforeNextStep, type Preparing } from './plumbing';
+import { Inbox } from './inbox';
+import { controlsFromStart, runActivities, type Preparing } from './plumbing';
+import { legacySteps } from './rl-legacy';
 
 export interface RLState {
   runDir: string;
@@ -70,9 +75,8 @@ const STEPS_PER_RUN = 100;
 
 export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions = {}): Promise<RLResult> {
   const stepsPerRun = opts.stepsPerRun ?? STEPS_PER_RUN;
-  const { queues, cpu, cpuQuick, cpuWrite, trainer, producer } = runActivities(config.temporal);
-  // Read with `?.`: configs recorded before in-flight mode existed have no such section.
-  const inFlight = config.orchestrator.in_flight?.enabled === true;
+  const activities = runActivities(config.temporal);
+  const { queues, cpuQuick } = activities;
 
   /** A new start: the run folder, rewound to ckpt.resume_step when it is set (else every step is walked, done ones found on disk). */
   async function start(): Promise<RLState> {
@@ -85,8 +89,6 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
     return { runDir, step: from, trained: from, paused: false, stopping: false, nextEval };
   }
 
-  const maxSteps = config.max_steps ?? Infinity;
-  const k = config.async_level;
   const controls = controlsFromStart(
     resumeFrom,
     (s): RLProgress => ({ ...s, maxSteps: config.max_steps }),
@@ -147,101 +149,218 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
     }
   };
 
-  let training: Promise<void> = Promise.resolve();
-  let recording: Promise<void> = Promise.resolve();
-  // Executions started before metrics lines were written beside training write them in the
-  // trainer's chain, as their histories say.
-  const recordBesideTraining = patched('record-beside-training');
-  let failure: unknown;
-  const startedThisRun = state.step;
-
-  // In-flight mode: the producer runs while this execution does; its failure (one retrying cannot
-  // fix) fails the run, also while a claim waits for rollouts it would never write.
-  const producing = inFlight ? new CancellationScope() : undefined;
-  let producerFailed: Promise<never> = new Promise(() => {});
-  if (producing) {
-    producerFailed = producing
-      .run(() => producer.produceRollouts({ runDir }))
-      .then(
-        () => new Promise<never>(() => {}),
-        (e) => {
-          if (isCancellation(e)) return new Promise<never>(() => {});
-          failure ??= e;
-          throw e;
-        },
-      );
-    producerFailed.catch(() => {});
-  }
-  let lastTrainEnd: number | undefined;
-
-  while (state.step < maxSteps && !state.stopping) {
-    if (await stopBeforeNextStep(state)) break;
-    const step = state.step;
-    const waitStart = Date.now();
-    // async_level: rollouts of step n use policy version n - k: never older (the bound), and not
-    // "whatever is newest" either, so a run is reproducible whatever the timing of its workers.
-    const policyVersion = Math.max(0, step - k);
-    await condition(() => state.trained >= policyVersion || failure !== undefined);
-    if (failure !== undefined) throw failure;
-    let rollouts: RolloutSummary;
-    const times: StepTimes = { wait_start: waitStart / 1000 } as StepTimes;
-    if (inFlight) {
-      // The step takes the next finished groups once the trainer is within async_level steps of it.
-      times.generate_start = Date.now() / 1000;
-      rollouts = await Promise.race([cpu.claimRollouts({ runDir, step }), producerFailed]);
-    } else {
-      await runDueEvals(false);
-      times.generate_start = Date.now() / 1000;
-      rollouts = await cpu.generateRollouts({ runDir, step, policyVersion });
-    }
-    times.generate_end = Date.now() / 1000;
-    const batch = await cpu.packBatch({ runDir, step });
-    times.pack_end = Date.now() / 1000;
-    state.lastReward = rollouts.rewardMean;
-    state.step = step + 1;
-
-    training = training.then(async () => {
-      times.train_start = Date.now() / 1000;
-      const train = await trainer.trainStep({ runDir, step });
-      times.train_end = Date.now() / 1000;
-      if (inFlight) {
-        if (lastTrainEnd !== undefined) times.trainer_idle = times.train_start - lastTrainEnd;
-        lastTrainEnd = times.train_end;
-      }
-      state.trained = step + 1;
-      state.lastTrain = train;
-      if (state.trained % config.ckpt.interval === 0 || state.trained === maxSteps) {
-        await trainer.saveCheckpoint({ runDir, step: state.trained });
-      }
-      // In-flight mode: the oldest version the step's tokens were sampled with.
-      const version = inFlight ? rollouts.policyVersion : policyVersion;
-      const record = () => cpuWrite.recordStep({ runDir, step, policyVersion: version, rollouts, batch, train, times });
-      if (!recordBesideTraining) return record();
-      // The metrics line is written while the next step trains, never before it: the trainer does
-      // not wait for it. Lines are still written in step order.
-      recording = recording.then(record);
-      recording.catch((e) => (failure ??= e));
-    });
-    training.catch((e) => (failure ??= e));
-
-    if (workflowInfo().continueAsNewSuggested || state.step - startedThisRun >= stepsPerRun) {
-      await training;
-      await recording;
-      producing?.cancel();
-      await continueAsNew<typeof rl>(config, state, opts);
-    }
-  }
-  await training;
-  await recording;
-  producing?.cancel();
-  if (failure !== undefined)
-    throw failure instanceof Error ? failure : ApplicationFailure.create({ message: String(failure) });
-  await runDueEvals(true);
-  return {
+  const result = (): RLResult => ({
     runDir,
     steps: state.trained,
-    stoppedEarly: state.trained < maxSteps,
+    stoppedEarly: state.trained < (config.max_steps ?? Infinity),
     lastTrain: state.lastTrain,
     lastReward: state.lastReward,
+  });
+  const run: RLRun = { config, state, opts, stepsPerRun, activities, evaluate, runDueEvals, result };
+  // Executions started before completions were taken one at a time keep their old loop (their
+  // histories replay on it); every new one records this patch and takes the loop below.
+  if (!patched(EVENTS_IN_ORDER)) return legacySteps(run);
+  return stepsInOrder(run);
+}
+
+/** The patch of executions whose commands all come from `stepsInOrder`. */
+const EVENTS_IN_ORDER = 'events-in-order';
+
+/** What the step loops share: the run's state and config, its activities and its evals. */
+export interface RLRun {
+  config: RLConfig;
+  state: RLState;
+  opts: RLOptions;
+  stepsPerRun: number;
+  activities: ReturnType<typeof runActivities>;
+  /** Evaluates one policy version (an `eval` child workflow). */
+  evaluate(version: number): Promise<EvalResult>;
+  /** The evals due by now (`final`: and of the last version), one after another. */
+  runDueEvals(final: boolean): Promise<void>;
+  /** What the run returns when it ends now. */
+  result(): RLResult;
+}
+
+/** A completion the run acts on. */
+type Done =
+  | { kind: 'rollouts'; rollouts: RolloutSummary }
+  | { kind: 'batch'; batch: PackSummary }
+  | { kind: 'trained'; train: TrainSummary }
+  | { kind: 'checkpointed' }
+  | { kind: 'recorded' }
+  | { kind: 'evaluated' };
+
+/** A step from its rollouts to its metrics line. */
+interface Step {
+  step: number;
+  times: StepTimes;
+  rollouts?: RolloutSummary;
+  batch?: PackSummary;
+  train?: TrainSummary;
+}
+
+/**
+ * The steps of one execution. Work overlaps (the next step's rollouts beside the trainer, the
+ * metrics line beside both), and every command is issued by this one loop, which takes one
+ * completion at a time in the order Temporal resolved them (workflows/inbox.ts): `settle` records
+ * what a completion changed and issues its immediate sequel (packing after rollouts, a due
+ * checkpoint after a train step), `advance` starts what the state now allows.
+ */
+async function stepsInOrder(run: RLRun): Promise<RLResult> {
+  const { config, state, opts, stepsPerRun } = run;
+  const { cpu, cpuWrite, trainer, producer } = run.activities;
+  const { runDir } = state;
+  const maxSteps = config.max_steps ?? Infinity;
+  const k = config.async_level;
+  // Read with `?.`: configs recorded before in-flight mode existed have no such section.
+  const inFlight = config.orchestrator.in_flight?.enabled === true;
+  const interval = config.eval.interval;
+  const startedThisRun = state.step;
+  const now = () => Date.now() / 1000;
+  const inbox = new Inbox<Done>();
+
+  let producing: Step | 'eval' | undefined; // the step being generated (or claimed) and packed, or an eval
+  let waitStart = now(); // since when the next step waits to be produced
+  const toTrain: Step[] = []; // packed, in step order
+  let training: Step | undefined; // on the trainer (its train step, then its checkpoint)
+  const toRecord: Step[] = []; // trained, in step order
+  let recording = false;
+  let lastTrainEnd: number | undefined;
+  let continuing = false; // continue-as-new is due: no new steps in this execution
+
+  // In-flight mode: the producer runs while this execution does; it settles only by failing (one
+  // retrying cannot fix), which fails the run, also while a claim waits for rollouts it would never
+  // write. Cancelled before the execution ends.
+  const producerScope = inFlight ? new CancellationScope() : undefined;
+  if (producerScope)
+    inbox.add(
+      producerScope
+        .run(() => producer.produceRollouts({ runDir }))
+        .then(
+          () => new Promise<never>(() => {}),
+          (e) => (isCancellation(e) ? new Promise<never>(() => {}) : Promise.reject(e)),
+        ),
+    );
+  /** Work in flight that will complete (the producer only fails). */
+  const busy = () => inbox.size - (producerScope ? 1 : 0);
+
+  /** Whether the next step may start: not paused or stopping, and its policy version (step - k) trained. */
+  const stepMayStart = () =>
+    !continuing &&
+    !state.stopping &&
+    !state.paused &&
+    state.step < maxSteps &&
+    state.trained >= Math.max(0, state.step - k);
+
+  /** Starts what the state allows, in a fixed order: the next train step, the next metrics line, the next step (or a due eval). */
+  const advance = () => {
+    if (training === undefined && toTrain.length > 0) {
+      const s = (training = toTrain.shift()!);
+      s.times.train_start = now();
+      if (inFlight && lastTrainEnd !== undefined) s.times.trainer_idle = s.times.train_start - lastTrainEnd;
+      inbox.add(trainer.trainStep({ runDir, step: s.step }).then((train): Done => ({ kind: 'trained', train })));
+    }
+    if (!recording && toRecord.length > 0) {
+      const s = toRecord.shift()!;
+      recording = true;
+      // In-flight mode: the oldest version the step's tokens were sampled with.
+      const policyVersion = inFlight ? s.rollouts!.policyVersion : Math.max(0, s.step - k);
+      const { rollouts, batch, train, times } = s as Required<Step>;
+      inbox.add(
+        cpuWrite
+          .recordStep({ runDir, step: s.step, policyVersion, rollouts, batch, train, times })
+          .then((): Done => ({ kind: 'recorded' })),
+      );
+    }
+    if (producing !== undefined || !stepMayStart()) return;
+    if (!inFlight && interval !== undefined && state.nextEval! <= state.trained) {
+      // An eval of a version due before the next rollouts, run when nothing else is in flight
+      // (a child workflow's completion is not ordered with activities': see Inbox).
+      if (busy() > 0) return;
+      producing = 'eval';
+      inbox.add(run.evaluate(state.nextEval!).then((): Done => ({ kind: 'evaluated' })));
+      return;
+    }
+    const step = state.step;
+    producing = { step, times: { wait_start: waitStart, generate_start: now() } as StepTimes };
+    // async_level: rollouts of step n use policy version n - k: never older (the bound), and not
+    // "whatever is newest" either, so a run is reproducible whatever the timing of its workers.
+    // In-flight mode: the next finished groups, once the trainer is within async_level steps.
+    const rollouts = inFlight
+      ? cpu.claimRollouts({ runDir, step })
+      : cpu.generateRollouts({ runDir, step, policyVersion: Math.max(0, step - k) });
+    inbox.add(rollouts.then((r): Done => ({ kind: 'rollouts', rollouts: r })));
   };
+
+  /** Records what a completion changed; issues its immediate sequel. */
+  const settle = (done: Done) => {
+    switch (done.kind) {
+      case 'rollouts': {
+        const s = producing as Step;
+        s.rollouts = done.rollouts;
+        s.times.generate_end = now();
+        inbox.add(cpu.packBatch({ runDir, step: s.step }).then((batch): Done => ({ kind: 'batch', batch })));
+        return;
+      }
+      case 'batch': {
+        const s = producing as Step;
+        s.batch = done.batch;
+        s.times.pack_end = now();
+        state.lastReward = s.rollouts!.rewardMean;
+        state.step = s.step + 1;
+        toTrain.push(s);
+        producing = undefined;
+        waitStart = now();
+        continuing = workflowInfo().continueAsNewSuggested || state.step - startedThisRun >= stepsPerRun;
+        return;
+      }
+      case 'trained': {
+        const s = training!;
+        s.train = done.train;
+        s.times.train_end = lastTrainEnd = now();
+        state.trained = s.step + 1;
+        state.lastTrain = done.train;
+        if (state.trained % config.ckpt.interval === 0 || state.trained === maxSteps) {
+          inbox.add(
+            trainer.saveCheckpoint({ runDir, step: state.trained }).then((): Done => ({ kind: 'checkpointed' })),
+          );
+          return;
+        }
+        toRecord.push(s);
+        training = undefined;
+        return;
+      }
+      case 'checkpointed':
+        toRecord.push(training!);
+        training = undefined;
+        return;
+      case 'recorded':
+        recording = false;
+        return;
+      case 'evaluated':
+        producing = undefined;
+        state.nextEval = state.nextEval! + interval!;
+        waitStart = now();
+        return;
+    }
+  };
+
+  for (;;) {
+    advance();
+    if (busy() > 0) {
+      settle(await inbox.next());
+      continue;
+    }
+    // Nothing in flight and nothing to start: paused (wait for resume or stop), or this execution is done.
+    if (state.paused && !state.stopping && !continuing && state.step < maxSteps) {
+      await condition(() => !state.paused || state.stopping);
+      waitStart = now();
+      continue;
+    }
+    break;
+  }
+  producerScope?.cancel();
+  if (continuing && state.step < maxSteps && !state.stopping) await continueAsNew<typeof rl>(config, state, opts);
+  await run.runDueEvals(true);
+  return run.result();
 }
