@@ -1,5 +1,7 @@
 #include "adamw.h"
 
+#include "host_parallel.h"
+
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -24,6 +26,16 @@ void fusedUpdate(S* p, const S* g, S* m, S* v, int64_t n, const Coefficients& k)
     v[i] = vi;
     p[i] = p[i] * decay - stepSize * (mi / (std::sqrt(vi) / sqrtBc2 + eps));
   }
+}
+
+// fusedUpdate over a parameter in parts on the host threads (element-wise: the result does not
+// depend on the split). Parts of at least 64K elements: a small tensor is one part.
+template <typename S>
+void fusedUpdateParallel(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, const Coefficients& k) {
+  S *pp = p.data_ptr<S>(), *mp = m.data_ptr<S>(), *vp = v.data_ptr<S>();
+  const S* gp = g.data_ptr<S>();
+  hostParallelFor(p.numel(), int64_t(1) << 16,
+                  [&](int64_t a, int64_t b) { fusedUpdate(pp + a, gp + a, mp + a, vp + a, b - a, k); });
 }
 
 // The same update as tensor ops: parameters on another device (CUDA: no host pointers, no host
@@ -64,11 +76,8 @@ void adamwStep(torch::optim::AdamW& opt, double gradScale) {
       const bool flat = p.is_contiguous() && g.is_contiguous() && m.is_contiguous() && v.is_contiguous() &&
                         g.scalar_type() == p.scalar_type() && m.scalar_type() == p.scalar_type() &&
                         v.scalar_type() == p.scalar_type() && p.device().is_cpu();
-      if (flat && p.scalar_type() == at::kFloat)
-        fusedUpdate(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), p.numel(), k);
-      else if (flat && p.scalar_type() == at::kDouble)
-        fusedUpdate(p.data_ptr<double>(), g.data_ptr<double>(), m.data_ptr<double>(), v.data_ptr<double>(), p.numel(),
-                    k);
+      if (flat && p.scalar_type() == at::kFloat) fusedUpdateParallel<float>(p, g, m, v, k);
+      else if (flat && p.scalar_type() == at::kDouble) fusedUpdateParallel<double>(p, g, m, v, k);
       else tensorUpdate(p, g, m, v, k);
     }
   }

@@ -13,10 +13,12 @@ struct TokenStats {
   at::Tensor entropy;  // [N] entropy of that distribution
 };
 
-// Default budget of logits kept from forward to backward, per call (one packed row): none, so
-// a row costs one chunk buffer. Keeping it saved no measurable time on the CPU (BENCHMARKS.md, the
-// chunked LM head); 1 GiB would hold a 1,700-token row at a 151,936-token vocabulary in fp32.
-constexpr int64_t kLogitsKeepBytes = 0;
+// Default budget of logits kept from forward to backward, per call (one packed row): 512 MiB,
+// the first 880 tokens' at a 151,936-token vocabulary in fp32 (whole chunks), bounded whatever the
+// row's length. Each kept chunk spares the backward one LM-head matmul: a 512-token Qwen3-shaped
+// step ran 1.17-1.22x faster keeping all of it than recomputing it (BENCHMARKS.md, AMD EPYC).
+// 0 = recompute every chunk (least memory: one chunk buffer per row).
+constexpr int64_t kLogitsKeepBytes = int64_t(512) << 20;
 
 // Tokens per chunk: about 32M logits (128 MB in fp32) per chunk buffer, between 16 and 1,024.
 int64_t lmHeadChunkTokens(int64_t vocab);

@@ -7,11 +7,11 @@
 #include "autocast.h"
 #include "checkpoint.h"
 #include "cuda_info.h"
+#include "host_parallel.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
 
 #include <ATen/Dispatch.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in libtorch 2.x)
 
 #include <algorithm>
@@ -516,7 +516,8 @@ void decodeAttentionKernel(const T* q, const T* k, const T* v, T* out, const int
                            int64_t KV, int64_t hd, int64_t maxLen) {
   const int64_t G = H / KV;
   const T scale = T(1.0 / std::sqrt(double(hd)));
-  at::parallel_for(0, n * H, 1, [&](int64_t begin, int64_t end) {
+  // Parts of at least 64 (sequence, head) pairs: a batch of one decodes on the calling thread.
+  hostParallelFor(n * H, 64, [&](int64_t begin, int64_t end) {
     std::vector<T> p;
     for (int64_t i = begin; i < end; i++) {
       const int64_t b = i / H, kvh = (i % H) / G, len = pos[b] + 1;

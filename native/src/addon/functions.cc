@@ -16,6 +16,7 @@
 #include "addon/exports.h"
 #include "cpu_cache.h"
 #include "dist.h"
+#include "host_parallel.h"
 #include "model.h"
 
 namespace prime::addon {
@@ -244,6 +245,7 @@ Napi::Value SetThreads(const Napi::CallbackInfo& info) {
   if (setBlas) setBlas(n);
   gThreads = pthreadBlas ? 1 : n;
   at::set_num_threads(gThreads);
+  prime::setHostThreads(n);
   return info.Env().Undefined();
 }
 
