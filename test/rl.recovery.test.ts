@@ -70,17 +70,18 @@ function tokenFlips(run: RunLayout, reference: RunLayout): string[] {
         r.samples.flat().map((x) => x.tokens.length),
       ]);
     expect(ours.map(id)).toEqual(theirs.map(id));
-    ours.forEach((r, i) =>
+    ours.forEach((r, i) => {
+      const refs = theirs[i].samples.flat();
       r.samples.flat().forEach((x, k) => {
-        const ref = theirs[i].samples.flat()[k].tokens;
+        const ref = refs[k].tokens;
         Array.from(x.tokens).forEach((t, j) => {
           if (t === ref[j]) return;
           const flip = `step ${step} rollout ${i} sample ${k} token ${j}: ${ref[j]} -> ${t}`;
           if (Math.abs(t - ref[j]) !== 1) throw new Error(`not a boundary flip: ${flip}`);
           flips.push(flip);
         });
-      }),
-    );
+      });
+    });
   }
   return flips;
 }

@@ -226,7 +226,7 @@ void Generator::sampleOnHost(const at::Tensor& deviceLogits, std::vector<Sampled
     temps[b] = seqs_[b].req.sampling.temperature > 0 ? seqs_[b].req.sampling.temperature : 1.0;
   AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "sample", [&] {
     const scalar_t* x = logits.data_ptr<scalar_t>();
-    hostParallelFor(n, std::max<int64_t>(1, kRowsGrainElems / V), [&](int64_t a, int64_t b) {
+    hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; i++)
         if ((best[i] = rowArgmax(x + i * V, V)) >= 0) maxes[i] = double(x[i * V + best[i]]);
     });
@@ -236,7 +236,7 @@ void Generator::sampleOnHost(const at::Tensor& deviceLogits, std::vector<Sampled
                        .exp_();
     const scalar_t* ex = e.data_ptr<scalar_t>();
     // Rows are independent (own RNG each), so sampling in parallel stays deterministic.
-    hostParallelFor(n, std::max<int64_t>(1, kRowsGrainElems / V), [&](int64_t a, int64_t b) {
+    hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
       std::vector<int32_t> order;
       for (int64_t i = a; i < b; i++) {
         if (best[i] < 0) {  // NaN row: nothing to sample, no top logprobs

@@ -20,8 +20,9 @@ int hostThreads();
 // by a part is rethrown here once every part has finished.
 void hostParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-// Elements a part of a row loop should hold at least (rows of a small vocabulary are grouped):
-// starting a thread costs tens of microseconds, a pass over 64K floats about as much.
-constexpr int64_t kRowsGrainElems = int64_t(1) << 16;
+// The grain of a loop over rows of `rowElems` elements: parts of at least 64K elements (rows of a
+// small vocabulary are grouped), since starting a thread costs tens of microseconds, a pass over
+// 64K floats about as much.
+constexpr int64_t rowsGrain(int64_t rowElems) { return rowElems >= (1 << 16) ? 1 : (int64_t(1) << 16) / rowElems; }
 
 }  // namespace prime

@@ -109,7 +109,7 @@ void forwardRows(const at::Tensor& z, const at::Tensor& targets, double temperat
                                std::to_string(V));
   S *lp = logp.data_ptr<S>(), *ent = entropy.data_ptr<S>();
   double* lz = logZ.data_ptr<double>();
-  hostParallelFor(n, std::max<int64_t>(1, kRowsGrainElems / V), [&](int64_t a, int64_t b) {
+  hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
     for (int64_t r = a; r < b; r++) {
       const S* row = zp + r * V;
       const RowStats st = rowStats(row, V, invT);
@@ -129,7 +129,7 @@ void backwardRows(at::Tensor& z, const at::Tensor& targets, double temperature, 
   const int64_t* t = targets.data_ptr<int64_t>();
   const double* lz = logZ.data_ptr<double>();
   const S *ent = entropy.data_ptr<S>(), *gl = gLogp.data_ptr<S>(), *ge = gEnt.defined() ? gEnt.data_ptr<S>() : nullptr;
-  hostParallelFor(n, std::max<int64_t>(1, kRowsGrainElems / V), [&](int64_t a, int64_t b) {
+  hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
     for (int64_t r = a; r < b; r++) rowGrad<S>(zp + r * V, V, invT, S(lz[r]), ent[r], gl[r], ge ? ge[r] : S(0), t[r]);
   });
 }
