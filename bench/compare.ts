@@ -12,7 +12,8 @@
  *     --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4 --eager-batches 1,64
  * (decode replays CUDA graphs captured in its warm-up; --eager-batches adds rows with graphs off;
  * --no-train leaves the training workload out, --batches none the decode ones; --profile <dir>
- * profiles one more training step on each side: <dir>/ours-train.txt next to torch-train.txt).
+ * profiles one more training step on each side: <dir>/ours-train.txt next to torch-train.txt;
+ * --engine-options '<json>' adds loadModel options on our side, e.g. '{"logitsChunkTokens":2048}').
  * bf16 training is mixed precision on both sides (fp32 master weights, bf16 autocast); the MFU
  * column divides by PRIME_BENCH_PEAK_TFLOPS (default 989, H100 / H200 SXM dense bf16).
  *
@@ -37,6 +38,7 @@ import {
   matmulGflops,
   setThreads,
   type ComputeDType,
+  type ModelOptions,
   type TrainRow,
   type TrainStepOptions,
   type TrainStepStats,
@@ -58,6 +60,8 @@ const WARMUP_TOKENS = 16; // a decode warm-up's new tokens, both sides
 // --profile <dir>: after the timed training steps, one more step on each side under its profiler
 // (ours: native/src/profile.h; PyTorch's: torch.profiler), summaries and traces into <dir>.
 const PROFILE = process.env.PRIME_BENCH_PROFILE;
+// --engine-options: more loadModel options for our side (a sweep of the LM head's chunking, say).
+const ENGINE_OPTIONS = JSON.parse(process.env.PRIME_BENCH_ENGINE_OPTIONS ?? '{}') as ModelOptions;
 const DEVICE = process.env.PRIME_BENCH_DEVICE ?? 'cpu',
   DTYPE = (process.env.PRIME_BENCH_DTYPE ?? 'float32') as ComputeDType;
 // The models: the CPU ones by tokenizer (`model create --preset small`), and the GPU one.
@@ -99,7 +103,7 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
   // Training in bf16 is mixed precision (fp32 master weights), as the PyTorch side's autocast.
   const train = what === 'train';
   const dtype: ComputeDType = train && DTYPE === 'bfloat16' ? 'float32' : DTYPE;
-  const model = await loadModel(base.config, base.tensors, { device: DEVICE, dtype });
+  const model = await loadModel(base.config, base.tensors, { ...ENGINE_OPTIONS, device: DEVICE, dtype });
   const V = base.config.vocabSize;
   const rng = new Rng(0);
   let tokens = 0,
@@ -189,6 +193,17 @@ async function main(): Promise<void> {
   const torch = !process.argv.includes('--skip-torch');
   const baseline = process.argv.includes('--baseline-addon') ? path.resolve(arg('baseline-addon', '')) : null;
   process.env.PRIME_BENCH_TRAIN_STEPS = arg('train-steps', '3');
+  if (process.argv.includes('--engine-options')) {
+    const text = arg('engine-options', '');
+    try {
+      const o: unknown = JSON.parse(text);
+      if (typeof o !== 'object' || o === null || Array.isArray(o)) throw new Error('not an object');
+    } catch (e) {
+      console.error(`--engine-options: '${text}' is not a JSON object of loadModel options (${(e as Error).message})`);
+      process.exit(2);
+    }
+    process.env.PRIME_BENCH_ENGINE_OPTIONS = text;
+  }
   if (torch && py === PY) ensureVenv();
   setThreads(threads);
   const peak0 = gpu ? 0 : await matmulGflops(2048, 10);

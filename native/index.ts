@@ -28,14 +28,16 @@ export interface ModelOptions {
   dtype?: ComputeDType;
   /**
    * Tokens per chunk of the LM head + log-softmax in training and scoring (memory: chunk x vocab
-   * logits at a time). Default 0: about 32M logits per chunk, between 16 and 1,024 tokens.
+   * logits at a time). Default 0: on the CPU about 32M logits per chunk, between 16 and 1,024
+   * tokens; on a GPU about 256M (1 GiB in fp32), between 16 and 8,192 tokens.
    */
   logitsChunkTokens?: number;
   /**
    * Bytes of log-softmax a training step keeps from the forward for the backward, per packed row
    * (whole chunks, the first ones); chunks beyond it are recomputed in the backward (one more
    * LM-head matmul each). Default 512 MiB (the first 880 tokens of a row at a 151,936-token
-   * vocabulary); 0 recomputes every chunk (least memory).
+   * vocabulary; on a GPU less than one chunk, so every chunk is recomputed there: keeping them all ran
+   * slower on an H100); 0 recomputes every chunk (least memory).
    */
   logitsKeepBytes?: number;
 }

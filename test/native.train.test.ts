@@ -436,9 +436,10 @@ test.each(['float64', 'float32'] as const)(
 
 describe('chunked LM head (logits never materialised for a whole row)', () => {
   test('values and gradients of logp and entropy match the full-logits graph (fp64)', () => {
-    const base = { tokens: 11, hidden: 8, vocab: 37, temperature: 0.7, seed: 3 };
+    const base = { tokens: 11, hidden: 8, vocab: 37, seed: 3 };
     // Ragged chunks (3 + 3 + 3 + 2), one chunk, and each output's gradient alone; each with no
-    // chunk, some and every chunk's log-softmax kept for the backward.
+    // chunk, some and every chunk's log-softmax kept for the backward; temperature 1 skips the
+    // division (tensor ops).
     for (const [chunkTokens, wLogp, wEntropy] of [
       [3, 1, 0.5],
       [0, 1, 0.5],
@@ -446,25 +447,36 @@ describe('chunked LM head (logits never materialised for a whole row)', () => {
       [4, 0, 1],
     ])
       for (const keepChunks of [0, 2, 4])
-        for (const tensorOps of [false, true]) {
+        for (const [tensorOps, temperature] of [
+          [false, 0.7],
+          [true, 0.7],
+          [true, 1],
+        ] as const) {
           // tensorOps: the path of logits on other devices (CUDA), checked here on the CPU.
-          const r = lmHeadCheck({ ...base, chunkTokens, keepChunks, wLogp, wEntropy, tensorOps });
+          const r = lmHeadCheck({ ...base, temperature, chunkTokens, keepChunks, wLogp, wEntropy, tensorOps });
           expect(r.gradScale).toBeGreaterThan(1e-3);
           for (const d of [r.logp, r.entropy, r.gradHidden, r.gradWeight])
             expect(d).toBeLessThan(1e-12 * (1 + r.gradScale));
         }
   });
 
-  test('fp32 (the fused row kernels with their vectorised exp) stays within fp32 rounding of the fp64 graph', () => {
+  test('fp32 (the fused row kernels with their vectorised exp, and the tensor ops) stays within fp32 rounding of the fp64 graph', () => {
     // A vocabulary of several exp blocks and logits spread wide enough that many underflow.
     const base = { tokens: 9, hidden: 16, vocab: 5000, temperature: 0.7, seed: 5, chunkTokens: 4, keepChunks: 1 };
-    const r = lmHeadCheck({ ...base, wLogp: 1, wEntropy: 0.5, dtype: 'float32' });
-    expect(r.gradScale).toBeGreaterThan(1e-3);
-    // |logp| and the entropy are about log(5000) ~ 8.5 here: a few fp32 ulps of that.
-    expect(r.logp).toBeLessThan(2e-5);
-    expect(r.entropy).toBeLessThan(2e-5);
-    expect(r.gradHidden).toBeLessThan(1e-5 * (1 + r.gradScale));
-    expect(r.gradWeight).toBeLessThan(1e-5 * (1 + r.gradScale));
+    // The row kernels, and the tensor ops (CUDA's path) with the entropy's gradient and without.
+    for (const [tensorOps, wEntropy] of [
+      [false, 0.5],
+      [true, 0.5],
+      [true, 0],
+    ] as const) {
+      const r = lmHeadCheck({ ...base, wLogp: 1, wEntropy, dtype: 'float32', tensorOps });
+      expect(r.gradScale).toBeGreaterThan(1e-3);
+      // |logp| and the entropy are about log(5000) ~ 8.5 here: a few fp32 ulps of that.
+      expect(r.logp).toBeLessThan(2e-5);
+      expect(r.entropy).toBeLessThan(2e-5);
+      expect(r.gradHidden).toBeLessThan(1e-5 * (1 + r.gradScale));
+      expect(r.gradWeight).toBeLessThan(1e-5 * (1 + r.gradScale));
+    }
   });
 
   test('a NaN in the LM head gives NaN logprobs and entropies for every predicted token, and a NaN loss (fp32)', async () => {

@@ -2,9 +2,14 @@
 
 #include "host_parallel.h"
 
+#include <torch/version.h>
+
 #include <cmath>
+#include <map>
 #include <memory>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace prime {
 namespace {
@@ -48,11 +53,46 @@ void tensorUpdate(at::Tensor& p, const at::Tensor& g0, at::Tensor& m, at::Tensor
   p.addcdiv_(m, (v.sqrt() / k.sqrtBc2).add_(k.eps), -k.stepSize);
 }
 
+// Parameters of one device and step count, updated together on a GPU.
+struct FusedBatch {
+  std::vector<at::Tensor> p, g, m, v;
+};
+
+// CUDA fp32 parameters under libtorch 2.x: its fused AdamW (multi-tensor apply: a few kernels for
+// all of them, each value read and written once, where tensorUpdate launches nine kernels per
+// parameter). The same update; the clipping scale is applied as the kernel's grad_scale (a
+// divisor), which may leave the clipped gradients in .grad.
+bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return p.is_cuda() && p.scalar_type() == at::kFloat && g.scalar_type() == at::kFloat &&
+         m.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat && g.device() == p.device();
+#else
+  return false;
+#endif
+}
+
+void multiTensorUpdate(std::map<std::pair<int64_t, int>, FusedBatch>& batches, const torch::optim::AdamWOptions& o,
+                       double gradScale) {
+#if TORCH_VERSION_MAJOR >= 2
+  for (auto& [key, b] : batches) {
+    const auto f32 = b.p.front().options().dtype(at::kFloat);
+    // Filled on the device: no host-to-device copy.
+    const std::vector<at::Tensor> steps(b.p.size(), at::full({}, double(key.first), f32));
+    std::optional<at::Tensor> scale;
+    if (gradScale != 1.0) scale = at::full({}, 1.0 / gradScale, f32);
+    const auto [beta1, beta2] = o.betas();
+    at::_fused_adamw_(b.p, b.g, b.m, b.v, {}, steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps(),
+                      /*amsgrad=*/false, /*maximize=*/false, scale, std::nullopt);
+  }
+#endif
+}
+
 }  // namespace
 
 void adamwStep(torch::optim::AdamW& opt, double gradScale) {
   at::NoGradGuard noGrad;
   for (auto& group : opt.param_groups()) {
+    std::map<std::pair<int64_t, int>, FusedBatch> fused;  // by step count and device
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     if (o.amsgrad()) throw std::runtime_error("adamwStep: amsgrad is not supported");
     const auto [beta1, beta2] = o.betas();
@@ -73,6 +113,11 @@ void adamwStep(torch::optim::AdamW& opt, double gradScale) {
       const Coefficients k{
           1 - o.lr() * o.weight_decay(), beta1, beta2, gradScale, o.lr() / bc1, std::sqrt(bc2), o.eps()};
       at::Tensor &m = st.exp_avg(), &v = st.exp_avg_sq();
+      if (fusable(p, g, m, v)) {
+        FusedBatch& b = fused[{st.step(), int(p.device().index())}];
+        b.p.push_back(p), b.g.push_back(g), b.m.push_back(m), b.v.push_back(v);
+        continue;
+      }
       const bool flat = p.is_contiguous() && g.is_contiguous() && m.is_contiguous() && v.is_contiguous() &&
                         g.scalar_type() == p.scalar_type() && m.scalar_type() == p.scalar_type() &&
                         v.scalar_type() == p.scalar_type() && p.device().is_cpu();
@@ -80,6 +125,7 @@ void adamwStep(torch::optim::AdamW& opt, double gradScale) {
       else if (flat && p.scalar_type() == at::kDouble) fusedUpdateParallel<double>(p, g, m, v, k);
       else tensorUpdate(p, g, m, v, k);
     }
+    multiTensorUpdate(fused, o, gradScale);
   }
 }
 

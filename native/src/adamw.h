@@ -26,10 +26,12 @@ typename Map::key_type stateKey(const Map&, const at::Tensor& p) {
 
 // What opt.step() does (libtorch's AdamW without amsgrad: decoupled weight decay, bias-corrected
 // moments, state created as zeros on a parameter's first step), with every gradient multiplied by
-// gradScale first (the clipping coefficient; the gradients themselves are left as they are). libtorch
-// runs it as eight tensor ops per parameter, each a pass over memory and, at 100M parameters, a
-// tenth of a training step; here each contiguous parameter is one pass reading p, g, m, v and
-// writing p, m, v. Parameters without a gradient are skipped, as libtorch skips them.
+// gradScale first (the clipping coefficient; on the CPU the gradients themselves are left as they
+// are, on CUDA they may be left clipped). libtorch runs it as eight tensor ops per parameter, each
+// a pass over memory and, at 100M parameters, a tenth of a training step; here each contiguous CPU
+// parameter is one pass reading p, g, m, v and writing p, m, v, and CUDA fp32 parameters (libtorch
+// 2.x) go through its fused multi-tensor AdamW, a few kernels for all of them. Parameters without
+// a gradient are skipped, as libtorch skips them.
 void adamwStep(torch::optim::AdamW& opt, double gradScale = 1.0);
 
 }  // namespace prime

@@ -89,11 +89,23 @@ void rowGrad(S* z, int64_t V, S invT, S logZ, S entropy, S gLogp, S gEnt, int64_
   z[target] += gLogp;
 }
 
+// a @ b in `out` dtype. A bf16 product into fp32 on CUDA comes straight out of the GEMM (libtorch
+// 2.x's mm with out_dtype: fp32 accumulation, no bf16 rounding of the result, no cast pass);
+// elsewhere the product is cast.
+at::Tensor mmTo(const at::Tensor& a, const at::Tensor& b, at::ScalarType out) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (a.is_cuda() && a.scalar_type() != out && (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf) &&
+      out == at::kFloat)
+    return at::mm(a, b, out);
+#endif
+  return at::mm(a, b).to(out);
+}
+
 // Raw logits of one chunk in the logits dtype (the 1 / T is applied by the row kernels). The
 // matmul runs in `mm` (bf16 under mixed precision: autocast.h), cast explicitly so the backward's
 // recomputation, which runs outside the forward's autocast region, gives the same logits.
 at::Tensor chunkLogits(const at::Tensor& h, const at::Tensor& w, at::ScalarType dt, at::ScalarType mm) {
-  return at::linear(h.to(mm), w.to(mm)).to(dt);
+  return mmTo(h.to(mm), w.t(), dt);
 }
 
 template <typename S>
@@ -135,22 +147,34 @@ void backwardRows(at::Tensor& z, const at::Tensor& targets, double temperature, 
 }
 
 // The same quantities as tensor ops, for logits on another device (CUDA): no host pointers, no
-// host round trip.
+// host round trip, and few passes over the chunk (each a trip through device memory): one fused
+// log-softmax, one exp, one product and its sum.
 void forwardRowsOps(const at::Tensor& z, const at::Tensor& targets, double temperature, at::Tensor& logp,
                     at::Tensor& entropy, at::Tensor& logZ) {
-  const at::Tensor x = z / temperature, lse = at::logsumexp(x, -1, true);
-  const at::Tensor lp = x - lse;
-  logZ.copy_(lse.squeeze(1));
-  logp.copy_(lp.gather(1, targets.unsqueeze(1)).squeeze(1));
-  entropy.copy_(-(lp.exp() * lp).sum(-1));
+  const at::Tensor x = temperature == 1.0 ? z : z / temperature, t = targets.unsqueeze(1);
+  const at::Tensor lp = at::log_softmax(x, 1), lpt = lp.gather(1, t);
+  logp.copy_(lpt.squeeze(1));
+  logZ.copy_((x.gather(1, t) - lpt).squeeze(1));  // log Z = x_t - logp_t
+  entropy.copy_(lp.exp().mul_(lp).sum(-1).neg_());
 }
 
-void backwardRowsOps(at::Tensor& z, const at::Tensor& targets, double temperature, const at::Tensor& logZ,
-                     const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt) {
-  const at::Tensor lp = (z / temperature).sub_(logZ.to(z.scalar_type()).unsqueeze(1)), gl = gLogp.unsqueeze(1);
-  if (gEnt.defined()) z.copy_(lp.exp().mul_(-(gEnt.unsqueeze(1) * (lp + entropy.unsqueeze(1)) + gl)));
-  else z.copy_(lp.exp_().mul_(-gl));
-  z.scatter_add_(1, targets.unsqueeze(1), gl);
+// dL/dx (x = z / T) of one chunk as tensor ops, in `out` (the dtype of the products that follow).
+// Without an entropy gradient (the usual case) from the recomputed softmax: -gLogp (p - onehot(t)),
+// scaled and cast in one pass.
+at::Tensor backwardRowsOps(const at::Tensor& z, const at::Tensor& targets, double temperature, const at::Tensor& logZ,
+                           const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt,
+                           at::ScalarType out) {
+  const at::Tensor t = targets.unsqueeze(1), gl = gLogp.unsqueeze(1);
+  if (!gEnt.defined()) {
+    at::Tensor p = at::softmax(temperature == 1.0 ? z : z / temperature, 1);
+    p.scatter_add_(1, t, at::full_like(gl, -1.0));
+    if (out == p.scalar_type()) return p.mul_(gl.neg());
+    at::Tensor g = at::empty(p.sizes(), p.options().dtype(out));
+    return at::mul_out(g, p, gl.neg());
+  }
+  const at::Tensor lp = (z / temperature).sub_(logZ.to(z.scalar_type()).unsqueeze(1));
+  at::Tensor g = lp.exp().mul_(-(gEnt.unsqueeze(1) * (lp + entropy.unsqueeze(1)) + gl));
+  return g.scatter_add_(1, t, gl).to(out);
 }
 
 void forwardChunk(const at::Tensor& z, const at::Tensor& targets, double temperature, at::Tensor logp,
@@ -160,11 +184,15 @@ void forwardChunk(const at::Tensor& z, const at::Tensor& targets, double tempera
   else forwardRows<float>(z, targets, temperature, logp, entropy, logZ);
 }
 
-void backwardChunk(at::Tensor& z, const at::Tensor& targets, double temperature, const at::Tensor& logZ,
-                   const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt, bool ops) {
-  if (ops || !z.device().is_cpu()) backwardRowsOps(z, targets, temperature, logZ, entropy, gLogp, gEnt);
-  else if (z.scalar_type() == at::kDouble) backwardRows<double>(z, targets, temperature, logZ, entropy, gLogp, gEnt);
+// dL/dx of one chunk in `out`: the CPU row kernels overwrite the logits z in place (then a cast);
+// tensor ops make a new tensor.
+at::Tensor backwardChunk(at::Tensor& z, const at::Tensor& targets, double temperature, const at::Tensor& logZ,
+                         const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt, bool ops,
+                         at::ScalarType out) {
+  if (ops || !z.device().is_cpu()) return backwardRowsOps(z, targets, temperature, logZ, entropy, gLogp, gEnt, out);
+  if (z.scalar_type() == at::kDouble) backwardRows<double>(z, targets, temperature, logZ, entropy, gLogp, gEnt);
   else backwardRows<float>(z, targets, temperature, logZ, entropy, gLogp, gEnt);
+  return z.to(out);
 }
 
 struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
@@ -230,8 +258,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
       at::Tensor g = kFirstKept + c < saved.size() ? saved[kFirstKept + c] : chunkLogits(h, w, dt, mm);
       const at::Tensor t = targets.narrow(0, a, len), lz = logZ.narrow(0, a, len), ent = entropy.narrow(0, a, len);
       const at::Tensor gl = gLogp.narrow(0, a, len), ge = entropyGrad ? gEnt.narrow(0, a, len) : at::Tensor();
-      backwardChunk(g, t, temperature, lz, ent, gl, ge, ops);
-      const at::Tensor gw = g.to(mm);
+      const at::Tensor gw = backwardChunk(g, t, temperature, lz, ent, gl, ge, ops, mm);
       // 1 / T folded into the two products (dL/dlogits = dL/dz / T).
       if (mm == weight.scalar_type() && mm == hidden.scalar_type()) {
         if (wantHidden) {
@@ -240,11 +267,15 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
         }
         if (wantWeight) gWeight.addmm_(gw.t(), h, a == 0 ? 0.0 : 1.0, 1.0 / temperature);
       } else {
-        // Mixed precision: bf16 products, accumulated into the fp32 gradients.
-        if (wantHidden) gHidden.narrow(0, a, len).copy_(at::mm(gw, w)).div_(temperature);
+        // Mixed precision: bf16 products, accumulated into the fp32 gradients (on CUDA the weight's
+        // comes out of its GEMM in fp32: mmTo).
+        if (wantHidden) {
+          at::Tensor gh = gHidden.narrow(0, a, len).copy_(at::mm(gw, w));
+          if (temperature != 1.0) gh.div_(temperature);
+        }
         if (wantWeight) {
-          const at::Tensor part = at::mm(gw.t(), h.to(mm));
-          if (a == 0) gWeight.copy_(part).div_(temperature);
+          const at::Tensor part = mmTo(gw.t(), h.to(mm), weight.scalar_type());
+          if (a == 0) gWeight = temperature == 1.0 ? part : part.div_(temperature);  // a fresh fp32 tensor
           else gWeight.add_(part, 1.0 / temperature);
         }
       }
@@ -255,8 +286,9 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
 
 }  // namespace
 
-int64_t lmHeadChunkTokens(int64_t vocab) {
-  return std::clamp<int64_t>((int64_t(1) << 25) / std::max<int64_t>(vocab, 1), 16, 1024);
+int64_t lmHeadChunkTokens(int64_t vocab, const at::Device& device) {
+  const int64_t logits = device.is_cpu() ? int64_t(1) << 25 : int64_t(1) << 28;
+  return std::clamp<int64_t>(logits / std::max<int64_t>(vocab, 1), 16, device.is_cpu() ? 1024 : 8192);
 }
 
 TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
@@ -266,7 +298,7 @@ TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight,
   if (keepBytes < 0) throw std::runtime_error("logitsKeepBytes must be >= 0");
   if (logitsDtype != at::kFloat && logitsDtype != at::kDouble)
     throw std::runtime_error("the LM head's logits are fp32 or fp64, not " + std::string(c10::toString(logitsDtype)));
-  const int64_t chunk = chunkTokens > 0 ? chunkTokens : lmHeadChunkTokens(weight.size(0));
+  const int64_t chunk = chunkTokens > 0 ? chunkTokens : lmHeadChunkTokens(weight.size(0), hidden.device());
   // Keep logits chunks only when a backward will use them (not when scoring without grad).
   const bool backward = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   const int64_t chunkBytes = chunk * weight.size(0) * int64_t(c10::elementSize(logitsDtype));

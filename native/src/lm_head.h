@@ -16,12 +16,18 @@ struct TokenStats {
 // Default budget of logits kept from forward to backward, per call (one packed row): 512 MiB,
 // the first 880 tokens' at a 151,936-token vocabulary in fp32 (whole chunks), bounded whatever the
 // row's length. Each kept chunk spares the backward one LM-head matmul: a 512-token Qwen3-shaped
-// step ran 1.17-1.22x faster keeping all of it than recomputing it (BENCHMARKS.md, AMD EPYC).
-// 0 = recompute every chunk (least memory: one chunk buffer per row).
+// step ran 1.17-1.22x faster keeping all of it than recomputing it (BENCHMARKS.md, AMD EPYC). On a
+// GPU it is under one chunk (lmHeadChunkTokens): every chunk is recomputed, and keeping all of a
+// 4,096-token row's ran slower on an H100 (408 against 353 ms a step). 0 = recompute every chunk (least memory: one
+// chunk buffer per row).
 constexpr int64_t kLogitsKeepBytes = int64_t(512) << 20;
 
-// Tokens per chunk: about 32M logits (128 MB in fp32) per chunk buffer, between 16 and 1,024.
-int64_t lmHeadChunkTokens(int64_t vocab);
+// Tokens per chunk: on the CPU about 32M logits (128 MB in fp32) per chunk buffer, between 16 and
+// 1,024 tokens; on a GPU about 256M (1 GiB), between 16 and 8,192 tokens. Each chunk costs the
+// backward one fp32 accumulation of the [vocab, hidden] weight gradient, and a GPU has the memory to
+// make them few (a 4,096-token row at the Qwen3 vocabulary: 3 chunks, not 19; measured on an H100,
+// BENCHMARKS.md).
+int64_t lmHeadChunkTokens(int64_t vocab, const at::Device& device);
 
 // hidden [N, D], weight [V, D] (the LM head or the tied embedding), targets [N] int64. Logits are
 // computed in `logitsDtype` (fp32, or fp64 for fp64 models) as at::linear(hidden,
@@ -29,7 +35,7 @@ int64_t lmHeadChunkTokens(int64_t vocab);
 // fused row kernels (two reads of a row forward, one backward; fp32 rows use a vectorised exp within
 // 1 ulp of expf). Differentiable w.r.t. hidden and weight (both outputs): the backward recomputes
 // each chunk's logits and accumulates the weight's gradient chunk by chunk.
-// chunkTokens: tokens per chunk (0 = lmHeadChunkTokens(vocab)).
+// chunkTokens: tokens per chunk (0 = lmHeadChunkTokens(vocab, device)).
 // keepBytes: how much of the forward's logits may be kept for the backward (whole chunks, the first
 // ones); the backward recomputes only the chunks beyond it. Keeping one chunk costs what one chunk
 // buffer costs; it saves an LM-head matmul in the backward.

@@ -40,6 +40,20 @@ double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The L2 norm of all the gradients together, read on the host (a deliberate sync: clipping and the
+// step's metrics need it). On CUDA under libtorch 2.x one multi-tensor kernel for the per-tensor
+// norms, not one kernel per parameter.
+double gradNorm(const std::vector<at::Tensor>& grads) {
+  if (grads.empty()) return 0;
+  std::vector<at::Tensor> norms;
+#if TORCH_VERSION_MAJOR >= 2
+  if (grads.front().is_cuda()) norms = at::_foreach_norm(grads);
+#endif
+  if (norms.empty())
+    for (const at::Tensor& g : grads) norms.push_back(g.norm());
+  return at::stack(norms).norm().item<double>();
+}
+
 // A row turned into loss inputs: index j is the prediction of token j + 1 from hidden state j.
 struct PreparedRow {
   std::vector<int64_t> starts;
@@ -400,11 +414,10 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
     st.commSeconds = since(t1);
   }
   // Total L2 norm over all gradients (as torch.nn.utils.clip_grad_norm_), clipped in place.
-  std::vector<at::Tensor> norms;
+  std::vector<at::Tensor> grads;
   for (auto& [name, p] : trainable_)
-    if (p.grad().defined()) norms.push_back(p.grad().norm());
-  at::Tensor total = norms.empty() ? at::zeros({}) : at::stack(norms).norm();
-  st.gradNorm = total.item<double>();
+    if (p.grad().defined()) grads.push_back(p.grad());
+  st.gradNorm = gradNorm(grads);
   // Clipping is applied inside the AdamW pass (the gradients themselves stay as computed).
   const double clip = maxGradNorm > 0 && st.gradNorm > maxGradNorm ? maxGradNorm / (st.gradNorm + 1e-6) : 1.0;
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);

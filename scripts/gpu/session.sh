@@ -6,8 +6,11 @@
 #   compare.md     packed 4,096-token training and decode at 1 / 64 / 256 requests (CUDA graphs),
 #                  Qwen3-0.6B shape, bf16, against PyTorch / transformers
 #   profile.md     one training step of each side under its profiler: time by CUDA kernel
+#                  (and each side's Kineto trace, xz-compressed: ours-train.json.xz, torch-train.json.xz)
 #   inference.md   the server on the 0.6B model: throughput by concurrency, update_weights to first token
 #   eager.md       decode at 1 and 64 with CUDA graphs off (what the graphs gain)
+#   lm-head.md     our training step under other LM-head chunkings (only when named in
+#                  PRIME_GPU_SESSION_ONLY): tokens per chunk, logits kept for the backward
 #   reverse-text.log  the reverse-text example on the card (only when named in PRIME_GPU_SESSION_ONLY)
 #   rl.log         the `prime-rl rl` check's log (2 steps; PRIME_GPU_SESSION_RL=0 leaves it out,
 #                  e.g. when the checks of the same call ran it)
@@ -15,6 +18,7 @@
 # PRIME_GPU_SESSION_SECONDS: the time this script may take (default 400), shared out below;
 # PRIME_GPU_DEADLINE (epoch seconds) ends it sooner (the device call's own limit);
 # PRIME_GPU_SESSION_ONLY=inference,eager runs only the steps named (a later call finishing a run).
+# PRIME_GPU_COMPARE_BATCHES: compare's decode batches (default 1,64,256; none = training alone).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-outputs/gpu}
@@ -52,18 +56,37 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 prof=/tmp/prime-gpu-profile
 selected compare && rm -rf "$prof"
 step compare 240 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
-  --python '$PY' --prompt 128 --new 256 --batches 1,64,256 --rows 2 --row-len 4096 --samples 4 \
+  --python '$PY' --prompt 128 --new 256 --batches ${PRIME_GPU_COMPARE_BATCHES:-1,64,256} --rows 2 --row-len 4096 --samples 4 \
   --profile $prof | tee '$OUT/compare.md'"
-# The two profiles of one training step side by side (the traces stay on the machine: $prof/*.json).
+# The two profiles of one training step side by side, and their traces.
 if selected compare; then
   for side in ours torch; do
     [ -f "$prof/$side-train.txt" ] && { echo "## $side"; echo; cat "$prof/$side-train.txt"; echo; }
   done > "$OUT/profile.md"
+  # The Kineto traces too, compressed, when each fits what a call brings back (16 MiB a file;
+  # 8 files a call: PRIME_GPU_TRACES=0 leaves them out).
+  for side in ours torch; do
+    [ "${PRIME_GPU_TRACES:-1}" = 0 ] && break
+    [ -f "$prof/$side-train.json" ] || continue
+    xz -T0 -c "$prof/$side-train.json" > "$OUT/$side-train.json.xz" &&
+      [ "$(stat -c %s "$OUT/$side-train.json.xz")" -le $((16 << 20)) ] || rm -f "$OUT/$side-train.json.xz"
+  done
 fi
 step inference 150 bash -c "node dist/bench/inference.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --concurrency 1,64 --requests 64 --max-tokens 128 | tee '$OUT/inference.md'"
 step eager 80 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
   --no-train --prompt 128 --new 256 --batches 1 --eager-batches 1,64 | tee '$OUT/eager.md'"
+# The LM head's chunking on the card (ours alone; after compare, whose model folder it reuses): the
+# default (about 1 GiB of fp32 logits a chunk on a GPU: 1,766 tokens), the CPU's size (220 tokens),
+# a whole row per chunk, and all of a row's logits kept for the backward.
+if named lm-head; then
+  for o in '{}' '{"logitsChunkTokens":220}' '{"logitsChunkTokens":4096}' \
+    '{"logitsChunkTokens":2048,"logitsKeepBytes":8589934592}'; do
+    echo "engine options $o"
+    step lm-head 60 node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
+      --batches none --rows 2 --row-len 4096 --samples 4 --engine-options "$o" 2>&1
+  done | tee "$OUT/lm-head.md"
+fi
 # The reverse-text example on the card (SFT, eval, RL; bf16): only when named, e.g. in a call of its
 # own: PRIME_GPU_SESSION_ONLY=reverse-text PRIME_GPU_SESSION_SECONDS=560.
 if named reverse-text; then

@@ -94,7 +94,7 @@ Napi::Value LmHeadCheck(const Napi::CallbackInfo& info) {
     if (dtype != "float64" && dtype != "float32") throw std::runtime_error("dtype must be float32 or float64");
     const at::ScalarType dt = dtype == "float32" ? at::kFloat : at::kDouble;
     at::Tensor h1 = h0.clone().to(dt).requires_grad_(true), w1 = w0.clone().to(dt).requires_grad_(true);
-    const int64_t chunkBytes = (chunk > 0 ? chunk : lmHeadChunkTokens(V)) * V * int64_t(c10::elementSize(dt));
+    const int64_t chunkBytes = (chunk > 0 ? chunk : lmHeadChunkTokens(V, at::kCPU)) * V * int64_t(c10::elementSize(dt));
     const bool ops = o.Has("tensorOps") && o.Get("tensorOps").ToBoolean().Value();
     const TokenStats s = chunkedTokenStats(h1, w1, targets, T, dt, chunk, keepChunks * chunkBytes,
                                            ops ? LmHeadKernels::TensorOps : LmHeadKernels::Auto);
