@@ -203,6 +203,21 @@ describe('weights', () => {
     expect((await b.readWeights('BF16'))[0].dtype).toBe('BF16');
   });
 
+  test('q/k/v and gate/up as one matmul each (no gradient recorded) give what the projections one by one give', async () => {
+    for (const arch of ['qwen2', 'qwen3', 'llama'] as const) {
+      const c = tinyConfig(arch); // qwen2: q/k/v biases; qwen3: q/k norms
+      const model = await loadModel(c, randomWeights(c, 7));
+      // Adapters on each of them (B = 0: the adapted model is the base model) keep the trainer's
+      // scoring on the projections one by one; the model's own scoring takes the fused weights.
+      const targetModules = ['q_proj', 'k_proj', 'v_proj', 'gate_proj', 'up_proj'] as const;
+      const trainer = model.createTrainer({ lora: { rank: 2, alpha: 4, targetModules: [...targetModules] } });
+      const [fused] = await model.score([row]);
+      const [separate] = await trainer.score([row], {});
+      expect(maxAbsDiff(fused.logprobs, separate.logprobs)).toBeLessThan(1e-5);
+      expect(maxAbsDiff(fused.entropies, separate.entropies)).toBeLessThan(1e-5);
+    }
+  });
+
   test('bf16 compute runs and stays close to fp32', async () => {
     const w = randomWeights(cfg, 6);
     const [a] = await (await loadModel(cfg, w, { dtype: 'bfloat16' })).score([row]);

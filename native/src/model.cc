@@ -242,6 +242,7 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::
       1.0 / at::pow(cfg.ropeTheta,
                     at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong)).to(rd).div(double(cfg.headDim)))
                 .to(device);
+  fuseProjections();
 }
 
 Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTensor>& tensors, at::ScalarType dt,
@@ -257,7 +258,9 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTe
     if (it == byName.end())
       throw std::runtime_error("missing tensor '" + p.name + "' (expected shape " + shapeStr(p.shape) + ")");
     at::Tensor src = viewRaw(*it->second, p.shape);
-    *s.tensor = at::empty(p.shape, options()).copy_(src);  // the one copy: bytes -> compute dtype/device
+    // The one copy: bytes -> compute dtype/device (into its fused tensor's rows, if it has one).
+    if (s.tensor->defined()) s.tensor->copy_(src);
+    else *s.tensor = at::empty(p.shape, options()).copy_(src);
     used.insert(p.name);
   }
   for (const RawTensor& t : tensors)
@@ -267,9 +270,62 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTe
 std::unique_ptr<Model> Model::copy() const {
   std::unique_ptr<Model> m(new Model(cfg, specs_, dtype, device));
   std::vector<Slot> src = const_cast<Model*>(this)->slots(), dst = m->slots();
-  for (size_t i = 0; i < src.size(); i++) *dst[i].tensor = src[i].tensor->detach().clone();
+  at::NoGradGuard noGrad;
+  for (size_t i = 0; i < src.size(); i++) {
+    if (dst[i].tensor->defined()) dst[i].tensor->copy_(*src[i].tensor);  // a fused tensor's rows
+    else *dst[i].tensor = src[i].tensor->detach().clone();
+  }
   m->logitsChunkTokens = logitsChunkTokens;
   return m;
+}
+
+void Model::fuseProjections() {
+  // Slot shapes by (layer, slot), from the specs: the weights are not in yet.
+  std::map<std::pair<int64_t, std::string>, std::vector<int64_t>> shapes;
+  for (const ParamSpec& p : specs_)
+    if (p.layer >= 0 && p.expert < 0) shapes[{p.layer, p.slot}] = p.shape;
+  // One tensor for the given slots of layer l, stacked along dim 0, and each slot the view of
+  // its rows; undefined (slots left alone) unless they all exist with the same trailing dims.
+  auto fuse = [&](int64_t l, std::initializer_list<std::pair<const char*, at::Tensor*>> slots) {
+    int64_t rows = 0;
+    std::vector<int64_t> rest;
+    for (auto& [name, t] : slots) {
+      auto it = shapes.find({l, name});
+      if (it == shapes.end() || it->second.empty()) return at::Tensor();
+      const std::vector<int64_t> tail(it->second.begin() + 1, it->second.end());
+      if (rows > 0 && tail != rest) return at::Tensor();
+      rest = tail;
+      rows += it->second[0];
+    }
+    std::vector<int64_t> size{rows};
+    size.insert(size.end(), rest.begin(), rest.end());
+    at::Tensor fused = at::empty(size, options());
+    int64_t row = 0;
+    for (auto& [name, t] : slots) {
+      const int64_t n = shapes.at({l, name})[0];
+      *t = fused.narrow(0, row, n);
+      row += n;
+    }
+    return fused;
+  };
+  for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
+    Layer& L = layers_[l];
+    const int biases = int(shapes.count({l, "qBias"}) + shapes.count({l, "kBias"}) + shapes.count({l, "vBias"}));
+    if (biases == 0 || biases == 3) {
+      L.qkv = fuse(l, {{"q", &L.q}, {"k", &L.k}, {"v", &L.v}});
+      if (L.qkv.defined() && biases == 3)
+        L.qkvBias = fuse(l, {{"qBias", &L.qBias}, {"kBias", &L.kBias}, {"vBias", &L.vBias}});
+    }
+    L.gateUp = fuse(l, {{"gate", &L.gate}, {"up", &L.up}});  // undefined in a sparse block
+  }
+}
+
+bool Model::fusedUsable(const at::Tensor& fused, std::initializer_list<const at::Tensor*> parts,
+                        const Adapt& ad) const {
+  if (!fused.defined()) return false;
+  for (const at::Tensor* p : parts)
+    if ((ad.lora && ad.lora->find(*p)) || (at::GradMode::is_enabled() && p->requires_grad())) return false;
+  return true;
 }
 
 std::vector<ProjectionRef> Model::projections() const {
@@ -422,11 +478,20 @@ at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Te
 std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
                                                          const at::Tensor& sin, at::Tensor& v, int64_t layer,
                                                          const Adapt& ad) const {
-  const int64_t N = x.size(0), hd = cfg.headDim;
+  const int64_t N = x.size(0), hd = cfg.headDim, H = cfg.numHeads, KV = cfg.numKvHeads;
   at::Tensor h = rmsNorm(x, L.inputNorm);
-  at::Tensor q = project(h, L.q, L.qBias, ad).view({N, cfg.numHeads, hd});
-  at::Tensor k = project(h, L.k, L.kBias, ad).view({N, cfg.numKvHeads, hd});
-  v = project(h, L.v, L.vBias, ad).view({N, cfg.numKvHeads, hd});
+  at::Tensor q, k;
+  if (fusedUsable(L.qkv, {&L.q, &L.k, &L.v}, ad)) {
+    // One matmul; q and k are rewritten below (norm, RoPE), v is made contiguous here.
+    const at::Tensor qkv = at::linear(h, L.qkv, L.qkvBias);  // [N, (H + 2 KV) hd]
+    q = qkv.narrow(1, 0, H * hd).view({N, H, hd});
+    k = qkv.narrow(1, H * hd, KV * hd).view({N, KV, hd});
+    v = qkv.narrow(1, (H + KV) * hd, KV * hd).contiguous().view({N, KV, hd});
+  } else {
+    q = project(h, L.q, L.qBias, ad).view({N, H, hd});
+    k = project(h, L.k, L.kBias, ad).view({N, KV, hd});
+    v = project(h, L.v, L.vBias, ad).view({N, KV, hd});
+  }
   if (L.qNorm.defined()) {
     q = rmsNorm(q, L.qNorm);
     k = rmsNorm(k, L.kNorm);
@@ -439,12 +504,19 @@ at::Tensor Model::finishBlock(const Layer& L, const at::Tensor& x, const at::Ten
                               const Adapt& ad) const {
   at::Tensor h = x + project(attn, L.o, L.oBias, ad);
   at::Tensor m = rmsNorm(h, L.postNorm);
-  return h + (L.sparse() ? sparseMlp(L, m, layer, ad) : denseMlp(m, L.gate, L.up, L.down, ad));
+  if (L.sparse()) return h + sparseMlp(L, m, layer, ad);
+  const bool fused = fusedUsable(L.gateUp, {&L.gate, &L.up}, ad);
+  return h + denseMlp(m, L.gate, L.up, L.down, ad, fused ? L.gateUp : at::Tensor());
 }
 
 at::Tensor Model::denseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
-                           const Adapt& ad) const {
+                           const Adapt& ad, const at::Tensor& gateUp) const {
   const at::Tensor none;
+  if (gateUp.defined()) {
+    const int64_t I = gate.size(0);
+    const at::Tensor gu = at::linear(x, gateUp);  // [N, 2 I]
+    return project(at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I), down, none, ad);
+  }
   return project(at::silu(project(x, gate, none, ad)) * project(x, up, none, ad), down, none, ad);
 }
 

@@ -60,6 +60,11 @@ struct Layer {
   // A sparse MoE MLP instead (Qwen3-MoE): router [E, D] and per expert [Ie, D], [Ie, D], [D, Ie].
   at::Tensor router;
   std::vector<at::Tensor> expertGate, expertUp, expertDown;
+  // q, k and v (with their biases, when all three have one) and gate and up as row slices of one
+  // tensor each (Model::fuseProjections): the slots above are views into these, so they stay the
+  // HF-named parameters, updated in place. A forward that records no gradient for them and has no
+  // adapter on them takes one matmul for q/k/v and one for gate/up. Undefined where not fused.
+  at::Tensor qkv, qkvBias, gateUp;
   bool sparse() const { return router.defined(); }
 };
 
@@ -192,7 +197,8 @@ class Model {
   std::atomic<bool> busy{false};
 
  private:
-  // Checks cfg and specs and derives the RoPE table; the weights stay empty (both constructors fill them).
+  // Checks cfg and specs, derives the RoPE table and allocates the fused projections
+  // (fuseProjections); the other weights stay empty (both constructors fill them).
   Model(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype, at::Device device);
   // The adapters and MoE routing of one forward, threaded through the blocks.
   struct Adapt {
@@ -205,6 +211,13 @@ class Model {
     at::Tensor* tensor;
   };
   std::vector<Slot> slots();  // the parameters of specs_, in their order
+  // Allocates each block's fused q/k/v (with biases) and gate/up tensors (Layer::qkv, gateUp) and
+  // makes those slots views into them, before any weight is in: the weights are then copied into
+  // their rows, so a fused tensor never exists beside a separate copy of its parts.
+  void fuseProjections();
+  // Whether a forward may use `fused` for the slices `parts`: it exists, no adapter of `ad` sits on
+  // a part, and no gradient of a part is recorded (the parts are the parameters autograd knows).
+  bool fusedUsable(const at::Tensor& fused, std::initializer_list<const at::Tensor*> parts, const Adapt& ad) const;
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& pos) const;
   std::pair<at::Tensor, at::Tensor> attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
@@ -225,8 +238,9 @@ class Model {
   at::Tensor packedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                          const Segments& seg, std::vector<LayerKV>* kvOut, const Adapt& ad) const;
   // The SwiGLU MLP of a dense block, or the routed experts of a sparse one.
+  // gateUp: gate and up as one weight (Layer::gateUp), when usable (fusedUsable).
   at::Tensor denseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
-                      const Adapt& ad) const;
+                      const Adapt& ad, const at::Tensor& gateUp = at::Tensor()) const;
   at::Tensor sparseMlp(const Layer& L, const at::Tensor& x, int64_t layer, const Adapt& ad) const;
   // x W^T + b, plus W's adapter when ad has one.
   at::Tensor project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, const Adapt& ad) const;
