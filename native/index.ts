@@ -40,6 +40,12 @@ export interface ModelOptions {
    * slower on an H100); 0 recomputes every chunk (least memory).
    */
   logitsKeepBytes?: number;
+  /**
+   * Default true: forwards that record no gradient of the q/k/v and gate/up weights (generation,
+   * scoring, reference and eval) run one matmul for q/k/v and one for gate/up. false runs them one
+   * by one, as training does: what fusing gains, measured with one build.
+   */
+  fusedProjections?: boolean;
 }
 
 export type TokenIds = Int32Array | number[];

@@ -215,7 +215,14 @@ describe('weights', () => {
       const [separate] = await trainer.score([row], {});
       expect(maxAbsDiff(fused.logprobs, separate.logprobs)).toBeLessThan(1e-5);
       expect(maxAbsDiff(fused.entropies, separate.entropies)).toBeLessThan(1e-5);
+      // fusedProjections: false takes the one-by-one matmuls everywhere (same weights, same sums).
+      const unfused = await loadModel(c, randomWeights(c, 7), { fusedProjections: false });
+      const [plain] = await unfused.score([row]);
+      expect(Buffer.from(plain.logprobs.buffer)).toEqual(Buffer.from(separate.logprobs.buffer));
     }
+    await expect(
+      loadModel(cfg, randomWeights(cfg, 7), { fusedProjections: 'no' as unknown as boolean }),
+    ).rejects.toThrow(/fusedProjections must be true or false/);
   });
 
   test('bf16 compute runs and stays close to fp32', async () => {

@@ -276,6 +276,7 @@ std::unique_ptr<Model> Model::copy() const {
     else *dst[i].tensor = src[i].tensor->detach().clone();
   }
   m->logitsChunkTokens = logitsChunkTokens;
+  m->fusedProjections = fusedProjections;
   return m;
 }
 
@@ -322,7 +323,7 @@ void Model::fuseProjections() {
 
 bool Model::fusedUsable(const at::Tensor& fused, std::initializer_list<const at::Tensor*> parts,
                         const Adapt& ad) const {
-  if (!fused.defined()) return false;
+  if (!fusedProjections || !fused.defined()) return false;
   for (const at::Tensor* p : parts)
     if ((ad.lora && ad.lora->find(*p)) || (at::GradMode::is_enabled() && p->requires_grad())) return false;
   return true;

@@ -192,6 +192,9 @@ class Model {
   int64_t logitsChunkTokens = 0;
   // Bytes of log-softmax a training forward keeps for its backward (lm_head.h).
   int64_t logitsKeepBytes = kLogitsKeepBytes;
+  // false: every forward runs q/k/v and gate/up one matmul each, as training does (what fusing
+  // gains, measured with one build). The weights stay fused either way.
+  bool fusedProjections = true;
 
   // Calls on one model run one at a time (the TS facade queues them; this flag catches misuse).
   std::atomic<bool> busy{false};

@@ -11,6 +11,8 @@
 #   eager.md       decode at 1 and 64 with CUDA graphs off (what the graphs gain)
 #   lm-head.md     our training step under other LM-head chunkings (only when named in
 #                  PRIME_GPU_SESSION_ONLY): tokens per chunk, logits kept for the backward
+#   fusion.md      our decode at 1 and 64 with the q/k/v and gate/up matmuls fused and one by one,
+#                  alternating, one build (only when named in PRIME_GPU_SESSION_ONLY)
 #   reverse-text.log  the reverse-text example on the card (only when named in PRIME_GPU_SESSION_ONLY)
 #   rl.log         the `prime-rl rl` check's log (2 steps; PRIME_GPU_SESSION_RL=0 leaves it out,
 #                  e.g. when the checks of the same call ran it)
@@ -19,6 +21,7 @@
 # PRIME_GPU_DEADLINE (epoch seconds) ends it sooner (the device call's own limit);
 # PRIME_GPU_SESSION_ONLY=inference,eager runs only the steps named (a later call finishing a run).
 # PRIME_GPU_COMPARE_BATCHES: compare's decode batches (default 1,64,256; none = training alone).
+# PRIME_GPU_TRACES=0: no Kineto traces in $OUT (a call brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-outputs/gpu}
@@ -86,6 +89,15 @@ if named lm-head; then
     step lm-head 60 node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
       --batches none --rows 2 --row-len 4096 --samples 4 --engine-options "$o" 2>&1
   done | tee "$OUT/lm-head.md"
+fi
+# What fusing q/k/v and gate/up gains in decode (ours alone, the model folder compare made): the
+# fused and one-by-one matmuls alternating, twice each.
+if named fusion; then
+  for o in '{}' '{"fusedProjections":false}' '{}' '{"fusedProjections":false}'; do
+    echo "engine options $o"
+    step fusion 60 node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
+      --no-train --prompt 128 --new 256 --batches 1,64 --engine-options "$o" 2>&1
+  done | tee "$OUT/fusion.md"
 fi
 # The reverse-text example on the card (SFT, eval, RL; bf16): only when named, e.g. in a call of its
 # own: PRIME_GPU_SESSION_ONLY=reverse-text PRIME_GPU_SESSION_SECONDS=560.

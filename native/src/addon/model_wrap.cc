@@ -145,6 +145,10 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
   const std::string device = o.Get("device").IsString() ? str(o, "device") : "cpu";
   const int64_t chunk = nonNegativeInt(o, "logitsChunkTokens", 0, "(0 = from the vocabulary size)");
   const int64_t keep = nonNegativeInt(o, "logitsKeepBytes", kLogitsKeepBytes, "(0 = recompute every chunk)");
+  const Napi::Value fusedOpt = o.Get("fusedProjections");
+  if (!fusedOpt.IsUndefined() && !fusedOpt.IsBoolean())
+    throw Napi::TypeError::New(info.Env(), "fusedProjections must be true or false (default true)");
+  const bool fused = fusedOpt.IsUndefined() || fusedOpt.As<Napi::Boolean>().Value();
   std::vector<Napi::Value> buffers;
   std::vector<RawTensor> tensors = rawTensors(info[2], buffers);
   auto out = std::make_shared<std::shared_ptr<Model>>();
@@ -157,6 +161,7 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
         *out = std::make_shared<Model>(cfg, specs, tensors, parseComputeDtype(dtype), dev);
         (*out)->logitsChunkTokens = chunk;
         (*out)->logitsKeepBytes = keep;
+        (*out)->fusedProjections = fused;
       },
       [out](Napi::Env env) -> Napi::Value { return wrap(env, &Constructors::model, *out); });
   for (Napi::Value b : buffers) job->keep(b);
