@@ -413,12 +413,13 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
     syncGradients();
     st.commSeconds = since(t1);
   }
-  // Total L2 norm over all gradients (as torch.nn.utils.clip_grad_norm_), clipped in place.
+  // Total L2 norm over all gradients (as torch.nn.utils.clip_grad_norm_).
   std::vector<at::Tensor> grads;
   for (auto& [name, p] : trainable_)
     if (p.grad().defined()) grads.push_back(p.grad());
   st.gradNorm = gradNorm(grads);
-  // Clipping is applied inside the AdamW pass (the gradients themselves stay as computed).
+  // Clipping is applied inside the AdamW pass (on the CPU the gradients stay as computed; CUDA's
+  // fused AdamW may leave them clipped: adamw.h).
   const double clip = maxGradNorm > 0 && st.gradNorm > maxGradNorm ? maxGradNorm / (st.gradNorm + 1e-6) : 1.0;
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   adamwStep(*optim_, clip);
