@@ -20,10 +20,12 @@ import { storedResult, writeFileAtomic, writeFileExclusive } from '../lib/atomic
 import { EnvMix, type MixDraw } from '../lib/envs/mix';
 import { InferenceClient } from '../lib/orchestrator/client';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
+import type { ServerLoad } from '../lib/orchestrator/server-load';
 import {
   claimMetrics,
   claimStep,
-  nextConcurrency,
+  Concurrency,
+  LOAD_INTERVAL_MS,
   resumeDraw,
   type ClaimCandidate,
 } from '../lib/orchestrator/inflight';
@@ -116,7 +118,10 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       let nextSeq = known.length > 0 ? known[known.length - 1] + 1 : 0;
       // A restarted producer plays new examples: draws continue after the highest stored one.
       let nextDraw = resumeDraw(known, cap, (seq) => readGroup(layout, seq)?.draw);
-      let limit = Math.min(cap, examplesPerStep);
+      const concurrency = new Concurrency(examplesPerStep, cap);
+      let load: ServerLoad | undefined;
+      let readingLoad = false;
+      let nextReading = 0;
       let running = 0;
       let version = -1;
       let written = 0;
@@ -150,12 +155,35 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
         if (cancelled.aborted) return;
         const idleSeconds = idleMs / 1000;
         idleMs = 0;
-        publish({ draw, rollouts, startVersion, idleSeconds, finishedAt: Date.now() / 1000 });
-        limit = nextConcurrency(limit, waiting(), examplesPerStep, cap);
+        publish({
+          draw,
+          rollouts,
+          startVersion,
+          idleSeconds,
+          concurrency: concurrency.limit,
+          ...(load ? { load } : {}),
+          finishedAt: Date.now() / 1000,
+        });
+        concurrency.afterGroup(waiting(), examplesPerStep);
+      };
+
+      /** Reads the servers' load beside the loop (a slow server's /metrics never holds up generation). */
+      const readLoad = () => {
+        readingLoad = true;
+        void control
+          .load()
+          .then((l) => {
+            load = l;
+            concurrency.afterReading(l, running);
+          })
+          .finally(() => {
+            readingLoad = false;
+            nextReading = Date.now() + LOAD_INTERVAL_MS;
+          });
       };
 
       await withHeartbeat(
-        () => ({ phase: 'producing', running, limit, version, written, next: nextSeq }),
+        () => ({ phase: 'producing', running, limit: concurrency.limit, load, version, written, next: nextSeq }),
         async () => {
           while (!cancelled.aborted && failure === undefined) {
             const newest = newestVersion(layout);
@@ -163,7 +191,8 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
               await control.ensurePolicy({ version: newest, weightDir: layout.weightsDir(newest) });
               version = newest;
             }
-            if (running < limit && waiting() + running < cap) {
+            if (!readingLoad && Date.now() >= nextReading) readLoad();
+            if (running < concurrency.limit && waiting() + running < cap) {
               if (idleSince !== undefined) idleMs += Date.now() - idleSince;
               idleSince = undefined;
               running++;

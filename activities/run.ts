@@ -83,7 +83,7 @@ export async function rewindRun({
   return rewind(runDir, step, fs.existsSync(new RunLayout(runDir).sftConfigFile) ? 'sft' : 'rl');
 }
 
-/** In-flight mode's per-step metrics: off-policy distance, stale drops, idle time of inference and trainer. */
+/** In-flight mode's per-step metrics: off-policy distance, stale drops, idle time of inference and trainer, the producer's concurrency and the servers' load. */
 function inFlightMetrics(f: InFlightClaim, times: StepTimes) {
   return {
     off_policy_mean: f.offPolicyMean,
@@ -91,6 +91,9 @@ function inFlightMetrics(f: InFlightClaim, times: StepTimes) {
     stale_groups_dropped: f.staleGroups,
     stale_rollouts_dropped: f.staleRollouts,
     inference_idle_seconds: f.inferenceIdleSeconds,
+    inflight_concurrency: f.concurrencyMean ?? null,
+    inference_running_sequences: f.serverRunningMean ?? null,
+    inference_waiting_sequences: f.serverWaitingMean ?? null,
     trainer_idle_seconds: times.trainer_idle ?? null,
   };
 }

@@ -1,21 +1,32 @@
-/** In-flight mode's decisions (lib/orchestrator/inflight.ts): which groups a step takes, and the producer's concurrency. */
+/**
+ * In-flight mode's decisions (lib/orchestrator/inflight.ts): which groups a step takes, and the
+ * producer's concurrency; and the load readings it follows (lib/orchestrator/server-load.ts).
+ */
 import { difficultyFilter } from '../lib/orchestrator/filters';
 import {
   claimMetrics,
   claimStep,
-  nextConcurrency,
+  Concurrency,
   resumeDraw,
   STALE,
   type ClaimCandidate,
 } from '../lib/orchestrator/inflight';
+import { parseServerLoad } from '../lib/orchestrator/server-load';
 
 type R = { reward: number };
 /** Group `seq` of two rollouts sampled with `versions` (-1: none sampled), rewards 0 and `spread`. */
-const group = (seq: number, versions: [number, number], spread = 1, idleSeconds = 0): ClaimCandidate<R> => ({
+const group = (
+  seq: number,
+  versions: [number, number],
+  spread = 1,
+  idleSeconds = 0,
+  recorded: Pick<ClaimCandidate<R>, 'concurrency' | 'load'> = {},
+): ClaimCandidate<R> => ({
   seq,
   rollouts: versions.map((policyVersion, i) => ({ policyVersion, reward: i * spread })),
   startVersion: 4,
   idleSeconds,
+  ...recorded,
 });
 const view = (c: ClaimCandidate<R>) => ({
   env: 'e',
@@ -36,8 +47,8 @@ const opts = {
 test('a step takes the next groups in order, dropping stale ones (oldest token) and filtered ones', () => {
   const groups = [
     group(5, [7, 8]), // step 10 - 7 = 3 > 2: stale by its oldest token
-    group(6, [8, 9]),
-    group(7, [9, 9], 0), // no reward spread: the difficulty filter drops it
+    group(6, [8, 9], 1, 0, { concurrency: 3, load: { running: 10, waiting: 0 } }),
+    group(7, [9, 9], 0, 0, { concurrency: 4, load: { running: 12, waiting: 2 } }), // no reward spread: the difficulty filter drops it
     group(8, [-1, 10]), // a rollout that sampled nothing does not make it old
     group(9, [10, 10]), // not needed: left for the next step
   ];
@@ -59,6 +70,14 @@ test('a step takes the next groups in order, dropping stale ones (oldest token) 
     offPolicyMean: 1,
     offPolicyMax: 2,
     inferenceIdleSeconds: 0,
+    // Over the groups looked at that recorded them (groups stored before they were have none).
+    concurrencyMean: 3.5,
+    serverRunningMean: 11,
+    serverWaitingMean: 1,
+  });
+  expect(claimMetrics(10, 0, claimStep(10, [group(0, [9, 9]), group(1, [9, 10])], opts)).inFlight).toMatchObject({
+    concurrencyMean: null,
+    serverRunningMean: null,
   });
   expect(filter).toEqual({
     groups_generated: 3,
@@ -76,12 +95,78 @@ test('the bound is inclusive: a group exactly max_off_policy_steps behind is tak
   expect(claimStep(10, [group(0, [8, 8]), group(1, [8, 9])], opts).kept).toHaveLength(2);
 });
 
-test('concurrency grows while the next step would wait, shrinks while groups pile up, within [1, cap]', () => {
-  expect(nextConcurrency(2, 0, 4, 8)).toBe(3);
-  expect(nextConcurrency(8, 0, 4, 8)).toBe(8);
-  expect(nextConcurrency(3, 6, 4, 8)).toBe(2);
-  expect(nextConcurrency(1, 6, 4, 8)).toBe(1);
-  expect(nextConcurrency(3, 4, 4, 8)).toBe(3);
+test('concurrency follows the servers: one group more while nothing is queued and the limit is used, one fewer after two queued readings, within [1, cap]', () => {
+  const c = new Concurrency(2, 4);
+  const idle = { running: 3, waiting: 0 };
+  const full = { running: 8, waiting: 5 };
+  c.afterReading(idle, 1); // below its limit (the cap on groups ahead holds it back): no change
+  expect(c.limit).toBe(2);
+  c.afterReading(idle, 2);
+  c.afterReading(idle, 3);
+  c.afterReading(idle, 4);
+  expect(c.limit).toBe(4); // the cap
+  c.afterReading(full, 4); // one queued reading: a sequence may just be waiting for the next decode step
+  expect(c.limit).toBe(4);
+  c.afterReading(full, 4);
+  expect(c.limit).toBe(3);
+  // Still queued, but 4 groups are in flight for a limit of 3: the decrease has not taken effect yet.
+  c.afterReading(full, 4);
+  c.afterReading(full, 4);
+  expect(c.limit).toBe(3);
+  c.afterReading(full, 3);
+  expect(c.limit).toBe(2);
+  // An idle reading between queued ones restarts the count.
+  c.afterReading(full, 2);
+  c.afterReading({ running: 8, waiting: 0 }, 2);
+  expect(c.limit).toBe(3);
+  c.afterReading(full, 3);
+  expect(c.limit).toBe(3);
+  for (let i = 0; i < 10; i++) c.afterReading(full, 1);
+  expect(c.limit).toBe(1);
+  // While it follows the load, the backlog moves nothing.
+  c.afterGroup(0, 4);
+  expect(c.limit).toBe(1);
+});
+
+test('servers that report no load: concurrency grows while the next step would wait, shrinks while groups pile up', () => {
+  const c = new Concurrency(2, 8);
+  c.afterReading(undefined, 2);
+  c.afterGroup(0, 4);
+  expect(c.limit).toBe(3);
+  c.afterGroup(6, 4);
+  c.afterGroup(6, 4);
+  c.afterGroup(6, 4);
+  expect(c.limit).toBe(1);
+  c.afterGroup(4, 4);
+  expect(c.limit).toBe(1);
+  for (let i = 0; i < 10; i++) c.afterGroup(0, 4);
+  expect(c.limit).toBe(8);
+  expect(new Concurrency(16, 8).limit).toBe(8);
+});
+
+test("load readings: our gauges, vLLM's (one series per model, summed) and SGLang's; none of them: no reading", () => {
+  const ours = [
+    '# HELP prime_inference_running_sequences sequences in the running batch',
+    '# TYPE prime_inference_running_sequences gauge',
+    'prime_inference_running_sequences 12',
+    'prime_inference_waiting_sequences 3',
+    'prime_inference_waiting_sequences_other 99',
+  ].join('\n');
+  expect(parseServerLoad(ours)).toEqual({ running: 12, waiting: 3 });
+  const vllm = [
+    'vllm:num_requests_running{engine="0",model_name="a"} 4.0',
+    'vllm:num_requests_running{engine="1",model_name="a"} 5.0',
+    'vllm:num_requests_waiting{engine="0",model_name="a"} 0.0 1700000000000',
+    'vllm:num_requests_waiting{engine="1",model_name="a"} 2.0',
+  ].join('\n');
+  expect(parseServerLoad(vllm)).toEqual({ running: 9, waiting: 2 });
+  expect(parseServerLoad('sglang:num_running_reqs{name="m"} 7\nsglang:num_queue_reqs{name="m"} 0\n')).toEqual({
+    running: 7,
+    waiting: 0,
+  });
+  expect(parseServerLoad('process_cpu_seconds_total 3\n')).toBeUndefined();
+  // A running gauge without its waiting one tells nothing about a queue.
+  expect(parseServerLoad('prime_inference_running_sequences 2\n')).toBeUndefined();
 });
 
 test('a restarted producer resumes after the highest stored draw, though groups finish out of order', () => {

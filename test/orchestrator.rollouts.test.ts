@@ -1,5 +1,6 @@
 /** Rollouts against a real inference server, and the cpu activities of a step. */
 import * as fs from 'node:fs';
+import * as http from 'node:http';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
@@ -26,17 +27,15 @@ const modelDir = path.join(root, 'model');
 let server: InferenceServer;
 let pool: EnvPool;
 
+/** An inference server on the test's model, on a free port, with `settings` (seq_len, threads, limits). */
+const serverOn = (settings: object): Promise<InferenceServer> =>
+  startInferenceServer(
+    inferenceSchema.parse({ model: { name: modelDir }, output_dir: root, server: { port: 0 }, ...settings }),
+  );
+
 beforeAll(async () => {
   createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
-  server = await startInferenceServer(
-    inferenceSchema.parse({
-      model: { name: modelDir },
-      seq_len: 512,
-      output_dir: root,
-      threads: 2,
-      server: { port: 0 },
-    }),
-  );
+  server = await serverOn({ seq_len: 512, threads: 2 });
   pool = new EnvPool({ workers: 2, timeoutS: 30 });
 });
 afterAll(async () => {
@@ -141,17 +140,7 @@ test("what our server's answers mean: a bad request errors one rollout, a wrong 
 
   // A server that queues 1 request and runs 1: 12 requests at once through an unbounded client
   // meet 429s, which the client retries until every one is served.
-  const small = await startInferenceServer(
-    inferenceSchema.parse({
-      model: { name: modelDir },
-      seq_len: 128,
-      output_dir: root,
-      threads: 1,
-      max_running: 1,
-      max_queued: 1,
-      server: { port: 0 },
-    }),
-  );
+  const small = await serverOn({ seq_len: 128, threads: 1, max_running: 1, max_queued: 1 });
   try {
     const unbounded = new InferenceClient([`${small.url}/v1`]);
     const results = await Promise.all(
@@ -179,6 +168,41 @@ test("ensurePolicy moves a server that serves the wanted version number from ano
   expect(await health()).toMatchObject({ policy_version: 1, weight_dir: fs.realpathSync(mine) });
   await client.ensurePolicy({ version: 0, weightDir: '' });
   expect((await health()).policy_version).toBe(0);
+});
+
+test("load() sums the fleet's running and queued sequences from /metrics; a server without the gauges gives no reading", async () => {
+  const small = await serverOn({ seq_len: 1024, threads: 1, max_running: 2 });
+  // A server with no /metrics page (an OpenAI-compatible proxy, say).
+  const bare = http.createServer((_req, res) => {
+    res.statusCode = 404;
+    res.end();
+  });
+  await new Promise<void>((resolve) => bare.listen(0, '127.0.0.1', resolve));
+  try {
+    const fleet = new InferenceClient([`${small.url}/v1`, `${server.url}/v1`]);
+    expect(await fleet.load()).toEqual({ running: 0, waiting: 0 });
+    // Five long sequences on a server that decodes two at once: two run, the others queue. (A
+    // sequence that arrives joins the batch at the next decode step: until then it counts as queued.)
+    const requests = Array.from({ length: 5 }, (_, seed) =>
+      fetch(`${small.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 1000, ignore_eos: true, seed }),
+      }),
+    );
+    let busy = await fleet.load();
+    const deadline = Date.now() + 30_000;
+    while (!(busy?.running === 2 && busy.waiting > 0) && Date.now() < deadline) busy = await fleet.load();
+    expect(busy?.running).toBe(2);
+    expect(busy?.waiting).toBeGreaterThan(0);
+    expect((await Promise.all(requests)).map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
+    expect(await fleet.load()).toEqual({ running: 0, waiting: 0 });
+    const port = (bare.address() as { port: number }).port;
+    expect(await new InferenceClient([`${small.url}/v1`, `http://127.0.0.1:${port}/v1`]).load()).toBeUndefined();
+  } finally {
+    bare.close();
+    await small.close(1000);
+  }
 });
 
 describe('step activities', () => {

@@ -5,7 +5,8 @@
  * mid-run; every sample's tokens name versions within max_off_policy_steps of the step that trained
  * them; the steps took consecutive, disjoint runs of the finished groups (nothing used twice); each
  * group looked at was trained on or counted as dropped; the trainer's counters are what the claims
- * add up to, as in an uninterrupted run; and no example was played twice across producer restarts.
+ * add up to, as in an uninterrupted run; no example was played twice across producer restarts; and
+ * the producer's concurrency stayed within its cap while it followed the server's load.
  */
 import * as fs from 'node:fs';
 import { readBatch } from '../lib/orchestrator/batch';
@@ -119,6 +120,9 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
     expect(line.off_policy_mean as number).toBeLessThanOrEqual(line.off_policy_max as number);
     expect(line.stale_groups_dropped).toBe(f.staleGroups);
     expect(typeof line.inference_idle_seconds).toBe('number');
+    // The producer's concurrency, in groups: within [1, max_rollouts / rollouts_per_example = 16 / 4].
+    expect(line.inflight_concurrency as number).toBeGreaterThanOrEqual(1);
+    expect(line.inflight_concurrency as number).toBeLessThanOrEqual(4);
     if (step > 0) expect(line.trainer_idle_seconds as number).toBeGreaterThanOrEqual(0);
   }
   // The producers (one per cpu worker life) never played an example twice: every stored group has its own draw.
@@ -126,6 +130,9 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
     .readdirSync(layout.inflightGroupsDir)
     .map((n) => (JSON.parse(fs.readFileSync(`${layout.inflightGroupsDir}/${n}`, 'utf8')) as { draw: number }).draw);
   expect(new Set(draws).size).toBe(draws.length);
+  // The producer read the server's load (null only for a step whose groups all finished before a
+  // reading, e.g. right after the server came back).
+  expect(lines.some((l) => typeof l.inference_running_sequences === 'number')).toBe(true);
   // Training went on while generation did: some step's samples came from a policy older than its own.
   expect(lines.some((l) => (l.off_policy_max as number) > 0)).toBe(true);
 });

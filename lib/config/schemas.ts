@@ -505,7 +505,7 @@ export const orchestratorSchema = section({
     max_rollouts: positiveInt()
       .optional()
       .describe(
-        'in-flight mode: cap on rollouts generated ahead of the steps (in flight or finished and not yet taken by a step); concurrency adapts below it. Unset = 2 x batch_size',
+        "in-flight mode: cap on rollouts generated ahead of the steps (in flight or finished and not yet taken by a step); below it, concurrency follows the servers' load (as many groups as keep their batches full). Unset = 2 x batch_size",
       ),
   }),
   filter_zero_advantages: z

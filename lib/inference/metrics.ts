@@ -2,6 +2,10 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { Scheduler } from './scheduler';
 
+/** The load gauges, also read by the orchestrator (lib/orchestrator/server-load.ts). */
+export const RUNNING_GAUGE = 'prime_inference_running_sequences';
+export const WAITING_GAUGE = 'prime_inference_waiting_sequences';
+
 /** Tokens/s over this trailing window. */
 const RATE_WINDOW_MS = 10_000;
 
@@ -27,8 +31,8 @@ export class InferenceMetrics {
           this.set(read());
         },
       });
-    gauge('prime_inference_running_sequences', 'sequences in the running batch', () => scheduler.runningCount);
-    gauge('prime_inference_waiting_sequences', 'sequences queued for a slot', () => scheduler.waitingCount);
+    gauge(RUNNING_GAUGE, 'sequences in the running batch', () => scheduler.runningCount);
+    gauge(WAITING_GAUGE, 'sequences queued for a slot', () => scheduler.waitingCount);
     gauge('prime_inference_kv_cache_usage', 'fraction of the KV cache holding tokens', () => scheduler.cacheUsage);
     gauge('prime_inference_policy_version', 'policy version being served', () => scheduler.policy.version);
     gauge('prime_inference_generation_tokens_total', 'tokens sampled since start', () => scheduler.generatedTokens);

@@ -29,6 +29,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Failure, NonRetryableError } from '../failures';
+import { parseServerLoad, type ServerLoad } from './server-load';
 
 export interface GenerateParams {
   temperature: number;
@@ -141,6 +142,8 @@ export interface InferenceClientOptions {
 /** Backoff on a busy server: 100 ms doubling to 5 s, jittered so that waiting requests spread out. */
 const BUSY_FIRST_MS = 100;
 const BUSY_MAX_MS = 5_000;
+/** A load reading waits this long for a server's `/metrics`. */
+const LOAD_TIMEOUT_MS = 2_000;
 /** Probes of a set-aside server: the first 1 s after it failed, then doubling up to 30 s. */
 const PROBE_FIRST_MS = 1_000;
 const PROBE_MAX_MS = 30_000;
@@ -237,6 +240,37 @@ export class InferenceClient {
       : `the server wants an API key: set ${this.apiKeySetting} to the environment variable that holds it`;
   }
 
+  private authorization(): { authorization?: string } {
+    return this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : {};
+  }
+
+  /**
+   * The live servers' load, summed (lib/orchestrator/server-load.ts), or undefined when a live
+   * server gives none: no answer within LOAD_TIMEOUT_MS, an error status, or no known gauge on its
+   * `/metrics`. A reading, not a request: it is not retried and sets no server aside.
+   */
+  async load(): Promise<ServerLoad | undefined> {
+    const live = this.fleet.filter((s) => !s.aside);
+    const loads = await Promise.all(
+      live.map(async (s) => {
+        try {
+          const res = await fetch(`${s.root}/metrics`, {
+            headers: this.authorization(),
+            signal: AbortSignal.timeout(LOAD_TIMEOUT_MS),
+          });
+          return res.ok ? parseServerLoad(await res.text()) : undefined;
+        } catch {
+          return undefined;
+        }
+      }),
+    );
+    if (live.length === 0 || loads.some((l) => l === undefined)) return undefined;
+    return loads.reduce<ServerLoad>((a, l) => ({ running: a.running + l!.running, waiting: a.waiting + l!.waiting }), {
+      running: 0,
+      waiting: 0,
+    });
+  }
+
   private async once<T>(
     url: string,
     route: 'generate' | 'control',
@@ -246,10 +280,7 @@ export class InferenceClient {
     try {
       res = await fetch(url, {
         method: init?.method ?? (init?.body === undefined ? 'GET' : 'POST'),
-        headers: {
-          'content-type': 'application/json',
-          ...(this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : {}),
-        },
+        headers: { 'content-type': 'application/json', ...this.authorization() },
         body: init?.body === undefined ? undefined : JSON.stringify(init.body),
         signal: AbortSignal.timeout(this.timeoutMs),
       });

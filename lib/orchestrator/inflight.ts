@@ -7,10 +7,11 @@
  *    drops is dropped with the filter's reason, the rest are taken until the step has its
  *    batch_size / rollouts_per_example groups. A pure function of the groups and the step, so a
  *    retried claim takes the same groups.
- *  - how many groups the producer keeps in flight (`nextConcurrency`), and where a restarted one
- *    resumes its draws (`resumeDraw`).
+ *  - how many groups the producer keeps in flight (`Concurrency`: as many as keep the servers'
+ *    batches full), and where a restarted one resumes its draws (`resumeDraw`).
  */
 import { dropReason, type FilterGroup, type FilterMetrics, type RolloutFilter } from './filters';
+import type { ServerLoad } from './server-load';
 
 /** What a claim needs to know of a finished group. */
 export interface ClaimCandidate<R> {
@@ -21,6 +22,10 @@ export interface ClaimCandidate<R> {
   startVersion: number;
   /** Seconds the producer had nothing in flight before it finished this group (inference idle time). */
   idleSeconds: number;
+  /** The producer's concurrency limit when the group finished (absent in groups stored before it was recorded). */
+  concurrency?: number;
+  /** The servers' load in the producer's last reading before the group finished (absent: none). */
+  load?: ServerLoad;
 }
 
 /** The in-flight part of a step's rollout summary (recorded in metrics.jsonl). */
@@ -38,6 +43,10 @@ export interface InFlightClaim {
   offPolicyMax: number;
   /** Seconds the producer had nothing to generate while the groups looked at were made. */
   inferenceIdleSeconds: number;
+  /** Means over the groups looked at, as they finished: the producer's concurrency limit (in groups) and the servers' running and queued sequences (null: not recorded). */
+  concurrencyMean: number | null;
+  serverRunningMean: number | null;
+  serverWaitingMean: number | null;
 }
 
 /** The oldest policy version of a group's tokens. */
@@ -114,6 +123,9 @@ export function claimMetrics<R>(
       offPolicyMean: behind.reduce((a, b) => a + b, 0) / Math.max(1, behind.length),
       offPolicyMax: behind.length > 0 ? Math.max(...behind) : 0,
       inferenceIdleSeconds: looked.reduce((a, c) => a + c.idleSeconds, 0),
+      concurrencyMean: mean(looked.map((c) => c.concurrency)),
+      serverRunningMean: mean(looked.map((c) => c.load?.running)),
+      serverWaitingMean: mean(looked.map((c) => c.load?.waiting)),
     },
     filter: {
       groups_generated: d.looked - stale.length,
@@ -123,6 +135,12 @@ export function claimMetrics<R>(
       groups_missing: 0,
     },
   };
+}
+
+/** The mean of the recorded values (null: none). */
+function mean(values: readonly (number | undefined)[]): number | null {
+  const known = values.filter((v): v is number => v !== undefined);
+  return known.length > 0 ? known.reduce((a, b) => a + b, 0) / known.length : null;
 }
 
 /**
@@ -137,13 +155,61 @@ export function resumeDraw(known: readonly number[], cap: number, drawOf: (seq: 
   return Math.max(-1, ...draws) + 1;
 }
 
+/** How often the producer reads the servers' load. */
+export const LOAD_INTERVAL_MS = 500;
+/** Readings in a row with sequences queued before the producer takes a group fewer (see `Concurrency`). */
+const QUEUED_READINGS = 2;
+
 /**
- * The producer's concurrency after a group finished, in groups: one more while fewer than a step's
- * groups wait to be claimed (the next step would wait for generation: generate more at once), one
- * fewer while more than a step's wait (they age toward the staleness bound), within [1, cap].
+ * How many groups the producer keeps in flight at once, `limit`, within [1, cap] (cap:
+ * `max_rollouts` in groups, which also bounds the groups generated ahead of the steps).
+ *
+ * It follows the servers' load, read every LOAD_INTERVAL_MS (`afterReading`), so that they stay
+ * saturated and no more:
+ *  - nothing queued while the producer has its whole limit in flight: the servers' running batches
+ *    have room, one group more;
+ *  - sequences queued in QUEUED_READINGS readings in a row, with no decrease still pending (more
+ *    groups in flight than the limit): the batches are full, so more rollouts at once add no tokens
+ *    per second; they only make each rollout slower, and older when a step takes it: one group
+ *    fewer. (A single reading proves nothing: a sequence that has just arrived waits for the next
+ *    decode step to join a batch that has room.)
+ * Below its limit (the cap on groups ahead holds it back) the producer changes nothing.
+ *
+ * A fleet that reports no load (a server without a known gauge on `/metrics`,
+ * lib/orchestrator/server-load.ts) is followed by the claim backlog instead (`afterGroup`): one
+ * group more while fewer than a step's groups wait to be claimed (the next step would wait for
+ * generation), one fewer while more do (they age toward the staleness bound).
  */
-export function nextConcurrency(limit: number, waiting: number, groupsPerStep: number, cap: number): number {
-  if (waiting < groupsPerStep) return Math.min(cap, limit + 1);
-  if (waiting > groupsPerStep) return Math.max(1, limit - 1);
-  return Math.min(cap, Math.max(1, limit));
+export class Concurrency {
+  limit: number;
+  private queuedReadings = 0;
+  /** The last reading found the servers' load: the backlog does not move the limit. */
+  private followsLoad = false;
+
+  constructor(
+    start: number,
+    private readonly cap: number,
+  ) {
+    this.limit = Math.min(cap, Math.max(1, start));
+  }
+
+  /** After a reading of the servers' load (undefined: none); `inFlight`: the groups in flight now. */
+  afterReading(load: ServerLoad | undefined, inFlight: number): void {
+    this.followsLoad = load !== undefined;
+    if (load === undefined) return;
+    if (load.waiting === 0) {
+      this.queuedReadings = 0;
+      if (inFlight >= this.limit) this.limit = Math.min(this.cap, this.limit + 1);
+    } else if (++this.queuedReadings >= QUEUED_READINGS && inFlight <= this.limit) {
+      this.queuedReadings = 0;
+      this.limit = Math.max(1, this.limit - 1);
+    }
+  }
+
+  /** After a group finished; `waiting`: groups finished and not yet claimed. */
+  afterGroup(waiting: number, groupsPerStep: number): void {
+    if (this.followsLoad) return;
+    if (waiting < groupsPerStep) this.limit = Math.min(this.cap, this.limit + 1);
+    else if (waiting > groupsPerStep) this.limit = Math.max(1, this.limit - 1);
+  }
 }
