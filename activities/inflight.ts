@@ -7,15 +7,18 @@
  *    is written once as `inflight/groups/<G>.json`, G the next free number (`writeFileExclusive`:
  *    two producers, e.g. one retried while the old attempt still runs, never share a number and
  *    never leave a gap). Groups it had in flight when it died are lost: no step had taken them.
- *  - `claimRollouts(step)`: takes the step's groups from where step - 1 stopped (its summary's
- *    `inFlight.next`), in number order (lib/orchestrator/inflight.ts decides), and writes them as the
- *    step's rollouts folder, in generateRollouts' format, so packing and training are the same in
+ *  - `claimRollouts(step)`: takes the step's groups from those step - 1 left over (its summary's
+ *    `inFlight.deferred`) and then from where it stopped (`inFlight.next`), in number order
+ *    (lib/orchestrator/inflight.ts decides, keeping each env's share of the step), and writes them as
+ *    the step's rollouts folder, in generateRollouts' format, so packing and training are the same in
  *    both modes. The folder's summary is the claim: a retry returns it, so a group is taken by one
  *    step only and a step's groups never change.
  */
 import * as fs from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { Failure } from '../lib/failures';
 import { storedResult, writeFileAtomic, writeFileExclusive } from '../lib/atomic';
 import { EnvMix, type MixDraw } from '../lib/envs/mix';
 import { InferenceClient } from '../lib/orchestrator/client';
@@ -23,6 +26,7 @@ import { rlClientOptions } from '../lib/orchestrator/client-options';
 import type { ServerLoad } from '../lib/orchestrator/server-load';
 import {
   claimMetrics,
+  capGroups,
   claimStep,
   Concurrency,
   LOAD_INTERVAL_MS,
@@ -83,9 +87,19 @@ function groupNumbers(layout: RunLayout): number[] {
 const readGroup = (layout: RunLayout, seq: number): StoredGroup | undefined =>
   storedResult<StoredGroup>(layout.inflightGroupFile(seq));
 
-/** The first group the next claim looks at, as the claim last wrote it (advisory: the producer's backpressure). */
-function consumed(layout: RunLayout): number {
-  return storedResult<{ next: number }>(layout.inflightConsumedFile)?.next ?? 0;
+/**
+ * Where the claims stand, as the last one wrote it (advisory: the producer's backpressure): the
+ * first group not looked at yet, and how many looked-at groups were left for the next step.
+ */
+interface Consumed {
+  step: number;
+  next: number;
+  deferred: number;
+}
+
+function consumed(layout: RunLayout): Pick<Consumed, 'next' | 'deferred'> {
+  const c = storedResult<Partial<Consumed>>(layout.inflightConsumedFile);
+  return { next: c?.next ?? 0, deferred: c?.deferred ?? 0 };
 }
 
 export interface ProduceInput {
@@ -105,7 +119,7 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       const ctx = await rolloutContext(runDir, pool);
       const { config, examplesPerStep } = ctx;
       const o = config.orchestrator;
-      const cap = Math.max(1, Math.floor((o.in_flight.max_rollouts ?? 2 * o.batch_size) / o.rollouts_per_example));
+      const cap = capGroups(o);
       fs.mkdirSync(layout.inflightGroupsDir, { recursive: true });
       const mix = new EnvMix(ctx.mixEntries, { seed: config.seed, examplesPerStep });
       // Two clients: `control` moves the servers to each new policy; `client` generates and is
@@ -128,7 +142,11 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       let idleMs = 0;
       let idleSince: number | undefined = Date.now();
       let failure: unknown;
-      const waiting = () => nextSeq - consumed(layout);
+      /** Groups finished and not yet taken by a step (left over by one included). */
+      const waiting = () => {
+        const c = consumed(layout);
+        return nextSeq - c.next + c.deferred;
+      };
 
       /** Stores a finished group under the next free number. */
       const publish = (group: Omit<StoredGroup, 'seq'>) => {
@@ -221,34 +239,60 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       const ctx = await rolloutContext(runDir, pool);
       const o = ctx.config.orchestrator;
       const filters = loadFilters(ctx);
-      const first = step > 0 ? (storedSummary(runDir, step - 1)?.inFlight?.next ?? 0) : 0;
-      const candidates: StoredGroup[] = [];
+      const previous = step > 0 ? storedSummary(runDir, step - 1)?.inFlight : undefined;
+      const first = previous?.next ?? 0;
+      const carried = (previous?.deferred ?? []).map((seq) => {
+        const group = readGroup(layout, seq);
+        if (!group)
+          throw ApplicationFailure.nonRetryable(
+            `in-flight group ${seq}, left by step ${step - 1} for step ${step}, is missing from ${layout.inflightGroupsDir}`,
+            Failure.RunFolderDamaged,
+          );
+        return group;
+      });
+      // The step's share of each mix entry: strict mode's allocation of the step.
+      const mix = new EnvMix(ctx.mixEntries, { seed: ctx.config.seed, examplesPerStep: ctx.examplesPerStep });
+      const quota = ctx.mixEntries.map(() => 0);
+      for (const d of mix.sample(step)) quota[d.env]++;
+      const entryOf = (c: StoredGroup) =>
+        mix.sample(Math.floor(c.draw / ctx.examplesPerStep))[c.draw % ctx.examplesPerStep].env;
+      const fresh: StoredGroup[] = [];
       const decide = () =>
-        claimStep(step, candidates, {
+        claimStep(step, carried, fresh, {
           need: ctx.examplesPerStep,
           maxOffPolicySteps: o.in_flight.max_off_policy_steps,
           filters,
           view: (c) => filterView(c.rollouts as StoredRollout[]),
+          mix: { quota, entryOf, maxDeferred: Math.min(ctx.examplesPerStep, capGroups(o) - 1) },
         });
+      const consumedAs = (next: number, deferred: number) =>
+        writeFileAtomic(layout.inflightConsumedFile, JSON.stringify({ step, next, deferred } satisfies Consumed));
       let decision = decide();
       await withHeartbeat(
-        () => ({ phase: 'waiting for rollouts', step, looked: decision.looked, kept: decision.kept.length }),
+        () => ({
+          phase: 'waiting for rollouts',
+          step,
+          looked: decision.fresh.length,
+          kept: decision.kept.length,
+          deferred: decision.deferred.length,
+        }),
         async () => {
           while (!decision.complete) {
-            const next = readGroup(layout, first + candidates.length);
+            const next = readGroup(layout, first + fresh.length);
             if (next) {
-              candidates.push(next);
+              fresh.push(next);
               decision = decide();
               continue;
             }
-            // Tell the producer how far this claim has looked: those groups no longer wait.
-            writeFileAtomic(layout.inflightConsumedFile, JSON.stringify({ step, next: first + candidates.length }));
+            // Tell the producer how far this claim has looked: those groups no longer wait, except
+            // the ones left for the next step.
+            consumedAs(first + fresh.length, decision.deferred.length);
             await sleep(POLL_MS);
           }
         },
       );
       const { inFlight, filter } = claimMetrics(step, first, decision);
-      writeFileAtomic(layout.inflightConsumedFile, JSON.stringify({ step, next: inFlight.next }));
+      consumedAs(inFlight.next, inFlight.deferred.length);
       const kept = decision.kept.map((c) => c.rollouts as StoredRollout[]);
       const dropped = decision.dropped.map((x) => ({
         group: x.candidate.rollouts as StoredRollout[],

@@ -89,6 +89,7 @@ function inFlightMetrics(f: InFlightClaim, times: StepTimes) {
     off_policy_mean: f.offPolicyMean,
     off_policy_max: f.offPolicyMax,
     stale_groups_dropped: f.staleGroups,
+    deferred_groups: f.deferred?.length ?? 0,
     stale_rollouts_dropped: f.staleRollouts,
     inference_idle_seconds: f.inferenceIdleSeconds,
     inflight_concurrency: f.concurrencyMean ?? null,

@@ -44,6 +44,8 @@ const TYPES = {
   NothingToTrain: { badInput: false },
   /** A train step produced weights with NaN or Inf: they are not published (the run diverged). */
   NonFiniteWeights: { badInput: false },
+  /** A file the run wrote and still needs is gone from its folder (removed by hand?). */
+  RunFolderDamaged: { badInput: false },
 } as const satisfies Record<string, { badInput: boolean }>;
 
 export type FailureType = keyof typeof TYPES;

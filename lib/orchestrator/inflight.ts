@@ -2,11 +2,12 @@
  * In-flight mode's decisions, free of I/O (activities/inflight.ts does the I/O):
  *
  *  - which finished groups a step takes (`claimStep`): the groups in the order they finished,
- *    from where the previous step stopped; a group whose oldest token is more than
- *    `max_off_policy_steps` versions behind the step is dropped as stale, one a rollout filter
- *    drops is dropped with the filter's reason, the rest are taken until the step has its
- *    batch_size / rollouts_per_example groups. A pure function of the groups and the step, so a
- *    retried claim takes the same groups.
+ *    from where the previous step stopped (first those it left over); a group whose oldest token is
+ *    more than `max_off_policy_steps` versions behind the step is dropped as stale, one a rollout
+ *    filter drops is dropped with the filter's reason, one whose env already has its share of the
+ *    step is left for the next step, the rest are taken until the step has its batch_size /
+ *    rollouts_per_example groups. A pure function of the groups and the step, so a retried claim
+ *    takes the same groups.
  *  - how many groups the producer keeps in flight (`Concurrency`: as many as keep the servers'
  *    batches full), and where a restarted one resumes its draws (`resumeDraw`).
  */
@@ -30,20 +31,22 @@ export interface ClaimCandidate<R> {
 
 /** The in-flight part of a step's rollout summary (recorded in metrics.jsonl). */
 export interface InFlightClaim {
-  /** Groups [first, next) were looked at; the next step starts at `next`. */
+  /** Groups [first, next) were looked at for the first time; the next step goes on at `next`. */
   first: number;
   next: number;
   /** The groups the step trains on. */
   groups: number[];
+  /** Groups left for the next step, which looks at them first (their mix entry's share of this step was full). */
+  deferred: number[];
   /** Groups (and their rollouts) dropped for being more than max_off_policy_steps versions behind. */
   staleGroups: number;
   staleRollouts: number;
   /** Versions behind the step of the rollouts it trains on (step - oldest token's version): mean and max (0 when none sampled). */
   offPolicyMean: number;
   offPolicyMax: number;
-  /** Seconds the producer had nothing to generate while the groups looked at were made. */
+  /** Seconds the producer had nothing to generate while the groups [first, next) were made. */
   inferenceIdleSeconds: number;
-  /** Means over the groups looked at, as they finished: the producer's concurrency limit (in groups) and the servers' running and queued sequences (null: not recorded). */
+  /** Means over the groups [first, next), as they finished: the producer's concurrency limit (in groups) and the servers' running and queued sequences (null: not recorded). */
   concurrencyMean: number | null;
   serverRunningMean: number | null;
   serverWaitingMean: number | null;
@@ -55,11 +58,23 @@ export function groupVersion<R>(c: ClaimCandidate<R>): number {
   return sampled.length > 0 ? Math.min(...sampled) : c.startVersion;
 }
 
+/** How a claim keeps the env mix (`[[env]]` weights). */
+export interface ClaimMix<R> {
+  /** Groups of each mix entry in the step, summing to its need: strict mode's allocation of that step. */
+  quota: readonly number[];
+  /** The mix entry a group's example was drawn from. */
+  entryOf(c: ClaimCandidate<R>): number;
+  /** Most groups left for later steps at once; past it, a group beyond its entry's share is taken. */
+  maxDeferred: number;
+}
+
 export interface ClaimDecision<R> {
   kept: ClaimCandidate<R>[];
   dropped: { candidate: ClaimCandidate<R>; reason: string }[];
-  /** Candidates looked at (a prefix of those given). */
-  looked: number;
+  /** Groups left for the next step, in number order: carried ones not looked at, and those deferred. */
+  deferred: ClaimCandidate<R>[];
+  /** The fresh candidates looked at (a prefix of them). */
+  fresh: ClaimCandidate<R>[];
   /** The step has all its groups. */
   complete: boolean;
 }
@@ -67,35 +82,72 @@ export interface ClaimDecision<R> {
 /** Reason recorded for a stale group in the step's dropped.jsonl. */
 export const STALE = 'stale';
 
+/** The producer's cap in groups: `max_rollouts` (default 2 x batch_size) over rollouts_per_example, at least 1. */
+export function capGroups(o: {
+  batch_size: number;
+  rollouts_per_example: number;
+  in_flight: { max_rollouts?: number };
+}): number {
+  return Math.max(1, Math.floor((o.in_flight.max_rollouts ?? 2 * o.batch_size) / o.rollouts_per_example));
+}
+
 /**
- * Goes through `candidates` (consecutive groups from the step's first) until `need` are kept.
- * `view` is what the rollout filters see of a group.
+ * Goes through the groups the previous step left (`carried`), then `fresh` ones (consecutive groups
+ * from where the previous step stopped), until `need` are kept. `view` is what the rollout filters
+ * see of a group.
+ *
+ * With `mix`, each mix entry gets its share of the step (`quota`): a group whose entry has its share
+ * already is left for the next step, which looks at it first, so groups that finish early (short
+ * rollouts) do not crowd out those of their step's slower entries. At most `maxDeferred` groups are
+ * left over at once; past that a group is taken beyond its share, so a claim never waits on groups
+ * the producer cannot start (its cap counts the groups left over) or an entry whose groups keep
+ * being dropped.
  */
 export function claimStep<R>(
   step: number,
-  candidates: readonly ClaimCandidate<R>[],
+  carried: readonly ClaimCandidate<R>[],
+  fresh: readonly ClaimCandidate<R>[],
   opts: {
     need: number;
     maxOffPolicySteps: number;
     filters: readonly RolloutFilter[];
     view(c: ClaimCandidate<R>): FilterGroup;
+    mix?: ClaimMix<R>;
   },
 ): ClaimDecision<R> {
+  const { mix } = opts;
   const kept: ClaimCandidate<R>[] = [];
   const dropped: ClaimDecision<R>['dropped'] = [];
-  let looked = 0;
-  for (const c of candidates) {
+  const deferred: ClaimCandidate<R>[] = [];
+  const taken = mix?.quota.map(() => 0);
+  let carriedLeft = carried.length;
+  let freshLooked = 0;
+  for (const c of [...carried, ...fresh]) {
     if (kept.length === opts.need) break;
-    looked++;
+    if (carriedLeft > 0) carriedLeft--;
+    else freshLooked++;
     if (step - groupVersion(c) > opts.maxOffPolicySteps) {
       dropped.push({ candidate: c, reason: STALE });
       continue;
     }
     const reason = dropReason(opts.filters, opts.view(c));
-    if (reason === undefined) kept.push(c);
-    else dropped.push({ candidate: c, reason });
+    if (reason !== undefined) {
+      dropped.push({ candidate: c, reason });
+      continue;
+    }
+    if (mix && taken) {
+      const entry = mix.entryOf(c);
+      if (taken[entry] >= (mix.quota[entry] ?? 0) && deferred.length + carriedLeft < mix.maxDeferred) {
+        deferred.push(c);
+        continue;
+      }
+      taken[entry]++;
+    }
+    kept.push(c);
   }
-  return { kept, dropped, looked, complete: kept.length === opts.need };
+  deferred.push(...carried.slice(carried.length - carriedLeft));
+  deferred.sort((a, b) => a.seq - b.seq);
+  return { kept, dropped, deferred, fresh: fresh.slice(0, freshLooked), complete: kept.length === opts.need };
 }
 
 /** The claim's record and the filters' metrics (stale groups are not the filters': they count apart). */
@@ -112,23 +164,25 @@ export function claimMetrics<R>(
   );
   const dropped_by: Record<string, number> = {};
   for (const x of filtered) dropped_by[x.reason] = (dropped_by[x.reason] ?? 0) + 1;
-  const looked = [...d.kept, ...d.dropped.map((x) => x.candidate)];
+  const staleSet = new Set(stale.map((x) => x.candidate));
   return {
     inFlight: {
       first,
-      next: first + d.looked,
+      next: first + d.fresh.length,
       groups: d.kept.map((c) => c.seq),
+      deferred: d.deferred.map((c) => c.seq),
       staleGroups: stale.length,
       staleRollouts: stale.reduce((n, x) => n + x.candidate.rollouts.length, 0),
       offPolicyMean: behind.reduce((a, b) => a + b, 0) / Math.max(1, behind.length),
       offPolicyMax: behind.length > 0 ? Math.max(...behind) : 0,
-      inferenceIdleSeconds: looked.reduce((a, c) => a + c.idleSeconds, 0),
-      concurrencyMean: mean(looked.map((c) => c.concurrency)),
-      serverRunningMean: mean(looked.map((c) => c.load?.running)),
-      serverWaitingMean: mean(looked.map((c) => c.load?.waiting)),
+      inferenceIdleSeconds: d.fresh.reduce((a, c) => a + c.idleSeconds, 0),
+      concurrencyMean: mean(d.fresh.map((c) => c.concurrency)),
+      serverRunningMean: mean(d.fresh.map((c) => c.load?.running)),
+      serverWaitingMean: mean(d.fresh.map((c) => c.load?.waiting)),
     },
     filter: {
-      groups_generated: d.looked - stale.length,
+      // Groups first looked at by this step that reached the filters (carried ones were counted by the step that deferred them).
+      groups_generated: d.fresh.filter((c) => !staleSet.has(c)).length,
       groups_dropped: filtered.length,
       dropped_by,
       refill_rounds: 0,

@@ -13,7 +13,7 @@
  *   checkpoints/step_N/        trainer state after N train steps
  *   train/step_N.json          summary of train step N (written last: the step's done-marker)
  *   inflight/groups/G.json     in-flight mode: finished group number G (written once, never replaced)
- *   inflight/consumed.json     in-flight mode: how far the next step's claim has looked (advisory)
+ *   inflight/consumed.json     in-flight mode: how far the claims have looked, and how many groups they left over (advisory)
  *   metrics.jsonl              one line per finished step
  *   logs/                      worker and server logs (local launcher)
  *   launcher.json              the local launcher and its processes (pid + start time), while it runs
