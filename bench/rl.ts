@@ -10,8 +10,9 @@
  *
  * With `--modes`: strict mode against in-flight mode (both async_level 1) on an env mix whose
  * rollouts differ widely in length (reverse-text: one turn; guess-number: up to 6 turns): step
- * time, the trainer's idle fraction and the rewards per step, each with its time since the start;
- * then both reward curves at equal steps and at equal wall time.
+ * time, the trainer's idle fraction, the first env's share of each batch, in-flight mode's
+ * concurrency, groups left over and off-policy distance, and the rewards per step, each with its
+ * time since the start; then both reward curves at equal steps and at equal wall time.
  *
  * Per run: mean step time (between consecutive train ends, after the first step), mean generation
  * and train time, and the orchestration overhead: a step's activity spans as the workflow saw
@@ -190,10 +191,20 @@ async function main() {
           return rewards.length ? mean(rewards) : NaN;
         };
         const points = lines.map((l, i) => ({ reward: rewardOf(l, i), at: times[i].train_end - t0 / 1000 }));
+        // The first env's share of each batch (strict mode keeps the mix's; in flight the claims keep it too).
+        const firstEnv = (JSON.parse(envs) as { id: string }[])[0].id;
+        const shares = lines.map((_, step) => {
+          const rs = readRollouts(layout.rolloutsDir(step));
+          return rs.filter((r) => r.env === firstEnv).length / Math.max(1, rs.length);
+        });
+        const inFlightMean = (key: string) => {
+          const xs = lines.map((l) => l[key]).filter((x): x is number => typeof x === 'number');
+          return xs.length ? mean(xs).toFixed(2) : '-';
+        };
         curves.push({ name, points });
         const rewards = points.map((p) => `${Number.isNaN(p.reward) ? '-' : p.reward.toFixed(2)}@${p.at.toFixed(0)}s`);
         rows.push(
-          `| ${name} | ${mean(stepTimes).toFixed(2)} | ${mean(gen).toFixed(2)} | ${mean(train).toFixed(2)} | ${(idle / busy).toFixed(2)} | ${wall.toFixed(1)} | ${rewards.join(' ')} |`,
+          `| ${name} | ${mean(stepTimes).toFixed(2)} | ${mean(gen).toFixed(2)} | ${mean(train).toFixed(2)} | ${(idle / busy).toFixed(2)} | ${wall.toFixed(1)} | ${Math.min(...shares).toFixed(2)}-${Math.max(...shares).toFixed(2)} | ${inFlightMean('inflight_concurrency')} | ${inFlightMean('deferred_groups')} | ${inFlightMean('off_policy_mean')} | ${rewards.join(' ')} |`,
         );
         process.stderr.write(`${rows[rows.length - 1]}\n`);
         continue;
@@ -216,8 +227,8 @@ async function main() {
       [
         `Model: ${modelText}; ${steps} steps of 32 rollouts (4 prompts x 8), max ${maxTokens} new tokens per turn, lr ${lr}; envs ${envs}; ${os.cpus().length} cores.`,
         '',
-        '| mode | step time (s) | generation / claim (s) | training (s) | trainer idle fraction | run wall time (s) | reward_mean @ time since start, per step |',
-        '| --- | ---: | ---: | ---: | ---: | ---: | --- |',
+        "| mode | step time (s) | generation / claim (s) | training (s) | trainer idle fraction | run wall time (s) | first env's share of a batch (min-max) | in-flight concurrency (groups, mean) | groups left over per step (mean) | off-policy mean | reward_mean @ time since start, per step |",
+        '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |',
         ...rows,
         '',
         `Reward curves${curveEnv ? ` of the ${curveEnv} rollouts` : ''}:`,
