@@ -9,7 +9,7 @@
  *    never leave a gap). Groups it had in flight when it died are lost: no step had taken them.
  *  - `claimRollouts(step)`: takes the step's groups from those step - 1 left over (its summary's
  *    `inFlight.deferred`) and then from where it stopped (`inFlight.next`), in number order
- *    (lib/orchestrator/inflight.ts decides, keeping each env's share of the step), and writes them as
+ *    (lib/orchestrator/inflight.ts decides; with keep_mix, each env gets its share of the step), and writes them as
  *    the step's rollouts folder, in generateRollouts' format, so packing and training are the same in
  *    both modes. The folder's summary is the claim: a retry returns it, so a group is taken by one
  *    step only and a step's groups never change.
@@ -29,6 +29,7 @@ import {
   capGroups,
   claimStep,
   Concurrency,
+  type ClaimMix,
   LOAD_INTERVAL_MS,
   resumeDraw,
   type ClaimCandidate,
@@ -42,6 +43,7 @@ import {
   playGroup,
   rolloutContext,
   rolloutFailure,
+  type RolloutContext,
   storedSummary,
   summarize,
   writeStepRollouts,
@@ -102,6 +104,26 @@ function consumed(layout: RunLayout): Pick<Consumed, 'next' | 'deferred'> {
   return { next: c?.next ?? 0, deferred: c?.deferred ?? 0 };
 }
 
+/**
+ * keep_mix: each mix entry's share of `step` (strict mode's allocation of the step), the entry a
+ * group was drawn from (its draw's), and at most one step of groups left over, fewer than the
+ * producer's cap (which counts them), so the producer can always start the group a claim waits for.
+ */
+function mixShares(ctx: RolloutContext, step: number, cap: number): ClaimMix<StoredRollout> {
+  const perStep = ctx.examplesPerStep;
+  const mix = new EnvMix(ctx.mixEntries, { seed: ctx.config.seed, examplesPerStep: perStep });
+  const quota = ctx.mixEntries.map(() => 0);
+  for (const d of mix.sample(step)) quota[d.env]++;
+  return {
+    quota,
+    entryOf: (c) => {
+      const { draw } = c as StoredGroup; // the claim's candidates are stored groups
+      return mix.sample(Math.floor(draw / perStep))[draw % perStep].env;
+    },
+    maxDeferred: Math.min(perStep, cap - 1),
+  };
+}
+
 export interface ProduceInput {
   runDir: string;
 }
@@ -132,7 +154,7 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       let nextSeq = known.length > 0 ? known[known.length - 1] + 1 : 0;
       // A restarted producer plays new examples: draws continue after the highest stored one.
       let nextDraw = resumeDraw(known, cap, (seq) => readGroup(layout, seq)?.draw);
-      const concurrency = new Concurrency(examplesPerStep, cap);
+      const concurrency = new Concurrency(examplesPerStep, cap, examplesPerStep);
       let load: ServerLoad | undefined;
       let readingLoad = false;
       let nextReading = 0;
@@ -182,7 +204,7 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
           ...(load ? { load } : {}),
           finishedAt: Date.now() / 1000,
         });
-        concurrency.afterGroup(waiting(), examplesPerStep);
+        concurrency.afterGroup(waiting());
       };
 
       /** Reads the servers' load beside the loop (a slow server's /metrics never holds up generation). */
@@ -192,7 +214,7 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
           .load()
           .then((l) => {
             load = l;
-            concurrency.afterReading(l, running);
+            concurrency.afterReading(l, running, waiting());
           })
           .finally(() => {
             readingLoad = false;
@@ -250,12 +272,7 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
           );
         return group;
       });
-      // The step's share of each mix entry: strict mode's allocation of the step.
-      const mix = new EnvMix(ctx.mixEntries, { seed: ctx.config.seed, examplesPerStep: ctx.examplesPerStep });
-      const quota = ctx.mixEntries.map(() => 0);
-      for (const d of mix.sample(step)) quota[d.env]++;
-      const entryOf = (c: StoredGroup) =>
-        mix.sample(Math.floor(c.draw / ctx.examplesPerStep))[c.draw % ctx.examplesPerStep].env;
+      const mix = o.in_flight.keep_mix ? mixShares(ctx, step, capGroups(o)) : undefined;
       const fresh: StoredGroup[] = [];
       const decide = () =>
         claimStep(step, carried, fresh, {
@@ -263,7 +280,7 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
           maxOffPolicySteps: o.in_flight.max_off_policy_steps,
           filters,
           view: (c) => filterView(c.rollouts as StoredRollout[]),
-          mix: { quota, entryOf, maxDeferred: Math.min(ctx.examplesPerStep, capGroups(o) - 1) },
+          mix,
         });
       const consumedAs = (next: number, deferred: number) =>
         writeFileAtomic(layout.inflightConsumedFile, JSON.stringify({ step, next, deferred } satisfies Consumed));

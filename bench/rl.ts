@@ -8,7 +8,7 @@
  * `--model DIR` trains an existing model (e.g. the reverse-text example's SFT weights, so that the
  * reward moves) instead of a random one; `--envs` replaces the run's `[[env]]` list.
  *
- * With `--modes`: strict mode against in-flight mode (both async_level 1) on an env mix whose
+ * With `--modes`: strict mode against in-flight mode, with and without keep_mix (all async_level 1), on an env mix whose
  * rollouts differ widely in length (reverse-text: one turn; guess-number: up to 6 turns): step
  * time, the trainer's idle fraction, the first env's share of each batch, in-flight mode's
  * concurrency, groups left over and off-policy distance, and the rewards per step, each with its
@@ -108,6 +108,18 @@ async function main() {
     ? [
         { name: 'strict', k: 1, args: ['--env', envs] },
         { name: 'in-flight', k: 1, args: ['--env', envs, '--orchestrator.in-flight.enabled', 'true'] },
+        {
+          name: 'in-flight-keep-mix',
+          k: 1,
+          args: [
+            '--env',
+            envs,
+            '--orchestrator.in-flight.enabled',
+            'true',
+            '--orchestrator.in-flight.keep-mix',
+            'true',
+          ],
+        },
       ]
     : [0, 1, 2].map((k) => ({ name: `async-${k}`, k, args: ['--env', envs] }));
   try {

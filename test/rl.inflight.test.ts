@@ -37,9 +37,12 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
     // sample counter follows from its claim alone, as in an uninterrupted run.
     '--orchestrator.filter-zero-advantages',
     'false',
-    // Two envs: a step takes one group of each, and leaves a second one of an env for the next step.
+    // Two envs, each with its share of every step: a step takes one group of each, and leaves a
+    // second one of an env for the next step.
     '--env',
     '[{"id": "reverse-text"}, {"id": "arithmetic"}]',
+    '--orchestrator.in-flight.keep-mix',
+    'true',
   ];
   const layout = RunLayout.of(outputDir, 'inflight');
   const steps = () => metricSteps(layout.metricsFile).length;

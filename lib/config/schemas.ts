@@ -505,7 +505,14 @@ export const orchestratorSchema = section({
     max_rollouts: positiveInt()
       .optional()
       .describe(
-        "in-flight mode: cap on rollouts generated ahead of the steps (in flight or finished and not yet taken by a step); below it, concurrency follows the servers' load (as many groups as keep their batches full). Unset = 2 x batch_size",
+        'in-flight mode: cap on rollouts generated ahead of the steps (in flight, finished and not yet taken by a step, or left over by keep_mix); below it, concurrency adapts to keep up with the steps within what the servers take (README, in-flight mode). Unset = 2 x batch_size',
+      ),
+    keep_mix: z
+      .boolean()
+      .default(false)
+      .describe(
+        "in-flight mode: each [[env]] entry gets strict mode's share of every step; a group beyond its env's share is left for the next step " +
+          '(at most one step of groups left over; past that it is taken). Off: a step takes the groups in the order they finish, which favours envs with short rollouts',
       ),
   }),
   filter_zero_advantages: z

@@ -8,8 +8,9 @@
  *    step is left for the next step, the rest are taken until the step has its batch_size /
  *    rollouts_per_example groups. A pure function of the groups and the step, so a retried claim
  *    takes the same groups.
- *  - how many groups the producer keeps in flight (`Concurrency`: as many as keep the servers'
- *    batches full), and where a restarted one resumes its draws (`resumeDraw`).
+ *  - how many groups the producer keeps in flight (`Concurrency`: as many as keep up with the
+ *    steps, within what the servers can take), and where a restarted one resumes its draws
+ *    (`resumeDraw`).
  */
 import { dropReason, type FilterGroup, type FilterMetrics, type RolloutFilter } from './filters';
 import type { ServerLoad } from './server-load';
@@ -216,54 +217,58 @@ const QUEUED_READINGS = 2;
 
 /**
  * How many groups the producer keeps in flight at once, `limit`, within [1, cap] (cap:
- * `max_rollouts` in groups, which also bounds the groups generated ahead of the steps).
+ * `max_rollouts` in groups, which also bounds the groups generated ahead of the steps). Two
+ * signals move it: whether more generation is needed (the backlog: groups finished and not yet
+ * taken by a step) and whether more at once would be generated faster (the servers' load).
  *
- * It follows the servers' load, read every LOAD_INTERVAL_MS (`afterReading`), so that they stay
- * saturated and no more:
- *  - nothing queued while the producer has its whole limit in flight: the servers' running batches
- *    have room, one group more;
- *  - sequences queued in QUEUED_READINGS readings in a row, with no decrease still pending (more
- *    groups in flight than the limit): the batches are full, so more rollouts at once add no tokens
- *    per second; they only make each rollout slower, and older when a step takes it: one group
- *    fewer. (A single reading proves nothing: a sequence that has just arrived waits for the next
- *    decode step to join a batch that has room.)
- * Below its limit (the cap on groups ahead holds it back) the producer changes nothing.
+ *  - More: while fewer than a step's groups wait to be claimed (the next step would wait for
+ *    generation), and the servers' last reading (every LOAD_INTERVAL_MS, `afterReading`) queued
+ *    nothing while the producer had its whole limit in flight (their running batches have room).
+ *  - Fewer: while more than a step's groups wait (they only age toward the staleness bound:
+ *    `afterGroup`), or when sequences were queued in QUEUED_READINGS readings in a row and no
+ *    decrease is still pending (no more groups in flight than the limit): the batches are full, so
+ *    more rollouts at once add no tokens per second, only make each one slower and older when a
+ *    step takes it. (A single reading proves nothing: a sequence that has just arrived waits for
+ *    the next decode step to join a batch that has room.)
  *
- * A fleet that reports no load (a server without a known gauge on `/metrics`,
- * lib/orchestrator/server-load.ts) is followed by the claim backlog instead (`afterGroup`): one
- * group more while fewer than a step's groups wait to be claimed (the next step would wait for
- * generation), one fewer while more do (they age toward the staleness bound).
+ * So generation keeps up with training and, when it cannot, grows until the servers are
+ * saturated. A fleet that reports no load (a server without a known gauge on `/metrics`,
+ * lib/orchestrator/server-load.ts) is followed by the backlog alone: one group more after each
+ * finished group while fewer than a step's groups wait.
  */
 export class Concurrency {
   limit: number;
   private queuedReadings = 0;
-  /** The last reading found the servers' load: the backlog does not move the limit. */
+  /** The last reading found the servers' load: only a reading adds a group. */
   private followsLoad = false;
 
   constructor(
     start: number,
     private readonly cap: number,
+    private readonly groupsPerStep: number,
   ) {
     this.limit = Math.min(cap, Math.max(1, start));
   }
 
-  /** After a reading of the servers' load (undefined: none); `inFlight`: the groups in flight now. */
-  afterReading(load: ServerLoad | undefined, inFlight: number): void {
+  /**
+   * After a reading of the servers' load (undefined: none). `inFlight`: the groups in flight now;
+   * `waiting`: groups finished and not yet taken by a step.
+   */
+  afterReading(load: ServerLoad | undefined, inFlight: number, waiting: number): void {
     this.followsLoad = load !== undefined;
     if (load === undefined) return;
     if (load.waiting === 0) {
       this.queuedReadings = 0;
-      if (inFlight >= this.limit) this.limit = Math.min(this.cap, this.limit + 1);
+      if (inFlight >= this.limit && waiting < this.groupsPerStep) this.limit = Math.min(this.cap, this.limit + 1);
     } else if (++this.queuedReadings >= QUEUED_READINGS && inFlight <= this.limit) {
       this.queuedReadings = 0;
       this.limit = Math.max(1, this.limit - 1);
     }
   }
 
-  /** After a group finished; `waiting`: groups finished and not yet claimed. */
-  afterGroup(waiting: number, groupsPerStep: number): void {
-    if (this.followsLoad) return;
-    if (waiting < groupsPerStep) this.limit = Math.min(this.cap, this.limit + 1);
-    else if (waiting > groupsPerStep) this.limit = Math.max(1, this.limit - 1);
+  /** After a group finished; `waiting`: groups finished and not yet taken by a step. */
+  afterGroup(waiting: number): void {
+    if (waiting > this.groupsPerStep) this.limit = Math.max(1, this.limit - 1);
+    else if (waiting < this.groupsPerStep && !this.followsLoad) this.limit = Math.min(this.cap, this.limit + 1);
   }
 }
