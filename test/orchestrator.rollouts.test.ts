@@ -230,6 +230,32 @@ describe('step activities', () => {
     fs.writeFileSync(layout.configFile, JSON.stringify(config));
   });
 
+  test('an in-flight claim whose left-over group is gone from the run folder fails, non-retryable, naming it', async () => {
+    const run = new RunLayout(path.join(root, 'runs', 'r-inflight'));
+    const stored = JSON.parse(fs.readFileSync(layout.configFile, 'utf8')) as { orchestrator: object; run_name: string };
+    const config = {
+      ...stored,
+      run_name: 'r-inflight',
+      orchestrator: { ...stored.orchestrator, in_flight: { enabled: true, keep_mix: true } },
+    };
+    fs.mkdirSync(path.dirname(run.configFile), { recursive: true });
+    fs.writeFileSync(run.configFile, JSON.stringify(config));
+    // Step 0's claim left group 1 over for step 1; then the group's file went (removed by hand).
+    fs.mkdirSync(run.inflightGroupsDir, { recursive: true });
+    fs.mkdirSync(path.dirname(run.rolloutsSummaryFile(0)), { recursive: true });
+    fs.writeFileSync(run.rolloutsSummaryFile(0), JSON.stringify({ step: 0, inFlight: { next: 3, deferred: [1] } }));
+    const { claimRollouts } = createCpuActivities({ pool });
+    const err = await mock.run(claimRollouts, { runDir: run.dir, step: 1 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ApplicationFailure);
+    expect([(err as ApplicationFailure).type, (err as ApplicationFailure).nonRetryable]).toEqual([
+      'RunFolderDamaged',
+      true,
+    ]);
+    expect((err as Error).message).toContain(
+      `in-flight group 1, left by step 0 for step 1, is missing from ${run.inflightGroupsDir}`,
+    );
+  });
+
   test('generateRollouts writes the step and returns a summary; a second call returns the stored one', async () => {
     const { generateRollouts } = createRolloutActivities({ pool });
     const summary: RolloutSummary = await mock.run(generateRollouts, { runDir: layout.dir, step: 0, policyVersion: 0 });
