@@ -264,11 +264,9 @@ export class InferenceClient {
         }
       }),
     );
-    if (live.length === 0 || loads.some((l) => l === undefined)) return undefined;
-    return loads.reduce<ServerLoad>((a, l) => ({ running: a.running + l!.running, waiting: a.waiting + l!.waiting }), {
-      running: 0,
-      waiting: 0,
-    });
+    const known = loads.filter((l): l is ServerLoad => l !== undefined);
+    if (live.length === 0 || known.length < live.length) return undefined;
+    return known.reduce((a, l) => ({ running: a.running + l.running, waiting: a.waiting + l.waiting }));
   }
 
   private async once<T>(
