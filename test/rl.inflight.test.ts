@@ -77,7 +77,6 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
     stopAll();
   }
   console.log(events.join('\n'));
-  let deferrals = 0;
 
   // Every step once, and the trainer's counters equal the batches it was given: none trained twice.
   const lines = metricLines(layout.metricsFile);
@@ -90,9 +89,10 @@ test('in-flight mode: SIGKILLs of trainer, inference, cpu worker and Temporal co
 
   let next = 0;
   let carried: number[] = [];
+  let deferrals = 0;
   const taken = new Set<number>();
   for (let step = 0; step < STEPS; step++) {
-    // The steps looked at consecutive runs of the finished groups; each group went to one step.
+    // The steps looked at consecutive runs of new groups (besides those left over); each group went to one step.
     const f = storedSummary(layout.dir, step)!.inFlight!;
     expect(f.first).toBe(next);
     next = f.next;
