@@ -9,9 +9,9 @@
  *    never leave a gap). Groups it had in flight when it died are lost: no step had taken them.
  *  - `claimRollouts(step)`: takes the step's groups from those step - 1 left over (its summary's
  *    `inFlight.deferred`) and then from where it stopped (`inFlight.next`), in number order
- *    (lib/orchestrator/inflight.ts decides; with keep_mix, each env gets its share of the step), and writes them as
- *    the step's rollouts folder, in generateRollouts' format, so packing and training are the same in
- *    both modes. The folder's summary is the claim: a retry returns it, so a group is taken by one
+ *    (lib/orchestrator/inflight.ts decides; with keep_mix, each env gets its share of the step),
+ *    and writes them as the step's rollouts folder, in generateRollouts' format, so packing and
+ *    training are the same in both modes. The folder's summary is the claim: a retry returns it, so a group is taken by one
  *    step only and a step's groups never change.
  */
 import * as fs from 'node:fs';
