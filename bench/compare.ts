@@ -14,8 +14,10 @@
  * --no-train leaves the training workload out, --batches none the decode ones; --profile <dir>
  * profiles one more training step on each side: <dir>/ours-train.txt next to torch-train.txt;
  * --engine-options '<json>' adds loadModel options on our side, e.g. '{"logitsChunkTokens":2048}').
- * bf16 training is mixed precision on both sides (fp32 master weights, bf16 autocast); the MFU
- * column divides by PRIME_BENCH_PEAK_TFLOPS (default 989, H100 / H200 SXM dense bf16).
+ * bf16 training is mixed precision on both sides, fp32 master weights: ours keeps every activation
+ * in bf16 (bf16 compute weights, as FSDP2's param_dtype); PyTorch runs twice, under autocast (fp32
+ * activations between the matmuls) and in our scheme. The MFU column divides by
+ * PRIME_BENCH_PEAK_TFLOPS (default 989, H100 / H200 SXM dense bf16).
  *
  * The PyTorch side runs in a venv this script creates in build/bench-venv from PyPI (torch and
  * transformers with their dependencies). Nothing is downloaded by the test suite. With
@@ -231,27 +233,49 @@ async function main(): Promise<void> {
       ['train', String(rows), String(rowLen)],
       6 * P,
     ];
+    // bf16 training: PyTorch both ways (compare_torch.py's PRIME_BENCH_TORCH_MIXED), autocast and
+    // the engine's own scheme (bf16 weights over fp32 masters), beside one run of ours.
+    const trains: [string, string[], number][] = process.argv.includes('--no-train')
+      ? []
+      : process.env.PRIME_BENCH_DTYPE === 'bfloat16' && torch
+        ? [train, [`${train[0]}, torch bf16 over fp32 masters`, train[1], train[2]]]
+        : [train];
     // On a GPU training first: its MFU is the figure a time-boxed run must not lose.
-    const trains = process.argv.includes('--no-train') ? [] : [train];
     const workloads = gpu ? [...trains, ...decodes] : [...decodes, ...trains];
     const theirsByLabel = new Map<string, Result>();
+    let oursTrain: { ours: Result; before: Result | null } | null = null;
     for (const [label, w, flopsPerToken] of workloads) {
+      // The second training row: ours as measured for the first, PyTorch in the other scheme.
+      const masterRow = label.endsWith('over fp32 masters');
       const engineArgs = [__filename, '--engine', dir, ...w, String(threads)];
-      const before = baseline
-        ? child(process.execPath, engineArgs, { ...process.env, PRIME_NATIVE_ADDON: baseline })
-        : null;
-      const ours = child(process.execPath, engineArgs);
+      const before: Result | null =
+        masterRow && oursTrain
+          ? oursTrain.before
+          : baseline
+            ? child(process.execPath, engineArgs, { ...process.env, PRIME_NATIVE_ADDON: baseline })
+            : null;
+      const ours: Result = masterRow && oursTrain ? oursTrain.ours : child(process.execPath, engineArgs);
+      if (w[0] === 'train') oursTrain = { ours, before };
       const eagerRow = w[0] === 'decode' && w[2] === '1';
       const theirs = !torch
         ? null
         : eagerRow
           ? (theirsByLabel.get(`decode batch ${w[1]}`) ?? null)
-          : child(py, [
-              path.join(ROOT, 'bench', 'compare_torch.py'),
-              dir,
-              ...w.slice(0, w[0] === 'decode' ? 2 : 3),
-              String(threads),
-            ]);
+          : child(
+              py,
+              [
+                path.join(ROOT, 'bench', 'compare_torch.py'),
+                dir,
+                ...w.slice(0, w[0] === 'decode' ? 2 : 3),
+                String(threads),
+              ],
+              {
+                ...process.env,
+                PRIME_BENCH_TORCH_MIXED: masterRow ? 'master' : 'autocast',
+                // With both schemes, PyTorch's profile is of its run in ours (the second).
+                ...(w[0] === 'train' && !masterRow && trains.length > 1 ? { PRIME_BENCH_PROFILE: '' } : {}),
+              },
+            );
       if (theirs) theirsByLabel.set(label, theirs);
       const gf = (r: Result) => (r.tokensPerSecond * flopsPerToken) / 1e9;
       // On a GPU: model FLOPs utilisation against the card's dense bf16 peak, both sides.

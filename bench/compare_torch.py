@@ -11,8 +11,11 @@ packed rows of PRIME_BENCH_SAMPLES (4) samples each, here a batch of samples * <
 CE on tokens 32.. of each sample, backward, clip to norm 1, AdamW.
 
 PRIME_BENCH_DEVICE (cpu) and PRIME_BENCH_DTYPE (float32) as the engine's: on CUDA, timings wait for
-the device (synchronize), decode runs in bf16 weights and training in bf16 autocast over fp32
-weights (mixed precision, as the engine's trainer).
+the device (synchronize), decode runs in bf16 weights and training in bf16 mixed precision, by
+PRIME_BENCH_TORCH_MIXED: "autocast" (default: fp32 weights, torch.autocast; activations between the
+matmuls stay fp32) or "master" (the engine trainer's scheme and FSDP2's MixedPrecisionPolicy with
+param_dtype bf16: the model in bf16, so every activation is bf16, with fp32 master weights, fp32
+gradients and fp32 AdamW state; each step casts the bf16 gradients up and the updated weights down).
 """
 import json
 import os
@@ -28,6 +31,9 @@ NEW = int(os.environ.get("PRIME_BENCH_NEW", "64"))
 SAMPLES = int(os.environ.get("PRIME_BENCH_SAMPLES", "4"))
 DEVICE = os.environ.get("PRIME_BENCH_DEVICE", "cpu")
 BF16 = os.environ.get("PRIME_BENCH_DTYPE", "float32") == "bfloat16"
+MIXED = os.environ.get("PRIME_BENCH_TORCH_MIXED", "autocast")
+if MIXED not in ("autocast", "master"):
+    sys.exit(f"PRIME_BENCH_TORCH_MIXED: expected autocast or master, not {MIXED!r}")
 
 
 def sync() -> None:
@@ -40,8 +46,9 @@ def main() -> None:
     threads = int(sys.argv[-1])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    # Decode in bf16 weights; train fp32 master weights under bf16 autocast.
-    dtype = torch.bfloat16 if BF16 and what == "decode" else torch.float32
+    # Decode in bf16 weights; train fp32 weights under bf16 autocast, or bf16 over fp32 masters.
+    master = BF16 and what == "train" and MIXED == "master"
+    dtype = torch.bfloat16 if BF16 and (what == "decode" or master) else torch.float32
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa").to(DEVICE)
     vocab = model.config.vocab_size
     if what == "decode":
@@ -65,18 +72,28 @@ def main() -> None:
     else:
         rows, length = int(sys.argv[3]), int(sys.argv[4])
         model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+        params = [p for p in model.parameters() if p.requires_grad]
+        # "master": the optimizer steps fp32 copies; the model's bf16 weights are their casts.
+        masters = [p.detach().float().requires_grad_(True) for p in params] if master else params
+        opt = torch.optim.AdamW(masters, lr=1e-4, weight_decay=0.01, fused=DEVICE.startswith("cuda"))
         ids = torch.randint(0, vocab, (SAMPLES * rows, length // SAMPLES), device=DEVICE)
         labels = ids.clone()
         labels[:, :32] = -100  # CE on tokens 32.. of each sample, as the engine's lossMask
 
         def step() -> None:
             opt.zero_grad(set_to_none=True)
-            with torch.autocast(device_type=DEVICE.split(":")[0], dtype=torch.bfloat16, enabled=BF16):
+            with torch.autocast(device_type=DEVICE.split(":")[0], dtype=torch.bfloat16, enabled=BF16 and not master):
                 loss = model(input_ids=ids, labels=labels).loss
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if master:
+                for m, p in zip(masters, params):
+                    m.grad = p.grad.float()
+                    p.grad = None
+            torch.nn.utils.clip_grad_norm_(masters, 1.0)
             opt.step()
+            if master:
+                with torch.no_grad():
+                    torch._foreach_copy_(params, masters)
 
         step()  # warm-up
         steps = int(os.environ.get("PRIME_BENCH_TRAIN_STEPS", "3"))

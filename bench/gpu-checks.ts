@@ -2,8 +2,10 @@
  * The GPU checks (bench/gpu/checks.ts) without jest, for a bare GPU machine (scripts/gpu/run.sh):
  * prints a table, writes checks.md and checks.json to --out, exits 1 when a check fails.
  *
- *   node dist/bench/gpu-checks.js [--device cuda|cuda:N|cpu] [--out DIR] [--only SUBSTRING] [--skip SUBSTRING]
+ *   node dist/bench/gpu-checks.js [--device cuda|cuda:N|cpu] [--out DIR] [--only SUBSTRINGS] [--skip SUBSTRINGS]
  *
+ * --only / --skip: comma-separated substrings of check names ('training step,LoRA'); a check runs
+ * when it contains one of --only's (or there is no --only) and none of --skip's.
  * --device defaults to cuda when the addon sees a CUDA device, else cpu (the bf16 checks then skip).
  * PRIME_PYTHON names the Python with torch and transformers (default python3).
  */
@@ -38,13 +40,15 @@ async function main() {
     process.exit(2);
   }
   const out = arg('out');
-  const only = arg('only');
-  const skip = arg('skip');
+  const list = (v: string | undefined) => (v ?? '').split(',').filter((x) => x !== '');
+  const only = list(arg('only')),
+    skip = list(arg('skip'));
+  const has = (name: string, subs: string[]) => subs.some((x) => name.includes(x));
   const ctx = { device, workDir: makeWorkDir(), python: process.env.PRIME_PYTHON || 'python3' };
   console.log(`[gpu-checks] torch ${info.torchVersion}, cuda ${info.cuda}, device ${device}, work dir ${ctx.workDir}`);
 
   const rows: Array<{ check: string; seconds: number } & CheckResult> = [];
-  for (const check of CHECKS.filter((c) => (!only || c.name.includes(only)) && !(skip && c.name.includes(skip)))) {
+  for (const check of CHECKS.filter((c) => (only.length === 0 || has(c.name, only)) && !has(c.name, skip))) {
     const t0 = Date.now();
     let result: CheckResult;
     try {

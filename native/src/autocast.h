@@ -1,8 +1,12 @@
 // bf16 mixed precision for the trainer: the parameters (master weights), their gradients and the
-// AdamW state stay fp32; matmuls and attention run in bf16 under libtorch's autocast (what
-// torch.autocast(dtype=torch.bfloat16) does in PyTorch), and the LM head's log-softmax stays fp32
-// (lm_head.cc). Autocast's switches are thread-local: the guard is set in the thread that runs the
-// forward; the backward replays the graph autocast recorded (bf16 matmuls stay bf16), and custom
+// AdamW state stay fp32; the forward computes as a bf16 model would, the scheme of prime-rl's FSDP2
+// MixedPrecisionPolicy (param_dtype bf16, reduce_dtype fp32). Matmuls take bf16 copies of the
+// weights (libtorch's autocast casts each once per forward and caches it); every activation, the
+// residual stream included, is bf16 (Model::forwardPacked casts the embedding's output, norms and
+// RoPE keep their input's dtype: Model::computeDtype); norms, softmaxes and the LM head's
+// log-softmax compute in fp32 inside (lm_head.cc). The casts' backward returns each weight's
+// gradient in fp32. Autocast's switches are thread-local: the guard is set in the thread that runs
+// the forward; the backward replays the graph autocast recorded (bf16 matmuls stay bf16), and custom
 // autograd functions (the chunked LM head) carry their matmul dtype themselves.
 #pragma once
 

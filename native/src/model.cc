@@ -411,29 +411,34 @@ void Model::checkTokenIds(const int64_t* ids, size_t n) const {
 // ---------------------------------------------------------------------------------------------
 // Building blocks
 
-// RMSNorm in fp32 (HF: variance in fp32, cast back to the input dtype, then times weight).
+// RMSNorm, arithmetic in fp32, output in the input's dtype (HF: variance in fp32, cast back to the
+// input dtype, then times the weight). Under mixed precision the input is a bf16 activation and the
+// weight an fp32 master weight: the weight is cast to bf16 (differentiable; its gradient returns in
+// fp32), as a bf16 model's norm would hold it.
 at::Tensor Model::rmsNorm(const at::Tensor& x, const at::Tensor& w) const {
+  const at::Tensor wx = w.scalar_type() == x.scalar_type() ? w : w.to(x.scalar_type());
 #if TORCH_VERSION_MAJOR >= 2
   if (x.is_cuda()) {
     // libtorch 2.x's fused RMSNorm: one kernel forward, one backward, where the ops below are
     // eight and a dozen (an H100 profile of a 0.6B training step: 226 norms, each a trip through
     // memory per op). Its arithmetic is fp32 too; the normalised value is not rounded to the input
-    // dtype before the weight multiplies it (one rounding, not two). The input is taken in the
-    // weight's dtype, which is the output's, as HF's weight * y gives.
-    const at::Tensor xw = x.scalar_type() == w.scalar_type() ? x : x.to(w.scalar_type());
-    return std::get<0>(at::_fused_rms_norm(xw, {x.size(-1)}, w, cfg.rmsNormEps));
+    // dtype before the weight multiplies it (one rounding, not two).
+    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, wx, cfg.rmsNormEps));
   }
 #endif
   at::Tensor xf = x.to(logitsDtype());
   at::Tensor y = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + cfg.rmsNormEps);
-  return w * y.to(x.scalar_type());
+  return wx * y.to(x.scalar_type());
 }
 
-// cos/sin tables for the given positions: [N, 1, hd] (broadcast over heads).
+at::ScalarType Model::computeDtype() const { return AutocastGuard::active(device).value_or(dtype); }
+
+// cos/sin tables for the given positions in the activations' dtype: [N, 1, hd] (broadcast over heads).
 std::pair<at::Tensor, at::Tensor> Model::rope(const at::Tensor& pos) const {
   at::Tensor f = pos.to(invFreq_.scalar_type()).unsqueeze(-1) * invFreq_.unsqueeze(0);  // [N, hd/2]
   at::Tensor emb = at::cat({f, f}, -1);
-  return {emb.cos().to(dtype).unsqueeze(1), emb.sin().to(dtype).unsqueeze(1)};
+  const at::ScalarType dt = computeDtype();
+  return {emb.cos().to(dt).unsqueeze(1), emb.sin().to(dt).unsqueeze(1)};
 }
 
 namespace {
@@ -545,7 +550,7 @@ at::Tensor Model::sparseMlp(const Layer& L, const at::Tensor& x, int64_t layer, 
     weights = probs.gather(1, experts);
   }
   if (cfg.normTopkProb) weights = weights / weights.sum(-1, /*keepdim=*/true);
-  weights = weights.to(dtype);
+  weights = weights.to(x.scalar_type());
   if (r) {
     if (r->experts.size() < layers_.size()) r->experts.resize(layers_.size());
     if (r->logits.size() < layers_.size()) r->logits.resize(layers_.size());
@@ -585,7 +590,7 @@ at::Tensor Model::causalAttention(const at::Tensor& q, const at::Tensor& k, cons
   at::Tensor s = at::matmul(qg, k.transpose(1, 2)).view({KV, G, L, L});
   at::Tensor future = at::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(device)).triu(1);
   s = s.masked_fill(future, -std::numeric_limits<double>::infinity());
-  at::Tensor p = at::softmax(s, -1, logitsDtype()).to(dtype).view({KV, G * L, L});  // softmax in fp32
+  at::Tensor p = at::softmax(s, -1, logitsDtype()).to(q.scalar_type()).view({KV, G * L, L});  // softmax in fp32
   return at::matmul(p, v).view({H, L, hd});
 #endif
 }
@@ -684,7 +689,12 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
   const bool checkpoint = checkpointEvery > 0 && at::GradMode::is_enabled();
   if (checkpoint && (kvOut || !sparseLayers_.empty()))
     throw std::runtime_error("activation checkpointing applies to training forwards of dense models");
+  // Mixed precision: the residual stream and every activation in bf16 from here on, as a bf16
+  // model's (prime-rl's FSDP2 policy: bf16 parameters for compute, fp32 master weights and
+  // gradients); norms, softmaxes and the LM head's log-softmax compute in fp32 inside.
+  const at::ScalarType compute = computeDtype();
   at::Tensor x = at::embedding(embed_, ids);
+  if (x.scalar_type() != compute) x = x.to(compute);
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
     if (checkpoint && l % checkpointEvery == 0) {
       // The rerun in the backward holds its own copies of what the layer reads.
@@ -711,7 +721,7 @@ Model::Segments Model::packedSegments(const std::vector<int64_t>& segStarts, int
   // CUDA's flash attention (Ampere or newer) takes the whole packed row in one kernel, causal
   // within each sample, GQA included, when attention runs in bf16: a bf16 model, or fp32 weights
   // under bf16 autocast (mixed-precision training). Head sizes up to 256, multiples of 8.
-  seg.compute = AutocastGuard::active(device).value_or(dtype);
+  seg.compute = computeDtype();
   if (device.is_cuda() && (seg.compute == at::kBFloat16 || seg.compute == at::kHalf) && cfg.headDim % 8 == 0 &&
       cfg.headDim <= 256 && !flashVarlenFailed.load() && cudaCapabilityMajor(device) >= 8) {
     std::vector<int32_t> cu(seg.lens.size() + 1, 0);
@@ -732,8 +742,7 @@ at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& 
 #if TORCH_VERSION_MAJOR >= 2
   if (seg.cuSeqLens.defined() && !flashVarlenFailed.load()) {
     // One kernel for every sample of the row ([N, H, hd] is flash's packed layout). Autocast
-    // does not cover this op: q/k/v come cast to the compute dtype (the cast's backward returns
-    // fp32 gradients to fp32 inputs).
+    // does not cover this op; q/k/v are activations, already in the compute dtype (no-op casts).
     const at::ScalarType compute = seg.compute;
     try {
       at::Tensor o = std::get<0>(at::_flash_attention_forward(q.to(compute), k.to(compute), v.to(compute),

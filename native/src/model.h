@@ -186,6 +186,9 @@ class Model {
   const at::ScalarType dtype;
   const at::Device device;
   at::ScalarType logitsDtype() const { return dtype == at::kDouble ? at::kDouble : at::kFloat; }
+  // The activations' dtype in this thread: the autocast dtype under mixed precision (bf16
+  // activations over fp32 master weights), else the weights' own.
+  at::ScalarType computeDtype() const;
   at::TensorOptions options() const { return at::TensorOptions().dtype(dtype).device(device); }
 
   // Tokens per LM-head chunk in training and scoring (lm_head.h); 0 = from the vocabulary size.

@@ -22,6 +22,8 @@
 # PRIME_GPU_SESSION_ONLY=inference,eager runs only the steps named (a later call finishing a run).
 # PRIME_GPU_COMPARE_BATCHES: compare's decode batches (default 1,64,256; none = training alone).
 # PRIME_GPU_TRACES=0: no Kineto traces in $OUT (a call brings back at most 8 files).
+# PRIME_GPU_BASELINE_ADDON: another build of the addon (e.g. main's, built by scripts/gpu/bundle.sh
+# from a checkout of it) that compare also runs our side on: before/after in the same call.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-outputs/gpu}
@@ -60,7 +62,7 @@ prof=/tmp/prime-gpu-profile
 selected compare && rm -rf "$prof"
 step compare 240 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --python '$PY' --prompt 128 --new 256 --batches ${PRIME_GPU_COMPARE_BATCHES:-1,64,256} --rows 2 --row-len 4096 --samples 4 \
-  --profile $prof | tee '$OUT/compare.md'"
+  --profile $prof ${PRIME_GPU_BASELINE_ADDON:+--baseline-addon '$PRIME_GPU_BASELINE_ADDON'} | tee '$OUT/compare.md'"
 # The two profiles of one training step side by side, and their traces.
 if selected compare; then
   for side in ours torch; do
