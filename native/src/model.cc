@@ -433,20 +433,28 @@ at::Tensor Model::rmsNorm(const at::Tensor& x, const at::Tensor& w) const {
 
 at::ScalarType Model::computeDtype() const { return AutocastGuard::active(device).value_or(dtype); }
 
-// cos/sin tables for the given positions in the activations' dtype: [N, 1, hd] (broadcast over heads).
+// RoPE tables for the given positions in the activations' dtype, [N, 1, hd] (broadcast over heads):
+// cos(f) twice, and sin(f) with rotate_half's sign folded in: (-sin(f), sin(f)).
 std::pair<at::Tensor, at::Tensor> Model::rope(const at::Tensor& pos) const {
-  at::Tensor f = pos.to(invFreq_.scalar_type()).unsqueeze(-1) * invFreq_.unsqueeze(0);  // [N, hd/2]
-  at::Tensor emb = at::cat({f, f}, -1);
+  const at::Tensor f = pos.to(invFreq_.scalar_type()).unsqueeze(-1) * invFreq_.unsqueeze(0);  // [N, hd/2]
+  const at::Tensor c = f.cos(), s = f.sin();
   const at::ScalarType dt = computeDtype();
-  return {emb.cos().to(dt).unsqueeze(1), emb.sin().to(dt).unsqueeze(1)};
+  return {at::cat({c, c}, -1).to(dt).unsqueeze(1), at::cat({-s, s}, -1).to(dt).unsqueeze(1)};
 }
 
 namespace {
-// Non-interleaved RoPE: x*cos + rotate_half(x)*sin with rotate_half(x) = cat(-x2, x1).
-at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  at::Tensor rot = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rot * sin;
+// Non-interleaved RoPE, HF's x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1): the halves
+// swapped (one flip) times the signed sin table. The same roundings as HF's (negation is exact;
+// outputs bitwise those of neg + cat), in four kernels forward where neg and cat made five, and
+// without the narrows' zero-filled full-size gradients in the backward. Not addcmul: its fused
+// multiply-add rounds differently in vectorised and scalar loops, so decode and a full forward
+// would drift apart (a KV-cache test caught it).
+at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sinSigned) {
+  std::vector<int64_t> halves = x.sizes().vec();
+  halves.back() = 2;
+  halves.push_back(x.size(-1) / 2);
+  const at::Tensor swapped = x.reshape(halves).flip(-2).reshape(x.sizes());
+  return x * cos + swapped * sinSigned;
 }
 }  // namespace
 
