@@ -14,6 +14,8 @@
 #   fusion.md      our decode at 1 and 64 with the q/k/v and gate/up matmuls fused and one by one,
 #                  alternating, one build (only when named in PRIME_GPU_SESSION_ONLY)
 #   reverse-text.log  the reverse-text example on the card (only when named in PRIME_GPU_SESSION_ONLY)
+#   rms-norm.md   RMSNorm forward + backward on the 0.6B step's shapes: the fused kernel, the fused
+#                 kernel without its weight then a product, HF's eager norm (only when named)
 #   rl.log         the `prime-rl rl` check's log (2 steps; PRIME_GPU_SESSION_RL=0 leaves it out,
 #                  e.g. when the checks of the same call ran it)
 #   bash scripts/gpu/run.sh --skip 'rl run' -- bash scripts/gpu/session.sh
@@ -100,6 +102,10 @@ if named fusion; then
     step fusion 60 node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
       --no-train --prompt 128 --new 256 --batches 1,64 --engine-options "$o" 2>&1
   done | tee "$OUT/fusion.md"
+fi
+# Which RMSNorm the training step should run on CUDA (torch alone, seconds).
+if named rms-norm; then
+  step rms-norm 60 bash -c "'$PY' bench/gpu/rms_norm.py | tee '$OUT/rms-norm.md'"
 fi
 # The reverse-text example on the card (SFT, eval, RL; bf16): only when named, e.g. in a call of its
 # own: PRIME_GPU_SESSION_ONLY=reverse-text PRIME_GPU_SESSION_SECONDS=560.
