@@ -11,8 +11,8 @@
  *    `inFlight.deferred`) and then from where it stopped (`inFlight.next`), in number order
  *    (lib/orchestrator/inflight.ts decides; with keep_mix, each env gets its share of the step),
  *    and writes them as the step's rollouts folder, in generateRollouts' format, so packing and
- *    training are the same in both modes. The folder's summary is the claim: a retry returns it, so a group is taken by one
- *    step only and a step's groups never change.
+ *    training are the same in both modes. The folder's summary is the claim: a retry returns it,
+ *    so a group is taken by one step only and a step's groups never change.
  */
 import * as fs from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -112,13 +112,21 @@ function consumed(layout: RunLayout): Pick<Consumed, 'next' | 'deferred'> {
 function mixShares(ctx: RolloutContext, step: number, cap: number): ClaimMix<StoredRollout> {
   const perStep = ctx.examplesPerStep;
   const mix = new EnvMix(ctx.mixEntries, { seed: ctx.config.seed, examplesPerStep: perStep });
+  // The entry of each draw of a step, sampled once per step (a claim is decided again as groups
+  // arrive, and its candidates come from a few steps' draws).
+  const entries = new Map<number, number[]>();
+  const entriesOf = (s: number) => {
+    let e = entries.get(s);
+    if (!e) entries.set(s, (e = mix.sample(s).map((d) => d.env)));
+    return e;
+  };
   const quota = ctx.mixEntries.map(() => 0);
-  for (const d of mix.sample(step)) quota[d.env]++;
+  for (const env of entriesOf(step)) quota[env]++;
   return {
     quota,
     entryOf: (c) => {
       const { draw } = c as StoredGroup; // the claim's candidates are stored groups
-      return mix.sample(Math.floor(draw / perStep))[draw % perStep].env;
+      return entriesOf(Math.floor(draw / perStep))[draw % perStep];
     },
     maxDeferred: Math.min(perStep, cap - 1),
   };

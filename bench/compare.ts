@@ -220,42 +220,38 @@ async function main(): Promise<void> {
     // Matmul parameters: all but the input embedding; a tied embedding is the LM head, counted once.
     const P = c.tieWordEmbeddings ? total : total - c.vocabSize * c.hiddenSize;
     const name = `${kind === 'qwen3-0.6b' ? kind : `small ${kind}`} (V ${c.vocabSize}, ${(total / 1e6).toFixed(1)}M)`;
-    const decodes = batches.map((b): [string, string[], number] => [
-      `decode batch ${b}`,
-      ['decode', String(b), '0'],
-      2 * P,
-    ]);
+    // [label, engine / compare_torch.py args, FLOPs per token, PyTorch's mixed-precision scheme]
+    type Workload = [string, string[], number, 'autocast' | 'master'];
+    const decodes = batches.map((b): Workload => [`decode batch ${b}`, ['decode', String(b), '0'], 2 * P, 'autocast']);
     // --eager-batches: the same decode with CUDA graphs off (the engine side alone; its ratio is to
     // the transformers figure of the same batch).
-    for (const b of eagerBatches) decodes.push([`decode batch ${b}, eager`, ['decode', String(b), '1'], 2 * P]);
-    const train: [string, string[], number] = [
-      `train ${rows} x ${rowLen}`,
-      ['train', String(rows), String(rowLen)],
-      6 * P,
-    ];
+    for (const b of eagerBatches)
+      decodes.push([`decode batch ${b}, eager`, ['decode', String(b), '1'], 2 * P, 'autocast']);
+    const train: Workload = [`train ${rows} x ${rowLen}`, ['train', String(rows), String(rowLen)], 6 * P, 'autocast'];
     // bf16 training: PyTorch both ways (compare_torch.py's PRIME_BENCH_TORCH_MIXED), autocast and
     // the engine's own scheme (bf16 weights over fp32 masters), beside one run of ours.
-    const trains: [string, string[], number][] = process.argv.includes('--no-train')
+    const bothSchemes = process.env.PRIME_BENCH_DTYPE === 'bfloat16' && torch;
+    const trains: Workload[] = process.argv.includes('--no-train')
       ? []
-      : process.env.PRIME_BENCH_DTYPE === 'bfloat16' && torch
-        ? [train, [`${train[0]}, torch bf16 over fp32 masters`, train[1], train[2]]]
+      : bothSchemes
+        ? [train, [`${train[0]}, torch bf16 over fp32 masters`, train[1], train[2], 'master']]
         : [train];
     // On a GPU training first: its MFU is the figure a time-boxed run must not lose.
     const workloads = gpu ? [...trains, ...decodes] : [...decodes, ...trains];
     const theirsByLabel = new Map<string, Result>();
-    let oursTrain: { ours: Result; before: Result | null } | null = null;
-    for (const [label, w, flopsPerToken] of workloads) {
-      // The second training row: ours as measured for the first, PyTorch in the other scheme.
-      const masterRow = label.endsWith('over fp32 masters');
+    // Our side once per workload args: the second training row reuses the first's.
+    const oursByArgs = new Map<string, { ours: Result; before: Result | null }>();
+    for (const [label, w, flopsPerToken, torchMixed] of workloads) {
       const engineArgs = [__filename, '--engine', dir, ...w, String(threads)];
-      const before: Result | null =
-        masterRow && oursTrain
-          ? oursTrain.before
-          : baseline
-            ? child(process.execPath, engineArgs, { ...process.env, PRIME_NATIVE_ADDON: baseline })
-            : null;
-      const ours: Result = masterRow && oursTrain ? oursTrain.ours : child(process.execPath, engineArgs);
-      if (w[0] === 'train') oursTrain = { ours, before };
+      let measured = oursByArgs.get(w.join(' '));
+      if (!measured) {
+        const before = baseline
+          ? child(process.execPath, engineArgs, { ...process.env, PRIME_NATIVE_ADDON: baseline })
+          : null;
+        measured = { ours: child(process.execPath, engineArgs), before };
+        oursByArgs.set(w.join(' '), measured);
+      }
+      const { ours, before } = measured;
       const eagerRow = w[0] === 'decode' && w[2] === '1';
       const theirs = !torch
         ? null
@@ -271,9 +267,9 @@ async function main(): Promise<void> {
               ],
               {
                 ...process.env,
-                PRIME_BENCH_TORCH_MIXED: masterRow ? 'master' : 'autocast',
+                PRIME_BENCH_TORCH_MIXED: torchMixed,
                 // With both schemes, PyTorch's profile is of its run in ours (the second).
-                ...(w[0] === 'train' && !masterRow && trains.length > 1 ? { PRIME_BENCH_PROFILE: '' } : {}),
+                ...(w[0] === 'train' && torchMixed === 'autocast' && bothSchemes ? { PRIME_BENCH_PROFILE: '' } : {}),
               },
             );
       if (theirs) theirsByLabel.set(label, theirs);

@@ -8,8 +8,9 @@
  * `--model DIR` trains an existing model (e.g. the reverse-text example's SFT weights, so that the
  * reward moves) instead of a random one; `--envs` replaces the run's `[[env]]` list.
  *
- * With `--modes`: strict mode against in-flight mode, with and without keep_mix (all async_level 1), on an env mix whose
- * rollouts differ widely in length (reverse-text: one turn; guess-number: up to 6 turns): step
+ * With `--modes`: strict mode against in-flight mode, with and without keep_mix (all async_level
+ * 1), on an env mix whose rollouts differ widely in length (reverse-text: one turn; guess-number:
+ * up to 6 turns): step
  * time, the trainer's idle fraction, the first env's share of each batch, in-flight mode's
  * concurrency, groups left over and off-policy distance, and the rewards per step, each with its
  * time since the start; then both reward curves at equal steps and at equal wall time.
