@@ -13,7 +13,8 @@
  * (decode replays CUDA graphs captured in its warm-up; --eager-batches adds rows with graphs off;
  * --no-train leaves the training workload out, --batches none the decode ones; --profile <dir>
  * profiles one more training step on each side: <dir>/ours-train.txt next to torch-train.txt;
- * --engine-options '<json>' adds loadModel options on our side, e.g. '{"logitsChunkTokens":2048}').
+ * --engine-options '<json>' adds loadModel options on our side, e.g. '{"logitsChunkTokens":2048}';
+ * --loss-from K: CE on tokens K.. of each training sample, default 32, 0 for every token).
  * bf16 training is mixed precision on both sides, fp32 master weights: ours keeps every activation
  * in bf16 (bf16 compute weights, as FSDP2's param_dtype); PyTorch runs twice, under autocast (fp32
  * activations between the matmuls) and in our scheme. The MFU column divides by
@@ -58,6 +59,9 @@ const PINS = ['torch==2.11.0', 'transformers==4.57.1'];
 const PROMPT = Number(process.env.PRIME_BENCH_PROMPT ?? 64),
   NEW = Number(process.env.PRIME_BENCH_NEW ?? 64),
   SAMPLES = Number(process.env.PRIME_BENCH_SAMPLES ?? 4);
+// --loss-from K: training's CE is on tokens K.. of each sample (default 32; 0 = every token), both
+// sides. The tokens before K stand for a prompt: our trainer runs the LM head on loss tokens only.
+const LOSS_FROM = Number(process.env.PRIME_BENCH_LOSS_FROM ?? 32);
 const WARMUP_TOKENS = 16; // a decode warm-up's new tokens, both sides
 // --profile <dir>: after the timed training steps, one more step on each side under its profiler
 // (ours: native/src/profile.h; PyTorch's: torch.profiler), summaries and traces into <dir>.
@@ -138,7 +142,7 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
     const trainer = model.createTrainer({ mixedPrecision: DTYPE === 'bfloat16' ? 'bfloat16' : undefined });
     const row = (): TrainRow => {
       const samples = Array.from({ length: SAMPLES }, () => randomTokens(rng, len / SAMPLES, V));
-      return { ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i >= 32 ? 1 : 0))) };
+      return { ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i >= LOSS_FROM ? 1 : 0))) };
     };
     const batch = Array.from({ length: rows }, row);
     const opts: TrainStepOptions = { lr: 1e-4, maxGradNorm: 1, loss: { kind: 'ce' } };
@@ -180,6 +184,12 @@ async function main(): Promise<void> {
   process.env.PRIME_BENCH_PROMPT = arg('prompt', '64');
   process.env.PRIME_BENCH_NEW = arg('new', '64');
   process.env.PRIME_BENCH_SAMPLES = arg('samples', '4');
+  process.env.PRIME_BENCH_LOSS_FROM = arg('loss-from', '32');
+  const lossFrom = Number(process.env.PRIME_BENCH_LOSS_FROM);
+  if (!Number.isInteger(lossFrom) || lossFrom < 0) {
+    console.error(`--loss-from: '${process.env.PRIME_BENCH_LOSS_FROM}' is not a token index >= 0`);
+    process.exit(2);
+  }
   if (process.argv.includes('--profile')) {
     process.env.PRIME_BENCH_PROFILE = path.resolve(arg('profile', ''));
     fs.mkdirSync(process.env.PRIME_BENCH_PROFILE, { recursive: true });
@@ -192,6 +202,13 @@ async function main(): Promise<void> {
   const eagerBatches = process.argv.includes('--eager-batches') ? arg('eager-batches', '').split(',').map(Number) : [];
   const rows = Number(arg('rows', '2')),
     rowLen = Number(arg('row-len', '512'));
+  const sampleLen = rowLen / Number(process.env.PRIME_BENCH_SAMPLES);
+  if (lossFrom >= sampleLen) {
+    console.error(
+      `--loss-from ${lossFrom}: a sample has ${sampleLen} tokens (--row-len / --samples): none would be trained`,
+    );
+    process.exit(2);
+  }
   const torch = !process.argv.includes('--skip-torch');
   const baseline = process.argv.includes('--baseline-addon') ? path.resolve(arg('baseline-addon', '')) : null;
   process.env.PRIME_BENCH_TRAIN_STEPS = arg('train-steps', '3');

@@ -8,7 +8,7 @@ decode: <batch> random prompts of PRIME_BENCH_PROMPT tokens (64), PRIME_BENCH_NE
 each (64; temperature 1, no top-k/top-p, no early stop), prefill included. train: the engine's
 packed rows of PRIME_BENCH_SAMPLES (4) samples each, here a batch of samples * <rows> sequences of
 <row length> / samples tokens (the same attention work: a packed row attends within each sample),
-CE on tokens 32.. of each sample, backward, clip to norm 1, AdamW.
+CE on tokens PRIME_BENCH_LOSS_FROM.. (32) of each sample, backward, clip to norm 1, AdamW.
 
 PRIME_BENCH_DEVICE (cpu) and PRIME_BENCH_DTYPE (float32) as the engine's: on CUDA, timings wait for
 the device (synchronize), decode runs in bf16 weights and training in bf16 mixed precision, by
@@ -29,6 +29,7 @@ from transformers import AutoModelForCausalLM
 PROMPT = int(os.environ.get("PRIME_BENCH_PROMPT", "64"))
 NEW = int(os.environ.get("PRIME_BENCH_NEW", "64"))
 SAMPLES = int(os.environ.get("PRIME_BENCH_SAMPLES", "4"))
+LOSS_FROM = int(os.environ.get("PRIME_BENCH_LOSS_FROM", "32"))
 DEVICE = os.environ.get("PRIME_BENCH_DEVICE", "cpu")
 BF16 = os.environ.get("PRIME_BENCH_DTYPE", "float32") == "bfloat16"
 MIXED = os.environ.get("PRIME_BENCH_TORCH_MIXED", "autocast")
@@ -78,7 +79,7 @@ def main() -> None:
         opt = torch.optim.AdamW(masters, lr=1e-4, weight_decay=0.01, fused=DEVICE.startswith("cuda"))
         ids = torch.randint(0, vocab, (SAMPLES * rows, length // SAMPLES), device=DEVICE)
         labels = ids.clone()
-        labels[:, :32] = -100  # CE on tokens 32.. of each sample, as the engine's lossMask
+        labels[:, :LOSS_FROM] = -100  # CE on tokens LOSS_FROM.. of each sample, as the engine's lossMask
 
         def step() -> None:
             opt.zero_grad(set_to_none=True)

@@ -54,11 +54,17 @@ double gradNorm(const std::vector<at::Tensor>& grads) {
   return at::stack(norms).norm().item<double>();
 }
 
-// A row turned into loss inputs: index j is the prediction of token j + 1 from hidden state j.
+// A row turned into loss inputs. Prediction j is of token j + 1 from hidden state j; the loss
+// inputs hold only the loss tokens' predictions (`index` says which), as nothing a loss or a
+// metric computes reads the others (every per-token term is weighted by the mask). So the LM head
+// runs on the loss tokens alone: a prompt's tokens cost the body's forward and backward, never the
+// head's. At a 151,936-token vocabulary the head is a quarter of Qwen3-0.6B's matmul FLOPs and 78%
+// of the 100M model's in bench/compare.ts.
 struct PreparedRow {
   std::vector<int64_t> starts;
   LossInputs in;
   at::Tensor ids, pos;                  // on the model's device
+  at::Tensor index;                     // the loss predictions' positions; undefined = all of them
   int64_t lossTokens = 0, samples = 0;  // counted on the host: the normaliser needs them first
 };
 
@@ -74,7 +80,7 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   PreparedRow p;
   p.starts = segmentStarts(row.pos);
   if (N < 2) return p;
-  std::vector<double> mask(N - 1), mu, adv;
+  std::vector<double> mask(N - 1);
   std::vector<int64_t> sample(N - 1);
   std::vector<bool> sampleHasLoss(p.starts.size(), false);
   size_t s = 0;  // sample of token t
@@ -89,22 +95,51 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
       sampleHasLoss[s] = true;
     }
   }
+  std::vector<double> mu, adv;
+  if (loss.isPolicy()) {
+    mu.assign(row.inferenceLogprobs.begin() + 1, row.inferenceLogprobs.end());
+    adv.assign(row.advantages.begin() + 1, row.advantages.end());
+  }
+  // Keep the loss tokens' predictions only. A row without loss tokens keeps all of them: its loss
+  // is then 0 through the whole graph, and its backward gives the zero gradients it always gave.
+  std::vector<int64_t> keep;
+  for (size_t j = 0; j < N - 1; j++)
+    if (mask[j] > 0) keep.push_back(int64_t(j));
+  const bool compact = !keep.empty() && keep.size() < N - 1;
+  if (compact) {
+    const auto select = [&keep](auto& v) {
+      if (v.empty()) return;  // mu and adv of a non-policy loss
+      for (size_t i = 0; i < keep.size(); i++) v[i] = v[size_t(keep[i])];
+      v.resize(keep.size());
+    };
+    select(mask);
+    select(sample);
+    select(mu);
+    select(adv);
+  }
   const auto fopts = at::TensorOptions().dtype(at::kDouble);
+  const auto lopts = at::TensorOptions().dtype(at::kLong);
   const at::ScalarType dt = model.logitsDtype();
   // Every host-to-device copy of the row happens here, before the step's first forward: a copy
   // from pageable memory waits for the work queued on the device.
-  p.ids = at::tensor(row.ids, at::TensorOptions().dtype(at::kLong)).to(model.device);
-  p.pos = at::tensor(row.pos, at::TensorOptions().dtype(at::kLong)).to(model.device);
+  p.ids = at::tensor(row.ids, lopts).to(model.device);
+  p.pos = at::tensor(row.pos, lopts).to(model.device);
+  if (compact) p.index = at::tensor(keep, lopts).to(model.device);
   p.in.mask = at::tensor(mask, fopts).to(model.device, dt);
-  p.in.sample = at::tensor(sample, at::TensorOptions().dtype(at::kLong)).to(model.device);
+  p.in.sample = at::tensor(sample, lopts).to(model.device);
   p.in.numSamples = int64_t(p.starts.size());
   if (loss.isPolicy()) {
-    p.in.mu = at::tensor(std::vector<double>(row.inferenceLogprobs.begin() + 1, row.inferenceLogprobs.end()), fopts)
-                  .to(model.device, dt);
-    p.in.adv =
-        at::tensor(std::vector<double>(row.advantages.begin() + 1, row.advantages.end()), fopts).to(model.device, dt);
+    p.in.mu = at::tensor(mu, fopts).to(model.device, dt);
+    p.in.adv = at::tensor(adv, fopts).to(model.device, dt);
   }
   return p;
+}
+
+// The loss predictions of a row's hidden states [N, D] (or targets [N - 1]): rows 0..N-2, then
+// the loss tokens' among them when the row keeps only those.
+at::Tensor lossRows(const at::Tensor& x, int64_t n, const PreparedRow& p) {
+  at::Tensor y = x.narrow(0, 0, n);
+  return p.index.defined() ? y.index_select(0, p.index) : y;
 }
 
 }  // namespace
@@ -236,7 +271,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     const int64_t N = int64_t(row.ids.size());
     if (N < 2) continue;
     const at::Tensor &ids = prepared[r].ids, &pos = prepared[r].pos;
-    at::Tensor targets = ids.narrow(0, 1, N - 1);
+    const at::Tensor targets = lossRows(ids.narrow(0, 1, N - 1), N - 1, prepared[r]);
     const std::vector<int64_t>& starts = prepared[r].starts;
     MoeRouting routing;
     routing.keepLogits = !sparse.empty();
@@ -248,7 +283,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     at::Tensor hidden = model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_,
                                              sparse.empty() ? nullptr : &routing, cfg_.activationCheckpointing);
     // The chunked LM head: logp carries the graph; entropy is the metric only.
-    const TokenStats ts = model->tokenStats(hidden.narrow(0, 0, N - 1), targets, loss.temperature);
+    const TokenStats ts = model->tokenStats(lossRows(hidden, N - 1, prepared[r]), targets, loss.temperature);
     in.logp = ts.logp;
     in.entropy = ts.entropy.detach();
     if (loss.klBeta > 0) {
@@ -256,7 +291,8 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
       // The reference: the frozen copy, or with LoRA the base model (adapters off).
       const Model& ref = reference_ ? *reference_ : *model;
       in.refLogp =
-          ref.tokenStats(ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1), targets, loss.temperature).logp;
+          ref.tokenStats(lossRows(ref.forwardPacked(ids, pos, starts), N - 1, prepared[r]), targets, loss.temperature)
+              .logp;
     }
     at::Tensor rowLoss = policyLoss(loss, in, norm, deviceSums);
     if (!sparse.empty()) {
