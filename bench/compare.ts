@@ -185,11 +185,6 @@ async function main(): Promise<void> {
   process.env.PRIME_BENCH_NEW = arg('new', '64');
   process.env.PRIME_BENCH_SAMPLES = arg('samples', '4');
   process.env.PRIME_BENCH_LOSS_FROM = arg('loss-from', '32');
-  const lossFrom = Number(process.env.PRIME_BENCH_LOSS_FROM);
-  if (!Number.isInteger(lossFrom) || lossFrom < 0) {
-    console.error(`--loss-from: '${process.env.PRIME_BENCH_LOSS_FROM}' is not a token index >= 0`);
-    process.exit(2);
-  }
   if (process.argv.includes('--profile')) {
     process.env.PRIME_BENCH_PROFILE = path.resolve(arg('profile', ''));
     fs.mkdirSync(process.env.PRIME_BENCH_PROFILE, { recursive: true });
@@ -202,10 +197,12 @@ async function main(): Promise<void> {
   const eagerBatches = process.argv.includes('--eager-batches') ? arg('eager-batches', '').split(',').map(Number) : [];
   const rows = Number(arg('rows', '2')),
     rowLen = Number(arg('row-len', '512'));
-  const sampleLen = rowLen / Number(process.env.PRIME_BENCH_SAMPLES);
-  if (lossFrom >= sampleLen) {
+  // --loss-from: a token index inside a sample (row length / samples), or nothing would be trained.
+  const lossFrom = Number(process.env.PRIME_BENCH_LOSS_FROM),
+    sampleLen = rowLen / Number(process.env.PRIME_BENCH_SAMPLES);
+  if (!Number.isInteger(lossFrom) || lossFrom < 0 || lossFrom >= sampleLen) {
     console.error(
-      `--loss-from ${lossFrom}: a sample has ${sampleLen} tokens (--row-len / --samples): none would be trained`,
+      `--loss-from: '${process.env.PRIME_BENCH_LOSS_FROM}' is not a token index in [0, ${sampleLen}) (a sample is --row-len / --samples tokens)`,
     );
     process.exit(2);
   }

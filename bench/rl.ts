@@ -10,10 +10,9 @@
  *
  * With `--modes`: strict mode against in-flight mode, with and without keep_mix (all async_level
  * 1), on an env mix whose rollouts differ widely in length (reverse-text: one turn; guess-number:
- * up to 6 turns): step
- * time, the trainer's idle fraction, the first env's share of each batch, in-flight mode's
- * concurrency, groups left over and off-policy distance, and the rewards per step, each with its
- * time since the start; then both reward curves at equal steps and at equal wall time.
+ * up to 6 turns): step time, the trainer's idle fraction, the first env's share of each batch,
+ * in-flight mode's concurrency, groups left over and off-policy distance, and the rewards per step,
+ * each with its time since the start; then both reward curves at equal steps and at equal wall time.
  *
  * Per run: mean step time (between consecutive train ends, after the first step), mean generation
  * and train time, and the orchestration overhead: a step's activity spans as the workflow saw

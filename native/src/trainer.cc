@@ -83,18 +83,20 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   std::vector<double> mask(N - 1);
   std::vector<int64_t> sample(N - 1);
   std::vector<bool> sampleHasLoss(p.starts.size(), false);
-  size_t s = 0;  // sample of token t
+  std::vector<int64_t> keep;  // the loss tokens' predictions
+  size_t s = 0;               // sample of token t
   for (size_t t = 1; t < N; t++) {
     while (s + 1 < p.starts.size() && p.starts[s + 1] <= int64_t(t)) s++;
     // The first token of a sample is predicted from the previous sample: never a loss token.
     mask[t - 1] = row.lossMask[t] && p.starts[s] != int64_t(t) ? 1.0 : 0.0;
     sample[t - 1] = int64_t(s);
     if (mask[t - 1] > 0) {
-      p.lossTokens++;
+      keep.push_back(int64_t(t - 1));
       if (!sampleHasLoss[s]) p.samples++;
       sampleHasLoss[s] = true;
     }
   }
+  p.lossTokens = int64_t(keep.size());
   std::vector<double> mu, adv;
   if (loss.isPolicy()) {
     mu.assign(row.inferenceLogprobs.begin() + 1, row.inferenceLogprobs.end());
@@ -102,9 +104,6 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   }
   // Keep the loss tokens' predictions only. A row without loss tokens keeps all of them: its loss
   // is then 0 through the whole graph, and its backward gives the zero gradients it always gave.
-  std::vector<int64_t> keep;
-  for (size_t j = 0; j < N - 1; j++)
-    if (mask[j] > 0) keep.push_back(int64_t(j));
   const bool compact = !keep.empty() && keep.size() < N - 1;
   if (compact) {
     const auto select = [&keep](auto& v) {
@@ -135,11 +134,10 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   return p;
 }
 
-// The loss predictions of a row's hidden states [N, D] (or targets [N - 1]): rows 0..N-2, then
-// the loss tokens' among them when the row keeps only those.
-at::Tensor lossRows(const at::Tensor& x, int64_t n, const PreparedRow& p) {
-  at::Tensor y = x.narrow(0, 0, n);
-  return p.index.defined() ? y.index_select(0, p.index) : y;
+// Of a row's predictions (hidden states [N - 1, D] or targets [N - 1]), the ones its loss inputs
+// hold: the loss tokens', or all when the row keeps all.
+at::Tensor lossRows(const at::Tensor& x, const PreparedRow& p) {
+  return p.index.defined() ? x.index_select(0, p.index) : x;
 }
 
 }  // namespace
@@ -271,7 +269,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     const int64_t N = int64_t(row.ids.size());
     if (N < 2) continue;
     const at::Tensor &ids = prepared[r].ids, &pos = prepared[r].pos;
-    const at::Tensor targets = lossRows(ids.narrow(0, 1, N - 1), N - 1, prepared[r]);
+    const at::Tensor targets = lossRows(ids.narrow(0, 1, N - 1), prepared[r]);
     const std::vector<int64_t>& starts = prepared[r].starts;
     MoeRouting routing;
     routing.keepLogits = !sparse.empty();
@@ -283,16 +281,16 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     at::Tensor hidden = model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_,
                                              sparse.empty() ? nullptr : &routing, cfg_.activationCheckpointing);
     // The chunked LM head: logp carries the graph; entropy is the metric only.
-    const TokenStats ts = model->tokenStats(lossRows(hidden, N - 1, prepared[r]), targets, loss.temperature);
+    const TokenStats ts =
+        model->tokenStats(lossRows(hidden.narrow(0, 0, N - 1), prepared[r]), targets, loss.temperature);
     in.logp = ts.logp;
     in.entropy = ts.entropy.detach();
     if (loss.klBeta > 0) {
       at::NoGradGuard noGrad;
       // The reference: the frozen copy, or with LoRA the base model (adapters off).
       const Model& ref = reference_ ? *reference_ : *model;
-      in.refLogp =
-          ref.tokenStats(lossRows(ref.forwardPacked(ids, pos, starts), N - 1, prepared[r]), targets, loss.temperature)
-              .logp;
+      const at::Tensor refHidden = ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1);
+      in.refLogp = ref.tokenStats(lossRows(refHidden, prepared[r]), targets, loss.temperature).logp;
     }
     at::Tensor rowLoss = policyLoss(loss, in, norm, deviceSums);
     if (!sparse.empty()) {
