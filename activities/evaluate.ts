@@ -9,6 +9,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { verifiersModelName } from '../lib/hub';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { storedJson, writeFileAtomic } from '../lib/atomic';
@@ -50,8 +51,10 @@ export type EvalTarget =
   | {
       kind: 'local';
       baseUrls: string[];
-      /** tokenizer and chat template */
+      /** The served model, a folder or a Hugging Face name: its tokenizer and chat template. */
       modelDir: string;
+      /** The renderer verifiers env servers render with (orchestrator.renderer). */
+      renderer?: Record<string, unknown>;
       /** API key and in-flight bound (no bound: an eval keeps CONCURRENCY rollouts in flight). */
       client?: InferenceClientOptions;
     }
@@ -137,11 +140,11 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
     versions.push({ name: config.model.name, step: null, policyVersion: 0 });
   } else {
     if (!config.model.name) throw bad('model.name: the model folder to evaluate (the base of weights_dir)');
-    const modelDir = checkModel(config.model.name);
+    checkModel(config.model.name);
     target = {
       kind: 'local',
       baseUrls: [`${serverUrl(config.server)}/v1`],
-      modelDir,
+      modelDir: config.model.name,
       client:
         config.server.api_key_var !== undefined
           ? { apiKeyVar: config.server.api_key_var, apiKeySetting: 'server.api_key_var' }
@@ -214,8 +217,8 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
                   tokenizerOf(t.modelDir),
                   {
                     baseUrl: t.baseUrls[(index * k + sample) % t.baseUrls.length],
-                    model: t.modelDir,
-                    tokenizerDir: t.modelDir,
+                    model: verifiersModelName(t.modelDir),
+                    renderer: t.renderer,
                     apiKeyVar: t.client?.apiKeyVar,
                     policyVersion: version.policyVersion,
                   },

@@ -272,8 +272,12 @@ function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] 
     const alias = findAlias(aliases, keys.join('.'));
     const next = inline ?? argv[i + 1];
     if (alias && (!alias.alias.onlyString || (next !== undefined && !/^\s*[{@]/.test(next)))) {
+      // A key with nothing of ours to set (or refused) takes JSON or a plain string.
       field =
-        alias.to === null ? z.number() : alias.alias.onlyString ? z.string() : fieldAt(schema, alias.to.split('.'));
+        alias.alias.onlyString
+          ? z.string()
+          : ((alias.to !== null && !alias.alias.convert && fieldAt(schema, alias.to.split('.'))) ||
+            (alias.alias.refuse || alias.alias.convert ? z.unknown() : z.number()));
     }
     let negated = false;
     if (!field) {

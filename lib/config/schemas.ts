@@ -54,7 +54,12 @@ const computeDtypeSchema = () =>
     .describe('compute dtype; training in bfloat16 keeps fp32 master weights and optimizer state (mixed precision)');
 
 const modelFields = () => ({
-  name: z.string().min(1).describe('path of a Hugging Face model folder (made by `prime-rl model create` or trained)'),
+  name: z
+    .string()
+    .min(1)
+    .describe(
+      'a Hugging Face model folder (made by `prime-rl model create` or trained), or a model name (Org/Name) in the local Hugging Face cache',
+    ),
   dtype: computeDtypeSchema(),
   device: deviceSchema(),
 });
@@ -159,6 +164,31 @@ const envSchema = z
     weight: z.number().positive().default(1).describe('sampling weight in the environment mix'),
   })
   .describe('environment');
+
+/** Held-out examples per environment: a count, or -1 for all of them (prime-rl's spelling). */
+const evalExamples = () =>
+  z.union([positiveInt(), z.literal(-1)]).describe('held-out examples per environment; -1 = all of them');
+
+/** An eval environment: an environment, optionally with its own size and k. */
+const evalEnvSchema = envSchema
+  .extend({
+    num_examples: evalExamples().optional().describe("this environment's held-out examples; unset = the eval's"),
+    rollouts_per_example: positiveInt().optional().describe("this environment's k of avg@k / pass@k; unset = the eval's"),
+  })
+  .describe('eval environment');
+
+/**
+ * The renderer verifiers env servers render and tokenize the policy's chats with (verifiers'
+ * `TrainClientConfig.renderer`, a `renderers.RendererConfig`: `name` and that renderer's fields,
+ * checked by the env server). Unset: the renderer auto-resolves from the model's name.
+ */
+const rendererSchema = () =>
+  z
+    .looseObject({ name: z.string().min(1).describe('renderer name (renderers package): auto, default, qwen3, prime-qwen3, ...') })
+    .optional()
+    .describe(
+      "the renderer verifiers environments' env servers render with (verifiers TrainClientConfig.renderer: name and its fields); unset = resolved from the model's name. Our own environments render with the model's chat template",
+    );
 
 const samplingSchema = section({
   temperature: nonNegative().default(1.0).describe('sampling temperature (0 = greedy)'),
@@ -534,6 +564,7 @@ export const orchestratorSchema = section({
         '(zero_variance = true is enabled = true; zero_variance = false is the default, enabled = false) and orchestrator.filter_zero_advantages',
     })
     .describe('removed: see orchestrator.difficulty_filter'),
+  renderer: rendererSchema(),
   env_workers: positiveInt().default(2).describe('child processes that run environment code'),
   env_timeout_s: z.number().positive().default(60).describe('seconds before an environment call counts as hung'),
   base_urls: z
@@ -618,12 +649,15 @@ export const inferenceSchema = z
   })
   .prefault({});
 
-const evalSettings = section({
+const evalShape = {
   interval: positiveInt().optional().describe('run an eval every N steps (and at the end); unset = off'),
-  env: z.array(envSchema).default([]).describe('eval environments; empty = the training environments'),
-  num_examples: positiveInt().default(32).describe('held-out examples per environment'),
+  num_examples: evalExamples().default(32),
   rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
   sampling: samplingSchema,
+};
+const evalSettings = section({
+  ...evalShape,
+  env: z.array(evalEnvSchema).default([]).describe('eval environments; empty = the training environments'),
 });
 
 /** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */

@@ -19,10 +19,10 @@ import { runRollout, type Rollout, type RolloutTask } from './rollout';
 export interface VerifiersEndpoint {
   /** An inference server's OpenAI base URL (`http://host:port/v1`). */
   baseUrl: string;
-  /** The served model name (what requests must name). */
+  /** The model as the env server names it (lib/hub.ts verifiersModelName): its requests' model, what its renderer loads (offline). */
   model: string;
-  /** The tokenizer folder the renderer loads (offline). */
-  tokenizerDir: string;
+  /** The renderer it renders with (verifiers TrainClientConfig.renderer); unset = resolved from the model's name. */
+  renderer?: Record<string, unknown>;
   /** Environment variable with the server's API key, if it has one. */
   apiKeyVar?: string;
   /** The policy version the servers were set to serve for these rollouts. */
@@ -203,7 +203,8 @@ export async function runVerifiersRollout(
         base_url: endpoint.baseUrl,
         // verifiers reads the key from this variable; unset = no key ("EMPTY").
         api_key_var: endpoint.apiKeyVar ?? 'PRIME_RL_NO_API_KEY',
-        renderer_model_name: endpoint.tokenizerDir,
+        renderer_model_name: endpoint.model,
+        ...(endpoint.renderer ? { renderer: endpoint.renderer } : {}),
       },
       model: endpoint.model,
       sampling: {

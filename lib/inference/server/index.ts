@@ -18,6 +18,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import * as native from '../../../native';
 import { ConfigError } from '../../config/errors';
 import type { InferenceConfig } from '../../config/schemas';
+import { resolveModelDir } from '../../hub';
 import type { ArchConfig } from '../../model/arch';
 import { loadHfModel } from '../../model/hf';
 import { Tokenizer } from '../../model/tokenizer';
@@ -80,7 +81,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   // Settings are checked before the (slow) model load.
   const authorized = bearerCheck(config);
   native.setThreads(config.threads ?? os.cpus().length);
-  const baseDir = path.resolve(config.model.name);
+  const baseDir = resolveModelDir(config.model.name);
   const baseReal = fs.realpathSync(baseDir);
   const { arch, model } = await loadBase(baseDir, config);
   const tokenizer = Tokenizer.fromDir(baseDir);
