@@ -8,6 +8,7 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import { Failure } from '../lib/failures';
+import { resolveHubName } from '../lib/hub';
 import { checkConfig, readSftPlan, storedConfigText, type SftPlan } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics } from '../lib/run/metrics';
@@ -21,12 +22,23 @@ import type { TrainSummary } from './types';
 /** Validation examples drawn from data.env's eval split when val.num_examples is unset. */
 const DEFAULT_ENV_VAL_EXAMPLES = 64;
 
+/** A Hugging Face dataset name (or a folder laid out as on the Hub): its folder (InvalidConfig when found nowhere). */
+function hubDataset(name: string, split: string, key: string): SftDataSource['dataset'] {
+  try {
+    return { dir: resolveHubName(name, 'dataset', key), name, split };
+  } catch (e) {
+    throw ApplicationFailure.nonRetryable((e as Error).message, Failure.InvalidConfig);
+  }
+}
+
 function validationSource(c: SFTConfig): SftDataSource | undefined {
   if (c.val.interval === undefined) return undefined;
   if (c.val.path !== undefined) return { path: path.resolve(c.val.path), numExamples: c.val.num_examples };
+  if (c.val.name !== undefined)
+    return { dataset: hubDataset(c.val.name, c.val.split, 'val.name'), numExamples: c.val.num_examples };
   if (c.data.env !== undefined) return { env: c.data.env, numExamples: c.val.num_examples ?? DEFAULT_ENV_VAL_EXAMPLES };
   throw ApplicationFailure.nonRetryable(
-    'val.interval is set but there is no validation data: set val.path, or use data.env (its eval split)',
+    'val.interval is set but there is no validation data: set val.path or val.name, or use data.env (its eval split)',
     Failure.InvalidConfig,
   );
 }
@@ -49,7 +61,12 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
     runDir: layout.dir,
     modelDir,
     configText: text,
-    train: { path: d.path === undefined ? undefined : path.resolve(d.path), env: d.env, numExamples: d.num_examples },
+    train: {
+      path: d.path === undefined ? undefined : path.resolve(d.path),
+      dataset: d.name === undefined ? undefined : hubDataset(d.name, d.split, 'data.name'),
+      env: d.env,
+      numExamples: d.num_examples,
+    },
     val: validationSource(config),
     lossRoles: d.loss_roles,
     seed: config.seed,

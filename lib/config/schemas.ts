@@ -859,12 +859,22 @@ export const sftSchema = z
     threads: threads(),
     data: section({
       path: z.string().optional().describe('JSONL dataset (prompt/completion or messages rows)'),
+      name: z
+        .string()
+        .min(1)
+        .optional()
+        .describe(
+          'a Hugging Face dataset: its name (Org/Name) in the local Hugging Face cache, or a folder laid out as on the Hub (parquet or JSONL files, split by file name); rows of prompt/completion or messages',
+        ),
+      split: z.string().min(1).default('train').describe("data.name's split, by file name as the Hub lays it out"),
       env: envSchema.optional().describe('generate the dataset from an environment instead of a file'),
       num_examples: positiveInt().optional().describe('examples to take; unset = all'),
       loss_roles: z.array(z.string()).default(['assistant']).describe('message roles whose tokens carry loss'),
     }),
     val: section({
       path: z.string().optional().describe('JSONL validation set; unset = the eval split of data.env'),
+      name: z.string().min(1).optional().describe('a Hugging Face dataset as validation set (as data.name)'),
+      split: z.string().min(1).default('validation').describe("val.name's split"),
       num_examples: positiveInt()
         .optional()
         .describe('validation examples; unset = all rows of val.path, or 64 examples of data.env'),
@@ -882,10 +892,38 @@ export const sftSchema = z
     lora: loraSchema,
     moe: moeTrainSchema,
     ckpt: checkpointSchema,
+    eval: section({
+      ...evalShape,
+      interval: positiveInt()
+        .optional()
+        .describe("evaluate the SFT weights on eval.env every N steps (the base model first, and the end); unset = off"),
+      env: z.array(evalEnvSchema).default([]).describe('eval environments (required with eval.interval)'),
+      renderer: rendererSchema(),
+    }),
+    inference: section({
+      server: serverSchema.describe('the inference server the evals sample from (started when eval.interval is set)'),
+    }),
     temporal: temporalSchema,
     trainer: section(trainerScaleShape),
   })
   .superRefine((c, ctx) => {
+    const sources = (['path', 'name', 'env'] as const).filter((k) => c.data[k] !== undefined);
+    if (sources.length > 1)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['data', sources[1]],
+        message: `give one dataset: data.${sources.join(' and data.')} are both set`,
+      });
+    if (c.val.path !== undefined && c.val.name !== undefined)
+      ctx.addIssue({ code: 'custom', path: ['val', 'name'], message: 'give one validation set: val.path and val.name are both set' });
+    if (c.eval.interval !== undefined && c.eval.env.length === 0)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['eval', 'env'],
+        message: 'eval.interval evaluates environments: add [[eval.env]] entries (prime-rl: [[eval.source]])',
+      });
+    if (c.eval.interval !== undefined)
+      checkMaxTokens(ctx, ['eval', 'sampling', 'max_tokens'], c.eval.sampling.max_tokens, c.seq_len, 'seq_len');
     if (c.val.target_loss !== undefined && c.val.interval === undefined) {
       ctx.addIssue({
         code: 'custom',
@@ -907,8 +945,8 @@ export const evalSchema = z
     seq_len: seqLen(),
     output_dir: outputDir(),
     seed: seed(),
-    env: z.array(envSchema).default([]).describe('environments to evaluate'),
-    num_examples: positiveInt().default(32).describe('held-out examples per environment'),
+    env: z.array(evalEnvSchema).default([]).describe('environments to evaluate'),
+    num_examples: evalExamples().default(32),
     rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
     sampling: samplingSchema,
     weights_dir: z.string().optional().describe('evaluate every step_N folder in this directory'),
