@@ -20,8 +20,7 @@ export class HubNameError extends ConfigError {}
 
 /** The hub cache folder, as huggingface_hub's constants compute it. */
 export function hubCacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  const home =
-    env.HF_HOME ?? path.join(env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'huggingface');
+  const home = env.HF_HOME ?? path.join(env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'huggingface');
   return env.HF_HUB_CACHE ?? env.HUGGINGFACE_HUB_CACHE ?? path.join(home, 'hub');
 }
 
@@ -49,7 +48,9 @@ export function lookupHubCache(name: string, type: RepoType, env: NodeJS.Process
   if (fs.existsSync(ref)) commit = fs.readFileSync(ref, 'utf8').trim();
   else if (/^[0-9a-f]{40}$/.test(revision)) commit = revision;
   if (commit === undefined) {
-    const snapshots = fs.existsSync(path.join(repoDir, 'snapshots')) ? fs.readdirSync(path.join(repoDir, 'snapshots')) : [];
+    const snapshots = fs.existsSync(path.join(repoDir, 'snapshots'))
+      ? fs.readdirSync(path.join(repoDir, 'snapshots'))
+      : [];
     return {
       looked,
       problem: `${repoDir} has no refs/${revision} (snapshots there: ${snapshots.join(', ') || 'none'}); name one as ${repo}@<commit>`,
@@ -70,11 +71,18 @@ export function downloadCommand(name: string, type: RepoType): string {
  * The folder `name` stands for: itself when it is a folder (relative to the working directory),
  * else its snapshot in the hub cache. `key` names the config key in the error.
  */
-export function resolveHubName(name: string, type: RepoType, key: string, env: NodeJS.ProcessEnv = process.env): string {
+export function resolveHubName(
+  name: string,
+  type: RepoType,
+  key: string,
+  env: NodeJS.ProcessEnv = process.env,
+): string {
   const local = path.resolve(name);
   if (fs.existsSync(local) && fs.statSync(local).isDirectory()) return local;
   if (!REPO_ID.test(name))
-    throw new HubNameError(`${key}: ${name} is not a folder (${local} does not exist) nor a Hugging Face name (Org/Name)`);
+    throw new HubNameError(
+      `${key}: ${name} is not a folder (${local} does not exist) nor a Hugging Face name (Org/Name)`,
+    );
   const found = lookupHubCache(name, type, env);
   if (found.dir) return found.dir;
   throw new HubNameError(

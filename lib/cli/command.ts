@@ -8,8 +8,8 @@ export interface Command<S extends z.ZodType = z.ZodType> {
   schema: S;
   /** Top-level keys that fill the same keys of several sections (rl). */
   shared?: SharedKeys;
-  /** Keys of another spelling that map onto the schema's (rl: the Python prime-rl's key names, lib/config/aliases.ts). */
-  aliases?: readonly Alias[];
+  /** Keys of another spelling that map onto the schema's, by table (the Python prime-rl's: lib/config/aliases.ts, prime-rl.ts). */
+  aliases?: readonly (readonly Alias[])[];
   /** A leading argument that is not an option sets this key (`runs show RUN`). */
   positional?: string;
   run(config: z.output<S>): Promise<void>;

@@ -7,7 +7,8 @@
  */
 import * as fs from 'node:fs';
 import { ConfigError, didYouMean } from '../config/errors';
-import { aliasesHelp, describeMapped, RL_ALIASES } from '../config/aliases';
+import { aliasesHelp, describeMapped, MODEL_STRING, RL_ALIASES } from '../config/aliases';
+import { PRIME_RL_EVAL_KEYS, PRIME_RL_RL_KEYS, PRIME_RL_SFT_KEYS } from '../config/prime-rl';
 import { optionsHelp, SOURCES_HELP } from '../config/help';
 import { loadConfig } from '../config/loader';
 import { describeFailure } from '../failures';
@@ -25,17 +26,19 @@ export const cliCommands = (worker: Command): CommandTable => ({
     summary: 'run asynchronous RL: trainer, orchestrator and inference on Temporal',
     schema: schemas.rlSchema,
     shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS },
-    aliases: RL_ALIASES,
+    aliases: [RL_ALIASES, PRIME_RL_RL_KEYS],
     run: async (config) => (await import('../launch/rl')).runRl(config),
   }),
   sft: command({
     summary: 'supervised fine-tuning as a Temporal workflow (cpu and trainer workers)',
     schema: schemas.sftSchema,
+    aliases: [PRIME_RL_SFT_KEYS],
     run: async (config) => (await import('../launch/sft')).runSft(config),
   }),
   eval: command({
     summary: 'evaluate model versions or an external API on environments',
     schema: schemas.evalSchema,
+    aliases: [[MODEL_STRING], PRIME_RL_EVAL_KEYS],
     run: async (config) => (await import('../launch/eval')).runEval(config),
   }),
   report: command({
@@ -81,7 +84,7 @@ function usage(commands: CommandTable): string {
 
 function commandHelp(name: string, c: Command): string {
   const aliases = c.aliases
-    ? `\n\nThe Python prime-rl's documented keys are accepted too (in top-level files and as flags), mapped onto ours\n(two spellings of one key in one file or command line: an error; --dry-run lists the mapping on stderr):\n${aliasesHelp(c.aliases)}`
+    ? `\n\nThe Python prime-rl's keys (its documented config, and its config classes today) are accepted too, in top-level files and\nas flags, mapped onto ours or refused with the reason (two spellings of one key in one file or command line: an error;\n--dry-run lists the mapping on stderr):\n${c.aliases.map((t) => aliasesHelp(t)).join('\n\n')}`
     : '';
   return `Usage: prime-rl ${name} [@ config.toml ...] [--key value ...]\n\n${c.summary}\n\n${SOURCES_HELP}\n\nOptions (type, default, description):${optionsHelp(c.schema)}${aliases}`;
 }
@@ -129,11 +132,11 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
       cmd.positional && rest[0] !== undefined && !rest[0].startsWith('-') && !rest[0].startsWith('@')
         ? [`--${cmd.positional}`, ...rest]
         : rest;
-    const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared, aliases: cmd.aliases });
+    const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared, aliases: cmd.aliases?.flat() });
     if (loaded.dryRun) {
       // stderr: stdout stays the resolved config alone (input for `temporal workflow start`).
       if (loaded.mapped.length > 0)
-        process.stderr.write(`documented keys mapped onto ours:\n${describeMapped(loaded.mapped)}\n`);
+        process.stderr.write(`prime-rl keys mapped onto ours:\n${describeMapped(loaded.mapped)}\n`);
       const json = JSON.stringify(loaded.config, null, 2);
       if (loaded.dryRunFile) fs.writeFileSync(loaded.dryRunFile, `${json}\n`);
       process.stdout.write(`${json}\n`);

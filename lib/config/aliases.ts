@@ -37,9 +37,17 @@ export interface Alias {
   convert?(value: unknown, at: ConvertAt): Converted[];
 }
 
+/** `model = "name"`: a string is the model (a folder or a Hugging Face name); our `[model]` table is ours. */
+export const MODEL_STRING: Alias = {
+  from: 'model',
+  to: 'model.name',
+  onlyString: true,
+  note: 'a string is the model folder or name',
+};
+
 /** prime-rl's documented keys -> our keys, for `prime-rl rl`. */
 export const RL_ALIASES: readonly Alias[] = [
-  { from: 'model', to: 'model.name', onlyString: true, note: 'a string is the model folder' },
+  MODEL_STRING,
   { from: 'batch_size', to: 'orchestrator.batch_size' },
   { from: 'rollouts_per_example', to: 'orchestrator.rollouts_per_example' },
   { from: 'learning_rate', to: 'trainer.optim.lr' },
@@ -77,6 +85,8 @@ export interface Converted {
   note?: string;
   /** Listed by --dry-run only (the key it describes is set by another entry). */
   display?: boolean;
+  /** Set, but not listed (the entries that describe it are). */
+  quiet?: boolean;
 }
 
 /** What a converting alias sees besides its value: its key, and the whole source as given. */
@@ -159,7 +169,7 @@ export function applyAliases(tree: Raw, aliases: readonly Alias[], where: string
       if (JSON.stringify(r.value) !== JSON.stringify(original)) shown.as = r.value;
       const note = r.note ?? alias.note;
       if (note) shown.note = note;
-      mapped.push(shown);
+      if (!r.quiet) mapped.push(shown);
       if (r.to === null || r.display) continue;
       const keys = split(r.to);
       const existing = get(tree, keys);

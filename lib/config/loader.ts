@@ -273,11 +273,10 @@ function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] 
     const next = inline ?? argv[i + 1];
     if (alias && (!alias.alias.onlyString || (next !== undefined && !/^\s*[{@]/.test(next)))) {
       // A key with nothing of ours to set (or refused) takes JSON or a plain string.
-      field =
-        alias.alias.onlyString
-          ? z.string()
-          : ((alias.to !== null && !alias.alias.convert && fieldAt(schema, alias.to.split('.'))) ||
-            (alias.alias.refuse || alias.alias.convert ? z.unknown() : z.number()));
+      field = alias.alias.onlyString
+        ? z.string()
+        : (alias.to !== null && !alias.alias.convert && fieldAt(schema, alias.to.split('.'))) ||
+          (alias.alias.refuse || alias.alias.convert ? z.unknown() : z.number());
     }
     let negated = false;
     if (!field) {

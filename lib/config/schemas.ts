@@ -173,7 +173,9 @@ const evalExamples = () =>
 const evalEnvSchema = envSchema
   .extend({
     num_examples: evalExamples().optional().describe("this environment's held-out examples; unset = the eval's"),
-    rollouts_per_example: positiveInt().optional().describe("this environment's k of avg@k / pass@k; unset = the eval's"),
+    rollouts_per_example: positiveInt()
+      .optional()
+      .describe("this environment's k of avg@k / pass@k; unset = the eval's"),
   })
   .describe('eval environment');
 
@@ -184,7 +186,9 @@ const evalEnvSchema = envSchema
  */
 const rendererSchema = () =>
   z
-    .looseObject({ name: z.string().min(1).describe('renderer name (renderers package): auto, default, qwen3, prime-qwen3, ...') })
+    .looseObject({
+      name: z.string().min(1).describe('renderer name (renderers package): auto, default, qwen3, prime-qwen3, ...'),
+    })
     .optional()
     .describe(
       "the renderer verifiers environments' env servers render with (verifiers TrainClientConfig.renderer: name and its fields); unset = resolved from the model's name. Our own environments render with the model's chat template",
@@ -896,7 +900,9 @@ export const sftSchema = z
       ...evalShape,
       interval: positiveInt()
         .optional()
-        .describe("evaluate the SFT weights on eval.env every N steps (the base model first, and the end); unset = off"),
+        .describe(
+          'evaluate the SFT weights on eval.env every N steps (the base model first, and the end); unset = off',
+        ),
       env: z.array(evalEnvSchema).default([]).describe('eval environments (required with eval.interval)'),
       renderer: rendererSchema(),
     }),
@@ -915,7 +921,11 @@ export const sftSchema = z
         message: `give one dataset: data.${sources.join(' and data.')} are both set`,
       });
     if (c.val.path !== undefined && c.val.name !== undefined)
-      ctx.addIssue({ code: 'custom', path: ['val', 'name'], message: 'give one validation set: val.path and val.name are both set' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['val', 'name'],
+        message: 'give one validation set: val.path and val.name are both set',
+      });
     if (c.eval.interval !== undefined && c.eval.env.length === 0)
       ctx.addIssue({
         code: 'custom',

@@ -32,6 +32,8 @@ export function evalEnvs(entries: readonly EvalEnvEntry[]): EvalEnv[] {
 export function evalExampleCount(wanted: number, evalSplit: number | undefined, envId: string): number {
   if (wanted >= 0) return Math.min(wanted, evalSplit ?? Infinity);
   if (evalSplit === undefined)
-    throw new Error(`environment ${envId} has an unbounded eval split: num_examples = -1 (all) cannot be played; give a count`);
+    throw new Error(
+      `environment ${envId} has an unbounded eval split: num_examples = -1 (all) cannot be played; give a count`,
+    );
   return evalSplit;
 }

@@ -46,7 +46,8 @@ export async function loadSftConversations(
   seed: number,
 ): Promise<SftConversation[]> {
   const given = [source.path, source.dataset, source.env].filter((s) => s !== undefined).length;
-  if (given > 1) throw new Error('SFT data: give a JSONL file (path), a dataset (name) or an environment (env), not several');
+  if (given > 1)
+    throw new Error('SFT data: give a JSONL file (path), a dataset (name) or an environment (env), not several');
   if (source.path !== undefined) return readSftJsonl(source.path, source.numExamples);
   if (source.dataset !== undefined)
     return readHubDataset(source.dataset.dir, source.dataset.name, source.dataset.split, source.numExamples);

@@ -106,7 +106,10 @@ function withoutNullFields(row: unknown): unknown {
       ? Object.fromEntries(Object.entries(m).filter(([k, v]) => v !== null || k === 'content'))
       : m;
   return Object.fromEntries(
-    Object.entries(row).map(([k, v]) => [k, Array.isArray(v) && ['prompt', 'completion', 'messages'].includes(k) ? v.map(clean) : v]),
+    Object.entries(row).map(([k, v]) => [
+      k,
+      Array.isArray(v) && ['prompt', 'completion', 'messages'].includes(k) ? v.map(clean) : v,
+    ]),
   );
 }
 
@@ -114,7 +117,12 @@ function withoutNullFields(row: unknown): unknown {
  * The conversations of `split` of the dataset folder `dir` (`name`: how errors name it), the first
  * `limit` when set.
  */
-export async function readHubDataset(dir: string, name: string, split: string, limit?: number): Promise<SftConversation[]> {
+export async function readHubDataset(
+  dir: string,
+  name: string,
+  split: string,
+  limit?: number,
+): Promise<SftConversation[]> {
   const { files, splits } = splitFiles(dir, split);
   if (files.length === 0)
     throw new Error(

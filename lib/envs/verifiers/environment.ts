@@ -40,7 +40,10 @@ export const verifiersArgs = z.strictObject({
     .optional()
     .describe('Python with verifiers 0.4.0 installed; default: .venv-verifiers/bin/python (scripts/setup.sh)'),
   paths: z.array(z.string().min(1)).default([]).describe('folders put on PYTHONPATH (where the env module lives)'),
-  eval_size: z.number().min(0).default(0.1).describe('tasks held out as the eval split (a fraction, or a count)'),
+  eval_size: z
+    .union([z.number().min(0), z.literal('all')])
+    .default(0.1)
+    .describe('tasks held out as the eval split: a fraction, a count, or all (an eval-only taskset)'),
   timeout_s: z.number().positive().default(600).describe('seconds one rollout may take before it is cancelled'),
   start_timeout_s: z.number().positive().default(180).describe('seconds the env server may take to answer health'),
   max_concurrent: z.number().int().positive().optional().describe("the env server's rollouts in flight"),
@@ -134,7 +137,7 @@ export function verifiersEnvironment(id: string): EnvironmentDefinition<typeof v
         throw new Error(`environment "${id}": ${what} runs in its verifiers env server, not in the env pool`);
       };
       return {
-        dataset: listDataset(examples, { evalSize: args.eval_size }),
+        dataset: listDataset(examples, { evalSize: args.eval_size === 'all' ? examples.length : args.eval_size }),
         rubric: [{ name: 'reward', fn: notHere('scoring') }],
         respond: notHere('the rollout'),
       };
