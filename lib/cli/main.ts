@@ -25,7 +25,7 @@ export const cliCommands = (worker: Command): CommandTable => ({
   rl: command({
     summary: 'run asynchronous RL: trainer, orchestrator and inference on Temporal',
     schema: schemas.rlSchema,
-    shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS },
+    shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS, atLeast: schemas.RL_SHARED_AT_LEAST },
     aliases: [RL_ALIASES, PRIME_RL_RL_KEYS],
     run: async (config) => (await import('../launch/rl')).runRl(config),
   }),

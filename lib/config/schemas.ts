@@ -667,6 +667,8 @@ const evalSettings = section({
 /** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
 export const RL_SECTIONS = ['trainer', 'orchestrator', 'inference'] as const;
+/** The inference server may hold longer sequences than the run makes (prime-rl's vLLM max_model_len). */
+export const RL_SHARED_AT_LEAST = { seq_len: ['inference'] } as const;
 
 /**
  * max_tokens must leave room for a prompt: every prompt has at least one token, and prompt plus
@@ -810,6 +812,13 @@ export const rlSchema = z
           'evals between steps are not supported with orchestrator.in_flight.enabled (rollouts are generated continuously on the same servers): unset eval.interval, or run `prime-rl eval` on the weights afterwards',
       });
     }
+    if (o.renderer !== undefined && ![...c.env, ...c.eval.env].some((e) => isVerifiersEnv(e.id)))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['orchestrator', 'renderer'],
+        message:
+          "is the renderer of verifiers environments' env servers, and this run has none: our own environments render with the model's chat template. Remove it, or train on a verifiers environment",
+      });
     const verifiersEnv = c.env.findIndex((e) => isVerifiersEnv(e.id));
     if (o.in_flight.enabled && verifiersEnv >= 0) {
       ctx.addIssue({
@@ -934,6 +943,13 @@ export const sftSchema = z
       });
     if (c.eval.interval !== undefined)
       checkMaxTokens(ctx, ['eval', 'sampling', 'max_tokens'], c.eval.sampling.max_tokens, c.seq_len, 'seq_len');
+    if (c.eval.renderer !== undefined && !c.eval.env.some((e) => isVerifiersEnv(e.id)))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['eval', 'renderer'],
+        message:
+          "is the renderer of verifiers environments' env servers, and the evals have none: our own environments render with the model's chat template",
+      });
     if (c.val.target_loss !== undefined && c.val.interval === undefined) {
       ctx.addIssue({
         code: 'custom',
