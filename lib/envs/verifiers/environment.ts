@@ -24,6 +24,8 @@ export function isVerifiersEnv(id: string): boolean {
 /** The venv scripts/setup.sh builds when a config names a verifiers env. */
 export const VERIFIERS_VENV = path.join(projectRoot, '.venv-verifiers');
 const LAUNCHER = path.join(projectRoot, 'scripts', 'verifiers', 'serve_env.py');
+/** The launcher's exit status for a taskset verifiers cannot import (serve_env.py NOT_INSTALLED). */
+const TASKSET_NOT_INSTALLED = 3;
 
 const table = z.record(z.string(), z.unknown());
 
@@ -108,8 +110,9 @@ function listTasks(id: string, launch: VerifiersLaunch): JsonObject[] {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
   } catch (e) {
-    const err = e as { stderr?: string; message: string };
+    const err = e as { stderr?: string; status?: number | null; message: string };
     const tail = (err.stderr ?? '').trim().split('\n').slice(-8).join('\n');
+    if (err.status === TASKSET_NOT_INSTALLED) throw new Error(`environment "${id}": ${tail}`);
     throw new Error(`environment "${id}": listing the taskset's tasks failed: ${tail || err.message}`);
   }
   const tasks = out
