@@ -12,6 +12,7 @@ import { resolveHubName } from '../lib/hub';
 import { checkConfig, readSftPlan, storedConfigText, type SftPlan } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics } from '../lib/run/metrics';
+import type { EvalResults } from '../lib/eval/results';
 import type { SftDataSource } from '../lib/sft';
 import type { SftPrepareInput, SftPrepareResult } from '../lib/sft/prepare';
 import { libModule } from '../lib/thread';
@@ -97,10 +98,23 @@ export interface SftStepRecordInput {
   valLoss?: number;
   /** Unix seconds around the train step, as the workflow saw them. */
   time: { train_start: number; train_end: number };
+  /** The environments' evals of the weights after this step, when they ran (eval.interval). */
+  evals?: EvalResults[];
+}
+
+/** `eval/<env>/avg@k` (and pass@1 where rewards are binary) of each environment evaluated. */
+function evalMetrics(evals: readonly EvalResults[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const r of evals)
+    for (const [env, m] of Object.entries(r.environments)) {
+      out[`eval/${env}/avg@${m.rollouts_per_example}`] = m.avg_at_k;
+      if (m.pass_at_k?.['1'] !== undefined) out[`eval/${env}/pass@1`] = m.pass_at_k['1'];
+    }
+  return out;
 }
 
 /** One metrics.jsonl line per SFT step. */
-export async function recordSftStep({ runDir, step, train, valLoss, time }: SftStepRecordInput): Promise<void> {
+export async function recordSftStep({ runDir, step, train, valLoss, time, evals }: SftStepRecordInput): Promise<void> {
   const m = train.metrics;
   appendStepMetrics(new RunLayout(runDir).metricsFile, {
     step,
@@ -118,6 +132,7 @@ export async function recordSftStep({ runDir, step, train, valLoss, time }: SftS
           expert_load_max: m.expert_load_max,
           expert_load_mean: m.expert_load_mean,
         }),
+    ...(evals ? evalMetrics(evals) : {}),
     progress: train.progress,
     time,
   });

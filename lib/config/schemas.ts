@@ -9,6 +9,9 @@ import { ARCHS, PROJECTIONS } from '../model/families';
 import { ADVANTAGE_TYPES } from '../orchestrator/advantages';
 import { DISTILL_BASELINES } from '../orchestrator/distill';
 import { isVerifiersEnv } from '../envs/verifiers/environment';
+import { serverUrl } from './urls';
+
+export { serverUrl };
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
 function section<T extends z.core.$ZodLooseShape>(shape: T) {
@@ -687,15 +690,6 @@ function checkMaxTokens(
     path: at,
     message: `${maxTokens} leaves no room for the prompt within ${seqLenKey} (${seqLen}): prompt + completion must fit in ${seqLenKey}; lower max_tokens below ${seqLen} or raise ${seqLenKey}`,
   });
-}
-
-/**
- * The address of a server configured with `server`, for a client on the same machine: the
- * wildcard interfaces stand for loopback.
- */
-export function serverUrl(server: { host: string; port: number }): string {
-  const host = server.host === '0.0.0.0' ? '127.0.0.1' : server.host === '::' ? '::1' : server.host;
-  return `http://${host.includes(':') ? `[${host}]` : host}:${server.port}`;
 }
 
 export const rlSchema = z
