@@ -109,3 +109,26 @@ export const resolveModelDir = (name: string, key = 'model.name') => resolveHubN
 export function verifiersModelName(name: string): string {
   return isHubName(name) ? name : path.resolve(name);
 }
+
+/** A model or dataset a config names, by its key. */
+export interface HubRef {
+  key: string;
+  name: string;
+  type: RepoType;
+}
+
+/**
+ * The Hugging Face names among `refs` (folders are left out), each with its snapshot folder or why
+ * it was found nowhere: what --dry-run lists, and what a command checks before it starts anything.
+ */
+export function resolveHubRefs(refs: readonly HubRef[]): { ref: HubRef; dir?: string; error?: string }[] {
+  return refs
+    .filter((r) => isHubName(r.name))
+    .map((ref) => {
+      try {
+        return { ref, dir: resolveHubName(ref.name, ref.type, ref.key) };
+      } catch (e) {
+        return { ref, error: (e as Error).message };
+      }
+    });
+}

@@ -10,6 +10,7 @@ import { ConfigError, didYouMean } from '../config/errors';
 import { aliasesHelp, describeMapped, MODEL_STRING, RL_ALIASES } from '../config/aliases';
 import { PRIME_RL_EVAL_KEYS, PRIME_RL_RL_KEYS, PRIME_RL_SFT_KEYS } from '../config/prime-rl';
 import { optionsHelp, SOURCES_HELP } from '../config/help';
+import { hubCacheDir, resolveHubRefs } from '../hub';
 import { loadConfig } from '../config/loader';
 import { describeFailure } from '../failures';
 import * as schemas from '../config/schemas';
@@ -27,18 +28,30 @@ export const cliCommands = (worker: Command): CommandTable => ({
     schema: schemas.rlSchema,
     shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS, atLeast: schemas.RL_SHARED_AT_LEAST },
     aliases: [RL_ALIASES, PRIME_RL_RL_KEYS],
+    hubNames: (c) => [
+      { key: 'model.name', name: c.trainer.model.name, type: 'model' },
+      ...(c.distill.teacher ? [{ key: 'distill.teacher.model', name: c.distill.teacher.model, type: 'model' as const }] : []),
+    ],
     run: async (config) => (await import('../launch/rl')).runRl(config),
   }),
   sft: command({
     summary: 'supervised fine-tuning as a Temporal workflow (cpu and trainer workers)',
     schema: schemas.sftSchema,
     aliases: [PRIME_RL_SFT_KEYS],
+    hubNames: (c) => [
+      { key: 'model.name', name: c.model.name, type: 'model' },
+      ...(c.data.name ? [{ key: 'data.name', name: c.data.name, type: 'dataset' as const }] : []),
+      ...(c.val.name ? [{ key: 'val.name', name: c.val.name, type: 'dataset' as const }] : []),
+    ],
     run: async (config) => (await import('../launch/sft')).runSft(config),
   }),
   eval: command({
     summary: 'evaluate model versions or an external API on environments',
     schema: schemas.evalSchema,
     aliases: [[MODEL_STRING], PRIME_RL_EVAL_KEYS],
+    // An external API's model name is its own; a local server loads the model.
+    hubNames: (c) =>
+      c.client.base_url === undefined && c.model.name ? [{ key: 'model.name', name: c.model.name, type: 'model' }] : [],
     run: async (config) => (await import('../launch/eval')).runEval(config),
   }),
   report: command({
@@ -133,15 +146,25 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
         ? [`--${cmd.positional}`, ...rest]
         : rest;
     const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared, aliases: cmd.aliases?.flat() });
+    const hub = resolveHubRefs(cmd.hubNames?.(loaded.config) ?? []);
     if (loaded.dryRun) {
       // stderr: stdout stays the resolved config alone (input for `temporal workflow start`).
       if (loaded.mapped.length > 0)
         process.stderr.write(`prime-rl keys mapped onto ours:\n${describeMapped(loaded.mapped)}\n`);
+      if (hub.length > 0)
+        process.stderr.write(
+          `Hugging Face names, from the local cache (${hubCacheDir()}):\n${hub
+            .map((h) => `  ${h.ref.key} = ${JSON.stringify(h.ref.name)} -> ${h.dir ?? `not found (the run would exit 2): ${h.error}`}`)
+            .join('\n')}\n`,
+        );
       const json = JSON.stringify(loaded.config, null, 2);
       if (loaded.dryRunFile) fs.writeFileSync(loaded.dryRunFile, `${json}\n`);
       process.stdout.write(`${json}\n`);
       return 0;
     }
+    // A name found nowhere is bad input: said before anything starts.
+    const missing = hub.find((h) => h.error);
+    if (missing) throw new ConfigError(missing.error!);
     await cmd.run(loaded.config);
     return 0;
   } catch (e) {
