@@ -189,8 +189,9 @@ const evalEnvSchema = envSchema
  */
 const rendererSchema = () =>
   z
-    .looseObject({
-      name: z.string().min(1).describe('renderer name (renderers package): auto, default, qwen3, prime-qwen3, ...'),
+    .record(z.string(), z.unknown())
+    .refine((r) => typeof r.name === 'string' && r.name !== '', {
+      message: 'needs a name: the renderer (renderers package): auto, default, qwen3, prime-qwen3, ...',
     })
     .optional()
     .describe(
