@@ -4,9 +4,9 @@
  * `refs/main` names the snapshot's commit. Tests put one of our tiny models and a parquet dataset
  * in it under `Org/Name`s and set HF_HUB_CACHE, as a user's `hf download` would have.
  */
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
-import { createRequire } from 'node:module';
 import * as path from 'node:path';
 
 /** Adds a repository snapshot of `files` (relative path -> content) to the cache; returns the snapshot folder. */
@@ -53,8 +53,6 @@ type Message = { role: string; content: string };
  * the datasets library gives such columns (list<struct<content: string, role: string>>).
  */
 export function conversationsParquet(rows: { prompt: Message[]; completion: Message[] }[]): Buffer {
-  // An ES module: Node's own require loads it (jest's registry would not).
-  const { parquetWriteBuffer } = createRequire(__filename)('hyparquet-writer') as typeof import('hyparquet-writer');
   const messages = (name: string) => [
     { name, repetition_type: 'OPTIONAL', converted_type: 'LIST', num_children: 1 },
     { name: 'list', repetition_type: 'REPEATED', num_children: 1 },
@@ -62,13 +60,24 @@ export function conversationsParquet(rows: { prompt: Message[]; completion: Mess
     { name: 'content', type: 'BYTE_ARRAY', converted_type: 'UTF8', repetition_type: 'OPTIONAL' },
     { name: 'role', type: 'BYTE_ARRAY', converted_type: 'UTF8', repetition_type: 'OPTIONAL' },
   ];
-  const buffer = parquetWriteBuffer({
+  const options = {
     columnData: [
       { name: 'prompt', data: rows.map((r) => r.prompt) },
       { name: 'completion', data: rows.map((r) => r.completion) },
     ],
     schema: [{ name: 'schema', num_children: 2 }, ...messages('prompt'), ...messages('completion')],
     codec: 'SNAPPY',
-  } as Parameters<typeof parquetWriteBuffer>[0]);
-  return Buffer.from(buffer);
+  };
+  // hyparquet-writer is an ES module, which jest's module registry does not load: plain Node writes it.
+  const script = `const { parquetWriteBuffer } = require('hyparquet-writer');
+    const options = JSON.parse(require('node:fs').readFileSync(0, 'utf8'));
+    process.stdout.write(Buffer.from(parquetWriteBuffer(options)).toString('base64'));`;
+  const r = spawnSync(process.execPath, ['-e', script], {
+    input: JSON.stringify(options),
+    cwd: path.join(__dirname, '..'),
+    encoding: 'utf8',
+    maxBuffer: 1 << 28,
+  });
+  if (r.status !== 0) throw new Error(`writing parquet failed: ${r.stderr}`);
+  return Buffer.from(r.stdout, 'base64');
 }

@@ -28,6 +28,9 @@ const samplingParams = z.strictObject({
   skip_special_tokens: z.boolean().nullish(),
   spaces_between_special_tokens: z.boolean().nullish(),
   include_stop_str_in_output: z.boolean().nullish(),
+  // Where a bridged turn's new prompt tokens start, for the routed experts vLLM returns (the
+  // renderers client sends it on every multi-turn continuation); this route returns no routes.
+  routed_experts_prompt_start: z.number().int().min(0).nullish(),
   repetition_penalty: neutral(z.number().nullable(), 1, 'repetition_penalty other than 1'),
   min_tokens: neutral(z.number().nullable(), 0, 'min_tokens other than 0'),
 });
