@@ -226,6 +226,8 @@ export async function playGroup(
               baseUrl: o.base_urls[group % o.base_urls.length],
               model: ctx.verifiersModel,
               renderer: o.renderer,
+              // The weights change while the rollout runs: each token's version from the server's records.
+              recordVersions: o.in_flight.enabled,
               apiKeyVar: rlClientOptions(ctx.config).apiKeyVar,
               policyVersion,
             },

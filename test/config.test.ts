@@ -280,9 +280,9 @@ describe('in-flight mode refuses what it cannot honour, naming the key', () => {
   test('evals between steps', () => {
     expect(configError(() => rl([...inFlight, '--eval.interval', '2']))).toMatch(/eval\.interval.*in_flight/s);
   });
-  test('a verifiers environment (its tokens carry no policy version)', () => {
-    const msg = configError(() => rl([...inFlight.slice(0, 2), '--env', '[{"id": "verifiers:reverse_words"}]']));
-    expect(msg).toMatch(/env\.0\.id.*verifiers environments are not supported/s);
+  test('a verifiers environment is taken: its tokens get their versions from the server that sampled them', () => {
+    const c = rl([...inFlight.slice(0, 2), '--env', '[{"id": "verifiers:reverse_words"}]']);
+    expect(c.orchestrator.in_flight.enabled).toBe(true);
   });
   test('strict mode takes both', () => {
     expect(rl(['--env', '[{"id": "verifiers:reverse_words"}]', '--eval.interval', '2']).eval.interval).toBe(2);

@@ -12,6 +12,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { readRollouts } from '../activities/rollouts';
+import { runVerifiersRollout } from '../lib/orchestrator/verifiers-rollout';
 import { cliCommands, type CommandTable } from '../lib/cli/main';
 import type { Command } from '../lib/cli/command';
 import { loadConfig } from '../lib/config/loader';
@@ -138,7 +139,8 @@ suite('prime-rl files, run as they are', () => {
     expect(fs.existsSync(layout.batchFile(3))).toBe(true);
   });
 
-  test('rl in prime-rl shape by hub names: a verifiers taskset by id, its agent `player`, a renderer named; two turns a rollout', async () => {
+  /** prime-rl's reverse-text rl.toml, shrunk, on the reverse-chat taskset (agent `player`), with `flags` on top. */
+  function rlConfig(runName: string, flags: string[]): RLConfig {
     const file = path.join(root, 'rl.toml');
     fs.writeFileSync(
       file,
@@ -156,12 +158,17 @@ suite('prime-rl files, run as they are', () => {
         '[orchestrator.renderer]\nname = "prime-qwen3"\n',
       ].join('\n'),
     );
-    const cfg = load<RLConfig>('rl', file, [
-      ...['--run-name', 'prl-rl', '--output-dir', path.join(root, 'outputs'), '--async-level', '0'],
+    return load<RLConfig>('rl', file, [
+      ...['--run-name', runName, '--output-dir', path.join(root, 'outputs')],
       ...['--orchestrator.base-urls', `${stack.inference.url}/v1`, '--trainer.threads', '1'],
-      ...['--orchestrator.filter-zero-advantages', 'false'],
+      ...['--orchestrator.filter-zero-advantages', 'false', ...flags],
     ]);
+  }
+
+  test('rl in prime-rl shape by hub names: a verifiers taskset by id, its agent `player`, a renderer named; two turns a rollout', async () => {
+    const cfg = rlConfig('prl-rl', ['--async-level', '0']);
     expect(cfg.env[0].id).toBe('verifiers:reverse-chat');
+    expect(cfg.orchestrator.renderer).toEqual({ name: 'prime-qwen3' });
     const result = await executeRl(stack, cfg);
     expect(result.steps).toBe(2);
     const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
@@ -177,5 +184,42 @@ suite('prime-rl files, run as they are', () => {
       expect(sampled.length).toBeGreaterThanOrEqual(2);
     }
     expect(readStepMetrics(layout.metricsFile).map((l) => l.step)).toEqual([0, 1]);
+
+    // The renderer named is the one the env server renders with: one it does not have errors the rollout, naming it.
+    const env = cfg.env[0];
+    const example = await stack.pool.example(env, 'train', 0, 0);
+    if (!example.ok) throw new Error(example.error);
+    const info = await stack.pool.info(env);
+    if (!info.ok) throw new Error(info.error);
+    const bad = await runVerifiersRollout(
+      { env, info: info.value, example: example.value, seed: 1, seqLen: 256, sampling: cfg.orchestrator.sampling },
+      stack.pool.verifiers,
+      { baseUrl: `${stack.inference.url}/v1`, model: MODEL, renderer: { name: 'no-such-renderer' }, policyVersion: 0 },
+    );
+    expect(bad.error).toMatch(/no-such-renderer/);
+  });
+
+  test('in-flight mode: multi-turn verifiers rollouts, every sampled token with the version the server recorded', async () => {
+    const cfg = rlConfig('prl-inflight', ['--orchestrator.in-flight.enabled', 'true', '--async-level', '1']);
+    const result = await executeRl(stack, cfg);
+    expect(result.steps).toBe(2);
+    const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
+    for (const step of [0, 1]) {
+      const rollouts = readRollouts(layout.rolloutsDir(step));
+      expect(rollouts).toHaveLength(4);
+      for (const r of rollouts) {
+        expect(r.error).toBeUndefined();
+        expect(r.turns).toBe(2);
+        const sampled = r.samples.flat().filter((g) => g.generated);
+        for (const g of sampled) {
+          const versions = Array.from(g.versions ?? []);
+          expect(versions).toHaveLength(Array.from(g.tokens).length);
+          for (const v of versions) expect(v).toBeGreaterThanOrEqual(r.policyVersion);
+          for (const v of versions) expect(v).toBeLessThanOrEqual(r.newestPolicyVersion!);
+        }
+        // Within the off-policy bound of the step that trained it.
+        expect(step - r.policyVersion).toBeLessThanOrEqual(cfg.orchestrator.in_flight.max_off_policy_steps);
+      }
+    }
   });
 });

@@ -30,7 +30,9 @@ export const cliCommands = (worker: Command): CommandTable => ({
     aliases: [RL_ALIASES, PRIME_RL_RL_KEYS],
     hubNames: (c) => [
       { key: 'model.name', name: c.trainer.model.name, type: 'model' },
-      ...(c.distill.teacher ? [{ key: 'distill.teacher.model', name: c.distill.teacher.model, type: 'model' as const }] : []),
+      ...(c.distill.teacher
+        ? [{ key: 'distill.teacher.model', name: c.distill.teacher.model, type: 'model' as const }]
+        : []),
     ],
     run: async (config) => (await import('../launch/rl')).runRl(config),
   }),
@@ -154,7 +156,10 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
       if (hub.length > 0)
         process.stderr.write(
           `Hugging Face names, from the local cache (${hubCacheDir()}):\n${hub
-            .map((h) => `  ${h.ref.key} = ${JSON.stringify(h.ref.name)} -> ${h.dir ?? `not found (the run would exit 2): ${h.error}`}`)
+            .map(
+              (h) =>
+                `  ${h.ref.key} = ${JSON.stringify(h.ref.name)} -> ${h.dir ?? `not found (the run would exit 2): ${h.error}`}`,
+            )
             .join('\n')}\n`,
         );
       const json = JSON.stringify(loaded.config, null, 2);

@@ -814,15 +814,6 @@ export const rlSchema = z
         message:
           "is the renderer of verifiers environments' env servers, and this run has none: our own environments render with the model's chat template. Remove it, or train on a verifiers environment",
       });
-    const verifiersEnv = c.env.findIndex((e) => isVerifiersEnv(e.id));
-    if (o.in_flight.enabled && verifiersEnv >= 0) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['env', verifiersEnv, 'id'],
-        message:
-          "verifiers environments are not supported with orchestrator.in_flight.enabled: their env server's renderers client drops the policy version of each token, so the off-policy bound cannot be enforced; use strict mode (the default)",
-      });
-    }
     if (
       o.in_flight.enabled &&
       o.in_flight.max_rollouts !== undefined &&

@@ -31,6 +31,7 @@ import { registerOpenAiRoutes } from './openai-routes';
 import { registerPolicyRoutes } from './policy-routes';
 import { registerRendererGenerateRoute } from './renderer-generate';
 import { Served } from './served';
+import { registerSessionVersionsRoute, SessionVersions } from './session-versions';
 
 /** Largest accepted request body. */
 const BODY_LIMIT = 16 * 1024 * 1024;
@@ -152,7 +153,9 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
 
   registerOpenAiRoutes(app, served);
   registerPolicyRoutes(app, served, { baseDir, baseReal, allowedRoots });
-  registerRendererGenerateRoute(app, served);
+  const sessionVersions = new SessionVersions();
+  registerRendererGenerateRoute(app, served, sessionVersions);
+  registerSessionVersionsRoute(app, sessionVersions);
 
   await app.listen({ host: config.server.host, port: config.server.port });
   const address = app.server.address();

@@ -4,7 +4,8 @@
  * `{model, token_ids, sampling_params: {..., stop_token_ids, logprobs: 1, skip_special_tokens}}`,
  * the response `{request_id, choices: [{index, token_ids, logprobs: {content: [{token:
  * "token_id:<id>", logprob}]}, finish_reason}]}`: exactly one finite logprob per sampled token,
- * which the client checks. Like our other routes it names the policy version that sampled.
+ * which the client checks. Like our other routes it names the policy version that sampled, which
+ * that client drops: asked to, the route also keeps it by rollout (session-versions.ts).
  */
 import { randomUUID } from 'node:crypto';
 import * as path from 'node:path';
@@ -12,6 +13,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { ApiError, neutral, parseBody, samplingFields, tokenId } from '../protocol';
 import { disconnectSignal, usage, type Served } from './served';
+import { RECORD_VERSIONS_HEADER, SESSION_HEADER, type SessionVersions } from './session-versions';
 
 const absent = (what: string) =>
   z
@@ -48,7 +50,7 @@ export const rendererGenerateRequest = z.strictObject({
   content_parts: absent('multimodal inputs (content_parts) are not supported'),
 });
 
-export function registerRendererGenerateRoute(app: FastifyInstance, served: Served): void {
+export function registerRendererGenerateRoute(app: FastifyInstance, served: Served, versions: SessionVersions): void {
   app.post('/inference/v1/generate', async (req, reply) => {
     const body = parseBody(rendererGenerateRequest, req.body);
     const sp = body.sampling_params;
@@ -76,6 +78,12 @@ export function registerRendererGenerateRoute(app: FastifyInstance, served: Serv
           'server_error',
         );
     }
+    const session = req.headers[SESSION_HEADER];
+    if (typeof session === 'string' && req.headers[RECORD_VERSIONS_HEADER] !== undefined)
+      versions.record(
+        session,
+        results.map((r) => ({ token_ids: r.tokenIds, policy_versions: r.tokenPolicyVersions })),
+      );
     return {
       request_id: body.request_id ?? `gen-${randomUUID()}`,
       model: served.modelName,
