@@ -450,11 +450,7 @@ const deploymentKeys = (prefix: string, inferGpus: string | null): Alias[] => [
   move(`${prefix}deployment.num_train_gpus`, 'trainer.world_size', { note: 'one trainer rank per GPU' }),
   inferGpus === null
     ? only(`${prefix}deployment.num_infer_gpus`, [1], 'one inference server serves the evals of an SFT run')
-    : only(
-        `${prefix}deployment.num_infer_gpus`,
-        [1],
-        'one local inference server per run: start more with `prime-rl worker --pool inference` and list them in orchestrator.base_urls',
-      ),
+    : move(`${prefix}deployment.num_infer_gpus`, inferGpus, { note: 'one local inference server per GPU' }),
   accept(`${prefix}deployment.gpus_per_node`, 'a bound prime-rl checks GPU counts against'),
   refuse(
     `${prefix}deployment`,
@@ -512,11 +508,11 @@ function inferenceKeys(rl: boolean): Alias[] {
     ),
     only(`${v}.rope_scaling`, [null], 'RoPE scaling overrides: the model config.json says how it scales'),
     only(`${v}.tensor_parallel_size`, [1], 'tensor parallelism: a server holds the whole model'),
-    only(
-      `${v}.data_parallel_size`,
-      [1],
-      'one local inference server per run: start more with `prime-rl worker --pool inference` and list them in orchestrator.base_urls',
-    ),
+    rl
+      ? move(`${v}.data_parallel_size`, 'inference.replicas', {
+          note: 'that many local inference servers, each the whole model',
+        })
+      : only(`${v}.data_parallel_size`, [1], 'one inference server serves the evals of an SFT run'),
     only(`${v}.data_parallel_size_local`, [null, 1], 'one local inference server per run'),
     accept(`${v}.data_parallel_rpc_port`, 'vLLM data-parallel RPC'),
     accept(`${v}.api_server_count`, 'vLLM API processes'),
@@ -573,7 +569,7 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   ...monitors('', true),
   ...broadcastKeys(''),
   ...tokenizerKeys(''),
-  ...deploymentKeys('', 'inference'),
+  ...deploymentKeys('', 'inference.replicas'),
   refuse('model.vlm', 'vision-language models', true),
   // [orchestrator]
   move(`${ORCH}.group_size`, `${ORCH}.rollouts_per_example`),

@@ -170,7 +170,11 @@ const envSchema = z
 
 /** Held-out examples per environment: a count, or -1 for all of them (prime-rl's spelling). */
 const evalExamples = () =>
-  z.union([positiveInt(), z.literal(-1)]).describe('held-out examples per environment; -1 = all of them');
+  z
+    .number()
+    .int()
+    .refine((n) => n >= 1 || n === -1, 'a positive count, or -1 for all')
+    .describe('held-out examples per environment; -1 = all of them');
 
 /** An eval environment: an environment, optionally with its own size and k. */
 const evalEnvSchema = envSchema
@@ -643,6 +647,11 @@ export const inferenceSchema = z
       .array(z.string())
       .optional()
       .describe('folders update_weights may load from; unset = output_dir'),
+    replicas: positiveInt()
+      .default(1)
+      .describe(
+        "rl: the inference servers `prime-rl rl` starts, each the whole model, on ports server.port, server.port + 1, ... (prime-rl's vllm.data_parallel_size); `inference` and `worker --pool inference` run one",
+      ),
   })
   .superRefine((c, ctx) => {
     // A sequence reserves prompt + max_tokens (up to seq_len) of the budget: below seq_len, long
@@ -667,6 +676,14 @@ const evalSettings = section({
   ...evalShape,
   env: z.array(evalEnvSchema).default([]).describe('eval environments; empty = the training environments'),
 });
+
+/** The servers of `inference.replicas`: the configured one, then the next ports. */
+export function replicaServers<S extends { port: number }>(inference: { server: S; replicas: number }): S[] {
+  return Array.from({ length: inference.replicas }, (_, i) => ({
+    ...inference.server,
+    port: inference.server.port + i,
+  }));
+}
 
 /** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
@@ -825,6 +842,13 @@ export const rlSchema = z
         message: `${o.in_flight.max_rollouts} is below orchestrator.rollouts_per_example (${o.rollouts_per_example}): the cap must hold at least one group`,
       });
     }
+    if (c.inference.replicas > 1 && c.inference.server.port === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['inference', 'server', 'port'],
+        message: `port 0 (any free port) leaves inference.replicas (${c.inference.replicas}) no ports to follow: choose a port`,
+      });
+    }
     if (c.orchestrator.base_urls === undefined && c.inference.server.port === 0) {
       ctx.addIssue({
         code: 'custom',
@@ -837,7 +861,10 @@ export const rlSchema = z
   // Resolved here, so that --dry-run prints (and the workflow gets) the address that is used.
   .transform((c) => ({
     ...c,
-    orchestrator: { ...c.orchestrator, base_urls: c.orchestrator.base_urls ?? [`${serverUrl(c.inference.server)}/v1`] },
+    orchestrator: {
+      ...c.orchestrator,
+      base_urls: c.orchestrator.base_urls ?? replicaServers(c.inference).map((server) => `${serverUrl(server)}/v1`),
+    },
   }));
 
 // ---------------------------------------------------------------------------------------------
