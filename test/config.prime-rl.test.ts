@@ -13,13 +13,13 @@ import { parse as parseToml } from 'smol-toml';
 import type { Alias } from '../lib/config/aliases';
 import { cliCommands, type CommandTable } from '../lib/cli/main';
 import type { Command } from '../lib/cli/command';
-import { ConfigError } from '../lib/config/errors';
 import { loadConfig } from '../lib/config/loader';
 import { PRIME_RL_EVAL_KEYS, PRIME_RL_RL_KEYS, PRIME_RL_SFT_KEYS } from '../lib/config/prime-rl';
 import type { EvalConfig, RLConfig, SFTConfig } from '../lib/config/schemas';
 import { createModel } from '../lib/model/create';
 import { projectRoot } from '../lib/paths';
 import { addToHubCache, folderFiles } from './hub-cache';
+import { configError } from './config-error';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-prl-config-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -40,15 +40,6 @@ const loadText = <T>(name: Name, text: string, argv: string[] = []) => {
   fs.writeFileSync(file, text);
   return load<T>(name, ['@', file, ...argv]);
 };
-function configError(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(ConfigError);
-    return (e as Error).message;
-  }
-  throw new Error('expected a ConfigError');
-}
 
 /** The CLI as users run it (the compiled bin/prime-rl.js). */
 function cli(args: string[], env: NodeJS.ProcessEnv = {}) {

@@ -48,6 +48,16 @@ const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-launcher-'));
 const modelDir = path.join(root, 'model');
 const outputDir = path.join(root, 'outputs');
 
+/** Stops a dev server a test's launcher started (left running for other commands). */
+function stopServer(pid: number | undefined): void {
+  if (pid === undefined) return;
+  try {
+    process.kill(pid, 'SIGTERM');
+  } catch {
+    // already gone
+  }
+}
+
 beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
 const cli = new CliProcesses(path.join(root, 'cli'));
 afterAll(() => {
@@ -112,13 +122,7 @@ test('a command that started the dev server leaves it running for another comman
     }
   } finally {
     await first.stop();
-    if (serverPid !== undefined) {
-      try {
-        process.kill(serverPid, 'SIGTERM');
-      } catch {
-        // already gone
-      }
-    }
+    stopServer(serverPid);
   }
 });
 
@@ -305,12 +309,6 @@ test('inference.replicas (prime-rl data_parallel_size): rl starts that many serv
       expect(fs.readFileSync(path.join(logs, file), 'utf8')).toContain(`on http://127.0.0.1:${p}`);
   } finally {
     await run.stop();
-    if (serverPid !== undefined) {
-      try {
-        process.kill(serverPid, 'SIGTERM');
-      } catch {
-        // already gone
-      }
-    }
+    stopServer(serverPid);
   }
 });

@@ -557,19 +557,24 @@ function inferenceKeys(rl: boolean): Alias[] {
   ];
 }
 
+/** The top-level blocks `rl` and `sft` share; `inferGpus`: where num_infer_gpus goes (null: one server only). */
+const trainingTop = (wandb: boolean, inferGpus: string | null): Alias[] => [
+  ...commonTop(),
+  ...ckptKeys(''),
+  ...resumeKeys(''),
+  ...monitors('', wandb),
+  ...broadcastKeys(''),
+  ...tokenizerKeys(''),
+  ...deploymentKeys('', inferGpus),
+];
+
 // ---------------------------------------------------------------------------------------------
 // rl
 
 const ORCH = 'orchestrator';
 
 export const PRIME_RL_RL_KEYS: readonly Alias[] = [
-  ...commonTop(),
-  ...ckptKeys(''),
-  ...resumeKeys(''),
-  ...monitors('', true),
-  ...broadcastKeys(''),
-  ...tokenizerKeys(''),
-  ...deploymentKeys('', 'inference.replicas'),
+  ...trainingTop(true, 'inference.replicas'),
   refuse('model.vlm', 'vision-language models', true),
   // [orchestrator]
   move(`${ORCH}.group_size`, `${ORCH}.rollouts_per_example`),
@@ -687,13 +692,7 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
 // sft
 
 export const PRIME_RL_SFT_KEYS: readonly Alias[] = [
-  ...commonTop(),
-  ...ckptKeys(''),
-  ...resumeKeys(''),
-  ...monitors('', false),
-  ...broadcastKeys(''),
-  ...tokenizerKeys(''),
-  ...deploymentKeys('', null),
+  ...trainingTop(false, null),
   {
     from: 'renderer',
     to: 'eval.renderer',
