@@ -104,10 +104,12 @@ export const resolveModelDir = (name: string, key = 'model.name') => resolveHubN
 /**
  * How a verifiers env server names the model (its requests' `model`, and what its renderer loads):
  * a hub name as given, so the renderer resolves from it as in prime-rl and transformers loads it
- * from the same cache offline; a folder by its absolute path.
+ * from the same cache offline; a folder by its absolute path, and so a name with a revision
+ * (transformers takes revisions apart from names).
  */
 export function verifiersModelName(name: string): string {
-  return isHubName(name) ? name : path.resolve(name);
+  if (!isHubName(name)) return path.resolve(name);
+  return name.includes('@') ? resolveModelDir(name) : name;
 }
 
 /** A model or dataset a config names, by its key. */

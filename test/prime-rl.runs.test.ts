@@ -18,7 +18,9 @@ import type { Command } from '../lib/cli/command';
 import { loadConfig } from '../lib/config/loader';
 import type { RLConfig, SFTConfig } from '../lib/config/schemas';
 import { readEvalResults } from '../lib/eval';
+import { loadEnvironment } from '../lib/envs/loader';
 import { EnvPool } from '../lib/envs/pool';
+import { Failure, isBadInput } from '../lib/failures';
 import { VERIFIERS_VENV } from '../lib/envs/verifiers/environment';
 import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
@@ -102,6 +104,13 @@ suite('prime-rl files, run as they are', () => {
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;
     fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  test('a taskset that is not installed is named, with how to install it into .venv-verifiers (bad input: exit 2)', () => {
+    expect(() => loadEnvironment('verifiers:owner/reverse-text@0.1', {})).toThrow(
+      /taskset 'owner\/reverse-text@0\.1' is not installed in .*\.venv-verifiers: verifiers imports it as 'verifiers\.v1\.tasksets\.reverse_text' or 'reverse_text'.*\.venv-verifiers\/bin\/pip install/s,
+    );
+    expect(isBadInput(Failure.InvalidEnvironment)).toBe(true);
   });
 
   test('sft.toml by hub names: parquet data from the cache, the taskset evaluated every 2 steps into eval/ and the metrics', async () => {

@@ -154,7 +154,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   registerOpenAiRoutes(app, served);
   registerPolicyRoutes(app, served, { baseDir, baseReal, allowedRoots });
   const sessionVersions = new SessionVersions();
-  registerRendererGenerateRoute(app, served, sessionVersions);
+  registerRendererGenerateRoute(app, served, sessionVersions, baseDir);
   registerSessionVersionsRoute(app, sessionVersions);
 
   await app.listen({ host: config.server.host, port: config.server.port });

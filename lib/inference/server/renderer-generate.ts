@@ -50,12 +50,19 @@ export const rendererGenerateRequest = z.strictObject({
   content_parts: absent('multimodal inputs (content_parts) are not supported'),
 });
 
-export function registerRendererGenerateRoute(app: FastifyInstance, served: Served, versions: SessionVersions): void {
+export function registerRendererGenerateRoute(
+  app: FastifyInstance,
+  served: Served,
+  versions: SessionVersions,
+  /** The served model's folder (a Hugging Face name's snapshot): verifiers may name the model by it. */
+  modelDir: string,
+): void {
   app.post('/inference/v1/generate', async (req, reply) => {
     const body = parseBody(rendererGenerateRequest, req.body);
     const sp = body.sampling_params;
     // verifiers names the model by the folder its renderer loads: the served folder, however spelt, is the served model.
-    if (body.model === undefined || path.resolve(body.model) !== path.resolve(served.modelName))
+    const folder = body.model === undefined ? undefined : path.resolve(body.model);
+    if (folder === undefined || (folder !== path.resolve(served.modelName) && folder !== modelDir))
       served.checkModel(body.model);
     served.checkPrompt(body.token_ids, 'token_ids');
     const maxTokens = served.maxTokensFor(body.token_ids.length, sp.max_tokens, 'sampling_params.max_tokens');
