@@ -278,10 +278,15 @@ describe('datasets', () => {
     expect(counts.rows).toBe(1);
     expect(counts.lossTokens).toBe('<reversed_text>\ncba\n</reversed_text>'.length + 1 + 'yx'.length + 1);
 
-    const env = await loadSftDataset(tokenizer, { env: { id: 'arithmetic', args: { digits: 1 } }, numExamples: 5 }, 'eval', {
-      lossRoles: ['assistant'],
-      seed: 1,
-    });
+    const env = await loadSftDataset(
+      tokenizer,
+      { env: { id: 'arithmetic', args: { digits: 1 } }, numExamples: 5 },
+      'eval',
+      {
+        lossRoles: ['assistant'],
+        seed: 1,
+      },
+    );
     expect(env.samples).toHaveLength(5);
     expect(env.sources[4]).toBe('env arithmetic eval example 4');
   });
