@@ -200,6 +200,17 @@ test.each(
 });
 
 test.each(
+  TABLES.flatMap(([name, table]) =>
+    table.filter((a) => a.refuse && a.presence).map((a) => [name, a.from, a.refuse!] as const),
+  ),
+)('%s refuses an empty [%s] table too (it turns the feature on), naming it', (name, key, reason) => {
+  const parts = key.split('.');
+  const text = `${BASE[name as Name]}[${parts.join('.')}]\n`;
+  expect(configError(() => loadText(name as Name, text, MODEL))).toContain(`${key} (in `);
+  expect(configError(() => loadText(name as Name, text, MODEL))).toContain(reason);
+});
+
+test.each(
   TABLES.flatMap(([name, table]) => table.filter((a) => a.check && !a.table).map((a) => [name, a.from] as const)),
 )('%s refuses a value of %s that is not ours, naming the key', (name, key) => {
   const message = configError(() => loadText(name as Name, withSetting(name as Name, key, '"__not_ours__"'), MODEL));
@@ -346,4 +357,9 @@ describe('Hugging Face names from the local cache', () => {
     expect(r.stderr).toContain('data.name: willcb/R1-reverse-wikipedia-paragraphs-v1-1000 is not a folder');
     expect(r.stderr).toContain('hf download willcb/R1-reverse-wikipedia-paragraphs-v1-1000 --repo-type dataset');
   });
+});
+
+test('an empty table of a setting that is ours anyway ([deployment], [orchestrator.algo]) is no refusal', () => {
+  const c = loadText<RLConfig>('rl', `${BASE.rl}[deployment]\n[orchestrator.algo]\n[trainer]\n`, MODEL);
+  expect(c.trainer.world_size).toBe(1);
 });

@@ -33,6 +33,8 @@ export interface Alias {
   check?(value: unknown, source: Raw): string | undefined;
   /** No equivalent here: the key (each key of a table) is an error giving this reason. */
   refuse?: string;
+  /** A table whose presence turns a feature on (`[slurm]`): refused even empty. */
+  presence?: boolean;
   /** Our keys the value becomes, when it is not simply `to` (a list of sources into [[env]] entries). */
   convert?(value: unknown, at: ConvertAt): Converted[];
 }
@@ -192,7 +194,10 @@ export function applyAliases(tree: Raw, aliases: readonly Alias[], where: string
     if (alias.table) {
       if (!isTable(value)) continue; // not a table: left for the key check to report
       remove(tree, keys);
-      // An empty table says "on, with the defaults" ([monitors.wandb]): ours gets one too.
+      // An empty table says "on, with the defaults" ([monitors.wandb]): ours gets one too; a refused
+      // feature's ([slurm]) is refused all the same.
+      if (Object.keys(value).length === 0 && alias.refuse && alias.presence)
+        throw refusal(alias.from, where, alias.refuse);
       if (Object.keys(value).length === 0 && alias.to !== null && !alias.refuse) {
         mapped.push({ from: alias.from, to: alias.to, value, where, ...(alias.note ? { note: alias.note } : {}) });
         if (get(tree, alias.to) === undefined) set(tree, split(alias.to), {});

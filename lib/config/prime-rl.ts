@@ -24,6 +24,8 @@ const shown = (v: unknown) => JSON.stringify(v);
 const accept = (from: string, note: string, table = false): Alias => ({ from, to: null, note, table });
 /** No equivalent here: an error naming the key and why (every key of it, for a table). */
 const refuse = (from: string, reason: string, table = false): Alias => ({ from, to: null, refuse: reason, table });
+/** A feature prime-rl turns on with a table, even an empty one (`[slurm]`), that has no equivalent here. */
+const refuseFeature = (from: string, reason: string): Alias => ({ ...refuse(from, reason, true), presence: true });
 /** Accepted at the values that are our behaviour; any other value is refused with the reason. */
 const only = (from: string, values: unknown[], reason: string, table = false): Alias => ({
   from,
@@ -292,15 +294,14 @@ const monitors = (prefix: string, wandb: boolean): Alias[] => [
   ...(wandb
     ? wandbKeys(`${prefix}monitors.wandb`)
     : [
-        refuse(
+        refuseFeature(
           `${prefix}monitors.wandb`,
           'only `prime-rl rl` logs to W&B (sft and eval runs write metrics.jsonl and the report)',
-          true,
         ),
       ]),
   only(`${prefix}monitors.file.path`, ['metrics.jsonl'], 'metrics always go to <run>/metrics.jsonl'),
   accept(`${prefix}monitors.file`, 'metrics always go to <run>/metrics.jsonl', true),
-  refuse(`${prefix}monitors.prime`, 'the Prime Intellect platform monitor', true),
+  refuseFeature(`${prefix}monitors.prime`, 'the Prime Intellect platform monitor'),
 ];
 
 /** `[ckpt]` (ours too, at the top) and the trainer's and orchestrator's, which are the same checkpoints here. */
@@ -386,7 +387,7 @@ function trainerModel(prefix: string, seqLenTo: string | null, lora: string): Al
     accept(`${m}.fused_lm_head_token_chunk_size`, PERF),
     accept(`${m}.conversion_dir`, 'weights load as they are in the model folder'),
     only(`${m}.trust_remote_code`, [false], 'no model code runs here'),
-    refuse(`${m}.vlm`, 'vision-language models', true),
+    refuseFeature(`${m}.vlm`, 'vision-language models'),
     refuse(`${m}.debug`, 'model debugging overrides', true),
     refuse(`${m}.lora.modules_to_save`, 'LoRA trains the adapters only'),
     // An empty [model.lora] table turns LoRA on with its defaults.
@@ -462,13 +463,12 @@ const deploymentKeys = (prefix: string, inferGpus: string | null): Alias[] => [
 const commonTop = (prefix = ''): Alias[] => [
   refuse(`${prefix}env_vars`, ENV_VARS, true),
   refuse(`${prefix}log`, LOGS, true),
-  refuse(`${prefix}slurm`, SLURM, true),
-  refuse(
+  refuseFeature(`${prefix}slurm`, SLURM),
+  refuseFeature(
     `${prefix}heartbeat`,
     'BetterStack heartbeats: watch runs with `prime-rl runs show`, the Temporal UI or metrics.jsonl',
-    true,
   ),
-  refuse(`${prefix}metrics_server`, "Prometheus: the inference server's /metrics", true),
+  refuseFeature(`${prefix}metrics_server`, "Prometheus: the inference server's /metrics"),
   only(`${prefix}dry_run`, [false], 'give --dry-run on the command line'),
   only(`${prefix}clean`, [false], 'a run folder holding another run is refused, never deleted: remove it yourself'),
   move(`${prefix}run.name`, 'run_name'),
@@ -545,14 +545,14 @@ function inferenceKeys(rl: boolean): Alias[] {
     refuse('inference.env_vars', ENV_VARS, true),
     only('inference.use_deep_gemm', [false], 'FP8 DeepGEMM kernels'),
     ...broadcastKeys('inference.'),
-    refuse('inference.kv_cache_offload', 'KV cache offload to CPU or disk', true),
+    refuseFeature('inference.kv_cache_offload', 'KV cache offload to CPU or disk'),
     only('inference.use_pd_kv_transfer', [false], 'prefill/decode disaggregation'),
     accept('inference.enable_fp32_lm_head', "the LM head's log-softmax is fp32"),
     accept('inference.enable_fp32_router_logits', 'router logits are fp32'),
     only('inference.deployment.type', ['single_node'], 'a multi-node inference deployment: start servers on each host'),
     accept('inference.deployment.gpus_per_node', 'a bound prime-rl checks GPU counts against'),
     refuse('inference.deployment', 'a multi-node inference deployment: start servers on each host', true),
-    refuse('inference.slurm', SLURM, true),
+    refuseFeature('inference.slurm', SLURM),
     only('inference.dry_run', [false], 'give --dry-run on the command line'),
   ];
 }
@@ -575,7 +575,7 @@ const ORCH = 'orchestrator';
 
 export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   ...trainingTop(true, 'inference.replicas'),
-  refuse('model.vlm', 'vision-language models', true),
+  refuseFeature('model.vlm', 'vision-language models'),
   // [orchestrator]
   move(`${ORCH}.group_size`, `${ORCH}.rollouts_per_example`),
   sources(`${ORCH}.train.source`, 'env', { kind: 'train', group: ORCH, groupSize: 'group_size' }),
@@ -612,12 +612,11 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   accept(`${ORCH}.model.client.skip_model_check`, 'the run checks its own servers'),
   accept(`${ORCH}.model.client.extra_headers_from_state`, 'session routing headers: requests go by load here'),
   refuse(`${ORCH}.model.client`, 'client settings: inference.server.api_key_var is the key both sides use', true),
-  refuse(
+  refuseFeature(
     `${ORCH}.model.lora`,
     'LoRA adapters by name: the trainer merges LoRA into the weights the servers load',
-    true,
   ),
-  refuse(`${ORCH}.model.vlm`, 'vision-language models', true),
+  refuseFeature(`${ORCH}.model.vlm`, 'vision-language models'),
   only(`${ORCH}.model.trust_remote_code`, [false], 'no model code runs here'),
   ...tokenizerKeys(`${ORCH}.`),
   refuse(`${ORCH}.log`, LOGS, true),
@@ -676,8 +675,8 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   accept('trainer.gc', "Python's garbage collector", true),
   refuse('trainer.trace_path', 'PyTorch profiler traces: bench/compare.ts --profile'),
   move('trainer.dist_timeout_seconds', 'trainer.dist.timeout_s'),
-  refuse('trainer.heartbeat', 'BetterStack heartbeats', true),
-  refuse('trainer.metrics_server', "Prometheus: the inference server's /metrics", true),
+  refuseFeature('trainer.heartbeat', 'BetterStack heartbeats'),
+  refuseFeature('trainer.metrics_server', "Prometheus: the inference server's /metrics"),
   only(
     'trainer.enable_token_export',
     [false],
@@ -809,5 +808,5 @@ export const PRIME_RL_EVAL_KEYS: readonly Alias[] = [
   refuse('eval.client', 'client settings: client.base_url and client.api_key_var', true),
   accept('eval.env_server_base_port', 'env servers bind free loopback ports'),
   refuse('eval.concurrency', 'adaptive eval concurrency', true),
-  refuse('online', "watching weight broadcasts: evaluate a run's weights with weights_dir (and steps)", true),
+  refuseFeature('online', "watching weight broadcasts: evaluate a run's weights with weights_dir (and steps)"),
 ];
