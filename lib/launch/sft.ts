@@ -4,6 +4,7 @@
  */
 import * as path from 'node:path';
 import { inferenceSchema, type SFTConfig } from '../config/schemas';
+import { readEvalResults, renderEvalTable } from '../eval';
 import { writeReport } from '../report';
 import { RunLayout } from '../run/layout';
 import { stepLine } from '../run/progress';
@@ -89,8 +90,10 @@ export async function runSft(config: SFTConfig): Promise<void> {
   const run = await launchSft(config);
   await follow(run, config.run_name, (result) => {
     const m = result.lastTrain?.metrics;
+    const evals = readEvalResults(result.runDir);
     process.stdout.write(
       `sft ${config.run_name} ${result.reachedTarget ? `reached val.target_loss ${config.val.target_loss}` : result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last loss ${m?.loss.toFixed(4) ?? '-'}, val loss ${result.lastValLoss?.toFixed(4) ?? '-'}\n` +
+        (evals.length > 0 ? `${renderEvalTable(evals)}\n` : '') +
         `  run folder: ${result.runDir}\n  weights:    ${result.weightsDir ?? '-'}\n  report:     ${writeReport(result.runDir)}\n`,
     );
   });
