@@ -9,6 +9,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { verifiersModelName } from '../lib/hub';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { storedJson, writeFileAtomic } from '../lib/atomic';
@@ -21,7 +22,7 @@ import {
   type EvalExample,
   type EvalResults,
 } from '../lib/eval';
-import type { EnvSpec } from '../lib/envs/loader';
+import { evalEnvs, evalExampleCount, type EvalEnv } from '../lib/eval/envs';
 import type { EnvPool } from '../lib/envs/pool';
 import { hash32 } from '../lib/envs/random';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
@@ -50,8 +51,10 @@ export type EvalTarget =
   | {
       kind: 'local';
       baseUrls: string[];
-      /** tokenizer and chat template */
+      /** The served model, a folder or a Hugging Face name: its tokenizer and chat template. */
       modelDir: string;
+      /** The renderer verifiers env servers render with (orchestrator.renderer). */
+      renderer?: Record<string, unknown>;
       /** API key and in-flight bound (no bound: an eval keeps CONCURRENCY rollouts in flight). */
       client?: InferenceClientOptions;
     }
@@ -59,7 +62,7 @@ export type EvalTarget =
 
 export interface EvalPlan {
   runDir: string;
-  envs: EnvSpec[];
+  envs: EvalEnv[];
   numExamples: number;
   rolloutsPerExample: number;
   sampling: SamplingSettings;
@@ -93,7 +96,7 @@ async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) 
 }
 
 /** Results keys: env ids, suffixed where one id is evaluated with several args. */
-function envKeys(envs: readonly EnvSpec[]): string[] {
+function envKeys(envs: readonly EvalEnv[]): string[] {
   return envs.map((e, i) => (envs.filter((o) => o.id === e.id).length > 1 ? `${e.id}#${i}` : e.id));
 }
 
@@ -137,11 +140,11 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
     versions.push({ name: config.model.name, step: null, policyVersion: 0 });
   } else {
     if (!config.model.name) throw bad('model.name: the model folder to evaluate (the base of weights_dir)');
-    const modelDir = checkModel(config.model.name);
+    checkModel(config.model.name);
     target = {
       kind: 'local',
       baseUrls: [`${serverUrl(config.server)}/v1`],
-      modelDir,
+      modelDir: config.model.name,
       client:
         config.server.api_key_var !== undefined
           ? { apiKeyVar: config.server.api_key_var, apiKeySetting: 'server.api_key_var' }
@@ -166,7 +169,7 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
   writeFileAtomic(path.join(layout.dir, 'configs', 'eval.json'), `${JSON.stringify(config, null, 2)}\n`);
   return {
     runDir: layout.dir,
-    envs: config.env.map((e) => ({ id: e.id, args: e.args })),
+    envs: evalEnvs(config.env),
     numExamples: config.num_examples,
     rolloutsPerExample: config.rollouts_per_example,
     sampling: config.sampling,
@@ -184,8 +187,13 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
         const { plan, version } = input;
         const env = plan.envs[input.env];
         const info = await environmentInfo(pool, env);
-        const n = Math.min(plan.numExamples, info.size.eval ?? Infinity);
-        const k = plan.rolloutsPerExample;
+        let n: number;
+        try {
+          n = evalExampleCount(env.numExamples ?? plan.numExamples, info.size.eval ?? undefined, env.id);
+        } catch (e) {
+          throw ApplicationFailure.nonRetryable((e as Error).message, Failure.InvalidConfig);
+        }
+        const k = env.rolloutsPerExample ?? plan.rolloutsPerExample;
         const t = plan.target;
         let client: InferenceClient | undefined;
         const apiKey = t.kind === 'api' && t.apiKeyVar !== undefined ? process.env[t.apiKeyVar] : undefined;
@@ -214,8 +222,8 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
                   tokenizerOf(t.modelDir),
                   {
                     baseUrl: t.baseUrls[(index * k + sample) % t.baseUrls.length],
-                    model: t.modelDir,
-                    tokenizerDir: t.modelDir,
+                    model: verifiersModelName(t.modelDir),
+                    renderer: t.renderer,
                     apiKeyVar: t.client?.apiKeyVar,
                     policyVersion: version.policyVersion,
                   },

@@ -4,20 +4,21 @@
  * that already holds another run.
  */
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import type { EnvSpec } from '../lib/envs/loader';
 import { loadEnvironment } from '../lib/envs/loader';
 import type { EnvPool } from '../lib/envs/pool';
 import type { EnvironmentInfo } from '../lib/envs/types';
 import { Failure } from '../lib/failures';
+import { resolveModelDir } from '../lib/hub';
 import { readHfConfig } from '../lib/model/hf';
 import type { RunLayout } from '../lib/run/layout';
 
-/** The resolved model folder `dir` (config key `key`), when it holds a loadable model (InvalidModel otherwise). */
-export function checkModel(dir: string, key = 'model.name'): string {
-  const resolved = path.resolve(dir);
+/** The model folder `name` (a folder or a Hugging Face name; config key `key`) stands for, when it holds a loadable model (InvalidModel otherwise). */
+export function checkModel(name: string, key = 'model.name'): string {
+  let resolved: string;
   try {
+    resolved = resolveModelDir(name, key);
     readHfConfig(resolved);
   } catch (e) {
     throw ApplicationFailure.nonRetryable(`${key}: ${(e as Error).message}`, Failure.InvalidModel);

@@ -7,6 +7,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { resolveModelDir, verifiersModelName } from '../lib/hub';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { storedResult, writeDirAtomic } from '../lib/atomic';
@@ -99,13 +100,13 @@ export interface RolloutDeps {
   pool: EnvPool;
 }
 
-/** Tokenizers by model folder, loaded once per worker process. */
+/** Tokenizers by model (a folder or a Hugging Face name), loaded once per worker process. */
 const tokenizers = new Map<string, Tokenizer>();
-export function tokenizerOf(modelDir: string): Tokenizer {
-  let t = tokenizers.get(modelDir);
+export function tokenizerOf(model: string): Tokenizer {
+  let t = tokenizers.get(model);
   if (!t) {
-    t = Tokenizer.fromDir(modelDir);
-    tokenizers.set(modelDir, t);
+    t = Tokenizer.fromDir(resolveModelDir(model));
+    tokenizers.set(model, t);
   }
   return t;
 }
@@ -146,8 +147,8 @@ async function checkPromptsFit(
 export interface RolloutContext {
   config: RLConfig;
   infos: EnvironmentInfo[];
-  /** The policy's model folder (absolute): its tokenizer, and what a verifiers env server names. */
-  modelDir: string;
+  /** The policy's model as a verifiers env server names it (lib/hub.ts verifiersModelName). */
+  verifiersModel: string;
   tokenizer: Tokenizer;
   mixEntries: MixEntry[];
   examplesPerStep: number;
@@ -162,12 +163,11 @@ export async function rolloutContext(runDir: string, pool: EnvPool): Promise<Rol
     throw ApplicationFailure.nonRetryable('no environments configured ([[env]])', Failure.InvalidConfig);
   const infos: EnvironmentInfo[] = [];
   for (const e of config.env) infos.push(await environmentInfo(pool, e));
-  const modelDir = path.resolve(o.model.name);
   return {
     config,
     infos,
-    modelDir,
-    tokenizer: tokenizerOf(modelDir),
+    verifiersModel: verifiersModelName(o.model.name),
+    tokenizer: tokenizerOf(o.model.name),
     mixEntries: config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
     examplesPerStep: o.batch_size / o.rollouts_per_example,
     teacher: config.distill?.teacher ? new TeacherClient(config.distill.teacher) : undefined,
@@ -224,8 +224,10 @@ export async function playGroup(
             // A verifiers env server calls an inference server itself: one per group, round robin.
             {
               baseUrl: o.base_urls[group % o.base_urls.length],
-              model: ctx.modelDir,
-              tokenizerDir: ctx.modelDir,
+              model: ctx.verifiersModel,
+              renderer: o.renderer,
+              // The weights change while the rollout runs: each token's version from the server's records.
+              recordVersions: o.in_flight.enabled,
               apiKeyVar: rlClientOptions(ctx.config).apiKeyVar,
               policyVersion,
             },

@@ -11,6 +11,7 @@ import { rlSchema, type RLConfig } from '../lib/config/schemas';
 import { checkConfig, storedConfigText } from '../lib/run/config';
 import { rewindRun as rewind } from '../lib/run/rewind';
 import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins';
+import { resolveModelDir } from '../lib/hub';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { readHfConfig } from '../lib/model/hf';
 import { routerReplayRefusal } from '../lib/trainer/spec';
@@ -60,7 +61,7 @@ function checkTeacher(student: string, teacher: TeacherServer & { model: string 
   }
   const mismatch = tokenizerMismatch(
     Tokenizer.fromDir(path.resolve(student)),
-    Tokenizer.fromDir(path.resolve(teacher.model)),
+    Tokenizer.fromDir(resolveModelDir(teacher.model, 'distill.teacher.model')),
   );
   if (mismatch)
     throw ApplicationFailure.nonRetryable(

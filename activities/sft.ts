@@ -8,9 +8,11 @@ import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import { Failure } from '../lib/failures';
+import { resolveHubName } from '../lib/hub';
 import { checkConfig, readSftPlan, storedConfigText, type SftPlan } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { appendStepMetrics } from '../lib/run/metrics';
+import type { EvalResults } from '../lib/eval/results';
 import type { SftDataSource } from '../lib/sft';
 import type { SftPrepareInput, SftPrepareResult } from '../lib/sft/prepare';
 import { libModule } from '../lib/thread';
@@ -21,12 +23,23 @@ import type { TrainSummary } from './types';
 /** Validation examples drawn from data.env's eval split when val.num_examples is unset. */
 const DEFAULT_ENV_VAL_EXAMPLES = 64;
 
+/** A Hugging Face dataset name (or a folder laid out as on the Hub): its folder (InvalidConfig when found nowhere). */
+function hubDataset(name: string, split: string, key: string): SftDataSource['dataset'] {
+  try {
+    return { dir: resolveHubName(name, 'dataset', key), name, split };
+  } catch (e) {
+    throw ApplicationFailure.nonRetryable((e as Error).message, Failure.InvalidConfig);
+  }
+}
+
 function validationSource(c: SFTConfig): SftDataSource | undefined {
   if (c.val.interval === undefined) return undefined;
   if (c.val.path !== undefined) return { path: path.resolve(c.val.path), numExamples: c.val.num_examples };
+  if (c.val.name !== undefined)
+    return { dataset: hubDataset(c.val.name, c.val.split, 'val.name'), numExamples: c.val.num_examples };
   if (c.data.env !== undefined) return { env: c.data.env, numExamples: c.val.num_examples ?? DEFAULT_ENV_VAL_EXAMPLES };
   throw ApplicationFailure.nonRetryable(
-    'val.interval is set but there is no validation data: set val.path, or use data.env (its eval split)',
+    'val.interval is set but there is no validation data: set val.path or val.name, or use data.env (its eval split)',
     Failure.InvalidConfig,
   );
 }
@@ -49,7 +62,12 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
     runDir: layout.dir,
     modelDir,
     configText: text,
-    train: { path: d.path === undefined ? undefined : path.resolve(d.path), env: d.env, numExamples: d.num_examples },
+    train: {
+      path: d.path === undefined ? undefined : path.resolve(d.path),
+      dataset: d.name === undefined ? undefined : hubDataset(d.name, d.split, 'data.name'),
+      env: d.env,
+      numExamples: d.num_examples,
+    },
     val: validationSource(config),
     lossRoles: d.loss_roles,
     seed: config.seed,
@@ -80,10 +98,23 @@ export interface SftStepRecordInput {
   valLoss?: number;
   /** Unix seconds around the train step, as the workflow saw them. */
   time: { train_start: number; train_end: number };
+  /** The environments' evals of the weights after this step, when they ran (eval.interval). */
+  evals?: EvalResults[];
+}
+
+/** `eval/<env>/avg@k` (and pass@1 where rewards are binary) of each environment evaluated. */
+function evalMetrics(evals: readonly EvalResults[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const r of evals)
+    for (const [env, m] of Object.entries(r.environments)) {
+      out[`eval/${env}/avg@${m.rollouts_per_example}`] = m.avg_at_k;
+      if (m.pass_at_k?.['1'] !== undefined) out[`eval/${env}/pass@1`] = m.pass_at_k['1'];
+    }
+  return out;
 }
 
 /** One metrics.jsonl line per SFT step. */
-export async function recordSftStep({ runDir, step, train, valLoss, time }: SftStepRecordInput): Promise<void> {
+export async function recordSftStep({ runDir, step, train, valLoss, time, evals }: SftStepRecordInput): Promise<void> {
   const m = train.metrics;
   appendStepMetrics(new RunLayout(runDir).metricsFile, {
     step,
@@ -101,6 +132,7 @@ export async function recordSftStep({ runDir, step, train, valLoss, time }: SftS
           expert_load_max: m.expert_load_max,
           expert_load_mean: m.expert_load_mean,
         }),
+    ...(evals ? evalMetrics(evals) : {}),
     progress: train.progress,
     time,
   });

@@ -5,10 +5,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { aliasesHelp, findAlias, RL_ALIASES } from '../lib/config/aliases';
-import { ConfigError } from '../lib/config/errors';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { projectRoot } from '../lib/paths';
+import { configError } from './config-error';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-aliases-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -30,16 +30,6 @@ const load = (argv: string[]) =>
     shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
     aliases: RL_ALIASES,
   });
-
-function configError(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(ConfigError);
-    return (e as Error).message;
-  }
-  throw new Error('expected a ConfigError');
-}
 
 test('the documented config loads unchanged and every key lands on ours', () => {
   const { config: c, mapped } = load(['@', file('doc.toml', documented)]);

@@ -1,10 +1,10 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { ConfigError } from '../lib/config/errors';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, evalSchema, rlSchema, sftSchema, modelCreateSchema } from '../lib/config/schemas';
 import { POLICY_LOSSES } from '../native/loss-kinds';
+import { configError } from './config-error';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-config-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -20,16 +20,6 @@ const rl = (argv: string[], env: NodeJS.ProcessEnv = {}) =>
   loadConfig({ schema: rlSchema, argv: ['--model.name', 'm', ...argv], env, cwd: dir, shared }).config;
 const sft = (argv: string[], env: NodeJS.ProcessEnv = {}) =>
   loadConfig({ schema: sftSchema, argv: ['--model.name', 'm', ...argv], env, cwd: dir }).config;
-
-function configError(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(ConfigError);
-    return (e as Error).message;
-  }
-  throw new Error('expected a ConfigError');
-}
 
 describe('precedence: CLI > files > env > defaults', () => {
   const toml = file('lr.toml', '[optim]\nlr = 2e-5\n');
@@ -280,9 +270,9 @@ describe('in-flight mode refuses what it cannot honour, naming the key', () => {
   test('evals between steps', () => {
     expect(configError(() => rl([...inFlight, '--eval.interval', '2']))).toMatch(/eval\.interval.*in_flight/s);
   });
-  test('a verifiers environment (its tokens carry no policy version)', () => {
-    const msg = configError(() => rl([...inFlight.slice(0, 2), '--env', '[{"id": "verifiers:reverse_words"}]']));
-    expect(msg).toMatch(/env\.0\.id.*verifiers environments are not supported/s);
+  test('a verifiers environment is taken: its tokens get their versions from the server that sampled them', () => {
+    const c = rl([...inFlight.slice(0, 2), '--env', '[{"id": "verifiers:reverse_words"}]']);
+    expect(c.orchestrator.in_flight.enabled).toBe(true);
   });
   test('strict mode takes both', () => {
     expect(rl(['--env', '[{"id": "verifiers:reverse_words"}]', '--eval.interval', '2']).eval.interval).toBe(2);

@@ -48,6 +48,16 @@ const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-launcher-'));
 const modelDir = path.join(root, 'model');
 const outputDir = path.join(root, 'outputs');
 
+/** Stops a dev server a test's launcher started (left running for other commands). */
+function stopServer(pid: number | undefined): void {
+  if (pid === undefined) return;
+  try {
+    process.kill(pid, 'SIGTERM');
+  } catch {
+    // already gone
+  }
+}
+
 beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
 const cli = new CliProcesses(path.join(root, 'cli'));
 afterAll(() => {
@@ -112,13 +122,7 @@ test('a command that started the dev server leaves it running for another comman
     }
   } finally {
     await first.stop();
-    if (serverPid !== undefined) {
-      try {
-        process.kill(serverPid, 'SIGTERM');
-      } catch {
-        // already gone
-      }
-    }
+    stopServer(serverPid);
   }
 });
 
@@ -263,4 +267,48 @@ test('the Temporal dev server of a killed launcher, left up for other commands, 
   expect(stopped.stdout).toBe(`Temporal dev server (pid ${server.pid}) stopped.\n`);
   expect(stopped.status).toBe(0);
   expect(await isListening('127.0.0.1', port)).toBe(false);
+});
+
+test('inference.replicas (prime-rl data_parallel_size): rl starts that many servers on consecutive ports and samples from all', async () => {
+  const { rlSchema, RL_SECTIONS, RL_SHARED_KEYS } = await import('../lib/config/schemas');
+  const { launchRun } = await import('../lib/launch/rl');
+  const [port, temporalPort, uiPort] = [await freePort(), await freePort(), await freePort()];
+  const config = loadConfig({
+    schema: rlSchema,
+    argv: [
+      ...['--run-name', 'replicas', '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '128'],
+      ...[
+        '--max-steps',
+        '1',
+        '--env',
+        '[{"id": "reverse-text"}]',
+        '--trainer.threads',
+        '1',
+        '--inference.threads',
+        '1',
+      ],
+      ...['--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '2'],
+      ...['--orchestrator.sampling.max-tokens', '8', '--inference.replicas', '2'],
+      ...['--inference.server.port', String(port), '--temporal.port', String(temporalPort)],
+      ...['--temporal.ui-port', String(uiPort), '--temporal.task-queue', 'replicas'],
+    ],
+    env: {},
+    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
+  }).config;
+  expect(config.orchestrator.base_urls).toEqual([`http://127.0.0.1:${port}/v1`, `http://127.0.0.1:${port + 1}/v1`]);
+  const run = await launchRun(config, { quiet: true });
+  let serverPid: number | undefined;
+  try {
+    serverPid = run.processes.temporal.pid;
+    expect((await run.result).steps).toBe(1);
+    const logs = path.join(RunLayout.of(outputDir, 'replicas').dir, 'logs');
+    for (const [file, p] of [
+      ['inference.log', port],
+      ['inference-1.log', port + 1],
+    ] as const)
+      expect(fs.readFileSync(path.join(logs, file), 'utf8')).toContain(`on http://127.0.0.1:${p}`);
+  } finally {
+    await run.stop();
+    stopServer(serverPid);
+  }
 });

@@ -19,8 +19,13 @@ function load(name: 'rl' | 'sft' | 'eval', toml: string): unknown {
   const file = path.join(dir, `${name}-${Math.random().toString(36).slice(2)}.toml`);
   fs.writeFileSync(file, toml);
   const cmd = commands[name] as Command;
-  return loadConfig({ schema: cmd.schema, argv: ['@', file], env: {}, shared: cmd.shared, aliases: cmd.aliases })
-    .config;
+  return loadConfig({
+    schema: cmd.schema,
+    argv: ['@', file],
+    env: {},
+    shared: cmd.shared,
+    aliases: cmd.aliases?.flat(),
+  }).config;
 }
 const wandbOf = (toml: string) => (load('rl', `model = "m"\n${toml}`) as RLConfig).wandb;
 

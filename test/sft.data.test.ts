@@ -262,7 +262,7 @@ describe('environment data', () => {
 });
 
 describe('datasets', () => {
-  test('a JSONL dataset tokenises and packs; env args reach the env', () => {
+  test('a JSONL dataset tokenises and packs; env args reach the env', async () => {
     const file = writeJsonl('train.jsonl', [
       JSON.stringify({ prompt: 'abc', completion: '<reversed_text>\ncba\n</reversed_text>' }),
       JSON.stringify({
@@ -272,30 +272,35 @@ describe('datasets', () => {
         ],
       }),
     ]);
-    const data = loadSftDataset(tokenizer, { path: file }, 'train', { lossRoles: ['assistant'], seed: 0 });
+    const data = await loadSftDataset(tokenizer, { path: file }, 'train', { lossRoles: ['assistant'], seed: 0 });
     expect(data.sources).toEqual([`${file}:1`, `${file}:2`]);
     const { counts } = packSamples(data.samples, 128);
     expect(counts.rows).toBe(1);
     expect(counts.lossTokens).toBe('<reversed_text>\ncba\n</reversed_text>'.length + 1 + 'yx'.length + 1);
 
-    const env = loadSftDataset(tokenizer, { env: { id: 'arithmetic', args: { digits: 1 } }, numExamples: 5 }, 'eval', {
-      lossRoles: ['assistant'],
-      seed: 1,
-    });
+    const env = await loadSftDataset(
+      tokenizer,
+      { env: { id: 'arithmetic', args: { digits: 1 } }, numExamples: 5 },
+      'eval',
+      {
+        lossRoles: ['assistant'],
+        seed: 1,
+      },
+    );
     expect(env.samples).toHaveLength(5);
     expect(env.sources[4]).toBe('env arithmetic eval example 4');
   });
 
-  test('exactly one source, and at least one loss role', () => {
+  test('exactly one source, and at least one loss role', async () => {
     const opts = { lossRoles: ['assistant'], seed: 0 };
-    expect(() => loadSftDataset(tokenizer, {}, 'train', opts)).toThrow(
-      'SFT data: give a JSONL file (path) or an environment (env)',
+    await expect(loadSftDataset(tokenizer, {}, 'train', opts)).rejects.toThrow(
+      'SFT data: give a JSONL file (path), a dataset (name) or an environment (env)',
     );
-    expect(() => loadSftDataset(tokenizer, { path: 'a', env: { id: 'arithmetic' } }, 'train', opts)).toThrow(
-      /not both/,
+    await expect(loadSftDataset(tokenizer, { path: 'a', env: { id: 'arithmetic' } }, 'train', opts)).rejects.toThrow(
+      /not several/,
     );
-    expect(() =>
+    await expect(
       loadSftDataset(tokenizer, { env: { id: 'arithmetic' }, numExamples: 1 }, 'train', { lossRoles: [], seed: 0 }),
-    ).toThrow(/loss_roles is empty/);
+    ).rejects.toThrow(/loss_roles is empty/);
   });
 });

@@ -167,7 +167,7 @@ suite('verifiers env servers', () => {
           sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 6 },
         },
         stack.pool.verifiers,
-        { baseUrl: `${stack.inference.url}/v1`, model: modelDir, tokenizerDir: modelDir, policyVersion: 0 },
+        { baseUrl: `${stack.inference.url}/v1`, model: modelDir, policyVersion: 0 },
       );
     const ok = await rollout('ok');
     expect(ok.error).toBeUndefined();

@@ -3,7 +3,7 @@
  * `EpisodeAssembly` does, and traces (message graphs) turned into training samples.
  */
 import { EpisodeAssembly, type WireTrace } from '../lib/envs/verifiers/server';
-import { episodeRollout, traceSamples } from '../lib/orchestrator/verifiers-rollout';
+import { episodeRollout, nodeVersions, traceSamples } from '../lib/orchestrator/verifiers-rollout';
 
 const node = (parent: number | null, ids: number[], mask: boolean[], logprobs: number[] = [], sampled = false) => ({
   parent,
@@ -103,4 +103,26 @@ test('deltas assemble into the episode; a discarded trace is dropped; a lost del
   expect(ep.traces[0].ok).toBe(true);
   expect(() => a.finish({}, [{ id: 't', nodes: 3, calls: 1 }])).toThrow(/assembled 2 nodes/);
   expect(() => a.finish({}, [{ id: 'old', nodes: 1, calls: 0 }])).toThrow(/missing trace old/);
+});
+
+test('in-flight: each sampled token gets the version the server recorded for its answer; a missing record errors the rollout', () => {
+  // The trace's answers in the order the server gave them; one (a retried turn) no node kept.
+  const records = [
+    { token_ids: [10, 11, 99], policy_versions: [3, 4, 4] },
+    { token_ids: [7, 7], policy_versions: [4, 4] },
+    { token_ids: [12], policy_versions: [5] },
+    { token_ids: [13], policy_versions: [6] },
+  ];
+  const t = trace();
+  const samples = traceSamples(t, nodeVersions(t, records));
+  expect(samples.map((s) => s.filter((g) => g.generated).map((g) => Array.from(g.versions ?? [])))).toEqual([
+    [[3, 4], [5]],
+    [[6]],
+  ]);
+  const r = episodeRollout({ traces: [t] }, 9, new Map([['t1', records]]));
+  expect(r.error).toBeUndefined();
+  expect([r.policyVersion, r.newestPolicyVersion]).toEqual([3, 6]);
+  const lost = episodeRollout({ traces: [trace()] }, 9, new Map([['t1', records.slice(0, 2)]]));
+  expect(lost.error).toMatch(/node 4: the inference server kept no record of its 1 sampled tokens/);
+  expect(lost.samples).toEqual([]);
 });

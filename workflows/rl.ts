@@ -34,6 +34,7 @@ import {
 } from '@temporalio/workflow';
 import type { PackSummary, RolloutSummary, StepTimes, TrainSummary } from '../activities/types';
 import type { RLConfig } from '../lib/config/schemas';
+import { evalEnvs } from '../lib/eval/envs';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { inRun, weightsEntry } from '../lib/run/entries';
 import type { EvalInput, EvalResult } from './eval';
@@ -105,7 +106,7 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
       temporal: config.temporal,
       plan: {
         runDir,
-        envs: (e.env.length > 0 ? e.env : config.env).map(({ id, args }) => ({ id, args })),
+        envs: evalEnvs(e.env.length > 0 ? e.env : config.env),
         numExamples: e.num_examples,
         rolloutsPerExample: e.rollouts_per_example,
         sampling: e.sampling,
@@ -116,6 +117,7 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
           baseUrls: config.orchestrator.base_urls,
           modelDir: config.orchestrator.model.name,
           client: rlClientOptions(config),
+          ...(config.orchestrator.renderer ? { renderer: config.orchestrator.renderer } : {}),
         },
         versions: [
           version === 0

@@ -5,15 +5,21 @@
  *   per step k: trainStep   (trainer)  cross-entropy on batches/step_k (restores + replays if behind)
  *               validate    (trainer)  every val.interval steps and at the end
  *               saveCheckpoint         every ckpt.interval steps and at the end
- *               writeWeights           when the validation loss reaches val.target_loss (the end)
- *               recordSftStep (cpu)    the step's metrics line
+ *               writeWeights           when the validation loss reaches val.target_loss (the end), or
+ *                                      an eval needs the step's weights
+ *               eval (child)           every eval.interval steps (the base model first, and the end): the
+ *                                      environments' evals of the weights, on the run's inference server
+ *               recordSftStep (cpu)    the step's metrics line (with the evals of its weights)
  *
  * Every activity is idempotent by (run, step), so a new start on the same run folder (after a
  * crash, or once finished) skips what is done. Signals and the progress query: workflows/plumbing.ts.
  */
-import { continueAsNew, workflowInfo } from '@temporalio/workflow';
+import { continueAsNew, executeChild, patched, workflowInfo } from '@temporalio/workflow';
 import type { TrainSummary } from '../activities/types';
 import type { SFTConfig } from '../lib/config/schemas';
+import { serverUrl } from '../lib/config/urls';
+import { evalEnvs } from '../lib/eval/envs';
+import type { EvalInput, EvalResult } from './eval';
 import { controlsFromStart, runActivities, stopBeforeNextStep, type Preparing } from './plumbing';
 
 export interface SftState {
@@ -30,6 +36,8 @@ export interface SftState {
   reachedTarget: boolean;
   /** HF weights of the newest step that wrote them (carried across continue-as-new). */
   weightsDir?: string;
+  /** Trained steps whose weights the next eval evaluates (eval.interval set; 0: the base model). */
+  nextEval?: number;
 }
 
 export type SftProgress = (SftState & { maxSteps: number }) | Preparing;
@@ -57,7 +65,7 @@ const STEPS_PER_RUN = 200;
 
 export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOptions = {}): Promise<SftResult> {
   const stepsPerRun = opts.stepsPerRun ?? STEPS_PER_RUN;
-  const { cpu, cpuQuick, cpuWrite, trainer } = runActivities(config.temporal);
+  const { cpu, cpuQuick, cpuWrite, trainer, queues } = runActivities(config.temporal);
 
   const controls = controlsFromStart(resumeFrom, (s): SftProgress => ({ ...s, maxSteps: s.steps }));
   let state: SftState;
@@ -82,6 +90,57 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
   controls.prepared(state);
   const { runDir, steps } = state;
 
+  // Runs started before SFT had evals have no eval section in their config (and no such commands).
+  const interval = config.eval?.interval;
+  const evals = interval !== undefined && patched('sft-evals');
+  /** The environments' evals of the weights after `step` trained steps (0: the base model), as a child workflow. */
+  const evaluate = (step: number, weightDir?: string): Promise<EvalResult> => {
+    const e = config.eval;
+    const input: EvalInput = {
+      temporal: config.temporal,
+      plan: {
+        runDir,
+        envs: evalEnvs(e.env),
+        numExamples: e.num_examples,
+        rolloutsPerExample: e.rollouts_per_example,
+        sampling: e.sampling,
+        seqLen: config.seq_len,
+        seed: config.seed,
+        target: {
+          kind: 'local',
+          baseUrls: [`${serverUrl(config.inference.server)}/v1`],
+          modelDir: config.model.name,
+          ...(e.renderer ? { renderer: e.renderer } : {}),
+          ...(config.inference.server.api_key_var !== undefined
+            ? {
+                client: {
+                  apiKeyVar: config.inference.server.api_key_var,
+                  apiKeySetting: 'inference.server.api_key_var',
+                },
+              }
+            : {}),
+        },
+        versions: [
+          step === 0
+            ? { name: 'base', step: null, policyVersion: 0 }
+            : { name: `step_${step}`, step, policyVersion: step, weightDir },
+        ],
+      },
+    };
+    return executeChild<(i: EvalInput) => Promise<EvalResult>>('eval', {
+      args: [input],
+      workflowId: `${workflowInfo().workflowId}-eval-${step}`,
+      taskQueue: queues.cpu,
+    });
+  };
+  if (evals) {
+    state.nextEval ??= Math.ceil(state.trained / interval) * interval;
+    if (state.nextEval === 0) {
+      await evaluate(0);
+      state.nextEval = interval;
+    }
+  }
+
   const startedThisRun = state.trained;
   const target = config.val.target_loss;
   while (state.trained < steps && !state.stopping && !state.reachedTarget) {
@@ -99,11 +158,26 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
     }
     const last = done === steps || state.reachedTarget;
     if (done % config.ckpt.interval === 0 || last) await trainer.saveCheckpoint({ runDir, step: done });
-    await cpuWrite.recordSftStep({ runDir, step, train, valLoss, time });
+    let evaluated: EvalResult | undefined;
+    let evalWeights: string | undefined;
+    if (evals && (done >= state.nextEval! || last)) {
+      evalWeights = train.weightsDir ?? (await trainer.writeWeights({ runDir, step: done })).path;
+      evaluated = await evaluate(done, evalWeights);
+      state.nextEval = (Math.floor(done / interval) + 1) * interval;
+    }
+    await cpuWrite.recordSftStep({
+      runDir,
+      step,
+      train,
+      valLoss,
+      time,
+      ...(evaluated ? { evals: evaluated.results } : {}),
+    });
     state.trained = done;
     state.lastTrain = train;
     state.weightsDir =
       train.weightsDir ??
+      evalWeights ??
       (state.reachedTarget ? (await trainer.writeWeights({ runDir, step: done })).path : state.weightsDir);
     if (!last && (workflowInfo().continueAsNewSuggested || state.trained - startedThisRun >= stepsPerRun)) {
       await continueAsNew<typeof sft>(config, state, opts);

@@ -2,14 +2,17 @@
 import type { z } from 'zod';
 import type { Alias } from '../config/aliases';
 import type { SharedKeys } from '../config/loader';
+import type { HubRef } from '../hub';
 
 export interface Command<S extends z.ZodType = z.ZodType> {
   summary: string;
   schema: S;
   /** Top-level keys that fill the same keys of several sections (rl). */
   shared?: SharedKeys;
-  /** Keys of another spelling that map onto the schema's (rl: the Python prime-rl's key names, lib/config/aliases.ts). */
-  aliases?: readonly Alias[];
+  /** Keys of another spelling that map onto the schema's, by table (the Python prime-rl's: lib/config/aliases.ts, prime-rl.ts). */
+  aliases?: readonly (readonly Alias[])[];
+  /** The models and datasets the config names (a folder, or a Hugging Face name resolved from the local cache). */
+  hubNames?(config: z.output<S>): HubRef[];
   /** A leading argument that is not an option sets this key (`runs show RUN`). */
   positional?: string;
   run(config: z.output<S>): Promise<void>;

@@ -7,8 +7,10 @@
  */
 import * as fs from 'node:fs';
 import { ConfigError, didYouMean } from '../config/errors';
-import { aliasesHelp, describeMapped, RL_ALIASES } from '../config/aliases';
+import { aliasesHelp, describeMapped, MODEL_STRING, RL_ALIASES } from '../config/aliases';
+import { PRIME_RL_EVAL_KEYS, PRIME_RL_RL_KEYS, PRIME_RL_SFT_KEYS } from '../config/prime-rl';
 import { optionsHelp, SOURCES_HELP } from '../config/help';
+import { hubCacheDir, resolveHubRefs } from '../hub';
 import { loadConfig } from '../config/loader';
 import { describeFailure } from '../failures';
 import * as schemas from '../config/schemas';
@@ -24,18 +26,34 @@ export const cliCommands = (worker: Command): CommandTable => ({
   rl: command({
     summary: 'run asynchronous RL: trainer, orchestrator and inference on Temporal',
     schema: schemas.rlSchema,
-    shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS },
-    aliases: RL_ALIASES,
+    shared: { keys: schemas.RL_SHARED_KEYS, sections: schemas.RL_SECTIONS, atLeast: schemas.RL_SHARED_AT_LEAST },
+    aliases: [RL_ALIASES, PRIME_RL_RL_KEYS],
+    hubNames: (c) => [
+      { key: 'model.name', name: c.trainer.model.name, type: 'model' },
+      ...(c.distill.teacher
+        ? [{ key: 'distill.teacher.model', name: c.distill.teacher.model, type: 'model' as const }]
+        : []),
+    ],
     run: async (config) => (await import('../launch/rl')).runRl(config),
   }),
   sft: command({
     summary: 'supervised fine-tuning as a Temporal workflow (cpu and trainer workers)',
     schema: schemas.sftSchema,
+    aliases: [PRIME_RL_SFT_KEYS],
+    hubNames: (c) => [
+      { key: 'model.name', name: c.model.name, type: 'model' },
+      ...(c.data.name ? [{ key: 'data.name', name: c.data.name, type: 'dataset' as const }] : []),
+      ...(c.val.name ? [{ key: 'val.name', name: c.val.name, type: 'dataset' as const }] : []),
+    ],
     run: async (config) => (await import('../launch/sft')).runSft(config),
   }),
   eval: command({
     summary: 'evaluate model versions or an external API on environments',
     schema: schemas.evalSchema,
+    aliases: [[MODEL_STRING], PRIME_RL_EVAL_KEYS],
+    // An external API's model name is its own; a local server loads the model.
+    hubNames: (c) =>
+      c.client.base_url === undefined && c.model.name ? [{ key: 'model.name', name: c.model.name, type: 'model' }] : [],
     run: async (config) => (await import('../launch/eval')).runEval(config),
   }),
   report: command({
@@ -81,7 +99,7 @@ function usage(commands: CommandTable): string {
 
 function commandHelp(name: string, c: Command): string {
   const aliases = c.aliases
-    ? `\n\nThe Python prime-rl's documented keys are accepted too (in top-level files and as flags), mapped onto ours\n(two spellings of one key in one file or command line: an error; --dry-run lists the mapping on stderr):\n${aliasesHelp(c.aliases)}`
+    ? `\n\nThe Python prime-rl's keys (its documented config, and its config classes today) are accepted too, in top-level files and\nas flags, mapped onto ours or refused with the reason (two spellings of one key in one file or command line: an error;\n--dry-run lists the mapping on stderr):\n${c.aliases.map((t) => aliasesHelp(t)).join('\n\n')}`
     : '';
   return `Usage: prime-rl ${name} [@ config.toml ...] [--key value ...]\n\n${c.summary}\n\n${SOURCES_HELP}\n\nOptions (type, default, description):${optionsHelp(c.schema)}${aliases}`;
 }
@@ -129,16 +147,29 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
       cmd.positional && rest[0] !== undefined && !rest[0].startsWith('-') && !rest[0].startsWith('@')
         ? [`--${cmd.positional}`, ...rest]
         : rest;
-    const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared, aliases: cmd.aliases });
+    const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared, aliases: cmd.aliases?.flat() });
+    const hub = resolveHubRefs(cmd.hubNames?.(loaded.config) ?? []);
     if (loaded.dryRun) {
       // stderr: stdout stays the resolved config alone (input for `temporal workflow start`).
       if (loaded.mapped.length > 0)
-        process.stderr.write(`documented keys mapped onto ours:\n${describeMapped(loaded.mapped)}\n`);
+        process.stderr.write(`prime-rl keys mapped onto ours:\n${describeMapped(loaded.mapped)}\n`);
+      if (hub.length > 0)
+        process.stderr.write(
+          `Hugging Face names, from the local cache (${hubCacheDir()}):\n${hub
+            .map(
+              (h) =>
+                `  ${h.ref.key} = ${JSON.stringify(h.ref.name)} -> ${h.dir ?? `not found (the run would exit 2): ${h.error}`}`,
+            )
+            .join('\n')}\n`,
+        );
       const json = JSON.stringify(loaded.config, null, 2);
       if (loaded.dryRunFile) fs.writeFileSync(loaded.dryRunFile, `${json}\n`);
       process.stdout.write(`${json}\n`);
       return 0;
     }
+    // A name found nowhere is bad input: said before anything starts.
+    const missing = hub.find((h) => h.error);
+    if (missing) throw new ConfigError(missing.error!);
     await cmd.run(loaded.config);
     return 0;
   } catch (e) {

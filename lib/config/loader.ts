@@ -25,6 +25,11 @@ export interface SharedKeys {
   /** Dotted keys at the top level that fill the same key inside each section. */
   keys: readonly string[];
   sections: readonly string[];
+  /**
+   * Keys a section may set higher than the shared value (`seq_len` of inference: a server may hold
+   * longer sequences than the run makes, as vLLM's max_model_len); lower is an error.
+   */
+  atLeast?: Readonly<Record<string, readonly string[]>>;
 }
 
 export interface LoadOptions<S extends z.ZodType> {
@@ -272,8 +277,11 @@ function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] 
     const alias = findAlias(aliases, keys.join('.'));
     const next = inline ?? argv[i + 1];
     if (alias && (!alias.alias.onlyString || (next !== undefined && !/^\s*[{@]/.test(next)))) {
-      field =
-        alias.to === null ? z.number() : alias.alias.onlyString ? z.string() : fieldAt(schema, alias.to.split('.'));
+      // A key with nothing of ours to set (or refused) takes JSON or a plain string.
+      field = alias.alias.onlyString
+        ? z.string()
+        : (alias.to !== null && !alias.alias.convert && fieldAt(schema, alias.to.split('.'))) ||
+          (alias.alias.refuse || alias.alias.convert ? z.unknown() : z.number());
     }
     let negated = false;
     if (!field) {
@@ -350,7 +358,21 @@ function propagateShared(raw: Raw, schema: z.ZodType, shared: SharedKeys, origin
     const sections = shared.sections.filter(
       (s) => getPath(raw, [s]) !== undefined || !inspect(fieldAt(schema, [s])!).optional,
     );
-    const places = [keys, ...sections.map((s) => [s, ...keys])].filter((p) => fieldAt(schema, p));
+    let places = [keys, ...sections.map((s) => [s, ...keys])].filter((p) => fieldAt(schema, p));
+    const wider = places.filter((p) => shared.atLeast?.[key]?.includes(p[0]) && getPath(raw, p) !== undefined);
+    const others = places.filter((p) => !wider.includes(p) && getPath(raw, p) !== undefined);
+    if (wider.length > 0 && others.length > 0) {
+      // Checked against the others' value below; then the section keeps its own.
+      const base = getPath(raw, others[0]) as number;
+      for (const p of wider) {
+        const v = getPath(raw, p) as number;
+        if (v < base)
+          throw new ConfigError(
+            `${p.join('.')} = ${v} (${origins.get(p.join('.')) ?? 'default'}) is below ${key} = ${base}: the server must hold the run's sequences; raise it or leave it unset`,
+          );
+      }
+      places = places.filter((p) => !wider.includes(p));
+    }
     const explicit = places
       .map((p) => ({ key: p.join('.'), value: getPath(raw, p) }))
       .filter((e) => e.value !== undefined);

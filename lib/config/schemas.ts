@@ -9,6 +9,9 @@ import { ARCHS, PROJECTIONS } from '../model/families';
 import { ADVANTAGE_TYPES } from '../orchestrator/advantages';
 import { DISTILL_BASELINES } from '../orchestrator/distill';
 import { isVerifiersEnv } from '../envs/verifiers/environment';
+import { serverUrl } from './urls';
+
+export { serverUrl };
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
 function section<T extends z.core.$ZodLooseShape>(shape: T) {
@@ -54,7 +57,12 @@ const computeDtypeSchema = () =>
     .describe('compute dtype; training in bfloat16 keeps fp32 master weights and optimizer state (mixed precision)');
 
 const modelFields = () => ({
-  name: z.string().min(1).describe('path of a Hugging Face model folder (made by `prime-rl model create` or trained)'),
+  name: z
+    .string()
+    .min(1)
+    .describe(
+      'a Hugging Face model folder (made by `prime-rl model create` or trained), or a model name (Org/Name) in the local Hugging Face cache',
+    ),
   dtype: computeDtypeSchema(),
   device: deviceSchema(),
 });
@@ -159,6 +167,40 @@ const envSchema = z
     weight: z.number().positive().default(1).describe('sampling weight in the environment mix'),
   })
   .describe('environment');
+
+/** Held-out examples per environment: a count, or -1 for all of them (prime-rl's spelling). */
+const evalExamples = () =>
+  z
+    .number()
+    .int()
+    .refine((n) => n >= 1 || n === -1, 'a positive count, or -1 for all')
+    .describe('held-out examples per environment; -1 = all of them');
+
+/** An eval environment: an environment, optionally with its own size and k. */
+const evalEnvSchema = envSchema
+  .extend({
+    num_examples: evalExamples().optional().describe("this environment's held-out examples; unset = the eval's"),
+    rollouts_per_example: positiveInt()
+      .optional()
+      .describe("this environment's k of avg@k / pass@k; unset = the eval's"),
+  })
+  .describe('eval environment');
+
+/**
+ * The renderer verifiers env servers render and tokenize the policy's chats with (verifiers'
+ * `TrainClientConfig.renderer`, a `renderers.RendererConfig`: `name` and that renderer's fields,
+ * checked by the env server). Unset: the renderer auto-resolves from the model's name.
+ */
+const rendererSchema = () =>
+  z
+    .record(z.string(), z.unknown())
+    .refine((r) => typeof r.name === 'string' && r.name !== '', {
+      message: 'needs a name: the renderer (renderers package): auto, default, qwen3, prime-qwen3, ...',
+    })
+    .optional()
+    .describe(
+      "the renderer verifiers environments' env servers render with (verifiers TrainClientConfig.renderer: name and its fields); unset = resolved from the model's name. Our own environments render with the model's chat template",
+    );
 
 const samplingSchema = section({
   temperature: nonNegative().default(1.0).describe('sampling temperature (0 = greedy)'),
@@ -534,6 +576,7 @@ export const orchestratorSchema = section({
         '(zero_variance = true is enabled = true; zero_variance = false is the default, enabled = false) and orchestrator.filter_zero_advantages',
     })
     .describe('removed: see orchestrator.difficulty_filter'),
+  renderer: rendererSchema(),
   env_workers: positiveInt().default(2).describe('child processes that run environment code'),
   env_timeout_s: z.number().positive().default(60).describe('seconds before an environment call counts as hung'),
   base_urls: z
@@ -604,6 +647,11 @@ export const inferenceSchema = z
       .array(z.string())
       .optional()
       .describe('folders update_weights may load from; unset = output_dir'),
+    replicas: positiveInt()
+      .default(1)
+      .describe(
+        "rl: the inference servers `prime-rl rl` starts, each the whole model, on ports server.port, server.port + 1, ... (prime-rl's vllm.data_parallel_size); `inference` and `worker --pool inference` run one",
+      ),
   })
   .superRefine((c, ctx) => {
     // A sequence reserves prompt + max_tokens (up to seq_len) of the budget: below seq_len, long
@@ -618,17 +666,30 @@ export const inferenceSchema = z
   })
   .prefault({});
 
-const evalSettings = section({
+const evalShape = {
   interval: positiveInt().optional().describe('run an eval every N steps (and at the end); unset = off'),
-  env: z.array(envSchema).default([]).describe('eval environments; empty = the training environments'),
-  num_examples: positiveInt().default(32).describe('held-out examples per environment'),
+  num_examples: evalExamples().default(32),
   rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
   sampling: samplingSchema,
+};
+const evalSettings = section({
+  ...evalShape,
+  env: z.array(evalEnvSchema).default([]).describe('eval environments; empty = the training environments'),
 });
+
+/** The servers of `inference.replicas`: the configured one, then the next ports. */
+export function replicaServers<S extends { port: number }>(inference: { server: S; replicas: number }): S[] {
+  return Array.from({ length: inference.replicas }, (_, i) => ({
+    ...inference.server,
+    port: inference.server.port + i,
+  }));
+}
 
 /** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
 export const RL_SECTIONS = ['trainer', 'orchestrator', 'inference'] as const;
+/** The inference server may hold longer sequences than the run makes (prime-rl's vLLM max_model_len). */
+export const RL_SHARED_AT_LEAST = { seq_len: ['inference'] } as const;
 
 /**
  * max_tokens must leave room for a prompt: every prompt has at least one token, and prompt plus
@@ -647,15 +708,6 @@ function checkMaxTokens(
     path: at,
     message: `${maxTokens} leaves no room for the prompt within ${seqLenKey} (${seqLen}): prompt + completion must fit in ${seqLenKey}; lower max_tokens below ${seqLen} or raise ${seqLenKey}`,
   });
-}
-
-/**
- * The address of a server configured with `server`, for a client on the same machine: the
- * wildcard interfaces stand for loopback.
- */
-export function serverUrl(server: { host: string; port: number }): string {
-  const host = server.host === '0.0.0.0' ? '127.0.0.1' : server.host === '::' ? '::1' : server.host;
-  return `http://${host.includes(':') ? `[${host}]` : host}:${server.port}`;
 }
 
 export const rlSchema = z
@@ -772,15 +824,13 @@ export const rlSchema = z
           'evals between steps are not supported with orchestrator.in_flight.enabled (rollouts are generated continuously on the same servers): unset eval.interval, or run `prime-rl eval` on the weights afterwards',
       });
     }
-    const verifiersEnv = c.env.findIndex((e) => isVerifiersEnv(e.id));
-    if (o.in_flight.enabled && verifiersEnv >= 0) {
+    if (o.renderer !== undefined && ![...c.env, ...c.eval.env].some((e) => isVerifiersEnv(e.id)))
       ctx.addIssue({
         code: 'custom',
-        path: ['env', verifiersEnv, 'id'],
+        path: ['orchestrator', 'renderer'],
         message:
-          "verifiers environments are not supported with orchestrator.in_flight.enabled: their env server's renderers client drops the policy version of each token, so the off-policy bound cannot be enforced; use strict mode (the default)",
+          "is the renderer of verifiers environments' env servers, and this run has none: our own environments render with the model's chat template. Remove it, or train on a verifiers environment",
       });
-    }
     if (
       o.in_flight.enabled &&
       o.in_flight.max_rollouts !== undefined &&
@@ -790,6 +840,13 @@ export const rlSchema = z
         code: 'custom',
         path: ['orchestrator', 'in_flight', 'max_rollouts'],
         message: `${o.in_flight.max_rollouts} is below orchestrator.rollouts_per_example (${o.rollouts_per_example}): the cap must hold at least one group`,
+      });
+    }
+    if (c.inference.replicas > 1 && c.inference.server.port === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['inference', 'server', 'port'],
+        message: `port 0 (any free port) leaves inference.replicas (${c.inference.replicas}) no ports to follow: choose a port`,
       });
     }
     if (c.orchestrator.base_urls === undefined && c.inference.server.port === 0) {
@@ -804,7 +861,10 @@ export const rlSchema = z
   // Resolved here, so that --dry-run prints (and the workflow gets) the address that is used.
   .transform((c) => ({
     ...c,
-    orchestrator: { ...c.orchestrator, base_urls: c.orchestrator.base_urls ?? [`${serverUrl(c.inference.server)}/v1`] },
+    orchestrator: {
+      ...c.orchestrator,
+      base_urls: c.orchestrator.base_urls ?? replicaServers(c.inference).map((server) => `${serverUrl(server)}/v1`),
+    },
   }));
 
 // ---------------------------------------------------------------------------------------------
@@ -825,12 +885,22 @@ export const sftSchema = z
     threads: threads(),
     data: section({
       path: z.string().optional().describe('JSONL dataset (prompt/completion or messages rows)'),
+      name: z
+        .string()
+        .min(1)
+        .optional()
+        .describe(
+          'a Hugging Face dataset: its name (Org/Name) in the local Hugging Face cache, or a folder laid out as on the Hub (parquet or JSONL files, split by file name); rows of prompt/completion or messages',
+        ),
+      split: z.string().min(1).default('train').describe("data.name's split, by file name as the Hub lays it out"),
       env: envSchema.optional().describe('generate the dataset from an environment instead of a file'),
       num_examples: positiveInt().optional().describe('examples to take; unset = all'),
       loss_roles: z.array(z.string()).default(['assistant']).describe('message roles whose tokens carry loss'),
     }),
     val: section({
       path: z.string().optional().describe('JSONL validation set; unset = the eval split of data.env'),
+      name: z.string().min(1).optional().describe('a Hugging Face dataset as validation set (as data.name)'),
+      split: z.string().min(1).default('validation').describe("val.name's split"),
       num_examples: positiveInt()
         .optional()
         .describe('validation examples; unset = all rows of val.path, or 64 examples of data.env'),
@@ -848,10 +918,51 @@ export const sftSchema = z
     lora: loraSchema,
     moe: moeTrainSchema,
     ckpt: checkpointSchema,
+    eval: section({
+      ...evalShape,
+      interval: positiveInt()
+        .optional()
+        .describe(
+          'evaluate the SFT weights on eval.env every N steps (the base model first, and the end); unset = off',
+        ),
+      env: z.array(evalEnvSchema).default([]).describe('eval environments (required with eval.interval)'),
+      renderer: rendererSchema(),
+    }),
+    inference: section({
+      server: serverSchema.describe('the inference server the evals sample from (started when eval.interval is set)'),
+    }),
     temporal: temporalSchema,
     trainer: section(trainerScaleShape),
   })
   .superRefine((c, ctx) => {
+    const sources = (['path', 'name', 'env'] as const).filter((k) => c.data[k] !== undefined);
+    if (sources.length > 1)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['data', sources[1]],
+        message: `give one dataset: data.${sources.join(' and data.')} are both set`,
+      });
+    if (c.val.path !== undefined && c.val.name !== undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['val', 'name'],
+        message: 'give one validation set: val.path and val.name are both set',
+      });
+    if (c.eval.interval !== undefined && c.eval.env.length === 0)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['eval', 'env'],
+        message: 'eval.interval evaluates environments: add [[eval.env]] entries (prime-rl: [[eval.source]])',
+      });
+    if (c.eval.interval !== undefined)
+      checkMaxTokens(ctx, ['eval', 'sampling', 'max_tokens'], c.eval.sampling.max_tokens, c.seq_len, 'seq_len');
+    if (c.eval.renderer !== undefined && !c.eval.env.some((e) => isVerifiersEnv(e.id)))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['eval', 'renderer'],
+        message:
+          "is the renderer of verifiers environments' env servers, and the evals have none: our own environments render with the model's chat template",
+      });
     if (c.val.target_loss !== undefined && c.val.interval === undefined) {
       ctx.addIssue({
         code: 'custom',
@@ -873,8 +984,8 @@ export const evalSchema = z
     seq_len: seqLen(),
     output_dir: outputDir(),
     seed: seed(),
-    env: z.array(envSchema).default([]).describe('environments to evaluate'),
-    num_examples: positiveInt().default(32).describe('held-out examples per environment'),
+    env: z.array(evalEnvSchema).default([]).describe('environments to evaluate'),
+    num_examples: evalExamples().default(32),
     rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
     sampling: samplingSchema,
     weights_dir: z.string().optional().describe('evaluate every step_N folder in this directory'),

@@ -144,6 +144,9 @@ export class EnvPool {
   private spawn(): void {
     const child = fork(WORKER_SCRIPT, [], {
       execArgv: ['--require', REGISTER_TS],
+      // The environment this code sees (HF_HUB_CACHE, PYTHONPATH for verifiers env servers), also
+      // where that is not the process's own (a jest test file's).
+      env: process.env,
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     const w: Worker = { child, ready: false, retired: false };

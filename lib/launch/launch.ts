@@ -15,7 +15,13 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
-import type { InferenceConfig, TemporalConfig, TrainerRankConfig, WorkerConfig } from '../config/schemas';
+import {
+  replicaServers,
+  type InferenceConfig,
+  type TemporalConfig,
+  type TrainerRankConfig,
+  type WorkerConfig,
+} from '../config/schemas';
 import { ConfigError } from '../config/errors';
 import { CommandError } from '../cli/command';
 import { RunLayout } from '../run/layout';
@@ -87,13 +93,15 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
 
   if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer?.world_size ?? 1);
 
-  // The run's own inference server must get its port: were another process (another run's server)
-  // answering there, rollouts would silently come from that server's model.
-  const http = spec.inference?.server;
-  if (http && http.port !== 0 && (await isListening(http.host === '0.0.0.0' ? '127.0.0.1' : http.host, http.port))) {
-    throw new ConfigError(
-      `inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`,
-    );
+  // The run's own inference servers must get their ports: were another process (another run's
+  // server) answering there, rollouts would silently come from that server's model.
+  const servers = spec.inference ? replicaServers(spec.inference) : [];
+  for (const http of servers) {
+    if (http.port !== 0 && (await isListening(http.host === '0.0.0.0' ? '127.0.0.1' : http.host, http.port))) {
+      throw new ConfigError(
+        `inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`,
+      );
+    }
   }
 
   const self = processId(process.pid)!;
@@ -106,6 +114,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
 
   const children: Partial<Record<Pool, Supervised>> = {};
   const followers: Supervised[] = [];
+  const replicas: Supervised[] = [];
   /** The run's local processes: inference server (if any) and worker pools, each supervised. */
   const spawnChildren = async () => {
     const configs = path.join(layout.dir, 'configs');
@@ -123,17 +132,21 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       record.processes[pool] = id;
       saveRecord();
     };
-    if (spec.inference) {
-      children.inference = new Supervised(
-        'inference',
+    // inference.replicas servers, each on its own port: `inference`, then `inference-1`, ...
+    servers.forEach((server, i) => {
+      const name = i === 0 ? 'inference' : (`inference-${i}` as const);
+      const supervised = new Supervised(
+        i === 0 ? 'inference' : `inference replica ${i}`,
         cliProcess(
-          ['inference', '@', writeJson(path.join(configs, 'inference.json'), spec.inference)],
-          path.join(layout.logsDir, 'inference.log'),
+          ['inference', '@', writeJson(path.join(configs, `${name}.json`), { ...spec.inference, server, replicas: 1 })],
+          path.join(layout.logsDir, `${name}.log`),
         ),
         say,
-        recorded('inference'),
+        recorded(name),
       );
-    }
+      if (i === 0) children.inference = supervised;
+      else replicas.push(supervised);
+    });
     const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
     for (const pool of spec.pools) {
       const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
@@ -164,7 +177,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   };
 
   const stop = async () => {
-    await Promise.all([...Object.values(children), ...followers].map((c) => c.stop()));
+    await Promise.all([...Object.values(children), ...followers, ...replicas].map((c) => c.stop()));
     if (temporal) await releaseDevServer(temporal, spec.temporal, spec.outputDir, spec.runName, say);
     fs.rmSync(layout.launcherFile, { force: true });
   };

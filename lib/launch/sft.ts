@@ -1,6 +1,10 @@
-/** `prime-rl sft`: cpu and trainer workers (no inference), the `sft` workflow, and its summary. */
+/**
+ * `prime-rl sft`: cpu and trainer workers, the `sft` workflow, and its summary; with evals
+ * (eval.interval), also the inference server they sample from, serving each evaluated step's weights.
+ */
 import * as path from 'node:path';
-import type { SFTConfig } from '../config/schemas';
+import { inferenceSchema, type SFTConfig } from '../config/schemas';
+import { readEvalResults, renderEvalTable } from '../eval';
 import { writeReport } from '../report';
 import { RunLayout } from '../run/layout';
 import { stepLine } from '../run/progress';
@@ -32,13 +36,27 @@ export interface SftResultView {
   weightsDir?: string;
 }
 
-/** An SFT run: cpu and trainer workers (no inference), the `sft` workflow. */
+/** The inference server of an SFT run's evals: the model, with the run's weights loadable. */
+function evalServer(config: SFTConfig) {
+  if (config.eval.interval === undefined) return undefined;
+  return inferenceSchema.parse({
+    model: { name: config.model.name, dtype: config.model.dtype, device: config.model.device },
+    seq_len: config.seq_len,
+    output_dir: config.output_dir,
+    seed: config.seed,
+    threads: config.threads,
+    server: config.inference.server,
+  });
+}
+
+/** An SFT run: cpu and trainer workers (and an inference server for its evals), the `sft` workflow. */
 export function launchSft(config: SFTConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun<SftResultView>> {
   return launch<SftResultView>(
     {
       runName: config.run_name,
       outputDir: config.output_dir,
       temporal: config.temporal,
+      inference: evalServer(config),
       pools: ['cpu', 'trainer'],
       worker: { env_workers: 1, env_timeout_s: 60, threads: config.threads },
       trainer: config.trainer,
@@ -72,8 +90,10 @@ export async function runSft(config: SFTConfig): Promise<void> {
   const run = await launchSft(config);
   await follow(run, config.run_name, (result) => {
     const m = result.lastTrain?.metrics;
+    const evals = readEvalResults(result.runDir);
     process.stdout.write(
       `sft ${config.run_name} ${result.reachedTarget ? `reached val.target_loss ${config.val.target_loss}` : result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last loss ${m?.loss.toFixed(4) ?? '-'}, val loss ${result.lastValLoss?.toFixed(4) ?? '-'}\n` +
+        (evals.length > 0 ? `${renderEvalTable(evals)}\n` : '') +
         `  run folder: ${result.runDir}\n  weights:    ${result.weightsDir ?? '-'}\n  report:     ${writeReport(result.runDir)}\n`,
     );
   });

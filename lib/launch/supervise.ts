@@ -123,8 +123,8 @@ export type Pool = 'temporal' | 'inference' | 'cpu' | 'trainer';
  */
 export interface LauncherRecord {
   launcher: ProcessId;
-  /** By pool, and trainer ranks 1..N-1 as `trainer-<rank>`. */
-  processes: Partial<Record<Exclude<Pool, 'temporal'> | `trainer-${number}`, ProcessId>>;
+  /** By pool, trainer ranks 1..N-1 as `trainer-<rank>`, inference replicas 1..N-1 as `inference-<i>`. */
+  processes: Partial<Record<Exclude<Pool, 'temporal'> | `trainer-${number}` | `inference-${number}`, ProcessId>>;
 }
 
 export function readLauncherRecord(layout: RunLayout): LauncherRecord | undefined {
@@ -137,7 +137,7 @@ export function readLauncherRecord(layout: RunLayout): LauncherRecord | undefine
     if (launcher === undefined) return undefined;
     const processes: LauncherRecord['processes'] = {};
     for (const [name, value] of Object.entries(raw.processes ?? {})) {
-      if (!['inference', 'cpu', 'trainer'].includes(name) && !/^trainer-\d+$/.test(name)) continue;
+      if (!['inference', 'cpu', 'trainer'].includes(name) && !/^(trainer|inference)-\d+$/.test(name)) continue;
       const id = asProcessId(value);
       if (id) processes[name as keyof LauncherRecord['processes']] = id;
     }

@@ -5,6 +5,11 @@
  * and streams it back. Each trace is a message graph whose nodes carry the tokens they add to the
  * sequence, a mask (true on sampled tokens) and one logprob per sampled token; every root-to-leaf
  * path is one training sample, its tokens exactly as the server generated them (never re-tokenised).
+ *
+ * Each sampled token's policy version: the step's, in strict mode (the servers serve that one
+ * version); in in-flight mode the weights change while a rollout runs, and the server that sampled
+ * it keeps the versions of each answer by rollout (lib/inference/server/session-versions.ts), which
+ * this side takes once the episode is over and lays onto the sampled tokens.
  */
 import type { EnvPool } from '../envs/pool';
 import { failedHow, type Message } from '../envs/types';
@@ -12,6 +17,7 @@ import type { Tokenizer } from '../model/tokenizer';
 import type { InferenceClient } from './client';
 import { VerifiersRunError, type VerifiersServers, type WireEpisode, type WireTrace } from '../envs/verifiers/server';
 import { isVerifiersEnv, verifiersArgs, verifiersLaunch } from '../envs/verifiers/environment';
+import { RECORD_VERSIONS_HEADER } from '../inference/server/session-versions';
 import type { TokenSegment } from './packing';
 import { runRollout, type Rollout, type RolloutTask } from './rollout';
 
@@ -19,14 +25,22 @@ import { runRollout, type Rollout, type RolloutTask } from './rollout';
 export interface VerifiersEndpoint {
   /** An inference server's OpenAI base URL (`http://host:port/v1`). */
   baseUrl: string;
-  /** The served model name (what requests must name). */
+  /** The model as the env server names it (lib/hub.ts verifiersModelName): its requests' model, what its renderer loads (offline). */
   model: string;
-  /** The tokenizer folder the renderer loads (offline). */
-  tokenizerDir: string;
+  /** The renderer it renders with (verifiers TrainClientConfig.renderer); unset = resolved from the model's name. */
+  renderer?: Record<string, unknown>;
   /** Environment variable with the server's API key, if it has one. */
   apiKeyVar?: string;
   /** The policy version the servers were set to serve for these rollouts. */
   policyVersion: number;
+  /** Weights change while rollouts run (in-flight mode): take each token's version from the server's records. */
+  recordVersions?: boolean;
+}
+
+/** One answer's sampled tokens and the version that sampled each, as the server recorded them. */
+interface VersionRecord {
+  token_ids: number[];
+  policy_versions: number[];
 }
 
 type Node = {
@@ -41,8 +55,40 @@ type Node = {
 /** Thrown for a trace whose tokens, mask and logprobs do not line up: the rollout errors. */
 class MalformedTrace extends Error {}
 
-/** The training samples of a trace: one per root-to-leaf path with a sampled token. */
-export function traceSamples(trace: WireTrace): TokenSegment[][] {
+/** The sampled tokens of a node (its mask). */
+const sampledIds = (n: Node): number[] => (n.token_ids ?? []).filter((_, k) => n.mask?.[k]);
+
+/**
+ * Each sampled node's token versions from the server's records of the trace's requests (in the
+ * order they were answered): a node's sampled tokens are its answer's tokens, in node order; an
+ * answer no node kept (a retried turn) is passed over. A node with no record errors the rollout.
+ */
+export function nodeVersions(trace: WireTrace, records: readonly VersionRecord[]): Map<number, number[]> {
+  const out = new Map<number, number[]>();
+  let next = 0;
+  (trace.nodes as Node[]).forEach((n, i) => {
+    const ids = sampledIds(n);
+    if (ids.length === 0) return;
+    for (; next < records.length; next++) {
+      const r = records[next];
+      if (r.token_ids.length >= ids.length && ids.every((t, k) => r.token_ids[k] === t)) {
+        out.set(i, r.policy_versions.slice(0, ids.length));
+        next++;
+        return;
+      }
+    }
+    throw new MalformedTrace(
+      `trace ${trace.id} node ${i}: the inference server kept no record of its ${ids.length} sampled tokens (restarted mid-rollout?), so their policy version is unknown`,
+    );
+  });
+  return out;
+}
+
+/**
+ * The training samples of a trace: one per root-to-leaf path with a sampled token; `versions`, each
+ * sampled node's token versions, when known.
+ */
+export function traceSamples(trace: WireTrace, versions?: ReadonlyMap<number, number[]>): TokenSegment[][] {
   const nodes = trace.nodes as Node[];
   nodes.forEach((n, i) => {
     const ids = n.token_ids ?? [];
@@ -72,6 +118,7 @@ export function traceSamples(trace: WireTrace): TokenSegment[][] {
       const ids = n.token_ids ?? [];
       const mask = n.mask ?? [];
       const logprobs = n.logprobs ?? [];
+      const nodeVersionList = versions?.get(nodes.indexOf(n));
       let lp = 0;
       for (let start = 0; start < ids.length;) {
         let end = start;
@@ -81,10 +128,15 @@ export function traceSamples(trace: WireTrace): TokenSegment[][] {
         const last = segments[segments.length - 1];
         // Runs of one kind join across nodes (a prompt's messages, the generation prompt): one segment each.
         const lps = generated ? logprobs.slice(lp, lp + tokens.length) : undefined;
+        const vs = generated && nodeVersionList ? nodeVersionList.slice(lp, lp + tokens.length) : undefined;
         if (last && last.generated === generated) {
           last.tokens = [...(last.tokens as number[]), ...tokens];
           if (lps) last.logprobs = [...(last.logprobs as number[]), ...lps];
-        } else segments.push(generated ? { tokens, generated, logprobs: lps } : { tokens, generated });
+          if (vs) last.versions = [...((last.versions as number[] | undefined) ?? []), ...vs];
+        } else
+          segments.push(
+            generated ? { tokens, generated, logprobs: lps, ...(vs ? { versions: vs } : {}) } : { tokens, generated },
+          );
         if (generated) lp += tokens.length;
         start = end;
       }
@@ -111,10 +163,7 @@ function text(content: unknown): string {
   return '';
 }
 
-/**
- * A rollout with nothing to train, at `policyVersion` (the renderers client drops the version our
- * route returns: it is the version the step asked for); `error` set when it failed.
- */
+/** A rollout with nothing to train, at `policyVersion` (the version the servers were set to); `error` set when it failed. */
 function emptyRollout(policyVersion: number, error?: string): Rollout {
   return {
     completion: [],
@@ -130,8 +179,16 @@ function emptyRollout(policyVersion: number, error?: string): Rollout {
   };
 }
 
-/** An assembled episode as our Rollout: samples, reward (mean over its traces), metrics, errors. */
-export function episodeRollout(episode: WireEpisode, policyVersion: number): Rollout {
+/**
+ * An assembled episode as our Rollout: samples, reward (mean over its traces), metrics, errors.
+ * `records`, by trace id: the server's records of each trace's answers (in-flight mode), which
+ * give the tokens their versions and the rollout its oldest and newest.
+ */
+export function episodeRollout(
+  episode: WireEpisode,
+  policyVersion: number,
+  records?: ReadonlyMap<string, VersionRecord[]>,
+): Rollout {
   const traces = episode.traces;
   const failed =
     errorText(episode.errors) ??
@@ -142,7 +199,7 @@ export function episodeRollout(episode: WireEpisode, policyVersion: number): Rol
   if (traces.length === 0) return emptyRollout(policyVersion, 'verifiers: the episode has no trace');
   let samples: TokenSegment[][];
   try {
-    samples = traces.flatMap(traceSamples);
+    samples = traces.flatMap((t) => traceSamples(t, records ? nodeVersions(t, records.get(t.id) ?? []) : undefined));
   } catch (e) {
     if (e instanceof MalformedTrace) return emptyRollout(policyVersion, `verifiers: ${e.message}`);
     throw e;
@@ -166,8 +223,12 @@ export function episodeRollout(episode: WireEpisode, policyVersion: number): Rol
     (n) => ({ role: n.message?.role ?? 'assistant', content: text(n.message?.content) }) as Message,
   );
   const stop = traces.map((t) => String(t.stop_condition ?? '')).join(' ');
+  const versions = samples.flatMap((s) => s.flatMap((g) => Array.from(g.versions ?? [])));
   return {
     ...emptyRollout(policyVersion),
+    ...(versions.length > 0
+      ? { policyVersion: Math.min(...versions), newestPolicyVersion: Math.max(...versions) }
+      : {}),
     completion,
     reward,
     metrics,
@@ -179,6 +240,36 @@ export function episodeRollout(episode: WireEpisode, policyVersion: number): Rol
     ),
     truncated: /length|context|overlong/i.test(stop),
   };
+}
+
+/** The server's records of each trace's answers, taken (POST /inference/v1/session_versions). */
+async function takeVersions(
+  endpoint: VerifiersEndpoint,
+  traces: readonly WireTrace[],
+): Promise<Map<string, VersionRecord[]>> {
+  const root = endpoint.baseUrl.replace(/\/v1\/?$/, '');
+  const key = endpoint.apiKeyVar ? process.env[endpoint.apiKeyVar] : undefined;
+  const out = new Map<string, VersionRecord[]>();
+  for (const t of traces) {
+    let res: Response;
+    try {
+      res = await fetch(`${root}/inference/v1/session_versions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+        body: JSON.stringify({ session_id: t.id }),
+        signal: AbortSignal.timeout(60_000),
+      });
+    } catch (e) {
+      throw new VerifiersRunError(`the policy versions of trace ${t.id}: ${(e as Error).message}`, 'error');
+    }
+    if (!res.ok)
+      throw new VerifiersRunError(
+        `the policy versions of trace ${t.id}: HTTP ${res.status} ${await res.text()}`,
+        'error',
+      );
+    out.set(t.id, ((await res.json()) as { records: VersionRecord[] }).records);
+  }
+  return out;
 }
 
 /** Plays `task` (an example of a verifiers env) on its env server; failures of the server error this rollout only. */
@@ -203,7 +294,10 @@ export async function runVerifiersRollout(
         base_url: endpoint.baseUrl,
         // verifiers reads the key from this variable; unset = no key ("EMPTY").
         api_key_var: endpoint.apiKeyVar ?? 'PRIME_RL_NO_API_KEY',
-        renderer_model_name: endpoint.tokenizerDir,
+        renderer_model_name: endpoint.model,
+        ...(endpoint.renderer ? { renderer: endpoint.renderer } : {}),
+        // Our server then keeps each answer's token versions under the rollout's X-Session-ID.
+        ...(endpoint.recordVersions ? { headers: { [RECORD_VERSIONS_HEADER]: '1' } } : {}),
       },
       model: endpoint.model,
       sampling: {
@@ -216,7 +310,8 @@ export async function runVerifiersRollout(
         ...(sampling.stop?.length ? { stop: sampling.stop } : {}),
       },
     });
-    return episodeRollout(episode, endpoint.policyVersion);
+    const records = endpoint.recordVersions ? await takeVersions(endpoint, episode.traces) : undefined;
+    return episodeRollout(episode, endpoint.policyVersion, records);
   } catch (e) {
     if (!(e instanceof VerifiersRunError)) throw e;
     return emptyRollout(endpoint.policyVersion, `verifiers env server ${failedHow(e.kind)}: ${e.message}`);

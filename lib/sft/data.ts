@@ -1,5 +1,6 @@
 /**
- * An SFT dataset ready for training: conversations from a JSONL file or an environment, tokenised
+ * An SFT dataset ready for training: conversations from a JSONL file, a Hugging Face dataset
+ * folder (hub-data.ts) or an environment, tokenised
  * with the model's chat template, each a `Sample` for `packSamples`.
  */
 import type { EnvSpec } from '../envs/loader';
@@ -8,13 +9,16 @@ import type { Tokenizer } from '../model/tokenizer';
 import type { Sample } from '../orchestrator/packing';
 import type { SftConversation } from './conversation';
 import { envConversations } from './env-data';
+import { readHubDataset } from './hub-data';
 import { readSftJsonl } from './jsonl';
 import { tokenizeConversation } from './tokenize';
 
-/** Where the conversations come from: exactly one of `path` and `env`. */
+/** Where the conversations come from: exactly one of `path`, `dataset` and `env`. */
 export interface SftDataSource {
   /** JSONL file of prompt/completion or messages rows. */
   path?: string;
+  /** A dataset folder laid out as on the Hugging Face Hub (`name`: how it was named), and the split to read. */
+  dataset?: { dir: string; name: string; split: string };
   /** Environment whose examples and demonstrations make the data. */
   env?: EnvSpec;
   /** Rows (the first N of a file) or env examples to take; unset = all (required for generated envs). */
@@ -36,26 +40,33 @@ export interface SftDataset {
   sources: string[];
 }
 
-export function loadSftConversations(source: SftDataSource, split: Split, seed: number): SftConversation[] {
-  if (source.path !== undefined && source.env !== undefined)
-    throw new Error('SFT data: give a JSONL file (path) or an environment (env), not both');
+export async function loadSftConversations(
+  source: SftDataSource,
+  split: Split,
+  seed: number,
+): Promise<SftConversation[]> {
+  const given = [source.path, source.dataset, source.env].filter((s) => s !== undefined).length;
+  if (given > 1)
+    throw new Error('SFT data: give a JSONL file (path), a dataset (name) or an environment (env), not several');
   if (source.path !== undefined) return readSftJsonl(source.path, source.numExamples);
+  if (source.dataset !== undefined)
+    return readHubDataset(source.dataset.dir, source.dataset.name, source.dataset.split, source.numExamples);
   if (source.env !== undefined) return envConversations(source.env, split, seed, source.numExamples);
-  throw new Error('SFT data: give a JSONL file (path) or an environment (env)');
+  throw new Error('SFT data: give a JSONL file (path), a dataset (name) or an environment (env)');
 }
 
 /**
  * Loads and tokenises a dataset. For an env source, `split` picks its train or eval split (the
  * training set and the validation set); a file is its own split.
  */
-export function loadSftDataset(
+export async function loadSftDataset(
   tokenizer: Tokenizer,
   source: SftDataSource,
   split: Split,
   opts: SftDataOptions,
-): SftDataset {
+): Promise<SftDataset> {
   if (opts.lossRoles.length === 0) throw new Error('SFT data: loss_roles is empty, so no token would carry loss');
-  const conversations = loadSftConversations(source, split, opts.seed);
+  const conversations = await loadSftConversations(source, split, opts.seed);
   return {
     samples: conversations.map((c, i) => {
       const sample = tokenizeConversation(tokenizer, c, opts.lossRoles);

@@ -36,6 +36,11 @@ export function parseSftRow(text: string, source: string): SftConversation {
   } catch (e) {
     throw new Error(`${source}: not valid JSON (${(e as Error).message})`);
   }
+  return sftRowConversation(json, source);
+}
+
+/** One row (a JSON object, or a parquet row as an object) as a conversation; `source` names it in errors. */
+export function sftRowConversation(json: unknown, source: string): SftConversation {
   const parsed = rowSchema.safeParse(json);
   if (!parsed.success) throw new Error(`${source}: ${describeIssues(parsed.error)}`);
   const row = parsed.data;

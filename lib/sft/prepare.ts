@@ -54,33 +54,33 @@ function noLossTokens(what: string, counts: PackCounts, seqLen: number): string 
   );
 }
 
-export function prepareSftData(
+export async function prepareSftData(
   input: SftPrepareInput,
   progress: (p: SftPrepareProgress) => void = () => {},
-): SftPrepareResult {
+): Promise<SftPrepareResult> {
   const layout = new RunLayout(input.runDir);
   const tokenizer = Tokenizer.fromDir(input.modelDir);
   const load = (
     source: SftDataSource,
     split: 'train' | 'eval',
     phase: 'tokenizing' | 'tokenizing validation',
-  ): Sample[] =>
+  ): Promise<Sample[]> =>
     loadSftDataset(tokenizer, source, split, {
       lossRoles: input.lossRoles,
       seed: input.seed,
       onProgress: (done, total) => {
         if (done % PROGRESS_EVERY === 0 || done === total) progress({ phase, done, total });
       },
-    }).samples;
+    }).then((d) => d.samples);
   let train: Sample[];
   let val: Sample[] = [];
   try {
-    train = load(input.train, 'train', 'tokenizing');
+    train = await load(input.train, 'train', 'tokenizing');
   } catch (e) {
     return { ok: false, problem: 'data', message: (e as Error).message };
   }
   try {
-    if (input.val) val = load(input.val, 'eval', 'tokenizing validation');
+    if (input.val) val = await load(input.val, 'eval', 'tokenizing validation');
   } catch (e) {
     return { ok: false, problem: 'validation data', message: (e as Error).message };
   }

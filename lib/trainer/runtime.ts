@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import * as native from '../../native';
 import { writeDirAtomicAsync, writeFileAtomic } from '../atomic';
 import { Failure, NonRetryableError } from '../failures';
+import { resolveModelDir } from '../hub';
 import type { NamedTensor } from '../model/arch';
 import { loadHfModel, readHfConfig, writeHfModel } from '../model/hf';
 import { serializeSafetensors } from '../model/safetensors';
@@ -138,7 +139,7 @@ export class TrainerRuntime {
   ): Promise<{ runtime: TrainerRuntime; report: RestoreReport }> {
     const layout = new RunLayout(runDir);
     if (t.threads) native.setThreads(t.threads);
-    const baseDir = path.resolve(t.model.name);
+    const baseDir = resolveModelDir(t.model.name, 'trainer.model.name');
     const base = loadHfModel(baseDir);
     const refusal = t.routerReplay ? routerReplayRefusal(base.config) : undefined;
     if (refusal) throw new NonRetryableError(refusal, Failure.InvalidConfig);

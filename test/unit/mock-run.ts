@@ -177,8 +177,10 @@ export function standIns(calls: Calls, b: Behaviour = {}) {
       calls.push('prepareSft');
       return { runDir: RUN_DIR, steps: b.sftSteps ?? 4 } as Awaited<ReturnType<CpuActivities['prepareSft']>>;
     },
-    async recordSftStep({ step, valLoss }) {
-      calls.push(`recordSftStep ${step}${valLoss === undefined ? '' : ` val=${valLoss}`}`);
+    async recordSftStep({ step, valLoss, evals }) {
+      calls.push(
+        `recordSftStep ${step}${valLoss === undefined ? '' : ` val=${valLoss}`}${evals ? ` evals=${evals.map((e) => e.model).join(',')}` : ''}`,
+      );
     },
     async prepareEval(config: EvalConfig) {
       calls.push('prepareEval');

@@ -387,6 +387,41 @@ describe('rl, in-flight mode', () => {
 });
 
 describe('sft', () => {
+  test('evals during SFT: the base model first, every eval.interval steps and the end, as children; continue-as-new carries the next', async () => {
+    const cfg = sftConfig([
+      ...[
+        '--run-name',
+        'se',
+        '--eval.interval',
+        '2',
+        '--eval.env',
+        '[{"id": "reverse-text", "rollouts_per_example": 2}]',
+      ],
+    ]);
+    const { result, calls } = await run<SftResult>('sft', [cfg, undefined, { stepsPerRun: 2 }], {
+      sftSteps: 5,
+      // Step 2's weights are not written by its train step: the eval has them written.
+      writesWeights: (s) => s !== 1,
+    });
+    expect(result.steps).toBe(5);
+    expect(calls.filter((c) => /^(evaluate|writeWeights|recordSftStep|writeEvalVersion)/.test(c))).toEqual([
+      'evaluate base/0',
+      'writeEvalVersion base',
+      'recordSftStep 0',
+      'writeWeights 2',
+      'evaluate step_2/0',
+      'writeEvalVersion step_2',
+      'recordSftStep 1 evals=step_2',
+      'recordSftStep 2',
+      'evaluate step_4/0',
+      'writeEvalVersion step_4',
+      'recordSftStep 3 evals=step_4',
+      'evaluate step_5/0',
+      'writeEvalVersion step_5',
+      'recordSftStep 4 evals=step_5',
+    ]);
+  });
+
   test('validation, checkpoints and metrics per step; continue-as-new carries the state', async () => {
     const cfg = sftConfig(['--run-name', 'sf', '--val.interval', '2', '--ckpt.interval', '3']);
     const { result, calls, handle } = await run<SftResult>('sft', [cfg, undefined, { stepsPerRun: 2 }], {

@@ -24,6 +24,8 @@ export function isVerifiersEnv(id: string): boolean {
 /** The venv scripts/setup.sh builds when a config names a verifiers env. */
 export const VERIFIERS_VENV = path.join(projectRoot, '.venv-verifiers');
 const LAUNCHER = path.join(projectRoot, 'scripts', 'verifiers', 'serve_env.py');
+/** The launcher's exit status for a taskset verifiers cannot import (serve_env.py NOT_INSTALLED). */
+const TASKSET_NOT_INSTALLED = 3;
 
 const table = z.record(z.string(), z.unknown());
 
@@ -40,7 +42,10 @@ export const verifiersArgs = z.strictObject({
     .optional()
     .describe('Python with verifiers 0.4.0 installed; default: .venv-verifiers/bin/python (scripts/setup.sh)'),
   paths: z.array(z.string().min(1)).default([]).describe('folders put on PYTHONPATH (where the env module lives)'),
-  eval_size: z.number().min(0).default(0.1).describe('tasks held out as the eval split (a fraction, or a count)'),
+  eval_size: z
+    .union([z.number().min(0), z.literal('all')])
+    .default(0.1)
+    .describe('tasks held out as the eval split: a fraction, a count, or all (an eval-only taskset)'),
   timeout_s: z.number().positive().default(600).describe('seconds one rollout may take before it is cancelled'),
   start_timeout_s: z.number().positive().default(180).describe('seconds the env server may take to answer health'),
   max_concurrent: z.number().int().positive().optional().describe("the env server's rollouts in flight"),
@@ -105,8 +110,9 @@ function listTasks(id: string, launch: VerifiersLaunch): JsonObject[] {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
   } catch (e) {
-    const err = e as { stderr?: string; message: string };
+    const err = e as { stderr?: string; status?: number | null; message: string };
     const tail = (err.stderr ?? '').trim().split('\n').slice(-8).join('\n');
+    if (err.status === TASKSET_NOT_INSTALLED) throw new Error(`environment "${id}": ${tail}`);
     throw new Error(`environment "${id}": listing the taskset's tasks failed: ${tail || err.message}`);
   }
   const tasks = out
@@ -134,7 +140,7 @@ export function verifiersEnvironment(id: string): EnvironmentDefinition<typeof v
         throw new Error(`environment "${id}": ${what} runs in its verifiers env server, not in the env pool`);
       };
       return {
-        dataset: listDataset(examples, { evalSize: args.eval_size }),
+        dataset: listDataset(examples, { evalSize: args.eval_size === 'all' ? examples.length : args.eval_size }),
         rubric: [{ name: 'reward', fn: notHere('scoring') }],
         respond: notHere('the rollout'),
       };

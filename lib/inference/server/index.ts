@@ -18,6 +18,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import * as native from '../../../native';
 import { ConfigError } from '../../config/errors';
 import type { InferenceConfig } from '../../config/schemas';
+import { resolveModelDir } from '../../hub';
 import type { ArchConfig } from '../../model/arch';
 import { loadHfModel } from '../../model/hf';
 import { Tokenizer } from '../../model/tokenizer';
@@ -30,6 +31,7 @@ import { registerOpenAiRoutes } from './openai-routes';
 import { registerPolicyRoutes } from './policy-routes';
 import { registerRendererGenerateRoute } from './renderer-generate';
 import { Served } from './served';
+import { registerSessionVersionsRoute, SessionVersions } from './session-versions';
 
 /** Largest accepted request body. */
 const BODY_LIMIT = 16 * 1024 * 1024;
@@ -80,7 +82,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   // Settings are checked before the (slow) model load.
   const authorized = bearerCheck(config);
   native.setThreads(config.threads ?? os.cpus().length);
-  const baseDir = path.resolve(config.model.name);
+  const baseDir = resolveModelDir(config.model.name);
   const baseReal = fs.realpathSync(baseDir);
   const { arch, model } = await loadBase(baseDir, config);
   const tokenizer = Tokenizer.fromDir(baseDir);
@@ -151,7 +153,9 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
 
   registerOpenAiRoutes(app, served);
   registerPolicyRoutes(app, served, { baseDir, baseReal, allowedRoots });
-  registerRendererGenerateRoute(app, served);
+  const sessionVersions = new SessionVersions();
+  registerRendererGenerateRoute(app, served, sessionVersions, baseDir);
+  registerSessionVersionsRoute(app, sessionVersions);
 
   await app.listen({ host: config.server.host, port: config.server.port });
   const address = app.server.address();

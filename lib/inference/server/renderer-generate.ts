@@ -4,7 +4,8 @@
  * `{model, token_ids, sampling_params: {..., stop_token_ids, logprobs: 1, skip_special_tokens}}`,
  * the response `{request_id, choices: [{index, token_ids, logprobs: {content: [{token:
  * "token_id:<id>", logprob}]}, finish_reason}]}`: exactly one finite logprob per sampled token,
- * which the client checks. Like our other routes it names the policy version that sampled.
+ * which the client checks. Like our other routes it names the policy version that sampled, which
+ * that client drops: asked to, the route also keeps it by rollout (session-versions.ts).
  */
 import { randomUUID } from 'node:crypto';
 import * as path from 'node:path';
@@ -12,6 +13,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { ApiError, neutral, parseBody, samplingFields, tokenId } from '../protocol';
 import { disconnectSignal, usage, type Served } from './served';
+import { RECORD_VERSIONS_HEADER, SESSION_HEADER, type SessionVersions } from './session-versions';
 
 const absent = (what: string) =>
   z
@@ -28,6 +30,9 @@ const samplingParams = z.strictObject({
   skip_special_tokens: z.boolean().nullish(),
   spaces_between_special_tokens: z.boolean().nullish(),
   include_stop_str_in_output: z.boolean().nullish(),
+  // Where a bridged turn's new prompt tokens start, for the routed experts vLLM returns (the
+  // renderers client sends it on every multi-turn continuation); this route returns no routes.
+  routed_experts_prompt_start: z.number().int().min(0).nullish(),
   repetition_penalty: neutral(z.number().nullable(), 1, 'repetition_penalty other than 1'),
   min_tokens: neutral(z.number().nullable(), 0, 'min_tokens other than 0'),
 });
@@ -45,12 +50,19 @@ export const rendererGenerateRequest = z.strictObject({
   content_parts: absent('multimodal inputs (content_parts) are not supported'),
 });
 
-export function registerRendererGenerateRoute(app: FastifyInstance, served: Served): void {
+export function registerRendererGenerateRoute(
+  app: FastifyInstance,
+  served: Served,
+  versions: SessionVersions,
+  /** The served model's folder (a Hugging Face name's snapshot): verifiers may name the model by it. */
+  modelDir: string,
+): void {
   app.post('/inference/v1/generate', async (req, reply) => {
     const body = parseBody(rendererGenerateRequest, req.body);
     const sp = body.sampling_params;
     // verifiers names the model by the folder its renderer loads: the served folder, however spelt, is the served model.
-    if (body.model === undefined || path.resolve(body.model) !== path.resolve(served.modelName))
+    const folder = body.model === undefined ? undefined : path.resolve(body.model);
+    if (folder === undefined || (folder !== path.resolve(served.modelName) && folder !== modelDir))
       served.checkModel(body.model);
     served.checkPrompt(body.token_ids, 'token_ids');
     const maxTokens = served.maxTokensFor(body.token_ids.length, sp.max_tokens, 'sampling_params.max_tokens');
@@ -73,6 +85,12 @@ export function registerRendererGenerateRoute(app: FastifyInstance, served: Serv
           'server_error',
         );
     }
+    const session = req.headers[SESSION_HEADER];
+    if (typeof session === 'string' && req.headers[RECORD_VERSIONS_HEADER] !== undefined)
+      versions.record(
+        session,
+        results.map((r) => ({ token_ids: r.tokenIds, policy_versions: r.tokenPolicyVersions })),
+      );
     return {
       request_id: body.request_id ?? `gen-${randomUUID()}`,
       model: served.modelName,
