@@ -76,6 +76,9 @@ if ! stamp_ok test-server "$tts_hash" || [ ! -d $TTS/lib ]; then
 fi
 
 # 3. npm packages -------------------------------------------------------------------------------
+# Node >= 20.19: hyparquet (SFT datasets as parquet) is an ES module that the code loads with require().
+node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' ||
+  { echo "error: Node.js >= 20.19 is needed (this is $(node --version)); install a newer Node.js 20 or 22" >&2; exit 1; }
 lock_hash=$(hash_of package-lock.json)
 if ! stamp_ok npm "$lock_hash" || [ ! -d node_modules ]; then
   # Not `npm ci`: the registries these machines reach serve only this platform's optional binaries
