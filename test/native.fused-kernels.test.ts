@@ -6,9 +6,13 @@
  * dispatch, a model's training step with `fusedKernels` on, and the refusals of bad inputs.
  */
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 import * as native from '../native';
 import { CHECKS, makeWorkDir, type CheckContext } from '../bench/gpu/checks';
+import { loadConfig } from '../lib/config/loader';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { randomWeights, tinyConfig } from '../lib/model/testing';
+import { projectRoot } from '../lib/paths';
 
 let ctx: CheckContext;
 beforeAll(() => {
@@ -88,4 +92,25 @@ describe('bad inputs are refused by the kernels, naming what is wrong', () => {
       /fusedKernels must be true or false/,
     );
   });
+});
+
+test('configs/gpu/rl-0.6b.toml: the RL loop at size as issue #38 sets it', () => {
+  const { config: c } = loadConfig({
+    schema: rlSchema,
+    argv: ['@', path.join(projectRoot, 'configs', 'gpu', 'rl-0.6b.toml'), '--model.name', 'm'],
+    env: {},
+    cwd: projectRoot,
+    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
+  });
+  expect(c.max_steps).toBe(30);
+  expect(c.async_level).toBe(1);
+  expect(c.orchestrator.batch_size).toBe(128);
+  expect(c.orchestrator.sampling.max_tokens).toBe(128);
+  expect(c.orchestrator.in_flight.enabled).toBe(true);
+  expect(c.env.map((e) => e.id)).toEqual(['reverse-text']);
+  expect([c.trainer.model.device, c.inference.model.device]).toEqual(['cuda', 'cuda']);
+  expect([c.trainer.model.dtype, c.inference.model.dtype]).toEqual(['bfloat16', 'bfloat16']);
+  // The inference share of the card: every rollout of a step decoding at once fits its KV cache.
+  expect(c.inference.max_running).toBeGreaterThanOrEqual(c.orchestrator.batch_size);
+  expect(c.inference.kv_cache_tokens).toBe(32768);
 });
