@@ -51,6 +51,19 @@ const median = (xs: number[]) => {
 };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** The card's memory in use, in bytes (nvidia-smi), or 0. */
+function deviceMemoryUsed(): number {
+  try {
+    const csv = execFileSync('nvidia-smi', ['--query-gpu=memory.used', '--format=csv,noheader,nounits'], {
+      encoding: 'utf8',
+      timeout: 5000,
+    });
+    return Number(csv.trim().split('\n')[0]) * 2 ** 20 || 0;
+  } catch {
+    return 0;
+  }
+}
+
 /** Memory of a process by pid, in bytes: GPU memory (nvidia-smi) on CUDA, peak RSS on the CPU. */
 function memoryOf(pids: number[], cuda: boolean): Map<number, number> {
   const out = new Map<number, number>();
@@ -133,7 +146,8 @@ async function main() {
 
   // While it runs: when the server first serves each policy version, and each role's peak memory.
   const served = new Map<number, number>();
-  const peak = { inference: 0, trainer: 0 };
+  // Where nvidia-smi cannot see the processes (another PID namespace), the card's total is kept.
+  const peak = { inference: 0, trainer: 0, card: 0 };
   const t0 = Date.now();
   let lastMemory = 0;
   while (exitCode === null) {
@@ -156,6 +170,7 @@ async function main() {
         const p = pids[role];
         if (p !== undefined) peak[role] = Math.max(peak[role], mem.get(p) ?? 0);
       }
+      if (cuda) peak.card = Math.max(peak.card, deviceMemoryUsed());
     }
     await Promise.race([exited, sleep(100)]);
   }
@@ -210,7 +225,7 @@ async function main() {
     `| inference (completion tokens over its busy time) | ${m('genTokS').toFixed(0)} | ${gb(peak.inference)} |`,
     `| trainer (trained tokens) | ${m('trainTokS').toFixed(0)} | ${gb(peak.trainer)} |`,
     '',
-    `Peak memory: ${cuda ? "the role's process as nvidia-smi reports it (allocator reserve included)" : 'peak RSS'}.`,
+    `Peak memory: ${cuda ? `the role's process as nvidia-smi reports it (allocator reserve included); the whole card's peak ${gb(peak.card)} GB` : 'peak RSS'}.`,
   ].join('\n');
   console.log(table);
   const out = process.argv.includes('--out') ? arg('out', '') : '';
