@@ -11,7 +11,10 @@ import * as native from '../native';
 import { CHECKS, makeWorkDir, type CheckContext } from '../bench/gpu/checks';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
-import { randomWeights, tinyConfig } from '../lib/model/testing';
+import type { ArchConfig } from '../lib/model/arch';
+import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
+import { Rng } from '../lib/model/rng';
+import type { LoraOptions, TrainRow } from '../native';
 import { projectRoot } from '../lib/paths';
 
 let ctx: CheckContext;
@@ -46,6 +49,37 @@ test.each(fusedChecks.map((c) => [c.name, c] as const))(
   },
   120_000,
 );
+
+/**
+ * A training step with the fused kernels equals libtorch's on each family's layout: Llama (no q/k
+ * norms: q and k are views of the projections, so RoPE works out of place), Qwen3 (RoPE in place
+ * on the q/k norms' outputs, under activation checkpointing: the rerun layers run the autograd
+ * functions again) with LoRA dropout, and Qwen3-MoE (SwiGLU on each expert's rows).
+ */
+describe('a training step with fusedKernels equals the unfused one', () => {
+  const rows = (cfg: ArchConfig): TrainRow[] => {
+    const rng = new Rng(4);
+    const samples = [19, 30, 11].map((n) => randomTokens(rng, n, cfg.vocabSize));
+    return [{ ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i > 2 ? 1 : 0))) }];
+  };
+  const lora: LoraOptions = { rank: 4, alpha: 8, dropout: 0.2, targetModules: ['q_proj', 'k_proj', 'up_proj'] };
+  test.each([
+    ['llama', {}],
+    ['qwen3', { activationCheckpointing: 1, lora, seed: 3 }],
+    ['qwen3_moe', {}],
+  ] as const)('%s', async (arch, opts) => {
+    const cfg = tinyConfig(arch);
+    const step = async (fusedKernels: boolean) => {
+      const model = await native.loadModel(cfg, randomWeights(cfg, 2), { fusedKernels });
+      const trainer = model.createTrainer({ ...opts, lora: 'lora' in opts ? { ...opts.lora } : undefined });
+      return trainer.step(rows(cfg), { lr: 1e-3, loss: { kind: 'ce' } });
+    };
+    const [fused, plain] = [await step(true), await step(false)];
+    expect(Math.abs(fused.loss - plain.loss) / plain.loss).toBeLessThan(1e-6);
+    expect(Math.abs(fused.gradNorm - plain.gradNorm) / plain.gradNorm).toBeLessThan(1e-5);
+    expect(plain.gradNorm).toBeGreaterThan(0);
+  });
+});
 
 describe('kernelCheck measures what it claims', () => {
   test('every output and input gradient, each path against fp64', () => {
