@@ -46,6 +46,13 @@ export interface ModelOptions {
    * by one, as training does: what fusing gains, measured with one build.
    */
   fusedProjections?: boolean;
+  /**
+   * Default false: RMSNorm (with the residual add), RoPE, SwiGLU and the LM head's rows run
+   * libtorch's ops. true: our fused kernels (native/src/kernels.h), forward and backward, on CUDA in
+   * a build that has them (`info().cudaKernels`; refused otherwise, saying why); on the CPU their
+   * formulas run as tensor ops, for tests. float32 and bfloat16 models only.
+   */
+  fusedKernels?: boolean;
 }
 
 export type TokenIds = Int32Array | number[];
@@ -384,6 +391,8 @@ export interface NativeInfo {
   parallelInfo: string;
   /** Whether the build has c10d's Gloo process group (the data-parallel trainer, `createGroup`). */
   gloo: boolean;
+  /** Whether the build has our fused CUDA kernels (`ModelOptions.fusedKernels` on CUDA). */
+  cudaKernels: boolean;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -428,6 +437,8 @@ interface Addon {
   matmulGflops(n: number, iters: number): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
   lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult;
+  kernelCheck(options: KernelCheckOptions): KernelCheckOutput[];
+  kernelTime(options: KernelCheckOptions & { iters: number }): Promise<{ fused: number; unfused: number }>;
   adamwCheck(options: AdamwCheckOptions): { maxDiff: number; moved: number };
   lossKinds(): LossKindSpec[];
   layerSlots(): string[];
@@ -549,6 +560,54 @@ export interface LmHeadCheckResult {
 /** The chunked LM head (native/src/lm_head.h) checked against the plain graph, for tests. */
 export function lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult {
   return load().lmHeadCheck(options);
+}
+
+/** A fused kernel's random problem (native/src/kernel_check.h): shapes by kernel. */
+export interface KernelCheckOptions {
+  kernel: 'rmsNorm' | 'addRmsNorm' | 'rope' | 'swiglu' | 'lmHead';
+  /** The activations' dtype; bfloat16 runs as mixed precision (fp32 weights); float64 reaches the kernels' refusal. */
+  dtype: ComputeDType;
+  device: string;
+  /** Tokens. */
+  rows: number;
+  /** The normed, intermediate or hidden size, or the head size (rope). */
+  width: number;
+  /** rmsNorm: [rows, heads, width] (the q/k norms); rope: q heads. Default 1. */
+  heads?: number;
+  /** rope: k heads. Default 1. */
+  kvHeads?: number;
+  vocab?: number;
+  /** lmHead: tokens per chunk (0 = the device's default). */
+  chunkTokens?: number;
+  /** lmHead: the loss uses the entropy too (default true). */
+  entropyGrad?: boolean;
+  /** swiglu: gate and up as the halves of one [rows, 2 width] tensor (default false). */
+  packed?: boolean;
+  /** rmsNorm: the weight's size (default width; another size reaches the kernels' refusal). */
+  weightWidth?: number;
+  seed?: number;
+}
+/**
+ * One output (`y`, `logp`, ...) or input gradient (`dx`, `dweight`, ...): the largest difference
+ * from the unfused path run in fp64 on the CPU on the same rounded inputs, relative to that result's
+ * largest magnitude (`scale`), for our fused path and libtorch's, and the two paths' difference.
+ */
+export interface KernelCheckOutput {
+  name: string;
+  fused: number;
+  unfused: number;
+  apart: number;
+  scale: number;
+}
+/** One fused kernel against the libtorch path it replaces, forward and backward (synchronous). */
+export function kernelCheck(options: KernelCheckOptions): KernelCheckOutput[] {
+  return load().kernelCheck(options);
+}
+/** Seconds per forward + backward of the fused kernel and of the libtorch path, `iters` passes each. */
+export function kernelTime(
+  options: KernelCheckOptions & { iters: number },
+): Promise<{ fused: number; unfused: number }> {
+  return load().kernelTime(options);
 }
 
 /** `adamwCheck`'s random problem: a parameter of `numel` values and a non-contiguous 5 x 7 one. */

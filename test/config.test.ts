@@ -296,6 +296,19 @@ describe('model device and dtype', () => {
     expect(configError(() => rl(['--inference.model.ac.freq', '1']))).toMatch(/inference\.model\.ac/);
     expect(configError(() => sft(['--model.ac.freq', '0']))).toMatch(/model\.ac\.freq/);
   });
+  test('fused kernels: a switch of the trained model, off by default, refused on the CPU and for inference', () => {
+    expect(sft([]).model.fused_kernels).toBe(false);
+    expect(sft(['--model.device', 'cuda', '--model.fused-kernels', 'true']).model.fused_kernels).toBe(true);
+    expect(
+      rl(['--trainer.model.device', 'cuda:1', '--trainer.model.fused-kernels', 'true']).trainer.model,
+    ).toMatchObject({ device: 'cuda:1', fused_kernels: true });
+    const msg = configError(() => sft(['--model.fused-kernels', 'true']));
+    expect(msg).toMatch(/model\.fused_kernels/);
+    expect(msg).toMatch(/set the model's device to cuda/);
+    expect(configError(() => rl(['--inference.model.fused-kernels', 'true']))).toMatch(
+      /inference\.model\.fused_kernels/,
+    );
+  });
   test('another device is refused, naming the key', () => {
     const msg = configError(() => sft(['--model.device', 'gpu']));
     expect(msg).toMatch(/model\.device/);

@@ -11,7 +11,14 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../../native';
-import type { ComputeDType, NativeModel, TrainRow, WeightTensor } from '../../native';
+import type {
+  ComputeDType,
+  KernelCheckOptions,
+  NativeModel,
+  TrainRow,
+  TrainStepStats,
+  WeightTensor,
+} from '../../native';
 import type { ArchConfig } from '../../lib/model/arch';
 import { loadHfModel, writeHfModel } from '../../lib/model/hf';
 import { toHfConfig } from '../../lib/model/hf-config';
@@ -405,6 +412,125 @@ const checkpointRoundTrip: Check = {
   },
 };
 
+/**
+ * The fused kernels (native/src/kernels.h, `fusedKernels`), each against the libtorch path it
+ * replaces, forward and backward, on random inputs (native.kernelCheck): every output and input
+ * gradient measured against the unfused path run in fp64 on the CPU on the same rounded inputs.
+ * fp32: the fused and unfused results within 1e-5 of each other, relative to the result's largest
+ * magnitude. bf16: each path rounds differently, so the fused one must be no worse than libtorch's
+ * against fp64 (2x its error + 1e-3, as noWorseThan). Shapes: the 0.6B step's widths and heads,
+ * plus odd sizes that take the kernels' scalar (unvectorised) paths and tails.
+ */
+const KERNEL_CASES: Record<string, Array<Omit<KernelCheckOptions, 'dtype' | 'device' | 'kernel'>>> = {
+  rmsNorm: [
+    { rows: 1000, width: 1024 },
+    { rows: 257, heads: 16, width: 128 }, // the q norm: rows of 128 over 16 heads
+    { rows: 77, width: 37 },
+  ],
+  addRmsNorm: [
+    { rows: 1000, width: 1024 },
+    { rows: 77, width: 37 },
+  ],
+  rope: [
+    { rows: 300, heads: 16, kvHeads: 8, width: 128 },
+    { rows: 33, heads: 3, kvHeads: 1, width: 6 },
+  ],
+  swiglu: [
+    { rows: 500, width: 3072 },
+    { rows: 61, width: 35, packed: true }, // gate and up as the halves of one projection
+  ],
+  lmHead: [
+    { rows: 300, width: 256, vocab: 5000, chunkTokens: 128 },
+    { rows: 97, width: 64, vocab: 4099, chunkTokens: 40, entropyGrad: false },
+  ],
+};
+const KERNEL_NAMES: Record<string, string> = {
+  rmsNorm: 'RMSNorm',
+  addRmsNorm: 'RMSNorm + residual add',
+  rope: 'RoPE',
+  swiglu: 'SwiGLU',
+  lmHead: 'LM head rows',
+};
+
+function kernelCheck(kernel: KernelCheckOptions['kernel'], dtype: 'float32' | 'bfloat16'): Check {
+  const fp32 = dtype === 'float32';
+  return {
+    name: `fused ${KERNEL_NAMES[kernel]} vs libtorch, ${fp32 ? 'fp32' : 'bf16'}`,
+    async run(ctx) {
+      const failures: string[] = [];
+      let worst = { name: '', fused: 0, unfused: 0, apart: 0 };
+      for (const [i, shape] of KERNEL_CASES[kernel].entries()) {
+        const rows = native.kernelCheck({ kernel, dtype, device: ctx.device, seed: i + 1, ...shape });
+        for (const r of rows) {
+          const ok = fp32 ? r.apart <= 1e-5 : r.fused <= 2 * r.unfused + 1e-3;
+          const where = `${r.name} of ${JSON.stringify(shape)}`;
+          if (!ok) failures.push(`${where}: fused ${fmt(r.fused)}, libtorch ${fmt(r.unfused)}, apart ${fmt(r.apart)}`);
+          if ((fp32 ? r.apart : r.fused) >= (fp32 ? worst.apart : worst.fused)) worst = { ...r, name: where };
+        }
+      }
+      const bound = fp32 ? 'fused vs libtorch within 1e-5 relative' : "fused no worse than 2x libtorch's error + 1e-3";
+      return verdict(
+        failures.length === 0,
+        failures.length > 0
+          ? `${failures.join('; ')} (${bound})`
+          : `worst ${worst.name}: vs fp64 fused ${fmt(worst.fused)}, libtorch ${fmt(worst.unfused)}, apart ${fmt(worst.apart)} (${bound})`,
+      );
+    },
+  };
+}
+
+/**
+ * Scoring and one training step with the fused kernels against the same with libtorch's ops, on
+ * the device. fp32: logprobs, loss and gradient norm within 1e-5 relative, and the weights after
+ * one AdamW step within 2 lr (trainStep's bound: a tiny gradient whose sign rounds the other way
+ * takes the opposite step). bf16 (mixed precision): both against the fp32 CPU step, the fused one
+ * no worse than 2x libtorch's error + 1e-5 (loss and gradient norm).
+ */
+function fusedTrainStep(dtype: ComputeDType): Check {
+  const fp32 = dtype === 'float32';
+  return {
+    name: `scoring and training step, fused kernels vs libtorch, ${fp32 ? 'fp32' : 'bf16'}`,
+    async run(ctx) {
+      const rows = trainRows(9);
+      const mixed = !fp32;
+      const side = async (device: string, fusedKernels: boolean, mp: boolean) => {
+        const hf = loadHfModel(checkModelDir(ctx));
+        const model = await native.loadModel(hf.config, hf.tensors, { device, dtype: 'float32', fusedKernels });
+        const scores = (await model.score(rows)).flatMap((s) => Array.from(s.logprobs));
+        const trainer = model.createTrainer({ mixedPrecision: mp ? 'bfloat16' : undefined });
+        const stats = await trainer.step(rows, { lr: LR, loss: { kind: 'ce' } });
+        return { scores, stats, weights: await trainer.readWeights('F32') };
+      };
+      const fused = await side(ctx.device, true, mixed);
+      const plain = await side(ctx.device, false, mixed);
+      const rel = (a: number, b: number) => Math.abs(a - b) / Math.abs(b);
+      if (fp32) {
+        const scale = Math.max(...plain.scores.map(Math.abs));
+        const scoreRel = maxAbsDiff(fused.scores, plain.scores) / scale;
+        const lossRel = rel(fused.stats.loss, plain.stats.loss);
+        const normRel = rel(fused.stats.gradNorm, plain.stats.gradNorm);
+        const w = weightsDiff(fused.weights, plain.weights);
+        return verdict(
+          scoreRel <= 1e-5 && lossRel <= 1e-5 && normRel <= 1e-5 && w <= 2 * LR * (1 + 1e-3),
+          `logprobs rel ${fmt(scoreRel)}, loss rel ${fmt(lossRel)}, grad norm rel ${fmt(normRel)} (bound 1e-5); weights max ${fmt(w)} (bound 2 lr)`,
+        );
+      }
+      if (!isCuda(ctx.device)) return NO_CUDA;
+      const cpu = await side('cpu', false, false);
+      const err = (s: { stats: TrainStepStats }) => [
+        rel(s.stats.loss, cpu.stats.loss),
+        rel(s.stats.gradNorm, cpu.stats.gradNorm),
+      ];
+      const [fl, fn] = err(fused),
+        [pl, pn] = err(plain);
+      return verdict(
+        fl <= 2 * pl + 1e-5 && fn <= 2 * pn + 1e-5,
+        `vs the fp32 CPU step: fused loss rel ${fmt(fl)}, grad norm rel ${fmt(fn)}; libtorch ${fmt(pl)}, ${fmt(pn)} (bound 2x + 1e-5)`,
+      );
+    },
+  };
+}
+
 /** Runs a command to its end (output appended to `log`); resolves with its exit code. */
 function run(cmd: string, args: string[], log: string, timeoutMs: number): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -474,6 +600,12 @@ export const CHECKS: Check[] = [
   trainStep('bfloat16'),
   loraDropout,
   checkpointRoundTrip,
+  ...(['rmsNorm', 'addRmsNorm', 'rope', 'swiglu', 'lmHead'] as const).flatMap((k) => [
+    kernelCheck(k, 'float32'),
+    kernelCheck(k, 'bfloat16'),
+  ]),
+  fusedTrainStep('float32'),
+  fusedTrainStep('bfloat16'),
   rlRun,
 ];
 

@@ -78,10 +78,16 @@ const inferenceModelSchema = () =>
         'decode every step op by op; false: on CUDA, dense models replay decode steps from CUDA graphs (one per batch and context-length bucket, captured on first use), as vLLM does',
       ),
   });
-/** The trained model (SFT, the RL trainer): the engine's settings plus activation checkpointing. */
+/** The trained model (SFT, the RL trainer): the engine's settings plus activation checkpointing and fused kernels. */
 const trainerModelSchema = () =>
   section({
     ...modelFields(),
+    fused_kernels: z
+      .boolean()
+      .default(false)
+      .describe(
+        "run RMSNorm (with the residual add), RoPE, SwiGLU and the LM head's softmax rows as the engine's fused CUDA kernels instead of libtorch's ops (device cuda; off until checked on a card: README, On a GPU machine)",
+      ),
     ac: z
       .strictObject({
         freq: positiveInt().default(1).describe('checkpoint every freq-th decoder layer (layers 0, freq, 2 freq, ...)'),
@@ -90,6 +96,14 @@ const trainerModelSchema = () =>
       .describe(
         'activation checkpointing (dense models): checkpointed layers keep only their input and run again in the backward; absent = off',
       ),
+  }).superRefine((m, ctx) => {
+    if (m.fused_kernels && m.device === 'cpu')
+      ctx.addIssue({
+        code: 'custom',
+        path: ['fused_kernels'],
+        message:
+          "the fused kernels are CUDA kernels: set the model's device to cuda (or cuda:N), or leave fused_kernels off",
+      });
   });
 
 const seqLen = () => positiveInt().default(2048).describe('max tokens of one packed row / one sequence');

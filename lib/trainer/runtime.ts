@@ -148,6 +148,7 @@ export class TrainerRuntime {
     const model = await native.loadModel(base.config, base.tensors, {
       device: t.model.device,
       dtype: bf16 ? 'float32' : t.model.dtype,
+      fusedKernels: t.model.fused_kernels,
     });
     const trainer = model.createTrainer({
       mixedPrecision: bf16 ? 'bfloat16' : undefined,

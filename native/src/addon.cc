@@ -26,6 +26,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("matmulGflops", Napi::Function::New(env, MatmulGflops));
   exports.Set("policyLoss", Napi::Function::New(env, PolicyLoss));
   exports.Set("lmHeadCheck", Napi::Function::New(env, LmHeadCheck));
+  exports.Set("kernelCheck", Napi::Function::New(env, KernelCheck));
+  exports.Set("kernelTime", Napi::Function::New(env, KernelTime));
   exports.Set("adamwCheck", Napi::Function::New(env, AdamwCheck));
   exports.Set("lossKinds", Napi::Function::New(env, LossKinds));
   exports.Set("layerSlots", Napi::Function::New(env, LayerSlots));

@@ -13,6 +13,7 @@
 
 #include "fast_exp.h"
 #include "host_parallel.h"
+#include "kernels.h"
 
 namespace prime {
 namespace {
@@ -177,9 +178,16 @@ at::Tensor backwardRowsOps(const at::Tensor& z, const at::Tensor& targets, doubl
   return g.scatter_add_(1, t, gl).to(out);
 }
 
+// Our CUDA row kernels: fp32 logits on a CUDA device, when asked for.
+bool fusedRows(const at::Tensor& z, LmHeadKernels kernels) {
+  return kernels == LmHeadKernels::Fused && z.is_cuda() && z.scalar_type() == at::kFloat;
+}
+
 void forwardChunk(const at::Tensor& z, const at::Tensor& targets, double temperature, at::Tensor logp,
-                  at::Tensor entropy, at::Tensor logZ, bool ops) {
-  if (ops || !z.device().is_cpu()) forwardRowsOps(z, targets, temperature, logp, entropy, logZ);
+                  at::Tensor entropy, at::Tensor logZ, LmHeadKernels kernels) {
+  const bool ops = kernels == LmHeadKernels::TensorOps;
+  if (fusedRows(z, kernels)) fusedLmHeadForward(z, targets, temperature, logp, entropy, logZ);
+  else if (ops || !z.device().is_cpu()) forwardRowsOps(z, targets, temperature, logp, entropy, logZ);
   else if (z.scalar_type() == at::kDouble) forwardRows<double>(z, targets, temperature, logp, entropy, logZ);
   else forwardRows<float>(z, targets, temperature, logp, entropy, logZ);
 }
@@ -187,9 +195,11 @@ void forwardChunk(const at::Tensor& z, const at::Tensor& targets, double tempera
 // dL/dx of one chunk in `out`: the CPU row kernels overwrite the logits z in place (then a cast);
 // tensor ops make a new tensor.
 at::Tensor backwardChunk(at::Tensor& z, const at::Tensor& targets, double temperature, const at::Tensor& logZ,
-                         const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt, bool ops,
-                         at::ScalarType out) {
-  if (ops || !z.device().is_cpu()) return backwardRowsOps(z, targets, temperature, logZ, entropy, gLogp, gEnt, out);
+                         const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt,
+                         LmHeadKernels kernels, at::ScalarType out) {
+  if (fusedRows(z, kernels)) return fusedLmHeadBackward(z, targets, temperature, logZ, entropy, gLogp, gEnt, out);
+  if (kernels == LmHeadKernels::TensorOps || !z.device().is_cpu())
+    return backwardRowsOps(z, targets, temperature, logZ, entropy, gLogp, gEnt, out);
   if (z.scalar_type() == at::kDouble) backwardRows<double>(z, targets, temperature, logZ, entropy, gLogp, gEnt);
   else backwardRows<float>(z, targets, temperature, logZ, entropy, gLogp, gEnt);
   return z.to(out);
@@ -197,10 +207,10 @@ at::Tensor backwardChunk(at::Tensor& z, const at::Tensor& targets, double temper
 
 struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
   // `keepChunks`: how many leading chunks keep their logits for the backward (the rest are
-  // recomputed there from hidden and weight). `ops`: tensor ops even on the CPU (tests).
+  // recomputed there from hidden and weight). `kernels`: which row kernels (LmHeadKernels).
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const at::Tensor& targets, double temperature, int64_t logitsDtype, int64_t chunk,
-                               int64_t keepChunks, bool ops) {
+                               int64_t keepChunks, int64_t kernels) {
     const auto dt = static_cast<at::ScalarType>(logitsDtype);
     // Under mixed precision the LM head's matmuls run in the autocast dtype, forward and backward
     // alike; its weight stays fp32 and so does everything after the logits.
@@ -216,7 +226,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
       const int64_t len = std::min(chunk, N - a);
       at::Tensor z = chunkLogits(hidden.narrow(0, a, len), w, dt, mm);
       forwardChunk(z, t.narrow(0, a, len), temperature, logp.narrow(0, a, len), entropy.narrow(0, a, len),
-                   logZ.narrow(0, a, len), ops);
+                   logZ.narrow(0, a, len), static_cast<LmHeadKernels>(kernels));
       if (c < keepChunks) kept.push_back(z);
     }
     kept.insert(kept.begin(), {hidden, weight, t, entropy, logZ});
@@ -224,7 +234,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["dtype"] = logitsDtype;
     ctx->saved_data["chunk"] = chunk;
-    ctx->saved_data["ops"] = ops;
+    ctx->saved_data["kernels"] = kernels;
     ctx->saved_data["mm"] = int64_t(mm);
     // An unused output's gradient arrives undefined rather than as zeros: whether the entropy's
     // terms are needed is then known without reading the gradient on the host.
@@ -246,7 +256,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     at::Tensor gHidden = wantHidden ? at::empty_like(hidden) : at::Tensor();
     at::Tensor gWeight = wantWeight ? at::empty_like(weight) : at::Tensor();  // first chunk: beta = 0
     const int64_t N = hidden.size(0), chunk = ctx->saved_data["chunk"].toInt();
-    const bool ops = ctx->saved_data["ops"].toBool();
+    const auto kernels = static_cast<LmHeadKernels>(ctx->saved_data["kernels"].toInt());
     const auto mm = static_cast<at::ScalarType>(ctx->saved_data["mm"].toInt());
     const at::Tensor w = weight.to(mm);  // once per call, as in the forward
     for (int64_t a = 0; a < N && (wantHidden || wantWeight); a += chunk) {
@@ -258,7 +268,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
       at::Tensor g = kFirstKept + c < saved.size() ? saved[kFirstKept + c] : chunkLogits(h, w, dt, mm);
       const at::Tensor t = targets.narrow(0, a, len), lz = logZ.narrow(0, a, len), ent = entropy.narrow(0, a, len);
       const at::Tensor gl = gLogp.narrow(0, a, len), ge = entropyGrad ? gEnt.narrow(0, a, len) : at::Tensor();
-      const at::Tensor gw = backwardChunk(g, t, temperature, lz, ent, gl, ge, ops, mm);
+      const at::Tensor gw = backwardChunk(g, t, temperature, lz, ent, gl, ge, kernels, mm);
       // 1 / T folded into the two products (dL/dlogits = dL/dz / T).
       if (mm == weight.scalar_type() && mm == hidden.scalar_type()) {
         if (wantHidden) {
@@ -304,7 +314,7 @@ TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight,
   const int64_t chunkBytes = chunk * weight.size(0) * int64_t(c10::elementSize(logitsDtype));
   const int64_t keepChunks = backward ? keepBytes / std::max<int64_t>(chunkBytes, 1) : 0;
   variable_list out = ChunkedLmHead::apply(hidden, weight, targets, temperature, int64_t(logitsDtype), chunk,
-                                           keepChunks, kernels == LmHeadKernels::TensorOps);
+                                           keepChunks, int64_t(kernels));
   return {out[0], out[1]};
 }
 

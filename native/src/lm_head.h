@@ -40,8 +40,10 @@ int64_t lmHeadChunkTokens(int64_t vocab, const at::Device& device);
 // ones); the backward recomputes only the chunks beyond it. Keeping one chunk costs what one chunk
 // buffer costs; it saves an LM-head matmul in the backward.
 // kernels: Auto = the fused row kernels on the CPU, tensor ops on other devices; TensorOps = the
-// tensor ops everywhere (how tests check the other devices' path on a CPU).
-enum class LmHeadKernels { Auto, TensorOps };
+// tensor ops everywhere (how tests check the other devices' path on a CPU); Fused = on CUDA our
+// row kernels (native/src/cuda/lm_head.cu: one read of a chunk forward, one read and one write
+// backward, the gradient straight in the GEMM's dtype) for fp32 logits, elsewhere as Auto.
+enum class LmHeadKernels { Auto, TensorOps, Fused };
 TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                              double temperature, at::ScalarType logitsDtype, int64_t chunkTokens = 0,
                              int64_t keepBytes = kLogitsKeepBytes, LmHeadKernels kernels = LmHeadKernels::Auto);

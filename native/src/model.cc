@@ -277,6 +277,7 @@ std::unique_ptr<Model> Model::copy() const {
   }
   m->logitsChunkTokens = logitsChunkTokens;
   m->fusedProjections = fusedProjections;
+  m->fusedKernels = fusedKernels;
   return m;
 }
 
@@ -412,23 +413,10 @@ void Model::checkTokenIds(const int64_t* ids, size_t n) const {
 // Building blocks
 
 // RMSNorm, arithmetic in fp32, output in the input's dtype (HF: variance in fp32, cast back to the
-// input dtype, then times the weight). Under mixed precision the input is a bf16 activation and the
-// weight an fp32 master weight: the weight is cast to bf16 (differentiable; its gradient returns in
-// fp32), as a bf16 model's norm would hold it.
+// input dtype, then times the weight); an fp32 master weight under mixed precision computes as its
+// bf16 copy (kernels.h).
 at::Tensor Model::rmsNorm(const at::Tensor& x, const at::Tensor& w) const {
-  const at::Tensor wx = w.scalar_type() == x.scalar_type() ? w : w.to(x.scalar_type());
-#if TORCH_VERSION_MAJOR >= 2
-  if (x.is_cuda()) {
-    // libtorch 2.x's fused RMSNorm: one kernel forward, one backward, where the ops below are
-    // eight and a dozen (an H100 profile of a 0.6B training step: 226 norms, each a trip through
-    // memory per op). Its arithmetic is fp32 too; the normalised value is not rounded to the input
-    // dtype before the weight multiplies it (one rounding, not two).
-    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, wx, cfg.rmsNormEps));
-  }
-#endif
-  at::Tensor xf = x.to(logitsDtype());
-  at::Tensor y = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + cfg.rmsNormEps);
-  return wx * y.to(x.scalar_type());
+  return kernels().rmsNorm(x, w, cfg.rmsNormEps);
 }
 
 at::ScalarType Model::computeDtype() const { return AutocastGuard::active(device).value_or(dtype); }
@@ -441,22 +429,6 @@ std::pair<at::Tensor, at::Tensor> Model::rope(const at::Tensor& pos) const {
   const at::ScalarType dt = computeDtype();
   return {at::cat({c, c}, -1).to(dt).unsqueeze(1), at::cat({-s, s}, -1).to(dt).unsqueeze(1)};
 }
-
-namespace {
-// Non-interleaved RoPE, HF's x*cos + rotate_half(x)*sin with rotate_half(x) = (-x2, x1): the halves
-// swapped (one flip) times the signed sin table. The same roundings as HF's (negation is exact;
-// outputs bitwise those of neg + cat), in four kernels forward where neg and cat made five, and
-// without the narrows' zero-filled full-size gradients in the backward. Not addcmul: its fused
-// multiply-add rounds differently in vectorised and scalar loops, so decode and a full forward
-// would drift apart (a KV-cache test caught it).
-at::Tensor applyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sinSigned) {
-  std::vector<int64_t> halves = x.sizes().vec();
-  halves.back() = 2;
-  halves.push_back(x.size(-1) / 2);
-  const at::Tensor swapped = x.reshape(halves).flip(-2).reshape(x.sizes());
-  return x * cos + swapped * sinSigned;
-}
-}  // namespace
 
 at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, const Adapt& ad) const {
   at::Tensor y = at::linear(x, W, b);
@@ -510,14 +482,13 @@ std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const a
     q = rmsNorm(q, L.qNorm);
     k = rmsNorm(k, L.kNorm);
   }
-  return {applyRope(q, cos, sin), applyRope(k, cos, sin)};
+  return kernels().rope(q, k, cos, sin);  // non-interleaved RoPE (kernels.h)
 }
 
 // Post-attention half: output projection + residual, then the MLP + residual.
 at::Tensor Model::finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
                               const Adapt& ad) const {
-  at::Tensor h = x + project(attn, L.o, L.oBias, ad);
-  at::Tensor m = rmsNorm(h, L.postNorm);
+  auto [h, m] = kernels().addRmsNorm(x, project(attn, L.o, L.oBias, ad), L.postNorm, cfg.rmsNormEps);
   if (L.sparse()) return h + sparseMlp(L, m, layer, ad);
   const bool fused = fusedUsable(L.gateUp, {&L.gate, &L.up}, ad);
   return h + denseMlp(m, L.gate, L.up, L.down, ad, fused ? L.gateUp : at::Tensor());
@@ -529,9 +500,9 @@ at::Tensor Model::denseMlp(const at::Tensor& x, const at::Tensor& gate, const at
   if (gateUp.defined()) {
     const int64_t I = gate.size(0);
     const at::Tensor gu = at::linear(x, gateUp);  // [N, 2 I]
-    return project(at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I), down, none, ad);
+    return project(kernels().swiglu(gu.narrow(1, 0, I), gu.narrow(1, I, I)), down, none, ad);
   }
-  return project(at::silu(project(x, gate, none, ad)) * project(x, up, none, ad), down, none, ad);
+  return project(kernels().swiglu(project(x, gate, none, ad), project(x, up, none, ad)), down, none, ad);
 }
 
 // Qwen3MoeSparseMoeBlock: softmax over the router logits (fp32), top-k experts per token, their
@@ -819,7 +790,8 @@ at::Tensor Model::logits(const at::Tensor& hidden) const {
 
 TokenStats Model::tokenStats(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {
   return chunkedTokenStats(hidden, lmHead_.defined() ? lmHead_ : embed_, targets, temperature, logitsDtype(),
-                           logitsChunkTokens, logitsKeepBytes);
+                           logitsChunkTokens, logitsKeepBytes,
+                           fusedKernels ? LmHeadKernels::Fused : LmHeadKernels::Auto);
 }
 
 void Model::tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature, float* logprobs,

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels.h"
 #include "lm_head.h"
 
 namespace prime {
@@ -198,6 +199,11 @@ class Model {
   // false: every forward runs q/k/v and gate/up one matmul each, as training does (what fusing
   // gains, measured with one build). The weights stay fused either way.
   bool fusedProjections = true;
+  // true: RMSNorm (with the residual add), RoPE, SwiGLU and the LM head's rows run our fused kernels
+  // (kernels.h; CUDA, in every forward and backward); false: libtorch's ops. Off by default until
+  // checked on a card (README, "On a GPU machine").
+  bool fusedKernels = false;
+  const BlockKernels& kernels() const { return fusedKernels ? fusedBlockKernels() : unfusedBlockKernels(); }
 
   // Calls on one model run one at a time (the TS facade queues them; this flag catches misuse).
   std::atomic<bool> busy{false};

@@ -5,9 +5,13 @@
 #   packages      node_modules/: production packages only (npm install --omit=dev), this platform's binaries
 #   dist          the compiled TypeScript (compiled here first)
 #   temporal      the Temporal CLI (tools/bin/temporal), stripped
-#   addon         the addon prebuilt here against PyPI's torch (tools/torch2, made by
-#                 scripts/check-torch2.sh), CUDA libraries linked directly (no toolkit needed): the
-#                 GPU machine uses it when its torch is that same version, and builds its own otherwise
+#   addon         the addon prebuilt here against PyPI's torch with our CUDA kernels
+#                 (scripts/check-cuda-build.sh: tools/torch2 and nvcc from PyPI), CUDA libraries
+#                 linked directly (no toolkit needed): the GPU machine uses it when its torch is that
+#                 same version, and builds its own otherwise
+#   baseline      an earlier commit's addon (.gpu/baseline/, made by scripts/gpu/baseline.sh), when
+#                 there: staged to $PRIME_GPU_STAGE/baseline/prime_native.node for
+#                 PRIME_GPU_BASELINE_ADDON
 # Each part is an xz archive, cached in .gpu/cache/ under the hash of its inputs. The plan
 # (.gpu/plan.txt) says which call carries which folder: every call but the last only stages; the
 # last one carries node, packages and dist, so it can run the checks even if the machine went cold
@@ -87,17 +91,23 @@ build_dist() {
   ts_sources_hash > "$out/dist/.sources-hash"
 }
 
-TORCH2=tools/torch2
+source scripts/torch2-pins.sh
+TORCH2=$TORCH2_DIR
 build_addon() {
   local out=$1
-  LIBTORCH=$ROOT/$TORCH2/torch npx --no-install cmake-js compile --directory native --out build/gpu-addon \
-    --log-level warn --CDPRIME_TORCH_DIRECT=ON
+  bash scripts/check-cuda-build.sh
   mkdir -p "$out"
-  cp build/gpu-addon/Release/prime_native.node "$out/"
+  cp build/cuda/Release/prime_native.node "$out/"
   # The torch it was built against: version and git commit, as `torch` reports them there.
   local v=$TORCH2/torch/version.py
   echo "$(sed -n "s/^__version__ = '\(.*\)'$/\1/p" "$v") $(sed -n "s/^git_version = '\(.*\)'$/\1/p" "$v")" > "$out/torch-version"
   native_sources_hash > "$out/sources-hash"
+}
+
+build_baseline() {
+  local out=$1
+  mkdir -p "$out"
+  cp .gpu/baseline/prime_native.node .gpu/baseline/commit "$out/"
 }
 
 build_temporal() {
@@ -117,10 +127,10 @@ part dist "$(ts_sources_hash)" build_dist
 part temporal "$(hash_of tools/bin/temporal)" build_temporal
 essential=(node packages dist)
 if [ -f "$TORCH2/.pins" ]; then
-  part addon "$(native_sources_hash)-$(cat "$TORCH2/.pins" | sha256sum | cut -c1-16)" build_addon
+  part addon "$(native_sources_hash)-$(echo "${TORCH2_PINS[*]} ${CUDA13_PINS[*]}" | sha256sum | cut -c1-16)" build_addon
   essential+=(addon)
 else
-  log "addon: no $TORCH2 (scripts/check-torch2.sh makes it): the GPU machine builds the addon itself"
+  log "addon: no $TORCH2 (scripts/check-cuda-build.sh makes it): the GPU machine builds the addon itself"
 fi
 
 # What travels with every call: tracked and untracked-not-ignored files (what git would add).
@@ -133,6 +143,10 @@ size() { stat -c %s "$1"; }
 # The last call: the parts the checks cannot run without, and the prebuilt addon (packages unpacks
 # to a folder not named node_modules: Node never looks for packages in node_modules/node_modules).
 others=(temporal)
+if [ -f .gpu/baseline/prime_native.node ]; then
+  part baseline "$(hash_of .gpu/baseline/prime_native.node .gpu/baseline/commit)" build_baseline
+  others+=(baseline)
+fi
 total=0
 for p in "${essential[@]}"; do total=$((total + $(size "$CACHE/$p.tar.xz"))); done
 [ "$total" -le "$budget" ] || die "node, packages and dist ($((total / 1048576)) MiB) do not fit one call ($((budget / 1048576)) MiB)"
@@ -184,7 +198,7 @@ rm -rf "$GPU/relink" && mkdir -p "$GPU/relink" && cp "$manifest" "$GPU/relink/MA
 rm "$manifest"
 
 {
-  echo "# GPU bundle: $n calls of the device tool (or: copy .gpu/ and the repo to the GPU machine)."
+  echo "# GPU bundle: $n parts (or: copy .gpu/ and the repo to the GPU machine)."
   echo "# Working tree $((tree_bytes / 1048576)) MiB; each call carries one folder. Make the calls back to"
   echo "# back: staged parts live outside the repo (\$PRIME_GPU_STAGE, default /opt/prime-gpu) only while"
   echo "# the machine stays warm. The last call builds the addon and runs the checks; results in \$OUT."

@@ -16,9 +16,25 @@
 #   reverse-text.log  the reverse-text example on the card (only when named in PRIME_GPU_SESSION_ONLY)
 #   rms-norm.md   RMSNorm forward + backward on the 0.6B step's shapes: the fused kernel, the fused
 #                 kernel without its weight then a product, HF's eager norm (only when named)
+#   kernels.md    each fused kernel (native/src/cuda/) against the libtorch path it replaces, forward
+#                 + backward on the 0.6B step's shapes, and what it saves a step (only when named)
+#   fused-step.md our training step (0.6B shape, 2 x 4,096, bf16) with the fused kernels and without,
+#                 alternating, twice each (only when named)
+#   baseline.md   our training step against PRIME_GPU_BASELINE_ADDON with half of each sample a
+#                 prompt (--loss-from 512), where the LM head on loss tokens (0043865) shows (only
+#                 when named, and with PRIME_GPU_BASELINE_ADDON)
+#   rl-size.md    the RL loop at size on the card (configs/gpu/rl-0.6b.toml, 30 steps): the step time
+#                 split, each role's tokens/s and peak memory (only when named)
 #   rl.log         the `prime-rl rl` check's log (2 steps; PRIME_GPU_SESSION_RL=0 leaves it out,
 #                  e.g. when the checks of the same call ran it)
 #   bash scripts/gpu/run.sh --skip 'rl run' -- bash scripts/gpu/session.sh
+# Issue #38's measurements, two commands (about 9 and 6 minutes):
+#   PRIME_GPU_CHECKS_SECONDS=100 PRIME_GPU_SESSION_SECONDS=440 PRIME_GPU_SESSION_RL=0 \
+#     PRIME_GPU_SESSION_ONLY=kernels,fused-step,baseline,rms-norm,inference \
+#     PRIME_GPU_BASELINE_ADDON=/opt/prime-gpu/baseline/prime_native.node \
+#     bash scripts/gpu/run.sh --only fused -- bash scripts/gpu/session.sh
+#   PRIME_GPU_SESSION_ONLY=rl-size PRIME_GPU_SESSION_RL=0 PRIME_GPU_SESSION_SECONDS=400 \
+#     bash scripts/gpu/run.sh --no-checks -- bash scripts/gpu/session.sh
 # PRIME_GPU_SESSION_SECONDS: the time this script may take (default 400), shared out below;
 # PRIME_GPU_DEADLINE (epoch seconds) ends it sooner (the device call's own limit);
 # PRIME_GPU_SESSION_ONLY=inference,eager runs only the steps named (a later call finishing a run).
@@ -106,6 +122,29 @@ fi
 # Which RMSNorm the training step should run on CUDA (torch alone, seconds).
 if named rms-norm; then
   step rms-norm 60 bash -c "'$PY' bench/gpu/rms_norm.py | tee '$OUT/rms-norm.md'"
+fi
+# Our fused kernels, one by one against libtorch (seconds), then the whole training step with and
+# without them (ours alone, the model folder compare makes or made), alternating.
+if named kernels; then
+  step kernels 90 node dist/bench/gpu/kernels.js --device cuda --out "$OUT/kernels.md"
+fi
+if named fused-step; then
+  for o in '{}' '{"fusedKernels":true}' '{}' '{"fusedKernels":true}'; do
+    echo "engine options $o"
+    step fused-step 75 node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
+      --batches none --rows 2 --row-len 4096 --samples 4 --engine-options "$o" 2>&1
+  done | tee "$OUT/fused-step.md"
+fi
+# The previous addon against this one with half of each sample a prompt: the RoPE change (bdab464)
+# shows at any --loss-from, the LM head on loss tokens (0043865) where samples have prompts.
+if named baseline && [ -n "${PRIME_GPU_BASELINE_ADDON:-}" ]; then
+  step baseline 100 node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \
+    --batches none --rows 2 --row-len 4096 --samples 4 --loss-from 512 --baseline-addon "$PRIME_GPU_BASELINE_ADDON" \
+    2>&1 | tee "$OUT/baseline.md"
+fi
+# The RL loop at size: trainer and inference on the card, 30 steps (minutes).
+if named rl-size; then
+  step rl-size 390 node dist/bench/rl-size.js --device cuda --out "$OUT/rl-size.md"
 fi
 # The reverse-text example on the card (SFT, eval, RL; bf16): only when named, e.g. in a call of its
 # own: PRIME_GPU_SESSION_ONLY=reverse-text PRIME_GPU_SESSION_SECONDS=560.

@@ -25,6 +25,8 @@ Napi::Value CreateGroup(const Napi::CallbackInfo& info);
 Napi::Value CreateModel(const Napi::CallbackInfo& info);  // (config, specs, tensors, options) -> Promise<Model>
 Napi::Value PolicyLoss(const Napi::CallbackInfo& info);
 Napi::Value LmHeadCheck(const Napi::CallbackInfo& info);  // chunked LM head vs the full-logits graph
+Napi::Value KernelCheck(const Napi::CallbackInfo& info);  // a fused kernel vs the libtorch path (kernel_check.h)
+Napi::Value KernelTime(const Napi::CallbackInfo& info);   // -> Promise<{fused, unfused}> seconds per fwd + bwd
 Napi::Value AdamwCheck(const Napi::CallbackInfo& info);   // fused AdamW step vs libtorch's AdamW
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
 Napi::Value LossKinds(const Napi::CallbackInfo& info);   // the loss registry as plain data

@@ -17,6 +17,7 @@
 #include "cpu_cache.h"
 #include "dist.h"
 #include "host_parallel.h"
+#include "kernel_check.h"
 #include "model.h"
 
 namespace prime::addon {
@@ -114,6 +115,76 @@ Napi::Value LmHeadCheck(const Napi::CallbackInfo& info) {
     out.Set("gradScale", std::max(h2.grad().abs().max().item<double>(), w2.grad().abs().max().item<double>()));
     return out;
   });
+}
+
+// kernelCheck's and kernelTime's options (kernel_check.h) from JS; dtype and device are parsed by
+// the caller, inside its error handling.
+static KernelCheckOptions kernelOptions(const Napi::Object& o) {
+  KernelCheckOptions k;
+  k.kernel = str(o, "kernel");
+  auto optInt = [&](const char* key, int64_t dflt) { return o.Has(key) ? int64_t(num(o, key)) : dflt; };
+  auto optBool = [&](const char* key, bool dflt) { return o.Has(key) ? o.Get(key).ToBoolean().Value() : dflt; };
+  k.rows = optInt("rows", 0);
+  k.width = optInt("width", 0);
+  k.heads = optInt("heads", 1);
+  k.kvHeads = optInt("kvHeads", 1);
+  k.vocab = optInt("vocab", 0);
+  k.chunkTokens = optInt("chunkTokens", 0);
+  k.entropyGrad = optBool("entropyGrad", true);
+  k.packed = optBool("packed", false);
+  k.seed = uint64_t(optInt("seed", 0));
+  k.weightWidth = optInt("weightWidth", 0);
+  return k;
+}
+
+// One fused kernel against the libtorch path it replaces (kernel_check.h), synchronously: per
+// output and input gradient, the relative errors of both paths against fp64 and their distance.
+Napi::Value KernelCheck(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = obj(info[0], "options");
+  KernelCheckOptions k = kernelOptions(o);
+  const std::string dtype = str(o, "dtype"), device = str(o, "device");
+  return jsErrors(env, [&]() -> Napi::Value {
+    k.dtype = parseComputeDtype(dtype);
+    k.device = at::Device(device);
+    const std::vector<KernelCheckOutput> rows = kernelCheck(k);
+    Napi::Array out = Napi::Array::New(env, rows.size());
+    for (size_t i = 0; i < rows.size(); i++) {
+      Napi::Object r = Napi::Object::New(env);
+      r.Set("name", rows[i].name);
+      r.Set("fused", rows[i].fused);
+      r.Set("unfused", rows[i].unfused);
+      r.Set("apart", rows[i].apart);
+      r.Set("scale", rows[i].scale);
+      out.Set(uint32_t(i), r);
+    }
+    return out;
+  });
+}
+
+// Seconds per forward + backward of the fused and the libtorch path (kernel_check.h), on a libuv
+// worker: ({...kernelCheck's options, iters}) -> Promise<{fused, unfused}>.
+Napi::Value KernelTime(const Napi::CallbackInfo& info) {
+  Napi::Object o = obj(info[0], "options");
+  KernelCheckOptions k = kernelOptions(o);
+  const std::string dtype = str(o, "dtype"), device = str(o, "device");
+  const int64_t iters = int64_t(num(o, "iters"));
+  auto out = std::make_shared<KernelTiming>();
+  Job* job = new Job(
+      info.Env(), nullptr,
+      [=] {
+        KernelCheckOptions opts = k;
+        opts.dtype = parseComputeDtype(dtype);
+        opts.device = at::Device(device);
+        *out = kernelTime(opts, iters);
+      },
+      [out](Napi::Env env) -> Napi::Value {
+        Napi::Object r = Napi::Object::New(env);
+        r.Set("fused", out->fused);
+        r.Set("unfused", out->unfused);
+        return r;
+      });
+  return job->start();
 }
 
 // adamwStep (native/src/adamw.h) against libtorch's own AdamW::step on the same random problem:
@@ -227,6 +298,7 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   if (blasCore) out.Set("blasCore", std::string(blasCore()));
   out.Set("parallelInfo", at::get_parallel_info());
   out.Set("gloo", kHaveGloo);
+  out.Set("cudaKernels", cudaKernelsBuilt());
   return out;
 }
 

@@ -149,6 +149,10 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
   if (!fusedOpt.IsUndefined() && !fusedOpt.IsBoolean())
     throw Napi::TypeError::New(info.Env(), "fusedProjections must be true or false (default true)");
   const bool fused = fusedOpt.IsUndefined() || fusedOpt.As<Napi::Boolean>().Value();
+  const Napi::Value kernelsOpt = o.Get("fusedKernels");
+  if (!kernelsOpt.IsUndefined() && !kernelsOpt.IsBoolean())
+    throw Napi::TypeError::New(info.Env(), "fusedKernels must be true or false (default false)");
+  const bool fusedKernels = !kernelsOpt.IsUndefined() && kernelsOpt.As<Napi::Boolean>().Value();
   std::vector<Napi::Value> buffers;
   std::vector<RawTensor> tensors = rawTensors(info[2], buffers);
   auto out = std::make_shared<std::shared_ptr<Model>>();
@@ -158,10 +162,12 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
         at::Device dev(device);
         if (dev.is_cuda() && !at::hasCUDA())
           throw std::runtime_error("device '" + device + "' requested but this libtorch build has no CUDA");
+        if (fusedKernels) checkFusedKernels(dev, parseComputeDtype(dtype));
         *out = std::make_shared<Model>(cfg, specs, tensors, parseComputeDtype(dtype), dev);
         (*out)->logitsChunkTokens = chunk;
         (*out)->logitsKeepBytes = keep;
         (*out)->fusedProjections = fused;
+        (*out)->fusedKernels = fusedKernels;
       },
       [out](Napi::Env env) -> Napi::Value { return wrap(env, &Constructors::model, *out); });
   for (Napi::Value b : buffers) job->keep(b);
