@@ -77,13 +77,12 @@ export interface StoredRollout extends Rollout {
   seed: number;
 }
 
-const ROLLOUTS = 'rollouts.jsonl';
 /** The groups the rollout filters dropped, each rollout with `dropped`: the filter's reason. */
 const DROPPED = 'dropped.jsonl';
 
 /** The rollouts of a step's folder, one JSON line each. */
 export function rolloutsFile(dir: string): string {
-  return path.join(dir, ROLLOUTS);
+  return path.join(dir, RunLayout.ROLLOUTS_FILE);
 }
 
 export function readRollouts(dir: string): StoredRollout[] {
@@ -333,7 +332,7 @@ export function writeStepRollouts(
         .flat()
         .map((r) => JSON.stringify(r) + '\n')
         .join('');
-    fs.writeFileSync(path.join(tmp, ROLLOUTS), lines(kept));
+    fs.writeFileSync(path.join(tmp, RunLayout.ROLLOUTS_FILE), lines(kept));
     fs.writeFileSync(
       path.join(tmp, DROPPED),
       lines(dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))),
