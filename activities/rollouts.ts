@@ -169,7 +169,9 @@ export async function rolloutContext(runDir: string, pool: EnvPool): Promise<Rol
     tokenizer: tokenizerOf(modelDir),
     mixEntries: config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
     examplesPerStep: o.batch_size / o.rollouts_per_example,
-    teacher: config.distill?.teacher ? new TeacherClient(config.distill.teacher) : undefined,
+    teacher: config.distill?.teacher
+      ? new TeacherClient(config.distill.teacher, { livenessMs: config.temporal.heartbeat_timeout_s * 1000 })
+      : undefined,
   };
 }
 
