@@ -26,7 +26,7 @@ export class DiskFullError extends Error {
 
   constructor(
     readonly dir: string,
-    cause: Error,
+    override readonly cause: Error,
   ) {
     super(`no space left in ${dir} (${spaceOf(dir)}): ${cause.message}; retried once space is freed`);
   }
@@ -72,8 +72,10 @@ function spaceOf(dir: string): string {
  * "file write failed" without an errno); else `e` itself.
  */
 export function asDiskFull(e: unknown, target: string): unknown {
-  if (!(e instanceof Error) || e instanceof DiskFullError) return e;
+  if (!(e instanceof Error)) return e;
   const dir = existingFolder(target);
+  // Raised inside a folder being built (a temp folder): named by the folder it was to become.
+  if (e instanceof DiskFullError) return new DiskFullError(dir, e.cause);
   const code = (e as NodeJS.ErrnoException).code;
   if (code === 'ENOSPC' || code === 'EDQUOT' || (freeBytes(dir) ?? Infinity) < FULL_BELOW)
     return new DiskFullError(dir, e);

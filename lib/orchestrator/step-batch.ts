@@ -81,6 +81,21 @@ function storedCounts(file: string): PackCounts | undefined {
   }
 }
 
+/** A step's stored rollouts; a line that does not parse is damage (every retry would read it). */
+function readRolloutLines(file: string): RolloutLine[] {
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .flatMap((l, i) => {
+      if (l === '') return [];
+      try {
+        return [JSON.parse(l) as RolloutLine];
+      } catch (e) {
+        throw new RunFolderDamagedError(file, `line ${i + 1} is not JSON (${(e as Error).message})`);
+      }
+    });
+}
+
 /** Progress the thread reports (heartbeat details of `packBatch`). */
 export interface StepBatchProgress {
   phase: 'reading' | 'advantages' | 'packing' | 'writing';
@@ -93,11 +108,7 @@ export function buildStepBatch(
 ): StepBatchResult {
   const { step } = input;
   progress({ phase: 'reading', step });
-  const rollouts = fs
-    .readFileSync(input.rolloutsFile, 'utf8')
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as RolloutLine);
+  const rollouts = readRolloutLines(input.rolloutsFile);
   progress({ phase: 'advantages', step });
   const byGroup = new Map<number, RolloutLine[]>();
   for (const r of rollouts) {
