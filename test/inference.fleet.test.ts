@@ -16,7 +16,7 @@ import { InferenceClient, InferenceError, type GenerateParams } from '../lib/orc
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import { executeRl, startServer, startStack, type Stack } from './harness';
-import { CliProcesses, metricSteps, settlesWithin, sleep, until } from './processes';
+import { CliProcesses, inferenceProcess, metricSteps, settlesWithin, sleep, until } from './processes';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-fleet-'));
 const modelDir = path.join(root, 'model');
@@ -148,25 +148,7 @@ test('a dead server is set aside; its requests go elsewhere, with the samples on
 
 test('a server that stops answering (SIGSTOP: the kernel still accepts its connections) is found silent; its requests move', async () => {
   const live = await server();
-  const port = await freePort();
-  const frozen = procs.start([
-    'inference',
-    '--model.name',
-    modelDir,
-    '--seq-len',
-    '512',
-    '--threads',
-    '1',
-    '--server.port',
-    String(port),
-  ]);
-  const url = `http://127.0.0.1:${port}`;
-  await until('the server process answers /health', () =>
-    fetch(`${url}/health`).then(
-      (r) => r.ok,
-      () => false,
-    ),
-  );
+  const { launch: frozen, url } = await inferenceProcess(procs, modelDir, 512);
   // Found silent after 2 s without any answer, not even to /health (runs: temporal.heartbeat_timeout_s).
   const fleet = new InferenceClient([`${url}/v1`, `${live.url}/v1`], { livenessMs: 2_000 });
   await fleet.ensurePolicy({ version: 0, weightDir: modelDir });

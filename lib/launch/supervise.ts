@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeFileAtomic } from '../atomic';
 import { projectRoot } from '../paths';
+import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
 import { formatMs, Watchdog, withDeadline } from '../deadline';
 import {
@@ -160,7 +161,8 @@ export class Supervised {
     clearTimeout(this.restart);
     clearInterval(this.adopted?.poll);
     this.child?.unref();
-    (this.child?.stdio[3] as Readable | null | undefined)?.destroy();
+    // Its pipe stays open (closing it would stop the process), without holding this one open.
+    (this.child?.stdio[3] as Socket | null | undefined)?.unref();
   }
 
   async stop(): Promise<void> {
