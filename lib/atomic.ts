@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import * as os from 'node:os';
-import { RunFolderDamagedError } from './failures';
+import { NonRetryableError, RunFolderDamagedError } from './failures';
 
 /** The name of `DiskFullError`, and so the type of the Temporal failure an activity raises with it. */
 export const DISK_FULL = 'DiskFull';
@@ -68,18 +68,19 @@ function spaceOf(dir: string): string {
 
 /**
  * `e`, a failed write of `target`, as a `DiskFullError` when the file system is full: errno ENOSPC
- * or EDQUOT, or any error while less than 1 MiB is free there (the native engine's writers report
- * "file write failed" without an errno); else `e` itself.
+ * or EDQUOT, or an error without an errno while less than 1 MiB is free there (the native engine's
+ * writers report "file write failed" and no errno); else `e` itself (a failure no retry fixes stays
+ * one).
  */
 export function asDiskFull(e: unknown, target: string): unknown {
-  if (!(e instanceof Error)) return e;
+  if (!(e instanceof Error) || e instanceof NonRetryableError) return e;
   const dir = existingFolder(target);
   // Raised inside a folder being built (a temp folder): named by the folder it was to become.
   if (e instanceof DiskFullError) return new DiskFullError(dir, e.cause);
   const code = (e as NodeJS.ErrnoException).code;
-  if (code === 'ENOSPC' || code === 'EDQUOT' || (freeBytes(dir) ?? Infinity) < FULL_BELOW)
-    return new DiskFullError(dir, e);
-  return e;
+  const full =
+    code === 'ENOSPC' || code === 'EDQUOT' || (code === undefined && (freeBytes(dir) ?? Infinity) < FULL_BELOW);
+  return full ? new DiskFullError(dir, e) : e;
 }
 
 /**

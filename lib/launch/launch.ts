@@ -2,8 +2,8 @@
  * `prime-rl rl|sft|eval` on one machine: a Temporal server (the configured one, or a local dev
  * server: devserver-policy.ts), the processes the workflow needs as child processes (rl: inference
  * server, cpu and trainer workers; sft: cpu and trainer; eval: cpu, plus the inference server unless
- * it evaluates an external API), logs in `<run>/logs/`, restarted whenever they die
- * (supervise.ts); then the workflow, started under the run name or re-attached to if it is already
+ * it evaluates an external API), logs in `<run>/logs/`, restarted whenever they die or stop
+ * answering for `temporal.heartbeat_timeout_s` (supervise.ts); then the workflow, started under the run name or re-attached to if it is already
  * running, with a live progress line until it completes. Ctrl-C stops the local processes and
  * leaves the workflow where it is: the same command resumes it. A launcher killed outright
  * (SIGKILL, OOM) takes its processes with it: each watches a pipe from it and stops when it closes.

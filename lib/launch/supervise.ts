@@ -1,15 +1,16 @@
 /**
- * Process supervision for the launcher: processes kept alive (restarted when they die), started as
- * `prime-rl` child processes that die with the launcher, and `<run>/launcher.json`, which lets the
- * next launch of a run find what a killed launcher left.
+ * Process supervision for the launcher: processes kept alive (restarted when they die, and killed
+ * to be restarted when they fall silent: `Liveness`), started as `prime-rl` child processes that
+ * die with the launcher, and `<run>/launcher.json`, which lets the next launch of a run find what a
+ * killed launcher left.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
+import type { Socket } from 'node:net';
 import * as path from 'node:path';
+import type { Readable } from 'node:stream';
 import { writeFileAtomic } from '../atomic';
 import { projectRoot } from '../paths';
-import type { Socket } from 'node:net';
-import type { Readable } from 'node:stream';
 import { formatMs, Watchdog, withDeadline } from '../deadline';
 import {
   asProcessId,
@@ -54,8 +55,6 @@ export class Supervised {
   private watch?: { dog: Watchdog; poll: NodeJS.Timeout };
   private stopped = false;
   restarts = 0;
-  /** Times it was killed for silence (hung). */
-  hangs = 0;
 
   constructor(
     readonly name: string,
@@ -110,7 +109,6 @@ export class Supervised {
     let ready = false;
     const dog = new Watchdog(liveness.deadlineMs, (silentMs) => {
       if (this.stopped || !isRunning(id)) return;
-      this.hangs++;
       this.log(
         `${this.name} (pid ${id.pid}) silent for ${formatMs(silentMs)} (state ${processState(id.pid) ?? '?'}: stopped, its event loop blocked, or stuck): killing it`,
       );
