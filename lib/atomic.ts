@@ -12,8 +12,10 @@ import { NonRetryableError, RunFolderDamagedError } from './failures';
 /** The name of `DiskFullError`, and so the type of the Temporal failure an activity raises with it. */
 export const DISK_FULL = 'DiskFull';
 
-/** Below this many free bytes a file system counts as full (a native writer's error names no errno). */
+/** Below this many free bytes a file system counts as full (a native writer's error names no errno code). */
 const FULL_BELOW = 1024 * 1024;
+/** ENOSPC and EDQUOT as the native engine's writers name them (strerror: native/src/archive_file.h). */
+const NATIVE_FULL = /No space left on device|Disk quota exceeded/;
 
 /**
  * A write that failed for want of space (ENOSPC, EDQUOT), named by its folder and what is free
@@ -68,19 +70,22 @@ function spaceOf(dir: string): string {
 
 /**
  * `e`, a failed write of `target`, as a `DiskFullError` when the file system is full: errno ENOSPC
- * or EDQUOT, or an error without an errno while less than 1 MiB is free there (the native engine's
- * writers report "file write failed" and no errno); else `e` itself (a failure no retry fixes stays
- * one).
+ * or EDQUOT, by code or (the native engine's errors carry only a message) by name, or any error
+ * without an errno code while less than 1 MiB is free there; else `e` itself (a failure no retry
+ * fixes stays one).
  */
 export function asDiskFull(e: unknown, target: string): unknown {
-  if (!(e instanceof Error) || e instanceof NonRetryableError) return e;
+  // Not `instanceof Error`: Node's own errors come from another realm under a VM (jest).
+  if (typeof (e as Error | undefined)?.message !== 'string' || e instanceof NonRetryableError) return e;
   const dir = existingFolder(target);
   // Raised inside a folder being built (a temp folder): named by the folder it was to become.
   if (e instanceof DiskFullError) return new DiskFullError(dir, e.cause);
   const code = (e as NodeJS.ErrnoException).code;
   const full =
-    code === 'ENOSPC' || code === 'EDQUOT' || (code === undefined && (freeBytes(dir) ?? Infinity) < FULL_BELOW);
-  return full ? new DiskFullError(dir, e) : e;
+    code === 'ENOSPC' ||
+    code === 'EDQUOT' ||
+    (code === undefined && (NATIVE_FULL.test((e as Error).message) || (freeBytes(dir) ?? Infinity) < FULL_BELOW));
+  return full ? new DiskFullError(dir, e as Error) : e;
 }
 
 /**

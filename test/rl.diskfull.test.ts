@@ -12,15 +12,22 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { loadHfModel } from '../lib/model/hf';
+import * as native from '../native';
+import { DiskFullError } from '../lib/atomic';
+import { loadHfModel, readHfConfig, writeHfModel } from '../lib/model/hf';
+import { writeBatch } from '../lib/orchestrator/batch';
+import { buildSample, packSamples } from '../lib/orchestrator/packing';
 import { listSteps, RunLayout } from '../lib/run/layout';
+import { appendStepMetrics } from '../lib/run/metrics';
 import { verifyCheckpoint } from '../lib/trainer/checkpoint';
+import { TrainerRuntime } from '../lib/trainer/runtime';
+import { rlTrainerSpec } from '../lib/trainer/spec';
 import { metricSteps, until } from './processes';
-import { chaosScene, checkRun, tinyRunArgs } from './rl-chaos';
+import { chaosScene, checkRun, configOf, tinyRunArgs } from './rl-chaos';
 
 jest.setTimeout(8 * 60_000);
 
-const { modelDir, outputDir, cli, stopAll } = chaosScene('prime-diskfull-');
+const { root, modelDir, outputDir, cli, stopAll } = chaosScene('prime-diskfull-');
 const mount = (...args: string[]) => spawnSync('mount', args, { encoding: 'utf8' });
 
 /** Why a tmpfs cannot be mounted here, or undefined when it can. */
@@ -80,6 +87,64 @@ const walk = (dir: string): string[] =>
     } finally {
       stopAll();
       spawnSync('umount', ['-l', layout.dir]);
+    }
+  },
+);
+
+(unusable ? test.skip : test)(
+  'each kind of run-folder write on a full disk fails whole, naming the folder and its free space, and succeeds once there is space',
+  async () => {
+    native.setThreads(1);
+    const disk = path.join(root, 'small');
+    fs.mkdirSync(disk);
+    expect(mount('-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', disk).stderr).toBe('');
+    try {
+      const layout = new RunLayout(path.join(disk, 'run'));
+      fs.mkdirSync(path.dirname(layout.batchFile(0)), { recursive: true });
+      appendStepMetrics(layout.metricsFile, { step: 0 });
+      const metrics = fs.readFileSync(layout.metricsFile);
+      // Fill the disk up (the filler's last write fails part way).
+      const filler = path.join(disk, 'filler');
+      expect(() => fs.writeFileSync(filler, Buffer.alloc(8 * 1024 * 1024))).toThrow(/ENOSPC/);
+
+      const { tensors } = loadHfModel(modelDir);
+      const rt = (await TrainerRuntime.restore(layout.dir, rlTrainerSpec(configOf(['--model.name', modelDir])), 0))
+        .runtime;
+      const sample = buildSample([{ tokens: [1, 2, 3], generated: true, logprobs: [-1, -1, -1] }], 1);
+      const { rows, counts } = packSamples([sample], 16);
+      const writes: [string, string, () => unknown][] = [
+        // A line longer than what is left of its file's last page: the write is cut short.
+        ['a metrics line', layout.dir, () => appendStepMetrics(layout.metricsFile, { step: 1, pad: 'x'.repeat(8192) })],
+        ['a batch', path.dirname(layout.batchFile(0)), () => writeBatch(layout.batchFile(0), 0, 16, rows, counts)],
+        [
+          'weights',
+          layout.weightsRoot,
+          () => writeHfModel(layout.weightsDir(1), { config: readHfConfig(modelDir).rawConfig, tensors }),
+        ],
+        ['a checkpoint', layout.checkpointsRoot, () => rt.checkpoint()],
+      ];
+      for (const [what, folder, write] of writes) {
+        const e = await Promise.resolve()
+          .then(write)
+          .then(
+            () => undefined,
+            (err: unknown) => err,
+          );
+        expect(`${what}: ${e instanceof DiskFullError ? 'DiskFullError' : String(e)}`).toBe(`${what}: DiskFullError`);
+        expect((e as Error).message).toMatch(
+          new RegExp(`^no space left in ${folder} \\(\\S+ \\S+ free of 4\\.0 MiB\\): `),
+        );
+      }
+      // Nothing torn or half-written is left to be read: the metrics file is as before, no batch,
+      // weights or checkpoint, no temp file.
+      expect(fs.readFileSync(layout.metricsFile).equals(metrics)).toBe(true);
+      expect(walk(layout.dir).filter((p) => !fs.statSync(p).isDirectory())).toEqual([layout.metricsFile]);
+
+      fs.rmSync(filler);
+      for (const [, , write] of writes) await write();
+      expect(fs.readFileSync(layout.metricsFile, 'utf8').split('\n')).toHaveLength(3);
+    } finally {
+      spawnSync('umount', ['-l', disk]);
     }
   },
 );
