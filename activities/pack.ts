@@ -13,12 +13,12 @@ import type { PackCounts } from '../lib/orchestrator/packing';
 import type { AdvantageMetrics } from '../lib/orchestrator/advantages';
 import { isPluginError } from '../lib/orchestrator/plugins';
 import { isPromptTooLong } from '../lib/orchestrator/rollout';
-import type { StepBatchInput, StepBatchResult } from '../lib/orchestrator/step-batch';
+import { stepBatchInput, type StepBatchResult } from '../lib/orchestrator/step-batch';
 import { readRunConfig } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { libModule } from '../lib/thread';
 import { inThreadWithHeartbeat } from './heartbeat';
-import { readRollouts, rolloutsFile } from './rollouts';
+import { readRollouts } from './rollouts';
 
 export interface PackInput {
   runDir: string;
@@ -68,21 +68,9 @@ export function createPackActivities() {
   return {
     async packBatch({ runDir, step }: PackInput): Promise<PackSummary> {
       const layout = new RunLayout(runDir);
-      const file = layout.batchFile(step);
       const config = readRunConfig(runDir);
       const o = config.orchestrator;
-      const input: StepBatchInput = {
-        step,
-        rolloutsFile: rolloutsFile(layout.rolloutsDir(step)),
-        batchFile: file,
-        seqLen: o.seq_len,
-        advantage: o.advantage,
-        filterZeroAdvantages: o.filter_zero_advantages,
-        // `?.`: run configs stored before distillation existed have no such section.
-        ...(config.distill?.teacher
-          ? { distill: { weight: config.distill.weight, baseline: config.distill.baseline ?? 'none' } }
-          : {}),
-      };
+      const input = stepBatchInput(config, layout, step);
       const result = await inThreadWithHeartbeat<StepBatchResult>(
         libModule('orchestrator/step-batch'),
         'buildStepBatch',
@@ -98,7 +86,7 @@ export function createPackActivities() {
       if (failure) throw failure;
       return {
         step,
-        path: file,
+        path: input.batchFile,
         counts: result.counts,
         advantages: result.advantages,
         ...(result.distill ? { distill: result.distill } : {}),

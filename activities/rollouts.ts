@@ -78,13 +78,12 @@ export interface StoredRollout extends Rollout {
   seed: number;
 }
 
-const ROLLOUTS = 'rollouts.jsonl';
 /** The groups the rollout filters dropped, each rollout with `dropped`: the filter's reason. */
 const DROPPED = 'dropped.jsonl';
 
 /** The rollouts of a step's folder, one JSON line each. */
 export function rolloutsFile(dir: string): string {
-  return path.join(dir, ROLLOUTS);
+  return path.join(dir, RunLayout.ROLLOUTS_FILE);
 }
 
 export function readRollouts(dir: string): StoredRollout[] {
@@ -170,7 +169,9 @@ export async function rolloutContext(runDir: string, pool: EnvPool): Promise<Rol
     tokenizer: tokenizerOf(o.model.name),
     mixEntries: config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
     examplesPerStep: o.batch_size / o.rollouts_per_example,
-    teacher: config.distill?.teacher ? new TeacherClient(config.distill.teacher) : undefined,
+    teacher: config.distill?.teacher
+      ? new TeacherClient(config.distill.teacher, { livenessMs: config.temporal.heartbeat_timeout_s * 1000 })
+      : undefined,
   };
 }
 
@@ -335,7 +336,7 @@ export function writeStepRollouts(
         .flat()
         .map((r) => JSON.stringify(r) + '\n')
         .join('');
-    fs.writeFileSync(path.join(tmp, ROLLOUTS), lines(kept));
+    fs.writeFileSync(path.join(tmp, RunLayout.ROLLOUTS_FILE), lines(kept));
     fs.writeFileSync(
       path.join(tmp, DROPPED),
       lines(dropped.map((d) => d.group.map((r) => ({ ...r, dropped: d.reason })))),

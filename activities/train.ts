@@ -78,6 +78,7 @@ export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
             skipped: report.skipped,
           });
           for (const s of report.skipped) Context.current().log.warn(`unusable checkpoint skipped: ${s}`);
+          for (const b of report.rebuilt) Context.current().log.warn(`damaged batch: ${b}`);
         },
       });
       return await work(rt);
@@ -116,7 +117,10 @@ export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
             const { rt, metrics } = await onJob({ op: 'train', runDir, step }, async (rt) => {
               replay = (performance.now() - restoreStart) / 1000;
               phase = 'training';
-              return { rt, metrics: await rt.train(step) };
+              const seen = rt.rebuilt.length;
+              const metrics = await rt.train(step);
+              for (const b of rt.rebuilt.slice(seen)) Context.current().log.warn(`damaged batch: ${b}`);
+              return { rt, metrics };
             });
             const saveStart = performance.now();
             let weightsDir: string | null = null;

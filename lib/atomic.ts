@@ -7,6 +7,86 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import * as os from 'node:os';
+import { NonRetryableError, RunFolderDamagedError } from './failures';
+
+/** The name of `DiskFullError`, and so the type of the Temporal failure an activity raises with it. */
+export const DISK_FULL = 'DiskFull';
+
+/** Below this many free bytes a file system counts as full (a native writer's error names no errno code). */
+const FULL_BELOW = 1024 * 1024;
+/** ENOSPC and EDQUOT as the native engine's writers name them (strerror: native/src/archive_file.h). */
+const NATIVE_FULL = /No space left on device|Disk quota exceeded/;
+
+/**
+ * A write that failed for want of space (ENOSPC, EDQUOT), named by its folder and what is free
+ * there. Not a failure of the run: the activity fails and Temporal retries it, which succeeds once
+ * space is freed; what failed was never committed (temp files are removed).
+ */
+export class DiskFullError extends Error {
+  override readonly name = DISK_FULL;
+  readonly code = 'ENOSPC';
+
+  constructor(
+    readonly dir: string,
+    override readonly cause: Error,
+  ) {
+    super(`no space left in ${dir} (${spaceOf(dir)}): ${cause.message}; retried once space is freed`);
+  }
+}
+
+/** `1.5 MiB`: a size in messages. */
+export function formatBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  for (; n >= 1024 && i < units.length - 1; i++) n /= 1024;
+  return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
+}
+
+/** The nearest folder of `target` that exists (a write may fail before its folder is made). */
+function existingFolder(target: string): string {
+  let dir = path.dirname(path.resolve(target));
+  while (!fs.existsSync(dir) && path.dirname(dir) !== dir) dir = path.dirname(dir);
+  return dir;
+}
+
+/** Free bytes for us in `dir`'s file system, or undefined where it cannot be read. */
+function freeBytes(dir: string): number | undefined {
+  try {
+    const s = fs.statfsSync(dir);
+    return s.bavail * s.bsize;
+  } catch {
+    return undefined;
+  }
+}
+
+function spaceOf(dir: string): string {
+  try {
+    const s = fs.statfsSync(dir);
+    return `${formatBytes(s.bavail * s.bsize)} free of ${formatBytes(s.blocks * s.bsize)}`;
+  } catch {
+    return 'free space unknown';
+  }
+}
+
+/**
+ * `e`, a failed write of `target`, as a `DiskFullError` when the file system is full: errno ENOSPC
+ * or EDQUOT, by code or (the native engine's errors carry only a message) by name, or any error
+ * without an errno code while less than 1 MiB is free there; else `e` itself (a failure no retry
+ * fixes stays one).
+ */
+export function asDiskFull(e: unknown, target: string): unknown {
+  // Not `instanceof Error`: Node's own errors come from another realm under a VM (jest).
+  if (typeof (e as Error | undefined)?.message !== 'string' || e instanceof NonRetryableError) return e;
+  const dir = existingFolder(target);
+  // Raised inside a folder being built (a temp folder): named by the folder it was to become.
+  if (e instanceof DiskFullError) return new DiskFullError(dir, e.cause);
+  const code = (e as NodeJS.ErrnoException).code;
+  const full =
+    code === 'ENOSPC' ||
+    code === 'EDQUOT' ||
+    (code === undefined && (NATIVE_FULL.test((e as Error).message) || (freeBytes(dir) ?? Infinity) < FULL_BELOW));
+  return full ? new DiskFullError(dir, e as Error) : e;
+}
 
 /**
  * `<target>.<kind>-<host>-<pid>-<random>`: the host and pid name the writer, so a later writer can
@@ -58,7 +138,10 @@ function fsyncDir(dir: string): void {
   }
 }
 
-/** Writes `chunks` to a temp file next to `file`, fsyncs it, and renames it over `file`. */
+/**
+ * Writes `chunks` to a temp file next to `file`, fsyncs it, and renames it over `file`. On a full
+ * disk (`DiskFullError`) or any other failure the temp file is removed and `file` is untouched.
+ */
 export function writeFileAtomic(file: string, chunks: string | Buffer | readonly Buffer[]): void {
   const parts =
     typeof chunks === 'string' ? [Buffer.from(chunks, 'utf8')] : Buffer.isBuffer(chunks) ? [chunks] : chunks;
@@ -75,11 +158,11 @@ export function writeFileAtomic(file: string, chunks: string | Buffer | readonly
       fs.closeSync(fd);
     }
     fs.renameSync(tmp, file);
+    fsyncDir(path.dirname(file));
   } catch (e) {
     fs.rmSync(tmp, { force: true });
-    throw e;
+    throw asDiskFull(e, file);
   }
-  fsyncDir(path.dirname(file));
 }
 
 /**
@@ -100,7 +183,7 @@ export function writeFileExclusive(file: string, text: string): boolean {
     fs.linkSync(tmp, file);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
-    throw e;
+    throw asDiskFull(e, file);
   } finally {
     fs.rmSync(tmp, { force: true });
   }
@@ -120,7 +203,7 @@ export function writeDirAtomic(dir: string, fill: (tmpDir: string) => void): voi
     fill(tmp);
   } catch (e) {
     fs.rmSync(tmp, { recursive: true, force: true });
-    throw e;
+    throw asDiskFull(e, dir);
   }
   commitDir(tmp, dir);
 }
@@ -132,17 +215,21 @@ export async function writeDirAtomicAsync(dir: string, fill: (tmpDir: string) =>
     await fill(tmp);
   } catch (e) {
     fs.rmSync(tmp, { recursive: true, force: true });
-    throw e;
+    throw asDiskFull(e, dir);
   }
   commitDir(tmp, dir);
 }
 
 function makeTempDir(dir: string): string {
-  fs.mkdirSync(path.dirname(path.resolve(dir)), { recursive: true });
-  sweepDeadSiblings(dir);
-  const tmp = tempSibling(dir, 'tmp');
-  fs.mkdirSync(tmp);
-  return tmp;
+  try {
+    fs.mkdirSync(path.dirname(path.resolve(dir)), { recursive: true });
+    sweepDeadSiblings(dir);
+    const tmp = tempSibling(dir, 'tmp');
+    fs.mkdirSync(tmp);
+    return tmp;
+  } catch (e) {
+    throw asDiskFull(e, dir);
+  }
 }
 
 function commitDir(tmp: string, dir: string): void {
@@ -156,22 +243,42 @@ function commitDir(tmp: string, dir: string): void {
   if (old) fs.rmSync(old, { recursive: true, force: true });
 }
 
-/** The result an earlier call stored as JSON at `file`, or undefined when there is none yet. */
+/**
+ * The result an earlier call stored as JSON at `file`, or undefined when there is none yet. One that
+ * does not parse (a disk that lost its end, an edit by hand) is a `RunFolderDamagedError`: every
+ * retry would read the same bytes.
+ */
 export function storedResult<T>(file: string): T | undefined {
-  return fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as T) : undefined;
+  if (!fs.existsSync(file)) return undefined;
+  const text = fs.readFileSync(file, 'utf8');
+  try {
+    return JSON.parse(text) as T;
+  } catch (e) {
+    throw new RunFolderDamagedError(file, `not JSON (${(e as Error).message})`);
+  }
 }
 
 /**
  * What an earlier call stored as JSON at `file`, or else `compute()`'s result, stored there
- * atomically: the idempotence of an activity whose result is its own record. (An activity whose
- * result comes with a folder writes it last into that folder, committed by `writeDirAtomic`, and
- * reads it back with `storedResult`.)
+ * atomically: the idempotence of an activity whose result is its own record. A stored result that
+ * is damaged is computed again (that is what the record stands for) and replaced. (An activity
+ * whose result comes with a folder writes it last into that folder, committed by `writeDirAtomic`,
+ * and reads it back with `storedResult`.)
  */
 export async function storedJson<T>(file: string, compute: () => Promise<T>): Promise<T> {
-  const done = storedResult<T>(file);
+  let done: T | undefined;
+  try {
+    done = storedResult<T>(file);
+  } catch (e) {
+    if (!(e instanceof RunFolderDamagedError)) throw e;
+  }
   if (done !== undefined) return done;
   const value = await compute();
-  fs.mkdirSync(path.dirname(file), { recursive: true });
+  try {
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+  } catch (e) {
+    throw asDiskFull(e, file);
+  }
   writeFileAtomic(file, JSON.stringify(value, null, 1));
   return value;
 }

@@ -44,7 +44,10 @@ const TYPES = {
   NothingToTrain: { badInput: false },
   /** A train step produced weights with NaN or Inf: they are not published (the run diverged). */
   NonFiniteWeights: { badInput: false },
-  /** A file the run wrote and still needs is gone from its folder (removed by hand?). */
+  /**
+   * A file the run wrote and still needs is gone from its folder (removed by hand?), or truncated or
+   * corrupt and cannot be rebuilt (names the file).
+   */
   RunFolderDamaged: { badInput: false },
 } as const satisfies Record<string, { badInput: boolean }>;
 
@@ -87,4 +90,19 @@ export function describeFailure(e: Error): { message: string; badInput: boolean 
     if (isBadInput(type)) badInput = true;
   }
   return { message: parts.join(': '), badInput };
+}
+
+/**
+ * A file of the run folder that the run needs is damaged (truncated, corrupt, unreadable as what it
+ * should be) or gone: retrying reads the same bytes, so it stops the run, naming the file, unless
+ * the caller can rebuild the file (a batch from its rollouts: lib/trainer/runtime.ts).
+ */
+export class RunFolderDamagedError extends NonRetryableError {
+  constructor(
+    readonly file: string,
+    readonly why: string,
+    hint = '',
+  ) {
+    super(`${file} is damaged: ${why}${hint ? `; ${hint}` : ''}`, Failure.RunFolderDamaged);
+  }
 }

@@ -9,13 +9,16 @@
  */
 import * as path from 'node:path';
 import { Worker } from 'node:worker_threads';
+import { NonRetryableError, type FailureType } from './failures';
 import { projectRoot } from './paths';
 
 /** The signature of a function `runInThread` can call. */
 export type ThreadFunction<I, O> = (input: I, progress: (value: unknown) => void) => O | Promise<O>;
 
 type ThreadMessage =
-  { progress: unknown } | { result: unknown } | { error: { name: string; message: string; stack?: string } };
+  | { progress: unknown }
+  | { result: unknown }
+  | { error: { name: string; message: string; stack?: string; type?: FailureType } };
 
 const REGISTER_TS = path.join(projectRoot, 'lib', 'envs', 'register-ts.js');
 
@@ -28,7 +31,7 @@ Promise.resolve()
   .then(() => require(file)[fn](input, (progress) => parentPort.postMessage({ progress })))
   .then(
     (result) => parentPort.postMessage({ result }),
-    (e) => parentPort.postMessage({ error: { name: (e && e.name) || 'Error', message: e && e.message !== undefined ? e.message : String(e), stack: e && e.stack } }),
+    (e) => parentPort.postMessage({ error: { name: (e && e.name) || 'Error', message: e && e.message !== undefined ? e.message : String(e), stack: e && e.stack, type: e && typeof e.type === 'string' ? e.type : undefined } }),
   );
 `;
 
@@ -48,7 +51,8 @@ export function moduleWorker(module: string, workerData: unknown): Worker {
 
 /**
  * Calls `module`'s export `fn` with `input` in a new worker thread. Rejects with an Error of the
- * thrown error's name and message, or when the thread dies without an answer.
+ * thrown error's name and message (a `NonRetryableError` as one, of its type), or when the thread
+ * dies without an answer.
  */
 export function runInThread<O>(
   module: string,
@@ -73,8 +77,13 @@ export function runInThread<O>(
       else if ('result' in m) settle(() => resolve(m.result as O));
       else
         settle(() => {
-          const e = new Error(m.error.message);
-          e.name = m.error.name;
+          // A failure no retry fixes stays one (lib/failures.ts); any other error keeps its name.
+          const { type } = m.error;
+          const e =
+            m.error.name === 'NonRetryableError' && type
+              ? new NonRetryableError(m.error.message, type)
+              : new Error(m.error.message);
+          if (!(e instanceof NonRetryableError)) e.name = m.error.name;
           if (m.error.stack) e.stack = m.error.stack;
           reject(e);
         });

@@ -7,6 +7,10 @@
 #
 #   scripts/netns.sh up TAG ROLE...   namespaces prl-TAG-ROLE; prints "ROLE NAMESPACE ADDRESS" per role
 #   scripts/netns.sh down TAG         removes the namespaces, veths and bridge of TAG (safe to repeat)
+#   scripts/netns.sh cut TAG A B      partitions hosts A and B: each drops what it would send the other
+#                                     (a blackhole route): their open TCP connections stall silently,
+#                                     as over a failed link, and new ones fail; other links stay up
+#   scripts/netns.sh heal TAG A B     ends that partition
 #   ip netns exec prl-TAG-ROLE CMD    runs CMD on that "host"
 #
 # TAG: 1-6 letters or digits (interface names are at most 15 characters). `up` that fails part
@@ -14,7 +18,7 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 up TAG ROLE... | $0 down TAG" >&2
+  echo "usage: $0 up TAG ROLE... | $0 down TAG | $0 cut|heal TAG A B" >&2
   exit 2
 }
 [[ $# -ge 2 ]] || usage
@@ -36,7 +40,22 @@ down() {
   ip link del "$bridge" 2>/dev/null || true
 }
 
+# The address of ROLE's host (eth0 in its namespace).
+address() { ip -n "prl-$tag-$1" -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1; }
+
+# route add|del for the partition of hosts $2 and $3.
+partition() {
+  local op=$1 a=$2 b=$3 ia ib
+  ia=$(address "$a") && ib=$(address "$b") && [[ -n $ia && -n $ib ]] || { echo "$0: no hosts '$a' and '$b' in set $tag" >&2; exit 2; }
+  ip -n "prl-$tag-$a" route "$op" blackhole "$ib/32"
+  ip -n "prl-$tag-$b" route "$op" blackhole "$ia/32"
+}
+
 case $cmd in
+  cut | heal)
+    [[ $# -eq 2 ]] || usage
+    if [[ $cmd == cut ]]; then partition add "$1" "$2"; else partition del "$1" "$2"; fi
+    ;;
   up)
     [[ $# -ge 1 && $# -le 200 ]] || usage
     trap 'down' ERR

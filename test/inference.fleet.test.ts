@@ -16,7 +16,7 @@ import { InferenceClient, InferenceError, type GenerateParams } from '../lib/orc
 import { RunLayout } from '../lib/run/layout';
 import { readStepMetrics } from '../lib/run/metrics';
 import { executeRl, startServer, startStack, type Stack } from './harness';
-import { CliProcesses, metricSteps, settlesWithin, sleep, until } from './processes';
+import { CliProcesses, inferenceProcess, metricSteps, settlesWithin, sleep, until } from './processes';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-fleet-'));
 const modelDir = path.join(root, 'model');
@@ -51,6 +51,17 @@ const params = (seed: number, maxTokens = 4): GenerateParams => ({
   max_tokens: maxTokens,
   seed,
 });
+
+/** Sends requests through `fleet` until server `index` has answered one. */
+const untilServed = (fleet: InferenceClient, index: number, what: string, limitMs: number) =>
+  until(
+    what,
+    async () => {
+      await Promise.all(Array.from({ length: 4 }, (_, i) => fleet.generate([1, 2], params(i))));
+      return fleet.servers()[index].served > 0;
+    },
+    limitMs,
+  );
 
 /** A server's /metrics: generate requests answered, sequences decoding now. */
 async function load(url: string): Promise<{ answered: number; running: number }> {
@@ -109,14 +120,7 @@ test('a dead server is set aside; its requests go elsewhere, with the samples on
   // any request reaches it.
   const back = await server(deadPort);
   expect(((await (await fetch(`${back.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(0);
-  await until(
-    'the revived server is probed and given requests',
-    async () => {
-      await Promise.all(Array.from({ length: 4 }, (_, i) => fleet.generate([1, 2], params(i))));
-      return fleet.servers()[0].served > 0;
-    },
-    30_000,
-  );
+  await untilServed(fleet, 0, 'the revived server is probed and given requests', 30_000);
   expect(((await (await fetch(`${back.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(1);
   expect(fleet.servers()[0].aside).toBe(false);
 
@@ -141,6 +145,30 @@ test('a dead server is set aside; its requests go elsewhere, with the samples on
   expect((none as InferenceError).kind).toBe('unavailable');
   expect((none as InferenceError).message).toMatch(/no inference server left \(2 configured\)/);
 }, 120_000);
+
+test('a server that stops answering (SIGSTOP: the kernel still accepts its connections) is found silent; its requests move', async () => {
+  const live = await server();
+  const { launch: frozen, url } = await inferenceProcess(procs, modelDir, 512);
+  // Found silent after 2 s without any answer, not even to /health (runs: temporal.heartbeat_timeout_s).
+  const fleet = new InferenceClient([`${url}/v1`, `${live.url}/v1`], { livenessMs: 2_000 });
+  await fleet.ensurePolicy({ version: 0, weightDir: modelDir });
+  process.kill(frozen.child.pid!, 'SIGSTOP');
+  // Requests go to both servers in turn; those on the frozen one get no answer (their own deadline
+  // is 10 minutes), and move to the live one once it is found silent.
+  const requests = Promise.all(Array.from({ length: 6 }, (_, i) => fleet.generate([5 + i, 6], params(i, 8))));
+  expect(await settlesWithin(requests, 60_000)).toBe(true);
+  const results = await requests;
+  expect(results).toHaveLength(6);
+  expect(fleet.servers().map((s) => s.aside)).toEqual([true, false]);
+  expect(fleet.servers()[0].served).toBe(0);
+  // A policy change meanwhile waits for no answer from it either: the frozen server stays aside.
+  expect(await settlesWithin(fleet.ensurePolicy({ version: 0, weightDir: modelDir }), 30_000)).toBe(true);
+  // Running again, a probe finds it back, and it gets requests.
+  process.kill(frozen.child.pid!, 'SIGCONT');
+  await untilServed(fleet, 0, 'the resumed server gets requests again', 60_000);
+  frozen.child.kill('SIGTERM');
+  await settlesWithin(frozen.exited, 10_000);
+}, 180_000);
 
 test('an rl run on two `prime-rl inference` processes, one SIGKILLed mid-run, completes with every step once', async () => {
   const ports = [await freePort(), await freePort()];

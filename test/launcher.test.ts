@@ -16,7 +16,9 @@ import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
 import { isListening, runningDevServer } from '../lib/temporal/devserver';
+import { processId, processState } from '../lib/proc';
 import {
+  launchRun,
   launchSft,
   type EvalResultView,
   type RlProgressView,
@@ -28,6 +30,7 @@ import type { EvalResult } from '../workflows/eval';
 import type { RLProgress, RLResult } from '../workflows/rl';
 import type { SftProgress, SftResult } from '../workflows/sft';
 import { childrenOf, CliProcesses, cmdline, isRunning, metricSteps, until } from './processes';
+import { configOf, tinyRunArgs } from './rl-chaos';
 
 jest.setTimeout(5 * 60_000);
 
@@ -215,6 +218,37 @@ test('SIGKILL of the launcher takes its processes with it, and the same command 
   expect(isRunning(stranger.pid!)).toBe(true);
   expect(fs.existsSync(launcherFile)).toBe(false);
   expect(metricSteps(metrics)).toEqual(Array.from({ length: steps }, (_, i) => i));
+});
+
+test("a re-run stops the killed launcher's inference server while its last thread still holds the port", async () => {
+  // The state a killed launcher's server can be in for a while (a large process exiting): its main
+  // thread a zombie, a thread left that keeps the port bound (test/fixtures/zombie-leader.py). The
+  // re-run took it for gone and refused the port (issue #42); it must stop it and wait for the port.
+  const config = configOf(await tinyRunArgs({ name: 'lingering', modelDir, outputDir, steps: 2 }));
+  const port = config.inference.server.port;
+  const holder = spawn('python3', [path.join(__dirname, 'fixtures', 'zombie-leader.py'), String(port), '60'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  cli.track(holder.pid!);
+  await new Promise((r) => holder.stdout.once('data', r));
+  await until('its main thread to exit', () => processState(holder.pid!) === 'Z', 10_000);
+  const layout = RunLayout.of(outputDir, 'lingering');
+  fs.mkdirSync(layout.dir, { recursive: true });
+  const dead = spawnSync(process.execPath, ['-e', '0']).pid;
+  fs.writeFileSync(
+    layout.launcherFile,
+    JSON.stringify({ launcher: { pid: dead, start: '1' }, processes: { inference: processId(holder.pid) } }),
+  );
+  const run = await launchRun(config, { quiet: true });
+  try {
+    expect(isRunning(holder.pid!)).toBe(false);
+    expect(fs.readFileSync(path.join(layout.logsDir, 'launcher.log'), 'utf8')).toContain(
+      `stopping inference (pid ${holder.pid}), left running by the killed launcher ${dead} of this run`,
+    );
+    expect((await run.result).steps).toBe(2);
+  } finally {
+    await run.stop();
+  }
 });
 
 test('the Temporal dev server of a killed launcher, left up for other commands, is stopped by `prime-rl temporal stop`', async () => {

@@ -3,8 +3,11 @@
  * (scripts/netns.sh): the Temporal server, the inference server, the cpu worker and two trainer
  * ranks each in a namespace of its own, reaching each other only by their bridge addresses; the
  * run folder is the shared filesystem. One trainer rank and the inference server are SIGKILLed
- * mid-run and restarted in their namespaces (as a supervisor would); the run completes with every
- * step once. The commands are those of README "Deploying on a cluster".
+ * mid-run and restarted in their namespaces (as a supervisor would); then three links are cut for
+ * longer than the run's timeouts and restored (issue #42): cpu worker <-> inference server, trainer
+ * rank 1 <-> rank 0, cpu worker <-> Temporal. The run completes with every step once and the
+ * trainer's counters equal to its batches (each trained once). The commands are those of README
+ * "Deploying on a cluster".
  *
  * Needs root (ip netns, bridges): elsewhere it is skipped, saying so. Names carry a random tag,
  * so parallel runs cannot collide, and everything is removed at the end, also on failure.
@@ -19,12 +22,15 @@ import { createModel } from '../lib/model/create';
 import { projectRoot, temporalCliPath } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
 import { taskQueues } from '../lib/temporal/queues';
-import { CliProcesses, metricSteps, until, type CliLaunch } from './processes';
+import { CliProcesses, metricSteps, sleep, until, type CliLaunch } from './processes';
+import { checkRun } from './rl-chaos';
 
 const tag = randomBytes(3).toString('hex');
 const netns = path.join(projectRoot, 'scripts', 'netns.sh');
 const ROLES = ['temporal', 'inference', 'cpu', 'trainer0', 'trainer1'] as const;
-const STEPS = 8;
+const STEPS = 12;
+/** How long a link stays cut: longer than the heartbeat timeout (5 s) and trainer.dist.timeout_s (10 s). */
+const CUT_MS = 15_000;
 type Role = (typeof ROLES)[number];
 
 /** Why namespaces cannot be made here, or undefined when they can. */
@@ -51,7 +57,7 @@ afterAll(() => {
 });
 
 (unusable ? test.skip : test)(
-  'a run over five namespaces survives a SIGKILLed trainer rank and inference server, every step once',
+  'a run over five namespaces survives a SIGKILLed trainer rank and inference server and three cut links, every step once',
   async () => {
     const up = spawnSync('bash', [netns, 'up', tag, ...ROLES], { encoding: 'utf8' });
     if (up.status !== 0) throw new Error(`scripts/netns.sh up failed: ${up.stderr}`);
@@ -135,6 +141,20 @@ afterAll(() => {
     // (policy 6) can only come from the restarted server.
     await killAndRestart('inference');
 
+    // Partitions: each link cut for longer than the timeouts, once the run has trained a step
+    // since the previous fault, then restored. Nothing is restarted: the run rides them out.
+    for (const [a, b] of [
+      ['cpu', 'inference'],
+      ['trainer1', 'trainer0'],
+      ['cpu', 'temporal'],
+    ] as const) {
+      const before = steps();
+      await until(`a step before the ${a} <-> ${b} cut`, () => steps() > before, 180_000);
+      await run('bash', [netns, 'cut', tag, a, b]);
+      await sleep(CUT_MS);
+      await run('bash', [netns, 'heal', tag, a, b]);
+    }
+
     const status = async () => {
       const { stdout } = await run('ip', [
         ...inNs('cpu').slice(1),
@@ -151,7 +171,7 @@ afterAll(() => {
       },
       180_000,
     );
-    expect(metricSteps(metrics)).toEqual(Array.from({ length: STEPS }, (_, i) => i));
+    checkRun(RunLayout.of(outputDir, runName), STEPS);
     // The restarted rank joined a process group of a later generation than the first.
     expect(procs.trainer1.output()).toMatch(/joining trainer process group \w+\.([2-9]|\d{2,})\b/);
     // The restarted inference server began at the base model (version 0); it serves the run's

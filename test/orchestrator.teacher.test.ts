@@ -15,6 +15,7 @@ import { InferenceError } from '../lib/orchestrator/client';
 import type { TokenSegment } from '../lib/orchestrator/packing';
 import { TeacherClient, tokenizerMismatch } from '../lib/orchestrator/teacher';
 import { startServer } from './harness';
+import { CliProcesses, inferenceProcess, settlesWithin } from './processes';
 
 jest.setTimeout(120_000);
 
@@ -205,5 +206,25 @@ test("a teacher server that wants an API key gets distill.teacher.api_key_var's;
   } finally {
     await keyed.close(1000);
     delete process.env.PRIME_TEST_TEACHER_KEY;
+  }
+});
+
+test('a teacher that stops answering (SIGSTOP: its connections still open) fails its requests once silent, for a retry', async () => {
+  const s = await sampled();
+  const procs = new CliProcesses(path.join(root, 'logs'));
+  try {
+    const { launch: teacher, url } = await inferenceProcess(procs, studentDir, 64);
+    process.kill(teacher.child.pid!, 'SIGSTOP');
+    // Each request's own deadline is 10 minutes; silent for 2 s (runs: temporal.heartbeat_timeout_s), it fails.
+    const annotated = new TeacherClient({ base_url: `${url}/v1`, served_model: studentDir }, { livenessMs: 2_000 })
+      .annotate([s], 64)
+      .catch((e: unknown) => e);
+    expect(await settlesWithin(annotated, 30_000)).toBe(true);
+    const e = await annotated;
+    expect(e).toBeInstanceOf(InferenceError);
+    expect((e as InferenceError).kind).toBe('unavailable');
+    expect((e as Error).message).toContain(`${url} answered nothing for`);
+  } finally {
+    procs.cleanup();
   }
 });

@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
 
 /** ppid, process group and state of a live process (a zombie counts as gone), from /proc. */
@@ -144,4 +145,35 @@ export class CliProcesses {
       kill(p);
     }
   }
+}
+
+/**
+ * `prime-rl inference` serving `modelDir` as a process of `procs` on a free port (one thread), once
+ * it answers `/health`: a server a test can SIGSTOP or SIGKILL.
+ */
+export async function inferenceProcess(
+  procs: CliProcesses,
+  modelDir: string,
+  seqLen: number,
+): Promise<{ launch: CliLaunch; url: string }> {
+  const port = await freePort();
+  const launch = procs.start([
+    'inference',
+    '--model.name',
+    modelDir,
+    '--seq-len',
+    String(seqLen),
+    '--threads',
+    '1',
+    '--server.port',
+    String(port),
+  ]);
+  const url = `http://127.0.0.1:${port}`;
+  await until(`the inference process on port ${port} to answer /health`, () =>
+    fetch(`${url}/health`).then(
+      (r) => r.ok,
+      () => false,
+    ),
+  );
+  return { launch, url };
 }

@@ -1,6 +1,7 @@
 /**
- * What the tests of runs under SIGKILLs share (test/rl.recovery.test.ts, test/rl.inflight.test.ts):
- * the `prime-rl rl` arguments of a tiny run on its own ports, and the processes a launcher records.
+ * What the tests of runs under faults share (test/rl.recovery.test.ts, test/rl.inflight.test.ts,
+ * test/rl.diskfull.test.ts): the `prime-rl rl` arguments of a tiny run on its own ports, the
+ * processes a launcher records, and what every run must show at its end.
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -12,7 +13,8 @@ import { asProcessId, isRunning, type ProcessId } from '../lib/proc';
 import { createModel } from '../lib/model/create';
 import type { RunLayout } from '../lib/run/layout';
 import { runningDevServer } from '../lib/temporal/devserver';
-import { CliProcesses } from './processes';
+import { readBatch } from '../lib/orchestrator/batch';
+import { CliProcesses, metricLines } from './processes';
 
 /** `prime-rl rl` arguments of a tiny run (reverse-text, batch 8 = 2 groups of 4) on its own ports. */
 export async function tinyRunArgs(o: {
@@ -78,6 +80,22 @@ export async function tinyRunArgs(o: {
 
 export const configOf = (argv: string[]): RLConfig =>
   loadConfig({ schema: rlSchema, argv, env: {}, shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } }).config;
+
+/**
+ * What every run must show after `steps` steps, whatever happened to it: each metrics line once,
+ * the trainer's counters equal to the batches' (every step trained once), the final weights.
+ */
+export function checkRun(layout: RunLayout, steps: number) {
+  const lines = metricLines(layout.metricsFile);
+  expect(lines.map((l) => l.step)).toEqual(Array.from({ length: steps }, (_, i) => i));
+  const batches = Array.from({ length: steps }, (_, s) => readBatch(layout.batchFile(s)).counts);
+  const last = lines[steps - 1].progress as { steps: number; samples: number; tokens: number };
+  expect(last.steps).toBe(steps);
+  expect(last.samples).toBe(batches.reduce((a, c) => a + c.samples, 0));
+  expect(last.tokens).toBe(batches.reduce((a, c) => a + c.tokens, 0));
+  expect(fs.existsSync(path.join(layout.weightsDir(steps), 'model.safetensors'))).toBe(true);
+  return last;
+}
 
 /** The processes the launcher records in `<run>/launcher.json` (the ones still running). */
 export function recordedProcesses(layout: RunLayout): Record<string, ProcessId> {

@@ -1,13 +1,16 @@
 /**
  * Recovery, tested: a real run launched as `prime-rl rl` launches it (Temporal dev server,
  * inference server, cpu and trainer workers as processes), under chaos: SIGKILLs of randomly chosen
- * processes, the launcher itself included (followed by a re-run of the same command), each once the
- * run has made progress since the previous one. The launcher restarts what it owns, a re-run stops
- * what a killed launcher left and takes over its Temporal server; the run must complete with every
- * step trained exactly once (counters equal to an uninterrupted run's), each metrics line once, the
- * same sampled tokens at every step and the same final weights (to float tolerance).
+ * processes, the launcher itself included (followed by a re-run of the same command); SIGSTOPs of
+ * each kind, resumed (SIGCONT) only after longer than the heartbeat timeout; and a damaged run
+ * folder (the newest checkpoint and a batch the replay needs truncated, then the trainer killed);
+ * each once the run has made progress since the previous one. The launcher restarts what it owns
+ * and what falls silent, a re-run stops what a killed launcher left and takes over its Temporal
+ * server, the trainer rebuilds the damaged batch; the run must complete with every step trained
+ * exactly once (counters equal to an uninterrupted run's), each metrics line once, the same
+ * sampled tokens at every step and the same final weights (to float tolerance).
  *
- * The kill schedule is drawn from a seed, printed with it: CHAOS_SEED=<seed> repeats a schedule.
+ * The schedule is drawn from a seed, printed with it: CHAOS_SEED=<seed> repeats a schedule.
  */
 import * as fs from 'node:fs';
 import * as net from 'node:net';
@@ -16,15 +19,15 @@ import { Client, Connection } from '@temporalio/client';
 import { pick, Rng, shuffle, uniformInt } from '../lib/envs/random';
 import { loadHfModel } from '../lib/model/hf';
 import { ConfigError } from '../lib/config/errors';
-import { readBatch } from '../lib/orchestrator/batch';
 import { freePort } from '../lib/net';
-import { asProcessId, isRunning } from '../lib/proc';
-import { RunLayout } from '../lib/run/layout';
+import { asProcessId, isRunning, processId } from '../lib/proc';
+import { listSteps, RunLayout } from '../lib/run/layout';
+import { CKPT_FILE } from '../lib/trainer/checkpoint';
 import { isListening, runningDevServer } from '../lib/temporal/devserver';
 import { readRollouts } from '../activities/rollouts';
 import { launchRun } from '../lib/launch';
-import { metricLines, metricSteps, sleep, until, type CliLaunch } from './processes';
-import { chaosScene, configOf, recordedProcesses, tinyRunArgs } from './rl-chaos';
+import { metricSteps, sleep, until, type CliLaunch } from './processes';
+import { chaosScene, checkRun, configOf, recordedProcesses, tinyRunArgs } from './rl-chaos';
 
 jest.setTimeout(10 * 60_000);
 
@@ -34,19 +37,6 @@ const KILLS = 10;
 
 /** `prime-rl rl` arguments of a tiny run on its own ports. */
 const runArgs = (name: string) => tinyRunArgs({ name, modelDir, outputDir, steps: STEPS });
-
-/** What every run must show: each metrics line once, counters equal to the batches, final weights. */
-function checkRun(layout: RunLayout) {
-  const lines = metricLines(layout.metricsFile);
-  expect(lines.map((l) => l.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i));
-  const batches = Array.from({ length: STEPS }, (_, s) => readBatch(layout.batchFile(s)).counts);
-  const last = lines[STEPS - 1].progress as { steps: number; samples: number; tokens: number };
-  expect(last.steps).toBe(STEPS);
-  expect(last.samples).toBe(batches.reduce((a, c) => a + c.samples, 0));
-  expect(last.tokens).toBe(batches.reduce((a, c) => a + c.tokens, 0));
-  expect(fs.existsSync(path.join(layout.weightsDir(STEPS), 'model.safetensors'))).toBe(true);
-  return last;
-}
 
 /** Inverse-CDF boundary flips a run may show against another of the same seeds (see the chaos test). */
 const MAX_FLIPS = 2;
@@ -153,6 +143,19 @@ async function pendingWork(port: number, workflowId: string): Promise<string> {
 
 const KINDS = ['trainer', 'inference', 'cpu', 'temporal', 'launcher'] as const;
 type Kind = (typeof KINDS)[number];
+/** A SIGKILL, a SIGSTOP (resumed after `STOPPED_MS`), or the trainer's run folder damaged. */
+type Fault = { kind: Kind; how: 'kill' | 'stop' } | { kind: 'trainer'; how: 'damage' };
+/** How long a stopped process stays stopped: longer than the run's heartbeat timeout (5 s). */
+const STOPPED_MS = 7_000;
+
+/** The launcher's line when it kills process `pid` for being silent (lib/launch/supervise.ts). */
+const silentLine = (pid: number) => new RegExp(`\\(pid ${pid}\\) silent for [\\d.]+ s .*: killing it`);
+
+/** The step of the run's newest checkpoint, or -1. */
+function newestCheckpoint(layout: RunLayout): number {
+  const steps = fs.existsSync(layout.checkpointsRoot) ? listSteps(fs.readdirSync(layout.checkpointsRoot)) : [];
+  return steps.length > 0 ? Math.max(...steps) : -1;
+}
 
 /** The pid of the launcher recorded in `<run>/launcher.json`. */
 function recordedLauncher(layout: RunLayout): number | undefined {
@@ -164,30 +167,33 @@ function recordedLauncher(layout: RunLayout): number | undefined {
   }
 }
 
-test('chaos: random SIGKILLs of every process, the launcher included, end with the counters of an uninterrupted run', async () => {
+test('chaos: random SIGKILLs of every process, the launcher included, SIGSTOPs of each, a damaged run folder, end with the counters of an uninterrupted run', async () => {
   const calm = await launchRun(configOf(await runArgs('calm')), { quiet: true });
   try {
     expect((await calm.result).steps).toBe(STEPS);
   } finally {
     await calm.stop();
   }
-  const expected = checkRun(calm.layout);
+  const expected = checkRun(calm.layout, STEPS);
   expect(expected.tokens).toBeGreaterThan(0);
 
-  // Each kind of process at least once, the launcher twice, the rest at random, in random order,
-  // each after a random delay once the run has trained a step since the previous kill.
+  // Kills: each kind of process at least once, the launcher twice, the rest at random. Stops: each
+  // kind once. One damaged run folder. All in random order, each after a random delay once the run
+  // has trained a step since the previous event.
   const seed =
     process.env.CHAOS_SEED !== undefined ? Number(process.env.CHAOS_SEED) : Math.floor(Math.random() * 2 ** 31);
   const rng = new Rng(seed, 'chaos');
   const schedule = shuffle(rng, [
-    ...KINDS,
-    'launcher',
-    ...Array.from({ length: KILLS - KINDS.length - 1 }, () => pick(rng, KINDS)),
-  ] as Kind[]);
-  // A step takes a fraction of a second here: the delay puts the kill anywhere in the next one.
+    ...[...KINDS, 'launcher' as const, ...Array.from({ length: KILLS - KINDS.length - 1 }, () => pick(rng, KINDS))].map(
+      (kind): Fault => ({ kind, how: 'kill' }),
+    ),
+    ...KINDS.map((kind): Fault => ({ kind, how: 'stop' })),
+    { kind: 'trainer', how: 'damage' },
+  ]);
+  // A step takes a fraction of a second here: the delay puts the event anywhere in the next one.
   const delays = schedule.map(() => uniformInt(rng, 0, 400));
   const events = [
-    `chaos seed ${seed} (CHAOS_SEED=${seed} repeats this schedule): ${schedule.map((k, i) => `${k} +${delays[i]}ms`).join(', ')}`,
+    `chaos seed ${seed} (CHAOS_SEED=${seed} repeats this schedule): ${schedule.map((f, i) => `${f.how} ${f.kind} +${delays[i]}ms`).join(', ')}`,
   ];
   console.log(events[0]);
 
@@ -213,6 +219,9 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
       );
     });
   const stepAfter = (done: number) => whileRunning(`a step after step ${done - 1}`, () => steps() > done);
+  const damaged: string[] = [];
+  // What every launcher of the run said (a re-run appends to the same log).
+  const launcherLog = () => fs.readFileSync(path.join(layout.logsDir, 'launcher.log'), 'utf8');
   try {
     await stepAfter(0);
     // The same run name in another output dir is another run: refused, never attached to this one.
@@ -225,13 +234,13 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
       `workflow chaos is running for run folder ${path.resolve(layout.dir)}, not ${path.join(root, 'elsewhere', 'chaos')}: use another run_name`,
     );
 
-    for (const [i, kind] of schedule.entries()) {
+    for (const [i, { kind, how }] of schedule.entries()) {
       await sleep(delays[i]);
       const done = steps();
       if (done >= STEPS)
-        throw new Error(`the run ended after ${i} of ${KILLS} kills: raise STEPS\n${events.join('\n')}`);
+        throw new Error(`the run ended after ${i} of ${schedule.length} events: raise STEPS\n${events.join('\n')}`);
       let pid: number | undefined;
-      await until(`a running ${kind} to kill\n${events.join('\n')}`, () => {
+      await until(`a running ${kind} to ${how}\n${events.join('\n')}`, () => {
         pid =
           kind === 'launcher'
             ? launcher.child.pid
@@ -240,9 +249,39 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
               : recordedProcesses(layout)[kind]?.pid;
         return pid !== undefined;
       });
+      const event = `${how} ${i + 1}/${schedule.length} after step ${done - 1}: ${kind} (pid ${pid})`;
+      if (how === 'stop') {
+        // Frozen for longer than the heartbeat timeout: the launcher finds a child (or the Temporal
+        // server) silent and kills it, so it restarts (without that, nothing would move until the
+        // SIGCONT); a frozen launcher, resumed, kills nothing.
+        const id = processId(pid);
+        process.kill(pid!, 'SIGSTOP');
+        events.push(event);
+        await sleep(STOPPED_MS);
+        if (kind !== 'launcher')
+          await whileRunning(`the ${kind} (pid ${pid}) found silent`, () => silentLine(pid!).test(launcherLog()));
+        if (id && isRunning(id)) process.kill(pid!, 'SIGCONT');
+        await stepAfter(done);
+        continue;
+      }
+      if (how === 'damage') {
+        // The issue's probe: the newest checkpoint and a batch the replay from the one before needs,
+        // both truncated, then the trainer killed (frozen first, so that no newer checkpoint
+        // appears meanwhile). It rebuilds the batch from its rollouts and goes on.
+        await whileRunning('a checkpoint', () => newestCheckpoint(layout) >= 2);
+        process.kill(pid!, 'SIGSTOP');
+        const newest = newestCheckpoint(layout);
+        for (const file of [path.join(layout.checkpointDir(newest), CKPT_FILE), layout.batchFile(newest - 1)])
+          fs.truncateSync(file, fs.statSync(file).size >> 1);
+        damaged.push(layout.batchFile(newest - 1));
+        process.kill(pid!, 'SIGKILL');
+        events.push(`${event}: checkpoint ${newest} and batch ${newest - 1} truncated`);
+        await stepAfter(done);
+        continue;
+      }
       const left = kind === 'launcher' ? Object.values(recordedProcesses(layout)) : [];
       process.kill(pid!, 'SIGKILL');
-      events.push(`kill ${i + 1}/${KILLS} after step ${done - 1}: ${kind} (pid ${pid})`);
+      events.push(event);
       if (kind === 'launcher') {
         // The same command again, at once: the killed launcher's processes may still be shutting
         // down (even finishing a step). Once the re-run has recorded itself, it has stopped them.
@@ -267,7 +306,10 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
   } finally {
     stopAll();
   }
-  expect(checkRun(layout)).toEqual(expected);
+  expect(checkRun(layout, STEPS)).toEqual(expected);
+  // The damaged batch was found and rebuilt by the restarted trainer (its log says so).
+  const trainerLog = fs.readFileSync(path.join(layout.logsDir, 'trainer.log'), 'utf8');
+  for (const file of damaged) expect(trainerLog).toContain(`damaged batch: ${file} is damaged`);
   // Runs are reproducible whatever the timing: every step samples the same tokens (same policy
   // versions, same seeds), with one exception the engine admits. The inference logits can differ in
   // the last bits with how requests were batched (a retried step regroups them, and continuous
@@ -296,6 +338,37 @@ test('chaos: random SIGKILLs of every process, the launcher included, end with t
     // Names the tensor and its worst difference when it fails.
     expect(`${name}: ${worst < 1e-3 ? 'close' : worst}`).toBe(`${name}: close`);
   }
+});
+
+test('a trainer rank that stops answering for good (SIGSTOP, never resumed) is found silent and restarted: the run completes, every step once', async () => {
+  // Rank 0's collectives wait for it until trainer.dist.timeout_s, fail, and the retried step waits
+  // for it to join a new process group; without a heartbeat deadline it never would.
+  const steps = 6;
+  const args = [
+    'rl',
+    ...(await tinyRunArgs({ name: 'frozen', modelDir, outputDir, steps })),
+    ...['--trainer.world-size', '2', '--trainer.dist.timeout-s', '10'],
+  ];
+  const layout = RunLayout.of(outputDir, 'frozen');
+  const done = () => metricSteps(layout.metricsFile).length;
+  const launcher = cli.start(args);
+  const stalled = (what: string) => `${what}\nlauncher output:\n${launcher.output().slice(-3000)}\n${logTails(layout)}`;
+  try {
+    await until(stalled('a step before rank 1 freezes'), () => done() > 1, 180_000);
+    const pid = recordedProcesses(layout)['trainer-1']?.pid;
+    expect(pid).toBeDefined();
+    process.kill(pid!, 'SIGSTOP');
+    await until(
+      stalled(`the launcher to find rank 1 (pid ${pid}) silent`),
+      () => silentLine(pid!).test(launcher.output()),
+      60_000,
+    );
+    expect(await launcher.exited).toBe(0);
+    expect(launcher.output()).toContain(`run frozen completed: ${steps} steps`);
+  } finally {
+    stopAll();
+  }
+  checkRun(layout, steps);
 });
 
 test('a port taken by another process is refused before anything starts, never shared', async () => {

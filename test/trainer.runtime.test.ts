@@ -87,7 +87,7 @@ test('restore from a checkpoint + replay equals training straight through, bitwi
   await first.checkpoint();
   await first.train(2);
   const { runtime: second, report } = await TrainerRuntime.restore(crashed.dir, spec, 4);
-  expect(report).toEqual({ from: 2, skipped: [], replayed: 2 });
+  expect(report).toEqual({ from: 2, skipped: [], replayed: 2, rebuilt: [] });
   expect(second.progress.steps).toBe(4);
   const got = weightsOf(await second.writeWeights(4));
   expect([...got.keys()].sort()).toEqual([...expected.keys()].sort());

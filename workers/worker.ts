@@ -10,6 +10,7 @@ import { NativeConnection, Runtime, DefaultLogger, Worker } from '@temporalio/wo
 import { createCpuActivities, createTrainerActivities } from '../activities';
 import type { WorkerConfig } from '../lib/config/schemas';
 import { ConfigError } from '../lib/config/errors';
+import { announceReady } from '../lib/proc';
 import { EnvPool } from '../lib/envs/pool';
 import { runInference } from '../lib/cli/inference';
 import { ensureTemporal } from '../lib/temporal/devserver';
@@ -31,6 +32,7 @@ async function runFollowerRank(config: WorkerConfig): Promise<void> {
   process.stdout.write(
     `worker trainer rank ${t.rank} of ${t.world_size} following rank 0 at ${t.dist.host}:${t.dist.port}\n`,
   );
+  announceReady();
   await runFollower(t, {
     execute: async (job, group) => {
       if (current !== group) ranks.setGroup((current = group));
@@ -87,6 +89,7 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
         : '') +
       '\n',
   );
+  announceReady();
   const stop = () => worker.shutdown();
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);

@@ -2,6 +2,7 @@
 import { ConfigError } from '../config/errors';
 import type { InferenceConfig } from '../config/schemas';
 import { startInferenceServer } from '../inference/server';
+import { announceReady } from '../proc';
 
 export async function runInference(config: InferenceConfig): Promise<void> {
   if (config.replicas > 1)
@@ -10,6 +11,7 @@ export async function runInference(config: InferenceConfig): Promise<void> {
     );
   const server = await startInferenceServer(config);
   process.stdout.write(`Serving ${config.model.name} on ${server.url} (OpenAI API at ${server.url}/v1)\n`);
+  announceReady();
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.stdout.write(`${signal}: finishing running requests, then exiting\n`);

@@ -14,7 +14,7 @@ import { hubCacheDir, resolveHubRefs } from '../hub';
 import { loadConfig } from '../config/loader';
 import { describeFailure } from '../failures';
 import * as schemas from '../config/schemas';
-import { watchParentPipe } from '../proc';
+import { keepLoggingOnFullDisk, watchParentPipe } from '../proc';
 import { command, CommandError, type Command } from './command';
 import { runsCommands } from './runs';
 import { temporalCommands } from './temporal';
@@ -203,6 +203,7 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
  * launcher, it also stops when the launcher dies.
  */
 export function main(commands: CommandTable, argv: string[]): void {
+  keepLoggingOnFullDisk();
   watchParentPipe();
   runCli(commands, argv).then(
     (code) => process.exit(code),

@@ -39,7 +39,9 @@ export const temporalSchema = section({
     .number()
     .min(5)
     .default(60)
-    .describe('an activity whose worker sends no heartbeat for this long is retried elsewhere (a dead worker)'),
+    .describe(
+      'silence this long means dead: an activity whose worker sent no heartbeat is retried elsewhere, the launcher restarts a local process that stopped answering, an inference server or teacher that answers nothing (not even /health) has its requests moved',
+    ),
 });
 
 /** cpu, cuda (the current CUDA device) or cuda:N. */

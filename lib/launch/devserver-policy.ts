@@ -20,12 +20,40 @@ import {
   spawnDevServer,
   startDevServer,
 } from '../temporal/devserver';
-import { Supervised } from './supervise';
+import { Supervised, type Liveness } from './supervise';
 
 /** The local dev server a launch owns (none: it uses a server it does not own). */
 export interface OwnedDevServer {
   process: Supervised;
   port: number;
+  /** Ends the liveness probe's connection. */
+  closeProbe(): Promise<void>;
+}
+
+/**
+ * The liveness of the dev server at `address` (supervise.ts): its gRPC health check, over one
+ * connection made at the first probe and kept (it reconnects to a restarted server by itself). A
+ * frozen server accepts TCP connections (the kernel does) but answers nothing.
+ */
+function healthProbe(address: string, deadlineMs: number): { liveness: Liveness; close(): Promise<void> } {
+  let connection: Promise<Connection> | undefined;
+  let closed = false;
+  const probe = async (signal: AbortSignal) => {
+    if (closed) throw new Error('probe closed');
+    connection ??= Connection.connect({ address, connectTimeout: 5_000 }).catch((e: unknown) => {
+      connection = undefined;
+      throw e;
+    });
+    const c = await connection;
+    await c.withAbortSignal(signal, () => c.healthService.check({}));
+  };
+  const close = async () => {
+    closed = true;
+    const c = await connection?.catch(() => undefined);
+    connection = undefined;
+    await c?.close();
+  };
+  return { liveness: { deadlineMs, probe }, close };
 }
 
 /** The `host:port` a launch connects to. */
@@ -42,9 +70,11 @@ export async function acquireDevServer(
   outputDir: string,
   self: ProcessId,
   say: (line: string) => void,
+  livenessMs: number,
 ): Promise<OwnedDevServer | undefined> {
   if (temporal.address) return undefined;
   const address = temporalAddress(temporal);
+  const health = healthProbe(address, livenessMs);
   const opts = { ...devServerOptions(temporal, outputDir), detached: true };
   const record = (pid: number | undefined) =>
     pid !== undefined && recordDevServer(outputDir, { pid, port: opts.port, owner: self });
@@ -57,6 +87,7 @@ export async function acquireDevServer(
       say,
       (id) => record(id.pid),
       left,
+      health.liveness,
     );
     say(`took over the Temporal dev server on ${address} (pid ${left.pid}) of the killed launcher ${left.owner.pid}`);
     const deadline = Date.now() + 60_000;
@@ -65,12 +96,13 @@ export async function acquireDevServer(
         // Ours now, and useless: stopped, as the launch's end would.
         const pid = server.pid;
         await server.stop();
+        await health.close();
         if (pid !== undefined) forgetDevServer(outputDir, pid);
         throw new Error(`Temporal dev server did not open ${address} within 60 s; see ${opts.logFile}`);
       }
       await sleep(200);
     }
-    return { process: server, port: opts.port };
+    return { process: server, port: opts.port, closeProbe: health.close };
   }
   if (await isListening(temporal.ip, temporal.port)) return undefined;
   let first: ChildProcess | undefined = (await startDevServer(opts, (child) => record(child.pid))).child;
@@ -79,10 +111,12 @@ export async function acquireDevServer(
     () => first ?? spawnDevServer(opts),
     say,
     (id) => record(id.pid),
+    undefined,
+    health.liveness,
   );
   first = undefined;
   say(`Temporal dev server on ${address} (UI http://${opts.ip}:${opts.uiPort})`);
-  return { process: server, port: opts.port };
+  return { process: server, port: opts.port, closeProbe: health.close };
 }
 
 /**
@@ -96,6 +130,7 @@ export async function releaseDevServer(
   runName: string,
   say: (line: string) => void,
 ): Promise<void> {
+  await server.closeProbe();
   const others = await otherOpenWorkflows(temporalAddress(temporal), temporal.namespace, runName).catch(() => []);
   const pid = server.process.pid;
   if (others.length === 0 || pid === undefined) {

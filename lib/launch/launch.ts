@@ -2,8 +2,8 @@
  * `prime-rl rl|sft|eval` on one machine: a Temporal server (the configured one, or a local dev
  * server: devserver-policy.ts), the processes the workflow needs as child processes (rl: inference
  * server, cpu and trainer workers; sft: cpu and trainer; eval: cpu, plus the inference server unless
- * it evaluates an external API), logs in `<run>/logs/`, restarted whenever they die
- * (supervise.ts); then the workflow, started under the run name or re-attached to if it is already
+ * it evaluates an external API), logs in `<run>/logs/`, restarted whenever they die or stop
+ * answering for `temporal.heartbeat_timeout_s` (supervise.ts); then the workflow, started under the run name or re-attached to if it is already
  * running, with a live progress line until it completes. Ctrl-C stops the local processes and
  * leaves the workflow where it is: the same command resumes it. A launcher killed outright
  * (SIGKILL, OOM) takes its processes with it: each watches a pipe from it and stops when it closes.
@@ -22,6 +22,7 @@ import {
   type TrainerRankConfig,
   type WorkerConfig,
 } from '../config/schemas';
+import { DISK_FULL } from '../atomic';
 import { ConfigError } from '../config/errors';
 import { CommandError } from '../cli/command';
 import { RunLayout } from '../run/layout';
@@ -31,7 +32,15 @@ import { isListening } from '../temporal/devserver';
 import { taskQueues } from '../temporal/queues';
 import { checkWorldSize } from '../trainer/group';
 import { acquireDevServer, releaseDevServer, temporalAddress, type OwnedDevServer } from './devserver-policy';
-import { cliProcess, readLauncherRecord, Supervised, writeJson, type LauncherRecord, type Pool } from './supervise';
+import {
+  cliProcess,
+  readLauncherRecord,
+  Supervised,
+  writeJson,
+  type LauncherRecord,
+  type Liveness,
+  type Pool,
+} from './supervise';
 
 /** What to launch: the workflow, and the local processes it needs. */
 export interface LaunchSpec {
@@ -62,13 +71,43 @@ export interface LocalRun<R> {
   stop(): Promise<void>;
 }
 
+/** How long a re-run waits for the inference port a killed launcher's server still holds. */
+const PORT_WAIT_MS = 30_000;
+/** How long one progress line may wait for Temporal's answers. */
+const PROGRESS_DEADLINE_MS = 10_000;
+
+/** What Temporal's description says of a pending activity (the fields the progress line reads). */
+interface PendingActivity {
+  activityType?: { name?: string | null } | null;
+  attempt?: number | null;
+  lastFailure?: { message?: string | null; applicationFailureInfo?: { type?: string | null } | null } | null;
+}
+
+/**
+ * Why the run is not moving, for the progress line: the first activity Temporal is retrying, with
+ * its attempt and last error; an activity failing on a full disk says that the run waits for
+ * space (it resumes by itself once there is). Undefined while nothing is retried.
+ */
+export function retryNote(pending: readonly PendingActivity[]): string | undefined {
+  const a = pending.find((p) => (p.attempt ?? 1) > 1 && p.lastFailure);
+  if (!a) return undefined;
+  const message = (a.lastFailure!.message ?? '').split('\n')[0];
+  if (a.lastFailure!.applicationFailureInfo?.type === DISK_FULL) return `waiting for disk space: ${message}`;
+  const cut = message.length > 160 ? `${message.slice(0, 157)}...` : message;
+  return `retrying ${a.activityType?.name ?? 'an activity'} (attempt ${a.attempt}): ${cut}`;
+}
+
 /** Starts everything a workflow needs locally and the workflow; `result` settles when it completes. */
 export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}): Promise<LocalRun<R>> {
   const layout = RunLayout.of(spec.outputDir, spec.runName);
   fs.mkdirSync(layout.logsDir, { recursive: true });
   const say = (line: string) => {
     if (!opts.quiet) process.stderr.write(`${line}\n`);
-    fs.appendFileSync(path.join(layout.logsDir, 'launcher.log'), `${new Date().toISOString()} ${line}\n`);
+    try {
+      fs.appendFileSync(path.join(layout.logsDir, 'launcher.log'), `${new Date().toISOString()} ${line}\n`);
+    } catch {
+      // A full disk loses the log line, never the launcher (the progress line says so).
+    }
   };
 
   // Another launcher of this run still running (another terminal, or this process) owns its processes.
@@ -94,13 +133,22 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer?.world_size ?? 1);
 
   // The run's own inference servers must get their ports: were another process (another run's
-  // server) answering there, rollouts would silently come from that server's model.
+  // server) answering there, rollouts would silently come from that server's model. After a killed
+  // launcher a port may still be held a while (its server's last threads exiting): waited for, with
+  // a deadline.
   const servers = spec.inference ? replicaServers(spec.inference) : [];
+  const deadline = Date.now() + (previous ? PORT_WAIT_MS : 0);
   for (const http of servers) {
-    if (http.port !== 0 && (await isListening(http.host === '0.0.0.0' ? '127.0.0.1' : http.host, http.port))) {
-      throw new ConfigError(
-        `inference.server.port: ${http.host}:${http.port} is already in use (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`,
-      );
+    if (http.port === 0) continue;
+    const host = http.host === '0.0.0.0' ? '127.0.0.1' : http.host;
+    for (let said = false; await isListening(host, http.port); said = true) {
+      if (Date.now() >= deadline)
+        throw new ConfigError(
+          `inference.server.port: ${http.host}:${http.port} is already in use${previous ? ` (still, ${PORT_WAIT_MS / 1000} s after the killed launcher's processes were stopped)` : ''} (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`,
+        );
+      if (!said)
+        say(`waiting for ${http.host}:${http.port}, still held since the killed launcher ${previous!.launcher.pid}`);
+      await sleep(250);
     }
   }
 
@@ -111,6 +159,8 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
 
   let temporal: OwnedDevServer | undefined;
   const address = temporalAddress(spec.temporal);
+  // A local process silent this long is hung: killed, and so restarted (supervise.ts).
+  const liveness: Liveness = { deadlineMs: spec.temporal.heartbeat_timeout_s * 1000 };
 
   const children: Partial<Record<Pool, Supervised>> = {};
   const followers: Supervised[] = [];
@@ -130,7 +180,12 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     };
     const recorded = (pool: keyof LauncherRecord['processes']) => (id: ProcessId) => {
       record.processes[pool] = id;
-      saveRecord();
+      try {
+        saveRecord();
+      } catch (e) {
+        // A full disk: the process runs unrecorded (a re-run after a kill would not find it).
+        say(`could not record ${pool} (pid ${id.pid}) in ${layout.launcherFile}: ${(e as Error).message}`);
+      }
     };
     // inference.replicas servers, each on its own port: `inference`, then `inference-1`, ...
     servers.forEach((server, i) => {
@@ -143,6 +198,8 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         ),
         say,
         recorded(name),
+        undefined,
+        liveness,
       );
       if (i === 0) children.inference = supervised;
       else replicas.push(supervised);
@@ -155,6 +212,8 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])),
         say,
         recorded(pool),
+        undefined,
+        liveness,
       );
     }
     if (!spec.pools.includes('trainer')) return;
@@ -171,6 +230,8 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
           cliProcess(['worker', '@', file], path.join(layout.logsDir, `${name}.log`)),
           say,
           recorded(name),
+          undefined,
+          liveness,
         ),
       );
     }
@@ -184,7 +245,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
 
   let opened: Connection | undefined;
   try {
-    temporal = await acquireDevServer(spec.temporal, spec.outputDir, self, say);
+    temporal = await acquireDevServer(spec.temporal, spec.outputDir, self, say, liveness.deadlineMs);
 
     const connection = (opened = await Connection.connect({ address }));
     const client = new Client({ connection, namespace: spec.temporal.namespace });
@@ -235,10 +296,16 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       const line = spec.progressLine;
       // One progress query at a time: while Temporal restarts, a query retries inside the client,
       // and it must have settled before the connection closes (or its retry hits a closed channel).
+      // Bounded: a frozen server answers nothing, and the line waits for the next tick.
       let inflight: Promise<void> | undefined;
       const showProgress = async (render: NonNullable<typeof line>) => {
         try {
-          const text = render((await handle.query('progress')) as never, rate);
+          const [progress, described] = await connection.withDeadline(Date.now() + PROGRESS_DEADLINE_MS, () =>
+            Promise.all([handle.query('progress'), handle.describe()]),
+          );
+          const note = retryNote(described.raw.pendingActivities ?? []);
+          const line = render(progress as never, rate);
+          const text = note ? `${line.replace(/ \| $/, '')} | ${note}` : line;
           if (!opts.quiet) process.stderr.write(process.stderr.isTTY ? `\r${text.padEnd(100)}` : `${text}\n`);
         } catch {
           // The server may be restarting; the next tick tries again.

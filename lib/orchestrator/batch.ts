@@ -5,6 +5,8 @@
  * replay, `routes` [rows, seq_len, sparse layers x experts per token] holds the experts inference
  * routed each token to, as I16 (-1 where unknown): half the bytes of I32, and expert ids fit.
  */
+import { createHash } from 'node:crypto';
+import { RunFolderDamagedError } from '../failures';
 import { readSafetensors, writeSafetensors, type StoredTensor } from '../model/safetensors';
 import type { PackCounts, PackedRow } from './packing';
 
@@ -132,12 +134,48 @@ export function writeBatch(
     );
     tensors.push({ name: 'routes', dtype: 'I16', shape: [r, seqLen, width], data: bytes(routes) });
   }
-  writeSafetensors(file, tensors, { step: String(step), seq_len: String(seqLen), counts: JSON.stringify(counts) });
+  writeSafetensors(file, tensors, {
+    step: String(step),
+    seq_len: String(seqLen),
+    counts: JSON.stringify(counts),
+    sha256: tensorsSha256(tensors),
+  });
 }
 
-/** Reads a batch written by `writeBatch`; errors name the file and what is wrong with it. */
+/**
+ * The checksum a batch carries in its header: sha256 over its tensors' names and bytes in name
+ * order. A flipped or lost byte makes the trainer's replay find the batch damaged instead of
+ * training on it (batches written before it existed carry none).
+ */
+function tensorsSha256(tensors: readonly { name: string; data: Uint8Array }[]): string {
+  const hash = createHash('sha256');
+  for (const t of [...tensors].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+    hash.update(t.name);
+    hash.update(t.data);
+  }
+  return hash.digest('hex');
+}
+
+/**
+ * Reads a batch written by `writeBatch`. A batch that is gone, or that is not one (truncated,
+ * corrupt: its checksum or shapes disagree) is a `RunFolderDamagedError` naming the file: retrying
+ * reads the same bytes; the trainer rebuilds it from the step's rollouts where they are kept.
+ */
 export function readBatch(file: string): Batch {
+  try {
+    return parseBatch(file);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw new RunFolderDamagedError(file, 'the file is gone');
+    if (code !== undefined || e instanceof RunFolderDamagedError) throw e; // an I/O error may pass: retried
+    throw new RunFolderDamagedError(file, (e as Error).message.replace(`${file}: `, ''));
+  }
+}
+
+function parseBatch(file: string): Batch {
   const { tensors, metadata } = readSafetensors(file);
+  if (metadata.sha256 !== undefined && tensorsSha256(tensors) !== metadata.sha256)
+    throw new Error(`its tensors do not match the checksum in its header (corrupt)`);
   const byName = new Map(tensors.map((t) => [t.name, t]));
   const get = (name: string, dtype: StoredTensor['dtype']) => {
     const t = byName.get(name);

@@ -8,7 +8,9 @@ import type { InferenceClientOptions } from './client';
 /**
  * The key the servers want (`inference.server.api_key_var`), and at most max_running + max_queued
  * requests in flight per server: what a server takes before it answers 429. A 429 that still comes
- * (another client's load, a queue not yet drained) is retried with backoff by the client.
+ * (another client's load, a queue not yet drained) is retried with backoff by the client. A server
+ * silent for `temporal.heartbeat_timeout_s` (the run's one span after which silence means dead)
+ * is unavailable.
  */
 export function rlClientOptions(config: RLConfig): InferenceClientOptions {
   const i = config.inference;
@@ -16,5 +18,6 @@ export function rlClientOptions(config: RLConfig): InferenceClientOptions {
     apiKeyVar: i.server.api_key_var,
     apiKeySetting: 'inference.server.api_key_var',
     maxInFlight: i.max_running + i.max_queued,
+    livenessMs: config.temporal.heartbeat_timeout_s * 1000,
   };
 }

@@ -22,14 +22,17 @@
  *    it (non-retryable, `Failure.InferenceRejected`).
  *  - `busy`: 429 (queue full) or 503 (shutting down, overloaded). Retried here with backoff,
  *    `busyTimeoutMs` at most, before it counts as `unavailable`.
- *  - `unavailable`: unreachable, timed out, 408 or 5xx. The request moves to another server; with
- *    none left, the activity fails and Temporal retries it (same seeds, same requests).
+ *  - `unavailable`: unreachable, timed out, 408 or 5xx, or silent: no answer, not even to
+ *    `/health`, for `livenessMs` while requests are in flight (stopped, hung, cut off by the
+ *    network; lib/orchestrator/server-watch.ts). The request moves to another server; with none
+ *    left, the activity fails and Temporal retries it (same seeds, same requests).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Failure, NonRetryableError } from '../failures';
 import { parseServerLoad, type ServerLoad } from './server-load';
+import { ServerWatch } from './server-watch';
 
 export interface GenerateParams {
   temperature: number;
@@ -135,6 +138,11 @@ export interface InferenceClientOptions {
   maxInFlight?: number;
   /** Per HTTP request. */
   timeoutMs?: number;
+  /**
+   * A server that answers nothing (requests nor `/health`) this long while requests to it are in
+   * flight is unavailable: its requests move (lib/orchestrator/server-watch.ts). Default 60 s.
+   */
+  livenessMs?: number;
   /** How long one request keeps retrying a busy server (429/503) before it counts as unavailable. */
   busyTimeoutMs?: number;
 }
@@ -165,6 +173,8 @@ interface Server {
   probeDelayMs: number;
   /** Why it was last set aside. */
   lastError?: InferenceError;
+  /** Its liveness while requests to it are in flight. */
+  watch: ServerWatch;
 }
 
 /** What `servers()` reports of each server, for logs and tests. */
@@ -216,16 +226,21 @@ export class InferenceClient {
     this.maxInFlight = opts.maxInFlight ?? Infinity;
     this.timeoutMs = opts.timeoutMs ?? 600_000;
     this.busyTimeoutMs = opts.busyTimeoutMs ?? 600_000;
-    this.fleet = baseUrls.map((url) => ({
-      url,
-      root: url.replace(/\/+$/, '').replace(/\/v1$/, ''),
-      inFlight: 0,
-      served: 0,
-      aside: false,
-      probing: false,
-      probeAt: 0,
-      probeDelayMs: PROBE_FIRST_MS,
-    }));
+    const livenessMs = opts.livenessMs ?? 60_000;
+    this.fleet = baseUrls.map((url) => {
+      const root = url.replace(/\/+$/, '').replace(/\/v1$/, '');
+      return {
+        url,
+        root,
+        inFlight: 0,
+        served: 0,
+        aside: false,
+        probing: false,
+        probeAt: 0,
+        probeDelayMs: PROBE_FIRST_MS,
+        watch: new ServerWatch(root, livenessMs, () => this.authorization()),
+      };
+    });
   }
 
   /** Each server's load and state, in `baseUrls` order. */
@@ -269,9 +284,21 @@ export class InferenceClient {
     return known.reduce((a, l) => ({ running: a.running + l.running, waiting: a.waiting + l.waiting }));
   }
 
-  private async once<T>(
+  /** One request to `s` (`routePath` off its root), bounded by `timeoutMs` and by the server's liveness. */
+  private once<T>(
+    s: Server,
+    routePath: string,
+    route: 'generate' | 'control',
+    init?: { body?: unknown; method?: string },
+  ): Promise<T> {
+    return s.watch.run((silenced) => this.request<T>(s, `${s.root}${routePath}`, route, silenced, init));
+  }
+
+  private async request<T>(
+    s: Server,
     url: string,
     route: 'generate' | 'control',
+    silenced: AbortSignal,
     init?: { body?: unknown; method?: string },
   ): Promise<T> {
     let res: Response;
@@ -280,7 +307,7 @@ export class InferenceClient {
         method: init?.method ?? (init?.body === undefined ? 'GET' : 'POST'),
         headers: { 'content-type': 'application/json', ...this.authorization() },
         body: init?.body === undefined ? undefined : JSON.stringify(init.body),
-        signal: AbortSignal.timeout(this.timeoutMs),
+        signal: AbortSignal.any([AbortSignal.timeout(this.timeoutMs), silenced]),
       });
     } catch (e) {
       throw new InferenceError(
@@ -289,11 +316,12 @@ export class InferenceClient {
         'unavailable',
       );
     }
+    s.watch.answered();
     let text: string;
     try {
       text = await res.text();
     } catch (e) {
-      // The server died (or timed out) while it sent the answer.
+      // The server died (or went silent, or timed out) while it sent the answer.
       throw new InferenceError(
         `inference server ${url} cut its answer: ${(e as Error).message}`,
         undefined,
@@ -312,7 +340,8 @@ export class InferenceClient {
 
   /** One call, retried with backoff while the server is busy (429/503), `busyTimeoutMs` at most. */
   private async call<T>(
-    url: string,
+    s: Server,
+    routePath: string,
     route: 'generate' | 'control',
     init?: { body?: unknown; method?: string },
   ): Promise<T> {
@@ -320,7 +349,7 @@ export class InferenceClient {
     const started = Date.now();
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.once<T>(url, route, init);
+        return await this.once<T>(s, routePath, route, init);
       } catch (e) {
         if (!(e instanceof InferenceError) || e.kind !== 'busy') throw e;
         const backoff = Math.min(BUSY_MAX_MS, BUSY_FIRST_MS * 2 ** attempt) * (0.5 + Math.random());
@@ -428,7 +457,7 @@ export class InferenceClient {
       // A policy that changed while the server was loading the old one: load the new one too.
       for (let policy = this.policy; ; policy = this.policy) {
         if (policy) await this.bringToPolicy(s, policy);
-        else await this.call(`${s.root}/health`, 'control');
+        else await this.call(s, '/health', 'control');
         if (policy === this.policy) break;
       }
       s.aside = false;
@@ -450,25 +479,25 @@ export class InferenceClient {
    * to its base model first, which starts a new lineage of labels.
    */
   private async bringToPolicy(s: Server, policy: PolicyRef): Promise<void> {
-    const health = await this.call<{ policy_version: number; weight_dir?: string }>(`${s.root}/health`, 'control');
+    const health = await this.call<{ policy_version: number; weight_dir?: string }>(s, '/health', 'control');
     if (
       health.policy_version === policy.version &&
       (policy.version === 0 || health.weight_dir === undefined || sameDir(health.weight_dir, policy.weightDir))
     )
       return;
     if (policy.version === 0) {
-      await this.call(`${s.root}/reload_weights`, 'control', { body: {} });
+      await this.call(s, '/reload_weights', 'control', { body: {} });
       return;
     }
     const update = () =>
-      this.call(`${s.root}/update_weights`, 'control', {
+      this.call(s, '/update_weights', 'control', {
         body: { weight_dir: policy.weightDir, version: policy.version },
       });
     try {
       await update();
     } catch (e) {
       if (!(e instanceof InferenceError && e.status === 409)) throw e;
-      await this.call(`${s.root}/reload_weights`, 'control', { body: {} });
+      await this.call(s, '/reload_weights', 'control', { body: {} });
       await update();
     }
   }
@@ -515,7 +544,7 @@ export class InferenceClient {
             routes?: number[][];
           }[];
           prompt_routes?: number[][];
-        }>(`${s.root}/v1/generate`, 'generate', {
+        }>(s, '/v1/generate', 'generate', {
           body: { prompt_token_ids: promptIds, ...params },
         });
         if (this.policy && body.policy_version < this.policy.version) {

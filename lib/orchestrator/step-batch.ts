@@ -7,6 +7,9 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import type { RLConfig } from '../config/schemas';
+import { RunFolderDamagedError } from '../failures';
+import type { RunLayout } from '../run/layout';
 import { computeAdvantages, type AdvantageMetrics } from './advantages';
 import { readBatch, writeBatch } from './batch';
 import { positionBaselines, teacherKl, type DistillBaseline } from './distill';
@@ -30,7 +33,7 @@ export interface StepBatchInput {
   step: number;
   /** rollouts.jsonl of the step. */
   rolloutsFile: string;
-  /** The batch file to write (kept when it exists: the rollouts determine it). */
+  /** The batch file to write (kept when it exists and is sound: the rollouts determine it). */
   batchFile: string;
   seqLen: number;
   advantage: AdvantageConfig;
@@ -47,6 +50,52 @@ export interface StepBatchResult {
   distill?: { teacher_kl: number; tokens: number };
 }
 
+/**
+ * Step `step`'s packing input from the run's config: what `packBatch` packs, and what the trainer
+ * packs again to rebuild a damaged batch (the same rollouts and settings give the same bytes).
+ */
+export function stepBatchInput(config: RLConfig, layout: RunLayout, step: number): StepBatchInput {
+  const o = config.orchestrator;
+  return {
+    step,
+    rolloutsFile: layout.rolloutsFile(step),
+    batchFile: layout.batchFile(step),
+    seqLen: o.seq_len,
+    advantage: o.advantage,
+    filterZeroAdvantages: o.filter_zero_advantages,
+    // `?.`: run configs stored before distillation existed have no such section.
+    ...(config.distill?.teacher
+      ? { distill: { weight: config.distill.weight, baseline: config.distill.baseline ?? 'none' } }
+      : {}),
+  };
+}
+
+/** The stored batch's counts, or undefined when it is absent or damaged (then it is packed again). */
+function storedCounts(file: string): PackCounts | undefined {
+  if (!fs.existsSync(file)) return undefined;
+  try {
+    return readBatch(file).counts;
+  } catch (e) {
+    if (e instanceof RunFolderDamagedError) return undefined;
+    throw e;
+  }
+}
+
+/** A step's stored rollouts; a line that does not parse is damage (every retry would read it). */
+function readRolloutLines(file: string): RolloutLine[] {
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .flatMap((l, i) => {
+      if (l === '') return [];
+      try {
+        return [JSON.parse(l) as RolloutLine];
+      } catch (e) {
+        throw new RunFolderDamagedError(file, `line ${i + 1} is not JSON (${(e as Error).message})`);
+      }
+    });
+}
+
 /** Progress the thread reports (heartbeat details of `packBatch`). */
 export interface StepBatchProgress {
   phase: 'reading' | 'advantages' | 'packing' | 'writing';
@@ -59,11 +108,7 @@ export function buildStepBatch(
 ): StepBatchResult {
   const { step } = input;
   progress({ phase: 'reading', step });
-  const rollouts = fs
-    .readFileSync(input.rolloutsFile, 'utf8')
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as RolloutLine);
+  const rollouts = readRolloutLines(input.rolloutsFile);
   progress({ phase: 'advantages', step });
   const byGroup = new Map<number, RolloutLine[]>();
   for (const r of rollouts) {
@@ -92,10 +137,10 @@ export function buildStepBatch(
   );
   const trained = groups.flatMap((g, gi) => g.filter((_, ri) => result.advantages[gi][ri] !== null));
   const distill = input.distill ? teacherKl(trained.flatMap(samplesOf)) : undefined;
-  if (fs.existsSync(input.batchFile)) {
-    // Written by an earlier attempt: the rollouts determine it, so the stored one is this step's batch.
-    return { counts: readBatch(input.batchFile).counts, advantages: result.metrics, distill };
-  }
+  // Written by an earlier attempt: the rollouts determine it, so the stored one is this step's
+  // batch, unless it is damaged: then it is packed again, to the same bytes.
+  const stored = storedCounts(input.batchFile);
+  if (stored) return { counts: stored, advantages: result.metrics, distill };
   progress({ phase: 'packing', step });
   const samples: Sample[] = [];
   for (const [gi, g] of groups.entries()) {

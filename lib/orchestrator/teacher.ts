@@ -8,6 +8,7 @@
  */
 import type { Tokenizer } from '../model/tokenizer';
 import { classifyStatus, httpErrorText, InferenceError } from './client';
+import { ServerWatch } from './server-watch';
 import type { TokenSegment } from './packing';
 
 /** Why `teacher`'s token ids mean something else than `student`'s, or undefined when they are the same. */
@@ -38,12 +39,20 @@ export class TeacherClient {
   private readonly apiKey?: string;
   /** The served model's name, once read from `GET /models` (when `servedModel` is unset). */
   private listed?: Promise<string>;
+  private readonly timeoutMs: number;
+  /** The teacher's liveness while requests to it are in flight (lib/orchestrator/server-watch.ts). */
+  private readonly watch: ServerWatch;
 
-  constructor(
-    server: TeacherServer,
-    private readonly timeoutMs = 600_000,
-  ) {
+  /**
+   * `timeoutMs` bounds each request (10 minutes); a teacher silent (no answer, not even to
+   * `/health`) for `livenessMs` (60 s) while requests are in flight fails them at once.
+   */
+  constructor(server: TeacherServer, opts: { timeoutMs?: number; livenessMs?: number } = {}) {
+    this.timeoutMs = opts.timeoutMs ?? 600_000;
     this.baseUrl = server.base_url.replace(/\/+$/, '');
+    this.watch = new ServerWatch(this.baseUrl.replace(/\/v1$/, ''), opts.livenessMs ?? 60_000, () =>
+      this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : ({} as Record<string, string>),
+    );
     this.servedModel = server.served_model;
     if (server.api_key_var !== undefined) {
       this.apiKey = process.env[server.api_key_var];
@@ -110,9 +119,14 @@ export class TeacherClient {
   }
 
   /** GET (no body) or POST `body` to `route` of the teacher's server; its JSON answer. */
-  private async request(route: string, body?: unknown): Promise<unknown> {
+  private request(route: string, body?: unknown): Promise<unknown> {
+    return this.watch.run((silenced) => this.watchedRequest(route, silenced, body));
+  }
+
+  private async watchedRequest(route: string, silenced: AbortSignal, body?: unknown): Promise<unknown> {
     const url = `${this.baseUrl}${route}`;
     let res: Response;
+    let text: string;
     try {
       res = await fetch(url, {
         method: body === undefined ? 'GET' : 'POST',
@@ -121,12 +135,13 @@ export class TeacherClient {
           ...(this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : {}),
         },
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(this.timeoutMs),
+        signal: AbortSignal.any([AbortSignal.timeout(this.timeoutMs), silenced]),
       });
+      this.watch.answered();
+      text = await res.text();
     } catch (e) {
       throw new InferenceError(`teacher ${url} unreachable: ${(e as Error).message}`, undefined, 'unavailable');
     }
-    const text = await res.text();
     if (!res.ok) {
       // Every 4xx stops the run: the teacher refuses what distillation needs (distill.teacher.base_url).
       const kind = classifyStatus(res.status, 'control');

@@ -50,6 +50,11 @@ export class RunLayout {
   rolloutsDir(step: number): string {
     return path.join(this.dir, 'rollouts', `step_${step}`);
   }
+  /** Name of the rollouts (one JSON line each) in a rollouts folder. */
+  static readonly ROLLOUTS_FILE = 'rollouts.jsonl';
+  rolloutsFile(step: number): string {
+    return path.join(this.rolloutsDir(step), RunLayout.ROLLOUTS_FILE);
+  }
   /** Name of the summary in a rollouts folder (written last: the folder's done-marker). */
   static readonly ROLLOUTS_SUMMARY = 'summary.json';
   rolloutsSummaryFile(step: number): string {

@@ -9,7 +9,7 @@
  * recorded again).
  */
 import * as fs from 'node:fs';
-import { writeFileAtomic } from '../atomic';
+import { asDiskFull, writeFileAtomic } from '../atomic';
 
 export interface StepRecord {
   step: number;
@@ -104,8 +104,22 @@ export function appendStepMetrics(file: string, record: StepRecord): boolean {
     if ((last === undefined && end > 0) || (last !== undefined && record.step <= last)) {
       if (readStepMetrics(file).some((r) => r.step === record.step)) return false;
     }
-    fs.writeSync(fd, `${JSON.stringify(record)}\n`);
-    fs.fsyncSync(fd);
+    // One write of the whole line. A short one (a disk that fills up mid-line) is cut off again and
+    // fails, so the line is written whole by a retry, never counted as written when torn.
+    const line = Buffer.from(`${JSON.stringify(record)}\n`);
+    try {
+      const written = fs.writeSync(fd, line);
+      if (written < line.length)
+        throw Object.assign(new Error(`wrote ${written} of ${line.length} bytes`), { code: 'ENOSPC' });
+      fs.fsyncSync(fd);
+    } catch (e) {
+      try {
+        fs.ftruncateSync(fd, end);
+      } catch {
+        // the torn line is cut off by the next append
+      }
+      throw asDiskFull(e, file);
+    }
     return true;
   } finally {
     fs.closeSync(fd);

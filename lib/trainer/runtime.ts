@@ -7,14 +7,17 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as native from '../../native';
-import { writeDirAtomicAsync, writeFileAtomic } from '../atomic';
-import { Failure, NonRetryableError } from '../failures';
+import { DISK_FULL, writeDirAtomicAsync, writeFileAtomic } from '../atomic';
+import { Failure, NonRetryableError, RunFolderDamagedError } from '../failures';
 import { resolveModelDir } from '../hub';
 import type { NamedTensor } from '../model/arch';
 import { loadHfModel, readHfConfig, writeHfModel } from '../model/hf';
 import { serializeSafetensors } from '../model/safetensors';
-import { readBatch } from '../orchestrator/batch';
+import { readBatch, type Batch } from '../orchestrator/batch';
+import { stepBatchInput } from '../orchestrator/step-batch';
+import { readRunConfig } from '../run/config';
 import { listSteps, RunLayout } from '../run/layout';
+import { libModule, runInThread } from '../thread';
 import type { TrainMetrics, TrainProgress } from './types';
 import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
 import { nextKlBeta } from './kl-controller';
@@ -45,6 +48,23 @@ export function shardRows<T extends { inputIds: ArrayLike<number> }>(
   return mine.sort((a, b) => a - b).map((i) => rows[i]);
 }
 
+/**
+ * The base model every restore starts from. One that no longer loads (its files damaged since the
+ * run was prepared) stops the run: every retry would read the same bytes. An I/O error (errno) may
+ * pass, and is retried.
+ */
+function loadBaseModel(dir: string): ReturnType<typeof loadHfModel> {
+  try {
+    return loadHfModel(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== undefined) throw e;
+    throw new NonRetryableError(
+      `the base model ${dir} (model.name) no longer loads, so the trainer cannot restore: ${(e as Error).message}`,
+      Failure.InvalidModel,
+    );
+  }
+}
+
 /** Learning-rate schedule of the trainer over its `maxSteps`. */
 function scheduleOf(t: TrainerSpec): LrSchedule {
   return {
@@ -63,6 +83,33 @@ export interface RestoreReport {
   skipped: string[];
   /** Batches replayed to catch up. */
   replayed: number;
+  /** Damaged batches rebuilt from their rollouts on the way, with what was wrong. */
+  rebuilt: string[];
+}
+
+/**
+ * Packs step `step`'s batch again from its rollouts after `damage` (the same rollouts and settings
+ * give the same bytes), replacing the damaged file. Where the rollouts are gone (or the run is SFT,
+ * whose batches are made once when it is prepared) the run stops, naming the batch.
+ */
+async function rebuildBatch(layout: RunLayout, step: number, damage: RunFolderDamagedError): Promise<void> {
+  const rollouts = layout.rolloutsFile(step);
+  const cannot = (why: string) => new RunFolderDamagedError(damage.file, damage.why, `it cannot be rebuilt: ${why}`);
+  if (!fs.existsSync(layout.configFile))
+    throw cannot('SFT batches are made once, when the run is prepared; start the run again in a new run folder');
+  // The summary is written last: without it the folder is not a finished step's rollouts.
+  if (!fs.existsSync(layout.rolloutsSummaryFile(step))) throw cannot(`the step's rollouts (${rollouts}) are gone`);
+  try {
+    // CPU-bound for large steps: off this thread, which heartbeats.
+    await runInThread(
+      libModule('orchestrator/step-batch'),
+      'buildStepBatch',
+      stepBatchInput(readRunConfig(layout.dir), layout, step),
+    );
+  } catch (e) {
+    if ((e as Error).name === DISK_FULL) throw e; // retried once space is freed
+    throw cannot(`packing ${rollouts} again failed: ${(e as Error).message}`);
+  }
 }
 
 /** Weights about to be published hold NaN or Inf (the run diverged): they are not written. */
@@ -122,6 +169,9 @@ export class TrainerRuntime {
   /** The KL penalty's beta for the next step (see kl-controller): checkpointed, recomputed on replay. */
   klBeta = 0;
 
+  /** Damaged batches this runtime rebuilt from their rollouts (see `batch`), with what was wrong. */
+  readonly rebuilt: string[] = [];
+
   get runDir(): string {
     return this.layout.dir;
   }
@@ -140,7 +190,7 @@ export class TrainerRuntime {
     const layout = new RunLayout(runDir);
     if (t.threads) native.setThreads(t.threads);
     const baseDir = resolveModelDir(t.model.name, 'trainer.model.name');
-    const base = loadHfModel(baseDir);
+    const base = loadBaseModel(baseDir);
     const refusal = t.routerReplay ? routerReplayRefusal(base.config) : undefined;
     if (refusal) throw new NonRetryableError(refusal, Failure.InvalidConfig);
     // bf16 training is mixed precision: fp32 master weights and optimizer state, bf16 matmuls.
@@ -176,7 +226,7 @@ export class TrainerRuntime {
       group,
     );
     runtime.klBeta = t.klPenalty.beta;
-    const report: RestoreReport = { from: 0, skipped: [], replayed: 0 };
+    const report: RestoreReport = { from: 0, skipped: [], replayed: 0, rebuilt: runtime.rebuilt };
     const candidates = fs.existsSync(layout.checkpointsRoot) ? listSteps(fs.readdirSync(layout.checkpointsRoot)) : [];
     for (const c of candidates.filter((s) => s <= step).reverse()) {
       const dir = layout.checkpointDir(c);
@@ -206,7 +256,7 @@ export class TrainerRuntime {
       throw new Error(`trainer is at step ${this.progress.steps}, asked to train step ${step}`);
     const t = this.spec;
     const loadStart = performance.now();
-    const batch = readBatch(this.layout.batchFile(step));
+    const batch = await this.batch(step);
     const load = (performance.now() - loadStart) / 1000;
     const lr = lrAt(scheduleOf(t), step);
     const klBeta = t.klPenalty.enabled ? this.klBeta : 0;
@@ -258,6 +308,22 @@ export class TrainerRuntime {
         : {}),
       seconds: { load, replay: 0, train: stats.seconds, save: 0 },
     };
+  }
+
+  /**
+   * Batch `step`. A damaged one (truncated, corrupt, gone) is rebuilt from the step's rollouts;
+   * where it cannot be, the run stops with `RunFolderDamaged` naming it: a retry would read the
+   * same bytes.
+   */
+  private async batch(step: number): Promise<Batch> {
+    try {
+      return readBatch(this.layout.batchFile(step));
+    } catch (e) {
+      if (!(e instanceof RunFolderDamagedError)) throw e;
+      await rebuildBatch(this.layout, step, e);
+      this.rebuilt.push(`${e.message}; rebuilt from ${this.layout.rolloutsDir(step)}`);
+      return readBatch(this.layout.batchFile(step));
+    }
   }
 
   /**

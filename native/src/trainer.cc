@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "adamw.h"
+#include "archive_file.h"
 
 namespace prime {
 namespace fs = std::filesystem;
@@ -525,8 +526,7 @@ void Trainer::save(const std::string& dir) {
   ar.write("rng", rng_.get_state(), true);
   // Write a temp file, sync, then rename: a crash never leaves a half-written trainer.ckpt.
   const std::string path = checkpointPath(dir), tmp = path + ".tmp";
-  ar.save_to(tmp);
-  fsyncPath(tmp, O_RDONLY);
+  saveArchiveFile(ar, tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "'");
   fsyncPath(dir, O_RDONLY | O_DIRECTORY);
