@@ -6,6 +6,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -29,6 +30,22 @@ int cudaCapabilityMajor(const at::Device& device) {
   (void)device;
   return -1;
 #endif
+}
+
+CudaMemory cudaMemory(const at::Device& device) {
+  CudaMemory m;
+#ifdef PRIME_HAVE_CUDA
+  if (!device.is_cuda()) return m;
+  c10::cuda::CUDAGuard guard(indexOf(device));
+  C10_CUDA_CHECK(cudaDeviceSynchronize());  // deliberate: once, when a generator sizes its cache
+  size_t free = 0, total = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  m.total = int64_t(total);
+  m.used = int64_t(total - free);
+#else
+  (void)device;
+#endif
+  return m;
 }
 
 at::Generator seededCudaGenerator(const at::Device& device, uint64_t seed) {

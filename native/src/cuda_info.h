@@ -10,6 +10,13 @@ namespace prime {
 // without CUDA.
 int cudaCapabilityMajor(const at::Device& device);
 
+// The device's memory in bytes: its total, and what is in use on it (by any process), after the
+// device finished its queued work. Zeros off CUDA or in a build without CUDA.
+struct CudaMemory {
+  int64_t total = 0, used = 0;
+};
+CudaMemory cudaMemory(const at::Device& device);
+
 // A new generator on the CUDA device, seeded; undefined in a build without CUDA.
 at::Generator seededCudaGenerator(const at::Device& device, uint64_t seed);
 

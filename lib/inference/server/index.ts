@@ -89,6 +89,11 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const generator = model.createGenerator({
     maxSequences: config.max_running,
     maxSequenceLength: contextLength,
+    kvCacheTokens: config.kv_cache_tokens,
+    gpuMemoryUtilization: config.gpu_memory_utilization,
+    blockSize: config.block_size,
+    prefixSharing: config.prefix_sharing,
+    maxBatchedTokens: config.max_batched_tokens,
     cudaGraphs: !config.model.enforce_eager,
   });
   const scheduler = new Scheduler(
@@ -97,7 +102,8 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     {
       maxRunning: config.max_running,
       maxQueued: config.max_queued,
-      kvCacheTokens: config.kv_cache_tokens ?? config.max_running * contextLength,
+      kvCacheTokens: config.kv_cache_tokens,
+      decodeSteps: config.decode_steps,
     },
     { version: 0, weightDir: baseDir },
   );
