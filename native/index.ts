@@ -208,6 +208,29 @@ export interface CacheStats {
   cudaGraphs: number;
   /** Why decode steps run eagerly, op by op ('' while CUDA graphs serve them). */
   eagerReason: string;
+  /** Where the steps' time went since creation. */
+  times: StepTimes;
+}
+
+/** Seconds since a generator's creation, on the host's clock unless said (native/src/generator.h). */
+export interface StepTimes {
+  /** `step` calls that ran something, and the forwards they ran (several per call with maxSteps). */
+  calls: number;
+  steps: number;
+  /** Resuming preempted sequences, preempting, taking blocks (copy-on-write included). */
+  plan: number;
+  /** Token ids, positions and block tables built and sent to the device. */
+  inputs: number;
+  /** The forwards and logits (on CUDA: launching them, or replaying graphs). */
+  forward: number;
+  /** Of which attention over the paged cache, on the CPU (CUDA's is launched asynchronously). */
+  attention: number;
+  /** Sampling and reading the tokens back (on CUDA: waiting for the device too). */
+  sample: number;
+  /** Stop and length checks, freeing blocks, the prefix index, the results. */
+  finish: number;
+  /** CUDA: from each call's first launch to its last result, by the device's clock (0 elsewhere). */
+  device: number;
 }
 
 export interface AdamWOptions {

@@ -273,6 +273,7 @@ describe('sampling and batching', () => {
       prefixHitTokens: 0,
       cudaGraphs: 0,
       eagerReason: expect.stringMatching(/no CUDA|not on a CUDA device/),
+      times: expect.objectContaining({ calls: 4, steps: 4, device: 0 }), // the prefill, 3 decode steps
     });
     await small.step();
     expect(small.stats()).toMatchObject({ cachedTokens: 3, prefillTokens: 5 + 3 });

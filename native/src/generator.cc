@@ -357,6 +357,7 @@ void Generator::publishStats() {
   st.preemptions = preemptions_;
   st.prefillTokens = prefillTokens_;
   st.prefixHitTokens = prefixHitTokens_;
+  st.times = times_;
   std::lock_guard<std::mutex> lock(statsMutex_);
   stats_ = st;
 }

@@ -89,6 +89,18 @@ struct StepToken {
   bool first = false;  // the sequence's first token (the prompt fields above come with it)
 };
 
+// Where the steps' time went since creation, in seconds of the host's clock unless said.
+struct StepTimes {
+  int64_t calls = 0, steps = 0;  // step() calls that ran something; forwards they ran
+  double plan = 0;               // resuming preempted sequences, preempting, blocks (copy-on-write included)
+  double inputs = 0;             // token ids, positions and block tables built and sent to the device
+  double forward = 0;            // the model's forwards and logits (on CUDA: launching them, replaying graphs)
+  double attention = 0;          // of which attention over the paged cache (on the CPU; CUDA's is launched)
+  double sample = 0;             // sampling, and reading the tokens back (on CUDA: waiting for the device too)
+  double finish = 0;             // stop and length checks, freeing blocks, the prefix index, the results
+  double device = 0;             // CUDA: from a call's first launch to its last result, by the device's clock
+};
+
 // Counters and gauges of the cache, readable from the JS thread while a call runs elsewhere.
 struct GeneratorStats {
   int64_t running = 0, preempted = 0;  // sequences holding blocks; waiting to be recomputed
@@ -96,6 +108,7 @@ struct GeneratorStats {
   int64_t blocksInUse = 0, blocksCached = 0;
   int64_t preemptions = 0;                         // since start
   int64_t prefillTokens = 0, prefixHitTokens = 0;  // since start: positions computed; taken from shared blocks
+  StepTimes times;
 };
 
 class Generator {
@@ -156,6 +169,7 @@ class Generator {
   };
   using SeqPtr = std::unique_ptr<Sequence>;
   struct Plan;
+  struct Laps;
 
   void validate(const SequenceRequest& r) const;
   // Takes the blocks for s's tokens (shared ones first) if the pool has room; false otherwise.
@@ -192,9 +206,9 @@ class Generator {
   Sequence* findRunning(int64_t id) const;
 
   // A step with prefill chunks (and the decode rows beside them): one forward.
-  std::vector<StepToken> runMixed(Plan& p);
+  std::vector<StepToken> runMixed(Plan& p, Laps& lap);
   // Decode rows only: p.steps steps, tokens fed back on the device (CUDA graphs where they serve).
-  std::vector<StepToken> runDecode(Plan& p);
+  std::vector<StepToken> runDecode(Plan& p, Laps& lap);
   // Row i of logits sampled for seqs[i]: on the host (CPU logits), or with tensor ops.
   void sampleLogits(const std::vector<Sequence*>& seqs, const at::Tensor& logits, std::vector<Sampled>& sampled,
                     std::vector<StepToken>& out);
@@ -216,6 +230,7 @@ class Generator {
   int64_t nextId_ = 1;
   uint64_t nextArrival_ = 0, epoch_ = 0, weightsSeen_ = 0;
   int64_t preemptions_ = 0, prefillTokens_ = 0, prefixHitTokens_ = 0;
+  StepTimes times_;
   mutable std::mutex statsMutex_;  // stats_ is read from the JS thread
   GeneratorStats stats_;
   std::atomic<int64_t> live_{0};

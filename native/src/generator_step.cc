@@ -4,12 +4,14 @@
 // generator.cc.
 #include "generator.h"
 
+#include "cuda_info.h"
 #include "host_parallel.h"
 #include "tensor_sampler.h"
 
 #include <ATen/Dispatch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -30,6 +32,16 @@ std::vector<int32_t> routesOf(const MoeRouting& routing, const Model& model, int
 const auto kLongOpts = at::TensorOptions().dtype(at::kLong);
 }  // namespace
 
+// Splits a step's time into its parts: each call adds the time since the previous one to a part.
+struct Generator::Laps {
+  std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+  void operator()(double& part) {
+    const auto now = std::chrono::steady_clock::now();
+    part += std::chrono::duration<double>(now - t).count();
+    t = now;
+  }
+};
+
 struct Generator::Plan {
   std::vector<Sequence*> decode;                      // one row each, first in the batch
   std::vector<std::pair<Sequence*, int64_t>> chunks;  // prefill: tokens [computed, computed + n)
@@ -39,12 +51,15 @@ struct Generator::Plan {
 std::vector<StepToken> Generator::step(int64_t maxSteps) {
   c10::InferenceMode inference;
   if (maxSteps < 1) throw std::runtime_error("maxSteps must be >= 1");
+  Laps lap;
   syncEpoch();
   resumePreempted();
   Plan p = plan(maxSteps);
+  lap(times_.plan);
   std::vector<StepToken> out;
-  if (!p.chunks.empty()) out = runMixed(p);
-  else if (!p.decode.empty()) out = runDecode(p);
+  if (!p.chunks.empty()) out = runMixed(p, lap);
+  else if (!p.decode.empty()) out = runDecode(p, lap);
+  if (!p.chunks.empty() || !p.decode.empty()) times_.calls++;
   publishStats();
   return out;
 }
@@ -121,7 +136,7 @@ Generator::Plan Generator::plan(int64_t maxSteps) {
   }
 }
 
-std::vector<StepToken> Generator::runMixed(Plan& p) {
+std::vector<StepToken> Generator::runMixed(Plan& p, Laps& lap) {
   const int64_t nd = int64_t(p.decode.size());
   std::vector<Sequence*> segs(p.decode);
   std::vector<int64_t> lens(static_cast<size_t>(nd), 1);
@@ -159,9 +174,14 @@ std::vector<StepToken> Generator::runMixed(Plan& p) {
   bool routes = false;
   for (Sequence* s : segs) routes = routes || s->req.returnRoutes;
   MoeRouting routing;
-  const at::Tensor hidden =
-      model->forwardPaged(at::tensor(ids, kLongOpts).to(dev), batch, cache_, routes ? &routing : nullptr);
+  const at::Tensor idsT = at::tensor(ids, kLongOpts).to(dev);
+  batch.attentionSeconds = &times_.attention;
+  lap(times_.inputs);
+  DeviceTimer device(dev);
+  const at::Tensor hidden = model->forwardPaged(idsT, batch, cache_, routes ? &routing : nullptr);
+  lap(times_.forward);
   prefillTokens_ += N - nd;
+  times_.steps++;
 
   // Non-finite K/V of a chunk make its hidden states non-finite: its sequence has failed (its
   // blocks are cleared when it leaves, even if it is removed before it samples). One host read
@@ -227,17 +247,22 @@ std::vector<StepToken> Generator::runMixed(Plan& p) {
     const at::Tensor rowsT = at::tensor(sampleRows, kLongOpts).to(dev);
     std::vector<Sampled> sampled(sampleSeqs.size());
     sampleLogits(sampleSeqs, model->logits(hidden.index_select(0, rowsT)), sampled, out);
+    device.end();
+    times_.device += device.seconds();
+    lap(times_.sample);
     for (size_t i = 0; i < sampleSeqs.size(); i++) {
       if (sampleSeqs[i]->req.returnRoutes) out[i].routes = routesOf(routing, *model, sampleRows[i], 1);
       applyToken(*sampleSeqs[i], sampled[i], out[i]);
     }
   }
+  lap(times_.sample);  // (when nothing was sampled: the prompts' outputs)
   for (const SeqPtr& s : running_) indexComputed(*s);
   retire(out);
+  lap(times_.finish);
   return out;
 }
 
-std::vector<StepToken> Generator::runDecode(Plan& p) {
+std::vector<StepToken> Generator::runDecode(Plan& p, Laps& lap) {
   const int64_t n = int64_t(p.decode.size()), k = p.steps;
   const at::Device dev = model->device;
   bool routes = false;
@@ -264,6 +289,8 @@ std::vector<StepToken> Generator::runDecode(Plan& p) {
   at::Tensor ids = in.select(1, 0).contiguous(), pos = in.select(1, 1).contiguous();
   const at::Tensor tables = in.narrow(1, 2, width).contiguous();
   const at::Tensor seqOf = at::arange(n, kLongOpts.device(dev));
+  lap(times_.inputs);
+  DeviceTimer device(dev);
 
   // Sampling with tensor ops (CUDA; the CPU when asked): each step's rows are sampled on the
   // device and its tokens fed to the next step there, every step's results read in one copy at
@@ -312,8 +339,11 @@ std::vector<StepToken> Generator::runDecode(Plan& p) {
       batch.tables = tables;
       batch.decodeRows = n;
       batch.decodeKeys = keys + j;
+      batch.attentionSeconds = &times_.attention;
       logits = model->logits(model->forwardPaged(ids, batch, cache_, routes ? &routing[j] : nullptr));
     }
+    lap(times_.forward);
+    times_.steps++;
     if (onDevice) {
       results.push_back(sampleOnDevice(logits, setup, draws[j]));
       if (j + 1 < k) ids = results.back().select(1, 0).to(at::kLong);
@@ -326,7 +356,9 @@ std::vector<StepToken> Generator::runDecode(Plan& p) {
       }
     }
     if (j + 1 < k) pos = pos + 1;
+    lap(times_.sample);
   }
+  device.end();
   if (onDevice) {
     // The call's one deliberate sync: the host needs the tokens (stop checks, the response).
     const at::Tensor all = at::stack(results).cpu();
@@ -339,6 +371,8 @@ std::vector<StepToken> Generator::runDecode(Plan& p) {
       }
     }
   }
+  times_.device += device.seconds();
+  lap(times_.sample);
   std::vector<StepToken> out;
   std::vector<char> ended(static_cast<size_t>(n), 0);
   for (int64_t j = 0; j < k; j++)
@@ -353,6 +387,7 @@ std::vector<StepToken> Generator::runDecode(Plan& p) {
     }
   for (Sequence* s : p.decode) indexComputed(*s);
   retire(out);
+  lap(times_.finish);
   return out;
 }
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -671,7 +672,13 @@ at::Tensor gatherBlocks(const at::Tensor& cache, const at::Tensor& tables, int64
 
 at::Tensor Model::pagedAttention(const at::Tensor& q, const at::Tensor& kCache, const at::Tensor& vCache,
                                  const PagedBatch& batch) const {
-  if (device.is_cpu() && q.scalar_type() != at::kBFloat16) return pagedAttentionCpu(q, kCache, vCache, batch);
+  if (device.is_cpu() && q.scalar_type() != at::kBFloat16) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::Tensor o = pagedAttentionCpu(q, kCache, vCache, batch);
+    if (batch.attentionSeconds)
+      *batch.attentionSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return o;
+  }
   // Elsewhere (CUDA, bf16 on the CPU): the decode rows together as batched matmuls over their
   // gathered blocks, each prefill chunk as causal attention over its sequence's gathered keys.
   std::vector<at::Tensor> outs;

@@ -139,6 +139,7 @@ struct PagedBatch {
   int64_t decodeKeys = 0;  // positions the decode rows read: max(pos) + 1 of those rows, or more
   // Per prefill segment (host): its first position and its length.
   std::vector<int64_t> chunkStart, chunkLen;
+  double* attentionSeconds = nullptr;  // when set, the CPU's attention time is added to it
 };
 
 // Keys and values of one layer for a packed forward, after RoPE: [N, KV, hd].

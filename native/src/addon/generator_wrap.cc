@@ -136,6 +136,18 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
     o.Set("prefixHitTokens", double(st.prefixHitTokens));
     o.Set("cudaGraphs", double(gen_->cudaGraphs()));
     o.Set("eagerReason", gen_->eagerReason());
+    const StepTimes& t = st.times;
+    Napi::Object times = Napi::Object::New(info.Env());
+    times.Set("calls", double(t.calls));
+    times.Set("steps", double(t.steps));
+    times.Set("plan", t.plan);
+    times.Set("inputs", t.inputs);
+    times.Set("forward", t.forward);
+    times.Set("attention", t.attention);
+    times.Set("sample", t.sample);
+    times.Set("finish", t.finish);
+    times.Set("device", t.device);
+    o.Set("times", times);
     return o;
   }
 
