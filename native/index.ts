@@ -200,7 +200,10 @@ export interface CacheStats {
   blocksCached: number;
   /** blocksInUse / numBlocks. */
   cacheUsage: number;
-  /** Since creation: sequences preempted; positions computed by prefill; positions taken from shared blocks. */
+  /**
+   * Since creation: sequences preempted; prompt positions computed (those of preempted sequences
+   * computed again included); positions taken from blocks other sequences computed.
+   */
   preemptions: number;
   prefillTokens: number;
   prefixHitTokens: number;

@@ -133,7 +133,7 @@ describe('sampling and batching', () => {
     prompts.forEach((p, i) =>
       expect(Math.abs(done[i].logprobs[0] - full[i].logprobs[p.length])).toBeLessThanOrEqual(1e-4),
     );
-    expect(gen.stats().prefillTokens).toBe(1801 + 2501 + 901); // a one-token prompt is a decode row
+    expect(gen.stats().prefillTokens).toBe(1801 + 1 + 2501 + 901);
   });
 
   test('same seed same tokens, different seeds differ, top_k=1 equals greedy', async () => {

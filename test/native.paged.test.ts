@@ -145,6 +145,13 @@ describe('shared prefixes', () => {
     expectSame(out, unshared);
     // 37 = 2 blocks of 16 + 5: the others take the two blocks and compute 5 positions each.
     expect(gen.stats()).toMatchObject({ prefillTokens: 37 + 4 * 5, prefixHitTokens: 4 * 32, blocksInUse: 0 });
+    // A prompt of whole blocks: the others share them all and compute its last position again
+    // (to sample from it), in a copy of the last block.
+    const whole = group(prompt32, 3);
+    const wholeGen = big({ prefixSharing: 'cache' });
+    const wholeOut = [...(await serve(wholeGen, whole.slice(0, 1))), ...(await serve(wholeGen, whole.slice(1)))];
+    expectSame(wholeOut, await serve(big(), whole));
+    expect(wholeGen.stats()).toMatchObject({ prefillTokens: 32 + 2 * 1, prefixHitTokens: 2 * 31, blocksInUse: 0 });
     // 'live' keeps nothing once the first has finished.
     const live = big({ prefixSharing: 'live' });
     await serve(live, requests.slice(0, 1));

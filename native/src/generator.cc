@@ -186,12 +186,19 @@ Generator::Match Generator::matchPrefix(const Sequence& s) const {
     m.blocks.push_back(L->blocks[full]);
     m.sharedTokens = n;
   }
-  // The last token's logits are needed: they come from the leader's row for it, when the leader
-  // has yet to compute it; otherwise the last block is computed again.
+  // All its tokens are shared, yet the last one's logits are needed: they come from the leader's
+  // row for it when the leader has yet to compute it; with every block computed, that position is
+  // computed again (a decode row; its block is copied on write); else (a leader already past it)
+  // the last block is computed again.
   if (m.sharedTokens == n && !(L && L->computed <= n - 1)) {
-    m.blocks.pop_back();
-    m.sharedTokens = int64_t(m.blocks.size()) * B;
-    m.computedTokens = std::min(m.computedTokens, m.sharedTokens);
+    if (m.computedTokens == n) {
+      m.computedTokens = n - 1;
+      m.sharedTokens = n - 1;
+    } else {
+      m.blocks.pop_back();
+      m.sharedTokens = int64_t(m.blocks.size()) * B;
+      m.computedTokens = std::min(m.computedTokens, m.sharedTokens);
+    }
   }
   if (m.sharedTokens == m.computedTokens) m.leader = 0;
   return m;

@@ -106,8 +106,10 @@ struct GeneratorStats {
   int64_t running = 0, preempted = 0;  // sequences holding blocks; waiting to be recomputed
   int64_t cachedTokens = 0;            // positions of the running sequences with their K/V in
   int64_t blocksInUse = 0, blocksCached = 0;
-  int64_t preemptions = 0;                         // since start
-  int64_t prefillTokens = 0, prefixHitTokens = 0;  // since start: positions computed; taken from shared blocks
+  int64_t preemptions = 0;  // since start
+  // Since start: prompt positions computed (with those of preempted sequences computed again), and
+  // positions taken from blocks others computed.
+  int64_t prefillTokens = 0, prefixHitTokens = 0;
   StepTimes times;
 };
 
@@ -195,6 +197,7 @@ class Generator {
   // copied first (copy-on-write). The pool has the blocks (checked by the caller).
   void prepareWrites(Sequence& s, int64_t from, int64_t to);
   int64_t blocksNeeded(const Sequence& s, int64_t from, int64_t to) const;
+  bool copiesOnWrite(const Sequence& s, int32_t block) const;
   bool hasWaitingFollowers(int64_t id) const;
   // Frees s's blocks and queues it to be recomputed (preempted: counted).
   void preempt(size_t runningIndex, bool counted);

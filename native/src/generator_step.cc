@@ -64,27 +64,30 @@ std::vector<StepToken> Generator::step(int64_t maxSteps) {
   return out;
 }
 
+bool Generator::copiesOnWrite(const Sequence& s, int32_t block) const {
+  // Others read it (a leader writes in place what its waiting followers wait for), or the prefix
+  // cache keeps it as computed (a sequence computing its shared last position again).
+  return (pool_->refs(block) > 1 && !hasWaitingFollowers(s.id)) || prefixes_->holdsComputed(block);
+}
+
 int64_t Generator::blocksNeeded(const Sequence& s, int64_t from, int64_t to) const {
   int64_t need = 0;
-  const bool inPlace = hasWaitingFollowers(s.id);
   for (int64_t j = from / blockSize; j * blockSize < to; j++)
-    need += j >= int64_t(s.blocks.size()) || (pool_->refs(s.blocks[j]) > 1 && !inPlace);
+    need += j >= int64_t(s.blocks.size()) || copiesOnWrite(s, s.blocks[j]);
   return need;
 }
 
 void Generator::prepareWrites(Sequence& s, int64_t from, int64_t to) {
-  const bool inPlace = hasWaitingFollowers(s.id);  // they wait for exactly what it writes
   for (int64_t j = from / blockSize; j * blockSize < to; j++) {
     if (j >= int64_t(s.blocks.size())) {
       s.blocks.push_back(pool_->take());
-    } else if (pool_->refs(s.blocks[j]) > 1 && !inPlace) {
-      // Copy on write: others read this block's positions before `from`.
+    } else if (copiesOnWrite(s, s.blocks[j])) {
       const int32_t old = s.blocks[j], fresh = pool_->take();
       for (size_t l = 0; l < cache_.k.size(); l++) {
         cache_.k[l][fresh].copy_(cache_.k[l][old]);
         cache_.v[l][fresh].copy_(cache_.v[l][old]);
       }
-      pool_->release(old);  // still referenced by the others
+      if (pool_->release(old)) zeroBlock(old);  // (mostly still referenced by the others, or parked)
       s.blocks[j] = fresh;
     }
   }
@@ -181,6 +184,7 @@ std::vector<StepToken> Generator::runMixed(Plan& p, Laps& lap) {
   const at::Tensor hidden = model->forwardPaged(idsT, batch, cache_, routes ? &routing : nullptr);
   lap(times_.forward);
   prefillTokens_ += N - nd;
+  for (int64_t r = 0; r < nd; r++) prefillTokens_ += segs[r]->computed < segs[r]->promptLen;  // a prompt's last
   times_.steps++;
 
   // Non-finite K/V of a chunk make its hidden states non-finite: its sequence has failed (its
@@ -289,6 +293,7 @@ std::vector<StepToken> Generator::runDecode(Plan& p, Laps& lap) {
   at::Tensor ids = in.select(1, 0).contiguous(), pos = in.select(1, 1).contiguous();
   const at::Tensor tables = in.narrow(1, 2, width).contiguous();
   const at::Tensor seqOf = at::arange(n, kLongOpts.device(dev));
+  for (Sequence* s : p.decode) prefillTokens_ += s->computed < s->promptLen;  // a prompt's last position
   lap(times_.inputs);
   DeviceTimer device(dev);
 
