@@ -9,11 +9,11 @@
  *
  *   npm run build:ts && node dist/bench/decode.js [--models tiny] [--device cpu] [--dtype float32]
  *     [--concurrency 1,16,64] [--prompt 128] [--new 256] [--decode-steps 1] [--threads 2]
- *     [--bandwidth-gbs N] [--eager]
+ *     [--bandwidth-gbs N] [--eager] [--paged-kernel]
  *   ... --models qwen3-0.6b --device cuda --dtype bfloat16 --concurrency 1,64,256,1024   (a GPU machine)
  *
  * --decode-steps k: decode steps per engine call (inference.decode_steps); --eager: CUDA graphs
- * off; --bandwidth-gbs: the memory bandwidth of the roofline (default: from the GPU's name, H100
+ * off; --paged-kernel: attention through the engine's paged decode kernel (CUDA); --bandwidth-gbs: the memory bandwidth of the roofline (default: from the GPU's name, H100
  * 3,350 GB/s, H200 4,800, A100 2,039; none on the CPU).
  */
 import { execFileSync } from 'node:child_process';
@@ -83,6 +83,7 @@ async function main(): Promise<void> {
   const device = arg('device', 'cpu');
   const dtype = arg('dtype', 'float32') as ComputeDType;
   const eager = process.argv.includes('--eager');
+  const pagedAttentionKernel = process.argv.includes('--paged-kernel');
   setThreads(Number(arg('threads', String(os.cpus().length))));
   const card = cardBandwidth(device);
   const gbs = process.argv.includes('--bandwidth-gbs') ? Number(arg('bandwidth-gbs', '0')) : card.gbs;
@@ -107,6 +108,7 @@ async function main(): Promise<void> {
           maxBatchedTokens: Math.max(2048, C),
           prefixSharing: 'off',
           cudaGraphs: !eager,
+          pagedAttentionKernel,
         });
         const run = async (n: number, maxTokens: number) => {
           await gen.add(
@@ -177,7 +179,7 @@ async function main(): Promise<void> {
   const onCuda = device.startsWith('cuda');
   process.stdout.write(
     [
-      `Machine: ${onCuda ? card.name : `${os.cpus().length} x ${os.cpus()[0]!.model}`}; ${dtype}; prompts of ${P} tokens, ${N} new tokens each; ${k} decode step(s) per call${eager ? '; CUDA graphs off' : ''}.`,
+      `Machine: ${onCuda ? card.name : `${os.cpus().length} x ${os.cpus()[0]!.model}`}; ${dtype}; prompts of ${P} tokens, ${N} new tokens each; ${k} decode step(s) per call${eager ? '; CUDA graphs off' : ''}; attention: ${pagedAttentionKernel ? 'the paged decode kernel' : "libtorch's matmuls over gathered blocks"}.`,
       '',
       `| model | concurrency | tokens/s | ms per decode step | device ms | host ms | bytes read per step | roofline share${gbs ? ` (${gbs} GB/s)` : ''} |`,
       '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',

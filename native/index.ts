@@ -107,6 +107,12 @@ export interface GeneratorOptions {
    * use) where the model allows: on CUDA, dense models. Default true; false: every step eager.
    */
   cudaGraphs?: boolean;
+  /**
+   * Decode attention through the engine's own CUDA kernel (flash-decoding over the blocks in
+   * place) instead of libtorch's matmuls over gathered blocks. Default false; refused off CUDA or
+   * in a build without it.
+   */
+  pagedAttentionKernel?: boolean;
 }
 
 export interface GenerationRequest {

@@ -143,6 +143,9 @@ test('the new settings are checked by name', () => {
     /^max_batched_tokens: 32 is smaller than max_running \(64\)/,
   );
   expect(issue({ prefix_sharing: 'all' })).toMatch(/^prefix_sharing: /);
+  expect(issue({ model: { name: baseDir, paged_attention_kernel: true } })).toMatch(
+    /^model\.paged_attention_kernel: is a CUDA kernel, and model\.device is cpu/,
+  );
   expect(issue({ block_size: 0 })).toMatch(/^block_size: /);
   expect(parse({ model: { name: baseDir, device: 'cuda' }, gpu_memory_utilization: 0.8 }).success).toBe(true);
 });

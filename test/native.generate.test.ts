@@ -416,7 +416,10 @@ describe('sampling and batching', () => {
       model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, prefixSharing: 'all' as 'off' }),
     ).toThrow(/prefixSharing must be 'off', 'live' or 'cache'/);
     expect(() => model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, gpuMemoryUtilization: 0.5 })).toThrow(
-      /gpuMemoryUtilization sizes the KV cache of a CUDA device; the model is on cpu/,
+      /gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on cpu/,
+    );
+    expect(() => model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, pagedAttentionKernel: true })).toThrow(
+      /pagedAttentionKernel: this build of the addon has no CUDA|pagedAttentionKernel: the model is not on a CUDA device/,
     );
   });
 });

@@ -69,6 +69,12 @@ const inferenceModelSchema = () =>
       .describe(
         'decode every step op by op; false: on CUDA, dense models replay decode steps from CUDA graphs (one per batch and context-length bucket, captured on first use), as vLLM does',
       ),
+    paged_attention_kernel: z
+      .boolean()
+      .default(false)
+      .describe(
+        "CUDA: decode attention through the engine's own kernel (flash-decoding over the KV blocks in place) instead of libtorch's matmuls over gathered blocks; refused on the CPU and by a build without it",
+      ),
   });
 /** The trained model (SFT, the RL trainer): the engine's settings plus activation checkpointing. */
 const trainerModelSchema = () =>
@@ -650,6 +656,13 @@ export const inferenceSchema = z
           c.model.device === 'cpu'
             ? 'sizes the KV cache of a CUDA device, and model.device is cpu: set kv_cache_tokens instead'
             : 'set either gpu_memory_utilization or kv_cache_tokens, not both',
+      });
+    }
+    if (c.model.paged_attention_kernel && c.model.device === 'cpu') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['model', 'paged_attention_kernel'],
+        message: 'is a CUDA kernel, and model.device is cpu',
       });
     }
     if (c.max_batched_tokens < c.max_running) {

@@ -39,14 +39,15 @@ struct DecodeGraphs::Impl {
   std::shared_ptr<Model> model;
   PagedKV& cache;
   const int64_t maxRows, width;
+  const bool decodeKernel;
   // The static inputs on the device: ids, positions, table rows (and the row of each token, fixed).
   at::Tensor ids, pos, tables, seqOf;
   c10::cuda::CUDAStream stream;  // where graphs are captured (never the default stream)
   c10::cuda::MempoolId_t pool;   // shared by every graph
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Graph>> graphs;
 
-  Impl(std::shared_ptr<Model> m, PagedKV& c, int64_t rows, int64_t w)
-      : model(std::move(m)), cache(c), maxRows(rows), width(w),
+  Impl(std::shared_ptr<Model> m, PagedKV& c, int64_t rows, int64_t w, bool kernel)
+      : model(std::move(m)), cache(c), maxRows(rows), width(w), decodeKernel(kernel),
         stream(c10::cuda::getStreamFromPool(false, model->device.index())), pool(at::cuda::graph_pool_handle()) {
     const auto longOpts = at::TensorOptions().dtype(at::kLong).device(model->device);
     ids = at::zeros({maxRows}, longOpts);
@@ -62,6 +63,7 @@ struct DecodeGraphs::Impl {
     b.tables = tables.narrow(0, 0, batch);
     b.decodeRows = batch;
     b.decodeKeys = keys;
+    b.decodeKernel = decodeKernel;
     return model->logits(model->forwardPaged(ids.narrow(0, 0, batch), b, cache));
   }
 
@@ -92,10 +94,11 @@ struct DecodeGraphs::Impl {
   }
 };
 
-DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV& cache, int64_t maxRows, int64_t width) {
+DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV& cache, int64_t maxRows, int64_t width,
+                           bool decodeKernel) {
   const std::string why = unsupported(*model);
   if (!why.empty()) throw std::runtime_error("CUDA graphs: " + why);
-  impl_ = std::make_unique<Impl>(std::move(model), cache, maxRows, width);
+  impl_ = std::make_unique<Impl>(std::move(model), cache, maxRows, width, decodeKernel);
 }
 
 at::Tensor DecodeGraphs::decode(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& tables, int64_t keys) {
@@ -127,7 +130,7 @@ int64_t DecodeGraphs::captured() const { return int64_t(impl_->graphs.size()); }
 
 struct DecodeGraphs::Impl {};
 
-DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV&, int64_t, int64_t) {
+DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV&, int64_t, int64_t, bool) {
   throw std::runtime_error("CUDA graphs: " + unsupported(*model));
 }
 

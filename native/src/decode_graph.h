@@ -9,8 +9,8 @@
 // ids, positions and block tables are graph inputs: each call copies them (device to device)
 // into static buffers the graphs read, so one graph serves every step of its buckets whatever the
 // lengths and blocks. The key bucket is the width of the gather of the libtorch attention path
-// (Model::decodeAttentionBmm); a paged attention kernel reading the block tables in place would
-// make it one graph per batch bucket. Padding rows decode token 0 at position 0 with the pad block
+// (Model::decodeAttentionBmm); with the paged decode kernel (paged_decode.h), which reads the
+// tables in place, it only bounds the kernel's partitions. Padding rows decode token 0 at position 0 with the pad block
 // as their whole table: they write only that block, which no real row reads. The weights (updated
 // in place by update_weights) and the paged cache keep their addresses. Graphs share one memory
 // pool: they replay one at a time, and each step's logits are consumed (sampled) before the next
@@ -35,8 +35,8 @@ int64_t decodeBucket(int64_t n, int64_t least, int64_t cap);
 class DecodeGraphs {
  public:
   // Graphs of model's paged decode over cache, for batches of up to maxRows sequences whose block
-  // tables are `width` blocks wide.
-  DecodeGraphs(std::shared_ptr<Model> model, PagedKV& cache, int64_t maxRows, int64_t width);
+  // tables are `width` blocks wide; decodeKernel: attention through the paged decode kernel.
+  DecodeGraphs(std::shared_ptr<Model> model, PagedKV& cache, int64_t maxRows, int64_t width, bool decodeKernel);
   ~DecodeGraphs();
   // Why graphs cannot serve this model ("" when they can): a build without CUDA, a model not on
   // CUDA, or sparse (MoE) layers, whose grouped MLP reads the tokens per expert on the host.

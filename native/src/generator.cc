@@ -3,6 +3,7 @@
 #include "generator.h"
 
 #include "cuda_info.h"
+#include "paged_decode.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -33,7 +34,7 @@ int64_t kvBytesOnDevice(const Model& model, const GeneratorOptions& o) {
   const CudaMemory mem = cudaMemory(model.device);  // synchronises the device
   const int64_t budget = int64_t(double(mem.total) * o.gpuMemoryUtilization) - mem.used;
   if (budget <= 0)
-    throw std::runtime_error("gpuMemoryUtilization " + std::to_string(o.gpuMemoryUtilization) +
+    throw std::runtime_error("gpuMemoryUtilization: " + std::to_string(o.gpuMemoryUtilization) +
                              " leaves no room for the KV cache: " + std::to_string(mem.used >> 20) + " of " +
                              std::to_string(mem.total >> 20) +
                              " MiB are in use after loading the weights and a forward of maxBatchedTokens tokens");
@@ -44,7 +45,7 @@ int64_t kvBytesOnDevice(const Model& model, const GeneratorOptions& o) {
 Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
     : maxSequences(o.maxSequences), maxSequenceLength(o.maxSequenceLength), blockSize(o.blockSize),
       maxBatchedTokens(o.maxBatchedTokens), prefixSharing(o.prefixSharing), tensorSampler(o.tensorSampler),
-      model(std::move(m)) {
+      pagedAttentionKernel(o.pagedAttentionKernel), model(std::move(m)) {
   if (maxSequences <= 0 || maxSequenceLength <= 1)
     throw std::runtime_error("generator needs maxSequences >= 1 and maxSequenceLength >= 2");
   if (blockSize < 1 || blockSize > 1024) throw std::runtime_error("blockSize must be in [1, 1024]");
@@ -56,8 +57,12 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
   if (!(o.gpuMemoryUtilization >= 0 && o.gpuMemoryUtilization <= 1))
     throw std::runtime_error("gpuMemoryUtilization must be in (0, 1] (0: unset)");
   if (o.gpuMemoryUtilization > 0 && !model->device.is_cuda())
-    throw std::runtime_error("gpuMemoryUtilization sizes the KV cache of a CUDA device; the model is on " +
+    throw std::runtime_error("gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on " +
                              model->device.str());
+  if (pagedAttentionKernel) {
+    const std::string why = pagedDecodeUnsupported(model->device, model->dtype);
+    if (!why.empty()) throw std::runtime_error("pagedAttentionKernel: " + why);
+  }
   const ArchConfig& c = model->cfg;
   int64_t blocks = 0;
   if (o.kvCacheTokens > 0) {
@@ -66,7 +71,7 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
     const int64_t bytesPerBlock =
         2 * c.numLayers * blockSize * c.numKvHeads * c.headDim * int64_t(at::elementSize(model->dtype));
     blocks = kvBytesOnDevice(*model, o) / bytesPerBlock - 2;  // the null and pad blocks come from it too
-    if (blocks < 1) throw std::runtime_error("gpuMemoryUtilization leaves room for no KV block");
+    if (blocks < 1) throw std::runtime_error("gpuMemoryUtilization: leaves room for no KV block");
   } else {
     blocks = ceilDiv(maxSequences * maxSequenceLength, blockSize);
   }
@@ -84,7 +89,8 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
   weightsSeen_ = model->weightsVersion();
   eagerReason_ = o.cudaGraphs ? DecodeGraphs::unsupported(*model) : "CUDA graphs are off for this generator";
   if (eagerReason_.empty())
-    graphs_ = std::make_unique<DecodeGraphs>(model, cache_, maxSequences, ceilDiv(maxSequenceLength, blockSize));
+    graphs_ = std::make_unique<DecodeGraphs>(model, cache_, maxSequences, ceilDiv(maxSequenceLength, blockSize),
+                                             pagedAttentionKernel);
   publishStats();
 }
 

@@ -63,6 +63,9 @@ struct GeneratorOptions {
   bool tensorSampler = false;
   // Replay decode steps from CUDA graphs where the model allows (decode_graph.h); false: eager.
   bool cudaGraphs = true;
+  // Decode rows' attention through our CUDA paged decode kernel (paged_decode.h) instead of
+  // libtorch's batched matmuls over gathered blocks; refused where the build or device lacks it.
+  bool pagedAttentionKernel = false;
 };
 
 struct AddedSequence {
@@ -141,7 +144,7 @@ class Generator {
 
   const int64_t maxSequences, maxSequenceLength, blockSize, maxBatchedTokens;
   const PrefixSharing prefixSharing;
-  const bool tensorSampler;
+  const bool tensorSampler, pagedAttentionKernel;
   const std::shared_ptr<Model> model;
   int64_t numBlocks() const { return pool_->numBlocks(); }
   int64_t capacityTokens() const { return numBlocks() * blockSize; }

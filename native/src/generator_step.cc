@@ -179,6 +179,7 @@ std::vector<StepToken> Generator::runMixed(Plan& p, Laps& lap) {
   MoeRouting routing;
   const at::Tensor idsT = at::tensor(ids, kLongOpts).to(dev);
   batch.attentionSeconds = &times_.attention;
+  batch.decodeKernel = pagedAttentionKernel;
   lap(times_.inputs);
   DeviceTimer device(dev);
   const at::Tensor hidden = model->forwardPaged(idsT, batch, cache_, routes ? &routing : nullptr);
@@ -345,6 +346,7 @@ std::vector<StepToken> Generator::runDecode(Plan& p, Laps& lap) {
       batch.decodeRows = n;
       batch.decodeKeys = keys + j;
       batch.attentionSeconds = &times_.attention;
+      batch.decodeKernel = pagedAttentionKernel;
       logits = model->logits(model->forwardPaged(ids, batch, cache_, routes ? &routing[j] : nullptr));
     }
     lap(times_.forward);

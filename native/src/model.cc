@@ -8,6 +8,7 @@
 #include "checkpoint.h"
 #include "cuda_info.h"
 #include "host_parallel.h"
+#include "paged_decode.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
 
@@ -683,7 +684,10 @@ at::Tensor Model::pagedAttention(const at::Tensor& q, const at::Tensor& kCache, 
   // gathered blocks, each prefill chunk as causal attention over its sequence's gathered keys.
   std::vector<at::Tensor> outs;
   const int64_t n = batch.decodeRows;
-  if (n > 0) outs.push_back(decodeAttentionBmm(q.narrow(0, 0, n), kCache, vCache, batch));
+  if (n > 0 && batch.decodeKernel)
+    outs.push_back(pagedDecodeAttention(q.narrow(0, 0, n), kCache, vCache, batch.tables.narrow(0, 0, n),
+                                        batch.pos.narrow(0, 0, n), batch.decodeKeys));
+  else if (n > 0) outs.push_back(decodeAttentionBmm(q.narrow(0, 0, n), kCache, vCache, batch));
   int64_t row = n;
   for (size_t c = 0; c < batch.chunkStart.size(); c++) {
     const int64_t start = batch.chunkStart[c], len = batch.chunkLen[c];

@@ -140,6 +140,7 @@ struct PagedBatch {
   // Per prefill segment (host): its first position and its length.
   std::vector<int64_t> chunkStart, chunkLen;
   double* attentionSeconds = nullptr;  // when set, the CPU's attention time is added to it
+  bool decodeKernel = false;           // decode rows through the CUDA paged decode kernel (paged_decode.h)
 };
 
 // Keys and values of one layer for a packed forward, after RoPE: [N, KV, hd].

@@ -9,7 +9,8 @@
 #                  (and each side's Kineto trace, xz-compressed: ours-train.json.xz, torch-train.json.xz)
 #   decode.md      the engine's decode on the 0.6B shape, bf16, 128-token prompts, 256 new tokens, at 1 /
 #                  64 / 256 / 1,024 sequences: tok/s, ms per step (device / host), the share of the
-#                  card's bandwidth roofline, where a step's host time goes; then 8 decode steps per call
+#                  card's bandwidth roofline, where a step's host time goes; then with the paged
+#                  decode kernel, and with 8 decode steps per call
 #   inference.md   the server on the 0.6B model: throughput by concurrency, update_weights to first token
 #   eager.md       decode at 1 and 64 with CUDA graphs off (what the graphs gain)
 #   lm-head.md     our training step under other LM-head chunkings (only when named in
@@ -82,10 +83,12 @@ if selected compare; then
       [ "$(stat -c %s "$OUT/$side-train.json.xz")" -le $((16 << 20)) ] || rm -f "$OUT/$side-train.json.xz"
   done
 fi
-step decode 200 bash -c "node dist/bench/decode.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
+step decode 300 bash -c "node dist/bench/decode.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --prompt 128 --new 256 --concurrency 1,64,256,1024 | tee '$OUT/decode.md' &&
   node dist/bench/decode.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
-  --prompt 128 --new 256 --concurrency 64,256 --decode-steps 8 | tee -a '$OUT/decode.md'"
+  --prompt 128 --new 256 --concurrency 1,64,256,1024 --paged-kernel | tee -a '$OUT/decode.md' &&
+  node dist/bench/decode.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
+  --prompt 128 --new 256 --concurrency 64,256 --decode-steps 8 --paged-kernel | tee -a '$OUT/decode.md'"
 step inference 150 bash -c "node dist/bench/inference.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --concurrency 1,64 --requests 64 --max-tokens 128 | tee '$OUT/inference.md'"
 step eager 80 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \

@@ -176,6 +176,7 @@ GeneratorOptions generatorOptions(Napi::Env env, const Napi::Object& o) {
   }
   g.tensorSampler = boolOr(o, "tensorSampler", false);
   g.cudaGraphs = boolOr(o, "cudaGraphs", true);
+  g.pagedAttentionKernel = boolOr(o, "pagedAttentionKernel", false);
   return g;
 }
 
