@@ -44,9 +44,19 @@ interface Server {
   stop(): Promise<void>;
 }
 
-/** `prime-rl inference` of checkout `root` with these flags, once it listens. */
-async function startServer(root: string, flags: string[]): Promise<Server> {
-  const child = spawn(process.execPath, [path.join(root, 'bin', 'prime-rl.js'), 'inference', ...flags], {
+/** `prime-rl inference` of checkout `root` serving modelDir (any port, --threads) with these flags, once it listens. */
+async function startServer(root: string, modelDir: string, tmp: string, flags: string[]): Promise<Server> {
+  const common = [
+    '--model.name',
+    modelDir,
+    '--threads',
+    arg('threads', '2'),
+    '--output-dir',
+    tmp,
+    '--server.port',
+    '0',
+  ];
+  const child = spawn(process.execPath, [path.join(root, 'bin', 'prime-rl.js'), 'inference', ...common, ...flags], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '',
@@ -114,9 +124,7 @@ async function rlWorkload(modelDir: string, tmp: string): Promise<string> {
   const results: Record<string, { seconds: number; prefill: number }[]> = { off: [], cache: [] };
   for (let rep = 0; rep < Number(arg('repeats', '1')); rep++) {
     for (const sharing of ['off', 'cache'] as const) {
-      const server = await startServer(ROOT, [
-        '--model.name',
-        modelDir,
+      const server = await startServer(ROOT, modelDir, tmp, [
         '--seq-len',
         String(L + N + 1),
         '--max-running',
@@ -125,12 +133,6 @@ async function rlWorkload(modelDir: string, tmp: string): Promise<string> {
         String(P * R),
         '--prefix-sharing',
         sharing,
-        '--threads',
-        arg('threads', '2'),
-        '--output-dir',
-        tmp,
-        '--server.port',
-        '0',
       ]);
       try {
         await complete(server.url, { prompt: [1, 2, 3], max_tokens: 4 }); // warm-up
@@ -188,9 +190,7 @@ async function capacityWorkload(modelDir: string, tmp: string): Promise<string> 
     ['this checkout', ROOT],
     [`--cli ${other}`, path.resolve(other)],
   ] as const) {
-    const server = await startServer(root, [
-      '--model.name',
-      modelDir,
+    const server = await startServer(root, modelDir, tmp, [
       '--seq-len',
       '1100',
       '--kv-cache-tokens',
@@ -199,12 +199,6 @@ async function capacityWorkload(modelDir: string, tmp: string): Promise<string> 
       String(n),
       '--max-queued',
       String(n),
-      '--threads',
-      arg('threads', '2'),
-      '--output-dir',
-      tmp,
-      '--server.port',
-      '0',
     ]);
     try {
       const samples: number[] = [];

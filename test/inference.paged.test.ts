@@ -9,8 +9,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { inferenceSchema } from '../lib/config/schemas';
-import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
+import { startServer } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inference-paged-'));
 const baseDir = path.join(root, 'base');
@@ -20,16 +21,7 @@ beforeAll(() => {
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 
 async function withServer<T>(settings: object, fn: (s: InferenceServer) => Promise<T>): Promise<T> {
-  const server = await startInferenceServer(
-    inferenceSchema.parse({
-      model: { name: baseDir },
-      seq_len: 256,
-      output_dir: root,
-      threads: 2,
-      server: { port: 0 },
-      ...settings,
-    }),
-  );
+  const server = await startServer(root, { modelDir: baseDir, seqLen: 256, settings: { threads: 2, ...settings } });
   try {
     return await fn(server);
   } finally {
