@@ -99,6 +99,31 @@ test.each([
   },
 );
 
+test('bf16 (batched matmuls over gathered blocks, as on CUDA): chunked prefill over cached keys is as close to fp32 as one chunk', async () => {
+  const weights = randomWeights(cfg, 31);
+  const bf16 = await loadModel(cfg, weights, { dtype: 'bfloat16' });
+  const rng = new Rng(6);
+  const prompts = [3, 30, 70].map((n) => randomTokens(rng, n, cfg.vocabSize));
+  const requests = prompts.map((p, i) => ({ promptIds: p, maxTokens: 12, temperature: 0, seed: i }));
+  const run = (maxBatchedTokens: number) =>
+    serve(bf16.createGenerator({ maxSequences: 4, maxSequenceLength: 96, maxBatchedTokens }), requests);
+  const whole = await run(2048);
+  const chunked = await run(8); // prompts in chunks of up to 5 beside the decode rows
+  const exactOf = async (res: Out[]) => {
+    const rows = prompts.map((p, i) => packRow([[...p, ...res[i].tokens]]));
+    const scores = await model.score(rows); // fp32, the same weights
+    return scores.flatMap((sc, i) => Array.from(sc.logprobs.slice(prompts[i].length)));
+  };
+  const err = async (res: Out[]) => {
+    const exact = await exactOf(res);
+    return maxAbsDiff(
+      res.flatMap((r) => r.logprobs),
+      exact,
+    );
+  };
+  expect(await err(chunked)).toBeLessThanOrEqual(2 * (await err(whole)) + 1e-3);
+});
+
 describe('shared prefixes', () => {
   const rng = new Rng(8);
   const prompt37 = randomTokens(rng, 37, cfg.vocabSize); // two full blocks and a partial one
