@@ -217,6 +217,16 @@ describe('shared prefixes', () => {
     expect(gen.stats()).toMatchObject({ prefillTokens: 37, blocksInUse: 0 });
   });
 
+  test('a cached prompt that fills the whole pool runs again (its last position recomputed in place)', async () => {
+    const request: GenerationRequest = { promptIds: prompt32, maxTokens: 1, temperature: 1, seed: 2 };
+    const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 32, kvCacheTokens: 32 });
+    const [first] = await serve(gen, [request]);
+    expect(gen.stats().blocksCached).toBe(2);
+    const [again] = await serve(gen, [request]);
+    expectSame([again], [first]);
+    expect(gen.stats()).toMatchObject({ prefillTokens: 33, prefixHitTokens: 31, blocksInUse: 0, blocksCached: 2 });
+  });
+
   test('requests asking for prompt logprobs compute their whole prompt', async () => {
     const gen = big({ prefixSharing: 'cache' });
     await serve(gen, group(prompt37, 1));

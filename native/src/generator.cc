@@ -244,11 +244,11 @@ void Generator::indexComputed(Sequence& s) {
   if (prefixSharing == PrefixSharing::kOff || s.epoch != epoch_ || s.failed) return;
   const int64_t B = blockSize, full = s.computed / B;
   for (int64_t i = s.indexed; i < full; i++) {
-    if (i >= int64_t(s.keys.size())) {  // a block its sampled tokens filled
-      const BlockHash parent = i == 0 ? PrefixCache::root(epoch_) : s.keys[i - 1];
-      s.keys.push_back(prefixes_->hash(parent, &s.tokens[i * B]));
-      prefixes_->insert(s.keys[i], parent, &s.tokens[i * B], s.blocks[i], s.id);
-    }
+    const BlockHash parent = i == 0 ? PrefixCache::root(epoch_) : s.keys[i - 1];
+    if (i >= int64_t(s.keys.size())) s.keys.push_back(prefixes_->hash(parent, &s.tokens[i * B]));  // sampled tokens
+    // Indexed at admission (then a no-op), or now: a block its sampled tokens filled, or one it
+    // computed again.
+    prefixes_->insert(s.keys[i], parent, &s.tokens[i * B], s.blocks[i], s.id);
     prefixes_->markComputed(s.blocks[i]);
   }
   s.indexed = std::max(s.indexed, full);

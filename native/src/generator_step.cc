@@ -65,9 +65,8 @@ std::vector<StepToken> Generator::step(int64_t maxSteps) {
 }
 
 bool Generator::copiesOnWrite(const Sequence& s, int32_t block) const {
-  // Others read it (a leader writes in place what its waiting followers wait for), or the prefix
-  // cache keeps it as computed (a sequence computing its shared last position again).
-  return (pool_->refs(block) > 1 && !hasWaitingFollowers(s.id)) || prefixes_->holdsComputed(block);
+  // Others read it; a leader writes in place what its waiting followers wait for.
+  return pool_->refs(block) > 1 && !hasWaitingFollowers(s.id);
 }
 
 int64_t Generator::blocksNeeded(const Sequence& s, int64_t from, int64_t to) const {
@@ -87,8 +86,12 @@ void Generator::prepareWrites(Sequence& s, int64_t from, int64_t to) {
         cache_.k[l][fresh].copy_(cache_.k[l][old]);
         cache_.v[l][fresh].copy_(cache_.v[l][old]);
       }
-      if (pool_->release(old)) zeroBlock(old);  // (mostly still referenced by the others, or parked)
+      if (pool_->release(old)) zeroBlock(old);  // (still referenced by the others)
       s.blocks[j] = fresh;
+    } else if (prefixes_->holdsComputed(s.blocks[j])) {
+      // Its own now (a sequence computing its cached last position again): rewritten in place,
+      // it leaves the index until it is computed again (indexComputed).
+      prefixes_->forget(s.blocks[j]);
     }
   }
 }
