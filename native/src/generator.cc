@@ -163,8 +163,7 @@ Generator::Match Generator::matchPrefix(const Sequence& s) const {
   Match m;
   if (prefixSharing == PrefixSharing::kOff || s.needsPromptOutputs()) return m;
   const int64_t n = int64_t(s.tokens.size()), B = blockSize, full = int64_t(s.keys.size());
-  int64_t i = 0;
-  // full: the full blocks of tokens (computeKeys keyed them all).
+  int64_t i = 0;  // full: the full blocks of its tokens, all keyed by computeKeys
   for (; i < full; i++) {
     const BlockHash parent = i == 0 ? PrefixCache::root(epoch_) : s.keys[i - 1];
     const PrefixCache::Entry e = prefixes_->find(s.keys[i], parent, &s.tokens[i * B]);
@@ -194,8 +193,8 @@ Generator::Match Generator::matchPrefix(const Sequence& s) const {
   }
   // All its tokens are shared, yet the last one's logits are needed: they come from the leader's
   // row for it when the leader has yet to compute it; with every block computed, that position is
-  // computed again (a decode row; its block is copied on write); else (a leader already past it)
-  // the last block is computed again.
+  // computed again (a decode row, copying its block when others hold it); else (a leader already
+  // past it) the last block is computed again.
   if (m.sharedTokens == n && !(L && L->computed <= n - 1)) {
     if (m.computedTokens == n) {
       m.computedTokens = n - 1;
