@@ -7,6 +7,7 @@
 #include "autocast.h"
 #include "checkpoint.h"
 #include "cuda_info.h"
+#include "fast_exp.h"
 #include "host_parallel.h"
 #include "paged_decode.h"
 
@@ -612,48 +613,62 @@ at::Tensor Model::causalAttention(const at::Tensor& q, const at::Tensor& k, cons
 }
 
 namespace {
-// Attention over the paged cache on the CPU, one (token, query head) at a time, reading the
-// blocks in place through the token's block table. Batched matmuls would run one tiny BLAS call
-// per (sequence, kv head), whose call overhead costs far more than this arithmetic. q [N, H, hd];
-// caches [blocks, B, KV, hd]; token t attends to positions 0..pos[t] of table row seqOf[t].
-// Softmax in the compute dtype (fp32/fp64); keys are visited in position order, as a contiguous
-// cache would be, so the sums round the same whatever the blocks.
+// exp of a softmax's shifted scores (<= 0): vectorisable in fp32 (fast_exp.h, within 2 ulp of
+// expf), the C library's in fp64.
+inline float softmaxExp(float x) { return fastExp(x); }
+inline double softmaxExp(double x) { return std::exp(x); }
+
+// Attention over the paged cache on the CPU, one (token, kv head) at a time for the G query heads
+// that share it, reading the blocks in place through the token's block table: each key and value
+// row is read once for the G heads. Batched matmuls would run one tiny BLAS call per (sequence, kv
+// head), whose call overhead costs far more than this arithmetic. q [N, H, hd]; caches [blocks, B,
+// KV, hd]; token t attends to positions 0..pos[t] of table row seqOf[t]. Softmax in the compute
+// dtype (fp32/fp64); keys are visited in position order, as a contiguous cache would be, so the
+// sums round the same whatever the blocks.
 template <typename T>
 void pagedAttentionKernel(const T* q, const T* k, const T* v, T* out, const int64_t* pos, const int64_t* seqOf,
                           const int64_t* tables, int64_t width, int64_t N, int64_t H, int64_t KV, int64_t hd,
                           int64_t B) {
   const int64_t G = H / KV, stride = KV * hd;  // stride: from one position to the next in a block
   const T scale = T(1.0 / std::sqrt(double(hd)));
-  // Parts of at least 64 (token, head) pairs: a batch of one decodes on the calling thread.
-  hostParallelFor(N * H, 64, [&](int64_t begin, int64_t end) {
-    std::vector<T> p;
+  // Parts of at least 32 (token, kv head) pairs: a batch of one decodes on the calling thread.
+  hostParallelFor(N * KV, 32, [&](int64_t begin, int64_t end) {
+    std::vector<T> p, sums(static_cast<size_t>(G));  // p: [G, len] scores, then exp(score - max)
     for (int64_t i = begin; i < end; i++) {
-      const int64_t t = i / H, kvh = (i % H) / G, len = pos[t] + 1;
+      const int64_t t = i / KV, kvh = i % KV, len = pos[t] + 1;
       const int64_t* table = tables + seqOf[t] * width;
-      const T* qi = q + i * hd;
-      p.resize(len);
-      T mx = -std::numeric_limits<T>::infinity();
+      const T* qg = q + (t * H + kvh * G) * hd;  // the group's G query heads, contiguous
+      p.resize(size_t(G * len));
       for (int64_t s0 = 0; s0 < len; s0 += B) {
         const T* kb = k + (table[s0 / B] * B * KV + kvh) * hd;
-        for (int64_t j = 0, m = std::min(B, len - s0); j < m; j++) {
-          T dot = 0;
+        for (int64_t j = 0, m = std::min(B, len - s0); j < m; j++)
+          for (int64_t g = 0; g < G; g++) {
+            const T* qi = qg + g * hd;
+            T dot = 0;
 #pragma omp simd reduction(+ : dot)
-          for (int64_t d = 0; d < hd; d++) dot += qi[d] * kb[j * stride + d];
-          p[s0 + j] = dot * scale;
-          mx = std::max(mx, p[s0 + j]);
-        }
+            for (int64_t d = 0; d < hd; d++) dot += qi[d] * kb[j * stride + d];
+            p[g * len + s0 + j] = dot * scale;
+          }
       }
-      T sum = 0;
-      for (int64_t s = 0; s < len; s++) sum += (p[s] = std::exp(p[s] - mx));
-      T* o = out + i * hd;
-      std::fill(o, o + hd, T(0));
+      for (int64_t g = 0; g < G; g++) {
+        T* pg = p.data() + g * len;
+        const T mx = *std::max_element(pg, pg + len);
+        T sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t s = 0; s < len; s++) sum += (pg[s] = softmaxExp(pg[s] - mx));
+        sums[g] = sum;
+      }
+      T* o = out + (t * H + kvh * G) * hd;
+      std::fill(o, o + G * hd, T(0));
       for (int64_t s0 = 0; s0 < len; s0 += B) {
         const T* vb = v + (table[s0 / B] * B * KV + kvh) * hd;
-        for (int64_t j = 0, m = std::min(B, len - s0); j < m; j++) {
-          const T w = p[s0 + j] / sum;
+        for (int64_t j = 0, m = std::min(B, len - s0); j < m; j++)
+          for (int64_t g = 0; g < G; g++) {
+            const T w = p[g * len + s0 + j] / sums[g];
+            T* og = o + g * hd;
 #pragma omp simd
-          for (int64_t d = 0; d < hd; d++) o[d] += w * vb[j * stride + d];
-        }
+            for (int64_t d = 0; d < hd; d++) og[d] += w * vb[j * stride + d];
+          }
       }
     }
   });
