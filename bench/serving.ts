@@ -18,7 +18,8 @@
  * (--cli: a checkout with its own build, e.g. of the commit before paging, whose scheduler
  * reserved prompt + max_tokens for each sequence).
  *
- *   node dist/bench/serving.js --workload capacity --cli OTHER_CHECKOUT [--kv-tokens 16384] [--requests 256]
+ *   node dist/bench/serving.js --workload capacity --cli OTHER_CHECKOUT [--kv-tokens 16384] [--requests 1024]
+ *     [--max-running 256]
  *
  * --threads: the servers' compute threads (default 2).
  */
@@ -177,14 +178,15 @@ async function rlWorkload(modelDir: string, tmp: string): Promise<string> {
 
 async function capacityWorkload(modelDir: string, tmp: string): Promise<string> {
   const kv = arg('kv-tokens', '16384'),
-    n = Number(arg('requests', '256'));
+    n = Number(arg('requests', '1024')),
+    maxRunning = arg('max-running', '256');
   const other = arg('cli', '');
   if (!other) throw new Error('--workload capacity needs --cli OTHER_CHECKOUT (the build to compare with)');
   const rng = new Rng(2);
   const prompts = Array.from({ length: n }, () => randomTokens(rng, 32, 256));
-  // Two byte tokens the random model draws about once in 100 steps together: a completion ends
-  // after about 100 tokens (a geometric length; the mean is in the table).
-  const stops = [10, 20];
+  // A stop token the random model draws about once in 100 steps: a completion ends after about
+  // 100 tokens (a geometric length; the mean is in the table).
+  const stops = [10];
   const rows: string[] = [];
   for (const [label, root] of [
     ['this checkout', ROOT],
@@ -196,7 +198,7 @@ async function capacityWorkload(modelDir: string, tmp: string): Promise<string> 
       '--kv-cache-tokens',
       kv,
       '--max-running',
-      String(n),
+      maxRunning,
       '--max-queued',
       String(n),
     ]);
@@ -224,9 +226,10 @@ async function capacityWorkload(modelDir: string, tmp: string): Promise<string> 
       done = true;
       await sampler;
       const tokens = usage.map((u) => u.completion_tokens);
+      const preemptions = await metric(server.url, 'prime_inference_preemptions_total'); // NaN: a build without
       const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
       rows.push(
-        `| ${label} | ${mean(samples).toFixed(1)} | ${Math.max(...samples)} | ${mean(tokens).toFixed(0)} | ${seconds.toFixed(1)} | ${(tokens.reduce((a, b) => a + b, 0) / seconds).toFixed(0)} |`,
+        `| ${label} | ${mean(samples).toFixed(1)} | ${Math.max(...samples)} | ${Number.isNaN(preemptions) ? '-' : preemptions} | ${mean(tokens).toFixed(0)} | ${seconds.toFixed(1)} | ${(tokens.reduce((a, b) => a + b, 0) / seconds).toFixed(0)} |`,
       );
       process.stderr.write(`[bench] capacity, ${label}: ${rows[rows.length - 1]}\n`);
     } finally {
@@ -234,10 +237,10 @@ async function capacityWorkload(modelDir: string, tmp: string): Promise<string> 
     }
   }
   return [
-    `kv_cache_tokens ${kv}; ${n} requests of 32 prompt tokens, max_tokens 1024, sent at once (max_running ${n}); completions end at a stop token.`,
+    `kv_cache_tokens ${kv}; ${n} requests of 32 prompt tokens, max_tokens 1024, sent at once (max_running ${maxRunning}); completions end at a stop token.`,
     '',
-    '| server | sequences running while requests wait (mean) | max | mean completion (tokens) | wall (s) | new tokens/s |',
-    '| --- | ---: | ---: | ---: | ---: | ---: |',
+    '| server | sequences running while requests wait (mean) | max | preemptions | mean completion (tokens) | wall (s) | new tokens/s |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...rows,
   ].join('\n');
 }
