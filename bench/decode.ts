@@ -179,7 +179,7 @@ async function main(): Promise<void> {
   const onCuda = device.startsWith('cuda');
   process.stdout.write(
     [
-      `Machine: ${onCuda ? card.name : `${os.cpus().length} x ${os.cpus()[0]!.model}`}; ${dtype}; prompts of ${P} tokens, ${N} new tokens each; ${k} decode step(s) per call${eager ? '; CUDA graphs off' : ''}; attention: ${pagedAttentionKernel ? 'the paged decode kernel' : "libtorch's matmuls over gathered blocks"}.`,
+      `Machine: ${onCuda ? card.name : `${os.cpus().length} x ${os.cpus()[0]!.model}`}; ${dtype}; prompts of ${P} tokens, ${N} new tokens each; ${k} decode step(s) per call${eager ? '; CUDA graphs off' : ''}; attention: ${pagedAttentionKernel ? 'the paged decode kernel' : onCuda || dtype === 'bfloat16' ? "libtorch's matmuls over gathered blocks" : "the CPU's kernel, over the blocks in place"}.`,
       '',
       `| model | concurrency | tokens/s | ms per decode step | device ms | host ms | bytes read per step | roofline share${gbs ? ` (${gbs} GB/s)` : ''} |`,
       '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
