@@ -21,18 +21,26 @@
  *   node dist/bench/serving.js --workload capacity --cli OTHER_CHECKOUT [--kv-tokens 16384] [--requests 1024]
  *     [--max-running 256]
  *
- * --threads: the servers' compute threads (default 2).
+ * --model tiny|small|qwen3-0.6b (the last: Qwen3-0.6B's shape); --device, --dtype: the servers'
+ * (`cuda`, `bfloat16` on a GPU machine); --threads: their compute threads (default 2).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as http from 'node:http';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { createModel } from '../lib/model/create';
+import { createModel, type CreateModelOptions } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
 import { randomTokens } from '../lib/model/testing';
+import { QWEN3_0_6B } from './shapes';
 
 const ROOT = path.resolve(__dirname, '..', '..');
+
+const MODELS: Record<string, Omit<CreateModelOptions, 'out' | 'seed'>> = {
+  tiny: { arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes' },
+  small: { arch: 'qwen3', preset: 'small', tokenizer: 'bytes' },
+  'qwen3-0.6b': QWEN3_0_6B,
+};
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -48,14 +56,8 @@ interface Server {
 /** `prime-rl inference` of checkout `root` serving modelDir (any port, --threads) with these flags, once it listens. */
 async function startServer(root: string, modelDir: string, tmp: string, flags: string[]): Promise<Server> {
   const common = [
-    '--model.name',
-    modelDir,
-    '--threads',
-    arg('threads', '2'),
-    '--output-dir',
-    tmp,
-    '--server.port',
-    '0',
+    ...['--model.name', modelDir, '--model.device', arg('device', 'cpu'), '--model.dtype', arg('dtype', 'float32')],
+    ...['--threads', arg('threads', '2'), '--output-dir', tmp, '--server.port', '0'],
   ];
   const child = spawn(process.execPath, [path.join(root, 'bin', 'prime-rl.js'), 'inference', ...common, ...flags], {
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -250,11 +252,11 @@ async function main(): Promise<void> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-bench-serving-'));
   try {
     const modelDir = path.join(tmp, 'model');
-    const preset = arg('model', workload === 'rl' ? 'small' : 'tiny') as 'tiny' | 'small';
-    const created = createModel({ arch: 'qwen3', preset, tokenizer: 'bytes', seed: 0, out: modelDir });
+    const name = arg('model', workload === 'rl' ? 'small' : 'tiny');
+    const created = createModel({ ...MODELS[name]!, seed: 0, out: modelDir });
     const table = workload === 'rl' ? await rlWorkload(modelDir, tmp) : await capacityWorkload(modelDir, tmp);
     process.stdout.write(
-      `Machine: ${os.cpus().length} x ${os.cpus()[0]!.model}; model qwen3 ${preset} (${(created.parameterCount / 1e6).toFixed(1)}M, byte tokenizer), fp32 on the CPU, ${arg('threads', '2')} threads.\n\n${table}\n`,
+      `Machine: ${os.cpus().length} x ${os.cpus()[0]!.model}; model ${name} (${(created.parameterCount / 1e6).toFixed(1)}M), ${arg('dtype', 'float32')} on ${arg('device', 'cpu')}, ${arg('threads', '2')} threads.\n\n${table}\n`,
     );
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });
