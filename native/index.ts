@@ -77,11 +77,33 @@ export interface RowScores {
   entropies: Float32Array;
 }
 
+/** What sequences share of their K/V: see `GeneratorOptions.prefixSharing`. */
+export type PrefixSharing = 'off' | 'live' | 'cache';
+
 export interface GeneratorOptions {
-  /** Cache slots: the most sequences decoded together. */
+  /** The most sequences running (decoded together) at once. */
   maxSequences: number;
-  /** Longest prompt + completion a slot holds. */
+  /** Longest prompt + completion of one sequence. */
   maxSequenceLength: number;
+  /**
+   * The paged KV cache's size in token positions, rounded up to whole blocks. Unset: with
+   * `gpuMemoryUtilization`, what that share of the device leaves after the weights and a forward
+   * of `maxBatchedTokens` tokens; else maxSequences x maxSequenceLength.
+   */
+  kvCacheTokens?: number;
+  /** CUDA only, without kvCacheTokens: the share of the device's memory in use at most, in (0, 1] (vLLM's). */
+  gpuMemoryUtilization?: number;
+  /** Token positions per KV block. Default 16. */
+  blockSize?: number;
+  /**
+   * Sequences with a common token prefix share its blocks, prefilled once ('live': while they run
+   * together; 'cache', the default: also the prefixes of finished sequences, kept until their
+   * blocks are needed); 'off': each sequence computes all its tokens. Prefixes are keyed by the
+   * weights: any weight change makes them unmatchable.
+   */
+  prefixSharing?: PrefixSharing;
+  /** Tokens one step computes: a decode row per running sequence, prefill chunks in the rest. Default 2048. */
+  maxBatchedTokens?: number;
   /**
    * Sample with tensor ops on the logits' device, as it is done on CUDA, also on the CPU (where
    * the host sampler is the default). For tests of the CUDA path: same tokens for the same seeds.
@@ -92,6 +114,12 @@ export interface GeneratorOptions {
    * use) where the model allows: on CUDA, dense models. Default true; false: every step eager.
    */
   cudaGraphs?: boolean;
+  /**
+   * Decode attention through the engine's own CUDA kernel (flash-decoding over the blocks in
+   * place) instead of libtorch's matmuls over gathered blocks. Default false; refused off CUDA or
+   * in a build without it.
+   */
+  pagedAttentionKernel?: boolean;
 }
 
 export interface GenerationRequest {
@@ -115,6 +143,11 @@ export interface GenerationRequest {
   topLogprobs?: number;
   /** MoE: return the experts each fed token was routed to (`promptRoutes`, `StepToken.routes`). */
   returnRoutes?: boolean;
+  /**
+   * Lower runs first (vLLM's priority, default 0): when the KV cache runs dry a step preempts the
+   * highest value (the latest admitted among equals), and preempted sequences resume lowest first.
+   */
+  priority?: number;
 }
 
 /** The most likely tokens of one step, descending by logprob (ties: lower id first). */
@@ -125,13 +158,6 @@ export interface TopLogprobs {
 
 export interface AddedSequence {
   seqId: number;
-  /** One per prompt token; NaN for the first. Present when requested. */
-  promptLogprobs?: Float32Array;
-  /**
-   * With returnRoutes on an MoE model: the experts of prompt tokens 0..P-2 (the prefill; the last
-   * prompt token is fed by the first step), [P - 1, sparse layers, experts per token] flattened.
-   */
-  promptRoutes?: Int32Array;
 }
 
 export interface StepToken {
@@ -157,19 +183,70 @@ export interface StepToken {
    * token fed in this step, whose output `token` was sampled from.
    */
   routes?: Int32Array;
+  /** The sequence's first token (which carries the prompt's outputs below, when asked for). */
+  first?: boolean;
+  /** With the first token, when asked: one logprob per prompt token, NaN for the first. */
+  promptLogprobs?: Float32Array;
+  /**
+   * With the first token and returnRoutes on an MoE model: the experts of prompt tokens 0..P-2
+   * (the last one's are this token's `routes`), [P - 1, sparse layers, experts per token] flattened.
+   */
+  promptRoutes?: Int32Array;
 }
 
 export interface CacheStats {
+  /** Sequences added and not finished: running, or preempted (waiting to be recomputed). */
   activeSequences: number;
+  runningSequences: number;
+  preemptedSequences: number;
+  /** Positions of the running sequences whose K/V are in the cache. */
   cachedTokens: number;
   maxSequences: number;
   maxSequenceLength: number;
-  /** cachedTokens / (maxSequences * maxSequenceLength). */
+  blockSize: number;
+  numBlocks: number;
+  /** numBlocks x blockSize: no request needing more positions can run. */
+  capacityTokens: number;
+  /** Blocks some sequence holds. */
+  blocksInUse: number;
+  /** Blocks nobody holds that keep a finished sequence's prefix (reused, or taken when needed). */
+  blocksCached: number;
+  /** blocksInUse / numBlocks. */
   cacheUsage: number;
+  /**
+   * Since creation: sequences preempted; prompt positions computed (those of preempted sequences
+   * computed again included); positions taken from blocks other sequences computed.
+   */
+  preemptions: number;
+  prefillTokens: number;
+  prefixHitTokens: number;
   /** CUDA graphs of the decode step captured so far. */
   cudaGraphs: number;
   /** Why decode steps run eagerly, op by op ('' while CUDA graphs serve them). */
   eagerReason: string;
+  /** Where the steps' time went since creation. */
+  times: StepTimes;
+}
+
+/** Seconds since a generator's creation, on the host's clock unless said (native/src/generator.h). */
+export interface StepTimes {
+  /** `step` calls that ran something, and the forwards they ran (several per call with maxSteps). */
+  calls: number;
+  steps: number;
+  /** Resuming preempted sequences, preempting, taking blocks (copy-on-write included). */
+  plan: number;
+  /** Token ids, positions and block tables built and sent to the device. */
+  inputs: number;
+  /** The forwards and logits (on CUDA: launching them, or replaying graphs). */
+  forward: number;
+  /** Of which attention over the paged cache, on the CPU (CUDA's is launched asynchronously). */
+  attention: number;
+  /** Sampling and reading the tokens back (on CUDA: waiting for the device too). */
+  sample: number;
+  /** Stop and length checks, freeing blocks, the prefix index, the results. */
+  finish: number;
+  /** CUDA: from each call's first launch to its last result, by the device's clock (0 elsewhere). */
+  device: number;
 }
 
 export interface AdamWOptions {
@@ -408,7 +485,7 @@ interface RawModel {
 }
 interface RawGenerator {
   add(requests: GenerationRequest[]): Promise<AddedSequence[]>;
-  step(): Promise<StepToken[]>;
+  step(maxSteps?: number): Promise<StepToken[]>;
   remove(seqIds: number[]): Promise<boolean[]>;
   stats(): CacheStats;
 }
@@ -705,9 +782,10 @@ export class NativeModel {
 }
 
 /**
- * Batched generation over a slot-based KV cache. Sequences join with `add` (prefill) and leave
- * when finished (automatically) or with `remove`; every `step` decodes one token for all active
- * sequences in one batch.
+ * Batched generation over a paged KV cache. Sequences join with `add` (as many as the cache has
+ * room for) and leave when finished (automatically) or with `remove`; every `step` computes a
+ * decode row for each running sequence and prefill chunks of the sequences still reading their
+ * prompt, in one batch.
  */
 export class Generator {
   /** @internal use NativeModel.createGenerator */
@@ -716,22 +794,31 @@ export class Generator {
     private readonly queue: SerialQueue,
   ) {}
 
-  /** Prefills the prompts; their first tokens come out of the next `step`. */
+  /**
+   * Admits the longest leading run of the requests the cache has room for now (sequence slots,
+   * the blocks of their prompts; none while preempted sequences wait) and returns their ids; the
+   * others are for a later call. Rejects, admitting nothing, when a request is invalid or needs
+   * more positions than the cache holds. Their tokens, the first included, come out of `step`.
+   */
   add(requests: GenerationRequest[]): Promise<AddedSequence[]> {
     return this.queue.run(() => this.raw.add(requests));
   }
 
-  /** One decode step for every active sequence; finished ones free their slot. */
-  step(): Promise<StepToken[]> {
-    return this.queue.run(() => this.raw.step());
+  /**
+   * One step for every running sequence; finished ones free their blocks. With maxSteps > 1 and
+   * nothing to prefill, up to maxSteps decode steps run in one call (tokens fed back on the
+   * device, read once): a sequence's tokens are the same either way.
+   */
+  step(maxSteps = 1): Promise<StepToken[]> {
+    return this.queue.run(() => this.raw.step(maxSteps));
   }
 
-  /** Aborts sequences and frees their cache; false for ids not active (e.g. already finished). */
+  /** Aborts sequences (running or preempted) and frees their blocks; false for ids not active. */
   remove(seqIds: number[]): Promise<boolean[]> {
     return this.queue.run(() => this.raw.remove(seqIds));
   }
 
-  /** Cache usage, as of the last completed call. */
+  /** The cache's state and counters, as of the last completed call. */
   stats(): CacheStats {
     return this.raw.stats();
   }

@@ -502,7 +502,7 @@ describe('disconnects and metrics', () => {
     expect(await req).toBe('aborted');
     await pending;
     while (server.scheduler.runningCount > 0) await new Promise((r) => setTimeout(r, 5));
-    expect(server.scheduler.cacheUsage).toBe(0);
+    expect(server.scheduler.cache.blocksInUse).toBe(0);
   });
 
   test('GET /metrics in Prometheus format', async () => {
@@ -512,6 +512,9 @@ describe('disconnects and metrics', () => {
       'prime_inference_running_sequences',
       'prime_inference_waiting_sequences',
       'prime_inference_kv_cache_usage',
+      'prime_inference_kv_blocks_in_use',
+      'prime_inference_preemptions_total',
+      'prime_inference_prefix_hit_tokens_total',
       'prime_inference_policy_version',
       'prime_inference_generation_tokens_per_second',
     ])

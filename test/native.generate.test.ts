@@ -16,15 +16,18 @@ interface Done {
   tokens: number[];
   logprobs: number[];
   finishReason?: string;
+  promptLogprobs?: Float32Array;
 }
 
-/** Adds the requests and steps until all of them finish. */
+/** Adds the requests (all must fit at once) and steps until all of them finish. */
 async function generate(gen: Generator, requests: GenerationRequest[]): Promise<Done[]> {
   const added = await gen.add(requests);
+  expect(added.length).toBe(requests.length);
   const out = new Map<number, Done>(added.map((a) => [a.seqId, { tokens: [], logprobs: [] }]));
   while (gen.stats().activeSequences > 0) {
     for (const t of await gen.step()) {
       const d = out.get(t.seqId)!;
+      if (t.first) d.promptLogprobs = t.promptLogprobs;
       d.tokens.push(t.token);
       d.logprobs.push(t.logprob);
       if (t.finished) d.finishReason = t.finishReason;
@@ -104,29 +107,33 @@ describe('sampling and batching', () => {
 
   test('prompt logprobs equal scoring the prompt (temperature 1, NaN first)', async () => {
     const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 32 });
-    const [added] = await gen.add([{ promptIds: prompt, promptLogprobs: true, temperature: 0.5 }]);
+    const [done] = await generate(gen, [{ promptIds: prompt, promptLogprobs: true, temperature: 0.5, maxTokens: 2 }]);
     const [scored] = await model.score([packRow([prompt])]);
-    expect(Number.isNaN(added.promptLogprobs![0])).toBe(true);
-    expect(maxAbsDiff(added.promptLogprobs!.slice(1), scored.logprobs.slice(1))).toBeLessThanOrEqual(1e-5);
+    expect(Number.isNaN(done.promptLogprobs![0])).toBe(true);
+    expect(maxAbsDiff(done.promptLogprobs!.slice(1), scored.logprobs.slice(1))).toBeLessThanOrEqual(1e-5);
   });
 
-  test('prompts admitted together beyond one prefill forward (4096 tokens) are packed and split right', async () => {
-    // 1800 + 0 + 2500 + 900 tokens to prefill: the first pack holds prompts 0 and 1 (a one-token
-    // prompt needs no forward) and would overflow with prompt 2, which starts the second pack with 3.
+  test('long prompts admitted together are prefilled in chunks of the step budget (2048 tokens) and split right', async () => {
+    // 1801 + 1 + 2501 + 901 prompt tokens: chunks of up to 2048 per step (beside the decode rows of
+    // the prompts done first) cut prompts 0 and 2 across steps.
     const rng = new Rng(21);
     const prompts = [1801, 1, 2501, 901].map((n) => randomTokens(rng, n, cfg.vocabSize));
     const gen = model.createGenerator({ maxSequences: 4, maxSequenceLength: 2600 });
-    const added = await gen.add(prompts.map((p, i) => ({ promptIds: p, promptLogprobs: true, seed: i })));
+    const done = await generate(
+      gen,
+      prompts.map((p, i) => ({ promptIds: p, promptLogprobs: true, seed: i, maxTokens: 1 })),
+    );
     const scored = await model.score(prompts.map((p) => packRow([p])));
     prompts.forEach((p, i) => {
-      expect(added[i].promptLogprobs!.length).toBe(p.length);
-      expect(maxAbsDiff(added[i].promptLogprobs!.slice(1), scored[i].logprobs.slice(1))).toBeLessThanOrEqual(1e-4);
+      expect(done[i].promptLogprobs!.length).toBe(p.length);
+      expect(maxAbsDiff(done[i].promptLogprobs!.slice(1), scored[i].logprobs.slice(1))).toBeLessThanOrEqual(1e-4);
     });
-    // Each slot's cache holds its own prompt: the first decode step equals a full forward.
-    const step = new Map((await gen.step()).map((t) => [t.seqId, t]));
-    const next = added.map((a) => step.get(a.seqId)!);
-    const full = await model.score(prompts.map((p, i) => packRow([[...p, next[i].token]])));
-    prompts.forEach((p, i) => expect(Math.abs(next[i].logprob - full[i].logprobs[p.length])).toBeLessThanOrEqual(1e-4));
+    // Each sequence's blocks hold its own prompt: its first token's logprob equals a full forward.
+    const full = await model.score(prompts.map((p, i) => packRow([[...p, done[i].tokens[0]]])));
+    prompts.forEach((p, i) =>
+      expect(Math.abs(done[i].logprobs[0] - full[i].logprobs[p.length])).toBeLessThanOrEqual(1e-4),
+    );
+    expect(gen.stats().prefillTokens).toBe(1801 + 1 + 2501 + 901);
   });
 
   test('same seed same tokens, different seeds differ, top_k=1 equals greedy', async () => {
@@ -247,15 +254,29 @@ describe('sampling and batching', () => {
     expect(full.finishReason).toBe('length');
     expect(prompt.length + full.tokens.length).toBe(8 + 1); // the last sampled token is not cached
     await small.add([{ promptIds: [1, 2, 3] }]);
+    // 2 x 8 positions: one block of 16, taken by the prompt (prefilled by the next step).
     expect(small.stats()).toEqual({
       activeSequences: 1,
-      cachedTokens: 2,
+      runningSequences: 1,
+      preemptedSequences: 0,
+      cachedTokens: 0,
       maxSequences: 2,
       maxSequenceLength: 8,
-      cacheUsage: 2 / 16,
+      blockSize: 16,
+      numBlocks: 1,
+      capacityTokens: 16,
+      blocksInUse: 1,
+      blocksCached: 0,
+      cacheUsage: 1,
+      preemptions: 0,
+      prefillTokens: 5, // the earlier sequence's prompt
+      prefixHitTokens: 0,
       cudaGraphs: 0,
       eagerReason: expect.stringMatching(/no CUDA|not on a CUDA device/),
+      times: expect.objectContaining({ calls: 4, steps: 4, device: 0 }), // the prefill, 3 decode steps
     });
+    await small.step();
+    expect(small.stats()).toMatchObject({ cachedTokens: 3, prefillTokens: 5 + 3 });
     const eager = model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, cudaGraphs: false });
     expect(eager.stats().eagerReason).toBe('CUDA graphs are off for this generator');
   });
@@ -374,12 +395,31 @@ describe('sampling and batching', () => {
     await expect(gen.add([{ promptIds: [1, 300] }])).rejects.toThrow(/token id 300 at index 1 is out of range/);
     await expect(gen.add([{ promptIds: [] }])).rejects.toThrow(/at least one token/);
     await expect(gen.add([{ promptIds: Array(9).fill(1) }])).rejects.toThrow(/exceeds maxSequenceLength 8/);
-    await expect(gen.add([{ promptIds: [1] }, { promptIds: [1] }, { promptIds: [1] }])).rejects.toThrow(
-      /generator is full/,
-    );
     await expect(gen.add([{ promptIds: [1], topP: 0 }])).rejects.toThrow(/topP/);
-    expect(gen.stats().activeSequences).toBe(0);
+    await expect(gen.add([{ promptIds: [1] }, { promptIds: [2], maxTokens: 0 }])).rejects.toThrow(/maxTokens/);
+    expect(gen.stats().activeSequences).toBe(0); // a bad request in a batch admits none of it
     expect(await gen.step()).toEqual([]);
+    // Two sequences at most: the first two of three are admitted, the third is left to the caller.
+    const roomy = model.createGenerator({ maxSequences: 2, maxSequenceLength: 8, kvCacheTokens: 64 });
+    expect((await roomy.add([{ promptIds: [1] }, { promptIds: [2] }, { promptIds: [3] }])).length).toBe(2);
+    // Blocks for one prompt (of 2 x 8 positions, one block): the second waits for the first to end.
+    expect((await gen.add([{ promptIds: [1] }, { promptIds: [2] }])).length).toBe(1);
+    const small = model.createGenerator({ maxSequences: 2, maxSequenceLength: 64, kvCacheTokens: 32 });
+    await expect(small.add([{ promptIds: [1, 2], maxTokens: 40 }])).rejects.toThrow(
+      /need up to 41 KV positions; the cache holds 32 \(2 blocks of 16\)/,
+    );
     expect(() => model.createGenerator({ maxSequences: 0, maxSequenceLength: 8 })).toThrow(/maxSequences/);
+    expect(() => model.createGenerator({ maxSequences: 4, maxSequenceLength: 8, maxBatchedTokens: 2 })).toThrow(
+      /maxBatchedTokens \(2\) must be at least maxSequences \(4\)/,
+    );
+    expect(() =>
+      model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, prefixSharing: 'all' as 'off' }),
+    ).toThrow(/prefixSharing must be 'off', 'live' or 'cache'/);
+    expect(() => model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, gpuMemoryUtilization: 0.5 })).toThrow(
+      /gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on cpu/,
+    );
+    expect(() => model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, pagedAttentionKernel: true })).toThrow(
+      /pagedAttentionKernel: this build of the addon has no CUDA|pagedAttentionKernel: the model is not on a CUDA device/,
+    );
   });
 });

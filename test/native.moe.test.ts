@@ -140,13 +140,17 @@ describe('router replay', () => {
   /** Generates from `model` with routes; returns the sample as a training row with its routes and logprobs. */
   async function rollout(model: NativeModel, seed: number): Promise<{ row: TrainRow; logprobs: number[] }> {
     const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 64 });
-    const [added] = await gen.add([{ promptIds: prompt, maxTokens: 20, temperature: 1, seed, returnRoutes: true }]);
-    expect(added.promptRoutes!.length).toBe((prompt.length - 1) * S * K);
+    await gen.add([{ promptIds: prompt, maxTokens: 20, temperature: 1, seed, returnRoutes: true }]);
     const tokens: number[] = [];
     const logprobs: number[] = [];
-    const routes: number[] = [...added.promptRoutes!];
+    const routes: number[] = [];
     for (let done = false; !done;) {
       const [t] = await gen.step();
+      if (t.first) {
+        // The prompt's routes come with the first token (tokens 0..P-2; the last one's are its own).
+        expect(t.promptRoutes!.length).toBe((prompt.length - 1) * S * K);
+        routes.push(...t.promptRoutes!);
+      }
       expect(t.routes!.length).toBe(S * K);
       routes.push(...t.routes!);
       tokens.push(t.token);
@@ -171,14 +175,14 @@ describe('router replay', () => {
   test('generation returns routes only when asked, and only for MoE models', async () => {
     const model = await loadModel(cfg, randomWeights(cfg, 4));
     const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 32 });
-    const [added] = await gen.add([{ promptIds: prompt, maxTokens: 2 }]);
-    expect(added.promptRoutes).toBeUndefined();
-    expect((await gen.step())[0].routes).toBeUndefined();
+    await gen.add([{ promptIds: prompt, maxTokens: 2 }]);
+    const [first] = await gen.step();
+    expect([first.first, first.promptRoutes, first.routes]).toEqual([true, undefined, undefined]);
     const dense = await loadModel(tinyConfig('qwen3'), randomWeights(tinyConfig('qwen3'), 4));
-    const [d] = await dense
-      .createGenerator({ maxSequences: 1, maxSequenceLength: 32 })
-      .add([{ promptIds: prompt, returnRoutes: true }]);
-    expect(d.promptRoutes).toBeUndefined();
+    const denseGen = dense.createGenerator({ maxSequences: 1, maxSequenceLength: 32 });
+    await denseGen.add([{ promptIds: prompt, returnRoutes: true }]);
+    const [d] = await denseGen.step();
+    expect([d.promptRoutes, d.routes]).toEqual([undefined, undefined]);
   });
 
   test("replayed routes are the ones used; replaying a stale policy's routes cuts the mismatch KL from > 0.04 to < 0.012", async () => {

@@ -87,8 +87,9 @@ describe('qwen3_moe: the router, every expert and the dense block', () => {
     const routes: number[] = [];
     for (const ids of samples) {
       const gen = model.createGenerator({ maxSequences: 1, maxSequenceLength: 32 });
-      const [added] = await gen.add([{ promptIds: ids, maxTokens: 1, temperature: 0, returnRoutes: true }]);
-      routes.push(...added.promptRoutes!, ...(await gen.step())[0].routes!);
+      await gen.add([{ promptIds: ids, maxTokens: 1, temperature: 0, returnRoutes: true }]);
+      const [first] = await gen.step();
+      routes.push(...first.promptRoutes!, ...first.routes!);
     }
     const row: TrainRow = {
       ...packRow(samples),

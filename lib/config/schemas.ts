@@ -79,6 +79,12 @@ const inferenceModelSchema = () =>
       .describe(
         'decode every step op by op; false: on CUDA, dense models replay decode steps from CUDA graphs (one per batch and context-length bucket, captured on first use), as vLLM does',
       ),
+    paged_attention_kernel: z
+      .boolean()
+      .default(false)
+      .describe(
+        "CUDA: decode attention through the engine's own kernel (flash-decoding over the KV blocks in place) instead of libtorch's matmuls over gathered blocks; refused on the CPU and by a build without it",
+      ),
   });
 /** The trained model (SFT, the RL trainer): the engine's settings plus activation checkpointing and fused kernels. */
 const trainerModelSchema = () =>
@@ -658,7 +664,35 @@ export const inferenceSchema = z
       ),
     kv_cache_tokens: positiveInt()
       .optional()
-      .describe('KV-cache budget in tokens, at least seq_len; unset = max_running x seq_len'),
+      .describe(
+        'the paged KV cache in token positions (rounded up to whole blocks), at least seq_len; unset = gpu_memory_utilization on CUDA when set, else max_running x seq_len',
+      ),
+    gpu_memory_utilization: z
+      .number()
+      .gt(0)
+      .lte(1)
+      .optional()
+      .describe(
+        "CUDA, instead of kv_cache_tokens: the share of the device's memory the server uses at most (weights, a step's activations, then the KV cache), as vLLM's",
+      ),
+    block_size: positiveInt().max(1024).default(16).describe('token positions per KV-cache block'),
+    prefix_sharing: z
+      .enum(['cache', 'live', 'off'])
+      .default('cache')
+      .describe(
+        "sequences with a common token prefix (a request's n completions, a group's rollouts, a multi-turn rollout's next turn) share its KV blocks, prefilled once: cache = also prefixes of finished sequences, kept until their blocks are needed (LRU); live = only sequences running together; off = none. A weight update invalidates cached prefixes",
+      ),
+    max_batched_tokens: positiveInt()
+      .default(2048)
+      .describe(
+        'tokens one engine step computes, at least max_running: a decode row per running sequence, then chunks of the prompts being prefilled (a long prompt never stalls the running sequences)',
+      ),
+    decode_steps: positiveInt()
+      .max(64)
+      .default(1)
+      .describe(
+        'decode steps per round trip to the host while nothing waits or prefills (tokens fed back on the device); a sequence ended by a stop string may compute up to decode_steps - 1 dropped tokens',
+      ),
     allowed_weight_roots: z
       .array(z.string())
       .optional()
@@ -670,13 +704,36 @@ export const inferenceSchema = z
       ),
   })
   .superRefine((c, ctx) => {
-    // A sequence reserves prompt + max_tokens (up to seq_len) of the budget: below seq_len, long
-    // requests could never be admitted.
+    // Below seq_len, a long request could never run even alone.
     if (c.kv_cache_tokens !== undefined && c.kv_cache_tokens < c.seq_len) {
       ctx.addIssue({
         code: 'custom',
         path: ['kv_cache_tokens'],
         message: `${c.kv_cache_tokens} is smaller than seq_len (${c.seq_len}): one full-length sequence would not fit; raise kv_cache_tokens or lower seq_len`,
+      });
+    }
+    if (c.gpu_memory_utilization !== undefined && (c.kv_cache_tokens !== undefined || c.model.device === 'cpu')) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['gpu_memory_utilization'],
+        message:
+          c.model.device === 'cpu'
+            ? 'sizes the KV cache of a CUDA device, and model.device is cpu: set kv_cache_tokens instead'
+            : 'set either gpu_memory_utilization or kv_cache_tokens, not both',
+      });
+    }
+    if (c.model.paged_attention_kernel && c.model.device === 'cpu') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['model', 'paged_attention_kernel'],
+        message: 'is a CUDA kernel, and model.device is cpu',
+      });
+    }
+    if (c.max_batched_tokens < c.max_running) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['max_batched_tokens'],
+        message: `${c.max_batched_tokens} is smaller than max_running (${c.max_running}): every running sequence decodes in each step`,
       });
     }
   })

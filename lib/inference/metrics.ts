@@ -1,10 +1,40 @@
 /** Prometheus metrics of the inference server (`GET /metrics`), read from the scheduler when scraped. */
 import { Counter, Gauge, Registry } from 'prom-client';
+import type { CacheStats } from '../../native';
 import type { Scheduler } from './scheduler';
 
 /** The load gauges, also read by the orchestrator (lib/orchestrator/server-load.ts). */
 export const RUNNING_GAUGE = 'prime_inference_running_sequences';
 export const WAITING_GAUGE = 'prime_inference_waiting_sequences';
+
+/** The engine's KV cache, as the generator reports it. */
+const CACHE_GAUGES: [string, string, NumericKeys<CacheStats>][] = [
+  ['prime_inference_kv_cache_usage', 'fraction of the KV cache blocks in use', 'cacheUsage'],
+  ['prime_inference_kv_blocks_in_use', 'KV cache blocks held by sequences', 'blocksInUse'],
+  ['prime_inference_kv_blocks_total', 'KV cache blocks in the pool', 'numBlocks'],
+  [
+    'prime_inference_kv_blocks_cached',
+    "KV cache blocks nobody holds that keep a finished sequence's prefix for reuse",
+    'blocksCached',
+  ],
+  [
+    'prime_inference_preempted_sequences',
+    'sequences preempted (blocks freed) waiting to be recomputed',
+    'preemptedSequences',
+  ],
+  ['prime_inference_preemptions_total', 'sequences preempted since start', 'preemptions'],
+  [
+    'prime_inference_prefill_tokens_total',
+    'prompt positions computed since start (shared prefixes are not computed again)',
+    'prefillTokens',
+  ],
+  [
+    'prime_inference_prefix_hit_tokens_total',
+    'positions taken from blocks another sequence computed (prefix sharing) since start',
+    'prefixHitTokens',
+  ],
+];
+type NumericKeys<T> = { [K in keyof T]: T[K] extends number ? K : never }[keyof T];
 
 /** Tokens/s over this trailing window. */
 const RATE_WINDOW_MS = 10_000;
@@ -33,7 +63,7 @@ export class InferenceMetrics {
       });
     gauge(RUNNING_GAUGE, 'sequences in the running batch', () => scheduler.runningCount);
     gauge(WAITING_GAUGE, 'sequences queued for a slot', () => scheduler.waitingCount);
-    gauge('prime_inference_kv_cache_usage', 'fraction of the KV cache holding tokens', () => scheduler.cacheUsage);
+    for (const [name, help, key] of CACHE_GAUGES) gauge(name, help, () => scheduler.cache[key]);
     gauge('prime_inference_policy_version', 'policy version being served', () => scheduler.policy.version);
     gauge('prime_inference_generation_tokens_total', 'tokens sampled since start', () => scheduler.generatedTokens);
     gauge('prime_inference_prompt_tokens_total', 'prompt tokens prefilled since start', () => scheduler.promptTokens);

@@ -1,14 +1,15 @@
 /**
- * Continuous batching over the native generator. Requests wait in a FIFO queue; between decode
- * steps the loop applies a pending weight update, drops cancelled sequences, admits waiting
- * requests while slots and KV-cache budget allow (prefill), then decodes one token for every
- * running sequence in one batched step and hands each token to its request.
+ * Continuous batching over the native generator. Requests wait in a FIFO queue; between engine
+ * steps the loop applies a pending weight update, drops cancelled sequences, hands the engine the
+ * head of the queue (it admits as many as its paged KV cache has blocks for: the engine's block
+ * accounting is the one source of truth), then runs one step (a decode row for every running
+ * sequence, prefill chunks of the new ones) and hands each token to its request.
  *
- * A sequence reserves `prompt + max_tokens` cache tokens when admitted, so an admitted request
- * never runs out of cache mid-way; the budget is `kv_cache_tokens`. The sequences of one HTTP
+ * A sequence takes cache blocks as it grows; when they run out the engine preempts one and
+ * recomputes it later, which the requests do not see (same tokens). The sequences of one HTTP
  * request are submitted together (`submitAll`): all of them are queued, or none is.
  */
-import type { GenerationRequest, Generator, NativeModel, TopLogprobs, WeightTensor } from '../../native';
+import type { CacheStats, GenerationRequest, Generator, NativeModel, TopLogprobs, WeightTensor } from '../../native';
 
 /** 'error': the engine could not continue the sequence; see `SequenceError`. */
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
@@ -42,13 +43,15 @@ export interface SequenceHandle {
 export interface SchedulerOptions {
   maxRunning: number;
   maxQueued: number;
-  kvCacheTokens: number;
+  /** `inference.kv_cache_tokens` as configured (for messages; the engine's capacity is the limit). */
+  kvCacheTokens?: number;
+  /** Decode steps per engine call while nothing waits (`inference.decode_steps`). */
+  decodeSteps?: number;
 }
 
 interface Entry {
   request: GenerationRequest & { maxTokens: number };
   callbacks: SequenceCallbacks;
-  reserved: number;
   seqId?: number;
   cancelled: boolean;
   done: boolean;
@@ -74,9 +77,9 @@ export interface PolicyInfo {
 
 export class Scheduler {
   private readonly waiting: Entry[] = [];
+  /** Handed to the engine (running there, or preempted and waiting to be recomputed). */
   private readonly running = new Map<number, Entry>();
-  private reservedTokens = 0;
-  /** Taken from `waiting`, prefill in progress (not yet in `running`). */
+  /** Offered to the engine in the call now running (not yet in `running`). */
   private admitting = 0;
   private loop: Promise<void> | undefined;
   private pendingWeights: { tensors: readonly WeightTensor[]; policy: PolicyInfo; done: (e?: Error) => void }[] = [];
@@ -101,8 +104,9 @@ export class Scheduler {
   get waitingCount(): number {
     return this.waiting.length;
   }
-  get cacheUsage(): number {
-    return this.generator.stats().cacheUsage;
+  /** The engine's cache: blocks in use, preemptions, prefix hits (metrics). */
+  get cache(): CacheStats {
+    return this.generator.stats();
   }
 
   /** Queues one sequence; see `submitAll`. */
@@ -119,11 +123,13 @@ export class Scheduler {
     items: readonly { request: GenerationRequest & { maxTokens: number }; callbacks: SequenceCallbacks }[],
   ): SequenceHandle[] {
     if (this.closing) throw new ShuttingDownError('server is shutting down');
+    const { capacityTokens, blockSize } = this.generator.stats();
     for (const { request } of items) {
-      const reserved = request.promptIds.length + request.maxTokens;
-      if (reserved > this.opts.kvCacheTokens) {
+      const tokens = request.promptIds.length + request.maxTokens;
+      if (tokens > capacityTokens) {
+        const setting = this.opts.kvCacheTokens === undefined ? '' : `kv_cache_tokens ${this.opts.kvCacheTokens}, `;
         throw new LimitError(
-          `prompt ${request.promptIds.length} + max_tokens ${request.maxTokens} = ${reserved} tokens exceed this server's KV-cache budget (kv_cache_tokens ${this.opts.kvCacheTokens})`,
+          `prompt ${request.promptIds.length} + max_tokens ${request.maxTokens} = ${tokens} tokens exceed this server's KV cache (${setting}${capacityTokens} positions in blocks of ${blockSize})`,
           'kv_cache_tokens',
         );
       }
@@ -145,7 +151,6 @@ export class Scheduler {
     const entries = items.map(({ request, callbacks }): Entry => ({
       request,
       callbacks,
-      reserved: request.promptIds.length + request.maxTokens,
       cancelled: false,
       done: false,
     }));
@@ -194,10 +199,7 @@ export class Scheduler {
   private finish(entry: Entry, reason: FinishReason, error?: SequenceError): void {
     if (entry.done) return;
     entry.done = true;
-    if (entry.seqId !== undefined) {
-      this.running.delete(entry.seqId);
-      this.reservedTokens -= entry.reserved;
-    }
+    if (entry.seqId !== undefined) this.running.delete(entry.seqId);
     entry.callbacks.onFinish(reason, this.policy.version, error);
   }
 
@@ -223,59 +225,54 @@ export class Scheduler {
       for (let i = this.waiting.length - 1; i >= 0; i--) {
         if (this.waiting[i].cancelled) this.finish(this.waiting.splice(i, 1)[0], 'abort');
       }
-      // 3. admit waiting requests while slots and cache budget allow
-      const admitted: Entry[] = [];
-      while (
-        this.waiting.length > 0 &&
-        this.running.size + admitted.length < this.opts.maxRunning &&
-        this.reservedTokens + this.waiting[0].reserved <= this.opts.kvCacheTokens
-      ) {
-        const e = this.waiting.shift()!;
-        this.reservedTokens += e.reserved;
-        admitted.push(e);
-      }
-      if (admitted.length > 0) {
-        this.admitting = admitted.length;
+      // 3. the engine admits the head of the queue as far as it has slots and blocks
+      let admitted = 0;
+      const room = this.opts.maxRunning - this.running.size;
+      if (this.waiting.length > 0 && room > 0) {
+        const offered = this.waiting.slice(0, room);
+        this.admitting = offered.length;
         try {
-          const added = await this.generator.add(admitted.map((e) => e.request));
+          const added = await this.generator.add(offered.map((e) => e.request));
+          this.waiting.splice(0, added.length);
           added.forEach((a, i) => {
-            const e = admitted[i];
+            const e = offered[i];
             e.seqId = a.seqId;
             this.running.set(a.seqId, e);
             this.promptTokens += e.request.promptIds.length;
-            e.callbacks.onAdmitted?.(a.promptLogprobs, a.promptRoutes);
           });
+          admitted = added.length;
         } catch (err) {
           // Requests are validated before they get here; a failure now is the engine's. Fail them, keep serving.
-          for (const e of admitted) {
-            this.reservedTokens -= e.reserved;
+          this.waiting.splice(0, offered.length); // the head (submitAll only appends meanwhile)
+          for (const e of offered) {
             this.finish(e, 'error', { code: 'prefill_failed', message: `prefill failed: ${(err as Error).message}` });
           }
-          process.stderr.write(`inference: prefill failed: ${(err as Error).message}\n`);
+          process.stderr.write(`inference: admission failed: ${(err as Error).message}\n`);
         } finally {
           this.admitting = 0;
         }
       }
       if (this.running.size === 0) {
-        if (admitted.length === 0 && this.waiting.length > 0) {
-          // Nothing runs, yet the head does not fit the whole budget: it never will. submitAll
+        if (admitted === 0 && this.waiting.length > 0) {
+          // Nothing runs, yet the engine takes not even the head: it never will. submitAll
           // refuses such requests; were one to get here, failing it beats spinning on it forever.
           const e = this.waiting.shift()!;
           this.finish(e, 'error', {
             code: 'kv_cache_exceeded',
-            message: `prompt + max_tokens = ${e.reserved} tokens exceed the KV-cache budget (kv_cache_tokens ${this.opts.kvCacheTokens})`,
+            message: `prompt + max_tokens = ${e.request.promptIds.length + e.request.maxTokens} tokens do not fit the KV cache (${this.generator.stats().capacityTokens} positions)`,
           });
         }
         // Nothing to decode: let the event loop run (HTTP, signals) before looking again.
         await new Promise<void>((resolve) => setImmediate(resolve));
         continue;
       }
-      // 4. one decode step for every running sequence
-      const tokens = await this.generator.step();
-      const stopNow: Entry[] = [];
+      // 4. one engine step (several decode steps while nothing waits)
+      const tokens = await this.generator.step(this.waiting.length === 0 ? (this.opts.decodeSteps ?? 1) : 1);
+      const stopNow = new Set<Entry>();
       for (const t of tokens) {
         const e = this.running.get(t.seqId);
-        if (!e) continue;
+        if (!e || stopNow.has(e)) continue; // (tokens a multi-step call computed past a stop string)
+        if (t.first) e.callbacks.onAdmitted?.(t.promptLogprobs, t.promptRoutes);
         if (t.finishReason === 'error') {
           // No token: the engine dropped the sequence (its only reason: non-finite logits). The others go on.
           this.finish(e, 'error', {
@@ -289,10 +286,10 @@ export class Scheduler {
           ? false
           : e.callbacks.onToken(t.token, t.logprob, this.policy.version, t.topLogprobs, t.routes);
         if (t.finished) this.finish(e, t.finishReason ?? 'length');
-        else if (stop) stopNow.push(e);
+        else if (stop) stopNow.add(e);
       }
-      if (stopNow.length > 0) {
-        await this.generator.remove(stopNow.map((e) => e.seqId!));
+      if (stopNow.size > 0) {
+        await this.generator.remove([...stopNow].map((e) => e.seqId!));
         for (const e of stopNow) this.finish(e, 'stop');
       }
     }

@@ -6,6 +6,8 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -30,6 +32,53 @@ int cudaCapabilityMajor(const at::Device& device) {
   return -1;
 #endif
 }
+
+CudaMemory cudaMemory(const at::Device& device) {
+  CudaMemory m;
+#ifdef PRIME_HAVE_CUDA
+  if (!device.is_cuda()) return m;
+  c10::cuda::CUDAGuard guard(indexOf(device));
+  C10_CUDA_CHECK(cudaDeviceSynchronize());  // deliberate: once, when a generator sizes its cache
+  size_t free = 0, total = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  m.total = int64_t(total);
+  m.used = int64_t(total - free);
+#else
+  (void)device;
+#endif
+  return m;
+}
+
+#ifdef PRIME_HAVE_CUDA
+DeviceTimer::DeviceTimer(const at::Device& device) {
+  if (!device.is_cuda()) return;
+  cudaEvent_t a = nullptr, b = nullptr;
+  C10_CUDA_CHECK(cudaEventCreate(&a));
+  C10_CUDA_CHECK(cudaEventCreate(&b));
+  start_ = a;
+  end_ = b;
+  C10_CUDA_CHECK(cudaEventRecord(a, c10::cuda::getCurrentCUDAStream(indexOf(device)).stream()));
+}
+DeviceTimer::~DeviceTimer() {
+  if (start_) cudaEventDestroy(static_cast<cudaEvent_t>(start_));
+  if (end_) cudaEventDestroy(static_cast<cudaEvent_t>(end_));
+}
+void DeviceTimer::end() {
+  if (end_) C10_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(end_), c10::cuda::getCurrentCUDAStream().stream()));
+}
+double DeviceTimer::seconds() {
+  if (!end_) return 0;
+  float ms = 0;
+  C10_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(end_)));
+  C10_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(end_)));
+  return ms / 1e3;
+}
+#else
+DeviceTimer::DeviceTimer(const at::Device&) {}
+DeviceTimer::~DeviceTimer() = default;
+void DeviceTimer::end() {}
+double DeviceTimer::seconds() { return 0; }
+#endif
 
 at::Generator seededCudaGenerator(const at::Device& device, uint64_t seed) {
 #ifdef PRIME_HAVE_CUDA

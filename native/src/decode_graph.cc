@@ -37,19 +37,34 @@ struct DecodeGraphs::Impl {
     at::Tensor logits;  // [batch bucket, V]: the graph's output, rewritten by each replay
   };
   std::shared_ptr<Model> model;
-  KVCache& cache;
-  at::Tensor input;              // [2, slots] int64 on the device: the step's ids, then positions
+  PagedKV& cache;
+  const int64_t maxRows, width;
+  const bool decodeKernel;
+  // The static inputs on the device: ids, positions, table rows (and the row of each token, fixed).
+  at::Tensor ids, pos, tables, seqOf;
   c10::cuda::CUDAStream stream;  // where graphs are captured (never the default stream)
   c10::cuda::MempoolId_t pool;   // shared by every graph
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Graph>> graphs;
 
-  Impl(std::shared_ptr<Model> m, KVCache& c)
-      : model(std::move(m)), cache(c),
-        input(at::zeros({2, c.slots}, at::TensorOptions().dtype(at::kLong).device(model->device))),
-        stream(c10::cuda::getStreamFromPool(false, model->device.index())), pool(at::cuda::graph_pool_handle()) {}
+  Impl(std::shared_ptr<Model> m, PagedKV& c, int64_t rows, int64_t w, bool kernel)
+      : model(std::move(m)), cache(c), maxRows(rows), width(w), decodeKernel(kernel),
+        stream(c10::cuda::getStreamFromPool(false, model->device.index())), pool(at::cuda::graph_pool_handle()) {
+    const auto longOpts = at::TensorOptions().dtype(at::kLong).device(model->device);
+    ids = at::zeros({maxRows}, longOpts);
+    pos = at::zeros({maxRows}, longOpts);
+    tables = at::full({maxRows, width}, cache.padBlock(), longOpts);
+    seqOf = at::arange(maxRows, longOpts);
+  }
 
   at::Tensor step(int64_t batch, int64_t keys) const {
-    return model->decode(input[0].narrow(0, 0, batch), input[1].narrow(0, 0, batch), keys, cache);
+    PagedBatch b;
+    b.pos = pos.narrow(0, 0, batch);
+    b.seqOf = seqOf.narrow(0, 0, batch);
+    b.tables = tables.narrow(0, 0, batch);
+    b.decodeRows = batch;
+    b.decodeKeys = keys;
+    b.decodeKernel = decodeKernel;
+    return model->logits(model->forwardPaged(ids.narrow(0, 0, batch), b, cache));
   }
 
   Graph& capture(int64_t batch, int64_t keys) {
@@ -79,24 +94,30 @@ struct DecodeGraphs::Impl {
   }
 };
 
-DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, KVCache& cache) {
+DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV& cache, int64_t maxRows, int64_t width,
+                           bool decodeKernel) {
   const std::string why = unsupported(*model);
   if (!why.empty()) throw std::runtime_error("CUDA graphs: " + why);
-  impl_ = std::make_unique<Impl>(std::move(model), cache);
+  impl_ = std::make_unique<Impl>(std::move(model), cache, maxRows, width, decodeKernel);
 }
 
-at::Tensor DecodeGraphs::decode(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, int64_t keys) {
+at::Tensor DecodeGraphs::decode(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& tables, int64_t keys) {
   Impl& m = *impl_;
-  const int64_t n = int64_t(ids.size()), slots = m.cache.slots;
-  if (n < 1 || n > slots || pos.size() != ids.size()) throw std::runtime_error("decode graph: bad batch");
-  const int64_t batch = decodeBucket(n, 1, slots), keyBucket = decodeBucket(keys, kMinKeys, m.cache.maxLen);
-  // Padding rows: token 0 at position 0 (zeros).
-  std::vector<int64_t> host(size_t(2 * slots), 0);
-  std::copy(ids.begin(), ids.end(), host.begin());
-  std::copy(pos.begin(), pos.end(), host.begin() + slots);
-  // A synchronous copy from pageable memory (deliberate: 2 x slots integers, and the card is idle
-  // here, the previous step having ended with its sampled tokens read back).
-  m.input.copy_(at::from_blob(host.data(), {2, slots}, at::TensorOptions().dtype(at::kLong)));
+  const int64_t n = ids.size(0);
+  if (n < 1 || n > m.maxRows || pos.size(0) != n || tables.size(0) != n || tables.size(1) != m.width)
+    throw std::runtime_error("decode graph: bad batch");
+  const int64_t batch = decodeBucket(n, 1, m.maxRows);
+  const int64_t keyBucket = decodeBucket(keys, kMinKeys, m.width * m.cache.blockSize);
+  // Device-to-device copies queued before the replay (no host sync); the padding rows are reset
+  // as a previous, larger batch may have left real rows there.
+  m.ids.narrow(0, 0, n).copy_(ids);
+  m.pos.narrow(0, 0, n).copy_(pos);
+  m.tables.narrow(0, 0, n).copy_(tables);
+  if (batch > n) {
+    m.ids.narrow(0, n, batch - n).zero_();
+    m.pos.narrow(0, n, batch - n).zero_();
+    m.tables.narrow(0, n, batch - n).fill_(m.cache.padBlock());
+  }
   auto it = m.graphs.find({batch, keyBucket});
   Impl::Graph& g = it != m.graphs.end() ? *it->second : m.capture(batch, keyBucket);
   g.graph.replay();
@@ -109,11 +130,11 @@ int64_t DecodeGraphs::captured() const { return int64_t(impl_->graphs.size()); }
 
 struct DecodeGraphs::Impl {};
 
-DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, KVCache&) {
+DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV&, int64_t, int64_t, bool) {
   throw std::runtime_error("CUDA graphs: " + unsupported(*model));
 }
 
-at::Tensor DecodeGraphs::decode(const std::vector<int64_t>&, const std::vector<int64_t>&, int64_t) {
+at::Tensor DecodeGraphs::decode(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t) {
   throw std::runtime_error("CUDA graphs: this build of the addon has no CUDA");
 }
 

@@ -1,12 +1,11 @@
+// The generator's sequences and blocks: construction (the pool's size), admission with prefix
+// sharing, preemption and resumption, removal, stats. The steps themselves: generator_step.cc.
 #include "generator.h"
 
-#include "host_parallel.h"
-#include "tensor_sampler.h"
-
-#include <ATen/Dispatch.h>
+#include "cuda_info.h"
+#include "paged_decode.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
@@ -14,30 +13,85 @@
 namespace prime {
 
 namespace {
-// Rows [from, from + n) of one forward's routes as [n, sparse layers, K] int32, flattened.
-std::vector<int32_t> routesOf(const MoeRouting& routing, const Model& model, int64_t from, int64_t n) {
-  std::vector<at::Tensor> per;
-  for (int64_t l : model.sparseLayers()) per.push_back(routing.experts.at(l).narrow(0, from, n));
-  if (per.empty()) return {};
-  at::Tensor all = at::stack(per, 1).to(at::kInt).cpu().contiguous();
-  return std::vector<int32_t>(all.data_ptr<int32_t>(), all.data_ptr<int32_t>() + all.numel());
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The KV cache's share of a CUDA device: gpuMemoryUtilization of its memory, less what is in use
+// once the weights are loaded and one forward of a full step's tokens has run (its activations
+// stay reserved by the caching allocator), as vLLM's profile run measures it.
+int64_t kvBytesOnDevice(const Model& model, const GeneratorOptions& o) {
+  const int64_t N = o.maxBatchedTokens;
+  std::vector<int64_t> pos(static_cast<size_t>(N)), starts;
+  for (int64_t t = 0; t < N; t++) {
+    pos[t] = t % o.maxSequenceLength;
+    if (pos[t] == 0) starts.push_back(t);
+  }
+  const auto longOpts = at::TensorOptions().dtype(at::kLong);
+  {
+    const at::Tensor hidden = model.forwardPacked(at::zeros({N}, longOpts).to(model.device),
+                                                  at::tensor(pos, longOpts).to(model.device), starts);
+    model.logits(hidden.narrow(0, 0, std::min(N, o.maxSequences)));
+  }
+  const CudaMemory mem = cudaMemory(model.device);  // synchronises the device
+  const int64_t budget = int64_t(double(mem.total) * o.gpuMemoryUtilization) - mem.used;
+  if (budget <= 0)
+    throw std::runtime_error("gpuMemoryUtilization: " + std::to_string(o.gpuMemoryUtilization) +
+                             " leaves no room for the KV cache: " + std::to_string(mem.used >> 20) + " of " +
+                             std::to_string(mem.total >> 20) +
+                             " MiB are in use after loading the weights and a forward of maxBatchedTokens tokens");
+  return budget;
 }
 }  // namespace
 
-Generator::Generator(std::shared_ptr<Model> m, int64_t maxSeqs, int64_t maxLen, bool tensorSampler, bool cudaGraphs)
-    : maxSequences(maxSeqs), maxSequenceLength(maxLen), tensorSampler(tensorSampler), model(std::move(m)) {
-  if (maxSeqs <= 0 || maxLen <= 1)
+Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
+    : maxSequences(o.maxSequences), maxSequenceLength(o.maxSequenceLength), blockSize(o.blockSize),
+      maxBatchedTokens(o.maxBatchedTokens), prefixSharing(o.prefixSharing), tensorSampler(o.tensorSampler),
+      pagedAttentionKernel(o.pagedAttentionKernel), model(std::move(m)) {
+  if (maxSequences <= 0 || maxSequenceLength <= 1)
     throw std::runtime_error("generator needs maxSequences >= 1 and maxSequenceLength >= 2");
-  const ArchConfig& c = model->cfg;
-  cache_.slots = maxSeqs;
-  cache_.maxLen = maxLen;
-  for (int64_t l = 0; l < c.numLayers; l++) {
-    // Zeroed: masked entries still enter probs @ V as 0 * v, and uninitialised memory may be NaN.
-    cache_.k.push_back(at::zeros({maxSeqs, c.numKvHeads, maxLen, c.headDim}, model->options()));
-    cache_.v.push_back(at::zeros({maxSeqs, c.numKvHeads, maxLen, c.headDim}, model->options()));
+  if (blockSize < 1 || blockSize > 1024) throw std::runtime_error("blockSize must be in [1, 1024]");
+  if (maxBatchedTokens < maxSequences)
+    throw std::runtime_error("maxBatchedTokens (" + std::to_string(maxBatchedTokens) +
+                             ") must be at least maxSequences (" + std::to_string(maxSequences) +
+                             "): every running sequence decodes in each step");
+  if (o.kvCacheTokens < 0) throw std::runtime_error("kvCacheTokens must be >= 0 (0: unset)");
+  if (!(o.gpuMemoryUtilization >= 0 && o.gpuMemoryUtilization <= 1))
+    throw std::runtime_error("gpuMemoryUtilization must be in (0, 1] (0: unset)");
+  if (o.gpuMemoryUtilization > 0 && !model->device.is_cuda())
+    throw std::runtime_error("gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on " +
+                             model->device.str());
+  if (pagedAttentionKernel) {
+    const std::string why = pagedDecodeUnsupported(model->device, model->dtype);
+    if (!why.empty()) throw std::runtime_error("pagedAttentionKernel: " + why);
   }
-  eagerReason_ = cudaGraphs ? DecodeGraphs::unsupported(*model) : "CUDA graphs are off for this generator";
-  if (eagerReason_.empty()) graphs_ = std::make_unique<DecodeGraphs>(model, cache_);
+  const ArchConfig& c = model->cfg;
+  int64_t blocks = 0;
+  if (o.kvCacheTokens > 0) {
+    blocks = ceilDiv(o.kvCacheTokens, blockSize);
+  } else if (o.gpuMemoryUtilization > 0) {
+    const int64_t bytesPerBlock =
+        2 * c.numLayers * blockSize * c.numKvHeads * c.headDim * int64_t(at::elementSize(model->dtype));
+    blocks = kvBytesOnDevice(*model, o) / bytesPerBlock - 2;  // the null and pad blocks come from it too
+    if (blocks < 1) throw std::runtime_error("gpuMemoryUtilization: leaves room for no KV block");
+  } else {
+    blocks = ceilDiv(maxSequences * maxSequenceLength, blockSize);
+  }
+  prefixes_ = std::make_unique<PrefixCache>(
+      blockSize, prefixSharing == PrefixSharing::kCache ? PrefixCache::Freed::kKeep : PrefixCache::Freed::kLiveOnly);
+  pool_ = std::make_unique<BlockPool>(blocks, *prefixes_);
+  cache_.numBlocks = blocks;
+  cache_.blockSize = blockSize;
+  for (int64_t l = 0; l < c.numLayers; l++) {
+    // Zeroed: the null block must read as zeros, and masked positions still enter probs @ V as
+    // 0 * v (uninitialised memory may be NaN).
+    cache_.k.push_back(at::zeros({blocks + 2, blockSize, c.numKvHeads, c.headDim}, model->options()));
+    cache_.v.push_back(at::zeros({blocks + 2, blockSize, c.numKvHeads, c.headDim}, model->options()));
+  }
+  weightsSeen_ = model->weightsVersion();
+  eagerReason_ = o.cudaGraphs ? DecodeGraphs::unsupported(*model) : "CUDA graphs are off for this generator";
+  if (eagerReason_.empty())
+    graphs_ = std::make_unique<DecodeGraphs>(model, cache_, maxSequences, ceilDiv(maxSequenceLength, blockSize),
+                                             pagedAttentionKernel);
+  publishStats();
 }
 
 std::string Generator::eagerReason() const {
@@ -45,289 +99,284 @@ std::string Generator::eagerReason() const {
   return eagerReason_;
 }
 
+void Generator::validate(const SequenceRequest& r) const {
+  if (r.prompt.empty()) throw std::runtime_error("prompt must contain at least one token");
+  if (int64_t(r.prompt.size()) > maxSequenceLength)
+    throw std::runtime_error("prompt of " + std::to_string(r.prompt.size()) + " tokens exceeds maxSequenceLength " +
+                             std::to_string(maxSequenceLength));
+  if (r.maxTokens < 1) throw std::runtime_error("maxTokens must be >= 1");
+  if (r.topLogprobs < 0 || r.topLogprobs > kMaxTopLogprobs)
+    throw std::runtime_error("topLogprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
+  if (!(r.sampling.topP > 0 && r.sampling.topP <= 1)) throw std::runtime_error("topP must be in (0, 1]");
+  if (r.sampling.temperature < 0 || r.sampling.minP < 0 || r.sampling.minP > 1)
+    throw std::runtime_error("temperature must be >= 0 and minP in [0, 1]");
+  // The most positions it may hold: every token fed (all but the last sampled one), at most the
+  // length limit. More than the pool could never run, even alone.
+  const int64_t most = std::min<int64_t>(int64_t(r.prompt.size()) + r.maxTokens - 1, maxSequenceLength);
+  if (most > capacityTokens())
+    throw std::runtime_error("prompt + maxTokens need up to " + std::to_string(most) +
+                             " KV positions; the cache holds " + std::to_string(capacityTokens()) + " (" +
+                             std::to_string(numBlocks()) + " blocks of " + std::to_string(blockSize) + ")");
+  model->checkTokenIds(r.prompt.data(), r.prompt.size());
+}
+
 std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& requests) {
   c10::InferenceMode inference;
-  // Validate the whole batch first so a bad request adds nothing.
-  if (seqs_.size() + requests.size() > size_t(maxSequences))
-    throw std::runtime_error("generator is full: " + std::to_string(seqs_.size()) + " active + " +
-                             std::to_string(requests.size()) + " new > maxSequences " + std::to_string(maxSequences));
+  for (const SequenceRequest& r : requests) validate(r);
+  syncEpoch();
+  std::vector<AddedSequence> out;
+  if (!preempted_.empty()) return out;  // they were admitted before: they resume first
   for (const SequenceRequest& r : requests) {
-    if (r.prompt.empty()) throw std::runtime_error("prompt must contain at least one token");
-    if (int64_t(r.prompt.size()) > maxSequenceLength)
-      throw std::runtime_error("prompt of " + std::to_string(r.prompt.size()) + " tokens exceeds maxSequenceLength " +
-                               std::to_string(maxSequenceLength));
-    if (r.maxTokens < 1) throw std::runtime_error("maxTokens must be >= 1");
-    if (r.topLogprobs < 0 || r.topLogprobs > kMaxTopLogprobs)
-      throw std::runtime_error("topLogprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
-    if (!(r.sampling.topP > 0 && r.sampling.topP <= 1)) throw std::runtime_error("topP must be in (0, 1]");
-    if (r.sampling.temperature < 0 || r.sampling.minP < 0 || r.sampling.minP > 1)
-      throw std::runtime_error("temperature must be >= 0 and minP in [0, 1]");
-    model->checkTokenIds(r.prompt.data(), r.prompt.size());
-  }
-  // Prefill every prompt but its last token into its slot's cache (the last one is the first
-  // decode step's input). The prompts are packed into forwards of at most kPrefillTokens tokens
-  // (attention stays within each prompt), so admitting a batch costs a few large matmuls rather
-  // than one small forward per request. Sequences are added only once every forward succeeded.
-  const size_t first = seqs_.size();
-  std::vector<AddedSequence> out(requests.size());
-  std::vector<char> poisoned(requests.size(), 0);
-  const auto longOpts = at::TensorOptions().dtype(at::kLong);
-  size_t next = 0;
-  try {
-    while (next < requests.size()) {
-      // The pack: requests [next, end) whose prompts need a forward (P > 1), up to the budget.
-      std::vector<size_t> members;
-      std::vector<int64_t> ids, pos, starts;
-      bool routes = false;
-      size_t end = next;
-      for (; end < requests.size(); end++) {
-        const std::vector<int64_t>& prompt = requests[end].prompt;
-        const int64_t len = int64_t(prompt.size()) - 1;
-        if (len == 0) continue;
-        if (!members.empty() && int64_t(ids.size()) + len > kPrefillTokens) break;
-        members.push_back(end);
-        starts.push_back(int64_t(ids.size()));
-        ids.insert(ids.end(), prompt.begin(), prompt.end() - 1);
-        for (int64_t t = 0; t < len; t++) pos.push_back(t);
-        routes = routes || requests[end].returnRoutes;
-      }
-      next = end;
-      if (members.empty()) continue;
-      std::vector<LayerKV> kv;
-      MoeRouting routing;
-      const at::Tensor hidden =
-          model->forwardPacked(at::tensor(ids, longOpts).to(model->device), at::tensor(pos, longOpts).to(model->device),
-                               starts, &kv, nullptr, nullptr, routes ? &routing : nullptr);
-      // Non-finite keys or values make the hidden states non-finite: remember, so the slot is
-      // cleared when the sequence leaves, even if it is removed before its first step. One host
-      // read for the pack (deliberate: a per-prompt flag is needed on the host).
-      const at::Tensor finite = at::isfinite(hidden).all(1).cpu();
-      const bool* ok = finite.data_ptr<bool>();
-      for (size_t m = 0; m < members.size(); m++) {
-        const size_t i = members[m];
-        const SequenceRequest& r = requests[i];
-        const int64_t from = starts[m], len = int64_t(r.prompt.size()) - 1;
-        const int64_t slot = int64_t(first + i);
-        poisoned[i] = !std::all_of(ok + from, ok + from + len, [](bool b) { return b; });
-        for (size_t l = 0; l < kv.size(); l++) {
-          cache_.k[l][slot].narrow(1, 0, len).copy_(kv[l].first.narrow(0, from, len).transpose(0, 1));
-          cache_.v[l][slot].narrow(1, 0, len).copy_(kv[l].second.narrow(0, from, len).transpose(0, 1));
-        }
-        if (r.returnRoutes) out[i].promptRoutes = routesOf(routing, *model, from, len);
-        if (r.promptLogprobs) {
-          // Raw (temperature 1) logprobs of prompt tokens 1..P-1, as vLLM's prompt_logprobs.
-          out[i].promptLogprobs.assign(len + 1, std::numeric_limits<float>::quiet_NaN());
-          std::vector<float> entropy(len);
-          at::Tensor targets = at::tensor(std::vector<int64_t>(r.prompt.begin() + 1, r.prompt.end()), longOpts);
-          model->tokenLogprobs(hidden.narrow(0, from, len), targets.to(model->device), 1.0,
-                               out[i].promptLogprobs.data() + 1, entropy.data());
-        }
-      }
-    }
-  } catch (...) {
-    // Nothing is added: clear what the forwards that did run wrote into the free slots (it may be
-    // non-finite), so the slots' next sequences start from the zeroed cache the attention expects.
-    for (size_t i = 0; i < requests.size(); i++) {
-      const int64_t len = int64_t(requests[i].prompt.size()) - 1, slot = int64_t(first + i);
-      for (size_t l = 0; len > 0 && l < cache_.k.size(); l++) {
-        cache_.k[l][slot].narrow(1, 0, len).zero_();
-        cache_.v[l][slot].narrow(1, 0, len).zero_();
-      }
-    }
-    throw;
-  }
-  for (size_t i = 0; i < requests.size(); i++) {
-    const SequenceRequest& r = requests[i];
-    if (r.promptLogprobs && r.prompt.size() == 1)
-      out[i].promptLogprobs.assign(1, std::numeric_limits<float>::quiet_NaN());
-    out[i].seqId = nextId_;
-    Sequence s{nextId_++,
-               int64_t(r.prompt.size()) - 1,
-               r.prompt.back(),
-               0,
-               r,
-               std::mt19937_64(r.hasSeed ? r.seed : std::random_device{}()),
-               bool(poisoned[i])};
-    seqs_.push_back(std::move(s));
+    auto s = std::make_unique<Sequence>();
+    s->id = nextId_;
+    s->req = r;
+    s->tokens = r.prompt;
+    s->promptLen = int64_t(r.prompt.size());
+    s->arrival = nextArrival_;
+    if (!admit(*s)) break;
+    nextId_++;
+    nextArrival_++;
+    s->rng.seed(r.hasSeed ? r.seed : std::random_device{}());
+    out.push_back({s->id});
+    insertRunning(std::move(s));
   }
   publishStats();
   return out;
 }
 
-std::vector<StepToken> Generator::step() {
-  c10::InferenceMode inference;
-  const int64_t n = int64_t(seqs_.size());
-  if (n == 0) return {};
-  std::vector<int64_t> ids(n), pos(n);
-  int64_t keys = 0;  // cache positions the attention reads: up to the longest sequence's new token
-  for (int64_t b = 0; b < n; b++) {
-    ids[b] = seqs_[b].pending;
-    pos[b] = seqs_[b].cacheLen;
-    keys = std::max(keys, pos[b] + 1);
-  }
-  bool routes = false;
-  for (const Sequence& s : seqs_) routes = routes || s.req.returnRoutes;
-  MoeRouting routing;
-  at::Tensor logits;
-  if (graphs_ && !routes) {
-    try {
-      logits = graphs_->decode(ids, pos, keys);
-      graphCount_ = graphs_->captured();
-    } catch (const std::exception& e) {
-      // A capture that fails (an operation CUDA cannot record) turns graphs off for this
-      // generator; the step runs eagerly below and writes the same K/V again.
-      std::lock_guard<std::mutex> lock(reasonMutex_);
-      eagerReason_ = std::string("CUDA graph capture failed: ") + e.what();
-      graphs_.reset();
-      graphCount_ = 0;
-      fprintf(stderr, "[prime-native] %s; decoding eagerly\n", eagerReason_.c_str());
-    }
-  }
-  if (!logits.defined()) {
-    const auto longOpts = at::TensorOptions().dtype(at::kLong);
-    logits = model->decode(at::tensor(ids, longOpts).to(model->device), at::tensor(pos, longOpts).to(model->device),
-                           keys, cache_, routes ? &routing : nullptr);
-  }
-  std::vector<Sampled> sampled(n);
-  std::vector<StepToken> out(n);
-  if (!logits.is_cpu() || tensorSampler) {
-    // Logits on the device (CUDA): sampled there, only tokens and logprobs come back.
-    std::vector<TensorSampleRow> rows(n);
-    for (int64_t b = 0; b < n; b++) {
-      Sequence& s = seqs_[b];
-      rows[b].params = s.req.sampling;
-      rows[b].topLogprobs = s.req.topLogprobs;
-      if (s.req.sampling.temperature > 0) rows[b].draw = uniform53(s.rng);
-    }
-    TensorSampled ts = sampleWithTensorOps(logits, rows);
-    sampled = std::move(ts.sampled);
-    for (int64_t b = 0; b < n; b++) {
-      out[b].topIds = std::move(ts.topIds[b]);
-      out[b].topLogprobs = std::move(ts.topLogprobs[b]);
-    }
-  } else {
-    sampleOnHost(logits, sampled, out);
-  }
-  finishStep(sampled, out, routing);
-  return out;
-}
-
-void Generator::sampleOnHost(const at::Tensor& deviceLogits, std::vector<Sampled>& sampled,
-                             std::vector<StepToken>& out) {
-  // After the LM head, per row: the first maximum (a comparison pass), e = exp((x - max) / T)
-  // vectorised for the batch (T = 1 for greedy rows), then the sampler's sum and inverse-CDF
-  // scan over e. No log-softmax or probability tensor of the batch's size, no sort unless top-p
-  // is on (sampler.h).
-  const at::Tensor logits = deviceLogits.cpu().contiguous();
-  const int64_t n = logits.size(0), V = logits.size(1);
-  std::vector<int64_t> best(n);
-  std::vector<double> temps(n), maxes(n, 0.0);
-  for (int64_t b = 0; b < n; b++)
-    temps[b] = seqs_[b].req.sampling.temperature > 0 ? seqs_[b].req.sampling.temperature : 1.0;
-  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "sample", [&] {
-    const scalar_t* x = logits.data_ptr<scalar_t>();
-    hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; i++)
-        if ((best[i] = rowArgmax(x + i * V, V)) >= 0) maxes[i] = double(x[i * V + best[i]]);
-    });
-    const auto opts = at::TensorOptions().dtype(at::kDouble);
-    at::Tensor e = at::sub(logits, at::tensor(maxes, opts).to(logits.scalar_type()).unsqueeze(1))
-                       .div_(at::tensor(temps, opts).to(logits.scalar_type()).unsqueeze(1))
-                       .exp_();
-    const scalar_t* ex = e.data_ptr<scalar_t>();
-    // Rows are independent (own RNG each), so sampling in parallel stays deterministic.
-    hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
-      std::vector<int32_t> order;
-      for (int64_t i = a; i < b; i++) {
-        if (best[i] < 0) {  // NaN row: nothing to sample, no top logprobs
-          sampled[i] = {-1, std::numeric_limits<float>::quiet_NaN()};
-          continue;
-        }
-        const RowLogits<scalar_t> row{x + i * V, ex + i * V, V, best[i], temps[i]};
-        double logNorm = 0;
-        sampled[i] = sampleToken(row, seqs_[i].req.sampling, seqs_[i].rng, order, &logNorm);
-        if (seqs_[i].req.topLogprobs > 0)
-          topLogprobs(row, logNorm, seqs_[i].req.topLogprobs, out[i].topIds, out[i].topLogprobs);
-      }
-    });
+void Generator::insertRunning(SeqPtr s) {
+  auto at = std::upper_bound(running_.begin(), running_.end(), s, [](const SeqPtr& a, const SeqPtr& b) {
+    return a->req.priority < b->req.priority || (a->req.priority == b->req.priority && a->arrival < b->arrival);
   });
+  running_.insert(at, std::move(s));
 }
 
-void Generator::finishStep(const std::vector<Sampled>& sampled, std::vector<StepToken>& out,
-                           const MoeRouting& routing) {
-  const int64_t n = int64_t(seqs_.size());
-  for (int64_t b = 0; b < n; b++) {
-    Sequence& s = seqs_[b];
-    out[b].seqId = s.id;
-    if (sampled[b].token < 0) {
-      // Non-finite logits (broken weights): this sequence ends with an error; the others go on.
-      out[b].token = -1;
-      out[b].logprob = sampled[b].logprob;
-      out[b].finished = true;
-      out[b].finishReason = "error";
-      out[b].error = "the model produced non-finite logits (NaN or Inf): the served weights are broken";
-      s.failed = true;
-      continue;
+void Generator::computeKeys(Sequence& s) const {
+  s.keys.clear();
+  if (prefixSharing == PrefixSharing::kOff) return;
+  const int64_t full = int64_t(s.tokens.size()) / blockSize;
+  BlockHash parent = PrefixCache::root(epoch_);
+  for (int64_t i = 0; i < full; i++) s.keys.push_back(parent = prefixes_->hash(parent, &s.tokens[i * blockSize]));
+}
+
+Generator::Match Generator::matchPrefix(const Sequence& s) const {
+  Match m;
+  if (prefixSharing == PrefixSharing::kOff || s.needsPromptOutputs()) return m;
+  const int64_t n = int64_t(s.tokens.size()), B = blockSize, full = int64_t(s.keys.size());
+  int64_t i = 0;  // full: the full blocks of its tokens, all keyed by computeKeys
+  for (; i < full; i++) {
+    const BlockHash parent = i == 0 ? PrefixCache::root(epoch_) : s.keys[i - 1];
+    const PrefixCache::Entry e = prefixes_->find(s.keys[i], parent, &s.tokens[i * B]);
+    if (e.block < 0) break;
+    if (e.computed) {
+      if (m.leader) break;  // computed blocks come before a leader's (kept for safety)
+      m.computedTokens += B;
+    } else if (m.leader == 0 || e.owner == m.leader) {
+      m.leader = e.owner;
+    } else {
+      break;  // another leader's: one is followed
     }
-    if (s.req.returnRoutes) out[b].routes = routesOf(routing, *model, b, 1);
-    s.cacheLen++;
-    s.generated++;
-    s.pending = sampled[b].token;
-    const auto& stops = s.req.stopTokenIds;
-    std::string reason;
-    if (std::find(stops.begin(), stops.end(), s.pending) != stops.end()) reason = "stop";
-    else if (s.generated >= s.req.maxTokens || s.cacheLen >= maxSequenceLength) reason = "length";
-    out[b].token = s.pending;
-    out[b].logprob = sampled[b].logprob;
-    out[b].finished = !reason.empty();
-    out[b].finishReason = reason;
+    m.blocks.push_back(e.block);
   }
-  // Walk backwards so the slot moved into a released one has already been looked at.
-  for (int64_t b = n - 1; b >= 0; b--)
-    if (out[b].finished) release(size_t(b));
-  publishStats();
+  m.sharedTokens = int64_t(m.blocks.size()) * B;
+  const Sequence* L = m.leader ? findRunning(m.leader) : nullptr;
+  if (m.leader && !L) {  // an owner that is not running (never expected): its blocks are not shared
+    m.blocks.resize(size_t(m.computedTokens / B));
+    m.sharedTokens = m.computedTokens;
+  }
+  // The partial last block too, from a leader holding the same tokens there and not past them.
+  if (L && i == full && n % B != 0 && int64_t(L->tokens.size()) >= n && L->computed < n &&
+      int64_t(L->blocks.size()) > full &&
+      std::equal(s.tokens.begin() + full * B, s.tokens.end(), L->tokens.begin() + full * B)) {
+    m.blocks.push_back(L->blocks[full]);
+    m.sharedTokens = n;
+  }
+  // All its tokens are shared, yet the last one's logits are needed: they come from the leader's
+  // row for it when the leader has yet to compute it; with every block computed, that position is
+  // computed again (a decode row, copying its block when others hold it); else (a leader already
+  // past it) the last block is computed again.
+  if (m.sharedTokens == n && !(L && L->computed <= n - 1)) {
+    if (m.computedTokens == n) {
+      m.computedTokens = n - 1;
+      m.sharedTokens = n - 1;
+    } else {
+      m.blocks.pop_back();
+      m.sharedTokens = int64_t(m.blocks.size()) * B;
+      m.computedTokens = std::min(m.computedTokens, m.sharedTokens);
+    }
+  }
+  if (m.sharedTokens == m.computedTokens) m.leader = 0;
+  return m;
+}
+
+bool Generator::admit(Sequence& s) {
+  if (int64_t(running_.size()) >= maxSequences) return false;
+  computeKeys(s);
+  const Match m = matchPrefix(s);
+  const int64_t fresh = ceilDiv(int64_t(s.tokens.size()), blockSize) - int64_t(m.blocks.size());
+  // Shared blocks parked in the prefix cache leave available() when taken up again.
+  int64_t parked = 0;
+  for (int32_t b : m.blocks) parked += pool_->refs(b) == 0;
+  // While others run, a little room stays for their growth, so an admission is not undone by a
+  // preemption at the next step (vLLM's watermark: 1% of the pool).
+  const int64_t watermark = running_.empty() ? 0 : std::max<int64_t>(1, numBlocks() / 100);
+  if (fresh + parked + watermark > pool_->available()) return false;
+  for (int32_t b : m.blocks) pool_->retain(b);
+  s.blocks = m.blocks;
+  for (int64_t i = 0; i < fresh; i++) s.blocks.push_back(pool_->take());
+  s.epoch = epoch_;
+  s.computed = m.computedTokens;
+  s.leader = m.leader;
+  s.sharedLen = m.leader ? m.sharedTokens : 0;
+  s.indexed = s.computed / blockSize;
+  prefixHitTokens_ += m.sharedTokens;
+  // Its other full blocks are indexed now, so sequences that come while it computes them wait
+  // for them instead of computing them too.
+  for (int64_t i = int64_t(m.blocks.size()); i < int64_t(s.keys.size()); i++) {
+    const BlockHash parent = i == 0 ? PrefixCache::root(epoch_) : s.keys[i - 1];
+    prefixes_->insert(s.keys[i], parent, &s.tokens[i * blockSize], s.blocks[i], s.id);
+  }
+  return true;
+}
+
+void Generator::indexComputed(Sequence& s) {
+  if (prefixSharing == PrefixSharing::kOff || s.epoch != epoch_ || s.failed) return;
+  const int64_t B = blockSize, full = s.computed / B;
+  for (int64_t i = s.indexed; i < full; i++) {
+    const BlockHash parent = i == 0 ? PrefixCache::root(epoch_) : s.keys[i - 1];
+    if (i >= int64_t(s.keys.size())) s.keys.push_back(prefixes_->hash(parent, &s.tokens[i * B]));  // sampled tokens
+    // Indexed at admission (then a no-op), or now: a block its sampled tokens filled, or one it
+    // computed again.
+    prefixes_->insert(s.keys[i], parent, &s.tokens[i * B], s.blocks[i], s.id);
+    prefixes_->markComputed(s.blocks[i]);
+  }
+  s.indexed = std::max(s.indexed, full);
+}
+
+void Generator::syncEpoch() {
+  const uint64_t v = model->weightsVersion();
+  if (v == weightsSeen_) return;
+  weightsSeen_ = v;
+  epoch_++;
+  pool_->clearCache();
+  // Sequences that have not sampled since they were admitted would go on from K/V of the old
+  // policy: they start over. Decoding ones keep theirs (a weight update lands between two tokens).
+  for (size_t i = running_.size(); i-- > 0;) {
+    const Sequence& s = *running_[i];
+    if (s.leader != 0 || s.computed < int64_t(s.tokens.size()) - 1) preempt(i, /*counted=*/false);
+  }
+}
+
+void Generator::resumePreempted() {
+  while (!preempted_.empty()) {
+    if (!admit(*preempted_.front())) break;
+    insertRunning(std::move(preempted_.front()));
+    preempted_.pop_front();
+  }
+}
+
+void Generator::preempt(size_t index, bool counted) {
+  SeqPtr s = std::move(running_[index]);
+  running_.erase(running_.begin() + int64_t(index));
+  releaseBlocks(*s);
+  s->computed = 0;
+  s->leader = s->sharedLen = 0;
+  s->indexed = 0;
+  if (!s->reported) {  // its prompt's outputs are computed again
+    s->promptLogprobs.clear();
+    s->promptRoutes.clear();
+  }
+  if (counted) preemptions_++;
+  auto at = std::upper_bound(preempted_.begin(), preempted_.end(), s, [](const SeqPtr& a, const SeqPtr& b) {
+    return a->req.priority < b->req.priority || (a->req.priority == b->req.priority && a->arrival < b->arrival);
+  });
+  preempted_.insert(at, std::move(s));
+}
+
+void Generator::promoteFollowers(const Sequence& leaving) {
+  if (prefixSharing == PrefixSharing::kOff) return;
+  // The follower sharing the most takes over computing the prefix; the others follow it (they
+  // share no more than it does, so it computes all they wait for).
+  Sequence* heir = nullptr;
+  for (const SeqPtr& f : running_)
+    if (f->leader == leaving.id && (!heir || f->sharedLen > heir->sharedLen)) heir = f.get();
+  if (!heir) {
+    prefixes_->dropOwned(leaving.id);
+    return;
+  }
+  heir->computed = std::max(heir->computed, std::min(leaving.computed, heir->sharedLen));
+  heir->leader = heir->sharedLen = 0;
+  prefixes_->reassign(leaving.id, heir->id);
+  for (const SeqPtr& f : running_)
+    if (f->leader == leaving.id) f->leader = heir->id;
+}
+
+void Generator::releaseBlocks(Sequence& s) {
+  promoteFollowers(s);
+  if (s.failed)
+    for (int32_t b : s.blocks) pool_->poison(b);
+  for (int32_t b : s.blocks)
+    if (pool_->release(b)) zeroBlock(b);
+  s.blocks.clear();
+}
+
+void Generator::zeroBlock(int32_t b) {
+  for (size_t l = 0; l < cache_.k.size(); l++) {
+    cache_.k[l][b].zero_();
+    cache_.v[l][b].zero_();
+  }
 }
 
 std::vector<bool> Generator::remove(const std::vector<int64_t>& seqIds) {
   c10::InferenceMode inference;
   std::vector<bool> removed;
   for (int64_t id : seqIds) {
-    auto it = std::find_if(seqs_.begin(), seqs_.end(), [&](const Sequence& s) { return s.id == id; });
-    removed.push_back(it != seqs_.end());
-    if (it != seqs_.end()) release(size_t(it - seqs_.begin()));
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const SeqPtr& s) { return s->id == id; });
+    if (it != running_.end()) {
+      SeqPtr s = std::move(*it);
+      running_.erase(it);
+      releaseBlocks(*s);
+      removed.push_back(true);
+      continue;
+    }
+    auto p = std::find_if(preempted_.begin(), preempted_.end(), [&](const SeqPtr& s) { return s->id == id; });
+    removed.push_back(p != preempted_.end());
+    if (p != preempted_.end()) preempted_.erase(p);
   }
   publishStats();
   return removed;
 }
 
-void Generator::release(size_t slot) {
-  const size_t last = seqs_.size() - 1;
-  if (seqs_[slot].failed) {
-    // Its K/V (positions 0..cacheLen) may be NaN. Masked attention (SDPA on GPU / bf16) still
-    // multiplies stale entries by 0, and 0 * NaN = NaN: clear them so the slot's next sequence,
-    // under repaired weights, is not poisoned.
-    const int64_t len = std::min(seqs_[slot].cacheLen + 1, maxSequenceLength);
-    for (size_t l = 0; l < cache_.k.size(); l++) {
-      cache_.k[l][slot].narrow(1, 0, len).zero_();
-      cache_.v[l][slot].narrow(1, 0, len).zero_();
-    }
-  }
-  if (slot != last) {
-    const int64_t len = seqs_[last].cacheLen;
-    for (size_t l = 0; l < cache_.k.size(); l++) {
-      cache_.k[l][slot].narrow(1, 0, len).copy_(cache_.k[l][last].narrow(1, 0, len));
-      cache_.v[l][slot].narrow(1, 0, len).copy_(cache_.v[l][last].narrow(1, 0, len));
-    }
-    seqs_[slot] = std::move(seqs_[last]);
-  }
-  seqs_.pop_back();
+Generator::Sequence* Generator::findRunning(int64_t id) const {
+  for (const SeqPtr& s : running_)
+    if (s->id == id) return s.get();
+  return nullptr;
+}
+
+bool Generator::hasWaitingFollowers(int64_t id) const {
+  for (const SeqPtr& s : running_)
+    if (s->leader == id) return true;
+  return false;
 }
 
 void Generator::publishStats() {
-  int64_t cached = 0;
-  for (const Sequence& s : seqs_) cached += s.cacheLen;
-  active_ = int64_t(seqs_.size());
-  cached_ = cached;
+  GeneratorStats st;
+  st.running = int64_t(running_.size());
+  st.preempted = int64_t(preempted_.size());
+  for (const SeqPtr& s : running_) st.cachedTokens += s->computed;
+  st.blocksInUse = pool_->inUse();
+  st.blocksCached = prefixes_->parked();
+  st.preemptions = preemptions_;
+  st.prefillTokens = prefillTokens_;
+  st.prefixHitTokens = prefixHitTokens_;
+  st.times = times_;
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  stats_ = st;
+}
+
+GeneratorStats Generator::stats() const {
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  return stats_;
 }
 
 }  // namespace prime

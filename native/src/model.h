@@ -116,11 +116,32 @@ struct MoeRouting {
   std::vector<at::Tensor> logits, experts;
 };
 
-// Per-slot key/value cache for batched decoding; owned by the Generator. Slots 0..n-1 are the
-// n active sequences (the generator keeps them compact), so a decode batch is a plain view.
-struct KVCache {
-  std::vector<at::Tensor> k, v;  // per layer: [slots, KV, maxLen, hd]
-  int64_t slots = 0, maxLen = 0;
+// The paged KV cache, owned by the generator: per layer, the keys and values of numBlocks blocks of
+// blockSize positions, [numBlocks + 2, blockSize, KV, hd] (the layout of vLLM's flash-attention
+// backend: one position's heads are contiguous, so a token's K/V is one row). Which block holds
+// which positions of a sequence is its block table (block_pool.h hands blocks out). Two blocks
+// past the pool's: the null block, zeros that are never written, which pads block tables (read
+// and masked); and the pad block, which padding rows of a CUDA graph write and nothing reads.
+struct PagedKV {
+  std::vector<at::Tensor> k, v;
+  int64_t numBlocks = 0, blockSize = 0;
+  int64_t nullBlock() const { return numBlocks; }
+  int64_t padBlock() const { return numBlocks + 1; }
+};
+
+// The tokens of one forward over the paged cache. Token t sits at position pos[t] of the sequence
+// whose block table is row seqOf[t] of `tables` ([rows, width] long, padded with the null block);
+// its K/V go to that position's block, and it attends to positions 0..pos[t] of its sequence. The
+// tokens form segments, one per table row in row order: the first `decodeRows` segments hold one
+// token each (decode), the others a run of consecutive positions (a prefill chunk).
+struct PagedBatch {
+  at::Tensor pos, seqOf, tables;  // on the model's device
+  int64_t decodeRows = 0;
+  int64_t decodeKeys = 0;  // positions the decode rows read: max(pos) + 1 of those rows, or more
+  // Per prefill segment (host): its first position and its length.
+  std::vector<int64_t> chunkStart, chunkLen;
+  double* attentionSeconds = nullptr;  // when set, the CPU's attention time is added to it
+  bool decodeKernel = false;           // decode rows through the CUDA paged decode kernel (paged_decode.h)
 };
 
 // Keys and values of one layer for a packed forward, after RoPE: [N, KV, hd].
@@ -158,14 +179,12 @@ class Model {
                            std::vector<LayerKV>* kvOut = nullptr, const LoraAdapters* lora = nullptr,
                            at::Generator* dropoutRng = nullptr, MoeRouting* routing = nullptr,
                            int64_t checkpointEvery = 0) const;
-  // One decode step for the n sequences in cache slots 0..n-1: token ids[b] sits at position
-  // pos[b] (= number of tokens already cached for b). Writes its K/V into the cache and returns
-  // logits [n, V] in the logits dtype (fp32, fp64 for fp64 models). keys: the cache positions
-  // attention reads per sequence, given by the caller (who knows the positions on the host):
-  // max(pos) + 1 <= keys <= maxLen. No host round trip on the device path (decode_graph.h
-  // captures it in a CUDA graph); with routing, sparse blocks report the experts each token went to.
-  at::Tensor decode(const at::Tensor& ids, const at::Tensor& pos, int64_t keys, KVCache& cache,
-                    MoeRouting* routing = nullptr) const;
+  // A forward over the paged cache (decode rows and prefill chunks together): writes each token's
+  // K/V into its block and returns the final-normed hidden states [N, D]. No host round trip on
+  // a decode-only batch (decode_graph.h captures it in a CUDA graph); with routing, sparse blocks
+  // report the experts each token went to.
+  at::Tensor forwardPaged(const at::Tensor& ids, const PagedBatch& batch, PagedKV& cache,
+                          MoeRouting* routing = nullptr) const;
   // Final hidden states -> logits (fp32, or fp64 for fp64 models).
   at::Tensor logits(const at::Tensor& hidden) const;
   // Per-token log p(target) and entropy of softmax(logits / temperature) from final hidden states
@@ -207,6 +226,10 @@ class Model {
 
   // Calls on one model run one at a time (the TS facade queues them; this flag catches misuse).
   std::atomic<bool> busy{false};
+  // Counts changes of the weights (loadWeights, a trainer's step or load): K/V computed before a
+  // change belong to another policy (the generator's prefix cache compares it).
+  uint64_t weightsVersion() const { return weightsVersion_.load(); }
+  void noteWeightsChanged() { weightsVersion_++; }
 
  private:
   // Checks cfg and specs, derives the RoPE table and allocates the fused projections
@@ -256,17 +279,23 @@ class Model {
   at::Tensor sparseMlp(const Layer& L, const at::Tensor& x, int64_t layer, const Adapt& ad) const;
   // x W^T + b, plus W's adapter when ad has one.
   at::Tensor project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, const Adapt& ad) const;
-  at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  // Causal attention within one sample, q [H, Lq, hd] and k/v [KV, Lk, hd]: query i sits at key
+  // position offset + i (offset = Lk - Lq: the keys before are cached ones).
+  at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t offset = 0) const;
+  // Attention of a paged forward's queries q [N, H, hd] over the paged cache of one layer.
+  at::Tensor pagedAttention(const at::Tensor& q, const at::Tensor& kCache, const at::Tensor& vCache,
+                            const PagedBatch& batch) const;
   at::Tensor decodeAttentionBmm(const at::Tensor& q, const at::Tensor& kCache, const at::Tensor& vCache,
-                                const at::Tensor& visible, int64_t n, int64_t S) const;
-  at::Tensor decodeAttentionCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const at::Tensor& pos) const;
+                                const PagedBatch& batch) const;
+  at::Tensor pagedAttentionCpu(const at::Tensor& q, const at::Tensor& kCache, const at::Tensor& vCache,
+                               const PagedBatch& batch) const;
 
   std::vector<ParamSpec> specs_;
   at::Tensor embed_, norm_, lmHead_;  // lmHead_ undefined when tied
   std::vector<Layer> layers_;
   std::vector<int64_t> sparseLayers_;
   at::Tensor invFreq_;  // [hd/2] RoPE inverse frequencies
+  std::atomic<uint64_t> weightsVersion_{0};
 };
 
 // transformers' load_balancing_loss_func over the sparse layers of one forward (routing.logits):

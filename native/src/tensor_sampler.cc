@@ -12,37 +12,41 @@ namespace {
 at::Tensor firstAbove(const at::Tensor& cdf, const at::Tensor& target) {
   return at::searchsorted(cdf, target.unsqueeze(1).contiguous(), /*out_int32=*/false, /*right=*/true).squeeze(1);
 }
+
+// The columns of TensorSampling::params.
+enum Col { kT, kMinP, kTopP, kTopK, kGreedy, kSorted, kCols };
 }  // namespace
 
-TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<TensorSampleRow>& rows) {
-  const at::Tensor x = logitsIn.contiguous();
-  const int64_t n = x.size(0), V = x.size(1);
-  const auto dev = x.device();
-  const auto f64 = at::TensorOptions().dtype(at::kDouble);
-  // The rows' parameters in one host-to-device copy ([n, 7] fp64; the integers are exact), with
+TensorSampling prepareTensorSampling(const std::vector<TensorSampleRow>& rows, int64_t V, const at::Device& dev) {
+  // The rows' parameters in one host-to-device copy ([n, 6] fp64; the integers are exact), with
   // the host sampler's rules (sampler.h) for which filters apply.
-  enum Col { kT, kDraw, kMinP, kTopP, kTopK, kGreedy, kSorted, kCols };
+  const int64_t n = int64_t(rows.size());
   std::vector<double> packed(size_t(n) * kCols, 0.0);
-  int64_t kTop = 0;
-  bool anySorted = false;
+  TensorSampling out;
   for (int64_t i = 0; i < n; i++) {
     const SamplingParams& p = rows[i].params;
     const bool greedy = p.temperature <= 0, sorted = !greedy && visitsByProbability(p, V);
     double* r = packed.data() + i * kCols;
     r[kT] = greedy ? 1.0 : p.temperature;
-    r[kDraw] = rows[i].draw;
     r[kMinP] = !greedy && filtersCandidates(p, V) ? p.minP : 0.0;
     r[kTopP] = sorted ? p.topP : 1.0;
     r[kTopK] = double(sorted && p.topK > 0 && p.topK < V ? p.topK : V);
     r[kGreedy] = greedy;
     r[kSorted] = sorted;
-    anySorted = anySorted || sorted;
-    kTop = std::max(kTop, std::min(rows[i].topLogprobs, V));
+    out.anySorted = out.anySorted || sorted;
+    out.topK = std::max(out.topK, std::min(rows[i].topLogprobs, V));
   }
-  const at::Tensor params = at::tensor(packed, f64).view({n, kCols}).to(dev);
+  out.params = at::tensor(packed, at::TensorOptions().dtype(at::kDouble)).view({n, kCols}).to(dev);
+  return out;
+}
+
+at::Tensor sampleOnDevice(const at::Tensor& logitsIn, const TensorSampling& setup, const at::Tensor& draw) {
+  const at::Tensor x = logitsIn.contiguous();
+  const int64_t V = x.size(1);
+  const at::Tensor& params = setup.params;
   auto col = [&](Col c) { return params.select(1, c); };
   auto icol = [&](Col c) { return params.select(1, c).to(at::kLong); };
-  const at::Tensor T = col(kT), draw = col(kDraw), greedyT = col(kGreedy).ne(0);
+  const at::Tensor T = col(kT), greedyT = col(kGreedy).ne(0);
 
   // The host sampler's quantities: first maximum, e = exp((x - max) / T) (e[best] = 1), log sum e.
   const at::Tensor best = x.argmax(1);
@@ -59,7 +63,7 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
   // u within rounding of the mass: the host sampler takes the maximum.
   token = at::where(token.ge(V), best, token);
 
-  if (anySorted) {
+  if (setup.anySorted) {
     // Probability-descending order, ties by id (a stable sort keeps ids ascending among equals).
     // min-p keeps a prefix of it, top-k the first k, top-p the shortest prefix reaching its mass.
     auto [se, order] = at::sort(e, /*stable=*/true, /*dim=*/1, /*descending=*/true);
@@ -84,12 +88,11 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
                               .div_(T)
                               .sub_(logNorm);
 
-  // Everything the host needs in one tensor, one copy: token, logprob, bad, then the top ids and
-  // logprobs. The copy is the step's one deliberate sync: the host needs the tokens (stop checks).
+  // Everything the host needs in one tensor: token, logprob, bad, then the top ids and logprobs.
   std::vector<at::Tensor> parts{token.to(at::kDouble).unsqueeze(1), logp.unsqueeze(1),
                                 bad.to(at::kDouble).unsqueeze(1)};
-  if (kTop > 0) {
-    auto [top, topIds] = x.topk(kTop, 1, /*largest=*/true, /*sorted=*/true);
+  if (setup.topK > 0) {
+    auto [top, topIds] = x.topk(setup.topK, 1, /*largest=*/true, /*sorted=*/true);
     // Ties in the host's order, lower id first: ids ascending, then a stable sort by value.
     auto [idsAsc, byId] = topIds.sort(1);
     auto [vals, byValue] = at::sort(top.gather(1, byId), /*stable=*/true, /*dim=*/1, /*descending=*/true);
@@ -97,9 +100,13 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
     parts.push_back(ids.to(at::kDouble));
     parts.push_back((vals.to(at::kDouble) - mx.to(at::kDouble)).div_(T.unsqueeze(1)).sub_(logNorm.unsqueeze(1)));
   }
-  const at::Tensor host = at::cat(parts, 1).cpu().contiguous();
+  return at::cat(parts, 1);
+}
+
+TensorSampled readSampled(const at::Tensor& hostResult, const std::vector<TensorSampleRow>& rows, int64_t kTop) {
+  const at::Tensor host = hostResult.contiguous();
   const double* h = host.data_ptr<double>();
-  const int64_t W = host.size(1);
+  const int64_t n = host.size(0), W = host.size(1);
   TensorSampled out;
   out.sampled.resize(n);
   out.topIds.resize(n);
@@ -117,6 +124,15 @@ TensorSampled sampleWithTensorOps(const at::Tensor& logitsIn, const std::vector<
     }
   }
   return out;
+}
+
+TensorSampled sampleWithTensorOps(const at::Tensor& logits, const std::vector<TensorSampleRow>& rows) {
+  const TensorSampling setup = prepareTensorSampling(rows, logits.size(1), logits.device());
+  std::vector<double> draws(rows.size());
+  for (size_t i = 0; i < rows.size(); i++) draws[i] = rows[i].draw;
+  const at::Tensor draw = at::tensor(draws, at::TensorOptions().dtype(at::kDouble)).to(logits.device());
+  // The copy is the step's one deliberate sync: the host needs the tokens (stop checks).
+  return readSampled(sampleOnDevice(logits, setup, draw).cpu(), rows, setup.topK);
 }
 
 }  // namespace prime

@@ -30,4 +30,19 @@ struct TensorSampled {
 // logits [n, vocab] (fp32 or fp64) on any device; rows[i] describes row i.
 TensorSampled sampleWithTensorOps(const at::Tensor& logits, const std::vector<TensorSampleRow>& rows);
 
+// The same in parts, for several decode steps per host round trip (the generator's multi-step
+// decode): the rows' settings go to the device once, each step samples there with its own
+// uniforms, and the steps' results are read together.
+struct TensorSampling {
+  at::Tensor params;  // [n, columns] fp64 on the logits' device
+  int64_t topK = 0;   // top logprobs returned per row (the most any row asked for)
+  bool anySorted = false;
+};
+TensorSampling prepareTensorSampling(const std::vector<TensorSampleRow>& rows, int64_t vocab, const at::Device& device);
+// One step's rows sampled on the device with uniforms draws [n] (fp64, same device): [n, 3 + 2
+// topK] fp64 (token, logprob, non-finite flag, top ids, top logprobs), nothing read back.
+at::Tensor sampleOnDevice(const at::Tensor& logits, const TensorSampling& setup, const at::Tensor& draws);
+// sampleOnDevice's result, copied to the host, as the rows' tokens.
+TensorSampled readSampled(const at::Tensor& hostResult, const std::vector<TensorSampleRow>& rows, int64_t topK);
+
 }  // namespace prime

@@ -458,6 +458,7 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
   const double clip = maxGradNorm > 0 && st.gradNorm > maxGradNorm ? maxGradNorm / (st.gradNorm + 1e-6) : 1.0;
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   adamwStep(*optim_, clip);
+  model->noteWeightsChanged();  // a generator on this model must not reuse K/V of the old weights
   if (group_) {
     const auto t2 = std::chrono::steady_clock::now();
     broadcastParameters();
@@ -575,6 +576,7 @@ void Trainer::load(const std::string& dir) {
   }
   {
     at::NoGradGuard noGrad;
+    model->noteWeightsChanged();
     for (size_t i = 0; i < named.size(); i++) named[i].second.copy_(weights[i]);
   }
   if (group_) {

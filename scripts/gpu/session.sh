@@ -7,6 +7,13 @@
 #                  Qwen3-0.6B shape, bf16, against PyTorch / transformers
 #   profile.md     one training step of each side under its profiler: time by CUDA kernel
 #                  (and each side's Kineto trace, xz-compressed: ours-train.json.xz, torch-train.json.xz)
+#   decode.md      the engine's decode on the 0.6B shape, bf16, 128-token prompts, 256 new tokens, at 1 /
+#                  64 / 256 / 1,024 sequences: tok/s, ms per step (device / host), the share of the
+#                  card's bandwidth roofline, where a step's host time goes; then with the paged
+#                  decode kernel, and with 8 decode steps per call
+#   rl-workload.md an RL step's generation through the server on the 0.6B shape (16 prompts of 512
+#                  tokens x 16 rollouts, 128 new tokens): wall time and prompt positions computed,
+#                  prefix sharing off and on
 #   inference.md   the server on the 0.6B model: throughput by concurrency, update_weights to first token
 #   eager.md       decode at 1 and 64 with CUDA graphs off (what the graphs gain)
 #   lm-head.md     our training step under other LM-head chunkings (only when named in
@@ -95,6 +102,14 @@ if selected compare; then
       [ "$(stat -c %s "$OUT/$side-train.json.xz")" -le $((16 << 20)) ] || rm -f "$OUT/$side-train.json.xz"
   done
 fi
+step decode 300 bash -c "node dist/bench/decode.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
+  --prompt 128 --new 256 --concurrency 1,64,256,1024 | tee '$OUT/decode.md' &&
+  node dist/bench/decode.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
+  --prompt 128 --new 256 --concurrency 1,64,256,1024 --paged-kernel | tee -a '$OUT/decode.md' &&
+  node dist/bench/decode.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
+  --prompt 128 --new 256 --concurrency 64,256 --decode-steps 8 --paged-kernel | tee -a '$OUT/decode.md'"
+step rl-workload 200 bash -c "node dist/bench/serving.js --workload rl --model qwen3-0.6b --device cuda \
+  --dtype bfloat16 | tee '$OUT/rl-workload.md'"
 step inference 150 bash -c "node dist/bench/inference.js --models qwen3-0.6b --device cuda --dtype bfloat16 \
   --concurrency 1,64 --requests 64 --max-tokens 128 | tee '$OUT/inference.md'"
 step eager 80 bash -c "node dist/bench/compare.js --models qwen3-0.6b --device cuda --dtype bfloat16 --skip-torch \

@@ -78,6 +78,29 @@ async function loadBase(
   return { arch: base.config, model };
 }
 
+/** The engine's generator with the server's settings; what the device or build cannot honour is refused by its key. */
+function createGenerator(model: native.NativeModel, config: InferenceConfig, contextLength: number): native.Generator {
+  try {
+    return model.createGenerator({
+      maxSequences: config.max_running,
+      maxSequenceLength: contextLength,
+      kvCacheTokens: config.kv_cache_tokens,
+      gpuMemoryUtilization: config.gpu_memory_utilization,
+      blockSize: config.block_size,
+      prefixSharing: config.prefix_sharing,
+      maxBatchedTokens: config.max_batched_tokens,
+      cudaGraphs: !config.model.enforce_eager,
+      pagedAttentionKernel: config.model.paged_attention_kernel,
+    });
+  } catch (e) {
+    const m = /^(pagedAttentionKernel|gpuMemoryUtilization): (.*)$/.exec((e as Error).message);
+    if (m?.[1] === 'pagedAttentionKernel')
+      throw new ConfigError(`inference.model.paged_attention_kernel: ${m[2]}; leave it false`);
+    if (m) throw new ConfigError(`inference.gpu_memory_utilization: ${m[2]}; raise it, or set kv_cache_tokens`);
+    throw e;
+  }
+}
+
 export async function startInferenceServer(config: InferenceConfig): Promise<InferenceServer> {
   // Settings are checked before the (slow) model load.
   const authorized = bearerCheck(config);
@@ -88,18 +111,16 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const tokenizer = Tokenizer.fromDir(baseDir);
   const prompts = new PromptTokenizer(tokenizer, baseDir);
   const contextLength = Math.min(config.seq_len, arch.maxPositionEmbeddings);
-  const generator = model.createGenerator({
-    maxSequences: config.max_running,
-    maxSequenceLength: contextLength,
-    cudaGraphs: !config.model.enforce_eager,
-  });
+  const generator = createGenerator(model, config, contextLength);
+
   const scheduler = new Scheduler(
     model,
     generator,
     {
       maxRunning: config.max_running,
       maxQueued: config.max_queued,
-      kvCacheTokens: config.kv_cache_tokens ?? config.max_running * contextLength,
+      kvCacheTokens: config.kv_cache_tokens,
+      decodeSteps: config.decode_steps,
     },
     { version: 0, weightDir: baseDir },
   );

@@ -7,12 +7,15 @@
 
 namespace prime {
 class DistGroup;
-}
+struct GeneratorOptions;
+}  // namespace prime
 
 namespace prime::addon {
 
 Napi::Function DefineModel(Napi::Env env);
 Napi::Function DefineGenerator(Napi::Env env);
+// The options of Model.createGenerator (GeneratorOptions in native/index.ts).
+GeneratorOptions generatorOptions(Napi::Env env, const Napi::Object& o);
 Napi::Function DefineTrainer(Napi::Env env);
 Napi::Function DefineDistStore(Napi::Env env);
 Napi::Function DefineDistGroup(Napi::Env env);

@@ -1,4 +1,6 @@
-// JS class Generator: batched generation over a KV cache (Generator in native/index.ts).
+// JS class Generator: batched generation over a paged KV cache (Generator in native/index.ts).
+#include <cmath>
+
 #include "addon/async.h"
 #include "addon/convert.h"
 #include "addon/exports.h"
@@ -41,6 +43,7 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
       r.promptLogprobs = boolOr(o, "promptLogprobs", false);
       r.topLogprobs = int64_t(numOr(o, "topLogprobs", 0));
       r.returnRoutes = boolOr(o, "returnRoutes", false);
+      r.priority = int64_t(numOr(o, "priority", 0));
     }
     auto gen = gen_;
     auto out = std::make_shared<std::vector<AddedSequence>>();
@@ -51,8 +54,6 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
           for (size_t i = 0; i < out->size(); i++) {
             Napi::Object o = Napi::Object::New(env);
             o.Set("seqId", double((*out)[i].seqId));
-            if (!(*out)[i].promptLogprobs.empty()) o.Set("promptLogprobs", floats(env, (*out)[i].promptLogprobs));
-            if (!(*out)[i].promptRoutes.empty()) o.Set("promptRoutes", int32s(env, (*out)[i].promptRoutes));
             res.Set(uint32_t(i), o);
           }
           return res;
@@ -61,10 +62,14 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
   }
 
   Napi::Value Step(const Napi::CallbackInfo& info) {
+    const double steps = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : 1;
+    if (!(steps >= 1) || steps != std::floor(steps))
+      throw Napi::TypeError::New(info.Env(), "maxSteps must be an integer >= 1");
     auto gen = gen_;
     auto out = std::make_shared<std::vector<StepToken>>();
+    const int64_t maxSteps = int64_t(steps);
     Job* job = new Job(
-        info.Env(), gen->model, [gen, out] { *out = gen->step(); },
+        info.Env(), gen->model, [gen, out, maxSteps] { *out = gen->step(maxSteps); },
         [out](Napi::Env env) -> Napi::Value {
           Napi::Array res = Napi::Array::New(env, out->size());
           for (size_t i = 0; i < out->size(); i++) {
@@ -77,6 +82,9 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
             if (t.finished) o.Set("finishReason", t.finishReason);
             if (!t.error.empty()) o.Set("error", t.error);
             if (!t.routes.empty()) o.Set("routes", int32s(env, t.routes));
+            if (t.first) o.Set("first", true);
+            if (!t.promptLogprobs.empty()) o.Set("promptLogprobs", floats(env, t.promptLogprobs));
+            if (!t.promptRoutes.empty()) o.Set("promptRoutes", int32s(env, t.promptRoutes));
             if (!t.topIds.empty()) {
               Napi::Object top = Napi::Object::New(env);
               Napi::Int32Array ids = Napi::Int32Array::New(env, t.topIds.size());
@@ -109,14 +117,37 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
   }
 
   Napi::Value Stats(const Napi::CallbackInfo& info) {
+    const GeneratorStats st = gen_->stats();
     Napi::Object o = Napi::Object::New(info.Env());
-    o.Set("activeSequences", double(gen_->activeSequences()));
-    o.Set("cachedTokens", double(gen_->cachedTokens()));
+    o.Set("activeSequences", double(st.running + st.preempted));
+    o.Set("runningSequences", double(st.running));
+    o.Set("preemptedSequences", double(st.preempted));
+    o.Set("cachedTokens", double(st.cachedTokens));
     o.Set("maxSequences", double(gen_->maxSequences));
     o.Set("maxSequenceLength", double(gen_->maxSequenceLength));
-    o.Set("cacheUsage", double(gen_->cachedTokens()) / double(gen_->maxSequences * gen_->maxSequenceLength));
+    o.Set("blockSize", double(gen_->blockSize));
+    o.Set("numBlocks", double(gen_->numBlocks()));
+    o.Set("capacityTokens", double(gen_->capacityTokens()));
+    o.Set("blocksInUse", double(st.blocksInUse));
+    o.Set("blocksCached", double(st.blocksCached));
+    o.Set("cacheUsage", double(st.blocksInUse) / double(gen_->numBlocks()));
+    o.Set("preemptions", double(st.preemptions));
+    o.Set("prefillTokens", double(st.prefillTokens));
+    o.Set("prefixHitTokens", double(st.prefixHitTokens));
     o.Set("cudaGraphs", double(gen_->cudaGraphs()));
     o.Set("eagerReason", gen_->eagerReason());
+    const StepTimes& t = st.times;
+    Napi::Object times = Napi::Object::New(info.Env());
+    times.Set("calls", double(t.calls));
+    times.Set("steps", double(t.steps));
+    times.Set("plan", t.plan);
+    times.Set("inputs", t.inputs);
+    times.Set("forward", t.forward);
+    times.Set("attention", t.attention);
+    times.Set("sample", t.sample);
+    times.Set("finish", t.finish);
+    times.Set("device", t.device);
+    o.Set("times", times);
     return o;
   }
 
@@ -126,5 +157,27 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
 }  // namespace
 
 Napi::Function DefineGenerator(Napi::Env env) { return GeneratorWrap::Define(env); }
+
+GeneratorOptions generatorOptions(Napi::Env env, const Napi::Object& o) {
+  GeneratorOptions g;
+  g.maxSequences = int64_t(num(o, "maxSequences"));
+  g.maxSequenceLength = int64_t(num(o, "maxSequenceLength"));
+  g.kvCacheTokens = int64_t(numOr(o, "kvCacheTokens", 0));
+  g.gpuMemoryUtilization = numOr(o, "gpuMemoryUtilization", 0);
+  g.blockSize = int64_t(numOr(o, "blockSize", double(g.blockSize)));
+  g.maxBatchedTokens = int64_t(numOr(o, "maxBatchedTokens", double(g.maxBatchedTokens)));
+  Napi::Value sharing = o.Get("prefixSharing");
+  if (!sharing.IsUndefined()) {
+    const std::string s = sharing.IsString() ? sharing.As<Napi::String>().Utf8Value() : "";
+    if (s == "off") g.prefixSharing = PrefixSharing::kOff;
+    else if (s == "live") g.prefixSharing = PrefixSharing::kLive;
+    else if (s == "cache") g.prefixSharing = PrefixSharing::kCache;
+    else throw Napi::TypeError::New(env, "prefixSharing must be 'off', 'live' or 'cache'");
+  }
+  g.tensorSampler = boolOr(o, "tensorSampler", false);
+  g.cudaGraphs = boolOr(o, "cudaGraphs", true);
+  g.pagedAttentionKernel = boolOr(o, "pagedAttentionKernel", false);
+  return g;
+}
 
 }  // namespace prime::addon

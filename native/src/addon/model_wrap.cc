@@ -77,10 +77,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value CreateGenerator(const Napi::CallbackInfo& info) {
     Napi::Object o = obj(info[0], "options");
     checkIdle(info.Env(), *model_);
-    const int64_t seqs = int64_t(num(o, "maxSequences")), len = int64_t(num(o, "maxSequenceLength"));
-    const bool tensorSampler = boolOr(o, "tensorSampler", false), cudaGraphs = boolOr(o, "cudaGraphs", true);
-    auto gen =
-        jsErrors(info.Env(), [&] { return std::make_shared<Generator>(model_, seqs, len, tensorSampler, cudaGraphs); });
+    const GeneratorOptions g = generatorOptions(info.Env(), o);
+    auto gen = jsErrors(info.Env(), [&] { return std::make_shared<Generator>(model_, g); });
     return wrap(info.Env(), &Constructors::generator, gen);
   }
 

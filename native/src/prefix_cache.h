@@ -1,0 +1,83 @@
+// The index of the KV cache's blocks by the tokens they hold, so sequences with a common prompt
+// prefix share its blocks instead of computing them again (vLLM's automatic prefix caching,
+// SGLang's radix cache at block granularity). A full block is keyed by a chain hash: its tokens and
+// the key of the block before it, the first block's parent being the policy epoch, so a weight
+// update (a new epoch) makes every earlier prefix unmatchable. Entries are verified token by token
+// on lookup: a hash collision never shares a wrong block.
+//
+// A block is indexed from the moment a sequence is admitted with it (its owner computes it in the
+// coming steps: another sequence with that prefix waits for it rather than computing it twice) and
+// marked computed once its K/V are in. When its last reference goes, a computed block either stays
+// indexed and parked in an LRU list (the cache of freed prefixes, kKeep) until a later sequence
+// reuses it or the pool needs it back, or leaves the index (kLiveOnly: only sequences alive
+// together share).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <unordered_map>
+#include <vector>
+
+namespace prime {
+
+using BlockHash = uint64_t;
+
+class PrefixCache {
+ public:
+  enum class Freed { kKeep, kLiveOnly };
+  PrefixCache(int64_t blockSize, Freed freed) : blockSize_(blockSize), freed_(freed) {}
+
+  // The parent of a sequence's first block under policy epoch `epoch`.
+  static BlockHash root(uint64_t epoch);
+  // The key of a full block of blockSize tokens after the block keyed `parent`.
+  BlockHash hash(BlockHash parent, const int64_t* tokens) const;
+
+  struct Entry {
+    int32_t block = -1;
+    bool computed = false;
+    int64_t owner = 0;  // the sequence computing it (0 once computed)
+  };
+  // The block indexed under `key` holding exactly these tokens after `parent`; block -1 when none.
+  Entry find(BlockHash key, BlockHash parent, const int64_t* tokens) const;
+  // Indexes `block` under `key` (not computed yet: `owner` computes it). False, and nothing
+  // indexed, when the key is taken or the block already indexed: the block is then private.
+  bool insert(BlockHash key, BlockHash parent, const int64_t* tokens, int32_t block, int64_t owner);
+  // Whether the block is indexed with its K/V computed (what a freed block must be to be kept).
+  bool holdsComputed(int32_t block) const {
+    auto it = byBlock_.find(block);
+    return it != byBlock_.end() && it->second.computed;
+  }
+  void markComputed(int32_t block);
+  // The uncomputed blocks `from` owns pass to `to` (its first follower, when `from` leaves).
+  void reassign(int64_t from, int64_t to);
+  // Drops the uncomputed blocks `owner` indexed (it left with nobody to take them over).
+  void dropOwned(int64_t owner);
+  // Drops the block from the index (and from the LRU list).
+  void forget(int32_t block);
+
+  // The LRU list of indexed blocks nobody references (kKeep only).
+  bool keepsFreed() const { return freed_ == Freed::kKeep; }
+  void park(int32_t block);    // its last reference went: most recently used end
+  void unpark(int32_t block);  // referenced again
+  int64_t parked() const { return int64_t(lru_.size()); }
+  // Forgets the least recently used parked block and returns it; -1 when none is parked.
+  int32_t evict();
+  // Forgets every entry (a new policy epoch); returns the parked blocks, now free.
+  std::vector<int32_t> clear();
+
+ private:
+  struct Stored {
+    BlockHash key, parent;
+    std::vector<int64_t> tokens;
+    bool computed;
+    int64_t owner;
+  };
+  const int64_t blockSize_;
+  const Freed freed_;
+  std::unordered_map<BlockHash, int32_t> byKey_;
+  std::unordered_map<int32_t, Stored> byBlock_;
+  std::list<int32_t> lru_;  // front: least recently used
+  std::unordered_map<int32_t, std::list<int32_t>::iterator> lruPos_;
+};
+
+}  // namespace prime
