@@ -223,7 +223,7 @@ describe('batch files', () => {
     const { rows, counts } = packSamples([sample(4)], 4);
     const file = path.join(dir, 'bad.safetensors');
     writeBatch(file, 0, 4, [{ ...rows[0], sampleLengths: Int32Array.from([3, 2]) }], counts);
-    expect(() => readBatch(file)).toThrow(`${file}: row 0 holds 5 sample tokens, more than seq_len 4`);
+    expect(() => readBatch(file)).toThrow(`${file} is damaged: row 0 holds 5 sample tokens, more than seq_len 4`);
   });
 });
 

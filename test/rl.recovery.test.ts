@@ -32,7 +32,8 @@ import { chaosScene, checkRun, configOf, recordedProcesses, tinyRunArgs } from '
 jest.setTimeout(10 * 60_000);
 
 const { root, modelDir, outputDir, cli, stopAll } = chaosScene('prime-recovery-');
-const STEPS = 40;
+// Enough steps for every event: a stop or a kill lets about 3-4 steps pass (up to 7 were seen).
+const STEPS = 80;
 const KILLS = 10;
 
 /** `prime-rl rl` arguments of a tiny run on its own ports. */
