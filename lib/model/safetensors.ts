@@ -12,7 +12,8 @@ import * as path from 'node:path';
 import { constants as bufferConstants } from 'node:buffer';
 import type { DiskDType, NamedTensor } from './arch';
 import { writeFileAtomic } from '../atomic';
-import { jsonSyntaxError } from '../json';
+import { readBoundedText } from '../files';
+import { jsonSyntaxError, MAX_JSON_FILE_BYTES } from '../json';
 
 /**
  * The safetensors dtypes this module reads and writes. Model weights use the float ones
@@ -300,7 +301,7 @@ function weightFiles(dir: string): WeightFile[] {
     if (!fs.existsSync(single)) throw new Error(`${dir}: neither model.safetensors nor ${INDEX_FILE} exists`);
     return [{ file: single }];
   }
-  const indexText = fs.readFileSync(indexPath, 'utf8');
+  const indexText = readBoundedText(indexPath, MAX_JSON_FILE_BYTES);
   let index: unknown;
   try {
     index = JSON.parse(indexText);

@@ -6,9 +6,13 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
+import { readBoundedText } from '../files';
 import { readJsonFile } from '../json';
 
 type Json = Record<string, unknown>;
+
+/** Chat templates on the Hub are a few KiB; a larger file is not one. */
+const MAX_TEMPLATE_BYTES = 1 << 20;
 
 /** `tokenizer_config.json` spells a token as a string or as an AddedToken object `{content, ...}`. */
 function tokenContent(v: unknown): string | undefined {
@@ -134,7 +138,7 @@ export class Tokenizer {
       tokenizerConfig: exists('tokenizer_config.json') ? readJsonFile(file('tokenizer_config.json')) : {},
       generationConfig: exists('generation_config.json') ? readJsonFile(file('generation_config.json')) : undefined,
       chatTemplateFile: exists('chat_template.jinja')
-        ? fs.readFileSync(file('chat_template.jinja'), 'utf8')
+        ? readBoundedText(file('chat_template.jinja'), MAX_TEMPLATE_BYTES)
         : undefined,
       source: dir,
     });
