@@ -9,6 +9,7 @@ import { ARCHS, PROJECTIONS } from '../model/families';
 import { ADVANTAGE_TYPES } from '../orchestrator/advantages';
 import { DISTILL_BASELINES } from '../orchestrator/distill';
 import { isVerifiersEnv } from '../envs/verifiers/environment';
+import { outputDirProblem, RUN_NAME_MAX } from './output-dir';
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
 function section<T extends z.core.$ZodLooseShape>(shape: T) {
@@ -87,7 +88,16 @@ const trainerModelSchema = () =>
 const seqLen = () => positiveInt().default(2048).describe('max tokens of one packed row / one sequence');
 const maxSteps = () => positiveInt().optional().describe('number of optimizer steps; unset = no limit');
 const outputDir = () =>
-  z.string().min(1).default('outputs').describe('root of run folders, checkpoints and the local Temporal database');
+  z
+    .string()
+    .min(1)
+    .superRefine((dir, ctx) => {
+      const problem = outputDirProblem(dir);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    // prefault: the default goes through the check too.
+    .prefault('outputs')
+    .describe('root of run folders, checkpoints and the local Temporal database');
 const seed = () => z.number().int().nonnegative().default(0).describe('random seed');
 const asyncLevel = () =>
   z
@@ -100,6 +110,10 @@ const runName = (dflt: string) =>
   z
     .string()
     .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ., _ and - only')
+    .max(RUN_NAME_MAX, {
+      error: (iss) =>
+        `${String(iss.input).length} characters; at most ${RUN_NAME_MAX} (it names a folder of output_dir and a workflow)`,
+    })
     .default(dflt)
     .describe('run name: the folder under output_dir and the Temporal workflow id');
 const threads = () => positiveInt().optional().describe('compute threads of the native engine; unset = all cores');
