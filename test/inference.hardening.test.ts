@@ -280,6 +280,71 @@ describe('a server with max_running 2, max_queued 4', () => {
     expect(await metric(base, 'prime_inference_prompt_tokens_total')).toBe(tokens + 42);
   });
 
+  test('a weight folder whose config.json claims 10^7 blocks is a 400 naming the field and the bytes; the server keeps serving', async () => {
+    // It used to crash the server: V8 heap out of memory (exit 134) while listing 10^8 tensors.
+    const dir = path.join(outDir, 'deep');
+    const model = loadHfModel(baseDir);
+    writeHfModel(dir, { config: model.rawConfig, tensors: model.tensors, copyFrom: baseDir });
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ ...model.rawConfig, num_hidden_layers: 1e7 }));
+    const r = await post(`${base}/update_weights`, { weight_dir: dir, version: 7 });
+    const body = (await r.json()) as any;
+    expect([r.status, body.error.param, body.error.code]).toEqual([400, 'weight_dir', 'invalid_model']);
+    expect(body.error.message).toMatch(
+      /config\.json: field 'num_hidden_layers' \(10000000\) makes [\d,]+ parameters: at least [\d.]+ GiB of weights, but the folder's weight files hold [\d.]+ KiB/,
+    );
+    // Of the same size but another model: the field that differs, before any weight is read.
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ ...model.rawConfig, rms_norm_eps: 1e-5 }));
+    const other = (await (await post(`${base}/update_weights`, { weight_dir: dir, version: 7 })).json()) as any;
+    expect(other.error.message).toMatch(
+      /config\.json: field 'rms_norm_eps' is 0\.00001, the served model has 0\.000001$/,
+    );
+    expect(await health(base)).toBe(200);
+    expect((await post(`${base}/v1/generate`, { prompt_token_ids: [1, 2], max_tokens: 2 })).status).toBe(200);
+  });
+
+  test('every weight-folder refusal is the same 403, whether the path exists, is outside, or links out (hard links too)', async () => {
+    const secret = path.join(root, 'secret');
+    fs.mkdirSync(secret, { recursive: true });
+    // A file outside the roots that the loader would read without complaint: only the check can stop it.
+    fs.copyFileSync(path.join(baseDir, 'model.safetensors'), path.join(secret, 'model.safetensors'));
+    const linked = (name: string, link: (target: string, at: string) => void) => {
+      const dir = path.join(outDir, name);
+      fs.mkdirSync(dir, { recursive: true });
+      for (const f of fs.readdirSync(baseDir))
+        if (f !== 'model.safetensors') fs.copyFileSync(path.join(baseDir, f), path.join(dir, f));
+      link(path.join(secret, 'model.safetensors'), path.join(dir, 'model.safetensors'));
+      return dir;
+    };
+    const hard = linked('hard', fs.linkSync);
+    const soft = linked('soft', fs.symlinkSync);
+    const cases = [
+      [path.join(secret, 'nope'), path.join(secret, 'nope')], // outside, absent
+      [secret, secret], // outside, present
+      [path.join(outDir, 'nope'), path.join(outDir, 'nope')], // inside, absent
+      [hard, path.join(hard, 'model.safetensors')],
+      [soft, path.join(soft, 'model.safetensors')],
+    ];
+    const answers = new Set<string>();
+    for (const [dir, named] of cases) {
+      const r = await post(`${base}/update_weights`, { weight_dir: dir, version: 9 });
+      const body = (await r.json()) as any;
+      expect(body.error.message.startsWith(`weight_dir: ${named} `)).toBe(true);
+      answers.add(JSON.stringify([r.status, { ...body.error, message: body.error.message.replace(named, '<path>') }]));
+    }
+    expect([...answers]).toEqual([
+      JSON.stringify([
+        403,
+        {
+          message: `weight_dir: <path> is outside the allowed roots (${outDir}) or does not exist; a file linked from outside them counts as outside`,
+          type: 'permission_error',
+          param: 'weight_dir',
+          code: 'forbidden_path',
+        },
+      ]),
+    ]);
+    expect(await health(base)).toBe(200);
+  });
+
   test('a prompt far beyond the context is refused without tokenizing it', async () => {
     const huge = 'x'.repeat(10 * 1024 * 1024);
     const c = await post(`${base}/v1/completions`, { prompt: huge, max_tokens: 1 });
@@ -368,6 +433,37 @@ describe('settings at start', () => {
       const p = cli(args, { PRIME_TEST_EMPTY_KEY: '' });
       expect(await refusal(p)).toBe(2);
       expect(p.stderr()).toMatch(/api_key_var.*PRIME_TEST_EMPTY_KEY.*empty/);
+      expect(p.stderr()).not.toMatch(/\n\s+at /);
+    }
+  });
+
+  test('a model folder whose config.json or tokenizer.json would allocate without bound: exit 2 naming the field or the file', async () => {
+    const folder = (name: string, edit: (dir: string) => void) => {
+      const dir = path.join(root, name);
+      fs.cpSync(baseDir, dir, { recursive: true });
+      edit(dir);
+      return dir;
+    };
+    const json = (file: string, change: (j: any) => void) => {
+      const j = JSON.parse(fs.readFileSync(file, 'utf8'));
+      change(j);
+      fs.writeFileSync(file, JSON.stringify(j));
+    };
+    // V8 heap out of memory (exit 134) after 21 s, and a minute of start-up, before.
+    const deep = folder('deep-base', (d) => json(path.join(d, 'config.json'), (c) => (c.num_hidden_layers = 1e7)));
+    const bigId = folder('big-id', (d) =>
+      json(path.join(d, 'tokenizer.json'), (t) => t.added_tokens.push({ id: 1e9, content: '<big>', special: true })),
+    );
+    for (const [dir, message] of [
+      [
+        deep,
+        /model\.name: .*config\.json: field 'num_hidden_layers' \(10000000\) makes [\d,]+ parameters: at least [\d.]+ GiB of weights/,
+      ],
+      [bigId, /model\.name: .*big-id\/tokenizer\.json: token "<big>" has id 1000000000, far outside a vocabulary/],
+    ] as const) {
+      const p = cli(['inference', '--model.name', dir, '--server.port', '0', '--threads', '1']);
+      expect(await refusal(p)).toBe(2);
+      expect(p.stderr()).toMatch(message);
       expect(p.stderr()).not.toMatch(/\n\s+at /);
     }
   });

@@ -638,13 +638,15 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
       'frequency_penalty',
       /^frequency_penalty: frequency_penalty other than 0 is not supported$/,
     ],
+    // A path that does not exist gets the very answer of one outside the roots (whether a path
+    // exists is nothing a client may learn).
     [
       'weight_dir that does not exist',
       '/update_weights',
       { weight_dir: path.join(root, 'out', 'nope') },
-      400,
+      403,
       'weight_dir',
-      /^weight_dir: .*nope does not exist$/,
+      /^weight_dir: .*nope is outside the allowed roots \(.*\) or does not exist; /,
     ],
     [
       'weight_dir outside the allowed roots',
@@ -652,7 +654,7 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
       { weight_dir: baseDir },
       403,
       'weight_dir',
-      /^weight_dir: .* is outside the allowed roots/,
+      /^weight_dir: .* is outside the allowed roots \(.*\) or does not exist; /,
     ],
     [
       'weight_dir of another shape',
@@ -660,7 +662,7 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
       { weight_dir: wideDir },
       400,
       'weight_dir',
-      /^weight_dir: not the same model shape: hiddenSize is 96, the served model has 64$/,
+      /^weight_dir: not the same model shape: .*wide\/config\.json: field 'hidden_size' is 96, the served model has 64$/,
     ],
     [
       'weight_dir not a model',

@@ -15,6 +15,7 @@ import { writeHfModel } from './hf';
 import { family } from './families';
 import { checkMoe } from './families/qwen3_moe';
 import { Rng } from './rng';
+import { checkFitsInMemory } from './bounds';
 import { parameterCount, tensorSpecs } from './tensors';
 import { Tokenizer } from './tokenizer';
 import type { ModelCreateConfig } from '../config/schemas';
@@ -224,6 +225,8 @@ export function createModel(opts: CreateModelOptions): CreatedModel {
     throw new Error(`vocabSize ${a.vocabSize} is smaller than the ${opts.tokenizer} tokenizer (${tok.size} tokens)`);
   const endOfText = tok.requireTokenId('<|endoftext|>');
   const imEnd = tok.requireTokenId('<|im_end|>');
+  // float32 values, then their bfloat16 copy: all tensors are held at once until written.
+  checkFitsInMemory(a, dtype === 'bfloat16' ? 6 : 4);
   const config = toHfConfig(a, { bos: endOfText, eos: imEnd, pad: endOfText }, dtype);
   const generationConfig = { bos_token_id: endOfText, eos_token_id: [imEnd, endOfText], pad_token_id: endOfText };
   writeHfModel(opts.out, {

@@ -63,6 +63,37 @@ function maxTokenBytesOf(json: Json): number | undefined {
   return max;
 }
 
+/**
+ * Refuses token ids far outside the vocabulary before the tokenizer library sees them: it sizes its
+ * tables by the largest id, so a single id of 10^9 in tokenizer.json cost a minute of start-up and
+ * gigabytes. Real vocabularies are dense (added tokens follow the model's), so "far" is at or
+ * beyond twice the number of distinct ids.
+ */
+function checkTokenIds(json: Json, file: string): void {
+  const model = json.model as Json | null | undefined;
+  const entries: [unknown, unknown][] = [];
+  const vocab = model?.vocab;
+  // Unigram's vocab is a list of [token, score]: its ids are the positions.
+  if (vocab !== null && typeof vocab === 'object' && !Array.isArray(vocab))
+    for (const entry of Object.entries(vocab)) entries.push(entry);
+  for (const t of Array.isArray(json.added_tokens) ? (json.added_tokens as unknown[]) : [])
+    entries.push([(t as Json | null)?.content, (t as Json | null)?.id]);
+  const ids = new Set<number>(Array.isArray(vocab) ? vocab.map((_, i) => i) : []);
+  for (const [token, id] of entries) {
+    if (typeof id !== 'number' || !Number.isSafeInteger(id) || id < 0)
+      throw new Error(
+        `${file}: token ${JSON.stringify(token)} has id ${JSON.stringify(id)}; ids are non-negative integers`,
+      );
+    ids.add(id);
+  }
+  const limit = 2 * ids.size;
+  const far = entries.find(([, id]) => (id as number) >= limit);
+  if (far)
+    throw new Error(
+      `${file}: token ${JSON.stringify(far[0])} has id ${String(far[1])}, far outside a vocabulary of ${ids.size} ids (at most ${limit - 1} is taken)`,
+    );
+}
+
 export interface TokenizerFiles {
   tokenizerJson: Json;
   tokenizerConfig: Json;
@@ -91,6 +122,7 @@ export class Tokenizer {
   constructor(files: TokenizerFiles) {
     const source = files.source ?? 'tokenizer';
     const config = files.tokenizerConfig;
+    checkTokenIds(files.tokenizerJson, files.source ? path.join(files.source, 'tokenizer.json') : 'tokenizer.json');
     // tokenizers.js cleans up spaces unless told otherwise; transformers' current default is not to.
     this.hf = new HfTokenizer(files.tokenizerJson, {
       ...config,

@@ -19,7 +19,7 @@ import * as native from '../../../native';
 import { ConfigError } from '../../config/errors';
 import type { InferenceConfig } from '../../config/schemas';
 import type { ArchConfig } from '../../model/arch';
-import { loadHfModel } from '../../model/hf';
+import { loadHfModel, type HfModel } from '../../model/hf';
 import { Tokenizer } from '../../model/tokenizer';
 import { InferenceMetrics } from '../metrics';
 import { ApiError } from '../protocol';
@@ -63,17 +63,29 @@ function bearerCheck(config: InferenceConfig): ((header: string | undefined) => 
   return (header) => timingSafeEqual(digest(header ?? ''), expected);
 }
 
-/** The engine on the base weights; the weights themselves are not kept in the JS heap (/reload_weights reads them again). */
+/**
+ * The engine on the base model folder, with its tokenizer. The folder is read and checked first
+ * (config.json's sizes against its files, the tensors against the config), before the engine
+ * allocates anything; what is wrong with it is the user's to fix: a config error naming model.name
+ * (the CLI exits 2). The weights are not kept in the JS heap (/reload_weights reads them again).
+ */
 async function loadBase(
   baseDir: string,
   config: InferenceConfig,
-): Promise<{ arch: ArchConfig; model: native.NativeModel }> {
-  const base = loadHfModel(baseDir);
+): Promise<{ real: string; arch: ArchConfig; model: native.NativeModel; tokenizer: Tokenizer }> {
+  let real: string, tokenizer: Tokenizer, base: HfModel;
+  try {
+    real = fs.realpathSync(baseDir);
+    tokenizer = Tokenizer.fromDir(baseDir);
+    base = loadHfModel(baseDir);
+  } catch (e) {
+    throw new ConfigError(`model.name: ${(e as Error).message}`);
+  }
   const model = await native.loadModel(base.config, base.tensors, {
     device: config.model.device,
     dtype: config.model.dtype,
   });
-  return { arch: base.config, model };
+  return { real, arch: base.config, model, tokenizer };
 }
 
 export async function startInferenceServer(config: InferenceConfig): Promise<InferenceServer> {
@@ -81,9 +93,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const authorized = bearerCheck(config);
   native.setThreads(config.threads ?? os.cpus().length);
   const baseDir = path.resolve(config.model.name);
-  const baseReal = fs.realpathSync(baseDir);
-  const { arch, model } = await loadBase(baseDir, config);
-  const tokenizer = Tokenizer.fromDir(baseDir);
+  const { real: baseReal, arch, model, tokenizer } = await loadBase(baseDir, config);
   const prompts = new PromptTokenizer(tokenizer, baseDir);
   const contextLength = Math.min(config.seq_len, arch.maxPositionEmbeddings);
   const generator = model.createGenerator({
