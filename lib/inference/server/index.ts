@@ -25,7 +25,7 @@ import { InferenceMetrics } from '../metrics';
 import { ApiError } from '../protocol';
 import { Scheduler, ShuttingDownError } from '../scheduler';
 import { PromptTokenizer } from '../tokenize';
-import { installErrorHandlers } from './errors';
+import { frameworkErrorOptions, installErrorHandlers } from './errors';
 import { registerOpenAiRoutes } from './openai-routes';
 import { registerPolicyRoutes } from './policy-routes';
 import { registerRendererGenerateRoute } from './renderer-generate';
@@ -122,6 +122,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const app = Fastify({
     bodyLimit: BODY_LIMIT,
     logger: false,
+    ...frameworkErrorOptions,
     // A client must finish sending its headers, then its whole request, in bounded time (a
     // slowloris holds a socket forever otherwise: fastify's default requestTimeout of 0 also
     // switches off node's headersTimeout). Node checks these every connectionsCheckingInterval.
@@ -129,6 +130,8 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     http: {
       headersTimeout,
       requestTimeout,
+      requireHostHeader: false, // checked in installErrorHandlers, answered OpenAI-style
+
       connectionsCheckingInterval: Math.max(100, Math.min(5000, headersTimeout / 4)),
     },
   });
