@@ -585,6 +585,18 @@ export const serverSchema = z
       .describe(
         'a client that has not sent its whole request (headers and body) after this long is disconnected (408)',
       ),
+    prompt_timeout_s: z
+      .number()
+      .positive()
+      .default(30)
+      .describe(
+        "longest the model's chat template may render, and its tokenizer tokenize, one request's prompt (in a helper process); beyond it the helper is stopped and the request gets a 400 naming the template",
+      ),
+    prompt_heap_mb: positiveInt()
+      .default(1024)
+      .describe(
+        'heap of each helper process that renders chat templates and tokenizes prompts, in MiB; a template or tokenizer that needs more is stopped and the request gets a 400 naming it',
+      ),
   })
   .superRefine((c, ctx) => {
     if (c.request_timeout_s < c.headers_timeout_s) {

@@ -109,6 +109,8 @@ export class Tokenizer {
   /** Number of ids the tokenizer can produce or decode (model vocabularies may be padded beyond). */
   readonly size: number;
   readonly chatTemplate: string | undefined;
+  /** Where the chat template comes from (a file of the folder), for messages about it. */
+  readonly chatTemplateSource: string | undefined;
   /** Ids that end generation: tokenizer_config's `eos_token` and generation_config's `eos_token_id`(s). */
   readonly eosTokenIds: number[];
   readonly padTokenId: number | undefined;
@@ -132,6 +134,10 @@ export class Tokenizer {
     for (const id of this.hf.get_vocab(true).values()) maxId = Math.max(maxId, id);
     this.size = maxId + 1;
     this.chatTemplate = files.chatTemplateFile ?? chatTemplateOf(config, source);
+    this.chatTemplateSource =
+      this.chatTemplate === undefined
+        ? undefined
+        : path.join(source, files.chatTemplateFile !== undefined ? 'chat_template.jinja' : 'tokenizer_config.json');
     this.maxTokenBytes = maxTokenBytesOf(files.tokenizerJson);
     this.nfc = (files.tokenizerJson.normalizer as Json | null | undefined)?.type === 'NFC';
 

@@ -7,8 +7,8 @@
  * against the context and the vocabulary (served.ts), and any error a client caused is a 4xx with
  * an OpenAI-style body naming the field (errors.ts). The sequences of one request are admitted all
  * or none, so a refused request (429) costs nothing. Long prompts are bounded cheaply before they
- * are tokenized, and tokenized off the event loop (tokenize.ts): no request stalls the others or
- * `/health`. Routes: openai-routes.ts, policy-routes.ts.
+ * are tokenized, and chat templates rendered and prompts tokenized off the event loop, with time
+ * and memory limits (prompts.ts): no request stalls the others or `/health`. Routes: openai-routes.ts, policy-routes.ts.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -18,21 +18,20 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import * as native from '../../../native';
 import { ConfigError } from '../../config/errors';
 import type { InferenceConfig } from '../../config/schemas';
-import type { ArchConfig } from '../../model/arch';
 import { loadHfModel, type HfModel } from '../../model/hf';
 import { Tokenizer } from '../../model/tokenizer';
 import { InferenceMetrics } from '../metrics';
 import { ApiError } from '../protocol';
 import { Scheduler, ShuttingDownError } from '../scheduler';
-import { PromptTokenizer } from '../tokenize';
+import { PromptWorkers } from '../prompts';
 import { frameworkErrorOptions, installErrorHandlers } from './errors';
 import { registerOpenAiRoutes } from './openai-routes';
 import { registerPolicyRoutes } from './policy-routes';
 import { registerRendererGenerateRoute } from './renderer-generate';
-import { Served } from './served';
+import { BODY_LIMIT, Served } from './served';
 
-/** Largest accepted request body. */
-const BODY_LIMIT = 16 * 1024 * 1024;
+/** Prompt helper processes: a template that runs to its time limit in one leaves the other to the rest. */
+const PROMPT_PROCESSES = 2;
 
 export interface InferenceServer {
   app: FastifyInstance;
@@ -64,28 +63,23 @@ function bearerCheck(config: InferenceConfig): ((header: string | undefined) => 
 }
 
 /**
- * The engine on the base model folder, with its tokenizer. The folder is read and checked first
- * (config.json's sizes against its files, the tensors against the config), before the engine
- * allocates anything; what is wrong with it is the user's to fix: a config error naming model.name
- * (the CLI exits 2). The weights are not kept in the JS heap (/reload_weights reads them again).
+ * The base model folder's tokenizer and weights, read and checked (config.json's sizes against its
+ * files, the tensors against the config) before the engine allocates anything. What is wrong with
+ * the folder is the user's to fix: a config error naming model.name (the CLI exits 2).
  */
-async function loadBase(
-  baseDir: string,
-  config: InferenceConfig,
-): Promise<{ real: string; arch: ArchConfig; model: native.NativeModel; tokenizer: Tokenizer }> {
-  let real: string, tokenizer: Tokenizer, base: HfModel;
+function readBase(baseDir: string): { real: string; base: HfModel; tokenizer: Tokenizer } {
   try {
-    real = fs.realpathSync(baseDir);
-    tokenizer = Tokenizer.fromDir(baseDir);
-    base = loadHfModel(baseDir);
+    const real = fs.realpathSync(baseDir);
+    const tokenizer = Tokenizer.fromDir(baseDir);
+    return { real, base: loadHfModel(baseDir), tokenizer };
   } catch (e) {
     throw new ConfigError(`model.name: ${(e as Error).message}`);
   }
-  const model = await native.loadModel(base.config, base.tensors, {
-    device: config.model.device,
-    dtype: config.model.dtype,
-  });
-  return { real, arch: base.config, model, tokenizer };
+}
+
+/** The engine on the base weights; they are not kept in the JS heap past this (/reload_weights reads them again). */
+async function loadEngine(base: HfModel, config: InferenceConfig): Promise<native.NativeModel> {
+  return native.loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
 }
 
 export async function startInferenceServer(config: InferenceConfig): Promise<InferenceServer> {
@@ -93,15 +87,35 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const authorized = bearerCheck(config);
   native.setThreads(config.threads ?? os.cpus().length);
   const baseDir = path.resolve(config.model.name);
-  const { real: baseReal, arch, model, tokenizer } = await loadBase(baseDir, config);
-  const prompts = new PromptTokenizer(tokenizer, baseDir);
+  const { real: baseReal, base, tokenizer } = readBase(baseDir);
+  const arch = base.config;
+  // Before the engine loads (see prompt-supervisor.ts); a later restart waits for a pause between
+  // engine steps.
+  let scheduler: Scheduler | undefined;
+  const prompts = new PromptWorkers(
+    tokenizer,
+    baseDir,
+    {
+      processes: PROMPT_PROCESSES,
+      timeoutMs: config.server.prompt_timeout_s * 1000,
+      heapMb: config.server.prompt_heap_mb,
+    },
+    (start) => (scheduler ? scheduler.betweenSteps(start) : Promise.resolve(start())),
+  );
+  let model: native.NativeModel;
+  try {
+    model = await loadEngine(base, config);
+  } catch (e) {
+    await prompts.close();
+    throw e;
+  }
   const contextLength = Math.min(config.seq_len, arch.maxPositionEmbeddings);
   const generator = model.createGenerator({
     maxSequences: config.max_running,
     maxSequenceLength: contextLength,
     cudaGraphs: !config.model.enforce_eager,
   });
-  const scheduler = new Scheduler(
+  scheduler = new Scheduler(
     model,
     generator,
     {
@@ -166,7 +180,12 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   registerPolicyRoutes(app, served, { baseDir, baseReal, allowedRoots });
   registerRendererGenerateRoute(app, served);
 
-  await app.listen({ host: config.server.host, port: config.server.port });
+  try {
+    await app.listen({ host: config.server.host, port: config.server.port });
+  } catch (e) {
+    await prompts.close();
+    throw e;
+  }
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.server.port;
   return {

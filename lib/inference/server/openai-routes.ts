@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type * as native from '../../../native';
-import { renderChat, type ChatMessage } from '../../model/chat';
+import type { ChatMessage } from '../../model/chat';
 import { EngineError, type SequenceResult } from '../generation';
 import {
   ApiError,
@@ -17,7 +17,7 @@ import {
   type RequestMessage,
 } from '../protocol';
 import { engineErrorBody } from './errors';
-import { disconnectSignal, now, promptLogprobList, usage, type Served } from './served';
+import { disconnectSignal, MAX_RENDERED_CHARS, now, promptLogprobList, usage, type Served } from './served';
 
 /** Text of an OpenAI message content (string or text parts). */
 function contentText(m: RequestMessage): string | null {
@@ -71,8 +71,19 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
   const stopList = (stop: string | string[] | null | undefined) =>
     stop === undefined || stop === null ? [] : typeof stop === 'string' ? [stop] : stop;
 
-  /** The chat rendered by the model's template and tokenized (off the event loop when long). */
+  /**
+   * The chat rendered by the model's template and tokenized, on a prompt worker (prompts.ts). What
+   * cannot fit the context is refused first, without rendering: every message renders to at least
+   * one token, and to at least its content's tokens (templates show each message's content).
+   */
   const chatPrompt = async (body: ChatCompletionRequest): Promise<number[]> => {
+    if (body.messages.length >= contextLength)
+      throw new ApiError(
+        400,
+        `messages: ${body.messages.length} messages cannot fit this model's context of ${contextLength} tokens (each renders to at least one token)`,
+        'messages',
+        'context_length_exceeded',
+      );
     const messages: ChatMessage[] = body.messages.map((m) => ({
       ...m,
       role: m.role === 'developer' ? 'system' : m.role,
@@ -80,23 +91,26 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
       reasoning_content: m.reasoning_content ?? undefined,
       tool_calls: m.tool_calls as ChatMessage['tool_calls'],
     }));
-    let text: string;
-    try {
-      text = renderChat(tokenizer, messages, {
-        tools: body.tools ?? undefined,
-        addGenerationPrompt: body.add_generation_prompt ?? true,
-        extra: body.chat_template_kwargs ?? undefined,
-      });
-    } catch (e) {
+    let atLeast = 0;
+    for (const m of messages) atLeast += m.content ? tokenizer.minTokens(m.content) : 0;
+    served.checkTokenBound(atLeast, 'messages');
+    if (tokenizer.chatTemplate === undefined)
       throw new ApiError(
         400,
-        `messages: the chat template cannot render them: ${(e as Error).message}`,
+        'messages: this model has no chat template (tokenizer_config.json or chat_template.jinja); use /v1/completions',
         'messages',
         'invalid_messages',
       );
-    }
-    served.checkTextLength(text, 'messages');
-    return prompts.encode(text);
+    const outcome = await prompts.chat(
+      messages,
+      {
+        tools: body.tools ?? undefined,
+        addGenerationPrompt: body.add_generation_prompt ?? true,
+        extra: body.chat_template_kwargs ?? undefined,
+      },
+      { maxChars: MAX_RENDERED_CHARS, contextLength },
+    );
+    return served.promptIds(outcome, 'messages');
   };
 
   /** Server-sent events for a streaming response. It always ends: with [DONE], after an error event when it failed. */
@@ -284,7 +298,9 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
       promptTexts = typeof prompt === 'string' ? [prompt] : (prompt as string[]);
       // Every text is bounded before any is tokenized.
       promptTexts.forEach((t) => served.checkTextLength(t, 'prompt'));
-      promptIds = await Promise.all(promptTexts.map((t) => prompts.encode(t)));
+      promptIds = (await Promise.all(promptTexts.map((t) => prompts.encode(t)))).map((o) =>
+        served.promptIds(o, 'prompt'),
+      );
     } else {
       promptIds = prompt.every((p) => typeof p === 'number') ? [prompt as number[]] : (prompt as number[][]);
     }
