@@ -359,6 +359,35 @@ describe('a server with max_running 2, max_queued 4', () => {
     expect(await health(base)).toBe(200);
   });
 
+  test('a non-streamed response beyond server.max_response_entries is a 400 naming the fields, before anything runs', async () => {
+    // n 64 x 2,000 tokens x 21 logprob entries held /health for 8.5 s while the body was built.
+    const tokens = await metric(base, 'prime_inference_prompt_tokens_total');
+    const chat = await post(`${base}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'hi' }],
+      n: 64,
+      max_tokens: 2000,
+      logprobs: true,
+      top_logprobs: 20,
+    });
+    const chatError = ((await chat.json()) as any).error;
+    expect([chat.status, chatError.param, chatError.code]).toEqual([400, 'max_tokens', 'response_too_large']);
+    expect(chatError.message).toBe(
+      'max_tokens: n x max_tokens x (1 + top_logprobs) = 2688000 entries in one response, more than server.max_response_entries (1048576); ask for fewer, or stream the response',
+    );
+    const completion = await post(`${base}/v1/completions`, {
+      prompt: Array.from({ length: 8 }, () => [1, 2]),
+      n: 8,
+      max_tokens: 1000,
+      logprobs: 20,
+    });
+    const completionError = ((await completion.json()) as any).error;
+    expect([completion.status, completionError.code]).toEqual([400, 'response_too_large']);
+    expect(completionError.message).toMatch(
+      /^max_tokens: prompts x n x \(max_tokens x \(1 \+ logprobs\) \+ echoed prompt tokens\) = 1344000 entries/,
+    );
+    expect(await metric(base, 'prime_inference_prompt_tokens_total')).toBe(tokens); // nothing ran
+  });
+
   test('a prompt far beyond the context is refused without tokenizing it', async () => {
     const huge = 'x'.repeat(10 * 1024 * 1024);
     const c = await post(`${base}/v1/completions`, { prompt: huge, max_tokens: 1 });

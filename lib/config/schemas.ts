@@ -592,6 +592,11 @@ export const serverSchema = z
       .describe(
         "longest the model's chat template may render, and its tokenizer tokenize, one request's prompt (in a helper process); beyond it the helper is stopped and the request gets a 400 naming the template",
       ),
+    max_response_entries: positiveInt()
+      .default(1 << 20)
+      .describe(
+        'largest non-streamed completion one request may ask for, in entries: n x max_tokens x (1 + top logprobs) on /v1/chat/completions, prompts x n x (max_tokens x (1 + logprobs) + echoed prompt tokens) on /v1/completions; more is a 400 naming the fields (a stream is not bounded)',
+      ),
     prompt_heap_mb: positiveInt()
       .default(1024)
       .describe(

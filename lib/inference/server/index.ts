@@ -128,7 +128,15 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const modelName = config.model.name;
   const allowedRoots = (config.allowed_weight_roots ?? [config.output_dir]).map((r) => path.resolve(r));
   const metrics = new InferenceMetrics(scheduler);
-  const served = new Served(scheduler, tokenizer, prompts, arch, contextLength, modelName);
+  const served = new Served(
+    scheduler,
+    tokenizer,
+    prompts,
+    arch,
+    contextLength,
+    modelName,
+    config.server.max_response_entries,
+  );
   let closing = false;
 
   const headersTimeout = config.server.headers_timeout_s * 1000;

@@ -17,6 +17,7 @@ import {
   type RequestMessage,
 } from '../protocol';
 import { engineErrorBody } from './errors';
+import { LazyArray, mapInSlices, sendJson } from './json-body';
 import { disconnectSignal, MAX_RENDERED_CHARS, now, promptLogprobList, usage, type Served } from './served';
 
 /** Text of an OpenAI message content (string or text parts). */
@@ -66,8 +67,9 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
         : [],
     };
   };
+  /** Made as the body is written: millions of entries must not be built at once (json-body.ts). */
   const tokenLogprobs = (r: SequenceResult) =>
-    r.tokenIds.map((id, i) => logprobEntry(id, r.logprobs[i], r.topLogprobs[i]));
+    new LazyArray(r.tokenIds.length, (i) => logprobEntry(r.tokenIds[i], r.logprobs[i], r.topLogprobs[i]));
   const stopList = (stop: string | string[] | null | undefined) =>
     stop === undefined || stop === null ? [] : typeof stop === 'string' ? [stop] : stop;
 
@@ -169,8 +171,11 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     const created = now();
     const stopStrings = stopList(body.stop);
     const withTools = (body.tools?.length ?? 0) > 0;
+    const top = body.logprobs ? (body.top_logprobs ?? 0) : 0;
+    if (!body.stream)
+      served.checkResponseEntries(n * maxTokens * (1 + top), `n x ${maxParam} x (1 + top_logprobs)`, maxParam);
     const requests = Array.from({ length: n }, (_, i) =>
-      served.engineRequest(promptIds, body, maxTokens, i, false, body.logprobs ? (body.top_logprobs ?? 0) : 0),
+      served.engineRequest(promptIds, body, maxTokens, i, false, top),
     );
 
     if (body.stream) {
@@ -231,7 +236,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     }
 
     const results = await served.start(requests, { tokenizer, stopStrings, signal });
-    return {
+    return sendJson(reply, {
       id,
       object: 'chat.completion',
       created,
@@ -253,25 +258,27 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
       }),
       usage: usage(promptIds.length, results),
       ...(body.return_token_ids ? { prompt_token_ids: promptIds } : {}),
-    };
+    });
   });
 
   /**
    * OpenAI's (legacy) completion `logprobs` of `ids`: `text_offset` is where each token's text starts
-   * in the choice's text, the lengths of the tokens before it summed (as vLLM counts).
+   * in the choice's text, the lengths of the tokens before it summed (as vLLM counts). Decoded in
+   * slices, the alternatives as the body is written (json-body.ts).
    */
-  const completionLogprobs = (
-    ids: number[],
-    logprobs: (number | null)[],
-    topLogprobs: Record<string, number>[] | null,
-  ) => {
-    const tokens = ids.map((t) => tokenizer.decode([t]));
+  const completionLogprobs = async (ids: number[], logprobs: (number | null)[], top: native.TopLogprobs[] | null) => {
+    const tokens = await mapInSlices(ids.length, (i) => tokenizer.decode([ids[i]]));
     const offsets: number[] = [];
     let at = 0;
     for (const t of tokens) {
       offsets.push(at);
       at += t.length;
     }
+    const topLogprobs = top
+      ? new LazyArray(top.length, (i) =>
+          Object.fromEntries(Array.from(top[i].ids, (alt, j) => [tokenizer.decode([alt]), top[i].logprobs[j]])),
+        )
+      : null;
     return { tokens, token_logprobs: logprobs, top_logprobs: topLogprobs, text_offset: offsets };
   };
 
@@ -319,47 +326,54 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
         served.engineRequest(p, body, maxTokens, i, echo && withLogprobs && i === 0, body.logprobs ?? 0),
       );
     });
+    const entries = requests.reduce(
+      (a, r) => a + r.maxTokens * (1 + (body.logprobs ?? 0)) + (echo ? r.promptIds.length : 0),
+      0,
+    );
+    served.checkResponseEntries(
+      entries,
+      'prompts x n x (max_tokens x (1 + logprobs) + echoed prompt tokens)',
+      'max_tokens',
+    );
     const results = await served.start(requests, { tokenizer, stopStrings, signal });
     const generated = results.map((r) =>
       generates ? r : { ...r, tokenIds: [], logprobs: [], topLogprobs: [], text: '', finishReason: 'length' as const },
     );
-    return {
+    const choices = [];
+    for (const [index, r] of generated.entries()) {
+      const p = Math.floor(index / n);
+      const echoed = echo
+        ? {
+            ids: promptIds[p],
+            text: promptTexts?.[p] ?? tokenizer.decode(promptIds[p]),
+            logprobs: withLogprobs ? promptLogprobList(results[p * n])! : [],
+          }
+        : { ids: [], text: '', logprobs: [] };
+      choices.push({
+        index,
+        text: echoed.text + r.text,
+        logprobs: withLogprobs
+          ? await completionLogprobs(
+              [...echoed.ids, ...r.tokenIds],
+              [...echoed.logprobs, ...r.logprobs],
+              body.logprobs ? r.topLogprobs : null,
+            )
+          : null,
+        finish_reason: r.finishReason,
+        ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: promptIds[p] } : {}),
+      });
+    }
+    return sendJson(reply, {
       id: `cmpl-${randomUUID()}`,
       object: 'text_completion',
       created: now(),
       model: modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
-      choices: generated.map((r, index) => {
-        const p = Math.floor(index / n);
-        const echoed = echo
-          ? {
-              ids: promptIds[p],
-              text: promptTexts?.[p] ?? tokenizer.decode(promptIds[p]),
-              logprobs: withLogprobs ? promptLogprobList(results[p * n])! : [],
-            }
-          : { ids: [], text: '', logprobs: [] };
-        return {
-          index,
-          text: echoed.text + r.text,
-          logprobs: withLogprobs
-            ? completionLogprobs(
-                [...echoed.ids, ...r.tokenIds],
-                [...echoed.logprobs, ...r.logprobs],
-                body.logprobs
-                  ? r.topLogprobs.map((top) =>
-                      Object.fromEntries(Array.from(top.ids, (alt, j) => [tokenizer.decode([alt]), top.logprobs[j]])),
-                    )
-                  : null,
-              )
-            : null,
-          finish_reason: r.finishReason,
-          ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: promptIds[p] } : {}),
-        };
-      }),
+      choices,
       usage: usage(
         promptIds.reduce((a, p) => a + p.length * n, 0),
         generated,
       ),
-    };
+    });
   });
 }

@@ -7,11 +7,12 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { ArchConfig } from '../../model/arch';
-import { isSparseLayer } from '../../model/families';
+import { sparseLayerCount } from '../../model/families';
 import { HF_FIELDS } from '../../model/hf-config';
 import { loadHfModelAsync, readHfConfig } from '../../model/hf';
 import { SerialQueue } from '../../serial';
 import { ApiError, generateRequest, parseBody, updateWeightsRequest } from '../protocol';
+import { LazyArray, sendJson } from './json-body';
 import { disconnectSignal, promptLogprobList, usage, type Served } from './served';
 
 /** How `b` (`file`, a config.json) differs in shape from the served `a`, naming the field (undefined: the same). */
@@ -131,7 +132,7 @@ export function registerPolicyRoutes(
       // Stop strings are matched in the decoded text, so only then does the sequence need a tokenizer.
       body.stop?.length ? { signal, tokenizer: served.tokenizer, stopStrings: body.stop } : { signal },
     );
-    return {
+    return sendJson(reply, {
       id: `gen-${randomUUID()}`,
       model: served.modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
@@ -144,12 +145,12 @@ export function registerPolicyRoutes(
         // the version that sampled each token.
         policy_versions: r.tokenPolicyVersions,
         finish_reason: r.finishReason,
-        ...(body.return_routes ? { routes: r.routes.map((t) => Array.from(t)) } : {}),
+        ...(body.return_routes ? { routes: new LazyArray(r.routes.length, (t) => Array.from(r.routes[t])) } : {}),
       })),
       usage: usage(body.prompt_token_ids.length, results),
       prompt_logprobs: body.prompt_logprobs ? promptLogprobList(results[0]) : null,
       ...(body.return_routes ? { prompt_routes: promptRoutesPerToken(results[0].promptRoutes, arch) } : {}),
-    };
+    });
   });
 
   /** Version label -> the folder (real path) it names, since start or the last /reload_weights. */
@@ -258,9 +259,8 @@ export function registerPolicyRoutes(
 }
 
 /** The prefill's routes [P - 1, sparse layers, K] (flattened) as one array per prompt token. */
-function promptRoutesPerToken(routes: Int32Array | undefined, a: ArchConfig): number[][] {
-  const sparse = Array.from({ length: a.numLayers }, (_, l) => l).filter((l) => isSparseLayer(a.moe, l)).length;
-  const width = sparse * a.moe!.numExpertsPerTok;
+function promptRoutesPerToken(routes: Int32Array | undefined, a: ArchConfig): LazyArray<number[]> {
+  const width = sparseLayerCount(a.moe, a.numLayers) * a.moe!.numExpertsPerTok;
   const tokens = routes ? routes.length / width : 0;
-  return Array.from({ length: tokens }, (_, t) => Array.from(routes!.subarray(t * width, (t + 1) * width)));
+  return new LazyArray(tokens, (t) => Array.from(routes!.subarray(t * width, (t + 1) * width)));
 }

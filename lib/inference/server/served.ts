@@ -55,7 +55,23 @@ export class Served {
     readonly contextLength: number,
     /** The model name requests must name (if any): model.name. */
     readonly modelName: string,
+    /** server.max_response_entries: see checkResponseEntries. */
+    readonly maxResponseEntries: number,
   ) {}
+
+  /**
+   * Refuses, before anything runs, a non-streamed response of more than server.max_response_entries
+   * token entries (`formula`, over the request's fields, says how they were counted).
+   */
+  checkResponseEntries(entries: number, formula: string, param: string): void {
+    if (entries > this.maxResponseEntries)
+      throw new ApiError(
+        400,
+        `${param}: ${formula} = ${entries} entries in one response, more than server.max_response_entries (${this.maxResponseEntries}); ask for fewer, or stream the response`,
+        param,
+        'response_too_large',
+      );
+  }
 
   checkModel(name: string | undefined): void {
     if (name !== undefined && name !== this.modelName)
