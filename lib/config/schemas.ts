@@ -635,6 +635,14 @@ export const inferenceSchema = z
       .array(z.string())
       .optional()
       .describe('folders update_weights may load from; unset = output_dir'),
+    cpu_cache_mb: z
+      .number()
+      .int()
+      .nonnegative()
+      .default(512)
+      .describe(
+        'freed large CPU tensors the engine keeps for reuse, in MiB (0 = none): decode reuses its buffers, and requests of many shapes fill the cache up to this bound, which stays resident',
+      ),
   })
   .superRefine((c, ctx) => {
     // A sequence reserves prompt + max_tokens (up to seq_len) of the budget: below seq_len, long

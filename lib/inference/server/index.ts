@@ -86,6 +86,8 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   // Settings are checked before the (slow) model load.
   const authorized = bearerCheck(config);
   native.setThreads(config.threads ?? os.cpus().length);
+  // Requests of every batch size and prompt length free blocks of many sizes: kept up to this bound.
+  native.setCpuCache(config.cpu_cache_mb * 2 ** 20);
   const baseDir = path.resolve(config.model.name);
   const { real: baseReal, base, tokenizer } = readBase(baseDir);
   const arch = base.config;
