@@ -572,6 +572,7 @@ describe('a server on a Qwen3 tokenizer with a long context', () => {
       threads: 1,
       max_running: 1,
       server: { port: 0 },
+      cpu_cache_mb: 8,
     });
     base = await server.url;
   });
@@ -608,6 +609,25 @@ describe('a server on a Qwen3 tokenizer with a long context', () => {
     const over = await post(`${base}/v1/completions`, { prompt: 'alpha beta '.repeat(30_000), max_tokens: 1 });
     expect(((await over.json()) as any).error.message).toMatch(/the prompt has \d+ tokens/);
     expect(await health(base)).toBe(200);
+  });
+
+  test("the engine's cache of freed blocks stays within inference.cpu_cache_mb, however many shapes requests have", async () => {
+    // Unbounded by the server, it held up to 2 GiB after a fuzzing pass (prompts of every length
+    // free logits blocks of every size).
+    for (let length = 2; length < 60; length += 3)
+      expect(
+        (
+          await post(`${base}/v1/generate`, {
+            prompt_token_ids: Array.from({ length }, (_, i) => 100 + i),
+            max_tokens: 2,
+            prompt_logprobs: true, // logits of every prompt position: [length, 151,936] floats
+          })
+        ).status,
+      ).toBe(200);
+    const cached = await metric(base, 'prime_inference_cpu_cache_bytes');
+    expect(cached).toBeGreaterThan(0);
+    expect(cached).toBeLessThanOrEqual(8 * 2 ** 20);
+    expect(await metric(base, 'prime_inference_resident_bytes')).toBeGreaterThan(cached);
   });
 
   test('n > 10 raises no MaxListeners warning', async () => {
