@@ -10,8 +10,8 @@ import { ModelConfigError } from './config-reader';
 import { HF_FIELDS } from './hf-config';
 import { parameterCount } from './tensors';
 
-/** The sizes of an ArchConfig (MoE ones under `moe`): what can make a model large. */
-const SIZE_KEYS = [
+/** The sizes of every model (positive integers). */
+export const DENSE_SIZE_KEYS = [
   'vocabSize',
   'hiddenSize',
   'intermediateSize',
@@ -19,9 +19,9 @@ const SIZE_KEYS = [
   'numHeads',
   'numKvHeads',
   'headDim',
-  'numExperts',
-  'moeIntermediateSize',
 ] as const;
+/** The sizes of an ArchConfig (MoE ones under `moe`): what can make a model large. */
+const SIZE_KEYS = [...DENSE_SIZE_KEYS, 'numExperts', 'moeIntermediateSize'] as const;
 export type SizeKey = (typeof SIZE_KEYS)[number];
 
 /** 16-bit floats are the smallest weights the engine loads: a folder holds at least 2 bytes a parameter. */

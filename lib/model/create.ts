@@ -15,7 +15,7 @@ import { writeHfModel } from './hf';
 import { family } from './families';
 import { checkMoe } from './families/qwen3_moe';
 import { Rng } from './rng';
-import { checkFitsInMemory } from './bounds';
+import { checkFitsInMemory, DENSE_SIZE_KEYS } from './bounds';
 import { parameterCount, tensorSpecs } from './tensors';
 import { Tokenizer } from './tokenizer';
 import type { ModelCreateConfig } from '../config/schemas';
@@ -180,16 +180,7 @@ export function resolveArchConfig(opts: Omit<CreateModelOptions, 'out' | 'seed'>
   } else if (opts.moe && Object.values(opts.moe).some((v) => v !== undefined)) {
     throw new Error(`MoE options need an MoE architecture (qwen3_moe); '${opts.arch}' is dense`);
   }
-  for (const k of [
-    'vocabSize',
-    'hiddenSize',
-    'intermediateSize',
-    'numLayers',
-    'numHeads',
-    'numKvHeads',
-    'headDim',
-    'maxPositionEmbeddings',
-  ] as const) {
+  for (const k of [...DENSE_SIZE_KEYS, 'maxPositionEmbeddings'] as const) {
     if (!Number.isSafeInteger(a[k]) || a[k] <= 0) throw new Error(`${k} must be a positive integer, got ${a[k]}`);
   }
   if (!(a.ropeTheta > 0)) throw new Error(`ropeTheta must be positive, got ${a.ropeTheta}`);
