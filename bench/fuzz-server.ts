@@ -5,6 +5,7 @@
  * clients that leave), from `--concurrency` clients at once, while `/health` is probed every 50 ms.
  *
  *   npm run build:ts && node dist/bench/fuzz-server.js [--requests 3000] [--concurrency 16] [--seed 1] [--model tiny|small] [--cpu-cache-mb N]
+ *     [--server-root DIR]   (the server of another checkout, e.g. an older commit, built)
  *
  * Reports what a server must never do (5xx, connections reset or requests unanswered that the
  * client did not abort), `/health` latency percentiles under the load, the status codes, and the
@@ -31,6 +32,8 @@ const REQUESTS = Number(arg('requests', '3000'));
 const CONCURRENCY = Number(arg('concurrency', '16'));
 const SEED = Number(arg('seed', '1'));
 const MODEL = arg('model', 'tiny');
+/** The checkout whose `bin/prime-rl.js` serves (another version, to compare): this one by default. */
+const SERVER_ROOT = arg('server-root', projectRoot);
 /** The server's inference.cpu_cache_mb (unset: its default). */
 const CPU_CACHE_MB = process.argv.includes('--cpu-cache-mb') ? arg('cpu-cache-mb', '') : undefined;
 /** A request unanswered after this long counts as a timeout. */
@@ -66,7 +69,10 @@ const MiB = (n: number) => `${(n / 2 ** 20).toFixed(0)} MiB`;
 
 /** The server's own account of its memory (/metrics): JS heap, and the engine's cache of freed blocks. */
 async function memoryMetrics(url: string): Promise<{ heap: number; cpuCache: number }> {
-  const text = await (await fetch(`${url}/metrics`)).text();
+  const text = await fetch(`${url}/metrics`).then(
+    (r) => r.text(),
+    () => '', // a server that died says nothing
+  );
   const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
   return { heap: read('prime_inference_js_heap_bytes'), cpuCache: read('prime_inference_cpu_cache_bytes') };
 }
@@ -148,7 +154,7 @@ async function main() {
   const server: ChildProcess = spawn(
     process.execPath,
     [
-      path.join(projectRoot, 'bin', 'prime-rl.js'),
+      path.join(SERVER_ROOT, 'bin', 'prime-rl.js'),
       'inference',
       '--model.name',
       modelDir,
@@ -336,16 +342,18 @@ async function main() {
   await new Promise((r) => setTimeout(r, 5000));
   const idle = rss(server.pid!);
   const idleMem = await memoryMetrics(url);
-  const alive = server.exitCode === null;
-  server.kill('SIGTERM');
-  await new Promise((r) => server.once('exit', r));
+  const alive = server.exitCode === null && server.signalCode === null;
+  if (alive) {
+    server.kill('SIGTERM');
+    await new Promise((r) => server.once('exit', r));
+  }
   fs.rmSync(tmp, { recursive: true, force: true });
 
   const fiveXx = [...counts].filter(([k]) => /^5/.test(k)).reduce((a, [, v]) => a + v, 0);
   const fmt = (ms: number) => (Number.isFinite(ms) ? `${ms.toFixed(1)} ms` : 'no answer');
   console.log(
     [
-      `fuzz: ${REQUESTS} requests (40% hostile), ${CONCURRENCY} clients, seed ${SEED}, cpu_cache_mb ${CPU_CACHE_MB ?? 'default'}, model ${MODEL} (${(created.parameterCount / 1e6).toFixed(1)}M), ${seconds.toFixed(0)} s; server alive after: ${alive}`,
+      `fuzz: server ${SERVER_ROOT}, ${REQUESTS} requests (40% hostile), ${CONCURRENCY} clients, seed ${SEED}, cpu_cache_mb ${CPU_CACHE_MB ?? 'default'}, model ${MODEL} (${(created.parameterCount / 1e6).toFixed(1)}M), ${seconds.toFixed(0)} s; server alive after: ${alive ? 'yes' : `no (${server.signalCode ?? `exit code ${server.exitCode}`})`}`,
       `| 5xx | resets / timeouts (not client aborts) | /health p50 | p99 | max | probes | server RSS before | after | after 5 s idle | prompt helpers RSS after |`,
       `| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |`,
       `| ${fiveXx} | ${failures.filter((f) => /reset|timeout/.test(f)).length} | ${fmt(percentile(health, 50))} | ${fmt(percentile(health, 99))} | ${fmt(Math.max(...health))} | ${health.length} | ${MiB(before.own)} | ${MiB(after.own)} | ${MiB(idle.own)} | ${MiB(after.children)} |`,
