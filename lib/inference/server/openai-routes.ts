@@ -76,16 +76,10 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
   /**
    * The chat rendered by the model's template and tokenized, on a prompt worker (prompts.ts). What
    * cannot fit the context is refused first, without rendering: every message renders to at least
-   * one token, and to at least its content's tokens (templates show each message's content).
+   * its content's tokens (templates show each message's content), and to at least one token (the
+   * route checks the count before anything else).
    */
   const chatPrompt = async (body: ChatCompletionRequest): Promise<number[]> => {
-    if (body.messages.length >= contextLength)
-      throw new ApiError(
-        400,
-        `messages: ${body.messages.length} messages cannot fit this model's context of ${contextLength} tokens (each renders to at least one token)`,
-        'messages',
-        'context_length_exceeded',
-      );
     const messages: ChatMessage[] = body.messages.map((m) => ({
       ...m,
       role: m.role === 'developer' ? 'system' : m.role,
@@ -153,6 +147,16 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
   }));
 
   app.post('/v1/chat/completions', async (req: FastifyRequest, reply) => {
+    // Before the body is validated: checking half a million messages takes the event loop longer
+    // than refusing them.
+    const count = (req.body as { messages?: unknown } | null)?.messages;
+    if (Array.isArray(count) && count.length >= contextLength)
+      throw new ApiError(
+        400,
+        `messages: ${count.length} messages cannot fit this model's context of ${contextLength} tokens (each renders to at least one token)`,
+        'messages',
+        'context_length_exceeded',
+      );
     const body = parseBody(chatCompletionRequest, req.body);
     served.checkModel(body.model);
     if (body.top_logprobs && !body.logprobs)
