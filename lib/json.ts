@@ -1,5 +1,5 @@
 /** Reading JSON files with errors that name the file. */
-import * as fs from 'node:fs';
+import { FileRefused, readBoundedText } from './files';
 
 /**
  * What is wrong with text JSON.parse refused, without quoting it: V8 messages quote the start of
@@ -21,12 +21,16 @@ export function jsonSyntaxError(e: unknown, text: string): string {
   return grammar.includes('"') ? `syntax error${where}` : `${grammar}${where}`;
 }
 
-/** A JSON file whose top level is an object. */
-export function readJsonFile(file: string): Record<string, unknown> {
+/** Above the largest tokenizer.json on the Hub (tens of MiB) with room to spare, below what V8 can hold as one string. */
+export const MAX_JSON_FILE_BYTES = 256 << 20;
+
+/** A JSON file whose top level is an object; a device, a FIFO or a file over `maxBytes` is refused unread. */
+export function readJsonFile(file: string, maxBytes = MAX_JSON_FILE_BYTES): Record<string, unknown> {
   let text: string;
   try {
-    text = fs.readFileSync(file, 'utf8');
+    text = readBoundedText(file, maxBytes);
   } catch (e) {
+    if (e instanceof FileRefused) throw new Error(e.message);
     throw new Error(`${file}: cannot read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
   }
   let parsed: unknown;

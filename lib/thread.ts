@@ -40,13 +40,9 @@ export function libModule(relative: string): string {
   return path.join(__dirname, `${relative}${path.extname(__filename)}`);
 }
 
-/**
- * A long-lived worker thread running `module` (a script that answers messages), given `workerData`;
- * TypeScript under jest goes through register-ts as in `runInThread`.
- */
-export function moduleWorker(module: string, workerData: unknown): Worker {
-  const code = `${module.endsWith('.ts') ? `require(${JSON.stringify(REGISTER_TS)});` : ''}require(${JSON.stringify(module)});`;
-  return new Worker(code, { eval: true, workerData });
+/** Node options that let a process run `module` (a fork): TypeScript under jest goes through register-ts. */
+export function moduleExecArgv(module: string): string[] {
+  return module.endsWith('.ts') ? ['--require', REGISTER_TS] : [];
 }
 
 /**

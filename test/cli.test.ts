@@ -123,6 +123,24 @@ test.each([
     ['rl', '@', 'configs/debug/rl.toml', '--orchestrator.sampling.max-tokens', '256'],
     /orchestrator\.sampling\.max_tokens: 256 leaves no room for the prompt within orchestrator\.seq_len \(256\)/,
   ],
+  // These passed --dry-run, then failed with a stack trace once the launcher made the run folder.
+  [
+    ['rl', '@', 'configs/debug/rl.toml', '--output-dir', '/dev/null', '--dry-run'],
+    /^ {2}output_dir: \/dev\/null exists and is not a folder \(from --output-dir\)$/m,
+  ],
+  [
+    ['sft', '@', 'configs/debug/sft.toml', '--output-dir', '/dev/null/runs', '--dry-run'],
+    /^ {2}output_dir: \/dev\/null is not a folder, so \/dev\/null\/runs cannot be made \(from --output-dir\)$/m,
+  ],
+  [
+    ['rl', '@', 'configs/debug/rl.toml', '--run-name', 'r'.repeat(300), '--dry-run'],
+    /^ {2}run_name: 300 characters; at most 128 \(it names a folder of output_dir and a workflow\) \(from --run-name\)$/m,
+  ],
+  // Used to die of V8 heap exhaustion listing 10^8 tensors.
+  [
+    ['model', 'create', '--out', path.join(os.tmpdir(), 'prime-never-made'), '--num-layers', '10000000'],
+    /^error: num_layers: 10000000 makes [\d.]+ TiB of weights to hold while they are made, more than this machine's [\d.]+ GiB of memory$/m,
+  ],
   [['evl'], /unknown command 'evl'. Did you mean 'eval'\?/],
   [['model', 'creat'], /Did you mean 'create'/],
 ])('bad input %j exits 2 and names the problem', (args, message) => {

@@ -1,7 +1,8 @@
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { loadConfig } from '../lib/config/loader';
+import { loadConfig, MAX_CONFIG_FILE_BYTES } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, evalSchema, rlSchema, sftSchema, modelCreateSchema } from '../lib/config/schemas';
 import { POLICY_LOSSES } from '../native/loss-kinds';
 import { configError } from './config-error';
@@ -252,6 +253,20 @@ describe('errors', () => {
   });
   test('missing file', () => {
     expect(configError(() => rl(['@', 'nope.toml']))).toBe('config file not found: nope.toml');
+  });
+  test('a device, a FIFO or a huge file is refused before it is read', () => {
+    // /dev/zero used to be read until memory ran out.
+    expect(configError(() => rl(['@', '/dev/zero']))).toBe(
+      'config file /dev/zero is not a regular file (a character device)',
+    );
+    const fifo = path.join(dir, 'fifo.toml');
+    execFileSync('mkfifo', [fifo]); // reading a FIFO without a writer would wait for ever
+    expect(configError(() => rl(['@', fifo]))).toBe(`config file ${fifo} is not a regular file (a FIFO)`);
+    expect(configError(() => rl(['@', dir]))).toBe(`config file ${dir} is not a regular file (a folder)`);
+    const big = path.join(dir, 'big.toml');
+    fs.writeFileSync(big, '');
+    fs.truncateSync(big, MAX_CONFIG_FILE_BYTES + (4 << 20)); // sparse: nothing written
+    expect(configError(() => rl(['@', big]))).toBe(`config file ${big} is 20 MiB, more than the 16 MiB allowed`);
   });
   test('a scoped file needs a section', () => {
     const t = file('x.toml', 'a = 1\n');

@@ -29,6 +29,21 @@ describe('EnvMix', () => {
     expect(totals[2] / 3200).toBeCloseTo(0.2, 2);
   });
 
+  test('weights near the largest number: shares as for equal weights (their sum used to overflow)', () => {
+    for (const weights of [
+      [1e308, 1e308],
+      [Number.MAX_VALUE, Number.MAX_VALUE, Number.MAX_VALUE / 2],
+    ]) {
+      const mix = new EnvMix(
+        weights.map((weight) => ({ weight })),
+        { seed: 0, examplesPerStep: 10 },
+      );
+      const counts = weights.map(() => 0);
+      for (const d of mix.sample(0)) counts[d.env]++;
+      expect(counts).toEqual(weights.length === 2 ? [5, 5] : [4, 4, 2]);
+    }
+  });
+
   test('finite datasets: every example once per epoch, then a new order', () => {
     const size = 12;
     const mix = new EnvMix([{ weight: 1, size }, { weight: 1 }], { seed: 4, examplesPerStep: 6 });

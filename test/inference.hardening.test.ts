@@ -5,7 +5,7 @@
  * fails a test instead of taking jest down, and every request has a deadline.
  */
 /* eslint-disable @typescript-eslint/no-explicit-any -- JSON bodies of raw HTTP responses */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -14,7 +14,7 @@ import { WORKER_SECTIONS, WORKER_SHARED_KEYS, workerSchema } from '../lib/config
 import { createModel } from '../lib/model/create';
 import { loadHfModel, writeHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
-import { PromptTokenizer } from '../lib/inference/tokenize';
+import { PromptWorkers } from '../lib/inference/prompts';
 import { projectRoot } from '../lib/paths';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inference-hard-'));
@@ -108,6 +108,20 @@ async function refusal(p: Proc): Promise<number | null> {
     throw new Error(`it started serving instead of refusing: ${p.stdout()}`);
   }
   return p.exited;
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+/** Waits for `cond`, checking every 50 ms; fails after DEADLINE_MS. */
+async function until(cond: () => boolean): Promise<void> {
+  for (const end = Date.now() + DEADLINE_MS; !cond(); await new Promise((r) => setTimeout(r, 50)))
+    if (Date.now() > end) throw new Error('condition not met in time');
 }
 
 const post = (url: string, body: unknown) =>
@@ -280,6 +294,100 @@ describe('a server with max_running 2, max_queued 4', () => {
     expect(await metric(base, 'prime_inference_prompt_tokens_total')).toBe(tokens + 42);
   });
 
+  test('a weight folder whose config.json claims 10^7 blocks is a 400 naming the field and the bytes; the server keeps serving', async () => {
+    // It used to crash the server: V8 heap out of memory (exit 134) while listing 10^8 tensors.
+    const dir = path.join(outDir, 'deep');
+    const model = loadHfModel(baseDir);
+    writeHfModel(dir, { config: model.rawConfig, tensors: model.tensors, copyFrom: baseDir });
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ ...model.rawConfig, num_hidden_layers: 1e7 }));
+    const r = await post(`${base}/update_weights`, { weight_dir: dir, version: 7 });
+    const body = (await r.json()) as any;
+    expect([r.status, body.error.param, body.error.code]).toEqual([400, 'weight_dir', 'invalid_model']);
+    expect(body.error.message).toMatch(
+      /config\.json: field 'num_hidden_layers' \(10000000\) makes [\d,]+ parameters: at least [\d.]+ GiB of weights, but the folder's weight files hold [\d.]+ KiB/,
+    );
+    // Of the same size but another model: the field that differs, before any weight is read.
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ ...model.rawConfig, rms_norm_eps: 1e-5 }));
+    const other = (await (await post(`${base}/update_weights`, { weight_dir: dir, version: 7 })).json()) as any;
+    expect(other.error.message).toMatch(
+      /config\.json: field 'rms_norm_eps' is 0\.00001, the served model has 0\.000001$/,
+    );
+    expect(await health(base)).toBe(200);
+    expect((await post(`${base}/v1/generate`, { prompt_token_ids: [1, 2], max_tokens: 2 })).status).toBe(200);
+  });
+
+  test('every weight-folder refusal is the same 403, whether the path exists, is outside, or links out (hard links too)', async () => {
+    const secret = path.join(root, 'secret');
+    fs.mkdirSync(secret, { recursive: true });
+    // A file outside the roots that the loader would read without complaint: only the check can stop it.
+    fs.copyFileSync(path.join(baseDir, 'model.safetensors'), path.join(secret, 'model.safetensors'));
+    const linked = (name: string, link: (target: string, at: string) => void) => {
+      const dir = path.join(outDir, name);
+      fs.mkdirSync(dir, { recursive: true });
+      for (const f of fs.readdirSync(baseDir))
+        if (f !== 'model.safetensors') fs.copyFileSync(path.join(baseDir, f), path.join(dir, f));
+      link(path.join(secret, 'model.safetensors'), path.join(dir, 'model.safetensors'));
+      return dir;
+    };
+    const hard = linked('hard', fs.linkSync);
+    const soft = linked('soft', fs.symlinkSync);
+    const cases = [
+      [path.join(secret, 'nope'), path.join(secret, 'nope')], // outside, absent
+      [secret, secret], // outside, present
+      [path.join(outDir, 'nope'), path.join(outDir, 'nope')], // inside, absent
+      [hard, path.join(hard, 'model.safetensors')],
+      [soft, path.join(soft, 'model.safetensors')],
+    ];
+    const answers = new Set<string>();
+    for (const [dir, named] of cases) {
+      const r = await post(`${base}/update_weights`, { weight_dir: dir, version: 9 });
+      const body = (await r.json()) as any;
+      expect(body.error.message.startsWith(`weight_dir: ${named} `)).toBe(true);
+      answers.add(JSON.stringify([r.status, { ...body.error, message: body.error.message.replace(named, '<path>') }]));
+    }
+    expect([...answers]).toEqual([
+      JSON.stringify([
+        403,
+        {
+          message: `weight_dir: <path> is outside the allowed roots (${outDir}) or does not exist; a file linked from outside them counts as outside`,
+          type: 'permission_error',
+          param: 'weight_dir',
+          code: 'forbidden_path',
+        },
+      ]),
+    ]);
+    expect(await health(base)).toBe(200);
+  });
+
+  test('a non-streamed response beyond server.max_response_entries is a 400 naming the fields, before anything runs', async () => {
+    // n 64 x 2,000 tokens x 21 logprob entries held /health for 8.5 s while the body was built.
+    const tokens = await metric(base, 'prime_inference_prompt_tokens_total');
+    const chat = await post(`${base}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'hi' }],
+      n: 64,
+      max_tokens: 2000,
+      logprobs: true,
+      top_logprobs: 20,
+    });
+    const chatError = ((await chat.json()) as any).error;
+    expect([chat.status, chatError.param, chatError.code]).toEqual([400, 'max_tokens', 'response_too_large']);
+    expect(chatError.message).toBe(
+      'max_tokens: n x max_tokens x (1 + top_logprobs) = 2688000 entries in one response, more than server.max_response_entries (1048576); ask for fewer, or stream the response',
+    );
+    const completion = await post(`${base}/v1/completions`, {
+      prompt: Array.from({ length: 8 }, () => [1, 2]),
+      n: 8,
+      max_tokens: 1000,
+      logprobs: 20,
+    });
+    const completionError = ((await completion.json()) as any).error;
+    expect([completion.status, completionError.code]).toEqual([400, 'response_too_large']);
+    expect(completionError.message).toMatch(
+      /^max_tokens: prompts x n x \(max_tokens x \(1 \+ logprobs\) \+ echoed prompt tokens\) = 1344000 entries/,
+    );
+    expect(await metric(base, 'prime_inference_prompt_tokens_total')).toBe(tokens); // nothing ran
+  });
+
   test('a prompt far beyond the context is refused without tokenizing it', async () => {
     const huge = 'x'.repeat(10 * 1024 * 1024);
     const c = await post(`${base}/v1/completions`, { prompt: huge, max_tokens: 1 });
@@ -372,6 +480,37 @@ describe('settings at start', () => {
     }
   });
 
+  test('a model folder whose config.json or tokenizer.json would allocate without bound: exit 2 naming the field or the file', async () => {
+    const folder = (name: string, edit: (dir: string) => void) => {
+      const dir = path.join(root, name);
+      fs.cpSync(baseDir, dir, { recursive: true });
+      edit(dir);
+      return dir;
+    };
+    const json = (file: string, change: (j: any) => void) => {
+      const j = JSON.parse(fs.readFileSync(file, 'utf8'));
+      change(j);
+      fs.writeFileSync(file, JSON.stringify(j));
+    };
+    // V8 heap out of memory (exit 134) after 21 s, and a minute of start-up, before.
+    const deep = folder('deep-base', (d) => json(path.join(d, 'config.json'), (c) => (c.num_hidden_layers = 1e7)));
+    const bigId = folder('big-id', (d) =>
+      json(path.join(d, 'tokenizer.json'), (t) => t.added_tokens.push({ id: 1e9, content: '<big>', special: true })),
+    );
+    for (const [dir, message] of [
+      [
+        deep,
+        /model\.name: .*config\.json: field 'num_hidden_layers' \(10000000\) makes [\d,]+ parameters: at least [\d.]+ GiB of weights/,
+      ],
+      [bigId, /model\.name: .*big-id\/tokenizer\.json: token "<big>" has id 1000000000, far outside a vocabulary/],
+    ] as const) {
+      const p = cli(['inference', '--model.name', dir, '--server.port', '0', '--threads', '1']);
+      expect(await refusal(p)).toBe(2);
+      expect(p.stderr()).toMatch(message);
+      expect(p.stderr()).not.toMatch(/\n\s+at /);
+    }
+  });
+
   test('worker --pool inference --output-dir X loads weights under X', async () => {
     const workerOut = path.join(root, 'worker-out');
     const step = path.join(workerOut, 'run', 'weights', 'step_1');
@@ -433,6 +572,7 @@ describe('a server on a Qwen3 tokenizer with a long context', () => {
       threads: 1,
       max_running: 1,
       server: { port: 0 },
+      cpu_cache_mb: 8,
     });
     base = await server.url;
   });
@@ -446,21 +586,21 @@ describe('a server on a Qwen3 tokenizer with a long context', () => {
     for (let i = 0; text.length < 1_000_000; i++) text += `${words[(i * 7919) % 8]}${i % 13 === 0 ? '.\n' : ' '}`;
     const tokenizer = Tokenizer.fromDir(qwenDir);
     expect(tokenizer.minTokens(text)).toBeLessThan(32768); // the byte bound lets it through: it must be tokenized
-    const prompts = new PromptTokenizer(tokenizer, qwenDir);
+    const prompts = new PromptWorkers(tokenizer, qwenDir, { processes: 1, timeoutMs: 600_000, heapMb: 1024 });
     try {
       // Were the tokenization on this thread, no timer could fire before it is done.
       let ticks = 0;
       const timer = setInterval(() => ticks++, 1);
-      const ids = await prompts.encode(text).finally(() => clearInterval(timer));
+      const outcome = await prompts.encode(text).finally(() => clearInterval(timer));
       expect(ticks).toBeGreaterThan(0);
-      expect(ids.length).toBeGreaterThan(32768); // (the next test compares ids with the inline tokenizer)
+      expect('ids' in outcome && outcome.ids.length).toBeGreaterThan(32768); // (the next test compares ids with the inline tokenizer)
     } finally {
       await prompts.close();
     }
   });
 
-  test('the server tokenizes a long prompt on its worker thread, with the same ids, /health answering', async () => {
-    const text = 'The quick brown fox. '.repeat(400); // > 4096 characters: tokenized on the worker
+  test('the server tokenizes a long prompt in a helper process, with the same ids, /health answering', async () => {
+    const text = 'The quick brown fox. '.repeat(400);
     const r = await post(`${base}/v1/completions`, { prompt: text, max_tokens: 1, return_token_ids: true });
     expect(r.status).toBe(200);
     const body = (await r.json()) as any;
@@ -469,6 +609,25 @@ describe('a server on a Qwen3 tokenizer with a long context', () => {
     const over = await post(`${base}/v1/completions`, { prompt: 'alpha beta '.repeat(30_000), max_tokens: 1 });
     expect(((await over.json()) as any).error.message).toMatch(/the prompt has \d+ tokens/);
     expect(await health(base)).toBe(200);
+  });
+
+  test("the engine's cache of freed blocks stays within inference.cpu_cache_mb, however many shapes requests have", async () => {
+    // Unbounded by the server, it held up to 2 GiB after a fuzzing pass (prompts of every length
+    // free logits blocks of every size).
+    for (let length = 2; length < 60; length += 3)
+      expect(
+        (
+          await post(`${base}/v1/generate`, {
+            prompt_token_ids: Array.from({ length }, (_, i) => 100 + i),
+            max_tokens: 2,
+            prompt_logprobs: true, // logits of every prompt position: [length, 151,936] floats
+          })
+        ).status,
+      ).toBe(200);
+    const cached = await metric(base, 'prime_inference_cpu_cache_bytes');
+    expect(cached).toBeGreaterThan(0);
+    expect(cached).toBeLessThanOrEqual(8 * 2 ** 20);
+    expect(await metric(base, 'prime_inference_resident_bytes')).toBeGreaterThan(cached);
   });
 
   test('n > 10 raises no MaxListeners warning', async () => {
@@ -480,5 +639,133 @@ describe('a server on a Qwen3 tokenizer with a long context', () => {
     expect(((await r.json()) as any).choices).toHaveLength(16);
     expect(await health(base)).toBe(200); // the warning would be on stderr by now
     expect(server.stderr()).not.toMatch(/MaxListeners/);
+  });
+});
+
+describe('a model folder whose chat template loops or renders megabytes', () => {
+  const dir = path.join(root, 'hostile-template');
+  const template = path.join(dir, 'chat_template.jinja');
+  let server: Proc;
+  let base: string;
+  beforeAll(async () => {
+    fs.cpSync(baseDir, dir, { recursive: true });
+    // Harmless for most chats; hostile for the one whose first message asks for it.
+    fs.writeFileSync(
+      template,
+      `{%- set c = messages[0].content -%}
+{%- if c == 'loop' -%}{%- for i in range(100000) -%}{%- for j in range(100000) -%}{%- endfor -%}{%- endfor -%}
+{%- elif c == 'big' -%}{%- set ns = namespace(s='x') -%}{%- for i in range(26) -%}{%- set ns.s = ns.s + ns.s -%}{%- endfor -%}{{ ns.s }}
+{%- elif c == 'hog' -%}{%- for i in range(30000000) -%}{%- endfor -%}
+{%- endif -%}
+{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor -%}<|im_start|>assistant\n`,
+    );
+    server = serverProcess({
+      model: { name: dir },
+      seq_len: 2048,
+      output_dir: outDir,
+      threads: 1,
+      server: { port: 0, prompt_timeout_s: 5, prompt_heap_mb: 128 },
+    });
+    base = await server.url;
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  const chat = (content: string, extra: object = {}) =>
+    post(`${base}/v1/chat/completions`, { messages: [{ role: 'user', content }], max_tokens: 2, ...extra });
+
+  test('a template that loops is stopped at its time limit: a 400 naming it, /health and other chats answer meanwhile', async () => {
+    // It used to run on the event loop: /health timed out and the server never answered again.
+    const finished: string[] = [];
+    const looping = chat('loop').then(async (r) => {
+      finished.push('loop');
+      return [r.status, ((await r.json()) as any).error] as const;
+    });
+    const others = Promise.all([health(base), chat('hello')]).then(([h, r]) => {
+      finished.push('others');
+      return [h, r.status];
+    });
+    expect(await others).toEqual([200, 200]);
+    const [status, error] = await looping;
+    expect(finished).toEqual(['others', 'loop']);
+    expect(status).toBe(400);
+    expect(error).toMatchObject({ param: 'messages', code: 'chat_template_timeout' });
+    expect(error.message).toBe(
+      `messages: the chat template (${template}) did not finish within 5 s (server.prompt_timeout_s) and was stopped`,
+    );
+    // Its thread was replaced: chats render as before.
+    expect((await chat('hello again')).status).toBe(200);
+  });
+
+  test('a template that renders megabytes, or allocates beyond its heap (range(30000000) crashed the server), gets a 400 naming it', async () => {
+    const big = await chat('big');
+    expect([big.status, ((await big.json()) as any).error]).toEqual([
+      400,
+      expect.objectContaining({
+        code: 'chat_template_output_too_large',
+        message: expect.stringMatching(
+          new RegExp(
+            `^messages: the chat template \\(${template}\\) rendered 671\\d{5} characters, more than the 33554432 a prompt may have$`,
+          ),
+        ),
+      }),
+    ]);
+    const hog = await chat('hog');
+    expect([hog.status, ((await hog.json()) as any).error]).toEqual([
+      400,
+      expect.objectContaining({
+        code: 'chat_template_out_of_memory',
+        message: `messages: the chat template (${template}) needed more than the 128 MiB a prompt's helper process may use (server.prompt_heap_mb) and was stopped`,
+      }),
+    ]);
+    expect(await health(base)).toBe(200);
+    expect((await chat('hello')).status).toBe(200);
+  });
+
+  test('a prompt supervisor that dies is replaced; a server killed with SIGKILL leaves no helper behind', async () => {
+    const children = (pid: number) =>
+      spawnSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' })
+        .stdout.split('\n')
+        .filter(Boolean)
+        .map(Number);
+    const supervisor = children(server.child.pid!)[0];
+    expect(supervisor).toBeDefined();
+    process.kill(supervisor, 'SIGKILL');
+    await until(() => !alive(supervisor));
+    expect((await chat('after')).status).toBe(200);
+    // A server of its own, killed: its supervisor and helpers exit with it (their IPC channels close).
+    const doomed = serverProcess({
+      model: { name: dir },
+      seq_len: 256,
+      output_dir: outDir,
+      threads: 1,
+      server: { port: 0 },
+    });
+    const url = await doomed.url;
+    const r = await post(`${url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'x' }], max_tokens: 1 });
+    expect(r.status).toBe(200);
+    const sup = children(doomed.child.pid!);
+    const helpers = sup.flatMap(children);
+    expect([sup.length, helpers.length]).toEqual([1, 1]);
+    doomed.child.kill('SIGKILL');
+    await doomed.exited;
+    await until(() => [...sup, ...helpers].every((p) => !alive(p)));
+  });
+
+  test('a chat that cannot fit the context is refused before it is rendered', async () => {
+    // 140,000 one-letter messages blocked /health for 5 s while the template rendered them.
+    const many = Array.from({ length: 140_000 }, () => ({ role: 'user', content: 'a' }));
+    const r = await post(`${base}/v1/chat/completions`, { messages: many, max_tokens: 2 });
+    const body = (await r.json()) as any;
+    expect([r.status, body.error.param, body.error.code]).toEqual([400, 'messages', 'context_length_exceeded']);
+    expect(body.error.message).toBe(
+      "messages: 140000 messages cannot fit this model's context of 2048 tokens (each renders to at least one token)",
+    );
+    // Few messages, but their contents alone are more tokens than the context (at least 10000 / 16,
+    // the longest token of this tokenizer, each).
+    const long = Array.from({ length: 4 }, () => ({ role: 'user', content: 'b'.repeat(10_000) }));
+    const r2 = await post(`${base}/v1/chat/completions`, { messages: long, max_tokens: 2 });
+    expect(((await r2.json()) as any).error.message).toMatch(/^messages: the prompt has at least 2500 tokens/);
   });
 });

@@ -474,10 +474,106 @@ describe('clients', () => {
       socket.write('POST /v1/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n');
       await closed;
       expect(answer).toMatch(/^HTTP\/1\.1 408/);
+      expect(JSON.parse(answer.split('\r\n\r\n')[1]).error).toMatchObject({
+        message: expect.stringMatching(/server\.headers_timeout_s/),
+        type: 'invalid_request_error',
+        code: 'request_timeout',
+      });
     } finally {
       socket.destroy();
     }
   }, 20_000);
+
+  /** The raw answer to `request` (bytes as a client sends them), once the server closes or 5 s pass. */
+  async function raw(request: string): Promise<{ status: string; headers: string; body: string }> {
+    const { hostname, port } = new URL(server.url);
+    const socket = net.connect(Number(port), hostname);
+    let answer = '';
+    socket.on('data', (d) => (answer += d));
+    socket.on('error', () => undefined);
+    await new Promise<void>((resolve) => {
+      socket.once('close', () => resolve());
+      socket.write(request);
+      setTimeout(() => socket.destroy(), 5000);
+    });
+    const [head, ...body] = answer.split('\r\n\r\n');
+    const [status, ...headers] = head.split('\r\n');
+    return { status, headers: headers.join('\n').toLowerCase(), body: body.join('\r\n\r\n') };
+  }
+
+  // Each answered by Node or Fastify before any route: a body of Fastify's own shape, an empty
+  // one, or (CONNECT) a dropped connection.
+  test.each([
+    [
+      'an unknown method',
+      'FOO /health HTTP/1.1\r\nHost: a\r\n\r\n',
+      400,
+      'malformed HTTP request: unknown HTTP method',
+    ],
+    ['a request line that is no HTTP', 'GARBAGE\r\n\r\n', 400, 'malformed HTTP request: unknown HTTP method'],
+    [
+      'headers over the limit',
+      `GET /health HTTP/1.1\r\nHost: a\r\nX-Big: ${'x'.repeat(20_000)}\r\n\r\n`,
+      431,
+      'the request line and headers exceed 16384 bytes',
+    ],
+    [
+      'a bad Content-Length',
+      'POST /v1/generate HTTP/1.1\r\nHost: a\r\nContent-Length: abc\r\n\r\n',
+      400,
+      'malformed HTTP request: Invalid character in Content-Length',
+    ],
+    [
+      'Content-Length with chunked encoding',
+      'POST /v1/generate HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+      400,
+      "malformed HTTP request: Transfer-Encoding can't be present with Content-Length",
+    ],
+    [
+      'a control character in a header',
+      'GET /health HTTP/1.1\r\nHost: a\r\nX-A: b\x01c\r\n\r\n',
+      400,
+      'malformed HTTP request: Invalid header value char',
+    ],
+    [
+      'a bad chunk',
+      'POST /v1/generate HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n',
+      400,
+      'malformed HTTP request: Invalid character in chunk size',
+    ],
+    [
+      'bare LF line ends',
+      'GET /health HTTP/1.1\nHost: a\n\n',
+      400,
+      'malformed HTTP request: Expected CRLF after version',
+    ],
+    [
+      'no Host header',
+      'GET /health HTTP/1.1\r\nConnection: close\r\n\r\n',
+      400,
+      'an HTTP/1.1 request needs a Host header',
+    ],
+    [
+      'a URL that cannot be decoded',
+      'GET /%zz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n',
+      400,
+      'the URL cannot be decoded (malformed percent-encoding)',
+    ],
+    [
+      'an Expect header other than 100-continue',
+      'POST /v1/generate HTTP/1.1\r\nHost: a\r\nExpect: 102-what\r\nContent-Length: 2\r\n\r\n{}',
+      417,
+      'Expect: 102-what is not supported (only 100-continue)',
+    ],
+    ['CONNECT', 'CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n', 405, 'CONNECT is not supported: this is not a proxy'],
+  ])('%s gets an OpenAI-style error', async (_name, request, status, message) => {
+    const r = await raw(request);
+    expect(r.status).toMatch(new RegExp(`^HTTP/1\\.1 ${status} `));
+    expect(r.headers).toMatch(/^content-type: application\/json/m);
+    const body = JSON.parse(r.body);
+    expect(Object.keys(body)).toEqual(['error']);
+    expect(body.error).toEqual({ message, type: 'invalid_request_error', param: null, code: expect.any(String) });
+  });
 });
 
 describe('disconnects and metrics', () => {
@@ -641,13 +737,15 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
       'frequency_penalty',
       /^frequency_penalty: frequency_penalty other than 0 is not supported$/,
     ],
+    // A path that does not exist gets the very answer of one outside the roots (whether a path
+    // exists is nothing a client may learn).
     [
       'weight_dir that does not exist',
       '/update_weights',
       { weight_dir: path.join(root, 'out', 'nope') },
-      400,
+      403,
       'weight_dir',
-      /^weight_dir: .*nope does not exist$/,
+      /^weight_dir: .*nope is outside the allowed roots \(.*\) or does not exist; /,
     ],
     [
       'weight_dir outside the allowed roots',
@@ -655,7 +753,7 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
       { weight_dir: baseDir },
       403,
       'weight_dir',
-      /^weight_dir: .* is outside the allowed roots/,
+      /^weight_dir: .* is outside the allowed roots \(.*\) or does not exist; /,
     ],
     [
       'weight_dir of another shape',
@@ -663,7 +761,7 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
       { weight_dir: wideDir },
       400,
       'weight_dir',
-      /^weight_dir: not the same model shape: hiddenSize is 96, the served model has 64$/,
+      /^weight_dir: not the same model shape: .*wide\/config\.json: field 'hidden_size' is 96, the served model has 64$/,
     ],
     [
       'weight_dir not a model',

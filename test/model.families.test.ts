@@ -1,8 +1,8 @@
 /** Architecture families: the registry, each family's tensor table over the decoder skeleton, its config.json mapping. */
-import { ARCHS, FAMILIES, family, isSparseLayer, LAYER_SLOTS } from '../lib/model/families';
+import { ARCHS, FAMILIES, family, isSparseLayer, LAYER_SLOTS, sparseLayerCount } from '../lib/model/families';
 import { parseHfConfig, toHfConfig } from '../lib/model/hf-config';
 import { tinyConfig } from '../lib/model/testing';
-import { tensorSpecs } from '../lib/model/tensors';
+import { parameterCount, tensorSpecs } from '../lib/model/tensors';
 import { loadConfig } from '../lib/config/loader';
 import { modelCreateSchema } from '../lib/config/schemas';
 import { layerSlots } from '../native';
@@ -44,6 +44,24 @@ describe.each(ARCHS)('%s', (arch) => {
       if (c.moe && c.numLayers === 5) expect([0, 1, 2, 3, 4].filter((l) => isSparseLayer(c.moe, l))).toEqual([1]); // 3 is mlp-only
       const layers = specs.map((s) => s.layer).filter((l) => l >= 0);
       expect(layers).toEqual([...layers].sort((a, b) => a - b));
+    }
+  });
+
+  test('parameterCount, which counts one block of each kind, is the sum over its table', () => {
+    const more = moe
+      ? [
+          tinyConfig(arch, {
+            numLayers: 7,
+            moe: { ...moe, numExperts: 5, decoderSparseStep: 3, mlpOnlyLayers: [2, 4] },
+          }),
+          tinyConfig(arch, { numLayers: 4, moe: { ...moe, mlpOnlyLayers: [0, 1, 2, 3] } }),
+        ]
+      : [tinyConfig(arch, { numLayers: 3, vocabSize: 1000, intermediateSize: 7 })];
+    for (const c of [...variants, ...more]) {
+      const sum = tensorSpecs(c).reduce((n, s) => n + s.shape.reduce((x, y) => x * y, 1), 0);
+      expect(parameterCount(c)).toBe(sum);
+      const sparse = Array.from({ length: c.numLayers }, (_, l) => l).filter((l) => isSparseLayer(c.moe, l));
+      expect(sparseLayerCount(c.moe, c.numLayers)).toBe(sparse.length);
     }
   });
 

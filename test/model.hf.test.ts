@@ -369,6 +369,37 @@ describe('model folders', () => {
     expect(loadHfModel(out).tensors.map((t) => t.name)).toEqual(tensors.map((t) => t.name));
   });
 
+  test('config.json sizes beyond what the weight files hold are refused before anything is allocated, naming the field and the bytes', () => {
+    const out = path.join(tmp, 'm');
+    writeHfModel(out, { config, tensors: initTensors(tiny, 0) });
+    const file = path.join(out, 'config.json');
+    const heap = process.memoryUsage().heapUsed;
+    for (const [field, value, bytes] of [
+      // 10^7 blocks used to build a table of 10^8 tensors: V8 heap out of memory, exit 134.
+      ['num_hidden_layers', 10_000_000, /at least [\d.]+ GiB of weights/],
+      ['vocab_size', 1e12, /at least [\d.]+ TiB of weights/],
+      ['intermediate_size', 2 ** 40, /at least [\d.]+ TiB of weights/],
+    ] as const) {
+      fs.writeFileSync(file, JSON.stringify({ ...config, [field]: value }));
+      for (const read of [() => readHfConfig(out), () => loadHfModel(out)]) {
+        const err = (() => {
+          try {
+            read();
+          } catch (e) {
+            return e as Error;
+          }
+          throw new Error(`${field} ${value} was accepted`);
+        })();
+        expect(err.message).toMatch(
+          new RegExp(`^${file}: field '${field}' \\(${value}\\) makes [\\d,e+.]+ parameters: `),
+        );
+        expect(err.message).toMatch(bytes);
+        expect(err.message).toMatch(/but the folder's weight files hold [\d.]+ KiB/);
+      }
+    }
+    expect(process.memoryUsage().heapUsed - heap).toBeLessThan(64 << 20);
+  });
+
   test('a folder without config.json or with broken JSON names the file', () => {
     expect(() => loadHfModel(tmp)).toThrow(`${path.join(tmp, 'config.json')}: cannot read (ENOENT)`);
     fs.writeFileSync(path.join(tmp, 'config.json'), '{"model_type": ');

@@ -91,6 +91,21 @@ describe('byte tokenizer', () => {
     ).toThrow('x/: eos_token "</s>" is not in the vocabulary');
   });
 
+  test('a token id far outside the vocabulary is refused at load, naming the file (it cost a minute of start-up)', () => {
+    const json = byteTokenizerJson() as { added_tokens: object[] };
+    const hostile = {
+      ...json,
+      added_tokens: [...json.added_tokens, { id: 1e9, content: '<big>', special: true, normalized: false }],
+    };
+    expect(() => new Tokenizer({ tokenizerJson: hostile, tokenizerConfig: {}, source: 'm' })).toThrow(
+      /^m\/tokenizer\.json: token "<big>" has id 1000000000, far outside a vocabulary of \d+ ids/,
+    );
+    const negative = { ...json, added_tokens: [...json.added_tokens, { id: -1, content: '<neg>' }] };
+    expect(() => new Tokenizer({ tokenizerJson: negative, tokenizerConfig: {}, source: 'm' })).toThrow(
+      'm/tokenizer.json: token "<neg>" has id -1; ids are non-negative integers',
+    );
+  });
+
   test.each(reference.bytes.encode.map((c) => [c.text, c.ids] as const))('matches transformers on %j', (text, ids) => {
     expect(bytes.encode(text)).toEqual(ids);
   });

@@ -73,3 +73,27 @@ test('rewinding to step 0 removes every group; a strict-mode run has none to rem
     fs.rmSync(layout.dir, { recursive: true, force: true });
   }
 });
+
+test('a missing or corrupt checkpoint is refused, listing only the checkpoints that verify and saying which are corrupt', () => {
+  const layout = inFlightRun();
+  try {
+    write(path.join(layout.checkpointDir(4), CKPT_FILE), 'bit rot'); // its progress.json records another sha256
+    const refusal = (step: number) => {
+      try {
+        rewindRun(layout.dir, step, 'rl');
+      } catch (e) {
+        return (e as Error).message;
+      }
+      throw new Error('expected a refusal');
+    };
+    const choices =
+      /\(its checkpoints: 2; corrupt: 4 \(checksum mismatch \([0-9a-f]{12} != [0-9a-f]{12}\)\)\); pick one of those/;
+    expect(refusal(3)).toMatch(/^ckpt\.resume_step: run \S+ has no checkpoint of step 3 /);
+    expect(refusal(3)).toMatch(choices);
+    expect(refusal(4)).toMatch(/^ckpt\.resume_step: checkpoint \S+step_4 is unusable: checksum mismatch/);
+    expect(refusal(4)).toMatch(choices);
+    expect(stepsOf(layout.checkpointsRoot)).toEqual([2, 4]); // nothing was discarded
+  } finally {
+    fs.rmSync(layout.dir, { recursive: true, force: true });
+  }
+});

@@ -79,7 +79,15 @@ export const cliCommands = (worker: Command): CommandTable => ({
         schema: schemas.modelCreateSchema,
         run: async (config) => {
           const { createModelFromConfig } = await import('../model/create');
-          await createModelFromConfig(config);
+          const { ModelTooLarge } = await import('../model/bounds');
+          try {
+            await createModelFromConfig(config);
+          } catch (e) {
+            // The sizes are the options' camelCase names (numLayers: --num-layers).
+            if (e instanceof ModelTooLarge)
+              throw new ConfigError(`${e.key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}: ${e.message}`);
+            throw e;
+          }
         },
       }),
     },

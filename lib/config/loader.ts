@@ -8,10 +8,10 @@
  * environment variables `PRIME_A__B=value`, then the schema defaults. Every value is checked
  * against the command's zod schema; any problem is a ConfigError (exit code 2) naming the key or file.
  */
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
 import { z } from 'zod';
+import { FileRefused, readBoundedText } from '../files';
 import { ConfigError, didYouMean } from './errors';
 import { findAlias, applyAliases, type Alias, type Mapped } from './aliases';
 import { allPaths, arrayElement, fieldAt, inspect, objectShape, typeName } from './introspect';
@@ -163,16 +163,23 @@ function coerceList(field: z.ZodType, texts: string[], key: string, where: strin
 // ---------------------------------------------------------------------------------------------
 // Sources
 
+/** Far above any real config; a larger file (or `@ /dev/zero`) is a wrong path, refused before it is read. */
+export const MAX_CONFIG_FILE_BYTES = 16 << 20;
+
 /** A config file: TOML, or JSON when it ends in .json. */
 function readConfigFile(file: string, cwd: string): Raw {
   const full = path.resolve(cwd, file);
   let text: string;
   try {
-    text = fs.readFileSync(full, 'utf8');
+    text = readBoundedText(full, MAX_CONFIG_FILE_BYTES);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     throw new ConfigError(
-      code === 'ENOENT' ? `config file not found: ${file}` : `cannot read config file ${file}: ${(e as Error).message}`,
+      code === 'ENOENT'
+        ? `config file not found: ${file}`
+        : e instanceof FileRefused
+          ? `config file ${e.message}`
+          : `cannot read config file ${file}: ${(e as Error).message}`,
     );
   }
   if (file.endsWith('.json')) {

@@ -9,6 +9,7 @@ import { ARCHS, PROJECTIONS } from '../model/families';
 import { ADVANTAGE_TYPES } from '../orchestrator/advantages';
 import { DISTILL_BASELINES } from '../orchestrator/distill';
 import { isVerifiersEnv } from '../envs/verifiers/environment';
+import { outputDirProblem, RUN_NAME_MAX } from './output-dir';
 import { serverUrl } from './urls';
 
 export { serverUrl };
@@ -117,7 +118,16 @@ const trainerModelSchema = () =>
 const seqLen = () => positiveInt().default(2048).describe('max tokens of one packed row / one sequence');
 const maxSteps = () => positiveInt().optional().describe('number of optimizer steps; unset = no limit');
 const outputDir = () =>
-  z.string().min(1).default('outputs').describe('root of run folders, checkpoints and the local Temporal database');
+  z
+    .string()
+    .min(1)
+    .superRefine((dir, ctx) => {
+      const problem = outputDirProblem(dir);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    // prefault: the default goes through the check too.
+    .prefault('outputs')
+    .describe('root of run folders, checkpoints and the local Temporal database');
 const seed = () => z.number().int().nonnegative().default(0).describe('random seed');
 const asyncLevel = () =>
   z
@@ -130,6 +140,10 @@ const runName = (dflt: string) =>
   z
     .string()
     .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ., _ and - only')
+    .max(RUN_NAME_MAX, {
+      error: (iss) =>
+        `${String(iss.input).length} characters; at most ${RUN_NAME_MAX} (it names a folder of output_dir and a workflow)`,
+    })
     .default(dflt)
     .describe('run name: the folder under output_dir and the Temporal workflow id');
 const threads = () => positiveInt().optional().describe('compute threads of the native engine; unset = all cores');
@@ -636,6 +650,23 @@ export const serverSchema = z
       .describe(
         'a client that has not sent its whole request (headers and body) after this long is disconnected (408)',
       ),
+    prompt_timeout_s: z
+      .number()
+      .positive()
+      .default(30)
+      .describe(
+        "longest the model's chat template may render, and its tokenizer tokenize, one request's prompt (in a helper process); beyond it the helper is stopped and the request gets a 400 naming the template",
+      ),
+    max_response_entries: positiveInt()
+      .default(1 << 20)
+      .describe(
+        'largest non-streamed completion one request may ask for, in entries: n x max_tokens x (1 + top logprobs) on /v1/chat/completions, prompts x n x (max_tokens x (1 + logprobs) + echoed prompt tokens) on /v1/completions; more is a 400 naming the fields (a stream is not bounded)',
+      ),
+    prompt_heap_mb: positiveInt()
+      .default(1024)
+      .describe(
+        'heap of each helper process that renders chat templates and tokenizes prompts, in MiB; a template or tokenizer that needs more is stopped and the request gets a 400 naming it',
+      ),
   })
   .superRefine((c, ctx) => {
     if (c.request_timeout_s < c.headers_timeout_s) {
@@ -701,6 +732,14 @@ export const inferenceSchema = z
       .default(1)
       .describe(
         "rl: the inference servers `prime-rl rl` starts, each the whole model, on ports server.port, server.port + 1, ... (prime-rl's vllm.data_parallel_size); `inference` and `worker --pool inference` run one",
+      ),
+    cpu_cache_mb: z
+      .number()
+      .int()
+      .nonnegative()
+      .default(512)
+      .describe(
+        'freed large CPU tensors the engine keeps for reuse, in MiB (0 = none): decode reuses its buffers, and requests of many shapes fill the cache up to this bound, which stays resident',
       ),
   })
   .superRefine((c, ctx) => {

@@ -57,9 +57,14 @@ export class EnvMix {
     if (!Number.isInteger(opts.examplesPerStep) || opts.examplesPerStep < 1) {
       throw new Error(`env mix: examplesPerStep must be a positive integer, got ${opts.examplesPerStep}`);
     }
-    const total = entries.reduce((s, e) => s + e.weight, 0);
+    // Any finite positive weights: a sum near Number.MAX_VALUE (1e308 twice) overflows to Infinity,
+    // which made every share but the last 0, so such weights are first scaled by the largest
+    // (only then: the shares of other weights stay bit for bit what earlier runs drew).
+    const sum = (scale: number) => entries.reduce((s, e) => s + e.weight / scale, 0);
+    const scale = Number.isFinite(sum(1)) ? 1 : Math.max(...entries.map((e) => e.weight));
+    const total = sum(scale);
     let acc = 0;
-    this.cumulative = entries.map((e) => (acc += e.weight / total));
+    this.cumulative = entries.map((e) => (acc += e.weight / scale / total));
     this.seed = opts.seed;
     this.perStep = opts.examplesPerStep;
     this.drawsBefore = [entries.map(() => 0)];

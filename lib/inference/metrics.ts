@@ -1,5 +1,6 @@
 /** Prometheus metrics of the inference server (`GET /metrics`), read from the scheduler when scraped. */
 import { Counter, Gauge, Registry } from 'prom-client';
+import * as native from '../../native';
 import type { CacheStats } from '../../native';
 import type { Scheduler } from './scheduler';
 
@@ -67,6 +68,14 @@ export class InferenceMetrics {
     gauge('prime_inference_policy_version', 'policy version being served', () => scheduler.policy.version);
     gauge('prime_inference_generation_tokens_total', 'tokens sampled since start', () => scheduler.generatedTokens);
     gauge('prime_inference_prompt_tokens_total', 'prompt tokens prefilled since start', () => scheduler.promptTokens);
+    // Where the server's memory is: the process, its JS heap, and freed engine blocks kept for reuse.
+    gauge('prime_inference_resident_bytes', 'resident memory of the server process', () => process.memoryUsage().rss);
+    gauge('prime_inference_js_heap_bytes', 'JavaScript heap in use', () => process.memoryUsage().heapUsed);
+    gauge(
+      'prime_inference_cpu_cache_bytes',
+      "freed large CPU tensors the engine's caching allocator keeps for reuse",
+      () => native.cpuCacheStats().cachedBytes,
+    );
     gauge(
       'prime_inference_generation_tokens_per_second',
       `sampled tokens per second over the last ${RATE_WINDOW_MS / 1000} s`,

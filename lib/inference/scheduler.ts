@@ -83,6 +83,8 @@ export class Scheduler {
   private admitting = 0;
   private loop: Promise<void> | undefined;
   private pendingWeights: { tensors: readonly WeightTensor[]; policy: PolicyInfo; done: (e?: Error) => void }[] = [];
+  /** Calls waiting for a moment with no engine call in flight (`betweenSteps`). */
+  private pendingCalls: (() => void)[] = [];
   private closing = false;
   policy: PolicyInfo;
   /** Tokens sampled since start (for metrics). */
@@ -173,6 +175,28 @@ export class Scheduler {
     });
   }
 
+  /**
+   * Runs `fn` while no engine call is in flight: at once when the engine is idle, else before its
+   * next step. A fork of this process must wait for it: OpenBLAS's fork handlers stop its threads,
+   * which deadlocks a matmul running on them.
+   */
+  betweenSteps(fn: () => void): Promise<void> {
+    if (!this.loop) {
+      fn();
+      return Promise.resolve();
+    }
+    return new Promise((resolve, reject) => {
+      this.pendingCalls.push(() => {
+        try {
+          fn();
+          resolve();
+        } catch (e) {
+          reject(e as Error);
+        }
+      });
+    });
+  }
+
   /** Stops admitting; running and queued sequences finish (or are aborted after `graceMs`). */
   async shutdown(graceMs: number): Promise<void> {
     this.closing = true;
@@ -193,7 +217,9 @@ export class Scheduler {
   }
 
   private hasWork(): boolean {
-    return this.pendingWeights.length > 0 || this.waiting.length > 0 || this.running.size > 0;
+    return (
+      this.pendingCalls.length > 0 || this.pendingWeights.length > 0 || this.waiting.length > 0 || this.running.size > 0
+    );
   }
 
   private finish(entry: Entry, reason: FinishReason, error?: SequenceError): void {
@@ -205,6 +231,7 @@ export class Scheduler {
 
   private async run(): Promise<void> {
     while (this.hasWork()) {
+      for (const call of this.pendingCalls.splice(0)) call();
       // 1. weight updates take effect between steps
       while (this.pendingWeights.length > 0) {
         const update = this.pendingWeights.shift()!;

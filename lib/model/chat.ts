@@ -105,13 +105,19 @@ export const CHATML_TEMPLATE = `{%- if tools %}
     {%- endif %}
 {%- endif %}`;
 
-/** Parsed templates by source text: parsing dominates rendering time and folders reuse one template. */
+/**
+ * Parsed templates by source text: parsing dominates rendering time and folders reuse one template.
+ * A process renders a handful (one per model folder); the oldest go beyond that, so a stream of
+ * distinct templates cannot grow it without bound.
+ */
 const compiled = new Map<string, Template>();
+const COMPILED_MAX = 16;
 
 function compile(template: string): Template {
   let t = compiled.get(template);
   if (!t) {
     t = new Template(template);
+    if (compiled.size >= COMPILED_MAX) compiled.delete(compiled.keys().next().value!);
     compiled.set(template, t);
   }
   return t;

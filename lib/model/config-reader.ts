@@ -4,6 +4,18 @@
  */
 export type Json = Record<string, unknown>;
 
+/** A config.json value that cannot be used: `file` and `field` say which (the message says both). */
+export class ModelConfigError extends Error {
+  override readonly name = 'ModelConfigError';
+  constructor(
+    readonly file: string,
+    readonly field: string,
+    why: string,
+  ) {
+    super(`${file}: field '${field}' ${why}`);
+  }
+}
+
 export class ConfigReader {
   constructor(
     readonly raw: Json,
@@ -11,7 +23,7 @@ export class ConfigReader {
   ) {}
 
   fail(field: string, why: string): never {
-    throw new Error(`${this.source}: field '${field}' ${why}`);
+    throw new ModelConfigError(this.source, field, why);
   }
 
   /** Absent and JSON null both mean "use the default", as in transformers. */

@@ -15,6 +15,7 @@ import { writeHfModel } from './hf';
 import { family } from './families';
 import { checkMoe } from './families/qwen3_moe';
 import { Rng } from './rng';
+import { checkFitsInMemory, DENSE_SIZE_KEYS } from './bounds';
 import { parameterCount, tensorSpecs } from './tensors';
 import { Tokenizer } from './tokenizer';
 import type { ModelCreateConfig } from '../config/schemas';
@@ -179,16 +180,7 @@ export function resolveArchConfig(opts: Omit<CreateModelOptions, 'out' | 'seed'>
   } else if (opts.moe && Object.values(opts.moe).some((v) => v !== undefined)) {
     throw new Error(`MoE options need an MoE architecture (qwen3_moe); '${opts.arch}' is dense`);
   }
-  for (const k of [
-    'vocabSize',
-    'hiddenSize',
-    'intermediateSize',
-    'numLayers',
-    'numHeads',
-    'numKvHeads',
-    'headDim',
-    'maxPositionEmbeddings',
-  ] as const) {
+  for (const k of [...DENSE_SIZE_KEYS, 'maxPositionEmbeddings'] as const) {
     if (!Number.isSafeInteger(a[k]) || a[k] <= 0) throw new Error(`${k} must be a positive integer, got ${a[k]}`);
   }
   if (!(a.ropeTheta > 0)) throw new Error(`ropeTheta must be positive, got ${a.ropeTheta}`);
@@ -224,6 +216,8 @@ export function createModel(opts: CreateModelOptions): CreatedModel {
     throw new Error(`vocabSize ${a.vocabSize} is smaller than the ${opts.tokenizer} tokenizer (${tok.size} tokens)`);
   const endOfText = tok.requireTokenId('<|endoftext|>');
   const imEnd = tok.requireTokenId('<|im_end|>');
+  // float32 values, then their bfloat16 copy: all tensors are held at once until written.
+  checkFitsInMemory(a, dtype === 'bfloat16' ? 6 : 4);
   const config = toHfConfig(a, { bos: endOfText, eos: imEnd, pad: endOfText }, dtype);
   const generationConfig = { bos_token_id: endOfText, eos_token_id: [imEnd, endOfText], pad_token_id: endOfText };
   writeHfModel(opts.out, {

@@ -3,11 +3,35 @@
  * a field the native engine would silently ignore (rope scaling, sliding windows, MLP biases, other
  * activations) is an error naming the field, because serving such a model would give wrong logits.
  */
-import type { ArchConfig } from './arch';
+import type { ArchConfig, MoeConfig } from './arch';
 import { ConfigReader, type Json } from './config-reader';
 import { ARCHS, FAMILIES, family, type Arch } from './families';
 
 const ARCH_BY_CLASS = new Map(ARCHS.map((a) => [FAMILIES[a].hfClass, a]));
+
+/** The config.json field each ArchConfig fact comes from (MoE ones flattened out of `moe`), for messages. */
+export const HF_FIELDS: Record<Exclude<keyof ArchConfig, 'moe'> | keyof MoeConfig, string> = {
+  arch: 'model_type',
+  vocabSize: 'vocab_size',
+  hiddenSize: 'hidden_size',
+  intermediateSize: 'intermediate_size',
+  numLayers: 'num_hidden_layers',
+  numHeads: 'num_attention_heads',
+  numKvHeads: 'num_key_value_heads',
+  headDim: 'head_dim',
+  rmsNormEps: 'rms_norm_eps',
+  ropeTheta: 'rope_theta',
+  maxPositionEmbeddings: 'max_position_embeddings',
+  tieWordEmbeddings: 'tie_word_embeddings',
+  attentionBias: 'attention_bias',
+  qkNorm: 'model_type', // q/k norms come with the family
+  numExperts: 'num_experts',
+  numExpertsPerTok: 'num_experts_per_tok',
+  moeIntermediateSize: 'moe_intermediate_size',
+  decoderSparseStep: 'decoder_sparse_step',
+  mlpOnlyLayers: 'mlp_only_layers',
+  normTopkProb: 'norm_topk_prob',
+};
 
 /** Defaults of the transformers config classes for absent fields (the family-specific ones are in `families/`). */
 const DEFAULT_ROPE_THETA = 10000;

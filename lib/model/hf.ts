@@ -10,7 +10,8 @@ import type { ArchConfig, NamedTensor } from './arch';
 import { writeDirAtomic, writeFileAtomic } from '../atomic';
 import { readJsonFile } from '../json';
 import { parseHfConfig } from './hf-config';
-import { readSafetensorsDir, readSafetensorsDirAsync, writeSafetensors } from './safetensors';
+import { checkWeightsFit } from './bounds';
+import { readSafetensorsDir, readSafetensorsDirAsync, weightFilesBytes, writeSafetensors } from './safetensors';
 import { checkModelTensors } from './tensors';
 
 export interface HfModel {
@@ -33,23 +34,42 @@ export const SIDE_FILES = [
   'merges.txt',
 ] as const;
 
+/**
+ * A model folder's config.json, checked against the folder before anything is allocated by it: its
+ * sizes must fit in the folder's weight files (`checkWeightsFit`), so a hostile or mistaken config
+ * is refused by name here, once, for every reader (servers, trainer, preflight checks).
+ */
 export function readHfConfig(dir: string): { config: ArchConfig; rawConfig: Record<string, unknown> } {
   const file = path.join(dir, 'config.json');
   const rawConfig = readJsonFile(file);
-  return { config: parseHfConfig(rawConfig, file), rawConfig };
+  const config = parseHfConfig(rawConfig, file);
+  checkWeightsFit(config, file, weightFilesBytes(dir));
+  return { config, rawConfig };
 }
 
-/** Loads config and weights of an HF model folder. */
+/**
+ * Loads config and weights of an HF model folder. Nothing is allocated by what the folder claims
+ * before it is checked: config.json against the files' sizes (readHfConfig), then the tensors'
+ * names, shapes and dtypes against config.json by the files' headers, then the data is read.
+ */
 export function loadHfModel(dir: string): HfModel {
   const { config, rawConfig } = readHfConfig(dir);
-  const tensors = checkModelTensors(config, readSafetensorsDir(dir), dir);
+  const tensors = checkModelTensors(
+    config,
+    readSafetensorsDir(dir, (headers) => checkModelTensors(config, headers, dir)),
+    dir,
+  );
   return { dir, config, rawConfig, tensors };
 }
 
 /** loadHfModel without blocking the event loop while the weights are read (a serving process). */
 export async function loadHfModelAsync(dir: string): Promise<HfModel> {
   const { config, rawConfig } = readHfConfig(dir);
-  const tensors = checkModelTensors(config, await readSafetensorsDirAsync(dir), dir);
+  const tensors = checkModelTensors(
+    config,
+    await readSafetensorsDirAsync(dir, (headers) => checkModelTensors(config, headers, dir)),
+    dir,
+  );
   return { dir, config, rawConfig, tensors };
 }
 

@@ -12,7 +12,8 @@ import * as path from 'node:path';
 import { constants as bufferConstants } from 'node:buffer';
 import type { DiskDType, NamedTensor } from './arch';
 import { writeFileAtomic } from '../atomic';
-import { jsonSyntaxError } from '../json';
+import { readBoundedText } from '../files';
+import { jsonSyntaxError, MAX_JSON_FILE_BYTES } from '../json';
 
 /**
  * The safetensors dtypes this module reads and writes. Model weights use the float ones
@@ -265,12 +266,49 @@ async function readIntoAsync(
   }
 }
 
+/** A tensor of a file as its header describes it, before any of its data is read. */
+export type TensorHeader = Omit<StoredTensor, 'data'>;
+
+/** The tensors a safetensors file's header lists (its data is not read). */
+export function readSafetensorsHeader(file: string): TensorHeader[] {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const size = fs.fstatSync(fd).size;
+    const n = headerLength(readExactly(fd, 0, Math.min(8, size), file), size, file);
+    return parseHeader(readExactly(fd, 8, n, file), size - 8 - n, file).entries.map(({ name, dtype, shape }) => ({
+      name,
+      dtype,
+      shape,
+    }));
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * Checks a model folder's tensors by their headers before their data is read: `check` sees them
+ * (index order, model dtypes only) and throws to stop the read. A folder of one 100 GB tensor of
+ * the wrong name costs a header read, not 100 GB of memory.
+ */
+function checkHeaders(dir: string, plan: WeightFile[], check?: (headers: TensorHeader[]) => void): void {
+  if (check)
+    check(
+      modelTensors(
+        dir,
+        plan,
+        plan.map((f) => readSafetensorsHeader(f.file)),
+      ),
+    );
+}
+
 /**
  * Reads the weights of an HF model folder: `model.safetensors.index.json` (sharded, its
- * `weight_map` says which file holds each tensor) or else `model.safetensors`.
+ * `weight_map` says which file holds each tensor) or else `model.safetensors`. `check` (see
+ * checkHeaders) runs on the headers first.
  */
-export function readSafetensorsDir(dir: string): NamedTensor[] {
+export function readSafetensorsDir(dir: string, check?: (headers: TensorHeader[]) => void): NamedTensor[] {
   const plan = weightFiles(dir);
+  checkHeaders(dir, plan, check);
   return modelTensors(
     dir,
     plan,
@@ -279,11 +317,20 @@ export function readSafetensorsDir(dir: string): NamedTensor[] {
 }
 
 /** readSafetensorsDir without blocking the event loop (readSafetensorsAsync). */
-export async function readSafetensorsDirAsync(dir: string): Promise<NamedTensor[]> {
+export async function readSafetensorsDirAsync(
+  dir: string,
+  check?: (headers: TensorHeader[]) => void,
+): Promise<NamedTensor[]> {
   const plan = weightFiles(dir);
+  checkHeaders(dir, plan, check);
   const read: StoredTensor[][] = [];
   for (const f of plan) read.push((await readSafetensorsAsync(f.file)).tensors);
   return modelTensors(dir, plan, read);
+}
+
+/** Bytes of the files holding a model folder's weights (its shards, or model.safetensors), from their sizes: nothing is read. */
+export function weightFilesBytes(dir: string): number {
+  return weightFiles(dir).reduce((n, f) => n + fs.statSync(f.file).size, 0);
 }
 
 /** A file of a model folder, and the tensors the index says it holds (undefined: all, no index). */
@@ -300,7 +347,7 @@ function weightFiles(dir: string): WeightFile[] {
     if (!fs.existsSync(single)) throw new Error(`${dir}: neither model.safetensors nor ${INDEX_FILE} exists`);
     return [{ file: single }];
   }
-  const indexText = fs.readFileSync(indexPath, 'utf8');
+  const indexText = readBoundedText(indexPath, MAX_JSON_FILE_BYTES);
   let index: unknown;
   try {
     index = JSON.parse(indexText);
@@ -326,8 +373,12 @@ function weightFiles(dir: string): WeightFile[] {
 }
 
 /** The tensors each index entry names, from what was read of its file (read[i] of plan[i]); model dtypes only. */
-function modelTensors(dir: string, plan: WeightFile[], read: StoredTensor[][]): NamedTensor[] {
-  const out: StoredTensor[] = [];
+function modelTensors<T extends TensorHeader>(
+  dir: string,
+  plan: WeightFile[],
+  read: T[][],
+): (T & { dtype: DiskDType })[] {
+  const out: T[] = [];
   plan.forEach(({ file, names }, i) => {
     if (names === undefined) {
       out.push(...read[i]);
@@ -346,7 +397,7 @@ function modelTensors(dir: string, plan: WeightFile[], read: StoredTensor[][]): 
         `${dir}: tensor '${t.name}' has dtype ${t.dtype}; model weights must be ${MODEL_DTYPES.join(', ')}`,
       );
     }
-    return t as NamedTensor;
+    return t as T & { dtype: DiskDType };
   });
 }
 

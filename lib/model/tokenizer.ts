@@ -6,9 +6,13 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
+import { readBoundedText } from '../files';
 import { readJsonFile } from '../json';
 
 type Json = Record<string, unknown>;
+
+/** Chat templates on the Hub are a few KiB; a larger file is not one. */
+const MAX_TEMPLATE_BYTES = 1 << 20;
 
 /** `tokenizer_config.json` spells a token as a string or as an AddedToken object `{content, ...}`. */
 function tokenContent(v: unknown): string | undefined {
@@ -59,6 +63,37 @@ function maxTokenBytesOf(json: Json): number | undefined {
   return max;
 }
 
+/**
+ * Refuses token ids far outside the vocabulary before the tokenizer library sees them: it sizes its
+ * tables by the largest id, so a single id of 10^9 in tokenizer.json cost a minute of start-up and
+ * gigabytes. Real vocabularies are dense (added tokens follow the model's), so "far" is at or
+ * beyond twice the number of distinct ids.
+ */
+function checkTokenIds(json: Json, file: string): void {
+  const model = json.model as Json | null | undefined;
+  const entries: [unknown, unknown][] = [];
+  const vocab = model?.vocab;
+  // Unigram's vocab is a list of [token, score]: its ids are the positions.
+  if (vocab !== null && typeof vocab === 'object' && !Array.isArray(vocab))
+    for (const entry of Object.entries(vocab)) entries.push(entry);
+  for (const t of Array.isArray(json.added_tokens) ? (json.added_tokens as unknown[]) : [])
+    entries.push([(t as Json | null)?.content, (t as Json | null)?.id]);
+  const ids = new Set<number>(Array.isArray(vocab) ? vocab.map((_, i) => i) : []);
+  for (const [token, id] of entries) {
+    if (typeof id !== 'number' || !Number.isSafeInteger(id) || id < 0)
+      throw new Error(
+        `${file}: token ${JSON.stringify(token)} has id ${JSON.stringify(id)}; ids are non-negative integers`,
+      );
+    ids.add(id);
+  }
+  const limit = 2 * ids.size;
+  const far = entries.find(([, id]) => (id as number) >= limit);
+  if (far)
+    throw new Error(
+      `${file}: token ${JSON.stringify(far[0])} has id ${String(far[1])}, far outside a vocabulary of ${ids.size} ids (at most ${limit - 1} is taken)`,
+    );
+}
+
 export interface TokenizerFiles {
   tokenizerJson: Json;
   tokenizerConfig: Json;
@@ -74,6 +109,8 @@ export class Tokenizer {
   /** Number of ids the tokenizer can produce or decode (model vocabularies may be padded beyond). */
   readonly size: number;
   readonly chatTemplate: string | undefined;
+  /** Where the chat template comes from (a file of the folder), for messages about it. */
+  readonly chatTemplateSource: string | undefined;
   /** Ids that end generation: tokenizer_config's `eos_token` and generation_config's `eos_token_id`(s). */
   readonly eosTokenIds: number[];
   readonly padTokenId: number | undefined;
@@ -87,6 +124,7 @@ export class Tokenizer {
   constructor(files: TokenizerFiles) {
     const source = files.source ?? 'tokenizer';
     const config = files.tokenizerConfig;
+    checkTokenIds(files.tokenizerJson, files.source ? path.join(files.source, 'tokenizer.json') : 'tokenizer.json');
     // tokenizers.js cleans up spaces unless told otherwise; transformers' current default is not to.
     this.hf = new HfTokenizer(files.tokenizerJson, {
       ...config,
@@ -96,6 +134,10 @@ export class Tokenizer {
     for (const id of this.hf.get_vocab(true).values()) maxId = Math.max(maxId, id);
     this.size = maxId + 1;
     this.chatTemplate = files.chatTemplateFile ?? chatTemplateOf(config, source);
+    this.chatTemplateSource =
+      this.chatTemplate === undefined
+        ? undefined
+        : path.join(source, files.chatTemplateFile !== undefined ? 'chat_template.jinja' : 'tokenizer_config.json');
     this.maxTokenBytes = maxTokenBytesOf(files.tokenizerJson);
     this.nfc = (files.tokenizerJson.normalizer as Json | null | undefined)?.type === 'NFC';
 
@@ -134,7 +176,7 @@ export class Tokenizer {
       tokenizerConfig: exists('tokenizer_config.json') ? readJsonFile(file('tokenizer_config.json')) : {},
       generationConfig: exists('generation_config.json') ? readJsonFile(file('generation_config.json')) : undefined,
       chatTemplateFile: exists('chat_template.jinja')
-        ? fs.readFileSync(file('chat_template.jinja'), 'utf8')
+        ? readBoundedText(file('chat_template.jinja'), MAX_TEMPLATE_BYTES)
         : undefined,
       source: dir,
     });

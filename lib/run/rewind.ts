@@ -26,6 +26,31 @@ function stepsIn(dir: string): number[] {
   return listSteps(fs.readdirSync(dir).map((n) => n.replace(/\.(json|safetensors)$/, '')));
 }
 
+/** What is wrong with the run's checkpoint of `step` (undefined: it verifies and is of that step). */
+function checkpointProblem(layout: RunLayout, step: number): string | undefined {
+  try {
+    const meta = verifyCheckpoint(layout.checkpointDir(step));
+    return meta.steps === step ? undefined : `it records ${meta.steps} steps`;
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
+
+/**
+ * The steps ckpt.resume_step can name (their checkpoints verify) and, apart, the corrupt ones with
+ * why: a user must not be offered a checkpoint that the resume would then refuse.
+ */
+function checkpointChoices(layout: RunLayout): string {
+  const good: number[] = [];
+  const corrupt: string[] = [];
+  for (const s of stepsIn(layout.checkpointsRoot)) {
+    const problem = checkpointProblem(layout, s);
+    if (problem === undefined) good.push(s);
+    else corrupt.push(`${s} (${problem})`);
+  }
+  return `its checkpoints: ${good.length > 0 ? good.join(', ') : 'none'}${corrupt.length > 0 ? `; corrupt: ${corrupt.join(', ')}` : ''}`;
+}
+
 function remove(dir: string, keep: (step: number) => boolean, file: (step: number) => string): void {
   for (const s of stepsIn(dir)) if (!keep(s)) fs.rmSync(file(s), { recursive: true, force: true });
 }
@@ -56,20 +81,17 @@ function rewindInFlight(layout: RunLayout, step: number): void {
 export function rewindRun(runDir: string, step: number, kind: 'rl' | 'sft'): { weightsDir: string | null } {
   const layout = new RunLayout(runDir);
   const ckpt = layout.checkpointDir(step);
+  const pick = 'pick one of those, or leave ckpt.resume_step unset to continue from where the run is';
   if (!fs.existsSync(ckpt)) {
-    const have = stepsIn(layout.checkpointsRoot);
     throw new NonRetryableError(
-      `ckpt.resume_step: run ${layout.dir} has no checkpoint of step ${step} (its checkpoints: ${have.length > 0 ? have.join(', ') : 'none'}); ` +
-        'pick one of those, or leave ckpt.resume_step unset to continue from where the run is',
+      `ckpt.resume_step: run ${layout.dir} has no checkpoint of step ${step} (${checkpointChoices(layout)}); ${pick}`,
       Failure.InvalidConfig,
     );
   }
-  try {
-    const meta = verifyCheckpoint(ckpt);
-    if (meta.steps !== step) throw new Error(`it records ${meta.steps} steps`);
-  } catch (e) {
+  const problem = checkpointProblem(layout, step);
+  if (problem !== undefined) {
     throw new NonRetryableError(
-      `ckpt.resume_step: checkpoint ${ckpt} is unusable: ${(e as Error).message}`,
+      `ckpt.resume_step: checkpoint ${ckpt} is unusable: ${problem} (${checkpointChoices(layout)}); ${pick}`,
       Failure.InvalidConfig,
     );
   }

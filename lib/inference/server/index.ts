@@ -7,8 +7,8 @@
  * against the context and the vocabulary (served.ts), and any error a client caused is a 4xx with
  * an OpenAI-style body naming the field (errors.ts). The sequences of one request are admitted all
  * or none, so a refused request (429) costs nothing. Long prompts are bounded cheaply before they
- * are tokenized, and tokenized off the event loop (tokenize.ts): no request stalls the others or
- * `/health`. Routes: openai-routes.ts, policy-routes.ts.
+ * are tokenized, and chat templates rendered and prompts tokenized off the event loop, with time
+ * and memory limits (prompts.ts): no request stalls the others or `/health`. Routes: openai-routes.ts, policy-routes.ts.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -19,22 +19,21 @@ import * as native from '../../../native';
 import { ConfigError } from '../../config/errors';
 import type { InferenceConfig } from '../../config/schemas';
 import { resolveModelDir } from '../../hub';
-import type { ArchConfig } from '../../model/arch';
-import { loadHfModel } from '../../model/hf';
+import { loadHfModel, type HfModel } from '../../model/hf';
 import { Tokenizer } from '../../model/tokenizer';
 import { InferenceMetrics } from '../metrics';
 import { ApiError } from '../protocol';
 import { Scheduler, ShuttingDownError } from '../scheduler';
-import { PromptTokenizer } from '../tokenize';
-import { installErrorHandlers } from './errors';
+import { PromptWorkers } from '../prompts';
+import { frameworkErrorOptions, installErrorHandlers } from './errors';
 import { registerOpenAiRoutes } from './openai-routes';
 import { registerPolicyRoutes } from './policy-routes';
 import { registerRendererGenerateRoute } from './renderer-generate';
-import { Served } from './served';
+import { BODY_LIMIT, Served } from './served';
 import { registerSessionVersionsRoute, SessionVersions } from './session-versions';
 
-/** Largest accepted request body. */
-const BODY_LIMIT = 16 * 1024 * 1024;
+/** Prompt helper processes: a template that runs to its time limit in one leaves the other to the rest. */
+const PROMPT_PROCESSES = 2;
 
 export interface InferenceServer {
   app: FastifyInstance;
@@ -65,17 +64,24 @@ function bearerCheck(config: InferenceConfig): ((header: string | undefined) => 
   return (header) => timingSafeEqual(digest(header ?? ''), expected);
 }
 
-/** The engine on the base weights; the weights themselves are not kept in the JS heap (/reload_weights reads them again). */
-async function loadBase(
-  baseDir: string,
-  config: InferenceConfig,
-): Promise<{ arch: ArchConfig; model: native.NativeModel }> {
-  const base = loadHfModel(baseDir);
-  const model = await native.loadModel(base.config, base.tensors, {
-    device: config.model.device,
-    dtype: config.model.dtype,
-  });
-  return { arch: base.config, model };
+/**
+ * The base model folder's tokenizer and weights, read and checked (config.json's sizes against its
+ * files, the tensors against the config) before the engine allocates anything. What is wrong with
+ * the folder is the user's to fix: a config error naming model.name (the CLI exits 2).
+ */
+function readBase(baseDir: string): { real: string; base: HfModel; tokenizer: Tokenizer } {
+  try {
+    const real = fs.realpathSync(baseDir);
+    const tokenizer = Tokenizer.fromDir(baseDir);
+    return { real, base: loadHfModel(baseDir), tokenizer };
+  } catch (e) {
+    throw new ConfigError(`model.name: ${(e as Error).message}`);
+  }
+}
+
+/** The engine on the base weights; they are not kept in the JS heap past this (/reload_weights reads them again). */
+async function loadEngine(base: HfModel, config: InferenceConfig): Promise<native.NativeModel> {
+  return native.loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
 }
 
 /** The engine's generator with the server's settings; what the device or build cannot honour is refused by its key. */
@@ -105,15 +111,40 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   // Settings are checked before the (slow) model load.
   const authorized = bearerCheck(config);
   native.setThreads(config.threads ?? os.cpus().length);
+  // Requests of every batch size and prompt length free blocks of many sizes: kept up to this bound.
+  native.setCpuCache(config.cpu_cache_mb * 2 ** 20);
   const baseDir = resolveModelDir(config.model.name);
-  const baseReal = fs.realpathSync(baseDir);
-  const { arch, model } = await loadBase(baseDir, config);
-  const tokenizer = Tokenizer.fromDir(baseDir);
-  const prompts = new PromptTokenizer(tokenizer, baseDir);
+  const { real: baseReal, base, tokenizer } = readBase(baseDir);
+  const arch = base.config;
+  // Before the engine loads (see prompt-supervisor.ts); a later restart waits for a pause between
+  // engine steps.
+  let scheduler: Scheduler | undefined;
+  const prompts = new PromptWorkers(
+    tokenizer,
+    baseDir,
+    {
+      processes: PROMPT_PROCESSES,
+      timeoutMs: config.server.prompt_timeout_s * 1000,
+      heapMb: config.server.prompt_heap_mb,
+    },
+    (start) => (scheduler ? scheduler.betweenSteps(start) : Promise.resolve(start())),
+  );
+  let model: native.NativeModel;
+  try {
+    model = await loadEngine(base, config);
+  } catch (e) {
+    await prompts.close();
+    throw e;
+  }
   const contextLength = Math.min(config.seq_len, arch.maxPositionEmbeddings);
-  const generator = createGenerator(model, config, contextLength);
-
-  const scheduler = new Scheduler(
+  let generator: native.Generator;
+  try {
+    generator = createGenerator(model, config, contextLength);
+  } catch (e) {
+    await prompts.close();
+    throw e;
+  }
+  scheduler = new Scheduler(
     model,
     generator,
     {
@@ -127,7 +158,15 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const modelName = config.model.name;
   const allowedRoots = (config.allowed_weight_roots ?? [config.output_dir]).map((r) => path.resolve(r));
   const metrics = new InferenceMetrics(scheduler);
-  const served = new Served(scheduler, tokenizer, prompts, arch, contextLength, modelName);
+  const served = new Served(
+    scheduler,
+    tokenizer,
+    prompts,
+    arch,
+    contextLength,
+    modelName,
+    config.server.max_response_entries,
+  );
   let closing = false;
 
   const headersTimeout = config.server.headers_timeout_s * 1000;
@@ -135,6 +174,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   const app = Fastify({
     bodyLimit: BODY_LIMIT,
     logger: false,
+    ...frameworkErrorOptions,
     // A client must finish sending its headers, then its whole request, in bounded time (a
     // slowloris holds a socket forever otherwise: fastify's default requestTimeout of 0 also
     // switches off node's headersTimeout). Node checks these every connectionsCheckingInterval.
@@ -142,6 +182,8 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     http: {
       headersTimeout,
       requestTimeout,
+      requireHostHeader: false, // checked in installErrorHandlers, answered OpenAI-style
+
       connectionsCheckingInterval: Math.max(100, Math.min(5000, headersTimeout / 4)),
     },
   });
@@ -178,7 +220,12 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   registerRendererGenerateRoute(app, served, sessionVersions, baseDir);
   registerSessionVersionsRoute(app, sessionVersions);
 
-  await app.listen({ host: config.server.host, port: config.server.port });
+  try {
+    await app.listen({ host: config.server.host, port: config.server.port });
+  } catch (e) {
+    await prompts.close();
+    throw e;
+  }
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.server.port;
   return {

@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type * as native from '../../../native';
-import { renderChat, type ChatMessage } from '../../model/chat';
+import type { ChatMessage } from '../../model/chat';
 import { EngineError, type SequenceResult } from '../generation';
 import {
   ApiError,
@@ -17,7 +17,8 @@ import {
   type RequestMessage,
 } from '../protocol';
 import { engineErrorBody } from './errors';
-import { disconnectSignal, now, promptLogprobList, usage, type Served } from './served';
+import { LazyArray, mapInSlices, sendJson } from './json-body';
+import { disconnectSignal, MAX_RENDERED_CHARS, now, promptLogprobList, usage, type Served } from './served';
 
 /** Text of an OpenAI message content (string or text parts). */
 function contentText(m: RequestMessage): string | null {
@@ -66,12 +67,18 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
         : [],
     };
   };
+  /** Made as the body is written: millions of entries must not be built at once (json-body.ts). */
   const tokenLogprobs = (r: SequenceResult) =>
-    r.tokenIds.map((id, i) => logprobEntry(id, r.logprobs[i], r.topLogprobs[i]));
+    new LazyArray(r.tokenIds.length, (i) => logprobEntry(r.tokenIds[i], r.logprobs[i], r.topLogprobs[i]));
   const stopList = (stop: string | string[] | null | undefined) =>
     stop === undefined || stop === null ? [] : typeof stop === 'string' ? [stop] : stop;
 
-  /** The chat rendered by the model's template and tokenized (off the event loop when long). */
+  /**
+   * The chat rendered by the model's template and tokenized, on a prompt worker (prompts.ts). What
+   * cannot fit the context is refused first, without rendering: every message renders to at least
+   * its content's tokens (templates show each message's content), and to at least one token (the
+   * route checks the count before anything else).
+   */
   const chatPrompt = async (body: ChatCompletionRequest): Promise<number[]> => {
     const messages: ChatMessage[] = body.messages.map((m) => ({
       ...m,
@@ -80,23 +87,26 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
       reasoning_content: m.reasoning_content ?? undefined,
       tool_calls: m.tool_calls as ChatMessage['tool_calls'],
     }));
-    let text: string;
-    try {
-      text = renderChat(tokenizer, messages, {
-        tools: body.tools ?? undefined,
-        addGenerationPrompt: body.add_generation_prompt ?? true,
-        extra: body.chat_template_kwargs ?? undefined,
-      });
-    } catch (e) {
+    let atLeast = 0;
+    for (const m of messages) atLeast += m.content ? tokenizer.minTokens(m.content) : 0;
+    served.checkTokenBound(atLeast, 'messages');
+    if (tokenizer.chatTemplate === undefined)
       throw new ApiError(
         400,
-        `messages: the chat template cannot render them: ${(e as Error).message}`,
+        'messages: this model has no chat template (tokenizer_config.json or chat_template.jinja); use /v1/completions',
         'messages',
         'invalid_messages',
       );
-    }
-    served.checkTextLength(text, 'messages');
-    return prompts.encode(text);
+    const outcome = await prompts.chat(
+      messages,
+      {
+        tools: body.tools ?? undefined,
+        addGenerationPrompt: body.add_generation_prompt ?? true,
+        extra: body.chat_template_kwargs ?? undefined,
+      },
+      { maxChars: MAX_RENDERED_CHARS, contextLength },
+    );
+    return served.promptIds(outcome, 'messages');
   };
 
   /** Server-sent events for a streaming response. It always ends: with [DONE], after an error event when it failed. */
@@ -137,6 +147,16 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
   }));
 
   app.post('/v1/chat/completions', async (req: FastifyRequest, reply) => {
+    // Before the body is validated: checking half a million messages takes the event loop longer
+    // than refusing them.
+    const count = (req.body as { messages?: unknown } | null)?.messages;
+    if (Array.isArray(count) && count.length >= contextLength)
+      throw new ApiError(
+        400,
+        `messages: ${count.length} messages cannot fit this model's context of ${contextLength} tokens (each renders to at least one token)`,
+        'messages',
+        'context_length_exceeded',
+      );
     const body = parseBody(chatCompletionRequest, req.body);
     served.checkModel(body.model);
     if (body.top_logprobs && !body.logprobs)
@@ -155,8 +175,11 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     const created = now();
     const stopStrings = stopList(body.stop);
     const withTools = (body.tools?.length ?? 0) > 0;
+    const top = body.logprobs ? (body.top_logprobs ?? 0) : 0;
+    if (!body.stream)
+      served.checkResponseEntries(n * maxTokens * (1 + top), `n x ${maxParam} x (1 + top_logprobs)`, maxParam);
     const requests = Array.from({ length: n }, (_, i) =>
-      served.engineRequest(promptIds, body, maxTokens, i, false, body.logprobs ? (body.top_logprobs ?? 0) : 0),
+      served.engineRequest(promptIds, body, maxTokens, i, false, top),
     );
 
     if (body.stream) {
@@ -217,7 +240,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     }
 
     const results = await served.start(requests, { tokenizer, stopStrings, signal });
-    return {
+    return sendJson(reply, {
       id,
       object: 'chat.completion',
       created,
@@ -239,25 +262,27 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
       }),
       usage: usage(promptIds.length, results),
       ...(body.return_token_ids ? { prompt_token_ids: promptIds } : {}),
-    };
+    });
   });
 
   /**
    * OpenAI's (legacy) completion `logprobs` of `ids`: `text_offset` is where each token's text starts
-   * in the choice's text, the lengths of the tokens before it summed (as vLLM counts).
+   * in the choice's text, the lengths of the tokens before it summed (as vLLM counts). Decoded in
+   * slices, the alternatives as the body is written (json-body.ts).
    */
-  const completionLogprobs = (
-    ids: number[],
-    logprobs: (number | null)[],
-    topLogprobs: Record<string, number>[] | null,
-  ) => {
-    const tokens = ids.map((t) => tokenizer.decode([t]));
+  const completionLogprobs = async (ids: number[], logprobs: (number | null)[], top: native.TopLogprobs[] | null) => {
+    const tokens = await mapInSlices(ids.length, (i) => tokenizer.decode([ids[i]]));
     const offsets: number[] = [];
     let at = 0;
     for (const t of tokens) {
       offsets.push(at);
       at += t.length;
     }
+    const topLogprobs = top
+      ? new LazyArray(top.length, (i) =>
+          Object.fromEntries(Array.from(top[i].ids, (alt, j) => [tokenizer.decode([alt]), top[i].logprobs[j]])),
+        )
+      : null;
     return { tokens, token_logprobs: logprobs, top_logprobs: topLogprobs, text_offset: offsets };
   };
 
@@ -284,7 +309,9 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
       promptTexts = typeof prompt === 'string' ? [prompt] : (prompt as string[]);
       // Every text is bounded before any is tokenized.
       promptTexts.forEach((t) => served.checkTextLength(t, 'prompt'));
-      promptIds = await Promise.all(promptTexts.map((t) => prompts.encode(t)));
+      promptIds = (await Promise.all(promptTexts.map((t) => prompts.encode(t)))).map((o) =>
+        served.promptIds(o, 'prompt'),
+      );
     } else {
       promptIds = prompt.every((p) => typeof p === 'number') ? [prompt as number[]] : (prompt as number[][]);
     }
@@ -303,47 +330,54 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
         served.engineRequest(p, body, maxTokens, i, echo && withLogprobs && i === 0, body.logprobs ?? 0),
       );
     });
+    const entries = requests.reduce(
+      (a, r) => a + r.maxTokens * (1 + (body.logprobs ?? 0)) + (echo ? r.promptIds.length : 0),
+      0,
+    );
+    served.checkResponseEntries(
+      entries,
+      'prompts x n x (max_tokens x (1 + logprobs) + echoed prompt tokens)',
+      'max_tokens',
+    );
     const results = await served.start(requests, { tokenizer, stopStrings, signal });
     const generated = results.map((r) =>
       generates ? r : { ...r, tokenIds: [], logprobs: [], topLogprobs: [], text: '', finishReason: 'length' as const },
     );
-    return {
+    const choices = [];
+    for (const [index, r] of generated.entries()) {
+      const p = Math.floor(index / n);
+      const echoed = echo
+        ? {
+            ids: promptIds[p],
+            text: promptTexts?.[p] ?? tokenizer.decode(promptIds[p]),
+            logprobs: withLogprobs ? promptLogprobList(results[p * n])! : [],
+          }
+        : { ids: [], text: '', logprobs: [] };
+      choices.push({
+        index,
+        text: echoed.text + r.text,
+        logprobs: withLogprobs
+          ? await completionLogprobs(
+              [...echoed.ids, ...r.tokenIds],
+              [...echoed.logprobs, ...r.logprobs],
+              body.logprobs ? r.topLogprobs : null,
+            )
+          : null,
+        finish_reason: r.finishReason,
+        ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: promptIds[p] } : {}),
+      });
+    }
+    return sendJson(reply, {
       id: `cmpl-${randomUUID()}`,
       object: 'text_completion',
       created: now(),
       model: modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
-      choices: generated.map((r, index) => {
-        const p = Math.floor(index / n);
-        const echoed = echo
-          ? {
-              ids: promptIds[p],
-              text: promptTexts?.[p] ?? tokenizer.decode(promptIds[p]),
-              logprobs: withLogprobs ? promptLogprobList(results[p * n])! : [],
-            }
-          : { ids: [], text: '', logprobs: [] };
-        return {
-          index,
-          text: echoed.text + r.text,
-          logprobs: withLogprobs
-            ? completionLogprobs(
-                [...echoed.ids, ...r.tokenIds],
-                [...echoed.logprobs, ...r.logprobs],
-                body.logprobs
-                  ? r.topLogprobs.map((top) =>
-                      Object.fromEntries(Array.from(top.ids, (alt, j) => [tokenizer.decode([alt]), top.logprobs[j]])),
-                    )
-                  : null,
-              )
-            : null,
-          finish_reason: r.finishReason,
-          ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: promptIds[p] } : {}),
-        };
-      }),
+      choices,
       usage: usage(
         promptIds.reduce((a, p) => a + p.length * n, 0),
         generated,
       ),
-    };
+    });
   });
 }

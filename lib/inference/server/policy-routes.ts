@@ -7,25 +7,88 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { ArchConfig } from '../../model/arch';
-import { isSparseLayer } from '../../model/families';
-import { loadHfModelAsync } from '../../model/hf';
+import { sparseLayerCount } from '../../model/families';
+import { HF_FIELDS } from '../../model/hf-config';
+import { loadHfModelAsync, readHfConfig } from '../../model/hf';
 import { SerialQueue } from '../../serial';
 import { ApiError, generateRequest, parseBody, updateWeightsRequest } from '../protocol';
+import { LazyArray, sendJson } from './json-body';
 import { disconnectSignal, promptLogprobList, usage, type Served } from './served';
 
-/** How `b` differs in shape from the served `a` (undefined: the same). */
-function sameShape(a: ArchConfig, b: ArchConfig): string | undefined {
-  for (const k of Object.keys(a) as (keyof ArchConfig)[]) {
-    if (JSON.stringify(a[k]) !== JSON.stringify(b[k]))
-      return `${k} is ${JSON.stringify(b[k])}, the served model has ${JSON.stringify(a[k])}`;
+/** How `b` (`file`, a config.json) differs in shape from the served `a`, naming the field (undefined: the same). */
+function sameShape(a: ArchConfig, b: ArchConfig, file: string): string | undefined {
+  const flat = ({ moe, ...rest }: ArchConfig): Record<string, unknown> => ({ ...rest, ...moe });
+  const [fa, fb] = [flat(a), flat(b)];
+  for (const k of Object.keys(HF_FIELDS) as (keyof typeof HF_FIELDS)[]) {
+    if (JSON.stringify(fa[k]) !== JSON.stringify(fb[k]))
+      return `${file}: field '${HF_FIELDS[k]}' is ${JSON.stringify(fb[k])}, the served model has ${JSON.stringify(fa[k])}`;
   }
   return undefined;
 }
 
-/** Is `real` (a resolved path) `root` or inside it? */
-function within(root: string, real: string): boolean {
-  const r = fs.existsSync(root) ? fs.realpathSync(root) : root;
-  return real === r || real.startsWith(r.endsWith(path.sep) ? r : r + path.sep);
+/**
+ * The roots `/update_weights` may read from, and the one check of a weight folder against them.
+ * Every refusal is the same 403, whatever its reason (the path is outside the roots, does not
+ * exist, or holds a symbolic or hard link that may lead out of them): a client learns nothing
+ * about paths outside the roots, neither whether they exist nor any byte of them.
+ */
+class WeightRoots {
+  /** Each root as given (resolved) and as its real path. */
+  private readonly roots: string[];
+
+  constructor(private readonly given: string[]) {
+    this.roots = given.flatMap((r) => {
+      try {
+        return [r, fs.realpathSync(r)];
+      } catch {
+        return [r];
+      }
+    });
+  }
+
+  private inside(real: string): boolean {
+    return this.roots.some((r) => real === r || real.startsWith(r.endsWith(path.sep) ? r : r + path.sep));
+  }
+
+  private refusal(shown: string): ApiError {
+    return new ApiError(
+      403,
+      `weight_dir: ${shown} is outside the allowed roots (${this.given.join(', ')}) or does not exist; a file linked from outside them counts as outside`,
+      'weight_dir',
+      'forbidden_path',
+      'permission_error',
+    );
+  }
+
+  /**
+   * The real path of folder `weightDir`, once it and every entry in it resolve inside the roots. A
+   * hard link has no path to check, so a file with more than one link is refused: it may be a name
+   * inside the roots for a file outside them (the loader would read it, and errors quote bytes).
+   */
+  check(weightDir: string): string {
+    let real: string;
+    try {
+      real = fs.realpathSync(path.resolve(weightDir));
+    } catch {
+      throw this.refusal(weightDir);
+    }
+    if (!this.inside(real)) throw this.refusal(weightDir);
+    if (!fs.statSync(real).isDirectory())
+      throw new ApiError(400, `weight_dir: ${weightDir} is not a folder`, 'weight_dir', 'invalid_model');
+    for (const name of fs.readdirSync(real)) {
+      const shown = path.join(weightDir, name);
+      let target: string;
+      let st: fs.Stats;
+      try {
+        target = fs.realpathSync(path.join(real, name));
+        st = fs.statSync(target);
+      } catch {
+        throw this.refusal(shown); // a dangling link: where it points must not be told either
+      }
+      if (!this.inside(target) || (!st.isDirectory() && st.nlink > 1)) throw this.refusal(shown);
+    }
+    return real;
+  }
 }
 
 /** Where the server's weights may come from. */
@@ -69,7 +132,7 @@ export function registerPolicyRoutes(
       // Stop strings are matched in the decoded text, so only then does the sequence need a tokenizer.
       body.stop?.length ? { signal, tokenizer: served.tokenizer, stopStrings: body.stop } : { signal },
     );
-    return {
+    return sendJson(reply, {
       id: `gen-${randomUUID()}`,
       model: served.modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
@@ -82,25 +145,17 @@ export function registerPolicyRoutes(
         // the version that sampled each token.
         policy_versions: r.tokenPolicyVersions,
         finish_reason: r.finishReason,
-        ...(body.return_routes ? { routes: r.routes.map((t) => Array.from(t)) } : {}),
+        ...(body.return_routes ? { routes: new LazyArray(r.routes.length, (t) => Array.from(r.routes[t])) } : {}),
       })),
       usage: usage(body.prompt_token_ids.length, results),
       prompt_logprobs: body.prompt_logprobs ? promptLogprobList(results[0]) : null,
       ...(body.return_routes ? { prompt_routes: promptRoutesPerToken(results[0].promptRoutes, arch) } : {}),
-    };
+    });
   });
 
   /** Version label -> the folder (real path) it names, since start or the last /reload_weights. */
   const labels = new Map<number, string>([[0, baseReal]]);
-  const insideRoots = (real: string) => allowedRoots.some((root) => within(root, real));
-  const forbidden = (what: string) =>
-    new ApiError(
-      403,
-      `weight_dir: ${what} outside the allowed roots (${allowedRoots.join(', ')})`,
-      'weight_dir',
-      'forbidden_path',
-      'permission_error',
-    );
+  const roots = new WeightRoots(allowedRoots);
 
   // Weight changes run one at a time: each reads the version labels, loads (without blocking the
   // event loop: the server keeps serving meanwhile) and then records its label.
@@ -109,27 +164,7 @@ export function registerPolicyRoutes(
   app.post('/update_weights', (req) =>
     weightChanges.run(async () => {
       const body = parseBody(updateWeightsRequest, req.body);
-      const dir = path.resolve(body.weight_dir);
-      let real: string;
-      try {
-        real = fs.realpathSync(dir);
-      } catch {
-        throw new ApiError(400, `weight_dir: ${body.weight_dir} does not exist`, 'weight_dir', 'not_found');
-      }
-      if (!insideRoots(real)) throw forbidden(`${body.weight_dir} is`);
-      if (!fs.statSync(real).isDirectory())
-        throw new ApiError(400, `weight_dir: ${body.weight_dir} is not a folder`, 'weight_dir', 'invalid_model');
-      // Every file the load may read must be inside the roots too: a link in an allowed folder must
-      // not make the server read a file elsewhere (nor quote it in an error).
-      for (const name of fs.readdirSync(real)) {
-        let target: string;
-        try {
-          target = fs.realpathSync(path.join(real, name));
-        } catch {
-          continue; // a dangling link: loading names the missing file
-        }
-        if (!insideRoots(target)) throw forbidden(`${path.join(body.weight_dir, name)} links to a file`);
-      }
+      const real = roots.check(body.weight_dir);
       // A version names one set of weights: clients skip loading when /health already shows the
       // version they want, so a wrong label silently serves wrong weights. 0 is the base model's,
       // and since start (or the last reload) a label stays with its folder and a folder with its
@@ -161,20 +196,31 @@ export function registerPolicyRoutes(
           'version_conflict',
         );
       }
-      let loaded;
-      try {
-        loaded = await loadHfModelAsync(real);
-      } catch (e) {
-        throw new ApiError(
+      const unloadable = (e: unknown) =>
+        new ApiError(
           400,
           `weight_dir: not a loadable model folder: ${(e as Error).message}`,
           'weight_dir',
           'invalid_model',
         );
+      // The folder's config.json is checked against the served model before anything is read by
+      // it (readHfConfig has checked its sizes against its files): nothing is allocated for a
+      // folder of another model, or of a config claiming 10^7 blocks.
+      let config: ArchConfig;
+      try {
+        config = readHfConfig(real).config;
+      } catch (e) {
+        throw unloadable(e);
       }
-      const mismatch = sameShape(arch, loaded.config);
+      const mismatch = sameShape(arch, config, path.join(body.weight_dir, 'config.json'));
       if (mismatch)
         throw new ApiError(400, `weight_dir: not the same model shape: ${mismatch}`, 'weight_dir', 'shape_mismatch');
+      let loaded;
+      try {
+        loaded = await loadHfModelAsync(real);
+      } catch (e) {
+        throw unloadable(e);
+      }
       await scheduler.updateWeights(loaded.tensors, { version, weightDir: real });
       labels.set(version, real);
       return { status: 'ok', policy_version: version, weight_dir: real };
@@ -195,7 +241,7 @@ export function registerPolicyRoutes(
           'server_error',
         );
       }
-      const mismatch = sameShape(arch, loaded.config);
+      const mismatch = sameShape(arch, loaded.config, path.join(baseDir, 'config.json'));
       if (mismatch)
         throw new ApiError(
           500,
@@ -213,9 +259,8 @@ export function registerPolicyRoutes(
 }
 
 /** The prefill's routes [P - 1, sparse layers, K] (flattened) as one array per prompt token. */
-function promptRoutesPerToken(routes: Int32Array | undefined, a: ArchConfig): number[][] {
-  const sparse = Array.from({ length: a.numLayers }, (_, l) => l).filter((l) => isSparseLayer(a.moe, l)).length;
-  const width = sparse * a.moe!.numExpertsPerTok;
+function promptRoutesPerToken(routes: Int32Array | undefined, a: ArchConfig): LazyArray<number[]> {
+  const width = sparseLayerCount(a.moe, a.numLayers) * a.moe!.numExpertsPerTok;
   const tokens = routes ? routes.length / width : 0;
-  return Array.from({ length: tokens }, (_, t) => Array.from(routes!.subarray(t * width, (t + 1) * width)));
+  return new LazyArray(tokens, (t) => Array.from(routes!.subarray(t * width, (t + 1) * width)));
 }

@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { ApiError, neutral, parseBody, samplingFields, tokenId } from '../protocol';
+import { LazyArray, sendJson } from './json-body';
 import { disconnectSignal, usage, type Served } from './served';
 import { RECORD_VERSIONS_HEADER, SESSION_HEADER, type SessionVersions } from './session-versions';
 
@@ -91,7 +92,7 @@ export function registerRendererGenerateRoute(
         session,
         results.map((r) => ({ token_ids: r.tokenIds, policy_versions: r.tokenPolicyVersions })),
       );
-    return {
+    return sendJson(reply, {
       request_id: body.request_id ?? `gen-${randomUUID()}`,
       model: served.modelName,
       policy_version: Math.min(...results.map((r) => r.policyVersion)),
@@ -100,12 +101,15 @@ export function registerRendererGenerateRoute(
         index,
         token_ids: r.tokenIds,
         logprobs: {
-          content: r.tokenIds.map((id, k) => ({ token: `token_id:${id}`, logprob: r.logprobs[k] })),
+          content: new LazyArray(r.tokenIds.length, (k) => ({
+            token: `token_id:${r.tokenIds[k]}`,
+            logprob: r.logprobs[k],
+          })),
         },
         finish_reason: r.finishReason,
         policy_version: r.policyVersion,
       })),
       usage: usage(body.token_ids.length, results),
-    };
+    });
   });
 }

@@ -2,13 +2,14 @@
  * What the routes share: the served model (engine scheduler, tokenizer, context) and the checks and
  * engine requests every generation route builds on it.
  */
+import * as path from 'node:path';
 import type { FastifyReply } from 'fastify';
 import type { ArchConfig } from '../../model/arch';
 import type { Tokenizer } from '../../model/tokenizer';
 import { startSequences, type SequenceOptions, type SequenceResult } from '../generation';
 import { ApiError } from '../protocol';
 import type { Scheduler } from '../scheduler';
-import type { PromptTokenizer } from '../tokenize';
+import type { PromptOutcome, PromptWorkers } from '../prompts';
 
 /** Sampling settings as the generation routes' bodies carry them. */
 export interface Sampling {
@@ -34,18 +35,43 @@ export function disconnectSignal(reply: FastifyReply): AbortSignal {
   return ctrl.signal;
 }
 
+/** Largest accepted request body. */
+export const BODY_LIMIT = 16 * 1024 * 1024;
+
+/**
+ * The longest text a chat template may render, in UTF-16 units: twice the largest request body, so
+ * a template may add its markup to every message of the largest chat, not megabytes more.
+ */
+export const MAX_RENDERED_CHARS = 2 * BODY_LIMIT;
+
 export class Served {
   constructor(
     readonly scheduler: Scheduler,
     readonly tokenizer: Tokenizer,
-    /** Tokenizes long prompts off the event loop. */
-    readonly prompts: PromptTokenizer,
+    /** Renders chat templates and tokenizes prompts off the event loop. */
+    readonly prompts: PromptWorkers,
     readonly arch: ArchConfig,
     /** Tokens of prompt + completion: seq_len, at most the model's positions. */
     readonly contextLength: number,
     /** The model name requests must name (if any): model.name. */
     readonly modelName: string,
+    /** server.max_response_entries: see checkResponseEntries. */
+    readonly maxResponseEntries: number,
   ) {}
+
+  /**
+   * Refuses, before anything runs, a non-streamed response of more than server.max_response_entries
+   * token entries (`formula`, over the request's fields, says how they were counted).
+   */
+  checkResponseEntries(entries: number, formula: string, param: string): void {
+    if (entries > this.maxResponseEntries)
+      throw new ApiError(
+        400,
+        `${param}: ${formula} = ${entries} entries in one response, more than server.max_response_entries (${this.maxResponseEntries}); ask for fewer, or stream the response`,
+        param,
+        'response_too_large',
+      );
+  }
 
   checkModel(name: string | undefined): void {
     if (name !== undefined && name !== this.modelName)
@@ -55,6 +81,43 @@ export class Served {
         'model',
         'model_not_found',
       );
+  }
+
+  /**
+   * The ids of a prompt the workers prepared, or the error that says why there are none: what a
+   * template or tokenizer did wrong is named with its file (400), a failed helper is ours (500).
+   * `param`: the request field the prompt came from.
+   */
+  promptIds(outcome: PromptOutcome, param: string): number[] {
+    if ('ids' in outcome) return Array.from(outcome.ids);
+    if ('error' in outcome)
+      throw new ApiError(500, `internal error: ${outcome.error}`, null, 'prompt_worker_failed', 'server_error');
+    const chat = param === 'messages';
+    const what = chat
+      ? `the chat template (${this.tokenizer.chatTemplateSource ?? 'none'})`
+      : `the tokenizer (${path.join(this.prompts.dir, 'tokenizer.json')})`;
+    const fail = (code: string, message: string) => new ApiError(400, `${param}: ${message}`, param, code);
+    switch (outcome.refused) {
+      case 'context':
+        throw this.contextExceeded(param, `at least ${outcome.atLeast}`);
+      case 'template':
+        throw fail('invalid_messages', `the chat template cannot render them: ${outcome.message}`);
+      case 'too_large':
+        throw fail(
+          'chat_template_output_too_large',
+          `${what} rendered ${outcome.chars} characters, more than the ${MAX_RENDERED_CHARS} a prompt may have`,
+        );
+      case 'timeout':
+        throw fail(
+          chat ? 'chat_template_timeout' : 'tokenizer_timeout',
+          `${what} did not finish within ${this.prompts.options.timeoutMs / 1000} s (server.prompt_timeout_s) and was stopped`,
+        );
+      case 'memory':
+        throw fail(
+          chat ? 'chat_template_out_of_memory' : 'tokenizer_out_of_memory',
+          `${what} needed more than the ${this.prompts.options.heapMb} MiB a prompt's helper process may use (server.prompt_heap_mb) and was stopped`,
+        );
+    }
   }
 
   private contextExceeded(param: string, what: string): ApiError {
@@ -80,7 +143,11 @@ export class Served {
 
   /** Refuses, without tokenizing, a text whose token count cannot be below the context. */
   checkTextLength(text: string, param: string): void {
-    const atLeast = this.tokenizer.minTokens(text);
+    this.checkTokenBound(this.tokenizer.minTokens(text), param);
+  }
+
+  /** Refuses a prompt of at least `atLeast` tokens (a lower bound) when that already reaches the context. */
+  checkTokenBound(atLeast: number, param: string): void {
     if (atLeast >= this.contextLength) throw this.contextExceeded(param, `at least ${atLeast}`);
   }
 

@@ -182,6 +182,17 @@ export function noQkNorm(a: ArchConfig): void {
   if (a.qkNorm) throw new Error(`qkNorm is true but ${a.arch} has no q/k norms`);
 }
 
+/**
+ * How many of `numLayers` blocks are sparse, by `isSparseLayer`'s rule in closed form (a config.json
+ * may claim 10^7 blocks: the count must not walk them). `mlpOnlyLayers` holds distinct indices.
+ */
+export function sparseLayerCount(moe: MoeConfig | undefined, numLayers: number): number {
+  if (moe === undefined || moe.numExperts <= 0) return 0;
+  const step = moe.decoderSparseStep;
+  const kept = moe.mlpOnlyLayers.filter((l) => l < numLayers && (l + 1) % step === 0).length;
+  return Math.floor(numLayers / step) - kept;
+}
+
 /** Whether block `layer` has a sparse MoE MLP (transformers' Qwen3MoeDecoderLayer rule). */
 export function isSparseLayer(moe: MoeConfig | undefined, layer: number): boolean {
   return (

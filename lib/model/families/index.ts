@@ -19,5 +19,5 @@ export function family(arch: string): Family {
   return FAMILIES[arch as Arch];
 }
 
-export { LAYER_SLOTS, PROJECTIONS, isSparseLayer } from './decoder';
+export { LAYER_SLOTS, PROJECTIONS, isSparseLayer, sparseLayerCount } from './decoder';
 export type { Family, FamilyFeatures, LayerSlot, ModelSlot, Projection, TensorRole, TensorSpec } from './decoder';
