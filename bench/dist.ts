@@ -59,7 +59,7 @@ async function train(c: ArchConfig, rank: number, size: number, port: number): P
   if (size > 1) {
     const store = await native.createStore({ host: '127.0.0.1', port, isServer: rank === 0, timeoutS: 60 });
     const group = await native.createGroup(store, { prefix: 'bench/', rank, size, timeoutS: 120 });
-    trainer.setGroup(group, 25 * 1024 * 1024);
+    trainer.setGroup(group, { bucketBytes: 25 * 1024 * 1024 });
   }
   const rows = shardRows(batch(c), rank, size);
   await trainer.step(rows, { lr: 1e-4, maxGradNorm: 1 });

@@ -304,6 +304,18 @@ const trainerScaleShape = {
       .default(60)
       .describe('a rank silent this long (joining, a collective) fails the step, which is retried on a fresh group'),
     bucket_mb: z.number().positive().default(25).describe('gradient all-reduce bucket size in MiB'),
+    sharding: z
+      .enum(['optimizer', 'full'])
+      .default('optimizer')
+      .describe(
+        "what the ranks shard: 'optimizer' = AdamW's state (ZeRO-1; each rank holds the whole model and its gradients), 'full' = parameters, gradients and AdamW state alike (FSDP)",
+      ),
+    backend: z
+      .enum(['auto', 'gloo', 'nccl'])
+      .default('auto')
+      .describe(
+        'what moves CUDA tensors between ranks: auto = NCCL where the native addon has it (PyTorch 2.x with CUDA), else Gloo; CPU tensors always go over Gloo',
+      ),
   }),
 };
 

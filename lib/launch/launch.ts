@@ -15,7 +15,13 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
-import type { InferenceConfig, TemporalConfig, TrainerRankConfig, WorkerConfig } from '../config/schemas';
+import {
+  trainerRankSchema,
+  type InferenceConfig,
+  type TemporalConfig,
+  type TrainerRankConfig,
+  type WorkerConfig,
+} from '../config/schemas';
 import { ConfigError } from '../config/errors';
 import { CommandError } from '../cli/command';
 import { RunLayout } from '../run/layout';
@@ -85,7 +91,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       }),
   );
 
-  if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer?.world_size ?? 1);
+  if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer?.world_size ?? 1, spec.trainer?.dist.backend);
 
   // The run's own inference server must get its port: were another process (another run's server)
   // answering there, rollouts would silently come from that server's model.
@@ -110,7 +116,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   const spawnChildren = async () => {
     const configs = path.join(layout.dir, 'configs');
     const worldSize = spec.trainer?.world_size ?? 1;
-    const dist = spec.trainer?.dist ?? { host: '127.0.0.1', port: 0, timeout_s: 60, bucket_mb: 25 };
+    const dist = spec.trainer?.dist ?? trainerRankSchema.parse({}).dist;
     // Local ranks rendezvous on a port picked now unless the config names one.
     const trainerDist = worldSize > 1 && dist.port === 0 ? { ...dist, port: await freePort() } : dist;
     const workerBase: Omit<WorkerConfig, 'pool'> = {

@@ -29,7 +29,11 @@ export function isIgnorable(name: string, a: ArchConfig): boolean {
  * Checks that `tensors` are exactly the model's tensors with the right shapes; returns them in
  * `tensorSpecs` order without ignorable extras. `source` (the folder) is named in errors.
  */
-export function checkModelTensors(a: ArchConfig, tensors: readonly NamedTensor[], source: string): NamedTensor[] {
+export function checkModelTensors<T extends Pick<NamedTensor, 'name' | 'shape'> = NamedTensor>(
+  a: ArchConfig,
+  tensors: readonly T[],
+  source: string,
+): T[] {
   const byName = new Map(tensors.map((t) => [t.name, t]));
   const specs = tensorSpecs(a);
   const expected = new Set(specs.map((s) => s.name));

@@ -7,15 +7,14 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as native from '../../native';
-import { writeDirAtomicAsync, writeFileAtomic } from '../atomic';
 import { Failure, NonRetryableError } from '../failures';
 import type { NamedTensor } from '../model/arch';
-import { loadHfModel, readHfConfig, writeHfModel } from '../model/hf';
+import { loadHfModel, readHfConfig, writeHfModelStream } from '../model/hf';
 import { serializeSafetensors } from '../model/safetensors';
 import { readBatch } from '../orchestrator/batch';
 import { listSteps, RunLayout } from '../run/layout';
 import type { TrainMetrics, TrainProgress } from './types';
-import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
+import { loadCheckpoint, writeCheckpoint } from './shards';
 import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
 import { routerReplayRefusal, type TrainerSpec } from './spec';
@@ -162,7 +161,7 @@ export class TrainerRuntime {
         ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, targetModules: t.lora.target_modules }
         : undefined,
     });
-    if (group) trainer.setGroup(group.group, group.bucketBytes);
+    if (group) trainer.setGroup(group.group, { bucketBytes: group.bucketBytes, sharding: group.sharding });
     const runtime = new TrainerRuntime(
       layout,
       t,
@@ -179,8 +178,7 @@ export class TrainerRuntime {
     for (const c of candidates.filter((s) => s <= step).reverse()) {
       const dir = layout.checkpointDir(c);
       try {
-        const meta = verifyCheckpoint(dir);
-        await trainer.load(dir);
+        const meta = await loadCheckpoint(trainer, dir);
         runtime.progress = { steps: meta.steps, samples: meta.samples, tokens: meta.tokens };
         runtime.klBeta = meta.klBeta ?? t.klPenalty.beta;
         report.from = c;
@@ -279,19 +277,24 @@ export class TrainerRuntime {
     return { loss: tokens > 0 ? sum / tokens : NaN, tokens };
   }
 
+  /** Whether every rank takes part in computing weights and scores (full sharding gathers the parameters). */
+  get collective(): boolean {
+    return this.group?.sharding === 'full';
+  }
+
   /**
    * Writes the current weights as HF folder `weights/step_<version>` (what inference loads: with
    * LoRA, the merged weights), plus the adapters in PEFT layout under `lora/` when LoRA is on.
-   * Weights with a NaN or Inf are refused (NonFiniteWeightsError), so a diverged run never hands
-   * them to inference.
+   * The weights are written unit by unit (the embedding, each layer, ...) as the trainer hands
+   * them over (under full sharding, as the ranks gather them: then every rank calls this or
+   * `shareWeights`, and rank 0 writes). Weights with a NaN or Inf are refused
+   * (NonFiniteWeightsError), so a diverged run never hands them to inference.
    */
   async writeWeights(version: number): Promise<string> {
     const dir = this.layout.weightsDir(version);
-    // Asked for as F32, so every tensor is a safetensors float tensor.
-    const tensors = (await this.trainer.readWeights('F32')) as NamedTensor[];
     const lora = this.spec.lora;
     const adapters = lora.enabled ? ((await this.trainer.readAdapters('F32')) as NamedTensor[]) : [];
-    await checkFinite([...tensors, ...adapters], version);
+    await checkFinite(adapters, version);
     const files: Record<string, string | Buffer> = {};
     if (lora.enabled) {
       files['lora/adapter_model.safetensors'] = serializeSafetensors(adapters);
@@ -312,8 +315,25 @@ export class TrainerRuntime {
         2,
       );
     }
-    writeHfModel(dir, { config: this.rawConfig, tensors, copyFrom: this.baseDir, files });
+    // Asked for as F32, so every tensor is a safetensors float tensor.
+    const trainer = this.trainer;
+    const entries = trainer
+      .shardLayout()
+      .units.flatMap((u) => u.params.map((p) => ({ name: p.name, dtype: 'F32' as const, shape: p.shape })));
+    async function* units() {
+      for (let u = 0; u < trainer.weightUnits; u++) {
+        const tensors = (await trainer.readWeightUnit(u, 'F32')) as NamedTensor[];
+        await checkFinite(tensors, version);
+        yield tensors;
+      }
+    }
+    await writeHfModelStream(dir, { config: this.rawConfig, entries, batches: units(), copyFrom: this.baseDir, files });
     return dir;
+  }
+
+  /** A rank > 0's part of `writeWeights` under full sharding: every unit gathered with rank 0. */
+  async shareWeights(): Promise<void> {
+    for (let u = 0; u < this.trainer.weightUnits; u++) await this.trainer.readWeightUnit(u, 'F32');
   }
 
   /**
@@ -322,16 +342,8 @@ export class TrainerRuntime {
    */
   async checkpoint(): Promise<string> {
     const dir = this.layout.checkpointDir(this.progress.steps);
-    if (this.group && this.group.rank > 0) {
-      await this.trainer.save('');
-      return dir;
-    }
-    await writeDirAtomicAsync(dir, async (tmp) => {
-      await this.trainer.save(tmp);
-      const klBeta = this.spec.klPenalty.enabled ? { klBeta: this.klBeta } : {};
-      const meta: CheckpointMeta = { ...this.progress, ...klBeta, sha256: fileSha256(path.join(tmp, CKPT_FILE)) };
-      writeFileAtomic(path.join(tmp, PROGRESS_FILE), JSON.stringify(meta, null, 1));
-    });
+    const klBeta = this.spec.klPenalty.enabled ? { klBeta: this.klBeta } : {};
+    await writeCheckpoint(this.trainer, dir, this.group?.rank ?? 0, { ...this.progress, ...klBeta });
     return dir;
   }
 }

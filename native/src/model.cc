@@ -49,21 +49,6 @@ at::ScalarType diskDtype(const std::string& name, const std::string& dtype) {
   throw std::runtime_error("tensor '" + name + "': unsupported dtype '" + dtype + "' (expected F32, F16, BF16 or F64)");
 }
 
-// Checks a raw tensor against the expected shape and returns a view of its bytes (no copy yet).
-at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected) {
-  at::ScalarType st = diskDtype(t.name, t.dtype);
-  if (t.shape != expected)
-    throw std::runtime_error("tensor '" + t.name + "': shape " + shapeStr(t.shape) + ", expected " +
-                             shapeStr(expected));
-  int64_t numel = 1;
-  for (int64_t d : expected) numel *= d;
-  size_t want = size_t(numel) * at::elementSize(st);
-  if (t.nbytes != want)
-    throw std::runtime_error("tensor '" + t.name + "': " + std::to_string(t.nbytes) + " data bytes, expected " +
-                             std::to_string(want));
-  return at::from_blob(const_cast<uint8_t*>(t.data), expected, at::TensorOptions().dtype(st));
-}
-
 // The skeleton's slots inside a block, by the names the family tables use (LAYER_SLOTS in
 // lib/model/families/decoder.ts; test/model.families.test.ts checks the two lists against each
 // other through layerSlotNames()). Outside blocks: "embed", "norm", "lmHead".
@@ -125,6 +110,20 @@ std::string diskDtypeName(at::ScalarType t) {
     default:
       throw std::runtime_error("no safetensors name for dtype " + std::string(c10::toString(t)));
   }
+}
+
+at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected) {
+  at::ScalarType st = diskDtype(t.name, t.dtype);
+  if (t.shape != expected)
+    throw std::runtime_error("tensor '" + t.name + "': shape " + shapeStr(t.shape) + ", expected " +
+                             shapeStr(expected));
+  int64_t numel = 1;
+  for (int64_t d : expected) numel *= d;
+  size_t want = size_t(numel) * at::elementSize(st);
+  if (t.nbytes != want)
+    throw std::runtime_error("tensor '" + t.name + "': " + std::to_string(t.nbytes) + " data bytes, expected " +
+                             std::to_string(want));
+  return at::from_blob(const_cast<uint8_t*>(t.data), expected, at::TensorOptions().dtype(st));
 }
 
 std::vector<std::string> layerSlotNames() {
@@ -393,6 +392,22 @@ std::vector<std::pair<std::string, at::Tensor>> Model::namedParameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (Slot& s : const_cast<Model*>(this)->slots()) out.emplace_back(s.spec->name, *s.tensor);
   return out;
+}
+
+std::vector<std::vector<int64_t>> Model::parameterStages() const {
+  std::vector<std::vector<int64_t>> stages;
+  for (const ParamSpec& p : specs_) {
+    if (p.layer >= 0) stages.push_back({p.layer});
+    else if (p.slot == "embed")
+      stages.push_back(lmHead_.defined() ? std::vector<int64_t>{-1} : std::vector<int64_t>{-1, cfg.numLayers + 1});
+    else if (p.slot == "norm") stages.push_back({cfg.numLayers});
+    else stages.push_back({cfg.numLayers + 1});  // lmHead
+  }
+  return stages;
+}
+
+void Model::unfuseProjections() {
+  for (Layer& L : layers_) L.qkv = L.qkvBias = L.gateUp = at::Tensor();
 }
 
 int64_t Model::numParameters() const {
@@ -701,22 +716,31 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
   // model's (prime-rl's FSDP2 policy: bf16 parameters for compute, fp32 master weights and
   // gradients); norms, softmaxes and the LM head's log-softmax compute in fp32 inside.
   const at::ScalarType compute = computeDtype();
-  at::Tensor x = at::embedding(embed_, ids);
-  if (x.scalar_type() != compute) x = x.to(compute);
+  at::Tensor x = staged(-1, at::Tensor(), [&](const at::Tensor&) {
+    const at::Tensor e = at::embedding(embed_, ids);
+    return e.scalar_type() != compute ? e.to(compute) : e;
+  });
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
-    if (checkpoint && l % checkpointEvery == 0) {
+    x = staged(l, x, [&](const at::Tensor& in) {
+      if (!checkpoint || l % checkpointEvery != 0) return packedLayer(l, in, cos, sin, seg, kvOut, ad);
       // The rerun in the backward holds its own copies of what the layer reads.
-      x = checkpointed(
-          x,
+      return checkpointed(
+          in,
           [this, l, cos = cos, sin = sin, seg, ad](const at::Tensor& in) {
             return packedLayer(l, in, cos, sin, seg, nullptr, ad);
           },
           dropoutRng);
-    } else {
-      x = packedLayer(l, x, cos, sin, seg, kvOut, ad);
-    }
+    });
   }
-  return rmsNorm(x, norm_);
+  return staged(cfg.numLayers, x, [&](const at::Tensor& in) { return rmsNorm(in, norm_); });
+}
+
+at::Tensor Model::staged(int64_t stage, const at::Tensor& x,
+                         const std::function<at::Tensor(const at::Tensor&)>& f) const {
+  if (!stageHooks) return f(x);
+  const std::vector<at::Tensor> in =
+      stageHooks->enter(stage, x.defined() ? std::vector<at::Tensor>{x} : std::vector<at::Tensor>{});
+  return stageHooks->leave(stage, {f(in.empty() ? x : in[0])})[0];
 }
 
 Model::Segments Model::packedSegments(const std::vector<int64_t>& segStarts, int64_t N) const {
@@ -818,8 +842,15 @@ at::Tensor Model::logits(const at::Tensor& hidden) const {
 }
 
 TokenStats Model::tokenStats(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {
-  return chunkedTokenStats(hidden, lmHead_.defined() ? lmHead_ : embed_, targets, temperature, logitsDtype(),
-                           logitsChunkTokens, logitsKeepBytes);
+  const int64_t head = cfg.numLayers + 1;  // a stage of its own (StageHooks)
+  const at::Tensor h = stageHooks ? stageHooks->enter(head, {hidden})[0] : hidden;
+  TokenStats ts = chunkedTokenStats(h, lmHead_.defined() ? lmHead_ : embed_, targets, temperature, logitsDtype(),
+                                    logitsChunkTokens, logitsKeepBytes);
+  if (stageHooks) {
+    const std::vector<at::Tensor> out = stageHooks->leave(head, {ts.logp, ts.entropy});
+    ts.logp = out[0], ts.entropy = out[1];
+  }
+  return ts;
 }
 
 void Model::tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature, float* logprobs,

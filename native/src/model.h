@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -125,6 +126,19 @@ struct KVCache {
 // Keys and values of one layer for a packed forward, after RoPE: [N, KV, hd].
 using LayerKV = std::pair<at::Tensor, at::Tensor>;
 
+// What a forward calls around each stage that reads parameters (fully sharded training, fsdp.h,
+// gathers a stage's parameters in enter and frees them in leave). Stages in forward order: the
+// embedding (-1), the decoder layers (0 .. numLayers - 1), the final norm (numLayers) and the LM
+// head (numLayers + 1, in tokenStats). enter gets the stage's inputs and leave its outputs
+// (differentiable tensors; the embedding's enter gets none); what they return stands for them
+// (an identity, which may carry the autograd nodes that hook the stage's backward).
+class StageHooks {
+ public:
+  virtual ~StageHooks() = default;
+  virtual std::vector<at::Tensor> enter(int64_t stage, std::vector<at::Tensor> inputs) = 0;
+  virtual std::vector<at::Tensor> leave(int64_t stage, std::vector<at::Tensor> outputs) = 0;
+};
+
 class Model {
  public:
   // Fills the slots named by `specs` (in their order, which is the checkpoint order) from `tensors`.
@@ -202,6 +216,16 @@ class Model {
   // Calls on one model run one at a time (the TS facade queues them; this flag catches misuse).
   std::atomic<bool> busy{false};
 
+  // Called around the stages of forwardPacked and tokenStats (a fully sharded trainer's; decode
+  // calls none). Null: the parameters are all here.
+  std::shared_ptr<StageHooks> stageHooks;
+  // The stages that read each parameter (StageHooks), in namedParameters() order: its block, or
+  // for a tied embedding both the embedding and the LM head.
+  std::vector<std::vector<int64_t>> parameterStages() const;
+  // Drops the fused q/k/v and gate/up tensors (fuseProjections): every forward then takes the
+  // separate projections, whose parameters stop sharing storage (a sharded trainer re-homes them).
+  void unfuseProjections();
+
  private:
   // Checks cfg and specs, derives the RoPE table and allocates the fused projections
   // (fuseProjections); the other weights stay empty (both constructors fill them).
@@ -240,6 +264,8 @@ class Model {
     at::ScalarType compute = at::kFloat;  // the dtype flash attention runs in (with cuSeqLens)
   };
   Segments packedSegments(const std::vector<int64_t>& segStarts, int64_t N) const;
+  // f(x) for stage `stage` of a forward, between the stage hooks' enter and leave when there are any.
+  at::Tensor staged(int64_t stage, const at::Tensor& x, const std::function<at::Tensor(const at::Tensor&)>& f) const;
   // Decoder layer `layer` over a packed row.
   at::Tensor packedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                          const Segments& seg, std::vector<LayerKV>* kvOut, const Adapt& ad) const;
@@ -274,5 +300,7 @@ std::vector<int64_t> segmentStarts(const std::vector<int64_t>& pos);
 
 at::ScalarType parseComputeDtype(const std::string& name);  // float32 | bfloat16 | float64
 std::string diskDtypeName(at::ScalarType t);                // inverse of the RawTensor dtype names
+// Checks a raw tensor against the expected shape and returns a view of its bytes (no copy yet).
+at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected);
 
 }  // namespace prime

@@ -227,6 +227,7 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   if (blasCore) out.Set("blasCore", std::string(blasCore()));
   out.Set("parallelInfo", at::get_parallel_info());
   out.Set("gloo", kHaveGloo);
+  out.Set("nccl", kHaveNccl);
   return out;
 }
 
