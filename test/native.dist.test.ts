@@ -11,6 +11,7 @@ import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib
 import { Rng } from '../lib/model/rng';
 import { shardRows } from '../lib/trainer/runtime';
 import type { ArchConfig } from '../lib/model/arch';
+import { memoryPlan } from '../lib/trainer/plan';
 import { loadCheckpoint, writeCheckpoint } from '../lib/trainer/shards';
 import { tinyMoeConfig } from './tiny-moe';
 
@@ -292,6 +293,33 @@ withGloo(
     const m = await zero.ranks[0].trainer.memory();
     expect(m.parameterBytes).toBe(whole.parameterBytes);
     expect(Math.abs((m.optimizerBytes * 2) / whole.optimizerBytes - 1)).toBeLessThan(0.1);
+  },
+  60_000,
+);
+
+withGloo(
+  "the memory plan's weights, gradients and AdamW state at world size 4 are what the ranks account (within 10%)",
+  async () => {
+    for (const sharding of ['full', 'optimizer'] as const) {
+      const { ranks } = await joinRanks(4, { sharding });
+      await stepAll(ranks, 0);
+      const plan = memoryPlan({
+        config: cfg,
+        worldSize: 4,
+        sharding,
+        seqLen: 64,
+        ac: false,
+        dtype: 'float32',
+        loraRank: 0,
+      });
+      // The plan's units are the engine's.
+      expect(plan.units).toEqual(ranks[0].trainer.shardLayout().units.map((u) => ({ name: u.name, numel: u.numel })));
+      const accounted = await Promise.all(ranks.map((r) => r.trainer.memory()));
+      const largest = (key: keyof native.TrainerMemory) => Math.max(...accounted.map((m) => m[key]));
+      expect(Math.abs(plan.weights / largest('parameterBytes') - 1)).toBeLessThan(0.1);
+      expect(Math.abs(plan.gradients / largest('gradientBytes') - 1)).toBeLessThan(0.1);
+      expect(Math.abs(plan.optimizer / largest('optimizerBytes') - 1)).toBeLessThan(0.1);
+    }
   },
   60_000,
 );
