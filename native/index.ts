@@ -426,6 +426,7 @@ interface RawTrainer {
   readShard(unit: number): Promise<WeightTensor[]>;
   stageShard(unit: number, tensors: WeightTensor[]): Promise<void>;
   memory(): Promise<TrainerMemory>;
+  loadBaseShard(unit: number, parts: { offset: number; tensor: WeightTensor }[]): Promise<void>;
 }
 interface Addon {
   info(): NativeInfo;
@@ -436,7 +437,7 @@ interface Addon {
     config: ArchConfig,
     specs: readonly EngineTensorSpec[],
     tensors: readonly WeightTensor[],
-    opts: ModelOptions,
+    opts: ModelOptions & { withoutWeights?: boolean },
   ): Promise<RawModel>;
   matmulGflops(n: number, iters: number): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
@@ -450,6 +451,11 @@ interface Addon {
 
 /** One row of the family's tensor table as the engine reads it (native/src/model.h `ParamSpec`). */
 type EngineTensorSpec = Pick<TensorSpec, 'name' | 'shape' | 'slot' | 'layer' | 'expert'>;
+
+/** The family's tensor table tells the engine which tensor fills which parameter (it knows no HF names). */
+function engineSpecs(config: ArchConfig): EngineTensorSpec[] {
+  return tensorSpecs(config).map(({ name, shape, slot, layer, expert }) => ({ name, shape, slot, layer, expert }));
+}
 
 /** Drops tensors checkpoints may carry that the model does not use (see `isIgnorable`). */
 function withoutIgnorable(tensors: readonly WeightTensor[], config: ArchConfig): readonly WeightTensor[] {
@@ -593,20 +599,22 @@ export function layerSlots(): string[] {
  * Builds a model from HF-named tensors (bytes are copied once and converted to the compute
  * dtype). Rejects on a missing, extra, mis-shaped or unsupported-dtype tensor, naming it.
  */
+/**
+ * A model of `config` whose parameters have their shapes but no memory: a trainer made of it and
+ * fully sharded (`setGroup`) fills its shards with `loadBaseShard`, so no rank ever holds the whole
+ * model. It computes nothing otherwise.
+ */
+export async function createModelWithoutWeights(config: ArchConfig, options: ModelOptions = {}): Promise<NativeModel> {
+  const raw = await load().createModel(config, engineSpecs(config), [], { ...options, withoutWeights: true });
+  return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
+}
+
 export async function loadModel(
   config: ArchConfig,
   tensors: readonly WeightTensor[],
   options: ModelOptions = {},
 ): Promise<NativeModel> {
-  // The family's tensor table tells the engine which tensor fills which parameter (it knows no HF names).
-  const specs = tensorSpecs(config).map(({ name, shape, slot, layer, expert }) => ({
-    name,
-    shape,
-    slot,
-    layer,
-    expert,
-  }));
-  const raw = await load().createModel(config, specs, withoutIgnorable(tensors, config), options);
+  const raw = await load().createModel(config, engineSpecs(config), withoutIgnorable(tensors, config), options);
   return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
 }
 
@@ -793,6 +801,15 @@ export class Trainer {
   /** A unit's `[param, exp_avg, exp_avg_sq]` over this trainer's range of it, for the next `load`. */
   stageShard(unit: number, tensors: WeightTensor[]): Promise<void> {
     return this.queue.run(() => this.raw.stageShard(unit, tensors));
+  }
+
+  /**
+   * A model made by `createModelWithoutWeights`, fully sharded: parts of unit `unit`'s base
+   * weights, each `tensor` (1-D, any float dtype) elements [offset, offset + its length) of the
+   * unit's flat layout (`shardLayout`); this rank keeps those in its range.
+   */
+  loadBaseShard(unit: number, parts: { offset: number; tensor: WeightTensor }[]): Promise<void> {
+    return this.queue.run(() => this.raw.loadBaseShard(unit, parts));
   }
 
   /** The bytes this trainer (rank) holds, from its own tensors. */

@@ -12,7 +12,9 @@ import { Rng } from '../lib/model/rng';
 import { shardRows } from '../lib/trainer/runtime';
 import type { ArchConfig } from '../lib/model/arch';
 import { memoryPlan } from '../lib/trainer/plan';
-import { loadCheckpoint, writeCheckpoint } from '../lib/trainer/shards';
+import { loadBaseShards, loadCheckpoint, writeCheckpoint } from '../lib/trainer/shards';
+import { createModel } from '../lib/model/create';
+import { loadHfModel } from '../lib/model/hf';
 import { tinyMoeConfig } from './tiny-moe';
 
 native.setThreads(1);
@@ -53,10 +55,14 @@ const lrs = [2e-3, 3e-3, 1e-3, 2e-3];
 
 interface RankOptions {
   cfg?: ArchConfig;
+  device?: string;
+  backend?: native.DistBackend;
   dtype?: native.ComputeDType;
   trainer?: native.TrainerOptions;
   sharding?: native.Sharding;
   timeoutS?: number;
+  /** An HF model folder each fully sharded rank fills its shards from (a model built without weights). */
+  base?: string;
 }
 
 /** `n` ranks joined through a fresh store; `bucketBytes` small enough to need several buckets. */
@@ -68,14 +74,18 @@ async function joinRanks(n: number, o: RankOptions = {}) {
     stores.push(await native.createStore({ host: '127.0.0.1', port: store0.port(), timeoutS }));
   const prefix = `t${Math.random()}/`;
   const groups = await Promise.all(
-    stores.map((store, rank) => native.createGroup(store, { prefix, rank, size: n, timeoutS })),
+    stores.map((store, rank) => native.createGroup(store, { prefix, rank, size: n, timeoutS, backend: o.backend })),
   );
   const c = o.cfg ?? cfg;
   const ranks = await Promise.all(
     groups.map(async (g) => {
-      const model = await native.loadModel(c, randomWeights(c, 7), { dtype: o.dtype });
+      const options = { dtype: o.dtype, device: o.device };
+      const model = o.base
+        ? await native.createModelWithoutWeights(c, options)
+        : await native.loadModel(c, randomWeights(c, 7), options);
       const trainer = model.createTrainer(o.trainer);
       trainer.setGroup(g, { bucketBytes: 4096, sharding: o.sharding });
+      if (o.base) await loadBaseShards(trainer, o.base, c);
       return { model, trainer };
     }),
   );
@@ -191,7 +201,7 @@ withGloo(
 /** One trainer over every row (world size 1, no group): each step's stats. */
 async function single(o: RankOptions, steps: number, rowsOf = stepRows) {
   const c = o.cfg ?? cfg;
-  const model = await native.loadModel(c, randomWeights(c, 7), { dtype: o.dtype });
+  const model = await native.loadModel(c, randomWeights(c, 7), { dtype: o.dtype, device: o.device });
   const trainer = model.createTrainer(o.trainer);
   const stats: native.TrainStepStats[] = [];
   for (let s = 0; s < steps; s++)
@@ -269,6 +279,31 @@ test.each([
         expect(maxDiff(named(initial, usedExpert), named(ts, usedExpert))).toBeGreaterThan(1e-4);
       }
     }
+  },
+  60_000,
+);
+
+withGloo(
+  'fully sharded ranks built without weights read only their part of the base model folder == one trainer',
+  async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-base-'));
+    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: dir });
+    const base = loadHfModel(dir);
+    const vocab = base.config.vocabSize;
+    const rowsOf = (s: number) =>
+      stepRows(s).map((r) => ({ ...r, inputIds: Array.from(r.inputIds, (id) => id % vocab) }));
+    const dtype = 'float64';
+    const one = (await native.loadModel(base.config, base.tensors, { dtype })).createTrainer();
+    for (let s = 0; s < 3; s++) await one.step(rowsOf(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
+    const { ranks } = await joinRanks(4, { cfg: base.config, base: dir, dtype, sharding: 'full' });
+    for (let s = 0; s < 3; s++) await stepAll(ranks, s, rowsOf);
+    expect(maxDiff(await one.readWeights(), (await readAll(ranks))[0])).toBeLessThan(1e-12);
+    // A model without weights trains only fully sharded.
+    const bare = await native.createModelWithoutWeights(base.config);
+    await expect(bare.createTrainer().step(rowsOf(0), { lr: 1e-3, loss: lossOf })).rejects.toThrow(
+      /built without weights: only a fully sharded trainer/,
+    );
+    fs.rmSync(dir, { recursive: true });
   },
   60_000,
 );
@@ -375,6 +410,36 @@ withGloo(
     expect(two.ranks[0].trainer.stepCount).toBe(0);
     await loadCheckpoint(two.ranks[1].trainer, dir);
     fs.rmSync(root, { recursive: true });
+  },
+  120_000,
+);
+
+// On a GPU machine (skipped elsewhere): NCCL on the card, and two ranks sharing one card.
+const { cuda, nccl } = native.info();
+
+(cuda && nccl ? test : test.skip)(
+  'GPU: a group of one over NCCL forms and its fully sharded steps equal one trainer and the same group over Gloo',
+  async () => {
+    const o: RankOptions = { device: 'cuda', sharding: 'full' };
+    const one = await single(o, 3);
+    const expected = await one.trainer.readWeights();
+    for (const backend of ['nccl', 'gloo'] as const) {
+      const { ranks } = await joinRanks(1, { ...o, backend });
+      for (let s = 0; s < 3; s++) await stepAll(ranks, s);
+      expect({ backend, close: maxDiff(expected, (await readAll(ranks))[0]) < 1e-5 }).toEqual({ backend, close: true });
+    }
+  },
+  120_000,
+);
+
+(cuda ? test : test.skip)(
+  'GPU: two fully sharded ranks on one card over Gloo (NCCL takes one rank per device) == one trainer',
+  async () => {
+    const o: RankOptions = { device: 'cuda', backend: 'gloo' };
+    const one = await single(o, 3);
+    const { ranks } = await joinRanks(2, { ...o, sharding: 'full' });
+    for (let s = 0; s < 3; s++) await stepAll(ranks, s);
+    expect(maxDiff(await one.trainer.readWeights(), (await readAll(ranks))[0])).toBeLessThan(1e-5);
   },
   120_000,
 );

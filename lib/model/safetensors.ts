@@ -324,6 +324,20 @@ export async function readSafetensorsDirAsync(dir: string): Promise<NamedTensor[
   return modelTensors(dir, plan, read);
 }
 
+/**
+ * Where each weight of an HF model folder lies (file and byte range), from the headers alone:
+ * for a reader that takes only parts of tensors (a fully sharded trainer's rank).
+ */
+export function locateSafetensorsDir(dir: string): Map<string, TensorLocation & { file: string }> {
+  const out = new Map<string, TensorLocation & { file: string }>();
+  for (const { file, names } of weightFiles(dir)) {
+    const wanted = names && new Set(names);
+    for (const t of readSafetensorsIndex(file).tensors)
+      if (!wanted || wanted.has(t.name)) out.set(t.name, { ...t, file });
+  }
+  return out;
+}
+
 /** A file of a model folder, and the tensors the index says it holds (undefined: all, no index). */
 interface WeightFile {
   file: string;

@@ -14,7 +14,7 @@ import { serializeSafetensors } from '../model/safetensors';
 import { readBatch } from '../orchestrator/batch';
 import { listSteps, RunLayout } from '../run/layout';
 import type { TrainMetrics, TrainProgress } from './types';
-import { loadCheckpoint, writeCheckpoint } from './shards';
+import { loadBaseShards, loadCheckpoint, writeCheckpoint } from './shards';
 import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
 import { routerReplayRefusal, type TrainerSpec } from './spec';
@@ -138,15 +138,17 @@ export class TrainerRuntime {
     const layout = new RunLayout(runDir);
     if (t.threads) native.setThreads(t.threads);
     const baseDir = path.resolve(t.model.name);
-    const base = loadHfModel(baseDir);
-    const refusal = t.routerReplay ? routerReplayRefusal(base.config) : undefined;
+    const { config, rawConfig } = readHfConfig(baseDir);
+    const refusal = t.routerReplay ? routerReplayRefusal(config) : undefined;
     if (refusal) throw new NonRetryableError(refusal, Failure.InvalidConfig);
     // bf16 training is mixed precision: fp32 master weights and optimizer state, bf16 matmuls.
     const bf16 = t.model.dtype === 'bfloat16';
-    const model = await native.loadModel(base.config, base.tensors, {
-      device: t.model.device,
-      dtype: bf16 ? 'float32' : t.model.dtype,
-    });
+    const options = { device: t.model.device, dtype: bf16 ? ('float32' as const) : t.model.dtype };
+    // Fully sharded, no rank holds the whole model: the ranks fill their shards from the folder.
+    const sharded = group?.sharding === 'full';
+    const model = sharded
+      ? await native.createModelWithoutWeights(config, options)
+      : await native.loadModel(config, loadHfModel(baseDir).tensors, options);
     const trainer = model.createTrainer({
       mixedPrecision: bf16 ? 'bfloat16' : undefined,
       activationCheckpointing: t.model.ac?.freq ?? 0,
@@ -162,13 +164,14 @@ export class TrainerRuntime {
         : undefined,
     });
     if (group) trainer.setGroup(group.group, { bucketBytes: group.bucketBytes, sharding: group.sharding });
+    if (sharded) await loadBaseShards(trainer, baseDir, config);
     const runtime = new TrainerRuntime(
       layout,
       t,
       model,
       trainer,
       baseDir,
-      readHfConfig(baseDir).rawConfig,
+      rawConfig,
       { steps: 0, samples: 0, tokens: 0 },
       group,
     );

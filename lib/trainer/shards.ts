@@ -18,16 +18,18 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type * as native from '../../native';
-import type { TensorDType } from '../model/arch';
+import type { ArchConfig, TensorDType } from '../model/arch';
 import { writeDirAtomicAsync, writeFileAtomic } from '../atomic';
 import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
 import {
   DTYPE_BYTES,
+  locateSafetensorsDir,
   readFileRange,
   readSafetensorsIndex,
   writeSafetensorsStream,
   type TensorLocation,
 } from '../model/safetensors';
+import { checkModelTensors, isIgnorable } from '../model/tensors';
 
 export const SHARD_INDEX = 'index.json';
 export const shardFile = (rank: number, worldSize: number) => `shard-${rank}-of-${worldSize}.safetensors`;
@@ -201,4 +203,34 @@ export async function writeCheckpoint(
     writeFileAtomic(path.join(tmp, PROGRESS_FILE), JSON.stringify(full, null, 1));
   });
   fs.rmSync(parts, { recursive: true, force: true });
+}
+
+/**
+ * The base weights of a fully sharded trainer whose model was built without them
+ * (`createModelWithoutWeights`): for each unit, only the bytes of each parameter that fall in this
+ * rank's range are read from the HF folder `dir`, so no rank reads or holds the whole model.
+ */
+export async function loadBaseShards(trainer: native.Trainer, dir: string, config: ArchConfig): Promise<void> {
+  const located = locateSafetensorsDir(dir);
+  checkModelTensors(
+    config,
+    [...located.values()].filter((t) => !isIgnorable(t.name, config)),
+    dir,
+  );
+  const layout = trainer.shardLayout();
+  for (let u = 0; u < layout.units.length; u++) {
+    const unit = layout.units[u];
+    const [begin, end] = shardRange(unit.numel, layout.rank, layout.worldSize);
+    const parts = unit.params.flatMap((p) => {
+      const numel = p.shape.reduce((x, y) => x * y, 1);
+      const a = Math.max(begin, p.offset),
+        b = Math.min(end, p.offset + numel);
+      if (a >= b) return [];
+      const t = located.get(p.name)!;
+      const bytes = DTYPE_BYTES[t.dtype];
+      const data = readFileRange(t.file, t.begin + (a - p.offset) * bytes, (b - a) * bytes);
+      return [{ offset: a, tensor: { name: p.name, dtype: t.dtype as TensorDType, shape: [b - a], data } }];
+    });
+    await trainer.loadBaseShard(u, parts);
+  }
 }

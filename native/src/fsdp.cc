@@ -3,34 +3,19 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/ivalue.h>  // torch::CustomClassHolder, capsules
 #include <c10/core/InferenceMode.h>
-#include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
 
 #include <algorithm>
 #include <stdexcept>
 
+#include "storage.h"
+
 namespace prime {
 
 namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// A gathered buffer's memory comes and goes with its storage: every view of it (the model's
-// parameters, and whatever autograd saved of them) sees the storage filled again before it is read.
-void allocateStorage(const at::Tensor& t) {
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  const size_t bytes = size_t(t.numel()) * t.element_size();
-  if (s->nbytes() == bytes) return;
-  s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
-  s->set_nbytes(bytes);
-}
-
-void freeStorage(const at::Tensor& t) {
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-  s->set_nbytes(0);
-}
 
 std::string unitName(int64_t stage, int64_t layers) {
   if (stage < 0) return "embed";
@@ -127,18 +112,18 @@ ShardedModel::ShardedModel(Model& model, std::shared_ptr<DistGroup> group, bool 
     const int64_t S = ShardPlan::shardNumel(pu.numel, N);
     // The whole unit once, to take this rank's part; the same buffer then serves as the gathered
     // one (the parameters become views of it), its storage freed until a stage gathers it.
-    U.full = at::zeros({N * S}, model_.options());
-    for (size_t p : pu.params) {
-      const ShardPlan::Param& pp = plan_.params[p];
-      U.full.narrow(0, pp.offset, pp.numel).copy_(vars_[p].detach().reshape(-1));
-    }
-    U.shard = U.full.narrow(0, r * S, S).clone();
+    // A model without weights has its shards filled later (fill).
+    const bool weights = model_.hasWeights();
+    U.full = weights ? at::zeros({N * S}, model_.options()) : at::empty({N * S}, model_.options());
+    for (size_t p : pu.params)
+      if (weights) U.full.narrow(0, plan_.params[p].offset, plan_.params[p].numel).copy_(vars_[p].detach().reshape(-1));
+    U.shard = weights ? U.full.narrow(0, r * S, S).clone() : at::zeros({S}, model_.options());
     if (trainable_) U.grad = at::zeros({S}, model_.options());
     for (size_t p : pu.params) {
       const ShardPlan::Param& pp = plan_.params[p];
       vars_[p].set_data(U.full.narrow(0, pp.offset, pp.numel).view(pp.shape));
     }
-    freeStorage(U.full);
+    releaseStorage(U.full);
   }
   for (size_t p = 0; p < plan_.params.size(); p++) {
     const ShardPlan::Param& pp = plan_.params[p];
@@ -161,22 +146,31 @@ std::pair<int64_t, int64_t> ShardedModel::range(size_t unit) const {
 
 const std::vector<size_t>& ShardedModel::unitsOf(int64_t stage) const { return plan_.stageUnits.at(size_t(stage + 1)); }
 
+void ShardedModel::fill(size_t unit, int64_t offset, const at::Tensor& values) {
+  at::NoGradGuard noGrad;
+  const auto [begin, end] = range(unit);
+  const int64_t a = std::max(begin, offset), b = std::min(end, offset + values.numel());
+  if (a < b) units_[unit].shard.narrow(0, a - begin, b - a).copy_(values.reshape(-1).narrow(0, a - offset, b - a));
+}
+
 void ShardedModel::prefetch(size_t u, at::ScalarType dtype) {
   Unit& U = units_[u];
   if (U.gathered || U.gathering) return;
   at::NoGradGuard noGrad;
   if (U.full.scalar_type() != dtype) {
     // The forward computes in another dtype than the last (bf16 training, fp32 scoring): the
-    // parameters become views of a buffer of that dtype.
+    // parameters become views of a buffer of that dtype (a normal tensor, as the parameters are,
+    // even when scoring in InferenceMode).
+    c10::InferenceMode normal(false);
     at::Tensor full = at::empty({U.full.numel()}, U.full.options().dtype(dtype));
     for (size_t p : plan_.units[u].params) {
       const ShardPlan::Param& pp = plan_.params[p];
       vars_[p].set_data(full.narrow(0, pp.offset, pp.numel).view(pp.shape));
     }
-    freeStorage(full);
+    releaseStorage(full);
     U.full = full;
   }
-  allocateStorage(U.full);
+  reallocateStorage(U.full);
   gatheredBytes_ += int64_t(U.full.nbytes());
   gatheredPeak_ = std::max(gatheredPeak_, gatheredBytes_);
   const at::Tensor src = U.shard.scalar_type() == dtype ? U.shard : U.shard.to(dtype);
@@ -208,9 +202,9 @@ void ShardedModel::release(size_t u) {
     U.gathering->wait();
     U.gathering.reset();
   }
-  if (U.full.storage().nbytes() > 0) {
+  if (hasStorage(U.full)) {
     gatheredBytes_ -= int64_t(U.full.nbytes());
-    freeStorage(U.full);
+    releaseStorage(U.full);
   }
   U.gathered = false;
 }

@@ -78,6 +78,9 @@ class ShardedModel final : public StageHooks, public std::enable_shared_from_thi
   // This rank's elements of the unit's flat buffer, [begin, end) (end <= the unit's numel).
   std::pair<int64_t, int64_t> range(size_t unit) const;
   at::Tensor& shard(size_t unit) { return units_[unit].shard; }
+  // Elements [offset, offset + values.numel()) of the unit's flat buffer, where they fall in this
+  // rank's shard (a model built without weights gets them so, unit by unit).
+  void fill(size_t unit, int64_t offset, const at::Tensor& values);
   const at::Tensor& shardGrad(size_t unit) const { return units_[unit].grad; }
 
   // The part of one parameter this rank holds: a view of its unit's shard, elements

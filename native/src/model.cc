@@ -8,6 +8,7 @@
 #include "checkpoint.h"
 #include "cuda_info.h"
 #include "host_parallel.h"
+#include "storage.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
 
@@ -173,7 +174,7 @@ std::vector<Model::Slot> Model::slots() {
   return s;
 }
 
-Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::Device dev)
+Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::Device dev, bool fuse)
     : cfg(std::move(c)), dtype(dt), device(dev), specs_(std::move(specs)) {
   if (cfg.vocabSize <= 0 || cfg.hiddenSize <= 0 || cfg.numLayers <= 0 || cfg.numHeads <= 0 || cfg.numKvHeads <= 0 ||
       cfg.headDim <= 0 || cfg.headDim % 2 != 0)
@@ -241,7 +242,23 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::
       1.0 / at::pow(cfg.ropeTheta,
                     at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong)).to(rd).div(double(cfg.headDim)))
                 .to(device);
-  fuseProjections();
+  if (fuse) fuseProjections();
+}
+
+std::shared_ptr<Model> Model::withoutWeights(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt,
+                                             at::Device dev) {
+  std::shared_ptr<Model> m(new Model(std::move(c), std::move(specs), dt, dev, /*fuse=*/false));
+  m->emptySlots();
+  return m;
+}
+
+void Model::emptySlots() {
+  // One tensor's memory at a time, freed at once: never the model's.
+  for (Slot& s : slots()) {
+    *s.tensor = at::empty(s.spec->shape, options());
+    releaseStorage(*s.tensor);
+  }
+  hasWeights_ = false;
 }
 
 Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTensor>& tensors, at::ScalarType dt,
@@ -267,10 +284,11 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTe
 }
 
 std::unique_ptr<Model> Model::copy() const {
-  std::unique_ptr<Model> m(new Model(cfg, specs_, dtype, device));
+  std::unique_ptr<Model> m(new Model(cfg, specs_, dtype, device, /*fuse=*/hasWeights_));
   std::vector<Slot> src = const_cast<Model*>(this)->slots(), dst = m->slots();
   at::NoGradGuard noGrad;
-  for (size_t i = 0; i < src.size(); i++) {
+  if (!hasWeights_) m->emptySlots();
+  for (size_t i = 0; i < src.size() && hasWeights_; i++) {
     if (dst[i].tensor->defined()) dst[i].tensor->copy_(*src[i].tensor);  // a fused tensor's rows
     else *dst[i].tensor = src[i].tensor->detach().clone();
   }

@@ -152,6 +152,12 @@ class Model {
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
   int64_t numParameters() const;
 
+  // A model whose parameters have their shapes and no memory yet: a fully sharded trainer fills
+  // its shards (Trainer::loadBaseShard) and computes through its stage hooks; nothing else can.
+  static std::shared_ptr<Model> withoutWeights(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype,
+                                               at::Device device);
+  bool hasWeights() const { return hasWeights_; }
+
   // A deep copy of the weights that shares nothing with this model (a frozen KL reference).
   std::unique_ptr<Model> copy() const;
   // Every projection weight (LoRA targets), in checkpoint order.
@@ -228,8 +234,10 @@ class Model {
 
  private:
   // Checks cfg and specs, derives the RoPE table and allocates the fused projections
-  // (fuseProjections); the other weights stay empty (both constructors fill them).
-  Model(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype, at::Device device);
+  // (fuseProjections, unless !fuse); the other weights stay empty (both constructors fill them).
+  Model(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype, at::Device device, bool fuse = true);
+  // Every slot a tensor of its shape without memory (withoutWeights).
+  void emptySlots();
   // The adapters and MoE routing of one forward, threaded through the blocks.
   struct Adapt {
     const LoraAdapters* lora;
@@ -287,6 +295,7 @@ class Model {
   std::vector<Layer> layers_;
   std::vector<int64_t> sparseLayers_;
   at::Tensor invFreq_;  // [hd/2] RoPE inverse frequencies
+  bool hasWeights_ = true;
 };
 
 // transformers' load_balancing_loss_func over the sparse layers of one forward (routing.logits):

@@ -240,6 +240,8 @@ Trainer::~Trainer() = default;
 
 StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const LossConfig& loss) {
   validateLossConfig(loss);
+  if (!model->hasWeights() && !sharded_)
+    throw std::runtime_error("the model was built without weights: only a fully sharded trainer fills and trains it");
   if (loss.klBeta > 0 && !lora_ && !reference_)
     throw std::runtime_error(
         "klBeta > 0 needs a reference policy: create the trainer with reference: true (or use LoRA)");

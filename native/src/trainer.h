@@ -142,6 +142,11 @@ class Trainer {
   // checkpoint's trainer.ckpt then supplies the rest (steps, RNG).
   void stageShard(size_t unit, at::Tensor param, at::Tensor expAvg, at::Tensor expAvgSq);
 
+  // A model built without weights (Model::withoutWeights), fully sharded: elements [offset,
+  // offset + values.numel()) of unit u of the base weights (any float dtype), for this rank's
+  // shards (the KL reference's too). Every element of this rank's range must come once.
+  void loadBaseShard(size_t unit, int64_t offset, const at::Tensor& values);
+
   MemoryStats memory();
   int64_t stepCount() const { return step_; }
   const std::shared_ptr<Model> model;

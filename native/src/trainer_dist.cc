@@ -23,6 +23,8 @@ void Trainer::setGroup(std::shared_ptr<DistGroup> group, int64_t bucketBytes, Sh
   if (group->backend() == DistBackend::kNccl && !model->device.is_cuda())
     throw std::runtime_error("trainer.dist.backend nccl: the model is on " + model->device.str() +
                              ", and NCCL moves CUDA tensors only; use trainer.dist.backend gloo or auto");
+  if (!model->hasWeights() && sharding != Sharding::kFull)
+    throw std::runtime_error("setGroup: the model was built without weights, which only full sharding fills");
   group_ = std::move(group);
   bucketBytes_ = bucketBytes;
   if (sharding == Sharding::kFull) {
@@ -222,6 +224,16 @@ void Trainer::applyStaged(const std::vector<int64_t>& steps, torch::optim::AdamW
     if (steps[p] > 0 && (!group_ || owner_[p] == group_->rank()))
       setAdamState(into, var, steps[p], part(st.expAvg).clone(), part(st.expAvgSq).clone());
   }
+}
+
+void Trainer::loadBaseShard(size_t unit, int64_t offset, const at::Tensor& values) {
+  if (!sharded_)
+    throw std::runtime_error("loadBaseShard: the trainer is not fully sharded (setGroup with full sharding first)");
+  if (unit >= plan_.units.size() || offset < 0 || offset + values.numel() > plan_.units[unit].numel)
+    throw std::runtime_error("loadBaseShard: elements [" + std::to_string(offset) + ", " +
+                             std::to_string(offset + values.numel()) + ") are not in unit " + std::to_string(unit));
+  for (ShardedModel* s : {sharded_.get(), shardedReference_.get()})
+    if (s) s->fill(unit, offset, values);
 }
 
 MemoryStats Trainer::memory() {

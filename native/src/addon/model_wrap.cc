@@ -149,6 +149,7 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
   if (!fusedOpt.IsUndefined() && !fusedOpt.IsBoolean())
     throw Napi::TypeError::New(info.Env(), "fusedProjections must be true or false (default true)");
   const bool fused = fusedOpt.IsUndefined() || fusedOpt.As<Napi::Boolean>().Value();
+  const bool withoutWeights = boolOr(o, "withoutWeights", false);
   std::vector<Napi::Value> buffers;
   std::vector<RawTensor> tensors = rawTensors(info[2], buffers);
   auto out = std::make_shared<std::shared_ptr<Model>>();
@@ -158,7 +159,8 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
         at::Device dev(device);
         if (dev.is_cuda() && !at::hasCUDA())
           throw std::runtime_error("device '" + device + "' requested but this libtorch build has no CUDA");
-        *out = std::make_shared<Model>(cfg, specs, tensors, parseComputeDtype(dtype), dev);
+        *out = withoutWeights ? Model::withoutWeights(cfg, specs, parseComputeDtype(dtype), dev)
+                              : std::make_shared<Model>(cfg, specs, tensors, parseComputeDtype(dtype), dev);
         (*out)->logitsChunkTokens = chunk;
         (*out)->logitsKeepBytes = keep;
         (*out)->fusedProjections = fused;

@@ -56,7 +56,8 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
          InstanceMethod("setGroup", &TrainerWrap::SetGroup), InstanceMethod("weightUnits", &TrainerWrap::WeightUnits),
          InstanceMethod("readWeightUnit", &TrainerWrap::ReadWeightUnit),
          InstanceMethod("shardLayout", &TrainerWrap::ShardLayout), InstanceMethod("readShard", &TrainerWrap::ReadShard),
-         InstanceMethod("stageShard", &TrainerWrap::StageShard), InstanceMethod("memory", &TrainerWrap::Memory)});
+         InstanceMethod("stageShard", &TrainerWrap::StageShard), InstanceMethod("memory", &TrainerWrap::Memory),
+         InstanceMethod("loadBaseShard", &TrainerWrap::LoadBaseShard)});
   }
   explicit TrainerWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<TrainerWrap>(info), tr_(unwrapExternal<Trainer>(info, "Trainer")) {}
@@ -236,6 +237,30 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
           std::vector<at::Tensor> t;
           for (const RawTensor& r : raw) t.push_back(viewRaw(r, r.shape).clone());
           tr->stageShard(unit, t[0], t[1], t[2]);
+        },
+        nullptr);
+    for (Napi::Value& b : buffers) job->keep(b);
+    return job->start();
+  }
+
+  // (unit, [{offset, tensor: {name, dtype, shape, data}}]): parts of a unit's base weights.
+  Napi::Value LoadBaseShard(const Napi::CallbackInfo& info) {
+    const size_t unit = size_t(info[0].As<Napi::Number>().Int64Value());
+    Napi::Array parts = arr(info[1], "parts");
+    std::vector<int64_t> offsets;
+    Napi::Array tensors = Napi::Array::New(info.Env(), parts.Length());
+    for (uint32_t i = 0; i < parts.Length(); i++) {
+      Napi::Object part = obj(parts.Get(i), "part");
+      offsets.push_back(int64_t(num(part, "offset")));
+      tensors.Set(i, field(part, "tensor"));
+    }
+    std::vector<Napi::Value> buffers;
+    std::vector<RawTensor> raw = rawTensors(tensors, buffers);
+    auto tr = tr_;
+    Job* job = new Job(
+        info.Env(), tr->model,
+        [tr, unit, raw, offsets] {
+          for (size_t i = 0; i < raw.size(); i++) tr->loadBaseShard(unit, offsets[i], viewRaw(raw[i], raw[i].shape));
         },
         nullptr);
     for (Napi::Value& b : buffers) job->keep(b);
