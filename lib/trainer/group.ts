@@ -4,11 +4,13 @@
  * Rank 0 is the only Temporal worker of the trainer queue. It serves a c10d TCP store at
  * `trainer.dist.host:port`; ranks 1..N-1 connect to it and do nothing but follow rank 0:
  *
- *   - A *generation* is one Gloo process group. Rank 0 forms one when it has none (at its first
+ *   - A *generation* is one process group. Rank 0 forms one when it has none (at its first
  *     activity, and after any failure): it sets the store key `gen` to a fresh name, waits until
  *     every other rank has counted itself in under `<gen>/joined` (within `dist.timeout_s`, else
  *     the activity fails and Temporal retries it), then all join the group on the store prefix
- *     `<gen>/pg/`, which no earlier group used.
+ *     `<gen>/pg/`, which no earlier group used. The settings every rank must share
+ *     (`dist.sharding`, `dist.backend`) come with the generation (`<gen>/settings`): a follower
+ *     whose own differ refuses to join, and rank 0's activity fails naming the key.
  *   - Each trainer activity is one *job* `{op, runDir, step}`, written to `<gen>/job/<k>`; every
  *     rank then brings its runtime to `step` and does the job's collective part (lib/trainer/ranks.ts).
  *     Rank 0 alone writes the summary, weights and checkpoints.
