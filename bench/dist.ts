@@ -120,16 +120,15 @@ async function main(): Promise<void> {
     for (const sharding of size === 1 ? (['optimizer'] as const) : (['optimizer', 'full'] as const)) {
       const ranks = await run(size, sharding);
       params = ranks[0].params;
-      // The slowest rank's step; the largest rank's bytes.
+      // The slowest rank's step and collectives; the largest rank's bytes.
       const seconds = Math.max(...ranks.map((r) => r.seconds));
       const worst = ranks.reduce((a, b) => (b.seconds > a.seconds ? b : a));
       const most = (k: keyof native.TrainerMemory) => Math.max(...ranks.map((r) => r.memory[k]));
-      const comm = Math.max(...ranks.map((r) => r.comm));
       const hidden = worst.comm > 0 ? Math.max(0, (100 * (worst.comm - worst.exposed)) / worst.comm) : 0;
       lines.push(
         `| ${size} | ${size === 1 ? '-' : sharding} | ${(tokens / seconds).toFixed(0)} | ${seconds.toFixed(2)} | ` +
           `${MiB(most('parameterBytes'))} | ${MiB(most('gradientBytes'))} | ${MiB(most('optimizerBytes'))} | ` +
-          `${MiB(most('gatheredPeakBytes'))} | ${comm.toFixed(3)} | ${worst.exposed.toFixed(3)} | ${hidden.toFixed(0)}% |`,
+          `${MiB(most('gatheredPeakBytes'))} | ${worst.comm.toFixed(3)} | ${worst.exposed.toFixed(3)} | ${hidden.toFixed(0)}% |`,
       );
     }
   process.stdout.write(
