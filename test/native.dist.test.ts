@@ -51,6 +51,7 @@ const stepRows = (step: number) => {
   return [[20, 12], [31], [9, 9, 9], [17], [25, 4]].map((l) => rowOf(rng, l));
 };
 const lossOf: native.LossConfig = { kind: 'grpo', temperature: 0.9 };
+const withKl: native.LossConfig = { ...lossOf, klBeta: 0.1 };
 const lrs = [2e-3, 3e-3, 1e-3, 2e-3];
 
 interface RankOptions {
@@ -63,6 +64,7 @@ interface RankOptions {
   timeoutS?: number;
   /** An HF model folder each fully sharded rank fills its shards from (a model built without weights). */
   base?: string;
+  loss?: native.LossConfig;
 }
 
 /** `n` ranks joined through a fresh store; `bucketBytes` small enough to need several buckets. */
@@ -95,10 +97,10 @@ async function joinRanks(n: number, o: RankOptions = {}) {
 const twoRanks = (trainer: native.TrainerOptions = {}, timeoutS = 20) => joinRanks(2, { trainer, timeoutS });
 
 /** Every rank steps its share of step `step`'s rows (of `rowsOf`). */
-const stepAll = (ranks: { trainer: native.Trainer }[], step: number, rowsOf = stepRows) =>
+const stepAll = (ranks: { trainer: native.Trainer }[], step: number, rowsOf = stepRows, loss = lossOf) =>
   Promise.all(
     ranks.map((r, rank) =>
-      r.trainer.step(shardRows(rowsOf(step), rank, ranks.length), { lr: lrs[step], maxGradNorm: 1, loss: lossOf }),
+      r.trainer.step(shardRows(rowsOf(step), rank, ranks.length), { lr: lrs[step], maxGradNorm: 1, loss }),
     ),
   );
 
@@ -205,7 +207,7 @@ async function single(o: RankOptions, steps: number, rowsOf = stepRows) {
   const trainer = model.createTrainer(o.trainer);
   const stats: native.TrainStepStats[] = [];
   for (let s = 0; s < steps; s++)
-    stats.push(await trainer.step(rowsOf(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf }));
+    stats.push(await trainer.step(rowsOf(s), { lr: lrs[s], maxGradNorm: 1, loss: o.loss ?? lossOf }));
   return { model, trainer, stats };
 }
 
@@ -255,7 +257,13 @@ const unusedExpert = 'model.layers.0.mlp.experts.2.gate_proj.weight';
 const usedExpert = 'model.layers.0.mlp.experts.0.gate_proj.weight';
 
 test.each([
-  ['LoRA (the frozen base sharded, the adapters ZeRO-1)', { trainer: { lora, seed: 3 } }, stepRows, true],
+  [
+    'LoRA (the frozen base sharded, the adapters ZeRO-1; the base is the KL reference)',
+    { trainer: { lora, seed: 3 }, loss: withKl },
+    stepRows,
+    true,
+  ],
+  ['a KL penalty to a frozen reference, sharded too', { trainer: { reference: true }, loss: withKl }, stepRows, false],
   ['activation checkpointing', { trainer: { activationCheckpointing: 1 } }, stepRows, false],
   ['a tiny qwen3_moe, two experts per layer never routed to', { cfg: moeCfg }, moeRows, false],
 ] as const)(
@@ -265,7 +273,7 @@ test.each([
     const opts: RankOptions = { ...o, dtype: 'float64' };
     const one = await single(opts, 3, rowsOf);
     const { ranks } = await joinRanks(2, { ...opts, sharding: 'full' });
-    for (let s = 0; s < 3; s++) await stepAll(ranks, s, rowsOf);
+    for (let s = 0; s < 3; s++) await stepAll(ranks, s, rowsOf, opts.loss);
     const [sharded] = await readAll(ranks, adapters);
     const whole = await (adapters ? one.trainer.readAdapters() : one.trainer.readWeights());
     expect(maxDiff(whole, sharded)).toBeLessThan(1e-12);

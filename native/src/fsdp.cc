@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 #include "storage.h"
@@ -101,11 +102,26 @@ std::shared_ptr<ShardedModel> ShardedModel::install(Model& model, std::shared_pt
 ShardedModel::ShardedModel(Model& model, std::shared_ptr<DistGroup> group, bool trainable)
     : model_(model), group_(std::move(group)), trainable_(trainable), plan_(ShardPlan::of(model)) {
   at::NoGradGuard noGrad;
-  // The fused q/k/v and gate/up tensors would keep the parameters' old storage alive.
-  model_.unfuseProjections();
   for (auto& [name, t] : model_.namedParameters()) vars_.push_back(t);
   const int64_t N = group_->size(), r = group_->rank();
   units_.resize(plan_.units.size());
+  // The fused tensors whose parts lie back to back in one unit become views of its buffer too;
+  // the others are dropped (they would keep the parameters' old storage alive).
+  std::map<const c10::TensorImpl*, size_t> paramOf;
+  for (size_t p = 0; p < vars_.size(); p++) paramOf[vars_[p].unsafeGetTensorImpl()] = p;
+  for (Model::FusedTensor& f : model_.fusedTensors()) {
+    const ShardPlan::Param& first = plan_.params[paramOf.at(f.parts[0].unsafeGetTensorImpl())];
+    int64_t next = first.offset;
+    bool stacked = true;
+    for (const at::Tensor& part : f.parts) {
+      const ShardPlan::Param& pp = plan_.params[paramOf.at(part.unsafeGetTensorImpl())];
+      stacked = stacked && pp.unit == first.unit && pp.offset == next;
+      next = pp.offset + pp.numel;
+    }
+    if (stacked)
+      units_[first.unit].aliases.push_back({f.fused, first.offset, next - first.offset, f.fused->sizes().vec()});
+    else *f.fused = at::Tensor();
+  }
   for (size_t u = 0; u < units_.size(); u++) {
     Unit& U = units_[u];
     const ShardPlan::Unit& pu = plan_.units[u];
@@ -119,10 +135,7 @@ ShardedModel::ShardedModel(Model& model, std::shared_ptr<DistGroup> group, bool 
       if (weights) U.full.narrow(0, plan_.params[p].offset, plan_.params[p].numel).copy_(vars_[p].detach().reshape(-1));
     U.shard = weights ? U.full.narrow(0, r * S, S).clone() : at::zeros({S}, model_.options());
     if (trainable_) U.grad = at::zeros({S}, model_.options());
-    for (size_t p : pu.params) {
-      const ShardPlan::Param& pp = plan_.params[p];
-      vars_[p].set_data(U.full.narrow(0, pp.offset, pp.numel).view(pp.shape));
-    }
+    viewsOf(u, U.full);
     releaseStorage(U.full);
   }
   for (size_t p = 0; p < plan_.params.size(); p++) {
@@ -146,6 +159,14 @@ std::pair<int64_t, int64_t> ShardedModel::range(size_t unit) const {
 
 const std::vector<size_t>& ShardedModel::unitsOf(int64_t stage) const { return plan_.stageUnits.at(size_t(stage + 1)); }
 
+void ShardedModel::viewsOf(size_t u, const at::Tensor& full) {
+  for (size_t p : plan_.units[u].params) {
+    const ShardPlan::Param& pp = plan_.params[p];
+    vars_[p].set_data(full.narrow(0, pp.offset, pp.numel).view(pp.shape));
+  }
+  for (const Alias& a : units_[u].aliases) a.tensor->set_data(full.narrow(0, a.offset, a.numel).view(a.shape));
+}
+
 void ShardedModel::fill(size_t unit, int64_t offset, const at::Tensor& values) {
   at::NoGradGuard noGrad;
   const auto [begin, end] = range(unit);
@@ -163,10 +184,7 @@ void ShardedModel::prefetch(size_t u, at::ScalarType dtype) {
     // even when scoring in InferenceMode).
     c10::InferenceMode normal(false);
     at::Tensor full = at::empty({U.full.numel()}, U.full.options().dtype(dtype));
-    for (size_t p : plan_.units[u].params) {
-      const ShardPlan::Param& pp = plan_.params[p];
-      vars_[p].set_data(full.narrow(0, pp.offset, pp.numel).view(pp.shape));
-    }
+    viewsOf(u, full);
     releaseStorage(full);
     U.full = full;
   }

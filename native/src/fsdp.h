@@ -125,7 +125,15 @@ class ShardedModel final : public StageHooks, public std::enable_shared_from_thi
 
  private:
   ShardedModel(Model& model, std::shared_ptr<DistGroup> group, bool trainable);
+  // A fused tensor of the model (q/k/v, gate/up) whose parts lie back to back in a unit: a view
+  // of the unit's gathered buffer too, so forwards without gradients still take one matmul.
+  struct Alias {
+    at::Tensor* tensor;
+    int64_t offset, numel;
+    std::vector<int64_t> shape;
+  };
   struct Unit {
+    std::vector<Alias> aliases;
     at::Tensor full;   // [N S] gathered buffer (gather dtype); its storage is empty while released
     at::Tensor shard;  // [S] this rank's master weights
     at::Tensor grad;   // [S] this rank's part of the summed gradient (trainable)
@@ -133,6 +141,8 @@ class ShardedModel final : public StageHooks, public std::enable_shared_from_thi
     bool gathered = false, reduced = false;
     int holds = 0;  // stages running that read it, forward or backward
   };
+  // The model's parameters of unit u (and its fused tensors) become views of `full`.
+  void viewsOf(size_t u, const at::Tensor& full);
   void require(size_t u, at::ScalarType dtype);
   void prefetch(size_t u, at::ScalarType dtype);
   void hold(size_t u, at::ScalarType dtype);

@@ -174,8 +174,8 @@ std::vector<Model::Slot> Model::slots() {
   return s;
 }
 
-Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::Device dev, bool fuse)
-    : cfg(std::move(c)), dtype(dt), device(dev), specs_(std::move(specs)) {
+Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::Device dev, bool weights)
+    : cfg(std::move(c)), dtype(dt), device(dev), specs_(std::move(specs)), hasWeights_(weights) {
   if (cfg.vocabSize <= 0 || cfg.hiddenSize <= 0 || cfg.numLayers <= 0 || cfg.numHeads <= 0 || cfg.numKvHeads <= 0 ||
       cfg.headDim <= 0 || cfg.headDim % 2 != 0)
     throw std::runtime_error("invalid ArchConfig: sizes must be positive and headDim even");
@@ -242,23 +242,23 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::
       1.0 / at::pow(cfg.ropeTheta,
                     at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong)).to(rd).div(double(cfg.headDim)))
                 .to(device);
-  if (fuse) fuseProjections();
+  fuseProjections();
 }
 
 std::shared_ptr<Model> Model::withoutWeights(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt,
                                              at::Device dev) {
-  std::shared_ptr<Model> m(new Model(std::move(c), std::move(specs), dt, dev, /*fuse=*/false));
+  std::shared_ptr<Model> m(new Model(std::move(c), std::move(specs), dt, dev, /*weights=*/false));
   m->emptySlots();
   return m;
 }
 
 void Model::emptySlots() {
   // One tensor's memory at a time, freed at once: never the model's.
-  for (Slot& s : slots()) {
-    *s.tensor = at::empty(s.spec->shape, options());
-    releaseStorage(*s.tensor);
-  }
-  hasWeights_ = false;
+  for (Slot& s : slots())
+    if (!s.tensor->defined()) {
+      *s.tensor = at::empty(s.spec->shape, options());
+      releaseStorage(*s.tensor);
+    }
 }
 
 Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTensor>& tensors, at::ScalarType dt,
@@ -284,7 +284,7 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTe
 }
 
 std::unique_ptr<Model> Model::copy() const {
-  std::unique_ptr<Model> m(new Model(cfg, specs_, dtype, device, /*fuse=*/hasWeights_));
+  std::unique_ptr<Model> m(new Model(cfg, specs_, dtype, device, hasWeights_));
   std::vector<Slot> src = const_cast<Model*>(this)->slots(), dst = m->slots();
   at::NoGradGuard noGrad;
   if (!hasWeights_) m->emptySlots();
@@ -324,6 +324,7 @@ void Model::fuseProjections() {
       *t = fused.narrow(0, row, n);
       row += n;
     }
+    if (!hasWeights_) releaseStorage(fused);  // and its slots' views: no memory (withoutWeights)
     return fused;
   };
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
@@ -424,8 +425,14 @@ std::vector<std::vector<int64_t>> Model::parameterStages() const {
   return stages;
 }
 
-void Model::unfuseProjections() {
-  for (Layer& L : layers_) L.qkv = L.qkvBias = L.gateUp = at::Tensor();
+std::vector<Model::FusedTensor> Model::fusedTensors() {
+  std::vector<FusedTensor> out;
+  for (Layer& L : layers_) {
+    if (L.qkv.defined()) out.push_back({&L.qkv, {L.q, L.k, L.v}});
+    if (L.qkvBias.defined()) out.push_back({&L.qkvBias, {L.qBias, L.kBias, L.vBias}});
+    if (L.gateUp.defined()) out.push_back({&L.gateUp, {L.gate, L.up}});
+  }
+  return out;
 }
 
 int64_t Model::numParameters() const {

@@ -228,15 +228,21 @@ class Model {
   // The stages that read each parameter (StageHooks), in namedParameters() order: its block, or
   // for a tied embedding both the embedding and the LM head.
   std::vector<std::vector<int64_t>> parameterStages() const;
-  // Drops the fused q/k/v and gate/up tensors (fuseProjections): every forward then takes the
-  // separate projections, whose parameters stop sharing storage (a sharded trainer re-homes them).
-  void unfuseProjections();
+  // The fused q/k/v (+ biases) and gate/up tensors (fuseProjections), each with the parameters it
+  // stacks in row order: a sharded trainer makes each a view of the buffer its parts are gathered
+  // into (or drops it: the forwards then take the parts one by one).
+  struct FusedTensor {
+    at::Tensor* fused;
+    std::vector<at::Tensor> parts;
+  };
+  std::vector<FusedTensor> fusedTensors();
 
  private:
   // Checks cfg and specs, derives the RoPE table and allocates the fused projections
-  // (fuseProjections, unless !fuse); the other weights stay empty (both constructors fill them).
-  Model(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype, at::Device device, bool fuse = true);
-  // Every slot a tensor of its shape without memory (withoutWeights).
+  // (fuseProjections; without weights, without memory); the other weights stay empty (both
+  // constructors fill them).
+  Model(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype, at::Device device, bool weights = true);
+  // Every slot not yet filled a tensor of its shape without memory (withoutWeights).
   void emptySlots();
   // The adapters and MoE routing of one forward, threaded through the blocks.
   struct Adapt {
