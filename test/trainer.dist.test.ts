@@ -236,7 +236,7 @@ function worker(args: string[]) {
   return { code: r.status, stderr: r.stderr };
 }
 
-test.each([
+const refusedWorkers: [string[], RegExp][] = [
   [['--trainer.world-size', '0'], /trainer\.world_size/],
   [
     ['--trainer.rank', '2', '--trainer.world-size', '2', '--trainer.dist.port', '29999'],
@@ -244,7 +244,19 @@ test.each([
   ],
   [['--trainer.rank', '-1'], /trainer\.rank/],
   [['--trainer.world-size', '2'], /trainer\.dist\.port: every rank must know/],
-])('worker %j exits 2 naming the key', (args, message) => {
+  [
+    ['--trainer.dist.sharding', 'full'],
+    /trainer\.dist\.sharding full: a single trainer rank \(trainer\.world_size 1\)/,
+  ],
+];
+// A build with NCCL starts such a worker.
+if (!native.info().nccl)
+  refusedWorkers.push([
+    ['--trainer.world-size', '2', '--trainer.dist.port', '29999', '--trainer.dist.backend', 'nccl'],
+    /trainer\.dist\.backend nccl: this build of the native addon has no NCCL/,
+  ]);
+
+test.each(refusedWorkers)('worker %j exits 2 naming the key', (args, message) => {
   const r = worker(args as string[]);
   expect(r.stderr).toMatch(message);
   expect(r.code).toBe(2);

@@ -91,7 +91,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       }),
   );
 
-  if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer?.world_size ?? 1, spec.trainer?.dist.backend);
+  if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer ?? trainerRankSchema.parse({}));
 
   // The run's own inference server must get its port: were another process (another run's server)
   // answering there, rollouts would silently come from that server's model.

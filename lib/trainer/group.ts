@@ -28,7 +28,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as native from '../../native';
 import { ConfigError } from '../config/errors';
-import type { TrainerRankConfig } from '../config/schemas';
+import { trainerRankSchema, type TrainerRankConfig } from '../config/schemas';
 
 /**
  * One trainer activity as every rank sees it: `at` only brings the runtime to `step`; `weights`
@@ -55,14 +55,23 @@ const settingsOf = (t: TrainerRankConfig): GroupSettings => ({ sharding: t.dist.
 
 /**
  * trainer.world_size > 1 needs an addon built with c10d's Gloo (native/CMakeLists.txt), and
- * trainer.dist.backend nccl one built with NCCL (PyTorch 2.x with CUDA).
+ * trainer.dist.backend nccl one built with NCCL (PyTorch 2.x with CUDA). At world size 1 there is
+ * no process group: a sharding or backend set otherwise than by default is refused, not ignored.
  */
-export function checkWorldSize(worldSize: number, backend: native.DistBackend = 'auto'): void {
+export function checkWorldSize(t: Pick<TrainerRankConfig, 'world_size' | 'dist'>): void {
+  const { world_size: worldSize, dist } = t;
   const info = native.info();
   if (worldSize > 1 && !info.gloo)
     throw new ConfigError(
       `trainer.world_size ${worldSize}: this build of the native addon has no c10d Gloo process group (its Gloo headers did not match libtorch when it was built); use trainer.world_size 1, or rebuild with matching Gloo headers`,
     );
+  const defaults = trainerRankSchema.parse({}).dist;
+  for (const key of ['sharding', 'backend'] as const)
+    if (worldSize === 1 && dist[key] !== defaults[key])
+      throw new ConfigError(
+        `trainer.dist.${key} ${dist[key]}: a single trainer rank (trainer.world_size 1) has no process group to shard over or move tensors with; set trainer.world_size above 1, or leave trainer.dist.${key} at its default (${defaults[key]})`,
+      );
+  const backend = dist.backend;
   if (backend === 'nccl' && !info.nccl)
     throw new ConfigError(
       `trainer.dist.backend nccl: this build of the native addon has no NCCL (only a build against a PyTorch 2.x with CUDA has it); use trainer.dist.backend auto or gloo`,
