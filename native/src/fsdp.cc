@@ -126,13 +126,14 @@ ShardedModel::ShardedModel(Model& model, std::shared_ptr<DistGroup> group, bool 
     Unit& U = units_[u];
     const ShardPlan::Unit& pu = plan_.units[u];
     const int64_t S = ShardPlan::shardNumel(pu.numel, N);
-    // The whole unit once, to take this rank's part; the same buffer then serves as the gathered
-    // one (the parameters become views of it), its storage freed until a stage gathers it.
-    // A model without weights has its shards filled later (fill).
+    // The whole unit once (one unit's memory at a time), to take this rank's part; the same buffer
+    // then serves as the gathered one (the parameters become views of it), its storage freed until
+    // a stage gathers it. A model without weights has its shards filled later (fill).
     const bool weights = model_.hasWeights();
     U.full = weights ? at::zeros({N * S}, model_.options()) : at::empty({N * S}, model_.options());
-    for (size_t p : pu.params)
-      if (weights) U.full.narrow(0, plan_.params[p].offset, plan_.params[p].numel).copy_(vars_[p].detach().reshape(-1));
+    if (weights)
+      for (size_t p : pu.params)
+        U.full.narrow(0, plan_.params[p].offset, plan_.params[p].numel).copy_(vars_[p].detach().reshape(-1));
     U.shard = weights ? U.full.narrow(0, r * S, S).clone() : at::zeros({S}, model_.options());
     if (trainable_) U.grad = at::zeros({S}, model_.options());
     viewsOf(u, U.full);
@@ -324,6 +325,7 @@ void ShardedModel::finishGradients() {
 }
 
 double ShardedModel::gradSquareSum() const {
+  // Read on the host (a deliberate sync, once a step: clipping needs the global norm).
   std::vector<at::Tensor> norms;
   for (const Unit& U : units_)
     if (U.grad.defined()) norms.push_back(U.grad.norm());
