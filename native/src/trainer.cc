@@ -507,11 +507,12 @@ void Trainer::load(const std::string& dir) {
   staged.swap(staged_);
   if (!fs::exists(path)) throw std::runtime_error("no checkpoint at '" + path + "'");
   // The whole parameters a plain checkpoint holds: trainable_'s, or, where this trainer shards
-  // them, the model's (a checkpoint of world size 1 or ZeRO-1, resharded here).
-  std::vector<std::pair<std::string, at::Tensor>> expected = trainable_;
+  // them, the model's (a checkpoint of world size 1 or ZeRO-1, resharded here, read on the host).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+  for (auto& [name, p] : trainable_) expected.emplace_back(name, p.sizes().vec());
   if (shardsParameters())
-    for (const ShardPlan::Param& pp : plan_.params)
-      expected.emplace_back(pp.name, at::empty(pp.shape, model->options()));
+    for (const ShardPlan::Param& pp : plan_.params) expected.emplace_back(pp.name, pp.shape);
+  const at::Device readTo = shardsParameters() ? at::Device(at::kCPU) : model->device;
   std::vector<at::Tensor> weights;
   std::vector<int64_t> steps;  // per model parameter, where they come sharded or are resharded
   bool shardedFile = false;
@@ -520,7 +521,7 @@ void Trainer::load(const std::string& dir) {
   try {
     // Read and check everything before touching live state, so a bad file changes nothing.
     torch::serialize::InputArchive ar;
-    ar.load_from(path, model->device);
+    ar.load_from(path, readTo);
     at::Tensor count, rank, sharded;
     ar.read("lora_rank", rank, true);
     if (rank.item<int64_t>() != cfg_.lora.rank)
@@ -550,10 +551,9 @@ void Trainer::load(const std::string& dir) {
     weights.resize(expected.size());
     for (size_t i = 0; i < expected.size(); i++) {
       ar.read("p" + std::to_string(i), weights[i], true);
-      if (weights[i].sizes() != expected[i].second.sizes() ||
-          weights[i].scalar_type() != expected[i].second.scalar_type())
+      if (weights[i].sizes() != at::IntArrayRef(expected[i].second) || weights[i].scalar_type() != model->dtype)
         throw std::runtime_error("tensor '" + expected[i].first + "' has shape " + c10::str(weights[i].sizes()) +
-                                 ", expected " + c10::str(expected[i].second.sizes()));
+                                 ", expected " + c10::str(expected[i].second));
     }
     ar.read("step", step, true);
     ar.read("rng", rng, true);
