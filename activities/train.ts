@@ -13,7 +13,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { withHeartbeat } from './heartbeat';
 import { storedJson } from '../lib/atomic';
-import { readSftPlan, readTrainingSpec } from '../lib/run/config';
+import { readTrainingSpec, validationBatchFiles } from '../lib/run/config';
 import { RunLayout } from '../lib/run/layout';
 import { pruneRunFolder } from '../lib/run/prune';
 import type { GroupLeader, RankJob } from '../lib/trainer/group';
@@ -114,22 +114,23 @@ export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
           async () => {
             const restoreStart = performance.now();
             let replay = 0;
-            const { rt, metrics } = await onJob({ op: 'train', runDir, step }, async (rt) => {
+            // The weights are written in the job: under full sharding every rank gathers them.
+            const { rt, metrics, weightsDir, save } = await onJob({ op: 'train', runDir, step }, async (rt) => {
               replay = (performance.now() - restoreStart) / 1000;
               phase = 'training';
               const seen = rt.rebuilt.length;
               const metrics = await rt.train(step);
               for (const b of rt.rebuilt.slice(seen)) Context.current().log.warn(`damaged batch: ${b}`);
-              return { rt, metrics };
+              const saveStart = performance.now();
+              let weightsDir: string | null = null;
+              if (readTrainingSpec(runDir).writesWeights(step + 1)) {
+                phase = 'saving weights';
+                weightsDir = await publishWeights(rt, step + 1, metrics);
+              }
+              return { rt, metrics, weightsDir, save: (performance.now() - saveStart) / 1000 };
             });
-            const saveStart = performance.now();
-            let weightsDir: string | null = null;
-            if (readTrainingSpec(runDir).writesWeights(step + 1)) {
-              phase = 'saving weights';
-              weightsDir = await publishWeights(rt, step + 1, metrics);
-            }
             metrics.seconds.replay = replay;
-            metrics.seconds.save = (performance.now() - saveStart) / 1000;
+            metrics.seconds.save = save;
             phase = 'idle';
             const summary: TrainSummary = { step, weightsDir, metrics, progress: { ...rt.progress } };
             return summary;
@@ -144,13 +145,11 @@ export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
      * at every validated step.
      */
     async validate({ runDir, step }: StepRef): Promise<ValidationResult> {
-      const plan = readSftPlan(runDir);
-      if (!plan || plan.valBatches === 0)
+      const files = validationBatchFiles(runDir);
+      if (files.length === 0)
         throw ApplicationFailure.nonRetryable(`run ${runDir} has no validation batches`, Failure.NoValidationData);
-      const layout = new RunLayout(runDir);
-      const files = Array.from({ length: plan.valBatches }, (_, i) => layout.valBatchFile(i));
-      return storedJson(layout.sftValidationFile(step), () =>
-        onRuntimeAt({ op: 'at', runDir, step }, 'validating', async (rt): Promise<ValidationResult> => ({
+      return storedJson(new RunLayout(runDir).sftValidationFile(step), () =>
+        onRuntimeAt({ op: 'validate', runDir, step }, 'validating', async (rt): Promise<ValidationResult> => ({
           step,
           ...(await rt.validationLoss(files)),
         })),
@@ -164,7 +163,7 @@ export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
     async writeWeights({ runDir, step }: StepRef): Promise<{ path: string }> {
       const dir = new RunLayout(runDir).weightsDir(step);
       if (!fs.existsSync(dir))
-        await onRuntimeAt({ op: 'at', runDir, step }, 'saving weights', (rt) => publishWeights(rt, step));
+        await onRuntimeAt({ op: 'weights', runDir, step }, 'saving weights', (rt) => publishWeights(rt, step));
       return { path: dir };
     },
 

@@ -427,8 +427,13 @@ export interface TrainStepStats extends LossMetrics {
   seconds: number;
   forwardBackwardSeconds: number;
   optimizerSeconds: number;
-  /** Data parallel: gradient all-reduce and parameter broadcast, waiting for the other ranks included (0 otherwise). */
+  /**
+   * Data parallel (0 otherwise): the time some collective of the step ran (gathers, reduce-scatters,
+   * all-reduces, broadcasts; waiting for the other ranks included), and the part of it the step
+   * waited for; the rest ran behind compute (full sharding's prefetched gathers and reduce-scatters).
+   */
   commSeconds: number;
+  commExposedSeconds: number;
   tokensPerSecond: number;
   /** MoE: the router load-balancing loss (token-weighted mean over rows; 0 for dense models). */
   routerAuxLoss: number;
@@ -470,6 +475,8 @@ export interface NativeInfo {
   gloo: boolean;
   /** Whether the build has our fused CUDA kernels (`ModelOptions.fusedKernels` on CUDA). */
   cudaKernels: boolean;
+  /** Whether the build has c10d's NCCL process group (PyTorch 2.x with CUDA): `trainer.dist.backend`. */
+  nccl: boolean;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -498,7 +505,14 @@ interface RawTrainer {
   save(dir: string): Promise<void>;
   load(dir: string): Promise<void>;
   stepCount(): number;
-  setGroup(group: DistGroup, bucketBytes: number): void;
+  setGroup(group: DistGroup, opts: GroupOptions): void;
+  weightUnits(): number;
+  readWeightUnit(unit: number, dtype?: TensorDType): Promise<WeightTensor[]>;
+  shardLayout(): ShardLayout;
+  readShard(unit: number): Promise<WeightTensor[]>;
+  stageShard(unit: number, tensors: WeightTensor[]): Promise<void>;
+  memory(): Promise<TrainerMemory>;
+  loadBaseShard(unit: number, parts: { offset: number; tensor: WeightTensor }[]): Promise<void>;
 }
 interface Addon {
   info(): NativeInfo;
@@ -509,7 +523,7 @@ interface Addon {
     config: ArchConfig,
     specs: readonly EngineTensorSpec[],
     tensors: readonly WeightTensor[],
-    opts: ModelOptions,
+    opts: ModelOptions & { withoutWeights?: boolean },
   ): Promise<RawModel>;
   matmulGflops(n: number, iters: number): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
@@ -525,6 +539,11 @@ interface Addon {
 
 /** One row of the family's tensor table as the engine reads it (native/src/model.h `ParamSpec`). */
 type EngineTensorSpec = Pick<TensorSpec, 'name' | 'shape' | 'slot' | 'layer' | 'expert'>;
+
+/** The family's tensor table tells the engine which tensor fills which parameter (it knows no HF names). */
+function engineSpecs(config: ArchConfig): EngineTensorSpec[] {
+  return tensorSpecs(config).map(({ name, shape, slot, layer, expert }) => ({ name, shape, slot, layer, expert }));
+}
 
 /** Drops tensors checkpoints may carry that the model does not use (see `isIgnorable`). */
 function withoutIgnorable(tensors: readonly WeightTensor[], config: ArchConfig): readonly WeightTensor[] {
@@ -716,20 +735,22 @@ export function layerSlots(): string[] {
  * Builds a model from HF-named tensors (bytes are copied once and converted to the compute
  * dtype). Rejects on a missing, extra, mis-shaped or unsupported-dtype tensor, naming it.
  */
+/**
+ * A model of `config` whose parameters have their shapes but no memory: a trainer made of it and
+ * fully sharded (`setGroup`) fills its shards with `loadBaseShard`, so no rank ever holds the whole
+ * model. It computes nothing otherwise.
+ */
+export async function createModelWithoutWeights(config: ArchConfig, options: ModelOptions = {}): Promise<NativeModel> {
+  const raw = await load().createModel(config, engineSpecs(config), [], { ...options, withoutWeights: true });
+  return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
+}
+
 export async function loadModel(
   config: ArchConfig,
   tensors: readonly WeightTensor[],
   options: ModelOptions = {},
 ): Promise<NativeModel> {
-  // The family's tensor table tells the engine which tensor fills which parameter (it knows no HF names).
-  const specs = tensorSpecs(config).map(({ name, shape, slot, layer, expert }) => ({
-    name,
-    shape,
-    slot,
-    layer,
-    expert,
-  }));
-  const raw = await load().createModel(config, specs, withoutIgnorable(tensors, config), options);
+  const raw = await load().createModel(config, engineSpecs(config), withoutIgnorable(tensors, config), options);
   return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
 }
 
@@ -886,14 +907,97 @@ export class Trainer {
 
   /**
    * Data parallel from now on (before any step or load): `step` sums the loss normaliser, metrics
-   * and gradients (in buckets of `bucketBytes`) over the group's ranks, each calling `step` with
-   * its share of the rows; AdamW is ZeRO-1 (each rank steps the parameters it owns, then
-   * broadcasts them). `save` is then a collective: rank 0 writes the whole state, other ranks only
-   * send theirs (their `dir` is ignored); `load` keeps this rank's shard of a whole checkpoint.
+   * and gradients over the group's ranks, each calling `step` with its share of the rows.
+   * - sharding `optimizer` (ZeRO-1): gradients all-reduced in buckets of `bucketBytes`; each rank
+   *   steps the parameters it owns, then broadcasts them. `save` is then a collective: rank 0
+   *   writes the whole state, other ranks only send theirs (their `dir` is ignored); `load` keeps
+   *   this rank's shard of a whole checkpoint.
+   * - sharding `full`: parameters, gradients and AdamW state are sharded (native/src/fsdp.h), and
+   *   every call that computes (step, gradients, score, readWeightUnit) is a collective. Full
+   *   fine-tuning checkpoints are sharded: each rank writes its `readShard` units, then `save`
+   *   (lib/trainer/shards.ts); `stageShard` before `load` reads them back at any world size.
    */
-  setGroup(group: DistGroup, bucketBytes: number): void {
-    this.raw.setGroup(group, bucketBytes);
+  setGroup(group: DistGroup, opts: GroupOptions): void {
+    this.raw.setGroup(group, opts);
   }
+
+  /** The units `readWeightUnit` reads: the embedding, each decoder layer, the final norm, an untied head. */
+  get weightUnits(): number {
+    return this.raw.weightUnits();
+  }
+
+  /**
+   * `readWeights` of one unit: its policy weights by HF name (with LoRA merged), gathered from the
+   * ranks under full sharding (a collective: every rank reads every unit, in order).
+   */
+  readWeightUnit(unit: number, dtype?: TensorDType): Promise<WeightTensor[]> {
+    return this.queue.run(() => this.raw.readWeightUnit(unit, dtype));
+  }
+
+  /** The units of the model's parameters, their flat layout, and this trainer's share of them. */
+  shardLayout(): ShardLayout {
+    return this.raw.shardLayout();
+  }
+
+  /** This rank's shard of a unit (full sharding): `param`, `exp_avg`, `exp_avg_sq`, 1-D each. */
+  readShard(unit: number): Promise<WeightTensor[]> {
+    return this.queue.run(() => this.raw.readShard(unit));
+  }
+
+  /** A unit's `[param, exp_avg, exp_avg_sq]` over this trainer's range of it, for the next `load`. */
+  stageShard(unit: number, tensors: WeightTensor[]): Promise<void> {
+    return this.queue.run(() => this.raw.stageShard(unit, tensors));
+  }
+
+  /**
+   * A model made by `createModelWithoutWeights`, fully sharded: parts of unit `unit`'s base
+   * weights, each `tensor` (1-D, any float dtype) elements [offset, offset + its length) of the
+   * unit's flat layout (`shardLayout`); this rank keeps those in its range.
+   */
+  loadBaseShard(unit: number, parts: { offset: number; tensor: WeightTensor }[]): Promise<void> {
+    return this.queue.run(() => this.raw.loadBaseShard(unit, parts));
+  }
+
+  /** The bytes this trainer (rank) holds, from its own tensors. */
+  memory(): Promise<TrainerMemory> {
+    return this.queue.run(() => this.raw.memory());
+  }
+}
+
+/** What data-parallel ranks shard: AdamW's state (ZeRO-1), or parameters, gradients and state alike. */
+export type Sharding = 'optimizer' | 'full';
+
+export interface GroupOptions {
+  /** ZeRO-1's gradient all-reduce bucket. */
+  bucketBytes: number;
+  /** Default `optimizer`. */
+  sharding?: Sharding;
+}
+
+/** How the model's parameters lie in units (native/src/fsdp.h `ShardPlan`) and what this trainer holds of them. */
+export interface ShardLayout {
+  /** Whether this trainer shards the model's (trainable) parameters: full sharding, full fine-tuning. */
+  sharded: boolean;
+  /** Sharded trainers: the group's size and this rank; others hold whole units (1, 0). */
+  worldSize: number;
+  rank: number;
+  /** The master weights' dtype (F32, or F64 for fp64 models). */
+  dtype: TensorDType;
+  units: {
+    name: string;
+    numel: number;
+    /** Back to back in the unit's flat buffer. */
+    params: { name: string; shape: number[]; offset: number }[];
+  }[];
+}
+
+/** Bytes one trainer (rank) holds: its parameters (or shards), gradients, AdamW state; peak of gathered buffers. */
+export interface TrainerMemory {
+  parameterBytes: number;
+  gradientBytes: number;
+  optimizerBytes: number;
+  /** Full sharding: the most bytes of gathered parameters held at once since the last call. */
+  gatheredPeakBytes: number;
 }
 
 /** A c10d TCPStore: rank 0 serves it, the other ranks connect (the trainer's rendezvous). */
@@ -921,9 +1025,13 @@ export interface DistGroupOptions {
   size: number;
   /** Forming the group and every collective fail after this long without progress. */
   timeoutS: number;
+  /** What moves CUDA tensors: NCCL (`auto` where the build has it) or Gloo; CPU tensors always go over Gloo. */
+  backend?: DistBackend;
 }
 
-/** A Gloo process group (opaque: `Trainer.setGroup` uses it). */
+export type DistBackend = 'auto' | 'gloo' | 'nccl';
+
+/** A process group (opaque: `Trainer.setGroup` uses it). */
 export type DistGroup = { readonly __brand: 'DistGroup' };
 
 /** Connects to (or, isServer, serves) a c10d TCP store. */

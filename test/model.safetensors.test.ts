@@ -9,9 +9,13 @@ import {
   readSafetensorsAsync,
   readSafetensorsDir,
   readSafetensorsDirAsync,
+  readFileRange,
+  readSafetensorsIndex,
   serializeSafetensors,
   writeSafetensors,
+  writeSafetensorsStream,
 } from '../lib/model/safetensors';
+import { fileSha256 } from '../lib/trainer/checkpoint';
 
 const FIXTURES = path.join(__dirname, 'fixtures', 'hf-reference');
 
@@ -40,6 +44,38 @@ beforeEach(() => {
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'st-'));
 });
 afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+describe('streamed writes (tensors in batches, the header first)', () => {
+  const entries = sample.map(({ name, dtype, shape }) => ({ name, dtype, shape }));
+  async function* batches(tensors: NamedTensor[]) {
+    yield tensors.slice(0, 2);
+    yield tensors.slice(2);
+  }
+
+  test('the file reads back as written, in the order given; its index locates each tensor; the sha256 is returned', async () => {
+    const file = path.join(tmp, 'streamed.safetensors');
+    const sha256 = await writeSafetensorsStream(file, entries, batches(sample), { format: 'pt' });
+    expect(sha256).toBe(fileSha256(file));
+    const back = readSafetensors(file);
+    expect(back.metadata).toEqual({ format: 'pt' });
+    expect(back.tensors.map((t) => t.name)).toEqual(sample.map((t) => t.name));
+    for (const t of readSafetensorsIndex(file).tensors) {
+      const original = sample.find((x) => x.name === t.name)!;
+      expect(readFileRange(file, t.begin, t.end - t.begin).equals(original.data)).toBe(true);
+    }
+  });
+
+  test('a tensor out of order or missing fails the write and leaves no file', async () => {
+    const file = path.join(tmp, 'bad.safetensors');
+    await expect(
+      writeSafetensorsStream(file, entries, batches([sample[1], sample[0], ...sample.slice(2)])),
+    ).rejects.toThrow(/tensor 0 is 'a.bias'.*expected .*b.weight/);
+    await expect(writeSafetensorsStream(file, entries, batches(sample.slice(0, 3)))).rejects.toThrow(
+      /3 of 5 tensors arrived/,
+    );
+    expect(fs.readdirSync(tmp)).toEqual([]);
+  });
+});
 
 describe('round trip', () => {
   test('serialize then parse gives the same tensors, bitwise, sorted by name', () => {

@@ -10,6 +10,12 @@ import * as native from '../native';
 import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { shardRows } from '../lib/trainer/runtime';
+import type { ArchConfig } from '../lib/model/arch';
+import { memoryPlan } from '../lib/trainer/plan';
+import { loadBaseShards, loadCheckpoint, writeCheckpoint } from '../lib/trainer/shards';
+import { createModel } from '../lib/model/create';
+import { loadHfModel } from '../lib/model/hf';
+import { tinyMoeConfig } from './tiny-moe';
 
 native.setThreads(1);
 
@@ -45,32 +51,56 @@ const stepRows = (step: number) => {
   return [[20, 12], [31], [9, 9, 9], [17], [25, 4]].map((l) => rowOf(rng, l));
 };
 const lossOf: native.LossConfig = { kind: 'grpo', temperature: 0.9 };
+const withKl: native.LossConfig = { ...lossOf, klBeta: 0.1 };
 const lrs = [2e-3, 3e-3, 1e-3, 2e-3];
 
-/** Two ranks joined through a fresh store; `bucketBytes` small enough to need several buckets. */
-async function twoRanks(opts: native.TrainerOptions = {}, timeoutS = 20) {
+interface RankOptions {
+  cfg?: ArchConfig;
+  device?: string;
+  backend?: native.DistBackend;
+  dtype?: native.ComputeDType;
+  trainer?: native.TrainerOptions;
+  sharding?: native.Sharding;
+  timeoutS?: number;
+  /** An HF model folder each fully sharded rank fills its shards from (a model built without weights). */
+  base?: string;
+  loss?: native.LossConfig;
+}
+
+/** `n` ranks joined through a fresh store; `bucketBytes` small enough to need several buckets. */
+async function joinRanks(n: number, o: RankOptions = {}) {
+  const timeoutS = o.timeoutS ?? 20;
   const store0 = await native.createStore({ host: '127.0.0.1', port: 0, isServer: true, timeoutS });
-  const store1 = await native.createStore({ host: '127.0.0.1', port: store0.port(), timeoutS });
+  const stores = [store0];
+  for (let r = 1; r < n; r++)
+    stores.push(await native.createStore({ host: '127.0.0.1', port: store0.port(), timeoutS }));
   const prefix = `t${Math.random()}/`;
-  const [g0, g1] = await Promise.all([
-    native.createGroup(store0, { prefix, rank: 0, size: 2, timeoutS }),
-    native.createGroup(store1, { prefix, rank: 1, size: 2, timeoutS }),
-  ]);
+  const groups = await Promise.all(
+    stores.map((store, rank) => native.createGroup(store, { prefix, rank, size: n, timeoutS, backend: o.backend })),
+  );
+  const c = o.cfg ?? cfg;
   const ranks = await Promise.all(
-    [g0, g1].map(async (g) => {
-      const model = await native.loadModel(cfg, randomWeights(cfg, 7));
-      const trainer = model.createTrainer(opts);
-      trainer.setGroup(g, 4096);
+    groups.map(async (g) => {
+      const options = { dtype: o.dtype, device: o.device };
+      const model = o.base
+        ? await native.createModelWithoutWeights(c, options)
+        : await native.loadModel(c, randomWeights(c, 7), options);
+      const trainer = model.createTrainer(o.trainer);
+      trainer.setGroup(g, { bucketBytes: 4096, sharding: o.sharding });
+      if (o.base) await loadBaseShards(trainer, o.base, c);
       return { model, trainer };
     }),
   );
   return { ranks, store0 };
 }
 
-const stepBoth = (ranks: { trainer: native.Trainer }[], step: number) =>
+const twoRanks = (trainer: native.TrainerOptions = {}, timeoutS = 20) => joinRanks(2, { trainer, timeoutS });
+
+/** Every rank steps its share of step `step`'s rows (of `rowsOf`). */
+const stepAll = (ranks: { trainer: native.Trainer }[], step: number, rowsOf = stepRows, loss = lossOf) =>
   Promise.all(
     ranks.map((r, rank) =>
-      r.trainer.step(shardRows(stepRows(step), rank, 2), { lr: lrs[step], maxGradNorm: 1, loss: lossOf }),
+      r.trainer.step(shardRows(rowsOf(step), rank, ranks.length), { lr: lrs[step], maxGradNorm: 1, loss }),
     ),
   );
 
@@ -108,7 +138,7 @@ withGloo(
     const { ranks } = await twoRanks();
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-dist-'));
     for (let s = 0; s < 2; s++) {
-      const [a, b] = await stepBoth(ranks, s);
+      const [a, b] = await stepAll(ranks, s);
       // Metrics and the loss normaliser are the whole step's, the same on both ranks.
       expect(a.lossTokens).toBe(singleStats[s].lossTokens);
       expect(a.tokens).toBe(singleStats[s].tokens);
@@ -119,7 +149,7 @@ withGloo(
     // ZeRO-1 checkpoint: rank 0 gathers the optimizer shards and alone writes.
     await Promise.all(ranks.map((r, rank) => r.trainer.save(rank === 0 ? dir : '')));
     expect(fs.readdirSync(dir)).toEqual(['trainer.ckpt']);
-    for (let s = 2; s < 4; s++) await stepBoth(ranks, s);
+    for (let s = 2; s < 4; s++) await stepAll(ranks, s);
     const w0 = await ranks[0].model.readWeights(),
       w1 = await ranks[1].model.readWeights(),
       ws = await single.readWeights();
@@ -145,7 +175,7 @@ withGloo(
     await t3.save(oneDir);
     const fresh = await twoRanks();
     await Promise.all(fresh.ranks.map((r) => r.trainer.load(oneDir)));
-    for (let s = 2; s < 4; s++) await stepBoth(fresh.ranks, s);
+    for (let s = 2; s < 4; s++) await stepAll(fresh.ranks, s);
     expect(maxDiff(ws, await fresh.ranks[1].model.readWeights())).toBeLessThan(1e-5);
     fs.rmSync(dir, { recursive: true });
     fs.rmSync(oneDir, { recursive: true });
@@ -161,10 +191,265 @@ withGloo(
     const t1 = single.createTrainer({ lora, seed: 3 });
     for (let s = 0; s < 2; s++) await t1.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
     const { ranks } = await twoRanks({ lora, seed: 3 });
-    for (let s = 0; s < 2; s++) await stepBoth(ranks, s);
+    for (let s = 0; s < 2; s++) await stepAll(ranks, s);
     expect(maxDiff(await t1.readAdapters(), await ranks[1].trainer.readAdapters())).toBeLessThan(1e-5);
   },
   60_000,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Full sharding (trainer.dist.sharding = "full", native/src/fsdp.h)
+
+/** One trainer over every row (world size 1, no group): each step's stats. */
+async function single(o: RankOptions, steps: number, rowsOf = stepRows) {
+  const c = o.cfg ?? cfg;
+  const model = await native.loadModel(c, randomWeights(c, 7), { dtype: o.dtype, device: o.device });
+  const trainer = model.createTrainer(o.trainer);
+  const stats: native.TrainStepStats[] = [];
+  for (let s = 0; s < steps; s++)
+    stats.push(await trainer.step(rowsOf(s), { lr: lrs[s], maxGradNorm: 1, loss: o.loss ?? lossOf }));
+  return { model, trainer, stats };
+}
+
+/** Every rank's trained weights (or LoRA adapters): a collective under full sharding. */
+const readAll = (ranks: { trainer: native.Trainer }[], adapters = false) =>
+  Promise.all(ranks.map((r) => (adapters ? r.trainer.readAdapters() : r.trainer.readWeights())));
+
+withGloo(
+  'full sharding at world sizes 2 and 4 == world size 1: fp64 to reduction order, fp32 within 1e-5',
+  async () => {
+    for (const [dtype, tol, sizes] of [
+      ['float64', 1e-12, [2, 4]],
+      ['float32', 1e-5, [2]],
+    ] as const) {
+      const one = await single({ dtype }, 4);
+      const scored = stepRows(9);
+      const oneScores = await one.trainer.score(scored);
+      for (const n of sizes) {
+        const { ranks } = await joinRanks(n, { dtype, sharding: 'full' });
+        for (let s = 0; s < 4; s++) {
+          const stats = await stepAll(ranks, s);
+          expect(stats[0].lossTokens).toBe(one.stats[s].lossTokens);
+          expect(stats[1].loss).toBe(stats[0].loss);
+          expect(Math.abs(stats[0].loss - one.stats[s].loss)).toBeLessThan(tol);
+          expect(Math.abs(stats[0].gradNorm / one.stats[s].gradNorm - 1)).toBeLessThan(tol);
+        }
+        const weights = await readAll(ranks);
+        expect(weights[1].every((t, i) => t.data.equals(weights[0][i].data))).toBe(true);
+        expect(maxDiff(await one.trainer.readWeights(), weights[0])).toBeLessThan(tol);
+        // Scoring gathers the layers too (every rank scores).
+        const scores = await Promise.all(ranks.map((r) => r.trainer.score(scored)));
+        scores[0].forEach((row, i) =>
+          row.logprobs.forEach((lp, t) => expect(Math.abs(lp - oneScores[i].logprobs[t])).toBeLessThan(1e-5)),
+        );
+      }
+    }
+  },
+  120_000,
+);
+
+const lora: native.LoraOptions = { rank: 4, alpha: 8, targetModules: ['q_proj', 'v_proj', 'down_proj'] };
+const moeCfg = tinyMoeConfig;
+/** stepRows with every token routed to experts 0 and 1 (router replay): experts 2 and 3 get no gradient. */
+const moeRows = (step: number) =>
+  stepRows(step).map((r) => ({ ...r, routes: Array.from({ length: r.inputIds.length * 4 }, (_, i) => i % 2) }));
+const unusedExpert = 'model.layers.0.mlp.experts.2.gate_proj.weight';
+const usedExpert = 'model.layers.0.mlp.experts.0.gate_proj.weight';
+
+test.each([
+  [
+    'LoRA (the frozen base sharded, the adapters ZeRO-1; the base is the KL reference)',
+    { trainer: { lora, seed: 3 }, loss: withKl },
+    stepRows,
+    true,
+  ],
+  ['a KL penalty to a frozen reference, sharded too', { trainer: { reference: true }, loss: withKl }, stepRows, false],
+  ['activation checkpointing', { trainer: { activationCheckpointing: 1 } }, stepRows, false],
+  ['a tiny qwen3_moe, two experts per layer never routed to', { cfg: moeCfg }, moeRows, false],
+] as const)(
+  'full sharding with %s == world size 1 (fp64)',
+  async (_what, o, rowsOf, adapters) => {
+    if (!gloo) return;
+    const opts: RankOptions = { ...o, dtype: 'float64' };
+    const one = await single(opts, 3, rowsOf);
+    const { ranks } = await joinRanks(2, { ...opts, sharding: 'full' });
+    for (let s = 0; s < 3; s++) await stepAll(ranks, s, rowsOf, opts.loss);
+    const [sharded] = await readAll(ranks, adapters);
+    const whole = await (adapters ? one.trainer.readAdapters() : one.trainer.readWeights());
+    expect(maxDiff(whole, sharded)).toBeLessThan(1e-12);
+    if (opts.cfg === moeCfg) {
+      // An expert without a gradient is not stepped (no weight decay, no moments), as at world
+      // size 1; the experts the tokens went to are.
+      const initial = randomWeights(moeCfg, 7);
+      const named = (ts: native.WeightTensor[], name: string) => [ts.find((t) => t.name === name)!];
+      for (const ts of [whole, sharded]) {
+        expect(maxDiff(named(initial, unusedExpert), named(ts, unusedExpert))).toBe(0);
+        expect(maxDiff(named(initial, usedExpert), named(ts, usedExpert))).toBeGreaterThan(1e-4);
+      }
+    }
+  },
+  60_000,
+);
+
+withGloo(
+  'fully sharded ranks built without weights read only their part of the base model folder == one trainer',
+  async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-base-'));
+    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: dir });
+    const base = loadHfModel(dir);
+    const vocab = base.config.vocabSize;
+    const rowsOf = (s: number) =>
+      stepRows(s).map((r) => ({ ...r, inputIds: Array.from(r.inputIds, (id) => id % vocab) }));
+    const dtype = 'float64';
+    const one = (await native.loadModel(base.config, base.tensors, { dtype })).createTrainer();
+    for (let s = 0; s < 3; s++) await one.step(rowsOf(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
+    const { ranks } = await joinRanks(4, { cfg: base.config, base: dir, dtype, sharding: 'full' });
+    for (let s = 0; s < 3; s++) await stepAll(ranks, s, rowsOf);
+    expect(maxDiff(await one.readWeights(), (await readAll(ranks))[0])).toBeLessThan(1e-12);
+    // A model without weights trains only fully sharded.
+    const bare = await native.createModelWithoutWeights(base.config);
+    await expect(bare.createTrainer().step(rowsOf(0), { lr: 1e-3, loss: lossOf })).rejects.toThrow(
+      /built without weights: only a fully sharded trainer/,
+    );
+    fs.rmSync(dir, { recursive: true });
+  },
+  60_000,
+);
+
+withGloo(
+  "each rank's parameter, gradient and AdamW bytes fall as 1/N under full sharding (the engine's accounting)",
+  async () => {
+    const one = await single({}, 1);
+    const whole = await one.trainer.memory();
+    expect(whole.gradientBytes).toBe(whole.parameterBytes);
+    expect(whole.optimizerBytes).toBe(2 * whole.parameterBytes);
+    for (const n of [2, 4]) {
+      const { ranks } = await joinRanks(n, { sharding: 'full' });
+      await stepAll(ranks, 0);
+      for (const m of await Promise.all(ranks.map((r) => r.trainer.memory())))
+        for (const key of ['parameterBytes', 'gradientBytes', 'optimizerBytes'] as const)
+          expect(Math.abs((m[key] * n) / whole[key] - 1)).toBeLessThan(0.1);
+    }
+    // ZeRO-1 shards only AdamW's state.
+    const zero = await joinRanks(2);
+    await stepAll(zero.ranks, 0);
+    const m = await zero.ranks[0].trainer.memory();
+    expect(m.parameterBytes).toBe(whole.parameterBytes);
+    expect(Math.abs((m.optimizerBytes * 2) / whole.optimizerBytes - 1)).toBeLessThan(0.1);
+  },
+  60_000,
+);
+
+withGloo(
+  "the memory plan's weights, gradients and AdamW state at world size 4 are what the ranks account (within 10%)",
+  async () => {
+    for (const sharding of ['full', 'optimizer'] as const) {
+      const { ranks } = await joinRanks(4, { sharding });
+      await stepAll(ranks, 0);
+      const plan = memoryPlan({
+        config: cfg,
+        worldSize: 4,
+        sharding,
+        seqLen: 64,
+        ac: false,
+        dtype: 'float32',
+        loraRank: 0,
+      });
+      // The plan's units are the engine's.
+      expect(plan.units).toEqual(ranks[0].trainer.shardLayout().units.map((u) => ({ name: u.name, numel: u.numel })));
+      const accounted = await Promise.all(ranks.map((r) => r.trainer.memory()));
+      const largest = (key: keyof native.TrainerMemory) => Math.max(...accounted.map((m) => m[key]));
+      expect(Math.abs(plan.weights / largest('parameterBytes') - 1)).toBeLessThan(0.1);
+      expect(Math.abs(plan.gradients / largest('gradientBytes') - 1)).toBeLessThan(0.1);
+      expect(Math.abs(plan.optimizer / largest('optimizerBytes') - 1)).toBeLessThan(0.1);
+    }
+  },
+  60_000,
+);
+
+withGloo(
+  'sharded checkpoints: written at world size 4, resumed at 2 (sharded or ZeRO-1) and 1; a whole one resharded at 4',
+  async () => {
+    const dtype = 'float64';
+    const meta = { steps: 2, samples: 0, tokens: 0 };
+    const expected = await (await single({ dtype }, 4)).trainer.readWeights();
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-shards-'));
+    const dir = path.join(root, 'step_2');
+    const four = await joinRanks(4, { dtype, sharding: 'full' });
+    for (let s = 0; s < 2; s++) await stepAll(four.ranks, s);
+    await Promise.all(four.ranks.map((r, rank) => writeCheckpoint(r.trainer, dir, rank, meta)));
+    expect(fs.readdirSync(root)).toEqual(['step_2']);
+    expect(fs.readdirSync(dir).sort()).toEqual([
+      'index.json',
+      'progress.json',
+      ...[0, 1, 2, 3].map((r) => `shard-${r}-of-4.safetensors`),
+      'trainer.ckpt',
+    ]);
+    const resumers = {
+      'two sharded ranks': () => joinRanks(2, { dtype, sharding: 'full' }),
+      'two ZeRO-1 ranks': () => joinRanks(2, { dtype }),
+      'one trainer': async () => ({ ranks: [await single({ dtype }, 0)] }),
+    };
+    for (const [who, resume] of Object.entries(resumers)) {
+      const { ranks } = await resume();
+      await Promise.all(ranks.map((r) => loadCheckpoint(r.trainer, dir)));
+      expect(ranks[0].trainer.stepCount).toBe(2);
+      for (let s = 2; s < 4; s++) await stepAll(ranks, s);
+      const [weights] = await readAll(ranks);
+      expect({ who, close: maxDiff(expected, weights) < 1e-12 }).toEqual({ who, close: true });
+    }
+    // A checkpoint of one trainer (one file), resharded onto four ranks.
+    const wholeDir = path.join(root, 'whole');
+    await writeCheckpoint((await single({ dtype }, 2)).trainer, wholeDir, 0, meta);
+    const again = await joinRanks(4, { dtype, sharding: 'full' });
+    await Promise.all(again.ranks.map((r) => loadCheckpoint(r.trainer, wholeDir)));
+    for (let s = 2; s < 4; s++) await stepAll(again.ranks, s);
+    expect(maxDiff(expected, (await readAll(again.ranks))[0])).toBeLessThan(1e-12);
+    // A damaged shard is refused, naming it, before anything is loaded; a rank that does not
+    // read it loads.
+    const shard1 = path.join(dir, 'shard-1-of-4.safetensors');
+    const bytes = fs.readFileSync(shard1);
+    bytes[bytes.length - 1] ^= 1;
+    fs.writeFileSync(shard1, bytes);
+    const two = await joinRanks(2, { dtype, sharding: 'full' });
+    await expect(loadCheckpoint(two.ranks[0].trainer, dir)).rejects.toThrow(
+      /shard-1-of-4.safetensors: checksum mismatch/,
+    );
+    expect(two.ranks[0].trainer.stepCount).toBe(0);
+    await loadCheckpoint(two.ranks[1].trainer, dir);
+    fs.rmSync(root, { recursive: true });
+  },
+  120_000,
+);
+
+// On a GPU machine (skipped elsewhere): NCCL on the card, and two ranks sharing one card.
+const { cuda, nccl } = native.info();
+
+(cuda && nccl ? test : test.skip)(
+  'GPU: a group of one over NCCL forms and its fully sharded steps equal one trainer and the same group over Gloo',
+  async () => {
+    const o: RankOptions = { device: 'cuda', sharding: 'full' };
+    const one = await single(o, 3);
+    const expected = await one.trainer.readWeights();
+    for (const backend of ['nccl', 'gloo'] as const) {
+      const { ranks } = await joinRanks(1, { ...o, backend });
+      for (let s = 0; s < 3; s++) await stepAll(ranks, s);
+      expect({ backend, close: maxDiff(expected, (await readAll(ranks))[0]) < 1e-5 }).toEqual({ backend, close: true });
+    }
+  },
+  120_000,
+);
+
+(cuda ? test : test.skip)(
+  'GPU: two fully sharded ranks on one card over Gloo (NCCL takes one rank per device) == one trainer',
+  async () => {
+    const o: RankOptions = { device: 'cuda', backend: 'gloo' };
+    const one = await single(o, 3);
+    const { ranks } = await joinRanks(2, { ...o, sharding: 'full' });
+    for (let s = 0; s < 3; s++) await stepAll(ranks, s);
+    expect(maxDiff(await one.trainer.readWeights(), (await readAll(ranks))[0])).toBeLessThan(1e-5);
+  },
+  120_000,
 );
 
 withGloo(

@@ -5,24 +5,14 @@
  * replay from inference routes to training.
  */
 import type { ArchConfig } from '../lib/model/arch';
-import { FAMILIES } from '../lib/model/families';
+import { tinyMoeConfig } from './tiny-moe';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { loadModel, setThreads, type LossConfig, type NativeModel, type TrainRow, type WeightTensor } from '../native';
 
 setThreads(2);
 
-// Sparse blocks 0 and 2 around a dense block 1; 2 of 4 experts per token.
-const cfg: ArchConfig = tinyConfig('qwen3_moe', {
-  numLayers: 3,
-  moe: {
-    ...FAMILIES.qwen3_moe.defaults.moe!,
-    numExperts: 4,
-    numExpertsPerTok: 2,
-    moeIntermediateSize: 32,
-    mlpOnlyLayers: [1],
-  },
-});
+const cfg: ArchConfig = tinyMoeConfig;
 const S = 2; // sparse layers
 const K = 2;
 const E = 4;

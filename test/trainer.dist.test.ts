@@ -10,7 +10,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, sftSchema } from '../lib/config/schemas';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, sftSchema, trainerRankSchema } from '../lib/config/schemas';
 import { launchRun, launchSft, type LocalRun } from '../lib/launch';
 import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
@@ -20,6 +20,7 @@ import { readBatch } from '../lib/orchestrator/batch';
 import { projectRoot } from '../lib/paths';
 import { RunLayout } from '../lib/run/layout';
 import { runningDevServer } from '../lib/temporal/devserver';
+import { GroupLeader, runFollower } from '../lib/trainer/group';
 import { RankTrainer } from '../lib/trainer/ranks';
 import * as native from '../native';
 import { CliProcesses, metricLines, until } from './processes';
@@ -40,13 +41,14 @@ afterAll(() => {
   if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
 });
 
-/** Keys both commands share: their own Temporal ports and queue, two ranks, short timeouts. */
-async function common(name: string): Promise<string[]> {
-  const [port, uiPort] = [await freePort(), await freePort()];
+/** Keys both commands share: their own Temporal ports and queue, `worldSize` ranks, short timeouts. */
+async function common(name: string, worldSize = 2, ports?: [number, number]): Promise<string[]> {
+  const [port, uiPort] = ports ?? [await freePort(), await freePort()];
   return [
     ...['--run-name', name, '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '128'],
     ...['--temporal.port', String(port), '--temporal.ui-port', String(uiPort), '--temporal.task-queue', name],
-    ...['--temporal.heartbeat-timeout-s', '5', '--trainer.world-size', '2', '--trainer.dist.timeout-s', '10'],
+    ...['--temporal.heartbeat-timeout-s', '5', '--trainer.world-size', String(worldSize)],
+    ...['--trainer.dist.timeout-s', '10'],
   ];
 }
 
@@ -166,6 +168,65 @@ test('sft at world size 2 == world size 1 on the same batches', async () => {
   await expectSameAsOneTrainer(run, STEPS, 1e-3);
 });
 
+test('sft at world size 4, fully sharded: a SIGKILLed rank mid-step, a sharded checkpoint resumed at world size 2, == world size 1', async () => {
+  const STEPS = 6;
+  const ports: [number, number] = [await freePort(), await freePort()];
+  // The same run and Temporal server, launched at world size 4, then again at 2.
+  const configAt = async (worldSize: number) => {
+    const argv = [
+      ...(await common('dist-fsdp', worldSize, ports)),
+      ...['--trainer.dist.sharding', 'full', '--threads', '1', '--max-steps', String(STEPS), '--batch-size', '8'],
+      ...['--optim.lr', '1e-3', '--ckpt.interval', '2', '--data.env', '{"id": "reverse-text"}'],
+      ...['--data.num-examples', '48'],
+    ];
+    return loadConfig({ schema: sftSchema, argv, env: {} }).config;
+  };
+  const run = await launchSft(await configAt(4), { quiet: true });
+  const trained = (s: number) => fs.existsSync(run.layout.trainSummaryFile(s));
+  try {
+    // Rank 2 while step 2 trains (the next starts as soon as step 1 is done): the step is retried
+    // on a new group, every rank restoring from the sharded checkpoint of step 2.
+    await until('step 1 trained', () => trained(1));
+    process.kill(run.followers[1].pid!, 'SIGKILL');
+    await until('checkpoint 4', () => fs.existsSync(run.layout.checkpointDir(4)), 240_000);
+    expect(run.followers[1].restarts).toBeGreaterThanOrEqual(1);
+  } finally {
+    await run.stop(); // the workflow goes on; the next launch re-attaches to it
+  }
+  const again = await launchSft(await configAt(2), { quiet: true });
+  try {
+    expect(((await again.result) as { steps: number }).steps).toBe(STEPS);
+  } finally {
+    await again.stop();
+  }
+  // Written by four ranks, then by two: each rank's shard beside the index.
+  const shards = (step: number) =>
+    fs.readdirSync(run.layout.checkpointDir(step)).filter((f) => f.startsWith('shard-')).length;
+  expect([2, 4, 6].map(shards)).toEqual([4, 4, 2]);
+  // Every restore loaded its checkpoint (none was skipped for a replay from the base model).
+  const logs = fs.readdirSync(run.layout.logsDir).map((f) => fs.readFileSync(path.join(run.layout.logsDir, f), 'utf8'));
+  expect(logs.join('\n')).not.toContain('unusable checkpoint');
+  await expectSameAsOneTrainer(again, STEPS, 1e-3);
+});
+
+test("a follower whose trainer.dist.sharding differs from rank 0's refuses to join, naming the key", async () => {
+  const port = await freePort();
+  const leaderConfig = trainerRankSchema.parse({ world_size: 2, dist: { port, timeout_s: 5, sharding: 'full' } });
+  const leader = await GroupLeader.start(leaderConfig);
+  let stop = false;
+  const logs: string[] = [];
+  const follower = runFollower(
+    { ...leaderConfig, rank: 1, dist: { ...leaderConfig.dist, sharding: 'optimizer' } },
+    { execute: async () => undefined, reset: () => undefined, log: (l) => logs.push(l), stopped: () => stop },
+  );
+  await expect(leader.ensure()).rejects.toThrow(
+    /refused to join: rank 1: trainer\.dist\.sharding is 'optimizer' here and 'full' on rank 0; give every rank the same/,
+  );
+  stop = true;
+  await follower;
+  expect(logs.join('\n')).toContain('not joining trainer process group');
+});
+
 function worker(args: string[]) {
   const r = spawnSync(
     process.execPath,
@@ -175,7 +236,7 @@ function worker(args: string[]) {
   return { code: r.status, stderr: r.stderr };
 }
 
-test.each([
+const refusedWorkers: [string[], RegExp][] = [
   [['--trainer.world-size', '0'], /trainer\.world_size/],
   [
     ['--trainer.rank', '2', '--trainer.world-size', '2', '--trainer.dist.port', '29999'],
@@ -183,7 +244,19 @@ test.each([
   ],
   [['--trainer.rank', '-1'], /trainer\.rank/],
   [['--trainer.world-size', '2'], /trainer\.dist\.port: every rank must know/],
-])('worker %j exits 2 naming the key', (args, message) => {
+  [
+    ['--trainer.dist.sharding', 'full'],
+    /trainer\.dist\.sharding full: a single trainer rank \(trainer\.world_size 1\)/,
+  ],
+];
+// A build with NCCL starts such a worker.
+if (!native.info().nccl)
+  refusedWorkers.push([
+    ['--trainer.world-size', '2', '--trainer.dist.port', '29999', '--trainer.dist.backend', 'nccl'],
+    /trainer\.dist\.backend nccl: this build of the native addon has no NCCL/,
+  ]);
+
+test.each(refusedWorkers)('worker %j exits 2 naming the key', (args, message) => {
   const r = worker(args as string[]);
   expect(r.stderr).toMatch(message);
   expect(r.code).toBe(2);

@@ -52,7 +52,7 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
       );
     return runInference(config.inference);
   }
-  if (config.pool === 'trainer') checkWorldSize(config.trainer.world_size);
+  if (config.pool === 'trainer') checkWorldSize(config.trainer);
   if (config.pool === 'trainer' && config.trainer.rank > 0) return runFollowerRank(config);
   const leader =
     config.pool === 'trainer' && config.trainer.world_size > 1 ? await GroupLeader.start(config.trainer) : undefined;

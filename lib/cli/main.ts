@@ -90,6 +90,15 @@ export const cliCommands = (worker: Command): CommandTable => ({
           }
         },
       }),
+      plan: command({
+        summary:
+          'the memory one training rank needs (weights, gradients, AdamW, activations) and the longest row that fits',
+        schema: schemas.modelPlanSchema,
+        run: async (config) => {
+          const { printModelPlan } = await import('../trainer/plan');
+          process.stdout.write(`${printModelPlan(config)}\n`);
+        },
+      }),
     },
   },
   temporal: { summary: 'the local Temporal dev server', subcommands: temporalCommands },

@@ -353,6 +353,11 @@ const klPenaltySchema = section({
     .describe('adapt beta each step toward this measured KL; unset = fixed beta'),
 });
 
+/** What data-parallel trainer ranks shard (native/src/trainer.h `Sharding`). */
+export const SHARDINGS = ['optimizer', 'full'] as const;
+const SHARDING_HELP =
+  "what the ranks shard: 'optimizer' = AdamW's state (ZeRO-1; each rank holds the whole model and its gradients), 'full' = parameters, gradients and AdamW state alike (FSDP)";
+
 /**
  * The data-parallel trainer (lib/trainer/group.ts): `world_size` ranks, one process each, rank 0
  * the Temporal worker serving the c10d TCP store at `dist.host:dist.port` that the other ranks
@@ -382,6 +387,13 @@ const trainerScaleShape = {
       .default(60)
       .describe('a rank silent this long (joining, a collective) fails the step, which is retried on a fresh group'),
     bucket_mb: z.number().positive().default(25).describe('gradient all-reduce bucket size in MiB'),
+    sharding: z.enum(SHARDINGS).default('optimizer').describe(SHARDING_HELP),
+    backend: z
+      .enum(['auto', 'gloo', 'nccl'])
+      .default('auto')
+      .describe(
+        'what moves CUDA tensors between ranks: auto = NCCL where the native addon has it (PyTorch 2.x with CUDA), else Gloo; CPU tensors always go over Gloo',
+      ),
   }),
 };
 
@@ -1163,6 +1175,29 @@ export const modelCreateSchema = z.strictObject({
   norm_topk_prob: z.boolean().optional().describe('qwen3_moe: renormalise the top-k routing weights to sum to 1'),
 });
 
+/** `prime-rl model plan`: the memory a training rank needs (lib/trainer/plan.ts). */
+export const modelPlanSchema = z.strictObject({
+  model: z
+    .string()
+    .min(1)
+    .describe('a Hugging Face model folder (its config.json is read) or a preset: qwen3-8b, qwen3-32b'),
+  world_size: positiveInt().default(1).describe('trainer ranks (one per device)'),
+  sharding: z.enum(SHARDINGS).optional().describe(`${SHARDING_HELP}; unset = both, side by side`),
+  seq_len: positiveInt().default(4096).describe('tokens of one packed row (rows train one at a time)'),
+  ac: z.boolean().default(false).describe('activation checkpointing of every decoder layer ([trainer.model.ac])'),
+  dtype: z
+    .enum(['bfloat16', 'float32'])
+    .default('bfloat16')
+    .describe('compute dtype: bfloat16 = mixed precision over fp32 master weights (GPU), float32 = fp32 throughout'),
+  lora_rank: z
+    .number()
+    .int()
+    .nonnegative()
+    .default(0)
+    .describe('LoRA rank with adapters on every projection; 0 = full fine-tuning'),
+  device_memory_gib: z.number().positive().default(80).describe('memory of one device, for the longest row that fits'),
+});
+
 export const reportSchema = z.strictObject({
   run: z
     .string()
@@ -1189,5 +1224,6 @@ export type SFTConfig = z.output<typeof sftSchema>;
 export type EvalConfig = z.output<typeof evalSchema>;
 export type WorkerConfig = z.output<typeof workerSchema>;
 export type ModelCreateConfig = z.output<typeof modelCreateSchema>;
+export type ModelPlanConfig = z.output<typeof modelPlanSchema>;
 export type TemporalConfig = z.output<typeof temporalSchema>;
 export type TemporalCommandConfig = z.output<typeof temporalCommandSchema>;

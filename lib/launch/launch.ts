@@ -17,6 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import {
   replicaServers,
+  trainerRankSchema,
   type InferenceConfig,
   type TemporalConfig,
   type TrainerRankConfig,
@@ -130,7 +131,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       }),
   );
 
-  if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer?.world_size ?? 1);
+  if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer ?? trainerRankSchema.parse({}));
 
   // The run's own inference servers must get their ports: were another process (another run's
   // server) answering there, rollouts would silently come from that server's model. After a killed
@@ -169,7 +170,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   const spawnChildren = async () => {
     const configs = path.join(layout.dir, 'configs');
     const worldSize = spec.trainer?.world_size ?? 1;
-    const dist = spec.trainer?.dist ?? { host: '127.0.0.1', port: 0, timeout_s: 60, bucket_mb: 25 };
+    const dist = spec.trainer?.dist ?? trainerRankSchema.parse({}).dist;
     // Local ranks rendezvous on a port picked now unless the config names one.
     const trainerDist = worldSize > 1 && dist.port === 0 ? { ...dist, port: await freePort() } : dist;
     const workerBase: Omit<WorkerConfig, 'pool'> = {

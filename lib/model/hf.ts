@@ -7,11 +7,18 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { ArchConfig, NamedTensor } from './arch';
-import { writeDirAtomic, writeFileAtomic } from '../atomic';
+import { writeDirAtomic, writeDirAtomicAsync, writeFileAtomic } from '../atomic';
 import { readJsonFile } from '../json';
 import { parseHfConfig } from './hf-config';
 import { checkWeightsFit } from './bounds';
-import { readSafetensorsDir, readSafetensorsDirAsync, weightFilesBytes, writeSafetensors } from './safetensors';
+import {
+  readSafetensorsDir,
+  readSafetensorsDirAsync,
+  weightFilesBytes,
+  writeSafetensors,
+  writeSafetensorsStream,
+  type TensorEntry,
+} from './safetensors';
 import { checkModelTensors } from './tensors';
 
 export interface HfModel {
@@ -88,38 +95,66 @@ export interface WriteHfModelOptions {
  * A `generation_config.json` is derived from config.json's token ids when no other source has one.
  */
 export function writeHfModel(dir: string, opts: WriteHfModelOptions): void {
-  const configFile = path.join(dir, 'config.json');
-  const arch = parseHfConfig(opts.config, configFile);
-  const tensors = checkModelTensors(arch, opts.tensors, dir);
+  const tensors = checkModelTensors(configOf(dir, opts), opts.tensors, dir);
   writeDirAtomic(dir, (tmp) => {
-    writeFileAtomic(path.join(tmp, 'config.json'), JSON.stringify(opts.config, null, 2) + '\n');
     // transformers refuses safetensors files whose metadata lacks a known `format`.
-    writeSafetensors(path.join(tmp, 'model.safetensors'), tensors, { format: 'pt' });
-    if (opts.copyFrom) {
-      for (const name of SIDE_FILES) {
-        const src = path.join(opts.copyFrom, name);
-        if (fs.existsSync(src)) fs.copyFileSync(src, path.join(tmp, name));
-      }
-    }
-    for (const [name, content] of Object.entries(opts.files ?? {})) {
-      // Names are relative paths inside the folder (`lora/adapter_config.json`): no `..`, no
-      // absolute path, and never the two files written above.
-      const parts = name.split('/');
-      if (
-        name.includes('\\') ||
-        parts.some((p) => p === '' || p === '.' || p === '..') ||
-        name === 'config.json' ||
-        name === 'model.safetensors'
-      ) {
-        throw new Error(`${dir}: extra file name '${name}' is not allowed`);
-      }
-      fs.mkdirSync(path.join(tmp, ...parts.slice(0, -1)), { recursive: true });
-      writeFileAtomic(path.join(tmp, ...parts), content);
-    }
-    const generation = path.join(tmp, 'generation_config.json');
-    if (!fs.existsSync(generation)) {
-      const { bos_token_id, eos_token_id, pad_token_id } = opts.config;
-      writeFileAtomic(generation, JSON.stringify({ bos_token_id, eos_token_id, pad_token_id }, null, 2) + '\n');
-    }
+    writeSafetensors(path.join(tmp, WEIGHTS_FILE), tensors, { format: 'pt' });
+    fillHfFolder(dir, tmp, opts);
   });
+}
+
+export interface WriteHfModelStreamOptions extends Omit<WriteHfModelOptions, 'tensors'> {
+  /** Every tensor's name, dtype and shape, in the order `batches` yields them. */
+  entries: TensorEntry[];
+  batches: AsyncIterable<readonly NamedTensor[]>;
+}
+
+/**
+ * `writeHfModel` for weights that arrive in batches (a sharded trainer gathers them unit by unit):
+ * the safetensors file is written as they come, never more than a batch in memory.
+ */
+export async function writeHfModelStream(dir: string, opts: WriteHfModelStreamOptions): Promise<void> {
+  checkModelTensors(configOf(dir, opts), opts.entries, dir);
+  await writeDirAtomicAsync(dir, async (tmp) => {
+    await writeSafetensorsStream(path.join(tmp, WEIGHTS_FILE), opts.entries, opts.batches, { format: 'pt' });
+    fillHfFolder(dir, tmp, opts);
+  });
+}
+
+const WEIGHTS_FILE = 'model.safetensors';
+
+/** The ArchConfig of the config.json object a folder at `dir` is to get. */
+function configOf(dir: string, opts: Pick<WriteHfModelOptions, 'config'>): ArchConfig {
+  return parseHfConfig(opts.config, path.join(dir, 'config.json'));
+}
+
+/** config.json, the side files, the extra files and a generation config into `tmp`, the folder `dir` becomes. */
+function fillHfFolder(dir: string, tmp: string, opts: Omit<WriteHfModelOptions, 'tensors'>): void {
+  writeFileAtomic(path.join(tmp, 'config.json'), JSON.stringify(opts.config, null, 2) + '\n');
+  if (opts.copyFrom) {
+    for (const name of SIDE_FILES) {
+      const src = path.join(opts.copyFrom, name);
+      if (fs.existsSync(src)) fs.copyFileSync(src, path.join(tmp, name));
+    }
+  }
+  for (const [name, content] of Object.entries(opts.files ?? {})) {
+    // Names are relative paths inside the folder (`lora/adapter_config.json`): no `..`, no
+    // absolute path, and never the two files written above.
+    const parts = name.split('/');
+    if (
+      name.includes('\\') ||
+      parts.some((p) => p === '' || p === '.' || p === '..') ||
+      name === 'config.json' ||
+      name === WEIGHTS_FILE
+    ) {
+      throw new Error(`${dir}: extra file name '${name}' is not allowed`);
+    }
+    fs.mkdirSync(path.join(tmp, ...parts.slice(0, -1)), { recursive: true });
+    writeFileAtomic(path.join(tmp, ...parts), content);
+  }
+  const generation = path.join(tmp, 'generation_config.json');
+  if (!fs.existsSync(generation)) {
+    const { bos_token_id, eos_token_id, pad_token_id } = opts.config;
+    writeFileAtomic(generation, JSON.stringify({ bos_token_id, eos_token_id, pad_token_id }, null, 2) + '\n');
+  }
 }

@@ -10,6 +10,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { constants as bufferConstants } from 'node:buffer';
+import { createHash, randomBytes } from 'node:crypto';
 import type { DiskDType, NamedTensor } from './arch';
 import { writeFileAtomic } from '../atomic';
 import { readBoundedText } from '../files';
@@ -33,6 +34,13 @@ export const DTYPE_BYTES: Record<SafetensorsDType, number> = {
   U8: 1,
   BOOL: 1,
 };
+
+/** A tensor's name, dtype and shape: what a safetensors header lists before its data exists. */
+export interface TensorEntry {
+  name: string;
+  dtype: SafetensorsDType;
+  shape: number[];
+}
 
 /** Any tensor of a safetensors file: raw little-endian bytes. */
 export interface StoredTensor {
@@ -233,6 +241,36 @@ export async function readSafetensorsAsync(file: string): Promise<SafetensorsFil
   }
 }
 
+/** Where a tensor's bytes lie in its file (absolute offsets). */
+export interface TensorLocation extends TensorEntry {
+  begin: number;
+  end: number;
+}
+
+/** A safetensors file's header: its tensors and where each lies, without reading their data. */
+export function readSafetensorsIndex(file: string): { tensors: TensorLocation[]; metadata: Record<string, string> } {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const size = fs.fstatSync(fd).size;
+    const n = headerLength(readExactly(fd, 0, Math.min(8, size), file), size, file);
+    const { entries, metadata } = parseHeader(readExactly(fd, 8, n, file), size - 8 - n, file);
+    const tensors = entries.map((e) => ({ ...e, begin: 8 + n + e.begin, end: 8 + n + e.end }));
+    return { tensors, metadata };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** `length` bytes of `file` from `position`. */
+export function readFileRange(file: string, position: number, length: number): Buffer {
+  const fd = fs.openSync(file, 'r');
+  try {
+    return readExactly(fd, position, length, file);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 function readExactly(fd: number, position: number, length: number, file: string): Buffer {
   const buf = Buffer.allocUnsafe(length);
   let done = 0;
@@ -333,6 +371,20 @@ export function weightFilesBytes(dir: string): number {
   return weightFiles(dir).reduce((n, f) => n + fs.statSync(f.file).size, 0);
 }
 
+/**
+ * Where each weight of an HF model folder lies (file and byte range), from the headers alone:
+ * for a reader that takes only parts of tensors (a fully sharded trainer's rank).
+ */
+export function locateSafetensorsDir(dir: string): Map<string, TensorLocation & { file: string }> {
+  const out = new Map<string, TensorLocation & { file: string }>();
+  for (const { file, names } of weightFiles(dir)) {
+    const wanted = names && new Set(names);
+    for (const t of readSafetensorsIndex(file).tensors)
+      if (!wanted || wanted.has(t.name)) out.set(t.name, { ...t, file });
+  }
+  return out;
+}
+
 /** A file of a model folder, and the tensors the index says it holds (undefined: all, no index). */
 interface WeightFile {
   file: string;
@@ -402,13 +454,14 @@ function modelTensors<T extends TensorHeader>(
 }
 
 /** Header JSON padded with spaces to a multiple of 8 bytes, as the reference writer does. */
-function encodeHeader(tensors: readonly StoredTensor[], metadata?: Record<string, string>): Buffer {
+function encodeHeader(tensors: readonly TensorEntry[], metadata?: Record<string, string>): Buffer {
   const header: Record<string, unknown> = {};
   if (metadata && Object.keys(metadata).length > 0) header.__metadata__ = metadata;
   let offset = 0;
   for (const t of tensors) {
-    header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + t.data.length] };
-    offset += t.data.length;
+    const bytes = numel(t.shape) * DTYPE_BYTES[t.dtype];
+    header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + bytes] };
+    offset += bytes;
   }
   const json = Buffer.from(JSON.stringify(header), 'utf8');
   const padded = Math.ceil(json.length / 8) * 8;
@@ -418,14 +471,22 @@ function encodeHeader(tensors: readonly StoredTensor[], metadata?: Record<string
   return out;
 }
 
-/** Checks names are unique and every buffer matches its dtype and shape; returns tensors sorted by name. */
-function checkedSorted(tensors: readonly StoredTensor[], target: string): StoredTensor[] {
+/** Checks names are unique and valid and dtypes supported; returns the entries sorted by name. */
+function checkedEntries<T extends TensorEntry>(tensors: readonly T[], target: string): T[] {
   const sorted = [...tensors].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   for (let i = 0; i < sorted.length; i++) {
     const t = sorted[i];
     if (i > 0 && sorted[i - 1].name === t.name) throw new Error(`${target}: duplicate tensor '${t.name}'`);
     if (t.name === '__metadata__') throw new Error(`${target}: '__metadata__' is not a valid tensor name`);
     if (!isSafetensorsDType(t.dtype)) throw new Error(`${target}: tensor '${t.name}' has unsupported dtype ${t.dtype}`);
+  }
+  return sorted;
+}
+
+/** checkedEntries, and every buffer matches its dtype and shape. */
+function checkedSorted(tensors: readonly StoredTensor[], target: string): StoredTensor[] {
+  const sorted = checkedEntries(tensors, target);
+  for (const t of sorted) {
     const expected = numel(t.shape) * DTYPE_BYTES[t.dtype];
     if (t.data.length !== expected) {
       throw new Error(
@@ -440,6 +501,49 @@ function checkedSorted(tensors: readonly StoredTensor[], target: string): Stored
 export function serializeSafetensors(tensors: readonly StoredTensor[], metadata?: Record<string, string>): Buffer {
   const sorted = checkedSorted(tensors, '<buffer>');
   return Buffer.concat([encodeHeader(sorted, metadata), ...sorted.map((t) => t.data)]);
+}
+
+/**
+ * Writes a safetensors file whose tensors arrive in batches, in `entries` order (the header, written
+ * first, lists them all): no more than a batch is in memory at once (a model written unit by unit as
+ * a sharded trainer gathers it). Temp file, fsync, then rename; returns the file's sha256.
+ */
+export async function writeSafetensorsStream(
+  file: string,
+  entries: readonly TensorEntry[],
+  batches: AsyncIterable<readonly StoredTensor[]>,
+  metadata?: Record<string, string>,
+): Promise<string> {
+  checkedEntries(entries, file);
+  const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  const hash = createHash('sha256');
+  const fd = fs.openSync(tmp, 'w');
+  try {
+    const write = (b: Buffer) => {
+      hash.update(b);
+      for (let done = 0; done < b.length;) done += fs.writeSync(fd, b, done, b.length - done);
+    };
+    write(encodeHeader(entries, metadata));
+    let i = 0;
+    for await (const batch of batches)
+      for (const t of batch) {
+        const e = entries[i++];
+        if (!e || t.name !== e.name || t.dtype !== e.dtype || t.data.length !== numel(e.shape) * DTYPE_BYTES[e.dtype])
+          throw new Error(
+            `${file}: tensor ${i - 1} is '${t.name}' (${t.dtype}, ${t.data.length} bytes), expected ${JSON.stringify(e)}`,
+          );
+        write(t.data);
+      }
+    if (i !== entries.length) throw new Error(`${file}: ${i} of ${entries.length} tensors arrived`);
+    fs.fsyncSync(fd);
+  } catch (e) {
+    fs.closeSync(fd);
+    fs.rmSync(tmp, { force: true });
+    throw e;
+  }
+  fs.closeSync(fd);
+  fs.renameSync(tmp, file);
+  return hash.digest('hex');
 }
 
 /**

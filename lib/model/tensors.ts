@@ -53,7 +53,7 @@ export function isIgnorable(name: string, a: ArchConfig): boolean {
  * Checks that `tensors` are exactly the model's tensors with the right shapes; returns them in
  * `tensorSpecs` order without ignorable extras. `source` (the folder) is named in errors.
  */
-export function checkModelTensors<T extends Pick<NamedTensor, 'name' | 'shape'>>(
+export function checkModelTensors<T extends Pick<NamedTensor, 'name' | 'shape'> = NamedTensor>(
   a: ArchConfig,
   tensors: readonly T[],
   source: string,

@@ -78,6 +78,12 @@ export function readSftPlan(runDir: string): SftPlan | undefined {
   return storedResult<SftPlan>(new RunLayout(runDir).sftPlanFile);
 }
 
+/** The validation batch files of a prepared SFT run (none before prepareSft finished, or without validation). */
+export function validationBatchFiles(runDir: string): string[] {
+  const layout = new RunLayout(runDir);
+  return Array.from({ length: readSftPlan(runDir)?.valBatches ?? 0 }, (_, i) => layout.valBatchFile(i));
+}
+
 /** What the trainer activities need of a run: how to train, and what to keep. */
 export interface RunTrainingSpec {
   trainer: TrainerSpec;

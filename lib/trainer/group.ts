@@ -4,11 +4,13 @@
  * Rank 0 is the only Temporal worker of the trainer queue. It serves a c10d TCP store at
  * `trainer.dist.host:port`; ranks 1..N-1 connect to it and do nothing but follow rank 0:
  *
- *   - A *generation* is one Gloo process group. Rank 0 forms one when it has none (at its first
+ *   - A *generation* is one process group. Rank 0 forms one when it has none (at its first
  *     activity, and after any failure): it sets the store key `gen` to a fresh name, waits until
  *     every other rank has counted itself in under `<gen>/joined` (within `dist.timeout_s`, else
  *     the activity fails and Temporal retries it), then all join the group on the store prefix
- *     `<gen>/pg/`, which no earlier group used.
+ *     `<gen>/pg/`, which no earlier group used. The settings every rank must share
+ *     (`dist.sharding`, `dist.backend`) come with the generation (`<gen>/settings`): a follower
+ *     whose own differ refuses to join, and rank 0's activity fails naming the key.
  *   - Each trainer activity is one *job* `{op, runDir, step}`, written to `<gen>/job/<k>`; every
  *     rank then brings its runtime to `step` and does the job's collective part (lib/trainer/ranks.ts).
  *     Rank 0 alone writes the summary, weights and checkpoints.
@@ -26,11 +28,14 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as native from '../../native';
 import { ConfigError } from '../config/errors';
-import type { TrainerRankConfig } from '../config/schemas';
+import { trainerRankSchema, type TrainerRankConfig } from '../config/schemas';
 
-/** One trainer activity as every rank sees it; `at`: only bring the runtime to `step`. */
+/**
+ * One trainer activity as every rank sees it: `at` only brings the runtime to `step`; `weights`
+ * and `validate` too, except under full sharding, where writing weights and scoring are collectives.
+ */
 export interface RankJob {
-  op: 'train' | 'checkpoint' | 'at';
+  op: 'train' | 'checkpoint' | 'at' | 'weights' | 'validate';
   runDir: string;
   step: number;
 }
@@ -41,13 +46,35 @@ export interface RankGroup {
   rank: number;
   size: number;
   bucketBytes: number;
+  sharding: native.Sharding;
 }
 
-/** trainer.world_size > 1 needs an addon built with c10d's Gloo (native/CMakeLists.txt). */
-export function checkWorldSize(worldSize: number): void {
-  if (worldSize > 1 && !native.info().gloo)
+/** The settings every rank of a group must share (rank 0 publishes its own with each generation). */
+type GroupSettings = Pick<TrainerRankConfig['dist'], 'sharding' | 'backend'>;
+const settingsOf = (t: TrainerRankConfig): GroupSettings => ({ sharding: t.dist.sharding, backend: t.dist.backend });
+
+/**
+ * trainer.world_size > 1 needs an addon built with c10d's Gloo (native/CMakeLists.txt), and
+ * trainer.dist.backend nccl one built with NCCL (PyTorch 2.x with CUDA). At world size 1 there is
+ * no process group: a sharding or backend set otherwise than by default is refused, not ignored.
+ */
+export function checkWorldSize(t: Pick<TrainerRankConfig, 'world_size' | 'dist'>): void {
+  const { world_size: worldSize, dist } = t;
+  const info = native.info();
+  if (worldSize > 1 && !info.gloo)
     throw new ConfigError(
       `trainer.world_size ${worldSize}: this build of the native addon has no c10d Gloo process group (its Gloo headers did not match libtorch when it was built); use trainer.world_size 1, or rebuild with matching Gloo headers`,
+    );
+  const defaults = trainerRankSchema.parse({}).dist;
+  for (const key of ['sharding', 'backend'] as const)
+    if (worldSize === 1 && dist[key] !== defaults[key])
+      throw new ConfigError(
+        `trainer.dist.${key} ${dist[key]}: a single trainer rank (trainer.world_size 1) has no process group to shard over or move tensors with; set trainer.world_size above 1, or leave trainer.dist.${key} at its default (${defaults[key]})`,
+      );
+  const backend = dist.backend;
+  if (backend === 'nccl' && !info.nccl)
+    throw new ConfigError(
+      `trainer.dist.backend nccl: this build of the native addon has no NCCL (only a build against a PyTorch 2.x with CUDA has it); use trainer.dist.backend auto or gloo`,
     );
 }
 
@@ -99,9 +126,18 @@ export class GroupLeader {
     if (this.current) return { group: this.current.group, fresh: false };
     const { world_size: size, dist } = this.config;
     const name = `${this.nonce}.${++this.generation}`;
+    await this.store.set(`${name}/settings`, JSON.stringify(settingsOf(this.config)));
     await this.store.set('gen', name);
     const deadline = Date.now() + dist.timeout_s * 1000;
     for (;;) {
+      if ((await this.store.add(`${name}/refused`, 0)) > 0) {
+        const reasons: string[] = [];
+        for (let r = 1; r < size; r++) {
+          const why = await this.store.get(`${name}/refused/${r}`, 1).catch(() => null);
+          if (why) reasons.push(`rank ${r}: ${why}`);
+        }
+        throw new Error(`trainer ranks refused to join: ${reasons.join('; ')}`);
+      }
       const joined = await this.store.add(`${name}/joined`, 0);
       if (joined >= size - 1) break;
       if (Date.now() > deadline)
@@ -111,13 +147,7 @@ export class GroupLeader {
         );
       await sleep(100);
     }
-    const group = await native.createGroup(this.store, {
-      prefix: `${name}/pg/`,
-      rank: 0,
-      size,
-      timeoutS: dist.timeout_s,
-    });
-    this.current = { name, group: { group, rank: 0, size, bucketBytes: bucketBytes(this.config) }, jobs: 0 };
+    this.current = { name, group: await joinGroup(this.store, name, this.config), jobs: 0 };
     return { group: this.current.group, fresh: true };
   }
 
@@ -147,6 +177,29 @@ export class GroupLeader {
 
 export function bucketBytes(t: TrainerRankConfig): number {
   return Math.round(t.dist.bucket_mb * 1024 * 1024);
+}
+
+/** This rank's process group of generation `name`. */
+async function joinGroup(store: native.DistStore, name: string, t: TrainerRankConfig): Promise<RankGroup> {
+  const { rank, world_size: size, dist } = t;
+  const group = await native.createGroup(store, {
+    prefix: `${name}/pg/`,
+    rank,
+    size,
+    timeoutS: dist.timeout_s,
+    backend: dist.backend,
+  });
+  return { group, rank, size, bucketBytes: bucketBytes(t), sharding: dist.sharding };
+}
+
+/** Why this rank cannot join a group whose rank 0 has `theirs` (the same keys, other values), or undefined. */
+function settingsMismatch(t: TrainerRankConfig, theirs: GroupSettings): string | undefined {
+  const ours = settingsOf(t);
+  const differ = (Object.keys(ours) as (keyof GroupSettings)[]).filter((k) => ours[k] !== theirs[k]);
+  if (differ.length === 0) return undefined;
+  return differ
+    .map((k) => `trainer.dist.${k} is '${ours[k]}' here and '${theirs[k]}' on rank 0; give every rank the same`)
+    .join('; ');
 }
 
 /**
@@ -183,12 +236,19 @@ export async function runFollower(
       // A generation every other rank has joined already (this rank restarted into it) is one it
       // cannot be part of: wait for the next, which rank 0 forms once this one fails.
       if ((await store.add(`${name}/joined`, 0)) >= size - 1) continue;
+      const settings = await store.get(`${name}/settings`, 1000);
+      const mismatch = settings === null ? undefined : settingsMismatch(config, JSON.parse(settings) as GroupSettings);
+      if (mismatch) {
+        hooks.log(`rank ${rank}: not joining trainer process group ${name}: ${mismatch}`);
+        await store.set(`${name}/refused/${rank}`, mismatch);
+        await store.add(`${name}/refused`, 1);
+        continue;
+      }
       await store.add(`${name}/joined`, 1);
       hooks.log(`rank ${rank}: joining trainer process group ${name}`);
       let group: RankGroup;
       try {
-        const g = await native.createGroup(store, { prefix: `${name}/pg/`, rank, size, timeoutS: dist.timeout_s });
-        group = { group: g, rank, size, bucketBytes: bucketBytes(config) };
+        group = await joinGroup(store, name, config);
       } catch (e) {
         hooks.log(`rank ${rank}: group ${name} not formed: ${(e as Error).message}`);
         continue;

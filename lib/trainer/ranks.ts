@@ -6,7 +6,7 @@
  * the same restore decision and replays in lockstep.
  */
 import * as path from 'node:path';
-import { readTrainingSpec } from '../run/config';
+import { readTrainingSpec, validationBatchFiles } from '../run/config';
 import type { RankGroup, RankJob } from './group';
 import { TrainerRuntime, type RestoreReport } from './runtime';
 
@@ -50,10 +50,18 @@ export class RankTrainer {
     return restored.runtime;
   }
 
-  /** What a follower rank does for a job: the collective part (rank 0 adds the writes). */
+  /**
+   * What a follower rank does for a job: the collective part (rank 0 adds the writes). Under full
+   * sharding, writing weights and scoring validation batches are collectives too.
+   */
   async follow(job: RankJob): Promise<void> {
-    const rt = await this.at(job.runDir, job.step);
-    if (job.op === 'train') await rt.train(job.step);
-    else if (job.op === 'checkpoint') await rt.checkpoint();
+    const { runDir, step } = job;
+    const rt = await this.at(runDir, step);
+    if (job.op === 'train') {
+      await rt.train(step);
+      if (rt.collective && readTrainingSpec(runDir).writesWeights(step + 1)) await rt.shareWeights();
+    } else if (job.op === 'checkpoint') await rt.checkpoint();
+    else if (job.op === 'weights' && rt.collective) await rt.shareWeights();
+    else if (job.op === 'validate' && rt.collective) await rt.validationLoss(validationBatchFiles(runDir));
   }
 }

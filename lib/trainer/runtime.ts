@@ -5,13 +5,12 @@
  * so a killed trainer costs a replay, and a batch is never applied twice.
  */
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import * as native from '../../native';
-import { DISK_FULL, writeDirAtomicAsync, writeFileAtomic } from '../atomic';
+import { DISK_FULL } from '../atomic';
 import { Failure, NonRetryableError, RunFolderDamagedError } from '../failures';
 import { resolveModelDir } from '../hub';
 import type { NamedTensor } from '../model/arch';
-import { loadHfModel, readHfConfig, writeHfModel } from '../model/hf';
+import { loadHfModel, readHfConfig, writeHfModelStream } from '../model/hf';
 import { serializeSafetensors } from '../model/safetensors';
 import { readBatch, type Batch } from '../orchestrator/batch';
 import { stepBatchInput } from '../orchestrator/step-batch';
@@ -19,7 +18,7 @@ import { readRunConfig } from '../run/config';
 import { listSteps, RunLayout } from '../run/layout';
 import { libModule, runInThread } from '../thread';
 import type { TrainMetrics, TrainProgress } from './types';
-import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
+import { loadBaseShards, loadCheckpoint, writeCheckpoint } from './shards';
 import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
 import { routerReplayRefusal, type TrainerSpec } from './spec';
@@ -49,13 +48,13 @@ export function shardRows<T extends { inputIds: ArrayLike<number> }>(
 }
 
 /**
- * The base model every restore starts from. One that no longer loads (its files damaged since the
- * run was prepared) stops the run: every retry would read the same bytes. An I/O error (errno) may
- * pass, and is retried.
+ * Reads the base model every restore starts from (its config, or its weights). One that no longer
+ * loads (its files damaged since the run was prepared) stops the run: every retry would read the
+ * same bytes. An I/O error (errno) may pass, and is retried.
  */
-function loadBaseModel(dir: string): ReturnType<typeof loadHfModel> {
+function readBaseModel<T>(dir: string, read: (dir: string) => T): T {
   try {
-    return loadHfModel(dir);
+    return read(dir);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== undefined) throw e;
     throw new NonRetryableError(
@@ -190,16 +189,21 @@ export class TrainerRuntime {
     const layout = new RunLayout(runDir);
     if (t.threads) native.setThreads(t.threads);
     const baseDir = resolveModelDir(t.model.name, 'trainer.model.name');
-    const base = loadBaseModel(baseDir);
-    const refusal = t.routerReplay ? routerReplayRefusal(base.config) : undefined;
+    const { config, rawConfig } = readBaseModel(baseDir, readHfConfig);
+    const refusal = t.routerReplay ? routerReplayRefusal(config) : undefined;
     if (refusal) throw new NonRetryableError(refusal, Failure.InvalidConfig);
     // bf16 training is mixed precision: fp32 master weights and optimizer state, bf16 matmuls.
     const bf16 = t.model.dtype === 'bfloat16';
-    const model = await native.loadModel(base.config, base.tensors, {
+    const options = {
       device: t.model.device,
-      dtype: bf16 ? 'float32' : t.model.dtype,
+      dtype: bf16 ? ('float32' as const) : t.model.dtype,
       fusedKernels: t.model.fused_kernels,
-    });
+    };
+    // Fully sharded, no rank holds the whole model: the ranks fill their shards from the folder.
+    const sharded = group?.sharding === 'full';
+    const model = sharded
+      ? await native.createModelWithoutWeights(config, options)
+      : await native.loadModel(config, readBaseModel(baseDir, loadHfModel).tensors, options);
     const trainer = model.createTrainer({
       mixedPrecision: bf16 ? 'bfloat16' : undefined,
       activationCheckpointing: t.model.ac?.freq ?? 0,
@@ -214,14 +218,15 @@ export class TrainerRuntime {
         ? { rank: t.lora.rank, alpha: t.lora.alpha, dropout: t.lora.dropout, targetModules: t.lora.target_modules }
         : undefined,
     });
-    if (group) trainer.setGroup(group.group, group.bucketBytes);
+    if (group) trainer.setGroup(group.group, { bucketBytes: group.bucketBytes, sharding: group.sharding });
+    if (sharded) await loadBaseShards(trainer, baseDir, config);
     const runtime = new TrainerRuntime(
       layout,
       t,
       model,
       trainer,
       baseDir,
-      readHfConfig(baseDir).rawConfig,
+      rawConfig,
       { steps: 0, samples: 0, tokens: 0 },
       group,
     );
@@ -231,8 +236,7 @@ export class TrainerRuntime {
     for (const c of candidates.filter((s) => s <= step).reverse()) {
       const dir = layout.checkpointDir(c);
       try {
-        const meta = verifyCheckpoint(dir);
-        await trainer.load(dir);
+        const meta = await loadCheckpoint(trainer, dir);
         runtime.progress = { steps: meta.steps, samples: meta.samples, tokens: meta.tokens };
         runtime.klBeta = meta.klBeta ?? t.klPenalty.beta;
         report.from = c;
@@ -347,19 +351,24 @@ export class TrainerRuntime {
     return { loss: tokens > 0 ? sum / tokens : NaN, tokens };
   }
 
+  /** Whether every rank takes part in computing weights and scores (full sharding gathers the parameters). */
+  get collective(): boolean {
+    return this.group?.sharding === 'full';
+  }
+
   /**
    * Writes the current weights as HF folder `weights/step_<version>` (what inference loads: with
    * LoRA, the merged weights), plus the adapters in PEFT layout under `lora/` when LoRA is on.
-   * Weights with a NaN or Inf are refused (NonFiniteWeightsError), so a diverged run never hands
-   * them to inference.
+   * The weights are written unit by unit (the embedding, each layer, ...) as the trainer hands
+   * them over (under full sharding, as the ranks gather them: then every rank calls this or
+   * `shareWeights`, and rank 0 writes). Weights with a NaN or Inf are refused
+   * (NonFiniteWeightsError), so a diverged run never hands them to inference.
    */
   async writeWeights(version: number): Promise<string> {
     const dir = this.layout.weightsDir(version);
-    // Asked for as F32, so every tensor is a safetensors float tensor.
-    const tensors = (await this.trainer.readWeights('F32')) as NamedTensor[];
     const lora = this.spec.lora;
     const adapters = lora.enabled ? ((await this.trainer.readAdapters('F32')) as NamedTensor[]) : [];
-    await checkFinite([...tensors, ...adapters], version);
+    await checkFinite(adapters, version);
     const files: Record<string, string | Buffer> = {};
     if (lora.enabled) {
       files['lora/adapter_model.safetensors'] = serializeSafetensors(adapters);
@@ -380,8 +389,25 @@ export class TrainerRuntime {
         2,
       );
     }
-    writeHfModel(dir, { config: this.rawConfig, tensors, copyFrom: this.baseDir, files });
+    // Asked for as F32, so every tensor is a safetensors float tensor.
+    const trainer = this.trainer;
+    const entries = trainer
+      .shardLayout()
+      .units.flatMap((u) => u.params.map((p) => ({ name: p.name, dtype: 'F32' as const, shape: p.shape })));
+    async function* units() {
+      for (let u = 0; u < trainer.weightUnits; u++) {
+        const tensors = (await trainer.readWeightUnit(u, 'F32')) as NamedTensor[];
+        await checkFinite(tensors, version);
+        yield tensors;
+      }
+    }
+    await writeHfModelStream(dir, { config: this.rawConfig, entries, batches: units(), copyFrom: this.baseDir, files });
     return dir;
+  }
+
+  /** A rank > 0's part of `writeWeights` under full sharding: every unit gathered with rank 0. */
+  async shareWeights(): Promise<void> {
+    for (let u = 0; u < this.trainer.weightUnits; u++) await this.trainer.readWeightUnit(u, 'F32');
   }
 
   /**
@@ -390,16 +416,8 @@ export class TrainerRuntime {
    */
   async checkpoint(): Promise<string> {
     const dir = this.layout.checkpointDir(this.progress.steps);
-    if (this.group && this.group.rank > 0) {
-      await this.trainer.save('');
-      return dir;
-    }
-    await writeDirAtomicAsync(dir, async (tmp) => {
-      await this.trainer.save(tmp);
-      const klBeta = this.spec.klPenalty.enabled ? { klBeta: this.klBeta } : {};
-      const meta: CheckpointMeta = { ...this.progress, ...klBeta, sha256: fileSha256(path.join(tmp, CKPT_FILE)) };
-      writeFileAtomic(path.join(tmp, PROGRESS_FILE), JSON.stringify(meta, null, 1));
-    });
+    const klBeta = this.spec.klPenalty.enabled ? { klBeta: this.klBeta } : {};
+    await writeCheckpoint(this.trainer, dir, this.group?.rank ?? 0, { ...this.progress, ...klBeta });
     return dir;
   }
 }

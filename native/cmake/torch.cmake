@@ -9,7 +9,8 @@
 # machine) its CPU libraries are imported directly, and the addon then reports `cuda: false`.
 # Sets TORCH_LINK (what to link), PRIME_TORCH_DESC (one line for the build log), and, where
 # PyTorch's CUDA libraries are linked, PRIME_TORCH_CUDA with PRIME_CUDA_INCLUDE (the CUDA runtime's
-# headers, which ATen's CUDA headers include: CUDA graphs of the decode step, src/decode_graph.cc).
+# headers, which ATen's CUDA headers include: CUDA graphs of the decode step, src/decode_graph.cc)
+# and PRIME_NCCL_INCLUDE (nccl.h, for c10d's NCCL process group; empty where none is found).
 
 if(NOT DEFINED LIBTORCH AND DEFINED ENV{LIBTORCH})
   set(LIBTORCH "$ENV{LIBTORCH}")
@@ -84,6 +85,16 @@ else()
     endif()
   else()
     set(PRIME_TORCH_DESC "CPU libraries of the CUDA libtorch in ${LIBTORCH} (no CUDA toolkit found)")
+  endif()
+endif()
+# nccl.h, which c10d's ProcessGroupNCCL.hpp includes (src/dist.cc): a toolkit's, or that of pip's
+# nvidia-nccl beside a PyTorch package.
+if(PRIME_TORCH_CUDA)
+  find_path(PRIME_NCCL_INCLUDE nccl.h
+    HINTS ${PRIME_CUDA_INCLUDE} "${LIBTORCH}/../nvidia/nccl/include" "${LIBTORCH}/../nvidia/cu13/include"
+    NO_DEFAULT_PATH)
+  if(NOT PRIME_NCCL_INCLUDE)
+    set(PRIME_NCCL_INCLUDE "")
   endif()
 endif()
 # The addon finds libtorch where it was built against, wherever node loads it from.

@@ -24,6 +24,21 @@ typename Map::key_type stateKey(const Map&, const at::Tensor& p) {
   }
 }
 
+// The AdamW state of `p` in `opt`, or null.
+inline torch::optim::AdamWParamState* adamState(torch::optim::AdamW& opt, const at::Tensor& p) {
+  auto it = opt.state().find(stateKey(opt.state(), p));
+  return it == opt.state().end() ? nullptr : static_cast<torch::optim::AdamWParamState*>(it->second.get());
+}
+
+// Gives `p` the AdamW state (step, exp_avg m, exp_avg_sq v) in `opt`.
+inline void setAdamState(torch::optim::AdamW& opt, const at::Tensor& p, int64_t step, at::Tensor m, at::Tensor v) {
+  auto st = std::make_unique<torch::optim::AdamWParamState>();
+  st->step(step);
+  st->exp_avg(std::move(m));
+  st->exp_avg_sq(std::move(v));
+  opt.state()[stateKey(opt.state(), p)] = std::move(st);
+}
+
 // What opt.step() does (libtorch's AdamW without amsgrad: decoupled weight decay, bias-corrected
 // moments, state created as zeros on a parameter's first step), with every gradient multiplied by
 // gradScale first (the clipping coefficient; on the CPU the gradients themselves are left as they

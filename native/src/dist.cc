@@ -1,5 +1,6 @@
-// c10d (TCPStore, PrefixStore, ProcessGroupGloo) behind dist.h. The same calls build against
-// libtorch 1.13 (Debian) and PyTorch 2.x; Gloo's own headers come from libgloo-dev.
+// c10d (TCPStore, PrefixStore, ProcessGroupGloo, ProcessGroupNCCL) behind dist.h. The same calls
+// build against libtorch 1.13 (Debian) and PyTorch 2.x; Gloo's own headers come from libgloo-dev.
+// NCCL only in a PyTorch 2.x CUDA build (PRIME_HAVE_NCCL, native/CMakeLists.txt).
 #include "dist.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -7,17 +8,49 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
+#ifdef PRIME_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 
 namespace prime {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 std::chrono::milliseconds toMs(double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); }
 
+double secondsBetween(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
 }  // namespace
+
+#ifdef PRIME_HAVE_NCCL
+const bool kHaveNccl = true;
+#else
+const bool kHaveNccl = false;
+#endif
+
+DistBackend parseDistBackend(const std::string& name) {
+  if (name == "auto" || name.empty()) return DistBackend::kAuto;
+  if (name == "gloo") return DistBackend::kGloo;
+  if (name == "nccl") return DistBackend::kNccl;
+  throw std::runtime_error("trainer.dist.backend '" + name + "' is not one of auto, gloo, nccl");
+}
+
+const char* distBackendName(DistBackend b) {
+  switch (b) {
+    case DistBackend::kGloo:
+      return "gloo";
+    case DistBackend::kNccl:
+      return "nccl";
+    default:
+      return "auto";
+  }
+}
 
 DistStore::DistStore(const std::string& host, int port, bool isServer, double timeoutS) : host_(host) {
   c10d::TCPStoreOptions o;
@@ -57,6 +90,26 @@ std::optional<std::string> DistStore::get(const std::string& key, int64_t timeou
 
 int64_t DistStore::add(const std::string& key, int64_t delta) { return store->add(key, delta); }
 
+// The timing shared by a group and its works (a work's completion callback may run after the
+// group is gone).
+struct DistTiming {
+  std::mutex mu;
+  DistStats stats;
+  Clock::time_point lastEnd{};
+  // A collective issued at `issued` ended at `end`: collectives run one after another, so it was
+  // busy from when it was issued or the previous one ended, whichever is later.
+  void ended(Clock::time_point issued, Clock::time_point end) {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.busySeconds += secondsBetween(std::max(issued, lastEnd), end);
+    lastEnd = std::max(lastEnd, end);
+    stats.collectives++;
+  }
+  void waited(double seconds) {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.waitSeconds += seconds;
+  }
+};
+
 #ifdef PRIME_HAVE_GLOO
 const bool kHaveGloo = true;
 
@@ -64,15 +117,8 @@ namespace {
 
 bool isLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
-// Runs one collective to completion; Gloo enforces the group's timeout inside it.
-void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
-  try {
-    work->wait();
-  } catch (const c10::Error& e) {
-    throw std::runtime_error(std::string("trainer process group: ") + what + " failed: " + e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("trainer process group: ") + what + " failed: " + e.what());
-  }
+[[noreturn]] void failed(const char* what, const std::string& why) {
+  throw std::runtime_error(std::string("trainer process group: ") + what + " failed: " + why);
 }
 
 // Consecutive tensors of one dtype and device, at most `bucketBytes` together (a larger tensor is
@@ -103,15 +149,79 @@ void forBuckets(std::vector<at::Tensor>& ts, int64_t bucketBytes, Op op) {
 
 }  // namespace
 
-struct DistGroup::Impl {
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+struct DistWork::Impl {
+  c10::intrusive_ptr<c10d::Work> work;
+  const char* what = "";
+  std::function<void()> finish;  // on the waiting thread, once the collective is done
+  std::vector<at::Tensor> keep;  // alive until the collective is done
+  std::shared_ptr<DistTiming> timing;
+  Clock::time_point issued;
+  bool timedByCallback = false;  // the future's callback records when it ended
+  bool done = false;
 };
 
-DistGroup::DistGroup(std::shared_ptr<DistStore> s, const std::string& prefix, int rank, int size, double timeoutS)
-    : impl_(std::make_unique<Impl>()), store_(std::move(s)), rank_(rank), size_(size), timeout_(toMs(timeoutS)) {
+DistWork::~DistWork() = default;
+
+void DistWork::wait() {
+  Impl& w = *impl_;
+  if (w.done) return;
+  w.done = true;
+  const auto t0 = Clock::now();
+  try {
+    w.work->wait();
+  } catch (const c10::Error& e) {
+    failed(w.what, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    failed(w.what, e.what());
+  }
+  const auto t1 = Clock::now();
+  w.timing->waited(secondsBetween(t0, t1));
+  if (!w.timedByCallback) w.timing->ended(w.issued, t1);
+  if (w.finish) w.finish();
+  w.keep.clear();
+}
+
+struct DistGroup::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+  c10::intrusive_ptr<c10d::Store> store;  // the group's prefixed store (NCCL's rendezvous)
+  bool useNccl = false;
+#ifdef PRIME_HAVE_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // made at the first CUDA collective
+#endif
+  std::shared_ptr<DistTiming> timing = std::make_shared<DistTiming>();
+
+  bool ncclFor(const at::Tensor& t) const { return useNccl && t.is_cuda(); }
+
+  // f(process group) on the group that moves `t`.
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> on(const at::Tensor& t, int rank, int size, std::chrono::milliseconds timeout, F f) {
+#ifdef PRIME_HAVE_NCCL
+    if (ncclFor(t)) {
+      if (!nccl) {
+        auto opts = c10d::ProcessGroupNCCL::Options::create();
+        opts->timeout = timeout;
+        nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl/", store), rank,
+                                                           size, opts);
+      }
+      return f(*nccl);
+    }
+#endif
+    return f(*gloo);
+  }
+};
+
+DistGroup::DistGroup(std::shared_ptr<DistStore> s, const std::string& prefix, int rank, int size, double timeoutS,
+                     DistBackend backend)
+    : impl_(std::make_unique<Impl>()), store_(std::move(s)), rank_(rank), size_(size), backend_(backend),
+      timeout_(toMs(timeoutS)) {
   if (size < 1 || rank < 0 || rank >= size)
     throw std::runtime_error("trainer process group: rank " + std::to_string(rank) + " of world size " +
                              std::to_string(size));
+  if (backend == DistBackend::kNccl && !kHaveNccl)
+    throw std::runtime_error(
+        "trainer.dist.backend nccl: this build of the native addon has no NCCL (only a build against a PyTorch 2.x "
+        "with CUDA has it); use trainer.dist.backend gloo or auto");
+  impl_->useNccl = kHaveNccl && backend != DistBackend::kGloo;
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout_);
   // One transport thread: one core per rank. GLOO_SOCKET_IFNAME picks the interface (as torch's);
   // else loopback when the store is local, else this host's address.
@@ -121,9 +231,9 @@ DistGroup::DistGroup(std::shared_ptr<DistStore> s, const std::string& prefix, in
   else if (isLoopback(store_->host()))
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   else opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->store);
+  impl_->store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->store);
   try {
-    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
+    impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank, size, opts);
   } catch (const c10::Error& e) {
     throw std::runtime_error("trainer process group '" + prefix + "': rank " + std::to_string(rank) + " of " +
                              std::to_string(size) + " could not connect: " + e.what_without_backtrace());
@@ -132,9 +242,49 @@ DistGroup::DistGroup(std::shared_ptr<DistStore> s, const std::string& prefix, in
 
 DistGroup::~DistGroup() = default;
 
+const char* DistGroup::backendFor(const at::Tensor& t) const { return impl_->ncclFor(t) ? "nccl" : "gloo"; }
+
+// A work timed by its future's completion callback where the backend has futures, else when it is
+// waited for.
+std::shared_ptr<DistWork> DistGroup::track(c10::intrusive_ptr<c10d::Work> work, const char* what,
+                                           const std::shared_ptr<DistTiming>& timing, bool hasFuture) {
+  const auto issued = Clock::now();
+  auto w = std::make_shared<DistWork>();
+  w->impl_ = std::make_unique<DistWork::Impl>();
+  w->impl_->work = std::move(work);
+  w->impl_->what = what;
+  w->impl_->timing = timing;
+  w->impl_->issued = issued;
+  if (hasFuture) {
+    w->impl_->timedByCallback = true;
+    w->impl_->work->getFuture()->addCallback(
+        [timing, issued](c10::ivalue::Future&) { timing->ended(issued, Clock::now()); });
+  }
+  return w;
+}
+
+// Every collective goes through here: issued now, returned in flight.
+#define PRIME_ISSUE(tensor, what, hasFuture, call)                                      \
+  [&]() {                                                                               \
+    c10::intrusive_ptr<c10d::Work> work;                                                \
+    try {                                                                               \
+      work = impl_->on(tensor, rank_, size_, timeout_, [&](auto& pg) { return call; }); \
+    } catch (const c10::Error& e) {                                                     \
+      failed(what, e.what_without_backtrace());                                         \
+    }                                                                                   \
+    return track(std::move(work), what, impl_->timing, hasFuture);                      \
+  }()
+
 void DistGroup::allReduceSum(at::Tensor& t) {
   std::vector<at::Tensor> v{t};
-  finish(impl_->pg->allreduce(v), "all-reduce");
+  PRIME_ISSUE(t, "all-reduce", true, pg.allreduce(v))->wait();
+}
+
+void DistGroup::allReduceMax(at::Tensor& t) {
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  PRIME_ISSUE(t, "all-reduce", true, pg.allreduce(v, o))->wait();
 }
 
 void DistGroup::allReduceBucketed(std::vector<at::Tensor>& ts, int64_t bucketBytes) {
@@ -146,35 +296,101 @@ void DistGroup::broadcastBucketed(std::vector<at::Tensor>& ts, int root, int64_t
     std::vector<at::Tensor> v{buf};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    finish(impl_->pg->broadcast(v, o), "broadcast");
+    PRIME_ISSUE(buf, "broadcast", true, pg.broadcast(v, o))->wait();
   });
 }
 
 void DistGroup::send(at::Tensor& t, int dst, int tag) {
   std::vector<at::Tensor> v{t};
-  finish(impl_->pg->send(v, dst, tag), "send");
+  PRIME_ISSUE(t, "send", false, pg.send(v, dst, tag))->wait();
 }
 
 void DistGroup::recv(at::Tensor& t, int src, int tag) {
   std::vector<at::Tensor> v{t};
-  finish(impl_->pg->recv(v, src, tag), "recv");
+  PRIME_ISSUE(t, "recv", false, pg.recv(v, src, tag))->wait();
 }
+
+void DistGroup::barrier() {
+  at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat));
+  allReduceSum(one);
+}
+
+std::shared_ptr<DistWork> DistGroup::allGatherAsync(const at::Tensor& shard, const at::Tensor& full) {
+  const int64_t S = shard.numel();
+  if (full.numel() != S * size_ || !full.is_contiguous() || full.scalar_type() != shard.scalar_type())
+    throw std::runtime_error("allGatherAsync: full must be a contiguous [size * shard numel] of the shard's dtype");
+  at::Tensor in = shard.contiguous().view(-1);
+  std::shared_ptr<DistWork> w;
+  if (impl_->ncclFor(full)) {
+    at::Tensor out = full;
+    w = PRIME_ISSUE(full, "all-gather", true, pg._allgather_base(out, in));
+  } else {
+    // Gloo: one output per rank, views of `full` (it copies each rank's part into them).
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < size_; r++) outs[0].push_back(full.narrow(0, r * S, S));
+    std::vector<at::Tensor> ins{in};
+    w = PRIME_ISSUE(full, "all-gather", true, pg.allgather(outs, ins));
+  }
+  w->impl_->keep = {in, full};
+  return w;
+}
+
+std::shared_ptr<DistWork> DistGroup::reduceScatterAddAsync(const at::Tensor& full, const at::Tensor& accumulate) {
+  const int64_t S = accumulate.numel();
+  if (full.numel() != S * size_ || !full.is_contiguous())
+    throw std::runtime_error("reduceScatterAddAsync: full must be a contiguous [size * accumulate numel]");
+  at::Tensor in = full;
+  std::shared_ptr<DistWork> w;
+  if (impl_->ncclFor(full)) {
+    at::Tensor part = at::empty({S}, full.options());
+    w = PRIME_ISSUE(full, "reduce-scatter", true, pg._reduce_scatter_base(part, in));
+    w->impl_->keep = {in, part};
+    w->impl_->finish = [part, accumulate]() mutable { accumulate.view(-1).add_(part); };
+  } else {
+    std::vector<at::Tensor> v{in};
+    w = PRIME_ISSUE(full, "reduce-scatter", true, pg.allreduce(v));
+    w->impl_->keep = {in};
+    const int64_t off = int64_t(rank_) * S;
+    w->impl_->finish = [in, accumulate, off, S]() mutable { accumulate.view(-1).add_(in.narrow(0, off, S)); };
+  }
+  return w;
+}
+
+#undef PRIME_ISSUE
 
 #else
 // Built without c10d's Gloo (native/CMakeLists.txt says when): no process groups.
 const bool kHaveGloo = false;
-struct DistGroup::Impl {};
-DistGroup::DistGroup(std::shared_ptr<DistStore>, const std::string&, int, int, double) {
+struct DistWork::Impl {};
+DistWork::~DistWork() = default;
+void DistWork::wait() {}
+struct DistGroup::Impl {
+  std::shared_ptr<DistTiming> timing = std::make_shared<DistTiming>();
+};
+DistGroup::DistGroup(std::shared_ptr<DistStore>, const std::string&, int, int, double, DistBackend) {
   throw std::runtime_error(
       "this build of the native addon has no c10d Gloo process group (its Gloo headers did not match "
       "libtorch at build time): trainer.world_size must be 1");
 }
 DistGroup::~DistGroup() = default;
+const char* DistGroup::backendFor(const at::Tensor&) const { return "gloo"; }
 void DistGroup::allReduceSum(at::Tensor&) {}
+void DistGroup::allReduceMax(at::Tensor&) {}
 void DistGroup::allReduceBucketed(std::vector<at::Tensor>&, int64_t) {}
 void DistGroup::broadcastBucketed(std::vector<at::Tensor>&, int, int64_t) {}
 void DistGroup::send(at::Tensor&, int, int) {}
 void DistGroup::recv(at::Tensor&, int, int) {}
+void DistGroup::barrier() {}
+std::shared_ptr<DistWork> DistGroup::allGatherAsync(const at::Tensor&, const at::Tensor&) { return nullptr; }
+std::shared_ptr<DistWork> DistGroup::reduceScatterAddAsync(const at::Tensor&, const at::Tensor&) { return nullptr; }
 #endif
+
+DistStats DistGroup::takeStats() {
+  DistTiming& t = *impl_->timing;
+  std::lock_guard<std::mutex> lock(t.mu);
+  DistStats s = t.stats;
+  t.stats = DistStats{};
+  return s;
+}
 
 }  // namespace prime

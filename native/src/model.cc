@@ -10,6 +10,7 @@
 #include "fast_exp.h"
 #include "host_parallel.h"
 #include "paged_decode.h"
+#include "storage.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
 
@@ -50,21 +51,6 @@ at::ScalarType diskDtype(const std::string& name, const std::string& dtype) {
   if (dtype == "BF16") return at::kBFloat16;
   if (dtype == "F64") return at::kDouble;
   throw std::runtime_error("tensor '" + name + "': unsupported dtype '" + dtype + "' (expected F32, F16, BF16 or F64)");
-}
-
-// Checks a raw tensor against the expected shape and returns a view of its bytes (no copy yet).
-at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected) {
-  at::ScalarType st = diskDtype(t.name, t.dtype);
-  if (t.shape != expected)
-    throw std::runtime_error("tensor '" + t.name + "': shape " + shapeStr(t.shape) + ", expected " +
-                             shapeStr(expected));
-  int64_t numel = 1;
-  for (int64_t d : expected) numel *= d;
-  size_t want = size_t(numel) * at::elementSize(st);
-  if (t.nbytes != want)
-    throw std::runtime_error("tensor '" + t.name + "': " + std::to_string(t.nbytes) + " data bytes, expected " +
-                             std::to_string(want));
-  return at::from_blob(const_cast<uint8_t*>(t.data), expected, at::TensorOptions().dtype(st));
 }
 
 // The skeleton's slots inside a block, by the names the family tables use (LAYER_SLOTS in
@@ -130,6 +116,20 @@ std::string diskDtypeName(at::ScalarType t) {
   }
 }
 
+at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected) {
+  at::ScalarType st = diskDtype(t.name, t.dtype);
+  if (t.shape != expected)
+    throw std::runtime_error("tensor '" + t.name + "': shape " + shapeStr(t.shape) + ", expected " +
+                             shapeStr(expected));
+  int64_t numel = 1;
+  for (int64_t d : expected) numel *= d;
+  size_t want = size_t(numel) * at::elementSize(st);
+  if (t.nbytes != want)
+    throw std::runtime_error("tensor '" + t.name + "': " + std::to_string(t.nbytes) + " data bytes, expected " +
+                             std::to_string(want));
+  return at::from_blob(const_cast<uint8_t*>(t.data), expected, at::TensorOptions().dtype(st));
+}
+
 std::vector<std::string> layerSlotNames() {
   std::vector<std::string> names;
   for (const auto& [name, member] : kLayerSlots) names.push_back(name);
@@ -177,8 +177,8 @@ std::vector<Model::Slot> Model::slots() {
   return s;
 }
 
-Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::Device dev)
-    : cfg(std::move(c)), dtype(dt), device(dev), specs_(std::move(specs)) {
+Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::Device dev, bool weights)
+    : cfg(std::move(c)), dtype(dt), device(dev), specs_(std::move(specs)), hasWeights_(weights) {
   if (cfg.vocabSize <= 0 || cfg.hiddenSize <= 0 || cfg.numLayers <= 0 || cfg.numHeads <= 0 || cfg.numKvHeads <= 0 ||
       cfg.headDim <= 0 || cfg.headDim % 2 != 0)
     throw std::runtime_error("invalid ArchConfig: sizes must be positive and headDim even");
@@ -248,6 +248,22 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::
   fuseProjections();
 }
 
+std::shared_ptr<Model> Model::withoutWeights(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt,
+                                             at::Device dev) {
+  std::shared_ptr<Model> m(new Model(std::move(c), std::move(specs), dt, dev, /*weights=*/false));
+  m->emptySlots();
+  return m;
+}
+
+void Model::emptySlots() {
+  // One tensor's memory at a time, freed at once: never the model's.
+  for (Slot& s : slots())
+    if (!s.tensor->defined()) {
+      *s.tensor = at::empty(s.spec->shape, options());
+      releaseStorage(*s.tensor);
+    }
+}
+
 Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTensor>& tensors, at::ScalarType dt,
              at::Device dev)
     : Model(std::move(c), std::move(specs), dt, dev) {
@@ -271,10 +287,11 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, const std::vector<RawTe
 }
 
 std::unique_ptr<Model> Model::copy() const {
-  std::unique_ptr<Model> m(new Model(cfg, specs_, dtype, device));
+  std::unique_ptr<Model> m(new Model(cfg, specs_, dtype, device, hasWeights_));
   std::vector<Slot> src = const_cast<Model*>(this)->slots(), dst = m->slots();
   at::NoGradGuard noGrad;
-  for (size_t i = 0; i < src.size(); i++) {
+  if (!hasWeights_) m->emptySlots();
+  for (size_t i = 0; i < src.size() && hasWeights_; i++) {
     if (dst[i].tensor->defined()) dst[i].tensor->copy_(*src[i].tensor);  // a fused tensor's rows
     else *dst[i].tensor = src[i].tensor->detach().clone();
   }
@@ -311,6 +328,7 @@ void Model::fuseProjections() {
       *t = fused.narrow(0, row, n);
       row += n;
     }
+    if (!hasWeights_) releaseStorage(fused);  // and its slots' views: no memory (withoutWeights)
     return fused;
   };
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
@@ -397,6 +415,28 @@ void Model::loadWeights(const std::vector<RawTensor>& tensors, bool strict) {
 std::vector<std::pair<std::string, at::Tensor>> Model::namedParameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (Slot& s : const_cast<Model*>(this)->slots()) out.emplace_back(s.spec->name, *s.tensor);
+  return out;
+}
+
+std::vector<std::vector<int64_t>> Model::parameterStages() const {
+  std::vector<std::vector<int64_t>> stages;
+  for (const ParamSpec& p : specs_) {
+    if (p.layer >= 0) stages.push_back({p.layer});
+    else if (p.slot == "embed")
+      stages.push_back(lmHead_.defined() ? std::vector<int64_t>{-1} : std::vector<int64_t>{-1, cfg.numLayers + 1});
+    else if (p.slot == "norm") stages.push_back({cfg.numLayers});
+    else stages.push_back({cfg.numLayers + 1});  // lmHead
+  }
+  return stages;
+}
+
+std::vector<Model::FusedTensor> Model::fusedTensors() {
+  std::vector<FusedTensor> out;
+  for (Layer& L : layers_) {
+    if (L.qkv.defined()) out.push_back({&L.qkv, {L.q, L.k, L.v}});
+    if (L.qkvBias.defined()) out.push_back({&L.qkvBias, {L.qBias, L.kBias, L.vBias}});
+    if (L.gateUp.defined()) out.push_back({&L.gateUp, {L.gate, L.up}});
+  }
   return out;
 }
 
@@ -752,22 +792,31 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
   // model's (prime-rl's FSDP2 policy: bf16 parameters for compute, fp32 master weights and
   // gradients); norms, softmaxes and the LM head's log-softmax compute in fp32 inside.
   const at::ScalarType compute = computeDtype();
-  at::Tensor x = at::embedding(embed_, ids);
-  if (x.scalar_type() != compute) x = x.to(compute);
+  at::Tensor x = staged(-1, at::Tensor(), [&](const at::Tensor&) {
+    const at::Tensor e = at::embedding(embed_, ids);
+    return e.scalar_type() != compute ? e.to(compute) : e;
+  });
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
-    if (checkpoint && l % checkpointEvery == 0) {
+    x = staged(l, x, [&](const at::Tensor& in) {
+      if (!checkpoint || l % checkpointEvery != 0) return packedLayer(l, in, cos, sin, seg, kvOut, ad);
       // The rerun in the backward holds its own copies of what the layer reads.
-      x = checkpointed(
-          x,
+      return checkpointed(
+          in,
           [this, l, cos = cos, sin = sin, seg, ad](const at::Tensor& in) {
             return packedLayer(l, in, cos, sin, seg, nullptr, ad);
           },
           dropoutRng);
-    } else {
-      x = packedLayer(l, x, cos, sin, seg, kvOut, ad);
-    }
+    });
   }
-  return rmsNorm(x, norm_);
+  return staged(cfg.numLayers, x, [&](const at::Tensor& in) { return rmsNorm(in, norm_); });
+}
+
+at::Tensor Model::staged(int64_t stage, const at::Tensor& x,
+                         const std::function<at::Tensor(const at::Tensor&)>& f) const {
+  if (!stageHooks) return f(x);
+  const std::vector<at::Tensor> in =
+      stageHooks->enter(stage, x.defined() ? std::vector<at::Tensor>{x} : std::vector<at::Tensor>{});
+  return stageHooks->leave(stage, {f(in.empty() ? x : in[0])})[0];
 }
 
 Model::Segments Model::packedSegments(const std::vector<int64_t>& segStarts, int64_t N) const {
@@ -861,9 +910,16 @@ at::Tensor Model::logits(const at::Tensor& hidden) const {
 }
 
 TokenStats Model::tokenStats(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {
-  return chunkedTokenStats(hidden, lmHead_.defined() ? lmHead_ : embed_, targets, temperature, logitsDtype(),
-                           logitsChunkTokens, logitsKeepBytes,
-                           fusedKernels ? LmHeadKernels::Fused : LmHeadKernels::Auto);
+  const int64_t head = cfg.numLayers + 1;  // a stage of its own (StageHooks)
+  const at::Tensor h = stageHooks ? stageHooks->enter(head, {hidden})[0] : hidden;
+  TokenStats ts =
+      chunkedTokenStats(h, lmHead_.defined() ? lmHead_ : embed_, targets, temperature, logitsDtype(), logitsChunkTokens,
+                        logitsKeepBytes, fusedKernels ? LmHeadKernels::Fused : LmHeadKernels::Auto);
+  if (stageHooks) {
+    const std::vector<at::Tensor> out = stageHooks->leave(head, {ts.logp, ts.entropy});
+    ts.logp = out[0], ts.entropy = out[1];
+  }
+  return ts;
 }
 
 void Model::tokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature, float* logprobs,

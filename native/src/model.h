@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -147,6 +148,19 @@ struct PagedBatch {
 // Keys and values of one layer for a packed forward, after RoPE: [N, KV, hd].
 using LayerKV = std::pair<at::Tensor, at::Tensor>;
 
+// What a forward calls around each stage that reads parameters (fully sharded training, fsdp.h,
+// gathers a stage's parameters in enter and frees them in leave). Stages in forward order: the
+// embedding (-1), the decoder layers (0 .. numLayers - 1), the final norm (numLayers) and the LM
+// head (numLayers + 1, in tokenStats). enter gets the stage's inputs and leave its outputs
+// (differentiable tensors; the embedding's enter gets none); what they return stands for them
+// (an identity, which may carry the autograd nodes that hook the stage's backward).
+class StageHooks {
+ public:
+  virtual ~StageHooks() = default;
+  virtual std::vector<at::Tensor> enter(int64_t stage, std::vector<at::Tensor> inputs) = 0;
+  virtual std::vector<at::Tensor> leave(int64_t stage, std::vector<at::Tensor> outputs) = 0;
+};
+
 class Model {
  public:
   // Fills the slots named by `specs` (in their order, which is the checkpoint order) from `tensors`.
@@ -159,6 +173,12 @@ class Model {
   // Parameters by HF name, in checkpoint order.
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
   int64_t numParameters() const;
+
+  // A model whose parameters have their shapes and no memory yet: a fully sharded trainer fills
+  // its shards (Trainer::loadBaseShard) and computes through its stage hooks; nothing else can.
+  static std::shared_ptr<Model> withoutWeights(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype,
+                                               at::Device device);
+  bool hasWeights() const { return hasWeights_; }
 
   // A deep copy of the weights that shares nothing with this model (a frozen KL reference).
   std::unique_ptr<Model> copy() const;
@@ -231,10 +251,28 @@ class Model {
   uint64_t weightsVersion() const { return weightsVersion_.load(); }
   void noteWeightsChanged() { weightsVersion_++; }
 
+  // Called around the stages of forwardPacked and tokenStats (a fully sharded trainer's; decode
+  // calls none). Null: the parameters are all here.
+  std::shared_ptr<StageHooks> stageHooks;
+  // The stages that read each parameter (StageHooks), in namedParameters() order: its block, or
+  // for a tied embedding both the embedding and the LM head.
+  std::vector<std::vector<int64_t>> parameterStages() const;
+  // The fused q/k/v (+ biases) and gate/up tensors (fuseProjections), each with the parameters it
+  // stacks in row order: a sharded trainer makes each a view of the buffer its parts are gathered
+  // into (or drops it: the forwards then take the parts one by one).
+  struct FusedTensor {
+    at::Tensor* fused;
+    std::vector<at::Tensor> parts;
+  };
+  std::vector<FusedTensor> fusedTensors();
+
  private:
   // Checks cfg and specs, derives the RoPE table and allocates the fused projections
-  // (fuseProjections); the other weights stay empty (both constructors fill them).
-  Model(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype, at::Device device);
+  // (fuseProjections; without weights, without memory); the other weights stay empty (both
+  // constructors fill them).
+  Model(ArchConfig cfg, std::vector<ParamSpec> specs, at::ScalarType dtype, at::Device device, bool weights = true);
+  // Every slot not yet filled a tensor of its shape without memory (withoutWeights).
+  void emptySlots();
   // The adapters and MoE routing of one forward, threaded through the blocks.
   struct Adapt {
     const LoraAdapters* lora;
@@ -269,6 +307,8 @@ class Model {
     at::ScalarType compute = at::kFloat;  // the dtype flash attention runs in (with cuSeqLens)
   };
   Segments packedSegments(const std::vector<int64_t>& segStarts, int64_t N) const;
+  // f(x) for stage `stage` of a forward, between the stage hooks' enter and leave when there are any.
+  at::Tensor staged(int64_t stage, const at::Tensor& x, const std::function<at::Tensor(const at::Tensor&)>& f) const;
   // Decoder layer `layer` over a packed row.
   at::Tensor packedLayer(int64_t layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                          const Segments& seg, std::vector<LayerKV>* kvOut, const Adapt& ad) const;
@@ -296,6 +336,7 @@ class Model {
   std::vector<int64_t> sparseLayers_;
   at::Tensor invFreq_;  // [hd/2] RoPE inverse frequencies
   std::atomic<uint64_t> weightsVersion_{0};
+  bool hasWeights_ = true;
 };
 
 // transformers' load_balancing_loss_func over the sparse layers of one forward (routing.logits):
@@ -309,5 +350,7 @@ std::vector<int64_t> segmentStarts(const std::vector<int64_t>& pos);
 
 at::ScalarType parseComputeDtype(const std::string& name);  // float32 | bfloat16 | float64
 std::string diskDtypeName(at::ScalarType t);                // inverse of the RawTensor dtype names
+// Checks a raw tensor against the expected shape and returns a view of its bytes (no copy yet).
+at::Tensor viewRaw(const RawTensor& t, const std::vector<int64_t>& expected);
 
 }  // namespace prime

@@ -215,6 +215,7 @@ Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
       trainable_.emplace_back(peft + ".lora_B.weight", B);
     }
   }
+  plan_ = ShardPlan::of(*model);
   optim_ = makeOptimizer();
 }
 
@@ -223,6 +224,13 @@ std::unique_ptr<torch::optim::AdamW> Trainer::makeOptimizer(bool all) const {
   std::vector<at::Tensor> params;
   for (size_t i = 0; i < trainable_.size(); i++)
     if (all || !group_ || owner_[i] == group_->rank()) params.push_back(trainable_[i].second);
+  // Full sharding: this rank's pieces of the parameters (the replicated ones alone with `all`).
+  if (!all && shardsParameters())
+    for (const ShardedModel::Piece& piece : sharded_->pieces()) params.push_back(piece.view);
+  return optimizerOver(params);
+}
+
+std::unique_ptr<torch::optim::AdamW> Trainer::optimizerOver(const std::vector<at::Tensor>& params) const {
   return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(0.0)
                                                            .betas({cfg_.adamw.beta1, cfg_.adamw.beta2})
                                                            .eps(cfg_.adamw.eps)
@@ -233,6 +241,8 @@ Trainer::~Trainer() = default;
 
 StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const LossConfig& loss) {
   validateLossConfig(loss);
+  if (!model->hasWeights() && !sharded_)
+    throw std::runtime_error("the model was built without weights: only a fully sharded trainer fills and trains it");
   if (loss.klBeta > 0 && !lora_ && !reference_)
     throw std::runtime_error(
         "klBeta > 0 needs a reference policy: create the trainer with reference: true (or use LoRA)");
@@ -258,6 +268,15 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
   }
   const double norm = resolveNormalizer(loss, lossTokens, samples);
   if (!(loss.routerAuxLossCoef >= 0)) throw std::runtime_error("routerAuxLossCoef must be >= 0");
+  // Full sharding: every rank runs as many forward/backward passes as the rank with the most
+  // rows, so all issue the same collectives.
+  int64_t passes = 0, idlePasses = 0;
+  for (const TrainRow& row : rows) passes += row.ids.size() >= 2;
+  if (sharded_) {
+    at::Tensor most = at::tensor(std::vector<int64_t>{passes}, at::TensorOptions().dtype(at::kLong));
+    group_->allReduceMax(most);
+    idlePasses = most.item<int64_t>() - passes;
+  }
   const std::vector<int64_t>& sparse = model->sparseLayers();
   // Expert load over the step: (token, slot) pairs per expert, per sparse layer.
   std::vector<at::Tensor> load;
@@ -305,6 +324,16 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     autocast.reset();
     rowLoss.backward();
   }
+  if (idlePasses > 0) {
+    // Their zero gradients count for nothing: a parameter without a gradient keeps none.
+    std::vector<bool> had;
+    for (auto& [name, p] : trainable_) had.push_back(p.grad().defined());
+    if (sharded_) sharded_->countGradients(false);
+    for (int64_t k = 0; k < idlePasses; k++) idlePass(loss);
+    if (sharded_) sharded_->countGradients(true);
+    for (size_t i = 0; i < trainable_.size(); i++)
+      if (!had[i]) trainable_[i].second.mutable_grad().reset();
+  }
   if (!sparse.empty()) {
     at::Tensor counts = at::cat(load);
     if (group_) {
@@ -342,133 +371,47 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
   return st;
 }
 
-void Trainer::setGroup(std::shared_ptr<DistGroup> group, int64_t bucketBytes) {
-  if (step_ != 0) throw std::runtime_error("setGroup: the trainer has already stepped");
-  group_ = std::move(group);
-  bucketBytes_ = bucketBytes;
-  // Greedy by size, in parameter order: each parameter to the rank owning the fewest values yet.
-  std::vector<int64_t> load(group_->size(), 0);
-  owner_.assign(trainable_.size(), 0);
-  for (size_t i = 0; i < trainable_.size(); i++) {
-    int r = 0;
-    for (int k = 1; k < group_->size(); k++)
-      if (load[k] < load[r]) r = k;
-    owner_[i] = r;
-    load[r] += trainable_[i].second.numel();
-  }
-  optim_ = makeOptimizer();
-}
-
-void Trainer::zeroGrads() {
-  if (!group_) return optim_->zero_grad();
-  // What libtorch 1.13's zero_grad does, over every parameter (AdamW holds only this rank's).
-  for (auto& [name, p] : trainable_)
-    if (p.grad().defined()) {
-      p.mutable_grad().detach_();
-      p.mutable_grad().zero_();
-    }
-}
-
-void Trainer::syncGradients() {
-  at::NoGradGuard noGrad;
-  // A parameter with a gradient on any rank has one on all (zeros where its rows did not reach
-  // it), as one trainer over all rows would; one with none anywhere is left alone (AdamW skips it).
-  const int64_t n = int64_t(trainable_.size());
-  at::Tensor has = at::zeros({n}, at::TensorOptions().dtype(at::kFloat));
-  for (int64_t i = 0; i < n; i++)
-    if (trainable_[i].second.grad().defined()) has[i] = 1;
-  group_->allReduceSum(has);
-  std::vector<at::Tensor> grads;
-  for (int64_t i = 0; i < n; i++) {
-    at::Tensor& p = trainable_[i].second;
-    if (has[i].item<float>() == 0) continue;
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    grads.push_back(p.grad());
-  }
-  group_->allReduceBucketed(grads, bucketBytes_);
-}
-
-void Trainer::broadcastParameters() {
-  for (int r = 0; r < group_->size(); r++) {
-    std::vector<at::Tensor> owned;
-    for (size_t i = 0; i < trainable_.size(); i++)
-      if (owner_[i] == r) owned.push_back(trainable_[i].second);
-    group_->broadcastBucketed(owned, r, bucketBytes_);
-  }
-}
-
-std::unique_ptr<torch::optim::AdamW> Trainer::gatherOptimizer() {
-  const int rank = group_->rank();
-  std::unique_ptr<torch::optim::AdamW> full = rank == 0 ? makeOptimizer(true) : nullptr;
-  const auto dopts = at::TensorOptions().dtype(at::kDouble);
-  for (size_t i = 0; i < trainable_.size(); i++) {
-    const at::Tensor& p = trainable_[i].second;
-    const int owner = owner_[i], tag = int(i) * 3;
-    if (rank != 0 && rank != owner) continue;
-    if (owner == 0) {  // rank 0's own shard: a copy
-      auto it = optim_->state().find(stateKey(optim_->state(), p));
-      if (it != optim_->state().end()) full->state()[stateKey(full->state(), p)] = it->second->clone();
-      continue;
-    }
-    // From its owner: [has state, step], then exp_avg and exp_avg_sq.
-    at::Tensor meta = at::zeros({2}, dopts);
-    if (rank == owner) {
-      auto it = optim_->state().find(stateKey(optim_->state(), p));
-      auto* st = it == optim_->state().end() ? nullptr : static_cast<torch::optim::AdamWParamState*>(it->second.get());
-      if (st) meta = at::tensor(std::vector<double>{1.0, double(st->step())}, dopts);
-      group_->send(meta, 0, tag);
-      if (!st) continue;
-      at::Tensor m = st->exp_avg().contiguous(), v = st->exp_avg_sq().contiguous();
-      group_->send(m, 0, tag + 1);
-      group_->send(v, 0, tag + 2);
-    } else {
-      group_->recv(meta, owner, tag);
-      if (meta[0].item<double>() == 0) continue;
-      at::Tensor m = at::empty_like(p, at::MemoryFormat::Contiguous),
-                 v = at::empty_like(p, at::MemoryFormat::Contiguous);
-      group_->recv(m, owner, tag + 1);
-      group_->recv(v, owner, tag + 2);
-      auto st = std::make_unique<torch::optim::AdamWParamState>();
-      st->step(int64_t(meta[1].item<double>()));
-      st->exp_avg(m);
-      st->exp_avg_sq(v);
-      full->state()[stateKey(full->state(), p)] = std::move(st);
-    }
-  }
-  return full;
-}
-
 StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& loss, double lr, double maxGradNorm) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (group_) group_->takeStats();  // this step's collectives from here on
   zeroGrads();
   StepStats st = forwardBackward(rows, loss);
   st.forwardBackwardSeconds = since(t0);
   const auto t1 = std::chrono::steady_clock::now();
-  if (group_) {
-    syncGradients();
-    st.commSeconds = since(t1);
-  }
+  if (group_) syncGradients();
+  if (shardsParameters()) sharded_->finishGradients();
   // Total L2 norm over all gradients (as torch.nn.utils.clip_grad_norm_).
-  std::vector<at::Tensor> grads;
-  for (auto& [name, p] : trainable_)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  st.gradNorm = gradNorm(grads);
+  st.gradNorm = globalGradNorm();
   // Clipping is applied inside the AdamW pass (on the CPU the gradients stay as computed; CUDA's
   // fused AdamW may leave them clipped: adamw.h).
   const double clip = maxGradNorm > 0 && st.gradNorm > maxGradNorm ? maxGradNorm / (st.gradNorm + 1e-6) : 1.0;
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   adamwStep(*optim_, clip);
   model->noteWeightsChanged();  // a generator on this model must not reuse K/V of the old weights
+  if (group_) broadcastParameters();
+  if (shardsParameters()) sharded_->stepped();
   if (group_) {
-    const auto t2 = std::chrono::steady_clock::now();
-    broadcastParameters();
-    st.commSeconds += since(t2);
+    const DistStats comm = group_->takeStats();
+    st.commSeconds = comm.busySeconds;
+    st.commExposedSeconds = comm.waitSeconds;
   }
   step_++;
   st.lr = lr;
   st.optimizerSeconds = since(t1);
   st.seconds = since(t0);
   return st;
+}
+
+double Trainer::globalGradNorm() {
+  std::vector<at::Tensor> grads;
+  for (auto& [name, p] : trainable_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  const double replicated = gradNorm(grads);
+  if (!shardsParameters()) return replicated;
+  // The shards' squares summed over ranks; the replicated gradients are the same on every rank.
+  at::Tensor sq = at::tensor(std::vector<double>{sharded_->gradSquareSum()}, at::TensorOptions().dtype(at::kDouble));
+  group_->allReduceSum(sq);
+  return std::sqrt(sq.item<double>() + replicated * replicated);
 }
 
 StepStats Trainer::gradients(const std::vector<TrainRow>& rows, const LossConfig& loss,
@@ -480,6 +423,12 @@ StepStats Trainer::gradients(const std::vector<TrainRow>& rows, const LossConfig
   st.seconds = st.forwardBackwardSeconds = since(t0);
   for (auto& [name, p] : trainable_)
     grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
+  if (shardsParameters()) {
+    // Summed over every rank's rows (the reduce-scatters), gathered unit by unit.
+    sharded_->finishGradients();
+    for (size_t u = 0; u < plan_.units.size(); u++)
+      for (auto& named : sharded_->gather(u, /*gradients=*/true)) grads.push_back(std::move(named));
+  }
   zeroGrads();
   return st;
 }
@@ -487,19 +436,32 @@ StepStats Trainer::gradients(const std::vector<TrainRow>& rows, const LossConfig
 void Trainer::score(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
                     std::vector<float>& logprobs, std::vector<float>& entropies) const {
   model->scoreRow(ids, pos, temperature, logprobs, entropies, lora_.get());
+  if (sharded_) sharded_->releaseAll();
 }
 
-std::vector<std::pair<std::string, at::Tensor>> Trainer::policyWeights() const {
+std::vector<std::pair<std::string, at::Tensor>> Trainer::policyWeights() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t u = 0; u < weightUnits(); u++)
+    for (auto& named : weightUnit(u)) out.push_back(std::move(named));
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Trainer::weightUnit(size_t unit) {
   at::NoGradGuard noGrad;
   std::vector<std::pair<std::string, at::Tensor>> out;
-  std::map<std::string, size_t> index;
-  for (auto& [name, p] : model->namedParameters()) {
-    index[name] = out.size();
-    out.emplace_back(name, p.detach().clone());
+  if (sharded_) out = sharded_->gather(unit, /*gradients=*/false);
+  else {
+    const auto named = model->namedParameters();
+    for (size_t p : plan_.units.at(unit).params) out.emplace_back(named[p].first, named[p].second.detach().clone());
   }
-  if (lora_)
-    for (auto& [w, a] : lora_->byWeight)
-      out[index.at(a.module + ".weight")].second.add_(at::mm(a.B, a.A), lora_->scale());
+  if (lora_) {
+    std::map<std::string, const LoraAdapters::Adapter*> byName;
+    for (auto& [w, a] : lora_->byWeight) byName[a.module + ".weight"] = &a;
+    for (auto& [name, t] : out) {
+      auto it = byName.find(name);
+      if (it != byName.end()) t.add_(at::mm(it->second->B, it->second->A), lora_->scale());
+    }
+  }
   return out;
 }
 
@@ -511,6 +473,8 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::adapters() const {
 }
 
 void Trainer::save(const std::string& dir) {
+  // Sharded: every rank has written its shards (lib/trainer/shards.ts) once all are here.
+  if (shardsParameters()) group_->barrier();
   std::unique_ptr<torch::optim::AdamW> gathered = group_ ? gatherOptimizer() : nullptr;
   if (group_ && group_->rank() != 0) return;  // rank 0 alone writes
   fs::create_directories(dir);
@@ -525,6 +489,11 @@ void Trainer::save(const std::string& dir) {
   (gathered ? *gathered : *optim_).save(opt);
   ar.write("optimizer", opt);
   ar.write("rng", rng_.get_state(), true);
+  if (shardsParameters()) {
+    // The parameters and their AdamW moments are in the shard files; their step counts here.
+    ar.write("sharded_params", at::tensor(int64_t(plan_.params.size())), true);
+    ar.write("sharded_steps", at::tensor(sharded_->steps()), true);
+  }
   // Write a temp file, sync, then rename: a crash never leaves a half-written trainer.ckpt.
   const std::string path = checkpointPath(dir), tmp = path + ".tmp";
   saveArchiveFile(ar, tmp);
@@ -535,29 +504,57 @@ void Trainer::save(const std::string& dir) {
 
 void Trainer::load(const std::string& dir) {
   const std::string path = checkpointPath(dir);
+  std::map<size_t, Staged> staged;  // stageShard's units serve this load only
+  staged.swap(staged_);
   if (!fs::exists(path)) throw std::runtime_error("no checkpoint at '" + path + "'");
-  const auto& named = trainable_;
-  std::vector<at::Tensor> weights(named.size());
+  // The whole parameters a plain checkpoint holds: trainable_'s, or, where this trainer shards
+  // them, the model's (a checkpoint of world size 1 or ZeRO-1, resharded here, read on the host).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+  for (auto& [name, p] : trainable_) expected.emplace_back(name, p.sizes().vec());
+  if (shardsParameters())
+    for (const ShardPlan::Param& pp : plan_.params) expected.emplace_back(pp.name, pp.shape);
+  const at::Device readTo = shardsParameters() ? at::Device(at::kCPU) : model->device;
+  std::vector<at::Tensor> weights;
+  std::vector<int64_t> steps;  // per model parameter, where they come sharded or are resharded
+  bool shardedFile = false;
   at::Tensor step, rng;
-  std::unique_ptr<torch::optim::AdamW> fresh = makeOptimizer(true);
+  std::unique_ptr<torch::optim::AdamW> stored;
   try {
     // Read and check everything before touching live state, so a bad file changes nothing.
     torch::serialize::InputArchive ar;
-    ar.load_from(path, model->device);
-    at::Tensor count, rank;
+    ar.load_from(path, readTo);
+    at::Tensor count, rank, sharded;
     ar.read("lora_rank", rank, true);
     if (rank.item<int64_t>() != cfg_.lora.rank)
       throw std::runtime_error("it was written with LoRA rank " + std::to_string(rank.item<int64_t>()) +
                                ", this trainer has rank " + std::to_string(cfg_.lora.rank) + " (0 = full fine-tuning)");
     ar.read("num_params", count, true);
-    if (count.item<int64_t>() != int64_t(named.size()))
+    shardedFile = ar.try_read("sharded_params", sharded, true);
+    if (shardedFile) {
+      // Written under full sharding: the parameters and their moments are the staged units.
+      if (sharded.item<int64_t>() != int64_t(plan_.params.size()) || count.item<int64_t>() != 0)
+        throw std::runtime_error("it holds " + std::to_string(sharded.item<int64_t>()) +
+                                 " sharded parameters, the model has " + std::to_string(plan_.params.size()));
+      for (size_t u = 0; u < plan_.units.size(); u++)
+        if (!staged.count(u))
+          throw std::runtime_error("its shards of unit '" + plan_.units[u].name + "' were not read");
+      at::Tensor s;
+      ar.read("sharded_steps", s, true);
+      s = s.cpu().contiguous();
+      if (s.numel() != int64_t(plan_.params.size()))
+        throw std::runtime_error("sharded_steps has " + std::to_string(s.numel()) + " entries");
+      steps.assign(s.data_ptr<int64_t>(), s.data_ptr<int64_t>() + s.numel());
+      expected.clear();
+    } else if (count.item<int64_t>() != int64_t(expected.size())) {
       throw std::runtime_error("it holds " + std::to_string(count.item<int64_t>()) + " parameters, the model has " +
-                               std::to_string(named.size()));
-    for (size_t i = 0; i < named.size(); i++) {
+                               std::to_string(expected.size()));
+    }
+    weights.resize(expected.size());
+    for (size_t i = 0; i < expected.size(); i++) {
       ar.read("p" + std::to_string(i), weights[i], true);
-      if (weights[i].sizes() != named[i].second.sizes() || weights[i].scalar_type() != named[i].second.scalar_type())
-        throw std::runtime_error("tensor '" + named[i].first + "' has shape " + c10::str(weights[i].sizes()) +
-                                 ", expected " + c10::str(named[i].second.sizes()));
+      if (weights[i].sizes() != at::IntArrayRef(expected[i].second) || weights[i].scalar_type() != model->dtype)
+        throw std::runtime_error("tensor '" + expected[i].first + "' has shape " + c10::str(weights[i].sizes()) +
+                                 ", expected " + c10::str(expected[i].second));
     }
     ar.read("step", step, true);
     ar.read("rng", rng, true);
@@ -566,30 +563,42 @@ void Trainer::load(const std::string& dir) {
     // here, so a bad state is refused before any live state changes.
     rng = rng.cpu();
     at::make_generator<at::CPUGeneratorImpl>().set_state(rng);
+    // The whole parameters' optimizer state, keyed by the live parameters (trainable_), or by
+    // the tensors read where they are resharded.
+    std::vector<at::Tensor> keys;
+    for (size_t i = 0; i < weights.size(); i++)
+      keys.push_back(i < trainable_.size() ? trainable_[i].second : weights[i]);
+    stored = optimizerOver(keys);
     torch::serialize::InputArchive opt;
     ar.read("optimizer", opt);
-    fresh->load(opt);
+    stored->load(opt);
   } catch (const c10::Error& e) {
     throw std::runtime_error("checkpoint '" + path + "' is corrupt or incompatible: " + e.what_without_backtrace());
   } catch (const std::exception& e) {
     throw std::runtime_error("checkpoint '" + path + "' is corrupt or incompatible: " + e.what());
   }
-  {
-    at::NoGradGuard noGrad;
-    model->noteWeightsChanged();
-    for (size_t i = 0; i < named.size(); i++) named[i].second.copy_(weights[i]);
+  at::NoGradGuard noGrad;
+  model->noteWeightsChanged();
+  std::unique_ptr<torch::optim::AdamW> live = makeOptimizer();
+  // Whole parameters in, and this rank's share of their state (ZeRO-1: its own parameters').
+  for (size_t i = 0; i < trainable_.size() && i < weights.size(); i++) {
+    trainable_[i].second.copy_(weights[i]);
+    auto* st = adamState(*stored, trainable_[i].second);
+    if (st && (!group_ || owner_[i] == group_->rank()))
+      setAdamState(*live, trainable_[i].second, st->step(), st->exp_avg(), st->exp_avg_sq());
   }
-  if (group_) {
-    // ZeRO-1: this rank keeps its shard of the whole state the file holds.
-    std::unique_ptr<torch::optim::AdamW> shard = makeOptimizer();
-    for (size_t i = 0; i < named.size(); i++) {
-      if (owner_[i] != group_->rank()) continue;
-      auto it = fresh->state().find(stateKey(fresh->state(), named[i].second));
-      if (it != fresh->state().end()) shard->state()[stateKey(shard->state(), named[i].second)] = std::move(it->second);
+  if (shardsParameters() && !shardedFile) {
+    stageWhole(weights, *stored);
+    for (const at::Tensor& w : weights) {
+      auto* st = adamState(*stored, w);
+      steps.push_back(st ? st->step() : 0);
     }
-    fresh = std::move(shard);
+  } else {
+    staged_.swap(staged);
   }
-  optim_ = std::move(fresh);
+  if (!steps.empty()) applyStaged(steps, *live);
+  staged_.clear();
+  optim_ = std::move(live);
   step_ = step.item<int64_t>();
   rng_.set_state(rng);
 }

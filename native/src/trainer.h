@@ -1,12 +1,15 @@
 // Training on packed rows: loss, gradient accumulation, clipping, AdamW, LoRA, checkpoints.
 #pragma once
 
+#include <array>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "dist.h"
+#include "fsdp.h"
 #include "loss.h"
 #include "model.h"
 
@@ -57,12 +60,28 @@ struct TrainerConfig {
 struct StepStats {
   LossMetrics metrics;
   double gradNorm = 0, lr = 0, seconds = 0, forwardBackwardSeconds = 0, optimizerSeconds = 0;
-  double commSeconds = 0;  // data parallel: gradient all-reduce + parameter broadcast (incl. waiting for peers)
+  // Data parallel: the time some collective of the step ran (gathers, reduce-scatters, all-reduces,
+  // broadcasts; waiting for peers included), and the part of it the step waited for (the rest ran
+  // behind compute).
+  double commSeconds = 0, commExposedSeconds = 0;
   int64_t tokens = 0;
   // MoE: the router's load-balancing loss (token-weighted mean over rows; added to the loss times
   // LossConfig::routerAuxLossCoef), and the (token, slot) pairs each expert of each sparse layer
   // received over the step: the largest count and the mean (tokens x K / experts). 0 for dense models.
   double routerAuxLoss = 0, expertLoadMax = 0, expertLoadMean = 0;
+};
+
+// What data-parallel ranks shard (trainer.dist.sharding): kOptimizer = AdamW's state (ZeRO-1),
+// every rank holding the whole model and its gradients; kFull = parameters, gradients and AdamW
+// state alike (fsdp.h).
+enum class Sharding { kOptimizer, kFull };
+Sharding parseSharding(const std::string& name);  // optimizer | full
+
+// The bytes a trainer holds, from its own tensors: parameters (master weights, or this rank's
+// shards; a KL reference's too), gradients, AdamW state, and the most gathered parameter buffers
+// at once since the last call (full sharding).
+struct MemoryStats {
+  int64_t parameterBytes = 0, gradientBytes = 0, optimizerBytes = 0, gatheredPeakBytes = 0;
 };
 
 class Trainer {
@@ -81,8 +100,13 @@ class Trainer {
   void score(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos, double temperature,
              std::vector<float>& logprobs, std::vector<float>& entropies) const;
   // The trained policy's weights by HF name, for inference: the model's own, or with LoRA the
-  // merged W + (alpha / rank) B A of each targeted projection. Fresh tensors, detached.
-  std::vector<std::pair<std::string, at::Tensor>> policyWeights() const;
+  // merged W + (alpha / rank) B A of each targeted projection. Fresh tensors, detached. Full
+  // sharding: every unit gathered, the whole model at once (weightUnit streams it unit by unit).
+  std::vector<std::pair<std::string, at::Tensor>> policyWeights();
+  // The same, one unit at a time (ShardPlan: the embedding, each layer, the final norm, the head):
+  // full sharding gathers it (a collective: every rank calls it, in the same order).
+  size_t weightUnits() const { return plan_.units.size(); }
+  std::vector<std::pair<std::string, at::Tensor>> weightUnit(size_t unit);
   // LoRA adapters by PEFT name (base_model.model.<module>.lora_{A,B}.weight); empty without LoRA.
   std::vector<std::pair<std::string, at::Tensor>> adapters() const;
   // Atomic checkpoint in dir/trainer.ckpt: trainable weights (all, or the adapters), AdamW
@@ -91,37 +115,85 @@ class Trainer {
   void load(const std::string& dir);
 
   // Data parallel from now on (call before any step or load): a step's loss normaliser, metrics
-  // and gradients are summed over `group` (gradients in buckets of `bucketBytes`), and AdamW is
-  // ZeRO-1: this rank holds the state of, and steps, only the parameters it owns (assigned
-  // greedily by size, the same on every rank); each owner then broadcasts its updated parameters.
-  // save() gathers the whole optimizer state to rank 0, which alone writes (other ranks pass any
-  // dir); load() reads the whole file on every rank and keeps this rank's shard.
-  void setGroup(std::shared_ptr<DistGroup> group, int64_t bucketBytes);
+  // and gradients are summed over `group`.
+  //  - kOptimizer (ZeRO-1): gradients all-reduced in buckets of `bucketBytes`; this rank holds the
+  //    AdamW state of, and steps, only the parameters it owns (assigned greedily by size, the same
+  //    on every rank); each owner then broadcasts its updated parameters. save() gathers the whole
+  //    optimizer state to rank 0, which alone writes (other ranks pass any dir); load() reads the
+  //    whole file on every rank and keeps this rank's shard.
+  //  - kFull: the model's parameters are sharded (fsdp.h; LoRA: the frozen base, the adapters
+  //    staying ZeRO-1 as above), every step runs the same number of forward/backward passes on
+  //    every rank. Full fine-tuning checkpoints are sharded: each rank writes readShard's units
+  //    (lib/trainer/shards.ts), then save() (a collective) writes the rest on rank 0.
+  void setGroup(std::shared_ptr<DistGroup> group, int64_t bucketBytes, Sharding sharding = Sharding::kOptimizer);
 
+  // Sharded checkpoints (lib/trainer/shards.ts). The units of the model's parameters and their
+  // flat layout; whether this trainer's full fine-tuning is sharded, at what world size and rank
+  // (else it reads and holds whole units: world size 1, rank 0). Sharded trainers hold elements
+  // [rank S, min((rank + 1) S, numel)) of each unit, S = ShardPlan::shardNumel(numel, worldSize).
+  const ShardPlan& shardPlan() const { return plan_; }
+  bool shardsParameters() const { return sharded_ && !lora_; }
+  int64_t shardWorldSize() const { return shardsParameters() ? group_->size() : 1; }
+  int64_t shardRank() const { return shardsParameters() ? group_->rank() : 0; }
+  // This rank's shard of unit u ([S] each, padded with zeros): master weights, Adam's first and
+  // second moments (zeros where a parameter has no state yet). Sharded trainers only.
+  std::array<at::Tensor, 3> readShard(size_t unit);
+  // Unit u's weights and moments over this trainer's range of it, for the next load(): a sharded
+  // checkpoint's trainer.ckpt then supplies the rest (steps, RNG).
+  void stageShard(size_t unit, at::Tensor param, at::Tensor expAvg, at::Tensor expAvgSq);
+
+  // A model built without weights (Model::withoutWeights), fully sharded: elements [offset,
+  // offset + values.numel()) of unit u of the base weights (any float dtype), for this rank's
+  // shards (the KL reference's too). Every element of this rank's range must come once.
+  void loadBaseShard(size_t unit, int64_t offset, const at::Tensor& values);
+
+  MemoryStats memory();
   int64_t stepCount() const { return step_; }
   const std::shared_ptr<Model> model;
 
  private:
   StepStats forwardBackward(const std::vector<TrainRow>& rows, const LossConfig& loss);
-  // AdamW over this rank's parameters (all of them without a group, or with `all`).
+  // AdamW over this rank's parameters (all of them without a group, or with `all` all the
+  // replicated ones), or over `params`.
   std::unique_ptr<torch::optim::AdamW> makeOptimizer(bool all = false) const;
+  std::unique_ptr<torch::optim::AdamW> optimizerOver(const std::vector<at::Tensor>& params) const;
   void zeroGrads();
   // A row's routes as per-layer [N, K] tensors for MoeRouting::replay (checked against the model).
   std::vector<at::Tensor> replayRoutes(const TrainRow& row, size_t r) const;
-  void syncGradients();        // data parallel: sums the gradients over the group
+  void syncGradients();        // data parallel: sums the replicated gradients over the group
   void broadcastParameters();  // data parallel: each owner's updated parameters to every rank
-  // The whole optimizer state on rank 0 (gathered from the owners; null on other ranks).
+  // The whole optimizer state of the replicated parameters on rank 0 (gathered from the owners;
+  // null on other ranks).
   std::unique_ptr<torch::optim::AdamW> gatherOptimizer();
+  // Full sharding: a pass with no effect that issues the collectives of a real one (a rank with
+  // fewer rows than another runs it in their place).
+  void idlePass(const LossConfig& loss);
+  // The global gradient norm: the replicated gradients', and the shards' summed over ranks.
+  double globalGradNorm();
+  // Copies the staged units (stageShard) into the parameters and a fresh optimizer's state.
+  void applyStaged(const std::vector<int64_t>& steps, torch::optim::AdamW& into);
+  // A plain checkpoint's parameters and optimizer state (whole, one per parameter) as staged units.
+  void stageWhole(const std::vector<at::Tensor>& weights, torch::optim::AdamW& state);
   const TrainerConfig cfg_;
-  std::unique_ptr<LoraAdapters> lora_;                         // set with LoRA
-  std::unique_ptr<Model> reference_;                           // set with cfg.reference (full fine-tuning)
-  std::vector<std::pair<std::string, at::Tensor>> trainable_;  // what AdamW updates, checkpoint order
+  std::unique_ptr<LoraAdapters> lora_;  // set with LoRA
+  std::unique_ptr<Model> reference_;    // set with cfg.reference (full fine-tuning)
+  // What AdamW updates whole, checkpoint order (ZeRO-1 owners with a group): the model's
+  // parameters or the LoRA adapters; empty when the parameters are sharded (sharded_ has them).
+  std::vector<std::pair<std::string, at::Tensor>> trainable_;
+  ShardPlan plan_;                                            // the model's units
+  std::shared_ptr<ShardedModel> sharded_, shardedReference_;  // full sharding
   std::unique_ptr<torch::optim::AdamW> optim_;
   at::Generator rng_;
   int64_t step_ = 0;
   std::shared_ptr<DistGroup> group_;  // set when data parallel
   int64_t bucketBytes_ = 0;
   std::vector<int> owner_;  // ZeRO-1: the rank that steps trainable_[i]
+  // stageShard's units until load(): where they start in their unit, weights, moments.
+  struct Staged {
+    int64_t begin = 0;
+    at::Tensor param, expAvg, expAvgSq;
+  };
+  std::map<size_t, Staged> staged_;
 };
 
 }  // namespace prime

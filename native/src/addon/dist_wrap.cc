@@ -89,9 +89,11 @@ Napi::Value CreateGroup(const Napi::CallbackInfo& info) {
   const std::string prefix = str(o, "prefix");
   const int rank = int(num(o, "rank")), size = int(num(o, "size"));
   const double timeoutS = num(o, "timeoutS");
+  const DistBackend backend =
+      jsErrors(info.Env(), [&] { return parseDistBackend(o.Get("backend").IsUndefined() ? "" : str(o, "backend")); });
   auto out = std::make_shared<std::shared_ptr<DistGroup>>();
   Job* job = new Job(
-      info.Env(), nullptr, [=] { *out = std::make_shared<DistGroup>(store, prefix, rank, size, timeoutS); },
+      info.Env(), nullptr, [=] { *out = std::make_shared<DistGroup>(store, prefix, rank, size, timeoutS, backend); },
       [out](Napi::Env env) -> Napi::Value { return wrap(env, &Constructors::distGroup, *out); });
   return job->start();
 }

@@ -299,6 +299,7 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   out.Set("parallelInfo", at::get_parallel_info());
   out.Set("gloo", kHaveGloo);
   out.Set("cudaKernels", cudaKernelsBuilt());
+  out.Set("nccl", kHaveNccl);
   return out;
 }
 

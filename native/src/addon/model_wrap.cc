@@ -151,6 +151,7 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
   if (!kernelsOpt.IsUndefined() && !kernelsOpt.IsBoolean())
     throw Napi::TypeError::New(info.Env(), "fusedKernels must be true or false (default false)");
   const bool fusedKernels = !kernelsOpt.IsUndefined() && kernelsOpt.As<Napi::Boolean>().Value();
+  const bool withoutWeights = boolOr(o, "withoutWeights", false);
   std::vector<Napi::Value> buffers;
   std::vector<RawTensor> tensors = rawTensors(info[2], buffers);
   auto out = std::make_shared<std::shared_ptr<Model>>();
@@ -161,7 +162,8 @@ Napi::Value CreateModel(const Napi::CallbackInfo& info) {
         if (dev.is_cuda() && !at::hasCUDA())
           throw std::runtime_error("device '" + device + "' requested but this libtorch build has no CUDA");
         if (fusedKernels) checkFusedKernels(dev, parseComputeDtype(dtype));
-        *out = std::make_shared<Model>(cfg, specs, tensors, parseComputeDtype(dtype), dev);
+        *out = withoutWeights ? Model::withoutWeights(cfg, specs, parseComputeDtype(dtype), dev)
+                              : std::make_shared<Model>(cfg, specs, tensors, parseComputeDtype(dtype), dev);
         (*out)->logitsChunkTokens = chunk;
         (*out)->logitsKeepBytes = keep;
         (*out)->fusedProjections = fused;

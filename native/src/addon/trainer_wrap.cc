@@ -36,6 +36,7 @@ Napi::Object statsToJs(Napi::Env env, const StepStats& s) {
   o.Set("forwardBackwardSeconds", s.forwardBackwardSeconds);
   o.Set("optimizerSeconds", s.optimizerSeconds);
   o.Set("commSeconds", s.commSeconds);
+  o.Set("commExposedSeconds", s.commExposedSeconds);
   o.Set("tokensPerSecond", s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0);
   o.Set("routerAuxLoss", s.routerAuxLoss);
   o.Set("expertLoadMax", s.expertLoadMax);
@@ -52,7 +53,11 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
          InstanceMethod("score", &TrainerWrap::Score), InstanceMethod("readWeights", &TrainerWrap::ReadWeights),
          InstanceMethod("readAdapters", &TrainerWrap::ReadAdapters), InstanceMethod("save", &TrainerWrap::Save),
          InstanceMethod("load", &TrainerWrap::Load), InstanceMethod("stepCount", &TrainerWrap::StepCount),
-         InstanceMethod("setGroup", &TrainerWrap::SetGroup)});
+         InstanceMethod("setGroup", &TrainerWrap::SetGroup), InstanceMethod("weightUnits", &TrainerWrap::WeightUnits),
+         InstanceMethod("readWeightUnit", &TrainerWrap::ReadWeightUnit),
+         InstanceMethod("shardLayout", &TrainerWrap::ShardLayout), InstanceMethod("readShard", &TrainerWrap::ReadShard),
+         InstanceMethod("stageShard", &TrainerWrap::StageShard), InstanceMethod("memory", &TrainerWrap::Memory),
+         InstanceMethod("loadBaseShard", &TrainerWrap::LoadBaseShard)});
   }
   explicit TrainerWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<TrainerWrap>(info), tr_(unwrapExternal<Trainer>(info, "Trainer")) {}
@@ -118,13 +123,18 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
   Napi::Value read(const Napi::CallbackInfo& info, bool adapters) {
     std::string dtype = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
     auto tr = tr_;
-    auto out = std::make_shared<std::vector<std::pair<std::string, at::Tensor>>>();
+    return tensorsJob(info, [tr, adapters, dtype] {
+      c10::InferenceMode inference;
+      return toCpu(adapters ? tr->adapters() : tr->policyWeights(), dtype, tr->model->dtype);
+    });
+  }
+
+  using Named = std::vector<std::pair<std::string, at::Tensor>>;
+  // A job on the model resolving with the (CPU) tensors `read` returns on the worker thread.
+  Napi::Value tensorsJob(const Napi::CallbackInfo& info, std::function<Named()> read) {
+    auto out = std::make_shared<Named>();
     Job* job = new Job(
-        info.Env(), tr->model,
-        [=] {
-          c10::InferenceMode inference;
-          *out = toCpu(adapters ? tr->adapters() : tr->policyWeights(), dtype, tr->model->dtype);
-        },
+        info.Env(), tr_->model, [out, read] { *out = read(); },
         [out](Napi::Env env) -> Napi::Value { return tensorsToJs(env, *out); });
     return job->start();
   }
@@ -145,13 +155,132 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
         ->start();
   }
 
-  // (group, bucketBytes): synchronous, the model must be idle.
+  // (group, {bucketBytes, sharding}): synchronous, the model must be idle.
   Napi::Value SetGroup(const Napi::CallbackInfo& info) {
     std::shared_ptr<DistGroup> group = unwrapGroup(info[0]);
-    const int64_t bucketBytes = int64_t(info[1].As<Napi::Number>().DoubleValue());
+    Napi::Object o = obj(info[1], "options");
+    const int64_t bucketBytes = int64_t(num(o, "bucketBytes"));
+    const std::string sharding = o.Get("sharding").IsUndefined() ? "" : str(o, "sharding");
     checkIdle(info.Env(), *tr_->model);
-    jsErrors(info.Env(), [&] { tr_->setGroup(group, bucketBytes); });
+    jsErrors(info.Env(), [&] { tr_->setGroup(group, bucketBytes, parseSharding(sharding)); });
     return info.Env().Undefined();
+  }
+
+  Napi::Value WeightUnits(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), double(tr_->weightUnits()));
+  }
+
+  // (unit, dtype): the unit's policy weights (a collective under full sharding).
+  Napi::Value ReadWeightUnit(const Napi::CallbackInfo& info) {
+    const size_t unit = size_t(info[0].As<Napi::Number>().Int64Value());
+    std::string dtype = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+    auto tr = tr_;
+    return tensorsJob(info, [tr, unit, dtype] {
+      if (unit >= tr->weightUnits()) throw std::runtime_error("readWeightUnit: no unit " + std::to_string(unit));
+      return toCpu(tr->weightUnit(unit), dtype, tr->model->dtype);
+    });
+  }
+
+  // The units of the model's parameters and this trainer's share of them (ShardPlan).
+  Napi::Value ShardLayout(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const ShardPlan& plan = tr_->shardPlan();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("sharded", tr_->shardsParameters());
+    o.Set("worldSize", double(tr_->shardWorldSize()));
+    o.Set("rank", double(tr_->shardRank()));
+    o.Set("dtype", diskDtypeName(tr_->model->dtype));
+    Napi::Array units = Napi::Array::New(env, plan.units.size());
+    for (size_t u = 0; u < plan.units.size(); u++) {
+      Napi::Object unit = Napi::Object::New(env);
+      unit.Set("name", plan.units[u].name);
+      unit.Set("numel", double(plan.units[u].numel));
+      Napi::Array params = Napi::Array::New(env, plan.units[u].params.size());
+      for (size_t k = 0; k < plan.units[u].params.size(); k++) {
+        const ShardPlan::Param& pp = plan.params[plan.units[u].params[k]];
+        Napi::Object param = Napi::Object::New(env);
+        param.Set("name", pp.name);
+        Napi::Array shape = Napi::Array::New(env, pp.shape.size());
+        for (size_t d = 0; d < pp.shape.size(); d++) shape.Set(uint32_t(d), double(pp.shape[d]));
+        param.Set("shape", shape);
+        param.Set("offset", double(pp.offset));
+        params.Set(uint32_t(k), param);
+      }
+      unit.Set("params", params);
+      units.Set(uint32_t(u), unit);
+    }
+    o.Set("units", units);
+    return o;
+  }
+
+  // (unit) -> [param, exp_avg, exp_avg_sq] of this rank's shard.
+  Napi::Value ReadShard(const Napi::CallbackInfo& info) {
+    const size_t unit = size_t(info[0].As<Napi::Number>().Int64Value());
+    auto tr = tr_;
+    return tensorsJob(info, [tr, unit] {
+      const auto [param, m, v] = tr->readShard(unit);
+      const std::string dtype = diskDtypeName(tr->model->dtype);
+      return toCpu({{"param", param}, {"exp_avg", m}, {"exp_avg_sq", v}}, dtype, tr->model->dtype);
+    });
+  }
+
+  // (unit, [param, exp_avg, exp_avg_sq] as {name, dtype, shape, data}): staged for the next load.
+  Napi::Value StageShard(const Napi::CallbackInfo& info) {
+    const size_t unit = size_t(info[0].As<Napi::Number>().Int64Value());
+    std::vector<Napi::Value> buffers;
+    std::vector<RawTensor> raw = rawTensors(info[1], buffers);
+    if (raw.size() != 3) throw Napi::TypeError::New(info.Env(), "stageShard: expected [param, exp_avg, exp_avg_sq]");
+    auto tr = tr_;
+    Job* job = new Job(
+        info.Env(), tr->model,
+        [tr, unit, raw] {
+          std::vector<at::Tensor> t;
+          for (const RawTensor& r : raw) t.push_back(viewRaw(r, r.shape).clone());
+          tr->stageShard(unit, t[0], t[1], t[2]);
+        },
+        nullptr);
+    for (Napi::Value& b : buffers) job->keep(b);
+    return job->start();
+  }
+
+  // (unit, [{offset, tensor: {name, dtype, shape, data}}]): parts of a unit's base weights.
+  Napi::Value LoadBaseShard(const Napi::CallbackInfo& info) {
+    const size_t unit = size_t(info[0].As<Napi::Number>().Int64Value());
+    Napi::Array parts = arr(info[1], "parts");
+    std::vector<int64_t> offsets;
+    Napi::Array tensors = Napi::Array::New(info.Env(), parts.Length());
+    for (uint32_t i = 0; i < parts.Length(); i++) {
+      Napi::Object part = obj(parts.Get(i), "part");
+      offsets.push_back(int64_t(num(part, "offset")));
+      tensors.Set(i, field(part, "tensor"));
+    }
+    std::vector<Napi::Value> buffers;
+    std::vector<RawTensor> raw = rawTensors(tensors, buffers);
+    auto tr = tr_;
+    Job* job = new Job(
+        info.Env(), tr->model,
+        [tr, unit, raw, offsets] {
+          for (size_t i = 0; i < raw.size(); i++) tr->loadBaseShard(unit, offsets[i], viewRaw(raw[i], raw[i].shape));
+        },
+        nullptr);
+    for (Napi::Value& b : buffers) job->keep(b);
+    return job->start();
+  }
+
+  Napi::Value Memory(const Napi::CallbackInfo& info) {
+    auto tr = tr_;
+    auto out = std::make_shared<MemoryStats>();
+    Job* job = new Job(
+        info.Env(), tr->model, [=] { *out = tr->memory(); },
+        [out](Napi::Env env) -> Napi::Value {
+          Napi::Object o = Napi::Object::New(env);
+          o.Set("parameterBytes", double(out->parameterBytes));
+          o.Set("gradientBytes", double(out->gradientBytes));
+          o.Set("optimizerBytes", double(out->optimizerBytes));
+          o.Set("gatheredPeakBytes", double(out->gatheredPeakBytes));
+          return o;
+        });
+    return job->start();
   }
 
   Napi::Value StepCount(const Napi::CallbackInfo& info) {
