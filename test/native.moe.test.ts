@@ -209,7 +209,7 @@ describe('router replay', () => {
       without += (await trainer.gradients([recompute], grpo)).mismatchKl;
     }
     // Means over the 6 rollouts, deterministic (seeded sampling, fixed weights): 0.054 with the
-    // trainer's own routes, 0.0084 replaying inference's (README, router replay). What replay
+    // trainer's own routes, 0.0084 replaying inference's (docs/algorithms.md, router replay). What replay
     // leaves is the perturbed routers' weights of the same experts, not a different set of experts.
     expect(without / 6).toBeGreaterThan(0.04);
     expect(withReplay / 6).toBeLessThan(0.012);

@@ -6,8 +6,8 @@
  * mid-run and restarted in their namespaces (as a supervisor would); then three links are cut for
  * longer than the run's timeouts and restored (issue #42): cpu worker <-> inference server, trainer
  * rank 1 <-> rank 0, cpu worker <-> Temporal. The run completes with every step once and the
- * trainer's counters equal to its batches (each trained once). The commands are those of README
- * "Deploying on a cluster".
+ * trainer's counters equal to its batches (each trained once). The commands are those of
+ * docs/cluster.md, "Worked example: five hosts on one machine".
  *
  * Needs root (ip netns, bridges): elsewhere it is skipped, saying so. Names carry a random tag,
  * so parallel runs cannot collide, and everything is removed at the end, also on failure.

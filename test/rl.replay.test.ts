@@ -173,7 +173,7 @@ test('rollouts keep the routes the server returned, batches carry them, and the 
   const [withReplay, without] = [kl(replayed.layout), kl(recomputed.layout)];
   for (const v of [...withReplay, ...without]) expect(Number.isFinite(v)).toBe(true);
   // Step 0 trains on the weights that sampled (both ~0); step 1 on a stale policy. Measured
-  // (README): 0.0467 replayed vs 0.0470 recomputed, deterministic to 1e-8 across runs; most of it
+  // (docs/algorithms.md): 0.0467 replayed vs 0.0470 recomputed, deterministic to 1e-8 across runs; most of it
   // is the update itself, which replay does not undo, and at lr 3e-2 replay came out higher. So the
   // check is that the two differ: the trainer used the stored routes, not its router's. That
   // replay lowers the mismatch when routes flip is test/native.moe.test.ts's (router replay).

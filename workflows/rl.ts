@@ -13,7 +13,7 @@
  *
  * In-flight mode (orchestrator.in_flight.enabled): a `produceRollouts` activity generates for the
  * whole execution (cancelled before it ends or continues as new), on the newest policy; step n's
- * rollouts are `claimRollouts(n)`, the next finished groups, instead of 1. See README, "In-flight mode".
+ * rollouts are `claimRollouts(n)`, the next finished groups, instead of 1. See docs/workflow.md, "In-flight mode".
  *
  * The steps overlap, yet every command is issued from one loop that takes one completion at a
  * time in the order Temporal resolved them (workflows/inbox.ts), so a replay meets the commands in
