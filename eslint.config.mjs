@@ -3,6 +3,7 @@
 //   activities/  Temporal activities over lib/: never imports workflows/ or workers/
 //   workflows/   deterministic workflow code: no Node built-ins, activities by type only
 //   workers/     process entry points (worker.ts, cli.ts): may import anything
+import { readdirSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
@@ -21,6 +22,42 @@ const dynamicInto = (message, ...dirs) => {
     { selector: `CallExpression[callee.name='require'][arguments.0.value=/${re}/]`, message },
   ];
 };
+
+/**
+ * lib/config/schemas/: one file per config section, lowest layer first. A file imports only files
+ * of the layers below its own (so no cycle), and nothing in the folder imports index.ts, the
+ * public face that re-exports the commands' schemas.
+ */
+const SCHEMA_LAYERS = [
+  ['common'],
+  ['model', 'temporal', 'ckpt', 'envs', 'sampling', 'lora', 'optim', 'loss', 'wandb', 'distill'],
+  ['dist', 'inference'],
+  ['trainer', 'orchestrator', 'eval'],
+  ['rl', 'sft', 'worker', 'model-tools', 'report'],
+];
+// A file missing from the layers would escape the rule: name it here.
+const unlayered = readdirSync(new URL('lib/config/schemas/', import.meta.url))
+  .filter((f) => f.endsWith('.ts') && f !== 'index.ts' && !SCHEMA_LAYERS.flat().includes(f.slice(0, -3)))
+  .join(', ');
+if (unlayered) throw new Error(`eslint.config.mjs: add lib/config/schemas/ ${unlayered} to SCHEMA_LAYERS`);
+/** The files of layer i: the core rule, not typescript-eslint's (set for lib/ below), so both apply. */
+const schemaLayer = (layer, i) => ({
+  files: layer.map((name) => `lib/config/schemas/${name}.ts`),
+  rules: {
+    'no-restricted-imports': [
+      'error',
+      {
+        patterns: [
+          {
+            regex: `^\\./(${SCHEMA_LAYERS.slice(i).flat().join('|')}|index)$|^\\.$|^\\.\\./schemas(/|$)`,
+            message:
+              'lib/config/schemas/: a file imports only the layers below its own (SCHEMA_LAYERS in eslint.config.mjs), never index.ts',
+          },
+        ],
+      },
+    ],
+  },
+});
 
 const LIB = 'lib/ is the library: it never imports activities/, workflows/ or workers/ (move the code, or pass it in)';
 const ACTIVITIES = 'activities/ never imports workflows/ or workers/';
@@ -65,6 +102,7 @@ export default tseslint.config(
       'no-restricted-syntax': ['error', ...dynamicInto(LIB, 'activities', 'workflows', 'workers')],
     },
   },
+  ...SCHEMA_LAYERS.map(schemaLayer),
   {
     files: ['activities/**/*.ts'],
     rules: {
