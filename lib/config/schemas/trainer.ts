@@ -15,7 +15,7 @@ export const trainerModelSchema = () =>
       .boolean()
       .default(false)
       .describe(
-        "run RMSNorm (with the residual add), RoPE, SwiGLU and the LM head's softmax rows as the engine's fused CUDA kernels instead of libtorch's ops (device cuda; off until checked on a card: README, On a GPU machine)",
+        "run RMSNorm (with the residual add), RoPE, SwiGLU and the LM head's softmax rows as the engine's fused CUDA kernels instead of libtorch's ops (device cuda; off until checked on a card: docs/gpu.md, Fused training kernels)",
       ),
     ac: z
       .strictObject({
