@@ -3,14 +3,8 @@
  * producer's concurrency; and the load readings it follows (lib/orchestrator/server-load.ts).
  */
 import { difficultyFilter } from '../lib/orchestrator/filters';
-import {
-  claimMetrics,
-  claimStep,
-  Concurrency,
-  resumeDraw,
-  STALE,
-  type ClaimCandidate,
-} from '../lib/orchestrator/inflight';
+import { claimMetrics, claimStep, Concurrency, resumeDraw, STALE } from '../lib/orchestrator/inflight';
+import type { ClaimCandidate } from '../lib/runfolder/inflight';
 import { parseServerLoad } from '../lib/orchestrator/server-load';
 import { EnvMix } from '../lib/envs/mix';
 

@@ -1,5 +1,5 @@
 import { Context } from '@temporalio/activity';
-import { runInThread } from '../lib/thread';
+import { runInThread } from '../thread';
 
 /**
  * How often long activities heartbeat. Well under the smallest heartbeat timeout a run may set
