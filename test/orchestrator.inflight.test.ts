@@ -163,7 +163,7 @@ function simulate(o: { cap: number; maxDeferred: number; dropEntry1: boolean; st
       maxOffPolicySteps: 8,
       mix: { quota, entryOf: (c) => entryOfDraw(stored[c.seq].draw), maxDeferred: o.maxDeferred },
     });
-    // The producer's backpressure, as the claim reports it (activities/inflight.ts `consumed`):
+    // The producer's backpressure, as the claim reports it (lib/runfolder/inflight.ts `readConsumed`):
     // groups looked at are no longer waiting, except those left over.
     const waiting = stored.length - (next + d.fresh.length) + d.deferred.length;
     while (running.length + waiting < o.cap) {

@@ -1,5 +1,6 @@
 /**
- * In-flight mode's decisions, free of I/O (activities/inflight.ts does the I/O):
+ * In-flight mode's decisions, free of I/O (activities/inflight.ts does the I/O, on the files of
+ * lib/runfolder/inflight.ts):
  *
  *  - which finished groups a step takes (`claimStep`): the groups in the order they finished,
  *    from where the previous step stopped (first those it left over); a group whose oldest token is
