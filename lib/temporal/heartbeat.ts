@@ -1,3 +1,7 @@
+/**
+ * Heartbeats of long activities, shared by the activities of every pool (called inside an activity:
+ * it reads the activity's Context).
+ */
 import { Context } from '@temporalio/activity';
 import { runInThread } from '../thread';
 
