@@ -13,8 +13,8 @@ import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { InferenceClient, InferenceError, type GenerateParams } from '../lib/orchestrator/client';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
 import { executeRl, startServer, startStack, type Stack } from './harness';
 import { CliProcesses, inferenceProcess, metricSteps, settlesWithin, sleep, until } from './processes';
 

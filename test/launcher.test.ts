@@ -11,7 +11,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
-import { RunLayout } from '../lib/run/layout';
+import { RunLayout } from '../lib/runfolder/layout';
 import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';

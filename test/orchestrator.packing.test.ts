@@ -2,9 +2,10 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { readBatch, writeBatch } from '../lib/orchestrator/batch';
+import { readBatch, writeBatch } from '../lib/runfolder/batch';
 import { Rng, uniformInt } from '../lib/envs/random';
-import { buildSample, packSamples, type PackResult, type Sample, type TokenSegment } from '../lib/orchestrator/packing';
+import { buildSample } from '../lib/orchestrator/sample';
+import { packSamples, type PackResult, type Sample, type TokenSegment } from '../lib/runfolder/packing';
 import { buildStepBatch, type StepBatchInput, type StepBatchResult } from '../lib/orchestrator/step-batch';
 
 /** A sample of `n` tokens with ids base, base+1, ...; odd positions generated. */

@@ -7,7 +7,8 @@ import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import * as native from '../native';
 import { createPackActivities, type PackSummary } from '../activities/pack';
-import { createRolloutActivities, readRollouts, type RolloutSummary } from '../activities/rollouts';
+import { createRolloutActivities } from '../activities/rollouts';
+import { readRollouts, type RolloutSummary } from '../lib/runfolder/rollouts';
 import { createCpuActivities } from '../activities';
 import { inferenceSchema, rlSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
@@ -15,12 +16,12 @@ import { startInferenceServer, type InferenceServer } from '../lib/inference/ser
 import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
-import { readBatch } from '../lib/orchestrator/batch';
+import { readBatch } from '../lib/runfolder/batch';
 import { InferenceClient, InferenceError } from '../lib/orchestrator/client';
 import { RecordingClient } from './harness';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { isPromptTooLong, promptTooLong, runRollout } from '../lib/orchestrator/rollout';
-import { RunLayout } from '../lib/run/layout';
+import { RunLayout } from '../lib/runfolder/layout';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rollouts-'));
 const modelDir = path.join(root, 'model');

@@ -2,8 +2,9 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { readBatch, writeBatch } from '../lib/orchestrator/batch';
-import { buildSample, packSamples } from '../lib/orchestrator/packing';
+import { readBatch, writeBatch } from '../lib/runfolder/batch';
+import { buildSample } from '../lib/orchestrator/sample';
+import { packSamples } from '../lib/runfolder/packing';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, sftSchema } from '../lib/config/schemas';
 

@@ -12,7 +12,7 @@ import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { InferenceError } from '../lib/orchestrator/client';
-import type { TokenSegment } from '../lib/orchestrator/packing';
+import type { TokenSegment } from '../lib/runfolder/packing';
 import { TeacherClient, tokenizerMismatch } from '../lib/orchestrator/teacher';
 import { startServer } from './harness';
 import { CliProcesses, inferenceProcess, settlesWithin } from './processes';

@@ -11,9 +11,9 @@ import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/con
 import { freePort } from '../lib/net';
 import { asProcessId, isRunning, type ProcessId } from '../lib/proc';
 import { createModel } from '../lib/model/create';
-import type { RunLayout } from '../lib/run/layout';
+import type { RunLayout } from '../lib/runfolder/layout';
 import { runningDevServer } from '../lib/temporal/devserver';
-import { readBatch } from '../lib/orchestrator/batch';
+import { readBatch } from '../lib/runfolder/batch';
 import { CliProcesses, metricLines } from './processes';
 
 /** `prime-rl rl` arguments of a tiny run (reverse-text, batch 8 = 2 groups of 4) on its own ports. */

@@ -11,8 +11,8 @@ import { RL_ALIASES } from '../lib/config/aliases';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { createModel } from '../lib/model/create';
-import { RunLayout } from '../lib/run/layout';
-import { DOCUMENTED_METRICS, readStepMetrics } from '../lib/run/metrics';
+import { RunLayout } from '../lib/runfolder/layout';
+import { DOCUMENTED_METRICS, readStepMetrics } from '../lib/runfolder/metrics';
 import { executeRl, startStack, type Stack } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-doc-'));

@@ -21,8 +21,8 @@ import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
 import type { RLResult } from '../workflows/rl';
 import { executeRl, startServer, startStack, type Stack } from './harness';
 

@@ -10,11 +10,11 @@
  * the producer's concurrency stayed within its cap while it followed the server's load.
  */
 import * as fs from 'node:fs';
-import { RunLayout } from '../lib/run/layout';
+import { RunLayout } from '../lib/runfolder/layout';
 import { runningDevServer } from '../lib/temporal/devserver';
-import { readRollouts, storedSummary } from '../activities/rollouts';
+import { readRollouts, storedSummary } from '../lib/runfolder/rollouts';
 import { metricLines, metricSteps, until, type CliLaunch } from './processes';
-import { readBatch } from '../lib/orchestrator/batch';
+import { readBatch } from '../lib/runfolder/batch';
 import { chaosScene, checkRun, recordedProcesses, tinyRunArgs } from './rl-chaos';
 
 jest.setTimeout(10 * 60_000);

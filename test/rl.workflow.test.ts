@@ -13,11 +13,11 @@ import type { InferenceServer } from '../lib/inference/server';
 import { readEvalResults } from '../lib/eval';
 import { Failure } from '../lib/failures';
 import { createModel } from '../lib/model/create';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
-import { readRollouts } from '../activities/rollouts';
-import { readBatch } from '../lib/orchestrator/batch';
+import { readRollouts } from '../lib/runfolder/rollouts';
+import { readBatch } from '../lib/runfolder/batch';
 import { executeRl, startServer, startStack, type Stack } from './harness';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-wf-'));

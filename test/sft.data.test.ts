@@ -6,7 +6,7 @@ import { loadEnvironment } from '../lib/envs/loader';
 import type { Message } from '../lib/envs/types';
 import { createModel } from '../lib/model/create';
 import { Tokenizer } from '../lib/model/tokenizer';
-import { packSamples, type Sample } from '../lib/orchestrator/packing';
+import { packSamples, type Sample } from '../lib/runfolder/packing';
 import {
   envConversations,
   loadSftDataset,

@@ -14,8 +14,8 @@ import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import type { EnvPool } from '../lib/envs/pool';
 import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
 import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { SftProgress, SftResult } from '../workflows/sft';
 import { execute, startStack, type Stack } from './harness';
@@ -261,7 +261,7 @@ test('prepareSft heartbeats while it tokenizes and packs the dataset', async () 
   mock.on('heartbeat', (d: { phase?: string }) => beats.push(d));
   const plan = (await mock.run(prepareSft, cfg)) as Awaited<ReturnType<typeof prepareSft>>;
   expect(plan.steps).toBe(16);
-  // The heartbeat timer (activities/heartbeat.ts) re-sends the latest progress whenever a step takes
+  // The heartbeat timer (lib/temporal/heartbeat.ts) re-sends the latest progress whenever a step takes
   // longer than its interval, a keep-alive on a busy machine; the progress is each distinct value in turn.
   const progress = beats.filter((b, i) => i === 0 || JSON.stringify(b) !== JSON.stringify(beats[i - 1]));
   // Progress through the tokenisation itself (it used to run before the first heartbeat), then the packing.

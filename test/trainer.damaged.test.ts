@@ -16,10 +16,11 @@ import { Failure, RunFolderDamagedError } from '../lib/failures';
 import { createModel } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
 import { readSafetensorsDir } from '../lib/model/safetensors';
-import { readBatch } from '../lib/orchestrator/batch';
+import { readBatch } from '../lib/runfolder/batch';
+import { repackStepBatch } from '../lib/orchestrator/repack';
 import { buildStepBatch, stepBatchInput } from '../lib/orchestrator/step-batch';
-import { storedConfigText } from '../lib/run/config';
-import { RunLayout } from '../lib/run/layout';
+import { storedConfigText } from '../lib/runfolder/config';
+import { RunLayout } from '../lib/runfolder/layout';
 import { rlTrainerSpec } from '../lib/trainer/spec';
 import { TrainerRuntime } from '../lib/trainer/runtime';
 
@@ -97,7 +98,7 @@ test('a replay rebuilds a truncated or corrupt batch from its rollouts, or stops
   flipped[flipped.length - 3] ^= 0x01;
   fs.writeFileSync(layout.batchFile(2), flipped);
 
-  const { runtime, report } = await TrainerRuntime.restore(layout.dir, spec, STEPS);
+  const { runtime, report } = await TrainerRuntime.restore(layout.dir, spec, STEPS, { repack: repackStepBatch });
   expect(report.from).toBe(2);
   expect(report.skipped).toHaveLength(1);
   expect(report.rebuilt).toHaveLength(2);
@@ -108,11 +109,21 @@ test('a replay rebuilds a truncated or corrupt batch from its rollouts, or stops
   expect(original(3).equals(batch3)).toBe(true);
   expect(weightsOf(await runtime.writeWeights(STEPS))).toEqual(expected);
 
+  // The trainer reads batches; packing one is the orchestrator's, passed in: a trainer given no
+  // packer stops at a damaged batch, naming it, and leaves the file as it is.
+  truncate(layout.batchFile(3));
+  const damaged = fs.readFileSync(layout.batchFile(3));
+  await expect(TrainerRuntime.restore(layout.dir, spec, STEPS)).rejects.toThrow(
+    new RegExp(
+      `^${layout.batchFile(3)} is damaged: .*; it cannot be rebuilt: this trainer process was given no packer`,
+    ),
+  );
+  expect(fs.readFileSync(layout.batchFile(3)).equals(damaged)).toBe(true);
+
   // Without its rollouts a damaged batch cannot be rebuilt: the run stops, naming the file, for
   // good (non-retryable) instead of failing the same way at every retry.
-  truncate(layout.batchFile(3));
   fs.rmSync(layout.rolloutsDir(3), { recursive: true });
-  const failed = TrainerRuntime.restore(layout.dir, spec, STEPS);
+  const failed = TrainerRuntime.restore(layout.dir, spec, STEPS, { repack: repackStepBatch });
   await expect(failed).rejects.toThrow(RunFolderDamagedError);
   await expect(failed).rejects.toMatchObject({ type: Failure.RunFolderDamaged });
   await expect(failed).rejects.toThrow(

@@ -12,9 +12,10 @@ import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { createModel } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
 import { readSafetensors, readSafetensorsDir } from '../lib/model/safetensors';
-import { writeBatch } from '../lib/orchestrator/batch';
-import { buildSample, packSamples } from '../lib/orchestrator/packing';
-import { RunLayout } from '../lib/run/layout';
+import { writeBatch } from '../lib/runfolder/batch';
+import { buildSample } from '../lib/orchestrator/sample';
+import { packSamples } from '../lib/runfolder/packing';
+import { RunLayout } from '../lib/runfolder/layout';
 import { rlTrainerSpec } from '../lib/trainer/spec';
 import { TrainerRuntime } from '../lib/trainer/runtime';
 

@@ -36,7 +36,7 @@ import type { PackSummary, RolloutSummary, StepTimes, TrainSummary } from '../ac
 import type { RLConfig } from '../lib/config/schemas';
 import { evalEnvs } from '../lib/eval/envs';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
-import { inRun, weightsEntry } from '../lib/run/entries';
+import { inRun, weightsEntry } from '../lib/runfolder/entries';
 import type { EvalInput, EvalResult } from './eval';
 import { Inbox } from './inbox';
 import { controlsFromStart, runActivities, type Preparing } from './plumbing';

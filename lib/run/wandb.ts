@@ -18,7 +18,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { createInterface } from 'node:readline';
 import { projectRoot } from '../paths';
-import { readStepMetrics, type StepRecord } from './metrics';
+import { readStepMetrics, type StepRecord } from '../runfolder/metrics';
 
 export interface WandbSettings {
   project: string;

@@ -1,6 +1,6 @@
 /**
  * Run-folder entries as plain strings, so workflow code (which cannot import `node:path`) names the
- * same paths as `RunLayout` (lib/run/layout.ts), which joins these onto the folder.
+ * same paths as `RunLayout` (lib/runfolder/layout.ts), which joins these onto the folder.
  */
 
 /** Weights of policy version `version` (written by train step version-1), relative to the run folder. */

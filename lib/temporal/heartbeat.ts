@@ -1,5 +1,9 @@
+/**
+ * Heartbeats of long activities, shared by the activities of every pool (called inside an activity:
+ * it reads the activity's Context).
+ */
 import { Context } from '@temporalio/activity';
-import { runInThread } from '../lib/thread';
+import { runInThread } from '../thread';
 
 /**
  * How often long activities heartbeat. Well under the smallest heartbeat timeout a run may set

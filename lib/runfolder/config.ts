@@ -1,10 +1,12 @@
-/** The resolved config a run was started with, as stored in its run folder (rl or sft). */
+/**
+ * The resolved config a run was started with, as stored in its run folder (`configs/rl.json` or
+ * `configs/sft.json`), and an SFT run's plan (`sft/plan.json`).
+ */
 import * as fs from 'node:fs';
 import { storedResult } from '../atomic';
 import { Failure, NonRetryableError } from '../failures';
 import type { z } from 'zod';
 import { rlSchema, sftSchema, type RLConfig, type SFTConfig } from '../config/schemas';
-import { rlTrainerSpec, sftTrainerSpec, type TrainerSpec } from '../trainer/spec';
 import { RunLayout } from './layout';
 
 /** `key: problem; key: problem`, as the CLI words them. */
@@ -84,41 +86,29 @@ export function validationBatchFiles(runDir: string): string[] {
   return Array.from({ length: readSftPlan(runDir)?.valBatches ?? 0 }, (_, i) => layout.valBatchFile(i));
 }
 
-/** What the trainer activities need of a run: how to train, and what to keep. */
-export interface RunTrainingSpec {
-  trainer: TrainerSpec;
-  keepLast?: number;
-  /** Policy versions behind the newest that in-flight rollouts may still need (0 for SFT). */
-  asyncLevel: number;
-  /** Whether train step `version - 1` writes HF weights `weights/step_<version>`. */
-  writesWeights(version: number): boolean;
-}
+/** A run folder's kinds of run, by the config file each keeps. */
+const RUN_CONFIG_FILES = {
+  rl: (layout: RunLayout) => layout.configFile,
+  sft: (layout: RunLayout) => layout.sftConfigFile,
+} as const;
 
-/** The trainer's view of a run folder: an SFT run (configs/sft.json) or an RL run (configs/rl.json). */
-export function readTrainingSpec(runDir: string): RunTrainingSpec {
-  const layout = new RunLayout(runDir);
-  if (fs.existsSync(layout.sftConfigFile)) {
-    const c = readSftConfig(runDir);
-    const plan = readSftPlan(runDir);
-    if (!plan)
+/**
+ * Whether the run folder of `layout` already holds this `kind` of run with config `text` (false: no
+ * run yet). A run of the other kind, or another config, there is a ConfigMismatch: the folder holds
+ * another run (checked before a run starts: one run, of one kind, per folder).
+ */
+export function holdsRunConfig(layout: RunLayout, kind: keyof typeof RUN_CONFIG_FILES, text: string): boolean {
+  for (const [other, fileOf] of Object.entries(RUN_CONFIG_FILES))
+    if (other !== kind && fs.existsSync(fileOf(layout)))
       throw new NonRetryableError(
-        `SFT run ${layout.dir} has no ${layout.sftPlanFile}: was it prepared?`,
-        Failure.MissingSftPlan,
+        `run folder ${layout.dir} holds an ${other.toUpperCase()} run (${fileOf(layout)}); use another run_name or output_dir`,
+        Failure.ConfigMismatch,
       );
-    return {
-      trainer: sftTrainerSpec(c, plan.steps),
-      keepLast: c.ckpt.keep_last,
-      asyncLevel: 0,
-      // Nothing samples from an SFT run while it trains: weights at checkpoints and at the end.
-      writesWeights: (v) => v % c.ckpt.interval === 0 || v === plan.steps,
-    };
-  }
-  const c = readRunConfig(runDir);
-  // Every policy version is served to the rollouts of a later step.
-  return {
-    trainer: rlTrainerSpec(c),
-    keepLast: c.ckpt.keep_last,
-    asyncLevel: c.async_level,
-    writesWeights: () => true,
-  };
+  const file = RUN_CONFIG_FILES[kind](layout);
+  if (!fs.existsSync(file)) return false;
+  if (fs.readFileSync(file, 'utf8') === text) return true;
+  throw new NonRetryableError(
+    `run folder ${layout.dir} holds a run with a different config (${file}); use another run_name or output_dir`,
+    Failure.ConfigMismatch,
+  );
 }

@@ -1,20 +1,21 @@
 /**
  * The run folder, `<output_dir>/<run_name>/`: everything a run writes, so that any step can be
- * resumed from disk alone. Activities exchange these paths, never the data.
+ * resumed from disk alone. Activities exchange these paths, never the data. Each file's format, its
+ * reader and its writer live beside this file, in lib/runfolder/ (the file named on the right):
  *
- *   configs/rl.json            the resolved config the run started with (configs/sft.json for SFT)
- *   rollouts/step_N/           rollouts.jsonl + summary.json of step N
- *   batches/step_N.safetensors packed trainer input of step N
- *   batches/val_N.safetensors  SFT validation batches
- *   sft/plan.json              SFT: steps and batches prepared (written last: the data's done-marker)
+ *   configs/rl.json            the resolved config the run started with (configs/sft.json for SFT)  config.ts
+ *   rollouts/step_N/           rollouts.jsonl + dropped.jsonl + summary.json of step N              rollouts.ts
+ *   batches/step_N.safetensors packed trainer input of step N                                       batch.ts, packing.ts
+ *   batches/val_N.safetensors  SFT validation batches                                               batch.ts
+ *   sft/plan.json              SFT: steps and batches prepared (written last: the data's done-marker) config.ts
  *   sft/val/step_N.json        SFT: validation loss after N train steps
- *   eval/<model>.json          eval results per model version
- *   weights/step_N/            HF folder of policy version N (written by train step N-1)
- *   checkpoints/step_N/        trainer state after N train steps
+ *   eval/<model>.json          eval results per model version                                       lib/eval/results.ts
+ *   weights/step_N/            HF folder of policy version N (written by train step N-1)            lib/model/hf.ts
+ *   checkpoints/step_N/        trainer state after N train steps                                    checkpoint.ts
  *   train/step_N.json          summary of train step N (written last: the step's done-marker)
- *   inflight/groups/G.json     in-flight mode: finished group number G (written once, never replaced)
+ *   inflight/groups/G.json     in-flight mode: finished group number G (written once, never replaced) inflight.ts
  *   inflight/consumed.json     in-flight mode: how far the claims have looked, and how many groups they left over (advisory)
- *   metrics.jsonl              one line per finished step
+ *   metrics.jsonl              one line per finished step                                           metrics.ts
  *   logs/                      worker and server logs (local launcher)
  *   launcher.json              the local launcher and its processes (pid + start time), while it runs
  */
