@@ -1,4 +1,5 @@
 // ESLint (flat config): promise handling, and the layer rules of the code base.
+//   native/      the engine's TS facade: imports nothing of the code base above it
 //   lib/         the library: never imports activities/, workflows/ or workers/ (not even types)
 //   activities/  Temporal activities over lib/: never imports workflows/ or workers/
 //   workflows/   deterministic workflow code: no Node built-ins, activities by type only
@@ -24,6 +25,8 @@ const dynamicInto = (message, ...dirs) => {
 
 const LIB = 'lib/ is the library: it never imports activities/, workflows/ or workers/ (move the code, or pass it in)';
 const ACTIVITIES = 'activities/ never imports workflows/ or workers/';
+const NATIVE =
+  'native/ is the engine, below lib/: it never imports lib/, activities/, workflows/ or workers/ (declare the type in native/)';
 
 export default tseslint.config(
   {
@@ -63,6 +66,16 @@ export default tseslint.config(
         { patterns: [{ regex: into('activities', 'workflows', 'workers'), message: LIB }] },
       ],
       'no-restricted-syntax': ['error', ...dynamicInto(LIB, 'activities', 'workflows', 'workers')],
+    },
+  },
+  {
+    files: ['native/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: into('lib', 'activities', 'workflows', 'workers'), message: NATIVE }] },
+      ],
+      'no-restricted-syntax': ['error', ...dynamicInto(NATIVE, 'lib', 'activities', 'workflows', 'workers')],
     },
   },
   {

@@ -8,15 +8,20 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
-import type { ArchConfig, TensorDType, WeightTensor } from '../lib/model/arch';
-import type { Projection } from '../lib/model/families';
-import { isIgnorable, tensorSpecs, type TensorSpec } from '../lib/model/tensors';
-import { SerialQueue } from '../lib/serial';
 import { chooseOpenBlasCore } from './blas-core';
+import type {
+  EngineConfig,
+  EngineTensorSpec,
+  ModelBinding,
+  Projection,
+  TensorDType,
+  WeightTensor,
+} from './model-binding';
+import { SerialQueue } from './serial';
 
 import type { LossKindName, LossKindSpec, LossParamName } from './loss-kinds';
-export type { TensorDType, WeightTensor } from '../lib/model/arch';
 export * from './loss-kinds';
+export * from './model-binding';
 
 /** Compute dtype of a loaded model. bfloat16 is meant for CUDA; training needs float32 or float64. */
 export type ComputeDType = 'float32' | 'bfloat16' | 'float64';
@@ -520,7 +525,7 @@ interface Addon {
   setCpuCache(capacityBytes: number): void;
   cpuCacheStats(): CpuCacheStats;
   createModel(
-    config: ArchConfig,
+    config: EngineConfig,
     specs: readonly EngineTensorSpec[],
     tensors: readonly WeightTensor[],
     opts: ModelOptions & { withoutWeights?: boolean },
@@ -537,19 +542,9 @@ interface Addon {
   createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup>;
 }
 
-/** One row of the family's tensor table as the engine reads it (native/src/model.h `ParamSpec`). */
-type EngineTensorSpec = Pick<TensorSpec, 'name' | 'shape' | 'slot' | 'layer' | 'expert'>;
-
-/** The family's tensor table tells the engine which tensor fills which parameter (it knows no HF names). */
-function engineSpecs(config: ArchConfig): EngineTensorSpec[] {
-  return tensorSpecs(config).map(({ name, shape, slot, layer, expert }) => ({ name, shape, slot, layer, expert }));
-}
-
-/** Drops tensors checkpoints may carry that the model does not use (see `isIgnorable`). */
-function withoutIgnorable(tensors: readonly WeightTensor[], config: ArchConfig): readonly WeightTensor[] {
-  return tensors.some((t) => isIgnorable(t.name, config))
-    ? tensors.filter((t) => !isIgnorable(t.name, config))
-    : tensors;
+/** Drops tensors checkpoints may carry that the model does not use (`ModelBinding.ignorable`). */
+function withoutIgnorable(tensors: readonly WeightTensor[], binding: ModelBinding): readonly WeightTensor[] {
+  return tensors.some((t) => binding.ignorable(t.name)) ? tensors.filter((t) => !binding.ignorable(t.name)) : tensors;
 }
 
 /** The repository root: the nearest directory above this file holding package.json. */
@@ -732,35 +727,38 @@ export function layerSlots(): string[] {
 }
 
 /**
- * Builds a model from HF-named tensors (bytes are copied once and converted to the compute
- * dtype). Rejects on a missing, extra, mis-shaped or unsupported-dtype tensor, naming it.
- */
-/**
- * A model of `config` whose parameters have their shapes but no memory: a trainer made of it and
+ * A model of `binding` whose parameters have their shapes but no memory: a trainer made of it and
  * fully sharded (`setGroup`) fills its shards with `loadBaseShard`, so no rank ever holds the whole
  * model. It computes nothing otherwise.
  */
-export async function createModelWithoutWeights(config: ArchConfig, options: ModelOptions = {}): Promise<NativeModel> {
-  const raw = await load().createModel(config, engineSpecs(config), [], { ...options, withoutWeights: true });
-  return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
+export async function createModelWithoutWeights(
+  binding: ModelBinding,
+  options: ModelOptions = {},
+): Promise<NativeModel> {
+  const raw = await load().createModel(binding.config, binding.specs, [], { ...options, withoutWeights: true });
+  return new NativeModel(raw, binding, options.dtype ?? 'float32', options.device ?? 'cpu');
 }
 
-export async function loadModel(
-  config: ArchConfig,
+/**
+ * Builds a model from named tensors (bytes are copied once and converted to the compute dtype).
+ * Rejects on a missing, extra, mis-shaped or unsupported-dtype tensor, naming it.
+ */
+export async function createModel(
+  binding: ModelBinding,
   tensors: readonly WeightTensor[],
   options: ModelOptions = {},
 ): Promise<NativeModel> {
-  const raw = await load().createModel(config, engineSpecs(config), withoutIgnorable(tensors, config), options);
-  return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
+  const raw = await load().createModel(binding.config, binding.specs, withoutIgnorable(tensors, binding), options);
+  return new NativeModel(raw, binding, options.dtype ?? 'float32', options.device ?? 'cpu');
 }
 
 export class NativeModel {
   private readonly queue = new SerialQueue();
 
-  /** @internal use loadModel */
+  /** @internal use createModel */
   constructor(
     private readonly raw: RawModel,
-    readonly config: ArchConfig,
+    private readonly binding: ModelBinding,
     readonly dtype: ComputeDType,
     readonly device: string,
   ) {}
@@ -779,7 +777,7 @@ export class NativeModel {
    * Strict (default): every parameter must be given. Validates everything before changing anything.
    */
   loadWeights(tensors: readonly WeightTensor[], options: { strict?: boolean } = {}): Promise<void> {
-    const used = withoutIgnorable(tensors, this.config);
+    const used = withoutIgnorable(tensors, this.binding);
     return this.queue.run(() => this.raw.loadWeights(used, { strict: options.strict ?? true }));
   }
 

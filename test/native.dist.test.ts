@@ -7,6 +7,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import * as native from '../native';
+import { createModelWithoutWeights, loadModel } from '../lib/model/engine';
 import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { shardRows } from '../lib/trainer/runtime';
@@ -83,8 +84,8 @@ async function joinRanks(n: number, o: RankOptions = {}) {
     groups.map(async (g) => {
       const options = { dtype: o.dtype, device: o.device };
       const model = o.base
-        ? await native.createModelWithoutWeights(c, options)
-        : await native.loadModel(c, randomWeights(c, 7), options);
+        ? await createModelWithoutWeights(c, options)
+        : await loadModel(c, randomWeights(c, 7), options);
       const trainer = model.createTrainer(o.trainer);
       trainer.setGroup(g, { bucketBytes: 4096, sharding: o.sharding });
       if (o.base) await loadBaseShards(trainer, o.base, c);
@@ -129,7 +130,7 @@ test('shardRows: every row to exactly one rank, balanced by tokens, in batch ord
 withGloo(
   'world size 2 (ZeRO-1, bucketed all-reduce) == world size 1 on the same rows; checkpoints cross over',
   async () => {
-    const single = await native.loadModel(cfg, randomWeights(cfg, 7));
+    const single = await loadModel(cfg, randomWeights(cfg, 7));
     const t1 = single.createTrainer();
     const singleStats: native.TrainStepStats[] = [];
     for (let s = 0; s < 4; s++)
@@ -160,7 +161,7 @@ withGloo(
 
     // The world-size-2 checkpoint, resumed by one trainer, gives the same weights (optimizer state
     // included: Adam's moments steer steps 3 and 4).
-    const resumed = await native.loadModel(cfg, randomWeights(cfg, 9));
+    const resumed = await loadModel(cfg, randomWeights(cfg, 9));
     const t2 = resumed.createTrainer();
     await t2.load(dir);
     expect(t2.stepCount).toBe(2);
@@ -169,7 +170,7 @@ withGloo(
 
     // And two fresh ranks load a checkpoint of one trainer, each keeping its shard.
     const oneDir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-dist-'));
-    const again = await native.loadModel(cfg, randomWeights(cfg, 7));
+    const again = await loadModel(cfg, randomWeights(cfg, 7));
     const t3 = again.createTrainer();
     for (let s = 0; s < 2; s++) await t3.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
     await t3.save(oneDir);
@@ -187,7 +188,7 @@ withGloo(
   'LoRA: adapters only, the same as world size 1',
   async () => {
     const lora: native.LoraOptions = { rank: 4, alpha: 8, targetModules: ['q_proj', 'v_proj', 'down_proj'] };
-    const single = await native.loadModel(cfg, randomWeights(cfg, 7));
+    const single = await loadModel(cfg, randomWeights(cfg, 7));
     const t1 = single.createTrainer({ lora, seed: 3 });
     for (let s = 0; s < 2; s++) await t1.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
     const { ranks } = await twoRanks({ lora, seed: 3 });
@@ -203,7 +204,7 @@ withGloo(
 /** One trainer over every row (world size 1, no group): each step's stats. */
 async function single(o: RankOptions, steps: number, rowsOf = stepRows) {
   const c = o.cfg ?? cfg;
-  const model = await native.loadModel(c, randomWeights(c, 7), { dtype: o.dtype, device: o.device });
+  const model = await loadModel(c, randomWeights(c, 7), { dtype: o.dtype, device: o.device });
   const trainer = model.createTrainer(o.trainer);
   const stats: native.TrainStepStats[] = [];
   for (let s = 0; s < steps; s++)
@@ -301,13 +302,13 @@ withGloo(
     const rowsOf = (s: number) =>
       stepRows(s).map((r) => ({ ...r, inputIds: Array.from(r.inputIds, (id) => id % vocab) }));
     const dtype = 'float64';
-    const one = (await native.loadModel(base.config, base.tensors, { dtype })).createTrainer();
+    const one = (await loadModel(base.config, base.tensors, { dtype })).createTrainer();
     for (let s = 0; s < 3; s++) await one.step(rowsOf(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
     const { ranks } = await joinRanks(4, { cfg: base.config, base: dir, dtype, sharding: 'full' });
     for (let s = 0; s < 3; s++) await stepAll(ranks, s, rowsOf);
     expect(maxDiff(await one.readWeights(), (await readAll(ranks))[0])).toBeLessThan(1e-12);
     // A model without weights trains only fully sharded.
-    const bare = await native.createModelWithoutWeights(base.config);
+    const bare = await createModelWithoutWeights(base.config);
     await expect(bare.createTrainer().step(rowsOf(0), { lr: 1e-3, loss: lossOf })).rejects.toThrow(
       /built without weights: only a fully sharded trainer/,
     );

@@ -8,7 +8,8 @@ import type { ArchConfig } from '../lib/model/arch';
 import { tinyMoeConfig } from './tiny-moe';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
-import { loadModel, setThreads, type LossConfig, type NativeModel, type TrainRow, type WeightTensor } from '../native';
+import { setThreads, type LossConfig, type NativeModel, type TrainRow, type WeightTensor } from '../native';
+import { loadModel } from '../lib/model/engine';
 
 setThreads(2);
 

@@ -6,7 +6,6 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import {
-  loadModel,
   lossKinds,
   policyLoss,
   setThreads,
@@ -17,6 +16,7 @@ import {
   type TrainRow,
   type WeightTensor,
 } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 

@@ -6,12 +6,12 @@ import {
   adamwCheck,
   info,
   lmHeadCheck,
-  loadModel,
   setThreads,
   type TrainerOptions,
   type TrainRow,
   type WeightTensor,
 } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { FAMILIES } from '../lib/model/families';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { lrAt } from '../lib/trainer/schedule';

@@ -11,6 +11,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../../native';
+import { loadModel } from '../../lib/model/engine';
 import type {
   ComputeDType,
   GenerationRequest,
@@ -95,7 +96,7 @@ function checkModelDir(ctx: CheckContext): string {
 
 async function loadCheckModel(ctx: CheckContext, device: string, dtype: ComputeDType): Promise<NativeModel> {
   const hf = loadHfModel(checkModelDir(ctx));
-  return native.loadModel(hf.config, hf.tensors, { device, dtype });
+  return loadModel(hf.config, hf.tensors, { device, dtype });
 }
 
 /** Runs scripts/gpu/hf_logprobs.py; null (with the reason) when python3 lacks torch or transformers. */
@@ -647,7 +648,7 @@ function fusedTrainStep(dtype: ComputeDType): Check {
       const mixed = !fp32;
       const side = async (device: string, fusedKernels: boolean, mp: boolean) => {
         const hf = loadHfModel(checkModelDir(ctx));
-        const model = await native.loadModel(hf.config, hf.tensors, { device, dtype: 'float32', fusedKernels });
+        const model = await loadModel(hf.config, hf.tensors, { device, dtype: 'float32', fusedKernels });
         const scores = (await model.score(rows)).flatMap((s) => Array.from(s.logprobs));
         const trainer = model.createTrainer({ mixedPrecision: mp ? 'bfloat16' : undefined });
         const stats = await trainer.step(rows, { lr: LR, loss: { kind: 'ce' } });

@@ -6,6 +6,7 @@
  */
 import * as fs from 'node:fs';
 import * as native from '../../native';
+import { createModelWithoutWeights, loadModel } from '../model/engine';
 import { DISK_FULL } from '../atomic';
 import { Failure, NonRetryableError, RunFolderDamagedError } from '../failures';
 import { resolveModelDir } from '../hub';
@@ -202,8 +203,8 @@ export class TrainerRuntime {
     // Fully sharded, no rank holds the whole model: the ranks fill their shards from the folder.
     const sharded = group?.sharding === 'full';
     const model = sharded
-      ? await native.createModelWithoutWeights(config, options)
-      : await native.loadModel(config, readBaseModel(baseDir, loadHfModel).tensors, options);
+      ? await createModelWithoutWeights(config, options)
+      : await loadModel(config, readBaseModel(baseDir, loadHfModel).tensors, options);
     const trainer = model.createTrainer({
       mixedPrecision: bf16 ? 'bfloat16' : undefined,
       activationCheckpointing: t.model.ac?.freq ?? 0,
