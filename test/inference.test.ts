@@ -351,7 +351,7 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
       ],
       { kind: 'grpo' },
     );
-    expect(stats.mismatchKl).toBeLessThan(1e-9);
+    expect(stats.metrics.mismatch_kl).toBeLessThan(1e-9);
     const dense = await post('/v1/generate', { prompt_token_ids: [1, 2], max_tokens: 1, return_routes: true });
     expect(dense.status).toBe(400);
     expect(((await dense.json()) as any).error).toMatchObject({ param: 'return_routes', message: /has no MoE router/ });

@@ -57,7 +57,7 @@ test('training takes the same steps with the cache on and off', async () => {
     setCpuCache(capacity);
     const trainer = (await loadModel(cfg, weights)).createTrainer({});
     const out: number[] = [];
-    for (let s = 0; s < 3; s++) out.push((await trainer.step([row], { lr: 1e-2, loss: { kind: 'ce' } })).loss);
+    for (let s = 0; s < 3; s++) out.push((await trainer.step([row], { lr: 1e-2, loss: { kind: 'ce' } })).metrics.loss);
     return out;
   };
   const before = cpuCacheStats().hits;

@@ -141,11 +141,11 @@ withGloo(
     for (let s = 0; s < 2; s++) {
       const [a, b] = await stepAll(ranks, s);
       // Metrics and the loss normaliser are the whole step's, the same on both ranks.
-      expect(a.lossTokens).toBe(singleStats[s].lossTokens);
-      expect(a.tokens).toBe(singleStats[s].tokens);
-      expect(b.loss).toBe(a.loss);
-      expect(a.loss).toBeCloseTo(singleStats[s].loss, 5);
-      expect(a.gradNorm).toBeCloseTo(singleStats[s].gradNorm, 5);
+      expect(a.metrics.loss_tokens).toBe(singleStats[s].metrics.loss_tokens);
+      expect(a.metrics.tokens).toBe(singleStats[s].metrics.tokens);
+      expect(b.metrics.loss).toBe(a.metrics.loss);
+      expect(a.metrics.loss).toBeCloseTo(singleStats[s].metrics.loss, 5);
+      expect(a.metrics.grad_norm).toBeCloseTo(singleStats[s].metrics.grad_norm, 5);
     }
     // ZeRO-1 checkpoint: rank 0 gathers the optimizer shards and alone writes.
     await Promise.all(ranks.map((r, rank) => r.trainer.save(rank === 0 ? dir : '')));
@@ -230,10 +230,10 @@ withGloo(
         const { ranks } = await joinRanks(n, { dtype, sharding: 'full' });
         for (let s = 0; s < 4; s++) {
           const stats = await stepAll(ranks, s);
-          expect(stats[0].lossTokens).toBe(one.stats[s].lossTokens);
-          expect(stats[1].loss).toBe(stats[0].loss);
-          expect(Math.abs(stats[0].loss - one.stats[s].loss)).toBeLessThan(tol);
-          expect(Math.abs(stats[0].gradNorm / one.stats[s].gradNorm - 1)).toBeLessThan(tol);
+          expect(stats[0].metrics.loss_tokens).toBe(one.stats[s].metrics.loss_tokens);
+          expect(stats[1].metrics.loss).toBe(stats[0].metrics.loss);
+          expect(Math.abs(stats[0].metrics.loss - one.stats[s].metrics.loss)).toBeLessThan(tol);
+          expect(Math.abs(stats[0].metrics.grad_norm / one.stats[s].metrics.grad_norm - 1)).toBeLessThan(tol);
         }
         const weights = await readAll(ranks);
         expect(weights[1].every((t, i) => t.data.equals(weights[0][i].data))).toBe(true);

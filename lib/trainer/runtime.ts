@@ -18,7 +18,7 @@ import { stepBatchInput } from '../orchestrator/step-batch';
 import { readRunConfig } from '../run/config';
 import { listSteps, RunLayout } from '../run/layout';
 import { libModule, runInThread } from '../thread';
-import type { TrainMetrics, TrainProgress } from './types';
+import type { EngineMetrics, TrainMetrics, TrainProgress } from './types';
 import { loadBaseShards, loadCheckpoint, writeCheckpoint } from './shards';
 import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
@@ -278,39 +278,17 @@ export class TrainerRuntime {
       })),
       { lr, maxGradNorm: t.optim.max_norm, loss: { ...t.loss, klBeta } },
     );
-    this.klBeta = nextKlBeta(t.klPenalty, this.klBeta, stats.referenceKl);
+    const engine = stats.metrics as unknown as EngineMetrics;
+    this.klBeta = nextKlBeta(t.klPenalty, this.klBeta, engine.kl_divergence);
     this.progress = {
       steps: step + 1,
       samples: this.progress.samples + batch.counts.samples,
       tokens: this.progress.tokens + batch.counts.tokens,
     };
     return {
-      loss: stats.loss,
-      entropy: stats.entropy,
-      mismatch_kl: stats.mismatchKl,
-      mismatch_kl_masked: stats.maskedMismatchKl,
-      mismatch_kl_unmasked: stats.unmaskedMismatchKl,
-      masked_tokens: stats.maskedTokenFraction,
-      masked_low: stats.maskedLowFraction,
-      masked_high: stats.maskedHighFraction,
-      masked_adv_positive: stats.maskedAdvantagePositive,
-      masked_adv_negative: stats.maskedAdvantageNegative,
-      masked_sequences: stats.maskedSampleFraction,
-      clipped: stats.clippedFraction,
-      kl_divergence: stats.referenceKl,
+      ...engine,
       kl_beta: klBeta,
-      grad_norm: stats.gradNorm,
       lr,
-      tokens: stats.tokens,
-      loss_tokens: stats.lossTokens,
-      tokens_per_s: stats.tokensPerSecond,
-      ...(stats.expertLoadMean > 0
-        ? {
-            router_aux_loss: stats.routerAuxLoss,
-            expert_load_max: stats.expertLoadMax,
-            expert_load_mean: stats.expertLoadMean,
-          }
-        : {}),
       seconds: { load, replay: 0, train: stats.seconds, save: 0 },
     };
   }
