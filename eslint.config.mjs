@@ -1,4 +1,5 @@
 // ESLint (flat config): promise handling, and the layer rules of the code base.
+//   native/      the engine's TS facade: imports nothing of the code base above it
 //   lib/         the library: never imports activities/, workflows/ or workers/ (not even types);
 //                inside it, lib/runfolder/ (the run folder's formats) sits below the orchestrator,
 //                the trainer, SFT and lib/run, and those import each other only downward (LIB_LAYERS)
@@ -109,6 +110,8 @@ const LIB_LAYERS = [
       'lib/run/ works on whole run folders through lib/runfolder/: it never imports the orchestrator or the launcher',
   },
 ];
+const NATIVE =
+  'native/ is the engine, below lib/: it never imports lib/, activities/, workflows/ or workers/ (declare the type in native/)';
 
 export default tseslint.config(
   {
@@ -165,6 +168,16 @@ export default tseslint.config(
       ],
     },
   })),
+  {
+    files: ['native/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: into('lib', 'activities', 'workflows', 'workers'), message: NATIVE }] },
+      ],
+      'no-restricted-syntax': ['error', ...dynamicInto(NATIVE, 'lib', 'activities', 'workflows', 'workers')],
+    },
+  },
   {
     files: ['activities/**/*.ts'],
     rules: {

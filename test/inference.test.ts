@@ -6,7 +6,7 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import OpenAI from 'openai';
-import * as native from '../native';
+import { loadModel } from '../lib/model/engine';
 import { inferenceSchema } from '../lib/config/schemas';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
@@ -133,7 +133,7 @@ describe('OpenAI API', () => {
     const logprobs: number[] = body.choices[0].logprobs.content.map((c: { logprob: number }) => c.logprob);
     expect(logprobs).toHaveLength(completion.length);
     const hf = loadHfModel(baseDir);
-    const model = await native.loadModel(hf.config, hf.tensors);
+    const model = await loadModel(hf.config, hf.tensors);
     const ids = [...prompt, ...completion];
     const [scores] = await model.score([{ inputIds: ids, positionIds: ids.map((_, i) => i) }], { temperature: 0.7 });
     const expected = Array.from(scores.logprobs.slice(prompt.length));
@@ -296,7 +296,7 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
     expect(body.object).toBe('chat.completion');
     expect(body.choices).toHaveLength(2);
     const hf = loadHfModel(moeDir);
-    const model = await native.loadModel(hf.config, hf.tensors);
+    const model = await loadModel(hf.config, hf.tensors);
     const prompt: number[] = body.prompt_token_ids;
     for (const choice of body.choices) {
       expect(choice.message.role).toBe('assistant');
@@ -336,7 +336,7 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
     expect(all.every((r) => r.length === 4 && layerOk(r.slice(0, 2)) && layerOk(r.slice(2)))).toBe(true);
     // Training on the sample through these routes reproduces the server's logprobs.
     const hf = loadHfModel(moeDir);
-    const trainer = (await native.loadModel(hf.config, hf.tensors)).createTrainer();
+    const trainer = (await loadModel(hf.config, hf.tensors)).createTrainer();
     const ids = [...prompt, ...choice.token_ids];
     const stats = await trainer.gradients(
       [
@@ -351,7 +351,7 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
       ],
       { kind: 'grpo' },
     );
-    expect(stats.mismatchKl).toBeLessThan(1e-9);
+    expect(stats.metrics.mismatch_kl).toBeLessThan(1e-9);
     const dense = await post('/v1/generate', { prompt_token_ids: [1, 2], max_tokens: 1, return_routes: true });
     expect(dense.status).toBe(400);
     expect(((await dense.json()) as any).error).toMatchObject({ param: 'return_routes', message: /has no MoE router/ });

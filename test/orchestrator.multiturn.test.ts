@@ -7,7 +7,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import * as native from '../native';
+import { loadModel } from '../lib/model/engine';
 import { inferenceSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import type { Message } from '../lib/envs/types';
@@ -218,7 +218,7 @@ test("a rollout on Qwen3's template against a real server: its samples are the e
   expectPromptsAreSamplePrefixes(rollout, client.prompts);
   // Every sampled token's inference logprob equals the engine scoring its sample as one sequence.
   const hf = loadHfModel(modelDir);
-  const model = await native.loadModel(hf.config, hf.tensors);
+  const model = await loadModel(hf.config, hf.tensors);
   const scores = await model.score(
     rollout.samples.map((segments) => ({ inputIds: flat(segments), positionIds: flat(segments).map((_, i) => i) })),
   );

@@ -5,7 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import * as native from '../native';
+import { loadModel } from '../lib/model/engine';
 import { createPackActivities, type PackSummary } from '../activities/pack';
 import { createRolloutActivities } from '../activities/rollouts';
 import { readRollouts, type RolloutSummary } from '../lib/runfolder/rollouts';
@@ -83,7 +83,7 @@ test('a multi-turn rollout extends the token ids of each turn exactly', async ()
   // Every sampled token's inference logprob equals the engine scoring the whole rollout.
   const ids = flat(segments.length);
   const hf = loadHfModel(modelDir);
-  const model = await native.loadModel(hf.config, hf.tensors);
+  const model = await loadModel(hf.config, hf.tensors);
   const [scores] = await model.score([{ inputIds: ids, positionIds: ids.map((_, i) => i) }]);
   let at = 0;
   for (const s of segments) {

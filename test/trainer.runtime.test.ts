@@ -155,7 +155,34 @@ test('kl_penalty: the adaptive beta is logged, checkpointed, and the same after 
 
   // Off: no reference model, no KL term, beta 0 in the metrics.
   const off = (await TrainerRuntime.restore(runWithBatches('kl-off', 1).dir, rlTrainerSpec(config()), 0)).runtime;
-  expect(await off.train(0)).toMatchObject({ kl_divergence: 0, kl_beta: 0 });
+  const offMetrics = await off.train(0);
+  expect(offMetrics).toMatchObject({ kl_divergence: 0, kl_beta: 0 });
+  // The engine's metrics pass through by the names metrics.jsonl records (a dense model: no MoE ones).
+  expect(Object.keys(offMetrics).sort()).toEqual(
+    [
+      'loss',
+      'entropy',
+      'mismatch_kl',
+      'mismatch_kl_masked',
+      'mismatch_kl_unmasked',
+      'masked_tokens',
+      'masked_low',
+      'masked_high',
+      'masked_adv_positive',
+      'masked_adv_negative',
+      'masked_sequences',
+      'clipped',
+      'kl_divergence',
+      'kl_beta',
+      'grad_norm',
+      'lr',
+      'tokens',
+      'loss_tokens',
+      'loss_samples',
+      'tokens_per_s',
+      'seconds',
+    ].sort(),
+  );
 });
 
 test('with LoRA the weights folder holds the merged model and the PEFT adapters under lora/', async () => {

@@ -6,6 +6,7 @@
  */
 import * as fs from 'node:fs';
 import * as native from '../../native';
+import { createModelWithoutWeights, loadModel } from '../model/engine';
 import { DISK_FULL } from '../atomic';
 import { Failure, NonRetryableError, RunFolderDamagedError } from '../failures';
 import { resolveModelDir } from '../hub';
@@ -14,7 +15,7 @@ import { loadHfModel, readHfConfig, writeHfModelStream } from '../model/hf';
 import { serializeSafetensors } from '../model/safetensors';
 import { readBatch, type Batch } from '../runfolder/batch';
 import { listSteps, RunLayout } from '../runfolder/layout';
-import type { TrainMetrics, TrainProgress } from './types';
+import type { EngineMetrics, TrainMetrics, TrainProgress } from './types';
 import { loadBaseShards, loadCheckpoint, writeCheckpoint } from './shards';
 import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
@@ -215,8 +216,8 @@ export class TrainerRuntime {
     // Fully sharded, no rank holds the whole model: the ranks fill their shards from the folder.
     const sharded = group?.sharding === 'full';
     const model = sharded
-      ? await native.createModelWithoutWeights(config, options)
-      : await native.loadModel(config, readBaseModel(baseDir, loadHfModel).tensors, options);
+      ? await createModelWithoutWeights(config, options)
+      : await loadModel(config, readBaseModel(baseDir, loadHfModel).tensors, options);
     const trainer = model.createTrainer({
       mixedPrecision: bf16 ? 'bfloat16' : undefined,
       activationCheckpointing: t.model.ac?.freq ?? 0,
@@ -291,39 +292,17 @@ export class TrainerRuntime {
       })),
       { lr, maxGradNorm: t.optim.max_norm, loss: { ...t.loss, klBeta } },
     );
-    this.klBeta = nextKlBeta(t.klPenalty, this.klBeta, stats.referenceKl);
+    const engine = stats.metrics as unknown as EngineMetrics;
+    this.klBeta = nextKlBeta(t.klPenalty, this.klBeta, engine.kl_divergence);
     this.progress = {
       steps: step + 1,
       samples: this.progress.samples + batch.counts.samples,
       tokens: this.progress.tokens + batch.counts.tokens,
     };
     return {
-      loss: stats.loss,
-      entropy: stats.entropy,
-      mismatch_kl: stats.mismatchKl,
-      mismatch_kl_masked: stats.maskedMismatchKl,
-      mismatch_kl_unmasked: stats.unmaskedMismatchKl,
-      masked_tokens: stats.maskedTokenFraction,
-      masked_low: stats.maskedLowFraction,
-      masked_high: stats.maskedHighFraction,
-      masked_adv_positive: stats.maskedAdvantagePositive,
-      masked_adv_negative: stats.maskedAdvantageNegative,
-      masked_sequences: stats.maskedSampleFraction,
-      clipped: stats.clippedFraction,
-      kl_divergence: stats.referenceKl,
+      ...engine,
       kl_beta: klBeta,
-      grad_norm: stats.gradNorm,
       lr,
-      tokens: stats.tokens,
-      loss_tokens: stats.lossTokens,
-      tokens_per_s: stats.tokensPerSecond,
-      ...(stats.expertLoadMean > 0
-        ? {
-            router_aux_loss: stats.routerAuxLoss,
-            expert_load_max: stats.expertLoadMax,
-            expert_load_mean: stats.expertLoadMean,
-          }
-        : {}),
       seconds: { load, replay: 0, train: stats.seconds, save: 0 },
     };
   }
