@@ -2,8 +2,8 @@
  * The verifiers wire without Python: deltas assembled into an episode as verifiers' own
  * `EpisodeAssembly` does, and traces (message graphs) turned into training samples.
  */
-import { EpisodeAssembly, type WireTrace } from '../lib/envs/verifiers/server';
-import { episodeRollout, nodeVersions, traceSamples } from '../lib/orchestrator/verifiers-rollout';
+import { EpisodeAssembly, type WireTrace } from '../../lib/envs/verifiers/server';
+import { episodeRollout, nodeVersions, traceSamples } from '../../lib/orchestrator/verifiers-rollout';
 
 const node = (parent: number | null, ids: number[], mask: boolean[], logprobs: number[] = [], sampled = false) => ({
   parent,

@@ -2,7 +2,7 @@
  * The difflib port against Python: every expected ratio below was computed with CPython's
  * `difflib.SequenceMatcher(...).ratio()` when this test was written (the test needs no Python).
  */
-import { SequenceMatcher, sequenceRatio } from '../lib/envs/difflib';
+import { SequenceMatcher, sequenceRatio } from '../../lib/envs/difflib';
 
 // 260 letters, each frequent enough (10 times) to be "popular" under autojunk (> 1 + 260 // 100).
 const s260 = Array.from({ length: 260 }, (_, i) => String.fromCharCode(97 + ((i * 7) % 26))).join('');

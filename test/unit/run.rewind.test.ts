@@ -5,9 +5,9 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { rewindRun } from '../lib/run/rewind';
-import { RunLayout } from '../lib/run/layout';
-import { CKPT_FILE, fileSha256, PROGRESS_FILE } from '../lib/trainer/checkpoint';
+import { rewindRun } from '../../lib/run/rewind';
+import { RunLayout } from '../../lib/run/layout';
+import { CKPT_FILE, fileSha256, PROGRESS_FILE } from '../../lib/trainer/checkpoint';
 
 const write = (file: string, text: string) => {
   fs.mkdirSync(path.dirname(file), { recursive: true });

@@ -1,8 +1,8 @@
 /** `--help` (lib/config/help.ts): every option with its type, default and description, and the fields of list-of-table entries. */
 import { z } from 'zod';
-import { optionsHelp } from '../lib/config/help';
-import { arrayElement, inspect, leaves, objectShape, typeName } from '../lib/config/introspect';
-import * as schemas from '../lib/config/schemas';
+import { optionsHelp } from '../../lib/config/help';
+import { arrayElement, inspect, leaves, objectShape, typeName } from '../../lib/config/introspect';
+import * as schemas from '../../lib/config/schemas';
 
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 

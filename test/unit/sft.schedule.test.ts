@@ -1,5 +1,5 @@
 /** SFT step batches: seeded per-epoch shuffles, epochs vs max_steps, deterministic resumes. */
-import { SftSchedule } from '../lib/sft';
+import { SftSchedule } from '../../lib/sft';
 
 const all = (s: SftSchedule) => Array.from({ length: s.totalSteps }, (_, k) => s.batch(k));
 

@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { NamedTensor } from '../lib/model/arch';
+import type { NamedTensor } from '../../lib/model/arch';
 import {
   INDEX_FILE,
   parseSafetensors,
@@ -14,10 +14,10 @@ import {
   serializeSafetensors,
   writeSafetensors,
   writeSafetensorsStream,
-} from '../lib/model/safetensors';
-import { fileSha256 } from '../lib/trainer/checkpoint';
+} from '../../lib/model/safetensors';
+import { fileSha256 } from '../../lib/trainer/checkpoint';
 
-const FIXTURES = path.join(__dirname, 'fixtures', 'hf-reference');
+const FIXTURES = path.join(__dirname, '..', 'fixtures', 'hf-reference');
 
 function f32(name: string, shape: number[], values: number[]): NamedTensor {
   return { name, dtype: 'F32', shape, data: Buffer.from(new Float32Array(values).buffer) };

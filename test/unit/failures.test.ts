@@ -1,5 +1,5 @@
 /** The non-retryable failure types and how the CLI reads a failed workflow's chain. */
-import { describeFailure, Failure, isBadInput } from '../lib/failures';
+import { describeFailure, Failure, isBadInput } from '../../lib/failures';
 
 /** A failure chain as Temporal's client gives it: message, cause, activityType, type. */
 function chain(type: string | null): Error {

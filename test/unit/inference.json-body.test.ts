@@ -3,7 +3,7 @@
  * completion of millions of logprob entries used to block `/health` for seconds while its body was
  * built and serialised.
  */
-import { jsonPieces, LazyArray, mapInSlices } from '../lib/inference/server/json-body';
+import { jsonPieces, LazyArray, mapInSlices } from '../../lib/inference/server/json-body';
 
 /** A body shaped like a chat completion with 20 top logprobs per token, `tokens` tokens per choice. */
 function body(choices: number, tokens: number) {

@@ -9,9 +9,9 @@ import {
   type AdvantageGroup,
   type BuiltinAdvantageConfig,
   type RolloutOutcome,
-} from '../lib/orchestrator/advantages';
-import { difficultyFilter, dropReason, rewardVariance, type FilterGroup } from '../lib/orchestrator/filters';
-import { rlSchema } from '../lib/config/schemas';
+} from '../../lib/orchestrator/advantages';
+import { difficultyFilter, dropReason, rewardVariance, type FilterGroup } from '../../lib/orchestrator/filters';
+import { rlSchema } from '../../lib/config/schemas';
 
 /** The rl config with this orchestrator section (model names filled in). */
 const orchestrator = (o: Record<string, unknown> = {}) =>

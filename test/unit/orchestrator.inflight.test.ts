@@ -2,7 +2,7 @@
  * In-flight mode's decisions (lib/orchestrator/inflight.ts): which groups a step takes, and the
  * producer's concurrency; and the load readings it follows (lib/orchestrator/server-load.ts).
  */
-import { difficultyFilter } from '../lib/orchestrator/filters';
+import { difficultyFilter } from '../../lib/orchestrator/filters';
 import {
   claimMetrics,
   claimStep,
@@ -10,9 +10,9 @@ import {
   resumeDraw,
   STALE,
   type ClaimCandidate,
-} from '../lib/orchestrator/inflight';
-import { parseServerLoad } from '../lib/orchestrator/server-load';
-import { EnvMix } from '../lib/envs/mix';
+} from '../../lib/orchestrator/inflight';
+import { parseServerLoad } from '../../lib/orchestrator/server-load';
+import { EnvMix } from '../../lib/envs/mix';
 
 type R = { reward: number };
 /** Group `seq` of two rollouts sampled with `versions` (-1: none sampled), rewards 0 and `spread`. */

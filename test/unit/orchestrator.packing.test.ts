@@ -2,10 +2,16 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { readBatch, writeBatch } from '../lib/orchestrator/batch';
-import { Rng, uniformInt } from '../lib/envs/random';
-import { buildSample, packSamples, type PackResult, type Sample, type TokenSegment } from '../lib/orchestrator/packing';
-import { buildStepBatch, type StepBatchInput, type StepBatchResult } from '../lib/orchestrator/step-batch';
+import { readBatch, writeBatch } from '../../lib/orchestrator/batch';
+import { Rng, uniformInt } from '../../lib/envs/random';
+import {
+  buildSample,
+  packSamples,
+  type PackResult,
+  type Sample,
+  type TokenSegment,
+} from '../../lib/orchestrator/packing';
+import { buildStepBatch, type StepBatchInput, type StepBatchResult } from '../../lib/orchestrator/step-batch';
 
 /** A sample of `n` tokens with ids base, base+1, ...; odd positions generated. */
 function sample(n: number, base = 0, advantage = 1): Sample {

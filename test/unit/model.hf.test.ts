@@ -1,12 +1,12 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { parseHfConfig, toHfConfig } from '../lib/model/hf-config';
-import { loadHfModel, readHfConfig, writeHfModel } from '../lib/model/hf';
-import { readSafetensors } from '../lib/model/safetensors';
-import { initTensors, resolveArchConfig } from '../lib/model/create';
-import type { ArchConfig } from '../lib/model/arch';
-import { HF_FIXTURES } from './hf-fixtures';
+import { parseHfConfig, toHfConfig } from '../../lib/model/hf-config';
+import { loadHfModel, readHfConfig, writeHfModel } from '../../lib/model/hf';
+import { readSafetensors } from '../../lib/model/safetensors';
+import { initTensors, resolveArchConfig } from '../../lib/model/create';
+import type { ArchConfig } from '../../lib/model/arch';
+import { HF_FIXTURES } from '../hf-fixtures';
 
 /** Excerpts of the real Hub configs (Llama-3.2-1B without its llama3 rope scaling, Qwen2.5-0.5B, Qwen3-0.6B). */
 const llama = {

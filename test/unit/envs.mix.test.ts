@@ -1,5 +1,5 @@
 /** The weighted env mix: determinism in (seed, step), proportions, no repeats within an epoch. */
-import { EnvMix, type MixDraw } from '../lib/envs/mix';
+import { EnvMix, type MixDraw } from '../../lib/envs/mix';
 
 const key = (d: MixDraw) => `${d.env}:${d.index}`;
 

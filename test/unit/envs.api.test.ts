@@ -1,13 +1,13 @@
 /** The environment API: finding envs by id, args validation, defaults, rubric, tools, list datasets. */
 import * as path from 'node:path';
 import { z } from 'zod';
-import { defineEnvironment, instantiate } from '../lib/envs/define';
-import { listDataset } from '../lib/envs/dataset';
-import { BUILTIN_ENV_IDS, loadEnvironment } from '../lib/envs/loader';
-import { parseToolCalls } from '../lib/envs/tools';
-import type { Example } from '../lib/envs/types';
+import { defineEnvironment, instantiate } from '../../lib/envs/define';
+import { listDataset } from '../../lib/envs/dataset';
+import { BUILTIN_ENV_IDS, loadEnvironment } from '../../lib/envs/loader';
+import { parseToolCalls } from '../../lib/envs/tools';
+import type { Example } from '../../lib/envs/types';
 
-const FIXTURES = path.join(__dirname, 'fixtures', 'envs');
+const FIXTURES = path.join(__dirname, '..', 'fixtures', 'envs');
 
 describe('loadEnvironment', () => {
   test('built-ins', () => {

@@ -4,12 +4,17 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { prepareRun } from '../activities/run';
-import { rlSchema } from '../lib/config/schemas';
-import { createModel } from '../lib/model/create';
-import { computeAdvantages, groupAdvantages, type AdvantageGroup } from '../lib/orchestrator/advantages';
-import { playFiltered, refillDraws, type FilterGroup } from '../lib/orchestrator/filters';
-import { advantageEstimator, isPluginError, rolloutFilters, type AdvantageConfig } from '../lib/orchestrator/plugins';
+import { prepareRun } from '../../activities/run';
+import { rlSchema } from '../../lib/config/schemas';
+import { createModel } from '../../lib/model/create';
+import { computeAdvantages, groupAdvantages, type AdvantageGroup } from '../../lib/orchestrator/advantages';
+import { playFiltered, refillDraws, type FilterGroup } from '../../lib/orchestrator/filters';
+import {
+  advantageEstimator,
+  isPluginError,
+  rolloutFilters,
+  type AdvantageConfig,
+} from '../../lib/orchestrator/plugins';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-plugins-'));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));

@@ -2,10 +2,10 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { readBatch, writeBatch } from '../lib/orchestrator/batch';
-import { buildSample, packSamples } from '../lib/orchestrator/packing';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, sftSchema } from '../lib/config/schemas';
+import { readBatch, writeBatch } from '../../lib/orchestrator/batch';
+import { buildSample, packSamples } from '../../lib/orchestrator/packing';
+import { loadConfig } from '../../lib/config/loader';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, sftSchema } from '../../lib/config/schemas';
 
 const W = 4; // sparse layers x experts per token
 

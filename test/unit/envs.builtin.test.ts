@@ -1,14 +1,14 @@
 /** The built-in environments: rewards on hand-computed cases, parsing edge cases, datasets. */
-import { loadEnvironment } from '../lib/envs/loader';
-import { arithmeticReward } from '../lib/envs/builtin/arithmetic';
-import { evaluate, parseInteger } from '../lib/envs/builtin/expression';
+import { loadEnvironment } from '../../lib/envs/loader';
+import { arithmeticReward } from '../../lib/envs/builtin/arithmetic';
+import { evaluate, parseInteger } from '../../lib/envs/builtin/expression';
 import {
   parseReversed,
   reverseText,
   reverseTextReward,
   REVERSE_TEXT_SYSTEM_PROMPT,
-} from '../lib/envs/builtin/reverse-text';
-import type { Environment, Example, JsonObject, Message, Split } from '../lib/envs/types';
+} from '../../lib/envs/builtin/reverse-text';
+import type { Environment, Example, JsonObject, Message, Split } from '../../lib/envs/types';
 
 const assistant = (content: string): Message => ({ role: 'assistant', content });
 
