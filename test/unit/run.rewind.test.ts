@@ -87,10 +87,12 @@ test('a missing or corrupt checkpoint is refused, listing only the checkpoints t
       throw new Error('expected a refusal');
     };
     const choices =
-      /\(its checkpoints: 2; corrupt: 4 \(checksum mismatch \([0-9a-f]{12} != [0-9a-f]{12}\)\)\); pick one of those/;
+      /\(its checkpoints: 2; corrupt: 4 \(trainer\.ckpt: checksum mismatch \([0-9a-f]{12} != [0-9a-f]{12}\)\)\); pick one of those/;
     expect(refusal(3)).toMatch(/^ckpt\.resume_step: run \S+ has no checkpoint of step 3 /);
     expect(refusal(3)).toMatch(choices);
-    expect(refusal(4)).toMatch(/^ckpt\.resume_step: checkpoint \S+step_4 is unusable: checksum mismatch/);
+    expect(refusal(4)).toMatch(
+      /^ckpt\.resume_step: checkpoint \S+step_4 is unusable: trainer\.ckpt: checksum mismatch/,
+    );
     expect(refusal(4)).toMatch(choices);
     expect(stepsOf(layout.checkpointsRoot)).toEqual([2, 4]); // nothing was discarded
   } finally {
