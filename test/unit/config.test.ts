@@ -1,6 +1,5 @@
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig, MAX_CONFIG_FILE_BYTES } from '../../lib/config/loader';
 import {
@@ -12,16 +11,10 @@ import {
   modelCreateSchema,
 } from '../../lib/config/schemas';
 import { POLICY_LOSSES } from '../../native/loss-kinds';
-import { configError } from '../config-error';
+import { configError } from '../support/config-error';
+import { scratchDir } from '../support/setup';
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-config-'));
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
-
-function file(name: string, text: string): string {
-  const p = path.join(dir, name);
-  fs.writeFileSync(p, text);
-  return p;
-}
+const { dir, file } = scratchDir('prime-config-');
 
 const shared = { keys: RL_SHARED_KEYS, sections: RL_SECTIONS };
 const rl = (argv: string[], env: NodeJS.ProcessEnv = {}) =>

@@ -6,7 +6,7 @@ import { loadHfModel, readHfConfig, writeHfModel } from '../../lib/model/hf';
 import { readSafetensors } from '../../lib/model/safetensors';
 import { initTensors, resolveArchConfig } from '../../lib/model/create';
 import type { ArchConfig } from '../../lib/model/arch';
-import { HF_FIXTURES } from '../hf-fixtures';
+import { HF_FIXTURES } from '../support/hf-fixtures';
 
 /** Excerpts of the real Hub configs (Llama-3.2-1B without its llama3 rope scaling, Qwen2.5-0.5B, Qwen3-0.6B). */
 const llama = {

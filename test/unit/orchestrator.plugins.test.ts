@@ -1,12 +1,10 @@
 /** Plugin estimators and rollout filters loaded from modules, start-up validation, and the refill of filtered steps. */
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { prepareRun } from '../../activities/run';
 import { rlSchema } from '../../lib/config/schemas';
-import { createModel } from '../../lib/model/create';
 import { computeAdvantages, groupAdvantages, type AdvantageGroup } from '../../lib/orchestrator/advantages';
 import { playFiltered, refillDraws, type FilterGroup } from '../../lib/orchestrator/filters';
 import {
@@ -15,16 +13,12 @@ import {
   rolloutFilters,
   type AdvantageConfig,
 } from '../../lib/orchestrator/plugins';
+import { scratchDir, tinyModel, workflowRlConfig } from '../support/setup';
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-plugins-'));
-afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
+const { dir: root, file } = scratchDir('prime-plugins-');
 
 /** Writes a module under the temp folder; returns its path relative to the working directory, as a user writes it. */
-function plugin(name: string, source: string): string {
-  const file = path.join(root, name);
-  fs.writeFileSync(file, source);
-  return './' + path.relative(process.cwd(), file);
-}
+const plugin = (name: string, source: string): string => './' + path.relative(process.cwd(), file(name, source));
 
 const ADV = plugin(
   'my_adv.ts',
@@ -161,18 +155,9 @@ describe('plugins', () => {
   });
 
   test('prepareRun loads the plugins: a bad import_path fails the start, non-retryably, naming the module', async () => {
-    const modelDir = path.join(root, 'model');
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+    const modelDir = tinyModel(path.join(root, 'model'));
     const config = (orchestrator: Record<string, unknown>) =>
-      rlSchema.parse({
-        run_name: 'p',
-        model: { name: modelDir },
-        env: [{ id: 'reverse-text' }],
-        output_dir: path.join(root, 'runs'),
-        trainer: { model: { name: modelDir } },
-        inference: { model: { name: modelDir } },
-        orchestrator: { model: { name: modelDir }, ...orchestrator },
-      });
+      workflowRlConfig('p', modelDir, path.join(root, 'runs'), orchestrator);
     const mock = new MockActivityEnvironment();
     const e = await mock.run(prepareRun, config({ rollout_filters: [{ import_path: './missing_filter.ts' }] })).then(
       () => undefined,

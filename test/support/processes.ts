@@ -5,8 +5,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { freePort } from '../lib/net';
-import { projectRoot } from '../lib/paths';
+import { freePort } from '../../lib/net';
+import { projectRoot } from '../../lib/paths';
 
 /** ppid, process group and state of a live process (a zombie counts as gone), from /proc. */
 export function procStat(pid: number): { ppid: number; pgid: number; state: string } | undefined {

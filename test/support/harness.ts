@@ -7,15 +7,16 @@ import * as path from 'node:path';
 import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import type { Duration } from '@temporalio/common';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
-import { createCpuActivities, createTrainerActivities } from '../activities';
-import { inferenceSchema, type RLConfig } from '../lib/config/schemas';
-import { EnvPool } from '../lib/envs/pool';
-import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
-import { freePort } from '../lib/net';
-import { InferenceClient, type GenerateParams, type GenerateResult } from '../lib/orchestrator/client';
-import { startDevServer, type TemporalEndpoint } from '../lib/temporal/devserver';
-import { taskQueues } from '../lib/temporal/queues';
-import type { RLResult } from '../workflows/rl';
+import { createCpuActivities, createTrainerActivities } from '../../activities';
+import { inferenceSchema, type RLConfig } from '../../lib/config/schemas';
+import { EnvPool } from '../../lib/envs/pool';
+import { startInferenceServer, type InferenceServer } from '../../lib/inference/server';
+import { freePort } from '../../lib/net';
+import { InferenceClient, type GenerateParams, type GenerateResult } from '../../lib/orchestrator/client';
+import { startDevServer, type TemporalEndpoint } from '../../lib/temporal/devserver';
+import { taskQueues } from '../../lib/temporal/queues';
+import type { RLResult } from '../../workflows/rl';
+import { removeDir } from './setup';
 
 Runtime.install({ logger: new DefaultLogger('WARN') });
 
@@ -38,6 +39,15 @@ export interface Stack {
   pool: EnvPool;
   close(): Promise<void>;
 }
+
+/** After a file's tests: closes its stack (if it started), then removes the folder the stack ran in. */
+export async function closeStack(stack: Stack | undefined, root: string): Promise<void> {
+  await stack?.close();
+  removeDir(root);
+}
+
+/** A stack with an inference server. */
+export type ServingStack = Stack & { inference: InferenceServer };
 
 /** What the inference server of a stack serves. */
 export interface Serve {
@@ -64,7 +74,7 @@ export function startServer(root: string, serve: Serve): Promise<InferenceServer
 
 /** A Temporal dev server in `root`, one env worker and, with `serve`, an inference server (port 0, one thread). */
 export async function startStack(root: string): Promise<Stack>;
-export async function startStack(root: string, serve: Serve): Promise<Stack & { inference: InferenceServer }>;
+export async function startStack(root: string, serve: Serve): Promise<ServingStack>;
 export async function startStack(root: string, serve?: Serve): Promise<Stack & { inference?: InferenceServer }> {
   const temporal = await startTemporal(root);
   const inference = serve ? await startServer(root, serve) : undefined;
@@ -105,7 +115,7 @@ export async function execute<T>(e: Execution): Promise<T> {
   const cpu = await Worker.create({
     connection,
     taskQueue: queues.cpu,
-    workflowsPath: require.resolve('../workflows'),
+    workflowsPath: require.resolve('../../workflows'),
     activities: createCpuActivities({ pool: e.pool }),
   });
   const client = new Client({ connection: await Connection.connect({ address: e.temporal.address }) });
@@ -134,23 +144,34 @@ export async function execute<T>(e: Execution): Promise<T> {
   }
 }
 
-/** Runs an rl workflow on `cfg` (workflow id: its run name) with a trainer worker; `more` overrides. */
-export function executeRl(
+/**
+ * Runs a `type` workflow on `cfg`: its task queue, workflow id its run name, args `[cfg]`, with a
+ * trainer worker unless it is an eval; `more` overrides.
+ */
+export function executeRun<T>(
   where: { temporal: TemporalEndpoint; pool: EnvPool },
-  cfg: RLConfig,
+  type: Execution['workflowType'],
+  cfg: { run_name: string; temporal: { task_queue: string } },
   more: Partial<Execution> = {},
-): Promise<RLResult> {
-  return execute<RLResult>({
+): Promise<T> {
+  return execute<T>({
     temporal: where.temporal,
     pool: where.pool,
     taskQueue: cfg.temporal.task_queue,
-    workflowType: 'rl',
+    workflowType: type,
     workflowId: cfg.run_name,
     args: [cfg],
-    trainer: true,
+    trainer: type !== 'eval',
     ...more,
   });
 }
+
+/** Runs an rl workflow on `cfg` (workflow id: its run name) with a trainer worker; `more` overrides. */
+export const executeRl = (
+  where: { temporal: TemporalEndpoint; pool: EnvPool },
+  cfg: RLConfig,
+  more: Partial<Execution> = {},
+): Promise<RLResult> => executeRun<RLResult>(where, 'rl', cfg, more);
 
 /** A real inference client that also records the prompt of each request it sends. */
 export class RecordingClient extends InferenceClient {

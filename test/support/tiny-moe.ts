@@ -1,8 +1,8 @@
 /** The tiny Qwen3-MoE model the inference and SFT tests share (no side effects on import). */
-import type { ArchConfig } from '../lib/model/arch';
-import { createModel } from '../lib/model/create';
-import { FAMILIES } from '../lib/model/families';
-import { tinyConfig } from '../lib/model/testing';
+import type { ArchConfig } from '../../lib/model/arch';
+import { FAMILIES } from '../../lib/model/families';
+import { tinyConfig } from '../../lib/model/testing';
+import { tinyModel } from './setup';
 
 /** A tiny qwen3_moe config for engine tests: sparse blocks 0 and 2 around a dense block 1; 2 of 4 experts per token. */
 export const tinyMoeConfig: ArchConfig = tinyConfig('qwen3_moe', {
@@ -18,13 +18,5 @@ export const tinyMoeConfig: ArchConfig = tinyConfig('qwen3_moe', {
 
 /** A tiny qwen3_moe model in `out` (bytes tokenizer, seed 0): sparse blocks 0 and 2 around a dense block 1. */
 export function createTinyMoe(out: string): void {
-  createModel({
-    arch: 'qwen3_moe',
-    preset: 'tiny',
-    tokenizer: 'bytes',
-    seed: 0,
-    out,
-    numLayers: 3,
-    moe: { mlpOnlyLayers: [1] },
-  });
+  tinyModel(out, { arch: 'qwen3_moe', numLayers: 3, moe: { mlpOnlyLayers: [1] } });
 }

@@ -7,9 +7,9 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { CreateModelOptions } from '../lib/model/create';
+import type { CreateModelOptions } from '../../lib/model/create';
 
-export const HF_FIXTURES_DIR = path.join(__dirname, 'fixtures', 'hf-reference');
+export const HF_FIXTURES_DIR = path.join(__dirname, '..', 'fixtures', 'hf-reference');
 
 export interface HfFixture {
   /** The folder's name. */
