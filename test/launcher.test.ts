@@ -28,7 +28,7 @@ import type { RLProgress, RLResult } from '../workflows/rl';
 import type { SftProgress, SftResult } from '../workflows/sft';
 import { childrenOf, cmdline, isRunning, metricSteps, until } from './support/processes';
 import { chaosScene, tinyRunArgs } from './support/rl-chaos';
-import { cliConfig, oneThreadEach, reverseTextSft, rlConfig, smallStep } from './support/setup';
+import { cliConfig, namedRunArgs, oneThreadEach, reverseTextSft, rlConfig, smallStep } from './support/setup';
 
 jest.setTimeout(5 * 60_000);
 
@@ -61,14 +61,7 @@ test('a command that started the dev server leaves it running for another comman
   const [port, uiPort] = [await freePort(), await freePort()];
   const sft = (name: string, steps: number): SFTConfig =>
     cliConfig(sftSchema, [
-      '--run-name',
-      name,
-      '--model.name',
-      modelDir,
-      '--output-dir',
-      outputDir,
-      '--seq-len',
-      '128',
+      ...namedRunArgs(name, modelDir, outputDir),
       '--threads',
       '1',
       '--max-steps',
@@ -112,14 +105,7 @@ test('SIGKILL of the launcher takes its processes with it, and the same command 
   const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
   const args = [
     'rl',
-    '--run-name',
-    'orphans',
-    '--model.name',
-    modelDir,
-    '--output-dir',
-    outputDir,
-    '--seq-len',
-    '128',
+    ...namedRunArgs('orphans', modelDir, outputDir),
     '--max-steps',
     String(steps),
     '--env',

@@ -11,7 +11,7 @@ import type { RunLayout } from '../../lib/run/layout';
 import { runningDevServer } from '../../lib/temporal/devserver';
 import { readBatch } from '../../lib/orchestrator/batch';
 import { CliProcesses, metricLines } from './processes';
-import { oneThreadEach, removeDir, smallStep, tempDir, tinyModel } from './setup';
+import { namedRunArgs, oneThreadEach, removeDir, smallStep, tempDir, tinyModel } from './setup';
 
 /** `prime-rl rl` arguments of a tiny run (reverse-text, batch 8 = 2 groups of 4) on its own ports. */
 export async function tinyRunArgs(o: {
@@ -22,14 +22,7 @@ export async function tinyRunArgs(o: {
 }): Promise<string[]> {
   const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
   return [
-    '--run-name',
-    o.name,
-    '--model.name',
-    o.modelDir,
-    '--output-dir',
-    o.outputDir,
-    '--seq-len',
-    '128',
+    ...namedRunArgs(o.name, o.modelDir, o.outputDir),
     '--max-steps',
     String(o.steps),
     '--async-level',

@@ -77,14 +77,26 @@ export const workflowRlConfig = (
     orchestrator: { model: { name: model }, ...orchestrator },
   });
 
-/** A run of `model` writing under `outputDir` and sampling from `baseUrl`: rows of 128 tokens, a trainer on one thread. */
-export const serverRunArgs = (model: string, outputDir: string, baseUrl: string): string[] => [
+/** A run of `model`, written under `outputDir`, in rows of 128 tokens. */
+const modelRunArgs = (model: string, outputDir: string): string[] => [
   '--model.name',
   model,
   '--output-dir',
   outputDir,
   '--seq-len',
   '128',
+];
+
+/** Run `name` of `model`, written under `outputDir`, in rows of 128 tokens. */
+export const namedRunArgs = (name: string, model: string, outputDir: string): string[] => [
+  '--run-name',
+  name,
+  ...modelRunArgs(model, outputDir),
+];
+
+/** A run of `model` writing under `outputDir` and sampling from `baseUrl`: rows of 128 tokens, a trainer on one thread. */
+export const serverRunArgs = (model: string, outputDir: string, baseUrl: string): string[] => [
+  ...modelRunArgs(model, outputDir),
   '--orchestrator.base-urls',
   baseUrl,
   '--trainer.threads',
