@@ -9,10 +9,11 @@ import OpenAI from 'openai';
 import { loadModel } from '../lib/model/engine';
 import { inferenceSchema } from '../lib/config/schemas';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
-import { createModel } from '../lib/model/create';
-import { createTinyMoe } from './tiny-moe';
+import { createTinyMoe } from './support/tiny-moe';
 import { loadHfModel } from '../lib/model/hf';
 import { projectRoot } from '../lib/paths';
+import { startServer } from './support/harness';
+import { tinyModel } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inference-'));
 const baseDir = path.join(root, 'base');
@@ -22,9 +23,9 @@ let server: InferenceServer;
 let client: OpenAI;
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: baseDir });
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: otherDir });
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: wideDir, hiddenSize: 96 });
+  tinyModel(baseDir);
+  tinyModel(otherDir, { seed: 1 });
+  tinyModel(wideDir, { hiddenSize: 96 });
   const config = inferenceSchema.parse({
     model: { name: baseDir },
     seq_len: 256,
@@ -272,15 +273,11 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
   let moeServer: InferenceServer;
   beforeAll(async () => {
     createTinyMoe(moeDir);
-    moeServer = await startInferenceServer(
-      inferenceSchema.parse({
-        model: { name: moeDir },
-        seq_len: 64,
-        output_dir: path.join(root, 'out'),
-        threads: 2,
-        server: { port: 0 },
-      }),
-    );
+    moeServer = await startServer(root, {
+      modelDir: moeDir,
+      seqLen: 64,
+      settings: { output_dir: path.join(root, 'out'), threads: 2 },
+    });
   });
   afterAll(() => moeServer?.close(1000));
 
@@ -428,7 +425,7 @@ describe('weight updates: paths and versions', () => {
 
   test('a version label names one set of weights; 0 is the base model', async () => {
     const third = path.join(root, 'out', 'step_b');
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 2, out: third });
+    tinyModel(third, { seed: 2 });
     const zero = await post('/update_weights', { weight_dir: otherDir, version: 0 });
     expect(zero.status).toBe(400);
     expect(((await zero.json()) as any).error.param).toBe('version');

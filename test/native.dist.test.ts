@@ -14,9 +14,9 @@ import { shardRows } from '../lib/trainer/runtime';
 import type { ArchConfig } from '../lib/model/arch';
 import { memoryPlan } from '../lib/trainer/plan';
 import { loadBaseShards, loadCheckpoint, writeCheckpoint } from '../lib/trainer/shards';
-import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
-import { tinyMoeConfig } from './tiny-moe';
+import { tinyMoeConfig } from './support/tiny-moe';
+import { tinyModel } from './support/setup';
 
 native.setThreads(1);
 
@@ -296,7 +296,7 @@ withGloo(
   'fully sharded ranks built without weights read only their part of the base model folder == one trainer',
   async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-base-'));
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: dir });
+    tinyModel(dir);
     const base = loadHfModel(dir);
     const vocab = base.config.vocabSize;
     const rowsOf = (s: number) =>

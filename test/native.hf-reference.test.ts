@@ -8,7 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { loadModel } from '../lib/model/engine';
 import { loadHfModel } from '../lib/model/hf';
-import { HF_FIXTURES } from './hf-fixtures';
+import { HF_FIXTURES } from './support/hf-fixtures';
 
 function logSoftmax(row: Float32Array): Float64Array {
   let max = -Infinity;

@@ -5,7 +5,7 @@
  * replay from inference routes to training.
  */
 import type { ArchConfig } from '../lib/model/arch';
-import { tinyMoeConfig } from './tiny-moe';
+import { tinyMoeConfig } from './support/tiny-moe';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { setThreads, type LossConfig, type NativeModel, type TrainRow, type WeightTensor } from '../native';

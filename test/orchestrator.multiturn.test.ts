@@ -8,16 +8,15 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadModel } from '../lib/model/engine';
-import { inferenceSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import type { Message } from '../lib/envs/types';
-import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import type { InferenceServer } from '../lib/inference/server';
 import { renderChat, type ChatMessage } from '../lib/model/chat';
 import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { InferenceClient, type GenerateResult } from '../lib/orchestrator/client';
-import { RecordingClient } from './harness';
+import { RecordingClient, startServer } from './support/harness';
 import { runRollout } from '../lib/orchestrator/rollout';
 import type { Rollout } from '../lib/runfolder/rollouts';
 import type { TokenSegment } from '../lib/runfolder/packing';
@@ -41,15 +40,7 @@ beforeAll(async () => {
   );
   tokenizer = Tokenizer.fromDir(modelDir);
   expect(tokenizer.chatTemplate).toBe(original);
-  server = await startInferenceServer(
-    inferenceSchema.parse({
-      model: { name: modelDir },
-      seq_len: 1024,
-      output_dir: root,
-      threads: 2,
-      server: { port: 0 },
-    }),
-  );
+  server = await startServer(root, { modelDir, seqLen: 1024, settings: { output_dir: root, threads: 2 } });
   pool = new EnvPool({ workers: 1, timeoutS: 30 });
 });
 afterAll(async () => {

@@ -13,9 +13,9 @@ import * as fs from 'node:fs';
 import { RunLayout } from '../lib/runfolder/layout';
 import { runningDevServer } from '../lib/temporal/devserver';
 import { readRollouts, storedSummary } from '../lib/runfolder/rollouts';
-import { metricLines, metricSteps, until, type CliLaunch } from './processes';
+import { metricLines, metricSteps, until, type CliLaunch } from './support/processes';
 import { readBatch } from '../lib/runfolder/batch';
-import { chaosScene, checkRun, recordedProcesses, tinyRunArgs } from './rl-chaos';
+import { chaosScene, checkRun, recordedProcesses, tinyRunArgs } from './support/rl-chaos';
 
 jest.setTimeout(10 * 60_000);
 

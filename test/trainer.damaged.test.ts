@@ -10,10 +10,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../native';
 import { writeFileAtomic } from '../lib/atomic';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { Failure, RunFolderDamagedError } from '../lib/failures';
-import { createModel } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
 import { readSafetensorsDir } from '../lib/model/safetensors';
 import { readBatch } from '../lib/runfolder/batch';
@@ -23,21 +20,26 @@ import { storedConfigText } from '../lib/runfolder/config';
 import { RunLayout } from '../lib/runfolder/layout';
 import { rlTrainerSpec } from '../lib/trainer/spec';
 import { TrainerRuntime } from '../lib/trainer/runtime';
+import { rlConfig, tinyModel } from './support/setup';
 
 native.setThreads(1);
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-damaged-'));
 const modelDir = path.join(root, 'model');
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
-beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
+beforeAll(() => tinyModel(modelDir));
 
 const STEPS = 5;
-const config = loadConfig({
-  schema: rlSchema,
-  argv: ['--model.name', modelDir, '--seq-len', '64', '--max-steps', String(STEPS), '--trainer.optim.lr', '1e-3'],
-  env: {},
-  shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-}).config;
+const config = rlConfig([
+  '--model.name',
+  modelDir,
+  '--seq-len',
+  '64',
+  '--max-steps',
+  String(STEPS),
+  '--trainer.optim.lr',
+  '1e-3',
+]);
 
 /**
  * An rl run folder as the cpu worker leaves it: its config, and per step a rollouts folder (two

@@ -7,9 +7,6 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../native';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
-import { createModel } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
 import { readSafetensors, readSafetensorsDir } from '../lib/model/safetensors';
 import { writeBatch } from '../lib/runfolder/batch';
@@ -18,6 +15,7 @@ import { packSamples } from '../lib/runfolder/packing';
 import { RunLayout } from '../lib/runfolder/layout';
 import { rlTrainerSpec } from '../lib/trainer/spec';
 import { TrainerRuntime } from '../lib/trainer/runtime';
+import { rlConfig, tinyModel } from './support/setup';
 
 native.setThreads(1);
 
@@ -26,24 +24,19 @@ const modelDir = path.join(root, 'model');
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 
 const config = (extra: string[] = []) =>
-  loadConfig({
-    schema: rlSchema,
-    argv: [
-      '--model.name',
-      modelDir,
-      '--seq-len',
-      '64',
-      '--max-steps',
-      '6',
-      '--trainer.optim.lr',
-      '1e-3',
-      '--trainer.loss.mismatch.mode',
-      'tis',
-      ...extra,
-    ],
-    env: {},
-    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-  }).config;
+  rlConfig([
+    '--model.name',
+    modelDir,
+    '--seq-len',
+    '64',
+    '--max-steps',
+    '6',
+    '--trainer.optim.lr',
+    '1e-3',
+    '--trainer.loss.mismatch.mode',
+    'tis',
+    ...extra,
+  ]);
 
 /** A run folder with `steps` batches of random rollouts (prompt + completion with logprobs). */
 function runWithBatches(name: string, steps: number): RunLayout {
@@ -71,7 +64,7 @@ function runWithBatches(name: string, steps: number): RunLayout {
 
 const weightsOf = (dir: string) => new Map(readSafetensorsDir(dir).map((t) => [t.name, t.data]));
 
-beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
+beforeAll(() => tinyModel(modelDir));
 
 test('restore from a checkpoint + replay equals training straight through, bitwise', async () => {
   const spec = rlTrainerSpec(config());
