@@ -53,7 +53,7 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
  * and the client must be able to call its server (an API key variable that is set).
  */
 function checkTeacher(student: string, teacher: TeacherServer & { model: string }): void {
-  checkModel(teacher.model, 'distill.teacher.model');
+  checkModel(teacher.model, 'distill.teacher.model', { weights: false });
   try {
     new TeacherClient(teacher);
   } catch (err) {

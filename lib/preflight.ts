@@ -9,14 +9,18 @@ import type { EnvPool } from './envs/pool';
 import type { EnvironmentInfo } from './envs/types';
 import { Failure, NonRetryableError } from './failures';
 import { resolveModelDir } from './hub';
-import { readHfConfig } from './model/hf';
+import { readHfConfig, readHfConfigShape } from './model/hf';
 
-/** The model folder `name` (a folder or a Hugging Face name; config key `key`) stands for, when it holds a loadable model (InvalidModel otherwise). */
-export function checkModel(name: string, key = 'model.name'): string {
+/**
+ * The model folder `name` (a folder or a Hugging Face name; config key `key`) stands for, when it
+ * holds a loadable model (InvalidModel otherwise). `weights: false` for a model another process
+ * serves (a distillation teacher): its folder here needs only its config and tokenizer.
+ */
+export function checkModel(name: string, key = 'model.name', { weights = true } = {}): string {
   let resolved: string;
   try {
     resolved = resolveModelDir(name, key);
-    readHfConfig(resolved);
+    (weights ? readHfConfig : readHfConfigShape)(resolved);
   } catch (e) {
     throw new NonRetryableError(`${key}: ${(e as Error).message}`, Failure.InvalidModel);
   }
