@@ -4,10 +4,7 @@
 # The PyTorch of the GPU machines we test on, and the CUDA runtime pins of that wheel; plus CUDA
 # 13.0's crt/ headers, which the runtime's headers include (ATen's CUDA headers need both).
 TORCH2_DIR=tools/torch2
-# nvidia-nccl-cu13 (the version torch 2.11 requires) for nccl.h: without it the addon builds without
-# c10d's NCCL process group (native/cmake/torch.cmake looks for it beside the torch package).
-TORCH2_PINS=(torch==2.11.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85 nvidia-cuda-crt==13.0.88
-  nvidia-nccl-cu13==2.28.9)
+TORCH2_PINS=(torch==2.11.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85 nvidia-cuda-crt==13.0.88)
 # CUDA 13.0's compiler, at the versions torch 2.11+cu130 pins (its cuda-toolkit==13.0.2): nvcc, its
 # device front end (nvvm: cicc, libdevice), the runtime's headers and static library, crt/ headers
 # and CCCL (cub, thrust, libcu++). One toolkit tree: $CUDA13_DIR/nvidia/cu13.
