@@ -5,6 +5,7 @@
 #include "model.h"
 
 #include "checkpoint.h"
+#include "cuda_info.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
 
