@@ -9,7 +9,8 @@
 #                0. which libtorch: Debian's, or PyTorch's (LIBTORCH, or on a GPU machine)
 #                1. Debian packages: libtorch (unless 0. chose PyTorch's) + OpenBLAS + Gloo headers,
 #                   compilers, cmake, ninja
-#                2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system)
+#                2. the Temporal CLI v1.5.1, built with `go install` into tools/bin (not onto the system),
+#                   in the background beside 1. and 3.
 #                3. npm packages, exactly as package-lock.json pins them
 #                4. the native addon (cmake-js against libtorch) -> build/native/Release/prime_native.node
 #                5. the TypeScript build -> dist/
@@ -88,6 +89,34 @@ if [ $main = 1 ]; then
   if [ -n "$LIBTORCH" ]; then log "libtorch: $LIBTORCH"; fi
 fi
 
+# 2. Temporal CLI, started first ----------------------------------------------------------------
+# Compiling it is most of the CPU work and steps 1 and 3 are mostly downloads, so it builds in the
+# background beside them (it needs only Go, which the machine has); waited for before step 4.
+TEMPORAL_VERSION=v1.5.1   # later tags cannot be built with `go install`
+temporal_pid=""
+if [ $main = 1 ] && { ! stamp_ok temporal "$TEMPORAL_VERSION" || [ ! -x tools/bin/temporal ]; }; then
+  command -v go >/dev/null || { echo "error: Go is needed to build the Temporal CLI (go install); install Go >= 1.23" >&2; exit 1; }
+  mkdir -p tools/bin
+  log "building the Temporal CLI $TEMPORAL_VERSION into tools/bin, in the background (a few minutes the first time)"
+  temporal_start=$SECONDS
+  GOBIN="$ROOT/tools/bin" GOFLAGS=-trimpath go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_VERSION" > "$STAMPS/temporal.log" 2>&1 &
+  temporal_pid=$!
+  # A step that fails ends the set-up: the build does not go on behind it.
+  trap '[ -z "$temporal_pid" ] || kill "$temporal_pid" 2>/dev/null || true' EXIT
+fi
+wait_temporal() {
+  if [ -z "$temporal_pid" ]; then return; fi
+  if ! wait "$temporal_pid"; then
+    temporal_pid=""
+    cat "$STAMPS/temporal.log" >&2
+    echo "error: building the Temporal CLI failed (its output is above)" >&2
+    exit 1
+  fi
+  temporal_pid=""
+  log "  building the Temporal CLI: $((SECONDS - temporal_start)) s (beside the steps above)"
+  stamp_set temporal "$TEMPORAL_VERSION"
+}
+
 # 1. Debian packages --------------------------------------------------------------------------
 # libgloo-dev: the Gloo headers that c10d's ProcessGroupGloo.hpp includes (the data-parallel
 # trainer, native/src/dist.cc), for either libtorch (PyTorch's wheels ship none).
@@ -110,16 +139,6 @@ done
 if [ ${#missing[@]} -gt 0 ]; then step "installing Debian packages: ${missing[*]}" apt_install "${missing[@]}"; fi
 
 if [ $main = 1 ]; then
-  # 2. Temporal CLI -----------------------------------------------------------------------------
-  TEMPORAL_VERSION=v1.5.1   # later tags cannot be built with `go install`
-  if ! stamp_ok temporal "$TEMPORAL_VERSION" || [ ! -x tools/bin/temporal ]; then
-    command -v go >/dev/null || { echo "error: Go is needed to build the Temporal CLI (go install); install Go >= 1.23" >&2; exit 1; }
-    mkdir -p tools/bin
-    step "building the Temporal CLI $TEMPORAL_VERSION into tools/bin (a few minutes the first time)" \
-      env GOBIN="$ROOT/tools/bin" GOFLAGS=-trimpath go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_VERSION"
-    stamp_set temporal "$TEMPORAL_VERSION"
-  fi
-
   # 3. npm packages -----------------------------------------------------------------------------
   # Node >= 20.19: hyparquet (SFT datasets as parquet) is an ES module that the code loads with require().
   node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' ||
@@ -132,6 +151,8 @@ if [ $main = 1 ]; then
     step "npm install (locked versions)" npm install --no-save --no-fund --no-audit --loglevel=error
     stamp_set npm "$lock_hash"
   fi
+
+  wait_temporal
 
   # 4. native addon -----------------------------------------------------------------------------
   # shellcheck disable=SC2046 # the source paths have no spaces
