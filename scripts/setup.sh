@@ -99,7 +99,7 @@ if [ $main = 1 ] && { ! stamp_ok temporal "$TEMPORAL_VERSION" || [ ! -x tools/bi
   mkdir -p tools/bin
   log "building the Temporal CLI $TEMPORAL_VERSION into tools/bin, in the background (a few minutes the first time)"
   temporal_start=$SECONDS
-  GOBIN="$ROOT/tools/bin" GOFLAGS=-trimpath go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_VERSION" > "$STAMPS/temporal.log" 2>&1 &
+  GOBIN="$ROOT/tools/bin" GOFLAGS=-trimpath go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_VERSION" > "$STAMPS/temporal.log" 2>&1 9>&- &
   temporal_pid=$!
   # A step that fails ends the set-up: the build does not go on behind it.
   trap '[ -z "$temporal_pid" ] || kill "$temporal_pid" 2>/dev/null || true' EXIT
