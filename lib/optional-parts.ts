@@ -37,7 +37,7 @@ export const OPTIONAL_PARTS = {
     size: 'about 560 MB',
     deadlineMs: 20 * 60_000,
   },
-  wandb: { what: 'the W&B SDK', venv: '.venv', flag: '--wandb', size: 'about 110 MB', deadlineMs: 10 * 60_000 },
+  wandb: { what: 'the W&B SDK', venv: '.venv', flag: '--wandb', size: 'about 125 MB', deadlineMs: 10 * 60_000 },
 } as const satisfies Record<string, OptionalPart>;
 export type OptionalPartName = keyof typeof OPTIONAL_PARTS;
 
@@ -117,6 +117,9 @@ async function install_(use: PartUse, root: string, opts: EnsureOptions): Promis
     throw new PartNotInstalled(`${missing}, and scripts/setup.sh ${part.flag} did not build it: ${ahead}`);
 }
 
+/** pip's words for a package index it cannot connect to. */
+const NO_NETWORK = /Failed to establish a new connection|Temporary failure in name resolution|Network is unreachable/;
+
 /**
  * Runs scripts/setup.sh with `args` in its own process group, its output line by line to `say`;
  * past `deadlineMs` the group is killed. Resolves to why it failed, or undefined.
@@ -136,9 +139,12 @@ function runSetup(
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let last = '';
+    // pip without network ends on a misleading "ResolutionImpossible"; its retries say why.
+    let unreachable = false;
     for (const stream of [child.stdout, child.stderr]) {
       createInterface({ input: stream }).on('line', (line) => {
         if (line.trim() !== '') last = line.trim();
+        if (NO_NETWORK.test(line)) unreachable = true;
         say(line);
       });
     }
@@ -163,6 +169,8 @@ function runSetup(
       clearTimeout(timer);
       if (expired) resolve(`it did not finish within ${formatMs(deadlineMs)}`);
       else if (code === 0) resolve(undefined);
+      else if (unreachable)
+        resolve(`scripts/setup.sh exited with ${code ?? signal}: the package index could not be reached`);
       else resolve(`scripts/setup.sh exited with ${code ?? signal}${last ? `: ${last}` : ''}`);
     });
   });
