@@ -25,15 +25,15 @@ import {
 import { evalEnvs, evalExampleCount, type EvalEnv } from '../lib/eval/envs';
 import type { EnvPool } from '../lib/envs/pool';
 import { hash32 } from '../lib/envs/random';
+import { tokenizerOf } from '../lib/model/tokenizer';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { InferenceClient, toActivityFailure, type InferenceClientOptions } from '../lib/orchestrator/client';
 import type { SamplingSettings } from '../lib/orchestrator/rollout';
 import { playRollout } from '../lib/orchestrator/verifiers-rollout';
 import { isVerifiersEnv } from '../lib/envs/verifiers/environment';
-import { listSteps, RunLayout } from '../lib/run/layout';
-import { withHeartbeat } from './heartbeat';
-import { checkEnvironments, checkModel, environmentInfo } from './preflight';
-import { tokenizerOf } from './rollouts';
+import { listSteps, RunLayout } from '../lib/runfolder/layout';
+import { withHeartbeat } from '../lib/temporal/heartbeat';
+import { checkEnvironments, checkModel, environmentInfo } from '../lib/preflight';
 
 /** One model version to evaluate. */
 export interface EvalVersion {

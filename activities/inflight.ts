@@ -4,7 +4,7 @@
  *  - `produceRollouts`: one long, heartbeating activity per workflow execution that generates
  *    groups continuously. Before starting each group it makes the servers serve the newest policy
  *    in `weights/` (they take it between two decode steps, requests in flight); each finished group
- *    is written once as `inflight/groups/<G>.json`, G the next free number (`writeFileExclusive`:
+ *    is written once as `inflight/groups/<G>.json`, G the next free number (lib/runfolder/inflight.ts `publishGroup`:
  *    two producers, e.g. one retried while the old attempt still runs, never share a number and
  *    never leave a gap). Groups it had in flight when it died are lost: no step had taken them.
  *  - `claimRollouts(step)`: takes the step's groups from those step - 1 left over (its summary's
@@ -19,11 +19,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
-import { storedResult, writeFileAtomic, writeFileExclusive } from '../lib/atomic';
+import type { EnvPool } from '../lib/envs/pool';
 import { EnvMix, type MixDraw } from '../lib/envs/mix';
 import { InferenceClient } from '../lib/orchestrator/client';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
-import type { ServerLoad } from '../lib/orchestrator/server-load';
+import * as groups from '../lib/orchestrator/groups';
 import {
   claimMetrics,
   capGroups,
@@ -32,84 +32,30 @@ import {
   type ClaimMix,
   LOAD_INTERVAL_MS,
   resumeDraw,
-  type ClaimCandidate,
 } from '../lib/orchestrator/inflight';
-import { RunLayout, listGroups, listSteps } from '../lib/run/layout';
-import { withHeartbeat } from './heartbeat';
 import {
-  examplesOf,
-  filterView,
-  loadFilters,
-  playGroup,
-  rolloutContext,
-  rolloutFailure,
-  type RolloutContext,
-  storedSummary,
-  summarize,
-  writeStepRollouts,
-  type RolloutDeps,
-  type RolloutSummary,
-  type StoredRollout,
-} from './rollouts';
-
-/** One finished group as the producer stores it. */
-export interface StoredGroup extends ClaimCandidate<StoredRollout> {
-  /** Draw number: example d of the producer's stream (env mix step floor(d / groups per step)). */
-  draw: number;
-  rollouts: StoredRollout[];
-  finishedAt: number;
-}
+  groupNumbers,
+  newestVersion,
+  publishGroup,
+  readConsumed,
+  readGroup,
+  writeConsumed,
+  type ServerLoad,
+  type StoredGroup,
+} from '../lib/runfolder/inflight';
+import { RunLayout } from '../lib/runfolder/layout';
+import { storedSummary, writeStepRollouts, type RolloutSummary, type StoredRollout } from '../lib/runfolder/rollouts';
+import { withHeartbeat } from '../lib/temporal/heartbeat';
 
 /** How often the producer and a waiting claim look at the run folder. */
 const POLL_MS = 100;
-
-/** The newest policy version with weights in the run folder (0: the base model). */
-export function newestVersion(layout: RunLayout): number {
-  let names: string[] = [];
-  try {
-    names = fs.readdirSync(layout.weightsRoot);
-  } catch {
-    // no weights yet
-  }
-  const steps = listSteps(names);
-  return steps.length > 0 ? steps[steps.length - 1] : 0;
-}
-
-/** Numbers of the stored groups, ascending. */
-function groupNumbers(layout: RunLayout): number[] {
-  let names: string[] = [];
-  try {
-    names = fs.readdirSync(layout.inflightGroupsDir);
-  } catch {
-    return [];
-  }
-  return listGroups(names);
-}
-
-const readGroup = (layout: RunLayout, seq: number): StoredGroup | undefined =>
-  storedResult<StoredGroup>(layout.inflightGroupFile(seq));
-
-/**
- * Where the claims stand, as the last one wrote it (advisory: the producer's backpressure): the
- * first group not looked at yet, and how many looked-at groups were left for the next step.
- */
-interface Consumed {
-  step: number;
-  next: number;
-  deferred: number;
-}
-
-function consumed(layout: RunLayout): Pick<Consumed, 'next' | 'deferred'> {
-  const c = storedResult<Partial<Consumed>>(layout.inflightConsumedFile);
-  return { next: c?.next ?? 0, deferred: c?.deferred ?? 0 };
-}
 
 /**
  * keep_mix: each mix entry's share of `step` (strict mode's allocation of the step), the entry a
  * group was drawn from (its draw's), and at most one step of groups left over, fewer than the
  * producer's cap (which counts them), so the producer can always start the group a claim waits for.
  */
-function mixShares(ctx: RolloutContext, step: number, cap: number): ClaimMix<StoredRollout> {
+function mixShares(ctx: groups.RolloutContext, step: number, cap: number): ClaimMix<StoredRollout> {
   const perStep = ctx.examplesPerStep;
   const mix = new EnvMix(ctx.mixEntries, { seed: ctx.config.seed, examplesPerStep: perStep });
   // The entry of each draw of a step, sampled once per step (a claim is decided again as groups
@@ -141,12 +87,12 @@ export interface ClaimInput {
   step: number;
 }
 
-export function createInFlightActivities({ pool }: RolloutDeps) {
+export function createInFlightActivities({ pool }: { pool: EnvPool }) {
   return {
     /** Generates until cancelled (the workflow cancels it when it ends or continues as new). */
     async produceRollouts({ runDir }: ProduceInput): Promise<void> {
       const layout = new RunLayout(runDir);
-      const ctx = await rolloutContext(runDir, pool);
+      const ctx = await groups.rolloutContext(runDir, pool);
       const { config, examplesPerStep } = ctx;
       const o = config.orchestrator;
       const cap = capGroups(o);
@@ -174,16 +120,13 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       let failure: unknown;
       /** Groups finished and not yet taken by a step (left over by one included). */
       const waiting = () => {
-        const c = consumed(layout);
+        const c = readConsumed(layout);
         return nextSeq - c.next + c.deferred;
       };
 
       /** Stores a finished group under the next free number. */
       const publish = (group: Omit<StoredGroup, 'seq'>) => {
-        for (; ; nextSeq++) {
-          if (writeFileExclusive(layout.inflightGroupFile(nextSeq), JSON.stringify({ ...group, seq: nextSeq }))) break;
-        }
-        nextSeq++;
+        nextSeq = publishGroup(layout, group, nextSeq) + 1;
         written++;
       };
 
@@ -191,8 +134,8 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
         const seedStep = Math.floor(draw / examplesPerStep);
         const slot = draw % examplesPerStep;
         const d: MixDraw = mix.sample(seedStep)[slot];
-        const [example] = await examplesOf(ctx, pool, [d]);
-        const rollouts = await playGroup(ctx, pool, client, {
+        const [example] = await groups.examplesOf(ctx, pool, [d]);
+        const rollouts = await groups.playGroup(ctx, pool, client, {
           draw: d,
           example,
           seedStep,
@@ -257,7 +200,7 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       ).catch((e) => {
         failure ??= e;
       });
-      if (failure !== undefined && !cancelled.aborted) throw rolloutFailure(failure);
+      if (failure !== undefined && !cancelled.aborted) throw groups.rolloutFailure(failure);
     },
 
     /** Step `step`'s groups: the stored claim, or the next ones as they finish (waits for them). */
@@ -266,9 +209,9 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
       if (stored) return stored;
       const layout = new RunLayout(runDir);
       const started = Date.now();
-      const ctx = await rolloutContext(runDir, pool);
+      const ctx = await groups.rolloutContext(runDir, pool);
       const o = ctx.config.orchestrator;
-      const filters = loadFilters(ctx);
+      const filters = groups.loadFilters(ctx);
       const previous = step > 0 ? storedSummary(runDir, step - 1)?.inFlight : undefined;
       const first = previous?.next ?? 0;
       const carried = (previous?.deferred ?? []).map((seq) => {
@@ -287,11 +230,10 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
           need: ctx.examplesPerStep,
           maxOffPolicySteps: o.in_flight.max_off_policy_steps,
           filters,
-          view: (c) => filterView(c.rollouts as StoredRollout[]),
+          view: (c) => groups.filterView(c.rollouts as StoredRollout[]),
           mix,
         });
-      const consumedAs = (next: number, deferred: number) =>
-        writeFileAtomic(layout.inflightConsumedFile, JSON.stringify({ step, next, deferred } satisfies Consumed));
+      const consumedAs = (next: number, deferred: number) => writeConsumed(layout, { step, next, deferred });
       let decision = decide();
       await withHeartbeat(
         () => ({
@@ -329,7 +271,7 @@ export function createInFlightActivities({ pool }: RolloutDeps) {
         .filter((v) => v >= 0);
       const dir = layout.rolloutsDir(step);
       const summary: RolloutSummary = {
-        ...summarize(
+        ...groups.summarize(
           step,
           dir,
           versions.length > 0 ? Math.min(...versions) : 0,

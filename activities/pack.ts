@@ -9,16 +9,16 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
-import type { PackCounts } from '../lib/orchestrator/packing';
+import type { PackCounts } from '../lib/runfolder/packing';
 import type { AdvantageMetrics } from '../lib/orchestrator/advantages';
 import { isPluginError } from '../lib/orchestrator/plugins';
 import { isPromptTooLong } from '../lib/orchestrator/rollout';
 import { stepBatchInput, type StepBatchResult } from '../lib/orchestrator/step-batch';
-import { readRunConfig } from '../lib/run/config';
-import { RunLayout } from '../lib/run/layout';
+import { readRunConfig } from '../lib/runfolder/config';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readRollouts } from '../lib/runfolder/rollouts';
 import { libModule } from '../lib/thread';
-import { inThreadWithHeartbeat } from './heartbeat';
-import { readRollouts } from './rollouts';
+import { inThreadWithHeartbeat } from '../lib/temporal/heartbeat';
 
 export interface PackInput {
   runDir: string;

@@ -8,7 +8,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { writeFileAtomic } from '../lib/atomic';
 import { rlSchema, type RLConfig } from '../lib/config/schemas';
-import { checkConfig, storedConfigText } from '../lib/run/config';
+import { checkConfig, holdsRunConfig, storedConfigText } from '../lib/runfolder/config';
 import { rewindRun as rewind } from '../lib/run/rewind';
 import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins';
 import { resolveModelDir } from '../lib/hub';
@@ -16,10 +16,10 @@ import { Tokenizer } from '../lib/model/tokenizer';
 import { readHfConfig } from '../lib/model/hf';
 import { routerReplayRefusal } from '../lib/trainer/spec';
 import { TeacherClient, tokenizerMismatch, type TeacherServer } from '../lib/orchestrator/teacher';
-import { RunLayout } from '../lib/run/layout';
-import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
-import { checkEnvironments, checkModel, holdsRunConfig } from './preflight';
-import type { InFlightClaim } from '../lib/orchestrator/inflight';
+import { RunLayout } from '../lib/runfolder/layout';
+import { appendStepMetrics, withDocumentedNames } from '../lib/runfolder/metrics';
+import { checkEnvironments, checkModel } from '../lib/preflight';
+import type { InFlightClaim } from '../lib/runfolder/inflight';
 import type { StepRecordInput, StepTimes } from './types';
 
 /** Checks the model, environments and algorithm plugins, writes configs/rl.json; a rerun with the same config is a no-op. */
@@ -53,7 +53,7 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
  * and the client must be able to call its server (an API key variable that is set).
  */
 function checkTeacher(student: string, teacher: TeacherServer & { model: string }): void {
-  checkModel(teacher.model, 'distill.teacher.model');
+  checkModel(teacher.model, 'distill.teacher.model', { weights: false });
   try {
     new TeacherClient(teacher);
   } catch (err) {

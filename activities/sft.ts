@@ -9,15 +9,15 @@ import { ApplicationFailure } from '@temporalio/common';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
 import { Failure } from '../lib/failures';
 import { resolveHubName } from '../lib/hub';
-import { checkConfig, readSftPlan, storedConfigText, type SftPlan } from '../lib/run/config';
-import { RunLayout } from '../lib/run/layout';
-import { appendStepMetrics } from '../lib/run/metrics';
+import { checkConfig, holdsRunConfig, readSftPlan, storedConfigText, type SftPlan } from '../lib/runfolder/config';
+import { RunLayout } from '../lib/runfolder/layout';
+import { appendStepMetrics } from '../lib/runfolder/metrics';
 import type { EvalResults } from '../lib/eval/results';
 import type { SftDataSource } from '../lib/sft';
 import type { SftPrepareInput, SftPrepareResult } from '../lib/sft/prepare';
 import { libModule } from '../lib/thread';
-import { inThreadWithHeartbeat } from './heartbeat';
-import { checkModel, holdsRunConfig } from './preflight';
+import { inThreadWithHeartbeat } from '../lib/temporal/heartbeat';
+import { checkModel } from '../lib/preflight';
 import type { TrainSummary } from './types';
 
 /** Validation examples drawn from data.env's eval split when val.num_examples is unset. */

@@ -11,13 +11,15 @@ import * as fs from 'node:fs';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
-import { withHeartbeat } from './heartbeat';
+import { withHeartbeat } from '../lib/temporal/heartbeat';
 import { storedJson } from '../lib/atomic';
-import { readTrainingSpec, validationBatchFiles } from '../lib/run/config';
-import { RunLayout } from '../lib/run/layout';
+import { repackStepBatch } from '../lib/orchestrator/repack';
+import { validationBatchFiles } from '../lib/runfolder/config';
+import { RunLayout } from '../lib/runfolder/layout';
 import { pruneRunFolder } from '../lib/run/prune';
 import type { GroupLeader, RankJob } from '../lib/trainer/group';
 import { RankTrainer } from '../lib/trainer/ranks';
+import { readTrainingSpec } from '../lib/trainer/spec';
 import { NonFiniteWeightsError, TrainerRuntime } from '../lib/trainer/runtime';
 import type { StepRef, TrainMetrics, TrainSummary } from './types';
 
@@ -49,7 +51,7 @@ async function publishWeights(rt: TrainerRuntime, version: number, metrics?: Tra
 /** `leader`: this worker is rank 0 of a data-parallel trainer. */
 export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
   const { leader } = opts;
-  const ranks = new RankTrainer();
+  const ranks = new RankTrainer(repackStepBatch);
   let phase = 'idle';
 
   /**

@@ -4,7 +4,7 @@
  */
 import type { createCpuActivities, createTrainerActivities } from './index';
 import type { PackSummary } from './pack';
-import type { RolloutSummary } from './rollouts';
+import type { RolloutSummary } from '../lib/runfolder/rollouts';
 import type { TrainMetrics, TrainProgress } from '../lib/trainer/types';
 
 export type CpuActivities = ReturnType<typeof createCpuActivities>;

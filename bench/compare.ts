@@ -37,7 +37,6 @@ import { Rng } from '../lib/model/rng';
 import { parameterCount } from '../lib/model/tensors';
 import {
   info,
-  loadModel,
   matmulGflops,
   setThreads,
   type ComputeDType,
@@ -46,6 +45,7 @@ import {
   type TrainStepOptions,
   type TrainStepStats,
 } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { QWEN3_0_6B } from './shapes';
 
 const ROOT = path.resolve(__dirname, '..', '..');

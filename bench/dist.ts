@@ -14,6 +14,7 @@ import { Rng } from '../lib/model/rng';
 import { freePort } from '../lib/net';
 import { shardRows } from '../lib/trainer/runtime';
 import * as native from '../native';
+import { loadModel } from '../lib/model/engine';
 
 const ROWS = 8,
   SEQ = 512,
@@ -58,7 +59,7 @@ interface Result {
 /** Trains STEPS steps (after one warm-up) as `rank` of `size`; per-step means. */
 async function train(c: ArchConfig, rank: number, size: number, port: number, sharding: native.Sharding) {
   native.setThreads(1);
-  const model = await native.loadModel(c, randomWeights(c, 1));
+  const model = await loadModel(c, randomWeights(c, 1));
   const trainer = model.createTrainer();
   if (size > 1) {
     const store = await native.createStore({ host: '127.0.0.1', port, isServer: rank === 0, timeoutS: 60 });

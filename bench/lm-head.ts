@@ -11,7 +11,8 @@
  * Each mode's step is also split into fwd + bwd and grad norm + AdamW (medians). Another build of
  * the addon runs with PRIME_NATIVE_ADDON=<its prime_native.node>, for before/after figures.
  */
-import { loadModel, setThreads, type TrainRow } from '../native';
+import { setThreads, type TrainRow } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 

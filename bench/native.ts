@@ -10,7 +10,6 @@
 import type { ArchConfig } from '../lib/model/arch';
 import {
   info,
-  loadModel,
   matmulGflops,
   setThreads,
   type LossConfig,
@@ -18,6 +17,7 @@ import {
   type TrainerOptions,
   type TrainRow,
 } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { parameterCount } from '../lib/model/tensors';
 import { Rng } from '../lib/model/rng';

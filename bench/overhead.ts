@@ -28,8 +28,8 @@ import { tsToMs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
 import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
-import { readStepMetrics } from '../lib/run/metrics';
-import { RunLayout } from '../lib/run/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
+import { RunLayout } from '../lib/runfolder/layout';
 import { startDevServer } from '../lib/temporal/devserver';
 
 const ROOT = path.resolve(__dirname, '..', '..');

@@ -33,8 +33,8 @@ import * as path from 'node:path';
 import { readLauncherRecord } from '../lib/launch/supervise';
 import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
-import { readStepMetrics, type StepRecord } from '../lib/run/metrics';
-import { RunLayout } from '../lib/run/layout';
+import { readStepMetrics, type StepRecord } from '../lib/runfolder/metrics';
+import { RunLayout } from '../lib/runfolder/layout';
 import { QWEN3_0_6B } from './shapes';
 
 const ROOT = path.resolve(__dirname, '..', '..');

@@ -8,15 +8,22 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
-import type { ArchConfig, TensorDType, WeightTensor } from '../lib/model/arch';
-import type { Projection } from '../lib/model/families';
-import { isIgnorable, tensorSpecs, type TensorSpec } from '../lib/model/tensors';
-import { SerialQueue } from '../lib/serial';
 import { chooseOpenBlasCore } from './blas-core';
+import type {
+  EngineConfig,
+  EngineTensorSpec,
+  ModelBinding,
+  Projection,
+  TensorDType,
+  WeightTensor,
+} from './model-binding';
+import { SerialQueue } from './serial';
 
+import type { AdamWOptions, TrainStepFields } from './engine-types.generated';
 import type { LossKindName, LossKindSpec, LossParamName } from './loss-kinds';
-export type { TensorDType, WeightTensor } from '../lib/model/arch';
 export * from './loss-kinds';
+export * from './model-binding';
+export type * from './engine-types.generated';
 
 /** Compute dtype of a loaded model. bfloat16 is meant for CUDA; training needs float32 or float64. */
 export type ComputeDType = 'float32' | 'bfloat16' | 'float64';
@@ -249,13 +256,6 @@ export interface StepTimes {
   device: number;
 }
 
-export interface AdamWOptions {
-  beta1?: number;
-  beta2?: number;
-  eps?: number;
-  weightDecay?: number;
-}
-
 /** LoRA projection names (HF module names inside a block). */
 export type LoraTarget = Projection;
 
@@ -372,40 +372,14 @@ export interface MismatchCorrection {
   seqHigh?: number;
 }
 
-/** Loss value and its metrics; means are over loss tokens. */
-export interface LossMetrics {
-  loss: number;
-  /** Mean entropy of softmax(logits / temperature) (0 from policyLoss, which has no logits). */
-  entropy: number;
-  /** Mean of rho - log rho - 1, rho = exp(logp - mu) (detached): trainer/inference mismatch. */
-  mismatchKl: number;
-  /** mismatchKl's mean over the masked tokens, and over the others (0 when there are none). */
-  maskedMismatchKl: number;
-  unmaskedMismatchKl: number;
-  /** Mean k3 KL to the reference (0 without klBeta). */
-  referenceKl: number;
-  /**
-   * Loss tokens whose policy term was dropped: by mismatch masking (token or sample rule) or by
-   * the loss's own trust region (dppo, ipo).
-   */
-  maskedTokenFraction: number;
-  /**
-   * Loss tokens dropped for a ratio / probability that fell too far (low) or rose too far (high);
-   * tokens dropped only by the sample rule are on neither side.
-   */
-  maskedLowFraction: number;
-  maskedHighFraction: number;
-  /** Of the masked tokens, the fractions with a positive and a negative advantage. */
-  maskedAdvantagePositive: number;
-  maskedAdvantageNegative: number;
-  /** Samples dropped by the sample rule of mismatch masking. */
-  maskedSampleFraction: number;
-  /** Loss tokens where the clip was active (gspo: tokens of clipped samples). */
-  clippedFraction: number;
-  lossTokens: number;
-  /** Samples with at least one loss token. */
-  samples: number;
-}
+/**
+ * Metrics by name, in the order the engine computed them: the names a run records (metrics.jsonl).
+ * The engine says what each is where it computes it: native/src/loss.cc `lossMetrics` (loss,
+ * entropy, mismatch_kl, masked_*, clipped, kl_divergence, loss_tokens, loss_samples; means over
+ * loss tokens), native/src/trainer.cc (tokens, grad_norm, tokens_per_s; MoE models:
+ * router_aux_loss, expert_load_max, expert_load_mean).
+ */
+export type StepMetrics = Record<string, number>;
 
 export interface TrainStepOptions {
   lr: number;
@@ -419,27 +393,8 @@ export interface TrainStepOptions {
   profile?: string;
 }
 
-export interface TrainStepStats extends LossMetrics {
-  /** Total L2 norm of the gradients before clipping. */
-  gradNorm: number;
-  lr: number;
-  tokens: number;
-  seconds: number;
-  forwardBackwardSeconds: number;
-  optimizerSeconds: number;
-  /**
-   * Data parallel (0 otherwise): the time some collective of the step ran (gathers, reduce-scatters,
-   * all-reduces, broadcasts; waiting for the other ranks included), and the part of it the step
-   * waited for; the rest ran behind compute (full sharding's prefetched gathers and reduce-scatters).
-   */
-  commSeconds: number;
-  commExposedSeconds: number;
-  tokensPerSecond: number;
-  /** MoE: the router load-balancing loss (token-weighted mean over rows; 0 for dense models). */
-  routerAuxLoss: number;
-  /** MoE: (token, slot) pairs per expert per sparse layer over the step: the largest and the mean. */
-  expertLoadMax: number;
-  expertLoadMean: number;
+export interface TrainStepStats extends TrainStepFields {
+  metrics: StepMetrics;
 }
 
 /** Inputs of `policyLoss`: per-token vectors of one equal length, samples back to back. */
@@ -458,7 +413,7 @@ export interface PolicyLossResult {
   loss: number;
   /** d loss / d logp per token. */
   gradLogp: Float64Array;
-  metrics: LossMetrics;
+  metrics: StepMetrics;
 }
 
 export interface NativeInfo {
@@ -520,7 +475,7 @@ interface Addon {
   setCpuCache(capacityBytes: number): void;
   cpuCacheStats(): CpuCacheStats;
   createModel(
-    config: ArchConfig,
+    config: EngineConfig,
     specs: readonly EngineTensorSpec[],
     tensors: readonly WeightTensor[],
     opts: ModelOptions & { withoutWeights?: boolean },
@@ -533,23 +488,14 @@ interface Addon {
   adamwCheck(options: AdamwCheckOptions): { maxDiff: number; moved: number };
   lossKinds(): LossKindSpec[];
   layerSlots(): string[];
+  engineTypes(): Record<string, EngineFieldDecl[]>;
   createStore(opts: DistStoreOptions): Promise<DistStore>;
   createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup>;
 }
 
-/** One row of the family's tensor table as the engine reads it (native/src/model.h `ParamSpec`). */
-type EngineTensorSpec = Pick<TensorSpec, 'name' | 'shape' | 'slot' | 'layer' | 'expert'>;
-
-/** The family's tensor table tells the engine which tensor fills which parameter (it knows no HF names). */
-function engineSpecs(config: ArchConfig): EngineTensorSpec[] {
-  return tensorSpecs(config).map(({ name, shape, slot, layer, expert }) => ({ name, shape, slot, layer, expert }));
-}
-
-/** Drops tensors checkpoints may carry that the model does not use (see `isIgnorable`). */
-function withoutIgnorable(tensors: readonly WeightTensor[], config: ArchConfig): readonly WeightTensor[] {
-  return tensors.some((t) => isIgnorable(t.name, config))
-    ? tensors.filter((t) => !isIgnorable(t.name, config))
-    : tensors;
+/** Drops tensors checkpoints may carry that the model does not use (`ModelBinding.ignorable`). */
+function withoutIgnorable(tensors: readonly WeightTensor[], binding: ModelBinding): readonly WeightTensor[] {
+  return tensors.some((t) => binding.ignorable(t.name)) ? tensors.filter((t) => !binding.ignorable(t.name)) : tensors;
 }
 
 /** The repository root: the nearest directory above this file holding package.json. */
@@ -726,41 +672,56 @@ export function lossKinds(): LossKindSpec[] {
   return load().lossKinds();
 }
 
+/** A fixed field the engine declares (engineTypes()); `default` where the engine has one. */
+export interface EngineFieldDecl {
+  name: string;
+  doc: string;
+  default?: number;
+}
+
+/** The engine's fixed N-API fields by TS interface (what engine-types.generated.ts must render). */
+export function engineTypes(): Record<string, EngineFieldDecl[]> {
+  return load().engineTypes();
+}
+
 /** The block slot names the engine fills from a tensor table (what `LAYER_SLOTS` must equal). */
 export function layerSlots(): string[] {
   return load().layerSlots();
 }
 
 /**
- * Builds a model from HF-named tensors (bytes are copied once and converted to the compute
- * dtype). Rejects on a missing, extra, mis-shaped or unsupported-dtype tensor, naming it.
- */
-/**
- * A model of `config` whose parameters have their shapes but no memory: a trainer made of it and
+ * A model of `binding` whose parameters have their shapes but no memory: a trainer made of it and
  * fully sharded (`setGroup`) fills its shards with `loadBaseShard`, so no rank ever holds the whole
  * model. It computes nothing otherwise.
  */
-export async function createModelWithoutWeights(config: ArchConfig, options: ModelOptions = {}): Promise<NativeModel> {
-  const raw = await load().createModel(config, engineSpecs(config), [], { ...options, withoutWeights: true });
-  return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
+export async function createModelWithoutWeights(
+  binding: ModelBinding,
+  options: ModelOptions = {},
+): Promise<NativeModel> {
+  const raw = await load().createModel(binding.config, binding.specs, [], { ...options, withoutWeights: true });
+  return new NativeModel(raw, binding, options.dtype ?? 'float32', options.device ?? 'cpu');
 }
 
-export async function loadModel(
-  config: ArchConfig,
+/**
+ * Builds a model from named tensors (bytes are copied once and converted to the compute dtype).
+ * Rejects on a missing, extra, mis-shaped or unsupported-dtype tensor, naming it.
+ */
+export async function createModel(
+  binding: ModelBinding,
   tensors: readonly WeightTensor[],
   options: ModelOptions = {},
 ): Promise<NativeModel> {
-  const raw = await load().createModel(config, engineSpecs(config), withoutIgnorable(tensors, config), options);
-  return new NativeModel(raw, config, options.dtype ?? 'float32', options.device ?? 'cpu');
+  const raw = await load().createModel(binding.config, binding.specs, withoutIgnorable(tensors, binding), options);
+  return new NativeModel(raw, binding, options.dtype ?? 'float32', options.device ?? 'cpu');
 }
 
 export class NativeModel {
   private readonly queue = new SerialQueue();
 
-  /** @internal use loadModel */
+  /** @internal use createModel */
   constructor(
     private readonly raw: RawModel,
-    readonly config: ArchConfig,
+    private readonly binding: ModelBinding,
     readonly dtype: ComputeDType,
     readonly device: string,
   ) {}
@@ -779,7 +740,7 @@ export class NativeModel {
    * Strict (default): every parameter must be given. Validates everything before changing anything.
    */
   loadWeights(tensors: readonly WeightTensor[], options: { strict?: boolean } = {}): Promise<void> {
-    const used = withoutIgnorable(tensors, this.config);
+    const used = withoutIgnorable(tensors, this.binding);
     return this.queue.run(() => this.raw.loadWeights(used, { strict: options.strict ?? true }));
   }
 

@@ -22,7 +22,7 @@ With --write-fixtures it also writes, under test/fixtures/hf-reference/:
   * <name>/ for each model of FIXTURE_MODELS (one per family: llama, qwen2, qwen3, qwen3_moe; and
     variants such as qwen3_moe_step2): a tiny model folder (bytes tokenizer) and HF's fp32 logits on
     two token sequences (logits.bin, described by meta.json), for the native engine's tests, which
-    cover every folder (test/hf-fixtures.ts).
+    cover every folder (test/support/hf-fixtures.ts).
 `--write-fixtures NAME...` writes only those model folders (a new variant, without rewriting the
 others or tokenizer-chat.json).
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Hosts of a cluster on one machine, for trying a spread-out run (test/netns.test.ts, README
-# "Deploying on a cluster"): one network namespace per role, joined by a bridge, each with an
-# address of its own in ${PRIME_NETNS_NET:-10.231.0}.0/24 (the first role .2, the next .3, ...).
+# Hosts of a cluster on one machine, for trying a spread-out run (test/netns.test.ts; docs/cluster.md,
+# "Worked example: five hosts on one machine"): one network namespace per role, joined by a bridge,
+# each with an address of its own in ${PRIME_NETNS_NET:-10.231.0}.0/24 (the first role .2, the next .3, ...).
 # The host gets no address on the bridge, so several sets (distinct tags) never collide.
 # Needs root (ip netns, bridges, veth pairs).
 #

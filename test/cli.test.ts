@@ -7,6 +7,7 @@ import { leaves } from '../lib/config/introspect';
 import * as schemas from '../lib/config/schemas';
 import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
+import { lowercaseEnv, smallStep } from './support/setup';
 
 /** `timeoutMs`: SIGTERM the command (the launcher then stops what it started) if it runs longer. */
 function cli(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs?: number) {
@@ -234,7 +235,7 @@ test("an rl run whose server refuses its weights (403) stops with the server's m
         '--model.name',
         model,
         '--env',
-        JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]),
+        lowercaseEnv,
         '--output-dir',
         out,
         '--temporal.port',
@@ -247,12 +248,7 @@ test("an rl run whose server refuses its weights (403) stops with the server's m
         '3',
         '--seq-len',
         '128',
-        '--orchestrator.batch-size',
-        '8',
-        '--orchestrator.rollouts-per-example',
-        '4',
-        '--orchestrator.sampling.max-tokens',
-        '8',
+        ...smallStep(8),
         '--inference.allowed-weight-roots',
         path.join(out, 'elsewhere'),
         '--trainer.threads',

@@ -8,7 +8,7 @@ import { aliasesHelp, findAlias, RL_ALIASES } from '../lib/config/aliases';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { projectRoot } from '../lib/paths';
-import { configError } from './config-error';
+import { configError } from './support/config-error';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-aliases-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));

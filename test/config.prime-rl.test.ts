@@ -16,10 +16,10 @@ import type { Command } from '../lib/cli/command';
 import { loadConfig } from '../lib/config/loader';
 import { PRIME_RL_EVAL_KEYS, PRIME_RL_RL_KEYS, PRIME_RL_SFT_KEYS } from '../lib/config/prime-rl';
 import type { EvalConfig, RLConfig, SFTConfig } from '../lib/config/schemas';
-import { createModel } from '../lib/model/create';
 import { projectRoot } from '../lib/paths';
-import { addToHubCache, folderFiles } from './hub-cache';
-import { configError } from './config-error';
+import { addToHubCache, folderFiles } from './support/hub-cache';
+import { configError } from './support/config-error';
+import { tinyModel } from './support/setup';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-prl-config-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -307,7 +307,7 @@ describe('Hugging Face names from the local cache', () => {
   const cache = path.join(dir, 'hub');
   const model = path.join(dir, 'model');
   beforeAll(() => {
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: model });
+    tinyModel(model);
     addToHubCache(cache, 'model', 'PrimeIntellect/Qwen3-0.6B', folderFiles(model));
   });
 

@@ -4,64 +4,45 @@
  * (arithmetic: pass@k) and a graded one, then the same server's OpenAI endpoint as an external API.
  */
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
-import { loadConfig } from '../lib/config/loader';
 import { evalSchema, type EvalConfig } from '../lib/config/schemas';
 import { describeFailure } from '../lib/failures';
 import { readEvalResults, renderEvalTable } from '../lib/eval';
-import type { EnvPool } from '../lib/envs/pool';
-import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
-import type { TemporalEndpoint } from '../lib/temporal/devserver';
 import type { EvalResult } from '../workflows/eval';
-import { execute, startServer, startStack, type Stack } from './harness';
+import { closeStack, executeRun, type ServingStack, startServer, startStack } from './support/harness';
+import { cliConfig, fixtureEnv, tempDir, tinyModel } from './support/setup';
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-eval-'));
+const root = tempDir('prime-rl-eval-');
 const modelDir = path.join(root, 'model');
 const weightsDir = path.join(root, 'outputs', 'trained', 'weights');
 /** Graded rewards a random model already varies on (untrained models score 0 on the built-in envs). */
-const LOWERCASE = path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts');
-let temporal: TemporalEndpoint;
-let inference: InferenceServer;
-let pool: EnvPool;
-let stack: Stack;
+const LOWERCASE = fixtureEnv('lowercase.ts');
+let stack: ServingStack;
 
 function config(args: string[]): EvalConfig {
-  return loadConfig({
-    schema: evalSchema,
-    argv: [
-      '--output-dir',
-      path.join(root, 'outputs'),
-      '--seq-len',
-      '256',
-      '--num-examples',
-      '4',
-      '--rollouts-per-example',
-      '2',
-      '--sampling.max-tokens',
-      '8',
-      '--server.port',
-      new URL(inference.url).port,
-      ...args,
-    ],
-    env: {},
-  }).config;
+  return cliConfig(evalSchema, [
+    '--output-dir',
+    path.join(root, 'outputs'),
+    '--seq-len',
+    '256',
+    '--num-examples',
+    '4',
+    '--rollouts-per-example',
+    '2',
+    '--sampling.max-tokens',
+    '8',
+    '--server.port',
+    new URL(stack.inference.url).port,
+    ...args,
+  ]);
 }
 
 const run = (cfg: EvalConfig) =>
-  execute<EvalResult>({
-    temporal,
-    pool,
-    taskQueue: cfg.temporal.task_queue,
-    workflowType: 'eval',
-    workflowId: `${cfg.run_name}-${Date.now()}`,
-    args: [{ config: cfg }],
-    trainer: false,
-  });
+  executeRun<EvalResult>(stack, 'eval', cfg, { workflowId: `${cfg.run_name}-${Date.now()}`, args: [{ config: cfg }] });
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+  tinyModel(modelDir);
   // Two "trained" versions: same architecture, other weights.
   for (const [step, seed] of [
     [10, 1],
@@ -74,12 +55,9 @@ beforeAll(async () => {
       seed,
       out: path.join(weightsDir, `step_${step}`),
     });
-  ({ temporal, inference, pool } = stack = await startStack(root, { modelDir, seqLen: 256 }));
+  stack = await startStack(root, { modelDir, seqLen: 256 });
 });
-afterAll(async () => {
-  await stack?.close();
-  fs.rmSync(root, { recursive: true, force: true });
-});
+afterAll(() => closeStack(stack, root));
 
 test('base + two step folders on two environments: results files, pass@k for the binary env, a table', async () => {
   const cfg = config([
@@ -119,9 +97,9 @@ test('base + two step folders on two environments: results files, pass@k for the
     expect(lc.reward_std ** 2).toBeLessThanOrEqual(lc.avg_at_k * (1 - lc.avg_at_k) + 1e-12);
   }
   // The server served the last version evaluated.
-  expect(((await (await fetch(`${inference.url}/health`)).json()) as { policy_version: number }).policy_version).toBe(
-    20,
-  );
+  expect(
+    ((await (await fetch(`${stack.inference.url}/health`)).json()) as { policy_version: number }).policy_version,
+  ).toBe(20);
   const table = renderEvalTable(stored);
   expect(table.split('\n')[0]).toMatch(/^environment\s+model\s+k\s+avg@k\s+std\s+pass@1\s+pass@2\s+tokens$/);
   expect(table).toContain('step_20');
@@ -173,7 +151,7 @@ test('an external OpenAI-compatible API (our own server standing in) is evaluate
     '--model.name',
     modelDir,
     '--client.base-url',
-    `${inference.url}/v1`,
+    `${stack.inference.url}/v1`,
     '--client.api-key-var',
     'EVAL_TEST_KEY',
     '--env',

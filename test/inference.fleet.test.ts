@@ -7,16 +7,14 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import type { InferenceServer } from '../lib/inference/server';
-import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { InferenceClient, InferenceError, type GenerateParams } from '../lib/orchestrator/client';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
-import { executeRl, startServer, startStack, type Stack } from './harness';
-import { CliProcesses, inferenceProcess, metricSteps, settlesWithin, sleep, until } from './processes';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
+import { executeRl, startServer, startStack, type Stack } from './support/harness';
+import { CliProcesses, inferenceProcess, metricSteps, settlesWithin, sleep, until } from './support/processes';
+import { lowercaseEnv, rlConfig, smallStep, tinyModel } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-fleet-'));
 const modelDir = path.join(root, 'model');
@@ -26,7 +24,7 @@ let stack: Stack;
 let procs: CliProcesses;
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+  tinyModel(modelDir);
   stack = await startStack(root);
   procs = new CliProcesses(path.join(root, 'logs'));
 });
@@ -102,7 +100,7 @@ test('a dead server is set aside; its requests go elsewhere, with the samples on
   const live = await server();
   const deadPort = await freePort();
   const weights = path.join(outputs, 'fleet-policy', 'step_1');
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 7, out: weights });
+  tinyModel(weights, { seed: 7 });
   const policy = { version: 1, weightDir: weights };
   const fleet = new InferenceClient([`http://127.0.0.1:${deadPort}/v1`, `${live.url}/v1`]);
   await fleet.ensurePolicy(policy);
@@ -199,37 +197,27 @@ test('an rl run on two `prime-rl inference` processes, one SIGKILLed mid-run, co
     );
     return ok.every(Boolean);
   });
-  const cfg = loadConfig({
-    schema: rlSchema,
-    argv: [
-      '--model.name',
-      modelDir,
-      '--output-dir',
-      outputs,
-      '--run-name',
-      'fleet-kill',
-      '--seq-len',
-      '128',
-      '--orchestrator.base-urls',
-      ...urls.map((u) => `${u}/v1`),
-      '--env',
-      JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]),
-      '--orchestrator.batch-size',
-      '8',
-      '--orchestrator.rollouts-per-example',
-      '4',
-      '--orchestrator.sampling.max-tokens',
-      '64',
-      '--trainer.optim.lr',
-      '1e-3',
-      '--trainer.threads',
-      '1',
-      '--max-steps',
-      '4',
-    ],
-    env: {},
-    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-  }).config;
+  const cfg = rlConfig([
+    '--model.name',
+    modelDir,
+    '--output-dir',
+    outputs,
+    '--run-name',
+    'fleet-kill',
+    '--seq-len',
+    '128',
+    '--orchestrator.base-urls',
+    ...urls.map((u) => `${u}/v1`),
+    '--env',
+    lowercaseEnv,
+    ...smallStep(64),
+    '--trainer.optim.lr',
+    '1e-3',
+    '--trainer.threads',
+    '1',
+    '--max-steps',
+    '4',
+  ]);
   let killedAfter = -1;
   const result = await executeRl(stack, cfg, {
     executionTimeout: '5 minutes',

@@ -16,6 +16,7 @@ import { loadHfModel, writeHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { PromptWorkers } from '../lib/inference/prompts';
 import { projectRoot } from '../lib/paths';
+import { tinyModel } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inference-hard-'));
 const baseDir = path.join(root, 'base');
@@ -151,7 +152,7 @@ async function metric(base: string, name: string): Promise<number> {
 }
 
 beforeAll(() => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: baseDir });
+  tinyModel(baseDir);
   poisonedCopy(path.join(outDir, 'nan'), NaN);
   poisonedCopy(path.join(outDir, 'inf'), Infinity);
 });
@@ -514,7 +515,7 @@ describe('settings at start', () => {
   test('worker --pool inference --output-dir X loads weights under X', async () => {
     const workerOut = path.join(root, 'worker-out');
     const step = path.join(workerOut, 'run', 'weights', 'step_1');
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: step });
+    tinyModel(step, { seed: 1 });
     const p = cli([
       'worker',
       '--pool',

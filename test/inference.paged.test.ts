@@ -10,13 +10,13 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { inferenceSchema } from '../lib/config/schemas';
 import type { InferenceServer } from '../lib/inference/server';
-import { createModel } from '../lib/model/create';
-import { startServer } from './harness';
+import { startServer } from './support/harness';
+import { tinyModel } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inference-paged-'));
 const baseDir = path.join(root, 'base');
 beforeAll(() => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: baseDir });
+  tinyModel(baseDir);
 });
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 

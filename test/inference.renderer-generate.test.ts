@@ -6,9 +6,9 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { inferenceSchema } from '../lib/config/schemas';
-import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
-import { createModel } from '../lib/model/create';
+import type { InferenceServer } from '../lib/inference/server';
+import { startServer } from './support/harness';
+import { tinyModel } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-renderer-gen-'));
 const baseDir = path.join(root, 'base');
@@ -16,17 +16,13 @@ const stepDir = path.join(root, 'out', 'step_1');
 let server: InferenceServer;
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: baseDir });
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: stepDir });
-  server = await startInferenceServer(
-    inferenceSchema.parse({
-      model: { name: baseDir },
-      seq_len: 128,
-      output_dir: path.join(root, 'out'),
-      threads: 2,
-      server: { port: 0 },
-    }),
-  );
+  tinyModel(baseDir);
+  tinyModel(stepDir, { seed: 1 });
+  server = await startServer(root, {
+    modelDir: baseDir,
+    seqLen: 128,
+    settings: { output_dir: path.join(root, 'out'), threads: 2 },
+  });
 });
 afterAll(async () => {
   await server?.close(1000);

@@ -6,13 +6,14 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import OpenAI from 'openai';
-import * as native from '../native';
+import { loadModel } from '../lib/model/engine';
 import { inferenceSchema } from '../lib/config/schemas';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
-import { createModel } from '../lib/model/create';
-import { createTinyMoe } from './tiny-moe';
+import { createTinyMoe } from './support/tiny-moe';
 import { loadHfModel } from '../lib/model/hf';
 import { projectRoot } from '../lib/paths';
+import { startServer } from './support/harness';
+import { tinyModel } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inference-'));
 const baseDir = path.join(root, 'base');
@@ -22,9 +23,9 @@ let server: InferenceServer;
 let client: OpenAI;
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: baseDir });
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: otherDir });
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: wideDir, hiddenSize: 96 });
+  tinyModel(baseDir);
+  tinyModel(otherDir, { seed: 1 });
+  tinyModel(wideDir, { hiddenSize: 96 });
   const config = inferenceSchema.parse({
     model: { name: baseDir },
     seq_len: 256,
@@ -133,7 +134,7 @@ describe('OpenAI API', () => {
     const logprobs: number[] = body.choices[0].logprobs.content.map((c: { logprob: number }) => c.logprob);
     expect(logprobs).toHaveLength(completion.length);
     const hf = loadHfModel(baseDir);
-    const model = await native.loadModel(hf.config, hf.tensors);
+    const model = await loadModel(hf.config, hf.tensors);
     const ids = [...prompt, ...completion];
     const [scores] = await model.score([{ inputIds: ids, positionIds: ids.map((_, i) => i) }], { temperature: 0.7 });
     const expected = Array.from(scores.logprobs.slice(prompt.length));
@@ -272,15 +273,11 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
   let moeServer: InferenceServer;
   beforeAll(async () => {
     createTinyMoe(moeDir);
-    moeServer = await startInferenceServer(
-      inferenceSchema.parse({
-        model: { name: moeDir },
-        seq_len: 64,
-        output_dir: path.join(root, 'out'),
-        threads: 2,
-        server: { port: 0 },
-      }),
-    );
+    moeServer = await startServer(root, {
+      modelDir: moeDir,
+      seqLen: 64,
+      settings: { output_dir: path.join(root, 'out'), threads: 2 },
+    });
   });
   afterAll(() => moeServer?.close(1000));
 
@@ -296,7 +293,7 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
     expect(body.object).toBe('chat.completion');
     expect(body.choices).toHaveLength(2);
     const hf = loadHfModel(moeDir);
-    const model = await native.loadModel(hf.config, hf.tensors);
+    const model = await loadModel(hf.config, hf.tensors);
     const prompt: number[] = body.prompt_token_ids;
     for (const choice of body.choices) {
       expect(choice.message.role).toBe('assistant');
@@ -336,7 +333,7 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
     expect(all.every((r) => r.length === 4 && layerOk(r.slice(0, 2)) && layerOk(r.slice(2)))).toBe(true);
     // Training on the sample through these routes reproduces the server's logprobs.
     const hf = loadHfModel(moeDir);
-    const trainer = (await native.loadModel(hf.config, hf.tensors)).createTrainer();
+    const trainer = (await loadModel(hf.config, hf.tensors)).createTrainer();
     const ids = [...prompt, ...choice.token_ids];
     const stats = await trainer.gradients(
       [
@@ -351,7 +348,7 @@ describe('a Qwen3-MoE model (sparse blocks 0 and 2, dense block 1)', () => {
       ],
       { kind: 'grpo' },
     );
-    expect(stats.mismatchKl).toBeLessThan(1e-9);
+    expect(stats.metrics.mismatch_kl).toBeLessThan(1e-9);
     const dense = await post('/v1/generate', { prompt_token_ids: [1, 2], max_tokens: 1, return_routes: true });
     expect(dense.status).toBe(400);
     expect(((await dense.json()) as any).error).toMatchObject({ param: 'return_routes', message: /has no MoE router/ });
@@ -428,7 +425,7 @@ describe('weight updates: paths and versions', () => {
 
   test('a version label names one set of weights; 0 is the base model', async () => {
     const third = path.join(root, 'out', 'step_b');
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 2, out: third });
+    tinyModel(third, { seed: 2 });
     const zero = await post('/update_weights', { weight_dir: otherDir, version: 0 });
     expect(zero.status).toBe(400);
     expect(((await zero.json()) as any).error.param).toBe('version');

@@ -7,12 +7,9 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
-import { loadConfig } from '../lib/config/loader';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
-import { RunLayout } from '../lib/run/layout';
-import { createModel } from '../lib/model/create';
+import { RunLayout } from '../lib/runfolder/layout';
 import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
 import { isListening, runningDevServer } from '../lib/temporal/devserver';
@@ -29,8 +26,9 @@ import {
 import type { EvalResult } from '../workflows/eval';
 import type { RLProgress, RLResult } from '../workflows/rl';
 import type { SftProgress, SftResult } from '../workflows/sft';
-import { childrenOf, CliProcesses, cmdline, isRunning, metricSteps, until } from './processes';
-import { configOf, tinyRunArgs } from './rl-chaos';
+import { childrenOf, cmdline, isRunning, metricSteps, until } from './support/processes';
+import { chaosScene, tinyRunArgs } from './support/rl-chaos';
+import { cliConfig, namedRunArgs, oneThreadEach, reverseTextSft, rlConfig, smallStep } from './support/setup';
 
 jest.setTimeout(5 * 60_000);
 
@@ -47,9 +45,7 @@ export type WorkflowsFitLauncherViews = [
   Fits<EvalResult, EvalResultView>,
 ];
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-launcher-'));
-const modelDir = path.join(root, 'model');
-const outputDir = path.join(root, 'outputs');
+const { modelDir, outputDir, cli } = chaosScene('prime-launcher-');
 
 /** Stops a dev server a test's launcher started (left running for other commands). */
 function stopServer(pid: number | undefined): void {
@@ -61,48 +57,23 @@ function stopServer(pid: number | undefined): void {
   }
 }
 
-beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
-const cli = new CliProcesses(path.join(root, 'cli'));
-afterAll(() => {
-  const server = runningDevServer(outputDir); // in its own process group
-  if (server) cli.track(server.pid);
-  cli.cleanup();
-  if (!process.env.KEEP_TMP) fs.rmSync(root, { recursive: true, force: true });
-});
-
 test('a command that started the dev server leaves it running for another command still using it', async () => {
   const [port, uiPort] = [await freePort(), await freePort()];
   const sft = (name: string, steps: number): SFTConfig =>
-    loadConfig({
-      schema: sftSchema,
-      argv: [
-        '--run-name',
-        name,
-        '--model.name',
-        modelDir,
-        '--output-dir',
-        outputDir,
-        '--seq-len',
-        '128',
-        '--threads',
-        '1',
-        '--max-steps',
-        String(steps),
-        '--batch-size',
-        '4',
-        '--data.env',
-        '{"id": "reverse-text"}',
-        '--data.num-examples',
-        '16',
-        '--temporal.port',
-        String(port),
-        '--temporal.ui-port',
-        String(uiPort),
-        '--temporal.task-queue',
-        name,
-      ],
-      env: {},
-    }).config;
+    cliConfig(sftSchema, [
+      ...namedRunArgs(name, modelDir, outputDir),
+      '--threads',
+      '1',
+      '--max-steps',
+      String(steps),
+      ...reverseTextSft(4, 16),
+      '--temporal.port',
+      String(port),
+      '--temporal.ui-port',
+      String(uiPort),
+      '--temporal.task-queue',
+      name,
+    ]);
 
   const first = await launchSft(sft('first', 2), { quiet: true });
   let serverPid: number | undefined;
@@ -134,30 +105,13 @@ test('SIGKILL of the launcher takes its processes with it, and the same command 
   const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
   const args = [
     'rl',
-    '--run-name',
-    'orphans',
-    '--model.name',
-    modelDir,
-    '--output-dir',
-    outputDir,
-    '--seq-len',
-    '128',
+    ...namedRunArgs('orphans', modelDir, outputDir),
     '--max-steps',
     String(steps),
     '--env',
     '[{"id": "reverse-text"}]',
-    '--orchestrator.batch-size',
-    '8',
-    '--orchestrator.rollouts-per-example',
-    '4',
-    '--orchestrator.sampling.max-tokens',
-    '12',
-    '--orchestrator.env-workers',
-    '1',
-    '--trainer.threads',
-    '1',
-    '--inference.threads',
-    '1',
+    ...smallStep(12),
+    ...oneThreadEach,
     '--temporal.port',
     String(port),
     '--temporal.ui-port',
@@ -224,7 +178,7 @@ test("a re-run stops the killed launcher's inference server while its last threa
   // The state a killed launcher's server can be in for a while (a large process exiting): its main
   // thread a zombie, a thread left that keeps the port bound (test/fixtures/zombie-leader.py). The
   // re-run took it for gone and refused the port (issue #42); it must stop it and wait for the port.
-  const config = configOf(await tinyRunArgs({ name: 'lingering', modelDir, outputDir, steps: 2 }));
+  const config = rlConfig(await tinyRunArgs({ name: 'lingering', modelDir, outputDir, steps: 2 }));
   const port = config.inference.server.port;
   const holder = spawn('python3', [path.join(__dirname, 'fixtures', 'zombie-leader.py'), String(port), '60'], {
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -266,12 +220,7 @@ test('the Temporal dev server of a killed launcher, left up for other commands, 
     '1',
     '--max-steps',
     '1000',
-    '--batch-size',
-    '4',
-    '--data.env',
-    '{"id": "reverse-text"}',
-    '--data.num-examples',
-    '16',
+    ...reverseTextSft(4, 16),
     '--temporal.task-queue',
     'left',
     ...where,
@@ -304,31 +253,16 @@ test('the Temporal dev server of a killed launcher, left up for other commands, 
 });
 
 test('inference.replicas (prime-rl data_parallel_size): rl starts that many servers on consecutive ports and samples from all', async () => {
-  const { rlSchema, RL_SECTIONS, RL_SHARED_KEYS } = await import('../lib/config/schemas');
   const { launchRun } = await import('../lib/launch/rl');
   const [port, temporalPort, uiPort] = [await freePort(), await freePort(), await freePort()];
-  const config = loadConfig({
-    schema: rlSchema,
-    argv: [
-      ...['--run-name', 'replicas', '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '128'],
-      ...[
-        '--max-steps',
-        '1',
-        '--env',
-        '[{"id": "reverse-text"}]',
-        '--trainer.threads',
-        '1',
-        '--inference.threads',
-        '1',
-      ],
-      ...['--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '2'],
-      ...['--orchestrator.sampling.max-tokens', '8', '--inference.replicas', '2'],
-      ...['--inference.server.port', String(port), '--temporal.port', String(temporalPort)],
-      ...['--temporal.ui-port', String(uiPort), '--temporal.task-queue', 'replicas'],
-    ],
-    env: {},
-    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-  }).config;
+  const config = rlConfig([
+    ...['--run-name', 'replicas', '--model.name', modelDir, '--output-dir', outputDir, '--seq-len', '128'],
+    ...['--max-steps', '1', '--env', '[{"id": "reverse-text"}]', '--trainer.threads', '1', '--inference.threads', '1'],
+    ...['--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '2'],
+    ...['--orchestrator.sampling.max-tokens', '8', '--inference.replicas', '2'],
+    ...['--inference.server.port', String(port), '--temporal.port', String(temporalPort)],
+    ...['--temporal.ui-port', String(uiPort), '--temporal.task-queue', 'replicas'],
+  ]);
   expect(config.orchestrator.base_urls).toEqual([`http://127.0.0.1:${port}/v1`, `http://127.0.0.1:${port + 1}/v1`]);
   const run = await launchRun(config, { quiet: true });
   let serverPid: number | undefined;

@@ -3,7 +3,8 @@
  * the next allocation of their size, at most the capacity stays cached, and capacity 0 frees the
  * cache and turns it off. A model trained with the cache on and off takes the same steps.
  */
-import { cpuCacheStats, loadModel, matmulGflops, setCpuCache, setThreads, type TrainRow } from '../native';
+import { cpuCacheStats, matmulGflops, setCpuCache, setThreads, type TrainRow } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 
@@ -56,7 +57,7 @@ test('training takes the same steps with the cache on and off', async () => {
     setCpuCache(capacity);
     const trainer = (await loadModel(cfg, weights)).createTrainer({});
     const out: number[] = [];
-    for (let s = 0; s < 3; s++) out.push((await trainer.step([row], { lr: 1e-2, loss: { kind: 'ce' } })).loss);
+    for (let s = 0; s < 3; s++) out.push((await trainer.step([row], { lr: 1e-2, loss: { kind: 'ce' } })).metrics.loss);
     return out;
   };
   const before = cpuCacheStats().hits;

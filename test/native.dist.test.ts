@@ -7,15 +7,16 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import * as native from '../native';
+import { createModelWithoutWeights, loadModel } from '../lib/model/engine';
 import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { shardRows } from '../lib/trainer/runtime';
 import type { ArchConfig } from '../lib/model/arch';
 import { memoryPlan } from '../lib/trainer/plan';
 import { loadBaseShards, loadCheckpoint, writeCheckpoint } from '../lib/trainer/shards';
-import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
-import { tinyMoeConfig } from './tiny-moe';
+import { tinyMoeConfig } from './support/tiny-moe';
+import { tinyModel } from './support/setup';
 
 native.setThreads(1);
 
@@ -83,8 +84,8 @@ async function joinRanks(n: number, o: RankOptions = {}) {
     groups.map(async (g) => {
       const options = { dtype: o.dtype, device: o.device };
       const model = o.base
-        ? await native.createModelWithoutWeights(c, options)
-        : await native.loadModel(c, randomWeights(c, 7), options);
+        ? await createModelWithoutWeights(c, options)
+        : await loadModel(c, randomWeights(c, 7), options);
       const trainer = model.createTrainer(o.trainer);
       trainer.setGroup(g, { bucketBytes: 4096, sharding: o.sharding });
       if (o.base) await loadBaseShards(trainer, o.base, c);
@@ -129,7 +130,7 @@ test('shardRows: every row to exactly one rank, balanced by tokens, in batch ord
 withGloo(
   'world size 2 (ZeRO-1, bucketed all-reduce) == world size 1 on the same rows; checkpoints cross over',
   async () => {
-    const single = await native.loadModel(cfg, randomWeights(cfg, 7));
+    const single = await loadModel(cfg, randomWeights(cfg, 7));
     const t1 = single.createTrainer();
     const singleStats: native.TrainStepStats[] = [];
     for (let s = 0; s < 4; s++)
@@ -140,11 +141,11 @@ withGloo(
     for (let s = 0; s < 2; s++) {
       const [a, b] = await stepAll(ranks, s);
       // Metrics and the loss normaliser are the whole step's, the same on both ranks.
-      expect(a.lossTokens).toBe(singleStats[s].lossTokens);
-      expect(a.tokens).toBe(singleStats[s].tokens);
-      expect(b.loss).toBe(a.loss);
-      expect(a.loss).toBeCloseTo(singleStats[s].loss, 5);
-      expect(a.gradNorm).toBeCloseTo(singleStats[s].gradNorm, 5);
+      expect(a.metrics.loss_tokens).toBe(singleStats[s].metrics.loss_tokens);
+      expect(a.metrics.tokens).toBe(singleStats[s].metrics.tokens);
+      expect(b.metrics.loss).toBe(a.metrics.loss);
+      expect(a.metrics.loss).toBeCloseTo(singleStats[s].metrics.loss, 5);
+      expect(a.metrics.grad_norm).toBeCloseTo(singleStats[s].metrics.grad_norm, 5);
     }
     // ZeRO-1 checkpoint: rank 0 gathers the optimizer shards and alone writes.
     await Promise.all(ranks.map((r, rank) => r.trainer.save(rank === 0 ? dir : '')));
@@ -160,7 +161,7 @@ withGloo(
 
     // The world-size-2 checkpoint, resumed by one trainer, gives the same weights (optimizer state
     // included: Adam's moments steer steps 3 and 4).
-    const resumed = await native.loadModel(cfg, randomWeights(cfg, 9));
+    const resumed = await loadModel(cfg, randomWeights(cfg, 9));
     const t2 = resumed.createTrainer();
     await t2.load(dir);
     expect(t2.stepCount).toBe(2);
@@ -169,7 +170,7 @@ withGloo(
 
     // And two fresh ranks load a checkpoint of one trainer, each keeping its shard.
     const oneDir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-dist-'));
-    const again = await native.loadModel(cfg, randomWeights(cfg, 7));
+    const again = await loadModel(cfg, randomWeights(cfg, 7));
     const t3 = again.createTrainer();
     for (let s = 0; s < 2; s++) await t3.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
     await t3.save(oneDir);
@@ -187,7 +188,7 @@ withGloo(
   'LoRA: adapters only, the same as world size 1',
   async () => {
     const lora: native.LoraOptions = { rank: 4, alpha: 8, targetModules: ['q_proj', 'v_proj', 'down_proj'] };
-    const single = await native.loadModel(cfg, randomWeights(cfg, 7));
+    const single = await loadModel(cfg, randomWeights(cfg, 7));
     const t1 = single.createTrainer({ lora, seed: 3 });
     for (let s = 0; s < 2; s++) await t1.step(stepRows(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
     const { ranks } = await twoRanks({ lora, seed: 3 });
@@ -203,7 +204,7 @@ withGloo(
 /** One trainer over every row (world size 1, no group): each step's stats. */
 async function single(o: RankOptions, steps: number, rowsOf = stepRows) {
   const c = o.cfg ?? cfg;
-  const model = await native.loadModel(c, randomWeights(c, 7), { dtype: o.dtype, device: o.device });
+  const model = await loadModel(c, randomWeights(c, 7), { dtype: o.dtype, device: o.device });
   const trainer = model.createTrainer(o.trainer);
   const stats: native.TrainStepStats[] = [];
   for (let s = 0; s < steps; s++)
@@ -229,10 +230,10 @@ withGloo(
         const { ranks } = await joinRanks(n, { dtype, sharding: 'full' });
         for (let s = 0; s < 4; s++) {
           const stats = await stepAll(ranks, s);
-          expect(stats[0].lossTokens).toBe(one.stats[s].lossTokens);
-          expect(stats[1].loss).toBe(stats[0].loss);
-          expect(Math.abs(stats[0].loss - one.stats[s].loss)).toBeLessThan(tol);
-          expect(Math.abs(stats[0].gradNorm / one.stats[s].gradNorm - 1)).toBeLessThan(tol);
+          expect(stats[0].metrics.loss_tokens).toBe(one.stats[s].metrics.loss_tokens);
+          expect(stats[1].metrics.loss).toBe(stats[0].metrics.loss);
+          expect(Math.abs(stats[0].metrics.loss - one.stats[s].metrics.loss)).toBeLessThan(tol);
+          expect(Math.abs(stats[0].metrics.grad_norm / one.stats[s].metrics.grad_norm - 1)).toBeLessThan(tol);
         }
         const weights = await readAll(ranks);
         expect(weights[1].every((t, i) => t.data.equals(weights[0][i].data))).toBe(true);
@@ -295,19 +296,19 @@ withGloo(
   'fully sharded ranks built without weights read only their part of the base model folder == one trainer',
   async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-base-'));
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: dir });
+    tinyModel(dir);
     const base = loadHfModel(dir);
     const vocab = base.config.vocabSize;
     const rowsOf = (s: number) =>
       stepRows(s).map((r) => ({ ...r, inputIds: Array.from(r.inputIds, (id) => id % vocab) }));
     const dtype = 'float64';
-    const one = (await native.loadModel(base.config, base.tensors, { dtype })).createTrainer();
+    const one = (await loadModel(base.config, base.tensors, { dtype })).createTrainer();
     for (let s = 0; s < 3; s++) await one.step(rowsOf(s), { lr: lrs[s], maxGradNorm: 1, loss: lossOf });
     const { ranks } = await joinRanks(4, { cfg: base.config, base: dir, dtype, sharding: 'full' });
     for (let s = 0; s < 3; s++) await stepAll(ranks, s, rowsOf);
     expect(maxDiff(await one.readWeights(), (await readAll(ranks))[0])).toBeLessThan(1e-12);
     // A model without weights trains only fully sharded.
-    const bare = await native.createModelWithoutWeights(base.config);
+    const bare = await createModelWithoutWeights(base.config);
     await expect(bare.createTrainer().step(rowsOf(0), { lr: 1e-3, loss: lossOf })).rejects.toThrow(
       /built without weights: only a fully sharded trainer/,
     );

@@ -8,6 +8,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as native from '../native';
+import { loadModel } from '../lib/model/engine';
 import { CHECKS, makeWorkDir, type CheckContext } from '../bench/gpu/checks';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
@@ -70,14 +71,14 @@ describe('a training step with fusedKernels equals the unfused one', () => {
   ] as const)('%s', async (arch, opts) => {
     const cfg = tinyConfig(arch);
     const step = async (fusedKernels: boolean) => {
-      const model = await native.loadModel(cfg, randomWeights(cfg, 2), { fusedKernels });
+      const model = await loadModel(cfg, randomWeights(cfg, 2), { fusedKernels });
       const trainer = model.createTrainer({ ...opts, lora: 'lora' in opts ? { ...opts.lora } : undefined });
       return trainer.step(rows(cfg), { lr: 1e-3, loss: { kind: 'ce' } });
     };
     const [fused, plain] = [await step(true), await step(false)];
-    expect(Math.abs(fused.loss - plain.loss) / plain.loss).toBeLessThan(1e-6);
-    expect(Math.abs(fused.gradNorm - plain.gradNorm) / plain.gradNorm).toBeLessThan(1e-5);
-    expect(plain.gradNorm).toBeGreaterThan(0);
+    expect(Math.abs(fused.metrics.loss - plain.metrics.loss) / plain.metrics.loss).toBeLessThan(1e-6);
+    expect(Math.abs(fused.metrics.grad_norm - plain.metrics.grad_norm) / plain.metrics.grad_norm).toBeLessThan(1e-5);
+    expect(plain.metrics.grad_norm).toBeGreaterThan(0);
   });
 });
 
@@ -119,10 +120,10 @@ describe('bad inputs are refused by the kernels, naming what is wrong', () => {
   test('fusedKernels: a model dtype without kernels, and a value that is not a boolean', async () => {
     const cfg = tinyConfig('qwen3');
     const weights = randomWeights(cfg, 1);
-    await expect(native.loadModel(cfg, weights, { dtype: 'float64', fusedKernels: true })).rejects.toThrow(
+    await expect(loadModel(cfg, weights, { dtype: 'float64', fusedKernels: true })).rejects.toThrow(
       /fusedKernels: the fused kernels take float32 and bfloat16 models, not Double/,
     );
-    await expect(native.loadModel(cfg, weights, { fusedKernels: 'yes' as unknown as boolean })).rejects.toThrow(
+    await expect(loadModel(cfg, weights, { fusedKernels: 'yes' as unknown as boolean })).rejects.toThrow(
       /fusedKernels must be true or false/,
     );
   });

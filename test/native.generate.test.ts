@@ -1,12 +1,6 @@
 /** Native generation: KV-cache decode vs full forward, sampling determinism, continuous batching. */
-import {
-  loadModel,
-  setThreads,
-  type GenerationRequest,
-  type Generator,
-  type NativeModel,
-  type StepToken,
-} from '../native';
+import { setThreads, type GenerationRequest, type Generator, type NativeModel, type StepToken } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 

@@ -6,9 +6,9 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import * as native from '../native';
+import { loadModel } from '../lib/model/engine';
 import { loadHfModel } from '../lib/model/hf';
-import { HF_FIXTURES } from './hf-fixtures';
+import { HF_FIXTURES } from './support/hf-fixtures';
 
 function logSoftmax(row: Float32Array): Float64Array {
   let max = -Infinity;
@@ -33,7 +33,7 @@ test.each(HF_FIXTURES.map((f) => [f.name, f] as const))(
     const raw = fs.readFileSync(path.join(dir, 'logits.bin'));
     const logits = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
     const hf = loadHfModel(dir);
-    const model = await native.loadModel(hf.config, hf.tensors);
+    const model = await loadModel(hf.config, hf.tensors);
     const ids = [...meta.tokens_a, ...meta.tokens_b];
     const positions = [...meta.tokens_a.map((_, i) => i), ...meta.tokens_b.map((_, i) => i)];
     const [scores] = await model.score([{ inputIds: ids, positionIds: positions }]);

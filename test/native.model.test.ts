@@ -1,6 +1,7 @@
 /** Native model: HF math against a plain TS reference, packed scoring, weight I/O, error paths. */
 import type { ArchConfig } from '../lib/model/arch';
-import { loadModel, setThreads, type WeightTensor } from '../native';
+import { setThreads, type WeightTensor } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { tensorSpecs } from '../lib/model/tensors';

@@ -3,7 +3,8 @@
  * weight updates, chunked prefill, several decode steps per call, and the block pool's accounting
  * under storms of requests, cancellations and preemptions. All on the real engine (CPU).
  */
-import { loadModel, setThreads, type GenerationRequest, type Generator, type NativeModel } from '../native';
+import { setThreads, type GenerationRequest, type Generator, type NativeModel } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 

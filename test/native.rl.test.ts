@@ -6,7 +6,6 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import {
-  loadModel,
   lossKinds,
   policyLoss,
   setThreads,
@@ -17,6 +16,7 @@ import {
   type TrainRow,
   type WeightTensor,
 } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 
@@ -242,23 +242,23 @@ describe('policy losses vs hand computation', () => {
       expect(got.loss).toBeCloseTo(want.loss, 12);
       got.gradLogp.forEach((g, t) => expect(g).toBeCloseTo(want.grad[t], 12));
       const M = got.metrics;
-      expect(M.lossTokens).toBe(9);
-      expect(M.samples).toBe(3);
-      expect(M.clippedFraction).toBeCloseTo((want.clippedLow + want.clippedHigh) / 9, 12);
-      expect(M.maskedTokenFraction).toBeCloseTo(want.maskedTokens / 9, 12);
-      expect(M.maskedLowFraction).toBeCloseTo(want.maskedLow / 9, 12);
-      expect(M.maskedHighFraction).toBeCloseTo(want.maskedHigh / 9, 12);
+      expect(M.loss_tokens).toBe(9);
+      expect(M.loss_samples).toBe(3);
+      expect(M.clipped).toBeCloseTo((want.clippedLow + want.clippedHigh) / 9, 12);
+      expect(M.masked_tokens).toBeCloseTo(want.maskedTokens / 9, 12);
+      expect(M.masked_low).toBeCloseTo(want.maskedLow / 9, 12);
+      expect(M.masked_high).toBeCloseTo(want.maskedHigh / 9, 12);
       const masked = Math.max(want.maskedTokens, 1);
-      expect(M.maskedAdvantagePositive).toBeCloseTo(want.maskedAdvPositive / masked, 12);
-      expect(M.maskedAdvantageNegative).toBeCloseTo(want.maskedAdvNegative / masked, 12);
-      expect(M.maskedMismatchKl).toBeCloseTo(want.maskedMismatchKl / masked, 12);
-      expect(M.unmaskedMismatchKl).toBeCloseTo(
+      expect(M.masked_adv_positive).toBeCloseTo(want.maskedAdvPositive / masked, 12);
+      expect(M.masked_adv_negative).toBeCloseTo(want.maskedAdvNegative / masked, 12);
+      expect(M.mismatch_kl_masked).toBeCloseTo(want.maskedMismatchKl / masked, 12);
+      expect(M.mismatch_kl_unmasked).toBeCloseTo(
         (want.mismatchKl * 9 - want.maskedMismatchKl) / Math.max(9 - want.maskedTokens, 1),
         12,
       );
-      expect(M.maskedSampleFraction).toBeCloseTo(want.maskedSamples / 3, 12);
-      expect(M.mismatchKl).toBeCloseTo(want.mismatchKl, 12);
-      expect(M.referenceKl).toBeCloseTo(want.referenceKl, 12);
+      expect(M.masked_sequences).toBeCloseTo(want.maskedSamples / 3, 12);
+      expect(M.mismatch_kl).toBeCloseTo(want.mismatchKl, 12);
+      expect(M.kl_divergence).toBeCloseTo(want.referenceKl, 12);
     },
   );
 
@@ -309,10 +309,10 @@ describe('policy losses vs hand computation', () => {
     expect(one(1, 2, { kind: 'dppo' }).loss).toBeCloseTo(1e-3, 14);
     expect(one(1, 2, { kind: 'dppo' }).gradLogp[0]).toBeCloseTo(2e-3, 14);
     expect(one(1, 2, { kind: 'dppo' }).metrics).toMatchObject({
-      maskedTokenFraction: 1,
-      maskedHighFraction: 1,
-      maskedLowFraction: 0,
-      maskedAdvantagePositive: 1,
+      masked_tokens: 1,
+      masked_high: 1,
+      masked_low: 0,
+      masked_adv_positive: 1,
     });
     // The same rise with A < 0 is kept (dppo only guards the direction the advantage pushes)...
     expect(one(1, -2, { kind: 'dppo' }).loss).toBeCloseTo(2 * Math.E + 1e-3, 14);
@@ -338,7 +338,7 @@ describe('policy losses vs hand computation', () => {
     const dppoMask = one(2.5, -1, { kind: 'dppo', mismatch: { mode: 'mask' } });
     expect(dppoMask.loss).toBeCloseTo(1e-3 * 6.25, 14);
     expect(dppoMask.gradLogp[0]).toBeCloseTo(2e-3 * 2.5, 14);
-    expect(dppoMask.metrics.maskedTokenFraction).toBe(1);
+    expect(dppoMask.metrics.masked_tokens).toBe(1);
     // k3 KL: exp(d) - d - 1 with d = ref - logp; gradient 1 - exp(d).
     const kl = policyLoss(
       { logp: [-1], refLogp: [-1.5], lossMask: [1], sampleLengths: [1] },
@@ -416,16 +416,16 @@ test('on-policy GRPO gradient equals REINFORCE -sum A grad logp / N (built from 
   const scores = await model.score(rows);
   rows.forEach((r, i) => (r.inferenceLogprobs = scores[i].logprobs));
   const grpo = await trainer.gradients(rows, { kind: 'grpo' });
-  expect(grpo.clippedFraction).toBe(0);
-  expect(grpo.mismatchKl).toBeLessThan(1e-12);
-  const N = grpo.lossTokens;
+  expect(grpo.metrics.clipped).toBe(0);
+  expect(grpo.metrics.mismatch_kl).toBeLessThan(1e-12);
+  const N = grpo.metrics.loss_tokens;
   // Entropy metric = mean of the scored entropies over loss tokens (first tokens of samples excluded).
   let entropy = 0;
   rows.forEach((r, i) => {
     const starts = new Set(Array.from(r.positionIds).flatMap((p, t) => (p === 0 ? [t] : [])));
     r.lossMask.forEach((m, t) => (entropy += m && !starts.has(t) ? scores[i].entropies[t] : 0));
   });
-  expect(grpo.entropy).toBeCloseTo(entropy / N, 5);
+  expect(grpo.metrics.entropy).toBeCloseTo(entropy / N, 5);
 
   // REINFORCE by linearity: sum over samples of A_i * (CE gradient of that sample's tokens / N).
   const reinforce = new Map<string, Float64Array>();
@@ -480,13 +480,14 @@ describe('RL training steps', () => {
     );
     const trainer = model.createTrainer({ reference: true });
     const first = await trainer.step(stepRows(0), { lr: 1e-3, maxGradNorm: 1, loss });
-    expect(first.referenceKl).toBe(0);
-    expect(first).toMatchObject({ lr: 1e-3, tokens: 44, samples: 3, lossTokens: 7 + 5 + 10 });
-    expect(first.entropy).toBeGreaterThan(0);
-    expect(first.mismatchKl).toBeGreaterThan(0);
+    expect(first.metrics.kl_divergence).toBe(0);
+    expect(first.lr).toBe(1e-3);
+    expect(first.metrics).toMatchObject({ tokens: 44, loss_samples: 3, loss_tokens: 7 + 5 + 10 });
+    expect(first.metrics.entropy).toBeGreaterThan(0);
+    expect(first.metrics.mismatch_kl).toBeGreaterThan(0);
     expect(first.forwardBackwardSeconds + first.optimizerSeconds).toBeLessThanOrEqual(first.seconds + 1e-9);
     const second = await trainer.step(stepRows(1), { lr: 1e-3, maxGradNorm: 1, loss });
-    expect(second.referenceKl).toBeGreaterThan(0);
+    expect(second.metrics.kl_divergence).toBeGreaterThan(0);
   });
 
   test('resume is bitwise: 4 steps == 2 + checkpoint + fresh engine + load + 2', async () => {
@@ -555,7 +556,7 @@ describe('LoRA', () => {
     const base = await model.readWeights();
     const trainer = model.createTrainer({ lora, weightDecay: 0 });
     const first = await trainer.step(rows(0), { lr: 1e-2, loss });
-    expect(first.referenceKl).toBe(0); // B = 0: the adapted model is the base model
+    expect(first.metrics.kl_divergence).toBe(0); // B = 0: the adapted model is the base model
     for (let i = 1; i < 4; i++) await trainer.step(rows(i), { lr: 1e-2, loss });
     expect(equalBytes(await model.readWeights(), base)).toBe(true);
     const { gradients } = await trainer.gradients(rows(9), loss);

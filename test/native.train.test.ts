@@ -6,12 +6,12 @@ import {
   adamwCheck,
   info,
   lmHeadCheck,
-  loadModel,
   setThreads,
   type TrainerOptions,
   type TrainRow,
   type WeightTensor,
 } from '../native';
+import { loadModel } from '../lib/model/engine';
 import { FAMILIES } from '../lib/model/families';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { lrAt } from '../lib/trainer/schedule';
@@ -35,7 +35,10 @@ describe.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'] as const)('%s', (arch) =>
     const trainer = model.createTrainer();
     const rng = new Rng(5);
     const rows = [trainRow(rng, [7, 5], cfg.vocabSize), trainRow(rng, [9], cfg.vocabSize)];
-    const { loss, gradients } = await trainer.gradients(rows, { temperature: 0.8 });
+    const {
+      metrics: { loss },
+      gradients,
+    } = await trainer.gradients(rows, { temperature: 0.8 });
     expect(loss).toBeGreaterThan(0);
     const lossAt = async (name: string, index: number, delta: number): Promise<number> => {
       const t = weights.find((w) => w.name === name)!;
@@ -44,7 +47,7 @@ describe.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'] as const)('%s', (arch) =>
       await model.loadWeights([{ ...t, data: encode(v, 'F64') }], { strict: false });
       const r = await trainer.gradients(rows, { temperature: 0.8 });
       await model.loadWeights([t], { strict: false });
-      return r.loss;
+      return r.metrics.loss;
     };
     // A few coordinates of every kind of tensor present for this architecture.
     const h = 1e-5;
@@ -101,8 +104,8 @@ describe('qwen3_moe: the router, every expert and the dense block', () => {
     const lossNow = async (): Promise<number> => {
       const own = await trainer.gradients([row], opts);
       const replayed = await trainer.gradients([{ ...row, routes }], opts);
-      expect(Math.abs(own.loss - replayed.loss)).toBeLessThan(1e-12);
-      return own.loss;
+      expect(Math.abs(own.metrics.loss - replayed.metrics.loss)).toBeLessThan(1e-12);
+      return own.metrics.loss;
     };
     await lossNow(); // the generator's routes are the trainer's own at these weights
     const { gradients } = await trainer.gradients([row], opts);
@@ -163,13 +166,13 @@ describe('training', () => {
     const { gradients } = await trainer.gradients(rows);
     const norm = Math.sqrt(gradients.reduce((a, g) => a + decode(g).reduce((s, v) => s + v * v, 0), 0));
     const first = await trainer.step(rows, { lr: 3e-3, maxGradNorm: 0.1 });
-    expect(first.gradNorm).toBeCloseTo(norm, 4);
-    expect(first.tokens).toBe(63);
-    expect(first.lossTokens).toBe(10 + 6 + 15); // loss tokens that are not a sample's first token
-    expect(first.tokensPerSecond).toBeGreaterThan(0);
+    expect(first.metrics.grad_norm).toBeCloseTo(norm, 4);
+    expect(first.metrics.tokens).toBe(63);
+    expect(first.metrics.loss_tokens).toBe(10 + 6 + 15); // loss tokens that are not a sample's first token
+    expect(first.metrics.tokens_per_s).toBeGreaterThan(0);
     let last = first;
     for (let i = 0; i < 40; i++) last = await trainer.step(rows, { lr: 3e-3, maxGradNorm: 1 });
-    expect(last.loss).toBeLessThan(first.loss * 0.2);
+    expect(last.metrics.loss).toBeLessThan(first.metrics.loss * 0.2);
     expect(trainer.stepCount).toBe(41);
   });
 
@@ -185,7 +188,7 @@ describe('training', () => {
       return;
     }
     const stats = await trainer.step(rows, { lr: 1e-3, profile: prefix });
-    expect(stats.tokens).toBe(63);
+    expect(stats.metrics.tokens).toBe(63);
     const table = fs.readFileSync(`${prefix}.txt`, 'utf8');
     expect(table).toMatch(/^wall [\d.]+ ms; device busy/);
     expect(table).toMatch(/\| [\d.]+ \| \d+ \| aten::(mm|addmm|linear|matmul) \|/); // the operators the step ran
@@ -197,11 +200,11 @@ describe('training', () => {
     const trainer = model.createTrainer();
     const mean = await trainer.gradients(rows);
     const sum = await trainer.gradients(rows, { normalizer: 1 });
-    expect(sum.loss).toBeCloseTo(mean.loss * mean.lossTokens, 3);
+    expect(sum.metrics.loss).toBeCloseTo(mean.metrics.loss * mean.metrics.loss_tokens, 3);
     // Splitting rows across calls with a shared normaliser gives the same total.
-    const a = await trainer.gradients([rows[0]], { normalizer: mean.lossTokens });
-    const b = await trainer.gradients([rows[1]], { normalizer: mean.lossTokens });
-    expect(a.loss + b.loss).toBeCloseTo(mean.loss, 5);
+    const a = await trainer.gradients([rows[0]], { normalizer: mean.metrics.loss_tokens });
+    const b = await trainer.gradients([rows[1]], { normalizer: mean.metrics.loss_tokens });
+    expect(a.metrics.loss + b.metrics.loss).toBeCloseTo(mean.metrics.loss, 5);
   });
 
   test('checkpoint resume is bitwise: 4 steps == 2 + save + fresh engine + load + 2', async () => {
@@ -300,9 +303,9 @@ describe('bf16 mixed precision (fp32 master weights and AdamW state, bf16 activa
     const bf16 = await step('bfloat16');
     const rel = (a: number, b: number) => Math.abs(a - b) / Math.abs(b);
     // bf16 products (8-bit mantissas) move the loss by rounding, not by a different computation.
-    expect(rel(bf16.stats.loss, fp32.stats.loss)).toBeGreaterThan(1e-6);
-    expect(rel(bf16.stats.loss, fp32.stats.loss)).toBeLessThan(2e-2);
-    expect(rel(bf16.stats.gradNorm, fp32.stats.gradNorm)).toBeLessThan(5e-2);
+    expect(rel(bf16.stats.metrics.loss, fp32.stats.metrics.loss)).toBeGreaterThan(1e-6);
+    expect(rel(bf16.stats.metrics.loss, fp32.stats.metrics.loss)).toBeLessThan(2e-2);
+    expect(rel(bf16.stats.metrics.grad_norm, fp32.stats.metrics.grad_norm)).toBeLessThan(5e-2);
     // AdamW's first step moves each weight by about lr in the direction of its gradient's sign: at
     // most 2 lr apart (a tiny gradient whose sign rounding flipped), and nearly all the same way.
     expect(maxDiff(bf16.weights, fp32.weights)).toBeLessThanOrEqual(2 * lr * (1 + 1e-3));
@@ -347,7 +350,7 @@ describe('bf16 mixed precision (fp32 master weights and AdamW state, bf16 activa
     // bf16 one up to fp32 summation order (4e-8). With fp32 activations between the matmuls
     // (autocast's scheme, this trainer's before) it was 1.0e-4 from the bf16 forward.
     expect(rel(bf16Loss, fp32Loss)).toBeGreaterThan(5e-5);
-    expect(rel(mixed.loss, bf16Loss)).toBeLessThan(1e-6);
+    expect(rel(mixed.metrics.loss, bf16Loss)).toBeLessThan(1e-6);
   });
 
   test("the LM head's recomputed logits equal the forward's: kept or recomputed chunks give the same gradients", async () => {
@@ -394,7 +397,7 @@ describe('activation checkpointing (layers rerun in the backward)', () => {
         const plain = await run(0);
         for (const every of [1, 2]) {
           const ac = await run(every);
-          expect(ac.g.loss).toBeCloseTo(plain.g.loss, 12);
+          expect(ac.g.metrics.loss).toBeCloseTo(plain.g.metrics.loss, 12);
           ac.g.gradients.forEach((t, i) => {
             const [a, b] = [decode(t as WeightTensor), decode(plain.g.gradients[i] as WeightTensor)];
             a.forEach((v, j) => expect(Math.abs(v - b[j])).toBeLessThan(1e-12));
@@ -521,7 +524,7 @@ describe('chunked LM head (logits never materialised for a whole row)', () => {
     const predicted = [1, 2, 3, 4, 5, 7, 8, 9, 10];
     for (const t of predicted) expect([scores.logprobs[t], scores.entropies[t]]).toEqual([NaN, NaN]);
     const st = await trainer.step(rows, { lr: 1e-3, loss: { kind: 'ce' } });
-    expect(Number.isNaN(st.loss)).toBe(true);
+    expect(Number.isNaN(st.metrics.loss)).toBe(true);
   });
 
   test.each(['llama', 'qwen3'] as const)(
@@ -552,8 +555,9 @@ describe('chunked LM head (logits never materialised for a whole row)', () => {
       const whole = await run(0);
       for (const keep of [undefined, 2 * chunkBytes, 1 << 30]) {
         const chunked = await run(3, keep);
-        expect(chunked.referenceKl).toBeGreaterThan(0);
-        for (const k of ['loss', 'entropy', 'referenceKl'] as const) expect(chunked[k]).toBeCloseTo(whole[k], 12);
+        expect(chunked.metrics.kl_divergence).toBeGreaterThan(0);
+        for (const k of ['loss', 'entropy', 'kl_divergence'])
+          expect(chunked.metrics[k]).toBeCloseTo(whole.metrics[k], 12);
         chunked.gradients.forEach((g, i) => {
           const a = decode(g as WeightTensor),
             b = decode(whole.gradients[i] as WeightTensor);

@@ -6,8 +6,8 @@
  * mid-run and restarted in their namespaces (as a supervisor would); then three links are cut for
  * longer than the run's timeouts and restored (issue #42): cpu worker <-> inference server, trainer
  * rank 1 <-> rank 0, cpu worker <-> Temporal. The run completes with every step once and the
- * trainer's counters equal to its batches (each trained once). The commands are those of README
- * "Deploying on a cluster".
+ * trainer's counters equal to its batches (each trained once). The commands are those of
+ * docs/cluster.md, "Worked example: five hosts on one machine".
  *
  * Needs root (ip netns, bridges): elsewhere it is skipped, saying so. Names carry a random tag,
  * so parallel runs cannot collide, and everything is removed at the end, also on failure.
@@ -18,12 +18,12 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
-import { createModel } from '../lib/model/create';
 import { projectRoot, temporalCliPath } from '../lib/paths';
-import { RunLayout } from '../lib/run/layout';
+import { RunLayout } from '../lib/runfolder/layout';
 import { taskQueues } from '../lib/temporal/queues';
-import { CliProcesses, metricSteps, sleep, until, type CliLaunch } from './processes';
-import { checkRun } from './rl-chaos';
+import { CliProcesses, metricSteps, sleep, until, type CliLaunch } from './support/processes';
+import { checkRun } from './support/rl-chaos';
+import { tinyModel } from './support/setup';
 
 const tag = randomBytes(3).toString('hex');
 const netns = path.join(projectRoot, 'scripts', 'netns.sh');
@@ -70,7 +70,7 @@ afterAll(() => {
         .map(([role, ns, ip]) => [role, { ns, ip }]),
     ) as Record<Role, { ns: string; ip: string }>;
     const inNs = (role: Role) => ['ip', 'netns', 'exec', host[role].ns];
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+    tinyModel(modelDir);
 
     const temporal = `${host.temporal.ip}:7233`;
     const inferenceUrl = `http://${host.inference.ip}:8000/v1`;

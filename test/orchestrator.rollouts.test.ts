@@ -5,22 +5,23 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import * as native from '../native';
+import { loadModel } from '../lib/model/engine';
 import { createPackActivities, type PackSummary } from '../activities/pack';
-import { createRolloutActivities, readRollouts, type RolloutSummary } from '../activities/rollouts';
+import { createRolloutActivities } from '../activities/rollouts';
+import { readRollouts, type RolloutSummary } from '../lib/runfolder/rollouts';
 import { createCpuActivities } from '../activities';
 import { inferenceSchema, rlSchema } from '../lib/config/schemas';
 import { EnvPool } from '../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
-import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
-import { readBatch } from '../lib/orchestrator/batch';
+import { readBatch } from '../lib/runfolder/batch';
 import { InferenceClient, InferenceError } from '../lib/orchestrator/client';
-import { RecordingClient } from './harness';
+import { RecordingClient } from './support/harness';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { isPromptTooLong, promptTooLong, runRollout } from '../lib/orchestrator/rollout';
-import { RunLayout } from '../lib/run/layout';
+import { RunLayout } from '../lib/runfolder/layout';
+import { tinyModel, workflowRlConfig } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rollouts-'));
 const modelDir = path.join(root, 'model');
@@ -34,7 +35,7 @@ const serverOn = (settings: object): Promise<InferenceServer> =>
   );
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+  tinyModel(modelDir);
   server = await serverOn({ seq_len: 512, threads: 2 });
   pool = new EnvPool({ workers: 2, timeoutS: 30 });
 });
@@ -82,7 +83,7 @@ test('a multi-turn rollout extends the token ids of each turn exactly', async ()
   // Every sampled token's inference logprob equals the engine scoring the whole rollout.
   const ids = flat(segments.length);
   const hf = loadHfModel(modelDir);
-  const model = await native.loadModel(hf.config, hf.tensors);
+  const model = await loadModel(hf.config, hf.tensors);
   const [scores] = await model.score([{ inputIds: ids, positionIds: ids.map((_, i) => i) }]);
   let at = 0;
   for (const s of segments) {
@@ -157,8 +158,8 @@ test("what our server's answers mean: a bad request errors one rollout, a wrong 
 
 test("ensurePolicy moves a server that serves the wanted version number from another folder (another run's weights)", async () => {
   const [mine, theirs] = [path.join(root, 'policy', 'mine'), path.join(root, 'policy', 'theirs')];
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: theirs });
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 2, out: mine });
+  tinyModel(theirs, { seed: 1 });
+  tinyModel(mine, { seed: 2 });
   const client = new InferenceClient([`${server.url}/v1`]);
   const health = async () =>
     (await (await fetch(`${server.url}/health`)).json()) as { policy_version: number; weight_dir: string };
@@ -399,15 +400,7 @@ describe('runs that cannot train fail, naming why', () => {
   });
 
   test('a run started without the CLI (temporal workflow start) is checked as the CLI checks it', async () => {
-    const config = rlSchema.parse({
-      run_name: 'no-cli',
-      model: { name: modelDir },
-      env: [{ id: 'reverse-text' }],
-      output_dir: path.join(root, 'runs'),
-      trainer: { model: { name: modelDir } },
-      inference: { model: { name: modelDir } },
-      orchestrator: { model: { name: modelDir } },
-    });
+    const config = workflowRlConfig('no-cli', modelDir, path.join(root, 'runs'));
     const bad = { ...config, orchestrator: { ...config.orchestrator, batch_size: 10, rollouts_per_example: 4 } };
     // As a worker registers it: lib's config check fails it non-retryably (activities/failures.ts).
     const { prepareRun } = createCpuActivities({ pool });

@@ -12,10 +12,11 @@ import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { InferenceError } from '../lib/orchestrator/client';
-import type { TokenSegment } from '../lib/orchestrator/packing';
+import type { TokenSegment } from '../lib/runfolder/packing';
 import { TeacherClient, tokenizerMismatch } from '../lib/orchestrator/teacher';
-import { startServer } from './harness';
-import { CliProcesses, inferenceProcess, settlesWithin } from './processes';
+import { startServer } from './support/harness';
+import { CliProcesses, inferenceProcess, settlesWithin } from './support/processes';
+import { tinyModel } from './support/setup';
 
 jest.setTimeout(120_000);
 
@@ -26,8 +27,8 @@ let student: InferenceServer;
 let other: InferenceServer;
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: studentDir });
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: otherDir });
+  tinyModel(studentDir);
+  tinyModel(otherDir, { seed: 1 });
   [student, other] = await Promise.all([
     startServer(root, { modelDir: studentDir, seqLen: 64 }),
     startServer(root, { modelDir: otherDir, seqLen: 64 }),

@@ -11,7 +11,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { readRollouts } from '../activities/rollouts';
+import { readRollouts } from '../lib/runfolder/rollouts';
 import { runVerifiersRollout } from '../lib/orchestrator/verifiers-rollout';
 import { cliCommands, type CommandTable } from '../lib/cli/main';
 import type { Command } from '../lib/cli/command';
@@ -25,11 +25,11 @@ import { VERIFIERS_VENV } from '../lib/envs/verifiers/environment';
 import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
 import { projectRoot } from '../lib/paths';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
 import type { SftResult } from '../workflows/sft';
-import { execute, executeRl, startStack, type Stack } from './harness';
-import { addToHubCache, conversationsParquet, folderFiles } from './hub-cache';
+import { executeRl, executeRun, type Stack, startStack } from './support/harness';
+import { addToHubCache, conversationsParquet, folderFiles } from './support/hub-cache';
 
 const python = path.join(VERIFIERS_VENV, 'bin', 'python');
 const probe = fs.existsSync(python)
@@ -116,15 +116,7 @@ suite('prime-rl files, run as they are', () => {
       ...['--run-name', 'prl-sft', '--output-dir', path.join(root, 'outputs'), '--threads', '1'],
       ...['--inference.server.port', String(new URL(stack.inference.url).port)],
     ]);
-    const result = await execute<SftResult>({
-      temporal: stack.temporal,
-      pool: stack.pool,
-      taskQueue: cfg.temporal.task_queue,
-      workflowType: 'sft',
-      workflowId: cfg.run_name,
-      args: [cfg],
-      trainer: true,
-    });
+    const result = await executeRun<SftResult>(stack, 'sft', cfg);
     expect(result.steps).toBe(4);
     const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
     const evals = readEvalResults(layout.dir);

@@ -10,7 +10,7 @@ import * as path from 'node:path';
 import { freePort } from '../lib/net';
 import { isRunning, processId, processState, terminateProcess } from '../lib/proc';
 import { isListening } from '../lib/temporal/devserver';
-import { until } from './processes';
+import { until } from './support/processes';
 
 const FIXTURE = path.join(__dirname, 'fixtures', 'zombie-leader.py');
 

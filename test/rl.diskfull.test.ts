@@ -15,15 +15,17 @@ import * as path from 'node:path';
 import * as native from '../native';
 import { DiskFullError } from '../lib/atomic';
 import { loadHfModel, readHfConfig, writeHfModel } from '../lib/model/hf';
-import { writeBatch } from '../lib/orchestrator/batch';
-import { buildSample, packSamples } from '../lib/orchestrator/packing';
-import { listSteps, RunLayout } from '../lib/run/layout';
-import { appendStepMetrics } from '../lib/run/metrics';
-import { verifyCheckpoint } from '../lib/trainer/checkpoint';
+import { writeBatch } from '../lib/runfolder/batch';
+import { buildSample } from '../lib/orchestrator/sample';
+import { packSamples } from '../lib/runfolder/packing';
+import { listSteps, RunLayout } from '../lib/runfolder/layout';
+import { appendStepMetrics } from '../lib/runfolder/metrics';
+import { verifyCheckpoint } from '../lib/runfolder/checkpoint';
 import { TrainerRuntime } from '../lib/trainer/runtime';
 import { rlTrainerSpec } from '../lib/trainer/spec';
-import { metricSteps, until } from './processes';
-import { chaosScene, checkRun, configOf, tinyRunArgs } from './rl-chaos';
+import { metricSteps, until } from './support/processes';
+import { chaosScene, checkRun, tinyRunArgs } from './support/rl-chaos';
+import { rlConfig } from './support/setup';
 
 jest.setTimeout(8 * 60_000);
 
@@ -108,7 +110,7 @@ const walk = (dir: string): string[] =>
       expect(() => fs.writeFileSync(filler, Buffer.alloc(8 * 1024 * 1024))).toThrow(/ENOSPC/);
 
       const { tensors } = loadHfModel(modelDir);
-      const rt = (await TrainerRuntime.restore(layout.dir, rlTrainerSpec(configOf(['--model.name', modelDir])), 0))
+      const rt = (await TrainerRuntime.restore(layout.dir, rlTrainerSpec(rlConfig(['--model.name', modelDir])), 0))
         .runtime;
       const sample = buildSample([{ tokens: [1, 2, 3], generated: true, logprobs: [-1, -1, -1] }], 1);
       const { rows, counts } = packSamples([sample], 16);

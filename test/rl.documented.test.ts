@@ -10,23 +10,20 @@ import * as path from 'node:path';
 import { RL_ALIASES } from '../lib/config/aliases';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
-import { createModel } from '../lib/model/create';
-import { RunLayout } from '../lib/run/layout';
-import { DOCUMENTED_METRICS, readStepMetrics } from '../lib/run/metrics';
-import { executeRl, startStack, type Stack } from './harness';
+import { RunLayout } from '../lib/runfolder/layout';
+import { DOCUMENTED_METRICS, readStepMetrics } from '../lib/runfolder/metrics';
+import { closeStack, executeRl, type Stack, startStack } from './support/harness';
+import { tinyModel } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-doc-'));
 const modelDir = path.join(root, 'outputs', 'models', 'x');
 let stack: Stack & { inference: { url: string } };
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+  tinyModel(modelDir);
   stack = await startStack(root, { modelDir, seqLen: 128 });
 });
-afterAll(async () => {
-  await stack?.close();
-  fs.rmSync(root, { recursive: true, force: true });
-});
+afterAll(() => closeStack(stack, root));
 
 const documented = fs.readFileSync(path.join(__dirname, '..', 'configs', 'prime-rl', 'documented.toml'), 'utf8');
 

@@ -13,18 +13,17 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
+import type { RLConfig } from '../lib/config/schemas';
 import { readEvalResults } from '../lib/eval';
 import { Failure } from '../lib/failures';
 import type { InferenceServer } from '../lib/inference/server';
-import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { projectRoot } from '../lib/paths';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
 import type { RLResult } from '../workflows/rl';
-import { executeRl, startServer, startStack, type Stack } from './harness';
+import { executeRl, startServer, startStack, type Stack } from './support/harness';
+import { lowercaseEnv, rlConfig, serverRunArgs, smallStep, tinyModel } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-inference-'));
 const modelDir = path.join(root, 'model');
@@ -34,7 +33,7 @@ let stack: Stack;
 const servers: InferenceServer[] = [];
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+  tinyModel(modelDir);
   stack = await startStack(root);
   // The cpu worker runs in this process: the keys are read from its environment.
   process.env[KEY_VAR] = 'the-servers-key';
@@ -56,34 +55,15 @@ async function server(settings: Record<string, unknown> = {}): Promise<string> {
 
 /** A small run on the server at `baseUrl` (rewards vary, so every step trains); `args` add to or override it. */
 function config(baseUrl: string, args: string[]): RLConfig {
-  return loadConfig({
-    schema: rlSchema,
-    argv: [
-      '--model.name',
-      modelDir,
-      '--output-dir',
-      path.join(root, 'outputs'),
-      '--seq-len',
-      '128',
-      '--orchestrator.base-urls',
-      baseUrl,
-      '--env',
-      JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]),
-      '--orchestrator.batch-size',
-      '8',
-      '--orchestrator.rollouts-per-example',
-      '4',
-      '--orchestrator.sampling.max-tokens',
-      '8',
-      '--trainer.optim.lr',
-      '1e-3',
-      '--trainer.threads',
-      '1',
-      ...args,
-    ],
-    env: {},
-    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-  }).config;
+  return rlConfig([
+    ...serverRunArgs(modelDir, path.join(root, 'outputs'), baseUrl),
+    '--env',
+    lowercaseEnv,
+    ...smallStep(8),
+    '--trainer.optim.lr',
+    '1e-3',
+    ...args,
+  ]);
 }
 
 /** Runs the workflow; a run that retries forever hits the execution timeout instead. */

@@ -10,12 +10,12 @@
  * the producer's concurrency stayed within its cap while it followed the server's load.
  */
 import * as fs from 'node:fs';
-import { RunLayout } from '../lib/run/layout';
+import { RunLayout } from '../lib/runfolder/layout';
 import { runningDevServer } from '../lib/temporal/devserver';
-import { readRollouts, storedSummary } from '../activities/rollouts';
-import { metricLines, metricSteps, until, type CliLaunch } from './processes';
-import { readBatch } from '../lib/orchestrator/batch';
-import { chaosScene, checkRun, recordedProcesses, tinyRunArgs } from './rl-chaos';
+import { readRollouts, storedSummary } from '../lib/runfolder/rollouts';
+import { metricLines, metricSteps, until, type CliLaunch } from './support/processes';
+import { readBatch } from '../lib/runfolder/batch';
+import { chaosScene, checkRun, recordedProcesses, tinyRunArgs } from './support/rl-chaos';
 
 jest.setTimeout(10 * 60_000);
 

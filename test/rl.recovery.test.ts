@@ -21,13 +21,14 @@ import { loadHfModel } from '../lib/model/hf';
 import { ConfigError } from '../lib/config/errors';
 import { freePort } from '../lib/net';
 import { asProcessId, isRunning, processId } from '../lib/proc';
-import { listSteps, RunLayout } from '../lib/run/layout';
-import { CKPT_FILE } from '../lib/trainer/checkpoint';
+import { listSteps, RunLayout } from '../lib/runfolder/layout';
+import { CKPT_FILE } from '../lib/runfolder/checkpoint';
 import { isListening, runningDevServer } from '../lib/temporal/devserver';
-import { readRollouts } from '../activities/rollouts';
+import { readRollouts } from '../lib/runfolder/rollouts';
 import { launchRun } from '../lib/launch';
-import { metricSteps, sleep, until, type CliLaunch } from './processes';
-import { chaosScene, checkRun, configOf, recordedProcesses, tinyRunArgs } from './rl-chaos';
+import { metricSteps, sleep, until, type CliLaunch } from './support/processes';
+import { chaosScene, checkRun, recordedProcesses, tinyRunArgs } from './support/rl-chaos';
+import { rlConfig } from './support/setup';
 
 jest.setTimeout(10 * 60_000);
 
@@ -169,7 +170,7 @@ function recordedLauncher(layout: RunLayout): number | undefined {
 }
 
 test('chaos: random SIGKILLs of every process, the launcher included, SIGSTOPs of each, a damaged run folder, end with the counters of an uninterrupted run', async () => {
-  const calm = await launchRun(configOf(await runArgs('calm')), { quiet: true });
+  const calm = await launchRun(rlConfig(await runArgs('calm')), { quiet: true });
   try {
     expect((await calm.result).steps).toBe(STEPS);
   } finally {
@@ -199,7 +200,7 @@ test('chaos: random SIGKILLs of every process, the launcher included, SIGSTOPs o
   console.log(events[0]);
 
   const args = ['rl', ...(await runArgs('chaos'))];
-  const config = configOf(args.slice(1));
+  const config = rlConfig(args.slice(1));
   const layout = RunLayout.of(outputDir, 'chaos');
   const steps = () => metricSteps(layout.metricsFile).length;
   let launcher: CliLaunch = cli.start(args);
@@ -377,7 +378,7 @@ test('a port taken by another process is refused before anything starts, never s
   await new Promise((r) => other.once('listening', r));
   const { port } = other.address() as net.AddressInfo;
   try {
-    const config = configOf(await runArgs('taken'));
+    const config = rlConfig(await runArgs('taken'));
     const launched = launchRun(
       { ...config, inference: { ...config.inference, server: { ...config.inference.server, port } } },
       { quiet: true },

@@ -3,64 +3,35 @@
  * real Temporal workflow, inference server and trainer. The rollouts keep the experts the server
  * routed each token to, the batches carry them, the trainer replays them; dense models refuse it.
  */
-import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
-import type { EnvPool } from '../lib/envs/pool';
-import type { InferenceServer } from '../lib/inference/server';
-import { createModel } from '../lib/model/create';
+import type { RLConfig } from '../lib/config/schemas';
 import { readHfConfig } from '../lib/model/hf';
-import { readBatch } from '../lib/orchestrator/batch';
-import { buildSample } from '../lib/orchestrator/packing';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
-import type { TemporalEndpoint } from '../lib/temporal/devserver';
+import { readBatch } from '../lib/runfolder/batch';
+import { buildSample } from '../lib/orchestrator/sample';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
 import { TrainerRuntime } from '../lib/trainer/runtime';
 import { rlTrainerSpec } from '../lib/trainer/spec';
-import { readRollouts } from '../activities/rollouts';
+import { readRollouts } from '../lib/runfolder/rollouts';
 import { prepareRun } from '../activities/run';
-import { executeRl, startStack, type Stack } from './harness';
+import { closeStack, executeRl, type ServingStack, startStack } from './support/harness';
+import { lowercaseEnv, rlConfig, serverRunArgs, smallStep, tempDir, tinyModel } from './support/setup';
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-replay-'));
+const root = tempDir('prime-rl-replay-');
 const moeDir = path.join(root, 'moe');
 const denseDir = path.join(root, 'dense');
-let temporal: TemporalEndpoint;
-let inference: InferenceServer;
-let pool: EnvPool;
-let stack: Stack;
+let stack: ServingStack;
 
 function config(model: string, args: string[]): RLConfig {
-  return loadConfig({
-    schema: rlSchema,
-    argv: [
-      '--model.name',
-      model,
-      '--output-dir',
-      path.join(root, 'outputs'),
-      '--seq-len',
-      '128',
-      '--orchestrator.base-urls',
-      `${inference.url}/v1`,
-      '--trainer.threads',
-      '1',
-      ...args,
-    ],
-    env: {},
-    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-  }).config;
+  return rlConfig([...serverRunArgs(model, path.join(root, 'outputs'), `${stack.inference.url}/v1`), ...args]);
 }
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3_moe', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: moeDir });
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: denseDir });
-  ({ temporal, inference, pool } = stack = await startStack(root, { modelDir: moeDir, seqLen: 128 }));
+  tinyModel(moeDir, { arch: 'qwen3_moe' });
+  tinyModel(denseDir);
+  stack = await startStack(root, { modelDir: moeDir, seqLen: 128 });
 });
-afterAll(async () => {
-  await stack?.close();
-  fs.rmSync(root, { recursive: true, force: true });
-});
+afterAll(() => closeStack(stack, root));
 
 test('a dense model refuses router_replay at the start and in the trainer, naming the key', async () => {
   const cfg = config(denseDir, ['--run-name', 'dense', '--trainer.moe.router-replay']);
@@ -84,24 +55,19 @@ test('rollouts keep the routes the server returned, batches carry them, and the 
       '2',
       // Rewards that vary within a group from the start (reverse-text's are 0 for a random model): a real update.
       '--env',
-      JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]),
+      lowercaseEnv,
       '--async-level',
       '1',
       '--ckpt.interval',
       '100',
-      '--orchestrator.batch-size',
-      '8',
-      '--orchestrator.rollouts-per-example',
-      '4',
-      '--orchestrator.sampling.max-tokens',
-      '12',
+      ...smallStep(12),
       '--orchestrator.filter-zero-advantages',
       'false',
       '--trainer.optim.lr',
       '1e-2',
       ...(replay ? ['--trainer.moe.router-replay'] : []),
     ]);
-    const result = await executeRl({ temporal, pool }, cfg);
+    const result = await executeRl(stack, cfg);
     expect(result.steps).toBe(2);
     return { cfg, layout: RunLayout.of(cfg.output_dir, cfg.run_name) };
   };
@@ -118,11 +84,11 @@ test('rollouts keep the routes the server returned, batches carry them, and the 
 
   // The stored routes are the server's: the same request to the base model returns them again.
   // A sample's token t has the experts of the step that fed t; the last sampled token was never fed.
-  await fetch(`${inference.url}/reload_weights`, { method: 'POST' });
+  await fetch(`${stack.inference.url}/reload_weights`, { method: 'POST' });
   const s = replayed.cfg.orchestrator.sampling;
   for (const r of rollouts) {
     const [prompt, completion] = r.samples[0];
-    const res = await fetch(`${inference.url}/v1/generate`, {
+    const res = await fetch(`${stack.inference.url}/v1/generate`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({
@@ -173,7 +139,7 @@ test('rollouts keep the routes the server returned, batches carry them, and the 
   const [withReplay, without] = [kl(replayed.layout), kl(recomputed.layout)];
   for (const v of [...withReplay, ...without]) expect(Number.isFinite(v)).toBe(true);
   // Step 0 trains on the weights that sampled (both ~0); step 1 on a stale policy. Measured
-  // (README): 0.0467 replayed vs 0.0470 recomputed, deterministic to 1e-8 across runs; most of it
+  // (docs/algorithms.md): 0.0467 replayed vs 0.0470 recomputed, deterministic to 1e-8 across runs; most of it
   // is the update itself, which replay does not undo, and at lr 3e-2 replay came out higher. So the
   // check is that the two differ: the trainer used the stored routes, not its router's. That
   // replay lowers the mismatch when routes flip is test/native.moe.test.ts's (router replay).

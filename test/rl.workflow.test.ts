@@ -3,62 +3,34 @@
  * workers (in this process), a real inference server, real environments.
  */
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../lib/config/schemas';
-import type { EnvPool } from '../lib/envs/pool';
-import type { InferenceServer } from '../lib/inference/server';
+import type { RLConfig } from '../lib/config/schemas';
 import { readEvalResults } from '../lib/eval';
 import { Failure } from '../lib/failures';
-import { createModel } from '../lib/model/create';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
-import type { TemporalEndpoint } from '../lib/temporal/devserver';
-import { readRollouts } from '../activities/rollouts';
-import { readBatch } from '../lib/orchestrator/batch';
-import { executeRl, startServer, startStack, type Stack } from './harness';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
+import { readRollouts } from '../lib/runfolder/rollouts';
+import { readBatch } from '../lib/runfolder/batch';
+import { closeStack, executeRl, type ServingStack, startServer, startStack } from './support/harness';
+import { lowercaseEnv, rlConfig, serverRunArgs, smallStep, tempDir, tinyModel } from './support/setup';
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-wf-'));
+const root = tempDir('prime-rl-wf-');
 const modelDir = path.join(root, 'model');
-let temporal: TemporalEndpoint;
-let inference: InferenceServer;
-let pool: EnvPool;
-let stack: Stack;
+let stack: ServingStack;
 
 /** A tiny run on the inference server at `port`: `args` name the run, its steps and its envs. */
 function config(port: number, args: string[]): RLConfig {
-  return loadConfig({
-    schema: rlSchema,
-    argv: [
-      '--model.name',
-      modelDir,
-      '--output-dir',
-      path.join(root, 'outputs'),
-      '--seq-len',
-      '128',
-      '--orchestrator.base-urls',
-      `http://127.0.0.1:${port}/v1`,
-      '--trainer.threads',
-      '1',
-      ...args,
-    ],
-    env: {},
-    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-  }).config;
+  return rlConfig([...serverRunArgs(modelDir, path.join(root, 'outputs'), `http://127.0.0.1:${port}/v1`), ...args]);
 }
 
-const serverPort = () => Number(new URL(inference.url).port);
+const serverPort = () => Number(new URL(stack.inference.url).port);
 
 beforeAll(async () => {
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
-  ({ temporal, inference, pool } = stack = await startStack(root, { modelDir, seqLen: 128 }));
+  tinyModel(modelDir);
+  stack = await startStack(root, { modelDir, seqLen: 128 });
 });
-afterAll(async () => {
-  await stack?.close();
-  fs.rmSync(root, { recursive: true, force: true });
-});
+afterAll(() => closeStack(stack, root));
 
 test.each([0, 1])(
   'a 3-step run with async_level %i trains every step once and records its metrics',
@@ -74,12 +46,7 @@ test.each([0, 1])(
       '[{"id": "reverse-text"}]',
       '--ckpt.interval',
       '2',
-      '--orchestrator.batch-size',
-      '8',
-      '--orchestrator.rollouts-per-example',
-      '4',
-      '--orchestrator.sampling.max-tokens',
-      '12',
+      ...smallStep(12),
       '--trainer.optim.lr',
       '1e-3',
       '--eval.interval',
@@ -94,7 +61,7 @@ test.each([0, 1])(
       '--trainer.kl-penalty.target-kl',
       '1',
     ]);
-    const result = await executeRl({ temporal, pool }, cfg);
+    const result = await executeRl(stack, cfg);
 
     const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
     expect(result.steps).toBe(3);
@@ -138,19 +105,14 @@ test('a step whose groups a rollout filter drops is refilled and still trains on
     '[{"id": "reverse-text"}]',
     '--ckpt.interval',
     '100',
-    '--orchestrator.batch-size',
-    '8',
-    '--orchestrator.rollouts-per-example',
-    '4',
-    '--orchestrator.sampling.max-tokens',
-    '8',
+    ...smallStep(8),
     '--orchestrator.rollout-filters',
     JSON.stringify([{ import_path: filter, kwargs: { below: 1 } }]),
     // A random model's rewards can tie with the group mean: train those rollouts too, so every step has batch_size samples.
     '--orchestrator.filter-zero-advantages',
     'false',
   ]);
-  await executeRl({ temporal, pool }, cfg);
+  await executeRl(stack, cfg);
 
   const lines = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile);
   expect(
@@ -162,7 +124,7 @@ test('a step whose groups a rollout filter drops is refilled and still trains on
 
 test("online distillation: every generated token's advantage is the teacher's logprob minus the student's", async () => {
   const teacherDir = path.join(root, 'teacher');
-  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 1, out: teacherDir });
+  tinyModel(teacherDir, { seed: 1 });
   const teacher = await startServer(root, { modelDir: teacherDir, seqLen: 128 });
   try {
     const cfg = config(serverPort(), [
@@ -174,16 +136,11 @@ test("online distillation: every generated token's advantage is the teacher's lo
       '[{"id": "reverse-text"}]',
       '--ckpt.interval',
       '100',
-      '--orchestrator.batch-size',
-      '8',
-      '--orchestrator.rollouts-per-example',
-      '4',
-      '--orchestrator.sampling.max-tokens',
-      '8',
+      ...smallStep(8),
       '--distill.teacher',
       JSON.stringify({ base_url: `${teacher.url}/v1`, model: teacherDir }),
     ]);
-    const result = await executeRl({ temporal, pool }, cfg);
+    const result = await executeRl(stack, cfg);
     expect(result.steps).toBe(2);
     const layout = RunLayout.of(cfg.output_dir, cfg.run_name);
     for (const step of [0, 1]) {
@@ -244,7 +201,7 @@ test("a teacher whose tokenizer is not the student's: the run is refused at its 
     JSON.stringify({ base_url: 'http://127.0.0.1:1/v1', model: teacherDir }),
   ]);
   // Bounded: were the check missing, the run would retry the unreachable teacher for ever.
-  const err = await executeRl({ temporal, pool }, cfg, { executionTimeout: '90s' }).then(
+  const err = await executeRl(stack, cfg, { executionTimeout: '90s' }).then(
     () => new Error('the run completed, but it should have been refused'),
     (e: unknown) => e,
   );
@@ -262,7 +219,7 @@ test("a teacher whose tokenizer is not the student's: the run is refused at its 
 // sign, the trainer's update to the weights inference serves next. A sign error or stale weights
 // leave the reward where it started (about 0.15) or push it down.
 test('RL raises the reward: a random model learns to write lowercase letters', async () => {
-  const env = JSON.stringify([{ id: path.join(__dirname, 'fixtures', 'envs', 'lowercase.ts') }]);
+  const env = lowercaseEnv;
   const cfg = config(serverPort(), [
     '--run-name',
     'learns',
@@ -283,7 +240,7 @@ test('RL raises the reward: a random model learns to write lowercase letters', a
     '--trainer.optim.weight-decay',
     '0',
   ]);
-  await executeRl({ temporal, pool }, cfg);
+  await executeRl(stack, cfg);
 
   const rewards = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile).map(
     (l) => l.reward_mean as number,
@@ -305,17 +262,12 @@ test('ckpt.resume_step continues an RL run from that checkpoint: later steps get
     '[{"id": "reverse-text"}]',
     '--ckpt.interval',
     '1',
-    '--orchestrator.batch-size',
-    '8',
-    '--orchestrator.rollouts-per-example',
-    '4',
-    '--orchestrator.sampling.max-tokens',
-    '8',
+    ...smallStep(8),
     '--trainer.optim.lr',
     '1e-3',
   ];
   const go = (cfg: RLConfig) =>
-    executeRl({ temporal, pool }, cfg, {
+    executeRl(stack, cfg, {
       workflowId: `resume-${Date.now()}`,
     });
   await go(config(serverPort(), args));

@@ -7,7 +7,7 @@ import type { Command } from '../lib/cli/command';
 import { ConfigError } from '../lib/config/errors';
 import { loadConfig } from '../lib/config/loader';
 import type { RLConfig } from '../lib/config/schemas';
-import { appendStepMetrics, withDocumentedNames } from '../lib/run/metrics';
+import { appendStepMetrics, withDocumentedNames } from '../lib/runfolder/metrics';
 import { startWandb, type WandbSettings } from '../lib/run/wandb';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-wandb-'));

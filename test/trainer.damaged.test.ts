@@ -10,33 +10,36 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../native';
 import { writeFileAtomic } from '../lib/atomic';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import { Failure, RunFolderDamagedError } from '../lib/failures';
-import { createModel } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
 import { readSafetensorsDir } from '../lib/model/safetensors';
-import { readBatch } from '../lib/orchestrator/batch';
+import { readBatch } from '../lib/runfolder/batch';
+import { repackStepBatch } from '../lib/orchestrator/repack';
 import { buildStepBatch, stepBatchInput } from '../lib/orchestrator/step-batch';
-import { storedConfigText } from '../lib/run/config';
-import { RunLayout } from '../lib/run/layout';
+import { storedConfigText } from '../lib/runfolder/config';
+import { RunLayout } from '../lib/runfolder/layout';
 import { rlTrainerSpec } from '../lib/trainer/spec';
 import { TrainerRuntime } from '../lib/trainer/runtime';
+import { rlConfig, tinyModel } from './support/setup';
 
 native.setThreads(1);
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-damaged-'));
 const modelDir = path.join(root, 'model');
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
-beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
+beforeAll(() => tinyModel(modelDir));
 
 const STEPS = 5;
-const config = loadConfig({
-  schema: rlSchema,
-  argv: ['--model.name', modelDir, '--seq-len', '64', '--max-steps', String(STEPS), '--trainer.optim.lr', '1e-3'],
-  env: {},
-  shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-}).config;
+const config = rlConfig([
+  '--model.name',
+  modelDir,
+  '--seq-len',
+  '64',
+  '--max-steps',
+  String(STEPS),
+  '--trainer.optim.lr',
+  '1e-3',
+]);
 
 /**
  * An rl run folder as the cpu worker leaves it: its config, and per step a rollouts folder (two
@@ -97,7 +100,7 @@ test('a replay rebuilds a truncated or corrupt batch from its rollouts, or stops
   flipped[flipped.length - 3] ^= 0x01;
   fs.writeFileSync(layout.batchFile(2), flipped);
 
-  const { runtime, report } = await TrainerRuntime.restore(layout.dir, spec, STEPS);
+  const { runtime, report } = await TrainerRuntime.restore(layout.dir, spec, STEPS, { repack: repackStepBatch });
   expect(report.from).toBe(2);
   expect(report.skipped).toHaveLength(1);
   expect(report.rebuilt).toHaveLength(2);
@@ -108,11 +111,21 @@ test('a replay rebuilds a truncated or corrupt batch from its rollouts, or stops
   expect(original(3).equals(batch3)).toBe(true);
   expect(weightsOf(await runtime.writeWeights(STEPS))).toEqual(expected);
 
+  // The trainer reads batches; packing one is the orchestrator's, passed in: a trainer given no
+  // packer stops at a damaged batch, naming it, and leaves the file as it is.
+  truncate(layout.batchFile(3));
+  const damaged = fs.readFileSync(layout.batchFile(3));
+  await expect(TrainerRuntime.restore(layout.dir, spec, STEPS)).rejects.toThrow(
+    new RegExp(
+      `^${layout.batchFile(3)} is damaged: .*; it cannot be rebuilt: this trainer process was given no packer`,
+    ),
+  );
+  expect(fs.readFileSync(layout.batchFile(3)).equals(damaged)).toBe(true);
+
   // Without its rollouts a damaged batch cannot be rebuilt: the run stops, naming the file, for
   // good (non-retryable) instead of failing the same way at every retry.
-  truncate(layout.batchFile(3));
   fs.rmSync(layout.rolloutsDir(3), { recursive: true });
-  const failed = TrainerRuntime.restore(layout.dir, spec, STEPS);
+  const failed = TrainerRuntime.restore(layout.dir, spec, STEPS, { repack: repackStepBatch });
   await expect(failed).rejects.toThrow(RunFolderDamagedError);
   await expect(failed).rejects.toMatchObject({ type: Failure.RunFolderDamaged });
   await expect(failed).rejects.toThrow(

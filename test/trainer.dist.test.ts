@@ -10,20 +10,20 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, sftSchema, trainerRankSchema } from '../lib/config/schemas';
+import { sftSchema, trainerRankSchema } from '../lib/config/schemas';
 import { launchRun, launchSft, type LocalRun } from '../lib/launch';
-import { createModel } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
 import { decode } from '../lib/model/testing';
 import { freePort } from '../lib/net';
-import { readBatch } from '../lib/orchestrator/batch';
+import { readBatch } from '../lib/runfolder/batch';
 import { projectRoot } from '../lib/paths';
-import { RunLayout } from '../lib/run/layout';
+import { RunLayout } from '../lib/runfolder/layout';
 import { runningDevServer } from '../lib/temporal/devserver';
 import { GroupLeader, runFollower } from '../lib/trainer/group';
 import { RankTrainer } from '../lib/trainer/ranks';
 import * as native from '../native';
-import { CliProcesses, metricLines, until } from './processes';
+import { CliProcesses, metricLines, until } from './support/processes';
+import { oneThreadEach, rlConfig, smallStep, tinyModel } from './support/setup';
 
 jest.setTimeout(8 * 60_000);
 native.setThreads(1);
@@ -33,7 +33,7 @@ const modelDir = path.join(root, 'model');
 const outputDir = path.join(root, 'outputs');
 const cli = new CliProcesses(path.join(root, 'cli'));
 
-beforeAll(() => createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir }));
+beforeAll(() => tinyModel(modelDir));
 afterAll(() => {
   const server = runningDevServer(outputDir);
   if (server) cli.track(server.pid);
@@ -107,27 +107,14 @@ test('rl at world size 2 == world size 1; SIGKILLed ranks mid-run cost a retry, 
   const [http] = [await freePort()];
   const argv = [
     ...(await common('dist-rl')),
-    ...[
-      '--max-steps',
-      String(STEPS),
-      '--async-level',
-      '1',
-      '--env',
-      '[{"id": "reverse-text"}]',
-      '--ckpt.interval',
-      '2',
-    ],
+    ...['--max-steps', String(STEPS), '--async-level', '1', '--ckpt.interval', '2'],
+    ...['--env', '[{"id": "reverse-text"}]'],
     ...['--inference.server.port', String(http), '--orchestrator.base-urls', `http://127.0.0.1:${http}/v1`],
-    ...['--orchestrator.batch-size', '8', '--orchestrator.rollouts-per-example', '4'],
-    ...['--orchestrator.sampling.max-tokens', '12', '--orchestrator.env-workers', '1', '--trainer.optim.lr', '1e-3'],
-    ...['--trainer.threads', '1', '--inference.threads', '1', '--orchestrator.filter-zero-advantages', 'false'],
+    ...smallStep(12),
+    ...oneThreadEach,
+    ...['--trainer.optim.lr', '1e-3', '--orchestrator.filter-zero-advantages', 'false'],
   ];
-  const config = loadConfig({
-    schema: rlSchema,
-    argv,
-    env: {},
-    shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-  }).config;
+  const config = rlConfig(argv);
   const run = await launchRun(config, { quiet: true });
   try {
     const trained = (s: number) => fs.existsSync(run.layout.trainSummaryFile(s));

@@ -5,14 +5,14 @@
  */
 import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
-import { readHfConfig } from '../lib/model/hf';
+import { readHfConfigShape } from '../lib/model/hf';
 import { parameterCount } from '../lib/model/tensors';
 import { projectRoot } from '../lib/paths';
 import { longestRow, memoryPlan, type PlanInput } from '../lib/trainer/plan';
 
 /** A preset on `worldSize` ranks under full sharding: bf16, checkpointed rows of 8192 tokens. */
 const onRanks = (name: string, worldSize: number): PlanInput => ({
-  config: readHfConfig(path.join(projectRoot, 'configs', 'models', name)).config,
+  config: readHfConfigShape(path.join(projectRoot, 'configs', 'models', name)).config,
   worldSize,
   sharding: 'full',
   seqLen: 8192,

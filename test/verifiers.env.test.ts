@@ -10,20 +10,18 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { readRollouts } from '../activities/rollouts';
-import { loadConfig } from '../lib/config/loader';
-import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
+import { readRollouts } from '../lib/runfolder/rollouts';
 import { readEvalResults } from '../lib/eval';
 import { EnvPool } from '../lib/envs/pool';
 import { VERIFIERS_VENV } from '../lib/envs/verifiers/environment';
 import type { InferenceServer } from '../lib/inference/server';
-import { createModel } from '../lib/model/create';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { renderPrompt } from '../lib/orchestrator/rollout';
 import { runVerifiersRollout } from '../lib/orchestrator/verifiers-rollout';
-import { RunLayout } from '../lib/run/layout';
-import { readStepMetrics } from '../lib/run/metrics';
-import { executeRl, startStack, type Stack } from './harness';
+import { RunLayout } from '../lib/runfolder/layout';
+import { readStepMetrics } from '../lib/runfolder/metrics';
+import { closeStack, executeRl, type Stack, startStack } from './support/harness';
+import { rlConfig, tinyModel } from './support/setup';
 
 const python = process.env.PRIME_RL_VERIFIERS_PYTHON ?? path.join(VERIFIERS_VENV, 'bin', 'python');
 const probe = fs.existsSync(python)
@@ -63,32 +61,24 @@ const post = async (route: string, body: unknown): Promise<any> => {
 
 suite('verifiers env servers', () => {
   beforeAll(async () => {
-    createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: modelDir });
+    tinyModel(modelDir);
     stack = await startStack(root, { modelDir, seqLen: SEQ_LEN });
     // Listing the taskset starts Python (imports verifiers): slower than the stack's default 30 s on a busy machine.
     await stack.pool.close();
     stack.pool = new EnvPool({ workers: 1, timeoutS: 120 });
   }, 120_000);
-  afterAll(async () => {
-    await stack?.close();
-    fs.rmSync(root, { recursive: true, force: true });
-  });
+  afterAll(() => closeStack(stack, root));
 
   test('rl trains on a verifiers env: samples are the exact tokens, masks and logprobs the server sampled', async () => {
-    const cfg = loadConfig({
-      schema: rlSchema,
-      argv: [
-        ...['--model.name', modelDir, '--output-dir', path.join(root, 'outputs'), '--seq-len', String(SEQ_LEN)],
-        ...['--orchestrator.base-urls', `${stack.inference.url}/v1`, '--trainer.threads', '1'],
-        ...['--run-name', 'vf', '--max-steps', '2', '--async-level', '0'],
-        ...['--env', JSON.stringify([{ id: 'verifiers:reverse_words', args: envArgs() }])],
-        ...['--orchestrator.batch-size', '4', '--orchestrator.rollouts-per-example', '2'],
-        ...['--orchestrator.sampling.max-tokens', '10', '--trainer.optim.lr', '1e-3'],
-        ...['--eval.interval', '2', '--eval.num-examples', '2', '--eval.sampling.max-tokens', '10'],
-      ],
-      env: {},
-      shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS },
-    }).config;
+    const cfg = rlConfig([
+      ...['--model.name', modelDir, '--output-dir', path.join(root, 'outputs'), '--seq-len', String(SEQ_LEN)],
+      ...['--orchestrator.base-urls', `${stack.inference.url}/v1`, '--trainer.threads', '1'],
+      ...['--run-name', 'vf', '--max-steps', '2', '--async-level', '0'],
+      ...['--env', JSON.stringify([{ id: 'verifiers:reverse_words', args: envArgs() }])],
+      ...['--orchestrator.batch-size', '4', '--orchestrator.rollouts-per-example', '2'],
+      ...['--orchestrator.sampling.max-tokens', '10', '--trainer.optim.lr', '1e-3'],
+      ...['--eval.interval', '2', '--eval.num-examples', '2', '--eval.sampling.max-tokens', '10'],
+    ]);
     const result = await executeRl(stack, cfg);
     expect(result.steps).toBe(2);
     const layout = RunLayout.of(cfg.output_dir, cfg.run_name);

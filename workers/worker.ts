@@ -13,6 +13,7 @@ import { ConfigError } from '../lib/config/errors';
 import { announceReady } from '../lib/proc';
 import { EnvPool } from '../lib/envs/pool';
 import { runInference } from '../lib/cli/inference';
+import { repackStepBatch } from '../lib/orchestrator/repack';
 import { ensureTemporal } from '../lib/temporal/devserver';
 import { taskQueues } from '../lib/temporal/queues';
 import { checkWorldSize, GroupLeader, runFollower, type RankGroup } from '../lib/trainer/group';
@@ -22,7 +23,7 @@ import * as native from '../native';
 /** Rank 1..N-1 of the data-parallel trainer: follows rank 0 until SIGTERM / SIGINT. */
 async function runFollowerRank(config: WorkerConfig): Promise<void> {
   if (config.threads) native.setThreads(config.threads);
-  const ranks = new RankTrainer();
+  const ranks = new RankTrainer(repackStepBatch);
   let current: RankGroup | undefined;
   let stopping = false;
   const stop = () => void (stopping = true);

@@ -13,7 +13,7 @@
  *
  * In-flight mode (orchestrator.in_flight.enabled): a `produceRollouts` activity generates for the
  * whole execution (cancelled before it ends or continues as new), on the newest policy; step n's
- * rollouts are `claimRollouts(n)`, the next finished groups, instead of 1. See README, "In-flight mode".
+ * rollouts are `claimRollouts(n)`, the next finished groups, instead of 1. See docs/workflow.md, "In-flight mode".
  *
  * The steps overlap, yet every command is issued from one loop that takes one completion at a
  * time in the order Temporal resolved them (workflows/inbox.ts), so a replay meets the commands in
@@ -36,7 +36,7 @@ import type { PackSummary, RolloutSummary, StepTimes, TrainSummary } from '../ac
 import type { RLConfig } from '../lib/config/schemas';
 import { evalEnvs } from '../lib/eval/envs';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
-import { inRun, weightsEntry } from '../lib/run/entries';
+import { inRun, weightsEntry } from '../lib/runfolder/entries';
 import type { EvalInput, EvalResult } from './eval';
 import { Inbox } from './inbox';
 import { controlsFromStart, runActivities, type Preparing } from './plumbing';

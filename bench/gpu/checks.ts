@@ -11,6 +11,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../../native';
+import { loadModel } from '../../lib/model/engine';
 import type {
   ComputeDType,
   GenerationRequest,
@@ -95,7 +96,7 @@ function checkModelDir(ctx: CheckContext): string {
 
 async function loadCheckModel(ctx: CheckContext, device: string, dtype: ComputeDType): Promise<NativeModel> {
   const hf = loadHfModel(checkModelDir(ctx));
-  return native.loadModel(hf.config, hf.tensors, { device, dtype });
+  return loadModel(hf.config, hf.tensors, { device, dtype });
 }
 
 /** Runs scripts/gpu/hf_logprobs.py; null (with the reason) when python3 lacks torch or transformers. */
@@ -472,8 +473,8 @@ function trainStep(dtype: ComputeDType): Check {
       };
       const cpu = await step('cpu', 'float32');
       const dev = await step(ctx.device, dtype);
-      const lossRel = Math.abs(dev.stats.loss - cpu.stats.loss) / Math.abs(cpu.stats.loss);
-      const normRel = Math.abs(dev.stats.gradNorm - cpu.stats.gradNorm) / cpu.stats.gradNorm;
+      const lossRel = Math.abs(dev.stats.metrics.loss - cpu.stats.metrics.loss) / Math.abs(cpu.stats.metrics.loss);
+      const normRel = Math.abs(dev.stats.metrics.grad_norm - cpu.stats.metrics.grad_norm) / cpu.stats.metrics.grad_norm;
       const w = weightsDiff(dev.weights, cpu.weights);
       // 2 lr is reached exactly where a tiny gradient's sign flipped under rounding: allow its rounding.
       const ok = lossRel <= lossBound && normRel <= normBound && w <= 2 * LR * (1 + 1e-3);
@@ -647,7 +648,7 @@ function fusedTrainStep(dtype: ComputeDType): Check {
       const mixed = !fp32;
       const side = async (device: string, fusedKernels: boolean, mp: boolean) => {
         const hf = loadHfModel(checkModelDir(ctx));
-        const model = await native.loadModel(hf.config, hf.tensors, { device, dtype: 'float32', fusedKernels });
+        const model = await loadModel(hf.config, hf.tensors, { device, dtype: 'float32', fusedKernels });
         const scores = (await model.score(rows)).flatMap((s) => Array.from(s.logprobs));
         const trainer = model.createTrainer({ mixedPrecision: mp ? 'bfloat16' : undefined });
         const stats = await trainer.step(rows, { lr: LR, loss: { kind: 'ce' } });
@@ -659,8 +660,8 @@ function fusedTrainStep(dtype: ComputeDType): Check {
       if (fp32) {
         const scale = Math.max(...plain.scores.map(Math.abs));
         const scoreRel = maxAbsDiff(fused.scores, plain.scores) / scale;
-        const lossRel = rel(fused.stats.loss, plain.stats.loss);
-        const normRel = rel(fused.stats.gradNorm, plain.stats.gradNorm);
+        const lossRel = rel(fused.stats.metrics.loss, plain.stats.metrics.loss);
+        const normRel = rel(fused.stats.metrics.grad_norm, plain.stats.metrics.grad_norm);
         const w = weightsDiff(fused.weights, plain.weights);
         return verdict(
           scoreRel <= 1e-5 && lossRel <= 1e-5 && normRel <= 1e-5 && w <= 2 * LR * (1 + 1e-3),
@@ -670,8 +671,8 @@ function fusedTrainStep(dtype: ComputeDType): Check {
       if (!isCuda(ctx.device)) return NO_CUDA;
       const cpu = await side('cpu', false, false);
       const err = (s: { stats: TrainStepStats }) => [
-        rel(s.stats.loss, cpu.stats.loss),
-        rel(s.stats.gradNorm, cpu.stats.gradNorm),
+        rel(s.stats.metrics.loss, cpu.stats.metrics.loss),
+        rel(s.stats.metrics.grad_norm, cpu.stats.metrics.grad_norm),
       ];
       const [fl, fn] = err(fused),
         [pl, pn] = err(plain);

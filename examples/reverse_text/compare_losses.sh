@@ -33,7 +33,7 @@ done
 node -e '
 const fs = require("fs");
 const { readEvalResults } = require("./dist/lib/eval");
-const { readStepMetrics } = require("./dist/lib/run/metrics");
+const { readStepMetrics } = require("./dist/lib/runfolder/metrics");
 const [out, losses, seeds] = [process.argv[1], process.argv[2].split(" "), process.argv[3].split(" ")];
 const f = (x) => (x === undefined ? "-" : x.toFixed(3));
 for (const loss of losses) {

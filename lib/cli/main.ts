@@ -1,7 +1,7 @@
 /**
  * `prime-rl <command> [subcommand] [@ file.toml ...] [--key value ...] [--dry-run] [--help]`
  *
- * Each command is a zod schema (lib/config/schemas.ts) plus a function that runs with the resolved
+ * Each command is a zod schema (lib/config/schemas/) plus a function that runs with the resolved
  * config. Help text and validation both come from the schema. The process entry (workers/cli.ts)
  * adds `worker`, whose code (activities, workflows) lib/ does not import.
  */

@@ -1,7 +1,7 @@
 /**
  * Reading zod schemas as data: the CLI coerces `--a.b value` by the field's type, help lists every
  * field with its type, default and description, and unknown keys get the nearest valid key. All of
- * it comes from the schemas in `schemas.ts`, the one source of truth for configuration.
+ * it comes from the schemas in `schemas/`, the one source of truth for configuration.
  */
 import type { z } from 'zod';
 

@@ -41,7 +41,7 @@ const move = (from: string, to: string, extra: Partial<Alias> = {}): Alias => ({
 
 const PERF = 'a performance setting of the PyTorch trainer; results do not depend on it';
 const LOGS = 'our processes log to <run>/logs/ at one level';
-const SLURM = 'SLURM jobs: run our processes under any scheduler as README "Deploying on a cluster" shows';
+const SLURM = 'SLURM jobs: run our processes under any scheduler as docs/cluster.md shows';
 const ENV_VARS = 'set variables in the environment of the prime-rl command: every process it starts inherits it';
 const TRANSPORT = 'every part exchanges weights and batches through the run folder (output_dir), shared between hosts';
 const TOKENIZER =
@@ -446,7 +446,7 @@ const deploymentKeys = (prefix: string, inferGpus: string | null): Alias[] => [
   only(
     `${prefix}deployment.type`,
     ['single_node'],
-    'a multi-node deployment: start the pieces on each host (README, "Deploying on a cluster")',
+    'a multi-node deployment: start the pieces on each host (docs/cluster.md, "Several hosts")',
   ),
   move(`${prefix}deployment.num_train_gpus`, 'trainer.world_size', { note: 'one trainer rank per GPU' }),
   inferGpus === null
@@ -455,7 +455,7 @@ const deploymentKeys = (prefix: string, inferGpus: string | null): Alias[] => [
   accept(`${prefix}deployment.gpus_per_node`, 'a bound prime-rl checks GPU counts against'),
   refuse(
     `${prefix}deployment`,
-    'a multi-node deployment: start the pieces on each host (README, "Deploying on a cluster")',
+    'a multi-node deployment: start the pieces on each host (docs/cluster.md, "Several hosts")',
     true,
   ),
 ];
@@ -537,7 +537,7 @@ function inferenceKeys(rl: boolean): Alias[] {
     only('inference.server.liveness_timeout_seconds', [30], 'our /health answers from the server loop'),
     accept(
       'inference.router',
-      'requests go by load over orchestrator.base_urls, a failed server set aside (README)',
+      'requests go by load over orchestrator.base_urls, a failed server set aside (docs/cluster.md)',
       true,
     ),
     accept('inference.backend_port', 'no router process: the server listens on inference.server.port'),

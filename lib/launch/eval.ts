@@ -4,7 +4,7 @@ import { inferenceSchema, type EvalConfig } from '../config/schemas';
 import { ConfigError } from '../config/errors';
 import { renderEvalTable } from '../eval';
 import type { EvalResults } from '../eval/results';
-import { RunLayout } from '../run/layout';
+import { RunLayout } from '../runfolder/layout';
 import { follow } from './follow';
 import { launch, type LocalRun } from './launch';
 

@@ -26,7 +26,7 @@ import {
 import { DISK_FULL } from '../atomic';
 import { ConfigError } from '../config/errors';
 import { CommandError } from '../cli/command';
-import { RunLayout } from '../run/layout';
+import { RunLayout } from '../runfolder/layout';
 import { freePort } from '../net';
 import { isRunning, processId, terminateProcess, type ProcessId } from '../proc';
 import { isListening } from '../temporal/devserver';

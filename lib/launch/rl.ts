@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import type { RLConfig } from '../config/schemas';
 import { readEvalResults, renderEvalTable } from '../eval';
 import { writeReport } from '../report';
-import { RunLayout } from '../run/layout';
+import { RunLayout } from '../runfolder/layout';
 import { stepLine } from '../run/progress';
 import { startWandb } from '../run/wandb';
 import type { TrainMetrics } from '../trainer/types';

@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import { inferenceSchema, type SFTConfig } from '../config/schemas';
 import { readEvalResults, renderEvalTable } from '../eval';
 import { writeReport } from '../report';
-import { RunLayout } from '../run/layout';
+import { RunLayout } from '../runfolder/layout';
 import { stepLine } from '../run/progress';
 import type { TrainMetrics } from '../trainer/types';
 import { follow, trainParts } from './follow';

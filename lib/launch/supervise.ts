@@ -23,7 +23,7 @@ import {
   terminateProcess,
   type ProcessId,
 } from '../proc';
-import type { RunLayout } from '../run/layout';
+import type { RunLayout } from '../runfolder/layout';
 
 /**
  * How a supervised process shows it is alive. A prime-rl child beats over its parent pipe

@@ -3,21 +3,15 @@
  * by the family modules (`families/`). This is the contract between `lib/model` (which reads and
  * writes HF folders) and `native/` (which computes with them).
  */
+import type { EngineConfig, TensorDType, WeightTensor } from '../../native/model-binding';
 import type { Arch } from './families';
 
-export type { Arch };
+export type { Arch, TensorDType, WeightTensor };
 
-export interface ArchConfig {
+/** The engine's facts (vocabSize, hiddenSize, numLayers, heads, headDim, rmsNormEps, ropeTheta) and the rest. */
+export interface ArchConfig extends EngineConfig {
   arch: Arch;
-  vocabSize: number;
-  hiddenSize: number;
   intermediateSize: number;
-  numLayers: number;
-  numHeads: number;
-  numKvHeads: number;
-  headDim: number;
-  rmsNormEps: number;
-  ropeTheta: number;
   maxPositionEmbeddings: number;
   tieWordEmbeddings: boolean;
   /** q/k/v projections carry biases (Qwen2; Llama's and Qwen3's `attention_bias`, which adds o_proj's). */
@@ -54,12 +48,4 @@ export interface NamedTensor {
   dtype: DiskDType;
   shape: number[];
   data: Buffer;
-}
-
-/** Dtypes the engine reads and writes: the safetensors ones, plus F64 (used by gradient checks). */
-export type TensorDType = DiskDType | 'F64';
-
-/** A tensor as raw little-endian bytes. Every `NamedTensor` is one. */
-export interface WeightTensor extends Omit<NamedTensor, 'dtype'> {
-  dtype: TensorDType;
 }

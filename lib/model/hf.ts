@@ -47,11 +47,19 @@ export const SIDE_FILES = [
  * is refused by name here, once, for every reader (servers, trainer, preflight checks).
  */
 export function readHfConfig(dir: string): { config: ArchConfig; rawConfig: Record<string, unknown> } {
+  const read = readHfConfigShape(dir);
+  checkWeightsFit(read.config, path.join(dir, 'config.json'), weightFilesBytes(dir));
+  return read;
+}
+
+/**
+ * A folder's config.json alone, for what only reasons about the shapes and allocates nothing by
+ * them (the memory plan of a model whose weights are not here, such as a preset of public shapes).
+ */
+export function readHfConfigShape(dir: string): { config: ArchConfig; rawConfig: Record<string, unknown> } {
   const file = path.join(dir, 'config.json');
   const rawConfig = readJsonFile(file);
-  const config = parseHfConfig(rawConfig, file);
-  checkWeightsFit(config, file, weightFilesBytes(dir));
-  return { config, rawConfig };
+  return { config: parseHfConfig(rawConfig, file), rawConfig };
 }
 
 /**

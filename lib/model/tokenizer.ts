@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { readBoundedText } from '../files';
+import { resolveModelDir } from '../hub';
 import { readJsonFile } from '../json';
 
 type Json = Record<string, unknown>;
@@ -278,4 +279,15 @@ export class IncrementalDetokenizer {
     }
     return out;
   }
+}
+
+/** Tokenizers by model (a folder or a Hugging Face name), loaded once per worker process. */
+const tokenizers = new Map<string, Tokenizer>();
+export function tokenizerOf(model: string): Tokenizer {
+  let t = tokenizers.get(model);
+  if (!t) {
+    t = Tokenizer.fromDir(resolveModelDir(model));
+    tokenizers.set(model, t);
+  }
+  return t;
 }

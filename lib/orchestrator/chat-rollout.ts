@@ -6,7 +6,8 @@
 import type { EnvPool } from '../envs/pool';
 import type { EnvironmentInfo, Message } from '../envs/types';
 import { classifyStatus, httpErrorText, InferenceError } from './client';
-import { playEpisode, type Episode, type EpisodeTask } from './episode';
+import type { Episode } from '../runfolder/rollouts';
+import { playEpisode, type EpisodeTask } from './episode';
 import type { SamplingSettings } from './rollout';
 
 export interface ChatApi {

@@ -31,7 +31,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Failure, NonRetryableError } from '../failures';
-import { parseServerLoad, type ServerLoad } from './server-load';
+import type { ServerLoad } from '../runfolder/inflight';
+import { parseServerLoad } from './server-load';
 import { ServerWatch } from './server-watch';
 
 export interface GenerateParams {

@@ -1,8 +1,8 @@
 /**
- * Online distillation's per-token term (`[distill]` with a teacher, README "Online distillation").
+ * Online distillation's per-token term (`[distill]` with a teacher, docs/algorithms.md, "Online distillation").
  * Each generated token with a teacher logprob gets `teacher logprob - student logprob`: minus the
  * single-sample estimate of the per-token reverse KL, whose policy gradient is the reverse-KL
- * gradient. Packing adds it to the token's advantage (lib/orchestrator/packing.ts `buildSample`).
+ * gradient. Packing adds it to the token's advantage (lib/orchestrator/sample.ts `buildSample`).
  *
  * That estimate is unbiased but noisy: a confident teacher gives a student's wrong token -10 to -20
  * and an agreeing one about 0, so on a batch the mean is far from zero and a few tokens carry
@@ -14,7 +14,7 @@
  *             independently, so the baseline does not depend on this token: leave-one-out, as
  *             RLOO). Positions no other rollout reaches get 0.
  */
-import type { TokenSegment } from './packing';
+import type { TokenSegment } from '../runfolder/packing';
 
 /** `distill.baseline`'s values; the config enum derives from this list. */
 export const DISTILL_BASELINES = ['none', 'position'] as const;

@@ -7,6 +7,7 @@
 import type { EnvPool, EnvCallResult } from '../envs/pool';
 import type { EnvSpec } from '../envs/loader';
 import { failedHow, type EnvironmentInfo, type Example, type JsonObject, type Message } from '../envs/types';
+import type { Episode } from '../runfolder/rollouts';
 import { InferenceError } from './client';
 
 /** A failure of this episode only (an environment error, an aborted request): it errors the episode. */
@@ -27,17 +28,6 @@ export interface Player {
   act(messages: readonly Message[], turn: number): Promise<{ reply: Message; last?: boolean } | undefined>;
   /** The environment's reply was appended to `messages`: the context of the next `act`. */
   observe?(messages: readonly Message[]): void;
-}
-
-export interface Episode {
-  /** The conversation after the prompt: assistant turns and environment replies. */
-  completion: Message[];
-  reward: number;
-  metrics: Record<string, number>;
-  /** Assistant turns played. */
-  turns: number;
-  /** Set when the episode failed; it is then kept out of training and scores 0 in evals. */
-  error?: string;
 }
 
 function unwrap<T>(r: EnvCallResult<T>, what: string): T {

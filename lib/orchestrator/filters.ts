@@ -14,6 +14,7 @@
  */
 import { EnvMix, type MixDraw, type MixEntry } from '../envs/mix';
 import { hash32 } from '../envs/random';
+import type { FilterMetrics } from '../runfolder/rollouts';
 
 /** What a filter sees of one group. */
 export interface FilterGroup {
@@ -72,19 +73,6 @@ export function difficultyFilter(cfg: DifficultyFilterConfig): RolloutFilter {
       return undefined;
     },
   };
-}
-
-/** Per-step metrics of the filters. */
-export interface FilterMetrics {
-  /** Groups generated, over all rounds. */
-  groups_generated: number;
-  /** Groups dropped by a filter, in all, and by reason (`<filter>/<reason>`). */
-  groups_dropped: number;
-  dropped_by: Record<string, number>;
-  /** Refill rounds played (0 when nothing was dropped). */
-  refill_rounds: number;
-  /** Groups the step is still short of after the last refill round. */
-  groups_missing: number;
 }
 
 export interface FilteredGroups<G> {

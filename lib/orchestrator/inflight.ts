@@ -1,5 +1,6 @@
 /**
- * In-flight mode's decisions, free of I/O (activities/inflight.ts does the I/O):
+ * In-flight mode's decisions, free of I/O (activities/inflight.ts does the I/O, on the files of
+ * lib/runfolder/inflight.ts):
  *
  *  - which finished groups a step takes (`claimStep`): the groups in the order they finished,
  *    from where the previous step stopped (first those it left over); a group whose oldest token is
@@ -12,46 +13,9 @@
  *    steps, within what the servers can take), and where a restarted one resumes its draws
  *    (`resumeDraw`).
  */
-import { dropReason, type FilterGroup, type FilterMetrics, type RolloutFilter } from './filters';
-import type { ServerLoad } from './server-load';
-
-/** What a claim needs to know of a finished group. */
-export interface ClaimCandidate<R> {
-  seq: number;
-  /** The group's rollouts, each with the oldest version of its tokens (-1: none sampled). */
-  rollouts: readonly (R & { policyVersion: number })[];
-  /** The version the producer served when it started the group: the group's version where no rollout sampled a token. */
-  startVersion: number;
-  /** Seconds the producer had nothing in flight before it finished this group (inference idle time). */
-  idleSeconds: number;
-  /** The producer's concurrency limit when the group finished (absent in groups stored before it was recorded). */
-  concurrency?: number;
-  /** The servers' load in the producer's last reading before the group finished (absent: none). */
-  load?: ServerLoad;
-}
-
-/** The in-flight part of a step's rollout summary (recorded in metrics.jsonl). */
-export interface InFlightClaim {
-  /** Groups [first, next) were looked at for the first time; the next step goes on at `next`. */
-  first: number;
-  next: number;
-  /** The groups the step trains on. */
-  groups: number[];
-  /** Groups left for the next step, which looks at them first (their mix entry's share of this step was full). */
-  deferred: number[];
-  /** Groups (and their rollouts) dropped for being more than max_off_policy_steps versions behind. */
-  staleGroups: number;
-  staleRollouts: number;
-  /** Versions behind the step of the rollouts it trains on (step - oldest token's version): mean and max (0 when none sampled). */
-  offPolicyMean: number;
-  offPolicyMax: number;
-  /** Seconds the producer had nothing to generate while the groups [first, next) were made. */
-  inferenceIdleSeconds: number;
-  /** Means over the groups [first, next), as they finished: the producer's concurrency limit (in groups) and the servers' running and queued sequences (null: not recorded). */
-  concurrencyMean: number | null;
-  serverRunningMean: number | null;
-  serverWaitingMean: number | null;
-}
+import type { ClaimCandidate, InFlightClaim, ServerLoad } from '../runfolder/inflight';
+import type { FilterMetrics } from '../runfolder/rollouts';
+import { dropReason, type FilterGroup, type RolloutFilter } from './filters';
 
 /** The oldest policy version of a group's tokens. */
 export function groupVersion<R>(c: ClaimCandidate<R>): number {

@@ -16,9 +16,10 @@ import { renderChat, type ChatMessage } from '../model/chat';
 import type { Tokenizer } from '../model/tokenizer';
 import type { EnvPool } from '../envs/pool';
 import type { EnvironmentInfo, Message } from '../envs/types';
-import type { TokenSegment } from './packing';
+import type { TokenSegment } from '../runfolder/packing';
 import type { GenerateParams, InferenceClient } from './client';
-import { EpisodeError, playEpisode, type Episode, type EpisodeTask, type Player } from './episode';
+import type { Episode, Rollout } from '../runfolder/rollouts';
+import { EpisodeError, playEpisode, type EpisodeTask, type Player } from './episode';
 
 export interface SamplingSettings {
   temperature: number;
@@ -39,24 +40,6 @@ export interface RolloutTask extends EpisodeTask {
   sampling: SamplingSettings;
   /** MoE router replay (`trainer.moe.router_replay`): keep inference's routes on the samples. */
   routerReplay?: boolean;
-}
-
-export interface Rollout extends Episode {
-  /**
-   * The training samples, in order, each its token segments (prompt, turn 1, env reply 1, turn 2,
-   * ...): one sample while the chat template keeps the prefix property, a new one from each turn
-   * where it does not. Only samples with a sampled token (not a re-rendered chat too long to
-   * sample from); an errored rollout's are never trained on.
-   */
-  samples: TokenSegment[][];
-  /** Tokens the model sampled over all turns. */
-  completionTokens: number;
-  /** The rollout ran out of context before the environment ended it. */
-  truncated: boolean;
-  /** Lowest policy version that produced any of the tokens (-1: none sampled). */
-  policyVersion: number;
-  /** Highest policy version that produced any of the tokens (-1: none sampled); above `policyVersion` only when weights changed mid-rollout (in-flight mode). */
-  newestPolicyVersion: number;
 }
 
 /** The rendered prompt of an example (chat template with the generation prompt) and its tokens: turn 1's input. */

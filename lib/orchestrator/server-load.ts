@@ -6,13 +6,7 @@
  * those is followed too.
  */
 import { RUNNING_GAUGE, WAITING_GAUGE } from '../inference/metrics';
-
-export interface ServerLoad {
-  /** Sequences (or requests, on servers that count those) in the running batch. */
-  running: number;
-  /** Sequences waiting for a slot in the running batch: above 0, the batch is full. */
-  waiting: number;
-}
+import type { ServerLoad } from '../runfolder/inflight';
 
 /** The gauges each kind of server exports, by what they count. */
 const LOAD_GAUGES: Record<keyof ServerLoad, readonly string[]> = {

@@ -9,11 +9,12 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { RLConfig } from '../config/schemas';
 import { RunFolderDamagedError } from '../failures';
-import type { RunLayout } from '../run/layout';
+import type { RunLayout } from '../runfolder/layout';
 import { computeAdvantages, type AdvantageMetrics } from './advantages';
-import { readBatch, writeBatch } from './batch';
+import { readBatch, writeBatch } from '../runfolder/batch';
 import { positionBaselines, teacherKl, type DistillBaseline } from './distill';
-import { buildSample, packSamples, type PackCounts, type Sample, type TokenSegment } from './packing';
+import { packSamples, type PackCounts, type Sample, type TokenSegment } from '../runfolder/packing';
+import { buildSample } from './sample';
 import { advantageEstimator, type AdvantageConfig } from './plugins';
 
 /** What packing needs of a stored rollout (one line of rollouts.jsonl). */

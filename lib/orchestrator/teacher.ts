@@ -4,12 +4,12 @@
  * (legacy) completions route with `echo` and `logprobs: 0`, whose answer lists the prompt's tokens
  * with their logprobs before the one generated token. Our inference server and vLLM both implement
  * it. Packing turns them into per-token advantages (teacher - student: reverse KL,
- * lib/orchestrator/packing.ts).
+ * lib/orchestrator/sample.ts).
  */
 import type { Tokenizer } from '../model/tokenizer';
 import { classifyStatus, httpErrorText, InferenceError } from './client';
 import { ServerWatch } from './server-watch';
-import type { TokenSegment } from './packing';
+import type { TokenSegment } from '../runfolder/packing';
 
 /** Why `teacher`'s token ids mean something else than `student`'s, or undefined when they are the same. */
 export function tokenizerMismatch(student: Tokenizer, teacher: Tokenizer): string | undefined {

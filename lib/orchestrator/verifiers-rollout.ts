@@ -18,8 +18,9 @@ import type { InferenceClient } from './client';
 import { VerifiersRunError, type VerifiersServers, type WireEpisode, type WireTrace } from '../envs/verifiers/server';
 import { isVerifiersEnv, verifiersArgs, verifiersLaunch } from '../envs/verifiers/environment';
 import { RECORD_VERSIONS_HEADER } from '../inference/server/session-versions';
-import type { TokenSegment } from './packing';
-import { runRollout, type Rollout, type RolloutTask } from './rollout';
+import type { TokenSegment } from '../runfolder/packing';
+import type { Rollout } from '../runfolder/rollouts';
+import { runRollout, type RolloutTask } from './rollout';
 
 /** Where the env server reaches the policy. */
 export interface VerifiersEndpoint {

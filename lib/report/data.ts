@@ -6,7 +6,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readEvalResults, type EvalResults } from '../eval/results';
-import { readStepMetrics, type StepRecord } from '../run/metrics';
+import { readStepMetrics, type StepRecord } from '../runfolder/metrics';
 import { readJsonFile } from '../json';
 
 export type Values = (number | null)[];

@@ -1,7 +1,7 @@
 /** What `ckpt.keep_last` removes from a run folder once a checkpoint is saved (the saveCheckpoint activity). */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { listSteps, type RunLayout } from './layout';
+import { listSteps, type RunLayout } from '../runfolder/layout';
 
 /**
  * With keep_last = K: the K newest checkpoints stay; batches older than the oldest kept one are

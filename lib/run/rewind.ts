@@ -16,9 +16,9 @@ import * as path from 'node:path';
 import { storedResult } from '../atomic';
 import { Failure, NonRetryableError } from '../failures';
 import { evalDir } from '../eval/results';
-import { verifyCheckpoint } from '../trainer/checkpoint';
-import { listGroups, listSteps, RunLayout } from './layout';
-import { truncateStepMetrics } from './metrics';
+import { verifyCheckpoint } from '../runfolder/checkpoint';
+import { listGroups, listSteps, RunLayout } from '../runfolder/layout';
+import { truncateStepMetrics } from '../runfolder/metrics';
 
 /** Steps N of `step_N` / `step_N.<ext>` entries of `dir` (none when it does not exist). */
 function stepsIn(dir: string): number[] {

@@ -20,7 +20,7 @@ import * as path from 'node:path';
 import { createInterface } from 'node:readline';
 import { ensurePart, partPython, PartNotInstalled } from '../optional-parts';
 import { projectRoot } from '../paths';
-import { readStepMetrics, type StepRecord } from './metrics';
+import { readStepMetrics, type StepRecord } from '../runfolder/metrics';
 
 export interface WandbSettings {
   project: string;

@@ -6,7 +6,7 @@
 import type { EnvSpec } from '../envs/loader';
 import type { Split } from '../envs/types';
 import type { Tokenizer } from '../model/tokenizer';
-import type { Sample } from '../orchestrator/packing';
+import type { Sample } from '../runfolder/packing';
 import type { SftConversation } from './conversation';
 import { envConversations } from './env-data';
 import { readHubDataset } from './hub-data';

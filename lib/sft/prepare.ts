@@ -9,10 +9,10 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeFileAtomic } from '../atomic';
 import { Tokenizer } from '../model/tokenizer';
-import { writeBatch } from '../orchestrator/batch';
-import { packSamples, type PackCounts, type Sample } from '../orchestrator/packing';
-import type { SftPlan } from '../run/config';
-import { RunLayout } from '../run/layout';
+import { writeBatch } from '../runfolder/batch';
+import { packSamples, type PackCounts, type Sample } from '../runfolder/packing';
+import type { SftPlan } from '../runfolder/config';
+import { RunLayout } from '../runfolder/layout';
 import { loadSftDataset, type SftDataSource } from './data';
 import { SftSchedule } from './schedule';
 

@@ -13,7 +13,7 @@
 import { renderChat } from '../model/chat';
 import type { Tokenizer } from '../model/tokenizer';
 import type { Message } from '../envs/types';
-import type { Sample } from '../orchestrator/packing';
+import type { Sample } from '../runfolder/packing';
 import type { SftConversation } from './conversation';
 
 /** Ids near the first difference, for an error message a person can act on. */

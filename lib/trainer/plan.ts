@@ -27,7 +27,7 @@ import { ConfigError } from '../config/errors';
 import { SHARDINGS, type ModelPlanConfig } from '../config/schemas';
 import type { ArchConfig } from '../model/arch';
 import { isSparseLayer } from '../model/families/decoder';
-import { readHfConfig } from '../model/hf';
+import { readHfConfigShape } from '../model/hf';
 import { tensorSpecs } from '../model/tensors';
 import { projectRoot } from '../paths';
 
@@ -203,7 +203,7 @@ export function printModelPlan(c: ModelPlanConfig): string {
     throw new ConfigError(
       `model: '${c.model}' is neither a model folder with a config.json nor a preset (${presets.join(', ')})`,
     );
-  const { config } = readHfConfig(dir);
+  const { config } = readHfConfigShape(dir);
   const inputs = (c.sharding ? [c.sharding] : SHARDINGS).map((sharding) => ({
     config,
     worldSize: c.world_size,

@@ -6,12 +6,17 @@
  * the same restore decision and replays in lockstep.
  */
 import * as path from 'node:path';
-import { readTrainingSpec, validationBatchFiles } from '../run/config';
+import { validationBatchFiles } from '../runfolder/config';
 import type { RankGroup, RankJob } from './group';
-import { TrainerRuntime, type RestoreReport } from './runtime';
+import { TrainerRuntime, type BatchRepacker, type RestoreReport } from './runtime';
+import { readTrainingSpec } from './spec';
 
 export class RankTrainer {
   private runtime?: TrainerRuntime;
+
+  /** `repack`: packs a damaged batch again (lib/orchestrator/repack.ts). */
+  constructor(private readonly repack?: BatchRepacker) {}
+
   /** The process group of the current generation (data parallel), if any. */
   private group?: RankGroup;
 
@@ -38,13 +43,11 @@ export class RankTrainer {
     const rt = this.runtime;
     if (rt && rt.runDir === path.resolve(runDir) && rt.progress.steps === step) return rt;
     this.runtime = undefined;
-    const restored = await TrainerRuntime.restore(
-      runDir,
-      readTrainingSpec(runDir).trainer,
-      step,
-      hooks.onReplay,
-      this.group,
-    );
+    const restored = await TrainerRuntime.restore(runDir, readTrainingSpec(runDir).trainer, step, {
+      onReplay: hooks.onReplay,
+      group: this.group,
+      repack: this.repack,
+    });
     hooks.onRestored?.(restored.report);
     this.runtime = restored.runtime;
     return restored.runtime;

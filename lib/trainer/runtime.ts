@@ -6,18 +6,16 @@
  */
 import * as fs from 'node:fs';
 import * as native from '../../native';
+import { createModelWithoutWeights, loadModel } from '../model/engine';
 import { DISK_FULL } from '../atomic';
 import { Failure, NonRetryableError, RunFolderDamagedError } from '../failures';
 import { resolveModelDir } from '../hub';
 import type { NamedTensor } from '../model/arch';
 import { loadHfModel, readHfConfig, writeHfModelStream } from '../model/hf';
 import { serializeSafetensors } from '../model/safetensors';
-import { readBatch, type Batch } from '../orchestrator/batch';
-import { stepBatchInput } from '../orchestrator/step-batch';
-import { readRunConfig } from '../run/config';
-import { listSteps, RunLayout } from '../run/layout';
-import { libModule, runInThread } from '../thread';
-import type { TrainMetrics, TrainProgress } from './types';
+import { readBatch, type Batch } from '../runfolder/batch';
+import { listSteps, RunLayout } from '../runfolder/layout';
+import type { EngineMetrics, TrainMetrics, TrainProgress } from './types';
 import { loadBaseShards, loadCheckpoint, writeCheckpoint } from './shards';
 import { nextKlBeta } from './kl-controller';
 import { lrAt, type LrSchedule } from './schedule';
@@ -87,24 +85,40 @@ export interface RestoreReport {
 }
 
 /**
- * Packs step `step`'s batch again from its rollouts after `damage` (the same rollouts and settings
- * give the same bytes), replacing the damaged file. Where the rollouts are gone (or the run is SFT,
- * whose batches are made once when it is prepared) the run stops, naming the batch.
+ * Packs step `step`'s batch of run `runDir` again from its stored rollouts, replacing the file (the
+ * same rollouts and settings give the same bytes). The trainer reads batches; how rollouts become
+ * one is the orchestrator's (lib/orchestrator/repack.ts), so whoever runs the trainer passes it in.
  */
-async function rebuildBatch(layout: RunLayout, step: number, damage: RunFolderDamagedError): Promise<void> {
+export type BatchRepacker = (runDir: string, step: number) => Promise<void>;
+
+export interface RestoreOptions {
+  onReplay?: (done: number, total: number) => void;
+  /** Data parallel: this rank's process group. */
+  group?: RankGroup;
+  /** Packs a damaged RL batch again; without it, a damaged batch stops the run, naming it. */
+  repack?: BatchRepacker;
+}
+
+/**
+ * Packs step `step`'s batch again from its rollouts after `damage` (`repack`). Where the rollouts
+ * are gone (or the run is SFT, whose batches are made once when it is prepared) the run stops,
+ * naming the batch.
+ */
+async function rebuildBatch(
+  layout: RunLayout,
+  step: number,
+  damage: RunFolderDamagedError,
+  repack: BatchRepacker | undefined,
+): Promise<void> {
   const rollouts = layout.rolloutsFile(step);
   const cannot = (why: string) => new RunFolderDamagedError(damage.file, damage.why, `it cannot be rebuilt: ${why}`);
   if (!fs.existsSync(layout.configFile))
     throw cannot('SFT batches are made once, when the run is prepared; start the run again in a new run folder');
   // The summary is written last: without it the folder is not a finished step's rollouts.
   if (!fs.existsSync(layout.rolloutsSummaryFile(step))) throw cannot(`the step's rollouts (${rollouts}) are gone`);
+  if (!repack) throw cannot('this trainer process was given no packer (lib/orchestrator/repack.ts)');
   try {
-    // CPU-bound for large steps: off this thread, which heartbeats.
-    await runInThread(
-      libModule('orchestrator/step-batch'),
-      'buildStepBatch',
-      stepBatchInput(readRunConfig(layout.dir), layout, step),
-    );
+    await repack(layout.dir, step);
   } catch (e) {
     if ((e as Error).name === DISK_FULL) throw e; // retried once space is freed
     throw cannot(`packing ${rollouts} again failed: ${(e as Error).message}`);
@@ -163,6 +177,7 @@ export class TrainerRuntime {
     public progress: TrainProgress,
     /** Data parallel: this rank's process group (steps, checkpoints and restores are collective). */
     readonly group?: RankGroup,
+    private readonly repack?: BatchRepacker,
   ) {}
 
   /** The KL penalty's beta for the next step (see kl-controller): checkpointed, recomputed on replay. */
@@ -183,8 +198,7 @@ export class TrainerRuntime {
     runDir: string,
     t: TrainerSpec,
     step: number,
-    onReplay?: (done: number, total: number) => void,
-    group?: RankGroup,
+    { onReplay, group, repack }: RestoreOptions = {},
   ): Promise<{ runtime: TrainerRuntime; report: RestoreReport }> {
     const layout = new RunLayout(runDir);
     if (t.threads) native.setThreads(t.threads);
@@ -202,8 +216,8 @@ export class TrainerRuntime {
     // Fully sharded, no rank holds the whole model: the ranks fill their shards from the folder.
     const sharded = group?.sharding === 'full';
     const model = sharded
-      ? await native.createModelWithoutWeights(config, options)
-      : await native.loadModel(config, readBaseModel(baseDir, loadHfModel).tensors, options);
+      ? await createModelWithoutWeights(config, options)
+      : await loadModel(config, readBaseModel(baseDir, loadHfModel).tensors, options);
     const trainer = model.createTrainer({
       mixedPrecision: bf16 ? 'bfloat16' : undefined,
       activationCheckpointing: t.model.ac?.freq ?? 0,
@@ -229,6 +243,7 @@ export class TrainerRuntime {
       rawConfig,
       { steps: 0, samples: 0, tokens: 0 },
       group,
+      repack,
     );
     runtime.klBeta = t.klPenalty.beta;
     const report: RestoreReport = { from: 0, skipped: [], replayed: 0, rebuilt: runtime.rebuilt };
@@ -277,39 +292,17 @@ export class TrainerRuntime {
       })),
       { lr, maxGradNorm: t.optim.max_norm, loss: { ...t.loss, klBeta } },
     );
-    this.klBeta = nextKlBeta(t.klPenalty, this.klBeta, stats.referenceKl);
+    const engine = stats.metrics as unknown as EngineMetrics;
+    this.klBeta = nextKlBeta(t.klPenalty, this.klBeta, engine.kl_divergence);
     this.progress = {
       steps: step + 1,
       samples: this.progress.samples + batch.counts.samples,
       tokens: this.progress.tokens + batch.counts.tokens,
     };
     return {
-      loss: stats.loss,
-      entropy: stats.entropy,
-      mismatch_kl: stats.mismatchKl,
-      mismatch_kl_masked: stats.maskedMismatchKl,
-      mismatch_kl_unmasked: stats.unmaskedMismatchKl,
-      masked_tokens: stats.maskedTokenFraction,
-      masked_low: stats.maskedLowFraction,
-      masked_high: stats.maskedHighFraction,
-      masked_adv_positive: stats.maskedAdvantagePositive,
-      masked_adv_negative: stats.maskedAdvantageNegative,
-      masked_sequences: stats.maskedSampleFraction,
-      clipped: stats.clippedFraction,
-      kl_divergence: stats.referenceKl,
+      ...engine,
       kl_beta: klBeta,
-      grad_norm: stats.gradNorm,
       lr,
-      tokens: stats.tokens,
-      loss_tokens: stats.lossTokens,
-      tokens_per_s: stats.tokensPerSecond,
-      ...(stats.expertLoadMean > 0
-        ? {
-            router_aux_loss: stats.routerAuxLoss,
-            expert_load_max: stats.expertLoadMax,
-            expert_load_mean: stats.expertLoadMean,
-          }
-        : {}),
       seconds: { load, replay: 0, train: stats.seconds, save: 0 },
     };
   }
@@ -324,7 +317,7 @@ export class TrainerRuntime {
       return readBatch(this.layout.batchFile(step));
     } catch (e) {
       if (!(e instanceof RunFolderDamagedError)) throw e;
-      await rebuildBatch(this.layout, step, e);
+      await rebuildBatch(this.layout, step, e, this.repack);
       this.rebuilt.push(`${e.message}; rebuilt from ${this.layout.rolloutsDir(step)}`);
       return readBatch(this.layout.batchFile(step));
     }

@@ -20,7 +20,7 @@ import * as path from 'node:path';
 import type * as native from '../../native';
 import type { ArchConfig, TensorDType } from '../model/arch';
 import { writeDirAtomicAsync, writeFileAtomic } from '../atomic';
-import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from './checkpoint';
+import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from '../runfolder/checkpoint';
 import {
   DTYPE_BYTES,
   locateSafetensorsDir,

@@ -1,11 +1,16 @@
 /**
  * What the trainer needs to know, whichever workflow drives it: RL (policy losses on rollouts)
- * and SFT (cross-entropy on demonstrations) both train through the same TrainerRuntime.
+ * and SFT (cross-entropy on demonstrations) both train through the same TrainerRuntime; and the
+ * trainer's view of a run folder (`readTrainingSpec`).
  */
+import * as fs from 'node:fs';
 import type * as native from '../../native';
 import { lossKindSpec } from '../../native/loss-kinds';
 import type { RLConfig, SFTConfig, TrainerConfig } from '../config/schemas';
+import { Failure, NonRetryableError } from '../failures';
 import type { ArchConfig } from '../model/arch';
+import { readRunConfig, readSftConfig, readSftPlan } from '../runfolder/config';
+import { RunLayout } from '../runfolder/layout';
 import type { KlPenalty } from './kl-controller';
 
 export interface TrainerSpec {
@@ -78,5 +83,44 @@ export function sftTrainerSpec(c: SFTConfig, totalSteps: number): TrainerSpec {
     maxSteps: totalSteps,
     loss: { kind: 'ce', routerAuxLossCoef: c.moe.router_aux_loss_coef },
     klPenalty: { enabled: false, beta: 0 },
+  };
+}
+
+/** What the trainer activities need of a run: how to train, and what to keep. */
+export interface RunTrainingSpec {
+  trainer: TrainerSpec;
+  keepLast?: number;
+  /** Policy versions behind the newest that in-flight rollouts may still need (0 for SFT). */
+  asyncLevel: number;
+  /** Whether train step `version - 1` writes HF weights `weights/step_<version>`. */
+  writesWeights(version: number): boolean;
+}
+
+/** The trainer's view of a run folder: an SFT run (configs/sft.json) or an RL run (configs/rl.json). */
+export function readTrainingSpec(runDir: string): RunTrainingSpec {
+  const layout = new RunLayout(runDir);
+  if (fs.existsSync(layout.sftConfigFile)) {
+    const c = readSftConfig(runDir);
+    const plan = readSftPlan(runDir);
+    if (!plan)
+      throw new NonRetryableError(
+        `SFT run ${layout.dir} has no ${layout.sftPlanFile}: was it prepared?`,
+        Failure.MissingSftPlan,
+      );
+    return {
+      trainer: sftTrainerSpec(c, plan.steps),
+      keepLast: c.ckpt.keep_last,
+      asyncLevel: 0,
+      // Nothing samples from an SFT run while it trains: weights at checkpoints and at the end.
+      writesWeights: (v) => v % c.ckpt.interval === 0 || v === plan.steps,
+    };
+  }
+  const c = readRunConfig(runDir);
+  // Every policy version is served to the rollouts of a later step.
+  return {
+    trainer: rlTrainerSpec(c),
+    keepLast: c.ckpt.keep_last,
+    asyncLevel: c.async_level,
+    writesWeights: () => true,
   };
 }

@@ -1,27 +1,22 @@
 /** What the trainer runtime reports per step and in total (activities pass these on as they are). */
 
-/** Trainer metrics of one step (loss, entropy, mismatch KL, masked fractions, ..., as prime-rl logs them). */
-export interface TrainMetrics {
+/** Where a train step's time went (seconds). */
+export interface TrainSeconds {
+  load: number;
+  replay: number;
+  train: number;
+  save: number;
+}
+
+/**
+ * The engine's metrics of a step (native `StepMetrics`) that code here reads. The engine reports
+ * more (entropy, mismatch_kl, masked_*, ...: native/src/loss.cc), all recorded as they are.
+ */
+export interface EngineMetrics {
   loss: number;
-  entropy: number;
-  /** Mean rho - log rho - 1 (rho = exp(logp - mu)) over all, masked and unmasked loss tokens. */
-  mismatch_kl: number;
-  mismatch_kl_masked: number;
-  mismatch_kl_unmasked: number;
-  /** Fractions of loss tokens masked (policy term dropped): all, low side, high side. */
-  masked_tokens: number;
-  masked_low: number;
-  masked_high: number;
-  /** Of the masked tokens, the fractions with a positive / negative advantage. */
-  masked_adv_positive: number;
-  masked_adv_negative: number;
-  masked_sequences: number;
-  clipped: number;
-  /** trainer.kl_penalty: mean k3 KL to the reference policy and the beta this step used (0 when off). */
+  /** trainer.kl_penalty: mean k3 KL to the reference policy (0 when off). */
   kl_divergence: number;
-  kl_beta: number;
   grad_norm: number;
-  lr: number;
   tokens: number;
   loss_tokens: number;
   tokens_per_s: number;
@@ -29,7 +24,17 @@ export interface TrainMetrics {
   router_aux_loss?: number;
   expert_load_max?: number;
   expert_load_mean?: number;
-  seconds: { load: number; replay: number; train: number; save: number };
+}
+
+/**
+ * Trainer metrics of one step, as prime-rl logs them: every metric the engine computed, by its
+ * name (a new one there is recorded as it is), and what the runtime adds.
+ */
+export interface TrainMetrics extends EngineMetrics {
+  /** The KL penalty's beta this step used (0 when off). */
+  kl_beta: number;
+  lr: number;
+  seconds: TrainSeconds;
 }
 
 /** Cumulative trainer counters: equal between an interrupted and an uninterrupted run. */

@@ -31,6 +31,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("adamwCheck", Napi::Function::New(env, AdamwCheck));
   exports.Set("lossKinds", Napi::Function::New(env, LossKinds));
   exports.Set("layerSlots", Napi::Function::New(env, LayerSlots));
+  exports.Set("engineTypes", Napi::Function::New(env, EngineTypes));
   exports.Set("createStore", Napi::Function::New(env, CreateStore));
   exports.Set("createGroup", Napi::Function::New(env, CreateGroup));
   return exports;

@@ -99,26 +99,37 @@ double resolveNormalizer(const LossConfig& cfg, int64_t lossTokens, int64_t samp
   return double(std::max<int64_t>(cfg.normalization == "token" ? lossTokens : samples, 1));
 }
 
-LossMetrics lossMetrics(const LossSums& s) {
-  LossMetrics m;
+Metrics lossMetrics(const LossSums& s) {
+  Metrics m;
   const double tokens = double(std::max<int64_t>(s.lossTokens, 1));
   const double masked = double(std::max<int64_t>(s.maskedTokens, 1));
   const double kept = double(std::max<int64_t>(s.lossTokens - s.maskedTokens, 1));
-  m.loss = s.loss;
-  m.lossTokens = s.lossTokens;
-  m.samples = s.samples;
-  m.entropy = s.entropy / tokens;
-  m.mismatchKl = s.mismatchKl / tokens;
-  m.maskedMismatchKl = s.maskedMismatchKl / masked;
-  m.unmaskedMismatchKl = (s.mismatchKl - s.maskedMismatchKl) / kept;
-  m.referenceKl = s.referenceKl / tokens;
-  m.maskedTokenFraction = double(s.maskedTokens) / tokens;
-  m.maskedLowFraction = double(s.maskedLow) / tokens;
-  m.maskedHighFraction = double(s.maskedHigh) / tokens;
-  m.maskedAdvantagePositive = double(s.maskedAdvPositive) / masked;
-  m.maskedAdvantageNegative = double(s.maskedAdvNegative) / masked;
-  m.clippedFraction = double(s.clippedTokens) / tokens;
-  m.maskedSampleFraction = double(s.maskedSamples) / double(std::max<int64_t>(s.samples, 1));
+  m.set("loss", s.loss);
+  // Mean entropy of softmax(logits / temperature) (0 from the addon's policyLoss, which has no logits).
+  m.set("entropy", s.entropy / tokens);
+  // Mean of rho - log rho - 1, rho = exp(logp - mu) (detached): the trainer/inference mismatch;
+  // its mean over the masked tokens and over the others (0 when there are none).
+  m.set("mismatch_kl", s.mismatchKl / tokens);
+  m.set("mismatch_kl_masked", s.maskedMismatchKl / masked);
+  m.set("mismatch_kl_unmasked", (s.mismatchKl - s.maskedMismatchKl) / kept);
+  // Loss tokens whose policy term was dropped, by mismatch masking (token or sample rule) or by the
+  // loss's own trust region (dppo, ipo); those dropped for a ratio / probability that fell too far
+  // (low) or rose too far (high); tokens dropped only by the sample rule are on neither side.
+  m.set("masked_tokens", double(s.maskedTokens) / tokens);
+  m.set("masked_low", double(s.maskedLow) / tokens);
+  m.set("masked_high", double(s.maskedHigh) / tokens);
+  // Of the masked tokens, the fractions with a positive and a negative advantage.
+  m.set("masked_adv_positive", double(s.maskedAdvPositive) / masked);
+  m.set("masked_adv_negative", double(s.maskedAdvNegative) / masked);
+  // Samples dropped by the sample rule of mismatch masking.
+  m.set("masked_sequences", double(s.maskedSamples) / double(std::max<int64_t>(s.samples, 1)));
+  // Loss tokens where the clip was active (gspo: tokens of clipped samples).
+  m.set("clipped", double(s.clippedTokens) / tokens);
+  // Mean k3 KL to the reference policy (0 without klBeta).
+  m.set("kl_divergence", s.referenceKl / tokens);
+  // Loss tokens, and samples with at least one: the normaliser's units.
+  m.set("loss_tokens", double(s.lossTokens));
+  m.set("loss_samples", double(s.samples));
   return m;
 }
 

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "metrics.h"
+
 namespace prime {
 
 struct LossConfig {
@@ -127,16 +129,9 @@ struct LossSums {
   int64_t maskedLow = 0, maskedHigh = 0, maskedAdvPositive = 0, maskedAdvNegative = 0;
 };
 
-// The step's metrics: sums turned into means over loss tokens (fractions of samples for
-// maskedSampleFraction, of masked tokens for maskedAdvantage*, means over masked / kept tokens
-// for the split mismatch KL).
-struct LossMetrics {
-  double loss = 0, entropy = 0, mismatchKl = 0, maskedMismatchKl = 0, unmaskedMismatchKl = 0, referenceKl = 0;
-  double maskedTokenFraction = 0, maskedLowFraction = 0, maskedHighFraction = 0, maskedSampleFraction = 0;
-  double maskedAdvantagePositive = 0, maskedAdvantageNegative = 0, clippedFraction = 0;
-  int64_t lossTokens = 0, samples = 0;
-};
-LossMetrics lossMetrics(const LossSums& sums);
+// The step's metrics (loss.cc says what each one is): the sums turned into means over loss
+// tokens, fractions of samples or of masked tokens.
+Metrics lossMetrics(const LossSums& sums);
 
 // LossSums accumulated on the loss's device: each addition is a device op, never a host sync (the
 // trainer's per-row loop on CUDA); read() brings them to the host, once per step.

@@ -41,6 +41,12 @@ double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A call's wall time and the throughput it gives.
+void timed(StepStats& st, double seconds) {
+  st.seconds = seconds;
+  st.metrics.set("tokens_per_s", seconds > 0 ? double(st.tokens) / seconds : 0.0);
+}
+
 // The L2 norm of all the gradients together, read on the host (a deliberate sync: clipping and the
 // step's metrics need it). On CUDA under libtorch 2.x one multi-tensor kernel for the per-tensor
 // norms, not one kernel per parameter.
@@ -334,6 +340,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     for (size_t i = 0; i < trainable_.size(); i++)
       if (!had[i]) trainable_[i].second.mutable_grad().reset();
   }
+  double expertLoadMax = 0, expertLoadMean = 0;
   if (!sparse.empty()) {
     at::Tensor counts = at::cat(load);
     if (group_) {
@@ -342,9 +349,8 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
       group_->allReduceSum(counts);
       auxSum = aux.item<double>();
     }
-    st.routerAuxLoss = auxSum;
-    st.expertLoadMax = double(counts.max().item<int64_t>());
-    st.expertLoadMean = double(counts.sum().item<int64_t>()) / double(counts.numel());
+    expertLoadMax = double(counts.max().item<int64_t>());
+    expertLoadMean = double(counts.sum().item<int64_t>()) / double(counts.numel());
   }
   LossSums sums = deviceSums.read();  // the step's one read of the loss metrics
   if (group_) {
@@ -367,7 +373,16 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     sums.maskedAdvNegative = nd[8], st.tokens = nd[9];
   }
   st.metrics = lossMetrics(sums);
-  st.metrics.loss += loss.routerAuxLossCoef * st.routerAuxLoss;  // the objective that was differentiated
+  st.metrics.set("tokens", double(st.tokens));
+  if (!sparse.empty()) {
+    // The objective that was differentiated; the router's load-balancing loss (token-weighted mean
+    // over rows), and the (token, slot) pairs each expert of each sparse layer received over the
+    // step: the largest count and the mean (tokens x K / experts).
+    st.metrics.set("loss", st.metrics.get("loss") + loss.routerAuxLossCoef * auxSum);
+    st.metrics.set("router_aux_loss", auxSum);
+    st.metrics.set("expert_load_max", expertLoadMax);
+    st.metrics.set("expert_load_mean", expertLoadMean);
+  }
   return st;
 }
 
@@ -381,10 +396,11 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
   if (group_) syncGradients();
   if (shardsParameters()) sharded_->finishGradients();
   // Total L2 norm over all gradients (as torch.nn.utils.clip_grad_norm_).
-  st.gradNorm = globalGradNorm();
+  const double norm = globalGradNorm();
+  st.metrics.set("grad_norm", norm);  // before clipping
   // Clipping is applied inside the AdamW pass (on the CPU the gradients stay as computed; CUDA's
   // fused AdamW may leave them clipped: adamw.h).
-  const double clip = maxGradNorm > 0 && st.gradNorm > maxGradNorm ? maxGradNorm / (st.gradNorm + 1e-6) : 1.0;
+  const double clip = maxGradNorm > 0 && norm > maxGradNorm ? maxGradNorm / (norm + 1e-6) : 1.0;
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   adamwStep(*optim_, clip);
   model->noteWeightsChanged();  // a generator on this model must not reuse K/V of the old weights
@@ -398,7 +414,7 @@ StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& los
   step_++;
   st.lr = lr;
   st.optimizerSeconds = since(t1);
-  st.seconds = since(t0);
+  timed(st, since(t0));
   return st;
 }
 
@@ -420,7 +436,8 @@ StepStats Trainer::gradients(const std::vector<TrainRow>& rows, const LossConfig
   zeroGrads();
   const auto t0 = std::chrono::steady_clock::now();
   StepStats st = forwardBackward(rows, loss);
-  st.seconds = st.forwardBackwardSeconds = since(t0);
+  st.forwardBackwardSeconds = since(t0);
+  timed(st, st.forwardBackwardSeconds);
   for (auto& [name, p] : trainable_)
     grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
   if (shardsParameters()) {

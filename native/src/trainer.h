@@ -33,8 +33,21 @@ struct TrainRow {
   std::vector<int64_t> routes;
 };
 
+// Engine facts that cross N-API as fixed fields are declared once, as X-macro lists: the struct,
+// its reader or writer (addon/) and the TS interface (native/engine-types.generated.ts, written by
+// `npm run gen:engine-types` from the addon's engineTypes()) all expand the same list.
+
+// AdamW's hyperparameters (TrainerOptions in TS): X(name, default, doc).
+#define PRIME_ADAMW_FIELDS(X)                                               \
+  X(beta1, 0.9, "Decay of the running mean of the gradients.")              \
+  X(beta2, 0.999, "Decay of the running mean of the squared gradients.")    \
+  X(eps, 1e-8, "Added to the denominator (the root of the second moment).") \
+  X(weightDecay, 0.01, "Decoupled weight decay: each step shrinks the weights by lr x this.")
+
 struct AdamWConfig {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01;
+#define PRIME_ADAMW_FIELD(name, dflt, doc) double name = dflt;
+  PRIME_ADAMW_FIELDS(PRIME_ADAMW_FIELD)
+#undef PRIME_ADAMW_FIELD
 };
 
 struct LoraConfig {
@@ -57,18 +70,27 @@ struct TrainerConfig {
   int64_t activationCheckpointing = 0;
 };
 
+// A step's fixed fields besides its metrics (TrainStepStats in TS): X(name, doc).
+#define PRIME_STEP_FIELDS(X)                                                                            \
+  X(lr, "The learning rate the step used (0 for gradients()).")                                         \
+  X(seconds, "Wall time of the call.")                                                                  \
+  X(forwardBackwardSeconds, "Of which the forward and backward passes over every row.")                 \
+  X(optimizerSeconds, "Of which the gradient sync, clipping and AdamW.")                                \
+  X(commSeconds,                                                                                        \
+    "Data parallel (0 otherwise): the time some collective of the step ran (gathers, reduce-scatters, " \
+    "all-reduces, broadcasts; waiting for the other ranks included).")                                  \
+  X(commExposedSeconds,                                                                                 \
+    "Of which the part the step waited for; the rest ran behind compute (full sharding's prefetched "   \
+    "gathers and reduce-scatters).")
+
 struct StepStats {
-  LossMetrics metrics;
-  double gradNorm = 0, lr = 0, seconds = 0, forwardBackwardSeconds = 0, optimizerSeconds = 0;
-  // Data parallel: the time some collective of the step ran (gathers, reduce-scatters, all-reduces,
-  // broadcasts; waiting for peers included), and the part of it the step waited for (the rest ran
-  // behind compute).
-  double commSeconds = 0, commExposedSeconds = 0;
-  int64_t tokens = 0;
-  // MoE: the router's load-balancing loss (token-weighted mean over rows; added to the loss times
-  // LossConfig::routerAuxLossCoef), and the (token, slot) pairs each expert of each sparse layer
-  // received over the step: the largest count and the mean (tokens x K / experts). 0 for dense models.
-  double routerAuxLoss = 0, expertLoadMax = 0, expertLoadMean = 0;
+  // What the step measured, by the names a run records (lossMetrics, then the trainer's own:
+  // tokens, grad_norm, tokens_per_s; MoE models: router_aux_loss, expert_load_max, expert_load_mean).
+  Metrics metrics;
+#define PRIME_STEP_FIELD(name, doc) double name = 0;
+  PRIME_STEP_FIELDS(PRIME_STEP_FIELD)
+#undef PRIME_STEP_FIELD
+  int64_t tokens = 0;  // this step's (every rank's), for the metrics
 };
 
 // What data-parallel ranks shard (trainer.dist.sharding): kOptimizer = AdamW's state (ZeRO-1),
@@ -90,7 +112,7 @@ class Trainer {
   ~Trainer();
 
   // zero grads, forward+backward over every row (accumulating), clip to maxGradNorm (<= 0: no
-  // clipping), one AdamW step at lr. gradNorm is the total norm before clipping.
+  // clipping), one AdamW step at lr. Its grad_norm metric is the total norm before clipping.
   StepStats step(const std::vector<TrainRow>& rows, const LossConfig& loss, double lr, double maxGradNorm);
   // Loss and gradients of the trainable parameters (HF names; LoRA: PEFT adapter names) without
   // an optimizer step (gradient checks, debugging). Grads are cleared after.

@@ -9,6 +9,9 @@
 # again when it was made from these native sources against this torch: a later call can run
 # benchmarks alone (--no-checks -- bash scripts/gpu/session.sh) without building again.
 #   LIBTORCH=<folder>   another libtorch (default: python3's PyTorch, torch.utils.cmake_prefix_path)
+#   PRIME_GPU_BUILD_ADDON=1  build the addon here even where the bundle's prebuilt one matches: the
+#                       prebuilt one has no NCCL (c10d's NCCL header needs the cuBLAS, cuSPARSE and
+#                       cuSOLVER headers of a full PyTorch install, which the build machine lacks)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -76,9 +79,10 @@ configure() { # configure [cmake -D args]: build/native from scratch
     -DCMAKE_JS_INC="$PRIME_NODE_INCLUDE" -DCMAKE_CXX_FLAGS=-DBUILDING_NODE_EXTENSION \
     -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/build/native/Release" "$@"
 }
-if earlier; then
+build_here=${PRIME_GPU_BUILD_ADDON:-0}
+if [ "$build_here" != 1 ] && earlier; then
   :
-elif ! prebuilt; then
+elif [ "$build_here" = 1 ] || ! prebuilt; then
   {
     # PyTorch's CMake config (it reads the CUDA toolkit); where it does not configure, PyTorch's
     # libraries linked directly, CUDA's included (native/cmake/torch.cmake, PRIME_TORCH_DIRECT).
@@ -88,7 +92,7 @@ elif ! prebuilt; then
     }
     cmake --build build/native -j "$(nproc)"
   } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; die "the addon failed to build (log: $OUT/build.log)"; }
-  grep 'prime_native: building against\|PRIME_TORCH_DIRECT\|CUDA graphs' "$OUT/build.log" || true
+  grep 'prime_native: building against\|PRIME_TORCH_DIRECT\|CUDA graphs\|NCCL' "$OUT/build.log" || true
 fi
 echo "$addon_key" > build/native/.prime-addon-key
 

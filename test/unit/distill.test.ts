@@ -1,6 +1,6 @@
 /** Online distillation's teacher term and its baselines (lib/orchestrator/distill.ts). */
 import { positionBaselines, teacherKl, teacherTerms } from '../../lib/orchestrator/distill';
-import type { TokenSegment } from '../../lib/orchestrator/packing';
+import type { TokenSegment } from '../../lib/runfolder/packing';
 
 /** A sample: prompt [0], then generated turns whose tokens have student logprob -1 and teacher logprob -1 + term. */
 function sample(...turns: (number | null)[][]): TokenSegment[] {

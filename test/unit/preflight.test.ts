@@ -1,9 +1,9 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { ApplicationFailure } from '@temporalio/common';
-import { holdsRunConfig } from '../../activities/preflight';
-import { RunLayout } from '../../lib/run/layout';
+import { NonRetryableError } from '../../lib/failures';
+import { holdsRunConfig } from '../../lib/runfolder/config';
+import { RunLayout } from '../../lib/runfolder/layout';
 
 let root: string;
 beforeEach(() => (root = fs.mkdtempSync(path.join(os.tmpdir(), 'preflight-'))));
@@ -19,9 +19,9 @@ function refusal(fn: () => unknown): { message: string; type: string | null | un
   try {
     fn();
   } catch (e) {
-    expect(e).toBeInstanceOf(ApplicationFailure);
-    expect((e as ApplicationFailure).nonRetryable).toBe(true);
-    return { message: (e as Error).message, type: (e as ApplicationFailure).type };
+    // lib/ raises it as NonRetryableError; the activity fails non-retryably with its type (activities/failures.ts).
+    expect(e).toBeInstanceOf(NonRetryableError);
+    return { message: (e as Error).message, type: (e as NonRetryableError).type };
   }
   throw new Error('expected a refusal');
 }

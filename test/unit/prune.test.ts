@@ -2,7 +2,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { RunLayout } from '../../lib/run/layout';
+import { RunLayout } from '../../lib/runfolder/layout';
 import { pruneRunFolder } from '../../lib/run/prune';
 
 let root: string;

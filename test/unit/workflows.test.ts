@@ -13,7 +13,7 @@ import { Failure, describeFailure } from '../../lib/failures';
 import type { EvalResult } from '../../workflows/eval';
 import type { RLProgress, RLResult } from '../../workflows/rl';
 import type { SftProgress, SftResult } from '../../workflows/sft';
-import { settlesWithin } from '../processes';
+import { settlesWithin } from '../support/processes';
 import {
   bundleWorkflows,
   evalConfig,

@@ -16,6 +16,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import * as native from '../../../native';
+import { loadModel } from '../../model/engine';
 import { ConfigError } from '../../config/errors';
 import type { InferenceConfig } from '../../config/schemas';
 import { resolveModelDir } from '../../hub';
@@ -81,7 +82,7 @@ function readBase(baseDir: string): { real: string; base: HfModel; tokenizer: To
 
 /** The engine on the base weights; they are not kept in the JS heap past this (/reload_weights reads them again). */
 async function loadEngine(base: HfModel, config: InferenceConfig): Promise<native.NativeModel> {
-  return native.loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
+  return loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
 }
 
 /** The engine's generator with the server's settings; what the device or build cannot honour is refused by its key. */

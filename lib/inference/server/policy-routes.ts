@@ -10,7 +10,7 @@ import type { ArchConfig } from '../../model/arch';
 import { sparseLayerCount } from '../../model/families';
 import { HF_FIELDS } from '../../model/hf-config';
 import { loadHfModelAsync, readHfConfig } from '../../model/hf';
-import { SerialQueue } from '../../serial';
+import { SerialQueue } from '../../../native/serial';
 import { ApiError, generateRequest, parseBody, updateWeightsRequest } from '../protocol';
 import { LazyArray, sendJson } from './json-body';
 import { disconnectSignal, promptLogprobList, usage, type Served } from './served';

@@ -40,12 +40,8 @@ export type LayerSlot = (typeof LAYER_SLOTS)[number];
 
 export type TensorRole = 'embedding' | 'linear' | 'bias' | 'norm';
 
-/**
- * The block's projections by their HF module names: what LoRA can target (`lora.target_modules`).
- * The engine knows the same names in this order (`native/src/model.cc` `projName`).
- */
-export const PROJECTIONS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
-export type Projection = (typeof PROJECTIONS)[number];
+/** The block's projections by their HF module names (an engine fact: what LoRA can target). */
+export { PROJECTIONS, type Projection } from '../../../native/model-binding';
 
 export interface TensorSpec {
   /** Hugging Face name, e.g. `model.layers.3.self_attn.q_proj.weight`. */

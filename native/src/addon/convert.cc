@@ -232,23 +232,9 @@ LossConfig lossConfig(Napi::Value v) {
   return c;
 }
 
-Napi::Object metricsToJs(Napi::Env env, const LossMetrics& s) {
+Napi::Object metricsToJs(Napi::Env env, const Metrics& metrics) {
   Napi::Object o = Napi::Object::New(env);
-  o.Set("loss", s.loss);
-  o.Set("entropy", s.entropy);
-  o.Set("mismatchKl", s.mismatchKl);
-  o.Set("maskedMismatchKl", s.maskedMismatchKl);
-  o.Set("unmaskedMismatchKl", s.unmaskedMismatchKl);
-  o.Set("referenceKl", s.referenceKl);
-  o.Set("maskedTokenFraction", s.maskedTokenFraction);
-  o.Set("maskedLowFraction", s.maskedLowFraction);
-  o.Set("maskedHighFraction", s.maskedHighFraction);
-  o.Set("maskedAdvantagePositive", s.maskedAdvantagePositive);
-  o.Set("maskedAdvantageNegative", s.maskedAdvantageNegative);
-  o.Set("maskedSampleFraction", s.maskedSampleFraction);
-  o.Set("clippedFraction", s.clippedFraction);
-  o.Set("lossTokens", double(s.lossTokens));
-  o.Set("samples", double(s.samples));
+  for (const auto& [name, value] : metrics.entries()) o.Set(name, value);
   return o;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loss.h"
+#include "metrics.h"
 #include "model.h"
 
 namespace prime::addon {
@@ -48,9 +49,10 @@ ScoreRows scoreRows(Napi::Value v);
 using Scores = std::vector<std::pair<std::vector<float>, std::vector<float>>>;
 Napi::Value scoresToJs(Napi::Env env, const Scores& scores);
 
-// The loss configuration (LossConfig in native/index.ts; absent = defaults) and its metrics.
+// The loss configuration (LossConfig in native/index.ts; absent = defaults).
 LossConfig lossConfig(Napi::Value v);
-Napi::Object metricsToJs(Napi::Env env, const LossMetrics& s);
+// Metrics as a JS object of numbers by name (StepMetrics in native/index.ts), in their order.
+Napi::Object metricsToJs(Napi::Env env, const Metrics& metrics);
 
 // Runs synchronous native code on the JS thread; node-addon-api only converts Napi::Error, so
 // C++ exceptions are rethrown as JS errors here instead of terminating the process.

@@ -34,6 +34,8 @@ Napi::Value AdamwCheck(const Napi::CallbackInfo& info);   // fused AdamW step vs
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
 Napi::Value LossKinds(const Napi::CallbackInfo& info);   // the loss registry as plain data
 Napi::Value LayerSlots(const Napi::CallbackInfo& info);  // () -> the block slot names (model.h layerSlotNames)
+// () -> the fixed fields declared in trainer.h, for native/engine-types.generated.ts
+Napi::Value EngineTypes(const Napi::CallbackInfo& info);
 Napi::Value Info(const Napi::CallbackInfo& info);
 Napi::Value SetThreads(const Napi::CallbackInfo& info);
 Napi::Value SetCpuCache(const Napi::CallbackInfo& info);    // (capacityBytes) -> void

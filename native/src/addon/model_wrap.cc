@@ -85,10 +85,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value CreateTrainer(const Napi::CallbackInfo& info) {
     Napi::Object o = info[0].IsObject() ? info[0].As<Napi::Object>() : Napi::Object::New(info.Env());
     TrainerConfig c;
-    c.adamw.beta1 = numOr(o, "beta1", c.adamw.beta1);
-    c.adamw.beta2 = numOr(o, "beta2", c.adamw.beta2);
-    c.adamw.eps = numOr(o, "eps", c.adamw.eps);
-    c.adamw.weightDecay = numOr(o, "weightDecay", c.adamw.weightDecay);
+#define PRIME_READ_ADAMW(name, dflt, doc) c.adamw.name = numOr(o, #name, c.adamw.name);
+    PRIME_ADAMW_FIELDS(PRIME_READ_ADAMW)
+#undef PRIME_READ_ADAMW
     c.reference = boolOr(o, "reference", false);
     c.seed = uint64_t(numOr(o, "seed", 0));
     const double every = numOr(o, "activationCheckpointing", 0);

@@ -28,21 +28,45 @@ std::vector<TrainRow> trainRows(Napi::Value v) {
 }
 
 Napi::Object statsToJs(Napi::Env env, const StepStats& s) {
-  Napi::Object o = metricsToJs(env, s.metrics);
-  o.Set("gradNorm", s.gradNorm);
-  o.Set("lr", s.lr);
-  o.Set("tokens", double(s.tokens));
-  o.Set("seconds", s.seconds);
-  o.Set("forwardBackwardSeconds", s.forwardBackwardSeconds);
-  o.Set("optimizerSeconds", s.optimizerSeconds);
-  o.Set("commSeconds", s.commSeconds);
-  o.Set("commExposedSeconds", s.commExposedSeconds);
-  o.Set("tokensPerSecond", s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0);
-  o.Set("routerAuxLoss", s.routerAuxLoss);
-  o.Set("expertLoadMax", s.expertLoadMax);
-  o.Set("expertLoadMean", s.expertLoadMean);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("metrics", metricsToJs(env, s.metrics));
+#define PRIME_WRITE_STEP_FIELD(name, doc) o.Set(#name, s.name);
+  PRIME_STEP_FIELDS(PRIME_WRITE_STEP_FIELD)
+#undef PRIME_WRITE_STEP_FIELD
   return o;
 }
+
+// A field of engineTypes(): {name, doc, default?}.
+Napi::Object fieldDecl(Napi::Env env, const char* name, const char* doc) {
+  Napi::Object f = Napi::Object::New(env);
+  f.Set("name", name);
+  f.Set("doc", doc);
+  return f;
+}
+
+}  // namespace
+
+Napi::Value EngineTypes(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Array adamw = Napi::Array::New(env), step = Napi::Array::New(env);
+#define PRIME_DECLARE_ADAMW(name, dflt, doc)     \
+  {                                              \
+    Napi::Object f = fieldDecl(env, #name, doc); \
+    f.Set("default", double(dflt));              \
+    adamw.Set(adamw.Length(), f);                \
+  }
+  PRIME_ADAMW_FIELDS(PRIME_DECLARE_ADAMW)
+#undef PRIME_DECLARE_ADAMW
+#define PRIME_DECLARE_STEP_FIELD(name, doc) step.Set(step.Length(), fieldDecl(env, #name, doc));
+  PRIME_STEP_FIELDS(PRIME_DECLARE_STEP_FIELD)
+#undef PRIME_DECLARE_STEP_FIELD
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("AdamWOptions", adamw);
+  out.Set("TrainStepFields", step);
+  return out;
+}
+
+namespace {
 
 class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
  public:

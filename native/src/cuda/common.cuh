@@ -60,6 +60,12 @@ __device__ __forceinline__ float warpSum(float v) {
   return v;
 }
 
+__device__ __forceinline__ float warpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // The sum of v over the blockDim.x threads of one row (a block is blockDim.y rows of blockDim.x
 // threads, blockDim.x a multiple of 32, at most 256; blockDim.y at most 8). Every thread of the
 // block must call it (it synchronises when a row spans several warps); all of a row's threads get

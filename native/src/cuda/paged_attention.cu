@@ -3,6 +3,8 @@
 
 #include <cuda_bf16.h>
 
+#include "common.cuh"
+
 namespace prime::cuda {
 namespace {
 
@@ -10,28 +12,6 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxGroup = 8;  // query heads per kv head held in registers at once
 constexpr int P = int(kPagedPartition);
-
-__device__ __forceinline__ float toFloat(float x) { return x; }
-__device__ __forceinline__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T fromFloat(float x);
-template <>
-__device__ __forceinline__ float fromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-
-__device__ __forceinline__ float warpSum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-__device__ __forceinline__ float warpMax(float x) {
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
 
 // Partition blockIdx.x of kv head blockIdx.y of sequence blockIdx.z, for its G query heads: the
 // partition's maximum score, sum of exp(score - max) and sum of exp(score - max) v, per head, into

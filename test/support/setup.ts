@@ -1,0 +1,134 @@
+/**
+ * The set-up test files share: a temp folder per file, tiny models, configs of small runs and the
+ * command-line options they have in common. The stack a workflow test runs on is in ./harness, the
+ * processes a CLI test spawns in ./processes.
+ */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { z } from 'zod';
+import { loadConfig } from '../../lib/config/loader';
+import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../../lib/config/schemas';
+import { createModel } from '../../lib/model/create';
+
+/** A test environment under test/fixtures/envs, by file name. */
+export const fixtureEnv = (file: string): string => path.join(__dirname, '..', 'fixtures', 'envs', file);
+
+/** `--env` of the lowercase fixture: graded rewards a random model already varies on, so every step trains. */
+export const lowercaseEnv = JSON.stringify([{ id: fixtureEnv('lowercase.ts') }]);
+
+/** A fresh folder under the system temp folder; remove it with `removeDir` when the file is done. */
+export const tempDir = (prefix: string): string => fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+
+export const removeDir = (dir: string): void => fs.rmSync(dir, { recursive: true, force: true });
+
+/**
+ * A temp folder removed after the test file, with `file` writing a file in it. For test files with
+ * nothing else to close: Jest runs `afterAll` hooks in the order they were declared, so a stack
+ * using the folder would still be running when it is removed.
+ */
+export function scratchDir(prefix: string): { dir: string; file(name: string, text: string): string } {
+  const dir = tempDir(prefix);
+  afterAll(() => removeDir(dir));
+  return {
+    dir,
+    file(name, text) {
+      const p = path.join(dir, name);
+      fs.writeFileSync(p, text);
+      return p;
+    },
+  };
+}
+
+/**
+ * A tiny model in `out`, by default the dense qwen3 of most run, server and trainer tests (bytes
+ * tokenizer, seed 0); `o` changes any of createModel's options. Returns `out`.
+ */
+export function tinyModel(out: string, o: Partial<Parameters<typeof createModel>[0]> = {}): string {
+  createModel({ arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out, ...o });
+  return out;
+}
+
+/** The config under `schema` of a command line (no files, no environment variables), as the CLI loads it. */
+export const cliConfig = <S extends z.ZodType>(schema: S, argv: string[]): z.output<S> =>
+  loadConfig({ schema, argv, env: {} }).config;
+
+/** The rl config of a command line (no files, no environment variables), as `prime-rl rl` loads it. */
+export const rlConfig = (argv: string[]): RLConfig =>
+  loadConfig({ schema: rlSchema, argv, env: {}, shared: { keys: RL_SHARED_KEYS, sections: RL_SECTIONS } }).config;
+
+/**
+ * An rl config as `temporal workflow start` passes it (no CLI, so no shared keys filled in): run
+ * `name` of `model` on reverse-text under `outputDir`, with `orchestrator` keys on top.
+ */
+export const workflowRlConfig = (
+  name: string,
+  model: string,
+  outputDir: string,
+  orchestrator: Record<string, unknown> = {},
+): RLConfig =>
+  rlSchema.parse({
+    run_name: name,
+    model: { name: model },
+    env: [{ id: 'reverse-text' }],
+    output_dir: outputDir,
+    trainer: { model: { name: model } },
+    inference: { model: { name: model } },
+    orchestrator: { model: { name: model }, ...orchestrator },
+  });
+
+/** A run of `model`, written under `outputDir`, in rows of 128 tokens. */
+const modelRunArgs = (model: string, outputDir: string): string[] => [
+  '--model.name',
+  model,
+  '--output-dir',
+  outputDir,
+  '--seq-len',
+  '128',
+];
+
+/** Run `name` of `model`, written under `outputDir`, in rows of 128 tokens. */
+export const namedRunArgs = (name: string, model: string, outputDir: string): string[] => [
+  '--run-name',
+  name,
+  ...modelRunArgs(model, outputDir),
+];
+
+/** A run of `model` writing under `outputDir` and sampling from `baseUrl`: rows of 128 tokens, a trainer on one thread. */
+export const serverRunArgs = (model: string, outputDir: string, baseUrl: string): string[] => [
+  ...modelRunArgs(model, outputDir),
+  '--orchestrator.base-urls',
+  baseUrl,
+  '--trainer.threads',
+  '1',
+];
+
+/** A small step: 2 examples x 4 rollouts of at most `maxTokens` tokens each. */
+export const smallStep = (maxTokens: number): string[] => [
+  '--orchestrator.batch-size',
+  '8',
+  '--orchestrator.rollouts-per-example',
+  '4',
+  '--orchestrator.sampling.max-tokens',
+  String(maxTokens),
+];
+
+/** SFT on reverse-text demonstrations: batches of `batch` samples from the first `examples` examples. */
+export const reverseTextSft = (batch: number, examples: number): string[] => [
+  '--batch-size',
+  String(batch),
+  '--data.env',
+  '{"id": "reverse-text"}',
+  '--data.num-examples',
+  String(examples),
+];
+
+/** One env worker and one thread each for the trainer and inference of a run the CLI launches. */
+export const oneThreadEach: readonly string[] = [
+  '--orchestrator.env-workers',
+  '1',
+  '--trainer.threads',
+  '1',
+  '--inference.threads',
+  '1',
+];
