@@ -37,9 +37,7 @@ const probe = fs.existsSync(python)
   : undefined;
 const available = probe?.status === 0;
 if (!available)
-  console.warn(
-    `prime-rl.runs.test.ts skipped: no verifiers 0.4.0 at ${python}; run scripts/setup.sh (without PRIME_RL_VERIFIERS=0)`,
-  );
+  console.warn(`prime-rl.runs.test.ts skipped: no verifiers 0.4.0 at ${python}; run bash scripts/setup.sh --verifiers`);
 const suite = available ? describe : describe.skip;
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-prl-runs-'));

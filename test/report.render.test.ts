@@ -1,7 +1,7 @@
 /**
  * The run report: written from a synthetic run folder, then opened in headless Chromium, which
  * must draw every chart that has data (the page counts uPlot's draws in data-charts-rendered and
- * records each chart's canvas size). Chromium is installed by scripts/setup.sh; without it these
+ * records each chart's canvas size). Chromium is installed by scripts/setup.sh --tests; without it these
  * tests fail rather than skip.
  */
 import { execFileSync } from 'node:child_process';
@@ -17,7 +17,7 @@ function chromium(): string {
   const found = CHROMIUM_CANDIDATES.find((p) => fs.existsSync(p));
   if (!found)
     throw new Error(
-      `Chromium not found (looked for ${CHROMIUM_CANDIDATES.join(', ')}); scripts/setup.sh installs it (apt package "chromium")`,
+      `Chromium not found (looked for ${CHROMIUM_CANDIDATES.join(', ')}); bash scripts/setup.sh --tests installs it (apt package "chromium")`,
     );
   return found;
 }

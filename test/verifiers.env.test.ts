@@ -31,7 +31,7 @@ const available = probe?.status === 0;
 if (!available) {
   console.warn(
     `verifiers.env.test.ts skipped: no Python with verifiers 0.4.0 at ${python} ` +
-      `(${probe ? probe.stderr.trim().split('\n').pop() : 'not found'}); run scripts/setup.sh (without PRIME_RL_VERIFIERS=0)`,
+      `(${probe ? probe.stderr.trim().split('\n').pop() : 'not found'}); run bash scripts/setup.sh --verifiers`,
   );
 }
 const suite = available ? describe : describe.skip;

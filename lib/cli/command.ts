@@ -3,6 +3,7 @@ import type { z } from 'zod';
 import type { Alias } from '../config/aliases';
 import type { SharedKeys } from '../config/loader';
 import type { HubRef } from '../hub';
+import type { PartUse } from '../optional-parts';
 
 export interface Command<S extends z.ZodType = z.ZodType> {
   summary: string;
@@ -13,6 +14,8 @@ export interface Command<S extends z.ZodType = z.ZodType> {
   aliases?: readonly (readonly Alias[])[];
   /** The models and datasets the config names (a folder, or a Hugging Face name resolved from the local cache). */
   hubNames?(config: z.output<S>): HubRef[];
+  /** The optional parts the config uses (installed before it runs, on first use: lib/optional-parts.ts). */
+  parts?(config: z.output<S>): PartUse[];
   /** A leading argument that is not an option sets this key (`runs show RUN`). */
   positional?: string;
   run(config: z.output<S>): Promise<void>;

@@ -14,6 +14,8 @@ import { hubCacheDir, resolveHubRefs } from '../hub';
 import { loadConfig } from '../config/loader';
 import { describeFailure } from '../failures';
 import * as schemas from '../config/schemas';
+import { verifiersVenvUses } from '../envs/verifiers/environment';
+import { ensureParts, PartNotInstalled } from '../optional-parts';
 import { keepLoggingOnFullDisk, watchParentPipe } from '../proc';
 import { command, CommandError, type Command } from './command';
 import { runsCommands } from './runs';
@@ -34,6 +36,7 @@ export const cliCommands = (worker: Command): CommandTable => ({
         ? [{ key: 'distill.teacher.model', name: c.distill.teacher.model, type: 'model' as const }]
         : []),
     ],
+    parts: (c) => [...verifiersVenvUses('env', c.env), ...verifiersVenvUses('eval.env', c.eval.env)],
     run: async (config) => (await import('../launch/rl')).runRl(config),
   }),
   sft: command({
@@ -45,6 +48,7 @@ export const cliCommands = (worker: Command): CommandTable => ({
       ...(c.data.name ? [{ key: 'data.name', name: c.data.name, type: 'dataset' as const }] : []),
       ...(c.val.name ? [{ key: 'val.name', name: c.val.name, type: 'dataset' as const }] : []),
     ],
+    parts: (c) => [...verifiersVenvUses('data.env', c.data.env), ...verifiersVenvUses('eval.env', c.eval.env)],
     run: async (config) => (await import('../launch/sft')).runSft(config),
   }),
   eval: command({
@@ -54,6 +58,7 @@ export const cliCommands = (worker: Command): CommandTable => ({
     // An external API's model name is its own; a local server loads the model.
     hubNames: (c) =>
       c.client.base_url === undefined && c.model.name ? [{ key: 'model.name', name: c.model.name, type: 'model' }] : [],
+    parts: (c) => verifiersVenvUses('env', c.env),
     run: async (config) => (await import('../launch/eval')).runEval(config),
   }),
   report: command({
@@ -187,6 +192,7 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
     // A name found nowhere is bad input: said before anything starts.
     const missing = hub.find((h) => h.error);
     if (missing) throw new ConfigError(missing.error!);
+    await ensureParts(cmd.parts?.(loaded.config) ?? [], { say: (line) => process.stderr.write(`${line}\n`) });
     await cmd.run(loaded.config);
     return 0;
   } catch (e) {
@@ -194,7 +200,7 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
       process.stdout.write(`${e.message}\n`);
       return 0;
     }
-    if (e instanceof ConfigError || e instanceof CommandError) {
+    if (e instanceof ConfigError || e instanceof CommandError || e instanceof PartNotInstalled) {
       process.stderr.write(`error: ${e.message}\n`);
       return e.exitCode;
     }

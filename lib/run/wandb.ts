@@ -8,15 +8,17 @@
  *
  * W&B is on when the run has a `[wandb]` section (its project defaults to "prime-rl", as in
  * prime-rl) and either WANDB_API_KEY is set or WANDB_MODE=offline (a local run folder under
- * `<run>/wandb/`, for `wandb sync`). Otherwise, or when the SDK is missing or cannot start (no
- * network, a bad key), it says so once, why, and the run goes on: every way out of startWandb
- * says one line. A run without `[wandb]` does not call it.
+ * `<run>/wandb/`, for `wandb sync`). The first such run installs the SDK (lib/optional-parts.ts).
+ * Otherwise, or when the SDK cannot be installed or cannot start (no network, a bad key), it says
+ * so once, why, and the run goes on: every way out of startWandb says one line. A run without
+ * `[wandb]` does not call it.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { createInterface } from 'node:readline';
+import { ensurePart, partPython, PartNotInstalled } from '../optional-parts';
 import { projectRoot } from '../paths';
 import { readStepMetrics, type StepRecord } from '../runfolder/metrics';
 
@@ -40,19 +42,19 @@ export interface WandbOptions {
   pollMs?: number;
 }
 
-/** The Python that scripts/setup.sh set up with the wandb package; PRIME_WANDB_PYTHON overrides it. */
+/** The Python with the wandb package (installed on first use); PRIME_WANDB_PYTHON overrides it. */
 export function wandbPython(env: NodeJS.ProcessEnv = process.env): string {
-  return env.PRIME_WANDB_PYTHON ?? path.join(projectRoot, '.venv', 'bin', 'python');
+  return env.PRIME_WANDB_PYTHON ?? partPython('wandb');
 }
 
-/** Why W&B logging is off, or undefined when it can start. */
+/** Why W&B logging is off, or undefined when it can start (once its SDK is installed). */
 export function wandbOff(env: NodeJS.ProcessEnv = process.env): string | undefined {
   const mode = env.WANDB_MODE;
   if (mode === 'disabled') return 'WANDB_MODE=disabled';
   if (mode !== 'offline' && !env.WANDB_API_KEY)
     return 'WANDB_API_KEY is not set (set it, or WANDB_MODE=offline to write a local W&B run folder)';
-  if (!fs.existsSync(wandbPython(env)))
-    return `the W&B SDK is not installed (${wandbPython(env)} is missing: run scripts/setup.sh)`;
+  if (env.PRIME_WANDB_PYTHON !== undefined && !fs.existsSync(env.PRIME_WANDB_PYTHON))
+    return `PRIME_WANDB_PYTHON ${env.PRIME_WANDB_PYTHON} does not exist`;
   return undefined;
 }
 
@@ -89,6 +91,15 @@ export async function startWandb(opts: WandbOptions): Promise<WandbLogger | unde
   if (off) {
     opts.say(`W&B logging is off: ${off}; the run goes on without it`);
     return undefined;
+  }
+  if (env.PRIME_WANDB_PYTHON === undefined) {
+    try {
+      await ensurePart({ part: 'wandb', key: '[wandb]' }, { say: opts.say, env });
+    } catch (e) {
+      if (!(e instanceof PartNotInstalled)) throw e;
+      opts.say(`W&B logging is off: ${e.message}; the run goes on without it`);
+      return undefined;
+    }
   }
   const child: ChildProcessWithoutNullStreams = spawn(
     wandbPython(env),

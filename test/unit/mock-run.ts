@@ -47,7 +47,7 @@ const testServer = path.join(projectRoot, 'scripts', 'temporal-test-server', 'ru
 /** The time-skipping test server, started from the jars scripts/setup.sh fetched (never downloaded here). */
 export async function startTestServer(): Promise<TestWorkflowEnvironment> {
   if (!fs.existsSync(path.join(projectRoot, 'tools', 'temporal-test-server', 'lib'))) {
-    throw new Error('tools/temporal-test-server is missing: run `npm run setup` (scripts/setup.sh) first');
+    throw new Error('tools/temporal-test-server is missing: run `npm run setup` (bash scripts/setup.sh --all) first');
   }
   // The SDK waits a fixed 5 s for the server to listen; a JVM on a loaded machine can miss that.
   for (let attempt = 1; ; attempt++) {

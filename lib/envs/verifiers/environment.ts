@@ -10,6 +10,7 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { z } from 'zod';
+import { OPTIONAL_PARTS, setupCommand, type PartUse } from '../../optional-parts';
 import { projectRoot } from '../../paths';
 import { listDataset } from '../dataset';
 import type { EnvironmentDefinition } from '../define';
@@ -21,8 +22,8 @@ export function isVerifiersEnv(id: string): boolean {
   return id.startsWith(VERIFIERS_PREFIX);
 }
 
-/** The venv scripts/setup.sh builds when a config names a verifiers env. */
-export const VERIFIERS_VENV = path.join(projectRoot, '.venv-verifiers');
+/** The venv that a config naming a verifiers env installs on first use (lib/optional-parts.ts). */
+export const VERIFIERS_VENV = path.join(projectRoot, OPTIONAL_PARTS.verifiers.venv);
 const LAUNCHER = path.join(projectRoot, 'scripts', 'verifiers', 'serve_env.py');
 /** The launcher's exit status for a taskset verifiers cannot import (serve_env.py NOT_INSTALLED). */
 const TASKSET_NOT_INSTALLED = 3;
@@ -40,7 +41,7 @@ export const verifiersArgs = z.strictObject({
     .string()
     .min(1)
     .optional()
-    .describe('Python with verifiers 0.4.0 installed; default: .venv-verifiers/bin/python (scripts/setup.sh)'),
+    .describe('Python with verifiers 0.4.0 installed; default: .venv-verifiers/bin/python (installed on first use)'),
   paths: z.array(z.string().min(1)).default([]).describe('folders put on PYTHONPATH (where the env module lives)'),
   eval_size: z
     .union([z.number().min(0), z.literal('all')])
@@ -51,6 +52,24 @@ export const verifiersArgs = z.strictObject({
   max_concurrent: z.number().int().positive().optional().describe("the env server's rollouts in flight"),
 });
 export type VerifiersArgs = z.output<typeof verifiersArgs>;
+
+type EnvEntry = { id: string; args?: Record<string, unknown> };
+
+/**
+ * The uses of .venv-verifiers in the config value at `key` (a list of envs, one env, or unset): each
+ * verifiers env that names no args.python. The CLI installs the venv before a run whose config has
+ * one (lib/cli/main.ts).
+ */
+export function verifiersVenvUses(key: string, envs: readonly EnvEntry[] | EnvEntry | undefined): PartUse[] {
+  const entries = Array.isArray(envs)
+    ? envs.map((e: EnvEntry, i) => [`${key}[${i}].id`, e] as const)
+    : envs
+      ? [[`${key}.id`, envs as EnvEntry] as const]
+      : [];
+  return entries
+    .filter(([, e]) => isVerifiersEnv(e.id) && e.args?.python === undefined)
+    .map(([k]) => ({ part: 'verifiers' as const, key: k }));
+}
 
 /** How to start one env's Python: the interpreter, its environment and the launcher's --config. */
 export interface VerifiersLaunch {
@@ -70,7 +89,7 @@ export function verifiersLaunch(id: string, args: VerifiersArgs): VerifiersLaunc
     throw new Error(
       args.python
         ? `environment "${id}": args.python ${args.python} does not exist`
-        : `environment "${id}": ${python} does not exist; run scripts/setup.sh (it builds .venv-verifiers unless PRIME_RL_VERIFIERS=0), or set args.python to a Python with verifiers==0.4.0`,
+        : `environment "${id}": ${python} does not exist; install it with \`${setupCommand('verifiers')}\`, or set args.python to a Python with verifiers==0.4.0`,
     );
   }
   const pythonPath = [...args.paths.map((p) => path.resolve(p)), process.env.PYTHONPATH].filter(Boolean).join(':');
