@@ -17,7 +17,12 @@ if [ "$(cat "$HEADERS/.pins" 2>/dev/null)" != "${PINS[*]}" ]; then
   echo "[check-nccl-compile] downloading ${PINS[*]} (headers only are kept)"
   rm -rf "$HEADERS.tmp" && mkdir -p "$HEADERS.tmp/wheels"
   python3 -m pip download --quiet --disable-pip-version-check --no-deps -d "$HEADERS.tmp/wheels" "${PINS[@]}"
-  for w in "$HEADERS.tmp"/wheels/*.whl; do unzip -q -o "$w" 'nvidia/*/include/*' -d "$HEADERS.tmp"; done
+  python3 - "$HEADERS.tmp" "$HEADERS.tmp"/wheels/*.whl <<'PY'
+import re, sys, zipfile
+for wheel in sys.argv[2:]:
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(sys.argv[1], [n for n in z.namelist() if re.match(r"nvidia/[^/]+/include/", n)])
+PY
   rm -rf "$HEADERS.tmp/wheels"
   echo "${PINS[*]}" > "$HEADERS.tmp/.pins"
   rm -rf "$HEADERS" && mv "$HEADERS.tmp" "$HEADERS"
