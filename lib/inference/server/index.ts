@@ -130,16 +130,11 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
     },
     (start) => (scheduler ? scheduler.betweenSteps(start) : Promise.resolve(start())),
   );
-  let model: native.NativeModel;
-  try {
-    model = await loadEngine(base, config);
-  } catch (e) {
-    await prompts.close();
-    throw e;
-  }
   const contextLength = Math.min(config.seq_len, arch.maxPositionEmbeddings);
+  let model: native.NativeModel;
   let generator: native.Generator;
   try {
+    model = await loadEngine(base, config);
     generator = createGenerator(model, config, contextLength);
   } catch (e) {
     await prompts.close();
