@@ -4,7 +4,7 @@
  */
 import { condition, defineQuery, defineSignal, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { CpuActivities, TrainerActivities } from '../activities/types';
-import type { TemporalConfig } from '../lib/config/schemas';
+import type { RunTemporalConfig } from '../lib/config/schemas';
 import { taskQueues } from '../lib/temporal/queues';
 
 /** Retries go on until the problem is fixed (a worker comes back); non-retryable failures stop them. */
@@ -23,7 +23,7 @@ type Duration = `${number} ${'seconds' | 'minutes' | 'hours'}`;
  *   producer  in-flight mode's rollout producer: runs until the workflow cancels it, heartbeating
  */
 export function runActivities(
-  temporal: Pick<TemporalConfig, 'task_queue' | 'heartbeat_timeout_s'>,
+  temporal: Pick<RunTemporalConfig, 'task_queue' | 'heartbeat_timeout_s'>,
   cpuStartToClose: Duration = '2 hours',
 ) {
   const queues = taskQueues(temporal.task_queue);

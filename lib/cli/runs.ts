@@ -3,12 +3,12 @@
  * The same can be done with the Temporal CLI (`temporal workflow signal --workflow-id RUN --name pause`,
  * `temporal workflow query --workflow-id RUN --type progress`).
  */
-import { Client, Connection } from '@temporalio/client';
+import { Client } from '@temporalio/client';
 import { z } from 'zod';
 import { ConfigError } from '../config/errors';
 import { temporalCommandSchema } from '../config/schemas';
 import { describeFailure } from '../failures';
-import { ensureTemporal } from '../temporal/devserver';
+import { connectClient, requireServer, temporalTarget } from '../temporal/connection';
 import { command, type Command } from './command';
 
 const runSchema = temporalCommandSchema.extend({
@@ -16,14 +16,15 @@ const runSchema = temporalCommandSchema.extend({
 });
 type RunsConfig = z.output<typeof runSchema>;
 
+/** A client of the configured server (or the local dev server, which must be running: `runs` starts none). */
 async function withClient<T>(c: RunsConfig, fn: (client: Client) => Promise<T>): Promise<T> {
-  const endpoint = await ensureTemporal(c.temporal, c.output_dir);
-  const connection = await Connection.connect({ address: endpoint.address });
+  const target = temporalTarget(c.temporal);
+  await requireServer(target);
+  const connection = await connectClient(target);
   try {
-    return await fn(new Client({ connection, namespace: endpoint.namespace }));
+    return await fn(new Client({ connection, namespace: target.namespace }));
   } finally {
     await connection.close();
-    await endpoint.stop();
   }
 }
 

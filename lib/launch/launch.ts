@@ -14,12 +14,17 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
+import {
+  Client,
+  type Connection,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowNotFoundError,
+} from '@temporalio/client';
 import {
   replicaServers,
   trainerRankSchema,
   type InferenceConfig,
-  type TemporalConfig,
+  type RunTemporalConfig,
   type TrainerRankConfig,
   type WorkerConfig,
 } from '../config/schemas';
@@ -29,10 +34,11 @@ import { CommandError } from '../cli/command';
 import { RunLayout } from '../runfolder/layout';
 import { freePort } from '../net';
 import { isRunning, processId, terminateProcess, type ProcessId } from '../proc';
+import { connectClient, describeTarget, otherRunningWorkflows, temporalTarget } from '../temporal/connection';
 import { isListening } from '../temporal/devserver';
 import { taskQueues } from '../temporal/queues';
 import { checkWorldSize } from '../trainer/group';
-import { acquireDevServer, releaseDevServer, temporalAddress, type OwnedDevServer } from './devserver-policy';
+import { acquireDevServer, releaseDevServer, type OwnedDevServer } from './devserver-policy';
 import {
   cliProcess,
   readLauncherRecord,
@@ -47,7 +53,7 @@ import {
 export interface LaunchSpec {
   runName: string;
   outputDir: string;
-  temporal: TemporalConfig;
+  temporal: RunTemporalConfig;
   /** The inference server to run, if the workflow samples from one. */
   inference?: InferenceConfig;
   /** Worker pools to run. */
@@ -101,6 +107,9 @@ export function retryNote(pending: readonly PendingActivity[]): string | undefin
 /** Starts everything a workflow needs locally and the workflow; `result` settles when it completes. */
 export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}): Promise<LocalRun<R>> {
   const layout = RunLayout.of(spec.outputDir, spec.runName);
+  // The server and how to reach it (TEMPORAL_*, temporal.toml, temporal.*): a bad profile is a
+  // config error before anything starts.
+  const target = temporalTarget(spec.temporal);
   fs.mkdirSync(layout.logsDir, { recursive: true });
   const say = (line: string) => {
     if (!opts.quiet) process.stderr.write(`${line}\n`);
@@ -159,7 +168,8 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   saveRecord();
 
   let temporal: OwnedDevServer | undefined;
-  const address = temporalAddress(spec.temporal);
+  /** The run's task queue prefix: its own, or that of its running workflow when re-attaching (below). */
+  let queuePrefix = spec.temporal.task_queue;
   // A local process silent this long is hung: killed, and so restarted (supervise.ts).
   const liveness: Liveness = { deadlineMs: spec.temporal.heartbeat_timeout_s * 1000 };
 
@@ -173,10 +183,12 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     const dist = spec.trainer?.dist ?? trainerRankSchema.parse({}).dist;
     // Local ranks rendezvous on a port picked now unless the config names one.
     const trainerDist = worldSize > 1 && dist.port === 0 ? { ...dist, port: await freePort() } : dist;
+    // The workers reach the server as this process does: the same keys, and the environment
+    // (TEMPORAL_*) they inherit. No secret is written into their config files.
     const workerBase: Omit<WorkerConfig, 'pool'> = {
       output_dir: spec.outputDir,
       ...spec.worker,
-      temporal: { ...spec.temporal, address },
+      temporal: { ...spec.temporal, task_queue: queuePrefix },
       trainer: { rank: 0, world_size: worldSize, dist: trainerDist },
     };
     const recorded = (pool: keyof LauncherRecord['processes']) => (id: ProcessId) => {
@@ -240,16 +252,17 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
 
   const stop = async () => {
     await Promise.all([...Object.values(children), ...followers, ...replicas].map((c) => c.stop()));
-    if (temporal) await releaseDevServer(temporal, spec.temporal, spec.outputDir, spec.runName, say);
+    if (temporal) await releaseDevServer(temporal, target, spec.outputDir, spec.runName, say);
     fs.rmSync(layout.launcherFile, { force: true });
   };
 
   let opened: Connection | undefined;
   try {
-    temporal = await acquireDevServer(spec.temporal, spec.outputDir, self, say, liveness.deadlineMs);
+    temporal = await acquireDevServer(spec.temporal, target, spec.outputDir, self, say, liveness.deadlineMs);
+    if (target.configured) say(`Temporal at ${describeTarget(target)}`);
 
-    const connection = (opened = await Connection.connect({ address }));
-    const client = new Client({ connection, namespace: spec.temporal.namespace });
+    const connection = (opened = await connectClient(target));
+    const client = new Client({ connection, namespace: target.namespace });
     const workflowId = spec.runName;
     let handle = client.workflow.getHandle<(...args: unknown[]) => Promise<R>>(workflowId);
     // Re-attach only to this very run: same workflow type and same run folder. Two output dirs
@@ -266,6 +279,12 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         throw new Error(
           `workflow ${workflowId} is running for run folder ${String(runDir)}, not ${path.resolve(layout.dir)}: use another run_name`,
         );
+      // Its workers poll the queues it was started on (an execution started before per-run queues
+      // were the default keeps the shared ones).
+      const started = d.taskQueue.replace(/\.cpu$/, '');
+      if (started !== queuePrefix)
+        say(`workflow ${workflowId} runs on task queues ${started}.*; its workers poll them`);
+      queuePrefix = started;
       return true;
     };
     let running = false;
@@ -274,13 +293,20 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     } catch (e) {
       if (!(e instanceof WorkflowNotFoundError)) throw e;
     }
+    // Runs never share workers: a queue another running workflow uses is refused.
+    const cpuQueue = taskQueues(queuePrefix).cpu;
+    const sharing = await otherRunningWorkflows(client, workflowId, `TaskQueue = "${cpuQueue}"`);
+    if (sharing.length > 0)
+      throw new ConfigError(
+        `temporal.task_queue: ${queuePrefix} is the task queue prefix of running workflow ${sharing.join(', ')}, whose workers would take this run's activities (and it theirs); give each run its own (unset = prime-rl.<run_name>)`,
+      );
     // Checked before any process starts, so a refused launch leaves nothing behind.
     await spawnChildren();
     if (running) say(`re-attached to running workflow ${workflowId}`);
     else {
       try {
         handle = await client.workflow.start<(...args: unknown[]) => Promise<R>>(spec.workflowType, {
-          taskQueue: taskQueues(spec.temporal.task_queue).cpu,
+          taskQueue: cpuQueue,
           workflowId,
           args: spec.args,
           memo: spec.memo,

@@ -9,7 +9,15 @@
  * public face: `import ... from 'lib/config/schemas'`.
  */
 export { serverUrl } from '../urls';
-export { temporalCommandSchema, temporalSchema, type TemporalCommandConfig, type TemporalConfig } from './temporal';
+export {
+  devMetricsPort,
+  runTaskQueue,
+  temporalCommandSchema,
+  temporalSchema,
+  type RunTemporalConfig,
+  type TemporalCommandConfig,
+  type TemporalConfig,
+} from './temporal';
 export { SHARDINGS, trainerRankSchema, type TrainerRankConfig } from './dist';
 export { trainerSchema, type TrainerConfig } from './trainer';
 export { orchestratorSchema, type OrchestratorConfig } from './orchestrator';

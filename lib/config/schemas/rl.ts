@@ -12,7 +12,7 @@ import { envSchema } from './envs';
 import { evalSettings } from './eval';
 import { inferenceSchema, replicaServers } from './inference';
 import { orchestratorSchema } from './orchestrator';
-import { temporalSchema } from './temporal';
+import { temporalSchema, withRunQueue } from './temporal';
 import { trainerSchema } from './trainer';
 import { wandbSchema } from './wandb';
 
@@ -113,13 +113,15 @@ export const rlSchema = z
       });
     }
   })
-  // Resolved here, so that --dry-run prints (and the workflow gets) the address that is used.
-  .transform((c) => ({
-    ...c,
-    orchestrator: {
-      ...c.orchestrator,
-      base_urls: c.orchestrator.base_urls ?? replicaServers(c.inference).map((server) => `${serverUrl(server)}/v1`),
-    },
-  }));
+  // Resolved here, so that --dry-run prints (and the workflow gets) the addresses and queues used.
+  .transform((c) =>
+    withRunQueue({
+      ...c,
+      orchestrator: {
+        ...c.orchestrator,
+        base_urls: c.orchestrator.base_urls ?? replicaServers(c.inference).map((server) => `${serverUrl(server)}/v1`),
+      },
+    }),
+  );
 
 export type RLConfig = z.output<typeof rlSchema>;

@@ -1,6 +1,6 @@
 /** `worker`: one process of a pool (cpu, trainer or inference) of a run spread over machines. */
 import { z } from 'zod';
-import { outputDir, positiveInt, threads } from './common';
+import { outputDir, positiveInt, runNameString, threads } from './common';
 import { trainerRankSchema } from './dist';
 import { inferenceSchema } from './inference';
 import { temporalSchema } from './temporal';
@@ -13,6 +13,11 @@ export const workerSchema = z.strictObject({
   pool: z
     .enum(['cpu', 'trainer', 'inference'])
     .describe('cpu and trainer poll their task queues; inference serves HTTP'),
+  run_name: runNameString()
+    .optional()
+    .describe(
+      "cpu and trainer pools: the run this worker serves; it polls the run's task queues, prime-rl.<run_name>.cpu or .trainer (temporal.task_queue, if set, names them instead)",
+    ),
   output_dir: outputDir(),
   threads: threads(),
   env_workers: positiveInt().default(2).describe('cpu pool: child processes that run environment code'),
