@@ -432,6 +432,11 @@ export interface NativeInfo {
   cudaKernels: boolean;
   /** Whether the build has c10d's NCCL process group (PyTorch 2.x with CUDA): `trainer.dist.backend`. */
   nccl: boolean;
+  /**
+   * Whether the trainer's store listens on `trainer.dist.host` only (PyTorch >= 2.2); libtorch
+   * 1.13's listens on every interface, and lib/trainer/group.ts's signatures are what guard it.
+   */
+  storeBindsHost: boolean;
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import { isRunning, processId, terminateProcess, type ProcessId } from '../proc'
 import { connectClient, describeTarget, otherRunningWorkflows, temporalTarget } from '../temporal/connection';
 import { isListening } from '../temporal/devserver';
 import { taskQueues } from '../temporal/queues';
-import { checkWorldSize } from '../trainer/group';
+import { checkWorldSize, newDistToken } from '../trainer/group';
 import { acquireDevServer, releaseDevServer, type OwnedDevServer } from './devserver-policy';
 import {
   cliProcess,
@@ -217,12 +217,15 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       if (i === 0) children.inference = supervised;
       else replicas.push(supervised);
     });
+    // The ranks' shared token (lib/trainer/group.ts): the user's, or a fresh one for these ranks.
+    const rankEnv: Record<string, string> =
+      worldSize > 1 && !process.env[dist.token_var] ? { [dist.token_var]: newDistToken() } : {};
     const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
     for (const pool of spec.pools) {
       const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
       children[pool] = new Supervised(
         `${pool} worker`,
-        cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])),
+        cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool]), pool === 'trainer' ? rankEnv : {}),
         say,
         recorded(pool),
         undefined,
@@ -240,7 +243,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       followers.push(
         new Supervised(
           `trainer rank ${rank}`,
-          cliProcess(['worker', '@', file], path.join(layout.logsDir, `${name}.log`)),
+          cliProcess(['worker', '@', file], path.join(layout.logsDir, `${name}.log`), rankEnv),
           say,
           recorded(name),
           undefined,

@@ -183,17 +183,18 @@ export class Supervised {
 }
 
 /**
- * A `prime-rl <args>` child process with output appended to `logFile`. It dies with this process:
- * it watches a pipe from us (see `watchParentPipe`), which the kernel closes however we die.
+ * A `prime-rl <args>` child process with output appended to `logFile`, with `env` added to this
+ * process's environment. It dies with this process: it watches a pipe from us (see
+ * `watchParentPipe`), which the kernel closes however we die.
  */
-export function cliProcess(args: string[], logFile: string): () => ChildProcess {
+export function cliProcess(args: string[], logFile: string, env: Record<string, string> = {}): () => ChildProcess {
   return () => {
     const fd = fs.openSync(logFile, 'a');
-    const child = spawn(
-      process.execPath,
-      [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args],
-      parentPipeOptions(['ignore', fd, fd]),
-    );
+    const options = parentPipeOptions(['ignore', fd, fd]);
+    const child = spawn(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args], {
+      ...options,
+      env: { ...options.env, ...env },
+    });
     fs.closeSync(fd);
     return child;
   };

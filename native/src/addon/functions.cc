@@ -300,6 +300,7 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   out.Set("gloo", kHaveGloo);
   out.Set("cudaKernels", cudaKernelsBuilt());
   out.Set("nccl", kHaveNccl);
+  out.Set("storeBindsHost", kStoreBindsHost);
   return out;
 }
 
