@@ -94,6 +94,30 @@ test.each([0, 1])(
   },
 );
 
+test('[wandb]: a run started without the launcher (a client, as a SLURM job or `temporal workflow start` does) logs every step to W&B from a cpu worker', async () => {
+  const cfg = config(serverPort(), [
+    ...['--run-name', 'wandb-run', '--max-steps', '2', '--env', '[{"id": "reverse-text"}]', ...smallStep(8)],
+    '--wandb.name',
+    'by-hand',
+  ]);
+  const before = process.env.WANDB_MODE;
+  process.env.WANDB_MODE = 'offline'; // the cpu worker's environment (this process)
+  try {
+    expect((await executeRl(stack, cfg)).steps).toBe(2);
+  } finally {
+    if (before === undefined) delete process.env.WANDB_MODE;
+    else process.env.WANDB_MODE = before;
+  }
+  const wandbDir = path.join(RunLayout.of(cfg.output_dir, cfg.run_name).dir, 'wandb');
+  const [offline] = fs.readdirSync(wandbDir).filter((n) => n.startsWith('offline-run-'));
+  const log = fs.readdirSync(path.join(wandbDir, offline)).find((f) => f.endsWith('.wandb'))!;
+  // Finished (the follower was cancelled and waited for) with both steps' rows in its record.
+  const bytes = fs.readFileSync(path.join(wandbDir, offline, log)).toString('latin1');
+  expect(bytes).toContain('train/reward');
+  expect(bytes).toContain('by-hand');
+  expect(bytes.match(/_step/g)?.length ?? 0).toBeGreaterThanOrEqual(2);
+});
+
 test('a step whose groups a rollout filter drops is refilled and still trains on batch_size rollouts; the metrics count it', async () => {
   const filter = path.join(__dirname, 'fixtures', 'plugins', 'early_filter.ts');
   const cfg = config(serverPort(), [

@@ -8,6 +8,7 @@
  */
 import { NativeConnection, Runtime, DefaultLogger, Worker } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../activities';
+import { logActivities } from '../activities/log';
 import type { WorkerConfig } from '../lib/config/schemas';
 import { ConfigError } from '../lib/config/errors';
 import { announceReady } from '../lib/proc';
@@ -89,7 +90,15 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
   const target = temporalTarget(config.temporal);
   const leader =
     config.pool === 'trainer' && config.trainer.world_size > 1 ? await GroupLeader.start(config.trainer) : undefined;
-  Runtime.install({ logger: new DefaultLogger('WARN') });
+  // Activities' start and end at info (activities/log.ts), the SDK core's own lines from warn;
+  // the SDK's metrics on a Prometheus endpoint when asked.
+  Runtime.install({
+    logger: new DefaultLogger('INFO'),
+    telemetryOptions: {
+      logging: { filter: { core: 'WARN', other: 'ERROR' }, forward: {} },
+      ...(config.metrics_address && { metrics: { prometheus: { bindAddress: config.metrics_address } } }),
+    },
+  });
   const connection = await connect(target);
   let pool: EnvPool | undefined;
   let worker: Worker;
@@ -101,6 +110,7 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
       taskQueue: queues.cpu,
       workflowsPath: require.resolve('../workflows'),
       activities: createCpuActivities({ pool }),
+      interceptors: { activity: [logActivities] },
     });
   } else {
     if (config.threads) native.setThreads(config.threads);
@@ -111,6 +121,7 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
       activities: createTrainerActivities({ leader }),
       // The trainer holds one model in memory: activities must not interleave.
       maxConcurrentActivityTaskExecutions: 1,
+      interceptors: { activity: [logActivities] },
     });
   }
   process.stdout.write(
@@ -118,6 +129,7 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
       (leader
         ? ` (trainer rank 0 of ${config.trainer.world_size}, store at ${config.trainer.dist.host}:${leader.port})`
         : '') +
+      (config.metrics_address ? `; metrics at http://${config.metrics_address}/metrics` : '') +
       '\n',
   );
   announceReady();

@@ -6,7 +6,8 @@
 import { Client } from '@temporalio/client';
 import { z } from 'zod';
 import { ConfigError } from '../config/errors';
-import { temporalCommandSchema } from '../config/schemas';
+import { loadConfig } from '../config/loader';
+import { evalSchema, rlSchema, sftSchema, temporalCommandSchema } from '../config/schemas';
 import { describeFailure } from '../failures';
 import { connectClient, requireServer, temporalTarget } from '../temporal/connection';
 import { command, type Command } from './command';
@@ -46,7 +47,35 @@ function signal(name: 'pause' | 'resume' | 'stop', summary: string): Command {
   });
 }
 
+const startSchema = z.strictObject({
+  config: z
+    .string()
+    .min(1)
+    .describe("the run's resolved config (what --dry-run FILE writes); also accepted as the first argument"),
+  kind: z.enum(['rl', 'sft', 'eval']).describe('what the config is for: rl, sft or eval'),
+});
+
+/**
+ * `runs start`: a run whose processes run elsewhere (a SLURM job's steps, workers started by
+ * hand): starts its workflow (or re-attaches to it) on the server its config names, and follows it
+ * to its end as `rl`, `sft` and `eval` do; starts no process and no dev server.
+ */
+async function startRun(c: z.output<typeof startSchema>): Promise<void> {
+  // Read as the command reads a config file (a key it does not know is an error naming it).
+  const load = <S extends z.ZodType>(schema: S) => loadConfig({ schema, argv: ['@', c.config], env: {} }).config;
+  const opts = { external: true };
+  if (c.kind === 'rl') return (await import('../launch/rl')).runRl(load(rlSchema), opts);
+  if (c.kind === 'sft') return (await import('../launch/sft')).runSft(load(sftSchema), opts);
+  return (await import('../launch/eval')).runEval(load(evalSchema), opts);
+}
+
 export const runsCommands: Record<string, Command> = {
+  start: command({
+    summary: 'start a run whose workers run elsewhere (SLURM, by hand) from its resolved config, and follow it',
+    schema: startSchema,
+    positional: 'config',
+    run: startRun,
+  }),
   list: command({
     summary: 'list runs (rl, sft and eval workflows)',
     schema: runSchema,

@@ -34,7 +34,13 @@ import { CommandError } from '../cli/command';
 import { RunLayout } from '../runfolder/layout';
 import { freePort } from '../net';
 import { isRunning, processId, terminateProcess, type ProcessId } from '../proc';
-import { connectClient, describeTarget, otherRunningWorkflows, temporalTarget } from '../temporal/connection';
+import {
+  connectClient,
+  describeTarget,
+  otherRunningWorkflows,
+  requireServer,
+  temporalTarget,
+} from '../temporal/connection';
 import { isListening } from '../temporal/devserver';
 import { taskQueues } from '../temporal/queues';
 import { checkWorldSize, newDistToken } from '../trainer/group';
@@ -66,6 +72,17 @@ export interface LaunchSpec {
   memo: Record<string, unknown>;
   /** The progress line, from the workflow's `progress` query; none = no progress line. */
   progressLine?: (progress: never, rate: { started: number; first?: number }) => string;
+}
+
+/** How a launch runs. */
+export interface LaunchOptions {
+  /** No progress line or launcher lines on stderr (tests). */
+  quiet?: boolean;
+  /**
+   * The run's processes run elsewhere (a SLURM job's steps, started by hand): start none, and
+   * no dev server; only start (or re-attach to) the workflow and follow it (`prime-rl runs start`).
+   */
+  external?: boolean;
 }
 
 export interface LocalRun<R> {
@@ -105,7 +122,7 @@ export function retryNote(pending: readonly PendingActivity[]): string | undefin
 }
 
 /** Starts everything a workflow needs locally and the workflow; `result` settles when it completes. */
-export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}): Promise<LocalRun<R>> {
+export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Promise<LocalRun<R>> {
   const layout = RunLayout.of(spec.outputDir, spec.runName);
   // The server and how to reach it (TEMPORAL_*, temporal.toml, temporal.*): a bad profile is a
   // config error before anything starts.
@@ -140,13 +157,13 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       }),
   );
 
-  if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer ?? trainerRankSchema.parse({}));
+  if (spec.pools.includes('trainer') && !opts.external) checkWorldSize(spec.trainer ?? trainerRankSchema.parse({}));
 
   // The run's own inference servers must get their ports: were another process (another run's
   // server) answering there, rollouts would silently come from that server's model. After a killed
   // launcher a port may still be held a while (its server's last threads exiting): waited for, with
   // a deadline.
-  const servers = spec.inference ? replicaServers(spec.inference) : [];
+  const servers = spec.inference && !opts.external ? replicaServers(spec.inference) : [];
   const deadline = Date.now() + (previous ? PORT_WAIT_MS : 0);
   for (const http of servers) {
     if (http.port === 0) continue;
@@ -261,7 +278,8 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
 
   let opened: Connection | undefined;
   try {
-    temporal = await acquireDevServer(spec.temporal, target, spec.outputDir, self, say, liveness.deadlineMs);
+    if (opts.external) await requireServer(target);
+    else temporal = await acquireDevServer(spec.temporal, target, spec.outputDir, self, say, liveness.deadlineMs);
     if (target.configured) say(`Temporal at ${describeTarget(target)}`);
 
     const connection = (opened = await connectClient(target));
@@ -304,7 +322,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         `temporal.task_queue: ${queuePrefix} is the task queue prefix of running workflow ${sharing.join(', ')}, whose workers would take this run's activities (and it theirs); give each run its own (unset = prime-rl.<run_name>)`,
       );
     // Checked before any process starts, so a refused launch leaves nothing behind.
-    await spawnChildren();
+    if (!opts.external) await spawnChildren();
     if (running) say(`re-attached to running workflow ${workflowId}`);
     else {
       try {

@@ -26,6 +26,13 @@ export const workerSchema = z.strictObject({
     .positive()
     .default(60)
     .describe('cpu pool: seconds before an environment call counts as hung'),
+  metrics_address: z
+    .string()
+    .regex(/^(\[[0-9a-fA-F:.]+\]|[^\s:/]+):\d{1,5}$/, 'host:port')
+    .optional()
+    .describe(
+      "cpu and trainer pools: host:port of this worker's Prometheus endpoint (/metrics) of Temporal SDK metrics: task slots, poll and schedule-to-start latencies, activity execution latencies and failures by activity type and task queue; unset = none",
+    ),
   temporal: temporalSchema,
   inference: inferenceSchema.optional().describe('inference pool: the server to run'),
   trainer: trainerRankSchema.describe('trainer pool: this rank of the data-parallel trainer'),
