@@ -85,6 +85,11 @@ test.each([0, 1])(
       for (const l of lines) expect(Number.isFinite(l[k] as number)).toBe(true);
     expect(lines.map((l) => l.kl_beta as number)).toEqual([0.01, 0.01 * 0.8, 0.01 * 0.8 * 0.8]);
     expect(fs.existsSync(path.join(layout.weightsDir(3), 'model.safetensors'))).toBe(true);
+    // Policy folders every server moved past are gone: after step 2 (sampled from version
+    // 2 - async_level), only that version on stays (and checkpoint 2's, with its async_level before it).
+    expect(fs.readdirSync(layout.weightsRoot).sort()).toEqual(
+      asyncLevel === 0 ? ['step_2', 'step_3'] : ['step_1', 'step_2', 'step_3'],
+    );
     expect(fs.existsSync(layout.checkpointDir(2))).toBe(true);
     expect(fs.existsSync(layout.checkpointDir(3))).toBe(true);
     const progress = (lines[2].progress as { steps: number; samples: number }).steps;

@@ -207,3 +207,30 @@ test('with LoRA the weights folder holds the merged model and the PEFT adapters 
   expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')).toBe(true);
   expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight')).toBe(true);
 });
+
+test("policy weights are written in the base model's dtype: a bf16 model's are bf16, half the bytes of fp32", async () => {
+  const bf16Model = tinyModel(path.join(root, 'model-bf16'), { dtype: 'bfloat16' });
+  const base = config();
+  const spec = rlTrainerSpec({
+    ...base,
+    trainer: { ...base.trainer, model: { ...base.trainer.model, name: bf16Model } },
+  });
+  const layout = runWithBatches('bf16', 1);
+  const { runtime } = await TrainerRuntime.restore(layout.dir, spec, 0);
+  await runtime.train(0);
+  const dir = await runtime.writeWeights(1);
+  const { tensors } = readSafetensors(path.join(dir, 'model.safetensors'));
+  expect(new Set(tensors.map((t) => t.dtype))).toEqual(new Set(['BF16']));
+  const values = tensors.reduce((a, t) => a + t.data.length / 2, 0);
+  expect(fs.statSync(path.join(dir, 'model.safetensors')).size).toBeLessThan(values * 2 + 64 * 1024);
+  // Trained: not the base model's values.
+  const trained = weightsOf(dir).get('model.layers.0.mlp.down_proj.weight')!;
+  expect(trained.equals(weightsOf(bf16Model).get('model.layers.0.mlp.down_proj.weight')!)).toBe(false);
+  // An fp32 model's stay fp32.
+  const { runtime: f32 } = await TrainerRuntime.restore(runWithBatches('f32', 1).dir, rlTrainerSpec(config()), 0);
+  await f32.train(0);
+  const f32Dir = await f32.writeWeights(1);
+  expect(new Set(readSafetensors(path.join(f32Dir, 'model.safetensors')).tensors.map((t) => t.dtype))).toEqual(
+    new Set(['F32']),
+  );
+});
