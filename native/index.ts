@@ -1009,3 +1009,18 @@ export function createStore(opts: DistStoreOptions): Promise<DistStore> {
 export function createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup> {
   return load().createGroup(store, opts);
 }
+
+/**
+ * Rank `root`'s bytes into every rank's `buffers`, in place (a collective: every rank of `group`
+ * calls it with buffers of the same sizes, in the same order). In buckets of at most `bucketBytes`;
+ * through device memory on a CUDA `device` (NCCL where the build has it), else over Gloo.
+ */
+export function broadcastBuffers(
+  group: DistGroup,
+  buffers: Buffer[],
+  opts: { root: number; bucketBytes: number; device?: string },
+): Promise<void> {
+  return (
+    group as unknown as { broadcast(b: Buffer[], root: number, bucket: number, device: string): Promise<void> }
+  ).broadcast(buffers, opts.root, opts.bucketBytes, opts.device ?? 'cpu');
+}

@@ -7,14 +7,11 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../native';
-import { Rng } from '../lib/model/rng';
 import { readSafetensors, readSafetensorsDir } from '../lib/model/safetensors';
-import { writeBatch } from '../lib/runfolder/batch';
-import { buildSample } from '../lib/orchestrator/sample';
-import { packSamples } from '../lib/runfolder/packing';
 import { RunLayout } from '../lib/runfolder/layout';
 import { rlTrainerSpec } from '../lib/trainer/spec';
 import { TrainerRuntime } from '../lib/trainer/runtime';
+import { randomBatches } from './support/batches';
 import { rlConfig, tinyModel } from './support/setup';
 
 native.setThreads(1);
@@ -38,29 +35,7 @@ const config = (extra: string[] = []) =>
     ...extra,
   ]);
 
-/** A run folder with `steps` batches of random rollouts (prompt + completion with logprobs). */
-function runWithBatches(name: string, steps: number): RunLayout {
-  const layout = new RunLayout(path.join(root, name));
-  const rng = new Rng(7);
-  for (let s = 0; s < steps; s++) {
-    const samples = Array.from({ length: 4 }, (_, i) => {
-      const prompt = Array.from({ length: 5 + rng.int(5) }, () => rng.int(256));
-      const completion = Array.from({ length: 3 + rng.int(8) }, () => rng.int(256));
-      const logprobs = completion.map(() => -1 - rng.uniform() * 4);
-      return buildSample(
-        [
-          { tokens: prompt, generated: false },
-          { tokens: completion, generated: true, logprobs },
-        ],
-        i % 2 ? 0.5 : -0.5,
-      );
-    });
-    const { rows, counts } = packSamples(samples, 64);
-    fs.mkdirSync(path.dirname(layout.batchFile(s)), { recursive: true });
-    writeBatch(layout.batchFile(s), s, 64, rows, counts);
-  }
-  return layout;
-}
+const runWithBatches = (name: string, steps: number): RunLayout => randomBatches(path.join(root, name), steps);
 
 const weightsOf = (dir: string) => new Map(readSafetensorsDir(dir).map((t) => [t.name, t.data]));
 

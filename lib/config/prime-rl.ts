@@ -328,9 +328,27 @@ const resumeKeys = (prefix: string): Alias[] => [
   ),
 ];
 
-const broadcastKeys = (prefix: string): Alias[] => [
-  only(`${prefix}weight_broadcast.type`, ['filesystem'], TRANSPORT),
-  refuse(`${prefix}weight_broadcast`, TRANSPORT, true),
+/**
+ * `[weight_broadcast]`, shared or under trainer / orchestrator / inference: rl's is our
+ * [weight_broadcast] (filesystem or nccl: lib/config/schemas/weights.ts); sft and eval have none.
+ */
+const broadcastKeys = (prefix: string, rl = false): Alias[] => [
+  ...(rl
+    ? [
+        ...(prefix === ''
+          ? []
+          : ['type', 'host', 'port'].map((k) => move(`${prefix}weight_broadcast.${k}`, `weight_broadcast.${k}`))),
+        move(`${prefix}weight_broadcast.timeout`, 'weight_broadcast.timeout_s'),
+        only(
+          `${prefix}weight_broadcast.quantize_in_weight_transfer`,
+          [false],
+          'FP8 weight transfer: versions travel in the model dtype',
+        ),
+      ]
+    : [
+        only(`${prefix}weight_broadcast.type`, ['filesystem'], TRANSPORT),
+        refuse(`${prefix}weight_broadcast`, TRANSPORT, true),
+      ]),
   accept(`${prefix}rollout_transport.type`, TRANSPORT),
   refuse(`${prefix}rollout_transport`, TRANSPORT, true),
 ];
@@ -544,7 +562,7 @@ function inferenceKeys(rl: boolean): Alias[] {
     refuse('inference.log', LOGS, true),
     refuse('inference.env_vars', ENV_VARS, true),
     only('inference.use_deep_gemm', [false], 'FP8 DeepGEMM kernels'),
-    ...broadcastKeys('inference.'),
+    ...broadcastKeys('inference.', rl),
     refuseFeature('inference.kv_cache_offload', 'KV cache offload to CPU or disk'),
     only('inference.use_pd_kv_transfer', [false], 'prefill/decode disaggregation'),
     accept('inference.enable_fp32_lm_head', "the LM head's log-softmax is fp32"),
@@ -558,12 +576,12 @@ function inferenceKeys(rl: boolean): Alias[] {
 }
 
 /** The top-level blocks `rl` and `sft` share; `inferGpus`: where num_infer_gpus goes (null: one server only). */
-const trainingTop = (wandb: boolean, inferGpus: string | null): Alias[] => [
+const trainingTop = (wandb: boolean, inferGpus: string | null, rl = false): Alias[] => [
   ...commonTop(),
   ...ckptKeys(''),
   ...resumeKeys(''),
   ...monitors('', wandb),
-  ...broadcastKeys(''),
+  ...broadcastKeys('', rl),
   ...tokenizerKeys(''),
   ...deploymentKeys('', inferGpus),
 ];
@@ -574,7 +592,7 @@ const trainingTop = (wandb: boolean, inferGpus: string | null): Alias[] => [
 const ORCH = 'orchestrator';
 
 export const PRIME_RL_RL_KEYS: readonly Alias[] = [
-  ...trainingTop(true, 'inference.replicas'),
+  ...trainingTop(true, 'inference.replicas', true),
   refuseFeature('model.vlm', 'vision-language models'),
   // [orchestrator]
   move(`${ORCH}.group_size`, `${ORCH}.rollouts_per_example`),
@@ -629,7 +647,7 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   refuse(`${ORCH}.inference_metrics_roles`, 'prefill/decode disaggregation'),
   ...ckptKeys(`${ORCH}.`),
   ...resumeKeys(`${ORCH}.`),
-  ...broadcastKeys(`${ORCH}.`),
+  ...broadcastKeys(`${ORCH}.`, true),
   refuse(
     `${ORCH}.tasks_per_minute`,
     'a dispatch rate limit: in-flight concurrency is bounded by orchestrator.in_flight.max_rollouts',
@@ -665,7 +683,7 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   ...schedulerKeys('trainer.'),
   ...ckptKeys('trainer.'),
   ...resumeKeys('trainer.'),
-  ...broadcastKeys('trainer.'),
+  ...broadcastKeys('trainer.', true),
   ...tokenizerKeys('trainer.'),
   refuse('trainer.log', LOGS, true),
   ...monitors('trainer.', true),

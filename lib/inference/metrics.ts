@@ -43,6 +43,7 @@ const RATE_WINDOW_MS = 10_000;
 export class InferenceMetrics {
   readonly registry = new Registry();
   private readonly requests: Counter<'route' | 'status'>;
+  private readonly weightUpdates: Counter<'source'>;
   private samples: { t: number; tokens: number }[] = [];
 
   constructor(scheduler: Scheduler) {
@@ -51,6 +52,12 @@ export class InferenceMetrics {
       name: 'prime_inference_requests_total',
       help: 'HTTP requests by route and status',
       labelNames: ['route', 'status'],
+      registers,
+    });
+    this.weightUpdates = new Counter({
+      name: 'prime_inference_weight_updates_total',
+      help: 'policy versions loaded by /update_weights, by where their weights came from: a broadcast, or the folder',
+      labelNames: ['source'],
       registers,
     });
     const gauge = (name: string, help: string, read: () => number) =>
@@ -81,6 +88,10 @@ export class InferenceMetrics {
       `sampled tokens per second over the last ${RATE_WINDOW_MS / 1000} s`,
       () => this.rate(scheduler.generatedTokens),
     );
+  }
+
+  countWeightUpdate(source: 'broadcast' | 'filesystem'): void {
+    this.weightUpdates.inc({ source });
   }
 
   countRequest(route: string, status: number): void {

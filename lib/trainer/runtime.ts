@@ -12,7 +12,7 @@ import { Failure, NonRetryableError, RunFolderDamagedError } from '../failures';
 import { resolveModelDir } from '../hub';
 import type { NamedTensor } from '../model/arch';
 import { loadHfModel, readHfConfig, storedWeightsDtype, writeHfModelStream, type WeightsDType } from '../model/hf';
-import { numel, serializeSafetensors } from '../model/safetensors';
+import { numel, serializeSafetensors, type TensorEntry } from '../model/safetensors';
 import { readBatch, type Batch } from '../runfolder/batch';
 import { listSteps, RunLayout } from '../runfolder/layout';
 import type { EngineMetrics, TrainMetrics, TrainProgress } from './types';
@@ -401,9 +401,7 @@ export class TrainerRuntime {
     // the servers) before it is written.
     const dtype = this.weightsDtype;
     const trainer = this.trainer;
-    const entries = trainer
-      .shardLayout()
-      .units.flatMap((u) => u.params.map((p) => ({ name: p.name, dtype, shape: p.shape })));
+    const entries = this.policyUnits().flat();
     async function* units() {
       for (let u = 0; u < trainer.weightUnits; u++) {
         const tensors = (await trainer.readWeightUnit(u, dtype)) as NamedTensor[];
@@ -414,6 +412,12 @@ export class TrainerRuntime {
     }
     await writeHfModelStream(dir, { config: this.rawConfig, entries, batches: units(), copyFrom: this.baseDir, files });
     return dir;
+  }
+
+  /** The tensors `writeWeights` writes, unit by unit (what a broadcast announces). */
+  policyUnits(): TensorEntry[][] {
+    const dtype = this.weightsDtype;
+    return this.trainer.shardLayout().units.map((u) => u.params.map((p) => ({ name: p.name, dtype, shape: p.shape })));
   }
 
   /** The dtype policy weights are written in: the base model's (storedWeightsDtype). */

@@ -24,6 +24,7 @@ export { orchestratorSchema, type OrchestratorConfig } from './orchestrator';
 export { inferenceSchema, replicaServers, serverSchema, type InferenceConfig } from './inference';
 export { RL_SECTIONS, RL_SHARED_AT_LEAST, RL_SHARED_KEYS, rlSchema, type RLConfig } from './rl';
 export { sftSchema, type SFTConfig } from './sft';
+export { weightBroadcastSchema, type WeightBroadcastConfig } from './weights';
 export { evalSchema, type EvalConfig } from './eval';
 export { WORKER_SECTIONS, WORKER_SHARED_KEYS, workerSchema, type WorkerConfig } from './worker';
 export { modelCreateSchema, modelPlanSchema, type ModelCreateConfig, type ModelPlanConfig } from './model-tools';

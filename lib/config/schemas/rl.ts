@@ -15,6 +15,7 @@ import { orchestratorSchema } from './orchestrator';
 import { temporalSchema, withRunQueue } from './temporal';
 import { trainerSchema } from './trainer';
 import { wandbSchema } from './wandb';
+import { weightBroadcastSchema } from './weights';
 
 /** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
@@ -38,6 +39,7 @@ export const rlSchema = z
     eval: evalSettings,
     temporal: temporalSchema,
     wandb: wandbSchema,
+    weight_broadcast: weightBroadcastSchema,
     distill: distillSchema,
     trainer: trainerSchema,
     orchestrator: orchestratorSchema,
