@@ -7,7 +7,10 @@ import { loadConfig } from '../lib/config/loader';
 import { modelCreateSchema } from '../lib/config/schemas';
 import { layerSlots } from '../native';
 
-const REQUIRED_LAYER_SLOTS = ['inputNorm', 'q', 'k', 'v', 'o', 'postNorm'];
+const REQUIRED_LAYER_SLOTS = ['inputNorm', 'postNorm'];
+// A block's token mixer: attention, or a hybrid model's Gated DeltaNet (Qwen3.5).
+const ATTENTION = ['q', 'k', 'v', 'o'];
+const GATED_DELTANET = ['linQkv', 'linZ', 'linB', 'linA', 'linConv', 'linDtBias', 'linALog', 'linNorm', 'linOut'];
 const DENSE_MLP = ['gate', 'up', 'down'];
 
 describe.each(ARCHS)('%s', (arch) => {
@@ -27,6 +30,10 @@ describe.each(ARCHS)('%s', (arch) => {
       for (let l = 0; l < c.numLayers; l++) {
         const slots = specs.filter((s) => s.layer === l).map((s) => s.slot);
         expect(slots).toEqual(expect.arrayContaining(REQUIRED_LAYER_SLOTS));
+        const linear = c.layerTypes?.[l] === 'linear_attention';
+        expect(slots).toEqual(expect.arrayContaining(linear ? GATED_DELTANET : ATTENTION));
+        for (const other of linear ? ATTENTION : GATED_DELTANET) expect(slots).not.toContain(other);
+        if (linear) continue;
         expect(slots.includes('qNorm')).toBe(c.qkNorm);
         expect(slots.includes('qBias')).toBe(c.attentionBias);
         if (!isSparseLayer(c.moe, l)) {

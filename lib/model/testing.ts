@@ -4,12 +4,13 @@
  */
 import type { Arch, ArchConfig, TensorDType, WeightTensor } from './arch';
 import { family } from './families';
+import { defaultLayerTypes } from './families/qwen3_5';
 import { Rng } from './rng';
 import { tensorSpecs } from './tensors';
 
 /** A small config of the given architecture (hidden 64, 2 layers, 4 heads, 2 kv heads, vocab 300). */
 export function tinyConfig(arch: Arch, overrides: Partial<ArchConfig> = {}): ArchConfig {
-  return {
+  const c: ArchConfig = {
     arch,
     vocabSize: 300,
     hiddenSize: 64,
@@ -25,6 +26,9 @@ export function tinyConfig(arch: Arch, overrides: Partial<ArchConfig> = {}): Arc
     ...family(arch).defaults,
     ...overrides,
   };
+  // A hybrid family's blocks: transformers' every-4th-full rule, at least one full block.
+  if (c.linearAttention && !c.layerTypes) c.layerTypes = defaultLayerTypes(c.numLayers, Math.min(4, c.numLayers));
+  return c;
 }
 
 /** Encodes float values as little-endian bytes of `dtype` (F16/BF16 round to nearest even). */
