@@ -46,7 +46,7 @@ import {
   type TrainStepStats,
 } from '../native';
 import { loadModel } from '../lib/model/engine';
-import { QWEN3_0_6B } from './shapes';
+import { QWEN3_0_6B, QWEN3_5_0_8B } from './shapes';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const VENV = path.join(ROOT, 'build', 'bench-venv');
@@ -75,6 +75,8 @@ const MODELS: Record<string, Omit<CreateModelOptions, 'out' | 'seed'>> = {
   qwen3: { arch: 'qwen3', preset: 'small', tokenizer: 'qwen3' },
   bytes: { arch: 'qwen3', preset: 'small', tokenizer: 'bytes' },
   'qwen3-0.6b': QWEN3_0_6B,
+  // Issue #46 (its PyTorch side needs transformers 5.x: --python, a venv that has it).
+  'qwen3_5-0.8b': QWEN3_5_0_8B,
 };
 // Dense bf16 peak of the GPU named by PRIME_BENCH_PEAK_TFLOPS (spec sheet; H100/H200 SXM: 989).
 const PEAK_TFLOPS = Number(process.env.PRIME_BENCH_PEAK_TFLOPS ?? 989);

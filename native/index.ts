@@ -416,6 +416,27 @@ export interface PolicyLossResult {
   metrics: StepMetrics;
 }
 
+/** `NativeModel.statePathCheck`'s sequence and how it is cut (native/src/state_check.h). */
+export interface StatePathOptions {
+  prompt: number[];
+  /** Positions per prefill chunk (default 32). */
+  prefillChunk?: number;
+  /** The snapshot's position inside the prompt (default 16). */
+  snapshotAt?: number;
+  /** The paged cache's block size (default 16). */
+  blockSize?: number;
+  /** Greedy decode steps after the prompt (default 8). */
+  greedySteps?: number;
+}
+
+/** Largest absolute differences of hidden states from the packed forward, and the greedy tokens. */
+export interface StatePathResult {
+  prefillDiff: number;
+  snapshotDiff: number;
+  decodeDiff: number;
+  greedy: number[];
+}
+
 export interface NativeInfo {
   torchVersion: string;
   cuda: boolean;
@@ -444,6 +465,7 @@ interface RawModel {
   numParameters(): number;
   createGenerator(opts: GeneratorOptions): RawGenerator;
   createTrainer(opts: TrainerOptions): RawTrainer;
+  statePathCheck(opts: StatePathOptions): Promise<StatePathResult>;
 }
 interface RawGenerator {
   add(requests: GenerationRequest[]): Promise<AddedSequence[]>;
@@ -747,6 +769,15 @@ export class NativeModel {
   /** All weights by HF name, as bytes in `dtype` (default: the compute dtype's). */
   readWeights(dtype?: TensorDType): Promise<WeightTensor[]> {
     return this.queue.run(() => this.raw.readWeights(dtype));
+  }
+
+  /**
+   * A hybrid model's paged forward with state slots checked against its packed forward
+   * (native/src/state_check.h): chunked prefill with a snapshot, a prefix continued from the
+   * snapshot, greedy decode steps. Throws for a model without Gated DeltaNet blocks.
+   */
+  statePathCheck(options: StatePathOptions): Promise<StatePathResult> {
+    return this.queue.run(() => this.raw.statePathCheck(options));
   }
 
   /** A generator with its own KV cache; its calls share this model's queue. */

@@ -42,9 +42,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, 'test', 'fixtures', 'hf-reference')
-ARCHS = ['llama', 'qwen2', 'qwen3', 'qwen3_moe', 'qwen3_5_text', 'qwen3_5']
+ARCHS = ['llama', 'qwen2', 'qwen3', 'qwen3_moe', 'qwen3_5_text', 'qwen3_5', 'qwen3_5_moe_text', 'qwen3_5_moe']
 # Families whose folders are the Hub's multimodal checkpoints: a text run leaves their vision tower out.
-MULTIMODAL = {'qwen3_5'}
+MULTIMODAL = {'qwen3_5', 'qwen3_5_moe'}
 
 # The fixture models: folder name -> createModel options beyond the shared ones (write_logit_fixtures).
 # Smaller than the tiny preset so each fixture stays near 200 KB; llama keeps an untied lm_head.
@@ -71,10 +71,15 @@ FIXTURE_MODELS = {
     # The Hub's shape (Qwen3_5ForConditionalGeneration): text weights under model.language_model., a
     # vision tower (transformers' random one, saved beside them) that a text run skips; tied.
     'qwen3_5': {'arch': 'qwen3_5', 'numLayers': 4},
+    # Qwen3.5-MoE's sparse blocks: 2 of 4 experts per token and a shared expert, in every block.
+    'qwen3_5_moe': {
+        'arch': 'qwen3_5_moe_text', 'numLayers': 4,
+        'moe': {'numExperts': 4, 'numExpertsPerTok': 2, 'moeIntermediateSize': 16, 'sharedExpertIntermediateSize': 24},
+    },
 }
 # Fixtures of these families also hold a sequence longer than the delta rule's 64-position chunk
-# (tokens_c), a greedy continuation (greedy) and one training step's gradients (grads.safetensors).
-HYBRID = {'qwen3_5_text', 'qwen3_5', 'qwen3_5_moe'}
+# (tokens_c), a greedy continuation (greedy_a) and one training step's gradients (grads.safetensors).
+HYBRID = {'qwen3_5_text', 'qwen3_5', 'qwen3_5_moe_text', 'qwen3_5_moe'}
 TOKENIZERS = ['bytes', 'qwen3']
 
 # Runs lib/model (compiled) on a JSON request from stdin and prints a JSON answer.
@@ -323,7 +328,7 @@ def write_logit_fixtures(work, names):
         seq_b = tok('<|im_start|>assistant\nolléh<|im_end|>', add_special_tokens=False)['input_ids']
         seqs = [seq_a, seq_b]
         extra = {}
-        if name in HYBRID:
+        if spec['arch'] in HYBRID:
             # Longer than two of the delta rule's 64-position chunks.
             long_text = 'Reverse this, then explain each step of the reversal in detail: ' + 'abcdefghij ' * 9
             seq_c = tok.apply_chat_template([{'role': 'user', 'content': long_text}], add_generation_prompt=True, tokenize=False)
@@ -333,7 +338,7 @@ def write_logit_fixtures(work, names):
             logits = [model(torch.tensor([s])).logits[0].float() for s in seqs]
         out = os.path.join(FIXTURES, name)
         shutil.rmtree(out, ignore_errors=True)
-        if name in HYBRID:
+        if spec['arch'] in HYBRID:
             # transformers' greedy decoding (its recurrent decode path and cache) from sequence a.
             with torch.no_grad():
                 gen_ids = model.generate(torch.tensor([seq_a]), max_new_tokens=12, do_sample=False, min_new_tokens=12,
@@ -341,7 +346,7 @@ def write_logit_fixtures(work, names):
             extra['greedy_a'] = gen_ids[0, len(seq_a):].tolist()
             extra['grads'] = write_gradients(model, seqs, out + '.grads.tmp')
         model.save_pretrained(out)
-        if name in HYBRID:
+        if spec['arch'] in HYBRID:
             shutil.move(out + '.grads.tmp', os.path.join(out, 'grads.safetensors'))
         for f in ('tokenizer.json', 'tokenizer_config.json'):
             shutil.copy(os.path.join(created, f), out)
@@ -353,7 +358,8 @@ def write_logit_fixtures(work, names):
                            'a, then those of b (then c). Hybrid families: greedy_a is transformers\' greedy continuation '
                            'of a (12 tokens), and grads.safetensors the gradient of the mean of -log p(token) over every '
                            'token after the first of each sequence, all sequences together (fp32, by parameter name).',
-            'weights': 'createModel(createOptions) with norm weights 1 + 0.2 N(0,1), biases 0.1 N(0,1) and all other '
+            'weights': 'createModel(createOptions) with norm weights 1 + 0.2 N(0,1) (Qwen3.5\'s offsets from 1: 0.2 N(0,1)), '
+                       'biases 0.1 N(0,1), Qwen3.5\'s A_log log(U(0.005, 0.05)) and dt_bias 0.1 N(0,1), and all other '
                        'weights x10 (torch seed 0), saved by save_pretrained',
             'createOptions': {k: v for k, v in opts.items() if k != 'out'},
             'tokens_a': seq_a,
@@ -386,8 +392,23 @@ def write_gradients(model, seqs, file):
         total = total + (-logp[:-1].gather(1, ids[0, 1:, None])).sum()
         count += len(s) - 1
     (total / count).backward()
-    grads = {n: p.grad.detach().float().contiguous() for n, p in model.named_parameters()
-             if p.grad is not None and not n.startswith('model.visual.')}
+    grads = {}
+    for n, p in model.named_parameters():
+        if p.grad is None or n.startswith('model.visual.'):
+            continue
+        g = p.grad.detach().float()
+        # transformers v5 fuses a block's experts in memory ([E, 2I, D] gate and up, [E, D, I] down) and saves
+        # them per expert: the gradients by the saved names.
+        if n.endswith('.experts.gate_up_proj'):
+            half = g.shape[1] // 2
+            for e in range(g.shape[0]):
+                grads[n.replace('gate_up_proj', f'{e}.gate_proj.weight')] = g[e, :half].contiguous()
+                grads[n.replace('gate_up_proj', f'{e}.up_proj.weight')] = g[e, half:].contiguous()
+        elif n.endswith('.experts.down_proj'):
+            for e in range(g.shape[0]):
+                grads[n.replace('down_proj', f'{e}.down_proj.weight')] = g[e].contiguous()
+        else:
+            grads[n] = g.contiguous()
     save_file(grads, file)
     model.zero_grad()
     return {'loss': (total / count).item(), 'loss_tokens': count}

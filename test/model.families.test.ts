@@ -16,8 +16,13 @@ const DENSE_MLP = ['gate', 'up', 'down'];
 describe.each(ARCHS)('%s', (arch) => {
   const variants = [tinyConfig(arch), tinyConfig(arch, { tieWordEmbeddings: !tinyConfig(arch).tieWordEmbeddings })];
   const moe = FAMILIES[arch].defaults.moe;
+  // Qwen3-MoE's rule of which blocks are sparse (Qwen3.5-MoE's blocks are all sparse).
+  const sparseRule = moe !== undefined && !FAMILIES[arch].defaults.linearAttention;
   // MoE: every other block sparse, and one of those kept dense.
-  if (moe) variants.push(tinyConfig(arch, { numLayers: 5, moe: { ...moe, decoderSparseStep: 2, mlpOnlyLayers: [3] } }));
+  if (sparseRule)
+    variants.push(tinyConfig(arch, { numLayers: 5, moe: { ...moe, decoderSparseStep: 2, mlpOnlyLayers: [3] } }));
+  // A hybrid model of more blocks: linear, linear, linear, full, linear, linear, linear.
+  if (FAMILIES[arch].defaults.linearAttention) variants.push(tinyConfig(arch, { numLayers: 7 }));
 
   test('its table fills every required slot once, with unique names, blocks in order', () => {
     for (const c of variants) {
@@ -55,7 +60,7 @@ describe.each(ARCHS)('%s', (arch) => {
   });
 
   test('parameterCount, which counts one block of each kind, is the sum over its table', () => {
-    const more = moe
+    const more = sparseRule
       ? [
           tinyConfig(arch, {
             numLayers: 7,

@@ -62,9 +62,9 @@ test.each(HF_FIXTURES.map((f) => [f.name, f] as const))(
 
 const WITH_GRADIENTS = HF_FIXTURES.filter((f) => f.meta.grads);
 
-test('the hybrid fixtures cover text-only and multimodal, tied and untied Qwen3.5', () => {
+test('the hybrid fixtures cover text-only and multimodal, tied and untied Qwen3.5, and Qwen3.5-MoE', () => {
   expect(WITH_GRADIENTS.map((f) => f.meta.createOptions.arch)).toEqual(
-    expect.arrayContaining(['qwen3_5_text', 'qwen3_5']),
+    expect.arrayContaining(['qwen3_5_text', 'qwen3_5', 'qwen3_5_moe_text']),
   );
   const tied = WITH_GRADIENTS.map((f) => f.meta.createOptions.tieWordEmbeddings);
   expect(new Set(tied)).toEqual(new Set([true, false]));

@@ -29,6 +29,7 @@ import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../../
 import { Rng } from '../../lib/model/rng';
 import { freePort } from '../../lib/net';
 import { projectRoot, temporalCliPath } from '../../lib/paths';
+import { QWEN35_CHECKS } from './qwen35-checks';
 
 export interface CheckContext {
   /** 'cuda', 'cuda:N' or 'cpu'. */
@@ -763,6 +764,7 @@ export const CHECKS: Check[] = [
   ]),
   fusedTrainStep('float32'),
   fusedTrainStep('bfloat16'),
+  ...QWEN35_CHECKS, // Qwen3.5's section (issue #46)
   rlRun,
 ];
 

@@ -77,9 +77,26 @@ const sampling = {
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
 };
 
+/**
+ * A message's content part: text. The engine runs text models (a multimodal checkpoint's vision
+ * tower is not loaded), so an image, audio or video part is refused by its type, never dropped.
+ */
+const contentPart = z
+  .looseObject({ type: z.string(), text: z.unknown().optional() })
+  .superRefine((p, ctx) => {
+    if (p.type !== 'text')
+      ctx.addIssue({
+        code: 'custom',
+        path: ['type'],
+        message: `content part type '${p.type}' is not supported: this server runs a text model (no image, audio or video input)`,
+      });
+    else if (typeof p.text !== 'string') ctx.addIssue({ code: 'custom', path: ['text'], message: 'must be a string' });
+  })
+  .transform((p) => ({ ...p, type: 'text' as const, text: p.text as string }));
+
 const message = z.looseObject({
   role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
-  content: z.union([z.string(), z.array(z.looseObject({ type: z.literal('text'), text: z.string() }))]).nullish(),
+  content: z.union([z.string(), z.array(contentPart)]).nullish(),
   name: z.string().optional(),
   tool_calls: z.array(z.unknown()).optional(),
   tool_call_id: z.string().optional(),

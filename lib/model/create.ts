@@ -106,6 +106,8 @@ export interface CreateModelOptions extends Partial<ModelSizes> {
   vocabSize?: number;
   /** MoE families: overrides of the preset's experts (`MOE_PRESETS`, the family's defaults). */
   moe?: Partial<MoeConfig>;
+  /** Hybrid families (Qwen3.5): overrides of the preset's Gated DeltaNet sizes (`LINEAR_ATTENTION_PRESETS`). */
+  linearAttention?: Partial<LinearAttentionConfig>;
 }
 
 export interface CreatedModel {
@@ -194,7 +196,9 @@ export function resolveArchConfig(opts: Omit<CreateModelOptions, 'out' | 'seed'>
     // transformers' pattern (every 4th block full attention), with at least one full-attention
     // block in a model of fewer layers (the tiny preset's 2: linear, full).
     a.layerTypes = defaultLayerTypes(a.numLayers, Math.min(4, a.numLayers));
-    a.linearAttention = LINEAR_ATTENTION_PRESETS[opts.preset];
+    a.linearAttention = { ...LINEAR_ATTENTION_PRESETS[opts.preset], ...opts.linearAttention };
+  } else if (opts.linearAttention) {
+    throw new Error(`Gated DeltaNet sizes need a hybrid architecture (qwen3_5*); '${opts.arch}' has none`);
   }
   for (const k of [...DENSE_SIZE_KEYS, 'maxPositionEmbeddings'] as const) {
     if (!Number.isSafeInteger(a[k]) || a[k] <= 0) throw new Error(`${k} must be a positive integer, got ${a[k]}`);

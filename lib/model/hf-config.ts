@@ -119,13 +119,13 @@ export function parseHfConfig(raw: unknown, source = 'config.json'): ArchConfig 
   const act = json.hidden_act ?? 'silu';
   if (act !== 'silu') r.fail('hidden_act', `is ${JSON.stringify(act)}; only 'silu' (SwiGLU) is supported`);
   if (r.bool('mlp_bias', false)) r.fail('mlp_bias', 'is true; MLP biases are not supported');
-  const features = fam.readFeatures(r);
+  const { intermediateSize: mlpWidth, ...features } = fam.readFeatures(r);
 
   return {
     arch,
     vocabSize: r.posInt('vocab_size'),
     hiddenSize,
-    intermediateSize: r.posInt('intermediate_size'),
+    intermediateSize: r.posInt('intermediate_size', mlpWidth),
     numLayers: r.posInt('num_hidden_layers'),
     numHeads,
     numKvHeads,

@@ -49,7 +49,7 @@ export function parameterCount(a: ArchConfig): number {
   let total = outside;
   for (const [type, share] of kinds) {
     if (share === 0) continue;
-    total += share * (a.numLayers - sparse) * blockParams(oneBlock(false, 1, type));
+    if (a.numLayers > sparse) total += share * (a.numLayers - sparse) * blockParams(oneBlock(false, 1, type));
     if (sparse > 0) {
       const one = blockParams(oneBlock(true, 1, type));
       total += share * sparse * (one + (moe!.numExperts - 1) * (blockParams(oneBlock(true, 2, type)) - one));

@@ -47,6 +47,8 @@ describe('createModel', () => {
           qwen3_moe: 'Qwen3MoeForCausalLM',
           qwen3_5_text: 'Qwen3_5ForCausalLM',
           qwen3_5: 'Qwen3_5ForConditionalGeneration',
+          qwen3_5_moe_text: 'Qwen3_5MoeForCausalLM',
+          qwen3_5_moe: 'Qwen3_5MoeForConditionalGeneration',
         }[arch],
       ],
       model_type: arch,

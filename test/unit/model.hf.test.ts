@@ -460,6 +460,40 @@ describe('qwen3_5: the hybrid config', () => {
     expect(() => parseHfConfig({ ...text, head_dim: undefined })).toThrow(/field 'head_dim' is required/);
   });
 
+  test("qwen3_5_moe: every block sparse with a shared expert; intermediate_size may be absent (the Hub's)", () => {
+    const { intermediate_size: _, ...rest } = text;
+    const moe = {
+      ...rest,
+      architectures: ['Qwen3_5MoeForCausalLM'],
+      model_type: 'qwen3_5_moe_text',
+      num_experts: 8,
+      num_experts_per_tok: 2,
+      moe_intermediate_size: 32,
+      shared_expert_intermediate_size: 48,
+    };
+    const a = parseHfConfig(moe);
+    expect(a.moe).toEqual({
+      numExperts: 8,
+      numExpertsPerTok: 2,
+      moeIntermediateSize: 32,
+      sharedExpertIntermediateSize: 48,
+      decoderSparseStep: 1,
+      mlpOnlyLayers: [],
+      normTopkProb: true,
+    });
+    expect(a.intermediateSize).toBe(32);
+    const block = tensorSpecs(a).filter((t) => t.layer === 0);
+    expect(block.find((t) => t.slot === 'sharedExpertGate')).toMatchObject({
+      name: 'model.layers.0.mlp.shared_expert_gate.weight',
+      shape: [1, 64],
+    });
+    expect(block.filter((t) => t.slot === 'expertUp')).toHaveLength(8);
+    expect(parseHfConfig(toHfConfig(a, { bos: 0, eos: 1, pad: 0 }, 'float32'))).toEqual(a);
+    expect(() => parseHfConfig({ ...moe, mlp_only_layers: [1] })).toThrow(
+      "field 'mlp_only_layers' is not a Qwen3.5-MoE field: every block is sparse",
+    );
+  });
+
   test("the Hub's multimodal layout: the text fields under text_config, the top level's tie_word_embeddings", () => {
     const { architectures: _, model_type: __, ...fields } = text;
     const vlm = {

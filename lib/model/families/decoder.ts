@@ -92,6 +92,8 @@ export interface FamilyFeatures {
   partialRotaryFactor?: number;
   normOffset?: boolean;
   attnOutputGate?: boolean;
+  /** A family without a dense MLP (Qwen3.5-MoE) names the width `intermediate_size` falls back to. */
+  intermediateSize?: number;
 }
 
 /** One architecture family: its config.json mapping and its tensor table (see README.md here). */

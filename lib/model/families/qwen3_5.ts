@@ -278,10 +278,22 @@ export const qwen3_5_text: Family = {
   tensors: (a) => hybridTensors(a, 'model.', denseMlp(a)),
 };
 
-export const qwen3_5: Family = {
-  ...qwen3_5_text,
-  modelType: 'qwen3_5',
-  hfClass: 'Qwen3_5ForConditionalGeneration',
-  nested: TEXT_CONFIG_NESTING,
-  tensors: (a) => hybridTensors(a, 'model.language_model.', denseMlp(a)),
-};
+/**
+ * The Hub's multimodal layout of a Qwen3.5 text family (`<type>` for `<type>_text`): config.json
+ * nests the text fields under `text_config`, the text weights sit under `model.language_model.`.
+ */
+export function multimodalFamily(
+  text: Family,
+  hfClass: string,
+  mlp: (a: ArchConfig) => (i: number, add: AddLayerTensor) => void,
+): Family {
+  return {
+    ...text,
+    modelType: text.modelType.replace(/_text$/, ''),
+    hfClass,
+    nested: TEXT_CONFIG_NESTING,
+    tensors: (a) => hybridTensors(a, 'model.language_model.', mlp(a)),
+  };
+}
+
+export const qwen3_5 = multimodalFamily(qwen3_5_text, 'Qwen3_5ForConditionalGeneration', denseMlp);
