@@ -461,7 +461,7 @@ describe('a KV budget too small for a request', () => {
 describe('settings at start', () => {
   test('an empty API key variable is exit 2 with a message, not a stack', async () => {
     for (const args of [
-      ['inference', '--model.name', baseDir, '--server.port', '0', '--server.api-key-var', 'PRIME_TEST_EMPTY_KEY'],
+      ['inference', '--model.name', baseDir, '--server.port', '0', '--server.api-key-var', 'TEST_PRIME_RL_EMPTY_KEY'],
       [
         'worker',
         '--pool',
@@ -471,12 +471,12 @@ describe('settings at start', () => {
         '--inference.server.port',
         '0',
         '--inference.server.api-key-var',
-        'PRIME_TEST_EMPTY_KEY',
+        'TEST_PRIME_RL_EMPTY_KEY',
       ],
     ]) {
-      const p = cli(args, { PRIME_TEST_EMPTY_KEY: '' });
+      const p = cli(args, { TEST_PRIME_RL_EMPTY_KEY: '' });
       expect(await refusal(p)).toBe(2);
-      expect(p.stderr()).toMatch(/api_key_var.*PRIME_TEST_EMPTY_KEY.*empty/);
+      expect(p.stderr()).toMatch(/api_key_var.*TEST_PRIME_RL_EMPTY_KEY.*empty/);
       expect(p.stderr()).not.toMatch(/\n\s+at /);
     }
   });
