@@ -246,12 +246,7 @@ function checkKeys(tree: Raw, schema: z.ZodType, scope: string[], where: string)
  * take (no such key, or a value that does not parse) is an error naming it, as are the framework's
  * own variables apart (variables.ts).
  */
-function fromEnv(
-  env: NodeJS.ProcessEnv,
-  schema: z.ZodType,
-  origins: Origins,
-  otherSchemas: readonly z.ZodType[],
-): Raw {
+function fromEnv(env: NodeJS.ProcessEnv, schema: z.ZodType, origins: Origins, otherSchemas: readonly z.ZodType[]): Raw {
   const out: Raw = {};
   for (const [name, value] of Object.entries(env)) {
     if (!name.startsWith('PRIME_') || value === undefined || isFrameworkVariable(name)) continue;

@@ -146,14 +146,18 @@ describe('environment variables', () => {
     );
     // rl's own, unparsable (it was, and stays, an error for rl; inference left it alone silently).
     const bad = { PRIME_ORCHESTRATOR__SAMPLING__STOP: '["a",' };
-    expect(configError(() => rlWith(bad))).toMatch(/^orchestrator\.sampling\.stop \(environment variable PRIME_ORCHESTRATOR__SAMPLING__STOP\): expected JSON/);
+    expect(configError(() => rlWith(bad))).toMatch(
+      /^orchestrator\.sampling\.stop \(environment variable PRIME_ORCHESTRATOR__SAMPLING__STOP\): expected JSON/,
+    );
     expect(
       configError(() =>
         loadConfig({ schema: sftSchema, argv: ['--model.name', 'm'], env: bad, otherSchemas: [rlSchema] }),
       ),
-    ).toMatch(/^orchestrator\.sampling\.stop \(environment variable PRIME_ORCHESTRATOR__SAMPLING__STOP\): expected JSON/);
+    ).toMatch(
+      /^orchestrator\.sampling\.stop \(environment variable PRIME_ORCHESTRATOR__SAMPLING__STOP\): expected JSON/,
+    );
   });
-  test('every PRIME_ variable the code reads is config or one of the framework\'s own (variables.ts)', () => {
+  test("every PRIME_ variable the code reads is config or one of the framework's own (variables.ts)", () => {
     const root = path.join(__dirname, '..', '..');
     const files = execFileSync(
       'git',
@@ -172,8 +176,7 @@ describe('environment variables', () => {
     const schemas = [rlSchema, sftSchema, evalSchema];
     const stray = [...read].filter(
       ([name]) =>
-        !isFrameworkVariable(name) &&
-        !schemas.some((s) => fieldAt(s, [name.slice('PRIME_'.length).toLowerCase()])),
+        !isFrameworkVariable(name) && !schemas.some((s) => fieldAt(s, [name.slice('PRIME_'.length).toLowerCase()])),
     );
     expect(read.size).toBeGreaterThan(10); // the scan finds them
     expect(stray).toEqual([]);
@@ -331,7 +334,9 @@ describe('errors', () => {
       `config file ${toml}: a.a.a.a.a.a... nests deeper than 64 levels (tables and lists inside each other), more than any config needs`,
     );
     const json = file('deep.json', `{"env": ${'['.repeat(3000)}${']'.repeat(3000)}}`);
-    expect(configError(() => rl(['@', json]))).toMatch(new RegExp(`^config file ${json}: env\\.0\\.0\\.0\\.0\\.0\\.\\.\\. nests deeper`));
+    expect(configError(() => rl(['@', json]))).toMatch(
+      new RegExp(`^config file ${json}: env\\.0\\.0\\.0\\.0\\.0\\.\\.\\. nests deeper`),
+    );
     expect(configError(() => rl(['--env', `${'['.repeat(100)}${']'.repeat(100)}`]))).toMatch(
       /^env \(from --env\): env\.0\.0\.0\.0\.0\.\.\. nests deeper than 64 levels/,
     );
