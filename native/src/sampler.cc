@@ -117,8 +117,7 @@ std::string samplingError(const SamplingParams& p, int64_t vocab) {
   return "";
 }
 
-LogitAdjuster::LogitAdjuster(const SamplingParams& p, const std::vector<int64_t>& stopTokenIds, int64_t vocab)
-    : p_(p) {
+LogitAdjuster::LogitAdjuster(const SamplingParams& p, const std::vector<int64_t>& stopTokenIds, int64_t vocab) : p_(p) {
   if (p.minTokens > 0)
     for (int64_t t : stopTokenIds)
       if (t >= 0 && t < vocab) stops_.push_back(t);
@@ -149,7 +148,7 @@ void LogitAdjuster::apply(S* row) const {
   template int64_t rowArgmax<S>(const S*, int64_t);                                                                    \
   template Sampled sampleToken<S>(const RowLogits<S>&, const SamplingParams&, std::mt19937_64&, std::vector<int32_t>&, \
                                   double*);                                                                            \
-  template void topLogprobs<S>(const RowLogits<S>&, double, int64_t, std::vector<int32_t>&, std::vector<float>&); \
+  template void topLogprobs<S>(const RowLogits<S>&, double, int64_t, std::vector<int32_t>&, std::vector<float>&);      \
   template void LogitAdjuster::apply<S>(S*) const;
 PRIME_SAMPLER(float)
 PRIME_SAMPLER(double)

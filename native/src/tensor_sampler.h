@@ -44,9 +44,9 @@ struct TensorSampling {
   // The rows' logit adjustments, when any row has some, as they stand at the call's step `step`
   // (the tokens of its earlier steps counted on the device).
   struct Adjustments {
-    at::Tensor rows, tokens, deltas;  // [E]: added to the logits (bias, penalties of the tokens so far)
-    at::Tensor seen;                  // [n, H]: the tokens each row sampled so far (-1: none), for presence
-    at::Tensor penalties;             // [n, 2]: frequency and presence penalty
+    at::Tensor rows, tokens, deltas;       // [E]: added to the logits (bias, penalties of the tokens so far)
+    at::Tensor seen;                       // [n, H]: the tokens each row sampled so far (-1: none), for presence
+    at::Tensor penalties;                  // [n, 2]: frequency and presence penalty
     at::Tensor stopRows, stops, stopsFor;  // [S]: a stop token of a row, banned for that many steps
     bool penalize = false;
     int64_t step = 0;
