@@ -63,17 +63,16 @@ class WeightRoots {
     return this.roots.some((r) => real === r || real.startsWith(r.endsWith(path.sep) ? r : r + path.sep));
   }
 
+  /** The roots, for messages. */
+  private get shownRoots(): string {
+    return `the allowed roots (${this.given.join(', ')})`;
+  }
+
   private refusal(
     shown: string,
-    why = 'is outside the allowed roots (ROOTS) or does not exist; a file linked from outside them counts as outside',
+    why = `is outside ${this.shownRoots} or does not exist; a file linked from outside them counts as outside`,
   ): ApiError {
-    return new ApiError(
-      403,
-      `weight_dir: ${shown} ${why.replace('ROOTS', this.given.join(', '))}`,
-      'weight_dir',
-      'forbidden_path',
-      'permission_error',
-    );
+    return new ApiError(403, `weight_dir: ${shown} ${why}`, 'weight_dir', 'forbidden_path', 'permission_error');
   }
 
   /** The real path of folder `weightDir`, once it and every entry in it resolve inside the roots. */
@@ -107,7 +106,7 @@ class WeightRoots {
         if (f.inside < f.names)
           throw this.refusal(
             f.shown,
-            `has ${f.names} names (hard links), ${f.inside} of them ${searched < MAX_LINK_SEARCH ? '' : `(among the first ${searched} entries) `}inside the allowed roots (ROOTS): another name may be a file from outside them; copy the file, or link it from inside the roots`,
+            `has ${f.names} names (hard links), ${f.inside} of them ${searched < MAX_LINK_SEARCH ? '' : `(among the first ${searched} entries) `}inside ${this.shownRoots}: another name may be a file from outside them; copy the file, or link it from inside the roots`,
           );
     }
     return real;
