@@ -202,11 +202,17 @@ async function main() {
         }
       : {}),
   });
-  /** An object nested `depth` deep: thousands killed the prompt helpers' supervisor (and every chat in flight). */
+  /**
+   * JSON text of a value nested `depth` deep (objects and arrays), written directly: JSON.stringify
+   * would overflow the fuzzer's own stack. Thousands killed the prompt helpers' supervisor (and every
+   * chat in flight with it).
+   */
   const nested = (depth: number) => {
-    let v: unknown = 'x';
-    for (let i = 0; i < depth; i++) v = rng.uniform() < 0.5 ? { a: v } : [v];
-    return v;
+    const opens = Array.from({ length: depth }, () => rng.uniform() < 0.5);
+    return `${opens.map((o) => (o ? '{"a":' : '[')).join('')}"x"${opens
+      .reverse()
+      .map((o) => (o ? '}' : ']'))
+      .join('')}`;
   };
 
   /** Requests a correct client sends: each must get a 2xx (or a 4xx it caused, e.g. too long). */
@@ -273,16 +279,16 @@ async function main() {
     () => post('/v1/completions', { prompt: 'x', stop: Array.from({ length: 17 }, () => 'z') }),
     () => post('/v1/completions', { prompt: [1, 2], max_tokens: 4, seed: -5, tempurature: 1 }),
     () =>
-      post('/v1/chat/completions', {
-        messages: [{ role: 'user', content: 'x', extra: nested(int(65, 5000)) }],
-        max_tokens: 2,
-      }),
+      post(
+        '/v1/chat/completions',
+        `{"messages": [{"role": "user", "content": "x", "extra": ${nested(int(65, 5000))}}], "max_tokens": 2}`,
+      ),
     () =>
-      post('/v1/chat/completions', {
-        messages: [{ role: 'user', content: 'x' }],
-        tools: [{ type: 'function', function: { name: 'f', parameters: nested(int(65, 5000)) } }],
-        chat_template_kwargs: { k: nested(int(1, 100)) },
-      }),
+      post(
+        '/v1/chat/completions',
+        `{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "chat_template_kwargs": {"k": ${nested(int(1, 100))}},` +
+          ` "tools": [{"type": "function", "function": {"name": "f", "parameters": ${nested(int(1, 5000))}}}]}`,
+      ),
     () =>
       post(pick(['/v1/generate', '/v1/completions']), {
         [pick(['prompt_token_ids', 'prompt'])]: [1, 2],
