@@ -139,6 +139,18 @@ export interface GenerationRequest {
   topK?: number;
   /** Default 0 (off). */
   minP?: number;
+  /**
+   * OpenAI's and vLLM's penalties on the tokens sampled so far (the prompt's not counted): each
+   * logit minus frequencyPenalty x the token's count, and presencePenalty once it occurred.
+   * Default 0. These, logitBias and minTokens change the logits before temperature: the tokens'
+   * logprobs and top logprobs are of the distribution sampled from.
+   */
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  /** Added to these tokens' logits (OpenAI's logit_bias). */
+  logitBias?: { tokenIds: number[]; biases: number[] };
+  /** The stop tokens are not sampled before this many tokens (vLLM's min_tokens). Default 0. */
+  minTokens?: number;
   /** Default 16. */
   maxTokens?: number;
   stopTokenIds?: number[];

@@ -240,13 +240,23 @@ describe('shared prefixes', () => {
 
 describe('preemption', () => {
   // 8 prompts of 6..13 tokens, up to 40 new tokens each: up to 53 positions, 14 blocks of 4, in a
-  // pool of 16 blocks.
+  // pool of 16 blocks. Half with penalties, a logit bias and min_tokens: their state goes with the
+  // sequence through preemption, like its RNG.
   const rng = new Rng(12);
   const requests: GenerationRequest[] = Array.from({ length: 8 }, (_, i) => ({
     promptIds: randomTokens(rng, 6 + i, cfg.vocabSize),
     maxTokens: 40,
     temperature: 1,
     seed: 7 + i,
+    ...(i % 2
+      ? {
+          presencePenalty: 1.5,
+          frequencyPenalty: 0.5,
+          logitBias: { tokenIds: [3, 4], biases: [2, -1] },
+          minTokens: 30,
+          stopTokenIds: [5, 6, 7],
+        }
+      : {}),
   }));
 
   test.each([
