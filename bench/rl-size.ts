@@ -31,11 +31,10 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { readLauncherRecord } from '../lib/launch/supervise';
-import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { readStepMetrics, type StepRecord } from '../lib/runfolder/metrics';
 import { RunLayout } from '../lib/runfolder/layout';
-import { QWEN3_0_6B } from './shapes';
+import { benchModel, QWEN3_0_6B, TINY } from './shapes';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const CONFIG = path.join(ROOT, 'configs', 'gpu', 'rl-0.6b.toml');
@@ -102,15 +101,11 @@ async function main() {
   if (!(Number.isInteger(steps) && steps > WARMUP_STEPS + 1))
     throw new Error(`--steps: an integer above ${WARMUP_STEPS + 1}`);
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-bench-rl-size-'));
-  let model = process.argv.includes('--model') ? path.resolve(arg('model', '')) : '';
-  if (!model) {
-    model = path.join(root, 'model');
-    createModel(
-      cuda
-        ? { ...QWEN3_0_6B, seed: 0, out: model }
-        : { arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: model },
-    );
-  }
+  const model = process.argv.includes('--model')
+    ? path.resolve(arg('model', ''))
+    : cuda
+      ? benchModel('qwen3-0.6b', QWEN3_0_6B).dir
+      : benchModel('tiny', TINY).dir;
   const [port, uiPort, inferencePort] = [await freePort(), await freePort(), await freePort()];
   const outputDir = path.join(root, 'outputs');
   const runName = 'rl-size';

@@ -24,11 +24,13 @@ std::shared_ptr<DistGroup> unwrapGroup(Napi::Value v);
 Napi::Value CreateStore(const Napi::CallbackInfo& info);  // ({host, port, isServer, timeoutS}) -> Promise<DistStore>
 // (store, {prefix, rank, size, timeoutS}) -> Promise<DistGroup>, once every rank has joined
 Napi::Value CreateGroup(const Napi::CallbackInfo& info);
+Napi::Value CollectiveTime(const Napi::CallbackInfo& info);  // (group, {device, bytes, iters}) -> Promise<stats>
 
 Napi::Value CreateModel(const Napi::CallbackInfo& info);  // (config, specs, tensors, options) -> Promise<Model>
 Napi::Value PolicyLoss(const Napi::CallbackInfo& info);
 Napi::Value LmHeadCheck(const Napi::CallbackInfo& info);  // chunked LM head vs the full-logits graph
 Napi::Value KernelCheck(const Napi::CallbackInfo& info);  // a fused kernel vs the libtorch path (kernel_check.h)
+Napi::Value PagedDecodePlanOf(const Napi::CallbackInfo& info);  // a shape -> the paged decode kernel's plan
 Napi::Value KernelTime(const Napi::CallbackInfo& info);   // -> Promise<{fused, unfused}> seconds per fwd + bwd
 Napi::Value AdamwCheck(const Napi::CallbackInfo& info);   // fused AdamW step vs libtorch's AdamW
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
