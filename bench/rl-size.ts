@@ -20,11 +20,13 @@
  * (its caching allocator's reserve included), on the CPU the process's peak RSS.
  *
  *   node dist/bench/rl-size.js [--device cuda|cpu] [--steps 30] [--model DIR] [--fused-kernels] [--out FILE]
+ *     [--batch-size 128] [--max-tokens 128]
  *
  * --device cpu runs the same config shape with the tiny preset and the byte tokenizer (a Qwen3
  * vocabulary's LM head would make each CPU step minutes long), fp32, one thread per role: the
  * end-to-end check that the configuration works without a GPU. --fused-kernels turns
- * trainer.model.fused_kernels on.
+ * trainer.model.fused_kernels on. --batch-size and --max-tokens override the config's rollouts a
+ * step and their length (a quicker run; the GPU plan's dry run takes 16 of 16 tokens).
  */
 import { execFileSync, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -125,6 +127,8 @@ async function main() {
           ...['--trainer.threads', '1', '--inference.threads', '1'],
         ]),
     ...(process.argv.includes('--fused-kernels') ? ['--trainer.model.fused-kernels', 'true'] : []),
+    ...(process.argv.includes('--batch-size') ? ['--orchestrator.batch-size', arg('batch-size', '')] : []),
+    ...(process.argv.includes('--max-tokens') ? ['--orchestrator.sampling.max-tokens', arg('max-tokens', '')] : []),
   ];
   const log = path.join(root, 'rl.log');
   process.stderr.write(`rl-size: ${steps} steps on ${device}, model ${model}, log ${log}\n`);

@@ -78,7 +78,7 @@ const shapes = (p: Plan) =>
         dtype: 'bfloat16',
         decode: ['--prompt', '128', '--new', '256', '--concurrency', '64,256'],
         train: ['--rows', '2', '--row-len', '4096', '--samples', '4', '--steps', '3'],
-        rlSteps: '12',
+        rl: ['--steps', '12'],
         serving: ['--model', 'qwen3-0.6b'],
         threads: [] as string[],
       }
@@ -88,7 +88,7 @@ const shapes = (p: Plan) =>
         dtype: 'float32',
         decode: ['--prompt', '16', '--new', '16', '--concurrency', '4,8'],
         train: ['--rows', '2', '--row-len', '128', '--samples', '4', '--steps', '2', '--loss-from', '8'],
-        rlSteps: '4',
+        rl: ['--steps', '4', '--batch-size', '16', '--max-tokens', '16'],
         serving: ['--model', 'tiny', '--prompts', '2', '--prompt-len', '32', '--rollouts', '2', '--new', '8'],
         threads: ['--threads', '2'],
       };
@@ -179,7 +179,7 @@ const STEPS: Step[] = [
     writesOwn: true,
     command: (p) => [
       script('rl-size.js'),
-      ...['--device', p.device, '--steps', shapes(p).rlSteps, '--out', path.join(p.out, 'rl-size.md')],
+      ...['--device', p.device, ...shapes(p).rl, '--out', path.join(p.out, 'rl-size.md')],
     ],
   },
   trainStep('train-1.7b', 2, true, false),
@@ -336,8 +336,9 @@ async function main() {
     const limit = Math.min(step.seconds, left - 5);
     const md = path.join(plan.out, `${step.name}.md`),
       log = path.join(plan.out, `${step.name}.log`);
+    const [file, ...args] = cmd;
     console.log(
-      `[gpu-plan] ${step.name}: at most ${limit.toFixed(0)} s: node ${cmd.map((a) => path.relative(process.cwd(), a) || a).join(' ')}`,
+      `[gpu-plan] ${step.name}: at most ${limit.toFixed(0)} s: node ${path.relative(process.cwd(), file)} ${args.join(' ')}`,
     );
     const r = await runStep(cmd, limit, step.writesOwn ? null : md, log);
     const files = [md, log].filter((f) => fs.existsSync(f) && fs.statSync(f).size > 0).map((f) => path.basename(f));

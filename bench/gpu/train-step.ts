@@ -74,11 +74,11 @@ async function main(): Promise<void> {
   if (process.argv.includes('--header'))
     process.stdout.write(
       `Training step, ${device}, ${dtype}${dtype === 'bfloat16' ? ' mixed precision' : ''}, ${rows} packed rows of ${rowLen} tokens (${samples} samples each), ${steps} timed steps; MFU against ${PEAK_TFLOPS} TFLOP/s\n\n` +
-        '| model | fused kernels | tokens/s | step ms | forward + backward ms | optimizer ms | MFU |\n' +
+        '| model | fused kernels | tokens/s | ms a step | last step: forward + backward ms | optimizer ms | MFU |\n' +
         '| --- | --- | ---: | ---: | ---: | ---: | ---: |\n',
     );
   process.stdout.write(
-    `| ${name} (${(created.parameters / 1e6).toFixed(0)}M) | ${fusedKernels ? 'on' : 'off'} | ${tps.toFixed(0)} | ${ms(t.seconds / steps)} | ${ms(t.last?.forwardBackwardSeconds)} | ${ms(t.last?.optimizerSeconds)} | ${trainMfu(base.config, tps).toFixed(1)}% |\n`,
+    `| ${name} (${(created.parameters / 1e6).toFixed(created.parameters < 1e8 ? 1 : 0)}M) | ${fusedKernels ? 'on' : 'off'} | ${tps.toFixed(0)} | ${ms(t.seconds / steps)} | ${ms(t.last?.forwardBackwardSeconds)} | ${ms(t.last?.optimizerSeconds)} | ${trainMfu(base.config, tps).toFixed(1)}% |\n`,
   );
 }
 
