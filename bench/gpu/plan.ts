@@ -112,6 +112,38 @@ const trainStep = (name: string, part: 1 | 2, large: boolean, fused: boolean): S
   },
 });
 
+const decodeStep = (paged: boolean): Step => ({
+  name: paged ? 'decode-paged' : 'decode',
+  part: 1,
+  what: paged
+    ? 'the same decode through the paged decode kernel'
+    : "decode at 64 and 256 requests through libtorch's attention (tokens/s, roofline share)",
+  seconds: paged ? 50 : 100,
+  needs: paged ? [PAGED_CHECKS] : undefined,
+  command: (p) => {
+    if (paged && !p.cuda) return { skip: 'the paged decode kernel is CUDA code' };
+    const s = shapes(p);
+    return [
+      script('decode.js'),
+      ...['--models', s.model, '--device', p.device, '--dtype', s.dtype, ...s.decode],
+      ...(paged ? ['--paged-kernel'] : s.threads),
+    ];
+  },
+});
+
+/** Checks of bench/gpu/checks.ts (a set, narrowed by `only`), their table in <name>.md. */
+const checkStep = (name: string, part: 1 | 2, what: string, seconds: number, set: string, only?: string): Step => ({
+  name,
+  part,
+  what,
+  seconds,
+  writesOwn: true,
+  command: (p) => [
+    script('gpu-checks.js'),
+    ...['--set', set, ...(only ? ['--only', only] : []), '--device', p.device, '--out', p.out, '--file', name],
+  ],
+});
+
 /**
  * The plan, in the order it runs. Qwen3.5 (issue #46) joins here when the family lands: its card
  * checks (Gated DeltaNet and gated attention against libtorch, forward and backward) as entries of
@@ -119,58 +151,25 @@ const trainStep = (name: string, part: 1 | 2, large: boolean, fused: boolean): S
  * shapes as steps beside the 0.6B ones.
  */
 const STEPS: Step[] = [
-  {
-    name: 'kernels',
-    part: 1,
-    what: 'every fused kernel against libtorch (forward and backward, fp32 and bf16) and the paged decode kernel against libtorch attention',
-    seconds: 120,
-    writesOwn: true,
-    command: (p) => [
-      script('gpu-checks.js'),
-      ...['--set', 'kernels', '--device', p.device, '--out', p.out, '--file', 'kernels'],
-    ],
-  },
-  {
-    name: 'decode',
-    part: 1,
-    what: "decode at 64 and 256 requests through libtorch's attention (tokens/s, roofline share)",
-    seconds: 100,
-    command: (p) => {
-      const s = shapes(p);
-      return [
-        script('decode.js'),
-        ...['--models', s.model, '--device', p.device, '--dtype', s.dtype, ...s.decode, ...s.threads],
-      ];
-    },
-  },
-  {
-    name: 'decode-paged',
-    part: 1,
-    what: 'the same decode through the paged decode kernel',
-    seconds: 50,
-    needs: [PAGED_CHECKS],
-    command: (p) => {
-      if (!p.cuda) return { skip: 'the paged decode kernel is CUDA code' };
-      const s = shapes(p);
-      return [
-        script('decode.js'),
-        ...['--models', s.model, '--device', p.device, '--dtype', s.dtype, ...s.decode, '--paged-kernel'],
-      ];
-    },
-  },
+  checkStep(
+    'kernels',
+    1,
+    'every fused kernel against libtorch (forward and backward, fp32 and bf16) and the paged decode kernel against libtorch attention',
+    120,
+    'kernels',
+  ),
+  decodeStep(false),
+  decodeStep(true),
   trainStep('train', 1, false, false),
   trainStep('train-fused', 1, false, true),
-  {
-    name: 'nccl',
-    part: 1,
-    what: 'a fully sharded group of one over NCCL and Gloo against one trainer, its collectives timed',
-    seconds: 40,
-    writesOwn: true,
-    command: (p) => [
-      script('gpu-checks.js'),
-      ...['--set', 'groups', '--only', 'group of one', '--device', p.device, '--out', p.out, '--file', 'nccl'],
-    ],
-  },
+  checkStep(
+    'nccl',
+    1,
+    'a fully sharded group of one over NCCL and Gloo against one trainer, its collectives timed',
+    40,
+    'groups',
+    'group of one',
+  ),
   {
     name: 'rl-size',
     part: 2,
@@ -197,18 +196,14 @@ const STEPS: Step[] = [
       ];
     },
   },
-  {
-    name: 'two-ranks',
-    part: 2,
-    what: 'two fully sharded ranks on one device over Gloo against one trainer',
-    seconds: 30,
-    writesOwn: true,
-    command: (p) => [
-      script('gpu-checks.js'),
-      ...['--set', 'groups', '--only', 'two fully sharded ranks', '--device', p.device, '--out', p.out],
-      ...['--file', 'two-ranks'],
-    ],
-  },
+  checkStep(
+    'two-ranks',
+    2,
+    'two fully sharded ranks on one device over Gloo against one trainer',
+    30,
+    'groups',
+    'two fully sharded ranks',
+  ),
 ];
 
 /**
