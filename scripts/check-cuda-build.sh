@@ -21,11 +21,12 @@ install_nccl_headers
 cuda=$PWD/$CUDA13_ROOT
 echo "[check-cuda-build] building the addon against $TORCH2_DIR/torch with nvcc $("$cuda/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') into build/cuda"
 # PRIME_REQUIRE_CUDA_KERNELS: without nvcc, or with the CUDA headers failing, the build stops
-# instead of leaving the kernels out. PRIME_NCCL_INCLUDE: nccl.h's folder and the cuBLAS,
-# cuSPARSE and cuSOLVER headers' (a full PyTorch install has them beside torch).
+# instead of leaving the kernels out. PRIME_NCCL_INCLUDE: nccl.h's folder, the cuBLAS, cuSPARSE
+# and cuSOLVER headers' (a full PyTorch install has them beside torch) and the toolkit's, for CCCL
+# (cuBLAS' headers include cuda_fp16.h, which includes <nv/target>).
 CUDACXX=$cuda/bin/nvcc LIBTORCH=$PWD/$TORCH2_DIR/torch npx --no-install cmake-js compile --directory native \
   --out build/cuda --log-level warn --CDPRIME_TORCH_DIRECT=ON --CDPRIME_REQUIRE_CUDA_KERNELS=ON \
-  "--CDPRIME_NCCL_INCLUDE=$PWD/$NCCL_HEADERS/nvidia/nccl/include;$PWD/$NCCL_HEADERS/nvidia/cu13/include"
+  "--CDPRIME_NCCL_INCLUDE=$PWD/$NCCL_HEADERS/nvidia/nccl/include;$PWD/$NCCL_HEADERS/nvidia/cu13/include;$cuda/include"
 lib=build/cuda/Release/prime_native.node
 fail() { echo "check-cuda-build: $*" >&2; exit 1; }
 # Device code for both architectures.

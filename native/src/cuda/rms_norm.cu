@@ -135,13 +135,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The weight gradient's second pass: each column's partial sums added in block order.
+// The weight gradient's second pass: block (32, 8) adds the rows of `partial` for 32 columns, the
+// 8 threads of a column each a strided eighth of the rows (coalesced across the 32), then their 8
+// sums in order: a fixed order, the same result every run.
 template <typename W>
-__global__ void columnSumKernel(const float* __restrict__ partial, int64_t blocks, int width, W* __restrict__ dw) {
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) {
-    float t = 0;
-    for (int64_t k = 0; k < blocks; k++) t += partial[k * width + c];
-    dw[c] = fromFloat<W>(t);
+__global__ void __launch_bounds__(kThreads)
+    columnSumKernel(const float* __restrict__ partial, int64_t blocks, int width, W* __restrict__ dw) {
+  __shared__ float red[8][32];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  float t = 0;
+  if (c < width)
+    for (int64_t k = threadIdx.y; k < blocks; k += 8) t += partial[k * width + c];
+  red[threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < width) {
+    float sum = 0;
+#pragma unroll
+    for (int y = 0; y < 8; y++) sum += red[y][threadIdx.x];
+    dw[c] = fromFloat<W>(sum);
   }
 }
 
@@ -206,7 +217,8 @@ void launchBackward(const void* g, const void* gSum, const void* s, const float*
     backwardKernel<T, W, V, kStrides, false>
         <<<grid, block, 0, stream>>>(gp, nullptr, sp, rstd, wp, static_cast<T*>(dx), partial, rows, width);
   if (dw)
-    columnSumKernel<W><<<gridFor(width, 256), 256, 0, stream>>>(workspace, int64_t(grid), width, static_cast<W*>(dw));
+    columnSumKernel<W>
+        <<<unsigned((width + 31) / 32), dim3(32, 8), 0, stream>>>(workspace, int64_t(grid), width, static_cast<W*>(dw));
 }
 
 // Calls f(T(), W(), std::integral_constant<int, V>()) for the dtypes and a vector width v in
