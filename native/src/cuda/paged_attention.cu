@@ -124,6 +124,8 @@ __global__ void __launch_bounds__(kThreads)
             }
         }
       }
+      // Unrolled, so that acc stays in registers (no spills).
+#pragma unroll
       for (int w = 0; w < kWarps; w++) {
         if (warp == w && active) {
 #pragma unroll
