@@ -118,7 +118,7 @@ const decodeStep = (paged: boolean): Step => ({
   what: paged
     ? 'the same decode through the paged decode kernel'
     : "decode at 64 and 256 requests through libtorch's attention (tokens/s, roofline share)",
-  seconds: paged ? 50 : 100,
+  seconds: paged ? 50 : 90,
   needs: paged ? [PAGED_CHECKS] : undefined,
   command: (p) => {
     if (paged && !p.cuda) return { skip: 'the paged decode kernel is CUDA code' };
@@ -155,7 +155,7 @@ const STEPS: Step[] = [
     'kernels',
     1,
     'every fused kernel against libtorch (forward and backward, fp32 and bf16) and the paged decode kernel against libtorch attention',
-    120,
+    150,
     'kernels',
   ),
   decodeStep(false),
