@@ -24,9 +24,13 @@ echo "[check-cuda-build] building the addon against $TORCH2_DIR/torch with nvcc 
 # instead of leaving the kernels out. PRIME_NCCL_INCLUDE: nccl.h's folder, the cuBLAS, cuSPARSE
 # and cuSOLVER headers' (a full PyTorch install has them beside torch) and the toolkit's, for CCCL
 # (cuBLAS' headers include cuda_fp16.h, which includes <nv/target>).
-CUDACXX=$cuda/bin/nvcc LIBTORCH=$PWD/$TORCH2_DIR/torch npx --no-install cmake-js compile --directory native \
-  --out build/cuda --log-level warn --CDPRIME_TORCH_DIRECT=ON --CDPRIME_REQUIRE_CUDA_KERNELS=ON \
+# Configured every time (cmake-js compile would keep an earlier configuration and its flags), then
+# built incrementally.
+export CUDACXX=$cuda/bin/nvcc LIBTORCH=$PWD/$TORCH2_DIR/torch
+cmake_js() { npx --no-install cmake-js "$1" --directory native --out build/cuda --log-level warn "${@:2}"; }
+cmake_js configure --CDPRIME_TORCH_DIRECT=ON --CDPRIME_REQUIRE_CUDA_KERNELS=ON \
   "--CDPRIME_NCCL_INCLUDE=$PWD/$NCCL_HEADERS/nvidia/nccl/include;$PWD/$NCCL_HEADERS/nvidia/cu13/include;$cuda/include"
+cmake_js build
 lib=build/cuda/Release/prime_native.node
 fail() { echo "check-cuda-build: $*" >&2; exit 1; }
 # Device code for both architectures.
