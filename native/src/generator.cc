@@ -59,11 +59,14 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
   if (o.gpuMemoryUtilization > 0 && !model->device.is_cuda())
     throw std::runtime_error("gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on " +
                              model->device.str());
+  const ArchConfig& c = model->cfg;
   if (pagedAttentionKernel) {
-    const std::string why = pagedDecodeUnsupported(model->device, model->dtype);
+    // The most positions a decode step reads: the block tables' width in positions.
+    const int64_t maxKeys = ceilDiv(maxSequenceLength, blockSize) * blockSize;
+    const std::string why =
+        pagedDecodeUnsupported(model->device, model->dtype, c.numHeads, c.numKvHeads, c.headDim, maxKeys);
     if (!why.empty()) throw std::runtime_error("pagedAttentionKernel: " + why);
   }
-  const ArchConfig& c = model->cfg;
   int64_t blocks = 0;
   if (o.kvCacheTokens > 0) {
     blocks = ceilDiv(o.kvCacheTokens, blockSize);

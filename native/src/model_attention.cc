@@ -29,11 +29,14 @@ std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const a
   at::Tensor h = rmsNorm(x, L.inputNorm);
   at::Tensor q, k;
   if (fusedUsable(L.qkv, {&L.q, &L.k, &L.v}, ad)) {
-    // One matmul; q and k are rewritten below (norm, RoPE), v is made contiguous here.
+    // One matmul; q and k are rewritten below (norm, RoPE), v is made contiguous here. Split, not
+    // three narrows: under autograd their gradients come back as one tensor (a cat), where each
+    // narrow's backward would fill a full-width tensor with zeros and the three be added.
     const at::Tensor qkv = at::linear(h, L.qkv, L.qkvBias);  // [N, qRows + 2 KV hd]
-    q = qkv.narrow(1, 0, qRows);
-    k = qkv.narrow(1, qRows, KV * hd).view({N, KV, hd});
-    v = qkv.narrow(1, qRows + KV * hd, KV * hd).contiguous().view({N, KV, hd});
+    const std::vector<at::Tensor> parts = qkv.split_with_sizes({qRows, KV * hd, KV * hd}, 1);
+    q = parts[0];
+    k = parts[1].view({N, KV, hd});
+    v = parts[2].contiguous().view({N, KV, hd});
   } else {
     q = project(h, L.q, L.qBias, ad);
     k = project(h, L.k, L.kBias, ad).view({N, KV, hd});

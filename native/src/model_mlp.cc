@@ -23,9 +23,8 @@ at::Tensor Model::denseMlp(const at::Tensor& x, const at::Tensor& gate, const at
                            const Adapt& ad, const at::Tensor& gateUp) const {
   const at::Tensor none;
   if (gateUp.defined()) {
-    const int64_t I = gate.size(0);
     const at::Tensor gu = at::linear(x, gateUp);  // [N, 2 I]
-    return project(kernels().swiglu(gu.narrow(1, 0, I), gu.narrow(1, I, I)), down, none, ad);
+    return project(kernels().swigluPacked(gu), down, none, ad);
   }
   return project(kernels().swiglu(project(x, gate, none, ad), project(x, up, none, ad)), down, none, ad);
 }

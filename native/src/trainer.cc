@@ -390,7 +390,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
 
 StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& loss, double lr, double maxGradNorm) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (group_) group_->takeStats();  // this step's collectives from here on
+  if (group_) group_->resetStats();  // this step's collectives from here on
   zeroGrads();
   StepStats st = forwardBackward(rows, loss);
   st.forwardBackwardSeconds = since(t0);
