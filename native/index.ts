@@ -1100,6 +1100,8 @@ export function broadcastBuffers(
   return (
     group as unknown as { broadcast(b: Buffer[], root: number, bucket: number, device: string): Promise<void> }
   ).broadcast(buffers, opts.root, opts.bucketBytes, opts.device ?? 'cpu');
+}
+
 export interface CollectiveTimeOptions {
   /** Where the tensors live: CUDA tensors move over the group's NCCL (or Gloo), CPU ones over Gloo. */
   device: string;
