@@ -34,7 +34,7 @@ const dynamicInto = (message, ...dirs) => {
  */
 const SCHEMA_LAYERS = [
   ['common'],
-  ['model', 'temporal', 'ckpt', 'envs', 'sampling', 'lora', 'optim', 'loss', 'wandb', 'distill', 'weights'],
+  ['model', 'temporal', 'ckpt', 'envs', 'sampling', 'lora', 'optim', 'loss', 'wandb', 'distill', 'weights', 'slurm'],
   ['dist', 'inference'],
   ['trainer', 'orchestrator', 'eval'],
   ['rl', 'sft', 'worker', 'model-tools', 'report'],

@@ -15,7 +15,8 @@
 #                4. the native addon (cmake-js against libtorch) -> build/native/Release/prime_native.node
 #                5. the TypeScript build -> dist/
 #   --tests      + what the test suite and `npm run lint` use: clang-format, Chromium (the report's
-#                rendering tests), nginx (the secured Temporal frontends), a JRE and Maven, and
+#                rendering tests), nginx (the secured Temporal frontends), slurm-wlm and munge (a
+#                one-node SLURM the SLURM test starts), a JRE and Maven, and
 #                Temporal's Java test server (the time-skipping workflow tests) fetched into tools/
 #   --wandb      + 6. the Weights & Biases SDK (Python `wandb`, scripts/wandb/requirements.txt) -> .venv/
 #   --verifiers  + 7. verifiers 0.4.0 (scripts/verifiers/) -> .venv-verifiers/
@@ -126,9 +127,11 @@ if [ $main = 1 ]; then
   if [ -z "$LIBTORCH" ]; then APT_PACKAGES+=(libtorch-dev); fi
 fi
 # Chromium: test/report.render.test.ts; clang-format: npm run lint; nginx: the TLS frontends of
-# test/temporal.secured.test.ts (started by the test, never as a service); the JRE and Maven: the
-# Java test server below.
-if [ $tests = 1 ]; then APT_PACKAGES+=(chromium clang-format nginx openjdk-17-jre-headless maven); fi
+# test/temporal.secured.test.ts (started by the test, never as a service); slurm-wlm and munge: the
+# cluster of test/slurm.test.ts (likewise); the JRE and Maven: the Java test server below.
+if [ $tests = 1 ]; then
+  APT_PACKAGES+=(chromium clang-format nginx slurm-wlm munge openjdk-17-jre-headless maven)
+fi
 # python3 with venv + ensurepip (steps 6 and 7), unless python3 already has them.
 if [ $((wandb + verifiers)) -gt 0 ] && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   APT_PACKAGES+=(python3 python3-venv)
@@ -138,10 +141,14 @@ for p in ${APT_PACKAGES[@]+"${APT_PACKAGES[@]}"}; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then step "installing Debian packages: ${missing[*]}" apt_install "${missing[@]}"; fi
-# Debian starts an nginx it installs as a service on port 80; the tests start their own.
-if [[ " ${missing[*]-} " == *" nginx "* ]] && command -v systemctl >/dev/null && systemctl is-enabled nginx >/dev/null 2>&1; then
-  $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
-fi
+# Debian starts what it installs as services (nginx on port 80, munge, slurmd, slurmctld); the tests
+# start their own.
+for unit in nginx:nginx munge:munge slurmd:slurm-wlm slurmctld:slurm-wlm; do
+  svc=${unit%%:*} pkg=${unit#*:}
+  if [[ " ${missing[*]-} " == *" $pkg "* ]] && command -v systemctl >/dev/null && systemctl is-enabled $svc >/dev/null 2>&1; then
+    $SUDO systemctl disable --now $svc >/dev/null 2>&1 || true
+  fi
+done
 
 if [ $main = 1 ]; then
   # 3. npm packages -----------------------------------------------------------------------------

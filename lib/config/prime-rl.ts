@@ -41,7 +41,7 @@ const move = (from: string, to: string, extra: Partial<Alias> = {}): Alias => ({
 
 const PERF = 'a performance setting of the PyTorch trainer; results do not depend on it';
 const LOGS = 'our processes log to <run>/logs/ at one level';
-const SLURM = 'SLURM jobs: run our processes under any scheduler as docs/cluster.md shows';
+const SLURM = 'SLURM jobs of this command: rl submits with [slurm] (docs/cluster.md, "SLURM"); run the others under any scheduler as docs/cluster.md shows';
 const ENV_VARS = 'set variables in the environment of the prime-rl command: every process it starts inherits it';
 const TRANSPORT = 'every part exchanges weights and batches through the run folder (output_dir), shared between hosts';
 const TOKENIZER =
@@ -478,10 +478,13 @@ const deploymentKeys = (prefix: string, inferGpus: string | null): Alias[] => [
   ),
 ];
 
-const commonTop = (prefix = ''): Alias[] => [
+/** `slurm`: rl's [slurm] is ours (lib/config/schemas/slurm.ts); elsewhere it is refused. */
+const commonTop = (prefix = '', slurm = false): Alias[] => [
   refuse(`${prefix}env_vars`, ENV_VARS, true),
   refuse(`${prefix}log`, LOGS, true),
-  refuseFeature(`${prefix}slurm`, SLURM),
+  ...(slurm
+    ? [only(`${prefix}slurm.dry_run`, [false], 'give --dry-run on the command line: it writes the script, unsubmitted')]
+    : [refuseFeature(`${prefix}slurm`, SLURM)]),
   refuseFeature(
     `${prefix}heartbeat`,
     'BetterStack heartbeats: watch runs with `prime-rl runs show`, the Temporal UI or metrics.jsonl',
@@ -577,7 +580,7 @@ function inferenceKeys(rl: boolean): Alias[] {
 
 /** The top-level blocks `rl` and `sft` share; `inferGpus`: where num_infer_gpus goes (null: one server only). */
 const trainingTop = (wandb: boolean, inferGpus: string | null, rl = false): Alias[] => [
-  ...commonTop(),
+  ...commonTop('', rl),
   ...ckptKeys(''),
   ...resumeKeys(''),
   ...monitors('', wandb),

@@ -47,6 +47,7 @@ import { taskQueues } from '../temporal/queues';
 import { checkWorldSize, newDistToken } from '../trainer/group';
 import { acquireDevServer, releaseDevServer, type OwnedDevServer } from './devserver-policy';
 import { SilentServers } from './silence';
+import { jobStep } from './slurm';
 import {
   cliProcess,
   readLauncherRecord,
@@ -90,6 +91,11 @@ export interface LaunchOptions {
    * no dev server; only start (or re-attach to) the workflow and follow it (`prime-rl runs start`).
    */
   external?: boolean;
+  /**
+   * Inside a SLURM job ([slurm], lib/launch/slurm.ts): each process is a job step of its own
+   * (srun), started again by its supervision when the step ends.
+   */
+  jobSteps?: boolean;
 }
 
 export interface LocalRun<R> {
@@ -215,6 +221,7 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
       temporal: { ...spec.temporal, task_queue: queuePrefix },
       trainer: { rank: 0, world_size: worldSize, dist: trainerDist },
     };
+    const step = (name: string) => (opts.jobSteps ? (argv: string[]) => jobStep(name, argv) : undefined);
     const recorded = (pool: keyof LauncherRecord['processes']) => (id: ProcessId) => {
       record.processes[pool] = id;
       try {
@@ -232,6 +239,8 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
         cliProcess(
           ['inference', '@', writeJson(path.join(configs, `${name}.json`), { ...spec.inference, server, replicas: 1 })],
           path.join(layout.logsDir, `${name}.log`),
+          {},
+          step(name),
         ),
         say,
         recorded(name),
@@ -249,7 +258,12 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
       const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
       children[pool] = new Supervised(
         `${pool} worker`,
-        cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool]), pool === 'trainer' ? rankEnv : {}),
+        cliProcess(
+          ['worker', '@', file],
+          path.join(layout.logsDir, logName[pool]),
+          pool === 'trainer' ? rankEnv : {},
+          step(pool),
+        ),
         say,
         recorded(pool),
         undefined,
@@ -267,7 +281,7 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
       followers.push(
         new Supervised(
           `trainer rank ${rank}`,
-          cliProcess(['worker', '@', file], path.join(layout.logsDir, `${name}.log`), rankEnv),
+          cliProcess(['worker', '@', file], path.join(layout.logsDir, `${name}.log`), rankEnv, step(name)),
           say,
           recorded(name),
           undefined,

@@ -8,6 +8,7 @@ import { stepLine } from '../run/progress';
 import type { TrainMetrics } from '../trainer/types';
 import { follow, trainParts } from './follow';
 import { launch, type LaunchOptions, type LocalRun } from './launch';
+import { insideSlurmJob, submitSlurmJob } from './slurm';
 
 /**
  * What the launcher reads of the `rl` workflow's `progress` query (workflows/rl.ts `RLProgress`;
@@ -71,6 +72,11 @@ export function launchRun(config: RLConfig, opts: LaunchOptions = {}): Promise<L
  * is the workflow's (activities/wandb.ts), whoever starts the run.
  */
 export async function runRl(config: RLConfig, opts: LaunchOptions = {}): Promise<void> {
+  // [slurm]: submitted as a batch job, unless this is that job (lib/launch/slurm.ts).
+  if (config.slurm && !opts.external) {
+    if (!insideSlurmJob()) return void submitSlurmJob(config, (line) => process.stdout.write(`${line}\n`));
+    opts = { ...opts, jobSteps: true };
+  }
   const run = await launchRun(config, opts);
   await follow(run, config.run_name, (result) => {
     const evals = readEvalResults(result.runDir);

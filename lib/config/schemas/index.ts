@@ -25,6 +25,7 @@ export { inferenceSchema, replicaServers, serverSchema, type InferenceConfig } f
 export { RL_SECTIONS, RL_SHARED_AT_LEAST, RL_SHARED_KEYS, rlSchema, type RLConfig } from './rl';
 export { sftSchema, type SFTConfig } from './sft';
 export { weightBroadcastSchema, type WeightBroadcastConfig } from './weights';
+export { slurmSchema, type SlurmConfig } from './slurm';
 export { evalSchema, type EvalConfig } from './eval';
 export { WORKER_SECTIONS, WORKER_SHARED_KEYS, workerSchema, type WorkerConfig } from './worker';
 export { modelCreateSchema, modelPlanSchema, type ModelCreateConfig, type ModelPlanConfig } from './model-tools';

@@ -15,6 +15,7 @@ import { orchestratorSchema } from './orchestrator';
 import { temporalSchema, withRunQueue } from './temporal';
 import { trainerSchema } from './trainer';
 import { wandbSchema } from './wandb';
+import { slurmSchema } from './slurm';
 import { weightBroadcastSchema } from './weights';
 
 /** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */
@@ -40,6 +41,9 @@ export const rlSchema = z
     temporal: temporalSchema,
     wandb: wandbSchema,
     weight_broadcast: weightBroadcastSchema,
+    slurm: slurmSchema
+      .optional()
+      .describe('[slurm]: submit the run as a SLURM batch job (lib/config/schemas/slurm.ts); --dry-run writes its script'),
     distill: distillSchema,
     trainer: trainerSchema,
     orchestrator: orchestratorSchema,
