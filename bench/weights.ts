@@ -64,8 +64,10 @@ async function* unitData(
   units: Entry[][], onUnit?: (u: number, t: NamedTensor[]) => Promise<void>) {
   for (let u = 0; u < units.length; u++) {
     const tensors = units[u]!.map((e) => ({ ...e, data: Buffer.alloc(numel(e.shape) * DTYPE_BYTES[e.dtype], PATTERN) }));
-    await onUnit?.(u, tensors);
+    // As TrainerRuntime.writeWeights: a unit's broadcast overlaps its write.
+    const sent = onUnit?.(u, tensors);
     yield tensors;
+    await sent;
   }
 }
 

@@ -74,6 +74,14 @@ test('a template of your own: its placeholders filled in; one that is not ours i
   });
 });
 
+test('[slurm] is rl\'s: sft refuses it by name, and slurm.dry_run points to --dry-run', async () => {
+  const sft = prime(['sft', '--model.name', modelDir, '--slurm.job-name', 'x', '--dry-run']);
+  await expect(sft).rejects.toMatchObject({ code: 2, stderr: expect.stringMatching(/slurm.*SLURM jobs of this command/s) });
+  const args = await tinyRunArgs({ name: 'dryflag', modelDir, outputDir, steps: 2 });
+  const rl = prime(['rl', ...args, '--slurm.dry-run', 'true', '--dry-run']);
+  await expect(rl).rejects.toMatchObject({ code: 2, stderr: expect.stringMatching(/slurm\.dry_run.*give --dry-run/s) });
+});
+
 const unusable = slurmUnusable();
 if (unusable) console.warn(`test/slurm.test.ts: the submission test skipped: no SLURM cluster here (${unusable})`);
 

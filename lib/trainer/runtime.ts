@@ -398,7 +398,7 @@ export class TrainerRuntime {
     }
     // In the base model's dtype (bf16 for a bf16 model: half of fp32's bytes, what the servers
     // would hold anyway); each unit is checked as it comes and handed to `onUnit` (a broadcast to
-    // the servers) before it is written.
+    // the servers) while it is written.
     const dtype = this.weightsDtype;
     const trainer = this.trainer;
     const entries = this.policyUnits().flat();
@@ -406,8 +406,10 @@ export class TrainerRuntime {
       for (let u = 0; u < trainer.weightUnits; u++) {
         const tensors = (await trainer.readWeightUnit(u, dtype)) as NamedTensor[];
         await checkFinite(tensors, version);
-        await onUnit?.(u, tensors);
+        // The broadcast of a unit (a native thread's collective) overlaps its write.
+        const sent = onUnit?.(u, tensors);
         yield tensors;
+        await sent;
       }
     }
     await writeHfModelStream(dir, { config: this.rawConfig, entries, batches: units(), copyFrom: this.baseDir, files });

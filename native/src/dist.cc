@@ -249,9 +249,11 @@ bool isLoopback(const std::string& host) { return host == "localhost" || host.rf
 }
 
 // Consecutive tensors of one dtype and device, at most `bucketBytes` together (a larger tensor is
-// a bucket of its own), flattened into one buffer for `op`, then copied back.
+// a bucket of its own), flattened into one buffer for `op`, then copied back unless `op` left them
+// as they were (a broadcast's root: its tensors may be read meanwhile, the weight broadcast's are
+// being written to the folder).
 template <typename Op>
-void forBuckets(std::vector<at::Tensor>& ts, int64_t bucketBytes, Op op) {
+void forBuckets(std::vector<at::Tensor>& ts, int64_t bucketBytes, Op op, bool copyBack = true) {
   at::NoGradGuard noGrad;
   size_t i = 0;
   while (i < ts.size()) {
@@ -265,7 +267,7 @@ void forBuckets(std::vector<at::Tensor>& ts, int64_t bucketBytes, Op op) {
     at::Tensor buf = j - i == 1 ? flat[0].contiguous().clone() : at::cat(flat);
     op(buf);
     int64_t off = 0;
-    for (size_t k = i; k < j; k++) {
+    for (size_t k = i; k < j && copyBack; k++) {
       const int64_t n = ts[k].numel();
       ts[k].copy_(buf.narrow(0, off, n).view(ts[k].sizes()));
       off += n;
@@ -464,12 +466,15 @@ void DistGroup::allReduceBucketed(std::vector<at::Tensor>& ts, int64_t bucketByt
 }
 
 void DistGroup::broadcastBucketed(std::vector<at::Tensor>& ts, int root, int64_t bucketBytes) {
-  forBuckets(ts, bucketBytes, [&](at::Tensor& buf) {
-    std::vector<at::Tensor> v{buf};
-    c10d::BroadcastOptions o;
-    o.rootRank = root;
-    PRIME_ISSUE(buf, "broadcast", true, pg.broadcast(v, o))->wait();
-  });
+  forBuckets(
+      ts, bucketBytes,
+      [&](at::Tensor& buf) {
+        std::vector<at::Tensor> v{buf};
+        c10d::BroadcastOptions o;
+        o.rootRank = root;
+        PRIME_ISSUE(buf, "broadcast", true, pg.broadcast(v, o))->wait();
+      },
+      rank_ != root);
 }
 
 void DistGroup::send(at::Tensor& t, int dst, int tag) {

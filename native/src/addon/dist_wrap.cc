@@ -93,6 +93,7 @@ class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
           std::vector<at::Tensor> onDevice;
           for (const at::Tensor& t : ts) onDevice.push_back(t.to(at::Device(device)));
           g->broadcastBucketed(onDevice, root, bucketBytes);
+          if (g->rank() == root) return;  // the root's buffers stay as they were (read meanwhile)
           for (size_t i = 0; i < ts.size(); i++) ts[i].copy_(onDevice[i]);
         },
         nullptr);
