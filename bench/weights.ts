@@ -60,10 +60,12 @@ function unitsOf(a: ArchConfig, dtype: DType): Entry[][] {
 const PATTERN = randomBytes(1 << 22);
 
 /** Each unit's tensors with data, one unit at a time (a trainer reads them so). */
-async function* unitData(
-  units: Entry[][], onUnit?: (u: number, t: NamedTensor[]) => Promise<void>) {
+async function* unitData(units: Entry[][], onUnit?: (u: number, t: NamedTensor[]) => Promise<void>) {
   for (let u = 0; u < units.length; u++) {
-    const tensors = units[u]!.map((e) => ({ ...e, data: Buffer.alloc(numel(e.shape) * DTYPE_BYTES[e.dtype], PATTERN) }));
+    const tensors = units[u]!.map((e) => ({
+      ...e,
+      data: Buffer.alloc(numel(e.shape) * DTYPE_BYTES[e.dtype], PATTERN),
+    }));
     // As TrainerRuntime.writeWeights: a unit's broadcast overlaps its write.
     const sent = onUnit?.(u, tensors);
     yield tensors;
@@ -182,7 +184,8 @@ async function main(): Promise<void> {
   const rows: string[] = [];
   try {
     for (const shape of arg('shapes', '0.6b,1.7b').split(',')) {
-      if (!SHAPES[shape]) throw new Error(`--shapes: unknown shape ${shape} (known: ${Object.keys(SHAPES).join(', ')})`);
+      if (!SHAPES[shape])
+        throw new Error(`--shapes: unknown shape ${shape} (known: ${Object.keys(SHAPES).join(', ')})`);
       const a = resolveArchConfig(SHAPES[shape]);
       const receiver = new Receiver(shape);
       const broadcaster = new WeightBroadcaster(
@@ -193,7 +196,10 @@ async function main(): Promise<void> {
         const paths: [string, (rep: number) => Promise<Sample>][] = [
           ['fs fp32', () => viaFolder(a, 'F32', path.join(root, 'fp32'))],
           ['fs dtype (bf16)', () => viaFolder(a, 'BF16', path.join(root, 'bf16'))],
-          ['broadcast (bf16, Gloo)', (rep) => viaBroadcast(a, path.join(root, 'bcast'), broadcaster, receiver, rep + 1)],
+          [
+            'broadcast (bf16, Gloo)',
+            (rep) => viaBroadcast(a, path.join(root, 'bcast'), broadcaster, receiver, rep + 1),
+          ],
         ];
         for (const [name, run] of paths) {
           const samples: Sample[] = [];

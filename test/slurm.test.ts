@@ -62,7 +62,10 @@ test('--dry-run writes the sbatch script and the config it runs, submitting noth
 test('a template of your own: its placeholders filled in; one that is not ours is refused by name', async () => {
   const args = await tinyRunArgs({ name: 'tmpl', modelDir, outputDir, steps: 2 });
   const own = path.join(root, 'own.sbatch');
-  fs.writeFileSync(own, '#!/bin/bash\n#SBATCH --job-name={{job_name}}\nmodule load node\nexec {{ node }} x {{config}}\n');
+  fs.writeFileSync(
+    own,
+    '#!/bin/bash\n#SBATCH --job-name={{job_name}}\nmodule load node\nexec {{ node }} x {{config}}\n',
+  );
   await prime(['rl', ...args, ...slurmArgs('prl-own'), '--slurm.template-path', own, '--dry-run']);
   const text = fs.readFileSync(path.join(RunLayout.of(outputDir, 'tmpl').dir, 'slurm', 'rl.sbatch'), 'utf8');
   expect(text).toContain('#SBATCH --job-name=prl-own\nmodule load node\nexec ');
@@ -70,15 +73,22 @@ test('a template of your own: its placeholders filled in; one that is not ours i
   const refused = prime(['rl', ...args, '--slurm.template-path', own, '--dry-run']);
   await expect(refused).rejects.toMatchObject({ code: 2 });
   await expect(refused).rejects.toMatchObject({
-    stderr: expect.stringMatching(/slurm\.template_path: .*own\.sbatch has the placeholder \{\{gres\}\}, which is none of ours/),
+    stderr: expect.stringMatching(
+      /slurm\.template_path: .*own\.sbatch has the placeholder \{\{gres\}\}, which is none of ours/,
+    ),
   });
 });
 
-test('[slurm] is rl\'s: sft refuses it by name, and slurm.dry_run points to --dry-run', async () => {
+test("[slurm] is rl's: sft refuses it by name, and slurm.dry_run points to --dry-run", async () => {
   const sft = prime(['sft', '--model.name', modelDir, '--slurm.job-name', 'x', '--dry-run']);
-  await expect(sft).rejects.toMatchObject({ code: 2, stderr: expect.stringMatching(/slurm.*SLURM jobs of this command/s) });
+  await expect(sft).rejects.toMatchObject({
+    code: 2,
+    stderr: expect.stringMatching(/slurm.*SLURM jobs of this command/s),
+  });
   const args = await tinyRunArgs({ name: 'dryflag', modelDir, outputDir, steps: 2 });
-  const rl = prime(['rl', ...args, '--slurm.dry-run', 'true', '--dry-run']);
+  const toml = path.join(root, 'dry-run.toml');
+  fs.writeFileSync(toml, '[slurm]\njob_name = "x"\ndry_run = true\n');
+  const rl = prime(['rl', '@', toml, ...args, '--dry-run']);
   await expect(rl).rejects.toMatchObject({ code: 2, stderr: expect.stringMatching(/slurm\.dry_run.*give --dry-run/s) });
 });
 
@@ -95,7 +105,10 @@ if (unusable) console.warn(`test/slurm.test.ts: the submission test skipped: no 
       const args = await tinyRunArgs({ name: 'job', modelDir, outputDir, steps });
       const layout = RunLayout.of(outputDir, 'job');
       // SLURM_CONF names the cluster; the job inherits it from sbatch.
-      const submit = cli.start(['rl', ...args, ...slurmArgs('prl-job')], ['env', `SLURM_CONF=${cluster.env.SLURM_CONF}`]);
+      const submit = cli.start(
+        ['rl', ...args, ...slurmArgs('prl-job')],
+        ['env', `SLURM_CONF=${cluster.env.SLURM_CONF}`],
+      );
       expect(await submit.exited).toBe(0);
       const job = /submitted batch job (\d+)/.exec(submit.output())![1]!;
       const steps_ = () =>

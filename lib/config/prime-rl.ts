@@ -41,7 +41,8 @@ const move = (from: string, to: string, extra: Partial<Alias> = {}): Alias => ({
 
 const PERF = 'a performance setting of the PyTorch trainer; results do not depend on it';
 const LOGS = 'our processes log to <run>/logs/ at one level';
-const SLURM = 'SLURM jobs of this command: rl submits with [slurm] (docs/cluster.md, "SLURM"); run the others under any scheduler as docs/cluster.md shows';
+const SLURM =
+  'SLURM jobs of this command: rl submits with [slurm] (docs/cluster.md, "SLURM"); run the others under any scheduler as docs/cluster.md shows';
 const ENV_VARS = 'set variables in the environment of the prime-rl command: every process it starts inherits it';
 const TRANSPORT = 'every part exchanges weights and batches through the run folder (output_dir), shared between hosts';
 const TOKENIZER =

@@ -23,8 +23,8 @@
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
-#include <type_traits>
 #include <thread>
+#include <type_traits>
 
 namespace prime {
 

@@ -18,7 +18,8 @@ const DAEMONS = ['munged', 'slurmctld', 'slurmd', 'sbatch', 'srun', 'squeue', 's
 export function slurmUnusable(): string | undefined {
   if (process.getuid?.() !== 0) return 'not root (slurmd runs jobs as their users; munge and slurm want root here)';
   const missing = DAEMONS.filter((d) => spawnSync('sh', ['-c', `command -v ${d}`]).status !== 0);
-  if (missing.length > 0) return `${missing.join(', ')} not installed (bash scripts/setup.sh --tests installs slurm-wlm)`;
+  if (missing.length > 0)
+    return `${missing.join(', ')} not installed (bash scripts/setup.sh --tests installs slurm-wlm)`;
   return undefined;
 }
 

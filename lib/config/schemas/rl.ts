@@ -43,7 +43,9 @@ export const rlSchema = z
     weight_broadcast: weightBroadcastSchema,
     slurm: slurmSchema
       .optional()
-      .describe('[slurm]: submit the run as a SLURM batch job (lib/config/schemas/slurm.ts); --dry-run writes its script'),
+      .describe(
+        '[slurm]: submit the run as a SLURM batch job (lib/config/schemas/slurm.ts); --dry-run writes its script',
+      ),
     distill: distillSchema,
     trainer: trainerSchema,
     orchestrator: orchestratorSchema,
