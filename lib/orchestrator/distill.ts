@@ -16,6 +16,10 @@
  */
 import type { TokenSegment } from '../runfolder/packing';
 
+/** `distill.type`'s values (docs/algorithms.md, "Distillation"); the config enum derives from this list. */
+export const DISTILL_TYPES = ['opd', 'sft', 'opsd'] as const;
+export type DistillType = (typeof DISTILL_TYPES)[number];
+
 /** `distill.baseline`'s values; the config enum derives from this list. */
 export const DISTILL_BASELINES = ['none', 'position'] as const;
 export type DistillBaseline = (typeof DISTILL_BASELINES)[number];

@@ -19,7 +19,7 @@ import {
   builtinEstimator,
   type AdvantageEstimator,
   type AdvantageGroup,
-  type AdvantageType,
+  type AdvantageKind,
   type LengthPenaltyConfig,
 } from './advantages';
 import { difficultyFilter, type DifficultyFilterConfig, type FilterGroup, type RolloutFilter } from './filters';
@@ -52,8 +52,10 @@ export interface PluginConfig {
 
 /** Same shape as the config's `orchestrator.advantage` (type is set unless import_path is). */
 export interface AdvantageConfig {
-  type?: AdvantageType;
+  type?: AdvantageKind;
   std_norm: boolean;
+  /** rae's EMA decay. */
+  decay?: number;
   length_penalty?: LengthPenaltyConfig;
   import_path?: string;
   kwargs: Record<string, unknown>;
@@ -91,8 +93,12 @@ function pluginFunction(
   return fn as (...args: unknown[]) => unknown;
 }
 
-/** The run's advantage estimator. Throws (naming the key and module) when a plugin cannot load. */
+/**
+ * A group estimator of the config (not rae, which is no group estimator: lib/orchestrator/step-batch.ts
+ * computes it). Throws (naming the key and module) when a plugin cannot load.
+ */
 export function advantageEstimator(cfg: AdvantageConfig): AdvantageEstimator {
+  if (cfg.type === 'rae') throw new Error("advantage type 'rae' is not a group estimator");
   if (cfg.import_path === undefined)
     return builtinEstimator({ type: cfg.type ?? 'grpo', std_norm: cfg.std_norm, length_penalty: cfg.length_penalty });
   const plugin = { import_path: cfg.import_path, kwargs: cfg.kwargs };
