@@ -10,18 +10,28 @@ import type { ConcurrencyController, EngineReading } from './concurrency';
 /** How often the servers' counters are read. */
 export const LOAD_INTERVAL_MS = 500;
 
-export interface AdaptiveOptions {
+export interface AdaptiveOptions<T> {
   controller: ConcurrencyController;
   /** The servers' counters now (undefined: no signal). */
   read(): Promise<EngineReading[] | undefined>;
   intervalMs?: number;
+  /** Rollouts an item plays (a group's); default 1. */
+  weight?(item: T): number;
+  /**
+   * Whether finishing an item reports its rollouts to the controller (default); false when the
+   * caller reports each rollout as it finishes (a group's finish one by one).
+   */
+  reportFinished?: boolean;
 }
 
-/** `fn` of every item, in item order; at most the controller's limit at once. */
+/**
+ * `fn` of every item, in item order; their rollouts at most the controller's limit at once (an
+ * item at least, whatever its weight).
+ */
 export async function mapAdaptive<T, R>(
   items: readonly T[],
   fn: (item: T) => Promise<R>,
-  { controller, read, intervalMs = LOAD_INTERVAL_MS }: AdaptiveOptions,
+  { controller, read, intervalMs = LOAD_INTERVAL_MS, weight = () => 1, reportFinished = true }: AdaptiveOptions<T>,
 ): Promise<R[]> {
   const out = new Array<R>(items.length);
   let next = 0;
@@ -39,19 +49,21 @@ export async function mapAdaptive<T, R>(
       .finally(() => {
         reading = false;
         nextReading = Date.now() + intervalMs;
+        wake?.(); // the limit may have moved
       });
   };
   while ((next < items.length || running > 0) && failure === undefined) {
     if (!reading && Date.now() >= nextReading) observe();
-    if (next < items.length && running < Math.max(1, controller.limit)) {
+    if (next < items.length && (running === 0 || running + weight(items[next]) <= controller.limit)) {
       const i = next++;
-      running++;
+      const w = weight(items[i]);
+      running += w;
       void fn(items[i])
         .then((r) => (out[i] = r))
         .catch((e: unknown) => (failure ??= { e }))
         .finally(() => {
-          running--;
-          controller.finished(running);
+          running -= w;
+          if (reportFinished) for (let k = w; k > 0; k--) controller.finished(running + k - 1);
           wake?.();
         });
       continue;

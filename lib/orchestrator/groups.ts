@@ -151,7 +151,10 @@ export async function playGroup(
   if (distill.type === 'opsd' && example.ok) {
     const demo = demonstration(example.value, distill.demoKey);
     if (demo === undefined)
-      throw new NonRetryableError(missingDemonstration(distill.demoKey, env.id, draw.index, example.value), Failure.InvalidConfig);
+      throw new NonRetryableError(
+        missingDemonstration(distill.demoKey, env.id, draw.index, example.value),
+        Failure.InvalidConfig,
+      );
     hint = hintTokens(ctx.tokenizer, distill.template, demo);
   }
   const rollouts = await Promise.all(
@@ -218,21 +221,33 @@ export async function playGroup(
 /** What the rollout filters see of a group. */
 export function filterView(rollouts: readonly StoredRollout[]): FilterGroup {
   const valid = rollouts.filter((r) => !r.error);
+  const tokens = (r: StoredRollout) => r.samples.flat().reduce((n, s) => n + s.tokens.length, 0);
   return {
     env: rollouts[0].env,
+    ...(rollouts[0].envIndex !== undefined ? { envIndex: rollouts[0].envIndex } : {}),
     exampleIndex: rollouts[0].exampleIndex,
     group: rollouts[0].group,
     round: rollouts[0].round,
     rewards: valid.map((r) => r.reward),
     completionTokens: valid.map((r) => r.completionTokens),
+    inputTokens: valid.map((r) => tokens(r) - r.completionTokens),
+    turns: valid.map((r) => r.turns),
     errored: rollouts.length - valid.length,
   };
 }
 
 /** The run's rollout filters; a plugin that fails to load stops the run. */
 export function loadFilters(ctx: RolloutContext): RolloutFilter[] {
+  const c = ctx.config;
   try {
-    return rolloutFilters(ctx.config.orchestrator);
+    return rolloutFilters(
+      c.orchestrator,
+      c.env.map((e) => ({
+        gates: e.gates ?? {},
+        advantage: e.advantage ?? c.orchestrator.advantage,
+        distills: distills(e.distill ?? c.distill),
+      })),
+    );
   } catch (err) {
     throw new NonRetryableError((err as Error).message, Failure.InvalidConfig);
   }

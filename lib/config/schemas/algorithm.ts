@@ -64,14 +64,16 @@ const advantageObject = z
             k,
             `set either ${k} (a built-in) or import_path (a plugin estimator, which computes the advantages itself), not both`,
           );
-      if (a.std_norm) issue('std_norm', 'std_norm applies to built-in estimators only; a plugin (import_path) normalises itself');
+      if (a.std_norm)
+        issue('std_norm', 'std_norm applies to built-in estimators only; a plugin (import_path) normalises itself');
     } else if (Object.keys(a.kwargs).length > 0) {
       issue(
         'kwargs',
         'kwargs are passed to a plugin estimator: set import_path, or configure a built-in with type, std_norm and length_penalty',
       );
     }
-    if (a.type === 'max_rl' && a.std_norm) issue('std_norm', 'max_rl normalises by the group mean: std_norm must stay false');
+    if (a.type === 'max_rl' && a.std_norm)
+      issue('std_norm', 'max_rl normalises by the group mean: std_norm must stay false');
     if (a.type === 'rae') {
       if (a.std_norm) issue('std_norm', 'rae has no group to normalise by: std_norm must stay false');
       if (a.length_penalty !== undefined)
@@ -99,7 +101,11 @@ const echoObject = z
   })
   .superRefine((e, ctx) => {
     if (Object.keys(e.roles).length === 0)
-      ctx.addIssue({ code: 'custom', path: ['roles'], message: 'echo needs at least one role (system, user, assistant, tool)' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['roles'],
+        message: 'echo needs at least one role (system, user, assistant, tool)',
+      });
   });
 export const echoSchema = echoObject
   .optional()
@@ -127,13 +133,13 @@ export const trainEnvSchema = envSchema
       .describe("this environment's echo (false: none); unset = the run's"),
     gates: z
       .record(z.string(), gateSchema)
-      .default({})
+      .optional()
       .describe(
-        'admission gates by name: a group is trained on only if every gate admits it; one dropped is replaced as a rollout filter\'s (advantage_range: drop a group whose advantages all lie in [reject_min, reject_max])',
+        "admission gates by name: a group is trained on only if every gate admits it; one dropped is replaced as a rollout filter's (advantage_range: drop a group whose advantages all lie in [reject_min, reject_max])",
       ),
   })
   .superRefine((e, ctx) => {
-    for (const [name, g] of Object.entries(e.gates))
+    for (const [name, g] of Object.entries(e.gates ?? {}))
       if (g.reject_min > g.reject_max)
         ctx.addIssue({
           code: 'custom',
