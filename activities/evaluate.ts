@@ -233,7 +233,7 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
           t.kind === 'local' ? bounds : { ...bounds, initial_inflight: fixedLimit(bounds) },
           plan.seqLen,
         );
-        let done = stored.size;
+        let done = [...stored.values()].filter((r) => r.error === undefined).length;
         const errors: string[] = [];
         const tasks = Array.from({ length: n * k }, (_, i) => ({ task: i, example: Math.floor(i / k), sample: i % k }));
         const examples = new Map<number, ReturnType<typeof pool.example>>();
@@ -245,8 +245,9 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
               await client.ensurePolicy({ version: version.policyVersion, weightDir: version.weightDir ?? '' });
             }
             const play = async ({ task, example: index, sample }: (typeof tasks)[number]): Promise<EvalRollout> => {
+              // As verifiers' eval resumes: a finished rollout is kept, an errored one played again.
               const kept = stored.get(task);
-              if (kept) return kept;
+              if (kept && kept.error === undefined) return kept;
               if (!examples.has(index)) examples.set(index, pool.example(env, 'eval', index, plan.seed));
               const example = await examples.get(index)!;
               const seed = hash32(`eval/${plan.seed}/${index}/${sample}`) & 0x7fffffff;

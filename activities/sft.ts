@@ -38,7 +38,9 @@ function hubDataset(name: string, split: string, key: string, subset?: string): 
   if (subset === undefined) return { dir, name, split };
   const sub = path.join(dir, subset);
   if (!fs.existsSync(sub) || !fs.statSync(sub).isDirectory()) {
-    const subsets = fs.readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory() && !e.name.startsWith('.'));
+    const subsets = fs
+      .readdirSync(dir, { withFileTypes: true })
+      .filter((e) => e.isDirectory() && !e.name.startsWith('.'));
     throw ApplicationFailure.nonRetryable(
       `${key.replace(/\.name$/, '.subset')}: dataset ${name} has no subset '${subset}' (no folder ${sub}; its folders: ${subsets.map((e) => e.name).join(', ') || 'none'})`,
       Failure.InvalidConfig,

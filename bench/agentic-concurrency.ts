@@ -13,7 +13,6 @@
  *     [--prompt-len 64] [--kv-tokens 4096] [--max-running 64] [--fixed 4,16,64] [--threads 2]
  *     [--repeats 1]
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -23,6 +22,7 @@ import { ConcurrencyController, type ConcurrencyBounds } from '../lib/orchestrat
 import { createModel } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
 import { randomTokens } from '../lib/model/testing';
+import { serverMetric, startServerProcess } from './server-process';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -32,48 +32,9 @@ function arg(name: string, dflt: string): string {
 }
 const num = (name: string, dflt: number) => Number(arg(name, String(dflt)));
 
-interface Server {
-  url: string;
-  child: ChildProcess;
-  stop(): Promise<void>;
-}
-
-/** `prime-rl inference` serving `modelDir` with these flags (any port), once it listens. */
-async function startServer(modelDir: string, tmp: string, flags: string[]): Promise<Server> {
-  const args = [
-    ...['inference', '--model.name', modelDir, '--threads', arg('threads', '2'), '--output-dir', tmp],
-    ...['--server.port', '0', ...flags],
-  ];
-  const child = spawn(process.execPath, [path.join(ROOT, 'bin', 'prime-rl.js'), ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (d) => (out += d));
-  child.stderr!.on('data', (d) => (err += d));
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on('data', () => {
-      const m = out.match(/on (http:\/\/[\d.]+:\d+)/);
-      if (m) resolve(m[1]!);
-    });
-    child.once('exit', (code) => reject(new Error(`server exited ${code}: ${err}`)));
-  });
-  return {
-    url,
-    child,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      }),
-  };
-}
-
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
-  return m ? Number(m[1]) : NaN;
-}
+const startServer = (modelDir: string, tmp: string, flags: string[]) =>
+  startServerProcess(ROOT, modelDir, tmp, flags, { threads: arg('threads', '2') });
+const metric = serverMetric;
 
 /** One episode: its first prompt, its turns, and the observation tokens after each turn. */
 interface Episode {
@@ -175,7 +136,10 @@ async function main(): Promise<void> {
       .filter((n) => n > 0);
     const policies: [string, ConcurrencyBounds][] = [
       ['adaptive', { min_inflight: 1, max_inflight: 1024 }],
-      ...fixed.map((n): [string, ConcurrencyBounds] => [`fixed ${n}`, { initial_inflight: n, min_inflight: n, max_inflight: n }]),
+      ...fixed.map((n): [string, ConcurrencyBounds] => [
+        `fixed ${n}`,
+        { initial_inflight: n, min_inflight: n, max_inflight: n },
+      ]),
     ];
     const results: Outcome[] = [];
     for (let rep = 0; rep < num('repeats', 1); rep++)

@@ -46,7 +46,9 @@ const probe = fs.existsSync(python)
   : undefined;
 const available = probe?.status === 0;
 if (!available)
-  console.warn(`prime-rl.algos.test.ts skipped: no verifiers 0.4.0 at ${python}; run bash scripts/setup.sh --verifiers`);
+  console.warn(
+    `prime-rl.algos.test.ts skipped: no verifiers 0.4.0 at ${python}; run bash scripts/setup.sh --verifiers`,
+  );
 const suite = available ? describe : describe.skip;
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-prl-algos-'));
@@ -140,7 +142,9 @@ suite('prime-rl files run: algorithms, eval, SFT from several sources', () => {
   /** The generate requests a server has answered (its /metrics). */
   const generated = async (server: InferenceServer) => {
     const text = await (await fetch(`${server.url}/metrics`)).text();
-    return [...text.matchAll(/^prime_inference_requests_total\{route="\/inference\/v1\/generate",status="200"\} (\d+)/gm)]
+    return [
+      ...text.matchAll(/^prime_inference_requests_total\{route="\/inference\/v1\/generate",status="200"\} (\d+)/gm),
+    ]
       .map((m) => Number(m[1]))
       .reduce((a, b) => a + b, 0);
   };
@@ -161,7 +165,10 @@ suite('prime-rl files run: algorithms, eval, SFT from several sources', () => {
     const parts = path.join(layout.dir, 'eval', 'parts');
     const version = fs.readdirSync(parts)[0];
     const rolloutsFile = fs.readdirSync(path.join(parts, version)).find((f) => f.endsWith('.rollouts.jsonl'))!;
-    const lines = fs.readFileSync(path.join(parts, version, rolloutsFile), 'utf8').split('\n').filter(Boolean);
+    const lines = fs
+      .readFileSync(path.join(parts, version, rolloutsFile), 'utf8')
+      .split('\n')
+      .filter(Boolean);
     expect(lines).toHaveLength(8);
     fs.writeFileSync(path.join(parts, version, rolloutsFile), `${lines.slice(0, 3).join('\n')}\n{"task": 7, "rew`);
     fs.rmSync(path.join(parts, version, rolloutsFile.replace('.rollouts.jsonl', '.json')));
@@ -173,7 +180,7 @@ suite('prime-rl files run: algorithms, eval, SFT from several sources', () => {
     // Only the 5 missing rollouts were played again (10 turns); the result is the same shape.
     expect((await generated(teacher)) - again).toBe(10);
     expect(resumed.results[0].environments['verifiers:reverse-chat']).toMatchObject({ num_examples: 4 });
-  });
+  }, 900_000);
 
   test('SFT from two datasets mixed 3:1 (one its subset), evaluated on a verifiers source every 2 steps', async () => {
     const server = await startServer(root, { modelDir: BASE, seqLen: 256 });
@@ -196,7 +203,7 @@ suite('prime-rl files run: algorithms, eval, SFT from several sources', () => {
     } finally {
       await server.close(1000);
     }
-  });
+  }, 1_200_000);
 
   /** The metrics lines of a run and its step-0 batch. */
   const ran = (cfg: RLConfig) => {
@@ -220,7 +227,7 @@ suite('prime-rl files run: algorithms, eval, SFT from several sources', () => {
         expect([0, Math.fround(0.1)]).toContain(w);
         if (w > 0) expect(row.lossMask[t]).toBe(0);
       });
-  });
+  }, 900_000);
 
   test('opd.toml: the served teacher scores every sampled token (teacher_kl), pure distillation', async () => {
     const cfg = debugConfig('opd.toml', 'prl-opd', ['--distill.teacher.base-url', `${teacher.url}/v1`]);
@@ -232,7 +239,7 @@ suite('prime-rl files run: algorithms, eval, SFT from several sources', () => {
       .flatMap((r) => r.samples.flat())
       .filter((s) => s.generated);
     for (const s of sampled) expect(Array.from(s.teacherLogprobs ?? []).every((x) => typeof x === 'number')).toBe(true);
-  });
+  }, 900_000);
 
   test('sft_distill.toml: the teacher plays the rollouts, the policy trains on its tokens by cross-entropy alone', async () => {
     const cfg = debugConfig('sft_distill.toml', 'prl-sft-distill', ['--distill.teacher.base-url', `${teacher.url}/v1`]);
@@ -248,7 +255,7 @@ suite('prime-rl files run: algorithms, eval, SFT from several sources', () => {
     expect(rollouts.every((r) => r.teacher === true)).toBe(true);
     // 2 steps x 4 rollouts x 2 turns on the teacher's server.
     expect((await generated(teacher)) - before).toBe(16);
-  });
+  }, 900_000);
 
   test('self_distill.toml (opsd): the policy scores its tokens after the demonstration; a demo_key the rows lack stops the run naming it', async () => {
     const cfg = debugConfig('self_distill.toml', 'prl-opsd', ['--orchestrator.rollouts-per-example', '2']);
@@ -267,5 +274,5 @@ suite('prime-rl files run: algorithms, eval, SFT from several sources', () => {
     expect((cause as Error).message).toMatch(
       /^distill\.demo_key = "expert": example \d+ of verifiers:reverse-chat has no such field holding text \(it has: task_data, .*answer.*\)/,
     );
-  });
+  }, 900_000);
 });

@@ -424,8 +424,11 @@ function formatIssues(error: z.ZodError, origins: Origins, schema: z.ZodType): s
     }
     // A list's entries are leaves of their file: its origin is the list's (the nearest recorded key).
     let origin: string | undefined;
-    for (let n = issue.path.length; n > 0 && origin === undefined; n--) origin = origins.get(issue.path.slice(0, n).join('.'));
-    const shown = issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i > 0 ? '.' : ''}${String(p)}`)).join('');
+    for (let n = issue.path.length; n > 0 && origin === undefined; n--)
+      origin = origins.get(issue.path.slice(0, n).join('.'));
+    const shown = issue.path
+      .map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i > 0 ? '.' : ''}${String(p)}`))
+      .join('');
     const message =
       issue.code === 'invalid_type' && issue.message.includes('received undefined') ? 'required' : issue.message;
     return `${shown || '(config)'}: ${message}${origin ? ` (${origin})` : ''}`;

@@ -107,7 +107,11 @@ export function algoConverted(algo: unknown, key: string, where: string, to: Alg
   let echo: Raw | false = false;
   let distilling = false;
   // The model rollouts are sampled from: the policy, except for sft.
-  const source = isTable(algo.sampling) ? algo.sampling.source : algo.sampling === undefined ? undefined : algo.sampling;
+  const source = isTable(algo.sampling)
+    ? algo.sampling.source
+    : algo.sampling === undefined
+      ? undefined
+      : algo.sampling;
   if (algo.sampling !== undefined && !isTable(algo.sampling))
     throw new ConfigError(`${key}.sampling (${where}): expected a table with source`);
   if (isTable(algo.sampling))
@@ -127,7 +131,11 @@ export function algoConverted(algo: unknown, key: string, where: string, to: Alg
   for (const k of Object.keys(algo)) {
     if (k === 'type' || k === 'sampling') continue;
     if (!own.includes(k))
-      throw refusal(`${key}.${k}`, where, `not a setting of algorithm ${shown(type)} (its: ${own.join(', ') || 'none'})`);
+      throw refusal(
+        `${key}.${k}`,
+        where,
+        `not a setting of algorithm ${shown(type)} (its: ${own.join(', ') || 'none'})`,
+      );
   }
   switch (type) {
     case 'grpo':
@@ -160,7 +168,7 @@ export function algoConverted(algo: unknown, key: string, where: string, to: Alg
           for (const k of Object.keys(cfg))
             if (k !== 'alpha') throw refusal(`${key}.roles.${role}.${k}`, where, 'a role has its alpha only');
           roles[role] = cfg.alpha ?? 0.1;
-          show(`roles.${role}`, `${to.echo}.roles.${role}`, cfg, 'the role\'s cross-entropy weight (alpha)');
+          show(`roles.${role}`, `${to.echo}.roles.${role}`, cfg, "the role's cross-entropy weight (alpha)");
         }
         echo = { roles };
       }
@@ -169,20 +177,45 @@ export function algoConverted(algo: unknown, key: string, where: string, to: Alg
       distilling = true;
       distill.type = 'opd';
       distill.teacher = frozenModel(algo.teacher, `${key}.teacher`, where);
-      show('type', `${to.distill}.type`, type, 'on-policy distillation: the teacher scores the policy\'s tokens (docs/algorithms.md)');
-      show('teacher', `${to.distill}.teacher`, algo.teacher, "name: the teacher's Hugging Face name (its tokenizer) and served name");
+      show(
+        'type',
+        `${to.distill}.type`,
+        type,
+        "on-policy distillation: the teacher scores the policy's tokens (docs/algorithms.md)",
+      );
+      show(
+        'teacher',
+        `${to.distill}.teacher`,
+        algo.teacher,
+        "name: the teacher's Hugging Face name (its tokenizer) and served name",
+      );
       break;
     case 'sft':
       distilling = true;
       distill.type = 'sft';
       distill.teacher = frozenModel(source, `${key}.sampling.source`, where);
-      show('type', `${to.distill}.type`, type, 'the teacher samples the rollouts, the policy trains on them by cross-entropy');
-      show('sampling.source', `${to.distill}.teacher`, source, "name: the teacher's Hugging Face name (its tokenizer) and served name");
+      show(
+        'type',
+        `${to.distill}.type`,
+        type,
+        'the teacher samples the rollouts, the policy trains on them by cross-entropy',
+      );
+      show(
+        'sampling.source',
+        `${to.distill}.teacher`,
+        source,
+        "name: the teacher's Hugging Face name (its tokenizer) and served name",
+      );
       break;
     case 'opsd':
       distilling = true;
       distill.type = 'opsd';
-      show('type', `${to.distill}.type`, type, 'self-distillation: the policy, shown the demonstration, scores its tokens');
+      show(
+        'type',
+        `${to.distill}.type`,
+        type,
+        'self-distillation: the policy, shown the demonstration, scores its tokens',
+      );
       for (const k of ['demo_key', 'template'] as const)
         if (algo[k] !== undefined) {
           distill[k] = algo[k];
@@ -190,13 +223,22 @@ export function algoConverted(algo: unknown, key: string, where: string, to: Alg
         }
       if (algo.renderer !== undefined) {
         const name = isTable(algo.renderer) ? algo.renderer.name : undefined;
-        if (!isTable(algo.renderer) || !['auto', 'default'].includes(name as string) || Object.keys(algo.renderer).length > 1)
+        if (
+          !isTable(algo.renderer) ||
+          !['auto', 'default'].includes(name as string) ||
+          Object.keys(algo.renderer).length > 1
+        )
           throw refusal(
             `${key}.renderer`,
             where,
             "the demonstration's system message renders with the model's chat template (renderer name auto or default only)",
           );
-        show('renderer', null, algo.renderer, "the demonstration's system message renders with the model's chat template");
+        show(
+          'renderer',
+          null,
+          algo.renderer,
+          "the demonstration's system message renders with the model's chat template",
+        );
       }
       break;
   }

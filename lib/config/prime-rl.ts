@@ -252,7 +252,8 @@ function sourceEntry(
           'our cpu workers start each env server themselves, on a free loopback port',
         );
       case 'algo': {
-        if (s.kind === 'eval') throw refusal(`${key}.algo`, at.where, 'an eval source plays the policy, it trains nothing');
+        if (s.kind === 'eval')
+          throw refusal(`${key}.algo`, at.where, 'an eval source plays the policy, it trains nothing');
         const at_ = `${to}[${i}]`;
         for (const c of algoConverted(v, `${key}.algo`, at.where, {
           advantage: `${at_}.advantage`,
@@ -406,11 +407,13 @@ const ckptKeys = (prefix: string): Alias[] => [
   only(
     `${prefix}ckpt.skip_dataloader`,
     [false],
-    "the data of every step is a pure function of the seed and the step: a resumed run reads on where it was",
+    'the data of every step is a pure function of the seed and the step: a resumed run reads on where it was',
   ),
   move(`${prefix}ckpt.skip_optimizer`, 'ckpt.skip_optimizer'),
   // An empty table (checkpoints at the end) is [ckpt]'s; a key not above has no counterpart.
-  ...(prefix ? [refuse(`${prefix}ckpt`, "the run's checkpoints are [ckpt]'s (interval, keep_last, resume_step)", true)] : []),
+  ...(prefix
+    ? [refuse(`${prefix}ckpt`, "the run's checkpoints are [ckpt]'s (interval, keep_last, resume_step)", true)]
+    : []),
 ];
 
 const resumeKeys = (prefix: string): Alias[] => [
@@ -616,7 +619,7 @@ function inferenceKeys(rl: boolean): Alias[] {
     {
       from: `${v}.gpu_memory_utilization`,
       to: 'inference.gpu_memory_utilization',
-      note: "the device memory share the server uses at most, KV cache included (CUDA)",
+      note: 'the device memory share the server uses at most, KV cache included (CUDA)',
       convert: (value, at) =>
         // The same key of ours, where the server runs on CUDA; on the CPU the KV cache is
         // inference.kv_cache_tokens (max_running x seq_len unset): the share sizes nothing there.
@@ -680,6 +683,17 @@ const trainingTop = (wandb: boolean, inferGpus: string | null): Alias[] => [
 // ---------------------------------------------------------------------------------------------
 // rl
 
+/** The orchestrator's LoRA `key` (prime-rl's per-run adapter): the trainer's own, or refused. */
+const loraAsTrainer = (key: 'rank' | 'alpha', dflt: number): Alias => ({
+  from: `orchestrator.model.lora.${key}`,
+  to: null,
+  note: `the run's LoRA ${key} (trainer.lora.${key}), the same`,
+  check: (v, src) =>
+    same(v, get(src, `trainer.model.lora.${key}`) ?? get(src, `trainer.lora.${key}`) ?? dflt)
+      ? undefined
+      : `has no equivalent here for ${shown(v)}: one LoRA ${key} per run, the trainer's (trainer.model.lora.${key})`,
+});
+
 const ORCH = 'orchestrator';
 
 export const PRIME_RL_RL_KEYS: readonly Alias[] = [
@@ -722,24 +736,8 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
     `${ORCH}.model.lora.name`,
     "the adapter's name on the servers: the trainer merges LoRA into the weights they load, which need no name",
   ),
-  {
-    from: `${ORCH}.model.lora.rank`,
-    to: null,
-    note: "the run's LoRA rank (trainer.lora.rank), the same",
-    check: (v, src) =>
-      same(v, get(src, 'trainer.model.lora.rank') ?? get(src, 'trainer.lora.rank') ?? 16)
-        ? undefined
-        : `has no equivalent here for ${shown(v)}: one LoRA rank per run, the trainer's (trainer.model.lora.rank)`,
-  },
-  {
-    from: `${ORCH}.model.lora.alpha`,
-    to: null,
-    note: "the run's LoRA alpha (trainer.lora.alpha), the same",
-    check: (v, src) =>
-      same(v, get(src, 'trainer.model.lora.alpha') ?? get(src, 'trainer.lora.alpha') ?? 32)
-        ? undefined
-        : `has no equivalent here for ${shown(v)}: one LoRA alpha per run, the trainer's (trainer.model.lora.alpha)`,
-  },
+  loraAsTrainer('rank', 16),
+  loraAsTrainer('alpha', 32),
   refuse(`${ORCH}.model.lora`, "LoRA is the trainer's ([trainer.model.lora]): name, rank and alpha only here", true),
   refuseFeature(`${ORCH}.model.vlm`, 'vision-language models'),
   only(`${ORCH}.model.trust_remote_code`, [false], 'no model code runs here'),
@@ -833,7 +831,8 @@ export const PRIME_RL_SFT_KEYS: readonly Alias[] = [
     from: 'data.source',
     to: 'data.source',
     convert: (v, at) => {
-      if (!Array.isArray(v)) throw new ConfigError(`${at.key} (${at.where}): expected a list of tables ([[data.source]])`);
+      if (!Array.isArray(v))
+        throw new ConfigError(`${at.key} (${at.where}): expected a list of tables ([[data.source]])`);
       const shownList: Converted[] = [];
       const list = v.map((raw, i) => {
         const key = `${at.key}[${i}]`;
@@ -842,10 +841,18 @@ export const PRIME_RL_SFT_KEYS: readonly Alias[] = [
         for (const [k, x] of Object.entries(raw)) {
           const ours = k === 'dataset' ? 'name' : k;
           if (!['name', 'path', 'split', 'subset', 'ratio', 'num_examples', 'renderer'].includes(ours))
-            throw refusal(`${key}.${k}`, at.where, 'not a field of a data source (dataset, split, subset, ratio, renderer)');
+            throw refusal(
+              `${key}.${k}`,
+              at.where,
+              'not a field of a data source (dataset, split, subset, ratio, renderer)',
+            );
           if (ours === 'renderer') {
             const name = isTable(x) ? (x.name ?? 'auto') : x;
-            if (!isTable(x) || !['auto', 'default'].includes(name as string) || Object.keys(x).some((f) => f !== 'name'))
+            if (
+              !isTable(x) ||
+              !['auto', 'default'].includes(name as string) ||
+              Object.keys(x).some((f) => f !== 'name')
+            )
               throw refusal(
                 `${key}.renderer`,
                 at.where,

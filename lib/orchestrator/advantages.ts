@@ -171,6 +171,18 @@ export interface AdvantageMetrics {
   zero_advantage_tokens: number;
 }
 
+/** Metrics of no group: what a step's sum starts from. */
+export const emptyAdvantageMetrics = (): AdvantageMetrics => ({
+  groups: 0,
+  groups_kept: 0,
+  groups_too_few_valid: 0,
+  rollouts: 0,
+  rollouts_errored: 0,
+  rollouts_kept: 0,
+  zero_advantage_rollouts: 0,
+  zero_advantage_tokens: 0,
+});
+
 export interface AdvantageResult {
   /** Same shape as the input: the advantage of each rollout, or null when it is not trained on. */
   advantages: (number | null)[][];
@@ -193,16 +205,7 @@ export function computeAdvantages(
   estimator: AdvantageEstimator,
   opts: AdvantageOptions,
 ): AdvantageResult {
-  const metrics: AdvantageMetrics = {
-    groups: groups.length,
-    groups_kept: 0,
-    groups_too_few_valid: 0,
-    rollouts: 0,
-    rollouts_errored: 0,
-    rollouts_kept: 0,
-    zero_advantage_rollouts: 0,
-    zero_advantage_tokens: 0,
-  };
+  const metrics = { ...emptyAdvantageMetrics(), groups: groups.length };
   const verdicts: GroupVerdict[] = [];
   const advantages = groups.map((group) => {
     metrics.rollouts += group.length;

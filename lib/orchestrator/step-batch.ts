@@ -13,7 +13,7 @@ import { writeFileAtomic } from '../atomic';
 import type { RLConfig } from '../config/schemas';
 import { RunFolderDamagedError } from '../failures';
 import type { RunLayout } from '../runfolder/layout';
-import { computeAdvantages, raeAdvantages, type AdvantageMetrics } from './advantages';
+import { computeAdvantages, emptyAdvantageMetrics, raeAdvantages, type AdvantageMetrics } from './advantages';
 import { readBatch, writeBatch } from '../runfolder/batch';
 import { positionBaselines, teacherKl, type DistillBaseline, type DistillType } from './distill';
 import { echoWeights, type EchoRoles } from './echo';
@@ -112,7 +112,9 @@ export function stepBatchInput(config: RLConfig, layout: RunLayout, step: number
     advantage: o.advantage,
     filterZeroAdvantages: o.filter_zero_advantages,
     envs,
-    ...(rae ? { rae: { ...(step > 0 ? { before: raeStateFile(layout, step - 1) } : {}), after: raeStateFile(layout, step) } } : {}),
+    ...(rae
+      ? { rae: { ...(step > 0 ? { before: raeStateFile(layout, step - 1) } : {}), after: raeStateFile(layout, step) } }
+      : {}),
   };
 }
 
@@ -169,17 +171,6 @@ export interface StepBatchProgress {
   step: number;
 }
 
-const emptyMetrics = (): AdvantageMetrics => ({
-  groups: 0,
-  groups_kept: 0,
-  groups_too_few_valid: 0,
-  rollouts: 0,
-  rollouts_errored: 0,
-  rollouts_kept: 0,
-  zero_advantage_rollouts: 0,
-  zero_advantage_tokens: 0,
-});
-
 function addMetrics(into: AdvantageMetrics, m: AdvantageMetrics): void {
   for (const k of Object.keys(into) as (keyof AdvantageMetrics)[]) into[k] += m[k];
 }
@@ -214,11 +205,16 @@ export function buildStepBatch(
     const envs = input.envs;
     if (!envs || envs.length === 0) return { index: 0, algo: fallback };
     const r = g[0];
-    const index = r.envIndex ?? Math.max(0, envs.findIndex((e) => e.id === r.env));
+    const index =
+      r.envIndex ??
+      Math.max(
+        0,
+        envs.findIndex((e) => e.id === r.env),
+      );
     return { index, algo: envs[index] ?? fallback };
   };
   const estimators = new Map<number, ReturnType<typeof advantageEstimator>>();
-  const metrics = emptyMetrics();
+  const metrics = emptyAdvantageMetrics();
   const baselines = raeBaselinesBefore(input);
   const raeUsed = input.rae !== undefined;
   // Per group, per rollout: the advantage of each of its samples, or null when it is not trained.
@@ -227,7 +223,7 @@ export function buildStepBatch(
     const samples = g.map((r) => samplesOf(r).length);
     if (algo.advantage.type === 'rae') {
       // Every valid rollout's traces, in order, each against its agent's baseline of this environment.
-      const m = emptyMetrics();
+      const m = emptyAdvantageMetrics();
       m.groups = 1;
       m.rollouts = g.length;
       const out = g.map((r, ri) => {
@@ -290,7 +286,8 @@ export function buildStepBatch(
     const d = algo.distill;
     // Leave-one-out over the group's valid rollouts, trained or not: each was sampled independently.
     const valid = g.filter((r) => r.error === undefined);
-    const baselinesOf = d && d.type !== 'sft' && d.baseline === 'position' ? positionBaselines(valid.map(samplesOf)) : undefined;
+    const baselinesOf =
+      d && d.type !== 'sft' && d.baseline === 'position' ? positionBaselines(valid.map(samplesOf)) : undefined;
     g.forEach((r, ri) => {
       const adv = advantages[gi][ri];
       if (adv === null) return;
@@ -318,8 +315,7 @@ export function buildStepBatch(
     });
   }
   // Every sample carries cross-entropy weights when one does (the batch's rows all have the stream).
-  if (out.some((x) => x.ceWeights))
-    for (const x of out) x.ceWeights ??= new Float32Array(x.inputIds.length);
+  if (out.some((x) => x.ceWeights)) for (const x of out) x.ceWeights ??= new Float32Array(x.inputIds.length);
   const { rows, counts } = packSamples(out, input.seqLen);
   progress({ phase: 'writing', step });
   fs.mkdirSync(path.dirname(input.batchFile), { recursive: true });

@@ -149,11 +149,7 @@ export class TeacherClient {
     if (!res.ok) {
       // Every 4xx stops the run: the teacher refuses what distillation needs (distill.teacher.base_url).
       const kind = classifyStatus(res.status, 'control');
-      throw new InferenceError(
-        `${this.key}.base_url: ${url}: ${httpErrorText(res.status, text)}`,
-        res.status,
-        kind,
-      );
+      throw new InferenceError(`${this.key}.base_url: ${url}: ${httpErrorText(res.status, text)}`, res.status, kind);
     }
     try {
       return JSON.parse(text) as unknown;

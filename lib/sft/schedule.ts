@@ -122,7 +122,8 @@ export class SftMixSchedule {
     if (opts.sources.length === 0) throw new Error('SFT mix: no sources');
     for (const [i, s] of opts.sources.entries()) {
       if (!positiveInt(s.size)) throw new Error(`SFT mix: source ${i} has no examples`);
-      if (!(s.ratio > 0 && Number.isFinite(s.ratio))) throw new Error(`SFT mix: source ${i} has ratio ${s.ratio}, not > 0`);
+      if (!(s.ratio > 0 && Number.isFinite(s.ratio)))
+        throw new Error(`SFT mix: source ${i} has ratio ${s.ratio}, not > 0`);
     }
     for (const key of ['batchSize', 'epochs'] as const)
       if (!positiveInt(opts[key])) throw new Error(`SFT mix: ${key} must be a positive integer, got ${opts[key]}`);

@@ -2,12 +2,7 @@
  * The rollouts' concurrency (lib/orchestrator/concurrency.ts) against hand-computed limits, and the
  * server counters it reads (lib/orchestrator/server-load.ts), ours, vLLM's and SGLang's.
  */
-import {
-  ConcurrencyController,
-  fixedLimit,
-  GROWTH,
-  type EngineReading,
-} from '../../lib/orchestrator/concurrency';
+import { ConcurrencyController, fixedLimit, GROWTH, type EngineReading } from '../../lib/orchestrator/concurrency';
 import { parseServerMetrics } from '../../lib/orchestrator/server-load';
 
 const reading = (r: Partial<EngineReading> = {}): EngineReading[] => [

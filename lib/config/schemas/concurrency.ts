@@ -30,7 +30,10 @@ export const concurrencySchema = z
         path: ['min_inflight'],
         message: `${c.min_inflight} is above max_inflight (${c.max_inflight}): the bounds hold the number of rollouts in flight, min_inflight <= max_inflight`,
       });
-    if (c.initial_inflight !== undefined && (c.initial_inflight < c.min_inflight || c.initial_inflight > c.max_inflight))
+    if (
+      c.initial_inflight !== undefined &&
+      (c.initial_inflight < c.min_inflight || c.initial_inflight > c.max_inflight)
+    )
       ctx.addIssue({
         code: 'custom',
         path: ['initial_inflight'],

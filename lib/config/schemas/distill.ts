@@ -54,7 +54,9 @@ const distillObject = z
       ),
     teacher: teacherSchema
       .optional()
-      .describe('the teacher (opd, sft); unset with type opd = no distillation. opsd has none: the policy teaches itself'),
+      .describe(
+        'the teacher (opd, sft); unset with type opd = no distillation. opsd has none: the policy teaches itself',
+      ),
     weight: nonNegative()
       .default(0)
       .describe(
@@ -109,7 +111,7 @@ const distillObject = z
       ctx.addIssue({
         code: 'custom',
         path: [d.weight !== 0 ? 'weight' : 'baseline'],
-        message: 'type sft trains by cross-entropy on the teacher\'s tokens: it has no advantage to weigh or baseline',
+        message: "type sft trains by cross-entropy on the teacher's tokens: it has no advantage to weigh or baseline",
       });
   })
   .transform((d) =>

@@ -34,7 +34,7 @@ export const orchestratorSchema = section({
   advantage: advantageSchema,
   echo: echoSchema,
   concurrency: concurrencySchema.describe(
-    'rollouts in flight at once: adapted to the inference servers\' KV cache and preemptions between min_inflight and max_inflight (lib/orchestrator/concurrency.ts)',
+    "rollouts in flight at once: adapted to the inference servers' KV cache and preemptions between min_inflight and max_inflight (lib/orchestrator/concurrency.ts)",
   ),
   difficulty_filter: section({
     enabled: z

@@ -42,7 +42,7 @@ const sftSourceSchema = z
       .describe('a Hugging Face dataset (Org/Name in the local cache) or a folder laid out as on the Hub'),
     path: z.string().min(1).optional().describe('a JSONL file of prompt/completion or messages rows'),
     env: envSchema.optional().describe("an environment whose examples' demonstrations make the data"),
-    split: z.string().min(1).default('train').describe("the split of name (by file name as the Hub lays it out)"),
+    split: z.string().min(1).default('train').describe('the split of name (by file name as the Hub lays it out)'),
     subset: z
       .string()
       .min(1)
@@ -68,7 +68,7 @@ const sftSourceSchema = z
             : 'a source needs its data: name (a dataset), path (JSONL) or env',
       });
     if (src.subset !== undefined && src.name === undefined)
-      ctx.addIssue({ code: 'custom', path: ['subset'], message: "is a configuration of a dataset (name): set name" });
+      ctx.addIssue({ code: 'custom', path: ['subset'], message: 'is a configuration of a dataset (name): set name' });
   });
 
 export const sftSchema = z
@@ -101,7 +101,7 @@ export const sftSchema = z
         .array(sftSourceSchema)
         .default([])
         .describe(
-          'several sources mixed by ratio (instead of path, name or env): each batch takes each source\'s share of batch_size, in order',
+          "several sources mixed by ratio (instead of path, name or env): each batch takes each source's share of batch_size, in order",
         ),
     }),
     val: section({
