@@ -15,7 +15,7 @@ import { resolveModelDir } from '../lib/hub';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { readHfConfig } from '../lib/model/hf';
 import { routerReplayRefusal } from '../lib/trainer/spec';
-import { TeacherClient, tokenizerMismatch, type TeacherServer } from '../lib/orchestrator/teacher';
+import { sameTokenizerFiles, TeacherClient, tokenizerMismatch, type TeacherServer } from '../lib/orchestrator/teacher';
 import { RunLayout } from '../lib/runfolder/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/runfolder/metrics';
 import { checkEnvironments, checkModel } from '../lib/preflight';
@@ -64,10 +64,10 @@ function checkTeacher(student: string, teacher: TeacherServer & { model: string 
   } catch (err) {
     throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
   }
-  const mismatch = tokenizerMismatch(
-    Tokenizer.fromDir(resolveModelDir(student)),
-    Tokenizer.fromDir(resolveModelDir(teacher.model, `${key}.model`)),
-  );
+  const [studentDir, teacherDir] = [resolveModelDir(student), resolveModelDir(teacher.model, `${key}.model`)];
+  const mismatch = sameTokenizerFiles(studentDir, teacherDir)
+    ? undefined
+    : tokenizerMismatch(Tokenizer.fromDir(studentDir), Tokenizer.fromDir(teacherDir));
   if (mismatch)
     throw ApplicationFailure.nonRetryable(
       `${key}.model: the teacher's tokenizer is not the student's (${mismatch}); distillation compares (and sft trains on) the same token ids`,

@@ -6,10 +6,26 @@
  * it. Packing turns them into per-token advantages (teacher - student: reverse KL,
  * lib/orchestrator/sample.ts).
  */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import type { Tokenizer } from '../model/tokenizer';
 import { classifyStatus, httpErrorText, InferenceError } from './client';
 import { ServerWatch } from './server-watch';
 import type { TokenSegment } from '../runfolder/packing';
+
+/**
+ * Whether two model folders hold the same tokenizer files, byte for byte (tokenizer.json,
+ * tokenizer_config.json, generation_config.json: what a Tokenizer's ids and end-of-sequence tokens
+ * come from): then their ids mean the same without loading either (a vocabulary of 150,000 tokens
+ * takes seconds to load and compare, more on a busy machine).
+ */
+export function sameTokenizerFiles(a: string, b: string): boolean {
+  return ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'].every((name) => {
+    const [x, y] = [path.join(a, name), path.join(b, name)];
+    if (!fs.existsSync(x) || !fs.existsSync(y)) return fs.existsSync(x) === fs.existsSync(y);
+    return fs.statSync(x).size === fs.statSync(y).size && fs.readFileSync(x).equals(fs.readFileSync(y));
+  });
+}
 
 /** Why `teacher`'s token ids mean something else than `student`'s, or undefined when they are the same. */
 export function tokenizerMismatch(student: Tokenizer, teacher: Tokenizer): string | undefined {

@@ -86,7 +86,7 @@ export const orchestratorSchema = section({
     max_rollouts: positiveInt()
       .optional()
       .describe(
-        'in-flight mode: cap on rollouts generated ahead of the steps (in flight, finished and not yet taken by a step, or left over by keep_mix); below it, concurrency adapts to keep up with the steps within what the servers take (docs/workflow.md, In-flight mode). Unset = 2 x batch_size',
+        'in-flight mode: cap on rollouts generated ahead of the steps (in flight, finished and not yet taken by a step, or left over by keep_mix); below it, the rollouts in flight follow orchestrator.concurrency (docs/workflow.md, Concurrency). Unset = 2 x batch_size',
       ),
     keep_mix: z
       .boolean()
