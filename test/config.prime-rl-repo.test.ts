@@ -1,10 +1,12 @@
 /**
  * prime-rl's own config files (test/fixtures/prime-rl/repo/: every single-node file of its
  * examples/basic, configs/basic, configs/ci/integration, configs/ci/nightly-fft, configs/debug/algo,
- * configs/debug/multi-env, the evals example and the k8s example's per-process files, copied key
- * for key), and the shapes its eval and SFT files take today (test/fixtures/prime-rl/), resolved
- * with `--dry-run` by the command prime-rl runs each with, every model and dataset name found in a
- * Hugging Face cache made here. Bad input in those shapes exits 2 naming the key.
+ * configs/debug/multi-env, the eval files of configs/basic and examples/evals, and the k8s example's
+ * per-process files, copied key for key), and the shapes its eval and SFT files take today
+ * (test/fixtures/prime-rl/), resolved with `--dry-run` by the command prime-rl runs each with, every
+ * model and dataset name found in a Hugging Face cache made here. Its files that need what a single
+ * machine here does not do (configs/debug/concurrency.toml: several nodes; configs/debug/fake: fake
+ * data) exit 2 naming the key. Bad input in those shapes exits 2 naming the key.
  */
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -40,12 +42,13 @@ function repoFiles(): { file: string; name: Name }[] {
   walk(REPO);
   return out
     .filter((f) => !/k8s\/.*\/(orch|train)\.toml$/.test(f.file)) // scoped into `rl`, below
+    .filter((f) => !REFUSED.some((r) => f.file.endsWith(r.file))) // refused, below
     .sort((a, b) => a.file.localeCompare(b.file));
 }
 
 function commandOf(file: string): Name {
   if (/\/sft\.toml$|reverse-text-sft(-lora)?\//.test(file)) return 'sft';
-  if (/examples\/evals\//.test(file)) return 'eval';
+  if (/examples\/evals\/|\/eval\.toml$/.test(file)) return 'eval';
   if (/infer\.toml$/.test(file)) return 'inference';
   return 'rl';
 }
@@ -97,6 +100,16 @@ function hubRefs(name: Name, argv: string[]) {
   return cmd.hubNames?.(load(name, argv)) ?? [];
 }
 
+/** prime-rl's files that need what we refuse, with the command prime-rl runs each with and the refusal. */
+const REFUSED: { file: string; name: Name | 'trainer'; error: RegExp }[] = [
+  {
+    file: 'configs/debug/concurrency.toml',
+    name: 'rl',
+    error: /deployment\.type .*"multi_node".*multi-node deployment: start the pieces on each host/,
+  },
+  { file: 'configs/debug/fake/sft.toml', name: 'sft', error: /data\.type .*"fake".*fake data/ },
+  { file: 'configs/debug/fake/rl.toml', name: 'trainer', error: /prime-rl rl --trainer @ train\.toml/ },
+];
 const FILES = repoFiles();
 const K8S = path.join(REPO, 'k8s', 'prime-rl', 'examples', 'reverse-text');
 const K8S_RL = [
@@ -141,12 +154,19 @@ beforeAll(() => {
 test("the copied repository holds each shape's files (prime-rl's single-node configs)", () => {
   const byDir = (re: RegExp) => FILES.filter((f) => re.test(f.file)).length;
   expect(byDir(/examples\/basic\//)).toBe(7);
-  expect(byDir(/configs\/basic\//)).toBe(7);
+  expect(byDir(/configs\/basic\//)).toBe(11);
   expect(byDir(/configs\/ci\/integration\//)).toBe(13);
   expect(byDir(/configs\/ci\/nightly-fft\//)).toBe(5);
   expect(byDir(/configs\/debug\/algo\//)).toBe(10);
   expect(byDir(/configs\/debug\/multi-env\//)).toBe(1);
   expect(byDir(/examples\/evals\//)).toBe(1);
+  expect(FILES.filter((f) => f.name === 'eval').map((f) => path.basename(path.dirname(f.file)))).toEqual([
+    'alphabet-sort',
+    'reverse-text',
+    'wiki-search',
+    'wordle',
+    'evals',
+  ]);
   expect(byDir(/k8s\//)).toBe(1);
 });
 
@@ -230,7 +250,31 @@ test('what the CI, nightly and example files become: concurrency, gates, seq_len
   expect(k8s.wandb).toEqual({ project: 'reverse-text', name: 'reverse-text' });
 });
 
+test("prime-rl's files that need several nodes or fake data exit 2 naming the key", async () => {
+  for (const r of REFUSED) {
+    const out = await cli([r.name, '@', path.join(REPO, r.file), '--dry-run']);
+    expect([r.file, out.code]).toEqual([r.file, 2]);
+    expect(out.stderr).toMatch(r.error);
+  }
+});
+
 test("the eval command's shape today and SFT from several sources", () => {
+  // configs/basic's eval files: top-level num_examples and group_size, one source, a served model.
+  const rt = load<EvalConfig>('eval', ['@', path.join(REPO, 'configs', 'basic', 'reverse-text', 'eval.toml')]);
+  expect([rt.model.name, rt.num_examples, rt.rollouts_per_example, rt.sampling.max_tokens, rt.client.base_url]).toEqual(
+    ['Qwen/Qwen3-0.6B', 20, 3, 1024, 'http://localhost:8000/v1'],
+  );
+  expect(rt.env).toEqual([
+    expect.objectContaining({
+      id: 'verifiers:reverse-text',
+      args: expect.objectContaining({
+        env: { agent: { harness: { id: 'null' }, runtime: { type: 'subprocess' } } },
+      }),
+    }),
+  ]);
+  const sort = load<EvalConfig>('eval', ['@', path.join(REPO, 'configs', 'basic', 'alphabet-sort', 'eval.toml')]);
+  expect(sort.env[0].args).toMatchObject({ taskset: { min_turns: 3, max_turns: 5, task: { power_per_turn: false } } });
+
   const e = load<EvalConfig>('eval', ['@', path.join(OURS, 'eval-sources.toml')]);
   expect([e.run_name, e.num_examples, e.rollouts_per_example, e.client.base_url]).toEqual([
     'reverse-text-eval',

@@ -671,13 +671,14 @@ function inferenceKeys(rl: boolean): Alias[] {
 
 /** The top-level blocks `rl` and `sft` share; `inferGpus`: where num_infer_gpus goes (null: one server only). */
 const trainingTop = (wandb: boolean, inferGpus: string | null): Alias[] => [
+  // First: a multi-node file is refused for its deployment, before any of its other keys.
+  ...deploymentKeys('', inferGpus),
   ...commonTop(),
   ...ckptKeys(''),
   ...resumeKeys(''),
   ...monitors('', wandb),
   ...broadcastKeys(''),
   ...tokenizerKeys(''),
-  ...deploymentKeys('', inferGpus),
 ];
 
 // ---------------------------------------------------------------------------------------------
