@@ -143,7 +143,7 @@ function commandHelp(name: string, c: Command): string {
  * prime-rl's commands that are parts of one command here: its per-process files (the k8s
  * example's orch.toml and train.toml) are read by `rl` scoped to their section.
  */
-const PRIME_RL_COMMANDS: Record<string, string> = {
+const PYTHON_ONLY_COMMANDS: Record<string, string> = {
   orchestrator:
     "the orchestrator runs inside a run's workflow here: give its file to `prime-rl rl --orchestrator @ orch.toml` (with --trainer @ train.toml and --inference @ infer.toml), or run `prime-rl worker --pool cpu` on a cluster (docs/cluster.md)",
   trainer:
@@ -156,8 +156,8 @@ function resolveCommand(commands: CommandTable, argv: string[]): { name: string;
   // prime-rl's `evals` (a model and [eval] sources) is our `eval`, which reads its files.
   const [first, second] = argv[0] === 'evals' ? ['eval', argv[1]] : argv;
   const entry = commands[first];
-  if (!entry && PRIME_RL_COMMANDS[first])
-    throw new ConfigError(`'prime-rl ${first}' is prime-rl's command; ${PRIME_RL_COMMANDS[first]}`);
+  if (!entry && PYTHON_ONLY_COMMANDS[first])
+    throw new ConfigError(`'prime-rl ${first}' is prime-rl's command; ${PYTHON_ONLY_COMMANDS[first]}`);
   if (!entry)
     throw new ConfigError(
       `unknown command '${first}'.${didYouMean(first, Object.keys(commands))} Run 'prime-rl --help'.`,
