@@ -16,7 +16,6 @@
  * is the file's. Real Temporal, engine, HTTP and verifiers env servers (.venv-verifiers; skipped,
  * saying why, without it).
  */
-import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -26,7 +25,6 @@ import { loadConfig } from '../lib/config/loader';
 import type { EvalConfig, RLConfig, SFTConfig } from '../lib/config/schemas';
 import { readEvalResults } from '../lib/eval';
 import { EnvPool } from '../lib/envs/pool';
-import { VERIFIERS_VENV } from '../lib/envs/verifiers/environment';
 import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
 import { projectRoot } from '../lib/paths';
@@ -39,17 +37,9 @@ import type { EvalResult } from '../workflows/eval';
 import { Failure } from '../lib/failures';
 import { executeRl, executeRun, startServer, type Stack, startStack } from './support/harness';
 import { addToHubCache, conversationsParquet, folderFiles } from './support/hub-cache';
+import { verifiersSuite } from './support/setup';
 
-const python = path.join(VERIFIERS_VENV, 'bin', 'python');
-const probe = fs.existsSync(python)
-  ? spawnSync(python, ['-c', 'import verifiers.v1.serve, renderers'], { encoding: 'utf8' })
-  : undefined;
-const available = probe?.status === 0;
-if (!available)
-  console.warn(
-    `prime-rl.algos.test.ts skipped: no verifiers 0.4.0 at ${python}; run bash scripts/setup.sh --verifiers`,
-  );
-const suite = available ? describe : describe.skip;
+const suite = verifiersSuite('prime-rl.algos.test.ts');
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-prl-algos-'));
 const hub = path.join(root, 'hub');

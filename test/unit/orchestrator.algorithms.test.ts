@@ -245,15 +245,10 @@ test("opsd: the demonstration from the example's info, its verifiers task, or th
 });
 
 test('SFT from several sources: each batch takes each source its share by ratio, each source its own shuffled epochs', () => {
-  const s = new SftMixSchedule({
-    sources: [
-      { size: 6, ratio: 3 },
-      { size: 2, ratio: 1 },
-    ],
-    batchSize: 4,
-    epochs: 1,
-    seed: 0,
-  });
+  /** A schedule of one epoch of sources of these sizes and ratios. */
+  const mix = (sizes: number[], ratios: number[], batchSize: number, seed: number) =>
+    new SftMixSchedule({ sources: sizes.map((size, i) => ({ size, ratio: ratios[i] })), batchSize, epochs: 1, seed });
+  const s = mix([6, 2], [3, 1], 4, 0);
   // Shares 0.75 and 0.25: slots go 0, 0, 1, 0 (smooth weighted round robin); one epoch of each
   // takes 8 slots (6 / 0.75 and 2 / 0.25): 2 steps.
   expect(s.totalSteps).toBe(2);
@@ -267,28 +262,10 @@ test('SFT from several sources: each batch takes each source its share by ratio,
   expect(of(0).sort()).toEqual([0, 1, 2, 3, 4, 5]);
   expect(of(1).sort()).toEqual([0, 1]);
   // A pure function of the step: a resumed run sees the same batches.
-  const again = new SftMixSchedule({
-    sources: [
-      { size: 6, ratio: 3 },
-      { size: 2, ratio: 1 },
-    ],
-    batchSize: 4,
-    epochs: 1,
-    seed: 0,
-  });
+  const again = mix([6, 2], [3, 1], 4, 0);
   expect(again.batch(1)).toEqual(steps[1]);
   // The small source goes round again while the big one finishes its epochs (all exhausted).
-  const long = new SftMixSchedule({
-    sources: [
-      { size: 10, ratio: 1 },
-      { size: 2, ratio: 1 },
-    ],
-    batchSize: 2,
-    epochs: 1,
-    seed: 1,
-  });
+  const long = mix([10, 2], [1, 1], 2, 1);
   expect(long.totalSteps).toBe(10);
-  expect(() => new SftMixSchedule({ sources: [{ size: 3, ratio: 0 }], batchSize: 2, epochs: 1, seed: 0 })).toThrow(
-    /ratio 0, not > 0/,
-  );
+  expect(() => mix([3], [0], 2, 0)).toThrow(/ratio 0, not > 0/);
 });
