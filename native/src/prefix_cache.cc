@@ -22,6 +22,13 @@ BlockHash PrefixCache::hash(BlockHash parent, const int64_t* tokens) const {
   return h;
 }
 
+void PrefixCache::extendKeys(std::vector<BlockHash>& keys, const std::vector<int64_t>& tokens, int64_t upTo,
+                             uint64_t epoch) const {
+  if (mode_ == PrefixSharing::kOff) return;
+  for (int64_t i = int64_t(keys.size()); i < upTo; i++)
+    keys.push_back(hash(parentOf(keys, i, epoch), &tokens[size_t(i * blockSize_)]));
+}
+
 PrefixCache::Entry PrefixCache::find(BlockHash key, BlockHash parent, const int64_t* tokens) const {
   auto it = byKey_.find(key);
   if (it == byKey_.end()) return {};
@@ -31,7 +38,7 @@ PrefixCache::Entry PrefixCache::find(BlockHash key, BlockHash parent, const int6
 }
 
 bool PrefixCache::insert(BlockHash key, BlockHash parent, const int64_t* tokens, int32_t block, int64_t owner) {
-  if (byKey_.count(key) || byBlock_.count(block)) return false;
+  if (mode_ == PrefixSharing::kOff || byKey_.count(key) || byBlock_.count(block)) return false;
   byKey_.emplace(key, block);
   byBlock_.emplace(block, Stored{key, parent, std::vector<int64_t>(tokens, tokens + blockSize_), false, owner});
   return true;

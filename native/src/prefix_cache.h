@@ -1,16 +1,17 @@
-// The index of the KV cache's blocks by the tokens they hold, so sequences with a common prompt
-// prefix share its blocks instead of computing them again (vLLM's automatic prefix caching,
-// SGLang's radix cache at block granularity). A full block is keyed by a chain hash: its tokens and
-// the key of the block before it, the first block's parent being the policy epoch, so a weight
-// update (a new epoch) makes every earlier prefix unmatchable. Entries are verified token by token
-// on lookup: a hash collision never shares a wrong block.
+// The index of the cache's contents by the tokens they hold, so sequences with a common prompt
+// prefix share them instead of computing them again (vLLM's automatic prefix caching, SGLang's
+// radix cache at block granularity). It holds the sharing mode (off, live, cache): with off it
+// indexes and finds nothing, and no caller branches on the mode.
 //
-// A block is indexed from the moment a sequence is admitted with it (its owner computes it in the
-// coming steps: another sequence with that prefix waits for it rather than computing it twice) and
-// marked computed once its K/V are in. When its last reference goes, a computed block either stays
-// indexed and parked in an LRU list (the cache of freed prefixes, kKeep) until a later sequence
-// reuses it or the pool needs it back, or leaves the index (kLiveOnly: only sequences alive
-// together share).
+// KV blocks. A full block is keyed by a chain hash: its tokens and the key of the block before it,
+// the first block's parent being the policy epoch, so a weight update (a new epoch) makes every
+// earlier prefix unmatchable. Entries are verified token by token on lookup: a hash collision never
+// shares a wrong block. A block is indexed from the moment a sequence is admitted with it (its
+// owner computes it in the coming steps: another sequence with that prefix waits for it rather than
+// computing it twice) and marked computed once its K/V are in. When its last reference goes, a
+// computed block either stays indexed and parked in an LRU list (the cache of freed prefixes, mode
+// cache) until a later sequence reuses it or the pool needs it back, or leaves the index (live:
+// only sequences alive together share).
 #pragma once
 
 #include <cstdint>
@@ -18,19 +19,30 @@
 #include <unordered_map>
 #include <vector>
 
+#include "generation.h"
+
 namespace prime {
 
 using BlockHash = uint64_t;
 
 class PrefixCache {
  public:
-  enum class Freed { kKeep, kLiveOnly };
-  PrefixCache(int64_t blockSize, Freed freed) : blockSize_(blockSize), freed_(freed) {}
+  PrefixCache(int64_t blockSize, PrefixSharing mode) : blockSize_(blockSize), mode_(mode) {}
+
+  PrefixSharing mode() const { return mode_; }
+  int64_t blockSize() const { return blockSize_; }
 
   // The parent of a sequence's first block under policy epoch `epoch`.
   static BlockHash root(uint64_t epoch);
   // The key of a full block of blockSize tokens after the block keyed `parent`.
   BlockHash hash(BlockHash parent, const int64_t* tokens) const;
+  // Appends to `keys` the keys of tokens' full blocks [keys.size(), upTo) under `epoch` (none
+  // when sharing is off: nothing is indexed then).
+  void extendKeys(std::vector<BlockHash>& keys, const std::vector<int64_t>& tokens, int64_t upTo, uint64_t epoch) const;
+  // The parent key of full block i of a sequence with these keys.
+  static BlockHash parentOf(const std::vector<BlockHash>& keys, int64_t i, uint64_t epoch) {
+    return i == 0 ? root(epoch) : keys[size_t(i - 1)];
+  }
 
   struct Entry {
     int32_t block = -1;
@@ -40,13 +52,15 @@ class PrefixCache {
   // The block indexed under `key` holding exactly these tokens after `parent`; block -1 when none.
   Entry find(BlockHash key, BlockHash parent, const int64_t* tokens) const;
   // Indexes `block` under `key` (not computed yet: `owner` computes it). False, and nothing
-  // indexed, when the key is taken or the block already indexed: the block is then private.
+  // indexed, when sharing is off, the key is taken or the block already indexed: the block is
+  // then private.
   bool insert(BlockHash key, BlockHash parent, const int64_t* tokens, int32_t block, int64_t owner);
   // Whether the block is indexed with its K/V computed (what a freed block must be to be kept).
   bool holdsComputed(int32_t block) const {
     auto it = byBlock_.find(block);
     return it != byBlock_.end() && it->second.computed;
   }
+  bool indexed(int32_t block) const { return byBlock_.count(block) > 0; }
   void markComputed(int32_t block);
   // The uncomputed blocks `from` owns pass to `to` (its first follower, when `from` leaves).
   void reassign(int64_t from, int64_t to);
@@ -55,25 +69,27 @@ class PrefixCache {
   // Drops the block from the index (and from the LRU list).
   void forget(int32_t block);
 
-  // The LRU list of indexed blocks nobody references (kKeep only).
-  bool keepsFreed() const { return freed_ == Freed::kKeep; }
+  // The LRU list of indexed blocks nobody references (mode cache only).
+  bool keepsFreed() const { return mode_ == PrefixSharing::kCache; }
   void park(int32_t block);    // its last reference went: most recently used end
   void unpark(int32_t block);  // referenced again
   int64_t parked() const { return int64_t(lru_.size()); }
+  // The parked blocks, least recently used first (the order evict() takes them).
+  std::vector<int32_t> parkedOrder() const { return std::vector<int32_t>(lru_.begin(), lru_.end()); }
   // Forgets the least recently used parked block and returns it; -1 when none is parked.
   int32_t evict();
-  // Forgets every entry (a new policy epoch); returns the parked blocks, now free.
+  // Forgets every block entry (a new policy epoch); returns the parked blocks, now free.
   std::vector<int32_t> clear();
 
  private:
   struct Stored {
     BlockHash key, parent;
-    std::vector<int64_t> tokens;
+    std::vector<int64_t> tokens;  // blockSize of them, or a partial block's fewer
     bool computed;
     int64_t owner;
   };
   const int64_t blockSize_;
-  const Freed freed_;
+  const PrefixSharing mode_;
   std::unordered_map<BlockHash, int32_t> byKey_;
   std::unordered_map<int32_t, Stored> byBlock_;
   std::list<int32_t> lru_;  // front: least recently used
