@@ -1,5 +1,6 @@
 // The seam between the generator's cache manager (cache_manager.h) and the kinds of memory a
-// sequence holds in the cache: paged KV blocks (kv_blocks.h). A kind is told what the manager decides (admission with
+// sequence holds in the cache: paged KV blocks (kv_blocks.h) for every model, per-sequence state
+// slots (state_slots.h) for hybrid ones. A kind is told what the manager decides (admission with
 // what a sequence takes from others, the writes of each step, who leads a shared prefix, release,
 // a new policy epoch) and keeps its own resources and device tensors; a new kind of cache is one
 // more class behind this interface.
@@ -20,6 +21,10 @@ struct PrefixMatch {
   // (0: none) has computed them.
   int64_t computedTokens = 0, sharedTokens = 0;
   int64_t leader = 0;
+  const Sequence* leaderSeq = nullptr;  // that leader
+  // Hybrid models: resuming at computedTokens from the prefix cache's state snapshot in this slot
+  // (-1: none), whose partial last block is `partialBlock` (-1: none; copied, not shared).
+  int32_t snapshot = -1, partialBlock = -1;
 };
 
 // Positions [from, to) of a sequence that one step writes (a decode row or a prefill chunk).

@@ -53,9 +53,26 @@ int64_t poolBlocks(const Model& model, const GeneratorOptions& o) {
 }
 }  // namespace
 
-CacheManager::CacheManager(std::shared_ptr<Model> model, const GeneratorOptions& o)
+CacheManager::CacheManager(std::shared_ptr<Model> model, const GeneratorOptions& o, const GeneratorChecks& checks)
     : model_(std::move(model)), prefixes_(o.blockSize, o.prefixSharing) {
+  if (o.stateSlots < 0) throw std::runtime_error("stateSlots must be >= 0 (0: the default)");
+  const bool hasState = model_->hybrid() || checks.stateProbe;
+  if (o.stateSlots > 0 && !hasState)
+    throw std::runtime_error("stateSlots: " + model_->cfg.arch +
+                             " has no state layers (only hybrid models have slots)");
+  // The slots first: on CUDA the KV cache gets what the device has left after them.
+  LinearStates states;
+  if (hasState) {
+    const int64_t slots =
+        o.stateSlots > 0 ? o.stateSlots : o.maxSequences * (o.prefixSharing == PrefixSharing::kCache ? 2 : 1);
+    states = model_->linearStates(slots);
+  }
   kv_ = std::make_unique<KvBlocks>(*model_, poolBlocks(*model_, o), o.blockSize, prefixes_);
+  if (hasState) {
+    state_ = std::make_unique<StateSlots>(std::move(states), model_->device, prefixes_, kv_->pool(), epoch_,
+                                          checks.stateProbe);
+    kinds_.push_back(state_.get());
+  }
   kinds_.push_back(kv_.get());
   weightsSeen_ = model_->weightsVersion();
 }
@@ -112,6 +129,7 @@ PrefixMatch CacheManager::match(const Sequence& s) const {
     }
   }
   if (m.sharedTokens == m.computedTokens) m.leader = 0;
+  m.leaderSeq = m.leader ? L : nullptr;
   for (const CacheKind* k : kinds_) k->limitMatch(s, m);
   return m;
 }
@@ -153,6 +171,22 @@ bool CacheManager::reserve(std::vector<SequenceWrite> writes) {
     if (!k->writesFit(writes)) return false;
   for (CacheKind* k : kinds_) k->prepareWrites(writes);
   return true;
+}
+
+CacheManager::StepState CacheManager::beginForward(const std::vector<SequenceWrite>& rows, int64_t decodeRows) {
+  if (!state_) return {};
+  StepState st = state_->beforeForward(rows, decodeRows, holders_);
+  if (state_->probe()) state_->probe()->check(rows, st.slotOf, decodeRows);
+  return st;
+}
+
+void CacheManager::probeUpdate(const at::Tensor& ids, const std::vector<SequenceWrite>& rows, int64_t decodeRows,
+                               const StepState& st) {
+  if (state_ && state_->probe()) state_->probe()->update(ids, rows, st.slotOf, decodeRows, st.snapshots);
+}
+
+void CacheManager::endForward() {
+  if (state_) state_->afterForward();
 }
 
 std::vector<CacheManager::Followed> CacheManager::resolveFollowers(const std::vector<SequenceWrite>& ran) {

@@ -1,5 +1,6 @@
 // The generator's cache manager: what each sequence holds in the cache, across the kinds of cache
-// the model needs (cache_kind.h: paged KV blocks) and the prefix cache that lets sequences share
+// the model needs (cache_kind.h: paged KV blocks, and state slots for hybrid models) and the
+// prefix cache that lets sequences share
 // what others computed (prefix_cache.h, which holds the sharing mode). It decides what a new
 // sequence takes from others (a computed prefix, or one a leader is computing: the sequence then
 // follows that leader until it has), admits it when every kind has room, prepares each step's
@@ -17,18 +18,22 @@
 #include "model.h"
 #include "prefix_cache.h"
 #include "sequence.h"
+#include "state_slots.h"
 
 namespace prime {
 
 class CacheManager {
  public:
-  // Sizes the pool from the options (see GeneratorOptions::kvCacheTokens).
-  CacheManager(std::shared_ptr<Model> model, const GeneratorOptions& options);
+  // Sizes the pool and the state slots from the options (GeneratorOptions::kvCacheTokens,
+  // stateSlots); the state-slot kind serves hybrid models (Model::hybrid), or any with the probe.
+  CacheManager(std::shared_ptr<Model> model, const GeneratorOptions& options, const GeneratorChecks& checks = {});
 
   int64_t numBlocks() const { return kv_->numBlocks(); }
   int64_t blockSize() const { return kv_->blockSize(); }
   int64_t capacityTokens() const { return numBlocks() * blockSize(); }
   PagedKV& paged() { return kv_->paged(); }
+  // The state slots a forward reads and writes; null without the state-slot kind.
+  LinearStates* states() { return state_ ? &state_->states() : nullptr; }
 
   // Takes what s needs (its prompt's blocks, shared ones first) if every kind has room now
   // (othersRun: keep room for the running sequences' growth); false otherwise. On success s
@@ -40,6 +45,17 @@ class CacheManager {
   uint64_t epoch() const { return epoch_; }
   // Whether the writes of a step fit; if so, prepares them (blocks taken, shared ones copied).
   bool reserve(std::vector<SequenceWrite> writes);
+
+  // The state side of a forward over `rows` (the first decodeRows of them decode rows), for
+  // PagedBatch::slotOf and snapshots: empty without the state-slot kind. With the probe, checks
+  // the rows' slots.
+  using StepState = StateSlots::StepState;
+  StepState beginForward(const std::vector<SequenceWrite>& rows, int64_t decodeRows);
+  // With the probe: a forward's effect on it, `ids` being the rows' tokens on the device.
+  void probeUpdate(const at::Tensor& ids, const std::vector<SequenceWrite>& rows, int64_t decodeRows,
+                   const StepState& st);
+  // After the forward(s) since beginForward: slot copies made, snapshots kept.
+  void endForward();
 
   // After a forward that computed `ran` (their positions [from, to), s.computed advanced): the
   // followers whose leader has now computed their shared prefix stop waiting. Those whose whole
@@ -59,6 +75,11 @@ class CacheManager {
   void addStats(GeneratorStats& st) const;
   int64_t prefixHitTokens() const { return prefixHitTokens_; }
 
+  // Test-only views (native/testing.ts).
+  const BlockPool& blockPool() const { return kv_->pool(); }
+  const PrefixCache& prefixCache() const { return prefixes_; }
+  const StateSlots* stateSlots() const { return state_.get(); }
+
  private:
   PrefixMatch match(const Sequence& s) const;
   void computeKeys(Sequence& s) const;  // the keys of its full blocks under the current epoch
@@ -69,7 +90,10 @@ class CacheManager {
   std::shared_ptr<Model> model_;
   PrefixCache prefixes_;
   std::unique_ptr<KvBlocks> kv_;
-  std::vector<CacheKind*> kinds_;  // every kind, kv_ first
+  std::unique_ptr<StateSlots> state_;  // null: a model without state layers
+  // Every kind: state_ first (a finishing sequence's final state indexes its partial block
+  // before the block is given back), then kv_.
+  std::vector<CacheKind*> kinds_;
   // The sequences holding cache, by (priority, arrival): the scheduler's running ones.
   std::vector<Sequence*> holders_;
   uint64_t epoch_ = 0, weightsSeen_ = 0;

@@ -37,14 +37,17 @@ struct GeneratorOptions {
   int64_t maxSequences = 0;       // sequences running at once (decoded together)
   int64_t maxSequenceLength = 0;  // longest prompt + completion
   // The pool's size in token positions, rounded up to whole blocks. 0: with gpuMemoryUtilization
-  // (CUDA only), what that share of the device leaves after the weights and a forward of
-  // maxBatchedTokens tokens; else maxSequences x maxSequenceLength.
+  // (CUDA only), what that share of the device leaves after the weights, a forward of
+  // maxBatchedTokens tokens and the state slots; else maxSequences x maxSequenceLength.
   int64_t kvCacheTokens = 0;
   double gpuMemoryUtilization = 0;  // in (0, 1]; 0: unset
   int64_t blockSize = 16;
   PrefixSharing prefixSharing = PrefixSharing::kCache;
   // Tokens per step: decode rows first, prefill chunks in the rest (vLLM's max_num_batched_tokens).
   int64_t maxBatchedTokens = 2048;
+  // Hybrid models (state_slots.h): per-sequence state slots in all, for the running sequences and
+  // the prefix cache's snapshots. 0: maxSequences, twice that with prefixSharing kCache.
+  int64_t stateSlots = 0;
   // Sample with tensor ops (tensor_sampler.h) even on the CPU, where the host sampler is the
   // default (how tests check the path logits on CUDA take).
   bool tensorSampler = false;
@@ -53,6 +56,13 @@ struct GeneratorOptions {
   // Decode rows' attention through our CUDA paged decode kernel (paged_decode.h) instead of
   // libtorch's batched matmuls over gathered blocks; refused where the build or device lacks it.
   bool pagedAttentionKernel = false;
+};
+
+// Test-only settings of a generator (native/testing.ts), never set by the production facade.
+struct GeneratorChecks {
+  // Run the state-slot kind with a probe state (state_probe.h) even for a model without state
+  // layers, and check every slot's contents before each forward: the state bookkeeping end to end.
+  bool stateProbe = false;
 };
 
 struct AddedSequence {
@@ -96,9 +106,12 @@ struct GeneratorStats {
   int64_t running = 0, preempted = 0;  // sequences holding blocks; waiting to be recomputed
   int64_t cachedTokens = 0;            // positions of the running sequences with their K/V in
   int64_t blocksInUse = 0, blocksCached = 0;
+  // Hybrid models: state slots in all, held by running sequences, and holding the prefix cache's
+  // snapshots; the bytes of one slot. All 0 for a model without state layers.
+  int64_t stateSlots = 0, stateSlotsInUse = 0, stateSlotsCached = 0, stateSlotBytes = 0;
   int64_t preemptions = 0;  // since start
   // Since start: prompt positions computed (with those of preempted sequences computed again), and
-  // positions taken from blocks others computed.
+  // positions taken from blocks (and states) others computed.
   int64_t prefillTokens = 0, prefixHitTokens = 0;
   StepTimes times;
 };

@@ -7,7 +7,7 @@
 
 namespace prime {
 
-Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
+Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o, const GeneratorChecks& checks)
     : maxSequences(o.maxSequences), maxSequenceLength(o.maxSequenceLength), blockSize(o.blockSize),
       maxBatchedTokens(o.maxBatchedTokens), prefixSharing(o.prefixSharing), model(std::move(m)) {
   if (maxSequences <= 0 || maxSequenceLength <= 1)
@@ -27,7 +27,7 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
     const std::string why = pagedDecodeUnsupported(model->device, model->dtype);
     if (!why.empty()) throw std::runtime_error("pagedAttentionKernel: " + why);
   }
-  cache_ = std::make_unique<CacheManager>(model, o);
+  cache_ = std::make_unique<CacheManager>(model, o, checks);
   scheduler_ = std::make_unique<BatchScheduler>(*cache_, maxSequences, maxSequenceLength, maxBatchedTokens);
   runner_ = std::make_unique<ModelRunner>(model, *cache_, o, times_);
   publishStats();
@@ -131,6 +131,7 @@ std::vector<StepToken> Generator::runDecode(const StepPlan& p, Laps& lap) {
       if (s.req.returnRoutes) t.routes = runner_->routes(d.routing[size_t(j)], b, 1);
       scheduler_->applyToken(s, d.sampled[size_t(j)][size_t(b)], t);
       ended[b] = t.finished;
+      if (t.finished && j + 1 < p.steps) s.cache.stateAhead = true;  // the later steps stepped its state on
       out.push_back(std::move(t));
     }
   finishStep(out);

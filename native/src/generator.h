@@ -3,8 +3,8 @@
 //   - the scheduler (batch_scheduler.h): admission, priorities, the token budget of a step
 //     (decode rows first, prefill chunks beside them), preemption when the cache runs dry;
 //   - the cache manager (cache_manager.h): what each sequence holds, across the cache's kinds
-//     (cache_kind.h: paged KV blocks), and the prefix cache that lets sequences share what others
-//     computed (prefix_cache.h: sharing off, live or cache);
+//     (cache_kind.h: paged KV blocks; state slots for hybrid models), and the prefix cache that
+//     lets sequences share what others computed (prefix_cache.h: sharing off, live or cache);
 //   - the model runner (model_runner.h): a step's inputs, the forward, sampling, CUDA graphs.
 // A step goes: a new policy epoch if the weights changed, preempted sequences resumed, the plan
 // (its writes prepared in the cache), the forward and sampling, the tokens applied (stops,
@@ -26,7 +26,8 @@ namespace prime {
 
 class Generator {
  public:
-  Generator(std::shared_ptr<Model> model, const GeneratorOptions& options);
+  // checks: test-only (native/testing.ts).
+  Generator(std::shared_ptr<Model> model, const GeneratorOptions& options, const GeneratorChecks& checks = {});
 
   // Admits the longest leading run of `requests` the cache has room for now (sequence slots, the
   // blocks of their prompts), none while preempted sequences wait to resume; the others stay

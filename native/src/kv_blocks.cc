@@ -31,6 +31,7 @@ bool KvBlocks::fits(const Sequence& s, const PrefixMatch& m, bool othersRun) con
   // Shared blocks parked in the prefix cache leave available() when taken up again.
   int64_t parked = 0;
   for (int32_t b : m.blocks) parked += pool_.refs(b) == 0;
+  if (m.partialBlock >= 0) parked += pool_.refs(m.partialBlock) == 0;  // held while it is copied
   // While others run, a little room stays for their growth, so an admission is not undone by a
   // preemption at the next step (vLLM's watermark: 1% of the pool).
   const int64_t watermark = othersRun ? std::max<int64_t>(1, numBlocks() / 100) : 0;
@@ -40,8 +41,15 @@ bool KvBlocks::fits(const Sequence& s, const PrefixMatch& m, bool othersRun) con
 void KvBlocks::admit(Sequence& s, const PrefixMatch& m) {
   const int64_t fresh = ceilDiv(int64_t(s.tokens.size()), blockSize()) - int64_t(m.blocks.size());
   for (int32_t b : m.blocks) pool_.retain(b);
+  // A snapshot's partial block (state_slots.h) is copied into the first fresh one; held
+  // meanwhile, so that taking the fresh blocks does not evict it.
+  if (m.partialBlock >= 0) pool_.retain(m.partialBlock);
   s.cache.blocks = m.blocks;
   for (int64_t i = 0; i < fresh; i++) s.cache.blocks.push_back(pool_.take());
+  if (m.partialBlock >= 0) {
+    copyBlock(m.partialBlock, s.cache.blocks[m.blocks.size()]);
+    pool_.release(m.partialBlock);  // parked again (it stays indexed, computed)
+  }
 }
 
 int64_t KvBlocks::blocksNeeded(const SequenceWrite& w) const {

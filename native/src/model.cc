@@ -129,8 +129,10 @@ at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& 
   return finishBlock(L, x, outs.size() == 1 ? outs[0] : at::cat(outs, 0), l, ad);
 }
 
-at::Tensor Model::forwardPaged(const at::Tensor& ids, const PagedBatch& batch, PagedKV& cache,
-                               MoeRouting* routing) const {
+at::Tensor Model::forwardPaged(const at::Tensor& ids, const PagedBatch& batch, PagedKV& cache, MoeRouting* routing,
+                               LinearStates* states) const {
+  if (hybrid() && (!states || !batch.slotOf.defined()))
+    throw std::runtime_error(cfg.arch + ": a paged forward of a hybrid model needs its state slots (linear_state.h)");
   const int64_t N = ids.size(0), H = cfg.numHeads, KV = cfg.numKvHeads, hd = cfg.headDim, B = cache.blockSize;
   auto [cos, sin] = rope(batch.pos);
   // The cache row (block * B + offset, of a layer seen as [blocks * B, KV * hd]) each token's K/V

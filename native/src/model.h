@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "linear_state.h"
 #include "lm_head.h"
 
 namespace prime {
@@ -143,6 +144,10 @@ struct PagedBatch {
   std::vector<int64_t> chunkStart, chunkLen;
   double* attentionSeconds = nullptr;  // when set, the CPU's attention time is added to it
   bool decodeKernel = false;           // decode rows through the CUDA paged decode kernel (paged_decode.h)
+  // Hybrid models (linear_state.h): the state slot of each table row [rows] (long, on the model's
+  // device), and per prefill segment the snapshots to take (may be empty).
+  at::Tensor slotOf;
+  std::vector<std::vector<StateSnapshot>> snapshots;
 };
 
 // Keys and values of one layer for a packed forward, after RoPE: [N, KV, hd].
@@ -203,8 +208,15 @@ class Model {
   // K/V into its block and returns the final-normed hidden states [N, D]. No host round trip on
   // a decode-only batch (decode_graph.h captures it in a CUDA graph); with routing, sparse blocks
   // report the experts each token went to.
-  at::Tensor forwardPaged(const at::Tensor& ids, const PagedBatch& batch, PagedKV& cache,
-                          MoeRouting* routing = nullptr) const;
+  // A hybrid model's Gated DeltaNet blocks read and write `states` (linear_state.h): required
+  // then, with batch.slotOf.
+  at::Tensor forwardPaged(const at::Tensor& ids, const PagedBatch& batch, PagedKV& cache, MoeRouting* routing = nullptr,
+                          LinearStates* states = nullptr) const;
+  // Whether some block is Gated DeltaNet (a hybrid model: forwardPaged needs LinearStates).
+  bool hybrid() const { return !linearLayers_.empty(); }
+  const std::vector<int64_t>& linearLayers() const { return linearLayers_; }
+  // numSlots zeroed state slots (and the pad slot) for this model's Gated DeltaNet blocks.
+  LinearStates linearStates(int64_t numSlots) const;
   // Final hidden states -> logits (fp32, or fp64 for fp64 models).
   at::Tensor logits(const at::Tensor& hidden) const;
   // Per-token log p(target) and entropy of softmax(logits / temperature) from final hidden states
@@ -333,7 +345,7 @@ class Model {
   std::vector<ParamSpec> specs_;
   at::Tensor embed_, norm_, lmHead_;  // lmHead_ undefined when tied
   std::vector<Layer> layers_;
-  std::vector<int64_t> sparseLayers_;
+  std::vector<int64_t> sparseLayers_, linearLayers_;
   at::Tensor invFreq_;  // [hd/2] RoPE inverse frequencies
   std::atomic<uint64_t> weightsVersion_{0};
   bool hasWeights_ = true;

@@ -22,7 +22,7 @@ ModelRunner::ModelRunner(std::shared_ptr<Model> model, CacheManager& cache, cons
       tensorSampler_(o.tensorSampler), pagedAttentionKernel_(o.pagedAttentionKernel), times_(times) {
   eagerReason_ = o.cudaGraphs ? DecodeGraphs::unsupported(*model_) : "CUDA graphs are off for this generator";
   if (eagerReason_.empty())
-    graphs_ = std::make_unique<DecodeGraphs>(model_, cache_.paged(), o.maxSequences,
+    graphs_ = std::make_unique<DecodeGraphs>(model_, cache_.paged(), cache_.states(), o.maxSequences,
                                              ceilDiv(maxSequenceLength_, blockSize_), pagedAttentionKernel_);
 }
 
@@ -78,9 +78,16 @@ ModelRunner::Mixed ModelRunner::forwardMixed(const StepPlan& p, Laps& lap) {
   const at::Tensor idsT = at::tensor(ids, kLongOpts).to(dev);
   batch.attentionSeconds = &times_.attention;
   batch.decodeKernel = pagedAttentionKernel_;
+  const CacheManager::StepState st = cache_.beginForward(f.rows, nd);
+  if (cache_.states()) {
+    batch.slotOf = at::tensor(st.slotOf, kLongOpts).to(dev);
+    batch.snapshots = st.snapshots;
+  }
   lap(times_.inputs);
   f.device = std::make_unique<DeviceTimer>(dev);
-  f.hidden = model_->forwardPaged(idsT, batch, cache_.paged(), routes ? &f.routing : nullptr);
+  f.hidden = model_->forwardPaged(idsT, batch, cache_.paged(), routes ? &f.routing : nullptr, cache_.states());
+  cache_.probeUpdate(idsT, f.rows, nd, st);
+  cache_.endForward();
   lap(times_.forward);
   times_.steps++;
 
@@ -139,20 +146,28 @@ ModelRunner::Decoded ModelRunner::decode(const StepPlan& p, Laps& lap) {
     width = 1;
     for (Sequence* s : p.decode) width = std::max(width, int64_t(s->cache.blocks.size()));
   }
-  // One host-to-device copy: [n, 2 + width] = token, position, block table.
-  std::vector<int64_t> host(static_cast<size_t>(n * (2 + width)), cache_.paged().nullBlock());
+  // The rows each step feeds (positions [from, to) of each sequence), for the state side.
+  std::vector<SequenceWrite> fed;
+  for (Sequence* s : p.decode) fed.push_back({s, s->computed, s->computed + 1});
+  const CacheManager::StepState st = cache_.beginForward(fed, n);
+  LinearStates* states = cache_.states();
+  // One host-to-device copy: [n, lead + width] = token, position, (hybrid: state slot,) block table.
+  const int64_t lead = states ? 3 : 2, cols = lead + width;
+  std::vector<int64_t> host(static_cast<size_t>(n * cols), cache_.paged().nullBlock());
   int64_t keys = 0;
   for (int64_t b = 0; b < n; b++) {
     const Sequence& s = *p.decode[b];
-    int64_t* row = host.data() + b * (2 + width);
+    int64_t* row = host.data() + b * cols;
     row[0] = s.tokens.back();
     row[1] = s.computed;
-    std::copy(s.cache.blocks.begin(), s.cache.blocks.end(), row + 2);
+    if (states) row[2] = st.slotOf[size_t(b)];
+    std::copy(s.cache.blocks.begin(), s.cache.blocks.end(), row + lead);
     keys = std::max(keys, s.computed + 1);
   }
-  const at::Tensor in = at::tensor(host, kLongOpts).view({n, 2 + width}).to(dev);
+  const at::Tensor in = at::tensor(host, kLongOpts).view({n, cols}).to(dev);
   at::Tensor ids = in.select(1, 0).contiguous(), pos = in.select(1, 1).contiguous();
-  const at::Tensor tables = in.narrow(1, 2, width).contiguous();
+  const at::Tensor slots = states ? in.select(1, 2).contiguous() : at::Tensor();
+  const at::Tensor tables = in.narrow(1, lead, width).contiguous();
   const at::Tensor seqOf = at::arange(n, kLongOpts.device(dev));
   lap(times_.inputs);
   DeviceTimer device(dev);
@@ -186,7 +201,7 @@ ModelRunner::Decoded ModelRunner::decode(const StepPlan& p, Laps& lap) {
     at::Tensor logits;
     if (graphs_ && viaGraphs) {
       try {
-        logits = graphs_->decode(ids, pos, tables, keys + j);
+        logits = graphs_->decode(ids, pos, tables, slots, keys + j);
         graphCount_ = graphs_->captured();
       } catch (const std::exception& e) {
         // A capture that fails (an operation CUDA cannot record) turns graphs off for this
@@ -207,9 +222,13 @@ ModelRunner::Decoded ModelRunner::decode(const StepPlan& p, Laps& lap) {
       batch.decodeKeys = keys + j;
       batch.attentionSeconds = &times_.attention;
       batch.decodeKernel = pagedAttentionKernel_;
-      logits =
-          model_->logits(model_->forwardPaged(ids, batch, cache_.paged(), routes ? &d.routing[size_t(j)] : nullptr));
+      batch.slotOf = slots;
+      logits = model_->logits(
+          model_->forwardPaged(ids, batch, cache_.paged(), routes ? &d.routing[size_t(j)] : nullptr, states));
     }
+    if (j > 0)
+      for (SequenceWrite& w : fed) w.from = ++w.to - 1;
+    cache_.probeUpdate(ids, fed, n, st);
     lap(times_.forward);
     times_.steps++;
     if (onDevice) {
@@ -226,6 +245,7 @@ ModelRunner::Decoded ModelRunner::decode(const StepPlan& p, Laps& lap) {
     if (j + 1 < k) pos = pos + 1;
     lap(times_.sample);
   }
+  cache_.endForward();
   device.end();
   if (onDevice) {
     // The call's one deliberate sync: the host needs the tokens (stop checks, the response).

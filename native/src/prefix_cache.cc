@@ -99,4 +99,79 @@ std::vector<int32_t> PrefixCache::clear() {
   return freed;
 }
 
+BlockHash PrefixCache::partialKey(BlockHash parent, const int64_t* tokens, int64_t tail) const {
+  uint64_t h = mix(parent ^ 0x7061727469616cULL);  // "partial": never a full block's key
+  for (int64_t i = 0; i < tail; i++) h = mix(h ^ uint64_t(tokens[i]));
+  return mix(h ^ uint64_t(tail));
+}
+
+bool PrefixCache::insertPartial(BlockHash parent, const int64_t* tokens, int64_t tail, int32_t block) {
+  const BlockHash key = partialKey(parent, tokens, tail);
+  if (mode_ == PrefixSharing::kOff || byKey_.count(key) || byBlock_.count(block)) return false;
+  byKey_.emplace(key, block);
+  byBlock_.emplace(block, Stored{key, parent, std::vector<int64_t>(tokens, tokens + tail), true, 0});
+  return true;
+}
+
+int32_t PrefixCache::findPartial(BlockHash parent, const int64_t* tokens, int64_t tail) const {
+  const Entry e = find(partialKey(parent, tokens, tail), parent, tokens);
+  return e.computed ? e.block : -1;
+}
+
+bool PrefixCache::putSnapshot(BlockHash parent, const int64_t* tokens, int64_t tail, int32_t slot) {
+  if (!keepsSnapshots()) return false;
+  const Snapshot same = findSnapshot(parent, tokens, tail);
+  if (same.slot >= 0 && same.tail == tail) return false;
+  snapLru_.push_back(slot);
+  snapBySlot_.emplace(slot,
+                      StoredSnapshot{parent, std::vector<int64_t>(tokens, tokens + tail), std::prev(snapLru_.end())});
+  snapByParent_.emplace(parent, slot);
+  return true;
+}
+
+PrefixCache::Snapshot PrefixCache::findSnapshot(BlockHash parent, const int64_t* tokens, int64_t available) const {
+  Snapshot best;
+  auto [from, to] = snapByParent_.equal_range(parent);
+  for (auto it = from; it != to; ++it) {
+    const StoredSnapshot& s = snapBySlot_.at(it->second);
+    const int64_t tail = int64_t(s.tail.size());
+    if (tail > available || (best.slot >= 0 && tail <= best.tail)) continue;
+    if (std::equal(s.tail.begin(), s.tail.end(), tokens)) best = {it->second, tail};
+  }
+  return best;
+}
+
+void PrefixCache::touchSnapshot(int32_t slot) {
+  auto it = snapBySlot_.find(slot);
+  if (it == snapBySlot_.end()) return;
+  snapLru_.splice(snapLru_.end(), snapLru_, it->second.lru);
+}
+
+void PrefixCache::dropSnapshot(int32_t slot) {
+  auto it = snapBySlot_.find(slot);
+  auto [from, to] = snapByParent_.equal_range(it->second.parent);
+  for (auto p = from; p != to; ++p)
+    if (p->second == slot) {
+      snapByParent_.erase(p);
+      break;
+    }
+  snapLru_.erase(it->second.lru);
+  snapBySlot_.erase(it);
+}
+
+int32_t PrefixCache::evictSnapshot() {
+  if (snapLru_.empty()) return -1;
+  const int32_t slot = snapLru_.front();
+  dropSnapshot(slot);
+  return slot;
+}
+
+std::vector<int32_t> PrefixCache::clearSnapshots() {
+  std::vector<int32_t> freed(snapLru_.begin(), snapLru_.end());
+  snapLru_.clear();
+  snapBySlot_.clear();
+  snapByParent_.clear();
+  return freed;
+}
+
 }  // namespace prime

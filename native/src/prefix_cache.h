@@ -12,6 +12,14 @@
 // computed block either stays indexed and parked in an LRU list (the cache of freed prefixes, mode
 // cache) until a later sequence reuses it or the pool needs it back, or leaves the index (live:
 // only sequences alive together share).
+//
+// State snapshots (hybrid models, mode cache; state_slots.h). A snapshot is the state of a
+// sequence's recurrent layers after position p, in a state slot of its own, keyed like a block:
+// the key of the last full block before p (or the epoch's root) and the tokens of the partial
+// block up to p (none at a block boundary). A snapshot off a block boundary comes with that
+// partial block, indexed under a partial key (the same parent and tokens) as a computed block: a
+// sequence resuming from the snapshot copies it. Snapshots have an LRU list of their own; a new
+// epoch drops them with the blocks.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +89,32 @@ class PrefixCache {
   // Forgets every block entry (a new policy epoch); returns the parked blocks, now free.
   std::vector<int32_t> clear();
 
+  // --- state snapshots (mode cache) ---
+  bool keepsSnapshots() const { return mode_ == PrefixSharing::kCache; }
+  // The key of the partial block of `tail` tokens (0 < tail < blockSize) after `parent`.
+  BlockHash partialKey(BlockHash parent, const int64_t* tokens, int64_t tail) const;
+  // Indexes a partial block as computed (a snapshot's; see above). False when not indexed.
+  bool insertPartial(BlockHash parent, const int64_t* tokens, int64_t tail, int32_t block);
+  // The computed partial block of these `tail` tokens after `parent`, or -1.
+  int32_t findPartial(BlockHash parent, const int64_t* tokens, int64_t tail) const;
+  // Keeps slot `slot` as the snapshot after `parent`'s block and these `tail` tokens. False, and
+  // nothing kept, when such a snapshot is kept already (the caller frees the slot).
+  bool putSnapshot(BlockHash parent, const int64_t* tokens, int64_t tail, int32_t slot);
+  struct Snapshot {
+    int32_t slot = -1;
+    int64_t tail = 0;
+  };
+  // The snapshot after `parent`'s block whose tail tokens lead `tokens` (of which `available`
+  // may be used), the longest such; slot -1 when none.
+  Snapshot findSnapshot(BlockHash parent, const int64_t* tokens, int64_t available) const;
+  void touchSnapshot(int32_t slot);  // used: most recently used end
+  int64_t snapshots() const { return int64_t(snapLru_.size()); }
+  std::vector<int32_t> snapshotOrder() const { return std::vector<int32_t>(snapLru_.begin(), snapLru_.end()); }
+  // Drops the least recently used snapshot and returns its slot; -1 when none is kept.
+  int32_t evictSnapshot();
+  // Drops every snapshot (a new policy epoch); returns their slots, now free.
+  std::vector<int32_t> clearSnapshots();
+
  private:
   struct Stored {
     BlockHash key, parent;
@@ -88,12 +122,22 @@ class PrefixCache {
     bool computed;
     int64_t owner;
   };
+  struct StoredSnapshot {
+    BlockHash parent;
+    std::vector<int64_t> tail;
+    std::list<int32_t>::iterator lru;
+  };
+  void dropSnapshot(int32_t slot);
+
   const int64_t blockSize_;
   const PrefixSharing mode_;
   std::unordered_map<BlockHash, int32_t> byKey_;
   std::unordered_map<int32_t, Stored> byBlock_;
   std::list<int32_t> lru_;  // front: least recently used
   std::unordered_map<int32_t, std::list<int32_t>::iterator> lruPos_;
+  std::unordered_multimap<BlockHash, int32_t> snapByParent_;  // parent -> slots
+  std::unordered_map<int32_t, StoredSnapshot> snapBySlot_;
+  std::list<int32_t> snapLru_;  // slots, front: least recently used
 };
 
 }  // namespace prime

@@ -24,6 +24,9 @@ struct SequenceCache {
   // share (and, hybrid, the state there into its slot); with sharedLen = tokens.size() it then
   // samples from the leader's row for the last one.
   int64_t leader = 0, sharedLen = 0;
+  // Its slot's state ran past `computed`: a call of several decode steps went on after its stop
+  // token (those tokens are dropped). It ends there, and its final state is not kept.
+  bool stateAhead = false;
 };
 
 struct Sequence {

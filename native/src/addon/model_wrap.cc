@@ -27,6 +27,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
   explicit ModelWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<ModelWrap>(info), model_(unwrapExternal<Model>(info, "Model")) {}
+  const std::shared_ptr<Model>& model() const { return model_; }
 
  private:
   Napi::Value Score(const Napi::CallbackInfo& info) {
@@ -121,6 +122,11 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 };
 
 }  // namespace
+
+std::shared_ptr<Model> unwrapModel(Napi::Value v) {
+  if (!v.IsObject()) throw Napi::TypeError::New(v.Env(), "expected a Model");
+  return ModelWrap::Unwrap(v.As<Napi::Object>())->model();
+}
 
 Napi::Function DefineModel(Napi::Env env) { return ModelWrap::Define(env); }
 
