@@ -91,6 +91,24 @@ describe('blocks', () => {
     book.release(c, true);
   });
 
+  test('freed prefixes are evicted tail first: the first block, which every reuse needs, goes last', () => {
+    const book = new CacheBook(model, options('cache'));
+    const prompt = tokens(12, 5);
+    const a = admit(book, prompt);
+    expect(book.sequence(a).blocks).toEqual([0, 1, 2]);
+    book.forward([[a, 12]]);
+    book.release(a, true);
+    expect(book.state()).toMatchObject({ blocksCached: 3, parked: [2, 1, 0] });
+    // 6 blocks for another prompt: the 5 free ones, then the tail of the cached prefix.
+    const d = admit(book, tokens(24, 6));
+    expect(book.state().parked).toEqual([1, 0]);
+    book.release(d, false);
+    // The prefix's head is still there: a request with it takes 2 blocks and computes the third.
+    const e = admit(book, prompt);
+    expect(book.sequence(e)).toMatchObject({ computed: 8 });
+    expect(book.sequence(e).blocks.slice(0, 2)).toEqual([0, 1]);
+  });
+
   test('preemption gives the blocks back; the sequence resumes from what the cache kept of them', () => {
     for (const prefixSharing of ['live', 'cache'] as const) {
       const book = new CacheBook(model, options(prefixSharing));

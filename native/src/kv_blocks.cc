@@ -89,8 +89,10 @@ void KvBlocks::prepareWrites(const std::vector<SequenceWrite>& writes) {
 void KvBlocks::release(Sequence& s, bool finished) {
   if (s.failed)
     for (int32_t b : s.cache.blocks) pool_.poison(b);
-  for (int32_t b : s.cache.blocks)
-    if (pool_.release(b)) zeroBlock(b);
+  // Tail first (vLLM's rule): freed computed blocks are parked in this order, and evicted least
+  // recently parked first, so of a prefix the first block, which every reuse needs, goes last.
+  for (auto b = s.cache.blocks.rbegin(); b != s.cache.blocks.rend(); ++b)
+    if (pool_.release(*b)) zeroBlock(*b);
   s.cache.blocks.clear();
 }
 

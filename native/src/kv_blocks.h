@@ -2,7 +2,8 @@
 // pool of their blocks (block_pool.h). A sequence holds the blocks its positions fill, taken as it
 // grows: shared leading blocks first (a prefix others computed, or are computing), then its own. A
 // shared block is copied when a sequence writes into it (copy-on-write), except by a leader, which
-// writes in place what its waiting followers wait for.
+// writes in place what its waiting followers wait for. A leaving sequence gives its blocks back tail
+// first.
 #pragma once
 
 #include <cstdint>

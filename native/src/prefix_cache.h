@@ -11,7 +11,8 @@
 // computing it twice) and marked computed once its K/V are in. When its last reference goes, a
 // computed block either stays indexed and parked in an LRU list (the cache of freed prefixes, mode
 // cache) until a later sequence reuses it or the pool needs it back, or leaves the index (live:
-// only sequences alive together share).
+// only sequences alive together share). A sequence gives its blocks back tail first (vLLM's rule),
+// so of its prefix the block every reuse needs, the first, is evicted last.
 //
 // State snapshots (hybrid models, mode cache; state_slots.h). A snapshot is the state of a
 // sequence's recurrent layers after position p, in a state slot of its own, keyed like a block:
