@@ -14,8 +14,8 @@ bool before(const SeqPtr& a, const SeqPtr& b) {
 }
 }  // namespace
 
-BatchScheduler::BatchScheduler(CacheManager& cache, int64_t maxSeqs, int64_t maxLen, int64_t maxTokens)
-    : maxSequences(maxSeqs), maxSequenceLength(maxLen), maxBatchedTokens(maxTokens), cache_(cache) {}
+BatchScheduler::BatchScheduler(CacheManager& cache, int64_t maxSeqs, int64_t maxLen, int64_t maxTokens, int64_t vocab)
+    : maxSequences(maxSeqs), maxSequenceLength(maxLen), maxBatchedTokens(maxTokens), vocabSize(vocab), cache_(cache) {}
 
 std::vector<AddedSequence> BatchScheduler::add(const std::vector<SequenceRequest>& requests) {
   std::vector<AddedSequence> out;
@@ -32,6 +32,7 @@ std::vector<AddedSequence> BatchScheduler::add(const std::vector<SequenceRequest
     nextId_++;
     nextArrival_++;
     s->rng.seed(r.hasSeed ? r.seed : std::random_device{}());
+    s->adjust = LogitAdjuster(r.sampling, r.stopTokenIds, vocabSize);
     out.push_back({s->id});
     insertRunning(std::move(s));
   }

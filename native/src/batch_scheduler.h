@@ -29,7 +29,8 @@ struct StepPlan {
 
 class BatchScheduler {
  public:
-  BatchScheduler(CacheManager& cache, int64_t maxSequences, int64_t maxSequenceLength, int64_t maxBatchedTokens);
+  BatchScheduler(CacheManager& cache, int64_t maxSequences, int64_t maxSequenceLength, int64_t maxBatchedTokens,
+                 int64_t vocabSize);
 
   // Admits the longest leading run of `requests` the cache has room for now (sequence slots, what
   // their prompts need), none while preempted sequences wait to resume; the others stay with the
@@ -54,7 +55,7 @@ class BatchScheduler {
   int64_t preemptedCount() const { return int64_t(preempted_.size()); }
   int64_t preemptions() const { return preemptions_; }
 
-  const int64_t maxSequences, maxSequenceLength, maxBatchedTokens;
+  const int64_t maxSequences, maxSequenceLength, maxBatchedTokens, vocabSize;
 
  private:
   void insertRunning(SeqPtr s);  // keeps running_ in (priority, arrival) order

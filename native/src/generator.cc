@@ -24,11 +24,16 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o, const 
     throw std::runtime_error("gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on " +
                              model->device.str());
   if (o.pagedAttentionKernel) {
-    const std::string why = pagedDecodeUnsupported(model->device, model->dtype);
+    // The most positions a decode step reads: the block tables' width in positions.
+    const ArchConfig& c = model->cfg;
+    const int64_t maxKeys = (maxSequenceLength + blockSize - 1) / blockSize * blockSize;
+    const std::string why =
+        pagedDecodeUnsupported(model->device, model->dtype, c.numHeads, c.numKvHeads, c.headDim, maxKeys);
     if (!why.empty()) throw std::runtime_error("pagedAttentionKernel: " + why);
   }
   cache_ = std::make_unique<CacheManager>(model, o, checks);
-  scheduler_ = std::make_unique<BatchScheduler>(*cache_, maxSequences, maxSequenceLength, maxBatchedTokens);
+  scheduler_ =
+      std::make_unique<BatchScheduler>(*cache_, maxSequences, maxSequenceLength, maxBatchedTokens, model->cfg.vocabSize);
   runner_ = std::make_unique<ModelRunner>(model, *cache_, o, times_);
   publishStats();
 }
@@ -44,6 +49,7 @@ void Generator::validate(const SequenceRequest& r) const {
   if (!(r.sampling.topP > 0 && r.sampling.topP <= 1)) throw std::runtime_error("topP must be in (0, 1]");
   if (r.sampling.temperature < 0 || r.sampling.minP < 0 || r.sampling.minP > 1)
     throw std::runtime_error("temperature must be >= 0 and minP in [0, 1]");
+  if (const std::string e = samplingError(r.sampling, model->cfg.vocabSize); !e.empty()) throw std::runtime_error(e);
   // The most positions it may hold: every token fed (all but the last sampled one), at most the
   // length limit. More than the pool could never run, even alone.
   const int64_t most = std::min<int64_t>(int64_t(r.prompt.size()) + r.maxTokens - 1, maxSequenceLength);

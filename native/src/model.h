@@ -33,6 +33,14 @@ struct ArchConfig {
   // whether the top-k routing weights are renormalised to sum to 1.
   int64_t numExpertsPerTok = 0;
   bool normTopkProb = false;
+  // Qwen3.5: RMSNorm weights stored as offsets from 1 (x / rms(x) * (1 + w)); RoPE on the first
+  // partialRotaryFactor of each head; q_proj rows per head [query; gate], sigmoid(gate) scaling
+  // attention's output; and the sizes of its Gated DeltaNet blocks (the layers with a linQkv).
+  bool normOffset = false;
+  double partialRotaryFactor = 1.0;
+  bool attnOutputGate = false;
+  LinearAttentionSizes linear;
+  int64_t rotaryDim() const { return int64_t(double(headDim) * partialRotaryFactor); }
 };
 
 // One row of the family's tensor table: the HF tensor `name` of `shape` fills skeleton slot `slot`
@@ -68,13 +76,35 @@ struct Layer {
   // HF-named parameters, updated in place. A forward that records no gradient for them and has no
   // adapter on them takes one matmul for q/k/v and one for gate/up. Undefined where not fused.
   at::Tensor qkv, qkvBias, gateUp;
+  // Qwen3.5-MoE's shared expert (SwiGLU [Is, D], [Is, D], [D, Is]) and its gate [1, D].
+  at::Tensor sharedGate, sharedUp, sharedDown, sharedExpertGate;
+  // A Gated DeltaNet block instead of attention (Qwen3.5; sizes in ArchConfig::linear): in_proj_qkv
+  // [convDim, D], in_proj_z [Hv dv, D], in_proj_b and in_proj_a [Hv, D], the depthwise conv1d
+  // [convDim, 1, K], dt_bias and A_log [Hv], the gated RMSNorm [dv], out_proj [D, Hv dv].
+  at::Tensor linQkv, linZ, linB, linA, linConv, linDtBias, linALog, linNorm, linOut;
   bool sparse() const { return router.defined(); }
+  bool linear() const { return linQkv.defined(); }
 };
 
-// The seven kinds of linear projection of a block, in HF order; LoRA targets them by module name
-// (an MoE expert's gate/up/down_proj are of the same kinds, as PEFT matches them by suffix).
-enum Proj : int { kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj, kNumProj };
-const char* projName(int p);  // "q_proj", ..., "down_proj"
+// The kinds of linear projection of a block, in HF order; LoRA targets them by module name (an
+// MoE expert's and shared expert's gate/up/down_proj are of the same kinds, as PEFT matches them by
+// suffix); then Gated DeltaNet's (Qwen3.5).
+enum Proj : int {
+  kQProj,
+  kKProj,
+  kVProj,
+  kOProj,
+  kGateProj,
+  kUpProj,
+  kDownProj,
+  kInProjQkv,
+  kInProjZ,
+  kInProjB,
+  kInProjA,
+  kOutProj,
+  kNumProj
+};
+const char* projName(int p);  // "q_proj", ..., "down_proj", "in_proj_qkv", ..., "out_proj"
 
 // The names of a block's slots the tensor table may fill (`kLayerSlots`, then the per-expert
 // slots): the same list as `LAYER_SLOTS` in lib/model/families/decoder.ts, which a test checks.
@@ -304,12 +334,22 @@ class Model {
   // a part, and no gradient of a part is recorded (the parts are the parameters autograd knows).
   bool fusedUsable(const at::Tensor& fused, std::initializer_list<const at::Tensor*> parts, const Adapt& ad) const;
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
+  // A norm weight as the kernels take it: 1 + w where weights are offsets from 1 (normOffset).
+  at::Tensor normWeight(const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& pos) const;
   std::pair<at::Tensor, at::Tensor> attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
                                                     const at::Tensor& sin, at::Tensor& v, int64_t layer,
-                                                    const Adapt& ad) const;
+                                                    const Adapt& ad, at::Tensor* gate = nullptr) const;
+  // Attention's output [N, H hd] scaled by sigmoid(gate) where the family gates it (attnOutputGate).
+  static at::Tensor gated(const at::Tensor& attn, const at::Tensor& gate) {
+    return gate.defined() ? attn * at::sigmoid(gate) : attn;
+  }
   at::Tensor finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
                          const Adapt& ad) const;
+  // The rest of a block after its token mixer's output `mixed` [N, D] (after o_proj / out_proj):
+  // the residual add, the post-attention norm, the MLP and its residual add.
+  at::Tensor afterMixer(const Layer& L, const at::Tensor& x, const at::Tensor& mixed, int64_t layer,
+                        const Adapt& ad) const;
   // The samples of a packed row: their lengths, and where attention runs as one variable-length
   // flash-attention kernel (CUDA, bf16), their cumulative starts on the device (int32, [n + 1]).
   struct Segments {
@@ -329,6 +369,23 @@ class Model {
   at::Tensor denseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
                       const Adapt& ad, const at::Tensor& gateUp = at::Tensor()) const;
   at::Tensor sparseMlp(const Layer& L, const at::Tensor& x, int64_t layer, const Adapt& ad) const;
+  // Gated DeltaNet over a packed row (model_linear_attention.cc): the block's token mixer, from the
+  // normed input h [N, D] to its output [N, D] before the residual add; conv and recurrent state
+  // restart at every segment.
+  at::Tensor linearAttentionPacked(const Layer& L, const at::Tensor& h, const Segments& seg, const Adapt& ad) const;
+  // The same over a paged forward's rows, reading and writing their state slots.
+  at::Tensor linearAttentionPaged(const Layer& L, int64_t layer, const at::Tensor& h, const PagedBatch& batch,
+                                  LinearStates& states) const;
+  // The delta rule's inputs in its dtype (fp32; fp64 for fp64 models) from the convolved qkv [N,
+  // convDim] (after SiLU) and the b and a projections [N, Hv]: q (l2-normed, scaled) and k
+  // (l2-normed) [N, Hv, dk], each q/k head repeated for the v heads it serves, v [N, Hv, dv], g (log
+  // decay) and beta [N, Hv].
+  struct DeltaInputs {
+    at::Tensor q, k, v, g, beta;
+  };
+  DeltaInputs deltaInputs(const Layer& L, const at::Tensor& convolved, const at::Tensor& b, const at::Tensor& a) const;
+  // The gated RMSNorm and out_proj after the rule: o [N, Hv, dv], z [N, Hv dv].
+  at::Tensor linearOutput(const Layer& L, const at::Tensor& o, const at::Tensor& z, const Adapt& ad) const;
   // x W^T + b, plus W's adapter when ad has one.
   at::Tensor project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, const Adapt& ad) const;
   // Causal attention within one sample, q [H, Lq, hd] and k/v [KV, Lk, hd]: query i sits at key
@@ -346,7 +403,7 @@ class Model {
   at::Tensor embed_, norm_, lmHead_;  // lmHead_ undefined when tied
   std::vector<Layer> layers_;
   std::vector<int64_t> sparseLayers_, linearLayers_;
-  at::Tensor invFreq_;  // [hd/2] RoPE inverse frequencies
+  at::Tensor invFreq_;  // [rotaryDim/2] RoPE inverse frequencies
   std::atomic<uint64_t> weightsVersion_{0};
   bool hasWeights_ = true;
 };

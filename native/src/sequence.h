@@ -10,6 +10,7 @@
 
 #include "generation.h"
 #include "prefix_cache.h"
+#include "sampler.h"
 
 namespace prime {
 
@@ -39,6 +40,7 @@ struct Sequence {
   int64_t computed = 0;
   int64_t generated = 0;
   std::mt19937_64 rng;
+  LogitAdjuster adjust;  // logit bias, min_tokens, penalties: sampler state, like rng
   uint64_t arrival;
   SequenceCache cache;
   bool reported = false;  // its first token went out (with the prompt's logprobs and routes)
