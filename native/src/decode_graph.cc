@@ -44,6 +44,7 @@ struct DecodeGraphs::Impl {
   // The static inputs on the device: ids, positions, table rows, state slots (with states; and the
   // row of each token, fixed).
   at::Tensor ids, pos, tables, slots, seqOf;
+  at::Tensor padSlots;           // [maxRows] the pad slot: a warm-up's state writes go there
   c10::cuda::CUDAStream stream;  // where graphs are captured (never the default stream)
   c10::cuda::MempoolId_t pool;   // shared by every graph
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Graph>> graphs;
@@ -55,11 +56,16 @@ struct DecodeGraphs::Impl {
     ids = at::zeros({maxRows}, longOpts);
     pos = at::zeros({maxRows}, longOpts);
     tables = at::full({maxRows, width}, cache.padBlock(), longOpts);
-    if (states) slots = at::full({maxRows}, states->padSlot(), longOpts);
+    if (states) {
+      slots = at::full({maxRows}, states->padSlot(), longOpts);
+      padSlots = slots.clone();
+    }
     seqOf = at::arange(maxRows, longOpts);
   }
 
-  at::Tensor step(int64_t batch, int64_t keys) const {
+  // warmUp: the rows' states are not stepped (a decode row updates its slot in place, so running
+  // the step twice would advance it twice; writing K/V twice is harmless).
+  at::Tensor step(int64_t batch, int64_t keys, bool warmUp = false) const {
     PagedBatch b;
     b.pos = pos.narrow(0, 0, batch);
     b.seqOf = seqOf.narrow(0, 0, batch);
@@ -67,7 +73,7 @@ struct DecodeGraphs::Impl {
     b.decodeRows = batch;
     b.decodeKeys = keys;
     b.decodeKernel = decodeKernel;
-    if (states) b.slotOf = slots.narrow(0, 0, batch);
+    if (states) b.slotOf = (warmUp ? padSlots : slots).narrow(0, 0, batch);
     return model->logits(model->forwardPaged(ids.narrow(0, 0, batch), b, cache, nullptr, states));
   }
 
@@ -78,7 +84,8 @@ struct DecodeGraphs::Impl {
     c10::cuda::getCurrentCUDAStream(model->device.index()).synchronize();
     {
       c10::cuda::CUDAStreamGuard onCapture(stream);
-      step(batch, keys);  // warm-up on the capture stream: lazy set-up (cuBLAS workspaces) stays out of the graph
+      // Warm-up on the capture stream: lazy set-up (cuBLAS workspaces) stays out of the graph.
+      step(batch, keys, /*warmUp=*/true);
       // Thread-local mode: what other threads queue meanwhile (another model's work) is neither
       // captured nor made to fail.
       g->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);

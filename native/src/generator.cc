@@ -32,8 +32,8 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o, const 
     if (!why.empty()) throw std::runtime_error("pagedAttentionKernel: " + why);
   }
   cache_ = std::make_unique<CacheManager>(model, o, checks);
-  scheduler_ =
-      std::make_unique<BatchScheduler>(*cache_, maxSequences, maxSequenceLength, maxBatchedTokens, model->cfg.vocabSize);
+  scheduler_ = std::make_unique<BatchScheduler>(*cache_, maxSequences, maxSequenceLength, maxBatchedTokens,
+                                                model->cfg.vocabSize);
   runner_ = std::make_unique<ModelRunner>(model, *cache_, o, times_);
   publishStats();
 }

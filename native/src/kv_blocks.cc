@@ -6,6 +6,10 @@ namespace prime {
 
 namespace {
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool isLinear(const Model& model, int64_t layer) {
+  const std::vector<int64_t>& l = model.linearLayers();
+  return std::find(l.begin(), l.end(), layer) != l.end();
+}
 }  // namespace
 
 KvBlocks::KvBlocks(const Model& model, int64_t numBlocks, int64_t blockSize, PrefixCache& prefixes)
@@ -13,17 +17,23 @@ KvBlocks::KvBlocks(const Model& model, int64_t numBlocks, int64_t blockSize, Pre
   const ArchConfig& c = model.cfg;
   kv_.numBlocks = numBlocks;
   kv_.blockSize = blockSize;
-  for (int64_t l = 0; l < c.numLayers; l++) {
-    // Zeroed: the null block must read as zeros, and masked positions still enter probs @ V as
-    // 0 * v (uninitialised memory may be NaN).
-    kv_.k.push_back(at::zeros({numBlocks + 2, blockSize, c.numKvHeads, c.headDim}, model.options()));
-    kv_.v.push_back(at::zeros({numBlocks + 2, blockSize, c.numKvHeads, c.headDim}, model.options()));
-  }
+  kv_.k.resize(size_t(c.numLayers));
+  kv_.v.resize(size_t(c.numLayers));
+  // Attention blocks only: a hybrid model's Gated DeltaNet blocks keep state slots instead
+  // (state_slots.h), and their entries stay undefined.
+  for (int64_t l = 0; l < c.numLayers; l++)
+    if (!isLinear(model, l)) {
+      // Zeroed: the null block must read as zeros, and masked positions still enter probs @ V as
+      // 0 * v (uninitialised memory may be NaN).
+      kv_.k[size_t(l)] = at::zeros({numBlocks + 2, blockSize, c.numKvHeads, c.headDim}, model.options());
+      kv_.v[size_t(l)] = at::zeros({numBlocks + 2, blockSize, c.numKvHeads, c.headDim}, model.options());
+    }
 }
 
 int64_t KvBlocks::blockBytes(const Model& model, int64_t blockSize) {
   const ArchConfig& c = model.cfg;
-  return 2 * c.numLayers * blockSize * c.numKvHeads * c.headDim * int64_t(at::elementSize(model.dtype));
+  const int64_t attentionLayers = c.numLayers - int64_t(model.linearLayers().size());
+  return 2 * attentionLayers * blockSize * c.numKvHeads * c.headDim * int64_t(at::elementSize(model.dtype));
 }
 
 bool KvBlocks::fits(const Sequence& s, const PrefixMatch& m, bool othersRun) const {
@@ -103,6 +113,7 @@ void KvBlocks::addStats(GeneratorStats& st) const {
 
 void KvBlocks::copyBlock(int32_t from, int32_t to) {
   for (size_t l = 0; l < kv_.k.size(); l++) {
+    if (!kv_.k[l].defined()) continue;  // a Gated DeltaNet block
     kv_.k[l][to].copy_(kv_.k[l][from]);
     kv_.v[l][to].copy_(kv_.v[l][from]);
   }
@@ -110,6 +121,7 @@ void KvBlocks::copyBlock(int32_t from, int32_t to) {
 
 void KvBlocks::zeroBlock(int32_t b) {
   for (size_t l = 0; l < kv_.k.size(); l++) {
+    if (!kv_.k[l].defined()) continue;
     kv_.k[l][b].zero_();
     kv_.v[l][b].zero_();
   }

@@ -18,9 +18,8 @@
 // Snapshots are evicted least recently used first when a slot is needed; a weight update (a new
 // policy epoch) drops them all. Admission needs a slot as it needs blocks.
 //
-// The interface with the model is the Qwen3.5 branch's linear_state.h, as written there (LinearStates,
-// PagedBatch::slotOf and ::snapshots, Model::linearStates, forwardPaged's `states`). Where the two
-// designs differed, the simpler was kept:
+// The interface with the model is linear_state.h (LinearStates, PagedBatch::slotOf and ::snapshots,
+// Model::linearStates, forwardPaged's `states`), and these rules of it:
 //   - snapshots inside a prefill chunk (the model writes the state after a position into another
 //     slot), not chunks cut at the positions whose state is wanted: no extra steps, and the
 //     scheduler knows nothing of state. The positions asked for are any in (chunkStart, chunkStart +
@@ -29,8 +28,6 @@
 //   - a chunk that starts at position 0 starts from zeros (the model's rule), and a decode row reads
 //     its slot: a sequence whose first row is a decode row at position 0 (a 1-token prompt) gets a
 //     zeroed slot here, so no other slot is ever cleared.
-//   - LinearStates' helpers (copySlot, slotBytes) and Model::linearStates for models without Gated
-//     DeltaNet blocks are defined in linear_state.cc until the Qwen3.5 model lands with its own.
 #pragma once
 
 #include <cstdint>

@@ -106,13 +106,6 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value CreateGenerator(const Napi::CallbackInfo& info) {
     Napi::Object o = obj(info[0], "options");
     checkIdle(info.Env(), *model_);
-    // Until the generator keeps Gated DeltaNet state slots beside its KV blocks (linear_state.h),
-    // a hybrid model is refused here, by name, rather than failing at its first step.
-    if (model_->hybrid())
-      throw Napi::Error::New(info.Env(), model_->cfg.arch +
-                                             ": generation of a hybrid model (Gated DeltaNet blocks) needs the "
-                                             "generator's state slots, which it does not have yet; scoring and "
-                                             "training work");
     const GeneratorOptions g = generatorOptions(info.Env(), o);
     auto gen = jsErrors(info.Env(), [&] { return std::make_shared<Generator>(model_, g); });
     return wrap(info.Env(), &Constructors::generator, gen);
