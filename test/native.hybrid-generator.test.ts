@@ -13,7 +13,7 @@ import { loadModel } from '../lib/model/engine';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { HF_FIXTURES } from './support/hf-fixtures';
-import { expectSame, maxAbsDiff, serve } from './support/serve';
+import { expectSame, maxAbsDiff, serve, weightUpdateTests } from './support/serve';
 
 setThreads(2);
 
@@ -143,39 +143,7 @@ test.each(['off', 'live', 'cache'] as const)(
 );
 
 describe('weight updates', () => {
-  const request: GenerationRequest = { promptIds: prompt37, maxTokens: 12, temperature: 1, seed: 3 };
-  test("drop the prefix cache's state snapshots: nothing of the new policy continues an old state", async () => {
-    const m = await loadModel(cfg, randomWeights(cfg, 40));
-    const next = randomWeights(cfg, 41);
-    const expected = await serve(gen({}, await loadModel(cfg, next)), [request]);
-    const g = gen({ prefixSharing: 'cache' }, m);
-    await serve(g, [request]);
-    expect(g.stats().state!.cached).toBeGreaterThan(0);
-    await m.loadWeights(next);
-    const hits = g.stats().prefixHitTokens;
-    expectSame(await serve(g, [request]), expected, 1e-4);
-    expect(g.stats().prefixHitTokens).toBe(hits);
-  });
-
-  test('in flight: a prompt being prefilled is prefilled again, decoding sequences go on', async () => {
-    const m = await loadModel(cfg, randomWeights(cfg, 40));
-    const next = randomWeights(cfg, 41);
-    const opts = { maxSequences: 4, maxSequenceLength: 128, maxBatchedTokens: 8 };
-    const two = [request, { ...request, seed: 4 }];
-    const expected = await serve(gen(opts, await loadModel(cfg, next)), two);
-    const g = gen({ ...opts, prefixSharing: 'cache' }, m);
-    let updated = false;
-    const res = await serve(g, two, {
-      afterStep: async (step) => {
-        if (step !== 1) return;
-        expect(g.stats().cachedTokens).toBe(16); // two chunks of 8 of the leader's prompt
-        await m.loadWeights(next);
-        updated = true;
-      },
-    });
-    expect(updated).toBe(true);
-    expectSame(res, expected, 1e-4);
-  });
+  weightUpdateTests(cfg, (m, o) => m.createGenerator(o), 1e-4);
 });
 
 test.each(['off', 'live', 'cache'] as const)(

@@ -22,7 +22,7 @@ import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/t
 import { Rng } from '../lib/model/rng';
 import { projectRoot } from '../lib/paths';
 import { QWEN3_0_6B, QWEN3_1_7B } from '../bench/shapes';
-import { KINDS, expectSame, generatorOf, maxAbsDiff, serve, type Out } from './support/serve';
+import { KINDS, expectSame, generatorOf, maxAbsDiff, serve, weightUpdateTests, type Out } from './support/serve';
 
 setThreads(2);
 
@@ -296,45 +296,7 @@ describe.each(KINDS)('preemption (%s)', (kind) => {
 });
 
 describe.each(KINDS)('weight updates (%s)', (kind) => {
-  const rng = new Rng(14);
-  const prompt = randomTokens(rng, 40, cfg.vocabSize);
-  const request: GenerationRequest = { promptIds: prompt, maxTokens: 12, temperature: 1, seed: 3 };
-
-  test('invalidate cached prefixes: no token of the new policy is computed on old K/V', async () => {
-    const m = await loadModel(cfg, randomWeights(cfg, 40));
-    const next = randomWeights(cfg, 41);
-    const fresh = await loadModel(cfg, next);
-    const expected = await serve(fresh.createGenerator({ maxSequences: 4, maxSequenceLength: 128 }), [request]);
-    const gen = generatorOf(kind, m, { maxSequences: 4, maxSequenceLength: 128, prefixSharing: 'cache' });
-    await serve(gen, [request]);
-    expect(gen.stats().blocksCached).toBeGreaterThan(0);
-    await m.loadWeights(next);
-    const hits = gen.stats().prefixHitTokens;
-    expectSame(await serve(gen, [request]), expected);
-    expect(gen.stats().prefixHitTokens).toBe(hits);
-  });
-
-  test('a prompt being prefilled in chunks when the weights change is prefilled again on the new ones', async () => {
-    const m = await loadModel(cfg, randomWeights(cfg, 40));
-    const next = randomWeights(cfg, 41);
-    const fresh = await loadModel(cfg, next);
-    const opts = { maxSequences: 4, maxSequenceLength: 128, maxBatchedTokens: 8 } as const;
-    // Two requests with this prompt: the second follows the first's prefill (shared blocks).
-    const two = [request, { ...request, seed: 4 }];
-    const expected = await serve(fresh.createGenerator(opts), two);
-    const gen = generatorOf(kind, m, { ...opts, prefixSharing: 'cache' });
-    let updated = false;
-    const res = await serve(gen, two, {
-      afterStep: async (step) => {
-        if (step !== 1) return;
-        expect(gen.stats().cachedTokens).toBe(16); // two chunks of 8 of the leader's prompt
-        await m.loadWeights(next);
-        updated = true;
-      },
-    });
-    expect(updated).toBe(true);
-    expectSame(res, expected);
-  });
+  weightUpdateTests(cfg, (m, o) => generatorOf(kind, m, o));
 });
 
 test('a long prompt is prefilled in chunks beside the decoding sequences, which get a token every step', async () => {

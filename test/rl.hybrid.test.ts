@@ -11,7 +11,15 @@ import { readEvalResults } from '../lib/eval';
 import { RunLayout } from '../lib/runfolder/layout';
 import { readStepMetrics } from '../lib/runfolder/metrics';
 import { closeStack, executeRl, type ServingStack, startStack } from './support/harness';
-import { lowercaseEnv, rlConfig, serverRunArgs, smallStep, tempDir, tinyModel } from './support/setup';
+import {
+  expectRewardGain,
+  lowercaseRunArgs,
+  rlConfig,
+  serverRunArgs,
+  smallStep,
+  tempDir,
+  tinyModel,
+} from './support/setup';
 
 const root = tempDir('prime-rl-hybrid-');
 const modelDir = path.join(root, 'model');
@@ -58,33 +66,7 @@ test('a 3-step run (async_level 1) trains every step once; its evals score the b
 });
 
 test('RL raises the reward: a random Qwen3.5 learns to write lowercase letters', async () => {
-  const cfg = config([
-    '--run-name',
-    'learns',
-    '--max-steps',
-    '15',
-    '--env',
-    lowercaseEnv,
-    '--ckpt.interval',
-    '100',
-    '--orchestrator.batch-size',
-    '32',
-    '--orchestrator.rollouts-per-example',
-    '8',
-    '--orchestrator.sampling.max-tokens',
-    '8',
-    '--trainer.optim.lr',
-    '1e-2',
-    '--trainer.optim.weight-decay',
-    '0',
-  ]);
+  const cfg = config(lowercaseRunArgs('learns'));
   await executeRl(stack, cfg);
-  const rewards = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile).map(
-    (l) => l.reward_mean as number,
-  );
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const first = mean(rewards.slice(0, 3)),
-    last = mean(rewards.slice(-3));
-  expect(first).toBeLessThan(0.3);
-  expect(last).toBeGreaterThan(first + 0.2);
+  expectRewardGain(cfg);
 });
