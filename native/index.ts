@@ -112,6 +112,12 @@ export interface GeneratorOptions {
   /** Tokens one step computes: a decode row per running sequence, prefill chunks in the rest. Default 2048. */
   maxBatchedTokens?: number;
   /**
+   * Hybrid models (state layers, e.g. Gated DeltaNet): per-sequence state slots in all, one per
+   * running sequence and the rest for the prefix cache's state snapshots. Default maxSequences,
+   * twice that with prefixSharing 'cache'. Refused for a model without state layers.
+   */
+  stateSlots?: number;
+  /**
    * Sample with tensor ops on the logits' device, as it is done on CUDA, also on the CPU (where
    * the host sampler is the default). For tests of the CUDA path: same tokens for the same seeds.
    */
@@ -232,6 +238,8 @@ export interface CacheStats {
   blocksCached: number;
   /** blocksInUse / numBlocks. */
   cacheUsage: number;
+  /** Hybrid models only: their per-sequence state slots. */
+  state?: StateSlotStats;
   /**
    * Since creation: sequences preempted; prompt positions computed (those of preempted sequences
    * computed again included); positions taken from blocks other sequences computed.
@@ -247,7 +255,19 @@ export interface CacheStats {
   times: StepTimes;
 }
 
-/** Seconds since a generator's creation, on the host's clock unless said (native/src/generator.h). */
+/** The state slots of a hybrid model's cache (native/src/state_slots.h). */
+export interface StateSlotStats {
+  /** Slots in all: one per running sequence, the rest for the prefix cache's state snapshots. */
+  slots: number;
+  /** Held by running sequences. */
+  inUse: number;
+  /** Holding state snapshots the prefix cache keeps for reuse. */
+  cached: number;
+  /** The bytes of one slot. */
+  slotBytes: number;
+}
+
+/** Seconds since a generator's creation, on the host's clock unless said (native/src/generation.h). */
 export interface StepTimes {
   /** `step` calls that ran something, and the forwards they ran (several per call with maxSteps). */
   calls: number;
@@ -545,6 +565,8 @@ interface Addon {
   createStore(opts: DistStoreOptions): Promise<DistStore>;
   createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup>;
   collectiveTime(group: DistGroup, opts: CollectiveTimeOptions): Promise<CollectiveTiming>;
+  /** Test-only entry points: native/testing.ts types them. */
+  testing: unknown;
 }
 
 /** Drops tensors checkpoints may carry that the model does not use (`ModelBinding.ignorable`). */
@@ -578,6 +600,11 @@ function load(): Addon {
 
 // ------------------------------------------------------------------------------------------------
 // Public API
+
+/** @internal The addon's test-only entry points, for native/testing.ts alone. */
+export function testingAddon(): unknown {
+  return load().testing;
+}
 
 /** libtorch version, CUDA availability and the intra-op thread count. */
 export function info(): NativeInfo {

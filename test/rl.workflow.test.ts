@@ -13,7 +13,15 @@ import { readStepMetrics } from '../lib/runfolder/metrics';
 import { readRollouts } from '../lib/runfolder/rollouts';
 import { readBatch } from '../lib/runfolder/batch';
 import { closeStack, executeRl, type ServingStack, startServer, startStack } from './support/harness';
-import { lowercaseEnv, rlConfig, serverRunArgs, smallStep, tempDir, tinyModel } from './support/setup';
+import {
+  expectRewardGain,
+  lowercaseRunArgs,
+  rlConfig,
+  serverRunArgs,
+  smallStep,
+  tempDir,
+  tinyModel,
+} from './support/setup';
 
 const root = tempDir('prime-rl-wf-');
 const modelDir = path.join(root, 'model');
@@ -248,37 +256,9 @@ test("a teacher whose tokenizer is not the student's: the run is refused at its 
 // sign, the trainer's update to the weights inference serves next. A sign error or stale weights
 // leave the reward where it started (about 0.15) or push it down.
 test('RL raises the reward: a random model learns to write lowercase letters', async () => {
-  const env = lowercaseEnv;
-  const cfg = config(serverPort(), [
-    '--run-name',
-    'learns',
-    '--max-steps',
-    '15',
-    '--env',
-    env,
-    '--ckpt.interval',
-    '100',
-    '--orchestrator.batch-size',
-    '32',
-    '--orchestrator.rollouts-per-example',
-    '8',
-    '--orchestrator.sampling.max-tokens',
-    '8',
-    '--trainer.optim.lr',
-    '1e-2',
-    '--trainer.optim.weight-decay',
-    '0',
-  ]);
+  const cfg = config(serverPort(), lowercaseRunArgs('learns'));
   await executeRl(stack, cfg);
-
-  const rewards = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile).map(
-    (l) => l.reward_mean as number,
-  );
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const first = mean(rewards.slice(0, 3)),
-    last = mean(rewards.slice(-3));
-  expect(first).toBeLessThan(0.3);
-  expect(last).toBeGreaterThan(first + 0.2);
+  expectRewardGain(cfg);
 });
 
 test('ckpt.resume_step continues an RL run from that checkpoint: later steps get new rollouts, each metrics line once', async () => {

@@ -7,12 +7,15 @@
 
 namespace prime {
 class DistGroup;
+class Model;
 struct GeneratorOptions;
 }  // namespace prime
 
 namespace prime::addon {
 
 Napi::Function DefineModel(Napi::Env env);
+// The engine model of a JS Model.
+std::shared_ptr<Model> unwrapModel(Napi::Value v);
 Napi::Function DefineGenerator(Napi::Env env);
 // The options of Model.createGenerator (GeneratorOptions in native/index.ts).
 GeneratorOptions generatorOptions(Napi::Env env, const Napi::Object& o);
@@ -44,5 +47,7 @@ Napi::Value Info(const Napi::CallbackInfo& info);
 Napi::Value SetThreads(const Napi::CallbackInfo& info);
 Napi::Value SetCpuCache(const Napi::CallbackInfo& info);    // (capacityBytes) -> void
 Napi::Value CpuCacheStats(const Napi::CallbackInfo& info);  // () -> {hits, misses, cachedBytes, capacityBytes}
+// The test-only entry points (testing_wrap.cc; native/testing.ts).
+Napi::Object Testing(Napi::Env env);
 
 }  // namespace prime::addon
