@@ -14,7 +14,15 @@ module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.test.ts'],
-  transform: { '^.+\\.ts$': ['@swc/jest', { jsc: { target: 'es2022' } }] },
+  transform: {
+    '^.+\\.ts$': ['@swc/jest', { jsc: { target: 'es2022' } }],
+    // The parquet packages are ES modules, which jest's module registry loads only as CommonJS.
+    '/node_modules/(hyparquet[^/]*|hysnappy)/.+\\.js$': [
+      '@swc/jest',
+      { jsc: { target: 'es2022' }, module: { type: 'commonjs' } },
+    ],
+  },
+  transformIgnorePatterns: ['/node_modules/(?!(hyparquet|hysnappy))'],
   testTimeout: 120000,
   // OPENBLAS_CORETYPE in the real environment, before any test loads the addon (test/setup/blas.ts).
   globalSetup: '<rootDir>/test/setup/blas.ts',

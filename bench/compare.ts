@@ -32,21 +32,13 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { createModel, type CreateModelOptions } from '../lib/model/create';
 import { loadHfModel } from '../lib/model/hf';
-import { packRow, randomTokens } from '../lib/model/testing';
+import { randomTokens } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { parameterCount } from '../lib/model/tensors';
-import {
-  info,
-  matmulGflops,
-  setThreads,
-  type ComputeDType,
-  type ModelOptions,
-  type TrainRow,
-  type TrainStepOptions,
-  type TrainStepStats,
-} from '../native';
+import { info, matmulGflops, setThreads, type ComputeDType, type ModelOptions } from '../native';
 import { loadModel } from '../lib/model/engine';
-import { QWEN3_0_6B } from './shapes';
+import { QWEN3_0_6B, QWEN3_5_0_8B } from './shapes';
+import { matmulParameters, PEAK_TFLOPS, timeTraining } from './train-bench';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const VENV = path.join(ROOT, 'build', 'bench-venv');
@@ -75,9 +67,9 @@ const MODELS: Record<string, Omit<CreateModelOptions, 'out' | 'seed'>> = {
   qwen3: { arch: 'qwen3', preset: 'small', tokenizer: 'qwen3' },
   bytes: { arch: 'qwen3', preset: 'small', tokenizer: 'bytes' },
   'qwen3-0.6b': QWEN3_0_6B,
+  // Issue #46 (its PyTorch side needs transformers 5.x: --python, a venv that has it).
+  'qwen3_5-0.8b': QWEN3_5_0_8B,
 };
-// Dense bf16 peak of the GPU named by PRIME_BENCH_PEAK_TFLOPS (spec sheet; H100/H200 SXM: 989).
-const PEAK_TFLOPS = Number(process.env.PRIME_BENCH_PEAK_TFLOPS ?? 989);
 
 interface Result {
   tokensPerSecond: number;
@@ -139,26 +131,23 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
     );
   } else {
     const [rows, len] = args;
-    const trainer = model.createTrainer({ mixedPrecision: DTYPE === 'bfloat16' ? 'bfloat16' : undefined });
-    const row = (): TrainRow => {
-      const samples = Array.from({ length: SAMPLES }, () => randomTokens(rng, len / SAMPLES, V));
-      return { ...packRow(samples), lossMask: samples.flatMap((s) => s.map((_, i) => (i >= LOSS_FROM ? 1 : 0))) };
-    };
-    const batch = Array.from({ length: rows }, row);
-    const opts: TrainStepOptions = { lr: 1e-4, maxGradNorm: 1, loss: { kind: 'ce' } };
-    await trainer.step(batch, opts); // warm-up
-    const steps = Number(process.env.PRIME_BENCH_TRAIN_STEPS ?? 3),
-      t0 = process.hrtime.bigint();
-    let last: TrainStepStats | undefined;
-    for (let i = 0; i < steps; i++) last = await trainer.step(batch, opts);
-    seconds = Number(process.hrtime.bigint() - t0) / 1e9;
-    tokens = steps * rows * len;
-    if (last)
+    const steps = Number(process.env.PRIME_BENCH_TRAIN_STEPS ?? 3);
+    const t = await timeTraining(model, {
+      vocab: V,
+      rows,
+      rowLen: len,
+      samples: SAMPLES,
+      lossFrom: LOSS_FROM,
+      steps,
+      mixed: DTYPE === 'bfloat16',
+      // --profile: one more step under the profiler (not timed).
+      profile: PROFILE ? path.join(PROFILE, 'ours-train') : undefined,
+    });
+    ({ tokens, seconds } = t);
+    if (t.last)
       console.error(
-        `[bench] train step: forward + backward ${(last.forwardBackwardSeconds * 1e3).toFixed(1)} ms, optimizer ${(last.optimizerSeconds * 1e3).toFixed(1)} ms, step ${(last.seconds * 1e3).toFixed(1)} ms`,
+        `[bench] train step: forward + backward ${(t.last.forwardBackwardSeconds * 1e3).toFixed(1)} ms, optimizer ${(t.last.optimizerSeconds * 1e3).toFixed(1)} ms, step ${(t.last.seconds * 1e3).toFixed(1)} ms`,
       );
-    // --profile: one more step under the profiler (not timed above).
-    if (PROFILE) await trainer.step(batch, { ...opts, profile: path.join(PROFILE, 'ours-train') });
   }
   return { tokensPerSecond: tokens / seconds, seconds, peakRssMb: process.resourceUsage().maxRSS / 1024 };
 }
@@ -231,8 +220,7 @@ async function main(): Promise<void> {
       : createModel({ ...MODELS[kind], seed: 1, out: dir });
     const c = created.config;
     const total = parameterCount(c);
-    // Matmul parameters: all but the input embedding; a tied embedding is the LM head, counted once.
-    const P = c.tieWordEmbeddings ? total : total - c.vocabSize * c.hiddenSize;
+    const P = matmulParameters(c);
     const name = `${kind === 'qwen3-0.6b' ? kind : `small ${kind}`} (V ${c.vocabSize}, ${(total / 1e6).toFixed(1)}M)`;
     // [label, engine / compare_torch.py args, FLOPs per token, PyTorch's mixed-precision scheme]
     type Workload = [string, string[], number, 'autocast' | 'master'];

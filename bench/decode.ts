@@ -17,24 +17,21 @@
  * 3,350 GB/s, H200 4,800, A100 2,039; none on the CPU).
  */
 import { execFileSync } from 'node:child_process';
-import * as fs from 'node:fs';
 import * as os from 'node:os';
-import * as path from 'node:path';
 import { setThreads, type CacheStats, type ComputeDType, type StepTimes } from '../native';
 import { loadModel } from '../lib/model/engine';
 import { loadHfModel } from '../lib/model/hf';
-import { createModel, type CreateModelOptions } from '../lib/model/create';
 import { randomTokens } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
-import { QWEN3_0_6B } from './shapes';
+import { benchModel, QWEN3_0_6B, TINY, type BenchShape } from './shapes';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? process.argv[i + 1]! : dflt;
 }
 
-const MODELS: Record<string, Omit<CreateModelOptions, 'out' | 'seed'>> = {
-  tiny: { arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes' },
+const MODELS: Record<string, BenchShape> = {
+  tiny: TINY,
   small: { arch: 'qwen3', preset: 'small', tokenizer: 'qwen3' },
   'qwen3-0.6b': QWEN3_0_6B,
 };
@@ -88,93 +85,85 @@ async function main(): Promise<void> {
   setThreads(Number(arg('threads', String(os.cpus().length))));
   const card = cardBandwidth(device);
   const gbs = process.argv.includes('--bandwidth-gbs') ? Number(arg('bandwidth-gbs', '0')) : card.gbs;
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-bench-decode-'));
   const rows: Row[] = [];
-  try {
-    for (const name of models) {
-      const dir = path.join(tmp, name);
-      const created = createModel({ ...MODELS[name]!, seed: 0, out: dir });
-      const base = loadHfModel(dir);
-      const model = await loadModel(base.config, base.tensors, { device, dtype });
-      const c = base.config;
-      const elem = dtype === 'float32' ? 4 : dtype === 'float64' ? 8 : 2;
-      const kvPerToken = 2 * c.numLayers * c.numKvHeads * c.headDim * elem;
-      const rng = new Rng(0);
-      for (const C of levels) {
-        // One generator for the warm-up and the timed run, as a server keeps one: on CUDA the
-        // warm-up runs the whole workload, so the timed run replays graphs captured before it.
-        const gen = model.createGenerator({
-          maxSequences: C,
-          maxSequenceLength: P + N + 1,
-          maxBatchedTokens: Math.max(2048, C),
-          prefixSharing: 'off',
-          cudaGraphs: !eager,
-          pagedAttentionKernel,
-        });
-        const run = async (n: number, maxTokens: number) => {
-          await gen.add(
-            Array.from({ length: n }, (_, i) => ({ promptIds: randomTokens(rng, P, c.vocabSize), maxTokens, seed: i })),
-          );
-          let decodeWall = 0,
-            decodeCalls = 0;
-          const before = gen.stats();
-          const decodeTimes: Record<Part, number> = Object.fromEntries(PARTS.map((p) => [p, 0])) as Record<
-            Part,
-            number
-          >;
-          let decodeSteps = 0,
-            kvRead = 0;
-          const t0 = process.hrtime.bigint();
-          let prev: CacheStats = before;
-          while (gen.stats().activeSequences > 0) {
-            const s0 = process.hrtime.bigint();
-            // Bytes the next step reads: every running sequence's K/V so far.
-            const cached = prev.cachedTokens;
-            await gen.step(k);
-            const wall = Number(process.hrtime.bigint() - s0) / 1e6;
-            const now = gen.stats();
-            if (now.prefillTokens === prev.prefillTokens) {
-              const steps = diff(now.times, prev.times, 'steps');
-              decodeWall += wall;
-              decodeCalls++;
-              decodeSteps += steps;
-              kvRead += steps * cached * kvPerToken;
-              for (const p of PARTS) decodeTimes[p] += diff(now.times, prev.times, p) * 1e3;
-            }
-            prev = now;
+  for (const name of models) {
+    if (!MODELS[name]) throw new Error(`--models: unknown '${name}' (known: ${Object.keys(MODELS).join(', ')})`);
+    const created = benchModel(name, MODELS[name]);
+    const base = loadHfModel(created.dir);
+    const model = await loadModel(base.config, base.tensors, { device, dtype });
+    const c = base.config;
+    const elem = dtype === 'float32' ? 4 : dtype === 'float64' ? 8 : 2;
+    const kvPerToken = 2 * c.numLayers * c.numKvHeads * c.headDim * elem;
+    const rng = new Rng(0);
+    for (const C of levels) {
+      // One generator for the warm-up and the timed run, as a server keeps one: on CUDA the
+      // warm-up runs the whole workload, so the timed run replays graphs captured before it.
+      const gen = model.createGenerator({
+        maxSequences: C,
+        maxSequenceLength: P + N + 1,
+        maxBatchedTokens: Math.max(2048, C),
+        prefixSharing: 'off',
+        cudaGraphs: !eager,
+        pagedAttentionKernel,
+      });
+      const run = async (n: number, maxTokens: number) => {
+        await gen.add(
+          Array.from({ length: n }, (_, i) => ({ promptIds: randomTokens(rng, P, c.vocabSize), maxTokens, seed: i })),
+        );
+        let decodeWall = 0,
+          decodeCalls = 0;
+        const before = gen.stats();
+        const decodeTimes: Record<Part, number> = Object.fromEntries(PARTS.map((p) => [p, 0])) as Record<Part, number>;
+        let decodeSteps = 0,
+          kvRead = 0;
+        const t0 = process.hrtime.bigint();
+        let prev: CacheStats = before;
+        while (gen.stats().activeSequences > 0) {
+          const s0 = process.hrtime.bigint();
+          // Bytes the next step reads: every running sequence's K/V so far.
+          const cached = prev.cachedTokens;
+          await gen.step(k);
+          const wall = Number(process.hrtime.bigint() - s0) / 1e6;
+          const now = gen.stats();
+          if (now.prefillTokens === prev.prefillTokens) {
+            const steps = diff(now.times, prev.times, 'steps');
+            decodeWall += wall;
+            decodeCalls++;
+            decodeSteps += steps;
+            kvRead += steps * cached * kvPerToken;
+            for (const p of PARTS) decodeTimes[p] += diff(now.times, prev.times, p) * 1e3;
           }
-          const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
-          return { seconds, decodeWall, decodeCalls, decodeSteps, decodeTimes, kvRead };
-        };
-        if (device.startsWith('cuda') && !eager) await run(C, N);
-        else await run(1, 16);
-        const r = await run(C, N);
-        const perStep = (ms: number) => ms / Math.max(1, r.decodeSteps);
-        const engineMs = PARTS.filter((p) => p !== 'device' && p !== 'attention').reduce(
-          (s, p) => s + r.decodeTimes[p],
-          0,
-        );
-        const row: Row = {
-          model: `${name} (${(created.parameterCount / 1e6).toFixed(1)}M)`,
-          concurrency: C,
-          tokensPerSecond: (C * N) / r.seconds,
-          stepMs: perStep(r.decodeWall),
-          deviceMs: perStep(r.decodeTimes.device),
-          parts: Object.fromEntries(PARTS.map((p) => [p, perStep(r.decodeTimes[p])])) as Record<Part, number>,
-          jsMs: perStep(r.decodeWall - engineMs),
-          // Weights (the tied embedding is read once, by the LM head) and the K/V of the batch.
-          bytesPerStep: created.parameterCount * elem + r.kvRead / Math.max(1, r.decodeSteps),
-          steps: r.decodeSteps,
-        };
-        rows.push(row);
-        const { cudaGraphs, eagerReason } = gen.stats();
-        process.stderr.write(
-          `[bench] ${row.model} x${C}: ${row.tokensPerSecond.toFixed(0)} tok/s, ${row.stepMs.toFixed(2)} ms/step, ${cudaGraphs > 0 ? `${cudaGraphs} CUDA graphs` : `eager (${eagerReason})`}\n`,
-        );
-      }
+          prev = now;
+        }
+        const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+        return { seconds, decodeWall, decodeCalls, decodeSteps, decodeTimes, kvRead };
+      };
+      if (device.startsWith('cuda') && !eager) await run(C, N);
+      else await run(1, 16);
+      const r = await run(C, N);
+      const perStep = (ms: number) => ms / Math.max(1, r.decodeSteps);
+      const engineMs = PARTS.filter((p) => p !== 'device' && p !== 'attention').reduce(
+        (s, p) => s + r.decodeTimes[p],
+        0,
+      );
+      const row: Row = {
+        model: `${name} (${(created.parameters / 1e6).toFixed(1)}M)`,
+        concurrency: C,
+        tokensPerSecond: (C * N) / r.seconds,
+        stepMs: perStep(r.decodeWall),
+        deviceMs: perStep(r.decodeTimes.device),
+        parts: Object.fromEntries(PARTS.map((p) => [p, perStep(r.decodeTimes[p])])) as Record<Part, number>,
+        jsMs: perStep(r.decodeWall - engineMs),
+        // Weights (the tied embedding is read once, by the LM head) and the K/V of the batch.
+        bytesPerStep: created.parameters * elem + r.kvRead / Math.max(1, r.decodeSteps),
+        steps: r.decodeSteps,
+      };
+      rows.push(row);
+      const { cudaGraphs, eagerReason } = gen.stats();
+      process.stderr.write(
+        `[bench] ${row.model} x${C}: ${row.tokensPerSecond.toFixed(0)} tok/s, ${row.stepMs.toFixed(2)} ms/step, ${cudaGraphs > 0 ? `${cudaGraphs} CUDA graphs` : `eager (${eagerReason})`}\n`,
+      );
     }
-  } finally {
-    fs.rmSync(tmp, { recursive: true, force: true });
   }
   const f = (x: number, d = 2) => x.toFixed(d);
   const onCuda = device.startsWith('cuda');

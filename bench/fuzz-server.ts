@@ -193,7 +193,27 @@ async function main() {
     top_p: pick([1, 0.9]),
     top_k: pick([-1, 5, 50]),
     seed: int(0, 1000),
+    ...(rng.uniform() < 0.3
+      ? {
+          presence_penalty: pick([-1, 0.5, 2]),
+          frequency_penalty: pick([-0.5, 0, 1]),
+          logit_bias: { [String(int(0, vocab - 1))]: pick([-100, -2, 3, 100]) },
+          min_tokens: int(0, 1),
+        }
+      : {}),
   });
+  /**
+   * JSON text of a value nested `depth` deep (objects and arrays), written directly: JSON.stringify
+   * would overflow the fuzzer's own stack. Thousands killed the prompt helpers' supervisor (and every
+   * chat in flight with it).
+   */
+  const nested = (depth: number) => {
+    const opens = Array.from({ length: depth }, () => rng.uniform() < 0.5);
+    return `${opens.map((o) => (o ? '{"a":' : '[')).join('')}"x"${opens
+      .reverse()
+      .map((o) => (o ? '}' : ']'))
+      .join('')}`;
+  };
 
   /** Requests a correct client sends: each must get a 2xx (or a 4xx it caused, e.g. too long). */
   const valid: (() => Promise<Outcome>)[] = [
@@ -258,6 +278,30 @@ async function main() {
     () => post('/v1/completions', { prompt: 'y'.repeat(int(1, 10) << 20), max_tokens: 1 }),
     () => post('/v1/completions', { prompt: 'x', stop: Array.from({ length: 17 }, () => 'z') }),
     () => post('/v1/completions', { prompt: [1, 2], max_tokens: 4, seed: -5, tempurature: 1 }),
+    () =>
+      post(
+        '/v1/chat/completions',
+        `{"messages": [{"role": "user", "content": "x", "extra": ${nested(int(65, 5000))}}], "max_tokens": 2}`,
+      ),
+    () =>
+      post(
+        '/v1/chat/completions',
+        `{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "chat_template_kwargs": {"k": ${nested(int(1, 100))}},` +
+          ` "tools": [{"type": "function", "function": {"name": "f", "parameters": ${nested(int(1, 5000))}}}]}`,
+      ),
+    () =>
+      post(pick(['/v1/generate', '/v1/completions']), {
+        [pick(['prompt_token_ids', 'prompt'])]: [1, 2],
+        max_tokens: 4,
+        ...pick([
+          { logit_bias: { [String(vocab + int(0, 10))]: 1 } },
+          { logit_bias: { '-1': 1 } },
+          { logit_bias: { '5': 1000 } },
+          { presence_penalty: 3 },
+          { min_tokens: 5 },
+          { repetition_penalty: 1.2 },
+        ]),
+      }),
     oversized,
     () => post('/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], model: 'gpt-5' }),
     () => post('/v1/chat/completions', { messages: [{ role: 'robot', content: 'x' }] }),

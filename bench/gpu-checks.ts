@@ -1,18 +1,22 @@
 /**
  * The GPU checks (bench/gpu/checks.ts) without jest, for a bare GPU machine (scripts/gpu/run.sh):
- * prints a table, writes checks.md and checks.json to --out, exits 1 when a check fails.
+ * prints a table, writes <file>.md and <file>.json to --out after each check (a run cut short keeps
+ * what it finished), exits 1 when a check fails.
  *
- *   node dist/bench/gpu-checks.js [--device cuda|cuda:N|cpu] [--out DIR] [--only SUBSTRINGS] [--skip SUBSTRINGS]
+ *   node dist/bench/gpu-checks.js [--device cuda|cuda:N|cpu] [--out DIR] [--set all|kernels|groups]
+ *     [--only SUBSTRINGS] [--skip SUBSTRINGS] [--file checks]
  *
- * --only / --skip: comma-separated substrings of check names ('training step,LoRA'); a check runs
- * when it contains one of --only's (or there is no --only) and none of --skip's.
- * --device defaults to cuda when the addon sees a CUDA device, else cpu (the bf16 checks then skip).
- * PRIME_PYTHON names the Python with torch and transformers (default python3).
+ * --set: a named set of checks (CHECK_SETS; default all). --only / --skip: comma-separated
+ * substrings of check names ('training step,LoRA'); a check runs when it contains one of --only's
+ * (or there is no --only) and none of --skip's. --file: the stem of the files written (default
+ * checks). --device defaults to cuda when the addon sees a CUDA device, else cpu (the bf16 checks
+ * then skip). PRIME_PYTHON names the Python with torch and transformers (default python3).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as native from '../native';
-import { CHECKS, makeWorkDir, type CheckResult } from './gpu/checks';
+import { writeFileAtomic } from '../lib/atomic';
+import { CHECK_SETS, makeWorkDir, type CheckResult } from './gpu/checks';
 
 function arg(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
@@ -26,7 +30,7 @@ function arg(name: string): string | undefined {
 }
 
 async function main() {
-  const known = new Set(['--device', '--out', '--only', '--skip']);
+  const known = new Set(['--device', '--out', '--only', '--skip', '--set', '--file']);
   for (let i = 2; i < process.argv.length; i += 2) {
     if (!known.has(process.argv[i])) {
       console.error(`gpu-checks: unknown argument ${process.argv[i]} (known: ${[...known].join(', ')})`);
@@ -39,6 +43,16 @@ async function main() {
     console.error(`gpu-checks: --device must be cpu, cuda or cuda:N, not '${device}'`);
     process.exit(2);
   }
+  const set = arg('set') ?? 'all';
+  if (!CHECK_SETS[set]) {
+    console.error(`gpu-checks: --set must be one of ${Object.keys(CHECK_SETS).join(', ')}, not '${set}'`);
+    process.exit(2);
+  }
+  const file = arg('file') ?? 'checks';
+  if (!/^[\w.-]+$/.test(file)) {
+    console.error(`gpu-checks: --file is a file name stem (letters, digits, '.', '_', '-'), not '${file}'`);
+    process.exit(2);
+  }
   const out = arg('out');
   const list = (v: string | undefined) => (v ?? '').split(',').filter((x) => x !== '');
   const only = list(arg('only')),
@@ -48,7 +62,22 @@ async function main() {
   console.log(`[gpu-checks] torch ${info.torchVersion}, cuda ${info.cuda}, device ${device}, work dir ${ctx.workDir}`);
 
   const rows: Array<{ check: string; seconds: number } & CheckResult> = [];
-  for (const check of CHECKS.filter((c) => (only.length === 0 || has(c.name, only)) && !has(c.name, skip))) {
+  const table = () =>
+    [
+      `GPU checks on ${device} (torch ${info.torchVersion}, cuda ${info.cuda})`,
+      '',
+      '| check | result | seconds | detail |',
+      '| --- | --- | --- | --- |',
+      ...rows.map((r) => `| ${r.check} | ${r.status} | ${r.seconds.toFixed(1)} | ${r.detail.replaceAll('|', '/')} |`),
+    ].join('\n');
+  // Each check's result is in the output folder as soon as it exists.
+  const write = () => {
+    if (!out) return;
+    fs.mkdirSync(out, { recursive: true });
+    writeFileAtomic(path.join(out, `${file}.md`), table() + '\n');
+    writeFileAtomic(path.join(out, `${file}.json`), JSON.stringify({ device, info, rows }, null, 2) + '\n');
+  };
+  for (const check of CHECK_SETS[set].filter((c) => (only.length === 0 || has(c.name, only)) && !has(c.name, skip))) {
     const t0 = Date.now();
     let result: CheckResult;
     try {
@@ -58,20 +87,11 @@ async function main() {
     }
     rows.push({ check: check.name, seconds: (Date.now() - t0) / 1000, ...result });
     console.log(`[gpu-checks] ${result.status.padEnd(4)} ${check.name}: ${result.detail}`);
+    write();
   }
-
-  const table = [
-    `GPU checks on ${device} (torch ${info.torchVersion}, cuda ${info.cuda})`,
-    '',
-    '| check | result | seconds | detail |',
-    '| --- | --- | --- | --- |',
-    ...rows.map((r) => `| ${r.check} | ${r.status} | ${r.seconds.toFixed(1)} | ${r.detail.replaceAll('|', '/')} |`),
-  ].join('\n');
-  console.log('\n' + table);
+  console.log('\n' + table());
+  write();
   if (out) {
-    fs.mkdirSync(out, { recursive: true });
-    fs.writeFileSync(path.join(out, 'checks.md'), table + '\n');
-    fs.writeFileSync(path.join(out, 'checks.json'), JSON.stringify({ device, info, rows }, null, 2) + '\n');
     const rlLog = path.join(ctx.workDir, 'rl.log');
     if (fs.existsSync(rlLog)) fs.copyFileSync(rlLog, path.join(out, 'rl.log'));
   }

@@ -20,22 +20,23 @@
  * (its caching allocator's reserve included), on the CPU the process's peak RSS.
  *
  *   node dist/bench/rl-size.js [--device cuda|cpu] [--steps 30] [--model DIR] [--fused-kernels] [--out FILE]
+ *     [--batch-size 128] [--max-tokens 128]
  *
  * --device cpu runs the same config shape with the tiny preset and the byte tokenizer (a Qwen3
  * vocabulary's LM head would make each CPU step minutes long), fp32, one thread per role: the
  * end-to-end check that the configuration works without a GPU. --fused-kernels turns
- * trainer.model.fused_kernels on.
+ * trainer.model.fused_kernels on. --batch-size and --max-tokens override the config's rollouts a
+ * step and their length (a quicker run; the GPU plan's dry run takes 16 of 16 tokens).
  */
 import { execFileSync, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { readLauncherRecord } from '../lib/launch/supervise';
-import { createModel } from '../lib/model/create';
 import { freePort } from '../lib/net';
 import { readStepMetrics, type StepRecord } from '../lib/runfolder/metrics';
 import { RunLayout } from '../lib/runfolder/layout';
-import { QWEN3_0_6B } from './shapes';
+import { benchModel, QWEN3_0_6B, TINY } from './shapes';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const CONFIG = path.join(ROOT, 'configs', 'gpu', 'rl-0.6b.toml');
@@ -102,15 +103,11 @@ async function main() {
   if (!(Number.isInteger(steps) && steps > WARMUP_STEPS + 1))
     throw new Error(`--steps: an integer above ${WARMUP_STEPS + 1}`);
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-bench-rl-size-'));
-  let model = process.argv.includes('--model') ? path.resolve(arg('model', '')) : '';
-  if (!model) {
-    model = path.join(root, 'model');
-    createModel(
-      cuda
-        ? { ...QWEN3_0_6B, seed: 0, out: model }
-        : { arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes', seed: 0, out: model },
-    );
-  }
+  const model = process.argv.includes('--model')
+    ? path.resolve(arg('model', ''))
+    : cuda
+      ? benchModel('qwen3-0.6b', QWEN3_0_6B).dir
+      : benchModel('tiny', TINY).dir;
   const [port, uiPort, inferencePort] = [await freePort(), await freePort(), await freePort()];
   const outputDir = path.join(root, 'outputs');
   const runName = 'rl-size';
@@ -130,6 +127,8 @@ async function main() {
           ...['--trainer.threads', '1', '--inference.threads', '1'],
         ]),
     ...(process.argv.includes('--fused-kernels') ? ['--trainer.model.fused-kernels', 'true'] : []),
+    ...(process.argv.includes('--batch-size') ? ['--orchestrator.batch-size', arg('batch-size', '')] : []),
+    ...(process.argv.includes('--max-tokens') ? ['--orchestrator.sampling.max-tokens', arg('max-tokens', '')] : []),
   ];
   const log = path.join(root, 'rl.log');
   process.stderr.write(`rl-size: ${steps} steps on ${device}, model ${model}, log ${log}\n`);

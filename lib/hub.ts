@@ -12,6 +12,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { ConfigError } from './config/errors';
+import { FileRefused, readBoundedText } from './files';
 
 export type RepoType = 'model' | 'dataset';
 
@@ -27,6 +28,17 @@ export function hubCacheDir(env: NodeJS.ProcessEnv = process.env): string {
 /** `Org/Name` or `Name`, optionally `@revision`: a repository id as the Hub allows them. */
 const REPO_ID = /^(?:[A-Za-z0-9][\w.-]*\/)?[A-Za-z0-9][\w.-]*(?:@[\w./-]+)?$/;
 
+/**
+ * A revision as huggingface_hub files it under `refs/`: a branch or tag name (`main`, `v1.0`,
+ * `refs/pr/1`), each of its segments a name, never `.`, `..` or empty, so that it stays a path
+ * inside the repository's `refs/`.
+ */
+const REVISION = /^[A-Za-z0-9_][\w.-]*(?:\/[A-Za-z0-9_][\w.-]*)*$/;
+/** A commit: what a ref file holds, and what names a snapshot folder. */
+const COMMIT = /^[0-9a-f]{40}$/;
+/** A ref file holds a commit hash and a newline; anything much longer is not one, and is not read. */
+const MAX_REF_BYTES = 256;
+
 /** Where a name was looked for, and the snapshot folder when found. */
 export interface HubLookup {
   dir?: string;
@@ -34,26 +46,57 @@ export interface HubLookup {
   looked: string[];
   /** Why the cache entry did not resolve (no refs/main, a missing snapshot), when it exists. */
   problem?: string;
+  /** Why the name cannot be in any cache (a revision that is not a name). */
+  invalid?: string;
 }
 
-/** The snapshot of `name` in the hub cache (no folder check). */
+/** A value from a config for an error message: itself, cut when long. */
+const shown = (v: string) => JSON.stringify(v.length > 80 ? `${v.slice(0, 77)}...` : v);
+
+/**
+ * The snapshot of `name` in the hub cache (no folder check). The revision is checked as a name and
+ * the commit a ref file holds as a hash before either becomes part of a path: nothing outside the
+ * repository's folder is read or named, and what a ref file holds is never printed.
+ */
 export function lookupHubCache(name: string, type: RepoType, env: NodeJS.ProcessEnv = process.env): HubLookup {
   const cache = hubCacheDir(env);
-  const [repo, revision = 'main'] = name.split('@');
+  const at = name.indexOf('@');
+  const [repo, revision] = at < 0 ? [name, 'main'] : [name.slice(0, at), name.slice(at + 1)];
   const repoDir = path.join(cache, [`${type}s`, ...repo.split('/')].join('--'));
   const looked = [repoDir];
+  if (!REVISION.test(revision))
+    return {
+      looked,
+      invalid: `the revision ${shown(revision)} is not a branch, tag or commit name (names separated by '/', none of them '.' or '..')`,
+    };
   if (!fs.existsSync(repoDir)) return { looked };
   const ref = path.join(repoDir, 'refs', revision);
   let commit: string | undefined;
-  if (fs.existsSync(ref)) commit = fs.readFileSync(ref, 'utf8').trim();
-  else if (/^[0-9a-f]{40}$/.test(revision)) commit = revision;
+  if (fs.existsSync(ref)) {
+    let text: string;
+    try {
+      text = readBoundedText(ref, MAX_REF_BYTES);
+    } catch (e) {
+      const why =
+        e instanceof FileRefused
+          ? 'is not a small regular file'
+          : `cannot be read (${(e as NodeJS.ErrnoException).code})`;
+      return { looked, problem: `${ref} ${why}: a ref file holds a commit hash` };
+    }
+    if (!COMMIT.test(text.trim()))
+      return { looked, problem: `${ref} does not hold a commit hash (40 hex digits); download the revision again` };
+    commit = text.trim();
+  } else if (COMMIT.test(revision)) commit = revision;
   if (commit === undefined) {
-    const snapshots = fs.existsSync(path.join(repoDir, 'snapshots'))
-      ? fs.readdirSync(path.join(repoDir, 'snapshots'))
-      : [];
+    const snapshotsDir = path.join(repoDir, 'snapshots');
+    const snapshots = fs.existsSync(snapshotsDir) ? fs.readdirSync(snapshotsDir).filter((c) => COMMIT.test(c)) : [];
+    const list =
+      snapshots.length > 5
+        ? `${snapshots.slice(0, 5).join(', ')} and ${snapshots.length - 5} more`
+        : snapshots.join(', ');
     return {
       looked,
-      problem: `${repoDir} has no refs/${revision} (snapshots there: ${snapshots.join(', ') || 'none'}); name one as ${repo}@<commit>`,
+      problem: `${repoDir} has no refs/${revision} (snapshots there: ${list || 'none'}); name one as ${repo}@<commit>`,
     };
   }
   const dir = path.join(repoDir, 'snapshots', commit);
@@ -85,6 +128,7 @@ export function resolveHubName(
     );
   const found = lookupHubCache(name, type, env);
   if (found.dir) return found.dir;
+  if (found.invalid) throw new HubNameError(`${key}: ${name.slice(0, name.indexOf('@'))}@...: ${found.invalid}`);
   throw new HubNameError(
     `${key}: ${name} is not a folder and not in the local Hugging Face cache (looked at ${local} and ${found.looked.join(', ')}` +
       `${found.problem ? `: ${found.problem}` : ''}; HF_HUB_CACHE, HF_HOME or ~/.cache/huggingface pick the cache). ` +

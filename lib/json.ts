@@ -43,3 +43,50 @@ export function readJsonFile(file: string, maxBytes = MAX_JSON_FILE_BYTES): Reco
     throw new Error(`${file}: not a JSON object`);
   return parsed as Record<string, unknown>;
 }
+
+/**
+ * The deepest a JSON value we are handed may nest (objects and arrays inside each other; the top
+ * level is 1). Far above any real request body or config (an OpenAI tool's JSON schema nests a
+ * dozen levels), far below what recursive code can take: Node's IPC deserializer overflowed its
+ * stack on a chat nested about 2,000 deep, and config merging on a config nested as deep.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * The path (keys and indexes) to the first object or array of `value` nested deeper than
+ * `maxDepth`, or undefined when none is. Iterative: a value of any depth is walked without recursion.
+ */
+export function pathTooDeep(value: unknown, maxDepth = MAX_JSON_DEPTH): (string | number)[] | undefined {
+  interface Frame {
+    value: object;
+    depth: number;
+    parent?: Frame;
+    key?: string | number;
+  }
+  const isNode = (v: unknown): v is object => typeof v === 'object' && v !== null;
+  const stack: Frame[] = isNode(value) ? [{ value, depth: 1 }] : [];
+  while (stack.length > 0) {
+    const frame = stack.pop()!;
+    if (frame.depth > maxDepth) {
+      const keys: (string | number)[] = [];
+      for (let f: Frame | undefined = frame; f?.parent; f = f.parent) keys.push(f.key!);
+      return keys.reverse();
+    }
+    // Pushed in reverse, so the first too-deep value in document order is found first.
+    const push = (key: string | number, child: unknown) => {
+      if (isNode(child)) stack.push({ value: child, depth: frame.depth + 1, parent: frame, key });
+    };
+    if (Array.isArray(frame.value)) for (let i = frame.value.length - 1; i >= 0; i--) push(i, frame.value[i]);
+    else {
+      const keys = Object.keys(frame.value);
+      for (let i = keys.length - 1; i >= 0; i--) push(keys[i], (frame.value as Record<string, unknown>)[keys[i]]);
+    }
+  }
+  return undefined;
+}
+
+/** A too-deep path for an error message: its first keys (`messages.0.x.a.a.a...`). */
+export function describeDeepPath(keys: readonly (string | number)[], shown = 6): string {
+  const head = keys.slice(0, shown).join('.');
+  return keys.length > shown ? `${head}...` : head;
+}

@@ -139,6 +139,18 @@ export interface GenerationRequest {
   topK?: number;
   /** Default 0 (off). */
   minP?: number;
+  /**
+   * OpenAI's and vLLM's penalties on the tokens sampled so far (the prompt's not counted): each
+   * logit minus frequencyPenalty x the token's count, and presencePenalty once it occurred.
+   * Default 0. These, logitBias and minTokens change the logits before temperature: the tokens'
+   * logprobs and top logprobs are of the distribution sampled from.
+   */
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  /** Added to these tokens' logits (OpenAI's logit_bias). */
+  logitBias?: { tokenIds: number[]; biases: number[] };
+  /** The stop tokens are not sampled before this many tokens (vLLM's min_tokens). Default 0. */
+  minTokens?: number;
   /** Default 16. */
   maxTokens?: number;
   stopTokenIds?: number[];
@@ -416,6 +428,27 @@ export interface PolicyLossResult {
   metrics: StepMetrics;
 }
 
+/** `NativeModel.statePathCheck`'s sequence and how it is cut (native/src/state_check.h). */
+export interface StatePathOptions {
+  prompt: number[];
+  /** Positions per prefill chunk (default 32). */
+  prefillChunk?: number;
+  /** The snapshot's position inside the prompt (default 16). */
+  snapshotAt?: number;
+  /** The paged cache's block size (default 16). */
+  blockSize?: number;
+  /** Greedy decode steps after the prompt (default 8). */
+  greedySteps?: number;
+}
+
+/** Largest absolute differences of hidden states from the packed forward, and the greedy tokens. */
+export interface StatePathResult {
+  prefillDiff: number;
+  snapshotDiff: number;
+  decodeDiff: number;
+  greedy: number[];
+}
+
 export interface NativeInfo {
   torchVersion: string;
   cuda: boolean;
@@ -432,6 +465,8 @@ export interface NativeInfo {
   cudaKernels: boolean;
   /** Whether the build has c10d's NCCL process group (PyTorch 2.x with CUDA): `trainer.dist.backend`. */
   nccl: boolean;
+  /** CUDA devices the addon sees (0 without CUDA). */
+  cudaDevices: number;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -444,6 +479,7 @@ interface RawModel {
   numParameters(): number;
   createGenerator(opts: GeneratorOptions): RawGenerator;
   createTrainer(opts: TrainerOptions): RawTrainer;
+  statePathCheck(opts: StatePathOptions): Promise<StatePathResult>;
 }
 interface RawGenerator {
   add(requests: GenerationRequest[]): Promise<AddedSequence[]>;
@@ -484,6 +520,7 @@ interface Addon {
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
   lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult;
   kernelCheck(options: KernelCheckOptions): KernelCheckOutput[];
+  pagedDecodePlan(shape: PagedDecodeShape): PagedDecodePlan;
   kernelTime(options: KernelCheckOptions & { iters: number }): Promise<{ fused: number; unfused: number }>;
   adamwCheck(options: AdamwCheckOptions): { maxDiff: number; moved: number };
   lossKinds(): LossKindSpec[];
@@ -491,6 +528,7 @@ interface Addon {
   engineTypes(): Record<string, EngineFieldDecl[]>;
   createStore(opts: DistStoreOptions): Promise<DistStore>;
   createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup>;
+  collectiveTime(group: DistGroup, opts: CollectiveTimeOptions): Promise<CollectiveTiming>;
 }
 
 /** Drops tensors checkpoints may carry that the model does not use (`ModelBinding.ignorable`). */
@@ -609,6 +647,11 @@ export interface KernelCheckOptions {
   kernel: 'rmsNorm' | 'addRmsNorm' | 'rope' | 'swiglu' | 'lmHead';
   /** The activations' dtype; bfloat16 runs as mixed precision (fp32 weights); float64 reaches the kernels' refusal. */
   dtype: ComputeDType;
+  /**
+   * rmsNorm, addRmsNorm, lmHead: the weight's dtype, float32 (default: master weights) or bfloat16
+   * with bf16 activations (a bf16 model; what full sharding gathers).
+   */
+  weightDtype?: 'float32' | 'bfloat16';
   device: string;
   /** Tokens. */
   rows: number;
@@ -644,6 +687,31 @@ export interface KernelCheckOutput {
 /** One fused kernel against the libtorch path it replaces, forward and backward (synchronous). */
 export function kernelCheck(options: KernelCheckOptions): KernelCheckOutput[] {
   return load().kernelCheck(options);
+}
+/** A model's attention shape as the paged decode kernel sees it. */
+export interface PagedDecodeShape {
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  /** The longest context a decode step reads (positions). */
+  maxKeys: number;
+  /** Shared memory a block may opt in to on the device, bytes (default 48 KiB, what every device gives). */
+  optInLimit?: number;
+}
+/** How the CUDA paged decode kernel lays out its blocks for a shape (native/src/paged_decode_plan.h). */
+export interface PagedDecodePlan {
+  /** Positions per partition (0 when the shape cannot be served). */
+  partition: number;
+  /** Shared memory per block, bytes. */
+  sharedBytes: number;
+  /** Above the plain 48 KiB: the launcher opts the kernel in. */
+  optIn: boolean;
+  /** Why the shape cannot be served ('' when it can). */
+  why: string;
+}
+/** The paged decode kernel's plan for a shape, computed on the host (any build, no GPU needed). */
+export function pagedDecodePlan(shape: PagedDecodeShape): PagedDecodePlan {
+  return load().pagedDecodePlan(shape);
 }
 /** Seconds per forward + backward of the fused kernel and of the libtorch path, `iters` passes each. */
 export function kernelTime(
@@ -747,6 +815,15 @@ export class NativeModel {
   /** All weights by HF name, as bytes in `dtype` (default: the compute dtype's). */
   readWeights(dtype?: TensorDType): Promise<WeightTensor[]> {
     return this.queue.run(() => this.raw.readWeights(dtype));
+  }
+
+  /**
+   * A hybrid model's paged forward with state slots checked against its packed forward
+   * (native/src/state_check.h): chunked prefill with a snapshot, a prefix continued from the
+   * snapshot, greedy decode steps. Throws for a model without Gated DeltaNet blocks.
+   */
+  statePathCheck(options: StatePathOptions): Promise<StatePathResult> {
+    return this.queue.run(() => this.raw.statePathCheck(options));
   }
 
   /** A generator with its own KV cache; its calls share this model's queue. */
@@ -1003,4 +1080,27 @@ export function createStore(opts: DistStoreOptions): Promise<DistStore> {
 /** Joins a Gloo process group through `store`; resolves once all `size` ranks have joined. */
 export function createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup> {
   return load().createGroup(store, opts);
+}
+
+export interface CollectiveTimeOptions {
+  /** Where the tensors live: CUDA tensors move over the group's NCCL (or Gloo), CPU ones over Gloo. */
+  device: string;
+  /** Bytes each rank contributes to an all-gather. */
+  bytes: number;
+  iters: number;
+}
+/** What a group's collectives cost, timed as the trainer's are (`TrainStepStats.commSeconds`). */
+export interface CollectiveTiming {
+  /** While some collective ran (NCCL: on its stream, by its events). */
+  busySeconds: number;
+  /** While the work waiting for them stood still (Gloo: the host thread; NCCL: the waiting stream). */
+  waitSeconds: number;
+  collectives: number;
+}
+/**
+ * `iters` all-gathers of `bytes` per rank issued back to back, then waited for in order (every
+ * rank of the group calls it together): the group's collective timing, measured.
+ */
+export function collectiveTime(group: DistGroup, opts: CollectiveTimeOptions): Promise<CollectiveTiming> {
+  return load().collectiveTime(group, opts);
 }

@@ -32,6 +32,27 @@ export interface EngineConfig {
   ropeTheta: number;
   /** Mixture-of-experts blocks: how many experts a token goes to, and whether their weights are renormalised. */
   moe?: { numExpertsPerTok: number; normTopkProb: boolean };
+  /** RMSNorm weights are stored as offsets from 1: out = x / rms(x) * (1 + w) (Qwen3.5). */
+  normOffset?: boolean;
+  /** The share of each head RoPE rotates: its first headDim * f dims (Qwen3.5: 0.25); default 1. */
+  partialRotaryFactor?: number;
+  /** q_proj yields each head's query and an output gate ([H, 2 hd] rows); sigmoid(gate) scales attention's output (Qwen3.5). */
+  attnOutputGate?: boolean;
+  /** The sizes of the Gated DeltaNet blocks (those whose table has the `linQkv` slot). */
+  linearAttention?: LinearAttentionConfig;
+}
+
+/**
+ * A Gated DeltaNet block's sizes (Qwen3.5 `linear_*` fields): q and k heads of keyHeadDim, v heads
+ * of valueHeadDim (numValueHeads a multiple of numKeyHeads: each q/k head serves that many
+ * consecutive v heads), and the causal depthwise convolution's kernel over q, k and v.
+ */
+export interface LinearAttentionConfig {
+  numKeyHeads: number;
+  numValueHeads: number;
+  keyHeadDim: number;
+  valueHeadDim: number;
+  convKernel: number;
 }
 
 /** One row of a family's tensor table as the engine reads it (native/src/model.h `ParamSpec`). */
@@ -62,5 +83,19 @@ export interface ModelBinding {
  * The block's projections by their HF module names, in the engine's order (native/src/model.cc
  * `projName`): what LoRA can target (`lora.target_modules`).
  */
-export const PROJECTIONS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
+export const PROJECTIONS = [
+  'q_proj',
+  'k_proj',
+  'v_proj',
+  'o_proj',
+  'gate_proj',
+  'up_proj',
+  'down_proj',
+  // Gated DeltaNet's (Qwen3.5).
+  'in_proj_qkv',
+  'in_proj_z',
+  'in_proj_b',
+  'in_proj_a',
+  'out_proj',
+] as const;
 export type Projection = (typeof PROJECTIONS)[number];

@@ -1,32 +1,19 @@
 #!/usr/bin/env bash
 # Compiles the addon's NCCL code (c10d's ProcessGroupNCCL, behind PRIME_HAVE_NCCL) on a machine
-# without a GPU, syntax only: the CUDA build check (check-cuda-build.sh) builds without NCCL, since
-# c10d's NCCL header needs nccl.h and the cuBLAS, cuSPARSE and cuSOLVER headers, which only a full
-# PyTorch install has. This takes the headers alone from those packages' wheels (about 1.2 GB of
-# downloads, once, into tools/nccl-headers) at the versions torch 2.11 uses, and compiles every
-# source that includes dist.h with NCCL on, against torch 2.11's headers (from check-cuda-build.sh).
+# without a GPU, syntax only, with -Wall -Werror: stricter than the CUDA build check
+# (check-cuda-build.sh, which builds with NCCL too), and quick. c10d's NCCL header needs nccl.h and
+# the cuBLAS, cuSPARSE and cuSOLVER headers, which only a full PyTorch install has: this takes the
+# headers alone from those packages' wheels (torch2-pins.sh's install_nccl_headers, about 1.2 GB of
+# downloads once) and compiles every source that includes dist.h with NCCL on, against torch
+# 2.11's headers.
 #   bash scripts/check-nccl-compile.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/torch2-pins.sh
 install_pinned "$TORCH2_DIR" "${TORCH2_PINS[@]}"
 install_pinned "$CUDA13_DIR" "${CUDA13_PINS[@]}"
-HEADERS=tools/nccl-headers
-PINS=(nvidia-nccl-cu13==2.28.9 nvidia-cublas==13.0.2.14 nvidia-cusparse==12.9.4.2 nvidia-cusolver==12.4.1.2)
-if [ "$(cat "$HEADERS/.pins" 2>/dev/null)" != "${PINS[*]}" ]; then
-  echo "[check-nccl-compile] downloading ${PINS[*]} (headers only are kept)"
-  rm -rf "$HEADERS.tmp" && mkdir -p "$HEADERS.tmp/wheels"
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps -d "$HEADERS.tmp/wheels" "${PINS[@]}"
-  python3 - "$HEADERS.tmp" "$HEADERS.tmp"/wheels/*.whl <<'PY'
-import re, sys, zipfile
-for wheel in sys.argv[2:]:
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(sys.argv[1], [n for n in z.namelist() if re.match(r"nvidia/[^/]+/include/", n)])
-PY
-  rm -rf "$HEADERS.tmp/wheels"
-  echo "${PINS[*]}" > "$HEADERS.tmp/.pins"
-  rm -rf "$HEADERS" && mv "$HEADERS.tmp" "$HEADERS"
-fi
+install_nccl_headers
+HEADERS=$NCCL_HEADERS
 torch=$TORCH2_DIR/torch
 includes=(-Inative/src -I"$(node -p 'require("node:path").join(process.execPath, "../../include/node")')"
   -Inode_modules/node-addon-api -isystem "$TORCH2_DIR/nvidia/cu13/include" -isystem "$torch/include"

@@ -42,7 +42,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, 'test', 'fixtures', 'hf-reference')
-ARCHS = ['llama', 'qwen2', 'qwen3', 'qwen3_moe']
+ARCHS = ['llama', 'qwen2', 'qwen3', 'qwen3_moe', 'qwen3_5_text', 'qwen3_5', 'qwen3_5_moe_text', 'qwen3_5_moe']
+# Families whose folders are the Hub's multimodal checkpoints: a text run leaves their vision tower out.
+MULTIMODAL = {'qwen3_5', 'qwen3_5_moe'}
 
 # The fixture models: folder name -> createModel options beyond the shared ones (write_logit_fixtures).
 # Smaller than the tiny preset so each fixture stays near 200 KB; llama keeps an untied lm_head.
@@ -62,7 +64,22 @@ FIXTURE_MODELS = {
         'moe': {'numExperts': 4, 'numExpertsPerTok': 2, 'moeIntermediateSize': 16, 'decoderSparseStep': 2,
                 'mlpOnlyLayers': [3], 'normTopkProb': False},
     },
+    # Qwen3.5's hybrid blocks: Gated DeltaNet, Gated DeltaNet, gated full attention, Gated DeltaNet
+    # (layers 1-3 follow transformers' every-4th rule shifted by create.ts: l, l, l, f for 4 layers; the
+    # fifth makes a linear block after the full one). Untied, text-only (Qwen3_5ForCausalLM).
+    'qwen3_5_text': {'arch': 'qwen3_5_text', 'numLayers': 5, 'tieWordEmbeddings': False},
+    # The Hub's shape (Qwen3_5ForConditionalGeneration): text weights under model.language_model., a
+    # vision tower (transformers' random one, saved beside them) that a text run skips; tied.
+    'qwen3_5': {'arch': 'qwen3_5', 'numLayers': 4},
+    # Qwen3.5-MoE's sparse blocks: 2 of 4 experts per token and a shared expert, in every block.
+    'qwen3_5_moe': {
+        'arch': 'qwen3_5_moe_text', 'numLayers': 4,
+        'moe': {'numExperts': 4, 'numExpertsPerTok': 2, 'moeIntermediateSize': 16, 'sharedExpertIntermediateSize': 24},
+    },
 }
+# Fixtures of these families also hold a sequence longer than the delta rule's 64-position chunk
+# (tokens_c), a greedy continuation (greedy_a) and one training step's gradients (grads.safetensors).
+HYBRID = {'qwen3_5_text', 'qwen3_5', 'qwen3_5_moe_text', 'qwen3_5_moe'}
 TOKENIZERS = ['bytes', 'qwen3']
 
 # Runs lib/model (compiled) on a JSON request from stdin and prints a JSON answer.
@@ -210,9 +227,11 @@ def check_model_folders(work, check):
         for kind in TOKENIZERS:
             out = os.path.join(work, f'{arch}-{kind}')
             node({'op': 'create', 'opts': {'arch': arch, 'preset': 'tiny', 'tokenizer': kind, 'seed': 0, 'out': out}})
-            model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
+            model, info = hf_class(out).from_pretrained(out, output_loading_info=True)
             tok = AutoTokenizer.from_pretrained(out)
-            missing = info['missing_keys'] or info['unexpected_keys'] or info['mismatched_keys']
+            # A created multimodal folder has no vision weights: transformers makes random ones.
+            absent = [k for k in info['missing_keys'] if not (arch in MULTIMODAL and k.startswith('model.visual.'))]
+            missing = absent or info['unexpected_keys'] or info['mismatched_keys']
             check.expect(not missing, f'{arch}/{kind}: loading info {info}')
             ids = tok.apply_chat_template([{'role': 'user', 'content': 'hi'}], add_generation_prompt=True, tokenize=False)
             logits = model(torch.tensor([tok(ids, add_special_tokens=False)['input_ids']])).logits
@@ -258,16 +277,32 @@ def check_tokenizers(work, check):
     return reference
 
 
-def perturb(model):
+def hf_class(folder):
+    """The transformers class config.json names (a multimodal checkpoint is not an AutoModelForCausalLM)."""
+    with open(os.path.join(folder, 'config.json')) as f:
+        return getattr(transformers, json.load(f)['architectures'][0])
+
+
+def perturb(model, arch):
     """Makes every operation matter: random norm weights and biases (createModel sets 1 and 0) and
-    weights 10x larger than the 0.02 init so logits are far from uniform."""
+    weights 10x larger than the 0.02 init so logits are far from uniform. Qwen3.5's norms store
+    offsets from 1 (its Gated DeltaNet's own gated norm excepted); its decay rates A = exp(A_log) are
+    drawn small so the recurrent state carries across the delta rule's 64-position chunks."""
     gen = torch.Generator().manual_seed(0)
+    hybrid = arch in HYBRID
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             noise = torch.randn(p.shape, generator=gen)
+            if name.startswith('model.visual.'):
+                continue  # not used by text
             if name.endswith('norm.weight'):
-                p.copy_(1 + 0.2 * noise)
+                offset = hybrid and not name.endswith('linear_attn.norm.weight')
+                p.copy_((0 if offset else 1) + 0.2 * noise)
             elif name.endswith('.bias'):
+                p.copy_(0.1 * noise)
+            elif name.endswith('.A_log'):
+                p.copy_(torch.log(0.005 + 0.045 * torch.rand(p.shape, generator=gen)))
+            elif name.endswith('.dt_bias'):
                 p.copy_(0.1 * noise)
             else:
                 p.mul_(10)
@@ -284,32 +319,54 @@ def write_logit_fixtures(work, names):
             **spec,
         }
         node({'op': 'create', 'opts': opts})
-        model = AutoModelForCausalLM.from_pretrained(created, dtype=torch.float32)
+        model = hf_class(created).from_pretrained(created, dtype=torch.float32)
         tok = AutoTokenizer.from_pretrained(created)
-        perturb(model)
+        perturb(model, spec['arch'])
         model.eval()
         seq_a = tok.apply_chat_template([{'role': 'user', 'content': 'Rev: héllo'}], add_generation_prompt=True, tokenize=False)
         seq_a = tok(seq_a, add_special_tokens=False)['input_ids']
         seq_b = tok('<|im_start|>assistant\nolléh<|im_end|>', add_special_tokens=False)['input_ids']
+        seqs = [seq_a, seq_b]
+        extra = {}
+        if spec['arch'] in HYBRID:
+            # Longer than two of the delta rule's 64-position chunks.
+            long_text = 'Reverse this, then explain each step of the reversal in detail: ' + 'abcdefghij ' * 9
+            seq_c = tok.apply_chat_template([{'role': 'user', 'content': long_text}], add_generation_prompt=True, tokenize=False)
+            seqs.append(tok(seq_c, add_special_tokens=False)['input_ids'])
+            extra['tokens_c'] = seqs[2]
         with torch.no_grad():
-            logits = [model(torch.tensor([s])).logits[0].float() for s in (seq_a, seq_b)]
+            logits = [model(torch.tensor([s])).logits[0].float() for s in seqs]
         out = os.path.join(FIXTURES, name)
         shutil.rmtree(out, ignore_errors=True)
+        if spec['arch'] in HYBRID:
+            # transformers' greedy decoding (its recurrent decode path and cache) from sequence a.
+            with torch.no_grad():
+                gen_ids = model.generate(torch.tensor([seq_a]), max_new_tokens=12, do_sample=False, min_new_tokens=12,
+                                         pad_token_id=tok.pad_token_id or 0)
+            extra['greedy_a'] = gen_ids[0, len(seq_a):].tolist()
+            extra['grads'] = write_gradients(model, seqs, out + '.grads.tmp')
         model.save_pretrained(out)
+        if spec['arch'] in HYBRID:
+            shutil.move(out + '.grads.tmp', os.path.join(out, 'grads.safetensors'))
         for f in ('tokenizer.json', 'tokenizer_config.json'):
             shutil.copy(os.path.join(created, f), out)
         torch.cat(logits).numpy().astype('<f4').tofile(os.path.join(out, 'logits.bin'))
         meta = {
-            'description': 'HF transformers fp32 logits of this folder\'s model on two token sequences, each run on its own '
-                           '(positions from 0). logits.bin is float32 little-endian, row-major [len(tokens_a) + '
-                           'len(tokens_b), vocab_size]: the rows of sequence a, then those of b.',
-            'weights': 'createModel(createOptions) with norm weights 1 + 0.2 N(0,1), biases 0.1 N(0,1) and all other '
+            'description': 'HF transformers fp32 logits of this folder\'s model on two (hybrid families: three) token '
+                           'sequences, each run on its own (positions from 0). logits.bin is float32 little-endian, '
+                           'row-major [len(tokens_a) + len(tokens_b) (+ len(tokens_c)), vocab_size]: the rows of sequence '
+                           'a, then those of b (then c). Hybrid families: greedy_a is transformers\' greedy continuation '
+                           'of a (12 tokens), and grads.safetensors the gradient of the mean of -log p(token) over every '
+                           'token after the first of each sequence, all sequences together (fp32, by parameter name).',
+            'weights': 'createModel(createOptions) with norm weights 1 + 0.2 N(0,1) (Qwen3.5\'s offsets from 1: 0.2 N(0,1)), '
+                       'biases 0.1 N(0,1), Qwen3.5\'s A_log log(U(0.005, 0.05)) and dt_bias 0.1 N(0,1), and all other '
                        'weights x10 (torch seed 0), saved by save_pretrained',
             'createOptions': {k: v for k, v in opts.items() if k != 'out'},
             'tokens_a': seq_a,
             'tokens_b': seq_b,
-            'vocab_size': model.config.vocab_size,
-            'logits_shape': [len(seq_a) + len(seq_b), model.config.vocab_size],
+            **extra,
+            'vocab_size': model.config.get_text_config().vocab_size,
+            'logits_shape': [sum(len(s) for s in seqs), model.config.get_text_config().vocab_size],
             'torch': torch.__version__,
             'transformers': transformers.__version__,
         }
@@ -320,6 +377,41 @@ def write_logit_fixtures(work, names):
             f.write(text + '\n')
         size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
         print(f'  {out}: {len(seq_a)}+{len(seq_b)} positions, {size // 1024} KB')
+
+
+def write_gradients(model, seqs, file):
+    """The gradient of the mean -log p over every token after the first of each sequence (each run on
+    its own), as our trainer's `ce` loss computes it over a packed row of them; saved by parameter
+    name (the text model's, as save_pretrained names them), fp32. Returns the loss token count."""
+    from safetensors.torch import save_file
+    model.zero_grad()
+    total, count = 0.0, 0
+    for s in seqs:
+        ids = torch.tensor([s])
+        logp = torch.log_softmax(model(ids).logits[0].float(), -1)
+        total = total + (-logp[:-1].gather(1, ids[0, 1:, None])).sum()
+        count += len(s) - 1
+    (total / count).backward()
+    grads = {}
+    for n, p in model.named_parameters():
+        if p.grad is None or n.startswith('model.visual.'):
+            continue
+        g = p.grad.detach().float()
+        # transformers v5 fuses a block's experts in memory ([E, 2I, D] gate and up, [E, D, I] down) and saves
+        # them per expert: the gradients by the saved names.
+        if n.endswith('.experts.gate_up_proj'):
+            half = g.shape[1] // 2
+            for e in range(g.shape[0]):
+                grads[n.replace('gate_up_proj', f'{e}.gate_proj.weight')] = g[e, :half].contiguous()
+                grads[n.replace('gate_up_proj', f'{e}.up_proj.weight')] = g[e, half:].contiguous()
+        elif n.endswith('.experts.down_proj'):
+            for e in range(g.shape[0]):
+                grads[n.replace('down_proj', f'{e}.down_proj.weight')] = g[e].contiguous()
+        else:
+            grads[n] = g.contiguous()
+    save_file(grads, file)
+    model.zero_grad()
+    return {'loss': (total / count).item(), 'loss_tokens': count}
 
 
 def main():

@@ -27,3 +27,26 @@ install_pinned() {
   echo "$*" > "$dir.tmp/.pins"
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
 }
+
+# The headers c10d's NCCL process group needs beside torch's (nccl.h, and cuBLAS', cuSPARSE's and
+# cuSOLVER's, which its CUDA context header includes), from those packages' wheels at the versions
+# torch 2.11 uses, headers only (about 1.2 GB of downloads, once): NCCL_HEADERS/nvidia/*/include.
+# scripts/check-cuda-build.sh builds the addon with NCCL against them, check-nccl-compile.sh
+# compiles the NCCL code against them.
+NCCL_HEADERS=tools/nccl-headers
+NCCL_HEADER_PINS=(nvidia-nccl-cu13==2.28.9 nvidia-cublas==13.0.2.14 nvidia-cusparse==12.9.4.2 nvidia-cusolver==12.4.1.2)
+install_nccl_headers() {
+  if [ "$(cat "$NCCL_HEADERS/.pins" 2>/dev/null)" = "${NCCL_HEADER_PINS[*]}" ]; then return; fi
+  echo "[torch2-pins] downloading ${NCCL_HEADER_PINS[*]} (headers only are kept)"
+  rm -rf "$NCCL_HEADERS.tmp" && mkdir -p "$NCCL_HEADERS.tmp/wheels"
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps -d "$NCCL_HEADERS.tmp/wheels" "${NCCL_HEADER_PINS[@]}"
+  python3 - "$NCCL_HEADERS.tmp" "$NCCL_HEADERS.tmp"/wheels/*.whl <<'PY'
+import re, sys, zipfile
+for wheel in sys.argv[2:]:
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(sys.argv[1], [n for n in z.namelist() if re.match(r"nvidia/[^/]+/include/", n)])
+PY
+  rm -rf "$NCCL_HEADERS.tmp/wheels"
+  echo "${NCCL_HEADER_PINS[*]}" > "$NCCL_HEADERS.tmp/.pins"
+  rm -rf "$NCCL_HEADERS" && mv "$NCCL_HEADERS.tmp" "$NCCL_HEADERS"
+}

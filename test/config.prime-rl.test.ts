@@ -349,6 +349,23 @@ describe('Hugging Face names from the local cache', () => {
     },
   );
 
+  test('a revision that would lead out of the cache exits 2 before anything starts, printing nothing from there', () => {
+    // refs/../../../secret.txt is the file above the cache: its content was printed as the commit.
+    const secret = path.join(dir, 'secret.txt');
+    fs.writeFileSync(secret, 'TOPSECRET\n');
+    const r = cli(
+      ['rl', '--model.name', 'PrimeIntellect/Qwen3-0.6B@../../../secret.txt', '--output-dir', path.join(dir, 'out')],
+      {
+        HF_HUB_CACHE: cache,
+      },
+    );
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe(
+      "error: model.name: PrimeIntellect/Qwen3-0.6B@...: the revision \"../../../secret.txt\" is not a branch, tag or commit name (names separated by '/', none of them '.' or '..')\n",
+    );
+    expect(fs.existsSync(path.join(dir, 'out'))).toBe(false);
+  });
+
   test('a dataset name found nowhere names the dataset command', () => {
     const r = cli(['sft', '@', path.join(FIXTURES, 'sft.toml'), '--output-dir', path.join(dir, 'out')], {
       HF_HUB_CACHE: cache,

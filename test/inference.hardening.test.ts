@@ -317,7 +317,7 @@ describe('a server with max_running 2, max_queued 4', () => {
     expect((await post(`${base}/v1/generate`, { prompt_token_ids: [1, 2], max_tokens: 2 })).status).toBe(200);
   });
 
-  test('every weight-folder refusal is the same 403, whether the path exists, is outside, or links out (hard links too)', async () => {
+  test('every weight-folder refusal is the same 403, whether the path exists, is outside, or links out; a hard link out says what was found', async () => {
     const secret = path.join(root, 'secret');
     fs.mkdirSync(secret, { recursive: true });
     // A file outside the roots that the loader would read without complaint: only the check can stop it.
@@ -336,7 +336,6 @@ describe('a server with max_running 2, max_queued 4', () => {
       [path.join(secret, 'nope'), path.join(secret, 'nope')], // outside, absent
       [secret, secret], // outside, present
       [path.join(outDir, 'nope'), path.join(outDir, 'nope')], // inside, absent
-      [hard, path.join(hard, 'model.safetensors')],
       [soft, path.join(soft, 'model.safetensors')],
     ];
     const answers = new Set<string>();
@@ -357,7 +356,43 @@ describe('a server with max_running 2, max_queued 4', () => {
         },
       ]),
     ]);
+    // A name inside the roots for a file whose other name is outside: refused, saying so.
+    const r = await post(`${base}/update_weights`, { weight_dir: hard, version: 9 });
+    expect([r.status, ((await r.json()) as any).error]).toEqual([
+      403,
+      {
+        message: `weight_dir: ${path.join(hard, 'model.safetensors')} has 2 names (hard links), 1 of them inside the allowed roots (${outDir}): another name may be a file from outside them; copy the file, or link it from inside the roots`,
+        type: 'permission_error',
+        param: 'weight_dir',
+        code: 'forbidden_path',
+      },
+    ]);
     expect(await health(base)).toBe(200);
+  });
+
+  test('checkpoint trees of hard links inside the roots load (cp -al, rsync --link-dest)', async () => {
+    // Refused before as "outside the allowed roots or does not exist", whatever their names.
+    const ckpt = path.join(outDir, 'ckpt');
+    const step1 = path.join(ckpt, 'step_1');
+    fs.mkdirSync(ckpt, { recursive: true });
+    fs.cpSync(baseDir, step1, { recursive: true });
+    // cp -al: every file of step_2 another name of step_1's.
+    const step2 = path.join(ckpt, 'step_2');
+    expect(spawnSync('cp', ['-al', step1, step2]).status).toBe(0);
+    // rsync --link-dest=step_1: files unchanged since step_1 linked to its, the others new.
+    const step3 = path.join(ckpt, 'step_3');
+    fs.mkdirSync(step3);
+    for (const f of fs.readdirSync(step1))
+      if (f === 'model.safetensors') fs.copyFileSync(path.join(baseDir, f), path.join(step3, f));
+      else fs.linkSync(path.join(step1, f), path.join(step3, f));
+    for (const [dir, version] of [
+      [step2, 12],
+      [step3, 13],
+    ] as const) {
+      const r = await post(`${base}/update_weights`, { weight_dir: dir, version });
+      expect([r.status, ((await r.json()) as any).weight_dir]).toEqual([200, dir]);
+    }
+    expect((await post(`${base}/reload_weights`, {})).status).toBe(200);
   });
 
   test('a non-streamed response beyond server.max_response_entries is a 400 naming the fields, before anything runs', async () => {
@@ -461,7 +496,7 @@ describe('a KV budget too small for a request', () => {
 describe('settings at start', () => {
   test('an empty API key variable is exit 2 with a message, not a stack', async () => {
     for (const args of [
-      ['inference', '--model.name', baseDir, '--server.port', '0', '--server.api-key-var', 'PRIME_TEST_EMPTY_KEY'],
+      ['inference', '--model.name', baseDir, '--server.port', '0', '--server.api-key-var', 'TEST_PRIME_RL_EMPTY_KEY'],
       [
         'worker',
         '--pool',
@@ -471,12 +506,12 @@ describe('settings at start', () => {
         '--inference.server.port',
         '0',
         '--inference.server.api-key-var',
-        'PRIME_TEST_EMPTY_KEY',
+        'TEST_PRIME_RL_EMPTY_KEY',
       ],
     ]) {
-      const p = cli(args, { PRIME_TEST_EMPTY_KEY: '' });
+      const p = cli(args, { TEST_PRIME_RL_EMPTY_KEY: '' });
       expect(await refusal(p)).toBe(2);
-      expect(p.stderr()).toMatch(/api_key_var.*PRIME_TEST_EMPTY_KEY.*empty/);
+      expect(p.stderr()).toMatch(/api_key_var.*TEST_PRIME_RL_EMPTY_KEY.*empty/);
       expect(p.stderr()).not.toMatch(/\n\s+at /);
     }
   });
@@ -657,6 +692,7 @@ describe('a model folder whose chat template loops or renders megabytes', () => 
 {%- if c == 'loop' -%}{%- for i in range(100000) -%}{%- for j in range(100000) -%}{%- endfor -%}{%- endfor -%}
 {%- elif c == 'big' -%}{%- set ns = namespace(s='x') -%}{%- for i in range(26) -%}{%- set ns.s = ns.s + ns.s -%}{%- endfor -%}{{ ns.s }}
 {%- elif c == 'hog' -%}{%- for i in range(30000000) -%}{%- endfor -%}
+{%- elif c == 'huge' -%}{%- for i in range(1000000000) -%}{%- endfor -%}
 {%- endif -%}
 {%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor -%}<|im_start|>assistant\n`,
     );
@@ -724,7 +760,70 @@ describe('a model folder whose chat template loops or renders megabytes', () => 
     expect((await chat('hello')).status).toBe(200);
   });
 
-  test('a prompt supervisor that dies is replaced; a server killed with SIGKILL leaves no helper behind', async () => {
+  test('a template whose one allocation is larger than V8 makes at all is out of memory too, not a helper crash', async () => {
+    // range(1000000000) under the default 1 GiB heap: V8's "invalid size error" (SIGTRAP), which
+    // the server answered with a 500 quoting a native frame address.
+    const prompts = new PromptWorkers(Tokenizer.fromDir(dir), dir, { processes: 1, timeoutMs: 300_000, heapMb: 1024 });
+    try {
+      const outcome = await prompts.chat(
+        [{ role: 'user', content: 'huge' }],
+        { addGenerationPrompt: true },
+        { maxChars: 1 << 20, contextLength: 2048 },
+      );
+      expect(outcome).toEqual({ refused: 'memory' });
+    } finally {
+      await prompts.close();
+    }
+  });
+
+  test('a chat nested thousands deep is a 400 naming the field; the 40 chats around it all answer', async () => {
+    // 3,000 deep it overflowed the stack of the prompt supervisor's IPC deserializer: the supervisor
+    // died, and every chat in flight with it (25 of 40) got a 500.
+    let deep: unknown = 'x';
+    for (let i = 0; i < 3000; i++) deep = { a: deep };
+    const ordinary = (i: number) => chat(`hello ${i}`).then((r) => r.status);
+    const before = Array.from({ length: 20 }, (_, i) => ordinary(i));
+    const bad = post(`${base}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'x', extra: deep }],
+      max_tokens: 2,
+    });
+    const after = Array.from({ length: 20 }, (_, i) => ordinary(20 + i));
+    const r = await bad;
+    expect([r.status, ((await r.json()) as any).error]).toEqual([
+      400,
+      {
+        message:
+          'messages.0.extra.a.a.a...: nests deeper than 64 levels (objects and arrays inside each other), more than a request may',
+        type: 'invalid_request_error',
+        param: 'messages.0.extra.a.a.a',
+        code: 'too_deep',
+      },
+    ]);
+    expect(await Promise.all([...before, ...after])).toEqual(Array(40).fill(200));
+    // Wherever a body nests: tool parameters, template arguments, any route.
+    for (const [route, body, param] of [
+      [
+        '/v1/chat/completions',
+        { messages: [{ role: 'user', content: 'x' }], chat_template_kwargs: { k: deep } },
+        'chat_template_kwargs.k.a.a.a.a',
+      ],
+      [
+        '/v1/chat/completions',
+        {
+          messages: [{ role: 'user', content: 'x' }],
+          tools: [{ type: 'function', function: { name: 'f', parameters: deep } }],
+        },
+        'tools.0.function.parameters.a.a',
+      ],
+      ['/v1/generate', { prompt_token_ids: [1], extra: deep }, 'extra.a.a.a.a.a'],
+      ['/update_weights', { weight_dir: deep }, 'weight_dir.a.a.a.a.a'],
+    ] as const) {
+      const refused = await post(`${base}${route}`, body);
+      expect([refused.status, ((await refused.json()) as any).error.param]).toEqual([400, param]);
+    }
+  });
+
+  test('a prompt supervisor that dies is replaced, its tasks in flight handed to the next one; a helper that dies fails its own task alone', async () => {
     const children = (pid: number) =>
       spawnSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' })
         .stdout.split('\n')
@@ -732,9 +831,45 @@ describe('a model folder whose chat template loops or renders megabytes', () => 
         .map(Number);
     const supervisor = children(server.child.pid!)[0];
     expect(supervisor).toBeDefined();
+    // Both helpers busy with a template that loops, ten chats waiting for them: killed, the
+    // supervisor failed every one of them (500).
+    const loops = [chat('loop'), chat('loop')];
+    await until(() => children(supervisor).length === 2);
+    const waiting = Array.from({ length: 10 }, (_, i) => chat(`waiting ${i}`));
     process.kill(supervisor, 'SIGKILL');
     await until(() => !alive(supervisor));
+    expect((await Promise.all(waiting)).map((r) => r.status)).toEqual(Array(10).fill(200));
+    for (const r of await Promise.all(loops))
+      expect([r.status, ((await r.json()) as any).error.code]).toEqual([400, 'chat_template_timeout']);
     expect((await chat('after')).status).toBe(200);
+    // A helper that dies of anything but its task's appetite: a 500 for that task alone, naming the
+    // signal and nothing of the helper's last words.
+    const next = children(server.child.pid!)[0];
+    const looping = chat('loop');
+    // The helper running it is the one computing (state R in /proc); an idle one sleeps.
+    const running = (pid: number) => {
+      try {
+        return fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].startsWith('R');
+      } catch {
+        return false; // gone meanwhile
+      }
+    };
+    let helper: number | undefined;
+    await until(() => (helper = children(next).find(running)) !== undefined);
+    const beside = chat('beside');
+    process.kill(helper!, 'SIGSEGV');
+    const died = await looping;
+    expect([died.status, ((await died.json()) as any).error]).toEqual([
+      500,
+      {
+        message: 'internal error: prompt worker exited (SIGSEGV) while running this request',
+        type: 'server_error',
+        param: null,
+        code: 'prompt_worker_failed',
+      },
+    ]);
+    expect((await beside).status).toBe(200);
+    expect(server.stderr()).toMatch(/\[prompt helper\] exited \(SIGSEGV\) while running a task/);
     // A server of its own, killed: its supervisor and helpers exit with it (their IPC channels close).
     const doomed = serverProcess({
       model: { name: dir },

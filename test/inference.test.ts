@@ -13,6 +13,7 @@ import { createTinyMoe } from './support/tiny-moe';
 import { loadHfModel } from '../lib/model/hf';
 import { projectRoot } from '../lib/paths';
 import { startServer } from './support/harness';
+import { Tokenizer } from '../lib/model/tokenizer';
 import { tinyModel } from './support/setup';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-inference-'));
@@ -398,6 +399,107 @@ describe('weights', () => {
   });
 });
 
+describe("sampling: OpenAI's penalties and logit bias, vLLM's min_tokens and ignore_eos, on every route", () => {
+  const eos = () => Tokenizer.fromDir(baseDir).eosTokenIds[0];
+
+  test('/v1/generate: ignore_eos and min_tokens hold the stop tokens back, a logit bias pulls one', async () => {
+    // EOS pulled up by 100: it ends the sequence at once, unless held back (they were refused here).
+    const pulled = { prompt_token_ids: [1, 2], max_tokens: 6, temperature: 0, logit_bias: { [eos()]: 100 } };
+    const [plain, ignoring, held] = await Promise.all([
+      generate(pulled),
+      generate({ ...pulled, ignore_eos: true }),
+      generate({ ...pulled, min_tokens: 3 }),
+    ]);
+    expect(plain.choices[0]).toMatchObject({ token_ids: [eos()], finish_reason: 'stop' });
+    expect(ignoring.choices[0]).toMatchObject({ token_ids: Array(6).fill(eos()), finish_reason: 'length' });
+    expect(held.choices[0].token_ids).toHaveLength(4);
+    expect(held.choices[0].token_ids.slice(0, 3)).not.toContain(eos());
+    expect(held.choices[0]).toMatchObject({ finish_reason: 'stop' });
+    // The logprob is of the distribution sampled from: with a bias of 100, ~0.
+    expect(plain.choices[0].logprobs[0]).toBeGreaterThan(-1e-3);
+  });
+
+  test('penalties: a greedy repeat gives way; the chat, completions and vLLM routes take them too', async () => {
+    const tok = 7;
+    const base = {
+      prompt_token_ids: [1, 2],
+      max_tokens: 8,
+      temperature: 0,
+      ignore_eos: true,
+      logit_bias: { [tok]: 8 },
+    };
+    const [free, penalized] = await Promise.all([
+      generate(base),
+      generate({ ...base, presence_penalty: 2, frequency_penalty: 2 }),
+    ]);
+    expect(free.choices[0].token_ids).toEqual(Array(8).fill(tok));
+    // 8 - 2 - 2c falls below the others after a few repeats: other tokens follow.
+    const ids: number[] = penalized.choices[0].token_ids;
+    expect(ids[0]).toBe(tok);
+    expect(ids.filter((t) => t === tok).length).toBeLessThan(8);
+    const sampling = {
+      max_tokens: 8,
+      temperature: 0,
+      logit_bias: { [tok]: 8 },
+      presence_penalty: 2,
+      frequency_penalty: 2,
+      ignore_eos: true,
+    };
+    const completion = (await (
+      await post('/v1/completions', { prompt: [1, 2], ...sampling, return_token_ids: true })
+    ).json()) as any;
+    expect(completion.choices[0].token_ids).toEqual(ids);
+    const renderer = (await (
+      await post('/inference/v1/generate', { token_ids: [1, 2], sampling_params: { ...sampling, min_tokens: 2 } })
+    ).json()) as any;
+    expect(renderer.choices[0].token_ids).toEqual(ids);
+    const chatted = await post('/v1/chat/completions', { ...chat, ...sampling, return_token_ids: true });
+    expect(chatted.status).toBe(200);
+    expect(((await chatted.json()) as any).choices[0].token_ids[0]).toBe(tok);
+  });
+});
+
+describe('weight updates on the OpenAI routes', () => {
+  test("a completion that spans a weight update names the oldest and newest version of its tokens; a stream, each token's", async () => {
+    // They reported only the version served at the end (64 of 128 such requests mixed two).
+    const long = { max_tokens: 200, ignore_eos: true, seed: 1 };
+    const stream = await post('/v1/chat/completions', { ...chat, ...long, stream: true });
+    const completion = post('/v1/completions', { prompt: [5, 6, 7], ...long, n: 2 });
+    const chatted = post('/v1/chat/completions', { ...chat, ...long });
+    // Ten tokens into the stream (the others decode beside it), the weights change.
+    const reader = stream.body!.getReader();
+    const decoder = new TextDecoder();
+    const versions: number[] = [];
+    let pending = '';
+    let updated: Promise<Response> | undefined;
+    for (let read = await reader.read(); !read.done; read = await reader.read()) {
+      pending += decoder.decode(read.value, { stream: true });
+      const events = pending.split('\n\n');
+      pending = events.pop()!;
+      for (const e of events) {
+        if (!e.startsWith('data: {')) continue;
+        const c = JSON.parse(e.slice('data: '.length));
+        if (c.choices[0]?.delta?.content) versions.push(c.policy_version);
+      }
+      if (versions.length >= 10) updated ??= post('/update_weights', { weight_dir: otherDir, version: 1 });
+    }
+    expect((await updated!).status).toBe(200);
+    expect(versions[0]).toBe(0);
+    expect(versions[versions.length - 1]).toBe(1);
+    expect(versions.every((v, i) => i === 0 || v >= versions[i - 1])).toBe(true);
+    const c = (await (await completion).json()) as any;
+    expect(c.choices.map((x: any) => x.policy_version_range)).toEqual([
+      [0, 1],
+      [0, 1],
+    ]);
+    expect(c.policy_version).toBe(1); // the version served when it finished
+    // A chat rendered by a prompt helper may have started before or after the update.
+    const [lo, hi] = ((await (await chatted).json()) as any).choices[0].policy_version_range;
+    expect(lo <= hi && [0, 1].includes(lo) && hi === 1).toBe(true);
+    await post('/reload_weights', {});
+  });
+});
+
 describe('weight updates: paths and versions', () => {
   test('a config.json linked to a file outside the roots is refused, and no error quotes a file', async () => {
     const secret = path.join(root, 'secret.txt');
@@ -729,10 +831,50 @@ describe('bad input gets a 4xx with an OpenAI error body naming the field', () =
     [
       'unsupported penalty',
       '/v1/chat/completions',
-      { messages: [{ role: 'user', content: 'x' }], frequency_penalty: 1 },
+      { messages: [{ role: 'user', content: 'x' }], repetition_penalty: 1.1 },
       400,
-      'frequency_penalty',
-      /^frequency_penalty: frequency_penalty other than 0 is not supported$/,
+      'repetition_penalty',
+      /^repetition_penalty: repetition_penalty other than 1 is not supported$/,
+    ],
+    [
+      'a penalty out of range',
+      '/v1/generate',
+      { prompt_token_ids: [1], presence_penalty: 2.5 },
+      400,
+      'presence_penalty',
+      /^presence_penalty: /,
+    ],
+    [
+      'a logit bias for a token outside the vocabulary',
+      '/v1/completions',
+      { prompt: [1], logit_bias: { '100000': 5 } },
+      400,
+      'logit_bias',
+      /^logit_bias: token id 100000 is outside the vocabulary \(size \d+\)$/,
+    ],
+    [
+      'a logit bias keyed by something else than a token id',
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'x' }], logit_bias: { hello: 5 } },
+      400,
+      'logit_bias.hello',
+      /logit_bias keys are token ids/,
+    ],
+    [
+      'a logit bias out of range',
+      '/v1/generate',
+      { prompt_token_ids: [1], logit_bias: { '5': 101 } },
+      400,
+      'logit_bias.5',
+      /^logit_bias\.5: /,
+    ],
+    [
+      'min_tokens beyond max_tokens',
+      '/v1/generate',
+      { prompt_token_ids: [1], max_tokens: 4, min_tokens: 5 },
+      400,
+      'min_tokens',
+      /^min_tokens: 5 is more than the 4 tokens the request may make/,
     ],
     // A path that does not exist gets the very answer of one outside the roots (whether a path
     // exists is nothing a client may learn).

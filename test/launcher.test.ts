@@ -151,6 +151,11 @@ test('SIGKILL of the launcher takes its processes with it, and the same command 
   const [inference] = ownChildren(second.child.pid!).filter((p) => cmdline(p).includes(' inference '));
   expect(inference).toBeDefined();
   process.kill(inference, 'SIGSTOP');
+  // The run waits for it; the progress line names the silent server (it only grew its ETA before).
+  const silent = new RegExp(
+    `inference server silent \\(stopped, hung or unreachable\\): http://127\\.0\\.0\\.1:${http} for \\d+s`,
+  );
+  await until('the progress line to name the silent server', () => silent.test(second.output()), 60_000);
   second.child.kill('SIGKILL');
   await second.exited;
   // And a recorded pid that now belongs to another process (pids are recycled) is never signalled:

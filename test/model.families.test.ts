@@ -7,14 +7,22 @@ import { loadConfig } from '../lib/config/loader';
 import { modelCreateSchema } from '../lib/config/schemas';
 import { layerSlots } from '../native';
 
-const REQUIRED_LAYER_SLOTS = ['inputNorm', 'q', 'k', 'v', 'o', 'postNorm'];
+const REQUIRED_LAYER_SLOTS = ['inputNorm', 'postNorm'];
+// A block's token mixer: attention, or a hybrid model's Gated DeltaNet (Qwen3.5).
+const ATTENTION = ['q', 'k', 'v', 'o'];
+const GATED_DELTANET = ['linQkv', 'linZ', 'linB', 'linA', 'linConv', 'linDtBias', 'linALog', 'linNorm', 'linOut'];
 const DENSE_MLP = ['gate', 'up', 'down'];
 
 describe.each(ARCHS)('%s', (arch) => {
   const variants = [tinyConfig(arch), tinyConfig(arch, { tieWordEmbeddings: !tinyConfig(arch).tieWordEmbeddings })];
   const moe = FAMILIES[arch].defaults.moe;
+  // Qwen3-MoE's rule of which blocks are sparse (Qwen3.5-MoE's blocks are all sparse).
+  const sparseRule = moe !== undefined && !FAMILIES[arch].defaults.linearAttention;
   // MoE: every other block sparse, and one of those kept dense.
-  if (moe) variants.push(tinyConfig(arch, { numLayers: 5, moe: { ...moe, decoderSparseStep: 2, mlpOnlyLayers: [3] } }));
+  if (sparseRule)
+    variants.push(tinyConfig(arch, { numLayers: 5, moe: { ...moe, decoderSparseStep: 2, mlpOnlyLayers: [3] } }));
+  // A hybrid model of more blocks: linear, linear, linear, full, linear, linear, linear.
+  if (FAMILIES[arch].defaults.linearAttention) variants.push(tinyConfig(arch, { numLayers: 7 }));
 
   test('its table fills every required slot once, with unique names, blocks in order', () => {
     for (const c of variants) {
@@ -27,6 +35,10 @@ describe.each(ARCHS)('%s', (arch) => {
       for (let l = 0; l < c.numLayers; l++) {
         const slots = specs.filter((s) => s.layer === l).map((s) => s.slot);
         expect(slots).toEqual(expect.arrayContaining(REQUIRED_LAYER_SLOTS));
+        const linear = c.layerTypes?.[l] === 'linear_attention';
+        expect(slots).toEqual(expect.arrayContaining(linear ? GATED_DELTANET : ATTENTION));
+        for (const other of linear ? ATTENTION : GATED_DELTANET) expect(slots).not.toContain(other);
+        if (linear) continue;
         expect(slots.includes('qNorm')).toBe(c.qkNorm);
         expect(slots.includes('qBias')).toBe(c.attentionBias);
         if (!isSparseLayer(c.moe, l)) {
@@ -48,7 +60,7 @@ describe.each(ARCHS)('%s', (arch) => {
   });
 
   test('parameterCount, which counts one block of each kind, is the sum over its table', () => {
-    const more = moe
+    const more = sparseRule
       ? [
           tinyConfig(arch, {
             numLayers: 7,

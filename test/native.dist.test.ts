@@ -8,12 +8,22 @@ import * as os from 'os';
 import * as path from 'path';
 import * as native from '../native';
 import { createModelWithoutWeights, loadModel } from '../lib/model/engine';
-import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
-import { Rng } from '../lib/model/rng';
+import { randomWeights } from '../lib/model/testing';
 import { shardRows } from '../lib/trainer/runtime';
-import type { ArchConfig } from '../lib/model/arch';
 import { memoryPlan } from '../lib/trainer/plan';
-import { loadBaseShards, loadCheckpoint, writeCheckpoint } from '../lib/trainer/shards';
+import { loadCheckpoint, writeCheckpoint } from '../lib/trainer/shards';
+import {
+  cfg,
+  joinRanks,
+  lossOf,
+  lrs,
+  maxDiff,
+  readAll,
+  single,
+  stepAll,
+  stepRows,
+  type RankOptions,
+} from '../bench/gpu/ranks';
 import { loadHfModel } from '../lib/model/hf';
 import { tinyMoeConfig } from './support/tiny-moe';
 import { tinyModel } from './support/setup';
@@ -34,87 +44,8 @@ const withGloo = gloo ? test : test.skip;
   );
 });
 
-const cfg = tinyConfig('qwen3');
-const rowOf = (rng: Rng, lengths: number[]): native.TrainRow => {
-  const samples = lengths.map((n) => randomTokens(rng, n, cfg.vocabSize));
-  const row = packRow(samples);
-  const n = row.inputIds.length;
-  return {
-    ...row,
-    lossMask: samples.flatMap((s) => s.map((_, i) => (i >= s.length / 2 ? 1 : 0))),
-    advantages: Array.from({ length: n }, (_, i) => ((i % 5) - 2) / 2),
-    inferenceLogprobs: Array.from({ length: n }, () => -1.5),
-  };
-};
-/** Five rows of uneven lengths per step: the ranks get different row counts. */
-const stepRows = (step: number) => {
-  const rng = new Rng(100 + step);
-  return [[20, 12], [31], [9, 9, 9], [17], [25, 4]].map((l) => rowOf(rng, l));
-};
-const lossOf: native.LossConfig = { kind: 'grpo', temperature: 0.9 };
 const withKl: native.LossConfig = { ...lossOf, klBeta: 0.1 };
-const lrs = [2e-3, 3e-3, 1e-3, 2e-3];
-
-interface RankOptions {
-  cfg?: ArchConfig;
-  device?: string;
-  backend?: native.DistBackend;
-  dtype?: native.ComputeDType;
-  trainer?: native.TrainerOptions;
-  sharding?: native.Sharding;
-  timeoutS?: number;
-  /** An HF model folder each fully sharded rank fills its shards from (a model built without weights). */
-  base?: string;
-  loss?: native.LossConfig;
-}
-
-/** `n` ranks joined through a fresh store; `bucketBytes` small enough to need several buckets. */
-async function joinRanks(n: number, o: RankOptions = {}) {
-  const timeoutS = o.timeoutS ?? 20;
-  const store0 = await native.createStore({ host: '127.0.0.1', port: 0, isServer: true, timeoutS });
-  const stores = [store0];
-  for (let r = 1; r < n; r++)
-    stores.push(await native.createStore({ host: '127.0.0.1', port: store0.port(), timeoutS }));
-  const prefix = `t${Math.random()}/`;
-  const groups = await Promise.all(
-    stores.map((store, rank) => native.createGroup(store, { prefix, rank, size: n, timeoutS, backend: o.backend })),
-  );
-  const c = o.cfg ?? cfg;
-  const ranks = await Promise.all(
-    groups.map(async (g) => {
-      const options = { dtype: o.dtype, device: o.device };
-      const model = o.base
-        ? await createModelWithoutWeights(c, options)
-        : await loadModel(c, randomWeights(c, 7), options);
-      const trainer = model.createTrainer(o.trainer);
-      trainer.setGroup(g, { bucketBytes: 4096, sharding: o.sharding });
-      if (o.base) await loadBaseShards(trainer, o.base, c);
-      return { model, trainer };
-    }),
-  );
-  return { ranks, store0 };
-}
-
 const twoRanks = (trainer: native.TrainerOptions = {}, timeoutS = 20) => joinRanks(2, { trainer, timeoutS });
-
-/** Every rank steps its share of step `step`'s rows (of `rowsOf`). */
-const stepAll = (ranks: { trainer: native.Trainer }[], step: number, rowsOf = stepRows, loss = lossOf) =>
-  Promise.all(
-    ranks.map((r, rank) =>
-      r.trainer.step(shardRows(rowsOf(step), rank, ranks.length), { lr: lrs[step], maxGradNorm: 1, loss }),
-    ),
-  );
-
-function maxDiff(a: native.WeightTensor[], b: native.WeightTensor[]): number {
-  let worst = 0;
-  a.forEach((t, i) => {
-    expect(b[i].name).toBe(t.name);
-    const x = decode(t),
-      y = decode(b[i]);
-    for (let k = 0; k < x.length; k++) worst = Math.max(worst, Math.abs(x[k] - y[k]) / (1 + Math.abs(x[k])));
-  });
-  return worst;
-}
 
 test('shardRows: every row to exactly one rank, balanced by tokens, in batch order', () => {
   const rows = [5, 9, 3, 9, 1, 7].map((n) => ({ inputIds: new Array(n).fill(0) }));
@@ -200,21 +131,6 @@ withGloo(
 
 // ---------------------------------------------------------------------------------------------
 // Full sharding (trainer.dist.sharding = "full", native/src/fsdp.h)
-
-/** One trainer over every row (world size 1, no group): each step's stats. */
-async function single(o: RankOptions, steps: number, rowsOf = stepRows) {
-  const c = o.cfg ?? cfg;
-  const model = await loadModel(c, randomWeights(c, 7), { dtype: o.dtype, device: o.device });
-  const trainer = model.createTrainer(o.trainer);
-  const stats: native.TrainStepStats[] = [];
-  for (let s = 0; s < steps; s++)
-    stats.push(await trainer.step(rowsOf(s), { lr: lrs[s], maxGradNorm: 1, loss: o.loss ?? lossOf }));
-  return { model, trainer, stats };
-}
-
-/** Every rank's trained weights (or LoRA adapters): a collective under full sharding. */
-const readAll = (ranks: { trainer: native.Trainer }[], adapters = false) =>
-  Promise.all(ranks.map((r) => (adapters ? r.trainer.readAdapters() : r.trainer.readWeights())));
 
 withGloo(
   'full sharding at world sizes 2 and 4 == world size 1: fp64 to reduction order, fp32 within 1e-5',
@@ -419,36 +335,6 @@ withGloo(
     expect(two.ranks[0].trainer.stepCount).toBe(0);
     await loadCheckpoint(two.ranks[1].trainer, dir);
     fs.rmSync(root, { recursive: true });
-  },
-  120_000,
-);
-
-// On a GPU machine (skipped elsewhere): NCCL on the card, and two ranks sharing one card.
-const { cuda, nccl } = native.info();
-
-(cuda && nccl ? test : test.skip)(
-  'GPU: a group of one over NCCL forms and its fully sharded steps equal one trainer and the same group over Gloo',
-  async () => {
-    const o: RankOptions = { device: 'cuda', sharding: 'full' };
-    const one = await single(o, 3);
-    const expected = await one.trainer.readWeights();
-    for (const backend of ['nccl', 'gloo'] as const) {
-      const { ranks } = await joinRanks(1, { ...o, backend });
-      for (let s = 0; s < 3; s++) await stepAll(ranks, s);
-      expect({ backend, close: maxDiff(expected, (await readAll(ranks))[0]) < 1e-5 }).toEqual({ backend, close: true });
-    }
-  },
-  120_000,
-);
-
-(cuda ? test : test.skip)(
-  'GPU: two fully sharded ranks on one card over Gloo (NCCL takes one rank per device) == one trainer',
-  async () => {
-    const o: RankOptions = { device: 'cuda', backend: 'gloo' };
-    const one = await single(o, 3);
-    const { ranks } = await joinRanks(2, { ...o, sharding: 'full' });
-    for (let s = 0; s < 3; s++) await stepAll(ranks, s);
-    expect(maxDiff(await one.trainer.readWeights(), (await readAll(ranks))[0])).toBeLessThan(1e-5);
   },
   120_000,
 );

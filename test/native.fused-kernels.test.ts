@@ -13,7 +13,7 @@ import { CHECKS, makeWorkDir, type CheckContext } from '../bench/gpu/checks';
 import { loadConfig } from '../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema } from '../lib/config/schemas';
 import type { ArchConfig } from '../lib/model/arch';
-import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
+import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import type { LoraOptions, TrainRow } from '../native';
 import { projectRoot } from '../lib/paths';
@@ -82,6 +82,39 @@ describe('a training step with fusedKernels equals the unfused one', () => {
   });
 });
 
+/**
+ * LoRA on o_proj and down_proj only: q/k/v and gate/up stay fused projections while gradients flow
+ * through them (to the earlier layers' adapters), so their outputs' gradients come back through
+ * split (one tensor; not three narrows' zero-filled ones) and the packed SwiGLU. The step equals one
+ * with each projection on its own, with libtorch's ops and with the fused kernels.
+ */
+test.each([false, true])(
+  'fused projections under LoRA (gradients through split and the packed SwiGLU) equal separate ones, fusedKernels %s',
+  async (fusedKernels) => {
+    const cfg = tinyConfig('qwen3');
+    const rng = new Rng(8);
+    const samples = [23, 17].map((n) => randomTokens(rng, n, cfg.vocabSize));
+    const rows: TrainRow[] = [{ ...packRow(samples), lossMask: samples.flatMap((s) => s.map(() => 1)) }];
+    const step = async (fusedProjections: boolean) => {
+      const model = await loadModel(cfg, randomWeights(cfg, 2), { fusedKernels, fusedProjections });
+      const trainer = model.createTrainer({
+        lora: { rank: 4, alpha: 8, targetModules: ['o_proj', 'down_proj'] },
+        seed: 3,
+      });
+      await trainer.step(rows, { lr: 1e-3, loss: { kind: 'ce' } });
+      const stats = await trainer.step(rows, { lr: 1e-3, loss: { kind: 'ce' } });
+      return { stats, adapters: await trainer.readAdapters('F32') };
+    };
+    const [fused, separate] = [await step(true), await step(false)];
+    expect(separate.stats.metrics.grad_norm).toBeGreaterThan(0);
+    expect(Math.abs(fused.stats.metrics.grad_norm / separate.stats.metrics.grad_norm - 1)).toBeLessThan(1e-5);
+    const a = fused.adapters.flatMap((t) => Array.from(decode(t))),
+      b = separate.adapters.flatMap((t) => Array.from(decode(t)));
+    expect(a.length).toBe(b.length);
+    expect(Math.max(...a.map((x, i) => Math.abs(x - b[i])))).toBeLessThan(1e-6);
+  },
+);
+
 describe('kernelCheck measures what it claims', () => {
   test('every output and input gradient, each path against fp64', () => {
     const rows = native.kernelCheck({ kernel: 'addRmsNorm', dtype: 'float32', device: 'cpu', rows: 9, width: 16 });
@@ -110,6 +143,22 @@ describe('bad inputs are refused by the kernels, naming what is wrong', () => {
   test("a norm weight of another width than the rows'", () => {
     expect(() => native.kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float32', weightWidth: 6 })).toThrow(
       /fused RMSNorm: the weight has shape \[6\], expected \[8\]/,
+    );
+  });
+  test('bf16 weights for fp32 activations, and a weight dtype for a kernel without a weight', () => {
+    expect(() => native.kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float32', weightDtype: 'bfloat16' })).toThrow(
+      /fused RMSNorm: the weight is BFloat16 for activations in Float \(expected the same dtype/,
+    );
+    expect(() => native.kernelCheck({ ...base, kernel: 'rope', dtype: 'bfloat16', weightDtype: 'bfloat16' })).toThrow(
+      /kernelCheck: weightDtype: rope has no weight/,
+    );
+  });
+  test("a norm's row wider than its backward holds in registers", () => {
+    expect(() => native.kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float32', width: 8196 })).toThrow(
+      /fused RMSNorm: rows of 8196 Float elements are wider than the kernels take at that size \(8192/,
+    );
+    expect(() => native.kernelCheck({ ...base, kernel: 'addRmsNorm', dtype: 'float32', width: 4098 })).toThrow(
+      /rows of 4098 Float elements are wider than the kernels take at that size \(4096/,
     );
   });
   test('an odd head size for RoPE', () => {

@@ -384,6 +384,188 @@ describe('sampling and batching', () => {
     }
   });
 
+  describe('penalties, logit bias and min_tokens (OpenAI and vLLM semantics)', () => {
+    // All-zero weights: every logit 0, so what the adjustments make of a row is computed by hand.
+    const wide = tinyConfig('qwen3', { vocabSize: 1024 });
+    const V = wide.vocabSize;
+    let flat: NativeModel;
+    let m: NativeModel;
+    beforeAll(async () => {
+      flat = await loadModel(
+        wide,
+        randomWeights(wide, 1).map((t) => ({ ...t, data: Buffer.alloc(t.data.length) })),
+      );
+      m = await loadModel(wide, randomWeights(wide, 21));
+    });
+    const lse = (xs: number[]) => Math.log(xs.reduce((a, x) => a + Math.exp(x), 0));
+    /** The greedy tokens and logprobs of `req` on the flat model, per sampler and steps per call. */
+    const flatRuns = async (req: GenerationRequest) => {
+      const out = [];
+      for (const tensorSampler of [false, true])
+        for (const steps of [1, 4]) {
+          const gen = flat.createGenerator({ maxSequences: 2, maxSequenceLength: 64, tensorSampler });
+          const [{ seqId }] = await gen.add([req]);
+          const done: StepToken[] = [];
+          while (gen.stats().activeSequences > 0)
+            done.push(...(await gen.step(steps)).filter((t) => t.seqId === seqId));
+          out.push(done);
+        }
+      return out;
+    };
+
+    test('greedy with a logit bias and both penalties: the hand-computed tokens and logprobs, on both samplers', async () => {
+      // Token 5 starts at bias 2 and loses 0.25 (frequency) per time sampled, 0.5 (presence) once:
+      // 2, 1.25, 1, 0.75, 0.5, 0.25, then 0 ties every other logit, and the first maximum, token 0,
+      // wins; each token sampled then sits at -0.75, so tokens 1, 2, 3 follow.
+      const req: GenerationRequest = {
+        promptIds: [3, 4],
+        maxTokens: 10,
+        temperature: 0,
+        logitBias: { tokenIds: [5], biases: [2] },
+        presencePenalty: 0.5,
+        frequencyPenalty: 0.25,
+      };
+      const x5 = [2, 1.25, 1, 0.75, 0.5, 0.25];
+      const expected = {
+        tokens: [5, 5, 5, 5, 5, 5, 0, 1, 2, 3],
+        logprobs: [
+          ...x5.map((x) => x - Math.log(Math.exp(x) + (V - 1))),
+          -Math.log(V), // step 6: token 5 back at 0 with all the others
+          -Math.log(V - 1 + Math.exp(-0.75)), // token 0 at -0.75
+          -Math.log(V - 2 + 2 * Math.exp(-0.75)),
+          -Math.log(V - 3 + 3 * Math.exp(-0.75)),
+        ],
+      };
+      for (const run of await flatRuns(req)) {
+        expect(run.map((t) => t.token)).toEqual(expected.tokens);
+        expect(
+          maxAbsDiff(
+            run.map((t) => t.logprob),
+            expected.logprobs,
+          ),
+        ).toBeLessThanOrEqual(1e-5);
+      }
+    });
+
+    test('min_tokens holds the stop tokens back, then they stop the sequence; sampled rows report the adjusted distribution', async () => {
+      // Token 7 (a stop token, bias 3) is banned (-inf) for the first 3 tokens: 0 wins the tie.
+      const req: GenerationRequest = {
+        promptIds: [3, 4],
+        maxTokens: 10,
+        temperature: 0,
+        stopTokenIds: [7],
+        minTokens: 3,
+        logitBias: { tokenIds: [7], biases: [3] },
+        topLogprobs: 2,
+      };
+      for (const run of await flatRuns(req)) {
+        expect(run.map((t) => [t.token, t.finishReason])).toEqual([
+          [0, undefined],
+          [0, undefined],
+          [0, undefined],
+          [7, 'stop'],
+        ]);
+        const lps = [-Math.log(V - 1), -Math.log(V - 1), -Math.log(V - 1), 3 - Math.log(Math.exp(3) + V - 1)];
+        expect(
+          maxAbsDiff(
+            run.map((t) => t.logprob),
+            lps,
+          ),
+        ).toBeLessThanOrEqual(1e-5);
+        expect(Array.from(run[3].topLogprobs!.ids)).toEqual([7, 0]);
+        expect(Array.from(run[0].topLogprobs!.ids)).toEqual([0, 1]); // 7 is not a candidate while banned
+      }
+      // Sampled at temperature 0.5 with penalties: each token's logprob is log softmax((x - penalties) / T)
+      // of the flat row, the penalties from the tokens before it, computed by hand.
+      const T = 0.5;
+      const sampledReq: GenerationRequest = {
+        promptIds: [3, 4],
+        maxTokens: 30,
+        temperature: T,
+        seed: 9,
+        presencePenalty: 1.5,
+        frequencyPenalty: -0.5, // a negative penalty rewards repeats
+        logitBias: { tokenIds: [11, 12], biases: [4, -100] },
+      };
+      for (const run of await flatRuns(sampledReq)) {
+        const counts = new Map<number, number>();
+        run.forEach((t) => {
+          const x = Array.from({ length: V }, (_, v) => {
+            const c = counts.get(v) ?? 0;
+            return (({ 11: 4, 12: -100 } as Record<number, number>)[v] ?? 0) + (c > 0 ? -(-0.5 * c + 1.5) : 0);
+          });
+          expect(Math.abs(t.logprob - (x[t.token] / T - lse(x.map((v) => v / T))))).toBeLessThanOrEqual(1e-4);
+          counts.set(t.token, (counts.get(t.token) ?? 0) + 1);
+        });
+        expect(run.map((t) => t.token)).not.toContain(12);
+      }
+      const runs = await flatRuns(sampledReq);
+      for (const r of runs.slice(1)) expect(r.map((t) => t.token)).toEqual(runs[0].map((t) => t.token));
+    });
+
+    test("on a real model: the tensor sampler's tokens and logprobs are the host sampler's, one step or four per call", async () => {
+      const rng = new Rng(8);
+      const settings: Partial<GenerationRequest>[] = [
+        { temperature: 1, presencePenalty: 1.2 },
+        { temperature: 0.8, frequencyPenalty: 0.7, topK: 40 },
+        { temperature: 0, presencePenalty: 0.4, frequencyPenalty: 0.4, topLogprobs: 3 },
+        { temperature: 1.1, topP: 0.9, logitBias: { tokenIds: [1, 2, 3], biases: [5, -5, 2] } },
+        { temperature: 1, minP: 0.05, minTokens: 6, stopTokenIds: [0, 1, 2, 3, 4, 5] },
+        { temperature: 1 },
+      ];
+      const requests: GenerationRequest[] = settings.map((st, i) => ({
+        promptIds: randomTokens(rng, 4 + i, V),
+        maxTokens: 24,
+        seed: 30 + i,
+        ...st,
+      }));
+      const runAll = async (tensorSampler: boolean, steps: number) => {
+        const gen = m.createGenerator({ maxSequences: 8, maxSequenceLength: 64, tensorSampler });
+        const added = await gen.add(requests);
+        const out = added.map(() => [] as StepToken[]);
+        while (gen.stats().activeSequences > 0)
+          for (const t of await gen.step(steps)) out[added.findIndex((a) => a.seqId === t.seqId)].push(t);
+        return out;
+      };
+      const host = await runAll(false, 1);
+      // min_tokens: no stop token among the first 6.
+      expect(host[4].slice(0, 6).every((t) => t.token > 5)).toBe(true);
+      for (const [tensorSampler, steps] of [
+        [true, 1],
+        [false, 4],
+        [true, 4],
+      ] as const) {
+        const other = await runAll(tensorSampler, steps);
+        requests.forEach((_, i) => {
+          expect(other[i].map((t) => t.token)).toEqual(host[i].map((t) => t.token));
+          expect(
+            maxAbsDiff(
+              other[i].map((t) => t.logprob),
+              host[i].map((t) => t.logprob),
+            ),
+          ).toBeLessThanOrEqual(1e-5);
+        });
+      }
+      // The penalties change what is sampled: the same seed without them differs.
+      const plain = await generate(m.createGenerator({ maxSequences: 2, maxSequenceLength: 64 }), [
+        { ...requests[0], presencePenalty: 0 },
+      ]);
+      expect(plain[0].tokens).not.toEqual(host[0].map((t) => t.token));
+    });
+
+    test('settings the engine cannot take are refused', async () => {
+      const gen = m.createGenerator({ maxSequences: 2, maxSequenceLength: 16 });
+      await expect(gen.add([{ promptIds: [1], logitBias: { tokenIds: [V], biases: [1] } }])).rejects.toThrow(
+        /logitBias: token id 1024 is outside the vocabulary \(size 1024\)/,
+      );
+      await expect(gen.add([{ promptIds: [1], logitBias: { tokenIds: [1], biases: [NaN] } }])).rejects.toThrow(
+        /logitBias: the bias of token 1 is not finite/,
+      );
+      await expect(gen.add([{ promptIds: [1], presencePenalty: Infinity }])).rejects.toThrow(/must be finite/);
+      await expect(gen.add([{ promptIds: [1], minTokens: -1 }])).rejects.toThrow(/minTokens must be >= 0/);
+    });
+  });
+
   test('errors', async () => {
     const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 8 });
     await expect(gen.add([{ promptIds: [1, 300] }])).rejects.toThrow(/token id 300 at index 1 is out of range/);

@@ -3,10 +3,16 @@
  * weight updates, chunked prefill, several decode steps per call, and the block pool's accounting
  * under storms of requests, cancellations and preemptions. All on the real engine (CPU).
  */
-import { setThreads, type GenerationRequest, type Generator, type NativeModel } from '../native';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { pagedDecodePlan, setThreads, type GenerationRequest, type Generator, type NativeModel } from '../native';
 import { loadModel } from '../lib/model/engine';
+import { MODEL_PRESETS } from '../lib/model/create';
+import { readHfConfigShape } from '../lib/model/hf';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
+import { projectRoot } from '../lib/paths';
+import { QWEN3_0_6B, QWEN3_1_7B } from '../bench/shapes';
 
 setThreads(2);
 
@@ -240,13 +246,23 @@ describe('shared prefixes', () => {
 
 describe('preemption', () => {
   // 8 prompts of 6..13 tokens, up to 40 new tokens each: up to 53 positions, 14 blocks of 4, in a
-  // pool of 16 blocks.
+  // pool of 16 blocks. Half with penalties, a logit bias and min_tokens: their state goes with the
+  // sequence through preemption, like its RNG.
   const rng = new Rng(12);
   const requests: GenerationRequest[] = Array.from({ length: 8 }, (_, i) => ({
     promptIds: randomTokens(rng, 6 + i, cfg.vocabSize),
     maxTokens: 40,
     temperature: 1,
     seed: 7 + i,
+    ...(i % 2
+      ? {
+          presencePenalty: 1.5,
+          frequencyPenalty: 0.5,
+          logitBias: { tokenIds: [3, 4], biases: [2, -1] },
+          minTokens: 30,
+          stopTokenIds: [5, 6, 7],
+        }
+      : {}),
   }));
 
   test.each([
@@ -477,5 +493,77 @@ describe('the block pool', () => {
       );
       expect(gen.stats()).toMatchObject({ activeSequences: 0, blocksInUse: 0 });
     }
+  });
+});
+
+/**
+ * The CUDA paged decode kernel's blocks, planned on the host (native/src/paged_decode_plan.h): every
+ * model shape we ship and every size of the families we load fits the default 256-position
+ * partition in the 48 KiB of shared memory every device gives, up to its longest context; a shape
+ * that does not is opted in where the device allows more, served with smaller partitions where it
+ * does not, and refused by name (at the generator's creation) where even those do not fit.
+ */
+describe("the paged decode kernel's shared memory", () => {
+  // The configs/models presets, the benchmark shapes, model create's presets, and the families'
+  // published sizes: [name, query heads, kv heads, head size, longest context].
+  type Shape = [string, number, number, number, number];
+  const of = (
+    name: string,
+    c: { numHeads: number; numKvHeads: number; headDim: number; maxPositionEmbeddings: number },
+  ): Shape => [name, c.numHeads, c.numKvHeads, c.headDim, c.maxPositionEmbeddings];
+  const models = path.join(projectRoot, 'configs', 'models');
+  const shapes: Shape[] = [
+    ...fs.readdirSync(models).map((n) => of(n, readHfConfigShape(path.join(models, n)).config)),
+    ...Object.entries(MODEL_PRESETS).map(([n, p]) =>
+      of(`model create --preset ${n}`, { ...p, headDim: p.hiddenSize / p.numHeads }),
+    ),
+    ...Object.entries({ QWEN3_0_6B, QWEN3_1_7B }).map(([n, s]) => of(`bench ${n}`, s as Parameters<typeof of>[1])),
+    ['Llama 3.2 1B', 32, 8, 64, 131072],
+    ['Llama 3.2 3B', 24, 8, 128, 131072],
+    ['Llama 3.1 8B', 32, 8, 128, 131072],
+    ['Llama 3.1 70B', 64, 8, 128, 131072],
+    ['Llama 3.1 405B', 128, 8, 128, 131072],
+    ['Qwen2.5 0.5B', 14, 2, 64, 32768],
+    ['Qwen2.5 1.5B', 12, 2, 128, 131072],
+    ['Qwen2.5 3B', 16, 2, 128, 32768],
+    ['Qwen2.5 7B', 28, 4, 128, 131072],
+    ['Qwen2.5 14B', 40, 8, 128, 131072],
+    ['Qwen2.5 72B', 64, 8, 128, 131072],
+    ['Qwen3 4B', 32, 8, 128, 40960],
+    ['Qwen3 14B', 40, 8, 128, 40960],
+    ['Qwen3 30B-A3B', 32, 4, 128, 40960],
+    ['Qwen3 235B-A22B', 64, 4, 128, 40960],
+  ];
+  test.each(shapes)(
+    '%s: %i query heads over %i kv heads of %i, %i positions',
+    (_n, heads, kvHeads, headDim, maxKeys) => {
+      const plan = pagedDecodePlan({ heads, kvHeads, headDim, maxKeys });
+      expect(plan).toEqual({ partition: 256, sharedBytes: expect.any(Number), optIn: false, why: '' });
+      expect(plan.sharedBytes).toBeLessThanOrEqual(48 * 1024);
+    },
+  );
+  test('a shape beyond 48 KiB is opted in where the device allows, else served with smaller partitions', () => {
+    const wide = { heads: 64, kvHeads: 2, headDim: 256, maxKeys: 8192 }; // 32 query heads per kv head
+    expect(pagedDecodePlan({ ...wide, optInLimit: 227 * 1024 })).toMatchObject({
+      partition: 256,
+      optIn: true,
+      why: '',
+    });
+    const small = pagedDecodePlan(wide);
+    expect(small.partition).toBeLessThan(256);
+    expect(small.partition % 32).toBe(0);
+    expect(small.sharedBytes).toBeLessThanOrEqual(48 * 1024);
+    expect(small.optIn).toBe(false);
+  });
+  test('what no partition fits is refused, saying why', () => {
+    expect(pagedDecodePlan({ heads: 512, kvHeads: 1, headDim: 512, maxKeys: 1024 }).why).toMatch(
+      /512 query heads per kv head of size 512 need \d+ bytes of shared memory per block even with 32-position partitions; the device allows 49152/,
+    );
+    expect(pagedDecodePlan({ heads: 6, kvHeads: 4, headDim: 64, maxKeys: 1024 }).why).toMatch(
+      /query heads a multiple of kv heads \(6 over 4\)/,
+    );
+    expect(pagedDecodePlan({ heads: 8, kvHeads: 8, headDim: 64, maxKeys: 1 << 20 }).why).toMatch(
+      /contexts of 1048576 positions are outside what the kernel takes/,
+    );
   });
 });

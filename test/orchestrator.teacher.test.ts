@@ -187,26 +187,26 @@ test("a teacher whose tokenizer is not the student's is named by what differs", 
 });
 
 test("a teacher server that wants an API key gets distill.teacher.api_key_var's; without it the run stops", async () => {
-  process.env.PRIME_TEST_TEACHER_KEY = 'sekrit';
+  process.env.TEST_PRIME_RL_TEACHER_KEY = 'sekrit';
   const keyed = await startServer(root, {
     modelDir: studentDir,
     seqLen: 64,
-    settings: { server: { api_key_var: 'PRIME_TEST_TEACHER_KEY' } },
+    settings: { server: { api_key_var: 'TEST_PRIME_RL_TEACHER_KEY' } },
   });
   try {
     const base_url = `${keyed.url}/v1`;
     const ids = [10, 20, 30, 40];
-    const withKey = await new TeacherClient({ base_url, api_key_var: 'PRIME_TEST_TEACHER_KEY' }).promptLogprobs(ids);
+    const withKey = await new TeacherClient({ base_url, api_key_var: 'TEST_PRIME_RL_TEACHER_KEY' }).promptLogprobs(ids);
     expect(withKey).toHaveLength(ids.length);
     const without = await new TeacherClient({ base_url }).promptLogprobs(ids).catch((e: unknown) => e);
     expect((without as InferenceError).kind).toBe('config');
     expect((without as Error).message).toMatch(/^distill\.teacher\.base_url: .*\/v1\/models: HTTP 401/);
-    expect(() => new TeacherClient({ base_url, api_key_var: 'PRIME_TEST_TEACHER_UNSET' })).toThrow(
-      "distill.teacher.api_key_var names environment variable PRIME_TEST_TEACHER_UNSET, which is not set (or empty) in this worker's environment",
+    expect(() => new TeacherClient({ base_url, api_key_var: 'TEST_PRIME_RL_TEACHER_UNSET' })).toThrow(
+      "distill.teacher.api_key_var names environment variable TEST_PRIME_RL_TEACHER_UNSET, which is not set (or empty) in this worker's environment",
     );
   } finally {
     await keyed.close(1000);
-    delete process.env.PRIME_TEST_TEACHER_KEY;
+    delete process.env.TEST_PRIME_RL_TEACHER_KEY;
   }
 });
 

@@ -27,8 +27,8 @@ import { lowercaseEnv, rlConfig, serverRunArgs, smallStep, tinyModel } from './s
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-rl-inference-'));
 const modelDir = path.join(root, 'model');
-const KEY_VAR = 'PRIME_TEST_INFERENCE_KEY';
-const WRONG_KEY_VAR = 'PRIME_TEST_WRONG_KEY';
+const KEY_VAR = 'TEST_PRIME_RL_INFERENCE_KEY';
+const WRONG_KEY_VAR = 'TEST_PRIME_RL_WRONG_KEY';
 let stack: Stack;
 const servers: InferenceServer[] = [];
 
@@ -168,7 +168,7 @@ test('a key the server does not accept (401) fails the run at once, naming the k
   expect(failure.type).toBe(Failure.InferenceRejected);
   expect(failure.nonRetryable).toBe(true);
   expect(failure.message).toMatch(
-    /HTTP 401: .*environment variable PRIME_TEST_WRONG_KEY, named by inference\.server\.api_key_var/,
+    /HTTP 401: .*environment variable TEST_PRIME_RL_WRONG_KEY, named by inference\.server\.api_key_var/,
   );
 }, 300_000);
 

@@ -5,15 +5,17 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
-import { ApplicationFailure } from '@temporalio/common';
+import { ActivityFailure, ApplicationFailure, RetryState } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { prepareSft } from '../activities/sft';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
+import { isBadInput } from '../lib/failures';
 import { loadHfModel } from '../lib/model/hf';
 import { RunLayout } from '../lib/runfolder/layout';
 import { readStepMetrics } from '../lib/runfolder/metrics';
 import type { SftProgress, SftResult } from '../workflows/sft';
 import { closeStack, executeRun, type Stack, startStack } from './support/harness';
+import { conversationsParquet, withFooter } from './support/hub-cache';
 import { createTinyMoe } from './support/tiny-moe';
 import { cliConfig, reverseTextSft, tempDir, tinyModel } from './support/setup';
 
@@ -180,6 +182,36 @@ test('a row whose chat template lacks the prefix property fails the run, naming 
   expect((activityFailure as ApplicationFailure).message).toMatch(
     new RegExp(`^SFT data: ${data.replace(/[.]/g, '\\.')}:3: the chat template lacks the prefix property`),
   );
+});
+
+test('a parquet dataset that lies about its rows fails the run at once, naming the file: bad data, never retried', async () => {
+  // A footer claiming 10^9 rows in a 1.2 KB file crashed the cpu worker (V8 heap), and prepareSft
+  // was retried for ever on heartbeat timeouts.
+  const dataset = path.join(root, 'lying-dataset');
+  const file = path.join(dataset, 'data', 'train-00000-of-00001.parquet');
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const good = conversationsParquet(
+    ['ab', 'cd'].map((t) => ({
+      prompt: [{ role: 'user', content: t }],
+      completion: [{ role: 'assistant', content: t }],
+    })),
+  );
+  fs.writeFileSync(
+    file,
+    withFooter(good, (m) => {
+      m.num_rows = m.row_groups[0].num_rows = 10n ** 9n;
+    }),
+  );
+  const cfg = config(['--run-name', 'sft-lying', '--model.name', modelDir, '--max-steps', '2', '--data.name', dataset]);
+  const err = await run(cfg).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(WorkflowFailedError);
+  const activity = (err as WorkflowFailedError).cause as ActivityFailure;
+  expect(activity).toBeInstanceOf(ActivityFailure);
+  expect(activity.retryState).toBe(RetryState.NON_RETRYABLE_FAILURE);
+  const failure = activity.cause as ApplicationFailure;
+  expect([failure.nonRetryable, failure.type]).toEqual([true, 'InvalidSftData']);
+  expect(failure.message).toMatch(`SFT data: ${file}: not a readable parquet file: row group 0, column 0 claims`);
+  expect(isBadInput(failure.type)).toBe(true); // the CLI exits 2
 });
 
 test('an SFT run whose seq_len cuts off every loss token fails before it trains, naming seq_len', async () => {

@@ -29,6 +29,8 @@ import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../../
 import { Rng } from '../../lib/model/rng';
 import { freePort } from '../../lib/net';
 import { projectRoot, temporalCliPath } from '../../lib/paths';
+import { QWEN35_CHECKS } from './qwen35-checks';
+import { joinRanks, maxDiff as weightsApart, readAll, single, stepAll, type RankOptions } from './ranks';
 
 export interface CheckContext {
   /** 'cuda', 'cuda:N' or 'cpu'. */
@@ -371,18 +373,48 @@ const multiStepDecode: Check = {
   },
 };
 
+/** The check model's layout with 10 query heads per kv head: more than 2, and more than the 8 the paged kernel takes a pass. */
+const WIDE_GQA_CONFIG: ArchConfig = { ...CHECK_CONFIG, numHeads: 20, numKvHeads: 2 };
+
+/** A CUDA device other than 0, where the addon sees more than one (null: it sees one). */
+function nonZeroDevice(): string | null {
+  const n = native.info().cudaDevices;
+  return n > 1 ? `cuda:${n - 1}` : null;
+}
+
+type PagedCase = 'check model' | 'wide group' | 'non-zero device';
+
 /**
  * The engine's CUDA paged decode kernel (flash-decoding over the blocks in place) against
  * libtorch's batched matmuls over gathered blocks: in fp32 the same tokens and logprobs within
- * 1e-4, through CUDA graphs, with contexts long enough to split into several partitions (up to 700
- * positions: 3 of 256); in bf16 no worse than the bf16 forward against the fp32 forward.
+ * 1e-4, through CUDA graphs, with contexts of one partition (one position to 256: the kernel writes
+ * the output itself) and of several (up to 700 positions: 3 of 256, combined); in bf16 no worse
+ * than the bf16 forward against the fp32 forward. Cases: the check model (2 query heads per kv
+ * head), 10 query heads per kv head, and the check model on a non-zero device after work on device
+ * 0 (the launch and its stream must follow the model's device). A kernel the generator refuses
+ * fails the check: on a card it must run.
  */
-function pagedKernel(dtype: ComputeDType): Check {
+function pagedKernel(dtype: ComputeDType, which: PagedCase): Check {
+  const precision = dtype === 'float32' ? 'fp32' : 'bf16';
+  const label =
+    which === 'check model' ? '' : which === 'wide group' ? ', 10 query heads per kv head' : ', non-zero device';
   return {
-    name: `paged decode kernel equals libtorch's attention, ${dtype === 'float32' ? 'fp32' : 'bf16'}`,
+    name: `paged decode kernel equals libtorch's attention${label}, ${precision}`,
     async run(ctx) {
       if (!isCuda(ctx.device)) return { status: 'skip', detail: 'no CUDA (a CUDA kernel)' };
-      const model = await loadCheckModel(ctx, ctx.device, dtype);
+      let device = ctx.device;
+      if (which === 'non-zero device') {
+        const other = nonZeroDevice();
+        if (!other) return { status: 'skip', detail: 'one CUDA device: no non-zero device to run on' };
+        device = other;
+        // Work on device 0 first, as a process serving on several cards does.
+        await (await loadCheckModel(ctx, 'cuda:0', 'float32')).score(trainRows(1));
+      }
+      const load = async (dt: ComputeDType) =>
+        which === 'wide group'
+          ? loadModel(WIDE_GQA_CONFIG, randomWeights(WIDE_GQA_CONFIG, WEIGHTS_SEED), { device, dtype: dt })
+          : loadCheckModel(ctx, device, dt);
+      const model = await load(dtype);
       const rng = new Rng(11);
       const prompts = [1, 90, 300, 560].map((n) => randomTokens(rng, n, CHECK_CONFIG.vocabSize));
       const requests: GenerationRequest[] = prompts.map((p, i) => ({
@@ -397,7 +429,7 @@ function pagedKernel(dtype: ComputeDType): Check {
       try {
         kernel = make(true);
       } catch (e) {
-        return { status: 'skip', detail: (e as Error).message };
+        return verdict(false, `the kernel was refused on ${device}: ${(e as Error).message}`);
       }
       const ours = await serveAll(kernel, requests);
       const torch = await serveAll(make(false), requests);
@@ -406,13 +438,13 @@ function pagedKernel(dtype: ComputeDType): Check {
         const { same, worst } = compareRuns(ours, torch);
         return verdict(
           same && worst <= 1e-4,
-          `same tokens: ${same}; max |kernel - libtorch| logprob ${fmt(worst)} (bound 1e-4); ${graphs} CUDA graphs`,
+          `${device}: same tokens: ${same}; max |kernel - libtorch| logprob ${fmt(worst)} (bound 1e-4); ${graphs} CUDA graphs`,
         );
       }
       const rows = prompts.map((p, i) => packRow([[...p, ...ours[i].tokens]]));
       const generated = (scores: { logprobs: Float32Array }[]) =>
         scores.flatMap((sc, i) => Array.from(sc.logprobs.slice(prompts[i].length)));
-      const exact = generated(await (await loadCheckModel(ctx, ctx.device, 'float32')).score(rows));
+      const exact = generated(await (await load('float32')).score(rows));
       const forward = generated(await model.score(rows));
       const { ok, detail } = noWorseThan(
         ours.flatMap((r) => r.logprobs),
@@ -420,7 +452,7 @@ function pagedKernel(dtype: ComputeDType): Check {
         exact,
         ['kernel decode', 'bf16 forward'],
       );
-      return verdict(ok, `${detail}; ${graphs} CUDA graphs`);
+      return verdict(ok, `${device}: ${detail}; ${graphs} CUDA graphs`);
     },
   };
 }
@@ -572,29 +604,46 @@ const checkpointRoundTrip: Check = {
  * fp32: the fused and unfused results within 1e-5 of each other, relative to the result's largest
  * magnitude. bf16: each path rounds differently, so the fused one must be no worse than libtorch's
  * against fp64 (2x its error + 1e-3, as noWorseThan). Shapes: the 0.6B step's widths and heads,
- * plus odd sizes that take the kernels' scalar (unvectorised) paths and tails.
+ * odd sizes that take the kernels' scalar (unvectorised) paths and tails, bf16 weights with bf16
+ * activations (a bf16 model, and what full sharding gathers), and on a card (cudaOnly: their
+ * point is the grid) shapes whose grid-stride loops go past the first grid (a grid is at most 32
+ * blocks per multiprocessor for RMSNorm, RoPE and SwiGLU, 16 rows per multiprocessor for the LM
+ * head's forward, 65,535 rows for its backward) and the LM head at Qwen3's 151,936-token vocabulary.
  */
-const KERNEL_CASES: Record<string, Array<Omit<KernelCheckOptions, 'dtype' | 'device' | 'kernel'>>> = {
+type KernelCase = Omit<KernelCheckOptions, 'dtype' | 'device' | 'kernel'> & { cudaOnly?: boolean };
+const KERNEL_CASES: Record<string, KernelCase[]> = {
   rmsNorm: [
     { rows: 1000, width: 1024 },
     { rows: 257, heads: 16, width: 128 }, // the q norm: rows of 128 over 16 heads
     { rows: 77, width: 37 },
+    { rows: 64, width: 5120 }, // a backward row over several strides of 256 vectors
+    { rows: 64, width: 1024, weightDtype: 'bfloat16' },
+    { rows: 12000, width: 1024, cudaOnly: true },
+    { rows: 4096, heads: 16, width: 128, cudaOnly: true }, // the q norm of a 4,096-token row
   ],
   addRmsNorm: [
     { rows: 1000, width: 1024 },
     { rows: 77, width: 37 },
+    { rows: 64, width: 1024, weightDtype: 'bfloat16' },
+    { rows: 12000, width: 1024, cudaOnly: true },
   ],
   rope: [
     { rows: 300, heads: 16, kvHeads: 8, width: 128 },
     { rows: 33, heads: 3, kvHeads: 1, width: 6 },
+    { rows: 12000, heads: 16, kvHeads: 8, width: 128, cudaOnly: true },
   ],
   swiglu: [
     { rows: 500, width: 3072 },
     { rows: 61, width: 35, packed: true }, // gate and up as the halves of one projection
+    { rows: 4096, width: 3072, packed: true, cudaOnly: true },
   ],
   lmHead: [
     { rows: 300, width: 256, vocab: 5000, chunkTokens: 128 },
     { rows: 97, width: 64, vocab: 4099, chunkTokens: 40, entropyGrad: false },
+    { rows: 64, width: 64, vocab: 4096, chunkTokens: 32, weightDtype: 'bfloat16' },
+    { rows: 40, width: 64, vocab: 151936, chunkTokens: 16, cudaOnly: true },
+    { rows: 3000, width: 32, vocab: 300, chunkTokens: 3000, cudaOnly: true },
+    { rows: 70000, width: 16, vocab: 40, chunkTokens: 70000, entropyGrad: false, cudaOnly: true },
   ],
 };
 const KERNEL_NAMES: Record<string, string> = {
@@ -612,7 +661,10 @@ function kernelCheck(kernel: KernelCheckOptions['kernel'], dtype: 'float32' | 'b
     async run(ctx) {
       const failures: string[] = [];
       let worst = { name: '', fused: 0, unfused: 0, apart: 0 };
-      for (const [i, shape] of KERNEL_CASES[kernel].entries()) {
+      let ran = 0;
+      for (const [i, { cudaOnly, ...shape }] of KERNEL_CASES[kernel].entries()) {
+        if ((cudaOnly && !isCuda(ctx.device)) || (fp32 && shape.weightDtype === 'bfloat16')) continue;
+        ran++;
         const rows = native.kernelCheck({ kernel, dtype, device: ctx.device, seed: i + 1, ...shape });
         for (const r of rows) {
           const ok = fp32 ? r.apart <= 1e-5 : r.fused <= 2 * r.unfused + 1e-3;
@@ -626,7 +678,7 @@ function kernelCheck(kernel: KernelCheckOptions['kernel'], dtype: 'float32' | 'b
         failures.length === 0,
         failures.length > 0
           ? `${failures.join('; ')} (${bound})`
-          : `worst ${worst.name}: vs fp64 fused ${fmt(worst.fused)}, libtorch ${fmt(worst.unfused)}, apart ${fmt(worst.apart)} (${bound})`,
+          : `${ran} shapes; worst ${worst.name}: vs fp64 fused ${fmt(worst.fused)}, libtorch ${fmt(worst.unfused)}, apart ${fmt(worst.apart)} (${bound})`,
       );
     },
   };
@@ -683,6 +735,62 @@ function fusedTrainStep(dtype: ComputeDType): Check {
     },
   };
 }
+
+/**
+ * A fully sharded group of one on the device trains to the weights of one trainer, over NCCL (on
+ * CUDA) and over Gloo; then the group's collective timing, measured: 8 all-gathers of 64 MiB issued
+ * back to back (in a group of one, copies on the collectives' stream). NCCL's are timed on the
+ * device: its own start and end events (host clocks read about 0 for it: its future completes when
+ * the work is queued), and the waiting stream held between its events around each wait. The check
+ * fails a copy rate over 20,000 GB/s (above any card's memory; what a ~0 time gives).
+ */
+const GATHER_BYTES = 64 << 20,
+  GATHERS = 8;
+const groupOfOne: Check = {
+  name: 'a fully sharded group of one equals one trainer (NCCL and Gloo); collectives timed on the device',
+  async run(ctx) {
+    const cuda = isCuda(ctx.device);
+    if (cuda && !native.info().nccl)
+      return verdict(
+        false,
+        'this build of the addon has no NCCL (c10d ProcessGroupNCCL did not compile at build time)',
+      );
+    const o: RankOptions = { device: ctx.device, sharding: 'full' };
+    const expected = await (await single(o, 3)).trainer.readWeights();
+    const parts: string[] = [];
+    let ok = true;
+    for (const backend of cuda ? (['nccl', 'gloo'] as const) : (['gloo'] as const)) {
+      const { ranks } = await joinRanks(1, { ...o, backend });
+      for (let s = 0; s < 3; s++) await stepAll(ranks, s);
+      const apart = weightsApart(expected, (await readAll(ranks))[0]);
+      const t = await native.collectiveTime(ranks[0].group, {
+        device: ctx.device,
+        bytes: GATHER_BYTES,
+        iters: GATHERS,
+      });
+      const perGather = t.busySeconds / Math.max(1, t.collectives);
+      const gbs = (2 * GATHER_BYTES) / Math.max(perGather, 1e-12) / 1e9; // read and written
+      ok &&= apart <= 1e-5 && t.collectives === GATHERS && gbs < 20_000 && t.waitSeconds > 0;
+      parts.push(
+        `${backend}: max |group - one trainer| ${fmt(apart)} (bound 1e-5); ${t.collectives} gathers of 64 MiB, ${(perGather * 1e3).toFixed(3)} ms each (${gbs.toFixed(0)} GB/s copied, bound 20,000), waited ${(t.waitSeconds * 1e3).toFixed(3)} ms`,
+      );
+    }
+    return verdict(ok, parts.join('; ') + (cuda ? '' : '; NCCL: no CUDA'));
+  },
+};
+
+/** Two fully sharded ranks on one device over Gloo (NCCL takes one rank per device) train to one trainer's weights. */
+const twoRanksOneDevice: Check = {
+  name: 'two fully sharded ranks on one device over Gloo equal one trainer',
+  async run(ctx) {
+    const o: RankOptions = { device: ctx.device, backend: 'gloo' };
+    const expected = await (await single(o, 3)).trainer.readWeights();
+    const { ranks } = await joinRanks(2, { ...o, sharding: 'full' });
+    for (let s = 0; s < 3; s++) await stepAll(ranks, s);
+    const apart = weightsApart(expected, (await readAll(ranks))[0]);
+    return verdict(apart <= 1e-5, `max |two ranks - one trainer| ${fmt(apart)} (bound 1e-5)`);
+  },
+};
 
 /** Runs a command to its end (output appended to `log`); resolves with its exit code. */
 function run(cmd: string, args: string[], log: string, timeoutMs: number): Promise<number> {
@@ -742,6 +850,21 @@ const rlRun: Check = {
   },
 };
 
+/** Each fused kernel against libtorch, forward and backward, fp32 and bf16. */
+export const FUSED_KERNEL_CHECKS: Check[] = (['rmsNorm', 'addRmsNorm', 'rope', 'swiglu', 'lmHead'] as const).flatMap(
+  (k) => [kernelCheck(k, 'float32'), kernelCheck(k, 'bfloat16')],
+);
+/** The paged decode kernel against libtorch's attention. */
+export const PAGED_KERNEL_CHECKS: Check[] = [
+  pagedKernel('float32', 'check model'),
+  pagedKernel('bfloat16', 'check model'),
+  pagedKernel('float32', 'wide group'),
+  pagedKernel('bfloat16', 'wide group'),
+  pagedKernel('float32', 'non-zero device'),
+];
+/** The data-parallel trainer's groups on the device. */
+export const GROUP_CHECKS: Check[] = [groupOfOne, twoRanksOneDevice];
+
 /** In the order they run: the cheap engine checks first, the rl run (minutes) last. */
 export const CHECKS: Check[] = [
   logprobsFp32,
@@ -751,20 +874,28 @@ export const CHECKS: Check[] = [
   graphDecode,
   pagedDecode,
   multiStepDecode,
-  pagedKernel('float32'),
-  pagedKernel('bfloat16'),
+  ...PAGED_KERNEL_CHECKS,
   trainStep('float32'),
   trainStep('bfloat16'),
   loraDropout,
   checkpointRoundTrip,
-  ...(['rmsNorm', 'addRmsNorm', 'rope', 'swiglu', 'lmHead'] as const).flatMap((k) => [
-    kernelCheck(k, 'float32'),
-    kernelCheck(k, 'bfloat16'),
-  ]),
+  ...FUSED_KERNEL_CHECKS,
   fusedTrainStep('float32'),
   fusedTrainStep('bfloat16'),
+  ...QWEN35_CHECKS, // Qwen3.5's section (issue #46)
+  ...GROUP_CHECKS,
   rlRun,
 ];
+
+/**
+ * Named sets of checks (gpu-checks.js --set): the kernels against libtorch (the plan's first step:
+ * bench/gpu/plan.ts), the groups, everything.
+ */
+export const CHECK_SETS: Record<string, Check[]> = {
+  all: CHECKS,
+  kernels: [...FUSED_KERNEL_CHECKS, ...PAGED_KERNEL_CHECKS, ...QWEN35_CHECKS],
+  groups: GROUP_CHECKS,
+};
 
 /** A fresh work dir under the OS temp folder. */
 export function makeWorkDir(): string {

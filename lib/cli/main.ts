@@ -169,7 +169,17 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
       cmd.positional && rest[0] !== undefined && !rest[0].startsWith('-') && !rest[0].startsWith('@')
         ? [`--${cmd.positional}`, ...rest]
         : rest;
-    const loaded = loadConfig({ schema: cmd.schema, argv: args, shared: cmd.shared, aliases: cmd.aliases?.flat() });
+    const otherSchemas = Object.values(commands)
+      .flatMap((c) => ('subcommands' in c ? Object.values(c.subcommands) : [c]))
+      .map((c) => c.schema)
+      .filter((s) => s !== cmd.schema);
+    const loaded = loadConfig({
+      schema: cmd.schema,
+      argv: args,
+      shared: cmd.shared,
+      aliases: cmd.aliases?.flat(),
+      otherSchemas,
+    });
     const hub = resolveHubRefs(cmd.hubNames?.(loaded.config) ?? []);
     if (loaded.dryRun) {
       // stderr: stdout stays the resolved config alone (input for `temporal workflow start`).

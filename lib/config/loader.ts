@@ -12,9 +12,11 @@ import * as path from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
 import { z } from 'zod';
 import { FileRefused, readBoundedText } from '../files';
+import { describeDeepPath, MAX_JSON_DEPTH, pathTooDeep } from '../json';
 import { ConfigError, didYouMean } from './errors';
 import { findAlias, applyAliases, type Alias, type Mapped } from './aliases';
 import { allPaths, arrayElement, fieldAt, inspect, objectShape, typeName } from './introspect';
+import { isFrameworkVariable } from './variables';
 
 type Raw = Record<string, unknown>;
 
@@ -40,6 +42,8 @@ export interface LoadOptions<S extends z.ZodType> {
   shared?: SharedKeys;
   /** Documented keys of another spelling, mapped onto this schema's (lib/config/aliases.ts). */
   aliases?: readonly Alias[];
+  /** The other commands' schemas: a `PRIME_` variable for one of them is left to it (see fromEnv). */
+  otherSchemas?: readonly z.ZodType[];
 }
 
 export interface Loaded<T> {
@@ -101,11 +105,27 @@ function unknownKeyError(key: string, schema: z.ZodType, where: string): ConfigE
 // Values from text (CLI and env): coerced by the type of the field they set.
 
 function parseJson(text: string, key: string, where: string): unknown {
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch (e) {
     throw new ConfigError(`${key} (${where}): expected JSON, got '${text}': ${(e as Error).message}`);
   }
+  checkDepth(value, `${key} (${where})`, key);
+  return value;
+}
+
+/**
+ * Refuses a value nested deeper than MAX_JSON_DEPTH before any of the loader's recursive steps
+ * (merging, aliases, key checks) sees it: a config nested 2,000 deep overflowed their stack.
+ */
+function checkDepth(value: unknown, where: string, prefix?: string): void {
+  const keys = pathTooDeep(value);
+  if (!keys) return;
+  const key = describeDeepPath(prefix === undefined ? keys : [prefix, ...keys]);
+  throw new ConfigError(
+    `${where}: ${key} nests deeper than ${MAX_JSON_DEPTH} levels (tables and lists inside each other), more than any config needs`,
+  );
 }
 
 function coerceScalar(field: z.ZodType, text: string, key: string, where: string): unknown {
@@ -168,6 +188,12 @@ export const MAX_CONFIG_FILE_BYTES = 16 << 20;
 
 /** A config file: TOML, or JSON when it ends in .json. */
 function readConfigFile(file: string, cwd: string): Raw {
+  const tree = parseConfigFile(file, cwd);
+  checkDepth(tree, `config file ${file}`);
+  return tree;
+}
+
+function parseConfigFile(file: string, cwd: string): Raw {
   const full = path.resolve(cwd, file);
   let text: string;
   try {
@@ -213,19 +239,46 @@ function checkKeys(tree: Raw, schema: z.ZodType, scope: string[], where: string)
   }
 }
 
-/** `PRIME_TRAINER__OPTIM__LR=1e-5` sets trainer.optim.lr. Variables whose first segment is not a key of
- * this command are left alone (they may be meant for another command); a wrong deeper key is an error. */
-function fromEnv(env: NodeJS.ProcessEnv, schema: z.ZodType, origins: Origins): Raw {
+/**
+ * `PRIME_TRAINER__OPTIM__LR=1e-5` sets trainer.optim.lr. A variable whose first segment is not a
+ * key of this command is left to the command it is for (`otherSchemas`: a launcher's workers
+ * inherit its environment), once one of them could take it; a `PRIME_` variable no command can
+ * take (no such key, or a value that does not parse) is an error naming it, as are the framework's
+ * own variables apart (variables.ts).
+ */
+function fromEnv(env: NodeJS.ProcessEnv, schema: z.ZodType, origins: Origins, otherSchemas: readonly z.ZodType[]): Raw {
   const out: Raw = {};
   for (const [name, value] of Object.entries(env)) {
-    if (!name.startsWith('PRIME_') || value === undefined) continue;
+    if (!name.startsWith('PRIME_') || value === undefined || isFrameworkVariable(name)) continue;
     const keys = name.slice('PRIME_'.length).toLowerCase().split('__').map(normaliseKey);
-    if (!fieldAt(schema, keys.slice(0, 1))) continue;
-    const field = fieldAt(schema, keys);
+    const where = `environment variable ${name}`;
     const key = keys.join('.');
-    if (!field) throw unknownKeyError(key, schema, `environment variable ${name}`);
-    setPath(out, keys, coerceScalar(field, value, key, `environment variable ${name}`));
-    origins.set(key, `environment variable ${name}`);
+    /** The value for `s`, or the error that says why `s` cannot take it. */
+    const take = (s: z.ZodType): unknown => {
+      const field = fieldAt(s, keys);
+      if (!field) throw unknownKeyError(key, s, where);
+      return coerceScalar(field, value, key, where);
+    };
+    if (fieldAt(schema, keys.slice(0, 1))) {
+      setPath(out, keys, take(schema));
+      origins.set(key, where);
+      continue;
+    }
+    const owners = otherSchemas.filter((s) => fieldAt(s, keys.slice(0, 1)));
+    if (owners.length === 0)
+      throw new ConfigError(
+        `${where}: no command has a config key '${keys[0]}' (PRIME_<KEY>__<SUB>=value sets key.sub; PRIME_ is the config's prefix, so name other variables, such as one an api_key_var names, without it)`,
+      );
+    const errors: unknown[] = [];
+    for (const s of owners) {
+      try {
+        take(s);
+      } catch (e) {
+        errors.push(e);
+      }
+    }
+    // For another command, which could not take it either: it would fail there.
+    if (errors.length === owners.length) throw errors[0];
   }
   return out;
 }
@@ -438,7 +491,7 @@ export function loadConfig<S extends z.ZodType>(opts: LoadOptions<S>): Loaded<z.
   const args = parseArgs(argv, schema, aliases);
   const mapped: Mapped[] = [];
 
-  let raw = fromEnv(env, schema, origins);
+  let raw = fromEnv(env, schema, origins, opts.otherSchemas ?? []);
   for (const { file, scope } of args.files) {
     const tree = readConfigFile(file, cwd);
     const where = `in ${file}`;

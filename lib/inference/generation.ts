@@ -24,6 +24,11 @@ export interface SequenceResult {
   policyVersion: number;
   /** Per token, the policy version that sampled it: weights can change between two decode steps. */
   tokenPolicyVersions: number[];
+  /**
+   * The oldest and newest version that sampled a token (`policyVersion` twice when there is none):
+   * different when a weight update landed while the sequence ran.
+   */
+  policyVersionRange: [number, number];
   promptLogprobs?: Float32Array;
   /** MoE, when asked: per prompt token but the last, and per token, the experts it was routed to. */
   promptRoutes?: Int32Array;
@@ -44,8 +49,11 @@ export interface SequenceOptions {
   /** Decode text (routes that return text); /v1/generate returns tokens only. */
   tokenizer?: Tokenizer;
   stopStrings?: string[];
-  /** Called with each piece of final text of sequence `index` (streaming), with the token that completed it. */
-  onText?(index: number, delta: string, tokenId: number, logprob: number, top?: TopLogprobs): void;
+  /**
+   * Called with each piece of final text of sequence `index` (streaming), with the token that
+   * completed it and the policy version that sampled that token.
+   */
+  onText?(index: number, delta: string, tokenId: number, logprob: number, version: number, top?: TopLogprobs): void;
   /** Aborts every sequence of the request (client disconnected). */
   signal?: AbortSignal;
 }
@@ -69,15 +77,17 @@ class SequenceState {
   constructor(
     private readonly opts: SequenceOptions,
     private readonly index: number,
+    /** Stop strings end nothing before this many tokens (vLLM's min_tokens; the engine holds back stop tokens). */
+    private readonly minTokens = 0,
   ) {
     this.detok = opts.tokenizer ? new IncrementalDetokenizer(opts.tokenizer, { skipSpecialTokens: true }) : undefined;
     this.stops = opts.stopStrings ?? [];
     this.holdBack = this.stops.length ? Math.max(...this.stops.map((s) => s.length)) - 1 : 0;
   }
 
-  private emit(upTo: number, tokenId: number, logprob: number, top?: TopLogprobs): void {
+  private emit(upTo: number, tokenId: number, logprob: number, version: number, top?: TopLogprobs): void {
     if (this.opts.onText && upTo > this.emitted) {
-      this.opts.onText(this.index, this.text.slice(this.emitted, upTo), tokenId, logprob, top);
+      this.opts.onText(this.index, this.text.slice(this.emitted, upTo), tokenId, logprob, version, top);
       this.emitted = upTo;
     }
   }
@@ -92,7 +102,7 @@ class SequenceState {
     if (!this.detok) return false;
     const from = Math.max(0, this.text.length - this.holdBack);
     this.text += this.detok.push([token]);
-    for (const s of this.stops) {
+    for (const s of this.tokenIds.length > this.minTokens ? this.stops : []) {
       const at = this.text.indexOf(s, from);
       if (at >= 0) {
         this.text = this.text.slice(0, at);
@@ -103,6 +113,7 @@ class SequenceState {
       this.stoppedByString ? this.text.length : Math.max(this.emitted, this.text.length - this.holdBack),
       token,
       logprob,
+      version,
       top,
     );
     return this.stoppedByString;
@@ -115,9 +126,13 @@ class SequenceState {
         this.text.length,
         this.tokenIds[this.tokenIds.length - 1] ?? -1,
         this.logprobs[this.logprobs.length - 1] ?? 0,
+        this.versions[this.versions.length - 1] ?? policyVersion,
       );
     }
     const { tokenIds, logprobs, topLogprobs, text, promptLogprobs, promptRoutes, routes, versions } = this;
+    const range: [number, number] = versions.length
+      ? versions.reduce<[number, number]>(([lo, hi], v) => [Math.min(lo, v), Math.max(hi, v)], [Infinity, -Infinity])
+      : [policyVersion, policyVersion];
     return {
       tokenIds,
       logprobs,
@@ -126,6 +141,7 @@ class SequenceState {
       finishReason: this.stoppedByString ? 'stop' : reason,
       policyVersion,
       tokenPolicyVersions: versions,
+      policyVersionRange: range,
       promptLogprobs,
       promptRoutes,
       routes,
@@ -142,7 +158,7 @@ export function startSequences(
   requests: readonly (GenerationRequest & { maxTokens: number })[],
   opts: SequenceOptions = {},
 ): Promise<SequenceResult[]> {
-  const states = requests.map((_, i) => new SequenceState(opts, i));
+  const states = requests.map((r, i) => new SequenceState(opts, i, r.minTokens));
   const results: (SequenceResult | undefined)[] = new Array(requests.length);
   let left = requests.length;
   let failure: EngineError | undefined;

@@ -4,7 +4,8 @@
  * the time limit or dies of its heap limit, and starts another. The server forks only this process,
  * once, before its model loads: forking the server itself later would copy the page tables of its
  * weights, and could deadlock a matmul running on OpenBLAS's threads (its fork handlers stop them).
- * argv[2]: JSON `{dir, processes, timeoutMs, heapMb}`; messages `{id, task}` in, `{id, outcome}` out.
+ * argv[2]: JSON `{dir, processes, timeoutMs, heapMb}`; messages `{id, task}` in, `{id, outcome}` out,
+ * as JSON lines (prompts.ts says why).
  * It exits when the server goes away (its IPC channel closes), and its helpers with it.
  */
 import { fork, type ChildProcess } from 'node:child_process';
@@ -25,8 +26,27 @@ interface Slot {
   timer?: NodeJS.Timeout;
 }
 
-/** What a helper that died of heap exhaustion prints on its way out (V8's fatal error). */
-const OUT_OF_MEMORY = /heap out of memory|Reached heap limit/;
+/**
+ * What a helper that died of its task's appetite prints on its way out (V8's fatal errors): its
+ * heap limit reached, or one allocation larger than V8 can make at all (a template's
+ * `range(1000000000)` is a SIGTRAP with "invalid size error", `range(30000000)` the heap limit).
+ */
+const OUT_OF_MEMORY =
+  /heap out of memory|Reached heap limit|invalid size error|invalid array length|Allocation failed/i;
+
+/**
+ * What a task ends with when its helper died running it. Every death is one of two: the task's
+ * appetite (above: the template's or tokenizer's 400), or anything else, a 500 naming the signal or
+ * exit code only (the helper's last words, native frame addresses among them, go to the server's
+ * log, never to a client).
+ */
+function deathOutcome(code: number | null, signal: NodeJS.Signals | null, stderr: string): PromptOutcome {
+  if (OUT_OF_MEMORY.test(stderr)) return { refused: 'memory' };
+  const how = signal ?? `code ${code}`;
+  const last = stderr.trim().split('\n').slice(-8).join('\n');
+  process.stderr.write(`[prompt helper] exited (${how}) while running a task${last ? `:\n${last}` : ''}\n`);
+  return { error: `prompt worker exited (${how}) while running this request` };
+}
 
 /** The helpers: each runs one task at a time, with the time and heap limits of `options`. */
 class HelperPool {
@@ -99,7 +119,7 @@ class HelperPool {
     const module = libModule('inference/prompt-worker');
     const child = fork(module, [this.dir], {
       execArgv: [...moduleExecArgv(module), `--max-old-space-size=${this.options.heapMb}`],
-      serialization: 'advanced',
+      serialization: 'json',
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     });
     slot.child = child;
@@ -124,14 +144,7 @@ class HelperPool {
     child.on('exit', (code, signal) => {
       if (!current()) return;
       // stderr may still hold unread data at 'exit'; 'close' comes once it is all read.
-      child.once('close', () =>
-        this.stop(
-          slot,
-          OUT_OF_MEMORY.test(stderr)
-            ? { refused: 'memory' }
-            : { error: `prompt worker exited (${signal ?? `code ${code}`}): ${stderr.trim().split('\n').pop() ?? ''}` },
-        ),
-      );
+      child.once('close', () => this.stop(slot, deathOutcome(code, signal, stderr)));
     });
     child.on('error', (e) => {
       if (current()) this.stop(slot, { error: `prompt worker failed: ${e.message}` });
@@ -143,9 +156,8 @@ class HelperPool {
 const { dir, ...options } = JSON.parse(process.argv[2]) as PromptPoolOptions & { dir: string };
 const helpers = new HelperPool(dir, options);
 process.on('message', ({ id, task }: { id: number; task: PromptTask }) => {
-  helpers.run(task).then(
-    (outcome) => process.send!({ id, outcome }),
-    (e: Error) => process.send!({ id, outcome: { error: e.message } }),
-  );
+  // Once the server is gone (its channel closed while helpers were stopped), nobody is waiting.
+  const answer = (outcome: PromptOutcome) => process.connected && process.send!({ id, outcome });
+  helpers.run(task).then(answer, (e: Error) => answer({ error: e.message }));
 });
 process.on('disconnect', () => void helpers.close().then(() => process.exit(0)));

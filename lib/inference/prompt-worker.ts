@@ -12,7 +12,7 @@ import type { PromptAnswer, PromptTask } from './prompts';
 const tokenizer = Tokenizer.fromDir(process.argv[2]);
 
 function run(task: PromptTask): PromptAnswer {
-  if (task.kind === 'encode') return { ids: Int32Array.from(tokenizer.encode(task.text)) };
+  if (task.kind === 'encode') return { ids: tokenizer.encode(task.text) };
   let text: string;
   try {
     text = renderChat(tokenizer, task.messages, task.options);
@@ -22,7 +22,7 @@ function run(task: PromptTask): PromptAnswer {
   if (text.length > task.maxChars) return { refused: 'too_large', chars: text.length };
   const atLeast = tokenizer.minTokens(text);
   if (atLeast >= task.contextLength) return { refused: 'context', atLeast };
-  return { ids: Int32Array.from(tokenizer.encode(text)) };
+  return { ids: tokenizer.encode(text) };
 }
 
 process.on('message', (task: PromptTask) => {

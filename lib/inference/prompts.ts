@@ -29,7 +29,7 @@ export type PromptTask =
 
 /** A helper's answer: the ids, or why there are none. */
 export type PromptAnswer =
-  | { ids: Int32Array }
+  | { ids: number[] }
   | { refused: 'template'; message: string }
   | { refused: 'too_large'; chars: number }
   | { refused: 'context'; atLeast: number }
@@ -53,11 +53,30 @@ export interface PromptPoolOptions {
  */
 export type ForkGate = (start: () => void) => Promise<void>;
 
-/** The server's side of the prompt helpers: tasks go to the supervisor process and come back by id. */
+/** A task handed to the supervisor, until its outcome comes back. */
+interface InFlight {
+  task: PromptTask;
+  resolve(outcome: PromptOutcome): void;
+  /** Supervisors that died while it was in flight. */
+  deaths: number;
+}
+
+/** A task in flight at this many supervisor deaths fails, whatever the cause (no endless restarts). */
+const MAX_SUPERVISOR_DEATHS = 2;
+
+/**
+ * The server's side of the prompt helpers: tasks go to the supervisor process and come back by id.
+ * Messages cross as JSON lines (Node's `json` serialization), which are parsed without recursion:
+ * nothing a request holds can kill the supervisor or a helper as it is read (a chat nested 2,000
+ * deep overflowed the stack of the structured-clone deserializer, and the supervisor's death failed
+ * every request in flight). Bodies are bounded in depth before they get here (protocol.ts), so
+ * that sending them cannot overflow either. Should the supervisor die all the same (killed), the
+ * tasks in flight go to the next one.
+ */
 export class PromptWorkers {
   private supervisor?: ChildProcess;
   private starting?: Promise<void>;
-  private readonly inFlight = new Map<number, (outcome: PromptOutcome) => void>();
+  private readonly inFlight = new Map<number, InFlight>();
   private nextId = 1;
   private closed = false;
 
@@ -89,48 +108,76 @@ export class PromptWorkers {
     this.closed = true;
     const child = this.supervisor;
     this.supervisor = undefined;
+    for (const t of this.inFlight.values()) t.resolve({ error: 'prompt workers closed' });
+    this.inFlight.clear();
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     child.disconnect(); // it stops its helpers and exits
     await exited;
   }
 
-  private async run(task: PromptTask): Promise<PromptOutcome> {
-    if (this.closed) throw new Error('prompt workers closed');
+  private run(task: PromptTask): Promise<PromptOutcome> {
+    if (this.closed) return Promise.reject(new Error('prompt workers closed'));
+    return new Promise<PromptOutcome>((resolve) => {
+      const id = this.nextId++;
+      this.inFlight.set(id, { task, resolve, deaths: 0 });
+      void this.send(id);
+    });
+  }
+
+  /** Sends task `id` to the supervisor, starting one (between two engine steps) if none runs. */
+  private async send(id: number): Promise<void> {
     if (!this.supervisor) {
       this.starting ??= this.forkGate(() => {
-        this.supervisor ??= this.startSupervisor();
+        if (!this.closed) this.supervisor ??= this.startSupervisor();
       }).finally(() => (this.starting = undefined));
       await this.starting;
     }
-    const supervisor = this.supervisor!;
-    const id = this.nextId++;
-    return new Promise<PromptOutcome>((resolve) => {
-      this.inFlight.set(id, resolve);
-      supervisor.send({ id, task });
-    });
+    const t = this.inFlight.get(id);
+    if (!t) return;
+    if (!this.supervisor) return t.resolve({ error: 'prompt workers closed' });
+    this.supervisor.send({ id, task: t.task });
   }
 
   private startSupervisor(): ChildProcess {
     const module = libModule('inference/prompt-supervisor');
     const child = fork(module, [JSON.stringify({ dir: this.dir, ...this.options })], {
       execArgv: moduleExecArgv(module),
-      serialization: 'advanced',
+      serialization: 'json',
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     child.on('message', ({ id, outcome }: { id: number; outcome: PromptOutcome }) => {
-      const resolve = this.inFlight.get(id);
+      const t = this.inFlight.get(id);
+      if (this.supervisor !== child || !t) return;
       this.inFlight.delete(id);
-      resolve?.(outcome);
+      t.resolve(outcome);
     });
-    const gone = (why: string) => {
-      if (this.supervisor !== child) return;
-      this.supervisor = undefined; // the next task starts another
-      for (const resolve of this.inFlight.values()) resolve({ error: `the prompt supervisor ${why}` });
-      this.inFlight.clear();
-    };
-    child.on('exit', (code, signal) => gone(`exited (${signal ?? `code ${code}`})`));
-    child.on('error', (e) => gone(`failed: ${e.message}`));
+    // Gone once it has exited and its channel has closed (every answer it sent has been read).
+    let why = '';
+    let ends = 2;
+    const ended = () => --ends === 0 && this.gone(child, why);
+    child.once('exit', (code, signal) => {
+      why = `exited (${signal ?? `code ${code}`})`;
+      ended();
+    });
+    child.once('disconnect', ended);
+    child.on('error', (e) => {
+      // Not started at all: no exit will come, nor a channel to close.
+      if (child.pid === undefined) this.gone(child, `failed to start: ${e.message}`);
+    });
     return child;
+  }
+
+  /** The supervisor `child` is gone: its tasks go to the next one, unless they have seen too many go. */
+  private gone(child: ChildProcess, why: string): void {
+    if (this.supervisor !== child) return;
+    this.supervisor = undefined;
+    for (const [id, t] of [...this.inFlight].sort(([a], [b]) => a - b)) {
+      if (++t.deaths < MAX_SUPERVISOR_DEATHS) void this.send(id);
+      else {
+        this.inFlight.delete(id);
+        t.resolve({ error: `the prompt supervisor ${why} (${t.deaths} supervisors died with this request in flight)` });
+      }
+    }
   }
 }

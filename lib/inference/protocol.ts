@@ -4,6 +4,7 @@
  * their neutral value, so a client never silently gets different sampling than it asked for.
  */
 import { z } from 'zod';
+import { describeDeepPath, MAX_JSON_DEPTH, pathTooDeep } from '../json';
 
 /** An HTTP error with an OpenAI-style body: `{error: {message, type, param, code}}`. */
 export class ApiError extends Error {
@@ -29,8 +30,30 @@ export class ApiError extends Error {
 export function fromZodError(error: z.ZodError): ApiError {
   const issue = error.issues[0];
   const param = issue.path.join('.') || null;
-  const what = issue.code === 'unrecognized_keys' ? `unknown field(s) ${issue.keys.join(', ')}` : issue.message;
+  const what =
+    issue.code === 'unrecognized_keys'
+      ? `unknown field(s) ${issue.keys.join(', ')}`
+      : issue.code === 'invalid_key'
+        ? (issue.issues[0]?.message ?? issue.message) // what is wrong with the key, not just "Invalid key"
+        : issue.message;
   return new ApiError(400, param ? `${param}: ${what}` : what, param, 'invalid_value');
+}
+
+/**
+ * Refuses a body nested deeper than MAX_JSON_DEPTH, naming the field, before any route reads it:
+ * what a route hands on (a chat to the prompt helpers, by structured clone over IPC; a template's
+ * loops) must not recurse without bound.
+ */
+export function checkBodyDepth(body: unknown): void {
+  const keys = pathTooDeep(body);
+  if (!keys) return;
+  const field = describeDeepPath(keys);
+  throw new ApiError(
+    400,
+    `${field}: nests deeper than ${MAX_JSON_DEPTH} levels (objects and arrays inside each other), more than a request may`,
+    keys.slice(0, 6).join('.'),
+    'too_deep',
+  );
 }
 
 /** Parses a body or throws a 400 naming the offending field. */
@@ -48,6 +71,15 @@ export const tokenId = z.number().int().nonnegative();
 export const neutral = <T extends z.ZodType>(schema: T, value: unknown, what: string) =>
   schema.optional().refine((v) => v === undefined || v === null || v === value, `${what} is not supported`);
 
+/**
+ * OpenAI's `logit_bias`: token ids (as the keys of a JSON object) to a bias in [-100, 100] added
+ * to their logits before sampling (the ids are checked against the vocabulary: served.ts).
+ */
+const logitBias = z.record(
+  z.string().regex(/^(0|[1-9]\d{0,9})$/, 'logit_bias keys are token ids (integers, as strings)'),
+  z.number().min(-100).max(100),
+);
+
 /** The sampling fields every generation route takes, vLLM's `/inference/v1/generate` included. */
 export const samplingFields = {
   temperature: z.number().min(0).max(100).nullish(),
@@ -59,17 +91,18 @@ export const samplingFields = {
   stop: z.union([z.string().min(1), z.array(z.string().min(1)).max(16)]).nullish(),
   stop_token_ids: z.array(tokenId).max(64).nullish(),
   ignore_eos: z.boolean().nullish(),
-  frequency_penalty: neutral(z.number().nullable(), 0, 'frequency_penalty other than 0'),
-  presence_penalty: neutral(z.number().nullable(), 0, 'presence_penalty other than 0'),
+  /** The stop tokens and strings end nothing before this many tokens (vLLM's). */
+  min_tokens: z.number().int().min(0).nullish(),
+  /** OpenAI's penalties on the tokens sampled so far (the prompt's not counted), in [-2, 2]. */
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  logit_bias: logitBias.nullish(),
+  repetition_penalty: neutral(z.number().nullable(), 1, 'repetition_penalty other than 1'),
 };
 
 /** Sampling fields shared by the OpenAI-style routes (OpenAI names plus vLLM's extensions). */
 const sampling = {
   ...samplingFields,
-  logit_bias: z
-    .record(z.string(), z.number())
-    .nullish()
-    .refine((v) => !v || Object.keys(v).length === 0, 'logit_bias is not supported'),
   user: z.string().nullish(),
   /** vLLM extension: return prompt and completion token ids. */
   return_token_ids: z.boolean().nullish(),
@@ -77,9 +110,26 @@ const sampling = {
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
 };
 
+/**
+ * A message's content part: text. The engine runs text models (a multimodal checkpoint's vision
+ * tower is not loaded), so an image, audio or video part is refused by its type, never dropped.
+ */
+const contentPart = z
+  .looseObject({ type: z.string(), text: z.unknown().optional() })
+  .superRefine((p, ctx) => {
+    if (p.type !== 'text')
+      ctx.addIssue({
+        code: 'custom',
+        path: ['type'],
+        message: `content part type '${p.type}' is not supported: this server runs a text model (no image, audio or video input)`,
+      });
+    else if (typeof p.text !== 'string') ctx.addIssue({ code: 'custom', path: ['text'], message: 'must be a string' });
+  })
+  .transform((p) => ({ ...p, type: 'text' as const, text: p.text as string }));
+
 const message = z.looseObject({
   role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
-  content: z.union([z.string(), z.array(z.looseObject({ type: z.literal('text'), text: z.string() }))]).nullish(),
+  content: z.union([z.string(), z.array(contentPart)]).nullish(),
   name: z.string().optional(),
   tool_calls: z.array(z.unknown()).optional(),
   tool_call_id: z.string().optional(),
@@ -137,6 +187,11 @@ export const generateRequest = z.strictObject({
   stop_token_ids: z.array(tokenId).max(64).optional(),
   /** Stop strings: the sequence ends at the token whose text completes one (that token is kept). */
   stop: z.array(z.string().min(1)).max(16).optional(),
+  ignore_eos: z.boolean().default(false),
+  min_tokens: samplingFields.min_tokens,
+  frequency_penalty: samplingFields.frequency_penalty,
+  presence_penalty: samplingFields.presence_penalty,
+  logit_bias: samplingFields.logit_bias,
   prompt_logprobs: z.boolean().default(false),
   /**
    * MoE models (router replay): with every choice, `routes[t]` = the experts (sparse layers x

@@ -17,6 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import {
   replicaServers,
+  serverUrl,
   trainerRankSchema,
   type InferenceConfig,
   type TemporalConfig,
@@ -33,6 +34,7 @@ import { isListening } from '../temporal/devserver';
 import { taskQueues } from '../temporal/queues';
 import { checkWorldSize } from '../trainer/group';
 import { acquireDevServer, releaseDevServer, temporalAddress, type OwnedDevServer } from './devserver-policy';
+import { SilentServers } from './silence';
 import {
   cliProcess,
   readLauncherRecord,
@@ -60,6 +62,11 @@ export interface LaunchSpec {
   memo: Record<string, unknown>;
   /** The progress line, from the workflow's `progress` query; none = no progress line. */
   progressLine?: (progress: never, rate: { started: number; first?: number }) => string;
+  /**
+   * The inference servers the workflow samples from (`http://host:port`), watched by the progress
+   * line (silence.ts); default: the ones this launch runs.
+   */
+  samplesFrom?: string[];
 }
 
 export interface LocalRun<R> {
@@ -295,18 +302,22 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     const result = (async () => {
       const rate: { started: number; first?: number } = { started: Date.now() };
       const line = spec.progressLine;
+      const silence = new SilentServers(spec.samplesFrom ?? servers.map((s) => serverUrl(s)));
       // One progress query at a time: while Temporal restarts, a query retries inside the client,
       // and it must have settled before the connection closes (or its retry hits a closed channel).
       // Bounded: a frozen server answers nothing, and the line waits for the next tick.
       let inflight: Promise<void> | undefined;
       const showProgress = async (render: NonNullable<typeof line>) => {
         try {
-          const [progress, described] = await connection.withDeadline(Date.now() + PROGRESS_DEADLINE_MS, () =>
-            Promise.all([handle.query('progress'), handle.describe()]),
-          );
-          const note = retryNote(described.raw.pendingActivities ?? []);
+          const [[progress, described]] = await Promise.all([
+            connection.withDeadline(Date.now() + PROGRESS_DEADLINE_MS, () =>
+              Promise.all([handle.query('progress'), handle.describe()]),
+            ),
+            silence.probe(),
+          ]);
+          const notes = [retryNote(described.raw.pendingActivities ?? []), silence.note()].filter(Boolean);
           const line = render(progress as never, rate);
-          const text = note ? `${line.replace(/ \| $/, '')} | ${note}` : line;
+          const text = notes.length ? `${line.replace(/ \| $/, '')} | ${notes.join(' | ')}` : line;
           if (!opts.quiet) process.stderr.write(process.stderr.isTTY ? `\r${text.padEnd(100)}` : `${text}\n`);
         } catch {
           // The server may be restarting; the next tick tries again.

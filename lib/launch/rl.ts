@@ -52,6 +52,8 @@ export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Pro
         model: config.model.name ?? '',
         maxSteps: config.max_steps ?? null,
       },
+      // The servers its rollouts go to, run here or elsewhere.
+      samplesFrom: (config.orchestrator.base_urls ?? []).map((u) => u.replace(/\/v1\/?$/, '')),
       progressLine: (p: RlProgressView, rate) =>
         stepLine(
           p.trained,

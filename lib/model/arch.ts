@@ -3,10 +3,14 @@
  * by the family modules (`families/`). This is the contract between `lib/model` (which reads and
  * writes HF folders) and `native/` (which computes with them).
  */
-import type { EngineConfig, TensorDType, WeightTensor } from '../../native/model-binding';
+import type { EngineConfig, LinearAttentionConfig, TensorDType, WeightTensor } from '../../native/model-binding';
 import type { Arch } from './families';
 
-export type { Arch, TensorDType, WeightTensor };
+export type { Arch, LinearAttentionConfig, TensorDType, WeightTensor };
+
+/** The token mixer of a hybrid model's block (config.json `layer_types`). */
+export const LAYER_TYPES = ['linear_attention', 'full_attention'] as const;
+export type LayerType = (typeof LAYER_TYPES)[number];
 
 /** The engine's facts (vocabSize, hiddenSize, numLayers, heads, headDim, rmsNormEps, ropeTheta) and the rest. */
 export interface ArchConfig extends EngineConfig {
@@ -20,6 +24,11 @@ export interface ArchConfig extends EngineConfig {
   qkNorm: boolean;
   /** Mixture-of-experts MLPs (Qwen3-MoE); absent for dense models. */
   moe?: MoeConfig;
+  /**
+   * Hybrid models (Qwen3.5): each block's token mixer, Gated DeltaNet (`linear_attention`, sized by
+   * `linearAttention`) or gated full attention; absent: every block is full attention.
+   */
+  layerTypes?: LayerType[];
 }
 
 /**
@@ -37,6 +46,11 @@ export interface MoeConfig {
   mlpOnlyLayers: number[];
   /** Renormalise the top-k routing probabilities to sum to 1. */
   normTopkProb: boolean;
+  /**
+   * Qwen3.5-MoE: a shared SwiGLU expert of this width beside the routed ones, scaled per token by
+   * sigmoid(shared_expert_gate x); absent: none.
+   */
+  sharedExpertIntermediateSize?: number;
 }
 
 /** safetensors dtypes the loader accepts on disk. */

@@ -7,13 +7,14 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { Arch, ArchConfig, MoeConfig, NamedTensor } from './arch';
+import type { Arch, ArchConfig, LinearAttentionConfig, MoeConfig, NamedTensor } from './arch';
 import { BYTE_VOCAB_SIZE, byteTokenizerConfig, byteTokenizerJson } from './byte-tokenizer';
 import { CHATML_TEMPLATE } from './chat';
 import { toHfConfig } from './hf-config';
 import { writeHfModel } from './hf';
 import { family } from './families';
 import { checkMoe } from './families/qwen3_moe';
+import { defaultLayerTypes } from './families/qwen3_5';
 import { Rng } from './rng';
 import { checkFitsInMemory, DENSE_SIZE_KEYS } from './bounds';
 import { parameterCount, tensorSpecs } from './tensors';
@@ -76,6 +77,15 @@ export const MOE_PRESETS: Record<
   small: { numExperts: 16, numExpertsPerTok: 4, moeIntermediateSize: 320 },
 };
 
+/**
+ * The Gated DeltaNet blocks of a hybrid family's presets (Qwen3.5): head sizes at the scale of the
+ * preset's attention heads, twice as many value heads as key heads as in the released models.
+ */
+export const LINEAR_ATTENTION_PRESETS: Record<ModelPreset, LinearAttentionConfig> = {
+  tiny: { numKeyHeads: 2, numValueHeads: 4, keyHeadDim: 16, valueHeadDim: 16, convKernel: 4 },
+  small: { numKeyHeads: 4, numValueHeads: 8, keyHeadDim: 64, valueHeadDim: 64, convKernel: 4 },
+};
+
 /** Model vocabulary per tokenizer: exact for bytes (no unusable rows), Qwen3's own padded size for qwen3. */
 const DEFAULT_VOCAB: Record<TokenizerKind, number> = { bytes: BYTE_VOCAB_SIZE, qwen3: 151936 };
 
@@ -96,6 +106,8 @@ export interface CreateModelOptions extends Partial<ModelSizes> {
   vocabSize?: number;
   /** MoE families: overrides of the preset's experts (`MOE_PRESETS`, the family's defaults). */
   moe?: Partial<MoeConfig>;
+  /** Hybrid families (Qwen3.5): overrides of the preset's Gated DeltaNet sizes (`LINEAR_ATTENTION_PRESETS`). */
+  linearAttention?: Partial<LinearAttentionConfig>;
 }
 
 export interface CreatedModel {
@@ -180,6 +192,14 @@ export function resolveArchConfig(opts: Omit<CreateModelOptions, 'out' | 'seed'>
   } else if (opts.moe && Object.values(opts.moe).some((v) => v !== undefined)) {
     throw new Error(`MoE options need an MoE architecture (qwen3_moe); '${opts.arch}' is dense`);
   }
+  if (fam.defaults.linearAttention) {
+    // transformers' pattern (every 4th block full attention), with at least one full-attention
+    // block in a model of fewer layers (the tiny preset's 2: linear, full).
+    a.layerTypes = defaultLayerTypes(a.numLayers, Math.min(4, a.numLayers));
+    a.linearAttention = { ...LINEAR_ATTENTION_PRESETS[opts.preset], ...opts.linearAttention };
+  } else if (opts.linearAttention) {
+    throw new Error(`Gated DeltaNet sizes need a hybrid architecture (qwen3_5*); '${opts.arch}' has none`);
+  }
   for (const k of [...DENSE_SIZE_KEYS, 'maxPositionEmbeddings'] as const) {
     if (!Number.isSafeInteger(a[k]) || a[k] <= 0) throw new Error(`${k} must be a positive integer, got ${a[k]}`);
   }
@@ -194,9 +214,15 @@ export function resolveArchConfig(opts: Omit<CreateModelOptions, 'out' | 'seed'>
 export function initTensors(a: ArchConfig, seed: number, dtype: CreateDType = 'float32'): NamedTensor[] {
   return tensorSpecs(a).map((spec) => {
     const values = new Float32Array(spec.shape.reduce((x, y) => x * y, 1));
-    if (spec.role === 'norm') values.fill(1);
+    if (spec.role === 'norm' || spec.role === 'ones') values.fill(1);
     else if (spec.role === 'embedding' || spec.role === 'linear')
       new Rng(seed, spec.name).fillNormal(values, 0, INITIALIZER_RANGE);
+    else if (spec.role === 'decayLog') {
+      // Gated DeltaNet's A_log = log(A), A ~ uniform(0.01, 16) (transformers' init).
+      const rng = new Rng(seed, spec.name);
+      for (let i = 0; i < values.length; i++) values[i] = Math.log(0.01 + 15.99 * rng.uniform());
+    }
+    // bias, normOffset: zeros.
     const data =
       dtype === 'bfloat16' ? toBf16(values) : Buffer.from(values.buffer, values.byteOffset, values.byteLength);
     return { name: spec.name, dtype: dtype === 'bfloat16' ? 'BF16' : 'F32', shape: spec.shape, data };

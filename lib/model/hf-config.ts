@@ -31,6 +31,12 @@ export const HF_FIELDS: Record<Exclude<keyof ArchConfig, 'moe'> | keyof MoeConfi
   decoderSparseStep: 'decoder_sparse_step',
   mlpOnlyLayers: 'mlp_only_layers',
   normTopkProb: 'norm_topk_prob',
+  sharedExpertIntermediateSize: 'shared_expert_intermediate_size',
+  layerTypes: 'layer_types',
+  linearAttention: 'linear_num_key_heads', // with the other linear_* sizes
+  partialRotaryFactor: 'partial_rotary_factor',
+  normOffset: 'model_type', // Qwen3.5's norm convention comes with the family
+  attnOutputGate: 'model_type', // so does its gated attention
 };
 
 /** Defaults of the transformers config classes for absent fields (the family-specific ones are in `families/`). */
@@ -90,10 +96,12 @@ function readRope(r: ConfigReader, raw: Json): number {
 /** Parses a `config.json` object; `source` (its path) is named in every error. */
 export function parseHfConfig(raw: unknown, source = 'config.json'): ArchConfig {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`${source}: not a JSON object`);
-  const json = raw as Json;
-  const r = new ConfigReader(json, source);
-  const arch = readArch(r, json);
+  const top = raw as Json;
+  const arch = readArch(new ConfigReader(top, source), top);
   const fam = FAMILIES[arch];
+  // The Hub's multimodal checkpoints keep the text model's fields in a sub-object.
+  const { raw: json, source: textSource } = fam.nested ? fam.nested.read(top, source) : { raw: top, source };
+  const r = new ConfigReader(json, textSource);
 
   const hiddenSize = r.posInt('hidden_size');
   const numHeads = r.posInt('num_attention_heads');
@@ -111,13 +119,13 @@ export function parseHfConfig(raw: unknown, source = 'config.json'): ArchConfig 
   const act = json.hidden_act ?? 'silu';
   if (act !== 'silu') r.fail('hidden_act', `is ${JSON.stringify(act)}; only 'silu' (SwiGLU) is supported`);
   if (r.bool('mlp_bias', false)) r.fail('mlp_bias', 'is true; MLP biases are not supported');
-  const features = fam.readFeatures(r);
+  const { intermediateSize: mlpWidth, ...features } = fam.readFeatures(r);
 
   return {
     arch,
     vocabSize: r.posInt('vocab_size'),
     hiddenSize,
-    intermediateSize: r.posInt('intermediate_size'),
+    intermediateSize: r.posInt('intermediate_size', mlpWidth),
     numLayers: r.posInt('num_hidden_layers'),
     numHeads,
     numKvHeads,
@@ -168,5 +176,6 @@ export function toHfConfig(a: ArchConfig, tokens: SpecialTokenIds, torchDtype: '
     pad_token_id: tokens.pad,
     torch_dtype: torchDtype,
   };
-  return { ...common, ...own };
+  const text = { ...common, ...own };
+  return fam.nested ? fam.nested.write(text) : text;
 }

@@ -19,7 +19,7 @@ import {
   writeSafetensorsStream,
   type TensorEntry,
 } from './safetensors';
-import { checkModelTensors } from './tensors';
+import { checkModelTensors, skippedParts } from './tensors';
 
 export interface HfModel {
   dir: string;
@@ -71,18 +71,32 @@ export function loadHfModel(dir: string): HfModel {
   const { config, rawConfig } = readHfConfig(dir);
   const tensors = checkModelTensors(
     config,
-    readSafetensorsDir(dir, (headers) => checkModelTensors(config, headers, dir)),
+    readSafetensorsDir(dir, (headers) => checkHeaders(config, headers, dir)),
     dir,
   );
   return { dir, config, rawConfig, tensors };
 }
+
+/** The folder's tensors by their headers, saying once per folder what of a multimodal checkpoint a text run skips. */
+function checkHeaders(config: ArchConfig, headers: readonly { name: string; shape: number[] }[], dir: string): void {
+  checkModelTensors(config, headers, dir);
+  const note = skippedParts(
+    config,
+    headers.map((h) => h.name),
+  );
+  if (note && !saidSkipped.has(dir)) {
+    saidSkipped.add(dir);
+    console.warn(`[model] ${dir}: ${note}`);
+  }
+}
+const saidSkipped = new Set<string>();
 
 /** loadHfModel without blocking the event loop while the weights are read (a serving process). */
 export async function loadHfModelAsync(dir: string): Promise<HfModel> {
   const { config, rawConfig } = readHfConfig(dir);
   const tensors = checkModelTensors(
     config,
-    await readSafetensorsDirAsync(dir, (headers) => checkModelTensors(config, headers, dir)),
+    await readSafetensorsDirAsync(dir, (headers) => checkHeaders(config, headers, dir)),
     dir,
   );
   return { dir, config, rawConfig, tensors };

@@ -4,12 +4,13 @@
  */
 import type { Arch, ArchConfig, TensorDType, WeightTensor } from './arch';
 import { family } from './families';
+import { defaultLayerTypes } from './families/qwen3_5';
 import { Rng } from './rng';
 import { tensorSpecs } from './tensors';
 
 /** A small config of the given architecture (hidden 64, 2 layers, 4 heads, 2 kv heads, vocab 300). */
 export function tinyConfig(arch: Arch, overrides: Partial<ArchConfig> = {}): ArchConfig {
-  return {
+  const c: ArchConfig = {
     arch,
     vocabSize: 300,
     hiddenSize: 64,
@@ -25,6 +26,9 @@ export function tinyConfig(arch: Arch, overrides: Partial<ArchConfig> = {}): Arc
     ...family(arch).defaults,
     ...overrides,
   };
+  // A hybrid family's blocks: transformers' every-4th-full rule, at least one full block.
+  if (c.linearAttention && !c.layerTypes) c.layerTypes = defaultLayerTypes(c.numLayers, Math.min(4, c.numLayers));
+  return c;
 }
 
 /** Encodes float values as little-endian bytes of `dtype` (F16/BF16 round to nearest even). */
@@ -76,18 +80,22 @@ export function decode(t: WeightTensor): Float64Array {
 }
 
 /**
- * Random weights for `c`: linears N(0, 1/sqrt(fan_in)) (embeddings N(0, 0.3)), norms 1 + N(0, 0.1),
- * biases N(0, 0.1), encoded in `dtype`.
+ * Random weights for `c`: linears N(0, 1/sqrt(fan_in)) (embeddings N(0, 0.3)), norms 1 + N(0, 0.1)
+ * (norms stored as offsets from 1: N(0, 0.1)), biases N(0, 0.1), Gated DeltaNet's dt_bias 1 + N(0,
+ * 0.1) and A_log log(U(0.01, 0.1)) (slow decay: the state matters across chunks), encoded in `dtype`.
  */
 export function randomWeights(c: ArchConfig, seed: number, dtype: TensorDType = 'F32'): WeightTensor[] {
   const rng = new Rng(seed);
-  return tensorSpecs(c).map(({ name, shape }) => {
+  return tensorSpecs(c).map(({ name, shape, role }) => {
     const n = shape.reduce((a, b) => a * b, 1);
     const v = new Float64Array(n);
-    const isNorm = name.endsWith('norm.weight'),
-      isBias = name.endsWith('.bias');
-    const std = isNorm || isBias ? 0.1 : name.includes('embed') ? 0.3 : 1 / Math.sqrt(shape[1]);
-    for (let i = 0; i < n; i++) v[i] = (isNorm ? 1 : 0) + std * rng.normal();
+    const fanIn = shape.slice(1).reduce((a, b) => a * b, 1);
+    for (let i = 0; i < n; i++) {
+      if (role === 'decayLog') v[i] = Math.log(0.01 + 0.09 * rng.uniform());
+      else if (role === 'norm' || role === 'ones') v[i] = 1 + 0.1 * rng.normal();
+      else if (role === 'normOffset' || role === 'bias') v[i] = 0.1 * rng.normal();
+      else v[i] = (role === 'embedding' ? 0.3 : 1 / Math.sqrt(fanIn)) * rng.normal();
+    }
     return { name, dtype, shape, data: encode(v, dtype) };
   });
 }

@@ -1,17 +1,17 @@
 /**
  * SFT datasets laid out as on the Hugging Face Hub (a snapshot of `datasets--Org--Name` in the
- * local cache, or any such folder): parquet (read with hyparquet, its compressors for snappy, zstd,
- * gzip, brotli, lz4) and JSON lines files. A split's files are found by name as the `datasets`
- * library finds them when a repository has no explicit data_files: `data/<split>-00000-of-00001.*`
- * (what push_to_hub writes), else a folder named by the split (`train/`, `training/`, ...), else a
- * file named by it (`train.jsonl`, `my-train-0.parquet`), else every data file is `train`. Rows
- * are prompt/completion (strings or message lists) or messages, as in JSONL files (jsonl.ts).
+ * local cache, or any such folder): parquet (parquet.ts) and JSON lines files. A split's files are
+ * found by name as the `datasets` library finds them when a repository has no explicit
+ * data_files: `data/<split>-00000-of-00001.*` (what push_to_hub writes), else a folder named by
+ * the split (`train/`, `training/`, ...), else a file named by it (`train.jsonl`,
+ * `my-train-0.parquet`), else every data file is `train`. Rows are prompt/completion (strings or
+ * message lists) or messages, as in JSONL files (jsonl.ts).
  */
 import * as fs from 'node:fs';
-import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import type { SftConversation } from './conversation';
 import { sftRowConversation } from './jsonl';
+import { readParquetRows } from './parquet';
 
 const DATA_EXTENSIONS = ['.parquet', '.jsonl', '.json'];
 /** The `datasets` library's split names and the keywords that name them in paths. */
@@ -66,25 +66,15 @@ export function splitFiles(dir: string, split: string): { files: string[]; split
   return { files: split === 'train' ? files : [], splits: files.length > 0 ? ['train'] : [] };
 }
 
-// hyparquet is an ES module: loaded with Node's own require (require(esm), Node >= 20.19), which
-// also works under jest, whose module registry would not load it.
-const nodeRequire = createRequire(__filename);
-
-async function parquetRows(file: string): Promise<Record<string, unknown>[]> {
-  const { parquetReadObjects } = nodeRequire('hyparquet') as typeof import('hyparquet');
-  const { compressors } = nodeRequire('hyparquet-compressors') as typeof import('hyparquet-compressors');
-  // The whole file: an SFT dataset is tokenised whole anyway.
-  const bytes = fs.readFileSync(file);
-  return parquetReadObjects({
-    file: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer,
-    compressors,
-  });
-}
-
 function jsonRows(file: string): unknown[] {
   const text = fs.readFileSync(file, 'utf8');
   // A .json file may hold one array of rows; otherwise (and for .jsonl) one row per line.
-  if (file.endsWith('.json') && text.trimStart().startsWith('[')) return JSON.parse(text) as unknown[];
+  if (file.endsWith('.json') && text.trimStart().startsWith('['))
+    try {
+      return JSON.parse(text) as unknown[];
+    } catch (e) {
+      throw new Error(`${file}: not valid JSON (${(e as Error).message})`);
+    }
   return text
     .split('\n')
     .map((line, i) => ({ line, i }))
@@ -134,7 +124,7 @@ export async function readHubDataset(
   for (const rel of files) {
     if (limit !== undefined && out.length >= limit) break;
     const file = path.join(dir, rel);
-    const rows = rel.endsWith('.parquet') ? await parquetRows(file) : jsonRows(file);
+    const rows = rel.endsWith('.parquet') ? await readParquetRows(file) : jsonRows(file);
     for (let i = 0; i < rows.length && (limit === undefined || out.length < limit); i++)
       out.push(sftRowConversation(withoutNullFields(rows[i]), `${name} ${split} ${rel} row ${i}`));
   }

@@ -27,6 +27,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("policyLoss", Napi::Function::New(env, PolicyLoss));
   exports.Set("lmHeadCheck", Napi::Function::New(env, LmHeadCheck));
   exports.Set("kernelCheck", Napi::Function::New(env, KernelCheck));
+  exports.Set("pagedDecodePlan", Napi::Function::New(env, PagedDecodePlanOf));
   exports.Set("kernelTime", Napi::Function::New(env, KernelTime));
   exports.Set("adamwCheck", Napi::Function::New(env, AdamwCheck));
   exports.Set("lossKinds", Napi::Function::New(env, LossKinds));
@@ -34,6 +35,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("engineTypes", Napi::Function::New(env, EngineTypes));
   exports.Set("createStore", Napi::Function::New(env, CreateStore));
   exports.Set("createGroup", Napi::Function::New(env, CreateGroup));
+  exports.Set("collectiveTime", Napi::Function::New(env, CollectiveTime));
   return exports;
 }
 

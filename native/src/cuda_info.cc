@@ -50,21 +50,28 @@ CudaMemory cudaMemory(const at::Device& device) {
 }
 
 #ifdef PRIME_HAVE_CUDA
+// Events belong to the device current when they are made and record only on its streams: each call
+// makes the timed device current for its span (a model on cuda:1 in a process that also uses cuda:0).
 DeviceTimer::DeviceTimer(const at::Device& device) {
   if (!device.is_cuda()) return;
+  device_ = indexOf(device);
+  c10::cuda::CUDAGuard guard(c10::DeviceIndex(device_));
   cudaEvent_t a = nullptr, b = nullptr;
   C10_CUDA_CHECK(cudaEventCreate(&a));
   C10_CUDA_CHECK(cudaEventCreate(&b));
   start_ = a;
   end_ = b;
-  C10_CUDA_CHECK(cudaEventRecord(a, c10::cuda::getCurrentCUDAStream(indexOf(device)).stream()));
+  C10_CUDA_CHECK(cudaEventRecord(a, c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(device_)).stream()));
 }
 DeviceTimer::~DeviceTimer() {
   if (start_) cudaEventDestroy(static_cast<cudaEvent_t>(start_));
   if (end_) cudaEventDestroy(static_cast<cudaEvent_t>(end_));
 }
 void DeviceTimer::end() {
-  if (end_) C10_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(end_), c10::cuda::getCurrentCUDAStream().stream()));
+  if (!end_) return;
+  c10::cuda::CUDAGuard guard(c10::DeviceIndex(device_));
+  C10_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(end_),
+                                 c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(device_)).stream()));
 }
 double DeviceTimer::seconds() {
   if (!end_) return 0;

@@ -17,7 +17,8 @@ struct CudaMemory {
 };
 CudaMemory cudaMemory(const at::Device& device);
 
-// Device time between two points of the current stream of a CUDA device (events); zero elsewhere.
+// Device time between two points of the current stream of a CUDA device (events), whichever device
+// the calling thread has current; zero elsewhere.
 class DeviceTimer {
  public:
   explicit DeviceTimer(const at::Device& device);  // the start, recorded now
@@ -30,6 +31,7 @@ class DeviceTimer {
  private:
   void* start_ = nullptr;
   void* end_ = nullptr;
+  int device_ = -1;  // the CUDA device timed
 };
 
 // A new generator on the CUDA device, seeded; undefined in a build without CUDA.

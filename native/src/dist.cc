@@ -9,12 +9,16 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #ifdef PRIME_HAVE_NCCL
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace prime {
 
@@ -108,6 +112,51 @@ struct DistTiming {
     std::lock_guard<std::mutex> lock(mu);
     stats.waitSeconds += seconds;
   }
+#ifdef PRIME_HAVE_NCCL
+  // A NCCL collective, timed on the device: its work, whose start and end events on NCCL's stream
+  // time it (the group's collective timing on), and events of the waiting stream around its wait.
+  // Its future completes when it is queued and its wait returns at once: host clocks read ~0.
+  struct Nccl {
+    c10::intrusive_ptr<c10d::Work> work;  // until its duration is read (it holds its tensors)
+    at::cuda::CUDAEvent before{cudaEventDefault}, after{cudaEventDefault};
+    bool waited = false;  // the events around its wait are recorded, not yet read
+  };
+  std::vector<std::shared_ptr<Nccl>> nccl;
+  // Adds what the device has passed (under mu): a finished collective's duration (then its work and
+  // the tensors it holds are let go), a finished wait's stall; forgets what is read and no longer
+  // waited for. `block`: first waits for each one (a deliberate host sync; a collective nobody
+  // waits for, up to `timeout`).
+  void readNccl(bool block, std::chrono::milliseconds timeout) {
+    for (auto it = nccl.begin(); it != nccl.end();) {
+      Nccl& n = **it;
+      if (block && n.waited) n.after.synchronize();
+      if (block && n.work && !n.waited) {
+        const auto deadline = Clock::now() + timeout;
+        while (!n.work->isCompleted() && Clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (n.work && n.work->isCompleted()) {
+        try {
+          stats.busySeconds += double(n.work->getDuration()) / 1e3;
+        } catch (const c10::Error& e) {  // a timing NCCL did not record: said once, the step goes on
+          static std::once_flag said;
+          std::call_once(said, [&] {
+            fprintf(stderr, "[prime-native] a NCCL collective's time is unknown: %s\n", e.what_without_backtrace());
+          });
+        }
+        stats.collectives++;
+        n.work.reset();
+      }
+      if (!n.work && n.waited && n.after.query()) {
+        stats.waitSeconds += double(n.before.elapsed_time(n.after)) / 1e3;
+        n.waited = false;
+      }
+      // Done: timed, its wait read, and its DistWork gone or waited (only this list holds it).
+      const bool done = !n.work && !n.waited && it->use_count() == 1;
+      it = done ? nccl.erase(it) : it + 1;
+    }
+  }
+#endif
 };
 
 #ifdef PRIME_HAVE_GLOO
@@ -158,6 +207,10 @@ struct DistWork::Impl {
   Clock::time_point issued;
   bool timedByCallback = false;  // the future's callback records when it ended
   bool done = false;
+#ifdef PRIME_HAVE_NCCL
+  std::optional<at::Device> ncclDevice;    // a NCCL collective's device
+  std::shared_ptr<DistTiming::Nccl> nccl;  // its timing
+#endif
 };
 
 DistWork::~DistWork() = default;
@@ -168,15 +221,38 @@ void DistWork::wait() {
   w.done = true;
   const auto t0 = Clock::now();
   try {
+#ifdef PRIME_HAVE_NCCL
+    if (w.nccl) {
+      // The device's current stream waits for the collective (the host does not): the events
+      // around the wait time how long that stream stood still.
+      c10::cuda::CUDAGuard guard(*w.ncclDevice);
+      const auto stream = c10::cuda::getCurrentCUDAStream(w.ncclDevice->index());
+      w.nccl->before.record(stream);  // read only once `waited` is set (under the timing's lock)
+      w.work->wait();
+      std::lock_guard<std::mutex> lock(w.timing->mu);
+      w.nccl->after.record(stream);
+      w.nccl->waited = true;
+    } else {
+      w.work->wait();
+    }
+#else
     w.work->wait();
+#endif
   } catch (const c10::Error& e) {
     failed(w.what, e.what_without_backtrace());
   } catch (const std::exception& e) {
     failed(w.what, e.what());
   }
   const auto t1 = Clock::now();
-  w.timing->waited(secondsBetween(t0, t1));
-  if (!w.timedByCallback) w.timing->ended(w.issued, t1);
+#ifdef PRIME_HAVE_NCCL
+  const bool onHost = !w.nccl;
+#else
+  const bool onHost = true;
+#endif
+  if (onHost) {
+    w.timing->waited(secondsBetween(t0, t1));
+    if (!w.timedByCallback) w.timing->ended(w.issued, t1);
+  }
   if (w.finish) w.finish();
   w.keep.clear();
 }
@@ -202,6 +278,8 @@ struct DistGroup::Impl {
         opts->timeout = timeout;
         nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl/", store), rank,
                                                            size, opts);
+        // Start and end events on NCCL's stream around each collective (WorkNCCL::getDuration).
+        nccl->enableCollectivesTiming();
       }
       return f(*nccl);
     }
@@ -244,10 +322,11 @@ DistGroup::~DistGroup() = default;
 
 const char* DistGroup::backendFor(const at::Tensor& t) const { return impl_->ncclFor(t) ? "nccl" : "gloo"; }
 
-// A work timed by its future's completion callback where the backend has futures, else when it is
-// waited for.
+// A work timed on the device (NCCL), by its future's completion callback where the backend has
+// futures that complete with the work (Gloo), else when it is waited for.
 std::shared_ptr<DistWork> DistGroup::track(c10::intrusive_ptr<c10d::Work> work, const char* what,
-                                           const std::shared_ptr<DistTiming>& timing, bool hasFuture) {
+                                           const std::shared_ptr<DistTiming>& timing, bool hasFuture,
+                                           std::optional<at::Device> ncclDevice) {
   const auto issued = Clock::now();
   auto w = std::make_shared<DistWork>();
   w->impl_ = std::make_unique<DistWork::Impl>();
@@ -255,6 +334,20 @@ std::shared_ptr<DistWork> DistGroup::track(c10::intrusive_ptr<c10d::Work> work, 
   w->impl_->what = what;
   w->impl_->timing = timing;
   w->impl_->issued = issued;
+#ifdef PRIME_HAVE_NCCL
+  if (ncclDevice) {
+    auto n = std::make_shared<DistTiming::Nccl>();
+    n->work = w->impl_->work;
+    w->impl_->ncclDevice = ncclDevice;
+    w->impl_->nccl = n;
+    std::lock_guard<std::mutex> lock(timing->mu);
+    timing->readNccl(false, {});  // what has finished since: no work is held longer than it runs
+    timing->nccl.push_back(std::move(n));
+    return w;
+  }
+#else
+  (void)ncclDevice;
+#endif
   if (hasFuture) {
     w->impl_->timedByCallback = true;
     w->impl_->work->getFuture()->addCallback(
@@ -264,15 +357,16 @@ std::shared_ptr<DistWork> DistGroup::track(c10::intrusive_ptr<c10d::Work> work, 
 }
 
 // Every collective goes through here: issued now, returned in flight.
-#define PRIME_ISSUE(tensor, what, hasFuture, call)                                      \
-  [&]() {                                                                               \
-    c10::intrusive_ptr<c10d::Work> work;                                                \
-    try {                                                                               \
-      work = impl_->on(tensor, rank_, size_, timeout_, [&](auto& pg) { return call; }); \
-    } catch (const c10::Error& e) {                                                     \
-      failed(what, e.what_without_backtrace());                                         \
-    }                                                                                   \
-    return track(std::move(work), what, impl_->timing, hasFuture);                      \
+#define PRIME_ISSUE(tensor, what, hasFuture, call)                                                      \
+  [&]() {                                                                                               \
+    c10::intrusive_ptr<c10d::Work> work;                                                                \
+    try {                                                                                               \
+      work = impl_->on(tensor, rank_, size_, timeout_, [&](auto& pg) { return call; });                 \
+    } catch (const c10::Error& e) {                                                                     \
+      failed(what, e.what_without_backtrace());                                                         \
+    }                                                                                                   \
+    return track(std::move(work), what, impl_->timing, hasFuture,                                       \
+                 impl_->ncclFor(tensor) ? std::optional<at::Device>((tensor).device()) : std::nullopt); \
   }()
 
 void DistGroup::allReduceSum(at::Tensor& t) {
@@ -388,9 +482,36 @@ std::shared_ptr<DistWork> DistGroup::reduceScatterAddAsync(const at::Tensor&, co
 DistStats DistGroup::takeStats() {
   DistTiming& t = *impl_->timing;
   std::lock_guard<std::mutex> lock(t.mu);
+#ifdef PRIME_HAVE_NCCL
+  // Deliberate host sync, once per call (a trainer's step end): NCCL's events are read once the
+  // device has passed them.
+  t.readNccl(true, timeout_);
+#endif
   DistStats s = t.stats;
   t.stats = DistStats{};
   return s;
+}
+
+DistStats timeAllGathers(DistGroup& group, const at::Device& device, int64_t bytes, int64_t iters) {
+  if (bytes < 4 || iters < 1) throw std::runtime_error("timeAllGathers: bytes must be >= 4 and iters >= 1");
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  const int64_t n = bytes / 4;
+  const at::Tensor shard = at::ones({n}, opts), full = at::empty({n * group.size()}, opts);
+  group.allGatherAsync(shard, full)->wait();  // warm-up: NCCL's communicator is made at the first one
+  group.takeStats();
+  std::vector<std::shared_ptr<DistWork>> works;
+  for (int64_t i = 0; i < iters; i++) works.push_back(group.allGatherAsync(shard, full));
+  for (auto& w : works) w->wait();
+  return group.takeStats();
+}
+
+void DistGroup::resetStats() {
+  DistTiming& t = *impl_->timing;
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.stats = DistStats{};
+#ifdef PRIME_HAVE_NCCL
+  t.nccl.clear();
+#endif
 }
 
 }  // namespace prime

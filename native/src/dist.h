@@ -59,17 +59,20 @@ class DistStore {
   int port_;
 };
 
-// Where a group's collective time went, since the last takeStats(): `busySeconds` while some
-// collective ran (the backend runs them one after another), `waitSeconds` the calling thread spent
-// blocked on them. busy - wait is the time collectives ran behind compute.
+// Where a group's collective time went, since the last takeStats() or resetStats(): `busySeconds`
+// while some collective ran (the backend runs them one after another), `waitSeconds` the work
+// waiting for them stood still: Gloo's on the host (the calling thread blocked), NCCL's on the
+// device (the waiting stream held between its events around the wait; NCCL's own start and end
+// events time each collective on its stream). busy - wait is the time collectives ran behind compute.
 struct DistStats {
   double busySeconds = 0, waitSeconds = 0;
   int64_t collectives = 0;
 };
 
-// A collective in flight. wait() blocks until it is done (NCCL: until the current CUDA stream
-// waits for it, without blocking the host), then runs what finishes it on this thread (copying a
-// reduce-scatter's part out). Throws what the collective failed with. Waiting twice is a no-op.
+// A collective in flight. wait() blocks until it is done (NCCL: makes the current CUDA stream of
+// the collective's device wait for it, without blocking the host), then runs what finishes it on
+// this thread (copying a reduce-scatter's part out). Throws what the collective failed with.
+// Waiting twice is a no-op.
 class DistWork {
  public:
   ~DistWork();
@@ -112,11 +115,18 @@ class DistGroup {
   // is waited for. NCCL reduce-scatters; Gloo (which has no reduce-scatter in libtorch 1.13)
   // all-reduces `full` in place, twice the bytes on the wire, and keeps its part.
   std::shared_ptr<DistWork> reduceScatterAddAsync(const at::Tensor& full, const at::Tensor& accumulate);
+  // The stats since the last call, after the device has run the collectives they count (NCCL:
+  // deliberately a host sync, once per call: a trainer's step end).
   DistStats takeStats();
+  // Forgets the stats so far without reading them (no sync): a step's start.
+  void resetStats();
 
  private:
+  // `ncclDevice`: a NCCL collective's device (timed on the device); none: timed by its future's
+  // completion where `hasFuture`, else when it is waited for.
   static std::shared_ptr<DistWork> track(c10::intrusive_ptr<c10d::Work> work, const char* what,
-                                         const std::shared_ptr<DistTiming>& timing, bool hasFuture);
+                                         const std::shared_ptr<DistTiming>& timing, bool hasFuture,
+                                         std::optional<at::Device> ncclDevice);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::shared_ptr<DistStore> store_;  // outlives the group
@@ -124,5 +134,10 @@ class DistGroup {
   DistBackend backend_;
   std::chrono::milliseconds timeout_;
 };
+
+// `iters` all-gathers of `bytes` per rank, on `device`, issued back to back, then waited for in
+// order, and the group's stats for them (timed as the trainer's collectives are): a benchmark of
+// the group's collectives and of their timing (bench/gpu/checks.ts). Resets the group's stats.
+DistStats timeAllGathers(DistGroup& group, const at::Device& device, int64_t bytes, int64_t iters);
 
 }  // namespace prime

@@ -59,11 +59,14 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
   if (o.gpuMemoryUtilization > 0 && !model->device.is_cuda())
     throw std::runtime_error("gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on " +
                              model->device.str());
+  const ArchConfig& c = model->cfg;
   if (pagedAttentionKernel) {
-    const std::string why = pagedDecodeUnsupported(model->device, model->dtype);
+    // The most positions a decode step reads: the block tables' width in positions.
+    const int64_t maxKeys = ceilDiv(maxSequenceLength, blockSize) * blockSize;
+    const std::string why =
+        pagedDecodeUnsupported(model->device, model->dtype, c.numHeads, c.numKvHeads, c.headDim, maxKeys);
     if (!why.empty()) throw std::runtime_error("pagedAttentionKernel: " + why);
   }
-  const ArchConfig& c = model->cfg;
   int64_t blocks = 0;
   if (o.kvCacheTokens > 0) {
     blocks = ceilDiv(o.kvCacheTokens, blockSize);
@@ -110,6 +113,7 @@ void Generator::validate(const SequenceRequest& r) const {
   if (!(r.sampling.topP > 0 && r.sampling.topP <= 1)) throw std::runtime_error("topP must be in (0, 1]");
   if (r.sampling.temperature < 0 || r.sampling.minP < 0 || r.sampling.minP > 1)
     throw std::runtime_error("temperature must be >= 0 and minP in [0, 1]");
+  if (const std::string e = samplingError(r.sampling, model->cfg.vocabSize); !e.empty()) throw std::runtime_error(e);
   // The most positions it may hold: every token fed (all but the last sampled one), at most the
   // length limit. More than the pool could never run, even alone.
   const int64_t most = std::min<int64_t>(int64_t(r.prompt.size()) + r.maxTokens - 1, maxSequenceLength);
@@ -137,6 +141,7 @@ std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& re
     nextId_++;
     nextArrival_++;
     s->rng.seed(r.hasSeed ? r.seed : std::random_device{}());
+    s->adjust = LogitAdjuster(r.sampling, r.stopTokenIds, model->cfg.vocabSize);
     out.push_back({s->id});
     insertRunning(std::move(s));
   }

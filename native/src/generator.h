@@ -162,6 +162,7 @@ class Generator {
     uint64_t epoch = 0;           // the policy epoch its K/V were computed under
     int64_t generated = 0;
     std::mt19937_64 rng;
+    LogitAdjuster adjust;  // logit bias, min_tokens, penalties: sampler state, like rng
     uint64_t arrival;
     // A follower waits until its leader has computed tokens[0, sharedLen) into the blocks they
     // share; with sharedLen = tokens.size() it then samples from the leader's row for the last one.

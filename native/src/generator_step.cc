@@ -315,6 +315,7 @@ std::vector<StepToken> Generator::runDecode(Plan& p, Laps& lap) {
       Sequence& s = *p.decode[b];
       rows[b].params = s.req.sampling;
       rows[b].topLogprobs = s.req.topLogprobs;
+      rows[b].adjust = &s.adjust;
       if (s.req.sampling.temperature > 0)
         for (int64_t j = 0; j < k; j++) u[size_t(j * n + b)] = uniform53(s.rng);
     }
@@ -411,6 +412,7 @@ void Generator::sampleLogits(const std::vector<Sequence*>& seqs, const at::Tenso
       Sequence& s = *seqs[b];
       rows[b].params = s.req.sampling;
       rows[b].topLogprobs = s.req.topLogprobs;
+      rows[b].adjust = &s.adjust;
       if (s.req.sampling.temperature > 0) rows[b].draw = uniform53(s.rng);
     }
     TensorSampled ts = sampleWithTensorOps(logits, rows);
@@ -425,8 +427,15 @@ void Generator::sampleLogits(const std::vector<Sequence*>& seqs, const at::Tenso
   // vectorised for the batch (T = 1 for greedy rows), then the sampler's sum and inverse-CDF scan
   // over e. No log-softmax or probability tensor of the batch's size, no sort unless top-p is on
   // (sampler.h).
-  const at::Tensor x0 = logits.contiguous();
+  at::Tensor x0 = logits.contiguous();
   const int64_t V = x0.size(1);
+  // Logit bias, min_tokens and penalties (sampler.h) change a row before anything reads it: a copy.
+  if (std::any_of(seqs.begin(), seqs.end(), [](const Sequence* s) { return s->adjust.active(); })) {
+    x0 = x0.clone();
+    AT_DISPATCH_FLOATING_TYPES(x0.scalar_type(), "adjust", [&] {
+      for (int64_t i = 0; i < n; i++) seqs[i]->adjust.apply(x0.data_ptr<scalar_t>() + i * V);
+    });
+  }
   std::vector<int64_t> best(static_cast<size_t>(n));
   std::vector<double> temps(static_cast<size_t>(n)), maxes(size_t(n), 0.0);
   for (int64_t b = 0; b < n; b++)
@@ -454,6 +463,7 @@ void Generator::sampleLogits(const std::vector<Sequence*>& seqs, const at::Tenso
         const RowLogits<scalar_t> row{x + i * V, ex + i * V, V, best[i], temps[i]};
         double logNorm = 0;
         sampled[i] = sampleToken(row, s.req.sampling, s.rng, order, &logNorm);
+        s.adjust.sampled(sampled[i].token);
         if (s.req.topLogprobs > 0) topLogprobs(row, logNorm, s.req.topLogprobs, out[i].topIds, out[i].topLogprobs);
       }
     });

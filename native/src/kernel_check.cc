@@ -95,8 +95,8 @@ RunInputs inputsFor(const KernelCheckOptions& o, const Problem& p, Path path) {
   const at::Device device = exact ? at::Device(at::kCPU) : o.device;
   const at::ScalarType act = exact ? at::kDouble : o.dtype;
   // Under bf16 the weights are fp32 master weights (mixed precision), computing as their bf16
-  // copy: the exact run takes that copy.
-  const at::ScalarType weightDt = exact ? at::kDouble : at::kFloat;
+  // copy, or bf16 weights: either way the exact run takes the bf16 copy.
+  const at::ScalarType weightDt = exact ? at::kDouble : o.weightDtype;
   auto leaf = [&](const std::string& name, bool weight) {
     at::Tensor t = get(p.inputs, name);
     if (!weight || exact) t = t.to(o.dtype);  // the rounding the run sees
@@ -145,16 +145,16 @@ Named pass(const KernelCheckOptions& o, Path path, const RunInputs& in) {
     auto [q, kk] = k.rope(a * 1, leaves[1].second * 1, in.cos, in.sin);
     outs = {{"q", q}, {"k", kk}};
   } else if (o.kernel == "swiglu") {
-    outs = {{"out", o.packed ? k.swiglu(a.narrow(1, 0, o.width), a.narrow(1, o.width, o.width))
-                             : k.swiglu(a, leaves[1].second)}};
+    outs = {{"out", o.packed ? k.swigluPacked(a) : k.swiglu(a, leaves[1].second)}};
   } else {  // lmHead
     const int64_t chunk = o.chunkTokens > 0 ? o.chunkTokens : lmHeadChunkTokens(o.vocab, device);
     const at::ScalarType logits = exact ? at::kDouble : at::kFloat;
     // Keep the first chunk's logits for the backward, recompute the others: both paths run.
     const int64_t keep = chunk * o.vocab * int64_t(c10::elementSize(logits));
-    // Mixed precision: the matmuls in bf16 over the fp32 master weight, as the trainer's forward.
+    // Mixed precision: the matmuls in bf16 over the fp32 master weight, as the trainer's forward
+    // (bf16 weights need none: they compute as they are).
     std::optional<AutocastGuard> autocast;
-    if (!exact && o.dtype == at::kBFloat16) autocast.emplace(device, at::kBFloat16);
+    if (!exact && o.dtype == at::kBFloat16 && o.weightDtype == at::kFloat) autocast.emplace(device, at::kBFloat16);
     const TokenStats ts = chunkedTokenStats(a, leaves[1].second, in.targets, kTemperature, logits, chunk, keep,
                                             path == Path::Fused ? LmHeadKernels::Fused : LmHeadKernels::TensorOps);
     autocast.reset();
@@ -196,11 +196,20 @@ double timePasses(const KernelCheckOptions& o, const Problem& p, Path path, int6
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(iters);
 }
 
+// What the options cannot mean, refused by name.
+void checkOptions(const KernelCheckOptions& o) {
+  if (o.rows < 1 || o.width < 1 || o.heads < 1 || o.kvHeads < 1)
+    throw std::runtime_error("kernelCheck: rows, width, heads and kvHeads must be >= 1");
+  if (o.weightDtype != at::kFloat && o.weightDtype != at::kBFloat16)
+    throw std::runtime_error("kernelCheck: weightDtype must be float32 or bfloat16");
+  if (o.weightDtype == at::kBFloat16 && (o.kernel == "rope" || o.kernel == "swiglu"))
+    throw std::runtime_error("kernelCheck: weightDtype: " + o.kernel + " has no weight");
+}
+
 }  // namespace
 
 std::vector<KernelCheckOutput> kernelCheck(const KernelCheckOptions& o) {
-  if (o.rows < 1 || o.width < 1 || o.heads < 1 || o.kvHeads < 1)
-    throw std::runtime_error("kernelCheck: rows, width, heads and kvHeads must be >= 1");
+  checkOptions(o);
   const Problem p = draw(o);
   const Named fused = run(o, p, Path::Fused), unfused = run(o, p, Path::Unfused), exact = run(o, p, Path::Exact);
   std::vector<KernelCheckOutput> out;
@@ -224,6 +233,7 @@ std::vector<KernelCheckOutput> kernelCheck(const KernelCheckOptions& o) {
 namespace prime {
 
 KernelTiming kernelTime(const KernelCheckOptions& o, int64_t iters) {
+  checkOptions(o);
   if (iters < 1) throw std::runtime_error("kernelTime: iters must be >= 1");
   const Problem p = draw(o);
   return {timePasses(o, p, Path::Fused, iters), timePasses(o, p, Path::Unfused, iters)};

@@ -13,9 +13,13 @@ namespace prime {
 struct KernelCheckOptions {
   // rmsNorm | addRmsNorm | rope | swiglu | lmHead
   std::string kernel;
-  // The activations' dtype; bf16 runs as mixed precision (fp32 weights). float64 reaches the fused
-  // kernels' own refusal (they take float32 and bfloat16).
+  // The activations' dtype; bf16 runs as mixed precision (fp32 weights) unless weightDtype says
+  // bf16. float64 reaches the fused kernels' own refusal (they take float32 and bfloat16).
   at::ScalarType dtype = at::kFloat;
+  // rmsNorm, addRmsNorm, lmHead: the weight's dtype: float32 (master weights; with bf16
+  // activations, mixed precision), or bfloat16 with bf16 activations (a bf16 model, and the
+  // weights full sharding gathers for the forward).
+  at::ScalarType weightDtype = at::kFloat;
   at::Device device = at::kCPU;
   int64_t rows = 0;         // tokens
   int64_t width = 0;        // the normed / intermediate / hidden size, or the head size (rope)

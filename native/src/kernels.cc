@@ -15,6 +15,7 @@
 
 #include "cuda/kernels.h"
 #endif
+#include "cuda/norm_limits.h"
 
 namespace prime {
 namespace {
@@ -75,6 +76,12 @@ class Unfused final : public BlockKernels {
   }
 
   at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) const override { return at::silu(gate) * up; }
+  // split, not two narrows: its backward writes the two halves' gradients into one tensor (a cat),
+  // where each narrow's backward would fill a full-width tensor with zeros and the two be added.
+  at::Tensor swigluPacked(const at::Tensor& gateUp) const override {
+    const std::vector<at::Tensor> gu = gateUp.split(gateUp.size(1) / 2, 1);
+    return swiglu(gu[0], gu[1]);
+  }
 };
 
 // ---- Checks the fused kernels make of their inputs (host side, before any launch) ----------------
@@ -107,7 +114,13 @@ void requireWidth(const char* op, int64_t width) {
 
 void checkNorm(const char* op, const at::Tensor& x, const at::Tensor& w) {
   requireActivation(op, x);
-  requireWidth(op, x.dim() > 0 ? x.size(-1) : 0);
+  const int64_t width = x.dim() > 0 ? x.size(-1) : 0;
+  requireWidth(op, width);
+  const int64_t widest = cuda::normBackwardMaxWidth(width, int64_t(x.element_size()));
+  if (width > widest)
+    throw std::runtime_error(std::string(op) + ": rows of " + std::to_string(width) + " " + dt(x.scalar_type()) +
+                             " elements are wider than the kernels take at that size (" + std::to_string(widest) +
+                             ": their backward holds a row in registers)");
   requireShape(op, "the weight", w.dim() == 1 && w.size(0) == x.size(-1), w, "[" + std::to_string(x.size(-1)) + "]");
   if (w.scalar_type() != x.scalar_type() && !(w.scalar_type() == at::kFloat && x.scalar_type() == at::kBFloat16))
     throw std::runtime_error(std::string(op) + ": the weight is " + dt(w.scalar_type()) + " for activations in " +
@@ -193,22 +206,15 @@ std::pair<at::Tensor, at::Tensor> normBackward(const at::Tensor& g, const at::Te
     return {dx, dw};
   }
   const at::Tensor gc = g.contiguous(), gs = gSum.defined() ? gSum.contiguous() : gSum, wc = w.contiguous();
-  at::Tensor dx, dw;
-  if (wantX) {
-    dx = at::empty_like(s);
-    PRIME_LAUNCH(
-        s, cuda::rmsNormBackward(kdt(s), kdt(wc), gc.data_ptr(), gs.defined() ? gs.data_ptr() : nullptr, s.data_ptr(),
-                                 rstd.data_ptr<float>(), wc.data_ptr(), dx.data_ptr(), rows, width, streamOf(s)));
-  }
-  if (wantW) {
-    dw = at::empty_like(wc);
-    at::Tensor work;
+  at::Tensor dx = wantX ? at::empty_like(s) : at::Tensor(), dw = wantW ? at::empty_like(wc) : at::Tensor(), work;
 #ifdef PRIME_HAVE_CUDA_KERNELS
-    work = at::empty({cuda::rmsNormWeightGradWorkspace(rows, width)}, s.options().dtype(at::kFloat));
+  if (wantW) work = at::empty({cuda::rmsNormBackwardWorkspace(rows, width)}, s.options().dtype(at::kFloat));
 #endif
-    PRIME_LAUNCH(s, cuda::rmsNormWeightGrad(kdt(s), kdt(wc), gc.data_ptr(), s.data_ptr(), rstd.data_ptr<float>(),
-                                            dw.data_ptr(), work.data_ptr<float>(), rows, width, streamOf(s)));
-  }
+  // One pass over g and s for both gradients.
+  PRIME_LAUNCH(s, cuda::rmsNormBackward(kdt(s), kdt(wc), gc.data_ptr(), gs.defined() ? gs.data_ptr() : nullptr,
+                                        s.data_ptr(), rstd.data_ptr<float>(), wc.data_ptr(),
+                                        wantX ? dx.data_ptr() : nullptr, wantW ? dw.data_ptr() : nullptr,
+                                        wantW ? work.data_ptr<float>() : nullptr, rows, width, streamOf(s)));
   return {dx, dw};
 }
 
@@ -350,16 +356,23 @@ at::Tensor swigluForward(const at::Tensor& gate, const at::Tensor& up) {
   return out;
 }
 
-std::pair<at::Tensor, at::Tensor> swigluBackward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up) {
+// The gradients of gate and up, in `into` ([rows, 2 width]: dGate its left half, dUp its right)
+// when given, else as two tensors.
+std::pair<at::Tensor, at::Tensor> swigluBackward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up,
+                                                 at::Tensor into = at::Tensor()) {
+  const int64_t width = gate.size(1);
+  at::Tensor dGate = into.defined() ? into.narrow(1, 0, width) : at::empty(gate.sizes(), gate.options());
+  at::Tensor dUp = into.defined() ? into.narrow(1, width, width) : at::empty(gate.sizes(), gate.options());
   if (!gate.is_cuda()) {
     const at::Tensor go = grad.to(at::kFloat), g = gate.to(at::kFloat), s = at::sigmoid(g);
-    return {(go * up.to(at::kFloat) * s * (1 + g * (1 - s))).to(gate.scalar_type()),
-            (go * g * s).to(gate.scalar_type())};
+    dGate.copy_(go * up.to(at::kFloat) * s * (1 + g * (1 - s)));
+    dUp.copy_(go * g * s);
+    return {dGate, dUp};
   }
   const at::Tensor go = grad.contiguous(), g = rowMajor(gate), u = rowMajor(up);
-  at::Tensor dGate = at::empty(gate.sizes(), gate.options()), dUp = at::empty(gate.sizes(), gate.options());
-  PRIME_LAUNCH(g, cuda::swigluBackward(kdt(g), go.data_ptr(), g.data_ptr(), g.stride(0), u.data_ptr(), u.stride(0),
-                                       dGate.data_ptr(), dUp.data_ptr(), g.size(0), g.size(1), streamOf(g)));
+  PRIME_LAUNCH(g,
+               cuda::swigluBackward(kdt(g), go.data_ptr(), g.data_ptr(), g.stride(0), u.data_ptr(), u.stride(0),
+                                    dGate.data_ptr(), dUp.data_ptr(), dGate.stride(0), g.size(0), width, streamOf(g)));
   return {dGate, dUp};
 }
 
@@ -372,6 +385,23 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
     const auto saved = ctx->get_saved_variables();
     auto [dGate, dUp] = swigluBackward(grads[0], saved[0], saved[1]);
     return {dGate, dUp};
+  }
+};
+
+// SwiGLU of a packed [rows, 2 width] gate/up projection: its gradient written as one tensor, the
+// kernel filling both halves (no narrow views, whose backward would zero-fill full-width tensors).
+struct SwigluPackedFn : torch::autograd::Function<SwigluPackedFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gateUp) {
+    ctx->save_for_backward({gateUp});
+    const int64_t width = gateUp.size(1) / 2;
+    return swigluForward(gateUp.narrow(1, 0, width), gateUp.narrow(1, width, width));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor gateUp = ctx->get_saved_variables()[0];
+    const int64_t width = gateUp.size(1) / 2;
+    at::Tensor d = at::empty(gateUp.sizes(), gateUp.options());
+    swigluBackward(grads[0], gateUp.narrow(1, 0, width), gateUp.narrow(1, width, width), d);
+    return {d};
   }
 };
 
@@ -421,6 +451,14 @@ class Fused final : public BlockKernels {
     checkSwiglu(gate, up);
     if (!recording({&gate, &up})) return swigluForward(gate, up);
     return SwigluFn::apply(gate, up);
+  }
+  at::Tensor swigluPacked(const at::Tensor& gateUp) const override {
+    requireShape("fused SwiGLU", "gate/up", gateUp.dim() == 2 && gateUp.size(1) % 2 == 0, gateUp,
+                 "[tokens, 2 x intermediate]");
+    const int64_t width = gateUp.size(1) / 2;
+    checkSwiglu(gateUp.narrow(1, 0, width), gateUp.narrow(1, width, width));
+    if (!recording({&gateUp})) return swigluForward(gateUp.narrow(1, 0, width), gateUp.narrow(1, width, width));
+    return SwigluPackedFn::apply(gateUp);
   }
 };
 

@@ -29,6 +29,9 @@ class BlockKernels {
                                                  const at::Tensor& sin) const = 0;
   // silu(gate) * up, gate and up [N, I] (they may be the halves of one [N, 2 I] projection).
   virtual at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) const = 0;
+  // The same of a packed [N, 2 I] gate/up projection (gate its left half): its gradient comes back
+  // as one tensor, not through two narrow views each zero-filling a full-width gradient.
+  virtual at::Tensor swigluPacked(const at::Tensor& gateUp) const = 0;
 };
 
 const BlockKernels& unfusedBlockKernels();

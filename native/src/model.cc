@@ -92,8 +92,12 @@ at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& 
                               const Segments& seg, std::vector<LayerKV>* kvOut, const Adapt& ad) const {
   const int64_t H = cfg.numHeads, hd = cfg.headDim;
   const Layer& L = layers_[l];
-  at::Tensor v;
-  auto [q, k] = attentionInputs(L, x, cos, sin, v, l, ad);
+  if (L.linear()) {  // Gated DeltaNet: no keys and values
+    if (kvOut) kvOut->emplace_back();
+    return afterMixer(L, x, linearAttentionPacked(L, rmsNorm(x, L.inputNorm), seg, ad), l, ad);
+  }
+  at::Tensor v, gate;
+  auto [q, k] = attentionInputs(L, x, cos, sin, v, l, ad, &gate);
   if (kvOut) kvOut->emplace_back(k, v);
 #if TORCH_VERSION_MAJOR >= 2
   if (seg.cuSeqLens.defined() && !flashVarlenFailed.load()) {
@@ -105,7 +109,7 @@ at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& 
                                                               seg.cuSeqLens, seg.cuSeqLens, seg.longest, seg.longest,
                                                               /*dropout_p=*/0.0, /*is_causal=*/true,
                                                               /*return_debug_mask=*/false));
-      return finishBlock(L, x, o.reshape({x.size(0), H * hd}), l, ad);
+      return finishBlock(L, x, gated(o.reshape({x.size(0), H * hd}), gate), l, ad);
     } catch (const c10::Error& e) {
       // A PyTorch built without flash attention (or a shape it refuses): per-sample attention
       // below, for this and every later forward of the process.
@@ -126,11 +130,13 @@ at::Tensor Model::packedLayer(int64_t l, const at::Tensor& x, const at::Tensor& 
     at::Tensor o = causalAttention(qs[s].transpose(0, 1), ks[s].transpose(0, 1), vs[s].transpose(0, 1));
     outs.push_back(o.transpose(0, 1).reshape({segLens[s], H * hd}));
   }
-  return finishBlock(L, x, outs.size() == 1 ? outs[0] : at::cat(outs, 0), l, ad);
+  return finishBlock(L, x, gated(outs.size() == 1 ? outs[0] : at::cat(outs, 0), gate), l, ad);
 }
 
-at::Tensor Model::forwardPaged(const at::Tensor& ids, const PagedBatch& batch, PagedKV& cache,
-                               MoeRouting* routing) const {
+at::Tensor Model::forwardPaged(const at::Tensor& ids, const PagedBatch& batch, PagedKV& cache, MoeRouting* routing,
+                               LinearStates* states) const {
+  if (hybrid() && (!states || !batch.slotOf.defined()))
+    throw std::runtime_error(cfg.arch + ": a paged forward of a hybrid model needs its state slots (linear_state.h)");
   const int64_t N = ids.size(0), H = cfg.numHeads, KV = cfg.numKvHeads, hd = cfg.headDim, B = cache.blockSize;
   auto [cos, sin] = rope(batch.pos);
   // The cache row (block * B + offset, of a layer seen as [blocks * B, KV * hd]) each token's K/V
@@ -143,12 +149,16 @@ at::Tensor Model::forwardPaged(const at::Tensor& ids, const PagedBatch& batch, P
   if (x.scalar_type() != computeDtype()) x = x.to(computeDtype());
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {
     const Layer& L = layers_[l];
-    at::Tensor v;
-    auto [q, k] = attentionInputs(L, x, cos, sin, v, l, noAdapters);
+    if (L.linear()) {
+      x = afterMixer(L, x, linearAttentionPaged(L, l, rmsNorm(x, L.inputNorm), batch, *states), l, noAdapters);
+      continue;
+    }
+    at::Tensor v, gate;
+    auto [q, k] = attentionInputs(L, x, cos, sin, v, l, noAdapters, &gate);
     cache.k[l].view({-1, KV * hd}).index_copy_(0, rows, k.reshape({N, KV * hd}));
     cache.v[l].view({-1, KV * hd}).index_copy_(0, rows, v.reshape({N, KV * hd}));
     const at::Tensor o = pagedAttention(q, cache.k[l], cache.v[l], batch);
-    x = finishBlock(L, x, o.reshape({N, H * hd}), l, noAdapters);
+    x = finishBlock(L, x, gated(o.reshape({N, H * hd}), gate), l, noAdapters);
   }
   return rmsNorm(x, norm_);
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "linear_state.h"
 #include "lm_head.h"
 
 namespace prime {
@@ -32,6 +33,14 @@ struct ArchConfig {
   // whether the top-k routing weights are renormalised to sum to 1.
   int64_t numExpertsPerTok = 0;
   bool normTopkProb = false;
+  // Qwen3.5: RMSNorm weights stored as offsets from 1 (x / rms(x) * (1 + w)); RoPE on the first
+  // partialRotaryFactor of each head; q_proj rows per head [query; gate], sigmoid(gate) scaling
+  // attention's output; and the sizes of its Gated DeltaNet blocks (the layers with a linQkv).
+  bool normOffset = false;
+  double partialRotaryFactor = 1.0;
+  bool attnOutputGate = false;
+  LinearAttentionSizes linear;
+  int64_t rotaryDim() const { return int64_t(double(headDim) * partialRotaryFactor); }
 };
 
 // One row of the family's tensor table: the HF tensor `name` of `shape` fills skeleton slot `slot`
@@ -67,13 +76,35 @@ struct Layer {
   // HF-named parameters, updated in place. A forward that records no gradient for them and has no
   // adapter on them takes one matmul for q/k/v and one for gate/up. Undefined where not fused.
   at::Tensor qkv, qkvBias, gateUp;
+  // Qwen3.5-MoE's shared expert (SwiGLU [Is, D], [Is, D], [D, Is]) and its gate [1, D].
+  at::Tensor sharedGate, sharedUp, sharedDown, sharedExpertGate;
+  // A Gated DeltaNet block instead of attention (Qwen3.5; sizes in ArchConfig::linear): in_proj_qkv
+  // [convDim, D], in_proj_z [Hv dv, D], in_proj_b and in_proj_a [Hv, D], the depthwise conv1d
+  // [convDim, 1, K], dt_bias and A_log [Hv], the gated RMSNorm [dv], out_proj [D, Hv dv].
+  at::Tensor linQkv, linZ, linB, linA, linConv, linDtBias, linALog, linNorm, linOut;
   bool sparse() const { return router.defined(); }
+  bool linear() const { return linQkv.defined(); }
 };
 
-// The seven kinds of linear projection of a block, in HF order; LoRA targets them by module name
-// (an MoE expert's gate/up/down_proj are of the same kinds, as PEFT matches them by suffix).
-enum Proj : int { kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj, kNumProj };
-const char* projName(int p);  // "q_proj", ..., "down_proj"
+// The kinds of linear projection of a block, in HF order; LoRA targets them by module name (an
+// MoE expert's and shared expert's gate/up/down_proj are of the same kinds, as PEFT matches them by
+// suffix); then Gated DeltaNet's (Qwen3.5).
+enum Proj : int {
+  kQProj,
+  kKProj,
+  kVProj,
+  kOProj,
+  kGateProj,
+  kUpProj,
+  kDownProj,
+  kInProjQkv,
+  kInProjZ,
+  kInProjB,
+  kInProjA,
+  kOutProj,
+  kNumProj
+};
+const char* projName(int p);  // "q_proj", ..., "down_proj", "in_proj_qkv", ..., "out_proj"
 
 // The names of a block's slots the tensor table may fill (`kLayerSlots`, then the per-expert
 // slots): the same list as `LAYER_SLOTS` in lib/model/families/decoder.ts, which a test checks.
@@ -143,6 +174,10 @@ struct PagedBatch {
   std::vector<int64_t> chunkStart, chunkLen;
   double* attentionSeconds = nullptr;  // when set, the CPU's attention time is added to it
   bool decodeKernel = false;           // decode rows through the CUDA paged decode kernel (paged_decode.h)
+  // Hybrid models (linear_state.h): the state slot of each table row [rows] (long, on the model's
+  // device), and per prefill segment the snapshots to take (may be empty).
+  at::Tensor slotOf;
+  std::vector<std::vector<StateSnapshot>> snapshots;
 };
 
 // Keys and values of one layer for a packed forward, after RoPE: [N, KV, hd].
@@ -203,8 +238,15 @@ class Model {
   // K/V into its block and returns the final-normed hidden states [N, D]. No host round trip on
   // a decode-only batch (decode_graph.h captures it in a CUDA graph); with routing, sparse blocks
   // report the experts each token went to.
-  at::Tensor forwardPaged(const at::Tensor& ids, const PagedBatch& batch, PagedKV& cache,
-                          MoeRouting* routing = nullptr) const;
+  // A hybrid model's Gated DeltaNet blocks read and write `states` (linear_state.h): required
+  // then, with batch.slotOf.
+  at::Tensor forwardPaged(const at::Tensor& ids, const PagedBatch& batch, PagedKV& cache, MoeRouting* routing = nullptr,
+                          LinearStates* states = nullptr) const;
+  // Whether some block is Gated DeltaNet (a hybrid model: forwardPaged needs LinearStates).
+  bool hybrid() const { return !linearLayers_.empty(); }
+  const std::vector<int64_t>& linearLayers() const { return linearLayers_; }
+  // numSlots zeroed state slots (and the pad slot) for this model's Gated DeltaNet blocks.
+  LinearStates linearStates(int64_t numSlots) const;
   // Final hidden states -> logits (fp32, or fp64 for fp64 models).
   at::Tensor logits(const at::Tensor& hidden) const;
   // Per-token log p(target) and entropy of softmax(logits / temperature) from final hidden states
@@ -292,12 +334,22 @@ class Model {
   // a part, and no gradient of a part is recorded (the parts are the parameters autograd knows).
   bool fusedUsable(const at::Tensor& fused, std::initializer_list<const at::Tensor*> parts, const Adapt& ad) const;
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
+  // A norm weight as the kernels take it: 1 + w where weights are offsets from 1 (normOffset).
+  at::Tensor normWeight(const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& pos) const;
   std::pair<at::Tensor, at::Tensor> attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
                                                     const at::Tensor& sin, at::Tensor& v, int64_t layer,
-                                                    const Adapt& ad) const;
+                                                    const Adapt& ad, at::Tensor* gate = nullptr) const;
+  // Attention's output [N, H hd] scaled by sigmoid(gate) where the family gates it (attnOutputGate).
+  static at::Tensor gated(const at::Tensor& attn, const at::Tensor& gate) {
+    return gate.defined() ? attn * at::sigmoid(gate) : attn;
+  }
   at::Tensor finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
                          const Adapt& ad) const;
+  // The rest of a block after its token mixer's output `mixed` [N, D] (after o_proj / out_proj):
+  // the residual add, the post-attention norm, the MLP and its residual add.
+  at::Tensor afterMixer(const Layer& L, const at::Tensor& x, const at::Tensor& mixed, int64_t layer,
+                        const Adapt& ad) const;
   // The samples of a packed row: their lengths, and where attention runs as one variable-length
   // flash-attention kernel (CUDA, bf16), their cumulative starts on the device (int32, [n + 1]).
   struct Segments {
@@ -317,6 +369,23 @@ class Model {
   at::Tensor denseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
                       const Adapt& ad, const at::Tensor& gateUp = at::Tensor()) const;
   at::Tensor sparseMlp(const Layer& L, const at::Tensor& x, int64_t layer, const Adapt& ad) const;
+  // Gated DeltaNet over a packed row (model_linear_attention.cc): the block's token mixer, from the
+  // normed input h [N, D] to its output [N, D] before the residual add; conv and recurrent state
+  // restart at every segment.
+  at::Tensor linearAttentionPacked(const Layer& L, const at::Tensor& h, const Segments& seg, const Adapt& ad) const;
+  // The same over a paged forward's rows, reading and writing their state slots.
+  at::Tensor linearAttentionPaged(const Layer& L, int64_t layer, const at::Tensor& h, const PagedBatch& batch,
+                                  LinearStates& states) const;
+  // The delta rule's inputs in its dtype (fp32; fp64 for fp64 models) from the convolved qkv [N,
+  // convDim] (after SiLU) and the b and a projections [N, Hv]: q (l2-normed, scaled) and k
+  // (l2-normed) [N, Hv, dk], each q/k head repeated for the v heads it serves, v [N, Hv, dv], g (log
+  // decay) and beta [N, Hv].
+  struct DeltaInputs {
+    at::Tensor q, k, v, g, beta;
+  };
+  DeltaInputs deltaInputs(const Layer& L, const at::Tensor& convolved, const at::Tensor& b, const at::Tensor& a) const;
+  // The gated RMSNorm and out_proj after the rule: o [N, Hv, dv], z [N, Hv dv].
+  at::Tensor linearOutput(const Layer& L, const at::Tensor& o, const at::Tensor& z, const Adapt& ad) const;
   // x W^T + b, plus W's adapter when ad has one.
   at::Tensor project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, const Adapt& ad) const;
   // Causal attention within one sample, q [H, Lq, hd] and k/v [KV, Lk, hd]: query i sits at key
@@ -333,8 +402,8 @@ class Model {
   std::vector<ParamSpec> specs_;
   at::Tensor embed_, norm_, lmHead_;  // lmHead_ undefined when tied
   std::vector<Layer> layers_;
-  std::vector<int64_t> sparseLayers_;
-  at::Tensor invFreq_;  // [hd/2] RoPE inverse frequencies
+  std::vector<int64_t> sparseLayers_, linearLayers_;
+  at::Tensor invFreq_;  // [rotaryDim/2] RoPE inverse frequencies
   std::atomic<uint64_t> weightsVersion_{0};
   bool hasWeights_ = true;
 };

@@ -19,29 +19,46 @@
 
 namespace prime {
 // Pre-attention half of a block: input norm, q/k/v projections, Qwen3 q/k norm, RoPE.
-// Returns q [N, H, hd] and k [N, KV, hd]; v [N, KV, hd] through the out-parameter.
+// Returns q [N, H, hd] and k [N, KV, hd]; v [N, KV, hd] through the out-parameter, and with the
+// output gate (attnOutputGate, Qwen3.5) its pre-sigmoid values [N, H hd] through `gate`.
 std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const at::Tensor& x, const at::Tensor& cos,
                                                          const at::Tensor& sin, at::Tensor& v, int64_t layer,
-                                                         const Adapt& ad) const {
+                                                         const Adapt& ad, at::Tensor* gate) const {
   const int64_t N = x.size(0), hd = cfg.headDim, H = cfg.numHeads, KV = cfg.numKvHeads;
+  const int64_t qRows = L.q.size(0);  // H hd, or 2 H hd with the output gate
   at::Tensor h = rmsNorm(x, L.inputNorm);
   at::Tensor q, k;
   if (fusedUsable(L.qkv, {&L.q, &L.k, &L.v}, ad)) {
-    // One matmul; q and k are rewritten below (norm, RoPE), v is made contiguous here.
-    const at::Tensor qkv = at::linear(h, L.qkv, L.qkvBias);  // [N, (H + 2 KV) hd]
-    q = qkv.narrow(1, 0, H * hd).view({N, H, hd});
-    k = qkv.narrow(1, H * hd, KV * hd).view({N, KV, hd});
-    v = qkv.narrow(1, (H + KV) * hd, KV * hd).contiguous().view({N, KV, hd});
+    // One matmul; q and k are rewritten below (norm, RoPE), v is made contiguous here. Split, not
+    // three narrows: under autograd their gradients come back as one tensor (a cat), where each
+    // narrow's backward would fill a full-width tensor with zeros and the three be added.
+    const at::Tensor qkv = at::linear(h, L.qkv, L.qkvBias);  // [N, qRows + 2 KV hd]
+    const std::vector<at::Tensor> parts = qkv.split_with_sizes({qRows, KV * hd, KV * hd}, 1);
+    q = parts[0];
+    k = parts[1].view({N, KV, hd});
+    v = parts[2].contiguous().view({N, KV, hd});
   } else {
-    q = project(h, L.q, L.qBias, ad).view({N, H, hd});
+    q = project(h, L.q, L.qBias, ad);
     k = project(h, L.k, L.kBias, ad).view({N, KV, hd});
     v = project(h, L.v, L.vBias, ad).view({N, KV, hd});
+  }
+  if (cfg.attnOutputGate) {
+    // Per head: hd query values, then hd gate values.
+    const at::Tensor qg = q.reshape({N, H, 2 * hd});
+    if (gate) *gate = qg.narrow(2, hd, hd).reshape({N, H * hd});
+    q = qg.narrow(2, 0, hd);
+  } else {
+    q = q.view({N, H, hd});
   }
   if (L.qNorm.defined()) {
     q = rmsNorm(q, L.qNorm);
     k = rmsNorm(k, L.kNorm);
   }
-  return kernels().rope(q, k, cos, sin);  // non-interleaved RoPE (kernels.h)
+  const int64_t rot = cfg.rotaryDim();
+  if (rot == hd) return kernels().rope(q, k, cos, sin);  // non-interleaved RoPE (kernels.h)
+  // Partial RoPE: the first `rot` dims of each head rotate, the others pass through.
+  auto [qr, kr] = kernels().rope(q.narrow(2, 0, rot).contiguous(), k.narrow(2, 0, rot).contiguous(), cos, sin);
+  return {at::cat({qr, q.narrow(2, rot, hd - rot)}, 2), at::cat({kr, k.narrow(2, rot, hd - rot)}, 2)};
 }
 
 // Causal attention within one sample: q [H, Lq, hd], k/v [KV, Lk, hd] -> [H, Lq, hd], query i at

@@ -8,7 +8,12 @@ namespace prime {
 // Post-attention half: output projection + residual, then the MLP + residual.
 at::Tensor Model::finishBlock(const Layer& L, const at::Tensor& x, const at::Tensor& attn, int64_t layer,
                               const Adapt& ad) const {
-  auto [h, m] = kernels().addRmsNorm(x, project(attn, L.o, L.oBias, ad), L.postNorm, cfg.rmsNormEps);
+  return afterMixer(L, x, project(attn, L.o, L.oBias, ad), layer, ad);
+}
+
+at::Tensor Model::afterMixer(const Layer& L, const at::Tensor& x, const at::Tensor& mixed, int64_t layer,
+                             const Adapt& ad) const {
+  auto [h, m] = kernels().addRmsNorm(x, mixed, normWeight(L.postNorm), cfg.rmsNormEps);
   if (L.sparse()) return h + sparseMlp(L, m, layer, ad);
   const bool fused = fusedUsable(L.gateUp, {&L.gate, &L.up}, ad);
   return h + denseMlp(m, L.gate, L.up, L.down, ad, fused ? L.gateUp : at::Tensor());
@@ -18,9 +23,8 @@ at::Tensor Model::denseMlp(const at::Tensor& x, const at::Tensor& gate, const at
                            const Adapt& ad, const at::Tensor& gateUp) const {
   const at::Tensor none;
   if (gateUp.defined()) {
-    const int64_t I = gate.size(0);
     const at::Tensor gu = at::linear(x, gateUp);  // [N, 2 I]
-    return project(kernels().swiglu(gu.narrow(1, 0, I), gu.narrow(1, I, I)), down, none, ad);
+    return project(kernels().swigluPacked(gu), down, none, ad);
   }
   return project(kernels().swiglu(project(x, gate, none, ad), project(x, up, none, ad)), down, none, ad);
 }
@@ -69,6 +73,10 @@ at::Tensor Model::sparseMlp(const Layer& L, const at::Tensor& x, int64_t layer, 
     at::Tensor y = denseMlp(x.index_select(0, rows), L.expertGate[e], L.expertUp[e], L.expertDown[e], ad);
     out.index_add_(0, rows, y * w.narrow(0, off, count[e]).unsqueeze(1));
   }
+  // Qwen3.5-MoE: every token also goes through the shared expert, scaled by its own sigmoid gate.
+  if (L.sharedGate.defined())
+    out =
+        out + at::sigmoid(at::linear(x, L.sharedExpertGate)) * denseMlp(x, L.sharedGate, L.sharedUp, L.sharedDown, ad);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace prime {
 namespace {
@@ -52,6 +53,19 @@ const std::pair<const char*, at::Tensor Layer::*> kLayerSlots[] = {
     {"up", &Layer::up},
     {"down", &Layer::down},
     {"router", &Layer::router},
+    {"sharedGate", &Layer::sharedGate},
+    {"sharedUp", &Layer::sharedUp},
+    {"sharedDown", &Layer::sharedDown},
+    {"sharedExpertGate", &Layer::sharedExpertGate},
+    {"linQkv", &Layer::linQkv},
+    {"linZ", &Layer::linZ},
+    {"linB", &Layer::linB},
+    {"linA", &Layer::linA},
+    {"linConv", &Layer::linConv},
+    {"linDtBias", &Layer::linDtBias},
+    {"linALog", &Layer::linALog},
+    {"linNorm", &Layer::linNorm},
+    {"linOut", &Layer::linOut},
 };
 // A sparse block's per-expert slots (ParamSpec::expert says which expert), with their Proj kind.
 struct ExpertSlot {
@@ -64,12 +78,27 @@ const ExpertSlot kExpertSlots[] = {
     {"expertUp", &Layer::expertUp, kUpProj},
     {"expertDown", &Layer::expertDown, kDownProj},
 };
-// The slot holding each projection's weight, in Proj order.
-const char* const kProjSlots[kNumProj] = {"q", "k", "v", "o", "gate", "up", "down"};
-// Slots every block must have; the others are optional. The MLP is either dense (gate, up, down)
-// or sparse (router and every expert's expertGate, expertUp, expertDown).
-const char* const kRequiredLayerSlots[] = {"inputNorm", "q", "k", "v", "o", "postNorm"};
+// The slots holding each projection's weight, in Proj order (a shared expert's gate/up/down are of
+// the MLP's kinds).
+const std::pair<const char*, int> kProjSlots[] = {
+    {"q", kQProj},          {"k", kKProj},
+    {"v", kVProj},          {"o", kOProj},
+    {"gate", kGateProj},    {"up", kUpProj},
+    {"down", kDownProj},    {"sharedGate", kGateProj},
+    {"sharedUp", kUpProj},  {"sharedDown", kDownProj},
+    {"linQkv", kInProjQkv}, {"linZ", kInProjZ},
+    {"linB", kInProjB},     {"linA", kInProjA},
+    {"linOut", kOutProj},
+};
+// Slots every block must have, then its token mixer's: attention (q, k, v, o) or Gated DeltaNet
+// (every lin* slot); the others are optional. The MLP is either dense (gate, up, down) or sparse
+// (router and every expert's expertGate, expertUp, expertDown; a shared expert optional).
+const char* const kRequiredLayerSlots[] = {"inputNorm", "postNorm"};
+const std::vector<const char*> kAttentionSlots = {"q", "k", "v", "o"};
+const std::vector<const char*> kLinearSlots = {"linQkv",    "linZ",    "linB",    "linA",  "linConv",
+                                               "linDtBias", "linALog", "linNorm", "linOut"};
 const char* const kDenseMlpSlots[] = {"gate", "up", "down"};
+const char* const kSharedExpertSlots[] = {"sharedGate", "sharedUp", "sharedDown", "sharedExpertGate"};
 
 }  // namespace
 
@@ -117,8 +146,9 @@ std::vector<std::string> layerSlotNames() {
 }
 
 const char* projName(int p) {
-  static const char* const names[kNumProj] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                              "gate_proj", "up_proj", "down_proj"};
+  static const char* const names[kNumProj] = {"q_proj",    "k_proj",    "v_proj",    "o_proj",
+                                              "gate_proj", "up_proj",   "down_proj", "in_proj_qkv",
+                                              "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
   return names[p];
 }
 
@@ -195,6 +225,26 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::
     for (const char* slot : kRequiredLayerSlots)
       if (!filled.count({l, slot}))
         throw std::runtime_error("tensor table: layer " + std::to_string(l) + " has no '" + slot + "' tensor");
+    // Its token mixer: every slot of attention or of Gated DeltaNet, and none of the other's.
+    const bool linear = filled.count({l, "linQkv"}) > 0;
+    for (const char* slot : linear ? kLinearSlots : kAttentionSlots)
+      if (!filled.count({l, slot}))
+        throw std::runtime_error("tensor table: layer " + std::to_string(l) + " has no '" + slot + "' tensor" +
+                                 (linear ? " (a Gated DeltaNet block)" : ""));
+    for (const char* slot : linear ? kAttentionSlots : kLinearSlots)
+      if (filled.count({l, slot}))
+        throw std::runtime_error("tensor table: layer " + std::to_string(l) +
+                                 " has both attention and Gated "
+                                 "DeltaNet slots ('" +
+                                 slot + "')");
+    if (linear && !cfg.linear.defined())
+      throw std::runtime_error("invalid ArchConfig: layer " + std::to_string(l) +
+                               " is a Gated DeltaNet block but the config has no linearAttention sizes");
+    int shared = 0;
+    for (const char* slot : kSharedExpertSlots) shared += int(filled.count({l, slot}));
+    if (shared != 0 && (shared != 4 || layers_[l].expertGate.empty()))
+      throw std::runtime_error("tensor table: layer " + std::to_string(l) +
+                               " needs all four shared-expert slots in a sparse block, or none");
     const int64_t E = int64_t(layers_[l].expertGate.size());
     if (E == 0) {
       for (const char* slot : kDenseMlpSlots)
@@ -216,13 +266,26 @@ Model::Model(ArchConfig c, std::vector<ParamSpec> specs, at::ScalarType dt, at::
       throw std::runtime_error("tensor table: layer " + std::to_string(l) + " needs both qNorm and kNorm or neither");
   }
   slots();  // rejects unknown slots and layers
-  for (int64_t l = 0; l < cfg.numLayers; l++)
+  for (int64_t l = 0; l < cfg.numLayers; l++) {
     if (!layers_[l].expertGate.empty()) sparseLayers_.push_back(l);
-  // inv_freq = 1 / theta^(2i/d), computed in fp32 like HF (fp64 for fp64 models).
+    if (filled.count({l, "linQkv"})) linearLayers_.push_back(l);
+  }
+  const int64_t rot = cfg.rotaryDim();
+  if (!(cfg.partialRotaryFactor > 0 && cfg.partialRotaryFactor <= 1) || rot < 2 || rot % 2 != 0)
+    throw std::runtime_error("invalid ArchConfig: partialRotaryFactor " + std::to_string(cfg.partialRotaryFactor) +
+                             " must rotate an even number of the " + std::to_string(cfg.headDim) + " head dims");
+  if (cfg.linear.defined()) {
+    const LinearAttentionSizes& s = cfg.linear;
+    if (s.numValueHeads <= 0 || s.keyHeadDim <= 0 || s.valueHeadDim <= 0 || s.convKernel < 2 ||
+        s.numValueHeads % s.numKeyHeads != 0)
+      throw std::runtime_error(
+          "invalid ArchConfig: linearAttention sizes must be positive, convKernel >= 2 and numValueHeads a multiple "
+          "of numKeyHeads");
+  }
+  // inv_freq = 1 / theta^(2i/d) over the rotated dims d, computed in fp32 like HF (fp64 for fp64 models).
   at::ScalarType rd = logitsDtype();
   invFreq_ =
-      1.0 / at::pow(cfg.ropeTheta,
-                    at::arange(0, cfg.headDim, 2, at::TensorOptions().dtype(at::kLong)).to(rd).div(double(cfg.headDim)))
+      1.0 / at::pow(cfg.ropeTheta, at::arange(0, rot, 2, at::TensorOptions().dtype(at::kLong)).to(rd).div(double(rot)))
                 .to(device);
   fuseProjections();
 }
@@ -335,8 +398,8 @@ std::vector<ProjectionRef> Model::projections() const {
   const std::string suffix = ".weight";
   for (const Slot& s : const_cast<Model*>(this)->slots()) {
     int kind = -1;
-    for (int p = 0; p < kNumProj; p++)
-      if (s.spec->slot == kProjSlots[p]) kind = p;
+    for (const auto& [slot, proj] : kProjSlots)
+      if (s.spec->slot == slot) kind = proj;
     for (const ExpertSlot& es : kExpertSlots)
       if (s.spec->slot == es.name) kind = es.proj;
     if (kind < 0) continue;

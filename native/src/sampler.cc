@@ -104,11 +104,52 @@ void topLogprobs(const RowLogits<S>& r, double logNorm, int64_t k, std::vector<i
   for (int32_t id : ids) logprobs.push_back(logprobOf(r, id, logNorm));
 }
 
+std::string samplingError(const SamplingParams& p, int64_t vocab) {
+  if (!std::isfinite(p.presencePenalty) || !std::isfinite(p.frequencyPenalty))
+    return "presencePenalty and frequencyPenalty must be finite";
+  if (p.minTokens < 0) return "minTokens must be >= 0";
+  for (const auto& [token, bias] : p.logitBias) {
+    if (token < 0 || token >= vocab)
+      return "logitBias: token id " + std::to_string(token) + " is outside the vocabulary (size " +
+             std::to_string(vocab) + ")";
+    if (!std::isfinite(bias)) return "logitBias: the bias of token " + std::to_string(token) + " is not finite";
+  }
+  return "";
+}
+
+LogitAdjuster::LogitAdjuster(const SamplingParams& p, const std::vector<int64_t>& stopTokenIds, int64_t vocab) : p_(p) {
+  if (p.minTokens > 0)
+    for (int64_t t : stopTokenIds)
+      if (t >= 0 && t < vocab) stops_.push_back(t);
+  active_ = !p_.logitBias.empty() || penalizes() || !stops_.empty();
+}
+
+void LogitAdjuster::sampled(int64_t token) {
+  generated_++;
+  if (penalizes()) counts_[token]++;
+}
+
+void LogitAdjuster::fixedDeltas(std::vector<std::pair<int64_t, double>>& out) const {
+  out.assign(p_.logitBias.begin(), p_.logitBias.end());
+  for (const auto& [token, n] : counts_)
+    out.emplace_back(token, -(p_.frequencyPenalty * double(n) + p_.presencePenalty));
+}
+
+template <typename S>
+void LogitAdjuster::apply(S* row) const {
+  for (const auto& [token, bias] : p_.logitBias) row[token] = S(double(row[token]) + bias);
+  for (const auto& [token, n] : counts_)
+    row[token] = S(double(row[token]) - p_.frequencyPenalty * double(n) - p_.presencePenalty);
+  if (generated_ < p_.minTokens)
+    for (int64_t token : stops_) row[token] = -std::numeric_limits<S>::infinity();
+}
+
 #define PRIME_SAMPLER(S)                                                                                               \
   template int64_t rowArgmax<S>(const S*, int64_t);                                                                    \
   template Sampled sampleToken<S>(const RowLogits<S>&, const SamplingParams&, std::mt19937_64&, std::vector<int32_t>&, \
                                   double*);                                                                            \
-  template void topLogprobs<S>(const RowLogits<S>&, double, int64_t, std::vector<int32_t>&, std::vector<float>&);
+  template void topLogprobs<S>(const RowLogits<S>&, double, int64_t, std::vector<int32_t>&, std::vector<float>&);      \
+  template void LogitAdjuster::apply<S>(S*) const;
 PRIME_SAMPLER(float)
 PRIME_SAMPLER(double)
 #undef PRIME_SAMPLER

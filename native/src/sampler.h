@@ -1,8 +1,12 @@
 // Per-sequence token sampling on one row of logits (plain C++, no torch).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace prime {
@@ -12,6 +16,55 @@ struct SamplingParams {
   double topP = 1.0;         // nucleus mass kept, (0, 1]
   int64_t topK = -1;         // -1 (or 0) = off
   double minP = 0.0;         // drop tokens with p < minP * p_max
+  // OpenAI's and vLLM's penalties, on the tokens the sequence sampled so far (its prompt's not
+  // counted): each logit minus frequencyPenalty x the token's count, and presencePenalty once it
+  // occurred.
+  double presencePenalty = 0.0, frequencyPenalty = 0.0;
+  std::vector<std::pair<int64_t, double>> logitBias;  // (token, added to its logit)
+  int64_t minTokens = 0;  // the stop tokens are not sampled before this many tokens (vLLM's min_tokens)
+};
+
+// What is wrong with `p` for a vocabulary of `vocab` tokens ("" when nothing).
+std::string samplingError(const SamplingParams& p, int64_t vocab);
+
+// What a sequence's settings and the tokens it sampled so far change in its next row of logits,
+// before anything else reads it (vLLM's order, all before temperature, so greedy sampling sees them
+// too): the logit bias added, its stop tokens banned (-inf) while fewer than minTokens were sampled,
+// and its presence and frequency penalties subtracted. Both samplers apply these (the host sampler
+// to the row in place, tensor_sampler.h on the device), so the reported logprobs and top logprobs
+// are of the distribution sampled from. It goes with its sequence (a preempted one keeps it), told
+// each token as it is sampled: the same tokens whatever happens around them.
+class LogitAdjuster {
+ public:
+  LogitAdjuster() = default;
+  // Stop tokens outside the vocabulary of `vocab` are never sampled anyway: none to ban.
+  LogitAdjuster(const SamplingParams& p, const std::vector<int64_t>& stopTokenIds, int64_t vocab);
+
+  // Whether it changes any row at all (else the samplers skip it).
+  bool active() const { return active_; }
+  bool penalizes() const { return p_.presencePenalty != 0 || p_.frequencyPenalty != 0; }
+  // A token was sampled (the next row's penalties and min_tokens count it).
+  void sampled(int64_t token);
+
+  // Adds the changes to a row of `vocab` logits, in place.
+  template <typename S>
+  void apply(S* row) const;
+
+  // The parts as the tensor sampler takes them: the bias and the penalties of the tokens so far
+  // ((token, delta), a token possibly twice), the tokens sampled so far, the stop tokens and how
+  // many more tokens they stay banned for.
+  void fixedDeltas(std::vector<std::pair<int64_t, double>>& out) const;
+  const std::unordered_map<int64_t, int64_t>& counts() const { return counts_; }
+  const std::vector<int64_t>& bannedStops() const { return stops_; }
+  int64_t stopsBannedFor() const { return std::max<int64_t>(0, p_.minTokens - generated_); }
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  SamplingParams p_;
+  std::vector<int64_t> stops_;
+  bool active_ = false;
+  int64_t generated_ = 0;
+  std::unordered_map<int64_t, int64_t> counts_;  // sampled token -> times (kept when a penalty is on)
 };
 
 struct Sampled {

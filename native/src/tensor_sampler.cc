@@ -15,6 +15,80 @@ at::Tensor firstAbove(const at::Tensor& cdf, const at::Tensor& target) {
 
 // The columns of TensorSampling::params.
 enum Col { kT, kMinP, kTopP, kTopK, kGreedy, kSorted, kCols };
+
+// The rows' adjusters as device tensors, in one host-to-device copy (fp64: token ids are exact).
+TensorSampling::Adjustments prepareAdjustments(const std::vector<TensorSampleRow>& rows, const at::Device& dev) {
+  const int64_t n = int64_t(rows.size());
+  std::vector<double> fixed, stops;  // (row, token, delta) and (row, token, steps banned)
+  std::vector<std::vector<int64_t>> seen(static_cast<size_t>(n));
+  std::vector<double> penalties(size_t(n) * 2, 0.0);
+  std::vector<std::pair<int64_t, double>> deltas;
+  TensorSampling::Adjustments a;
+  size_t widest = 1;
+  for (int64_t i = 0; i < n; i++) {
+    const LogitAdjuster* adj = rows[i].adjust;
+    if (!adj || !adj->active()) continue;
+    adj->fixedDeltas(deltas);
+    for (const auto& [token, delta] : deltas) fixed.insert(fixed.end(), {double(i), double(token), delta});
+    for (int64_t token : adj->bannedStops())
+      stops.insert(stops.end(), {double(i), double(token), double(adj->stopsBannedFor())});
+    if (adj->penalizes()) {
+      a.penalize = true;
+      penalties[size_t(i) * 2] = adj->params().frequencyPenalty;
+      penalties[size_t(i) * 2 + 1] = adj->params().presencePenalty;
+      for (const auto& [token, count] : adj->counts()) seen[size_t(i)].push_back(token);
+      widest = std::max(widest, seen[size_t(i)].size());
+    }
+  }
+  const int64_t E = int64_t(fixed.size() / 3), S = int64_t(stops.size() / 3), H = int64_t(widest);
+  std::vector<double> packed = std::move(fixed);
+  packed.insert(packed.end(), stops.begin(), stops.end());
+  packed.insert(packed.end(), penalties.begin(), penalties.end());
+  for (const auto& tokens : seen) {
+    packed.insert(packed.end(), tokens.begin(), tokens.end());
+    packed.insert(packed.end(), size_t(H) - tokens.size(), -1.0);
+  }
+  const at::Tensor all = at::tensor(packed, at::TensorOptions().dtype(at::kDouble)).to(dev);
+  int64_t offset = 0;
+  auto take = [&](int64_t rowsOf, int64_t cols) {
+    at::Tensor t = all.narrow(0, offset, rowsOf * cols).view({rowsOf, cols});
+    offset += rowsOf * cols;
+    return t;
+  };
+  const at::Tensor f = take(E, 3), st = take(S, 3);
+  a.rows = f.select(1, 0).to(at::kLong);
+  a.tokens = f.select(1, 1).to(at::kLong);
+  a.deltas = f.select(1, 2).contiguous();
+  a.stopRows = st.select(1, 0).to(at::kLong);
+  a.stops = st.select(1, 1).to(at::kLong);
+  a.stopsFor = st.select(1, 2).contiguous();
+  a.penalties = take(n, 2);
+  a.seen = take(n, H).to(at::kLong);
+  return a;
+}
+
+// The logits with the adjustments of the current step added (a copy).
+at::Tensor adjusted(const at::Tensor& x, const TensorSampling::Adjustments& a) {
+  at::Tensor y = x.clone();
+  const auto dtype = y.scalar_type();
+  y.index_put_({a.rows, a.tokens}, a.deltas.to(dtype), /*accumulate=*/true);
+  // A stop token banned while the row has sampled fewer than its min_tokens.
+  const at::Tensor ban = at::where(a.stopsFor.gt(double(a.step)), -std::numeric_limits<double>::infinity(), 0.0);
+  y.index_put_({a.stopRows, a.stops}, ban.to(dtype), /*accumulate=*/true);
+  return y;
+}
+
+// The step's tokens [n] counted for the next: frequency once more, presence if new.
+void countSampled(TensorSampling::Adjustments& a, const at::Tensor& token) {
+  a.step++;
+  if (!a.penalize) return;
+  const at::Tensor fresh = a.seen.eq(token.unsqueeze(1)).any(1).logical_not();
+  const at::Tensor delta = a.penalties.select(1, 0).add(a.penalties.select(1, 1).mul(fresh.to(at::kDouble))).neg();
+  a.rows = at::cat({a.rows, at::arange(token.size(0), token.options())});
+  a.tokens = at::cat({a.tokens, token});
+  a.deltas = at::cat({a.deltas, delta});
+  a.seen = at::cat({a.seen, token.unsqueeze(1)}, 1);
+}
 }  // namespace
 
 TensorSampling prepareTensorSampling(const std::vector<TensorSampleRow>& rows, int64_t V, const at::Device& dev) {
@@ -37,11 +111,13 @@ TensorSampling prepareTensorSampling(const std::vector<TensorSampleRow>& rows, i
     out.topK = std::max(out.topK, std::min(rows[i].topLogprobs, V));
   }
   out.params = at::tensor(packed, at::TensorOptions().dtype(at::kDouble)).view({n, kCols}).to(dev);
+  if (std::any_of(rows.begin(), rows.end(), [](const TensorSampleRow& r) { return r.adjust && r.adjust->active(); }))
+    out.adjust = prepareAdjustments(rows, dev);
   return out;
 }
 
-at::Tensor sampleOnDevice(const at::Tensor& logitsIn, const TensorSampling& setup, const at::Tensor& draw) {
-  const at::Tensor x = logitsIn.contiguous();
+at::Tensor sampleOnDevice(const at::Tensor& logitsIn, TensorSampling& setup, const at::Tensor& draw) {
+  const at::Tensor x = setup.adjust ? adjusted(logitsIn.contiguous(), *setup.adjust) : logitsIn.contiguous();
   const int64_t V = x.size(1);
   const at::Tensor& params = setup.params;
   auto col = [&](Col c) { return params.select(1, c); };
@@ -83,6 +159,7 @@ at::Tensor sampleOnDevice(const at::Tensor& logitsIn, const TensorSampling& setu
     token = at::where(col(kSorted).ne(0), sortedToken, token);
   }
   token = at::where(greedyT, best, token);
+  if (setup.adjust) countSampled(*setup.adjust, token);
   // log softmax(x / T)[token] over the full vocabulary (greedy: T = 1), as the host reports it.
   const at::Tensor logp = (x.gather(1, token.unsqueeze(1)).squeeze(1).to(at::kDouble) - mx.squeeze(1).to(at::kDouble))
                               .div_(T)
@@ -118,6 +195,7 @@ TensorSampled readSampled(const at::Tensor& hostResult, const std::vector<Tensor
       continue;
     }
     out.sampled[i] = {int64_t(r[0]), float(r[1])};
+    if (rows[i].adjust) rows[i].adjust->sampled(int64_t(r[0]));
     for (int64_t j = 0; j < std::min(rows[i].topLogprobs, kTop); j++) {
       out.topIds[i].push_back(int32_t(r[3 + j]));
       out.topLogprobs[i].push_back(float(r[3 + kTop + j]));
@@ -127,7 +205,7 @@ TensorSampled readSampled(const at::Tensor& hostResult, const std::vector<Tensor
 }
 
 TensorSampled sampleWithTensorOps(const at::Tensor& logits, const std::vector<TensorSampleRow>& rows) {
-  const TensorSampling setup = prepareTensorSampling(rows, logits.size(1), logits.device());
+  TensorSampling setup = prepareTensorSampling(rows, logits.size(1), logits.device());
   std::vector<double> draws(rows.size());
   for (size_t i = 0; i < rows.size(); i++) draws[i] = rows[i].draw;
   const at::Tensor draw = at::tensor(draws, at::TensorOptions().dtype(at::kDouble)).to(logits.device());

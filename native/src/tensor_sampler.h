@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "sampler.h"
@@ -19,6 +20,9 @@ struct TensorSampleRow {
   SamplingParams params;
   double draw = 0;          // the row's uniform in [0, 1) (unused when greedy)
   int64_t topLogprobs = 0;  // how many top logprobs to return (0..kMaxTopLogprobs)
+  // The sequence's logit adjustments (sampler.h; null: none), applied on the device and told the
+  // tokens sampled (readSampled).
+  LogitAdjuster* adjust = nullptr;
 };
 
 struct TensorSampled {
@@ -37,12 +41,24 @@ struct TensorSampling {
   at::Tensor params;  // [n, columns] fp64 on the logits' device
   int64_t topK = 0;   // top logprobs returned per row (the most any row asked for)
   bool anySorted = false;
+  // The rows' logit adjustments, when any row has some, as they stand at the call's step `step`
+  // (the tokens of its earlier steps counted on the device).
+  struct Adjustments {
+    at::Tensor rows, tokens, deltas;       // [E]: added to the logits (bias, penalties of the tokens so far)
+    at::Tensor seen;                       // [n, H]: the tokens each row sampled so far (-1: none), for presence
+    at::Tensor penalties;                  // [n, 2]: frequency and presence penalty
+    at::Tensor stopRows, stops, stopsFor;  // [S]: a stop token of a row, banned for that many steps
+    bool penalize = false;
+    int64_t step = 0;
+  };
+  std::optional<Adjustments> adjust;
 };
 TensorSampling prepareTensorSampling(const std::vector<TensorSampleRow>& rows, int64_t vocab, const at::Device& device);
 // One step's rows sampled on the device with uniforms draws [n] (fp64, same device): [n, 3 + 2
-// topK] fp64 (token, logprob, non-finite flag, top ids, top logprobs), nothing read back.
-at::Tensor sampleOnDevice(const at::Tensor& logits, const TensorSampling& setup, const at::Tensor& draws);
-// sampleOnDevice's result, copied to the host, as the rows' tokens.
+// topK] fp64 (token, logprob, non-finite flag, top ids, top logprobs), nothing read back. The
+// adjustments of `setup` count the step's tokens for the next.
+at::Tensor sampleOnDevice(const at::Tensor& logits, TensorSampling& setup, const at::Tensor& draws);
+// sampleOnDevice's result, copied to the host, as the rows' tokens (each told to its row's adjuster).
 TensorSampled readSampled(const at::Tensor& hostResult, const std::vector<TensorSampleRow>& rows, int64_t topK);
 
 }  // namespace prime

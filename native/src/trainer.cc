@@ -193,9 +193,11 @@ Trainer::Trainer(std::shared_ptr<Model> m, TrainerConfig c)
     for (const std::string& t : lc.targets) {
       int p = 0;
       while (p < kNumProj && t != projName(p)) p++;
-      if (p == kNumProj)
-        throw std::runtime_error("unknown LoRA target module '" + t +
-                                 "' (supported: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+      if (p == kNumProj) {
+        std::string known;
+        for (int q = 0; q < kNumProj; q++) known += std::string(q ? ", " : "") + projName(q);
+        throw std::runtime_error("unknown LoRA target module '" + t + "' (supported: " + known + ")");
+      }
       targeted[p] = true;
     }
     for (auto& [name, p] : model->namedParameters()) p.requires_grad_(false);  // base frozen
@@ -388,7 +390,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
 
 StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& loss, double lr, double maxGradNorm) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (group_) group_->takeStats();  // this step's collectives from here on
+  if (group_) group_->resetStats();  // this step's collectives from here on
   zeroGrads();
   StepStats st = forwardBackward(rows, loss);
   st.forwardBackwardSeconds = since(t0);

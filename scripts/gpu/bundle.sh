@@ -5,10 +5,10 @@
 #   packages      node_modules/: production packages only (npm install --omit=dev), this platform's binaries
 #   dist          the compiled TypeScript (compiled here first)
 #   temporal      the Temporal CLI (tools/bin/temporal), stripped
-#   addon         the addon prebuilt here against PyPI's torch with our CUDA kernels
-#                 (scripts/check-cuda-build.sh: tools/torch2 and nvcc from PyPI), CUDA libraries
-#                 linked directly (no toolkit needed): the GPU machine uses it when its torch is that
-#                 same version, and builds its own otherwise
+#   addon         the addon prebuilt here against PyPI's torch with our CUDA kernels and NCCL
+#                 (scripts/check-cuda-build.sh: tools/torch2, nvcc and the NCCL headers from PyPI),
+#                 CUDA libraries linked directly (no toolkit needed): the GPU machine uses it when
+#                 its torch is that same version, and builds its own otherwise
 #   baseline      an earlier commit's addon (.gpu/baseline/, made by scripts/gpu/baseline.sh), when
 #                 there: staged to $PRIME_GPU_STAGE/baseline/prime_native.node for
 #                 PRIME_GPU_BASELINE_ADDON
@@ -127,7 +127,7 @@ part dist "$(ts_sources_hash)" build_dist
 part temporal "$(hash_of tools/bin/temporal)" build_temporal
 essential=(node packages dist)
 if [ -f "$TORCH2/.pins" ]; then
-  part addon "$(native_sources_hash)-$(echo "${TORCH2_PINS[*]} ${CUDA13_PINS[*]}" | sha256sum | cut -c1-16)" build_addon
+  part addon "$(native_sources_hash)-$(echo "${TORCH2_PINS[*]} ${CUDA13_PINS[*]} ${NCCL_HEADER_PINS[*]}" | sha256sum | cut -c1-16)" build_addon
   essential+=(addon)
 else
   log "addon: no $TORCH2 (scripts/check-cuda-build.sh makes it): the GPU machine builds the addon itself"

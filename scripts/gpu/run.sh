@@ -9,12 +9,13 @@
 # again when it was made from these native sources against this torch: a later call can run
 # benchmarks alone (--no-checks -- bash scripts/gpu/session.sh) without building again.
 #   LIBTORCH=<folder>   another libtorch (default: python3's PyTorch, torch.utils.cmake_prefix_path)
-#   PRIME_GPU_BUILD_ADDON=1  build the addon here even where the bundle's prebuilt one matches: the
-#                       prebuilt one has no NCCL (c10d's NCCL header needs the cuBLAS, cuSPARSE and
-#                       cuSOLVER headers of a full PyTorch install, which the build machine lacks)
+#   PRIME_GPU_BUILD_ADDON=1  build the addon here even where the bundle's prebuilt one matches
+#   PRIME_GPU_SECONDS=N the whole command's time, the build included: exported as PRIME_GPU_DEADLINE
+#                       (epoch seconds), which the GPU plan (bench/gpu/plan.ts) and session.sh keep to
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
+if [ -n "${PRIME_GPU_SECONDS:-}" ]; then export PRIME_GPU_DEADLINE=$(($(date +%s) + PRIME_GPU_SECONDS)); fi
 STAGE=${PRIME_GPU_STAGE:-/opt/prime-gpu}
 OUT=${OUT:-$ROOT/outputs/gpu}
 mkdir -p "$OUT"

@@ -20,8 +20,19 @@ export interface HfFixture {
     createOptions: Omit<CreateModelOptions, 'out'>;
     tokens_a: number[];
     tokens_b: number[];
+    /** Hybrid families: a sequence longer than the delta rule's 64-position chunks. */
+    tokens_c?: number[];
+    /** Hybrid families: transformers' greedy continuation of tokens_a. */
+    greedy_a?: number[];
+    /** Hybrid families: the loss whose gradient grads.safetensors holds (see meta.json's description). */
+    grads?: { loss: number; loss_tokens: number };
     vocab_size: number;
   };
+}
+
+/** The token sequences whose logits logits.bin holds, in its order. */
+export function fixtureSequences(meta: HfFixture['meta']): number[][] {
+  return [meta.tokens_a, meta.tokens_b, ...(meta.tokens_c ? [meta.tokens_c] : [])];
 }
 
 /** Every fixture folder, in name order. */

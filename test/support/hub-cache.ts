@@ -7,7 +7,9 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
+import { createRequire } from 'node:module';
 import * as path from 'node:path';
+import type { FileMetaData } from 'hyparquet';
 
 /** Adds a repository snapshot of `files` (relative path -> content) to the cache; returns the snapshot folder. */
 export function addToHubCache(
@@ -80,4 +82,29 @@ export function conversationsParquet(rows: { prompt: Message[]; completion: Mess
   });
   if (r.status !== 0) throw new Error(`writing parquet failed: ${r.stderr}`);
   return Buffer.from(r.stdout, 'base64');
+}
+
+/**
+ * `parquet` with its footer rewritten by `edit` (its pages as they were): a file that lies about
+ * its rows, values or chunks, as a hostile dataset would.
+ */
+export function withFooter(parquet: Buffer, edit: (metadata: FileMetaData) => void): Buffer {
+  // ES modules: loaded with require (require(esm), Node >= 20.19; jest transforms them).
+  const nodeRequire = createRequire(__filename);
+  const { parquetMetadata } = nodeRequire('hyparquet') as typeof import('hyparquet');
+  const { writeMetadata } = nodeRequire('hyparquet-writer/src/metadata.js') as {
+    writeMetadata(writer: unknown, metadata: FileMetaData): void;
+  };
+  const { ByteWriter } = nodeRequire('hyparquet-writer') as {
+    ByteWriter: new () => { getBytes(): Uint8Array };
+  };
+  const metadata = parquetMetadata(new Uint8Array(parquet));
+  edit(metadata);
+  const writer = new ByteWriter();
+  writeMetadata(writer, metadata);
+  const footer = Buffer.from(writer.getBytes());
+  const length = Buffer.alloc(4);
+  length.writeUInt32LE(footer.length);
+  const data = parquet.subarray(0, parquet.length - 8 - parquet.readUInt32LE(parquet.length - 8));
+  return Buffer.concat([data, footer, length, Buffer.from('PAR1')]);
 }

@@ -1,7 +1,9 @@
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { fieldAt } from '../../lib/config/introspect';
 import { loadConfig, MAX_CONFIG_FILE_BYTES } from '../../lib/config/loader';
+import { isFrameworkVariable } from '../../lib/config/variables';
 import {
   RL_SECTIONS,
   RL_SHARED_KEYS,
@@ -120,8 +122,64 @@ describe('environment variables', () => {
     expect(c.trainer.lora.enabled).toBe(true);
     expect(c.seq_len).toBe(128);
   });
-  test('variables for keys this command does not have are left alone', () => {
-    expect(() => rl([], { PRIME_SOMETHING_ELSE: '1', PRIMEX: '2' })).not.toThrow();
+  test("another command's variables are left to it; one no command can take is an error naming it", () => {
+    const others = [sftSchema, evalSchema];
+    const rlWith = (env: NodeJS.ProcessEnv) =>
+      loadConfig({ schema: rlSchema, argv: ['--model.name', 'm'], env, cwd: dir, shared, otherSchemas: others });
+    // sft's data.* and the framework's own variables: not rl's, fine (sft reads data.name).
+    expect(() =>
+      rlWith({ PRIME_DATA__NAME: 'Org/Data', PRIME_SETUP: '0', PRIME_BENCH_DEVICE: 'cpu', PRIMEX: '2' }),
+    ).not.toThrow();
+    // Used to be ignored silently, by every command.
+    expect(configError(() => rlWith({ PRIME_SOMETHING_ELSE: '1' }))).toMatch(
+      /^environment variable PRIME_SOMETHING_ELSE: no command has a config key 'something_else'/,
+    );
+    expect(configError(() => rlWith({ PRIME___PROTO____X: '1' }))).toMatch(
+      /^environment variable PRIME___PROTO____X: no command has a config key ''/,
+    );
+    // For sft, but sft has no such key, or could not parse the value: it would fail there.
+    expect(configError(() => rlWith({ PRIME_DATA__NAMEE: 'x' }))).toMatch(
+      /unknown config key 'data\.namee' \(environment variable PRIME_DATA__NAMEE\)/,
+    );
+    expect(configError(() => rlWith({ PRIME_DATA__NUM_EXAMPLES: 'many' }))).toBe(
+      "data.num_examples (environment variable PRIME_DATA__NUM_EXAMPLES): expected a number, got 'many'",
+    );
+    // rl's own, unparsable (it was, and stays, an error for rl; inference left it alone silently).
+    const bad = { PRIME_ORCHESTRATOR__SAMPLING__STOP: '["a",' };
+    expect(configError(() => rlWith(bad))).toMatch(
+      /^orchestrator\.sampling\.stop \(environment variable PRIME_ORCHESTRATOR__SAMPLING__STOP\): expected JSON/,
+    );
+    expect(
+      configError(() =>
+        loadConfig({ schema: sftSchema, argv: ['--model.name', 'm'], env: bad, otherSchemas: [rlSchema] }),
+      ),
+    ).toMatch(
+      /^orchestrator\.sampling\.stop \(environment variable PRIME_ORCHESTRATOR__SAMPLING__STOP\): expected JSON/,
+    );
+  });
+  test("every PRIME_ variable the code reads is config or one of the framework's own (variables.ts)", () => {
+    const root = path.join(__dirname, '..', '..');
+    const files = execFileSync(
+      'git',
+      ['ls-files', 'lib', 'native/*.ts', 'bench', 'workers', 'activities', 'workflows', 'scripts', 'bin', 'test'],
+      { cwd: root, encoding: 'utf8' },
+    )
+      .split('\n')
+      .filter((f) => /\.(ts|js|sh)$/.test(f));
+    const read = new Map<string, string>();
+    for (const f of files) {
+      const text = fs.readFileSync(path.join(root, f), 'utf8');
+      // Read from an environment: env.X, env['X'], $X and ${X} in scripts, a name held in a constant.
+      for (const m of text.matchAll(/(?:env(?:\.|\[')|\$\{?|_ENV = ')(PRIME_[A-Z0-9_]*[A-Z0-9])/g))
+        if (!m[1].includes('__')) read.set(m[1], f);
+    }
+    const schemas = [rlSchema, sftSchema, evalSchema];
+    const stray = [...read].filter(
+      ([name]) =>
+        !isFrameworkVariable(name) && !schemas.some((s) => fieldAt(s, [name.slice('PRIME_'.length).toLowerCase()])),
+    );
+    expect(read.size).toBeGreaterThan(10); // the scan finds them
+    expect(stray).toEqual([]);
   });
   test('a wrong key under a known section is an error naming the variable', () => {
     const msg = configError(() => rl([], { PRIME_TRAINER__OPTIM__LRR: '1' }));
@@ -267,6 +325,23 @@ describe('errors', () => {
     fs.writeFileSync(big, '');
     fs.truncateSync(big, MAX_CONFIG_FILE_BYTES + (4 << 20)); // sparse: nothing written
     expect(configError(() => rl(['@', big]))).toBe(`config file ${big} is 20 MiB, more than the 16 MiB allowed`);
+  });
+  test('a config nested deeper than 64 levels is refused naming the key and where it came from', () => {
+    // 2,000 deep it exited 1 with a stack trace from the alias mapping.
+    const deepKey = Array.from({ length: 2000 }, () => 'a').join('.');
+    const toml = file('deep.toml', `[${deepKey}]\nx = 1\n`);
+    expect(configError(() => rl(['@', toml]))).toBe(
+      `config file ${toml}: a.a.a.a.a.a... nests deeper than 64 levels (tables and lists inside each other), more than any config needs`,
+    );
+    const json = file('deep.json', `{"env": ${'['.repeat(3000)}${']'.repeat(3000)}}`);
+    expect(configError(() => rl(['@', json]))).toMatch(
+      new RegExp(`^config file ${json}: env\\.0\\.0\\.0\\.0\\.0\\.\\.\\. nests deeper`),
+    );
+    expect(configError(() => rl(['--env', `${'['.repeat(100)}${']'.repeat(100)}`]))).toMatch(
+      /^env \(from --env\): env\.0\.0\.0\.0\.0\.\.\. nests deeper than 64 levels/,
+    );
+    // A deep but reasonable one loads.
+    expect(rl(['@', file('ok.toml', '[trainer.optim]\nlr = 1e-5\n')]).trainer.optim.lr).toBe(1e-5);
   });
   test('a scoped file needs a section', () => {
     const t = file('x.toml', 'a = 1\n');

@@ -45,10 +45,17 @@ describe('createModel', () => {
           qwen2: 'Qwen2ForCausalLM',
           qwen3: 'Qwen3ForCausalLM',
           qwen3_moe: 'Qwen3MoeForCausalLM',
+          qwen3_5_text: 'Qwen3_5ForCausalLM',
+          qwen3_5: 'Qwen3_5ForConditionalGeneration',
+          qwen3_5_moe_text: 'Qwen3_5MoeForCausalLM',
+          qwen3_5_moe: 'Qwen3_5MoeForConditionalGeneration',
         }[arch],
       ],
       model_type: arch,
       torch_dtype: 'float32',
+    });
+    // The Hub's multimodal checkpoints (qwen3_5) keep the text model's fields in text_config.
+    expect(config.text_config ?? config).toMatchObject({
       vocab_size: 265,
       bos_token_id: 256,
       eos_token_id: 258,

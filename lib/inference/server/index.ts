@@ -23,7 +23,7 @@ import { resolveModelDir } from '../../hub';
 import { loadHfModel, type HfModel } from '../../model/hf';
 import { Tokenizer } from '../../model/tokenizer';
 import { InferenceMetrics } from '../metrics';
-import { ApiError } from '../protocol';
+import { ApiError, checkBodyDepth } from '../protocol';
 import { Scheduler, ShuttingDownError } from '../scheduler';
 import { PromptWorkers } from '../prompts';
 import { frameworkErrorOptions, installErrorHandlers } from './errors';
@@ -192,6 +192,8 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
       throw new ApiError(401, 'missing or invalid API key (Authorization: Bearer <key>)', null, 'invalid_api_key');
     }
   });
+  // Once the body is parsed, before any route reads it (protocol.ts).
+  app.addHook('preValidation', async (req) => checkBodyDepth(req.body));
   app.addHook('onResponse', async (req, reply) =>
     metrics.countRequest(req.routeOptions.url ?? 'unknown', reply.statusCode),
   );

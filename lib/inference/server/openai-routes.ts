@@ -16,6 +16,7 @@ import {
   type ChatCompletionRequest,
   type RequestMessage,
 } from '../protocol';
+import { pathTooDeep } from '../../json';
 import { engineErrorBody } from './errors';
 import { LazyArray, mapInSlices, sendJson } from './json-body';
 import { disconnectSignal, MAX_RENDERED_CHARS, now, promptLogprobList, usage, type Served } from './served';
@@ -35,7 +36,8 @@ function parseToolCalls(text: string): {
   const content = text.replace(/<tool_call>\s*([\s\S]*?)\s*<\/tool_call>/g, (whole, body: string) => {
     try {
       const parsed = JSON.parse(body) as { name?: unknown; arguments?: unknown };
-      if (typeof parsed.name !== 'string') return whole;
+      // A model may write anything: arguments nested beyond what JSON.stringify can recurse stay text.
+      if (typeof parsed.name !== 'string' || pathTooDeep(parsed)) return whole;
       calls.push({
         id: `call_${randomUUID().replace(/-/g, '').slice(0, 24)}`,
         type: 'function',
@@ -178,17 +180,19 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     const top = body.logprobs ? (body.top_logprobs ?? 0) : 0;
     if (!body.stream)
       served.checkResponseEntries(n * maxTokens * (1 + top), `n x ${maxParam} x (1 + top_logprobs)`, maxParam);
+    served.checkSampling(body, maxTokens);
     const requests = Array.from({ length: n }, (_, i) =>
       served.engineRequest(promptIds, body, maxTokens, i, false, top),
     );
 
     if (body.stream) {
-      const chunk = (index: number, delta: object, extra: object = {}) => ({
+      // A chunk with a token names the version that sampled it; the others, the version served.
+      const chunk = (index: number, delta: object, extra: object = {}, version = scheduler.policy.version) => ({
         id,
         object: 'chat.completion.chunk',
         created,
         model: modelName,
-        policy_version: scheduler.policy.version,
+        policy_version: version,
         choices: [{ index, delta, logprobs: null, finish_reason: null, ...extra }],
       });
       // Queued before any header is sent: a refused request is a plain 429/400, not a broken stream.
@@ -197,9 +201,9 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
         tokenizer,
         stopStrings,
         signal,
-        onText: (i, delta, tokenId, logprob, top) => {
+        onText: (i, delta, tokenId, logprob, version, top) => {
           const lp = body.logprobs ? { content: [logprobEntry(tokenId, logprob, top)] } : null;
-          stream.send(chunk(i, { content: delta }, { logprobs: lp }));
+          stream.send(chunk(i, { content: delta }, { logprobs: lp }, version));
         },
       });
       const stream = startStream(reply, signal);
@@ -257,6 +261,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
           },
           logprobs: body.logprobs ? { content: tokenLogprobs(r) } : null,
           finish_reason: calls.length ? 'tool_calls' : r.finishReason,
+          policy_version_range: r.policyVersionRange,
           ...(body.return_token_ids ? { token_ids: r.tokenIds } : {}),
         };
       }),
@@ -325,6 +330,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     const generates = body.max_tokens !== 0;
     const requests = promptIds.flatMap((p) => {
       const maxTokens = served.maxTokensFor(p.length, generates ? (body.max_tokens ?? 16) : 1, 'max_tokens');
+      served.checkSampling(body, generates ? maxTokens : 0);
       // The n choices of a prompt echo the same prompt: its logprobs are computed once, by the first.
       return Array.from({ length: n }, (_, i) =>
         served.engineRequest(p, body, maxTokens, i, echo && withLogprobs && i === 0, body.logprobs ?? 0),
@@ -341,7 +347,17 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
     );
     const results = await served.start(requests, { tokenizer, stopStrings, signal });
     const generated = results.map((r) =>
-      generates ? r : { ...r, tokenIds: [], logprobs: [], topLogprobs: [], text: '', finishReason: 'length' as const },
+      generates
+        ? r
+        : {
+            ...r,
+            tokenIds: [],
+            logprobs: [],
+            topLogprobs: [],
+            text: '',
+            finishReason: 'length' as const,
+            policyVersionRange: [r.policyVersion, r.policyVersion] as [number, number],
+          },
     );
     const choices = [];
     for (const [index, r] of generated.entries()) {
@@ -364,6 +380,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, served: Served): void
             )
           : null,
         finish_reason: r.finishReason,
+        policy_version_range: r.policyVersionRange,
         ...(body.return_token_ids ? { token_ids: r.tokenIds, prompt_token_ids: promptIds[p] } : {}),
       });
     }

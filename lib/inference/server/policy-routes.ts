@@ -26,11 +26,24 @@ function sameShape(a: ArchConfig, b: ArchConfig, file: string): string | undefin
   return undefined;
 }
 
+/** Entries of the allowed roots looked at, at most, to find the other names of a hard-linked file. */
+const MAX_LINK_SEARCH = 200_000;
+
+/** A file of a weight folder with more than one name (hard links), and the names found inside the roots. */
+interface Linked {
+  shown: string;
+  names: number;
+  inside: number;
+}
+
 /**
  * The roots `/update_weights` may read from, and the one check of a weight folder against them.
- * Every refusal is the same 403, whatever its reason (the path is outside the roots, does not
- * exist, or holds a symbolic or hard link that may lead out of them): a client learns nothing
- * about paths outside the roots, neither whether they exist nor any byte of them.
+ * A path outside the roots, one that does not exist and a symbolic link that leads out of them get
+ * the same 403: a client learns nothing about paths outside the roots, neither whether they exist
+ * nor any byte of them. A file with several names (hard links) is judged by where its names are:
+ * the checkpoint trees `cp -al` and `rsync --link-dest` make have them all inside the roots, while
+ * a name inside for a file outside would let the loader read it (and errors quote bytes); such a
+ * refusal says what was found.
  */
 class WeightRoots {
   /** Each root as given (resolved) and as its real path. */
@@ -50,22 +63,20 @@ class WeightRoots {
     return this.roots.some((r) => real === r || real.startsWith(r.endsWith(path.sep) ? r : r + path.sep));
   }
 
-  private refusal(shown: string): ApiError {
-    return new ApiError(
-      403,
-      `weight_dir: ${shown} is outside the allowed roots (${this.given.join(', ')}) or does not exist; a file linked from outside them counts as outside`,
-      'weight_dir',
-      'forbidden_path',
-      'permission_error',
-    );
+  /** The roots, for messages. */
+  private get shownRoots(): string {
+    return `the allowed roots (${this.given.join(', ')})`;
   }
 
-  /**
-   * The real path of folder `weightDir`, once it and every entry in it resolve inside the roots. A
-   * hard link has no path to check, so a file with more than one link is refused: it may be a name
-   * inside the roots for a file outside them (the loader would read it, and errors quote bytes).
-   */
-  check(weightDir: string): string {
+  private refusal(
+    shown: string,
+    why = `is outside ${this.shownRoots} or does not exist; a file linked from outside them counts as outside`,
+  ): ApiError {
+    return new ApiError(403, `weight_dir: ${shown} ${why}`, 'weight_dir', 'forbidden_path', 'permission_error');
+  }
+
+  /** The real path of folder `weightDir`, once it and every entry in it resolve inside the roots. */
+  async check(weightDir: string): Promise<string> {
     let real: string;
     try {
       real = fs.realpathSync(path.resolve(weightDir));
@@ -75,6 +86,7 @@ class WeightRoots {
     if (!this.inside(real)) throw this.refusal(weightDir);
     if (!fs.statSync(real).isDirectory())
       throw new ApiError(400, `weight_dir: ${weightDir} is not a folder`, 'weight_dir', 'invalid_model');
+    const linked = new Map<string, Linked>();
     for (const name of fs.readdirSync(real)) {
       const shown = path.join(weightDir, name);
       let target: string;
@@ -85,9 +97,54 @@ class WeightRoots {
       } catch {
         throw this.refusal(shown); // a dangling link: where it points must not be told either
       }
-      if (!this.inside(target) || (!st.isDirectory() && st.nlink > 1)) throw this.refusal(shown);
+      if (!this.inside(target)) throw this.refusal(shown);
+      if (!st.isDirectory() && st.nlink > 1) linked.set(`${st.dev}:${st.ino}`, { shown, names: st.nlink, inside: 0 });
+    }
+    if (linked.size > 0) {
+      const searched = await this.countNames(linked);
+      for (const f of linked.values())
+        if (f.inside < f.names)
+          throw this.refusal(
+            f.shown,
+            `has ${f.names} names (hard links), ${f.inside} of them ${searched < MAX_LINK_SEARCH ? '' : `(among the first ${searched} entries) `}inside ${this.shownRoots}: another name may be a file from outside them; copy the file, or link it from inside the roots`,
+          );
     }
     return real;
+  }
+
+  /**
+   * Counts the names of the `linked` files inside the roots (breadth first, links not followed;
+   * done when all are found, or after MAX_LINK_SEARCH entries). Returns the entries looked at.
+   */
+  private async countNames(linked: Map<string, Linked>): Promise<number> {
+    const realRoots = [...new Set(this.roots.filter((r) => fs.existsSync(r)).map((r) => fs.realpathSync(r)))];
+    // A root inside another is searched with it.
+    const queue = realRoots.filter((r) => !realRoots.some((o) => o !== r && r.startsWith(o + path.sep)));
+    let missing = [...linked.values()].reduce((a, f) => a + f.names, 0);
+    let searched = 0;
+    while (queue.length > 0 && missing > 0 && searched < MAX_LINK_SEARCH) {
+      const dir = queue.shift()!;
+      let entries: fs.Dirent[];
+      try {
+        entries = await fs.promises.readdir(dir, { withFileTypes: true });
+      } catch {
+        continue; // unreadable: its names are not found
+      }
+      for (const e of entries) {
+        if (++searched >= MAX_LINK_SEARCH) break;
+        const full = path.join(dir, e.name);
+        if (e.isDirectory()) queue.push(full);
+        else if (e.isFile()) {
+          const st = await fs.promises.lstat(full).catch(() => undefined);
+          const f = st && st.nlink > 1 ? linked.get(`${st.dev}:${st.ino}`) : undefined;
+          if (f) {
+            f.inside++;
+            missing--;
+          }
+        }
+      }
+    }
+    return searched;
   }
 }
 
@@ -115,6 +172,7 @@ export function registerPolicyRoutes(
     const maxTokens = served.maxTokensFor(body.prompt_token_ids.length, body.max_tokens, 'max_tokens');
     if (body.return_routes && !arch.moe)
       throw new ApiError(400, `return_routes: ${arch.arch} has no MoE router`, 'return_routes', 'invalid_value');
+    served.checkSampling(body, maxTokens);
     const signal = disconnectSignal(reply);
     const sampling = { ...body, stop_token_ids: body.stop_token_ids ?? null };
     const results = await served.start(
@@ -164,7 +222,7 @@ export function registerPolicyRoutes(
   app.post('/update_weights', (req) =>
     weightChanges.run(async () => {
       const body = parseBody(updateWeightsRequest, req.body);
-      const real = roots.check(body.weight_dir);
+      const real = await roots.check(body.weight_dir);
       // A version names one set of weights: clients skip loading when /health already shows the
       // version they want, so a wrong label silently serves wrong weights. 0 is the base model's,
       // and since start (or the last reload) a label stays with its folder and a folder with its

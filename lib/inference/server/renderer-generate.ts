@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import * as path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
-import { ApiError, neutral, parseBody, samplingFields, tokenId } from '../protocol';
+import { ApiError, parseBody, samplingFields, tokenId } from '../protocol';
 import { LazyArray, sendJson } from './json-body';
 import { disconnectSignal, usage, type Served } from './served';
 import { RECORD_VERSIONS_HEADER, SESSION_HEADER, type SessionVersions } from './session-versions';
@@ -34,8 +34,6 @@ const samplingParams = z.strictObject({
   // Where a bridged turn's new prompt tokens start, for the routed experts vLLM returns (the
   // renderers client sends it on every multi-turn continuation); this route returns no routes.
   routed_experts_prompt_start: z.number().int().min(0).nullish(),
-  repetition_penalty: neutral(z.number().nullable(), 1, 'repetition_penalty other than 1'),
-  min_tokens: neutral(z.number().nullable(), 0, 'min_tokens other than 0'),
 });
 
 export const rendererGenerateRequest = z.strictObject({
@@ -67,6 +65,7 @@ export function registerRendererGenerateRoute(
       served.checkModel(body.model);
     served.checkPrompt(body.token_ids, 'token_ids');
     const maxTokens = served.maxTokensFor(body.token_ids.length, sp.max_tokens, 'sampling_params.max_tokens');
+    served.checkSampling(sp, maxTokens, 'sampling_params.');
     const stops = typeof sp.stop === 'string' ? [sp.stop] : (sp.stop ?? []);
     const signal = disconnectSignal(reply);
     const results = await served.start(
@@ -108,6 +107,7 @@ export function registerRendererGenerateRoute(
         },
         finish_reason: r.finishReason,
         policy_version: r.policyVersion,
+        policy_version_range: r.policyVersionRange,
       })),
       usage: usage(body.token_ids.length, results),
     });

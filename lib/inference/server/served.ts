@@ -20,6 +20,10 @@ export interface Sampling {
   seed?: number | null;
   stop_token_ids?: number[] | null;
   ignore_eos?: boolean | null;
+  min_tokens?: number | null;
+  presence_penalty?: number | null;
+  frequency_penalty?: number | null;
+  logit_bias?: Record<string, number> | null;
 }
 
 export type EngineRequest = ReturnType<Served['engineRequest']>;
@@ -89,7 +93,7 @@ export class Served {
    * `param`: the request field the prompt came from.
    */
   promptIds(outcome: PromptOutcome, param: string): number[] {
-    if ('ids' in outcome) return Array.from(outcome.ids);
+    if ('ids' in outcome) return outcome.ids;
     if ('error' in outcome)
       throw new ApiError(500, `internal error: ${outcome.error}`, null, 'prompt_worker_failed', 'server_error');
     const chat = param === 'messages';
@@ -165,6 +169,29 @@ export class Served {
     return asked;
   }
 
+  /**
+   * Refuses sampling settings the engine cannot take, naming the field (`prefix`: where the
+   * route's body keeps them): a logit_bias token outside the vocabulary, min_tokens beyond the
+   * tokens the request may make.
+   */
+  checkSampling(s: Sampling, maxTokens: number, prefix = ''): void {
+    const bad = Object.keys(s.logit_bias ?? {}).find((id) => Number(id) >= this.arch.vocabSize);
+    if (bad !== undefined)
+      throw new ApiError(
+        400,
+        `${prefix}logit_bias: token id ${bad} is outside the vocabulary (size ${this.arch.vocabSize})`,
+        `${prefix}logit_bias`,
+        'invalid_token_id',
+      );
+    if ((s.min_tokens ?? 0) > maxTokens)
+      throw new ApiError(
+        400,
+        `${prefix}min_tokens: ${s.min_tokens} is more than the ${maxTokens} tokens the request may make (max_tokens, or the context left)`,
+        `${prefix}min_tokens`,
+        'invalid_value',
+      );
+  }
+
   /** The engine request for choice `i` of `n`: seeds differ per choice so n samples differ. */
   engineRequest(
     promptIds: number[],
@@ -183,6 +210,12 @@ export class Served {
       minP: s.min_p ?? 0,
       seed: s.seed === undefined || s.seed === null ? undefined : s.seed + i,
       stopTokenIds: [...(s.ignore_eos ? [] : this.tokenizer.eosTokenIds), ...(s.stop_token_ids ?? [])],
+      minTokens: s.min_tokens ?? 0,
+      presencePenalty: s.presence_penalty ?? 0,
+      frequencyPenalty: s.frequency_penalty ?? 0,
+      logitBias: s.logit_bias
+        ? { tokenIds: Object.keys(s.logit_bias).map(Number), biases: Object.values(s.logit_bias) }
+        : undefined,
       maxTokens,
       promptLogprobs,
       topLogprobs,

@@ -4,7 +4,7 @@
  * skeleton's slots (`native/src/model.h`: `Layer` fields, embed/norm/lmHead); which HF tensor
  * fills which slot is declared here, in TS, and handed to the engine with the weights.
  */
-import type { ArchConfig, MoeConfig } from '../arch';
+import type { ArchConfig, LayerType, LinearAttentionConfig, MoeConfig } from '../arch';
 import type { ConfigReader, Json } from '../config-reader';
 
 /** Slots outside the blocks. */
@@ -35,10 +35,32 @@ export const LAYER_SLOTS = [
   'expertGate',
   'expertUp',
   'expertDown',
+  // Qwen3.5-MoE's shared expert beside the routed ones, and its gate [1, D].
+  'sharedGate',
+  'sharedUp',
+  'sharedDown',
+  'sharedExpertGate',
+  // A Gated DeltaNet block (Qwen3.5) instead of attention: in_proj_qkv [2 Hk dk + Hv dv, D],
+  // in_proj_z [Hv dv, D], in_proj_b and in_proj_a [Hv, D], the depthwise conv1d [2 Hk dk + Hv dv, 1,
+  // kernel], dt_bias and A_log [Hv], the gated RMSNorm [dv] and out_proj [D, Hv dv].
+  'linQkv',
+  'linZ',
+  'linB',
+  'linA',
+  'linConv',
+  'linDtBias',
+  'linALog',
+  'linNorm',
+  'linOut',
 ] as const;
 export type LayerSlot = (typeof LAYER_SLOTS)[number];
 
-export type TensorRole = 'embedding' | 'linear' | 'bias' | 'norm';
+/**
+ * How `model create` initialises a tensor (transformers' `_init_weights`): normal(0, 0.02)
+ * (embedding, linear), zeros (bias; normOffset, an RMSNorm weight stored as an offset from 1),
+ * ones (norm, ones), log(uniform(0.01, 16)) (decayLog: Gated DeltaNet's A_log).
+ */
+export type TensorRole = 'embedding' | 'linear' | 'bias' | 'norm' | 'normOffset' | 'ones' | 'decayLog';
 
 /** The block's projections by their HF module names (an engine fact: what LoRA can target). */
 export { PROJECTIONS, type Projection } from '../../../native/model-binding';
@@ -64,6 +86,14 @@ export interface FamilyFeatures {
   qkNorm: boolean;
   /** Sparse MoE MLPs (Qwen3-MoE). */
   moe?: MoeConfig;
+  /** The hybrid decoder's facts (Qwen3.5, `qwen3_5.ts`); see `ArchConfig` and `EngineConfig`. */
+  layerTypes?: LayerType[];
+  linearAttention?: LinearAttentionConfig;
+  partialRotaryFactor?: number;
+  normOffset?: boolean;
+  attnOutputGate?: boolean;
+  /** A family without a dense MLP (Qwen3.5-MoE) names the width `intermediate_size` falls back to. */
+  intermediateSize?: number;
 }
 
 /** One architecture family: its config.json mapping and its tensor table (see README.md here). */
@@ -83,6 +113,15 @@ export interface Family {
   readFeatures(r: ConfigReader): FamilyFeatures;
   /** Rejects an ArchConfig this family cannot express; returns its own config.json fields. */
   hfFields(a: ArchConfig): Json;
+  /**
+   * A config.json whose text model's fields sit in a sub-object (the Hub's Qwen3.5 checkpoints,
+   * `Qwen3_5ForConditionalGeneration`: `text_config`, beside a vision tower's): `read` gives the
+   * object the common and family fields are read from, `write` nests a text model's flat fields.
+   */
+  nested?: {
+    read(raw: Json, source: string): { raw: Json; source: string };
+    write(text: Json): Json;
+  };
   /** Every tensor in checkpoint order (embedding, layers in order, final norm, head). */
   tensors(a: ArchConfig): TensorSpec[];
 }

@@ -4,8 +4,19 @@ import { llama } from './llama';
 import { qwen2 } from './qwen2';
 import { qwen3 } from './qwen3';
 import { qwen3_moe } from './qwen3_moe';
+import { qwen3_5, qwen3_5_text } from './qwen3_5';
+import { qwen3_5_moe, qwen3_5_moe_text } from './qwen3_5_moe';
 
-export const FAMILIES = { llama, qwen2, qwen3, qwen3_moe } satisfies Record<string, Family>;
+export const FAMILIES = {
+  llama,
+  qwen2,
+  qwen3,
+  qwen3_moe,
+  qwen3_5_text,
+  qwen3_5,
+  qwen3_5_moe_text,
+  qwen3_5_moe,
+} satisfies Record<string, Family>;
 
 /** `ArchConfig.arch`: a registered family's `model_type`. */
 export type Arch = keyof typeof FAMILIES;

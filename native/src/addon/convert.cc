@@ -115,6 +115,19 @@ ArchConfig archConfig(Napi::Value v) {
     c.numExpertsPerTok = int64_t(num(m, "numExpertsPerTok"));
     c.normTopkProb = boolOr(m, "normTopkProb", false);
   }
+  c.normOffset = boolOr(o, "normOffset", false);
+  c.attnOutputGate = boolOr(o, "attnOutputGate", false);
+  Napi::Value prf = o.Get("partialRotaryFactor");
+  if (!prf.IsUndefined() && !prf.IsNull()) c.partialRotaryFactor = num(o, "partialRotaryFactor");
+  Napi::Value lin = o.Get("linearAttention");
+  if (!lin.IsUndefined() && !lin.IsNull()) {
+    Napi::Object la = obj(lin, "config.linearAttention");
+    c.linear.numKeyHeads = int64_t(num(la, "numKeyHeads"));
+    c.linear.numValueHeads = int64_t(num(la, "numValueHeads"));
+    c.linear.keyHeadDim = int64_t(num(la, "keyHeadDim"));
+    c.linear.valueHeadDim = int64_t(num(la, "valueHeadDim"));
+    c.linear.convKernel = int64_t(num(la, "convKernel"));
+  }
   return c;
 }
 

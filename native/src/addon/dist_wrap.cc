@@ -98,4 +98,24 @@ Napi::Value CreateGroup(const Napi::CallbackInfo& info) {
   return job->start();
 }
 
+// All-gathers through a group, timed as the trainer's collectives are (dist.h timeAllGathers), on
+// a libuv worker: (group, {device, bytes, iters}) -> Promise<{busySeconds, waitSeconds, collectives}>.
+Napi::Value CollectiveTime(const Napi::CallbackInfo& info) {
+  std::shared_ptr<DistGroup> group = unwrapGroup(info[0]);
+  Napi::Object o = obj(info[1], "options");
+  const std::string device = str(o, "device");
+  const int64_t bytes = int64_t(num(o, "bytes")), iters = int64_t(num(o, "iters"));
+  auto out = std::make_shared<DistStats>();
+  Job* job = new Job(
+      info.Env(), nullptr, [=] { *out = timeAllGathers(*group, at::Device(device), bytes, iters); },
+      [out](Napi::Env env) -> Napi::Value {
+        Napi::Object r = Napi::Object::New(env);
+        r.Set("busySeconds", out->busySeconds);
+        r.Set("waitSeconds", out->waitSeconds);
+        r.Set("collectives", double(out->collectives));
+        return r;
+      });
+  return job->start();
+}
+
 }  // namespace prime::addon

@@ -24,6 +24,8 @@ std::shared_ptr<DistGroup> unwrapGroup(Napi::Value v);
 Napi::Value CreateStore(const Napi::CallbackInfo& info);  // ({host, port, isServer, timeoutS}) -> Promise<DistStore>
 // (store, {prefix, rank, size, timeoutS}) -> Promise<DistGroup>, once every rank has joined
 Napi::Value CreateGroup(const Napi::CallbackInfo& info);
+// (group, {device, bytes, iters}) -> Promise<{busySeconds, waitSeconds, collectives}> (dist.h timeAllGathers)
+Napi::Value CollectiveTime(const Napi::CallbackInfo& info);
 
 Napi::Value CreateModel(const Napi::CallbackInfo& info);  // (config, specs, tensors, options) -> Promise<Model>
 Napi::Value PolicyLoss(const Napi::CallbackInfo& info);
@@ -31,6 +33,8 @@ Napi::Value LmHeadCheck(const Napi::CallbackInfo& info);  // chunked LM head vs 
 Napi::Value KernelCheck(const Napi::CallbackInfo& info);  // a fused kernel vs the libtorch path (kernel_check.h)
 Napi::Value KernelTime(const Napi::CallbackInfo& info);   // -> Promise<{fused, unfused}> seconds per fwd + bwd
 Napi::Value AdamwCheck(const Napi::CallbackInfo& info);   // fused AdamW step vs libtorch's AdamW
+// ({heads, kvHeads, headDim, maxKeys, optInLimit?}) -> the paged decode kernel's plan (paged_decode_plan.h)
+Napi::Value PagedDecodePlanOf(const Napi::CallbackInfo& info);
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
 Napi::Value LossKinds(const Napi::CallbackInfo& info);   // the loss registry as plain data
 Napi::Value LayerSlots(const Napi::CallbackInfo& info);  // () -> the block slot names (model.h layerSlotNames)

@@ -19,6 +19,7 @@
 #include "host_parallel.h"
 #include "kernel_check.h"
 #include "model.h"
+#include "paged_decode.h"
 
 namespace prime::addon {
 
@@ -137,6 +138,14 @@ static KernelCheckOptions kernelOptions(const Napi::Object& o) {
   return k;
 }
 
+// The dtypes and device of kernelCheck's options, parsed inside the caller's error handling.
+static void kernelTypes(KernelCheckOptions& k, const std::string& dtype, const std::string& weightDtype,
+                        const std::string& device) {
+  k.dtype = parseComputeDtype(dtype);
+  k.weightDtype = weightDtype.empty() ? at::kFloat : parseComputeDtype(weightDtype);
+  k.device = at::Device(device);
+}
+
 // One fused kernel against the libtorch path it replaces (kernel_check.h), synchronously: per
 // output and input gradient, the relative errors of both paths against fp64 and their distance.
 Napi::Value KernelCheck(const Napi::CallbackInfo& info) {
@@ -144,9 +153,9 @@ Napi::Value KernelCheck(const Napi::CallbackInfo& info) {
   Napi::Object o = obj(info[0], "options");
   KernelCheckOptions k = kernelOptions(o);
   const std::string dtype = str(o, "dtype"), device = str(o, "device");
+  const std::string weightDtype = o.Has("weightDtype") ? str(o, "weightDtype") : "";
   return jsErrors(env, [&]() -> Napi::Value {
-    k.dtype = parseComputeDtype(dtype);
-    k.device = at::Device(device);
+    kernelTypes(k, dtype, weightDtype, device);
     const std::vector<KernelCheckOutput> rows = kernelCheck(k);
     Napi::Array out = Napi::Array::New(env, rows.size());
     for (size_t i = 0; i < rows.size(); i++) {
@@ -168,14 +177,14 @@ Napi::Value KernelTime(const Napi::CallbackInfo& info) {
   Napi::Object o = obj(info[0], "options");
   KernelCheckOptions k = kernelOptions(o);
   const std::string dtype = str(o, "dtype"), device = str(o, "device");
+  const std::string weightDtype = o.Has("weightDtype") ? str(o, "weightDtype") : "";
   const int64_t iters = int64_t(num(o, "iters"));
   auto out = std::make_shared<KernelTiming>();
   Job* job = new Job(
       info.Env(), nullptr,
       [=] {
         KernelCheckOptions opts = k;
-        opts.dtype = parseComputeDtype(dtype);
-        opts.device = at::Device(device);
+        kernelTypes(opts, dtype, weightDtype, device);
         *out = kernelTime(opts, iters);
       },
       [out](Napi::Env env) -> Napi::Value {
@@ -285,12 +294,30 @@ Napi::Value MatmulGflops(const Napi::CallbackInfo& info) {
   return job->start();
 }
 
+// The CUDA paged decode kernel's plan for a shape (paged_decode_plan.h): ({heads, kvHeads,
+// headDim, maxKeys, optInLimit?}) -> {partition, sharedBytes, optIn, why}; optInLimit (bytes a
+// block may opt in to) defaults to the plain 48 KiB every device gives.
+Napi::Value PagedDecodePlanOf(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = obj(info[0], "shape");
+  const int64_t limit = o.Has("optInLimit") ? int64_t(num(o, "optInLimit")) : kDefaultSharedBytes;
+  const PagedDecodePlan p = pagedDecodePlan(int64_t(num(o, "heads")), int64_t(num(o, "kvHeads")),
+                                            int64_t(num(o, "headDim")), int64_t(num(o, "maxKeys")), limit);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("partition", double(p.partition));
+  out.Set("sharedBytes", double(p.sharedBytes));
+  out.Set("optIn", p.optIn);
+  out.Set("why", p.why);
+  return out;
+}
+
 Napi::Value Info(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object out = Napi::Object::New(env);
   out.Set("torchVersion", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
                               std::to_string(TORCH_VERSION_PATCH));
   out.Set("cuda", at::hasCUDA());
+  out.Set("cudaDevices", double(at::hasCUDA() ? at::getNumGPUs() : 0));
   out.Set("threads", gThreads.load() > 0 ? gThreads.load() : at::get_num_threads());
   auto blasThreads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   if (blasThreads) out.Set("blasThreads", blasThreads());

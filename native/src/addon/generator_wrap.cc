@@ -32,6 +32,18 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
       r.sampling.topP = numOr(o, "topP", 1.0);
       r.sampling.topK = int64_t(numOr(o, "topK", -1));
       r.sampling.minP = numOr(o, "minP", 0.0);
+      r.sampling.presencePenalty = numOr(o, "presencePenalty", 0.0);
+      r.sampling.frequencyPenalty = numOr(o, "frequencyPenalty", 0.0);
+      r.sampling.minTokens = int64_t(numOr(o, "minTokens", 0));
+      Napi::Value bias = o.Get("logitBias");
+      if (!bias.IsUndefined() && !bias.IsNull()) {
+        Napi::Object b = obj(bias, "logitBias");
+        const std::vector<int64_t> ids = ints(field(b, "tokenIds"), "logitBias.tokenIds");
+        const std::vector<double> biases = reals(field(b, "biases"), "logitBias.biases");
+        if (ids.size() != biases.size())
+          throw Napi::TypeError::New(info.Env(), "logitBias: tokenIds and biases differ in length");
+        for (size_t j = 0; j < ids.size(); j++) r.sampling.logitBias.emplace_back(ids[j], biases[j]);
+      }
       r.maxTokens = int64_t(numOr(o, "maxTokens", 16));
       Napi::Value stops = o.Get("stopTokenIds");
       if (!stops.IsUndefined() && !stops.IsNull()) r.stopTokenIds = ints(stops, "stopTokenIds");

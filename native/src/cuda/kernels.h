@@ -25,16 +25,16 @@ int multiprocessors();
 //            rstd = 1 / sqrt(mean(s^2) + eps) (fp32, one per row), y = s * rstd * w.
 cudaError_t rmsNormForward(DType act, DType weight, const void* x, const void* delta, void* sum, void* y, float* rstd,
                            const void* w, int64_t rows, int64_t width, float eps, cudaStream_t stream);
-//   backward of the rows: dx = rstd (w g - n mean(w g n)) + gSum, n = s rstd; gSum (the gradient
-//   the sum received from the residual stream) may be null. dx is the gradient of x and of delta.
+//   backward of the rows, one read of g, s (and gSum): dx = rstd (w g - n mean(w g n)) + gSum,
+//   n = s rstd; gSum (the gradient the sum received from the residual stream) may be null. dx is
+//   the gradient of x and of delta (null: not wanted). dw (null: not wanted) is the weight's
+//   gradient, sum over rows of g n, in the weight's dtype: each block adds its rows' share into a
+//   row of `workspace` (rmsNormBackwardWorkspace floats), then a second pass adds those in a fixed
+//   order (deterministic). Rows up to normBackwardMaxWidth (norm_limits.h).
+int64_t rmsNormBackwardWorkspace(int64_t rows, int64_t width);
 cudaError_t rmsNormBackward(DType act, DType weight, const void* g, const void* gSum, const void* s, const float* rstd,
-                            const void* w, void* dx, int64_t rows, int64_t width, cudaStream_t stream);
-// The weight's gradient as a plain column reduction, dw = sum over rows of g n: partial sums of
-// row blocks into `workspace` (rmsNormWeightGradWorkspace floats), then one pass adds them in a
-// fixed order (deterministic) and writes dw in the weight's dtype.
-int64_t rmsNormWeightGradWorkspace(int64_t rows, int64_t width);
-cudaError_t rmsNormWeightGrad(DType act, DType weight, const void* g, const void* s, const float* rstd, void* dw,
-                              float* workspace, int64_t rows, int64_t width, cudaStream_t stream);
+                            const void* w, void* dx, void* dw, float* workspace, int64_t rows, int64_t width,
+                            cudaStream_t stream);
 
 // ---- RoPE (rope.cu) -----------------------------------------------------------------------------
 // x [tokens, heads, headDim] with token stride `inStride` (elements; heads and their elements
@@ -51,9 +51,11 @@ cudaError_t rope(DType dt, bool backward, const void* x, int64_t inStride, void*
 cudaError_t swigluForward(DType dt, const void* gate, int64_t gateStride, const void* up, int64_t upStride, void* out,
                           int64_t rows, int64_t width, cudaStream_t stream);
 // From g = dL/dout (contiguous): dGate = g up sig(gate) (1 + gate (1 - sig(gate))), dUp = g silu(gate),
-// both contiguous, in one pass.
+// in one pass, both with row stride dStride (width: two tensors; 2 width: the halves of one
+// [rows, 2 width] gradient, that of a packed gate/up projection).
 cudaError_t swigluBackward(DType dt, const void* g, const void* gate, int64_t gateStride, const void* up,
-                           int64_t upStride, void* dGate, void* dUp, int64_t rows, int64_t width, cudaStream_t stream);
+                           int64_t upStride, void* dGate, void* dUp, int64_t dStride, int64_t rows, int64_t width,
+                           cudaStream_t stream);
 
 // ---- The LM head's rows (lm_head.cu) ------------------------------------------------------------
 // One chunk of fp32 logits z [rows, vocab] (contiguous), x = z / T. forward, one read of each row:

@@ -1,20 +1,23 @@
-// RMSNorm fused with the residual add, forward and backward, and its weight's gradient as a plain
-// column reduction. libtorch's fused RMSNorm computes that gradient in GammaBetaBackward, the
-// largest kernel of a Qwen3-0.6B training step on an H200 (17 ms over 226 norms, mostly the q/k
-// norms' 128-wide weights over [tokens x heads] rows); here it is two short passes: partial sums of
-// row blocks, then their sum.
+// RMSNorm fused with the residual add, forward and backward, the weight's gradient in the same
+// backward pass. libtorch's fused RMSNorm computes that gradient in GammaBetaBackward, the largest
+// kernel of a Qwen3-0.6B training step on an H200 (17 ms over 226 norms, mostly the q/k norms'
+// 128-wide weights over [tokens x heads] rows); here each block adds its rows' share of it while it
+// computes their input gradient, and a short second pass adds the blocks' shares.
 //
 // A block is 256 threads: rows of `tpr` threads (32..256, enough to cover a row in vectors), 256 /
-// tpr rows side by side, each thread striding its row by tpr vectors. Rows are read twice (the
-// statistic, then the output); the second read mostly hits L1/L2.
+// tpr rows side by side, each thread striding its row by tpr vectors. The forward reads a row twice
+// (the statistic, then the output; the second read mostly hits L1/L2); the backward reads each
+// input once, holding a thread's vectors of g and s in registers between the row's statistic and
+// its gradient (rows of up to kMaxStrides strides: 16,384 bf16 or 8,192 fp32 elements).
 #include <type_traits>
 
 #include "common.cuh"
+#include "norm_limits.h"
 
 namespace prime::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kNormThreads;
 
 template <typename T, typename W, int V, bool kDelta>
 __global__ void __launch_bounds__(kThreads)
@@ -60,93 +63,97 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, typename W, int V, bool kGSum>
+// The backward of rows, reading g, s (and gSum) once: dx = rstd (w g - n mean(w g n)) + gSum, n = s
+// rstd (dx null: not wanted); and, partial non-null, the weight's gradient, sum of g n over the
+// block's rows, into partial[blockIdx.x] (columnSumKernel then adds the blocks' rows). kStrides:
+// the strides of tpr x V elements a row takes (held in registers).
+template <typename T, typename W, int V, int kStrides, bool kGSum>
 __global__ void __launch_bounds__(kThreads)
     backwardKernel(const T* __restrict__ g, const T* __restrict__ gSum, const T* __restrict__ s,
-                   const float* __restrict__ rstd, const W* __restrict__ w, T* __restrict__ dx, int64_t rows,
-                   int width) {
+                   const float* __restrict__ rstd, const W* __restrict__ w, T* __restrict__ dx,
+                   float* __restrict__ partial, int64_t rows, int width) {
   const int step = blockDim.x * V;
   const int64_t rowStep = int64_t(gridDim.x) * blockDim.y;
+  float dw[kStrides][V];  // this thread's columns, summed over its rows
+#pragma unroll
+  for (int j = 0; j < kStrides; j++)
+#pragma unroll
+    for (int i = 0; i < V; i++) dw[j][i] = 0.f;
+  // Every thread runs the same iterations (rowSum synchronises the block); rows past the end idle.
   for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < rows; base += rowStep) {
     const int64_t r = base + threadIdx.y;
     const bool active = r < rows;
     const float rs = active ? rstd[r] : 0.f;
+    Vec<T, V> gv[kStrides], sv[kStrides];
     float dot = 0;  // sum of (w g) n over the row
-    if (active) {
-      for (int c = threadIdx.x * V; c < width; c += step) {
-        const Vec<T, V> gv = load<T, V>(g + r * width + c), sv = load<T, V>(s + r * width + c);
-        const Vec<W, V> wv = load<W, V>(w + c);
 #pragma unroll
-        for (int i = 0; i < V; i++) dot += toFloat(gv.v[i]) * roundTo<T>(toFloat(wv.v[i])) * (toFloat(sv.v[i]) * rs);
+    for (int j = 0; j < kStrides; j++) {
+      const int c = threadIdx.x * V + j * step;
+      if (!active || c >= width) continue;
+      gv[j] = load<T, V>(g + r * width + c);
+      sv[j] = load<T, V>(s + r * width + c);
+      const Vec<W, V> wv = load<W, V>(w + c);
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const float gi = toFloat(gv[j].v[i]), n = toFloat(sv[j].v[i]) * rs;
+        dot += gi * roundTo<T>(toFloat(wv.v[i])) * n;
+        dw[j][i] += gi * n;
       }
     }
     const float mean = rowSum(dot) / float(width);
-    if (!active) continue;
-    for (int c = threadIdx.x * V; c < width; c += step) {
-      const Vec<T, V> gv = load<T, V>(g + r * width + c), sv = load<T, V>(s + r * width + c);
+    if (!active || dx == nullptr) continue;
+#pragma unroll
+    for (int j = 0; j < kStrides; j++) {
+      const int c = threadIdx.x * V + j * step;
+      if (c >= width) continue;
       const Vec<W, V> wv = load<W, V>(w + c);
       Vec<T, V> gs;
       if (kGSum) gs = load<T, V>(gSum + r * width + c);
       Vec<T, V> out;
 #pragma unroll
       for (int i = 0; i < V; i++) {
-        const float wg = toFloat(gv.v[i]) * roundTo<T>(toFloat(wv.v[i])), n = toFloat(sv.v[i]) * rs;
+        const float wg = toFloat(gv[j].v[i]) * roundTo<T>(toFloat(wv.v[i])), n = toFloat(sv[j].v[i]) * rs;
         out.v[i] = fromFloat<T>(rs * (wg - n * mean) + (kGSum ? toFloat(gs.v[i]) : 0.f));
       }
       store<T, V>(dx + r * width + c, out);
     }
   }
+  if (partial == nullptr) return;
+  // The block's rows side by side, added in order (y = 0 first) into its row of `partial`.
+  float* out = partial + int64_t(blockIdx.x) * width;
+  for (int y = 0; y < int(blockDim.y); y++) {
+    if (int(threadIdx.y) == y) {
+#pragma unroll
+      for (int j = 0; j < kStrides; j++) {
+        const int c = threadIdx.x * V + j * step;
+        if (c >= width) continue;
+#pragma unroll
+        for (int i = 0; i < V; i++) out[c + i] = (y == 0 ? 0.f : out[c + i]) + dw[j][i];
+      }
+    }
+    __syncthreads();  // the next row's additions read this one's
+  }
 }
 
-// The weight gradient's first pass: block (32, 8) sums g n over rows [split x rowsPerSplit, ...)
-// for 32 x V columns: threads along x read consecutive vectors of a row (coalesced), the 8 along
-// y interleave rows; the 8 partial sums are then added in order through shared memory.
-template <typename T, int V>
+// The weight gradient's second pass: block (32, 8) adds the rows of `partial` for 32 columns, the
+// 8 threads of a column each a strided eighth of the rows (coalesced across the 32), then their 8
+// sums in order: a fixed order, the same result every run.
+template <typename W>
 __global__ void __launch_bounds__(kThreads)
-    weightGradPartialKernel(const T* __restrict__ g, const T* __restrict__ s, const float* __restrict__ rstd,
-                            float* __restrict__ partial, int64_t rows, int width, int64_t rowsPerSplit) {
-  __shared__ float red[8][32 * V];
-  const int c = (blockIdx.x * 32 + threadIdx.x) * V;
-  const int64_t r0 = int64_t(blockIdx.y) * rowsPerSplit, r1 = min(rows, r0 + rowsPerSplit);
-  float acc[V];
-#pragma unroll
-  for (int i = 0; i < V; i++) acc[i] = 0;
-  if (c < width) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
-      const float rs = rstd[r];
-      const Vec<T, V> gv = load<T, V>(g + r * width + c), sv = load<T, V>(s + r * width + c);
-#pragma unroll
-      for (int i = 0; i < V; i++) acc[i] += toFloat(gv.v[i]) * (toFloat(sv.v[i]) * rs);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < V; i++) red[threadIdx.y][threadIdx.x * V + i] = acc[i];
+    columnSumKernel(const float* __restrict__ partial, int64_t blocks, int width, W* __restrict__ dw) {
+  __shared__ float red[8][32];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  float t = 0;
+  if (c < width)
+    for (int64_t k = threadIdx.y; k < blocks; k += 8) t += partial[k * width + c];
+  red[threadIdx.y][threadIdx.x] = t;
   __syncthreads();
   if (threadIdx.y == 0 && c < width) {
+    float sum = 0;
 #pragma unroll
-    for (int i = 0; i < V; i++) {
-      float t = 0;
-      for (int k = 0; k < int(blockDim.y); k++) t += red[k][threadIdx.x * V + i];
-      partial[int64_t(blockIdx.y) * width + c + i] = t;
-    }
+    for (int y = 0; y < 8; y++) sum += red[y][threadIdx.x];
+    dw[c] = fromFloat<W>(sum);
   }
-}
-
-// The second pass: each column's partial sums added in split order.
-template <typename W>
-__global__ void columnSumKernel(const float* __restrict__ partial, int64_t splits, int width, W* __restrict__ dw) {
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) {
-    float t = 0;
-    for (int64_t k = 0; k < splits; k++) t += partial[k * width + c];
-    dw[c] = fromFloat<W>(t);
-  }
-}
-
-// Rows per split of the weight gradient: at least 128 rows each, at most 4 splits per
-// multiprocessor.
-int64_t weightGradSplits(int64_t rows) {
-  const int64_t want = (rows + 127) / 128, cap = int64_t(multiprocessors()) * 4;
-  return want < 1 ? 1 : (want < cap ? want : cap);
 }
 
 // Threads per row: the fewest warps (up to 8) whose vectors cover the row in one stride.
@@ -155,6 +162,20 @@ int threadsPerRow(int64_t width, int v) {
   while (t < kThreads && int64_t(t) * v < width) t *= 2;
   return t;
 }
+
+// Strides of a backward row (tpr threads x v elements each) in registers, at most kMaxStrides; 0
+// for a row wider than that (normBackwardMaxWidth: the host refuses it first).
+constexpr int kMaxStrides = kNormMaxStrides;
+int backwardStrides(int64_t width, int v) {
+  const int64_t step = int64_t(threadsPerRow(width, v)) * v, need = (width + step - 1) / step;
+  int strides = 1;
+  while (strides < need) strides *= 2;
+  return strides <= kMaxStrides ? strides : 0;
+}
+
+// Blocks of the backward: a few per multiprocessor (each block's share of the weight's gradient is
+// a row of the workspace the second pass reads), never more than the rows need.
+unsigned backwardBlocks(int64_t rows, int rowsPerBlock) { return gridFor(rows, rowsPerBlock, 1); }
 
 template <typename T, typename W>
 int widthFor(int64_t width, std::initializer_list<const void*> act, const void* w) {
@@ -179,31 +200,25 @@ void launchForward(const void* x, const void* delta, void* sum, void* y, float* 
                                                               width, eps);
 }
 
-template <typename T, typename W, int V>
+template <typename T, typename W, int V, int kStrides>
 void launchBackward(const void* g, const void* gSum, const void* s, const float* rstd, const void* w, void* dx,
-                    int64_t rows, int width, cudaStream_t stream) {
+                    void* dw, float* workspace, int64_t rows, int width, cudaStream_t stream) {
   const int tpr = threadsPerRow(width, V);
   const dim3 block(tpr, kThreads / tpr);
-  const unsigned grid = gridFor(rows, block.y);
+  const unsigned grid = backwardBlocks(rows, int(block.y));
   auto* gp = static_cast<const T*>(g);
   auto* sp = static_cast<const T*>(s);
   auto* wp = static_cast<const W*>(w);
+  float* partial = dw ? workspace : nullptr;
   if (gSum)
-    backwardKernel<T, W, V, true>
-        <<<grid, block, 0, stream>>>(gp, static_cast<const T*>(gSum), sp, rstd, wp, static_cast<T*>(dx), rows, width);
+    backwardKernel<T, W, V, kStrides, true><<<grid, block, 0, stream>>>(gp, static_cast<const T*>(gSum), sp, rstd, wp,
+                                                                        static_cast<T*>(dx), partial, rows, width);
   else
-    backwardKernel<T, W, V, false>
-        <<<grid, block, 0, stream>>>(gp, nullptr, sp, rstd, wp, static_cast<T*>(dx), rows, width);
-}
-
-template <typename T, typename W, int V>
-void launchWeightGrad(const void* g, const void* s, const float* rstd, void* dw, float* workspace, int64_t rows,
-                      int width, cudaStream_t stream) {
-  const int64_t splits = weightGradSplits(rows), rowsPerSplit = (rows + splits - 1) / splits;
-  const dim3 grid(unsigned((width + 32 * V - 1) / (32 * V)), unsigned(splits)), block(32, 8);
-  weightGradPartialKernel<T, V><<<grid, block, 0, stream>>>(static_cast<const T*>(g), static_cast<const T*>(s), rstd,
-                                                            workspace, rows, width, rowsPerSplit);
-  columnSumKernel<W><<<gridFor(width, 256), 256, 0, stream>>>(workspace, splits, width, static_cast<W*>(dw));
+    backwardKernel<T, W, V, kStrides, false>
+        <<<grid, block, 0, stream>>>(gp, nullptr, sp, rstd, wp, static_cast<T*>(dx), partial, rows, width);
+  if (dw)
+    columnSumKernel<W>
+        <<<unsigned((width + 31) / 32), dim3(32, 8), 0, stream>>>(workspace, int64_t(grid), width, static_cast<W*>(dw));
 }
 
 // Calls f(T(), W(), std::integral_constant<int, V>()) for the dtypes and a vector width v in
@@ -254,26 +269,34 @@ cudaError_t rmsNormForward(DType act, DType weight, const void* x, const void* d
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
-cudaError_t rmsNormBackward(DType act, DType weight, const void* g, const void* gSum, const void* s, const float* rstd,
-                            const void* w, void* dx, int64_t rows, int64_t width, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
-  const int v = actWidth(act, weight, width, {g, gSum, s, dx}, w);
-  const bool ok = dispatch(act, weight, v, [&](auto t, auto wt, auto vec) {
-    launchBackward<decltype(t), decltype(wt), decltype(vec)::value>(g, gSum, s, rstd, w, dx, rows, int(width), stream);
-  });
-  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+int64_t rmsNormBackwardWorkspace(int64_t rows, int64_t width) {
+  // Every block of the backward is a row of it: at most one block per row, and at most
+  // backwardBlocks' cap whatever the rows per block.
+  return int64_t(gridFor(rows, 1, 1)) * width;
 }
 
-int64_t rmsNormWeightGradWorkspace(int64_t rows, int64_t width) { return weightGradSplits(rows) * width; }
-
-cudaError_t rmsNormWeightGrad(DType act, DType weight, const void* g, const void* s, const float* rstd, void* dw,
-                              float* workspace, int64_t rows, int64_t width, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
-  const int v = busyWarp(
-      act == DType::BF16 ? vectorWidth<__nv_bfloat16>(width, {g, s}) : vectorWidth<float>(width, {g, s}), width);
+cudaError_t rmsNormBackward(DType act, DType weight, const void* g, const void* gSum, const void* s, const float* rstd,
+                            const void* w, void* dx, void* dw, float* workspace, int64_t rows, int64_t width,
+                            cudaStream_t stream) {
+  if (rows == 0 || (dx == nullptr && dw == nullptr)) return cudaSuccess;
+  const int v = actWidth(act, weight, width, {g, gSum, s, dx}, w);
+  const int strides = backwardStrides(width, v);
+  if (strides == 0 || (dw != nullptr && workspace == nullptr)) return cudaErrorInvalidValue;
   const bool ok = dispatch(act, weight, v, [&](auto t, auto wt, auto vec) {
-    launchWeightGrad<decltype(t), decltype(wt), decltype(vec)::value>(g, s, rstd, dw, workspace, rows, int(width),
-                                                                      stream);
+    using T = decltype(t);
+    using W = decltype(wt);
+    constexpr int V = decltype(vec)::value;
+    const int w32 = int(width);
+    switch (strides) {
+      case 1:
+        return launchBackward<T, W, V, 1>(g, gSum, s, rstd, w, dx, dw, workspace, rows, w32, stream);
+      case 2:
+        return launchBackward<T, W, V, 2>(g, gSum, s, rstd, w, dx, dw, workspace, rows, w32, stream);
+      case 4:
+        return launchBackward<T, W, V, 4>(g, gSum, s, rstd, w, dx, dw, workspace, rows, w32, stream);
+      default:
+        return launchBackward<T, W, V, kMaxStrides>(g, gSum, s, rstd, w, dx, dw, workspace, rows, w32, stream);
+    }
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }

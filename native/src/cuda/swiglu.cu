@@ -34,7 +34,8 @@ __global__ void __launch_bounds__(256)
 template <typename T, int V>
 __global__ void __launch_bounds__(256)
     backwardKernel(const T* __restrict__ grad, const T* __restrict__ gate, int64_t gateStride, const T* __restrict__ up,
-                   int64_t upStride, T* __restrict__ dGate, T* __restrict__ dUp, int64_t rows, int width) {
+                   int64_t upStride, T* __restrict__ dGate, T* __restrict__ dUp, int64_t dStride, int64_t rows,
+                   int width) {
   const int perRow = width / V;
   const int64_t total = rows * perRow;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -50,15 +51,16 @@ __global__ void __launch_bounds__(256)
       dg.v[k] = fromFloat<T>(gr * toFloat(u.v[k]) * s * (1.f + x * (1.f - s)));
       du.v[k] = fromFloat<T>(gr * x * s);
     }
-    store<T, V>(dGate + r * width + c, dg);
-    store<T, V>(dUp + r * width + c, du);
+    store<T, V>(dGate + r * dStride + c, dg);
+    store<T, V>(dUp + r * dStride + c, du);
   }
 }
 
+// The vector width at these pointers and row strides (elements).
 template <typename T>
-int widthOf(int64_t width, int64_t gateStride, int64_t upStride, std::initializer_list<const void*> ptrs) {
+int widthOf(int64_t width, int64_t strideA, int64_t strideB, int64_t strideC, std::initializer_list<const void*> ptrs) {
   int v = vectorWidth<T>(width, ptrs);
-  while (v > 1 && (gateStride % v != 0 || upStride % v != 0)) v /= 2;
+  while (v > 1 && (strideA % v != 0 || strideB % v != 0 || strideC % v != 0)) v /= 2;
   return v;
 }
 
@@ -81,8 +83,8 @@ void dispatch(DType dt, int v, F&& f) {
 cudaError_t swigluForward(DType dt, const void* gate, int64_t gateStride, const void* up, int64_t upStride, void* out,
                           int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows == 0 || width == 0) return cudaSuccess;
-  const int v = dt == DType::BF16 ? widthOf<__nv_bfloat16>(width, gateStride, upStride, {gate, up, out})
-                                  : widthOf<float>(width, gateStride, upStride, {gate, up, out});
+  const int v = dt == DType::BF16 ? widthOf<__nv_bfloat16>(width, gateStride, upStride, width, {gate, up, out})
+                                  : widthOf<float>(width, gateStride, upStride, width, {gate, up, out});
   dispatch(dt, v, [&](auto t, auto vec) {
     using T = decltype(t);
     constexpr int V = decltype(vec)::value;
@@ -94,16 +96,18 @@ cudaError_t swigluForward(DType dt, const void* gate, int64_t gateStride, const 
 }
 
 cudaError_t swigluBackward(DType dt, const void* g, const void* gate, int64_t gateStride, const void* up,
-                           int64_t upStride, void* dGate, void* dUp, int64_t rows, int64_t width, cudaStream_t stream) {
+                           int64_t upStride, void* dGate, void* dUp, int64_t dStride, int64_t rows, int64_t width,
+                           cudaStream_t stream) {
   if (rows == 0 || width == 0) return cudaSuccess;
-  const int v = dt == DType::BF16 ? widthOf<__nv_bfloat16>(width, gateStride, upStride, {g, gate, up, dGate, dUp})
-                                  : widthOf<float>(width, gateStride, upStride, {g, gate, up, dGate, dUp});
+  const int v = dt == DType::BF16
+                    ? widthOf<__nv_bfloat16>(width, gateStride, upStride, dStride, {g, gate, up, dGate, dUp})
+                    : widthOf<float>(width, gateStride, upStride, dStride, {g, gate, up, dGate, dUp});
   dispatch(dt, v, [&](auto t, auto vec) {
     using T = decltype(t);
     constexpr int V = decltype(vec)::value;
     backwardKernel<T, V><<<gridFor(rows * (width / V), 256), 256, 0, stream>>>(
         static_cast<const T*>(g), static_cast<const T*>(gate), gateStride, static_cast<const T*>(up), upStride,
-        static_cast<T*>(dGate), static_cast<T*>(dUp), rows, int(width));
+        static_cast<T*>(dGate), static_cast<T*>(dUp), dStride, rows, int(width));
   });
   return cudaGetLastError();
 }
