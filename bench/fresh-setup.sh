@@ -2,8 +2,8 @@
 # The first set-up as a new user meets it: README.md's "First set-up" table. Builds a fresh Debian 12
 # root with debootstrap from Debian's packages, holding what a fresh machine of this kind has and
 # nothing else (Node.js 20 and Go copied from this machine; gcc/g++, make, cmake, git, Python 3 with
-# pip and venv from Debian), with empty caches (no apt lists or archives, no npm, pip, Go, Maven or
-# ccache cache). Then, for each scenario, in a copy of that root: clones the repository at COMMIT,
+# pip and venv from Debian; this machine's own certificate authorities, for a network that inspects
+# TLS), with empty caches (no apt lists or archives, no npm, pip, Go, Maven or ccache cache). Then, for each scenario, in a copy of that root: clones the repository at COMMIT,
 # times the set-up (step by step, as scripts/setup.sh prints it), then times it a second time.
 #   main   `bash scripts/setup.sh`, what `npm run reverse-text` runs before its job; then
 #          `bash scripts/setup.sh --all` on top (what `npm test` adds)
@@ -76,10 +76,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+# This machine's network: the certificate authorities it trusts beside Debian's (a network that
+# inspects TLS has its own), and the variables that point programs at the bundle (Node.js and uv,
+# for one, read no system store by default). No other settings: no package caches or mirrors.
+CA_VARS=(SSL_CERT_FILE SSL_CERT_DIR NODE_EXTRA_CA_CERTS PIP_CERT REQUESTS_CA_BUNDLE CURL_CA_BUNDLE GIT_SSL_CAINFO)
+ca_env=()
+for v in "${CA_VARS[@]}"; do if [ -n "${!v:-}" ]; then ca_env+=("$v=${!v}"); fi; done
 # in_root ROOT COMMAND: runs COMMAND (a bash script) in ROOT as a fresh login of root would.
 in_root() {
-  chroot "$1" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+  chroot "$1" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 ${ca_env[@]+"${ca_env[@]}"} \
     PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin bash -c "$2"
+}
+# trust_host_cas ROOT: this machine's own certificate authorities, added to ROOT's store.
+trust_host_cas() {
+  local crts=(/usr/local/share/ca-certificates/*.crt)
+  [ -e "${crts[0]}" ] || return 0
+  cp "${crts[@]}" "$1/usr/local/share/ca-certificates/"
+  in_root "$1" 'update-ca-certificates > /dev/null'
 }
 
 # The base root ------------------------------------------------------------------------------------
@@ -138,6 +151,7 @@ for s in ${scenarios//,/ }; do
   git clone --quiet --no-local "$REPO" "$work/root/prime-rl"
   git -C "$work/root/prime-rl" checkout --quiet "$sha"
   mount_root "$work"
+  trust_host_cas "$work"
   say "$s: $(in_root "$work" 'echo node $(node --version), npm $(npm --version), $(go version | cut -d" " -f3), $(python3 --version), pip $(python3 -m pip --version | cut -d" " -f2), $(cmake --version | head -1), gcc $(gcc -dumpversion)')"
   case $s in
     main)
