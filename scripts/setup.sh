@@ -70,8 +70,8 @@ step() {
 }
 # bg NAME "WHAT" COMMAND...: says WHAT and starts COMMAND in the background, in its own process
 # group, its output in $STAMPS/NAME.log. bg_wait NAME waits for it and says its seconds, or prints
-# its log and ends the set-up if it failed. A set-up that ends early (an error, Ctrl-C) ends the
-# jobs still running.
+# its log and ends the set-up if it failed. A set-up that ends early (an error, Ctrl-C, a kill)
+# ends the jobs still running, also the one it is waiting for.
 declare -A bg_pid=() bg_what=() bg_t0=()
 bg() {
   local name=$1 what=$2
@@ -85,10 +85,11 @@ bg() {
   set +m
 }
 bg_wait() {
-  local name=$1 pid=${bg_pid[$1]:-}
+  local name=$1 pid=${bg_pid[$1]:-} rc=0
   if [ -z "$pid" ]; then return; fi
+  wait "$pid" || rc=$?
   unset "bg_pid[$name]"
-  if ! wait "$pid"; then
+  if [ $rc != 0 ]; then
     cat "$STAMPS/$name.log" >&2
     echo "error: ${bg_what[$name]} failed (its output is above, and in $STAMPS/$name.log)" >&2
     exit 1
@@ -97,10 +98,11 @@ bg_wait() {
 }
 # bg_try NAME: bg_wait for a job the set-up can do without: false (its log shown) if it failed.
 bg_try() {
-  local name=$1 pid=${bg_pid[$1]:-}
+  local name=$1 pid=${bg_pid[$1]:-} rc=0
   if [ -z "$pid" ]; then return; fi
+  wait "$pid" || rc=$?
   unset "bg_pid[$name]"
-  if wait "$pid"; then log "  ${bg_what[$name]}: $((SECONDS - bg_t0[$name])) s"; return; fi
+  if [ $rc = 0 ]; then log "  ${bg_what[$name]}: $((SECONDS - bg_t0[$name])) s"; return; fi
   tail -5 "$STAMPS/$name.log" >&2
   return 1
 }
