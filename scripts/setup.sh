@@ -217,6 +217,12 @@ npm_install() {
 
 # 4. native addon ------------------------------------------------------------------------------
 build_addon() {
+  # Node's own headers where they are installed beside it (Debian's and NodeSource's packages, the
+  # official tarballs): cmake-js would otherwise download them from nodejs.org. npm's `nodedir`
+  # setting (npm_config_nodedir), where set, wins.
+  local prefix
+  prefix=$(node -p 'require("path").resolve(process.execPath, "../..")')
+  if [ -z "${npm_config_nodedir:-}" ] && [ -f "$prefix/include/node/node.h" ]; then export npm_config_nodedir=$prefix; fi
   npx --no-install cmake-js compile --directory native --out build/native --log-level warn
   stamp_set native "$native_hash"
 }
