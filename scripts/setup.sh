@@ -79,8 +79,9 @@ bg() {
   log "$what"
   bg_what[$name]=$what bg_t0[$name]=$SECONDS
   # Each job holds the set-up's lock (fd 9) until it ends, also when the set-up itself was killed.
+  # The job writes its own seconds when it ends (bg_wait may come much later).
   set -m
-  "$@" > "$STAMPS/$name.log" 2>&1 &
+  ("$@"; echo $((SECONDS - bg_t0[$name])) > "$STAMPS/$name.seconds") > "$STAMPS/$name.log" 2>&1 &
   bg_pid[$name]=$!
   set +m
 }
@@ -94,7 +95,7 @@ bg_wait() {
     echo "error: ${bg_what[$name]} failed (its output is above, and in $STAMPS/$name.log)" >&2
     exit 1
   fi
-  log "  ${bg_what[$name]}: $((SECONDS - bg_t0[$name])) s"
+  log "  ${bg_what[$name]}: $(cat "$STAMPS/$name.seconds") s"
 }
 # bg_try NAME: bg_wait for a job the set-up can do without: false (its log shown) if it failed.
 bg_try() {
@@ -102,7 +103,7 @@ bg_try() {
   if [ -z "$pid" ]; then return; fi
   wait "$pid" || rc=$?
   unset "bg_pid[$name]"
-  if [ $rc = 0 ]; then log "  ${bg_what[$name]}: $((SECONDS - bg_t0[$name])) s"; return; fi
+  if [ $rc = 0 ]; then log "  ${bg_what[$name]}: $(cat "$STAMPS/$name.seconds") s"; return; fi
   tail -5 "$STAMPS/$name.log" >&2
   return 1
 }
