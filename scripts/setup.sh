@@ -123,7 +123,9 @@ wait_temporal() {
 APT_PACKAGES=()
 if [ $main = 1 ]; then
   APT_PACKAGES+=(libopenblas0-pthread build-essential cmake ninja-build git ca-certificates libgloo-dev)
-  if [ -z "$LIBTORCH" ]; then APT_PACKAGES+=(libtorch-dev); fi
+  # libsleef-dev: sleef.h, which libtorch 1.13's vectorised types include for AVX2 and AVX-512
+  # (native/src/cpu/kernels.cc; PyTorch 2.x's headers do not need it).
+  if [ -z "$LIBTORCH" ]; then APT_PACKAGES+=(libtorch-dev libsleef-dev); fi
 fi
 # Chromium: test/report.render.test.ts; clang-format: npm run lint; the JRE and Maven: the Java
 # test server below.
