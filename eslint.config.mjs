@@ -34,8 +34,8 @@ const dynamicInto = (message, ...dirs) => {
  */
 const SCHEMA_LAYERS = [
   ['common'],
-  ['model', 'temporal', 'ckpt', 'envs', 'sampling', 'lora', 'optim', 'loss', 'wandb', 'distill'],
-  ['dist', 'inference'],
+  ['model', 'temporal', 'ckpt', 'envs', 'sampling', 'lora', 'optim', 'loss', 'wandb', 'distill', 'concurrency'],
+  ['dist', 'inference', 'algorithm'],
   ['trainer', 'orchestrator', 'eval'],
   ['rl', 'sft', 'worker', 'model-tools', 'report'],
 ];

@@ -29,7 +29,9 @@ import { tokenizerOf } from '../lib/model/tokenizer';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { InferenceClient, toActivityFailure, type InferenceClientOptions } from '../lib/orchestrator/client';
 import type { SamplingSettings } from '../lib/orchestrator/rollout';
-import { playRollout } from '../lib/orchestrator/verifiers-rollout';
+import { playRollout, runVerifiersRollout } from '../lib/orchestrator/verifiers-rollout';
+import { mapAdaptive } from '../lib/orchestrator/adaptive';
+import { ConcurrencyController, fixedLimit, type ConcurrencyBounds } from '../lib/orchestrator/concurrency';
 import { isVerifiersEnv } from '../lib/envs/verifiers/environment';
 import { listSteps, RunLayout } from '../lib/runfolder/layout';
 import { withHeartbeat } from '../lib/temporal/heartbeat';
@@ -58,11 +60,20 @@ export type EvalTarget =
       /** API key and in-flight bound (no bound: an eval keeps CONCURRENCY rollouts in flight). */
       client?: InferenceClientOptions;
     }
-  | { kind: 'api'; baseUrl: string; model: string; apiKeyVar?: string };
+  | {
+      kind: 'api';
+      baseUrl: string;
+      model: string;
+      apiKeyVar?: string;
+      /** The renderer a verifiers env server renders with (the model's name resolves one when unset). */
+      renderer?: Record<string, unknown>;
+    };
 
 export interface EvalPlan {
   runDir: string;
   envs: EvalEnv[];
+  /** Rollouts in flight at once (lib/orchestrator/concurrency.ts); absent in plans made before it existed. */
+  concurrency?: ConcurrencyBounds;
   numExamples: number;
   rolloutsPerExample: number;
   sampling: SamplingSettings;
@@ -79,19 +90,33 @@ export interface EvaluateInput {
   env: number;
 }
 
-/** Rollouts in flight per activity: enough to batch on the server, well under its queue limit. */
-const CONCURRENCY = 64;
+/** Without `concurrency` (plans made before it existed): 64 rollouts in flight, as then. */
+const DEFAULT_CONCURRENCY: ConcurrencyBounds = { initial_inflight: 64, min_inflight: 64, max_inflight: 64 };
 
-async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  const lane = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]);
+/** One rollout of an eval as its part file keeps it (the eval resumes from them). */
+interface EvalRollout {
+  task: number;
+  reward: number;
+  completionTokens: number;
+  error?: string;
+}
+
+/**
+ * The finished rollouts of a (version, environment) an earlier attempt stored, by task. Appended
+ * one JSON line each as they finish: a line cut short by a crash is the last, and is dropped.
+ */
+function storedRollouts(file: string): Map<number, EvalRollout> {
+  const out = new Map<number, EvalRollout>();
+  if (!fs.existsSync(file)) return out;
+  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+    if (line === '') continue;
+    try {
+      const r = JSON.parse(line) as EvalRollout;
+      out.set(r.task, r);
+    } catch {
+      // the torn last line of an interrupted attempt: played again
     }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  }
   return out;
 }
 
@@ -171,6 +196,7 @@ export async function prepareEval(config: EvalConfig): Promise<EvalPlan> {
     runDir: layout.dir,
     envs: evalEnvs(config.env),
     numExamples: config.num_examples,
+    concurrency: config.concurrency,
     rolloutsPerExample: config.rollouts_per_example,
     sampling: config.sampling,
     seqLen: config.seq_len,
@@ -197,18 +223,31 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
         const t = plan.target;
         let client: InferenceClient | undefined;
         const apiKey = t.kind === 'api' && t.apiKeyVar !== undefined ? process.env[t.apiKeyVar] : undefined;
-        let done = 0;
+        // Rollouts an interrupted attempt finished are kept: the eval resumes where it stopped.
+        const rolloutsFile = partFile(input).replace(/\.json$/, '.rollouts.jsonl');
+        const stored = storedRollouts(rolloutsFile);
+        fs.mkdirSync(path.dirname(rolloutsFile), { recursive: true });
+        const bounds = plan.concurrency ?? DEFAULT_CONCURRENCY;
+        // The local server's KV cache and preemptions drive the concurrency; an external API has no such signal.
+        const controller = new ConcurrencyController(
+          t.kind === 'local' ? bounds : { ...bounds, initial_inflight: fixedLimit(bounds) },
+          plan.seqLen,
+        );
+        let done = [...stored.values()].filter((r) => r.error === undefined).length;
         const errors: string[] = [];
-        const tasks = Array.from({ length: n * k }, (_, i) => ({ example: Math.floor(i / k), sample: i % k }));
+        const tasks = Array.from({ length: n * k }, (_, i) => ({ task: i, example: Math.floor(i / k), sample: i % k }));
         const examples = new Map<number, ReturnType<typeof pool.example>>();
         const results = await withHeartbeat(
-          () => ({ version: version.name, env: env.id, done, total: n * k }),
+          () => ({ version: version.name, env: env.id, done, total: n * k, inflight: controller.limit }),
           async () => {
             if (t.kind === 'local') {
               client = new InferenceClient(t.baseUrls, t.client);
               await client.ensurePolicy({ version: version.policyVersion, weightDir: version.weightDir ?? '' });
             }
-            return mapLimit(tasks, CONCURRENCY, async ({ example: index, sample }) => {
+            const play = async ({ task, example: index, sample }: (typeof tasks)[number]): Promise<EvalRollout> => {
+              // As verifiers' eval resumes: a finished rollout is kept, an errored one played again.
+              const kept = stored.get(task);
+              if (kept && kept.error === undefined) return kept;
               if (!examples.has(index)) examples.set(index, pool.example(env, 'eval', index, plan.seed));
               const example = await examples.get(index)!;
               const seed = hash32(`eval/${plan.seed}/${index}/${sample}`) & 0x7fffffff;
@@ -229,12 +268,19 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
                   },
                 );
               } else if (isVerifiersEnv(env.id)) {
-                // Its env server renders with the policy's own tokenizer and needs token ids back.
-                r = {
-                  reward: 0,
-                  completionTokens: 0,
-                  error: `${env.id}: a verifiers env runs against our inference server (token ids and logprobs), not an external API (client.base_url)`,
-                };
+                // Its env server calls the API itself, through the token route its renderer
+                // client uses (`prime-rl inference`, or prime-rl's vLLM); elsewhere it errors.
+                r = await runVerifiersRollout(
+                  { env, info, example: example.value, seed, seqLen: plan.seqLen, sampling: plan.sampling },
+                  pool.verifiers,
+                  {
+                    baseUrl: t.baseUrl,
+                    model: t.model,
+                    renderer: t.renderer,
+                    apiKeyVar: t.apiKeyVar,
+                    policyVersion: 0,
+                  },
+                );
               } else {
                 r = await runChatRollout({ env, info, example: example.value, seed, sampling: plan.sampling }, pool, {
                   baseUrl: t.baseUrl,
@@ -242,15 +288,26 @@ export function createEvalActivities({ pool }: { pool: EnvPool }) {
                   apiKey,
                 });
               }
-              if (r.error) errors.push(r.error);
+              const out: EvalRollout = {
+                task,
+                reward: r.reward,
+                completionTokens: r.completionTokens,
+                ...(r.error !== undefined ? { error: r.error } : {}),
+              };
+              fs.appendFileSync(rolloutsFile, `${JSON.stringify(out)}\n`);
               done++;
-              return r;
+              return out;
+            };
+            return mapAdaptive(tasks, play, {
+              controller,
+              read: async () => (client ? client.readings() : undefined),
             });
           },
         ).catch((e) => {
           // Our server refusing the eval itself (API key, weight folder) fails it: see client.ts.
           throw toActivityFailure(e);
         });
+        for (const r of results) if (r.error) errors.push(r.error);
         if (errors.length === results.length)
           throw ApplicationFailure.nonRetryable(
             `every rollout of ${env.id} on ${version.name} failed, e.g.: ${errors[0]}`,

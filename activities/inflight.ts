@@ -24,15 +24,9 @@ import { EnvMix, type MixDraw } from '../lib/envs/mix';
 import { InferenceClient } from '../lib/orchestrator/client';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
 import * as groups from '../lib/orchestrator/groups';
-import {
-  claimMetrics,
-  capGroups,
-  claimStep,
-  Concurrency,
-  type ClaimMix,
-  LOAD_INTERVAL_MS,
-  resumeDraw,
-} from '../lib/orchestrator/inflight';
+import { LOAD_INTERVAL_MS } from '../lib/orchestrator/adaptive';
+import { ConcurrencyController } from '../lib/orchestrator/concurrency';
+import { claimMetrics, capGroups, claimStep, type ClaimMix, resumeDraw } from '../lib/orchestrator/inflight';
 import {
   groupNumbers,
   newestVersion,
@@ -108,11 +102,14 @@ export function createInFlightActivities({ pool }: { pool: EnvPool }) {
       let nextSeq = known.length > 0 ? known[known.length - 1] + 1 : 0;
       // A restarted producer plays new examples: draws continue after the highest stored one.
       let nextDraw = resumeDraw(known, cap, (seq) => readGroup(layout, seq)?.draw);
-      const concurrency = new Concurrency(examplesPerStep, cap, examplesPerStep);
+      // Rollouts in flight, within orchestrator.concurrency, following the servers' KV cache.
+      const concurrency = new ConcurrencyController(o.concurrency, o.seq_len);
+      const rpe = o.rollouts_per_example;
       let load: ServerLoad | undefined;
       let readingLoad = false;
       let nextReading = 0;
-      let running = 0;
+      let running = 0; // groups in flight
+      let rolloutsInFlight = 0;
       let version = -1;
       let written = 0;
       let idleMs = 0;
@@ -135,14 +132,13 @@ export function createInFlightActivities({ pool }: { pool: EnvPool }) {
         const slot = draw % examplesPerStep;
         const d: MixDraw = mix.sample(seedStep)[slot];
         const [example] = await groups.examplesOf(ctx, pool, [d]);
-        const rollouts = await groups.playGroup(ctx, pool, client, {
-          draw: d,
-          example,
-          seedStep,
-          group: slot,
-          round: 0,
-          policyVersion: startVersion,
-        });
+        const rollouts = await groups.playGroup(
+          ctx,
+          pool,
+          client,
+          { draw: d, example, seedStep, group: slot, round: 0, policyVersion: startVersion },
+          () => concurrency.finished(--rolloutsInFlight),
+        );
         if (cancelled.aborted) return;
         const idleSeconds = idleMs / 1000;
         idleMs = 0;
@@ -155,17 +151,19 @@ export function createInFlightActivities({ pool }: { pool: EnvPool }) {
           ...(load ? { load } : {}),
           finishedAt: Date.now() / 1000,
         });
-        concurrency.afterGroup(waiting());
       };
 
       /** Reads the servers' load beside the loop (a slow server's /metrics never holds up generation). */
       const readLoad = () => {
         readingLoad = true;
         void control
-          .load()
-          .then((l) => {
-            load = l;
-            concurrency.afterReading(l, running, waiting());
+          .readings()
+          .then((r) => {
+            load = r?.reduce((a, l) => ({ running: a.running + l.running, waiting: a.waiting + l.waiting }), {
+              running: 0,
+              waiting: 0,
+            });
+            concurrency.observe(r, rolloutsInFlight);
           })
           .finally(() => {
             readingLoad = false;
@@ -174,7 +172,16 @@ export function createInFlightActivities({ pool }: { pool: EnvPool }) {
       };
 
       await withHeartbeat(
-        () => ({ phase: 'producing', running, limit: concurrency.limit, load, version, written, next: nextSeq }),
+        () => ({
+          phase: 'producing',
+          running,
+          rollouts: rolloutsInFlight,
+          limit: concurrency.limit,
+          load,
+          version,
+          written,
+          next: nextSeq,
+        }),
         async () => {
           while (!cancelled.aborted && failure === undefined) {
             const newest = newestVersion(layout);
@@ -183,10 +190,12 @@ export function createInFlightActivities({ pool }: { pool: EnvPool }) {
               version = newest;
             }
             if (!readingLoad && Date.now() >= nextReading) readLoad();
-            if (running < concurrency.limit && waiting() + running < cap) {
+            // A group's rollouts start together: one more group while it fits the limit (one at least).
+            if ((running === 0 || rolloutsInFlight + rpe <= concurrency.limit) && waiting() + running < cap) {
               if (idleSince !== undefined) idleMs += Date.now() - idleSince;
               idleSince = undefined;
               running++;
+              rolloutsInFlight += rpe;
               void start(nextDraw++, version)
                 .catch((e) => (failure ??= e))
                 .finally(() => {

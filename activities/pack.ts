@@ -54,7 +54,8 @@ function nothingToTrain(
       Failure.NothingToTrain,
     );
   }
-  if (r.counts.samples > 0 && r.counts.lossTokens === 0) {
+  // Cross-entropy tokens (echo's, sft distillation's) train as well as loss-masked ones.
+  if (r.counts.samples > 0 && r.counts.lossTokens === 0 && (r.counts.ceTokens ?? 0) === 0) {
     return ApplicationFailure.nonRetryable(
       `step ${step} has nothing to train: its ${r.counts.samples} samples carry no generated token within orchestrator.seq_len (${seqLen}) ` +
         `(${r.counts.truncatedTokens} tokens cut off); raise seq_len (the shared key)`,

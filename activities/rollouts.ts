@@ -9,7 +9,9 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import type { EnvPool } from '../lib/envs/pool';
 import { EnvMix, type MixDraw } from '../lib/envs/mix';
+import { mapAdaptive } from '../lib/orchestrator/adaptive';
 import { InferenceClient } from '../lib/orchestrator/client';
+import { ConcurrencyController } from '../lib/orchestrator/concurrency';
 import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { playFiltered, refillDraws } from '../lib/orchestrator/filters';
 import {
@@ -108,25 +110,45 @@ export function createRolloutActivities({ pool }: RolloutDeps) {
       let total = o.batch_size;
       let done = 0;
       let phase = 'loading weights';
+      const concurrency = new ConcurrencyController(o.concurrency, o.seq_len);
       const played = await withHeartbeat(
-        () => ({ phase, done, total }),
+        () => ({ phase, done, total, inflight: concurrency.limit }),
         async () => {
           const client = new InferenceClient(o.base_urls, rlClientOptions(config));
           await client.ensurePolicy({ version: policyVersion, weightDir: layout.weightsDir(policyVersion) });
           phase = 'generating';
-          const play = (draw: MixDraw, group: number, round: number, example: ExampleResult) =>
-            playGroup(ctx, pool, client, { draw, example, seedStep: step, group, round, policyVersion }, () => done++);
+          // Groups start while their rollouts fit the concurrency (orchestrator.concurrency), which
+          // follows the servers' KV cache; each finished rollout is reported as it finishes.
+          let inFlight = 0;
+          const playOne = (draw: MixDraw, group: number, round: number, example: ExampleResult) => {
+            inFlight += o.rollouts_per_example;
+            return playGroup(ctx, pool, client, { draw, example, seedStep: step, group, round, policyVersion }, () => {
+              done++;
+              concurrency.finished(--inFlight);
+            });
+          };
+          const play = (round: number, draws: MixDraw[], examples: ExampleResult[], firstSlot: number) =>
+            mapAdaptive(
+              draws.map((d, k) => ({ d, k })),
+              ({ d, k }) => playOne(d, firstSlot + k, round, examples[k]),
+              {
+                controller: concurrency,
+                read: () => client.readings(),
+                weight: () => o.rollouts_per_example,
+                reportFinished: false,
+              },
+            );
           return playFiltered<StoredRollout[]>({
             groups: examplesPerStep,
             maxRefillRounds: o.max_refill_rounds,
             filters,
             async play(round, firstSlot, count) {
-              if (round === 0) return Promise.all(draws.map((d, g) => play(d, g, 0, examples[g])));
+              if (round === 0) return play(0, draws, examples, 0);
               phase = `refill round ${round}`;
               total += count * o.rollouts_per_example;
               const fresh = refill(step, round, count);
               const freshExamples = await examplesOf(ctx, pool, fresh);
-              return Promise.all(fresh.map((d, k) => play(d, firstSlot + k, round, freshExamples[k])));
+              return play(round, fresh, freshExamples, firstSlot);
             },
             view: filterView,
           });

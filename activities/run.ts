@@ -15,7 +15,7 @@ import { resolveModelDir } from '../lib/hub';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { readHfConfig } from '../lib/model/hf';
 import { routerReplayRefusal } from '../lib/trainer/spec';
-import { TeacherClient, tokenizerMismatch, type TeacherServer } from '../lib/orchestrator/teacher';
+import { sameTokenizerFiles, TeacherClient, tokenizerMismatch, type TeacherServer } from '../lib/orchestrator/teacher';
 import { RunLayout } from '../lib/runfolder/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/runfolder/metrics';
 import { checkEnvironments, checkModel } from '../lib/preflight';
@@ -32,10 +32,15 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
   if (config.env.length === 0)
     throw ApplicationFailure.nonRetryable('no environments configured: add an [[env]] table', Failure.InvalidConfig);
   checkEnvironments([...config.env, ...config.eval.env]);
-  if (config.distill.teacher) checkTeacher(config.model.name ?? config.trainer.model.name, config.distill.teacher);
+  const student = config.model.name ?? config.trainer.model.name;
+  if (config.distill.teacher) checkTeacher(student, config.distill.teacher, 'distill.teacher');
+  config.env.forEach((e, i) => {
+    if (e.distill && e.distill.teacher) checkTeacher(student, e.distill.teacher, `env[${i}].distill.teacher`);
+  });
   try {
-    // Plugins (advantage estimator, rollout filters) load now, so a bad import_path fails the start.
-    advantageEstimator(config.orchestrator.advantage);
+    // Plugins (advantage estimators, rollout filters) load now, so a bad import_path fails the start.
+    for (const a of [config.orchestrator.advantage, ...config.env.map((e) => e.advantage)])
+      if (a && a.type !== 'rae') advantageEstimator(a);
     rolloutFilters(config.orchestrator);
   } catch (err) {
     throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
@@ -52,20 +57,20 @@ export async function prepareRun(config: RLConfig): Promise<{ runDir: string }> 
  * Distillation needs the teacher's token ids to mean the student's: its tokenizer must be the same;
  * and the client must be able to call its server (an API key variable that is set).
  */
-function checkTeacher(student: string, teacher: TeacherServer & { model: string }): void {
-  checkModel(teacher.model, 'distill.teacher.model', { weights: false });
+function checkTeacher(student: string, teacher: TeacherServer & { model: string }, key: string): void {
+  checkModel(teacher.model, `${key}.model`, { weights: false });
   try {
     new TeacherClient(teacher);
   } catch (err) {
     throw ApplicationFailure.nonRetryable((err as Error).message, Failure.InvalidConfig);
   }
-  const mismatch = tokenizerMismatch(
-    Tokenizer.fromDir(path.resolve(student)),
-    Tokenizer.fromDir(resolveModelDir(teacher.model, 'distill.teacher.model')),
-  );
+  const [studentDir, teacherDir] = [resolveModelDir(student), resolveModelDir(teacher.model, `${key}.model`)];
+  const mismatch = sameTokenizerFiles(studentDir, teacherDir)
+    ? undefined
+    : tokenizerMismatch(Tokenizer.fromDir(studentDir), Tokenizer.fromDir(teacherDir));
   if (mismatch)
     throw ApplicationFailure.nonRetryable(
-      `distill.teacher.model: the teacher's tokenizer is not the student's (${mismatch}); distillation compares logprobs of the same token ids`,
+      `${key}.model: the teacher's tokenizer is not the student's (${mismatch}); distillation compares (and sft trains on) the same token ids`,
       Failure.InvalidConfig,
     );
 }

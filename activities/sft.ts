@@ -4,6 +4,7 @@
  * then the plan (`sft/plan.json`, its done-marker). The trainer then replays and resumes an SFT
  * run exactly as an RL run. `recordSftStep` appends a step's metrics line (once, whatever the retries).
  */
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { sftSchema, type SFTConfig } from '../lib/config/schemas';
@@ -23,13 +24,51 @@ import type { TrainSummary } from './types';
 /** Validation examples drawn from data.env's eval split when val.num_examples is unset. */
 const DEFAULT_ENV_VAL_EXAMPLES = 64;
 
-/** A Hugging Face dataset name (or a folder laid out as on the Hub): its folder (InvalidConfig when found nowhere). */
-function hubDataset(name: string, split: string, key: string): SftDataSource['dataset'] {
+/**
+ * A Hugging Face dataset name (or a folder laid out as on the Hub): its folder, or its subset's
+ * (a configuration: the folder of the dataset it names). InvalidConfig when found nowhere.
+ */
+function hubDataset(name: string, split: string, key: string, subset?: string): SftDataSource['dataset'] {
+  let dir: string;
   try {
-    return { dir: resolveHubName(name, 'dataset', key), name, split };
+    dir = resolveHubName(name, 'dataset', key);
   } catch (e) {
     throw ApplicationFailure.nonRetryable((e as Error).message, Failure.InvalidConfig);
   }
+  if (subset === undefined) return { dir, name, split };
+  const sub = path.join(dir, subset);
+  if (!fs.existsSync(sub) || !fs.statSync(sub).isDirectory()) {
+    const subsets = fs
+      .readdirSync(dir, { withFileTypes: true })
+      .filter((e) => e.isDirectory() && !e.name.startsWith('.'));
+    throw ApplicationFailure.nonRetryable(
+      `${key.replace(/\.name$/, '.subset')}: dataset ${name} has no subset '${subset}' (no folder ${sub}; its folders: ${subsets.map((e) => e.name).join(', ') || 'none'})`,
+      Failure.InvalidConfig,
+    );
+  }
+  return { dir: sub, name: `${name} (${subset})`, split };
+}
+
+/** The training data: data.path, data.name or data.env, or each of [[data.source]]. */
+function trainSources(c: SFTConfig): SftDataSource[] {
+  const d = c.data;
+  if (d.source.length === 0)
+    return [
+      {
+        path: d.path === undefined ? undefined : path.resolve(d.path),
+        dataset: d.name === undefined ? undefined : hubDataset(d.name, d.split, 'data.name'),
+        env: d.env,
+        numExamples: d.num_examples,
+      },
+    ];
+  return d.source.map((src, i) => ({
+    path: src.path === undefined ? undefined : path.resolve(src.path),
+    dataset: src.name === undefined ? undefined : hubDataset(src.name, src.split, `data.source[${i}].name`, src.subset),
+    env: src.env,
+    numExamples: src.num_examples,
+    ratio: src.ratio,
+    ...(src.renderer?.chat_template !== undefined ? { chatTemplate: path.resolve(src.renderer.chat_template) } : {}),
+  }));
 }
 
 function validationSource(c: SFTConfig): SftDataSource | undefined {
@@ -62,12 +101,7 @@ export async function prepareSft(config: SFTConfig): Promise<SftPlan> {
     runDir: layout.dir,
     modelDir,
     configText: text,
-    train: {
-      path: d.path === undefined ? undefined : path.resolve(d.path),
-      dataset: d.name === undefined ? undefined : hubDataset(d.name, d.split, 'data.name'),
-      env: d.env,
-      numExamples: d.num_examples,
-    },
+    train: trainSources(config),
     val: validationSource(config),
     lossRoles: d.loss_roles,
     seed: config.seed,

@@ -24,7 +24,6 @@
  * --model tiny|small|qwen3-0.6b (the last: Qwen3-0.6B's shape); --device, --dtype: the servers'
  * (`cuda`, `bfloat16` on a GPU machine); --threads: their compute threads (default 2).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as http from 'node:http';
 import * as os from 'node:os';
@@ -33,6 +32,7 @@ import { createModel, type CreateModelOptions } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
 import { randomTokens } from '../lib/model/testing';
 import { QWEN3_0_6B } from './shapes';
+import { serverMetric, startServerProcess } from './server-process';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -47,48 +47,14 @@ function arg(name: string, dflt: string): string {
   return i >= 0 ? process.argv[i + 1]! : dflt;
 }
 
-interface Server {
-  url: string;
-  child: ChildProcess;
-  stop(): Promise<void>;
-}
-
-/** `prime-rl inference` of checkout `root` serving modelDir (any port, --threads) with these flags, once it listens. */
-async function startServer(root: string, modelDir: string, tmp: string, flags: string[]): Promise<Server> {
-  const common = [
-    ...['--model.name', modelDir, '--model.device', arg('device', 'cpu'), '--model.dtype', arg('dtype', 'float32')],
-    ...['--threads', arg('threads', '2'), '--output-dir', tmp, '--server.port', '0'],
-  ];
-  const child = spawn(process.execPath, [path.join(root, 'bin', 'prime-rl.js'), 'inference', ...common, ...flags], {
-    stdio: ['ignore', 'pipe', 'pipe'],
+/** `prime-rl inference` of checkout `root` serving modelDir with these flags (--device, --dtype, --threads). */
+const startServer = (root: string, modelDir: string, tmp: string, flags: string[]) =>
+  startServerProcess(root, modelDir, tmp, flags, {
+    device: arg('device', 'cpu'),
+    dtype: arg('dtype', 'float32'),
+    threads: arg('threads', '2'),
   });
-  let out = '',
-    err = '';
-  child.stdout!.on('data', (d) => (out += d));
-  child.stderr!.on('data', (d) => (err += d));
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on('data', () => {
-      const m = out.match(/on (http:\/\/[\d.]+:\d+)/);
-      if (m) resolve(m[1]!);
-    });
-    child.once('exit', (code) => reject(new Error(`server exited ${code}: ${err}`)));
-  });
-  return {
-    url,
-    child,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      }),
-  };
-}
-
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
-  return m ? Number(m[1]) : NaN;
-}
+const metric = serverMetric;
 
 /**
  * POST /v1/completions over node:http: unlike fetch (undici: 300 s until the response headers),

@@ -328,6 +328,12 @@ export interface TrainRow extends PackedRow {
    * instead of the router's own top-k. Absent = the router decides.
    */
   routes?: Int32Array | number[];
+  /**
+   * Cross-entropy weight of each token (>= 0; 0 = none): the ce component trained beside the
+   * policy loss (echo's observation tokens, an sft-distilled teacher's tokens), normalised by the
+   * step's tokens with a weight above 0. Absent = none.
+   */
+  ceWeights?: Reals;
 }
 
 /**
@@ -359,6 +365,8 @@ export interface LossConfig {
    * step is split over several calls. Default: counted over this call's rows.
    */
   normalizer?: number;
+  /** The step's tokens with a ce weight above 0, when one step is split over several calls (as normalizer). */
+  ceNormalizer?: number;
   /** The kind's parameters; a key the kind does not have is an error. */
   params?: Partial<Record<LossParamName, number>>;
   /** Trainer/inference mismatch correction; default none. Only for the policy losses. */
@@ -419,6 +427,8 @@ export interface PolicyLossInputs {
   mu?: Reals;
   advantages?: Reals;
   refLogp?: Reals;
+  /** Cross-entropy weights (TrainRow.ceWeights); absent = no ce component. */
+  ceWeights?: Reals;
 }
 
 export interface PolicyLossResult {
@@ -501,6 +511,7 @@ interface RawTrainer {
   readAdapters(dtype?: TensorDType): Promise<WeightTensor[]>;
   save(dir: string): Promise<void>;
   load(dir: string): Promise<void>;
+  resetOptimizer(): Promise<void>;
   stepCount(): number;
   setGroup(group: DistGroup, opts: GroupOptions): void;
   weightUnits(): number;
@@ -970,6 +981,11 @@ export class Trainer {
   /** Restores a checkpoint written by `save`; rejects (changing nothing) if it is corrupt or incompatible. */
   load(dir: string): Promise<void> {
     return this.queue.run(() => this.raw.load(dir));
+  }
+
+  /** AdamW afresh (its moments at zero), the weights as they are: a resume with ckpt.skip_optimizer. */
+  resetOptimizer(): Promise<void> {
+    return this.queue.run(() => this.raw.resetOptimizer());
   }
 
   /** Optimizer steps taken (restored by `load`). */

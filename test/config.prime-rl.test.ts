@@ -227,15 +227,15 @@ test.each([
   ],
   [
     'rl',
-    '[[orchestrator.train.source]]\nalgo = { type = "opd" }\nenv.taskset.id = "t"\n',
-    'orchestrator.train.source[0].algo',
-    /one algorithm/,
+    '[[orchestrator.train.source]]\nalgo = { type = "hierarchical_grpo" }\nenv.taskset.id = "t"\n',
+    'orchestrator.train.source[0].algo.type',
+    /proposer-solver/,
   ],
   [
     'rl',
-    '[[orchestrator.train.source]]\ncurriculum = {}\nenv.taskset.id = "t"\n',
-    'orchestrator.train.source[0].curriculum',
-    /task samplers/,
+    '[[orchestrator.train.source]]\ncurriculum = { gates = { g = { type = "pool" } } }\nenv.taskset.id = "t"\n',
+    'orchestrator.train.source[0].curriculum.gates.g.type',
+    /admission gate "pool": ours is advantage_range/,
   ],
   [
     'rl',
@@ -273,7 +273,12 @@ test.each([
     'orchestrator.train.source[0].bogus',
     /not a field of a prime-rl source/,
   ],
-  ['rl', '[orchestrator.algo]\ntype = "opd"\n', 'orchestrator.algo.type', /algorithm "opd"/],
+  [
+    'rl',
+    '[orchestrator.algo]\ntype = "hierarchical_grpo"\n',
+    'orchestrator.algo.type',
+    /algorithm "hierarchical_grpo"/,
+  ],
   ['rl', '[trainer.loss]\ntype = "custom"\n', 'trainer.loss.type', /custom loss functions/],
   [
     'rl',

@@ -43,7 +43,7 @@ interface Reference {
   samples: number;
 }
 
-function reference(x: Required<PolicyLossInputs>, cfg: LossConfig): Reference {
+function reference(x: Required<Omit<PolicyLossInputs, 'ceWeights'>>, cfg: LossConfig): Reference {
   const kind = cfg.kind ?? 'ce',
     T = x.logp.length;
   const P = {
@@ -199,7 +199,7 @@ const lossMask = [0, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1];
 const logRatio = [0, 0.5, -0.5, 0.05, 2.5, 0, -0.5, 0.3, -3, 0, 2.4, 2.4];
 const advantages = [0, 1, 1, -1, 0.5, 0, -0.5, -0.5, -0.5, 0, 2, 2];
 const logp = [-1.1, -2.0, -0.7, -1.3, -0.2, -3.0, -0.9, -1.7, -0.4, -2.2, -0.6, -1.05];
-const inputs: Required<PolicyLossInputs> = {
+const inputs: Required<Omit<PolicyLossInputs, 'ceWeights'>> = {
   logp,
   mu: logp.map((v, t) => v - logRatio[t]),
   advantages,
@@ -280,6 +280,35 @@ describe('policy losses vs hand computation', () => {
     const ipo = reference(inputs, { kind: 'ipo' });
     expect(ipo.maskedLow).toBeGreaterThan(dppo.maskedLow);
     expect(ipo.maskedAdvPositive).toBeGreaterThan(dppo.maskedAdvPositive);
+  });
+
+  test('the cross-entropy component beside any policy loss: sum of w (-logp) over its tokens / their count, by hand', () => {
+    // Three tokens of one sample: token 0 a policy token, tokens 1 and 2 echo's observations
+    // (mask 0) at weights 0.5 and 0.25; token 0 also carries a ce weight of 1 (sft's teacher
+    // tokens are ce-only; a token may be in both components).
+    const x = {
+      logp: [-1, -2, -4],
+      mu: [-1, -2, -4],
+      advantages: [0.5, 0, 0],
+      lossMask: [1, 0, 0],
+      sampleLengths: [3],
+    };
+    const ceWeights = [1, 0.5, 0.25];
+    for (const kind of ['dppo', 'grpo', 'ce'] as const) {
+      const without = policyLoss(x, { kind });
+      const got = policyLoss({ ...x, ceWeights }, { kind });
+      // ce = (1 * 1 + 0.5 * 2 + 0.25 * 4) / 3 tokens = 1; d/dlogp = -w / 3.
+      expect(got.loss - without.loss).toBeCloseTo(1, 14);
+      [-1 / 3, -0.5 / 3, -0.25 / 3].forEach((g, t) => expect(got.gradLogp[t] - without.gradLogp[t]).toBeCloseTo(g, 14));
+      expect(got.metrics).toMatchObject({ ce_tokens: 3, loss_tokens: 1 });
+      expect(got.metrics.ce_loss).toBeCloseTo(1, 14);
+      expect(got.metrics.ce_nll).toBeCloseTo((1 + 2 + 4) / 3, 14);
+      expect(without.metrics).toMatchObject({ ce_tokens: 0, ce_loss: 0 });
+    }
+    // A weight of 0 is no ce token (not counted in the normaliser).
+    const two = policyLoss({ ...x, ceWeights: [0, 0.5, 0.25] }, { kind: 'dppo' });
+    expect(two.metrics.ce_tokens).toBe(2);
+    expect(two.metrics.ce_loss).toBeCloseTo((0.5 * 2 + 0.25 * 4) / 2, 14);
   });
 
   test('single tokens, by hand', () => {

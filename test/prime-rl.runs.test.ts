@@ -7,7 +7,6 @@
  * rollout, its agent called `player`) with a renderer named. Real Temporal, engine, HTTP, and the
  * verifiers env server from .venv-verifiers (skipped, saying why, without it).
  */
-import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -21,7 +20,6 @@ import { readEvalResults } from '../lib/eval';
 import { loadEnvironment } from '../lib/envs/loader';
 import { EnvPool } from '../lib/envs/pool';
 import { Failure, isBadInput } from '../lib/failures';
-import { VERIFIERS_VENV } from '../lib/envs/verifiers/environment';
 import type { InferenceServer } from '../lib/inference/server';
 import { createModel } from '../lib/model/create';
 import { projectRoot } from '../lib/paths';
@@ -30,15 +28,9 @@ import { readStepMetrics } from '../lib/runfolder/metrics';
 import type { SftResult } from '../workflows/sft';
 import { executeRl, executeRun, type Stack, startStack } from './support/harness';
 import { addToHubCache, conversationsParquet, folderFiles } from './support/hub-cache';
+import { verifiersSuite } from './support/setup';
 
-const python = path.join(VERIFIERS_VENV, 'bin', 'python');
-const probe = fs.existsSync(python)
-  ? spawnSync(python, ['-c', 'import verifiers.v1.serve, renderers'], { encoding: 'utf8' })
-  : undefined;
-const available = probe?.status === 0;
-if (!available)
-  console.warn(`prime-rl.runs.test.ts skipped: no verifiers 0.4.0 at ${python}; run bash scripts/setup.sh --verifiers`);
-const suite = available ? describe : describe.skip;
+const suite = verifiersSuite('prime-rl.runs.test.ts');
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-prl-runs-'));
 const hub = path.join(root, 'hub');

@@ -210,7 +210,7 @@ test("a teacher whose tokenizer is not the student's: the run is refused at its 
   expect(cause).toBeInstanceOf(ApplicationFailure);
   expect(cause).toMatchObject({ nonRetryable: true, type: Failure.InvalidConfig });
   expect((cause as Error).message).toMatch(
-    /^distill\.teacher\.model: the teacher's tokenizer is not the student's \(its vocabulary has \d+ tokens, the student's \d+\); distillation compares logprobs of the same token ids$/,
+    /^distill\.teacher\.model: the teacher's tokenizer is not the student's \(its vocabulary has \d+ tokens, the student's \d+\); distillation compares \(and sft trains on\) the same token ids$/,
   );
   expect(fs.existsSync(RunLayout.of(cfg.output_dir, cfg.run_name).configFile)).toBe(false);
 });

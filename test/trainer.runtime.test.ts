@@ -207,3 +207,48 @@ test('with LoRA the weights folder holds the merged model and the PEFT adapters 
   expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')).toBe(true);
   expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight')).toBe(true);
 });
+
+test("ckpt.skip_optimizer: the resumed checkpoint's weights with AdamW afresh; skip_scheduler: the schedule starts again there", async () => {
+  const layout = runWithBatches('skip', 4);
+  const spec = rlTrainerSpec(config());
+  const first = (await TrainerRuntime.restore(layout.dir, spec, 0)).runtime;
+  await first.train(0);
+  await first.train(1);
+  await first.checkpoint();
+  // The checkpoint's weights as a model folder: a trainer that starts from them has AdamW afresh.
+  const at2 = await first.writeWeights(2);
+  fs.copyFileSync(path.join(modelDir, 'config.json'), path.join(at2, 'config.json'));
+  for (const f of fs.readdirSync(modelDir).filter((f) => f.startsWith('tokenizer')))
+    fs.copyFileSync(path.join(modelDir, f), path.join(at2, f));
+  const full = (await TrainerRuntime.restore(layout.dir, spec, 2)).runtime;
+  await full.train(2);
+  const withState = weightsOf(await full.writeWeights(3));
+
+  const skip = rlTrainerSpec(config(['--ckpt.resume-step', '2', '--ckpt.skip-optimizer', 'true']));
+  expect(skip.resume).toEqual({ step: 2, skipOptimizer: true, skipScheduler: false });
+  const resumed = (await TrainerRuntime.restore(layout.dir, skip, 2)).runtime;
+  await resumed.train(2);
+  const fresh = weightsOf(await resumed.writeWeights(3));
+  // A trainer started from the checkpoint's weights (no optimizer state) takes the same step, bitwise.
+  const scratch = new RunLayout(path.join(root, 'skip-scratch'));
+  fs.mkdirSync(path.dirname(scratch.batchFile(0)), { recursive: true });
+  fs.copyFileSync(layout.batchFile(2), scratch.batchFile(0));
+  const base = (await TrainerRuntime.restore(scratch.dir, rlTrainerSpec(config(['--model.name', at2])), 0)).runtime;
+  await base.train(0);
+  const want = weightsOf(await base.writeWeights(1));
+  let differs = false;
+  for (const [name, data] of want) {
+    expect(fresh.get(name)!.equals(data)).toBe(true);
+    differs ||= !withState.get(name)!.equals(data);
+  }
+  // The optimizer's state changes the step: skipping it is not a no-op.
+  expect(differs).toBe(true);
+
+  // skip_scheduler: a linear warmup of 2 steps starts again at the resume step.
+  const warm = ['--trainer.scheduler.warmup-steps', '2', '--ckpt.resume-step', '2'];
+  const lrAt2 = async (extra: string[]) =>
+    (await (await TrainerRuntime.restore(layout.dir, rlTrainerSpec(config([...warm, ...extra])), 2)).runtime.train(2))
+      .lr;
+  expect(await lrAt2([])).toBeCloseTo(1e-3, 12); // past the warmup
+  expect(await lrAt2(['--ckpt.skip-scheduler', 'true'])).toBeCloseTo(0.5e-3, 12); // its first step again
+});

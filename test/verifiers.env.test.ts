@@ -6,7 +6,6 @@
  * Needs the venv scripts/setup.sh builds (.venv-verifiers) or PRIME_RL_VERIFIERS_PYTHON.
  */
 /* eslint-disable @typescript-eslint/no-explicit-any -- JSON bodies of raw HTTP responses */
-import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -21,20 +20,10 @@ import { runVerifiersRollout } from '../lib/orchestrator/verifiers-rollout';
 import { RunLayout } from '../lib/runfolder/layout';
 import { readStepMetrics } from '../lib/runfolder/metrics';
 import { closeStack, executeRl, type Stack, startStack } from './support/harness';
-import { rlConfig, tinyModel } from './support/setup';
+import { rlConfig, tinyModel, verifiersSuite } from './support/setup';
 
 const python = process.env.PRIME_RL_VERIFIERS_PYTHON ?? path.join(VERIFIERS_VENV, 'bin', 'python');
-const probe = fs.existsSync(python)
-  ? spawnSync(python, ['-c', 'import verifiers.v1.serve, renderers'], { encoding: 'utf8' })
-  : undefined;
-const available = probe?.status === 0;
-if (!available) {
-  console.warn(
-    `verifiers.env.test.ts skipped: no Python with verifiers 0.4.0 at ${python} ` +
-      `(${probe ? probe.stderr.trim().split('\n').pop() : 'not found'}); run bash scripts/setup.sh --verifiers`,
-  );
-}
-const suite = available ? describe : describe.skip;
+const suite = verifiersSuite('verifiers.env.test.ts', python);
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-verifiers-'));
 const modelDir = path.join(root, 'model');

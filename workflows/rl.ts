@@ -109,6 +109,8 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
         envs: evalEnvs(e.env.length > 0 ? e.env : config.env),
         numExamples: e.num_examples,
         rolloutsPerExample: e.rollouts_per_example,
+        // `?.`: configs recorded before it existed have none (their evals keep 64 in flight).
+        ...(e.concurrency ? { concurrency: e.concurrency } : {}),
         sampling: e.sampling,
         seqLen: config.orchestrator.seq_len,
         seed: config.seed,

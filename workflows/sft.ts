@@ -103,6 +103,8 @@ export async function sft(config: SFTConfig, resumeFrom?: SftState, opts: SftOpt
         envs: evalEnvs(e.env),
         numExamples: e.num_examples,
         rolloutsPerExample: e.rollouts_per_example,
+        // `?.`: configs recorded before it existed have none (their evals keep 64 in flight).
+        ...(e.concurrency ? { concurrency: e.concurrency } : {}),
         sampling: e.sampling,
         seqLen: config.seq_len,
         seed: config.seed,

@@ -35,6 +35,11 @@ export const cliCommands = (worker: Command): CommandTable => ({
       ...(c.distill.teacher
         ? [{ key: 'distill.teacher.model', name: c.distill.teacher.model, type: 'model' as const }]
         : []),
+      ...c.env.flatMap((e, i) =>
+        e.distill && e.distill.teacher
+          ? [{ key: `env[${i}].distill.teacher.model`, name: e.distill.teacher.model, type: 'model' as const }]
+          : [],
+      ),
     ],
     parts: (c) => [...verifiersVenvUses('env', c.env), ...verifiersVenvUses('eval.env', c.eval.env)],
     run: async (config) => (await import('../launch/rl')).runRl(config),
@@ -46,9 +51,16 @@ export const cliCommands = (worker: Command): CommandTable => ({
     hubNames: (c) => [
       { key: 'model.name', name: c.model.name, type: 'model' },
       ...(c.data.name ? [{ key: 'data.name', name: c.data.name, type: 'dataset' as const }] : []),
+      ...c.data.source.flatMap((src, i) =>
+        src.name ? [{ key: `data.source[${i}].name`, name: src.name, type: 'dataset' as const }] : [],
+      ),
       ...(c.val.name ? [{ key: 'val.name', name: c.val.name, type: 'dataset' as const }] : []),
     ],
-    parts: (c) => [...verifiersVenvUses('data.env', c.data.env), ...verifiersVenvUses('eval.env', c.eval.env)],
+    parts: (c) => [
+      ...verifiersVenvUses('data.env', c.data.env),
+      ...c.data.source.flatMap((src, i) => verifiersVenvUses(`data.source[${i}].env`, src.env)),
+      ...verifiersVenvUses('eval.env', c.eval.env),
+    ],
     run: async (config) => (await import('../launch/sft')).runSft(config),
   }),
   eval: command({
@@ -73,6 +85,7 @@ export const cliCommands = (worker: Command): CommandTable => ({
   inference: command({
     summary: 'serve a model: OpenAI-compatible API, /v1/generate, live weight updates',
     schema: schemas.inferenceSchema,
+    hubNames: (c) => [{ key: 'model.name', name: c.model.name, type: 'model' }],
     run: async (config) => (await import('./inference')).runInference(config),
   }),
   worker,
@@ -126,10 +139,25 @@ function commandHelp(name: string, c: Command): string {
   return `Usage: prime-rl ${name} [@ config.toml ...] [--key value ...]\n\n${c.summary}\n\n${SOURCES_HELP}\n\nOptions (type, default, description):${optionsHelp(c.schema)}${aliases}`;
 }
 
+/**
+ * prime-rl's commands that are parts of one command here: its per-process files (the k8s
+ * example's orch.toml and train.toml) are read by `rl` scoped to their section.
+ */
+const PYTHON_ONLY_COMMANDS: Record<string, string> = {
+  orchestrator:
+    "the orchestrator runs inside a run's workflow here: give its file to `prime-rl rl --orchestrator @ orch.toml` (with --trainer @ train.toml and --inference @ infer.toml), or run `prime-rl worker --pool cpu` on a cluster (docs/cluster.md)",
+  trainer:
+    "the trainer runs inside a run's workflow here: give its file to `prime-rl rl --trainer @ train.toml` (with --orchestrator @ orch.toml and --inference @ infer.toml), or run `prime-rl worker --pool trainer` on a cluster (docs/cluster.md)",
+  'env-server': 'env servers are started by the cpu workers themselves, one per verifiers environment',
+};
+
 /** Finds the command named by the leading arguments; returns it with the remaining arguments. */
 function resolveCommand(commands: CommandTable, argv: string[]): { name: string; cmd: Command; rest: string[] } {
-  const [first, second] = argv;
+  // prime-rl's `evals` (a model and [eval] sources) is our `eval`, which reads its files.
+  const [first, second] = argv[0] === 'evals' ? ['eval', argv[1]] : argv;
   const entry = commands[first];
+  if (!entry && PYTHON_ONLY_COMMANDS[first])
+    throw new ConfigError(`'prime-rl ${first}' is prime-rl's command; ${PYTHON_ONLY_COMMANDS[first]}`);
   if (!entry)
     throw new ConfigError(
       `unknown command '${first}'.${didYouMean(first, Object.keys(commands))} Run 'prime-rl --help'.`,

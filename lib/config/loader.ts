@@ -475,10 +475,16 @@ function formatIssues(error: z.ZodError, origins: Origins, schema: z.ZodType): s
         })
         .join('\n');
     }
-    const origin = origins.get(key);
+    // A list's entries are leaves of their file: its origin is the list's (the nearest recorded key).
+    let origin: string | undefined;
+    for (let n = issue.path.length; n > 0 && origin === undefined; n--)
+      origin = origins.get(issue.path.slice(0, n).join('.'));
+    const shown = issue.path
+      .map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i > 0 ? '.' : ''}${String(p)}`))
+      .join('');
     const message =
       issue.code === 'invalid_type' && issue.message.includes('received undefined') ? 'required' : issue.message;
-    return `${key || '(config)'}: ${message}${origin ? ` (${origin})` : ''}`;
+    return `${shown || '(config)'}: ${message}${origin ? ` (${origin})` : ''}`;
   });
   return `invalid configuration:\n  ${lines.join('\n  ')}`;
 }
@@ -493,14 +499,16 @@ export function loadConfig<S extends z.ZodType>(opts: LoadOptions<S>): Loaded<z.
 
   let raw = fromEnv(env, schema, origins, opts.otherSchemas ?? []);
   for (const { file, scope } of args.files) {
-    const tree = readConfigFile(file, cwd);
+    // A file scoped to a section (`--trainer @ t.toml`) is that section's table: its keys of
+    // another spelling map as the section's (prime-rl's per-process files).
+    const tree: Raw = {};
+    if (scope.length) setPath(tree, scope, readConfigFile(file, cwd));
+    else Object.assign(tree, readConfigFile(file, cwd));
     const where = `in ${file}`;
-    if (!scope.length) mapped.push(...applyAliases(tree, aliases, where));
-    checkKeys(tree, schema, scope, where);
-    const scoped: Raw = {};
-    if (scope.length) setPath(scoped, scope, tree);
-    recordOrigins(scope.length ? scoped : tree, where, origins);
-    raw = deepMerge(raw, scope.length ? scoped : tree);
+    mapped.push(...applyAliases(tree, aliases, where));
+    checkKeys(tree, schema, [], where);
+    recordOrigins(tree, where, origins);
+    raw = deepMerge(raw, tree);
   }
   // The command line is one source: a documented flag and ours for the same key conflict.
   const cli: Raw = {};

@@ -14,6 +14,7 @@
 import type { Alias, ConvertAt, Converted } from './aliases';
 import { get, refusal } from './aliases';
 import { ConfigError } from './errors';
+import { algoConverted } from './prime-rl-algo';
 
 type Raw = Record<string, unknown>;
 const isTable = (v: unknown): v is Raw => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -67,6 +68,55 @@ function agentConfig(agent: Raw, key: string, where: string): Raw {
   return out;
 }
 
+/** Sets `path` (dotted) in `tree`, making the tables on its way. */
+function setIn(tree: Raw, path: string, value: unknown): void {
+  const keys = path.split('.');
+  let node = tree;
+  for (const k of keys.slice(0, -1)) {
+    if (!isTable(node[k])) node[k] = {};
+    node = node[k] as Raw;
+  }
+  node[keys[keys.length - 1]] = value;
+}
+
+/**
+ * A source's curriculum: its admission gates become the env's `gates` (the same shape); its task
+ * sampler is our env mix's seeded draws (`standard`), a difficulty-pool sampler is refused.
+ */
+function curriculum(
+  v: unknown,
+  key: string,
+  where: string,
+  entry: Raw,
+  show: (sub: string, where: string, value: unknown, note?: string) => void,
+): void {
+  if (!isTable(v)) throw new ConfigError(`${key} (${where}): expected a table (sampler, gates)`);
+  for (const [k, x] of Object.entries(v)) {
+    if (k === 'gates') {
+      if (!isTable(x)) throw new ConfigError(`${key}.gates (${where}): expected a table of named gates`);
+      for (const [name, gate] of Object.entries(x)) {
+        if (!isTable(gate) || gate.type !== 'advantage_range')
+          throw refusal(
+            `${key}.gates.${name}.type`,
+            where,
+            `admission gate ${shown(isTable(gate) ? gate.type : gate)}: ours is advantage_range`,
+          );
+      }
+      entry.gates = x;
+      show('curriculum.gates', '.gates', x);
+    } else if (k === 'sampler') {
+      const type = isTable(x) ? (x.type ?? 'standard') : x;
+      if (type !== 'standard' || (isTable(x) && Object.keys(x).some((f) => f !== 'type')))
+        throw refusal(
+          `${key}.sampler`,
+          where,
+          `task sampler ${shown(type)}: examples are drawn by the env mix's seeded stream (standard); difficulty weighting is orchestrator.difficulty_filter, which drops and refills groups by reward`,
+        );
+      show('curriculum.sampler', '', x, "examples are drawn by the env mix's seeded stream, as the standard sampler");
+    } else throw refusal(`${key}.${k}`, where, 'a curriculum has a sampler and gates');
+  }
+}
+
 interface SourceKind {
   /** train: an [[env]] entry of the training mix; eval: an eval environment. */
   kind: 'train' | 'eval';
@@ -113,7 +163,8 @@ function sourceEntry(
     env[name] = agentConfig(value, `${key}.${sub}`, at.where);
     show(sub, `.args.env.${name}`, env[name]);
   };
-  const groupValue = (k: string) => get(at.source, `${s.group}.${k}`);
+  const groupKey = (k: string) => (s.group === '' ? k : `${s.group}.${k}`);
+  const groupValue = (k: string) => get(at.source, groupKey(k));
   for (const [k, v] of Object.entries(raw)) {
     switch (k) {
       case 'env':
@@ -157,9 +208,9 @@ function sourceEntry(
           throw refusal(
             `${key}.${k}`,
             at.where,
-            `one group size for all training environments: set ${s.group}.${s.groupSize} (it is ${shown(groupValue(s.groupSize) ?? 1)})`,
+            `one group size for all training environments: set ${groupKey(s.groupSize)} (it is ${shown(groupValue(s.groupSize) ?? 1)})`,
           );
-        else show(k, '', v, `${s.group}.${s.groupSize}, the same`);
+        else show(k, '', v, `${groupKey(s.groupSize)}, the same`);
         break;
       case 'num_examples':
         if (s.kind !== 'eval')
@@ -172,13 +223,13 @@ function sourceEntry(
           throw refusal(
             `${key}.interval`,
             at.where,
-            `one eval interval for all eval environments: set ${s.group}.interval`,
+            `one eval interval for all eval environments: set ${groupKey('interval')}`,
           );
-        show('interval', '', v, `${s.group}.interval, the same`);
+        show('interval', '', v, `${groupKey('interval')}, the same`);
         break;
       case 'sampling':
         if (isTable(v) && Object.keys(v).length > 0)
-          throw refusal(`${key}.sampling`, at.where, `one sampling for all environments: set ${s.group}.sampling`);
+          throw refusal(`${key}.sampling`, at.where, `one sampling for all environments: set ${groupKey('sampling')}`);
         break;
       case 'serve':
         if (isTable(v) && 'address' in v)
@@ -200,14 +251,26 @@ function sourceEntry(
           at.where,
           'our cpu workers start each env server themselves, on a free loopback port',
         );
-      case 'algo':
-        throw refusal(`${key}.algo`, at.where, 'one algorithm for all environments: orchestrator.advantage');
+      case 'algo': {
+        if (s.kind === 'eval')
+          throw refusal(`${key}.algo`, at.where, 'an eval source plays the policy, it trains nothing');
+        const at_ = `${to}[${i}]`;
+        for (const c of algoConverted(v, `${key}.algo`, at.where, {
+          advantage: `${at_}.advantage`,
+          distill: `${at_}.distill`,
+          echo: `${at_}.echo`,
+          whole: true,
+        })) {
+          if (c.display) shownList.push(c);
+          else setIn(entry, c.to!.slice(at_.length + 1), c.value);
+        }
+        break;
+      }
       case 'curriculum':
-        throw refusal(
-          `${key}.curriculum`,
-          at.where,
-          'task samplers and admission gates: ours are orchestrator.difficulty_filter and orchestrator.rollout_filters',
-        );
+        if (s.kind === 'eval')
+          throw refusal(`${key}.curriculum`, at.where, 'an eval source plays every example it selects');
+        curriculum(v, `${key}.curriculum`, at.where, entry, (sub, where, value, note) => show(sub, where, value, note));
+        break;
       default:
         throw refusal(
           `${key}.${k}`,
@@ -280,6 +343,33 @@ function sampling(from: string, to: string): Alias[] {
   ];
 }
 
+/** `[select] limit`: the first N examples of each source (our num_examples); the rest refused. */
+const selectKeys = (from: string, to: string): Alias[] => [
+  move(`${from}.limit`, to),
+  only(`${from}.shuffle`, [false], "the examples are each source's first N, in order"),
+  only(`${from}.offset`, [0], "the examples are each source's first N"),
+  refuse(from, "the examples are each source's first N (limit)", true),
+];
+
+/** An eval's `[client]`: base_url and api_key_var are ours; the rest refused or changes nothing. */
+const clientKeys = (from: string, to: string): Alias[] => {
+  const why = 'client settings: client.base_url and client.api_key_var (a bearer token)';
+  return [
+    // At the top level the two are ours: moved only from [eval.client].
+    ...(from === to
+      ? []
+      : [move(`${from}.base_url`, `${to}.base_url`), move(`${from}.api_key_var`, `${to}.api_key_var`)]),
+    accept(`${from}.wait_for_ready_timeout`, 'every wait has its own deadline here'),
+    accept(`${from}.skip_model_check`, 'the eval checks its server itself'),
+    accept(`${from}.extra_headers_from_state`, 'session routing headers: requests go by load here'),
+    only(`${from}.type`, ['eval'], 'an eval client'),
+    refuse(`${from}.headers`, why),
+    refuse(`${from}.headers_from_env`, why),
+    refuse(`${from}.admin_base_url`, 'the eval updates no weights on an external server'),
+    ...(from === to ? [] : [refuse(from, why, true)]),
+  ];
+};
+
 // ---------------------------------------------------------------------------------------------
 // Shared blocks
 
@@ -313,9 +403,17 @@ const ckptKeys = (prefix: string): Alias[] => [
   refuse(`${prefix}ckpt.output_dir`, 'checkpoints live in the run folder (<run>/checkpoints/)'),
   refuse(`${prefix}ckpt.wait_for_weights_timeout`, 'every wait has its own deadline here'),
   only(`${prefix}ckpt.skip_progress`, [false], 'a checkpoint restores all of its state'),
-  only(`${prefix}ckpt.skip_scheduler`, [false], 'a checkpoint restores all of its state'),
-  only(`${prefix}ckpt.skip_dataloader`, [false], 'a checkpoint restores all of its state'),
-  only(`${prefix}ckpt.skip_optimizer`, [false], 'a checkpoint restores all of its state'),
+  move(`${prefix}ckpt.skip_scheduler`, 'ckpt.skip_scheduler'),
+  only(
+    `${prefix}ckpt.skip_dataloader`,
+    [false],
+    'the data of every step is a pure function of the seed and the step: a resumed run reads on where it was',
+  ),
+  move(`${prefix}ckpt.skip_optimizer`, 'ckpt.skip_optimizer'),
+  // An empty table (checkpoints at the end) is [ckpt]'s; a key not above has no counterpart.
+  ...(prefix
+    ? [refuse(`${prefix}ckpt`, "the run's checkpoints are [ckpt]'s (interval, keep_last, resume_step)", true)]
+    : []),
 ];
 
 const resumeKeys = (prefix: string): Alias[] => [
@@ -358,12 +456,13 @@ function trainerModel(prefix: string, seqLenTo: string | null, lora: string): Al
       'attention is exact here whatever the kernel',
     ),
     accept(`${m}.compile`, PERF, true),
+    only(`${m}.compile`, ['None', null, false], `torch.compile is off ("None"); ${PERF}`),
     only(`${m}.ac.mode`, ['full'], 'whole decoder layers are checkpointed ([model.ac] freq)'),
     accept(`${m}.ac.targets`, 'selective checkpoint targets: whole layers are checkpointed here'),
     accept(`${m}.ac_offloading`, PERF, true),
     accept(`${m}.fsdp_cpu_offload`, PERF),
     accept(`${m}.optim_cpu_offload`, PERF),
-    only(`${m}.full_offload`, [null, false], 'the optimizer runs where the weights are'),
+    accept(`${m}.full_offload`, `optimizer offload to the CPU: ${PERF}`),
     accept(`${m}.reshard_after_forward`, PERF),
     only(`${m}.dp_replicate`, [1], 'data parallelism is trainer.world_size'),
     only(`${m}.ep`, ['auto', 1], 'expert parallelism: every rank holds every expert'),
@@ -517,10 +616,23 @@ function inferenceKeys(rl: boolean): Alias[] {
     accept(`${v}.data_parallel_rpc_port`, 'vLLM data-parallel RPC'),
     accept(`${v}.api_server_count`, 'vLLM API processes'),
     accept(`${v}.seed`, "sampling seeds are per request (the run's seed)"),
-    refuse(
-      `${v}.gpu_memory_utilization`,
-      "vLLM's GPU memory share: our KV cache is sized in tokens (inference.kv_cache_tokens)",
-    ),
+    {
+      from: `${v}.gpu_memory_utilization`,
+      to: 'inference.gpu_memory_utilization',
+      note: 'the device memory share the server uses at most, KV cache included (CUDA)',
+      convert: (value, at) =>
+        // The same key of ours, where the server runs on CUDA; on the CPU the KV cache is
+        // inference.kv_cache_tokens (max_running x seq_len unset): the share sizes nothing there.
+        String(get(at.source, 'inference.model.device') ?? 'cpu').startsWith('cuda')
+          ? [{ to: 'inference.gpu_memory_utilization', value }]
+          : [
+              {
+                to: null,
+                value,
+                note: "sizes a CUDA device's KV cache (inference.model.device = cuda): on the CPU, where this server runs, inference.kv_cache_tokens sizes it",
+              },
+            ],
+    },
     only(`${v}.enable_prefix_caching`, [null, false], 'a prefix cache'),
     only(`${v}.quantization`, [null], 'quantized inference'),
     accept(`${v}.enable_lora`, 'LoRA weights are merged into the weights the server loads'),
@@ -559,17 +671,29 @@ function inferenceKeys(rl: boolean): Alias[] {
 
 /** The top-level blocks `rl` and `sft` share; `inferGpus`: where num_infer_gpus goes (null: one server only). */
 const trainingTop = (wandb: boolean, inferGpus: string | null): Alias[] => [
+  // First: a multi-node file is refused for its deployment, before any of its other keys.
+  ...deploymentKeys('', inferGpus),
   ...commonTop(),
   ...ckptKeys(''),
   ...resumeKeys(''),
   ...monitors('', wandb),
   ...broadcastKeys(''),
   ...tokenizerKeys(''),
-  ...deploymentKeys('', inferGpus),
 ];
 
 // ---------------------------------------------------------------------------------------------
 // rl
+
+/** The orchestrator's LoRA `key` (prime-rl's per-run adapter): the trainer's own, or refused. */
+const loraAsTrainer = (key: 'rank' | 'alpha', dflt: number): Alias => ({
+  from: `orchestrator.model.lora.${key}`,
+  to: null,
+  note: `the run's LoRA ${key} (trainer.lora.${key}), the same`,
+  check: (v, src) =>
+    same(v, get(src, `trainer.model.lora.${key}`) ?? get(src, `trainer.lora.${key}`) ?? dflt)
+      ? undefined
+      : `has no equivalent here for ${shown(v)}: one LoRA ${key} per run, the trainer's (trainer.model.lora.${key})`,
+});
 
 const ORCH = 'orchestrator';
 
@@ -591,20 +715,17 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   only(`${ORCH}.eval.skip_first_step`, [false], 'the base model is always evaluated first'),
   only(`${ORCH}.eval.retrigger_on_resume`, [false], 'evals of versions up to the resume step are kept'),
   {
-    from: `${ORCH}.algo.type`,
-    to: `${ORCH}.advantage.type`,
-    convert: (v, at) => {
-      if (v === 'grpo' || v === 'max_rl') return [{ to: `${ORCH}.advantage.type`, value: v }];
-      throw refusal(
-        at.key,
-        at.where,
-        `algorithm ${shown(v)}: ours are grpo and max_rl (orchestrator.advantage), and distillation ([distill])`,
-      );
-    },
+    from: `${ORCH}.algo`,
+    to: null,
+    note: 'the algorithm: orchestrator.advantage, [distill] and orchestrator.echo (docs/algorithms.md)',
+    convert: (v, at) =>
+      algoConverted(v, at.key, at.where, {
+        advantage: `${ORCH}.advantage`,
+        distill: 'distill',
+        echo: `${ORCH}.echo`,
+        whole: false,
+      }),
   },
-  move(`${ORCH}.algo.length_penalty`, `${ORCH}.advantage.length_penalty`),
-  only(`${ORCH}.algo.sampling.source`, ['policy'], 'rollouts are sampled from the policy (a teacher: [distill])'),
-  refuse(`${ORCH}.algo`, 'other algorithms: ours are orchestrator.advantage and [distill]', true),
   move(`${ORCH}.model.client.base_url`, `${ORCH}.base_urls`, {
     convert: (v) => [{ to: `${ORCH}.base_urls`, value: Array.isArray(v) ? v : [v] }],
   }),
@@ -612,10 +733,13 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   accept(`${ORCH}.model.client.skip_model_check`, 'the run checks its own servers'),
   accept(`${ORCH}.model.client.extra_headers_from_state`, 'session routing headers: requests go by load here'),
   refuse(`${ORCH}.model.client`, 'client settings: inference.server.api_key_var is the key both sides use', true),
-  refuseFeature(
-    `${ORCH}.model.lora`,
-    'LoRA adapters by name: the trainer merges LoRA into the weights the servers load',
+  accept(
+    `${ORCH}.model.lora.name`,
+    "the adapter's name on the servers: the trainer merges LoRA into the weights they load, which need no name",
   ),
+  loraAsTrainer('rank', 16),
+  loraAsTrainer('alpha', 32),
+  refuse(`${ORCH}.model.lora`, "LoRA is the trainer's ([trainer.model.lora]): name, rank and alpha only here", true),
   refuseFeature(`${ORCH}.model.vlm`, 'vision-language models'),
   only(`${ORCH}.model.trust_remote_code`, [false], 'no model code runs here'),
   ...tokenizerKeys(`${ORCH}.`),
@@ -624,7 +748,7 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   ...monitors(`${ORCH}.`, true),
   accept(
     `${ORCH}.collect_inference_metrics`,
-    "the servers' load is read from /metrics for in-flight mode's concurrency",
+    "the servers' /metrics are read for the concurrency of the rollouts (orchestrator.concurrency); W&B gets our metrics",
   ),
   refuse(`${ORCH}.inference_metrics_roles`, 'prefill/decode disaggregation'),
   ...ckptKeys(`${ORCH}.`),
@@ -632,15 +756,10 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   ...broadcastKeys(`${ORCH}.`),
   refuse(
     `${ORCH}.tasks_per_minute`,
-    'a dispatch rate limit: in-flight concurrency is bounded by orchestrator.in_flight.max_rollouts',
+    'a dispatch rate limit: the rollouts in flight are bounded by orchestrator.concurrency (min_inflight, max_inflight)',
   ),
   accept(`${ORCH}.env_server_base_port`, 'env servers bind free loopback ports'),
   refuse(`${ORCH}.token_batch_size`, 'token-based batches: orchestrator.batch_size counts rollouts'),
-  refuse(
-    `${ORCH}.concurrency`,
-    'adaptive in-flight concurrency: ours adapts by itself up to orchestrator.in_flight.max_rollouts',
-    true,
-  ),
   move(`${ORCH}.num_train_workers`, 'trainer.world_size'),
   only(`${ORCH}.pad_to_multiple_of`, [1], 'context parallelism: a row is trained on one rank'),
   move(`${ORCH}.max_off_policy_steps`, `${ORCH}.in_flight.max_off_policy_steps`, {
@@ -709,6 +828,46 @@ export const PRIME_RL_SFT_KEYS: readonly Alias[] = [
   },
   ...trainerModel('', null, 'lora'),
   only('data.type', ['sft'], 'fake data'),
+  {
+    from: 'data.source',
+    to: 'data.source',
+    convert: (v, at) => {
+      if (!Array.isArray(v))
+        throw new ConfigError(`${at.key} (${at.where}): expected a list of tables ([[data.source]])`);
+      const shownList: Converted[] = [];
+      const list = v.map((raw, i) => {
+        const key = `${at.key}[${i}]`;
+        if (!isTable(raw)) throw new ConfigError(`${key} (${at.where}): expected a table`);
+        const out: Raw = {};
+        for (const [k, x] of Object.entries(raw)) {
+          const ours = k === 'dataset' ? 'name' : k;
+          if (!['name', 'path', 'split', 'subset', 'ratio', 'num_examples', 'renderer'].includes(ours))
+            throw refusal(
+              `${key}.${k}`,
+              at.where,
+              'not a field of a data source (dataset, split, subset, ratio, renderer)',
+            );
+          if (ours === 'renderer') {
+            const name = isTable(x) ? (x.name ?? 'auto') : x;
+            if (
+              !isTable(x) ||
+              !['auto', 'default'].includes(name as string) ||
+              Object.keys(x).some((f) => f !== 'name')
+            )
+              throw refusal(
+                `${key}.renderer`,
+                at.where,
+                `renderer ${shown(name)} of the renderers package: a source renders with the model's chat template (auto, default) or a Jinja template of its own (renderer.chat_template)`,
+              );
+          }
+          out[ours] = x;
+          shownList.push({ from: `${key}.${k}`, to: `data.source[${i}].${ours}`, value: x, display: true });
+        }
+        return out;
+      });
+      return [{ to: 'data.source', value: list, quiet: true }, ...shownList];
+    },
+  },
   refuse('data.subsets', "dataset configurations (the README's configs): point data.name at the folder of one"),
   {
     from: 'data.splits',
@@ -781,9 +940,9 @@ export const PRIME_RL_SFT_KEYS: readonly Alias[] = [
   move('eval.sampling.max_completion_tokens', 'eval.sampling.max_tokens'),
   only('eval.skip_first_step', [false], 'the base model is always evaluated first'),
   only('eval.retrigger_on_resume', [false], 'evals of versions up to the resume step are kept'),
+  ...selectKeys('eval.select', 'eval.num_examples'),
   refuse('eval.client', 'the evals sample from the inference server the SFT run starts (inference.server)', true),
   accept('eval.env_server_base_port', 'env servers bind free loopback ports'),
-  refuse('eval.concurrency', 'adaptive eval concurrency', true),
   ...optimKeys('', 'optim'),
   ...schedulerKeys(''),
   ...inferenceKeys(false),
@@ -796,17 +955,25 @@ export const PRIME_RL_EVAL_KEYS: readonly Alias[] = [
   ...commonTop(),
   ...monitors('', false),
   ...broadcastKeys(''),
+  // Today's shape: the sources and their settings at the top level.
+  sources('source', 'env', { kind: 'eval', group: '', groupSize: 'group_size' }),
+  move('group_size', 'rollouts_per_example'),
+  ...selectKeys('select', 'num_examples'),
+  ...sampling('sampling', 'sampling'),
+  ...clientKeys('client', 'client'),
+  accept('resume', 'running the same command again resumes the eval where it stopped (its finished rollouts are kept)'),
+  accept('env_server_base_port', 'env servers bind free loopback ports'),
+  // The shape before: a model and an [eval] block of sources.
   sources('eval.source', 'env', { kind: 'eval', group: 'eval', groupSize: 'group_size' }),
   move('eval.num_examples', 'num_examples'),
   move('eval.group_size', 'rollouts_per_example'),
+  ...selectKeys('eval.select', 'num_examples'),
   ...sampling('eval.sampling', 'sampling'),
   accept('eval.interval', 'a standalone eval runs once over its versions'),
   only('eval.skip_first_step', [false], 'the base model is evaluated unless eval_base = false'),
   only('eval.retrigger_on_resume', [false], 'finished (version, environment) results are kept'),
-  move('eval.client.base_url', 'client.base_url'),
-  move('eval.client.api_key_var', 'client.api_key_var'),
-  refuse('eval.client', 'client settings: client.base_url and client.api_key_var', true),
+  ...clientKeys('eval.client', 'client'),
   accept('eval.env_server_base_port', 'env servers bind free loopback ports'),
-  refuse('eval.concurrency', 'adaptive eval concurrency', true),
+  move('eval.concurrency', 'concurrency', { table: true }),
   refuseFeature('online', "watching weight broadcasts: evaluate a run's weights with weights_dir (and steps)"),
 ];

@@ -7,10 +7,17 @@ import type { Scheduler } from './scheduler';
 /** The load gauges, also read by the orchestrator (lib/orchestrator/server-load.ts). */
 export const RUNNING_GAUGE = 'prime_inference_running_sequences';
 export const WAITING_GAUGE = 'prime_inference_waiting_sequences';
+/** The KV cache's gauges the orchestrator's concurrency follows (lib/orchestrator/concurrency.ts). */
+export const KV_USAGE_GAUGE = 'prime_inference_kv_cache_usage';
+export const PREEMPTIONS_COUNTER = 'prime_inference_preemptions_total';
+export const KV_CAPACITY_GAUGE = 'prime_inference_kv_capacity_tokens';
+export const CONTEXT_GAUGE = 'prime_inference_context_tokens';
 
 /** The engine's KV cache, as the generator reports it. */
 const CACHE_GAUGES: [string, string, NumericKeys<CacheStats>][] = [
-  ['prime_inference_kv_cache_usage', 'fraction of the KV cache blocks in use', 'cacheUsage'],
+  [KV_USAGE_GAUGE, 'fraction of the KV cache blocks in use', 'cacheUsage'],
+  [KV_CAPACITY_GAUGE, 'the KV cache in token positions (blocks x block size)', 'capacityTokens'],
+  [CONTEXT_GAUGE, 'the longest sequence the server holds (its context length)', 'maxSequenceLength'],
   ['prime_inference_kv_blocks_in_use', 'KV cache blocks held by sequences', 'blocksInUse'],
   ['prime_inference_kv_blocks_total', 'KV cache blocks in the pool', 'numBlocks'],
   [
@@ -23,7 +30,7 @@ const CACHE_GAUGES: [string, string, NumericKeys<CacheStats>][] = [
     'sequences preempted (blocks freed) waiting to be recomputed',
     'preemptedSequences',
   ],
-  ['prime_inference_preemptions_total', 'sequences preempted since start', 'preemptions'],
+  [PREEMPTIONS_COUNTER, 'sequences preempted since start', 'preemptions'],
   [
     'prime_inference_prefill_tokens_total',
     'prompt positions computed since start (shared prefixes are not computed again)',

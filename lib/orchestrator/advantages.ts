@@ -79,6 +79,9 @@ export const BUILTIN_ADVANTAGES = {
 
 export type AdvantageType = keyof typeof BUILTIN_ADVANTAGES;
 export const ADVANTAGE_TYPES = Object.keys(BUILTIN_ADVANTAGES) as [AdvantageType, ...AdvantageType[]];
+/** Every built-in's name (`orchestrator.advantage.type`): the group estimators and `rae`, which is not one. */
+export const ADVANTAGE_KINDS = [...ADVANTAGE_TYPES, 'rae'] as const;
+export type AdvantageKind = (typeof ADVANTAGE_KINDS)[number];
 
 export interface LengthPenaltyConfig {
   type: 'linear';
@@ -168,6 +171,18 @@ export interface AdvantageMetrics {
   zero_advantage_tokens: number;
 }
 
+/** Metrics of no group: what a step's sum starts from. */
+export const emptyAdvantageMetrics = (): AdvantageMetrics => ({
+  groups: 0,
+  groups_kept: 0,
+  groups_too_few_valid: 0,
+  rollouts: 0,
+  rollouts_errored: 0,
+  rollouts_kept: 0,
+  zero_advantage_rollouts: 0,
+  zero_advantage_tokens: 0,
+});
+
 export interface AdvantageResult {
   /** Same shape as the input: the advantage of each rollout, or null when it is not trained on. */
   advantages: (number | null)[][];
@@ -190,16 +205,7 @@ export function computeAdvantages(
   estimator: AdvantageEstimator,
   opts: AdvantageOptions,
 ): AdvantageResult {
-  const metrics: AdvantageMetrics = {
-    groups: groups.length,
-    groups_kept: 0,
-    groups_too_few_valid: 0,
-    rollouts: 0,
-    rollouts_errored: 0,
-    rollouts_kept: 0,
-    zero_advantage_rollouts: 0,
-    zero_advantage_tokens: 0,
-  };
+  const metrics = { ...emptyAdvantageMetrics(), groups: groups.length };
   const verdicts: GroupVerdict[] = [];
   const advantages = groups.map((group) => {
     metrics.rollouts += group.length;
@@ -237,4 +243,27 @@ export function computeAdvantages(
     return out;
   });
   return { advantages, verdicts, metrics };
+}
+
+/**
+ * RAE, role-conditioned advantage estimation (SPIRAL, arXiv:2506.24119): the advantage of a
+ * trained trace is its reward minus the baseline of its key (environment and agent: in self-play
+ * the agents' rewards have opposite scales, so each is measured against its own), and then that
+ * baseline moves toward the reward: b <- decay x b + (1 - decay) x reward. Baselines start at 0.
+ * The traces are taken in the order given (a step's groups in order, each group's rollouts, each
+ * rollout's traces), so a step's advantages are a pure function of the baselines before it and its
+ * rollouts. `baselines` is updated in place.
+ */
+export function raeAdvantages(
+  traces: readonly { key: string; reward: number }[],
+  baselines: Record<string, number>,
+  decay: number,
+): number[] {
+  if (!(decay >= 0 && decay < 1)) throw new Error(`rae: decay must be in [0, 1), got ${decay}`);
+  return traces.map(({ key, reward }) => {
+    if (!Number.isFinite(reward)) throw new Error(`rae: reward ${reward} of ${key}`);
+    const b = baselines[key] ?? 0;
+    baselines[key] = decay * b + (1 - decay) * reward;
+    return reward - b;
+  });
 }

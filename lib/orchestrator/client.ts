@@ -32,7 +32,8 @@ import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Failure, NonRetryableError } from '../failures';
 import type { ServerLoad } from '../runfolder/inflight';
-import { parseServerLoad } from './server-load';
+import type { EngineReading } from './concurrency';
+import { parseServerMetrics } from './server-load';
 import { ServerWatch } from './server-watch';
 
 export interface GenerateParams {
@@ -266,23 +267,36 @@ export class InferenceClient {
    * `/metrics`. A reading, not a request: it is not retried and sets no server aside.
    */
   async load(): Promise<ServerLoad | undefined> {
+    const readings = await this.readings();
+    return readings?.reduce((a, l) => ({ running: a.running + l.running, waiting: a.waiting + l.waiting }), {
+      running: 0,
+      waiting: 0,
+    });
+  }
+
+  /**
+   * Each live server's counters on its `/metrics` (lib/orchestrator/server-load.ts), or undefined
+   * when a server gives none (as `load`).
+   */
+  async readings(): Promise<EngineReading[] | undefined> {
     const live = this.fleet.filter((s) => !s.aside);
-    const loads = await Promise.all(
+    const readings = await Promise.all(
       live.map(async (s) => {
         try {
           const res = await fetch(`${s.root}/metrics`, {
             headers: this.authorization(),
             signal: AbortSignal.timeout(LOAD_TIMEOUT_MS),
           });
-          return res.ok ? parseServerLoad(await res.text()) : undefined;
+          const counters = res.ok ? parseServerMetrics(await res.text()) : undefined;
+          return counters && { id: s.root, ...counters };
         } catch {
           return undefined;
         }
       }),
     );
-    const known = loads.filter((l): l is ServerLoad => l !== undefined);
+    const known = readings.filter((l): l is EngineReading => l !== undefined);
     if (live.length === 0 || known.length < live.length) return undefined;
-    return known.reduce((a, l) => ({ running: a.running + l.running, waiting: a.waiting + l.waiting }));
+    return known;
   }
 
   /** One request to `s` (`routePath` off its root), bounded by `timeoutMs` and by the server's liveness. */

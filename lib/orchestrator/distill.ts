@@ -1,5 +1,5 @@
 /**
- * Online distillation's per-token term (`[distill]` with a teacher, docs/algorithms.md, "Online distillation").
+ * Online distillation's per-token term (`[distill]` types opd and opsd, docs/algorithms.md, "Distillation").
  * Each generated token with a teacher logprob gets `teacher logprob - student logprob`: minus the
  * single-sample estimate of the per-token reverse KL, whose policy gradient is the reverse-KL
  * gradient. Packing adds it to the token's advantage (lib/orchestrator/sample.ts `buildSample`).
@@ -15,6 +15,10 @@
  *             RLOO). Positions no other rollout reaches get 0.
  */
 import type { TokenSegment } from '../runfolder/packing';
+
+/** `distill.type`'s values (docs/algorithms.md, "Distillation"); the config enum derives from this list. */
+export const DISTILL_TYPES = ['opd', 'sft', 'opsd'] as const;
+export type DistillType = (typeof DISTILL_TYPES)[number];
 
 /** `distill.baseline`'s values; the config enum derives from this list. */
 export const DISTILL_BASELINES = ['none', 'position'] as const;

@@ -31,6 +31,11 @@ export interface FilterGroup {
   completionTokens: number[];
   /** Rollouts that errored (they have no reward). */
   errored: number;
+  /** The [[env]] entry of the group (its gates); absent in groups stored before it was recorded. */
+  envIndex?: number;
+  /** Tokens the valid rollouts read but did not generate, and their turns (the length penalty's). */
+  inputTokens?: number[];
+  turns?: number[];
 }
 
 export interface RolloutFilter {

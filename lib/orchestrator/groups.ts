@@ -7,6 +7,7 @@
 import { verifiersModelName } from '../hub';
 import { Failure, NonRetryableError } from '../failures';
 import type { RLConfig } from '../config/schemas';
+import { distills } from '../config/schemas/distill';
 import type { EnvPool } from '../envs/pool';
 import type { MixDraw, MixEntry } from '../envs/mix';
 import { hash32 } from '../envs/random';
@@ -15,8 +16,9 @@ import { tokenizerOf, type Tokenizer } from '../model/tokenizer';
 import { readRunConfig } from '../runfolder/config';
 import type { Rollout, RolloutSummary, StoredRollout } from '../runfolder/rollouts';
 import { environmentInfo } from '../preflight';
-import { type InferenceClient, toActivityFailure } from './client';
+import { InferenceClient, toActivityFailure } from './client';
 import { rlClientOptions } from './client-options';
+import { demonstration, hintTokens, missingDemonstration } from './self-distill';
 import type { FilteredGroups, FilterGroup, RolloutFilter } from './filters';
 import { isPluginError, rolloutFilters } from './plugins';
 import { TeacherClient } from './teacher';
@@ -36,8 +38,59 @@ export interface RolloutContext {
   tokenizer: Tokenizer;
   mixEntries: MixEntry[];
   examplesPerStep: number;
-  /** Online distillation's teacher (`[distill] teacher`), when set. */
-  teacher?: TeacherClient;
+  /** What each [[env]] entry's distillation needs of its rollouts, by index. */
+  distill: EnvDistill[];
+}
+
+/** An environment's distillation, as its rollouts are played (docs/algorithms.md, "Distillation"). */
+export type EnvDistill =
+  | { type: 'none' }
+  /** opd: the teacher scores each sample. */
+  | { type: 'opd'; teacher: TeacherClient }
+  /** sft: the teacher samples the rollouts (its server's token route), its tokens are trained on by cross-entropy. */
+  | { type: 'sft'; client: InferenceClient; baseUrl: string; model: string; apiKeyVar?: string }
+  /** opsd: the policy's servers score each sample after the example's demonstration. */
+  | { type: 'opsd'; demoKey: string; template: string; scorers: TeacherClient[] };
+
+/** Each [[env]] entry's distillation: its own [distill], or the run's; teachers shared between entries. */
+function envDistills(config: RLConfig): EnvDistill[] {
+  const o = config.orchestrator;
+  const livenessMs = config.temporal.heartbeat_timeout_s * 1000;
+  const teachers = new Map<string, TeacherClient>();
+  return config.env.map((e, i): EnvDistill => {
+    const d = e.distill ?? config.distill;
+    if (!distills(d)) return { type: 'none' };
+    const key = e.distill ? `env[${i}].distill.teacher` : 'distill.teacher';
+    if (d.type === 'opsd') {
+      const server = rlClientOptions(config);
+      // The policy's own servers, each scoring the samples of its round-robin share.
+      const scorers = o.base_urls.map(
+        (base_url) =>
+          new TeacherClient(
+            { base_url, api_key_var: server.apiKeyVar, key: 'orchestrator.base_urls (self-distillation)' },
+            { livenessMs },
+          ),
+      );
+      return { type: 'opsd', demoKey: d.demo_key!, template: d.template!, scorers };
+    }
+    const t = d.teacher!;
+    if (d.type === 'sft')
+      return {
+        type: 'sft',
+        client: new InferenceClient([t.base_url], {
+          apiKeyVar: t.api_key_var,
+          apiKeySetting: `${key}.api_key_var`,
+          livenessMs,
+        }),
+        baseUrl: t.base_url,
+        model: t.served_model ?? verifiersModelName(t.model),
+        apiKeyVar: t.api_key_var,
+      };
+    const id = JSON.stringify(t);
+    let teacher = teachers.get(id);
+    if (!teacher) teachers.set(id, (teacher = new TeacherClient({ ...t, key }, { livenessMs })));
+    return { type: 'opd', teacher };
+  });
 }
 
 export async function rolloutContext(runDir: string, pool: EnvPool): Promise<RolloutContext> {
@@ -54,9 +107,7 @@ export async function rolloutContext(runDir: string, pool: EnvPool): Promise<Rol
     tokenizer: tokenizerOf(o.model.name),
     mixEntries: config.env.map((e, i) => ({ weight: e.weight, size: infos[i].size.train })),
     examplesPerStep: o.batch_size / o.rollouts_per_example,
-    teacher: config.distill?.teacher
-      ? new TeacherClient(config.distill.teacher, { livenessMs: config.temporal.heartbeat_timeout_s * 1000 })
-      : undefined,
+    distill: envDistills(config),
   };
 }
 
@@ -79,7 +130,11 @@ export interface GroupTask {
   policyVersion: number;
 }
 
-/** Plays one group; `onRollout` after each finished rollout. With a teacher, its logprobs are added to the valid rollouts. */
+/**
+ * Plays one group; `onRollout` after each finished rollout. The environment's distillation: a
+ * teacher's logprobs (opd) or the policy's after the example's demonstration (opsd) are added to
+ * the valid rollouts; with sft, the teacher plays them.
+ */
 export async function playGroup(
   ctx: RolloutContext,
   pool: EnvPool,
@@ -89,10 +144,23 @@ export async function playGroup(
 ): Promise<StoredRollout[]> {
   const o = ctx.config.orchestrator;
   const env = ctx.config.env[draw.env];
+  const distill = ctx.distill[draw.env] ?? { type: 'none' };
+  const sampler = distill.type === 'sft' ? distill : undefined;
+  // opsd needs the demonstration before anything is played: a row without it is bad input.
+  let hint: number[] | undefined;
+  if (distill.type === 'opsd' && example.ok) {
+    const demo = demonstration(example.value, distill.demoKey);
+    if (demo === undefined)
+      throw new NonRetryableError(
+        missingDemonstration(distill.demoKey, env.id, draw.index, example.value),
+        Failure.InvalidConfig,
+      );
+    hint = hintTokens(ctx.tokenizer, distill.template, demo);
+  }
   const rollouts = await Promise.all(
     Array.from({ length: o.rollouts_per_example }, async (_, sample): Promise<StoredRollout> => {
       const seed = rolloutSeed(ctx.config.seed, seedStep, group, sample);
-      const base = { env: env.id, group, round, exampleIndex: draw.index, sample, seed };
+      const base = { env: env.id, envIndex: draw.env, group, round, exampleIndex: draw.index, sample, seed };
       const rollout: Rollout = example.ok
         ? await playRollout(
             {
@@ -105,18 +173,26 @@ export async function playGroup(
               routerReplay: ctx.config.trainer.moe.router_replay,
             },
             pool,
-            client,
+            sampler?.client ?? client,
             ctx.tokenizer,
             // A verifiers env server calls an inference server itself: one per group, round robin.
-            {
-              baseUrl: o.base_urls[group % o.base_urls.length],
-              model: ctx.verifiersModel,
-              renderer: o.renderer,
-              // The weights change while the rollout runs: each token's version from the server's records.
-              recordVersions: o.in_flight.enabled,
-              apiKeyVar: rlClientOptions(ctx.config).apiKeyVar,
-              policyVersion,
-            },
+            sampler
+              ? {
+                  baseUrl: sampler.baseUrl,
+                  model: sampler.model,
+                  renderer: o.renderer,
+                  apiKeyVar: sampler.apiKeyVar,
+                  policyVersion,
+                }
+              : {
+                  baseUrl: o.base_urls[group % o.base_urls.length],
+                  model: ctx.verifiersModel,
+                  renderer: o.renderer,
+                  // The weights change while the rollout runs: each token's version from the server's records.
+                  recordVersions: o.in_flight.enabled,
+                  apiKeyVar: rlClientOptions(ctx.config).apiKeyVar,
+                  policyVersion,
+                },
           )
         : {
             completion: [],
@@ -131,34 +207,47 @@ export async function playGroup(
             error: `example: ${example.error}`,
           };
       onRollout();
-      return { ...base, ...rollout };
+      // A teacher's rollout is no sample of the policy's: in-flight mode never finds it stale.
+      return { ...base, ...rollout, ...(sampler ? { teacher: true } : {}) };
     }),
   );
-  await ctx.teacher?.annotate(
-    rollouts.filter((r) => !r.error).flatMap((r) => r.samples),
-    o.seq_len,
-  );
+  const valid = rollouts.filter((r) => !r.error).flatMap((r) => r.samples);
+  if (distill.type === 'opd') await distill.teacher.annotate(valid, o.seq_len);
+  if (distill.type === 'opsd')
+    await distill.scorers[group % distill.scorers.length].annotate(valid, ctx.config.inference.seq_len, hint);
   return rollouts;
 }
 
 /** What the rollout filters see of a group. */
 export function filterView(rollouts: readonly StoredRollout[]): FilterGroup {
   const valid = rollouts.filter((r) => !r.error);
+  const tokens = (r: StoredRollout) => r.samples.flat().reduce((n, s) => n + s.tokens.length, 0);
   return {
     env: rollouts[0].env,
+    ...(rollouts[0].envIndex !== undefined ? { envIndex: rollouts[0].envIndex } : {}),
     exampleIndex: rollouts[0].exampleIndex,
     group: rollouts[0].group,
     round: rollouts[0].round,
     rewards: valid.map((r) => r.reward),
     completionTokens: valid.map((r) => r.completionTokens),
+    inputTokens: valid.map((r) => tokens(r) - r.completionTokens),
+    turns: valid.map((r) => r.turns),
     errored: rollouts.length - valid.length,
   };
 }
 
 /** The run's rollout filters; a plugin that fails to load stops the run. */
 export function loadFilters(ctx: RolloutContext): RolloutFilter[] {
+  const c = ctx.config;
   try {
-    return rolloutFilters(ctx.config.orchestrator);
+    return rolloutFilters(
+      c.orchestrator,
+      c.env.map((e) => ({
+        gates: e.gates ?? {},
+        advantage: e.advantage ?? c.orchestrator.advantage,
+        distills: distills(e.distill ?? c.distill),
+      })),
+    );
   } catch (err) {
     throw new NonRetryableError((err as Error).message, Failure.InvalidConfig);
   }

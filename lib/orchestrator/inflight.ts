@@ -9,11 +9,11 @@
  *    step is left for the next step, the rest are taken until the step has its batch_size /
  *    rollouts_per_example groups. A pure function of the groups and the step, so a retried claim
  *    takes the same groups.
- *  - how many groups the producer keeps in flight (`Concurrency`: as many as keep up with the
- *    steps, within what the servers can take), and where a restarted one resumes its draws
- *    (`resumeDraw`).
+ *  - where a restarted producer resumes its draws (`resumeDraw`). How many rollouts it keeps in
+ *    flight is the run's ConcurrencyController's (lib/orchestrator/concurrency.ts), within the cap
+ *    on groups generated ahead of the steps (`capGroups`).
  */
-import type { ClaimCandidate, InFlightClaim, ServerLoad } from '../runfolder/inflight';
+import type { ClaimCandidate, InFlightClaim } from '../runfolder/inflight';
 import type { FilterMetrics } from '../runfolder/rollouts';
 import { dropReason, type FilterGroup, type RolloutFilter } from './filters';
 
@@ -22,6 +22,10 @@ export function groupVersion<R>(c: ClaimCandidate<R>): number {
   const sampled = c.rollouts.map((r) => r.policyVersion).filter((v) => v >= 0);
   return sampled.length > 0 ? Math.min(...sampled) : c.startVersion;
 }
+
+/** A group a teacher played (distill type sft): not the policy's samples, so never stale. */
+const byTeacher = <R>(c: ClaimCandidate<R>) =>
+  c.rollouts.length > 0 && c.rollouts.every((r) => (r as { teacher?: boolean }).teacher === true);
 
 /** How a claim keeps the env mix (`[[env]]` weights). */
 export interface ClaimMix<R> {
@@ -91,7 +95,7 @@ export function claimStep<R>(
     if (kept.length === opts.need) break;
     if (carriedLeft > 0) carriedLeft--;
     else freshLooked++;
-    if (step - groupVersion(c) > opts.maxOffPolicySteps) {
+    if (!byTeacher(c) && step - groupVersion(c) > opts.maxOffPolicySteps) {
       dropped.push({ candidate: c, reason: STALE });
       continue;
     }
@@ -125,7 +129,7 @@ export function claimMetrics<R>(
   const filtered = d.dropped.filter((x) => x.reason !== STALE);
   // Rollouts that sampled nothing (an example that failed to load) have no distance.
   const behind = d.kept.flatMap((c) =>
-    c.rollouts.filter((r) => r.policyVersion >= 0).map((r) => step - r.policyVersion),
+    byTeacher(c) ? [] : c.rollouts.filter((r) => r.policyVersion >= 0).map((r) => step - r.policyVersion),
   );
   const dropped_by: Record<string, number> = {};
   for (const x of filtered) dropped_by[x.reason] = (dropped_by[x.reason] ?? 0) + 1;
@@ -172,67 +176,4 @@ function mean(values: readonly (number | undefined)[]): number | null {
 export function resumeDraw(known: readonly number[], cap: number, drawOf: (seq: number) => number | undefined): number {
   const draws = known.slice(-cap).map((seq) => drawOf(seq) ?? -1);
   return Math.max(-1, ...draws) + 1;
-}
-
-/** How often the producer reads the servers' load. */
-export const LOAD_INTERVAL_MS = 500;
-/** Readings in a row with sequences queued before the producer takes a group fewer (see `Concurrency`). */
-const QUEUED_READINGS = 2;
-
-/**
- * How many groups the producer keeps in flight at once, `limit`, within [1, cap] (cap:
- * `max_rollouts` in groups, which also bounds the groups generated ahead of the steps). Two
- * signals move it: whether more generation is needed (the backlog: groups finished and not yet
- * taken by a step) and whether more at once would be generated faster (the servers' load).
- *
- *  - More: while fewer than a step's groups wait to be claimed (the next step would wait for
- *    generation), and the servers' last reading (every LOAD_INTERVAL_MS, `afterReading`) queued
- *    nothing while the producer had its whole limit in flight (their running batches have room).
- *  - Fewer: while more than a step's groups wait (they only age toward the staleness bound:
- *    `afterGroup`), or when sequences were queued in QUEUED_READINGS readings in a row and no
- *    decrease is still pending (no more groups in flight than the limit): the batches are full, so
- *    more rollouts at once add no tokens per second, only make each one slower and older when a
- *    step takes it. (A single reading proves nothing: a sequence that has just arrived waits for
- *    the next decode step to join a batch that has room.)
- *
- * So generation keeps up with training and, when it cannot, grows until the servers are
- * saturated. A fleet that reports no load (a server without a known gauge on `/metrics`,
- * lib/orchestrator/server-load.ts) is followed by the backlog alone: one group more after each
- * finished group while fewer than a step's groups wait.
- */
-export class Concurrency {
-  limit: number;
-  private queuedReadings = 0;
-  /** The last reading found the servers' load: only a reading adds a group. */
-  private followsLoad = false;
-
-  constructor(
-    start: number,
-    private readonly cap: number,
-    private readonly groupsPerStep: number,
-  ) {
-    this.limit = Math.min(cap, Math.max(1, start));
-  }
-
-  /**
-   * After a reading of the servers' load (undefined: none). `inFlight`: the groups in flight now;
-   * `waiting`: groups finished and not yet taken by a step.
-   */
-  afterReading(load: ServerLoad | undefined, inFlight: number, waiting: number): void {
-    this.followsLoad = load !== undefined;
-    if (load === undefined) return;
-    if (load.waiting === 0) {
-      this.queuedReadings = 0;
-      if (inFlight >= this.limit && waiting < this.groupsPerStep) this.limit = Math.min(this.cap, this.limit + 1);
-    } else if (++this.queuedReadings >= QUEUED_READINGS && inFlight <= this.limit) {
-      this.queuedReadings = 0;
-      this.limit = Math.max(1, this.limit - 1);
-    }
-  }
-
-  /** After a group finished; `waiting`: groups finished and not yet taken by a step. */
-  afterGroup(waiting: number): void {
-    if (waiting > this.groupsPerStep) this.limit = Math.max(1, this.limit - 1);
-    else if (waiting < this.groupsPerStep && !this.followsLoad) this.limit = Math.min(this.cap, this.limit + 1);
-  }
 }

@@ -17,9 +17,10 @@
 import { requireUserModule } from '../modules';
 import {
   builtinEstimator,
+  groupAdvantages,
   type AdvantageEstimator,
   type AdvantageGroup,
-  type AdvantageType,
+  type AdvantageKind,
   type LengthPenaltyConfig,
 } from './advantages';
 import { difficultyFilter, type DifficultyFilterConfig, type FilterGroup, type RolloutFilter } from './filters';
@@ -52,8 +53,10 @@ export interface PluginConfig {
 
 /** Same shape as the config's `orchestrator.advantage` (type is set unless import_path is). */
 export interface AdvantageConfig {
-  type?: AdvantageType;
+  type?: AdvantageKind;
   std_norm: boolean;
+  /** rae's EMA decay. */
+  decay?: number;
   length_penalty?: LengthPenaltyConfig;
   import_path?: string;
   kwargs: Record<string, unknown>;
@@ -91,8 +94,12 @@ function pluginFunction(
   return fn as (...args: unknown[]) => unknown;
 }
 
-/** The run's advantage estimator. Throws (naming the key and module) when a plugin cannot load. */
+/**
+ * A group estimator of the config (not rae, which is no group estimator: lib/orchestrator/step-batch.ts
+ * computes it). Throws (naming the key and module) when a plugin cannot load.
+ */
 export function advantageEstimator(cfg: AdvantageConfig): AdvantageEstimator {
+  if (cfg.type === 'rae') throw new Error("advantage type 'rae' is not a group estimator");
   if (cfg.import_path === undefined)
     return builtinEstimator({ type: cfg.type ?? 'grpo', std_norm: cfg.std_norm, length_penalty: cfg.length_penalty });
   const plugin = { import_path: cfg.import_path, kwargs: cfg.kwargs };
@@ -115,11 +122,56 @@ export function advantageEstimator(cfg: AdvantageConfig): AdvantageEstimator {
   };
 }
 
-/** The run's rollout filters, in order: the difficulty filter, then the plugins. */
-export function rolloutFilters(o: {
-  difficulty_filter: DifficultyFilterConfig;
-  rollout_filters: readonly PluginConfig[];
-}): RolloutFilter[] {
+/** One environment's admission gates (`[[env]] gates`) and what its advantages are computed with. */
+export interface EnvGates {
+  gates: Record<string, { type: 'advantage_range'; reject_min: number; reject_max: number }>;
+  advantage: AdvantageConfig;
+  /** Distillation's and sft's groups have no environment advantage to judge: they are admitted. */
+  distills: boolean;
+}
+
+/**
+ * The environments' admission gates as one filter (`gate`, reasons `<gate name>`): an
+ * advantage_range gate drops a group whose advantages (by its environment's estimator) all lie in
+ * [reject_min, reject_max]; a group of fewer than 2 valid rollouts has none and is admitted, as
+ * are distillation's groups and those of rae (its advantages depend on the baselines the step's
+ * packing carries on, lib/orchestrator/step-batch.ts).
+ */
+export function gateFilter(envs: readonly EnvGates[]): RolloutFilter | undefined {
+  if (envs.every((e) => Object.keys(e.gates).length === 0)) return undefined;
+  const estimators = envs.map((e) =>
+    Object.keys(e.gates).length > 0 && !e.distills && e.advantage.type !== 'rae'
+      ? advantageEstimator(e.advantage)
+      : undefined,
+  );
+  return {
+    name: 'gate',
+    check(g) {
+      const i = g.envIndex;
+      const estimator = i === undefined ? undefined : estimators[i];
+      if (!estimator || g.rewards.length < 2) return undefined;
+      const n = g.rewards.length;
+      const adv = groupAdvantages(estimator, {
+        rewards: g.rewards,
+        completionTokens: g.completionTokens,
+        inputTokens: g.inputTokens ?? new Array<number>(n).fill(0),
+        turns: g.turns ?? new Array<number>(n).fill(0),
+      });
+      for (const [name, gate] of Object.entries(envs[i!].gates))
+        if (adv.every((a) => a >= gate.reject_min && a <= gate.reject_max)) return name;
+      return undefined;
+    },
+  };
+}
+
+/** The run's rollout filters, in order: the difficulty filter, then the plugins, then the environments' gates. */
+export function rolloutFilters(
+  o: {
+    difficulty_filter: DifficultyFilterConfig;
+    rollout_filters: readonly PluginConfig[];
+  },
+  envs: readonly EnvGates[] = [],
+): RolloutFilter[] {
   const plugins = o.rollout_filters.map((p, i): RolloutFilter => {
     const fn = pluginFunction(`orchestrator.rollout_filters[${i}].import_path`, 'rollout filter', 'filter', p);
     return {
@@ -135,5 +187,6 @@ export function rolloutFilters(o: {
       },
     };
   });
-  return [difficultyFilter(o.difficulty_filter), ...plugins];
+  const gates = gateFilter(envs);
+  return [difficultyFilter(o.difficulty_filter), ...plugins, ...(gates ? [gates] : [])];
 }

@@ -183,12 +183,47 @@ class TokenPlayer implements Player {
     // What the template puts after the reply's content (e.g. "<|im_end|>\n"), the environment's
     // messages and the generation prompt; the sampled stop token already stands for the first
     // special token when they match.
-    let delta = next.slice(this.rendered.length);
-    if (this.stopText && delta.startsWith(this.stopText)) delta = delta.slice(this.stopText.length);
+    let start = this.rendered.length;
+    if (this.stopText && next.startsWith(this.stopText, start)) start += this.stopText.length;
+    const delta = next.slice(start);
     const deltaIds = this.tokenizer.encode(delta);
-    this.sample.push({ tokens: deltaIds, generated: false });
+    this.sample.push({ tokens: deltaIds, generated: false, roles: this.roleSpans(messages, start, delta, deltaIds) });
     this.ids.push(...deltaIds);
     this.rendered = next;
+  }
+
+  /**
+   * The environment's messages after the last reply as spans of `deltaIds` (what observe appended,
+   * starting at character `start` of the chat), each message with the template's scaffold around
+   * it; the generation prompt at the end counts with the last one. Where the template does not
+   * render the chat up to a message as a prefix, the whole delta is one span of the first
+   * message's role.
+   */
+  private roleSpans(
+    messages: readonly Message[],
+    start: number,
+    delta: string,
+    deltaIds: readonly number[],
+  ): { role: string; tokens: number }[] {
+    let first = messages.length;
+    while (first > 0 && messages[first - 1].role !== 'assistant') first--;
+    if (first >= messages.length) return [{ role: 'unknown', tokens: deltaIds.length }];
+    const spans: { role: string; tokens: number }[] = [];
+    let done = 0;
+    for (let k = first + 1; k < messages.length; k++) {
+      const upTo = renderChat(this.tokenizer, messages.slice(0, k) as ChatMessage[], {
+        tools: this.task.info.tools,
+        addGenerationPrompt: false,
+      });
+      const end = upTo.length - start;
+      if (!upTo.startsWith(this.rendered) || end < 0 || end > delta.length)
+        return [{ role: messages[first].role, tokens: deltaIds.length }];
+      const tokens = Math.min(deltaIds.length, this.tokenizer.encode(delta.slice(0, end)).length);
+      spans.push({ role: messages[k - 1].role, tokens: tokens - done });
+      done = tokens;
+    }
+    spans.push({ role: messages[messages.length - 1].role, tokens: deltaIds.length - done });
+    return spans;
   }
 }
 

@@ -6,10 +6,26 @@
  * it. Packing turns them into per-token advantages (teacher - student: reverse KL,
  * lib/orchestrator/sample.ts).
  */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import type { Tokenizer } from '../model/tokenizer';
 import { classifyStatus, httpErrorText, InferenceError } from './client';
 import { ServerWatch } from './server-watch';
 import type { TokenSegment } from '../runfolder/packing';
+
+/**
+ * Whether two model folders hold the same tokenizer files, byte for byte (tokenizer.json,
+ * tokenizer_config.json, generation_config.json: what a Tokenizer's ids and end-of-sequence tokens
+ * come from): then their ids mean the same without loading either (a vocabulary of 150,000 tokens
+ * takes seconds to load and compare, more on a busy machine).
+ */
+export function sameTokenizerFiles(a: string, b: string): boolean {
+  return ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'].every((name) => {
+    const [x, y] = [path.join(a, name), path.join(b, name)];
+    if (!fs.existsSync(x) || !fs.existsSync(y)) return fs.existsSync(x) === fs.existsSync(y);
+    return fs.statSync(x).size === fs.statSync(y).size && fs.readFileSync(x).equals(fs.readFileSync(y));
+  });
+}
 
 /** Why `teacher`'s token ids mean something else than `student`'s, or undefined when they are the same. */
 export function tokenizerMismatch(student: Tokenizer, teacher: Tokenizer): string | undefined {
@@ -25,6 +41,8 @@ export function tokenizerMismatch(student: Tokenizer, teacher: Tokenizer): strin
 
 /** `[distill] teacher`'s server settings, as in config. */
 export interface TeacherServer {
+  /** The config key errors name (`distill.teacher`); self-distillation names the policy's servers. */
+  key?: string;
   /** `distill.teacher.base_url`: `http://host:port/v1`. */
   base_url: string;
   /** `distill.teacher.served_model`; unset: the one model the server lists. */
@@ -34,6 +52,7 @@ export interface TeacherServer {
 }
 
 export class TeacherClient {
+  private readonly key: string;
   private readonly baseUrl: string;
   private readonly servedModel?: string;
   private readonly apiKey?: string;
@@ -49,6 +68,7 @@ export class TeacherClient {
    */
   constructor(server: TeacherServer, opts: { timeoutMs?: number; livenessMs?: number } = {}) {
     this.timeoutMs = opts.timeoutMs ?? 600_000;
+    this.key = server.key ?? 'distill.teacher';
     this.baseUrl = server.base_url.replace(/\/+$/, '');
     this.watch = new ServerWatch(this.baseUrl.replace(/\/v1$/, ''), opts.livenessMs ?? 60_000, () =>
       this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : ({} as Record<string, string>),
@@ -58,7 +78,7 @@ export class TeacherClient {
       this.apiKey = process.env[server.api_key_var];
       if (!this.apiKey)
         throw new InferenceError(
-          `distill.teacher.api_key_var names environment variable ${server.api_key_var}, which is not set (or empty) in this worker's environment`,
+          `${this.key}.api_key_var names environment variable ${server.api_key_var}, which is not set (or empty) in this worker's environment`,
           undefined,
           'config',
         );
@@ -87,7 +107,7 @@ export class TeacherClient {
     ) {
       const got = Array.isArray(logprobs) ? `${logprobs.length} entries` : 'none';
       throw new InferenceError(
-        `distill.teacher.base_url: ${this.baseUrl}/completions returned no logprobs of the prompt's tokens: with echo: true and logprobs: 0, choices[0].logprobs.token_logprobs must list the ${ids.length} prompt tokens' logprobs and then the generated token's (got ${got}); the teacher's server must implement echo on /completions (prime-rl inference and vLLM do)`,
+        `${this.key}.base_url: ${this.baseUrl}/completions returned no logprobs of the prompt's tokens: with echo: true and logprobs: 0, choices[0].logprobs.token_logprobs must list the ${ids.length} prompt tokens' logprobs and then the generated token's (got ${got}); the teacher's server must implement echo on /completions (prime-rl inference and vLLM do)`,
         undefined,
         'config',
       );
@@ -111,8 +131,8 @@ export class TeacherClient {
     if (ids.length === 1) return ids[0];
     throw new InferenceError(
       ids.length === 0
-        ? `distill.teacher.base_url: ${this.baseUrl}/models lists no model: not an OpenAI-compatible server? (or set distill.teacher.served_model)`
-        : `distill.teacher.served_model: unset, and the teacher's server ${this.baseUrl} serves ${ids.length} models (${ids.join(', ')}): set it to the teacher's`,
+        ? `${this.key}.base_url: ${this.baseUrl}/models lists no model: not an OpenAI-compatible server? (or set ${this.key}.served_model)`
+        : `${this.key}.served_model: unset, and the teacher's server ${this.baseUrl} serves ${ids.length} models (${ids.join(', ')}): set it to the teacher's`,
       undefined,
       'config',
     );
@@ -145,17 +165,13 @@ export class TeacherClient {
     if (!res.ok) {
       // Every 4xx stops the run: the teacher refuses what distillation needs (distill.teacher.base_url).
       const kind = classifyStatus(res.status, 'control');
-      throw new InferenceError(
-        `distill.teacher.base_url: ${url}: ${httpErrorText(res.status, text)}`,
-        res.status,
-        kind,
-      );
+      throw new InferenceError(`${this.key}.base_url: ${url}: ${httpErrorText(res.status, text)}`, res.status, kind);
     }
     try {
       return JSON.parse(text) as unknown;
     } catch {
       throw new InferenceError(
-        `distill.teacher.base_url: ${url} answered with no JSON: ${text.slice(0, 200)}`,
+        `${this.key}.base_url: ${url} answered with no JSON: ${text.slice(0, 200)}`,
         res.status,
         'config',
       );
@@ -163,16 +179,18 @@ export class TeacherClient {
   }
 
   /**
-   * Adds `teacherLogprobs` to the generated segments of `samples` (one request per sample). A
-   * sample of `seqLen` tokens leaves the teacher no room to generate its one token: its last token
-   * is not sent and gets no teacher logprob (null: no distillation term).
+   * Adds `teacherLogprobs` to the generated segments of `samples` (one request per sample), each
+   * scored after `prefix` (self-distillation's demonstration; none for a teacher). What does not
+   * fit the server's context of `seqLen` with room for the one token it generates (the prefix
+   * and the sample's tokens, up to seqLen - 1) is not sent, and those tokens get no teacher
+   * logprob (null: no distillation term).
    */
-  async annotate(samples: readonly TokenSegment[][], seqLen: number): Promise<void> {
+  async annotate(samples: readonly TokenSegment[][], seqLen: number, prefix: readonly number[] = []): Promise<void> {
     await Promise.all(
       samples.map(async (segments) => {
         const ids = segments.flatMap((s) => Array.from(s.tokens));
-        const sent = ids.length < seqLen ? ids : ids.slice(0, seqLen - 1);
-        const logprobs = await this.promptLogprobs(sent);
+        const sent = [...prefix, ...ids].slice(0, seqLen - 1);
+        const logprobs = (await this.promptLogprobs(sent)).slice(prefix.length);
         let at = 0;
         for (const s of segments) {
           const n = s.tokens.length;

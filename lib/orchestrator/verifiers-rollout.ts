@@ -130,13 +130,18 @@ export function traceSamples(trace: WireTrace, versions?: ReadonlyMap<number, nu
         // Runs of one kind join across nodes (a prompt's messages, the generation prompt): one segment each.
         const lps = generated ? logprobs.slice(lp, lp + tokens.length) : undefined;
         const vs = generated && nodeVersionList ? nodeVersionList.slice(lp, lp + tokens.length) : undefined;
+        // The message a run of tokens the model did not sample belongs to (echo trains them by role).
+        const span = { role: n.message?.role ?? 'unknown', tokens: tokens.length };
         if (last && last.generated === generated) {
           last.tokens = [...(last.tokens as number[]), ...tokens];
           if (lps) last.logprobs = [...(last.logprobs as number[]), ...lps];
           if (vs) last.versions = [...((last.versions as number[] | undefined) ?? []), ...vs];
+          if (!generated) last.roles = [...(last.roles ?? []), span];
         } else
           segments.push(
-            generated ? { tokens, generated, logprobs: lps, ...(vs ? { versions: vs } : {}) } : { tokens, generated },
+            generated
+              ? { tokens, generated, logprobs: lps, ...(vs ? { versions: vs } : {}) }
+              : { tokens, generated, roles: [span] },
           );
         if (generated) lp += tokens.length;
         start = end;
@@ -198,25 +203,30 @@ export function episodeRollout(
       .find(Boolean);
   if (failed) return emptyRollout(policyVersion, `verifiers: ${failed}`);
   if (traces.length === 0) return emptyRollout(policyVersion, 'verifiers: the episode has no trace');
-  let samples: TokenSegment[][];
+  let perTrace: TokenSegment[][][];
   try {
-    samples = traces.flatMap((t) => traceSamples(t, records ? nodeVersions(t, records.get(t.id) ?? []) : undefined));
+    perTrace = traces.map((t) => traceSamples(t, records ? nodeVersions(t, records.get(t.id) ?? []) : undefined));
   } catch (e) {
     if (e instanceof MalformedTrace) return emptyRollout(policyVersion, `verifiers: ${e.message}`);
     throw e;
   }
+  const samples = perTrace.flat();
   const metrics: Record<string, number> = {};
   let reward = 0;
+  const traceRewards: number[] = [];
   for (const t of traces) {
     const rewards = (t.rewards ?? {}) as Record<string, unknown>;
+    let own = 0;
     for (const [name, r] of Object.entries(rewards)) {
       const v = score(r);
       if (v === undefined) continue;
+      own += v;
       reward += v / traces.length;
       metrics[name] = (metrics[name] ?? 0) + (r as { score: number }).score / traces.length;
     }
     for (const [name, v] of Object.entries((t.metrics ?? {}) as Record<string, number | null>))
       if (typeof v === 'number') metrics[name] = (metrics[name] ?? 0) + v / traces.length;
+    traceRewards.push(own);
   }
   const nodes = traces.flatMap((t) => t.nodes as Node[]);
   const firstSampled = nodes.findIndex((n) => n.sampled);
@@ -240,6 +250,16 @@ export function episodeRollout(
       0,
     ),
     truncated: /length|context|overlong/i.test(stop),
+    // Several agents' traces: each its own reward (the sum of its weighted rewards, verifiers' trace.reward).
+    ...(traces.length > 1
+      ? {
+          traces: traces.map((t, i) => ({
+            agent: String((t.agent as { name?: unknown } | undefined)?.name ?? `agent${i}`),
+            reward: traceRewards[i],
+            samples: perTrace[i].length,
+          })),
+        }
+      : {}),
   };
 }
 

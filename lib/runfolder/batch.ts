@@ -4,6 +4,8 @@
  * can keep attention inside samples. Counts and step go into the header metadata. With router
  * replay, `routes` [rows, seq_len, sparse layers x experts per token] holds the experts inference
  * routed each token to, as I16 (-1 where unknown): half the bytes of I32, and expert ids fit.
+ * With cross-entropy terms (echo, sft distillation), `ce_weights` [rows, seq_len] F32 holds each
+ * token's weight.
  */
 import { createHash } from 'node:crypto';
 import { RunFolderDamagedError } from '../failures';
@@ -120,6 +122,21 @@ export function writeBatch(
     },
     { name: 'row_offsets', dtype: 'I32', shape: [r + 1], data: bytes(rowOffsets) },
   ];
+  const weighted = rows.filter((x) => x.ceWeights);
+  if (weighted.length > 0) {
+    if (weighted.length !== r) throw new Error(`${file}: some rows have cross-entropy weights and some do not`);
+    tensors.push({
+      name: 'ce_weights',
+      dtype: 'F32',
+      shape,
+      data: bytes(
+        stack(
+          rows.map((x) => x.ceWeights!),
+          (n) => new Float32Array(n),
+        ),
+      ),
+    });
+  }
   const routed = rows.filter((x) => x.routes);
   if (routed.length > 0) {
     if (routed.length !== r) throw new Error(`${file}: some rows have routes and some do not`);
@@ -197,6 +214,9 @@ function parseBatch(file: string): Batch {
   const lengths = new Int32Array(get('sample_lengths', 'I32'));
   if (!(seqLen > 0) || ids.length !== rowCount * seqLen)
     throw new Error(`${file}: batch tensors do not match ${rowCount} rows of seq_len ${metadata.seq_len}`);
+  const ce = byName.has('ce_weights') ? new Float32Array(get('ce_weights', 'F32')) : undefined;
+  if (ce && ce.length !== rowCount * seqLen)
+    throw new Error(`${file}: batch tensor 'ce_weights' does not match ${rowCount} rows of seq_len ${seqLen}`);
   const routes = byName.has('routes') ? new Int16Array(get('routes', 'I16')) : undefined;
   const width = routes ? byName.get('routes')!.shape[2] : 0;
   if (routes && (!(width > 0) || routes.length !== rowCount * seqLen * width))
@@ -213,6 +233,7 @@ function parseBatch(file: string): Batch {
       lossMask: mask.subarray(...span),
       logprobs: lp.subarray(...span),
       advantages: adv.subarray(...span),
+      ...(ce ? { ceWeights: ce.subarray(...span) } : {}),
       sampleLengths,
       ...(routes ? { routes: Int32Array.from(routes.subarray(span[0] * width, span[1] * width)) } : {}),
     });

@@ -23,6 +23,12 @@ export interface TokenSegment {
    * experts per token] flattened (-1 where inference never fed the token). Absent = unknown.
    */
   routes?: ArrayLike<number>;
+  /**
+   * Tokens the model did not sample: the messages they render, in order, as spans of `tokens`
+   * tokens each (the chat template's scaffold around a message counted with it). Echo trains
+   * observation tokens by role (lib/orchestrator/echo.ts). Absent = unknown.
+   */
+  roles?: readonly { role: string; tokens: number }[];
 }
 
 /** One sample ready to pack; all arrays have the same length. */
@@ -34,6 +40,11 @@ export interface Sample {
   logprobs: Float32Array;
   /** The rollout's advantage where the mask is 1, 0 elsewhere. */
   advantages: Float32Array;
+  /**
+   * Cross-entropy weight of each token (echo's observation tokens, a teacher's tokens in sft
+   * distillation), trained beside the policy loss; absent = none. A token may carry both.
+   */
+  ceWeights?: Float32Array;
   /** Router replay: [length, width] flattened, -1 where unknown (see `TokenSegment.routes`). */
   routes?: Int32Array;
 }
@@ -66,6 +77,8 @@ export interface PackedRow {
   lossMask: Uint8Array;
   logprobs: Float32Array;
   advantages: Float32Array;
+  /** Cross-entropy weights (`Sample.ceWeights`); present when a sample of the batch had them. */
+  ceWeights?: Float32Array;
   /** Lengths of the samples in this row, in row order (attention blocks). */
   sampleLengths: Int32Array;
   /** Index in the input of each of those samples. */
@@ -81,6 +94,8 @@ export interface PackCounts {
   tokens: number;
   /** Tokens with loss mask 1. */
   lossTokens: number;
+  /** Tokens with a cross-entropy weight above 0 (absent in batches written before they existed). */
+  ceTokens?: number;
   /** Samples longer than seq_len, cut to their first seq_len tokens. */
   truncated: number;
   /** Tokens cut off by truncation. */
@@ -102,7 +117,12 @@ export interface PackOptions {
 function checkSample(s: Sample, i: number): void {
   const n = s.inputIds.length;
   if (n === 0) throw new Error(`packing: sample ${i} has no tokens`);
-  if (s.lossMask.length !== n || s.logprobs.length !== n || s.advantages.length !== n) {
+  if (
+    s.lossMask.length !== n ||
+    s.logprobs.length !== n ||
+    s.advantages.length !== n ||
+    (s.ceWeights !== undefined && s.ceWeights.length !== n)
+  ) {
     throw new Error(`packing: sample ${i} arrays differ in length`);
   }
 }
@@ -120,6 +140,7 @@ export function packSamples(samples: readonly Sample[], seqLen: number, opts: Pa
     (i) => `packing: sample ${i}`,
   );
   const lengths = samples.map((s) => Math.min(s.inputIds.length, seqLen));
+  const weighted = samples.some((s) => s.ceWeights !== undefined);
   const order = samples.map((_, i) => i).sort((a, b) => lengths[b] - lengths[a] || a - b);
 
   const bins: { free: number; members: number[] }[] = [];
@@ -141,6 +162,7 @@ export function packSamples(samples: readonly Sample[], seqLen: number, opts: Pa
     truncated: 0,
     truncatedTokens: 0,
     padding: 0,
+    ...(weighted ? { ceTokens: 0 } : {}),
   };
   const rows = bins.map(({ members }) => {
     const row: PackedRow = {
@@ -149,6 +171,7 @@ export function packSamples(samples: readonly Sample[], seqLen: number, opts: Pa
       lossMask: new Uint8Array(seqLen),
       logprobs: new Float32Array(seqLen),
       advantages: new Float32Array(seqLen),
+      ...(weighted ? { ceWeights: new Float32Array(seqLen) } : {}),
       sampleLengths: Int32Array.from(members, (i) => lengths[i]),
       sampleIndices: Int32Array.from(members),
       ...(width !== undefined ? { routes: new Int32Array(seqLen * width).fill(-1) } : {}),
@@ -165,6 +188,10 @@ export function packSamples(samples: readonly Sample[], seqLen: number, opts: Pa
       row.lossMask.set(s.lossMask.subarray(0, n), at);
       row.logprobs.set(s.logprobs.subarray(0, n), at);
       row.advantages.set(s.advantages.subarray(0, n), at);
+      if (s.ceWeights) {
+        row.ceWeights!.set(s.ceWeights.subarray(0, n), at);
+        for (let p = 0; p < n; p++) if (s.ceWeights[p] > 0) counts.ceTokens!++;
+      }
       if (s.routes) row.routes!.set(s.routes.subarray(0, n * width!), at * width!);
       for (let p = 0; p < n; p++) row.positionIds[at + p] = p;
       for (let p = 0; p < n; p++) counts.lossTokens += s.lossMask[p];

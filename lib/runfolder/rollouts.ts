@@ -43,11 +43,21 @@ export interface Rollout extends Episode {
   policyVersion: number;
   /** Highest policy version that produced any of the tokens (-1: none sampled); above `policyVersion` only when weights changed mid-rollout (in-flight mode). */
   newestPolicyVersion: number;
+  /**
+   * A multi-agent episode's traces, in the order of `samples`: each agent's name, its reward and
+   * how many of the samples are its (rae's baselines are per agent). Absent: one agent, the
+   * rollout's reward.
+   */
+  traces?: { agent: string; reward: number; samples: number }[];
 }
 
 /** One stored rollout: the packing input plus what a person inspecting the run wants to read. */
 export interface StoredRollout extends Rollout {
   env: string;
+  /** The [[env]] entry it was drawn from (several may share an id; absent in older runs). */
+  envIndex?: number;
+  /** Played by a teacher (distill type sft), not the policy: never stale in in-flight mode. */
+  teacher?: boolean;
   /** Slot of the group in the step; refill groups continue after the step's own. */
   group: number;
   /** 0 for the step's own examples, r for refill round r (lib/orchestrator/filters.ts). */

@@ -3,6 +3,7 @@
  * folder (hub-data.ts) or an environment, tokenised
  * with the model's chat template, each a `Sample` for `packSamples`.
  */
+import * as fs from 'node:fs';
 import type { EnvSpec } from '../envs/loader';
 import type { Split } from '../envs/types';
 import type { Tokenizer } from '../model/tokenizer';
@@ -23,6 +24,10 @@ export interface SftDataSource {
   env?: EnvSpec;
   /** Rows (the first N of a file) or env examples to take; unset = all (required for generated envs). */
   numExamples?: number;
+  /** A Jinja chat template file to render this source with instead of the model's own. */
+  chatTemplate?: string;
+  /** Its share of every batch, relative to the other sources' (several sources). */
+  ratio?: number;
 }
 
 export interface SftDataOptions {
@@ -67,9 +72,17 @@ export async function loadSftDataset(
 ): Promise<SftDataset> {
   if (opts.lossRoles.length === 0) throw new Error('SFT data: loss_roles is empty, so no token would carry loss');
   const conversations = await loadSftConversations(source, split, opts.seed);
+  let template: string | undefined;
+  if (source.chatTemplate !== undefined) {
+    try {
+      template = fs.readFileSync(source.chatTemplate, 'utf8');
+    } catch (e) {
+      throw new Error(`renderer.chat_template ${source.chatTemplate}: ${(e as Error).message}`);
+    }
+  }
   return {
     samples: conversations.map((c, i) => {
-      const sample = tokenizeConversation(tokenizer, c, opts.lossRoles);
+      const sample = tokenizeConversation(tokenizer, c, opts.lossRoles, template);
       opts.onProgress?.(i + 1, conversations.length);
       return sample;
     }),

@@ -14,14 +14,15 @@ import { packSamples, type PackCounts, type Sample } from '../runfolder/packing'
 import type { SftPlan } from '../runfolder/config';
 import { RunLayout } from '../runfolder/layout';
 import { loadSftDataset, type SftDataSource } from './data';
-import { SftSchedule } from './schedule';
+import { SftMixSchedule, SftSchedule } from './schedule';
 
 export interface SftPrepareInput {
   runDir: string;
   modelDir: string;
   /** The resolved config (configs/sft.json), written once the data has loaded. */
   configText: string;
-  train: SftDataSource;
+  /** The training data: one source, or several mixed by their ratios (lib/sft/schedule.ts SftMixSchedule). */
+  train: SftDataSource[];
   /** Validation data; none = no validation batches. */
   val?: SftDataSource;
   lossRoles: string[];
@@ -72,12 +73,15 @@ export async function prepareSftData(
         if (done % PROGRESS_EVERY === 0 || done === total) progress({ phase, done, total });
       },
     }).then((d) => d.samples);
-  let train: Sample[];
+  const train: Sample[][] = [];
   let val: Sample[] = [];
-  try {
-    train = await load(input.train, 'train', 'tokenizing');
-  } catch (e) {
-    return { ok: false, problem: 'data', message: (e as Error).message };
+  for (const source of input.train) {
+    try {
+      train.push(await load(source, 'train', 'tokenizing'));
+    } catch (e) {
+      const which = input.train.length > 1 ? `data.source[${train.length}]: ` : '';
+      return { ok: false, problem: 'data', message: `${which}${(e as Error).message}` };
+    }
   }
   try {
     if (input.val) val = await load(input.val, 'eval', 'tokenizing validation');
@@ -91,19 +95,29 @@ export async function prepareSftData(
 
   const { seqLen, batchSize } = input;
   const pack = { padTokenId: tokenizer.padTokenId };
-  const schedule = new SftSchedule({
-    datasetSize: train.length,
-    batchSize,
-    epochs: input.epochs,
-    maxSteps: input.maxSteps,
-    seed: input.seed,
-  });
+  // One dataset: its epochs' shuffles; several: each its share of every batch.
+  const schedule =
+    train.length === 1
+      ? new SftSchedule({
+          datasetSize: train[0].length,
+          batchSize,
+          epochs: input.epochs,
+          maxSteps: input.maxSteps,
+          seed: input.seed,
+        })
+      : new SftMixSchedule({
+          sources: train.map((s, i) => ({ size: s.length, ratio: input.train[i].ratio ?? 1 })),
+          batchSize,
+          epochs: input.epochs,
+          maxSteps: input.maxSteps,
+          seed: input.seed,
+        });
+  const batchOf = (step: number): Sample[] =>
+    schedule instanceof SftSchedule
+      ? schedule.batch(step).indices.map((i) => train[0][i])
+      : schedule.batch(step).map(({ source, index }) => train[source][index]);
   for (let step = 0; step < schedule.totalSteps; step++) {
-    const { rows, counts } = packSamples(
-      schedule.batch(step).indices.map((i) => train[i]),
-      seqLen,
-      pack,
-    );
+    const { rows, counts } = packSamples(batchOf(step), seqLen, pack);
     // A step that would train on nothing is the config's fault; say so before the run starts.
     if (counts.lossTokens === 0)
       return { ok: false, problem: 'seq_len', message: noLossTokens(`the batch of step ${step}`, counts, seqLen) };
@@ -122,7 +136,7 @@ export async function prepareSftData(
     runDir: layout.dir,
     steps: schedule.totalSteps,
     valBatches,
-    samples: train.length,
+    samples: train.reduce((n, s) => n + s.length, 0),
     valSamples: val.length,
   };
   fs.mkdirSync(path.dirname(layout.sftPlanFile), { recursive: true });

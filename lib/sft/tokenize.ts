@@ -10,7 +10,7 @@
  * conversation's beginning are a prefix of the whole conversation's tokens); it is checked for
  * every span, and a template without it fails with the row named.
  */
-import { renderChat } from '../model/chat';
+import { renderChatTemplate } from '../model/chat';
 import type { Tokenizer } from '../model/tokenizer';
 import type { Message } from '../envs/types';
 import type { Sample } from '../runfolder/packing';
@@ -32,17 +32,24 @@ function isPrefix(prefix: readonly number[], full: readonly number[]): boolean {
 
 /**
  * The conversation's tokens with a loss mask of 1 on the spans of messages whose role is in
- * `lossRoles`. Logprobs and advantages are zeros (SFT uses neither).
+ * `lossRoles`. Logprobs and advantages are zeros (SFT uses neither). `chatTemplate`: a Jinja chat
+ * template to render with instead of the tokenizer's own (a data source's renderer).
  */
 export function tokenizeConversation(
   tokenizer: Tokenizer,
   conv: SftConversation,
   lossRoles: readonly string[],
+  chatTemplate?: string,
 ): Sample {
   const { messages, tools, source } = conv;
+  const template = chatTemplate ?? tokenizer.chatTemplate;
+  if (template === undefined)
+    throw new Error(`${source}: the tokenizer has no chat_template (tokenizer_config.json or chat_template.jinja)`);
   const encode = (msgs: Message[], addGenerationPrompt: boolean): number[] => {
     try {
-      return tokenizer.encode(renderChat(tokenizer, msgs, { tools, addGenerationPrompt }));
+      return tokenizer.encode(
+        renderChatTemplate(template, msgs, { tools, addGenerationPrompt, specialTokens: tokenizer.specialTokensMap }),
+      );
     } catch (e) {
       throw new Error(`${source}: the chat template failed: ${(e as Error).message}`);
     }

@@ -62,15 +62,20 @@ function readBaseModel<T>(dir: string, read: (dir: string) => T): T {
   }
 }
 
-/** Learning-rate schedule of the trainer over its `maxSteps`. */
-function scheduleOf(t: TrainerSpec): LrSchedule {
-  return {
+/**
+ * The learning rate of train step `step`: the schedule over the trainer's `maxSteps`, or, resumed
+ * with skip_scheduler, a schedule that starts again at the resume step over the steps left.
+ */
+function lrOf(t: TrainerSpec, step: number): number {
+  const from = t.resume?.skipScheduler && step >= t.resume.step ? t.resume.step : 0;
+  const schedule: LrSchedule = {
     kind: t.scheduler.type,
     lr: t.optim.lr,
     warmupSteps: t.scheduler.warmup_steps,
-    totalSteps: t.maxSteps,
+    totalSteps: t.maxSteps === undefined ? undefined : t.maxSteps - from,
     minLr: t.scheduler.min_lr,
   };
+  return lrAt(schedule, step - from);
 }
 
 export interface RestoreReport {
@@ -252,6 +257,8 @@ export class TrainerRuntime {
       const dir = layout.checkpointDir(c);
       try {
         const meta = await loadCheckpoint(trainer, dir);
+        // The checkpoint a resume skips the optimizer state of: its weights, AdamW afresh.
+        if (t.resume?.skipOptimizer && c === t.resume.step) await trainer.resetOptimizer();
         runtime.progress = { steps: meta.steps, samples: meta.samples, tokens: meta.tokens };
         runtime.klBeta = meta.klBeta ?? t.klPenalty.beta;
         report.from = c;
@@ -277,7 +284,7 @@ export class TrainerRuntime {
     const loadStart = performance.now();
     const batch = await this.batch(step);
     const load = (performance.now() - loadStart) / 1000;
-    const lr = lrAt(scheduleOf(t), step);
+    const lr = lrOf(t, step);
     const klBeta = t.klPenalty.enabled ? this.klBeta : 0;
     const rows = this.group ? shardRows(batch.rows, this.group.rank, this.group.size) : batch.rows;
     const stats = await this.trainer.step(
@@ -287,6 +294,7 @@ export class TrainerRuntime {
         lossMask: r.lossMask,
         advantages: r.advantages,
         inferenceLogprobs: r.logprobs,
+        ...(r.ceWeights ? { ceWeights: r.ceWeights } : {}),
         // Replay: the experts inference used (-1: the router decides); without, the router decides everywhere.
         ...(t.routerReplay && r.routes ? { routes: r.routes } : {}),
       })),

@@ -27,6 +27,24 @@ export interface TrainerSpec {
   klPenalty: KlPenalty;
   /** MoE router replay: train each token through the experts inference routed it to (batch routes). */
   routerReplay?: boolean;
+  /**
+   * `ckpt.resume_step` with `skip_optimizer` / `skip_scheduler`: the checkpoint of that step is
+   * restored with AdamW afresh, and the learning-rate schedule starts again there.
+   */
+  resume?: { step: number; skipOptimizer: boolean; skipScheduler: boolean };
+}
+
+/** The resume settings of a run's [ckpt], when it skips part of the checkpoint. */
+function resumeOf(ckpt: {
+  resume_step?: number;
+  skip_optimizer?: boolean;
+  skip_scheduler?: boolean;
+}): Pick<TrainerSpec, 'resume'> {
+  const skipOptimizer = ckpt.skip_optimizer === true;
+  const skipScheduler = ckpt.skip_scheduler === true;
+  return ckpt.resume_step !== undefined && (skipOptimizer || skipScheduler)
+    ? { resume: { step: ckpt.resume_step, skipOptimizer, skipScheduler } }
+    : {};
 }
 
 /** Why `trainer.moe.router_replay` cannot apply to a model of `arch`, or undefined when it can. */
@@ -68,6 +86,7 @@ export function rlTrainerSpec(c: RLConfig): TrainerSpec {
     },
     klPenalty: { enabled: t.kl_penalty.enabled, beta: t.kl_penalty.beta, targetKl: t.kl_penalty.target_kl },
     routerReplay: t.moe.router_replay,
+    ...resumeOf(c.ckpt),
   };
 }
 
@@ -83,6 +102,7 @@ export function sftTrainerSpec(c: SFTConfig, totalSteps: number): TrainerSpec {
     maxSteps: totalSteps,
     loss: { kind: 'ce', routerAuxLossCoef: c.moe.router_aux_loss_coef },
     klPenalty: { enabled: false, beta: 0 },
+    ...resumeOf(c.ckpt),
   };
 }
 

@@ -36,6 +36,7 @@ void validateLossConfig(const LossConfig& c) {
   if (c.normalization != "token" && c.normalization != "sequence")
     throw std::runtime_error("unknown loss normalization '" + c.normalization + "' (supported: token, sequence)");
   if (!(c.normalizer >= 0)) throw std::runtime_error("loss normalizer must be >= 0");
+  if (!(c.ceNormalizer >= 0)) throw std::runtime_error("loss ceNormalizer must be >= 0");
   if (c.mismatch != "none" && c.mismatch != "tis" && c.mismatch != "mask")
     throw std::runtime_error("unknown mismatch correction '" + c.mismatch + "' (supported: none, tis, mask)");
   if (c.mismatch != "none" && !k.policy)
@@ -80,6 +81,7 @@ LossSums DeviceLossSums::read() const {
   const double* n = v + kNumReals;
   s.loss = v[kLoss], s.entropy = v[kEntropy], s.mismatchKl = v[kMismatchKl];
   s.maskedMismatchKl = v[kMaskedMismatchKl], s.referenceKl = v[kReferenceKl];
+  s.ceLoss = v[kCeLoss], s.ceNll = v[kCeNll], s.ceTokens = int64_t(n[kCeTokens]);
   s.lossTokens = int64_t(n[kLossTokens]), s.samples = int64_t(n[kSamples]);
   s.maskedTokens = int64_t(n[kMaskedTokens]), s.maskedSamples = int64_t(n[kMaskedSamples]);
   s.clippedTokens = int64_t(n[kClippedTokens]), s.maskedLow = int64_t(n[kMaskedLow]);
@@ -97,6 +99,11 @@ void countLossUnits(const at::Tensor& mask, const at::Tensor& sample, int64_t nu
 double resolveNormalizer(const LossConfig& cfg, int64_t lossTokens, int64_t samples) {
   if (cfg.normalizer > 0) return cfg.normalizer;
   return double(std::max<int64_t>(cfg.normalization == "token" ? lossTokens : samples, 1));
+}
+
+double resolveCeNormalizer(const LossConfig& cfg, int64_t ceTokens) {
+  if (cfg.ceNormalizer > 0) return cfg.ceNormalizer;
+  return double(std::max<int64_t>(ceTokens, 1));
 }
 
 Metrics lossMetrics(const LossSums& s) {
@@ -130,10 +137,16 @@ Metrics lossMetrics(const LossSums& s) {
   // Loss tokens, and samples with at least one: the normaliser's units.
   m.set("loss_tokens", double(s.lossTokens));
   m.set("loss_samples", double(s.samples));
+  // The cross-entropy component (echo, sft distillation): its share of the loss, the mean -logp
+  // of its tokens, and their count (all 0 without one).
+  m.set("ce_loss", s.ceLoss);
+  m.set("ce_nll", s.ceNll / double(std::max<int64_t>(s.ceTokens, 1)));
+  m.set("ce_tokens", double(s.ceTokens));
   return m;
 }
 
-at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normalizer, DeviceLossSums& sums) {
+at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normalizer, DeviceLossSums& sums,
+                      double ceNormalizer) {
   using S = DeviceLossSums;
   const LossKind& kind = lossKind(cfg.kind);
   const at::Tensor& m = in.mask;
@@ -197,6 +210,16 @@ at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normal
   if (in.entropy.defined()) sums.add(S::kEntropy, in.entropy * m);
   at::Tensor loss = cfg.normalization == "token" ? tokenLoss.sum() : (ctx.sampleSum(tokenLoss) / ctx.nSafe).sum();
   loss = loss / normalizer;
+  if (in.ceWeight.defined()) {
+    // The ce component: the registry's `ce` unit on every token, times its weight (0 off its tokens).
+    const at::Tensor nll = lossKind("ce").terms(ctx).perToken;
+    const at::Tensor isCe = in.ceWeight > 0;
+    const at::Tensor ce = (nll * in.ceWeight).sum() / ceNormalizer;
+    sums.add(S::kCeLoss, ce);
+    sums.add(S::kCeNll, nll * isCe.to(nll.scalar_type()));
+    sums.count(S::kCeTokens, isCe);
+    loss = loss + ce;
+  }
   sums.add(S::kLoss, loss);
   return loss;
 }

@@ -3,6 +3,12 @@
 // correction (TIS, masking) and an optional k3 KL penalty to a reference policy. ATen only, so
 // the trainer and the addon's pure test hook run exactly the same code.
 //
+// A step's loss has up to two components, each normalised by its own count over the whole step
+// (as prime-rl's rl and ce components): the configured kind over the loss-masked tokens, and,
+// where rows carry cross-entropy weights (echo's observation tokens, an sft-distilled teacher's
+// tokens), the registry's `ce` kind over the tokens whose weight is above 0, times the weight,
+// divided by the step's such tokens. A token may be in both.
+//
 // Each loss kind is one unit (native/src/loss_<name>.cc) that registers itself in the registry
 // (loss_registry.cc) with a LossRegistration: its name, whether it is a policy loss, its
 // parameters (name = the config key under trainer.loss, default, range) and its per-token terms.
@@ -31,6 +37,9 @@ struct LossConfig {
   // Denominator of the step's loss: loss tokens (token) or samples (sequence) of the whole
   // optimizer step, for steps split over several calls. 0 = count them over this call's rows.
   double normalizer = 0;
+  // Denominator of the cross-entropy component: the step's tokens with a ce weight above 0 (as
+  // normalizer); 0 = count them over this call's rows.
+  double ceNormalizer = 0;
   // The kind's parameters by name; an absent one takes the registry default (param()).
   std::map<std::string, double> params;
   std::string mismatch = "none";             // none | tis | mask: correction on the detached ratio
@@ -56,6 +65,7 @@ struct LossInputs {
   at::Tensor adv;      // advantages; policy losses only
   at::Tensor refLogp;  // reference-policy logprobs; only when klBeta > 0
   at::Tensor entropy;  // optional, detached: for the entropy metric
+  at::Tensor ceWeight;  // optional: each token's cross-entropy weight (0 = none), beside the policy loss
   at::Tensor sample;   // int64 sample index in [0, numSamples) of each token
   int64_t numSamples = 0;
 };
@@ -125,8 +135,10 @@ at::Tensor probabilityDifference(const LossContext& c);
 struct LossSums {
   double loss = 0;  // already normalised: the step loss is the plain sum over rows
   double entropy = 0, mismatchKl = 0, maskedMismatchKl = 0, referenceKl = 0;
+  double ceLoss = 0, ceNll = 0;  // the ce component (normalised, in loss) and its tokens' -logp (a sum)
   int64_t lossTokens = 0, samples = 0, maskedTokens = 0, maskedSamples = 0, clippedTokens = 0;
   int64_t maskedLow = 0, maskedHigh = 0, maskedAdvPositive = 0, maskedAdvNegative = 0;
+  int64_t ceTokens = 0;
 };
 
 // The step's metrics (loss.cc says what each one is): the sums turned into means over loss
@@ -137,7 +149,7 @@ Metrics lossMetrics(const LossSums& sums);
 // trainer's per-row loop on CUDA); read() brings them to the host, once per step.
 class DeviceLossSums {
  public:
-  enum Real { kLoss, kEntropy, kMismatchKl, kMaskedMismatchKl, kReferenceKl, kNumReals };
+  enum Real { kLoss, kEntropy, kMismatchKl, kMaskedMismatchKl, kReferenceKl, kCeLoss, kCeNll, kNumReals };
   enum Count {
     kLossTokens,
     kSamples,
@@ -148,6 +160,7 @@ class DeviceLossSums {
     kMaskedHigh,
     kMaskedAdvPositive,
     kMaskedAdvNegative,
+    kCeTokens,
     kNumCounts
   };
   void add(Real which, const at::Tensor& x);          // += the sum of x (detached, fp64)
@@ -164,10 +177,14 @@ void countLossUnits(const at::Tensor& mask, const at::Tensor& sample, int64_t nu
                     int64_t& samples);
 // cfg.normalizer, or else the count of the normalisation unit given (at least 1).
 double resolveNormalizer(const LossConfig& cfg, int64_t lossTokens, int64_t samples);
+// cfg.ceNormalizer, or else the tokens with a ce weight given (at least 1).
+double resolveCeNormalizer(const LossConfig& cfg, int64_t ceTokens);
 
-// This row's share of the step loss (differentiable w.r.t. in.logp), already divided by
-// `normalizer` (loss tokens or samples of the whole step, per cfg.normalization). Adds the
-// row's metric sums to `sums`, on the device.
-at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normalizer, DeviceLossSums& sums);
+// This row's share of the step loss (differentiable w.r.t. in.logp): the policy component divided
+// by `normalizer` (loss tokens or samples of the whole step, per cfg.normalization), plus, with
+// in.ceWeight, the ce component divided by `ceNormalizer` (the step's ce-weighted tokens). Adds
+// the row's metric sums to `sums`, on the device.
+at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normalizer, DeviceLossSums& sums,
+                      double ceNormalizer = 1);
 
 }  // namespace prime

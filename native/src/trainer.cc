@@ -73,6 +73,7 @@ struct PreparedRow {
   at::Tensor ids, pos;                  // on the model's device
   at::Tensor index;                     // the loss predictions' positions; undefined = all of them
   int64_t lossTokens = 0, samples = 0;  // counted on the host: the normaliser needs them first
+  int64_t ceTokens = 0;                 // tokens with a ce weight above 0: the ce normaliser's
 };
 
 PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, const Model& model) {
@@ -83,27 +84,35 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   if (loss.isPolicy() && (row.advantages.size() != N || row.inferenceLogprobs.size() != N))
     throw std::runtime_error(where + "loss '" + loss.kind +
                              "' needs advantages and inferenceLogprobs aligned with inputIds");
+  if (!row.ceWeights.empty() && row.ceWeights.size() != N)
+    throw std::runtime_error(where + "ceWeights must be aligned with inputIds");
+  for (double w : row.ceWeights)
+    if (!(w >= 0 && std::isfinite(w))) throw std::runtime_error(where + "ceWeights must be finite and >= 0");
   model.checkTokenIds(row.ids.data(), N);
   PreparedRow p;
   p.starts = segmentStarts(row.pos);
   if (N < 2) return p;
   std::vector<double> mask(N - 1);
+  std::vector<double> ce(row.ceWeights.empty() ? 0 : N - 1);
   std::vector<int64_t> sample(N - 1);
   std::vector<bool> sampleHasLoss(p.starts.size(), false);
-  std::vector<int64_t> keep;  // the loss tokens' predictions
+  std::vector<int64_t> keep;  // the predictions a loss reads: the loss tokens' and the ce tokens'
   size_t s = 0;               // sample of token t
   for (size_t t = 1; t < N; t++) {
     while (s + 1 < p.starts.size() && p.starts[s + 1] <= int64_t(t)) s++;
     // The first token of a sample is predicted from the previous sample: never a loss token.
-    mask[t - 1] = row.lossMask[t] && p.starts[s] != int64_t(t) ? 1.0 : 0.0;
+    const bool first = p.starts[s] == int64_t(t);
+    mask[t - 1] = row.lossMask[t] && !first ? 1.0 : 0.0;
+    if (!ce.empty()) ce[t - 1] = first ? 0.0 : row.ceWeights[t];
     sample[t - 1] = int64_t(s);
     if (mask[t - 1] > 0) {
-      keep.push_back(int64_t(t - 1));
+      p.lossTokens++;
       if (!sampleHasLoss[s]) p.samples++;
       sampleHasLoss[s] = true;
     }
+    if (!ce.empty() && ce[t - 1] > 0) p.ceTokens++;
+    if (mask[t - 1] > 0 || (!ce.empty() && ce[t - 1] > 0)) keep.push_back(int64_t(t - 1));
   }
-  p.lossTokens = int64_t(keep.size());
   std::vector<double> mu, adv;
   if (loss.isPolicy()) {
     mu.assign(row.inferenceLogprobs.begin() + 1, row.inferenceLogprobs.end());
@@ -119,6 +128,7 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
       v.resize(keep.size());
     };
     select(mask);
+    select(ce);
     select(sample);
     select(mu);
     select(adv);
@@ -132,6 +142,7 @@ PreparedRow prepareRow(const TrainRow& row, size_t r, const LossConfig& loss, co
   p.pos = at::tensor(row.pos, lopts).to(model.device);
   if (compact) p.index = at::tensor(keep, lopts).to(model.device);
   p.in.mask = at::tensor(mask, fopts).to(model.device, dt);
+  if (!ce.empty()) p.in.ceWeight = at::tensor(ce, fopts).to(model.device, dt);
   p.in.sample = at::tensor(sample, lopts).to(model.device);
   p.in.numSamples = int64_t(p.starts.size());
   if (loss.isPolicy()) {
@@ -257,24 +268,27 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
   StepStats st;
   // Validate every row and count loss tokens and samples first: the normaliser spans all rows.
   std::vector<PreparedRow> prepared;
-  int64_t lossTokens = 0, samples = 0;
+  int64_t lossTokens = 0, samples = 0, ceTokens = 0;
   for (size_t r = 0; r < rows.size(); r++) {
     prepared.push_back(prepareRow(rows[r], r, loss, *model));
     st.tokens += int64_t(rows[r].ids.size());
     lossTokens += prepared.back().lossTokens;
     samples += prepared.back().samples;
+    ceTokens += prepared.back().ceTokens;
   }
   int64_t stepTokens = st.tokens;  // the aux loss's row weights: row tokens / step tokens
   if (group_) {
     // The normaliser is the whole step's (every rank's rows), as one trainer would count it.
-    at::Tensor counts =
-        at::tensor(std::vector<int64_t>{lossTokens, samples, stepTokens}, at::TensorOptions().dtype(at::kLong));
+    at::Tensor counts = at::tensor(std::vector<int64_t>{lossTokens, samples, stepTokens, ceTokens},
+                                   at::TensorOptions().dtype(at::kLong));
     group_->allReduceSum(counts);
     lossTokens = counts[0].item<int64_t>();
     samples = counts[1].item<int64_t>();
     stepTokens = counts[2].item<int64_t>();
+    ceTokens = counts[3].item<int64_t>();
   }
   const double norm = resolveNormalizer(loss, lossTokens, samples);
+  const double ceNorm = resolveCeNormalizer(loss, ceTokens);
   if (!(loss.routerAuxLossCoef >= 0)) throw std::runtime_error("routerAuxLossCoef must be >= 0");
   // Full sharding: every rank runs as many forward/backward passes as the rank with the most
   // rows, so all issue the same collectives.
@@ -320,7 +334,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
       const at::Tensor refHidden = ref.forwardPacked(ids, pos, starts).narrow(0, 0, N - 1);
       in.refLogp = ref.tokenStats(lossRows(refHidden, prepared[r]), targets, loss.temperature).logp;
     }
-    at::Tensor rowLoss = policyLoss(loss, in, norm, deviceSums);
+    at::Tensor rowLoss = policyLoss(loss, in, norm, deviceSums, ceNorm);
     if (!sparse.empty()) {
       const double weight = double(N) / double(std::max<int64_t>(stepTokens, 1));
       at::Tensor aux = routerAuxLoss(routing);
@@ -621,5 +635,7 @@ void Trainer::load(const std::string& dir) {
   step_ = step.item<int64_t>();
   rng_.set_state(rng);
 }
+
+void Trainer::resetOptimizer() { optim_ = makeOptimizer(); }
 
 }  // namespace prime

@@ -27,6 +27,9 @@ struct TrainRow {
   std::vector<int64_t> ids, pos;
   std::vector<uint8_t> lossMask;
   std::vector<double> advantages, inferenceLogprobs;
+  // Cross-entropy weight of each token (echo's observation tokens, an sft-distilled teacher's
+  // tokens), trained by the ce component beside the policy loss (loss.h); empty = none.
+  std::vector<double> ceWeights;
   // Router replay (MoE): per token, per sparse layer in order, the numExpertsPerTok experts it
   // was routed to at inference ([N, sparse layers, K] flattened; -1 = the router decides, e.g.
   // for a sample's last token, which inference never fed); empty = the router decides.
@@ -135,6 +138,9 @@ class Trainer {
   // state, step count, the trainer's RNG state.
   void save(const std::string& dir);
   void load(const std::string& dir);
+  // AdamW afresh (every moment at zero, its step count at 0), the weights as they are: a resume
+  // that skips the checkpoint's optimizer state (ckpt.skip_optimizer).
+  void resetOptimizer();
 
   // Data parallel from now on (call before any step or load): a step's loss normaliser, metrics
   // and gradients are summed over `group`.

@@ -3,12 +3,14 @@
  * command-line options they have in common. The stack a workflow test runs on is in ./harness, the
  * processes a CLI test spawns in ./processes.
  */
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { z } from 'zod';
 import { loadConfig } from '../../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../../lib/config/schemas';
+import { VERIFIERS_VENV } from '../../lib/envs/verifiers/environment';
 import { createModel } from '../../lib/model/create';
 
 /** A test environment under test/fixtures/envs, by file name. */
@@ -132,3 +134,19 @@ export const oneThreadEach: readonly string[] = [
   '--inference.threads',
   '1',
 ];
+
+/**
+ * `describe` where a Python with verifiers 0.4.0 (its env server and renderers) is at `python`
+ * (.venv-verifiers by default), else `describe.skip`, saying why and how to install it.
+ */
+export function verifiersSuite(file: string, python = path.join(VERIFIERS_VENV, 'bin', 'python')): jest.Describe {
+  const probe = fs.existsSync(python)
+    ? spawnSync(python, ['-c', 'import verifiers.v1.serve, renderers'], { encoding: 'utf8' })
+    : undefined;
+  if (probe?.status === 0) return describe;
+  console.warn(
+    `${file} skipped: no Python with verifiers 0.4.0 at ${python} ` +
+      `(${probe ? probe.stderr.trim().split('\n').pop() : 'not found'}); run bash scripts/setup.sh --verifiers`,
+  );
+  return describe.skip;
+}

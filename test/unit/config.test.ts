@@ -274,17 +274,21 @@ describe('errors', () => {
     expect(configError(() => rl(['--orchestrator.rollouts-per-example', '3']))).toMatch(
       /^invalid configuration:\n  orchestrator\.batch_size: 128 is not a multiple of orchestrator\.rollouts_per_example \(3\).*use e\.g\. 126 or 129$/,
     );
-    expect(configError(() => rl(['--seq-len', '64', '--orchestrator.sampling.max-tokens', '64']))).toBe(
-      'invalid configuration:\n  orchestrator.sampling.max_tokens: 64 leaves no room for the prompt within orchestrator.seq_len (64): prompt + completion ' +
-        'must fit in orchestrator.seq_len; lower max_tokens below 64 or raise orchestrator.seq_len (from --orchestrator.sampling.max-tokens)',
+    // max_tokens = seq_len is "up to the context" (each turn still gets what seq_len leaves); above it, never reached.
+    expect(rl(['--seq-len', '64', '--orchestrator.sampling.max-tokens', '64']).orchestrator.sampling.max_tokens).toBe(
+      64,
+    );
+    expect(configError(() => rl(['--seq-len', '64', '--orchestrator.sampling.max-tokens', '65']))).toBe(
+      'invalid configuration:\n  orchestrator.sampling.max_tokens: 65 is above orchestrator.seq_len (64): prompt + completion must fit in ' +
+        'orchestrator.seq_len, so no turn could reach it; lower max_tokens to at most 64 or raise orchestrator.seq_len (from --orchestrator.sampling.max-tokens)',
     );
     expect(configError(() => rl(['--seq-len', '64', '--eval.sampling.max-tokens', '100']))).toMatch(
-      /^invalid configuration:\n  eval\.sampling\.max_tokens: 100 leaves no room for the prompt within orchestrator\.seq_len \(64\)/,
+      /^invalid configuration:\n  eval\.sampling\.max_tokens: 100 is above orchestrator\.seq_len \(64\)/,
     );
     const evalCfg = (argv: string[]) =>
       loadConfig({ schema: evalSchema, argv: ['--model.name', 'm', ...argv], env: {} }).config;
-    expect(configError(() => evalCfg(['--seq-len', '32', '--sampling.max-tokens', '32']))).toMatch(
-      /^invalid configuration:\n  sampling\.max_tokens: 32 leaves no room for the prompt within seq_len \(32\)/,
+    expect(configError(() => evalCfg(['--seq-len', '32', '--sampling.max-tokens', '33']))).toMatch(
+      /^invalid configuration:\n  sampling\.max_tokens: 33 is above seq_len \(32\)/,
     );
     // An external API has its own context: seq_len does not bound it.
     expect(

@@ -3,7 +3,7 @@
  * producer's concurrency; and the load readings it follows (lib/orchestrator/server-load.ts).
  */
 import { difficultyFilter } from '../../lib/orchestrator/filters';
-import { claimMetrics, claimStep, Concurrency, resumeDraw, STALE } from '../../lib/orchestrator/inflight';
+import { claimMetrics, claimStep, resumeDraw, STALE } from '../../lib/orchestrator/inflight';
 import type { ClaimCandidate } from '../../lib/runfolder/inflight';
 import { parseServerLoad } from '../../lib/orchestrator/server-load';
 import { EnvMix } from '../../lib/envs/mix';
@@ -200,61 +200,6 @@ test("an env whose groups are all dropped cannot stall the claims: the others' g
   // The tightest budget the producer allows (cap - 1) and none at all work too.
   expect(simulate({ cap: 2, maxDeferred: 1, dropEntry1: true, steps: 50 }).claims).toHaveLength(50);
   expect(simulate({ cap: 1, maxDeferred: 0, dropEntry1: false, steps: 50 }).claims).toHaveLength(50);
-});
-
-test('concurrency grows while the next step would wait and the servers have room; shrinks while groups pile up or the servers queue; within [1, cap]', () => {
-  const c = new Concurrency(2, 4, 3); // start 2, cap 4, 3 groups a step
-  const idle = { running: 3, waiting: 0 };
-  const full = { running: 8, waiting: 5 };
-  c.afterReading(idle, 1, 0); // below its limit (the cap on groups ahead holds it back): no change
-  expect(c.limit).toBe(2);
-  c.afterReading(idle, 2, 3); // a step's groups wait already: generation keeps up
-  expect(c.limit).toBe(2);
-  c.afterReading(idle, 2, 0);
-  c.afterReading(idle, 3, 1);
-  c.afterReading(idle, 4, 2);
-  expect(c.limit).toBe(4); // the cap
-  c.afterReading(full, 4, 0); // one queued reading: a sequence may just be waiting for the next decode step
-  expect(c.limit).toBe(4);
-  c.afterReading(full, 4, 0);
-  expect(c.limit).toBe(3);
-  // Still queued, but 4 groups are in flight for a limit of 3: the decrease has not taken effect yet.
-  c.afterReading(full, 4, 0);
-  c.afterReading(full, 4, 0);
-  expect(c.limit).toBe(3);
-  c.afterReading(full, 3, 0);
-  expect(c.limit).toBe(2);
-  // An idle reading between queued ones restarts the count.
-  c.afterReading(full, 2, 0);
-  c.afterReading({ running: 8, waiting: 0 }, 2, 0);
-  expect(c.limit).toBe(3);
-  c.afterReading(full, 3, 0);
-  expect(c.limit).toBe(3);
-  // More than a step's groups wait: one fewer per finished group, whatever the servers say.
-  c.afterGroup(4);
-  c.afterGroup(5);
-  expect(c.limit).toBe(1);
-  c.afterGroup(9);
-  expect(c.limit).toBe(1);
-  // While it follows the load, only a reading adds a group.
-  c.afterGroup(0);
-  expect(c.limit).toBe(1);
-});
-
-test('servers that report no load: concurrency grows while the next step would wait, shrinks while groups pile up', () => {
-  const c = new Concurrency(2, 8, 4);
-  c.afterReading(undefined, 2, 0);
-  c.afterGroup(0);
-  expect(c.limit).toBe(3);
-  c.afterGroup(6);
-  c.afterGroup(6);
-  c.afterGroup(6);
-  expect(c.limit).toBe(1);
-  c.afterGroup(4);
-  expect(c.limit).toBe(1);
-  for (let i = 0; i < 10; i++) c.afterGroup(0);
-  expect(c.limit).toBe(8);
-  expect(new Concurrency(16, 8, 4).limit).toBe(8);
 });
 
 test("load readings: our gauges, vLLM's (one series per model, summed) and SGLang's; none of them: no reading", () => {

@@ -49,8 +49,9 @@ export const threads = () =>
   positiveInt().optional().describe('compute threads of the native engine; unset = all cores');
 
 /**
- * max_tokens must leave room for a prompt: every prompt has at least one token, and prompt plus
- * completion must fit in seq_len, so a max_tokens of seq_len or more can never be honoured.
+ * max_tokens is a turn's most new tokens; the context still ends a turn earlier (a turn gets at
+ * most what seq_len leaves after its prompt), so max_tokens = seq_len means "up to the context"
+ * (as prime-rl's max_completion_tokens). More than seq_len can never be reached: an error.
  */
 export function checkMaxTokens(
   ctx: z.core.$RefinementCtx,
@@ -59,10 +60,10 @@ export function checkMaxTokens(
   seqLen: number,
   seqLenKey: string,
 ): void {
-  if (maxTokens === undefined || maxTokens < seqLen) return;
+  if (maxTokens === undefined || maxTokens <= seqLen) return;
   ctx.addIssue({
     code: 'custom',
     path: at,
-    message: `${maxTokens} leaves no room for the prompt within ${seqLenKey} (${seqLen}): prompt + completion must fit in ${seqLenKey}; lower max_tokens below ${seqLen} or raise ${seqLenKey}`,
+    message: `${maxTokens} is above ${seqLenKey} (${seqLen}): prompt + completion must fit in ${seqLenKey}, so no turn could reach it; lower max_tokens to at most ${seqLen} or raise ${seqLenKey}`,
   });
 }

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { checkMaxTokens, outputDir, positiveInt, runName, section, seed, seqLen, threads } from './common';
+import { concurrencySchema } from './concurrency';
 import { envSchema } from './envs';
 import { serverSchema } from './inference';
 import { computeDtypeSchema, deviceSchema } from './model';
@@ -28,11 +29,18 @@ export const evalEnvSchema = envSchema
   })
   .describe('eval environment');
 
+/** The concurrency of an eval's rollouts (lib/orchestrator/concurrency.ts). */
+const evalConcurrency = () =>
+  concurrencySchema.describe(
+    "rollouts in flight at once: adapted to the inference server's KV cache and preemptions between min_inflight and max_inflight; against an external API (no load signal) initial_inflight, else min(64, max_inflight), at once",
+  );
+
 export const evalShape = {
   interval: positiveInt().optional().describe('run an eval every N steps (and at the end); unset = off'),
   num_examples: evalExamples().default(32),
   rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
   sampling: samplingSchema,
+  concurrency: evalConcurrency(),
 };
 export const evalSettings = section({
   ...evalShape,
@@ -54,6 +62,7 @@ export const evalSchema = z
     num_examples: evalExamples().default(32),
     rollouts_per_example: positiveInt().default(1).describe('k of avg@k / pass@k'),
     sampling: samplingSchema,
+    concurrency: evalConcurrency(),
     weights_dir: z.string().optional().describe('evaluate every step_N folder in this directory'),
     steps: z.array(z.number().int().nonnegative()).optional().describe('only these steps of weights_dir'),
     eval_base: z.boolean().default(true).describe('also evaluate the base model'),

@@ -3,7 +3,9 @@ import { z } from 'zod';
 import { nonNegative, section } from './common';
 
 export const optimizerSchema = section({
-  lr: z.number().positive().optional().describe('AdamW learning rate; unset = 1e-6, or 1e-5 with lora.enabled'),
+  lr: nonNegative()
+    .optional()
+    .describe('AdamW learning rate (0: the weights stay as they are); unset = 1e-6, or 1e-5 with lora.enabled'),
   weight_decay: nonNegative().default(0.01).describe('AdamW decoupled weight decay'),
   betas: z
     .tuple([z.number().min(0).max(1), z.number().min(0).max(1)])

@@ -1,7 +1,8 @@
 /** [orchestrator]: rollouts, their filters, advantages and in-flight mode. */
 import { z } from 'zod';
-import { ADVANTAGE_TYPES } from '../../orchestrator/advantages';
+import { advantageSchema, echoSchema } from './algorithm';
 import { asyncLevel, maxSteps, nonNegative, outputDir, positiveInt, section, seed, seqLen } from './common';
+import { concurrencySchema } from './concurrency';
 import { rendererSchema } from './envs';
 import { modelSchema } from './model';
 import { samplingSchema } from './sampling';
@@ -18,77 +19,6 @@ const pluginSchema = (what: string, contract: string) =>
     kwargs: z.record(z.string(), z.unknown()).default({}).describe(`keyword arguments passed to the ${what}`),
   });
 
-/** `orchestrator.advantage`: a built-in estimator (type + options) or a plugin (import_path + kwargs). */
-const advantageSchema = z
-  .strictObject({
-    type: z
-      .enum(ADVANTAGE_TYPES)
-      .optional()
-      .describe(
-        'built-in estimator: grpo (R - mean), rloo (leave-one-out), opo (length-weighted baseline), max_rl ((R - mean) / mean); unset = grpo unless import_path is set',
-      ),
-    std_norm: z
-      .boolean()
-      .default(false)
-      .describe('built-ins: divide advantages by the group reward std (not with max_rl)'),
-    length_penalty: z
-      .strictObject({
-        type: z.literal('linear').default('linear').describe('the penalty: linear'),
-        num_output_tokens_weight: nonNegative().default(0.25).describe('weight of generated tokens / the group max'),
-        num_input_tokens_weight: nonNegative()
-          .default(0.1)
-          .describe('weight of read tokens (prompt, env turns) / the group max'),
-        num_turns_weight: nonNegative().default(0.1).describe('weight of turns / the group max'),
-      })
-      .optional()
-      .describe(
-        'built-ins: subtract mean(R) x the weighted length terms from each reward before the estimator; unset = off',
-      ),
-    import_path: z
-      .string()
-      .min(1)
-      .optional()
-      .describe(
-        'plugin estimator module (./my_adv.ts relative to the working directory, an absolute path or an npm package); its `advantage` or default export: (group, kwargs) => advantages',
-      ),
-    kwargs: z.record(z.string(), z.unknown()).default({}).describe('keyword arguments passed to the plugin estimator'),
-  })
-  .superRefine((a, ctx) => {
-    if (a.import_path !== undefined) {
-      for (const k of ['type', 'length_penalty'] as const) {
-        if (a[k] !== undefined)
-          ctx.addIssue({
-            code: 'custom',
-            path: [k],
-            message: `set either ${k} (a built-in) or import_path (a plugin estimator, which computes the advantages itself), not both`,
-          });
-      }
-      if (a.std_norm)
-        ctx.addIssue({
-          code: 'custom',
-          path: ['std_norm'],
-          message: 'std_norm applies to built-in estimators only; a plugin (import_path) normalises itself',
-        });
-    } else if (Object.keys(a.kwargs).length > 0) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['kwargs'],
-        message:
-          'kwargs are passed to a plugin estimator: set import_path, or configure a built-in with type, std_norm and length_penalty',
-      });
-    }
-    if (a.type === 'max_rl' && a.std_norm) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['std_norm'],
-        message: 'max_rl normalises by the group mean: std_norm must stay false',
-      });
-    }
-  })
-  .prefault({})
-  // The built-in default, filled here so that --dry-run shows what runs.
-  .transform((a) => (a.import_path === undefined ? { ...a, type: a.type ?? 'grpo' } : a));
-
 export const orchestratorSchema = section({
   model: modelSchema(),
   seq_len: seqLen(),
@@ -102,6 +32,10 @@ export const orchestratorSchema = section({
     .describe('rollouts per prompt (the group size of the advantage baseline)'),
   sampling: samplingSchema,
   advantage: advantageSchema,
+  echo: echoSchema,
+  concurrency: concurrencySchema.describe(
+    "rollouts in flight at once: adapted to the inference servers' KV cache and preemptions between min_inflight and max_inflight (lib/orchestrator/concurrency.ts)",
+  ),
   difficulty_filter: section({
     enabled: z
       .boolean()
@@ -152,7 +86,7 @@ export const orchestratorSchema = section({
     max_rollouts: positiveInt()
       .optional()
       .describe(
-        'in-flight mode: cap on rollouts generated ahead of the steps (in flight, finished and not yet taken by a step, or left over by keep_mix); below it, concurrency adapts to keep up with the steps within what the servers take (docs/workflow.md, In-flight mode). Unset = 2 x batch_size',
+        'in-flight mode: cap on rollouts generated ahead of the steps (in flight, finished and not yet taken by a step, or left over by keep_mix); below it, the rollouts in flight follow orchestrator.concurrency (docs/workflow.md, Concurrency). Unset = 2 x batch_size',
       ),
     keep_mix: z
       .boolean()

@@ -7,8 +7,8 @@ import { isVerifiersEnv } from '../../envs/verifiers/environment';
 import { serverUrl } from '../urls';
 import { checkpointSchema } from './ckpt';
 import { asyncLevel, checkMaxTokens, maxSteps, outputDir, runName, section, seed, seqLen } from './common';
-import { distillSchema } from './distill';
-import { envSchema } from './envs';
+import { trainEnvSchema } from './algorithm';
+import { distills, distillSchema } from './distill';
 import { evalSettings } from './eval';
 import { inferenceSchema, replicaServers } from './inference';
 import { orchestratorSchema } from './orchestrator';
@@ -19,8 +19,12 @@ import { wandbSchema } from './wandb';
 /** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
 export const RL_SECTIONS = ['trainer', 'orchestrator', 'inference'] as const;
-/** The inference server may hold longer sequences than the run makes (prime-rl's vLLM max_model_len). */
-export const RL_SHARED_AT_LEAST = { seq_len: ['inference'] } as const;
+/**
+ * Sections that may hold longer sequences than the run makes: the inference server (prime-rl's
+ * vLLM max_model_len) and the trainer, whose rows of trainer.seq_len pack the orchestrator's
+ * samples of at most seq_len (prime-rl's trainer model.seq_len).
+ */
+export const RL_SHARED_AT_LEAST = { seq_len: ['inference', 'trainer'] } as const;
 
 export const rlSchema = z
   .strictObject({
@@ -33,7 +37,10 @@ export const rlSchema = z
     async_level: asyncLevel(),
     output_dir: outputDir(),
     seed: seed(),
-    env: z.array(envSchema).default([]).describe('training environments: [[env]] id, args, weight'),
+    env: z
+      .array(trainEnvSchema)
+      .default([])
+      .describe('training environments: [[env]] id, args, weight (and what they replace of the algorithm)'),
     ckpt: checkpointSchema,
     eval: evalSettings,
     temporal: temporalSchema,
@@ -85,6 +92,22 @@ export const rlSchema = z
         path: ['orchestrator', 'renderer'],
         message:
           "is the renderer of verifiers environments' env servers, and this run has none: our own environments render with the model's chat template. Remove it, or train on a verifiers environment",
+      });
+    for (const k of ['initial_inflight', 'max_inflight'] as const) {
+      const v = o.concurrency[k];
+      if (v !== undefined && v < o.rollouts_per_example)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['orchestrator', 'concurrency', k],
+          message: `${v} is below orchestrator.rollouts_per_example (${o.rollouts_per_example}): a group's rollouts are in flight together`,
+        });
+    }
+    const sampledByTeacher = [c.distill, ...c.env.map((e) => e.distill)].some((d) => distills(d) && d.type === 'sft');
+    if (sampledByTeacher && c.trainer.moe.router_replay)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['trainer', 'moe', 'router_replay'],
+        message: "distill.type sft samples from the teacher: its tokens have no routes of the policy's to replay",
       });
     if (
       o.in_flight.enabled &&

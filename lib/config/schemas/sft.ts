@@ -12,6 +12,65 @@ import { optimizerSchema, schedulerSchema, withLrDefault } from './optim';
 import { temporalSchema } from './temporal';
 import { moeTrainSchema, trainerModelSchema } from './trainer';
 
+/**
+ * How a data source's conversations become tokens: the model's own chat template (`auto`,
+ * `default`), or another Jinja chat template for this source (`chat_template`, a file).
+ */
+const sftRendererSchema = z
+  .strictObject({
+    name: z
+      .enum(['auto', 'default'])
+      .default('auto')
+      .describe("the model folder's chat template (auto and default both name it)"),
+    chat_template: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        "a Jinja chat template file this source renders with instead of the model's (same tokenizer and special tokens)",
+      ),
+  })
+  .describe("how this source's conversations become tokens; unset = the model's chat template");
+
+/** One source of a mix (`[[data.source]]`): a dataset, a JSONL file or an environment, at a ratio. */
+const sftSourceSchema = z
+  .strictObject({
+    name: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('a Hugging Face dataset (Org/Name in the local cache) or a folder laid out as on the Hub'),
+    path: z.string().min(1).optional().describe('a JSONL file of prompt/completion or messages rows'),
+    env: envSchema.optional().describe("an environment whose examples' demonstrations make the data"),
+    split: z.string().min(1).default('train').describe('the split of name (by file name as the Hub lays it out)'),
+    subset: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("name's configuration: the folder of the dataset it names (a dataset with several)"),
+    ratio: z
+      .number()
+      .positive()
+      .default(1)
+      .describe("this source's share of every batch, relative to the other sources' ratios"),
+    num_examples: positiveInt().optional().describe('examples to take from it; unset = all'),
+    renderer: sftRendererSchema.optional(),
+  })
+  .superRefine((src, ctx) => {
+    const given = (['name', 'path', 'env'] as const).filter((k) => src[k] !== undefined);
+    if (given.length !== 1)
+      ctx.addIssue({
+        code: 'custom',
+        path: given.length > 1 ? [given[1]] : ['name'],
+        message:
+          given.length > 1
+            ? `give one dataset per source: ${given.join(' and ')} are both set`
+            : 'a source needs its data: name (a dataset), path (JSONL) or env',
+      });
+    if (src.subset !== undefined && src.name === undefined)
+      ctx.addIssue({ code: 'custom', path: ['subset'], message: 'is a configuration of a dataset (name): set name' });
+  });
+
 export const sftSchema = z
   .strictObject({
     run_name: runName('sft'),
@@ -38,6 +97,12 @@ export const sftSchema = z
       env: envSchema.optional().describe('generate the dataset from an environment instead of a file'),
       num_examples: positiveInt().optional().describe('examples to take; unset = all'),
       loss_roles: z.array(z.string()).default(['assistant']).describe('message roles whose tokens carry loss'),
+      source: z
+        .array(sftSourceSchema)
+        .default([])
+        .describe(
+          "several sources mixed by ratio (instead of path, name or env): each batch takes each source's share of batch_size, in order",
+        ),
     }),
     val: section({
       path: z.string().optional().describe('JSONL validation set; unset = the eval split of data.env'),
@@ -83,6 +148,12 @@ export const sftSchema = z
         code: 'custom',
         path: ['data', sources[1]],
         message: `give one dataset: data.${sources.join(' and data.')} are both set`,
+      });
+    if (sources.length > 0 && c.data.source.length > 0)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['data', 'source'],
+        message: `and data.${sources[0]} are both set: put every dataset in [[data.source]]`,
       });
     if (c.val.path !== undefined && c.val.name !== undefined)
       ctx.addIssue({

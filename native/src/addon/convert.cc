@@ -221,6 +221,7 @@ LossConfig lossConfig(Napi::Value v) {
   if (!o.Get("normalization").IsUndefined()) c.normalization = str(o, "normalization");
   c.temperature = numOr(o, "temperature", c.temperature);
   c.normalizer = numOr(o, "normalizer", c.normalizer);
+  c.ceNormalizer = numOr(o, "ceNormalizer", c.ceNormalizer);
   Napi::Value params = o.Get("params");
   if (!params.IsUndefined() && !params.IsNull()) {
     Napi::Object p = obj(params, "loss.params");

@@ -40,11 +40,13 @@ Napi::Value PolicyLoss(const Napi::CallbackInfo& info) {
     return v.IsUndefined() || v.IsNull() ? std::vector<double>(logp.size(), 0.0) : reals(v, key);
   };
   std::vector<double> mu = optional("mu"), adv = optional("advantages"), ref = optional("refLogp");
+  const bool weighted = !o.Get("ceWeights").IsUndefined() && !o.Get("ceWeights").IsNull();
+  std::vector<double> ce = optional("ceWeights");
   return jsErrors(env, [&]() -> Napi::Value {
     validateLossConfig(cfg);
     const size_t T = logp.size();
-    if (m.size() != T || mu.size() != T || adv.size() != T || ref.size() != T)
-      throw std::runtime_error("logp, lossMask, mu, advantages and refLogp need the same length");
+    if (m.size() != T || mu.size() != T || adv.size() != T || ref.size() != T || ce.size() != T)
+      throw std::runtime_error("logp, lossMask, mu, advantages, refLogp and ceWeights need the same length");
     std::vector<int64_t> sample;
     for (size_t i = 0; i < lengths.size(); i++) {
       if (lengths[i] < 1) throw std::runtime_error("sampleLengths must be >= 1");
@@ -58,12 +60,18 @@ Napi::Value PolicyLoss(const Napi::CallbackInfo& info) {
     in.mu = at::tensor(mu, f64);
     in.adv = at::tensor(adv, f64);
     in.refLogp = at::tensor(ref, f64);
+    int64_t ceTokens = 0;
+    if (weighted) {
+      in.ceWeight = at::tensor(ce, f64);
+      ceTokens = (in.ceWeight > 0).sum().item<int64_t>();
+    }
     in.sample = at::tensor(sample, at::TensorOptions().dtype(at::kLong));
     in.numSamples = int64_t(lengths.size());
     int64_t tokens, samples;
     countLossUnits(in.mask, in.sample, in.numSamples, tokens, samples);
     DeviceLossSums deviceSums;
-    policyLoss(cfg, in, resolveNormalizer(cfg, tokens, samples), deviceSums).backward();
+    policyLoss(cfg, in, resolveNormalizer(cfg, tokens, samples), deviceSums, resolveCeNormalizer(cfg, ceTokens))
+        .backward();
     const LossSums sums = deviceSums.read();
     Napi::Object out = Napi::Object::New(env);
     out.Set("loss", sums.loss);

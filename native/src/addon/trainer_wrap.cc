@@ -21,6 +21,8 @@ std::vector<TrainRow> trainRows(Napi::Value v) {
     Napi::Value adv = o.Get("advantages"), mu = o.Get("inferenceLogprobs");
     if (!adv.IsUndefined() && !adv.IsNull()) rows[i].advantages = reals(adv, "advantages");
     if (!mu.IsUndefined() && !mu.IsNull()) rows[i].inferenceLogprobs = reals(mu, "inferenceLogprobs");
+    Napi::Value ce = o.Get("ceWeights");
+    if (!ce.IsUndefined() && !ce.IsNull()) rows[i].ceWeights = reals(ce, "ceWeights");
     Napi::Value routes = o.Get("routes");
     if (!routes.IsUndefined() && !routes.IsNull()) rows[i].routes = ints(routes, "routes");
   }
@@ -76,7 +78,8 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
         {InstanceMethod("step", &TrainerWrap::Step), InstanceMethod("gradients", &TrainerWrap::Gradients),
          InstanceMethod("score", &TrainerWrap::Score), InstanceMethod("readWeights", &TrainerWrap::ReadWeights),
          InstanceMethod("readAdapters", &TrainerWrap::ReadAdapters), InstanceMethod("save", &TrainerWrap::Save),
-         InstanceMethod("load", &TrainerWrap::Load), InstanceMethod("stepCount", &TrainerWrap::StepCount),
+         InstanceMethod("load", &TrainerWrap::Load), InstanceMethod("resetOptimizer", &TrainerWrap::ResetOptimizer),
+         InstanceMethod("stepCount", &TrainerWrap::StepCount),
          InstanceMethod("setGroup", &TrainerWrap::SetGroup), InstanceMethod("weightUnits", &TrainerWrap::WeightUnits),
          InstanceMethod("readWeightUnit", &TrainerWrap::ReadWeightUnit),
          InstanceMethod("shardLayout", &TrainerWrap::ShardLayout), InstanceMethod("readShard", &TrainerWrap::ReadShard),
@@ -176,6 +179,13 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     auto tr = tr_;
     return (new Job(
                 info.Env(), tr->model, [tr, dir] { tr->load(dir); }, nullptr))
+        ->start();
+  }
+
+  Napi::Value ResetOptimizer(const Napi::CallbackInfo& info) {
+    auto tr = tr_;
+    return (new Job(
+                info.Env(), tr->model, [tr] { tr->resetOptimizer(); }, nullptr))
         ->start();
   }
 
