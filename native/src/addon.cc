@@ -30,6 +30,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("kernelCheck", Napi::Function::New(env, KernelCheck));
   exports.Set("pagedDecodePlan", Napi::Function::New(env, PagedDecodePlanOf));
   exports.Set("kernelTime", Napi::Function::New(env, KernelTime));
+  exports.Set("cpuKernelCheck", Napi::Function::New(env, CpuKernelCheck));
   exports.Set("adamwCheck", Napi::Function::New(env, AdamwCheck));
   exports.Set("lossKinds", Napi::Function::New(env, LossKinds));
   exports.Set("layerSlots", Napi::Function::New(env, LayerSlots));

@@ -32,10 +32,11 @@ Napi::Value CollectiveTime(const Napi::CallbackInfo& info);
 
 Napi::Value CreateModel(const Napi::CallbackInfo& info);  // (config, specs, tensors, options) -> Promise<Model>
 Napi::Value PolicyLoss(const Napi::CallbackInfo& info);
-Napi::Value LmHeadCheck(const Napi::CallbackInfo& info);  // chunked LM head vs the full-logits graph
-Napi::Value KernelCheck(const Napi::CallbackInfo& info);  // a fused kernel vs the libtorch path (kernel_check.h)
-Napi::Value KernelTime(const Napi::CallbackInfo& info);   // -> Promise<{fused, unfused}> seconds per fwd + bwd
-Napi::Value AdamwCheck(const Napi::CallbackInfo& info);   // fused AdamW step vs libtorch's AdamW
+Napi::Value LmHeadCheck(const Napi::CallbackInfo& info);     // chunked LM head vs the full-logits graph
+Napi::Value KernelCheck(const Napi::CallbackInfo& info);     // a fused kernel vs the libtorch path (kernel_check.h)
+Napi::Value KernelTime(const Napi::CallbackInfo& info);      // -> Promise<{fused, unfused}> seconds per fwd + bwd
+Napi::Value CpuKernelCheck(const Napi::CallbackInfo& info);  // (seed) -> each CPU loop vs fp64 (cpu_kernel_check.h)
+Napi::Value AdamwCheck(const Napi::CallbackInfo& info);      // fused AdamW step vs libtorch's AdamW
 // ({heads, kvHeads, headDim, maxKeys, optInLimit?}) -> the paged decode kernel's plan (paged_decode_plan.h)
 Napi::Value PagedDecodePlanOf(const Napi::CallbackInfo& info);
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
