@@ -8,10 +8,10 @@
  *   npm run build:ts && node dist/bench/dtype-diff.js [--model build/bench-models/small-qwen3]
  *     [--device cpu] [--rows 8] [--len 256] [--new 64] [--threads 2]
  */
-import { setThreads, type NativeModel } from '../native';
+import { setThreads } from '../native';
 import { loadModel } from '../lib/model/engine';
 import { loadHfModel } from '../lib/model/hf';
-import { packRow, randomTokens } from '../lib/model/testing';
+import { greedyDecode, packRow, randomTokens } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 
 function arg(name: string, dflt: string): string {
@@ -23,20 +23,6 @@ function stats(diffs: number[]): string {
   const d = [...diffs].sort((a, b) => a - b);
   const mean = d.reduce((s, x) => s + x, 0) / d.length;
   return `mean ${mean.toExponential(2)}, p99 ${d[Math.floor(0.99 * (d.length - 1))].toExponential(2)}, max ${d[d.length - 1].toExponential(2)} (${d.length} tokens)`;
-}
-
-async function greedy(model: NativeModel, prompts: number[][], maxTokens: number) {
-  const gen = model.createGenerator({ maxSequences: prompts.length, maxSequenceLength: 4096 });
-  const added = await gen.add(prompts.map((p, i) => ({ promptIds: p, maxTokens, temperature: 0, seed: i })));
-  const index = new Map(added.map((a, i) => [a.seqId, i]));
-  const tokens: number[][] = prompts.map(() => []),
-    logprobs: number[][] = prompts.map(() => []);
-  while (gen.stats().activeSequences > 0)
-    for (const t of await gen.step()) {
-      tokens[index.get(t.seqId)!].push(t.token);
-      logprobs[index.get(t.seqId)!].push(t.logprob);
-    }
-  return { tokens, logprobs };
 }
 
 async function main(): Promise<void> {
@@ -56,12 +42,13 @@ async function main(): Promise<void> {
   const scoring = a.flatMap((r, i) => Array.from(r.logprobs.slice(1), (lp, j) => Math.abs(lp - b[i].logprobs[j + 1])));
   // Decode: bf16 greedy decode; its tokens scored by the fp32 model (the same positions).
   const prompts = texts.map((t) => t.slice(0, len / 2));
-  const dec = await greedy(bf16, prompts, fresh);
+  const sizes = { maxSequences: prompts.length, maxSequenceLength: 4096 };
+  const dec = await greedyDecode(bf16, prompts, fresh, sizes);
   const exact = await fp32.score(prompts.map((p, i) => packRow([[...p, ...dec.tokens[i]]])));
   const decode = dec.logprobs.flatMap((lps, i) =>
     lps.map((lp, j) => Math.abs(lp - exact[i].logprobs[prompts[i].length + j])),
   );
-  const ref = await greedy(fp32, prompts, fresh);
+  const ref = await greedyDecode(fp32, prompts, fresh, sizes);
   // Tokens before the first that differs (after it the two decode different texts).
   const agree = dec.tokens.map((ts, i) => {
     const j = ts.findIndex((t, k) => t !== ref.tokens[i][k]);

@@ -7,7 +7,7 @@
 import * as fs from 'node:fs';
 import { cpuKernelCheck, info, setThreads, type NativeModel } from '../native';
 import { loadModel } from '../lib/model/engine';
-import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
+import { greedyDecode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 
 setThreads(2);
@@ -45,16 +45,11 @@ describe('decode steps on the CPU', () => {
   ): Promise<{ prompts: number[][]; tokens: number[][]; logprobs: number[][] }> {
     const rng = new Rng(8);
     const prompts = [2, 19, 45].map((n) => randomTokens(rng, n, cfg.vocabSize));
-    const gen = model.createGenerator({ maxSequences: 4, maxSequenceLength: 96, blockSize: 16 });
-    const added = await gen.add(prompts.map((p, i) => ({ promptIds: p, maxTokens: 24, temperature: 0, seed: i })));
-    const index = new Map(added.map((a, i) => [a.seqId, i]));
-    const tokens: number[][] = prompts.map(() => []),
-      logprobs: number[][] = prompts.map(() => []);
-    while (gen.stats().activeSequences > 0)
-      for (const t of await gen.step()) {
-        tokens[index.get(t.seqId)!].push(t.token);
-        logprobs[index.get(t.seqId)!].push(t.logprob);
-      }
+    const { tokens, logprobs } = await greedyDecode(model, prompts, 24, {
+      maxSequences: 4,
+      maxSequenceLength: 96,
+      blockSize: 16,
+    });
     return { prompts, tokens, logprobs };
   }
 

@@ -7,6 +7,7 @@ import { family } from './families';
 import { defaultLayerTypes } from './families/qwen3_5';
 import { Rng } from './rng';
 import { tensorSpecs } from './tensors';
+import type { GeneratorOptions, NativeModel } from '../../native';
 
 /** A small config of the given architecture (hidden 64, 2 layers, 4 heads, 2 kv heads, vocab 300). */
 export function tinyConfig(arch: Arch, overrides: Partial<ArchConfig> = {}): ArchConfig {
@@ -111,4 +112,27 @@ export function packRow(samples: number[][]): { inputIds: number[]; positionIds:
     inputIds: samples.flat(),
     positionIds: samples.flatMap((s) => s.map((_, i) => i)),
   };
+}
+
+/**
+ * Greedy decoding of `prompts` side by side through the model's generator (`opts` sizes it):
+ * each prompt's tokens and their logprobs.
+ */
+export async function greedyDecode(
+  model: NativeModel,
+  prompts: number[][],
+  maxTokens: number,
+  opts: GeneratorOptions,
+): Promise<{ tokens: number[][]; logprobs: number[][] }> {
+  const gen = model.createGenerator(opts);
+  const added = await gen.add(prompts.map((p, i) => ({ promptIds: p, maxTokens, temperature: 0, seed: i })));
+  const index = new Map(added.map((a, i) => [a.seqId, i]));
+  const tokens: number[][] = prompts.map(() => []),
+    logprobs: number[][] = prompts.map(() => []);
+  while (gen.stats().activeSequences > 0)
+    for (const t of await gen.step()) {
+      tokens[index.get(t.seqId)!].push(t.token);
+      logprobs[index.get(t.seqId)!].push(t.logprob);
+    }
+  return { tokens, logprobs };
 }
