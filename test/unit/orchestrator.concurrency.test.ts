@@ -30,6 +30,7 @@ test('starts at initial_inflight, else at the KV cache over the context length, 
 
 test('grows by GROWTH per turnover while the servers are clear and the limit binds', () => {
   const c = new ConcurrencyController({ initial_inflight: 40, min_inflight: 1, max_inflight: 100 }, 256);
+  c.observe(reading({ kvUsage: 0.6 }), 40); // KV pressure seen: the slow start is over
   c.observe(reading(), 40);
   // Each finished rollout of a pool of 40: x 1.25^(1/40).
   for (let i = 0; i < 21; i++) c.finished(39);
@@ -39,11 +40,12 @@ test('grows by GROWTH per turnover while the servers are clear and the limit bin
   // 40 in flight of a limit of 45 is below 0.9 x 45: the limit no longer binds, no growth.
   for (let i = 0; i < 20; i++) c.finished(39);
   expect(c.limit).toBe(45);
-  // Not clear: KV usage at 0.6 or more, or anything queued: no growth.
+  // Not clear: KV usage at 0.6 or more, or a queue that grew: no growth.
   c.observe(reading({ kvUsage: 0.65 }), 45);
   for (let i = 0; i < 20; i++) c.finished(44);
   expect(c.limit).toBe(45);
   c.observe(reading({ waiting: 1 }), 45);
+  c.observe(reading({ waiting: 2 }), 45);
   for (let i = 0; i < 20; i++) c.finished(44);
   expect(c.limit).toBe(45);
   expect(GROWTH).toBe(1.25);
@@ -52,6 +54,51 @@ test('grows by GROWTH per turnover while the servers are clear and the limit bin
   m.observe(reading(), 4);
   for (let i = 0; i < 100; i++) m.finished(4);
   expect(m.limit).toBe(5);
+});
+
+test('a queue that comes and goes or holds does not stop growth; one that grew over two readings does', () => {
+  // Readings as a multi-turn workload gives them without pressure: turns wait for the next step.
+  const c = new ConcurrencyController({ initial_inflight: 40, min_inflight: 1, max_inflight: 100 }, 256);
+  c.observe(reading({ kvUsage: 0.6 }), 40); // the slow start is over: x GROWTH per turnover
+  c.observe(reading({ running: 10, waiting: 3 }), 40); // a queue that was not there before
+  expect(c.signal).toBe('clear');
+  for (let i = 0; i < 20; i++) c.finished(39);
+  expect(c.limit).toBe(44); // 40 x 1.25^(20/40) = 44.7
+  c.observe(reading({ running: 10, waiting: 3 }), 44); // the same queue again: the servers run what they can
+  expect(c.signal).toBe('clear');
+  for (let i = 0; i < 22; i++) c.finished(43);
+  expect(c.limit).toBe(49); // 44.72 x 1.25^(22/44) = 50.0 (22 finished of a pool of 44: 49.99)
+  c.observe(reading({ running: 10, waiting: 5 }), 49); // the queue grew: the limit is past what they run
+  expect(c.signal).toBe('busy');
+  for (let i = 0; i < 20; i++) c.finished(48);
+  expect(c.limit).toBe(49);
+  c.observe(reading({ running: 10, waiting: 2 }), 49); // it shrank
+  expect(c.signal).toBe('clear');
+});
+
+test('doubles per turnover until the servers first show KV pressure, then grows by GROWTH', () => {
+  // Each finished rollout is replaced at once: the pool is the limit (x 2^(1 / limit) each).
+  const turnover = (c: ConcurrencyController, n: number) => {
+    for (let i = 0; i < n; i++) c.finished(c.limit - 1);
+  };
+  const c = new ConcurrencyController({ initial_inflight: 10, min_inflight: 1, max_inflight: 100 }, 256);
+  c.observe(reading({ kvUsage: 0.3 }), 10);
+  turnover(c, 10);
+  expect(c.limit).toBe(17); // 17.43 (by 1.25: 12.35)
+  c.observe(reading({ kvUsage: 0.6 }), 17); // pressure: busy, and the slow start ends
+  turnover(c, 17);
+  expect(c.limit).toBe(17);
+  c.observe(reading({ kvUsage: 0.3 }), 17);
+  turnover(c, 17);
+  expect(c.limit).toBe(21); // 17.43 x 1.25^(17 / ~19) = 21.35
+  // A cut ends it too: after the drain the growth is x GROWTH.
+  const d = new ConcurrencyController({ initial_inflight: 20, min_inflight: 1, max_inflight: 100 }, 256);
+  d.observe(reading({ preemptions: 0 }), 20);
+  d.observe(reading({ preemptions: 1 }), 20);
+  expect(d.limit).toBe(16);
+  d.observe(reading({ preemptions: 1 }), 16); // drained
+  turnover(d, 16);
+  expect(d.limit).toBe(19); // 19.69 (by 2: 27.5)
 });
 
 test('a preemption cuts to 0.8 x in flight, then nothing cuts again until the pool drained; a repeat right after cuts to half', () => {
