@@ -155,8 +155,12 @@ async function main(): Promise<void> {
       ]),
     ];
     const results: Outcome[] = [];
+    // Each repeat starts at the next policy: whichever runs first runs colder.
     for (let rep = 0; rep < num('repeats', 1); rep++)
-      for (const [name, bounds] of policies) {
+      for (const [name, bounds] of [
+        ...policies.slice(rep % policies.length),
+        ...policies.slice(0, rep % policies.length),
+      ]) {
         const r = await run(name, bounds, modelDir, tmp);
         results.push(r);
         process.stdout.write(`${JSON.stringify(r)}\n`);
