@@ -34,7 +34,21 @@ const dynamicInto = (message, ...dirs) => {
  */
 const SCHEMA_LAYERS = [
   ['common'],
-  ['model', 'temporal', 'ckpt', 'envs', 'sampling', 'lora', 'optim', 'loss', 'wandb', 'distill', 'concurrency'],
+  [
+    'model',
+    'temporal',
+    'ckpt',
+    'envs',
+    'sampling',
+    'lora',
+    'optim',
+    'loss',
+    'wandb',
+    'distill',
+    'concurrency',
+    'weights',
+    'slurm',
+  ],
   ['dist', 'inference', 'algorithm'],
   ['trainer', 'orchestrator', 'eval'],
   ['rl', 'sft', 'worker', 'model-tools', 'report'],

@@ -12,6 +12,7 @@ import { createRolloutActivities } from './rollouts';
 import { prepareRun, recordStep, rewindRun } from './run';
 import { prepareSft, recordSftStep } from './sft';
 import { createTrainerActivities as trainerActivities } from './train';
+import { followWandb } from './wandb';
 
 export function createCpuActivities(deps: { pool: EnvPool }) {
   return withFailureTypes({
@@ -24,6 +25,7 @@ export function createCpuActivities(deps: { pool: EnvPool }) {
     rewindRun,
     prepareSft,
     recordSftStep,
+    followWandb,
   });
 }
 

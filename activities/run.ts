@@ -4,12 +4,14 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import { writeFileAtomic } from '../lib/atomic';
 import { rlSchema, type RLConfig } from '../lib/config/schemas';
-import { checkConfig, holdsRunConfig, storedConfigText } from '../lib/runfolder/config';
+import { checkConfig, holdsRunConfig, readRunConfig, storedConfigText } from '../lib/runfolder/config';
 import { rewindRun as rewind } from '../lib/run/rewind';
+import { firstNeededVersion, prunePolicyWeights } from '../lib/run/prune';
 import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins';
 import { resolveModelDir } from '../lib/hub';
 import { Tokenizer } from '../lib/model/tokenizer';
@@ -105,7 +107,10 @@ function inFlightMetrics(f: InFlightClaim, times: StepTimes) {
   };
 }
 
-/** One metrics.jsonl line per step, flat where a chart needs a series. */
+/**
+ * One metrics.jsonl line per step, flat where a chart needs a series; then the policy folders every
+ * server has moved past are removed (lib/run/prune.ts), so `weights/` holds a bounded number.
+ */
 export async function recordStep({
   runDir,
   step,
@@ -144,4 +149,10 @@ export async function recordStep({
       time: times,
     }),
   );
+  const layout = new RunLayout(runDir);
+  const config = readRunConfig(runDir);
+  const from = firstNeededVersion(layout, policyVersion, config.eval.interval);
+  const removed = prunePolicyWeights(layout, from, config.async_level);
+  if (removed.length > 0)
+    Context.current().log.info(`policy weights no server needs any more removed: versions ${removed.join(', ')}`);
 }

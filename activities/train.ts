@@ -14,7 +14,12 @@ import { Failure } from '../lib/failures';
 import { withHeartbeat } from '../lib/temporal/heartbeat';
 import { storedJson } from '../lib/atomic';
 import { repackStepBatch } from '../lib/orchestrator/repack';
-import { validationBatchFiles } from '../lib/runfolder/config';
+import { readRunConfig, validationBatchFiles } from '../lib/runfolder/config';
+import type { RLConfig } from '../lib/config/schemas';
+import { InferenceClient } from '../lib/orchestrator/client';
+import { rlClientOptions } from '../lib/orchestrator/client-options';
+import { WeightBroadcaster, type BroadcastServers, type BroadcastVersion } from '../lib/trainer/broadcast';
+import * as native from '../native';
 import { RunLayout } from '../lib/runfolder/layout';
 import { pruneRunFolder } from '../lib/run/prune';
 import type { GroupLeader, RankJob } from '../lib/trainer/group';
@@ -33,9 +38,14 @@ interface ValidationResult {
  * `rt.writeWeights(version)`; weights with a NaN or Inf fail the step for good, naming the tensor:
  * a retry would train the same batch into the same weights.
  */
-async function publishWeights(rt: TrainerRuntime, version: number, metrics?: TrainMetrics): Promise<string> {
+async function publishWeights(
+  rt: TrainerRuntime,
+  version: number,
+  metrics?: TrainMetrics,
+  broadcast?: BroadcastVersion,
+): Promise<string> {
   try {
-    return await rt.writeWeights(version);
+    return await rt.writeWeights(version, broadcast && ((u, tensors) => broadcast.unit(u, tensors)));
   } catch (e) {
     if (!(e instanceof NonFiniteWeightsError)) throw e;
     const stats = metrics
@@ -48,11 +58,33 @@ async function publishWeights(rt: TrainerRuntime, version: number, metrics?: Tra
   }
 }
 
+/** weight_broadcast nccl: the run's servers, called as its orchestrator calls them (with their key). */
+function broadcastTo(config: RLConfig): BroadcastServers {
+  const client = new InferenceClient(config.orchestrator.base_urls, rlClientOptions(config));
+  return { names: client.urls, post: (i, route, body) => client.control(i, route, body) };
+}
+
 /** `leader`: this worker is rank 0 of a data-parallel trainer. */
 export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
   const { leader } = opts;
   const ranks = new RankTrainer(repackStepBatch);
   let phase = 'idle';
+  // Its store and group outlive the activity: one per worker process.
+  let broadcaster: WeightBroadcaster | undefined;
+
+  /** The broadcast of `version` when the run asks for one (rl, weight_broadcast nccl), else undefined. */
+  async function beginBroadcast(rt: TrainerRuntime, runDir: string, version: number) {
+    if (!fs.existsSync(new RunLayout(runDir).configFile)) return undefined; // sft
+    const config = readRunConfig(runDir);
+    const b = config.weight_broadcast;
+    if (b.type !== 'nccl') return undefined;
+    const device = config.trainer.model.device !== 'cpu' && native.info().nccl ? config.trainer.model.device : 'cpu';
+    broadcaster ??= new WeightBroadcaster(
+      { host: b.host, port: b.port, timeoutS: b.timeout_s, bucketBytes: Math.round(b.bucket_mb * 2 ** 20), device },
+      { info: (line) => Context.current().log.info(line), warn: (line) => Context.current().log.warn(line) },
+    );
+    return broadcaster.begin(version, new RunLayout(runDir).weightsDir(version), rt.policyUnits(), broadcastTo(config));
+  }
 
   /**
    * `work` on the runtime at exactly `job.step` (restored first if need be). Data parallel, every
@@ -127,7 +159,17 @@ export function createTrainerActivities(opts: { leader?: GroupLeader } = {}) {
               let weightsDir: string | null = null;
               if (readTrainingSpec(runDir).writesWeights(step + 1)) {
                 phase = 'saving weights';
-                weightsDir = await publishWeights(rt, step + 1, metrics);
+                // Sent to the servers unit by unit as it is written (weight_broadcast nccl).
+                const broadcast = await beginBroadcast(rt, runDir, step + 1);
+                weightsDir = await publishWeights(rt, step + 1, metrics, broadcast);
+                const report = await broadcast?.end();
+                if (report) {
+                  metrics.weight_broadcast_servers = report.received.length;
+                  metrics.weight_broadcast_missed = report.missed.length;
+                  Context.current().log.info(
+                    `version ${report.version} broadcast to ${report.received.length} server(s) in ${report.seconds.toFixed(2)} s (${report.bytes} bytes)${report.missed.length > 0 ? `; missed, they read the folder: ${report.missed.join('; ')}` : ''}`,
+                  );
+                }
               }
               return { rt, metrics, weightsDir, save: (performance.now() - saveStart) / 1000 };
             });

@@ -3,12 +3,15 @@ folder, one workload per process (so ru_maxrss is that workload's peak). Prints 
 
   python bench/compare_torch.py <model dir> decode <batch> <threads>
   python bench/compare_torch.py <model dir> train <rows> <row length> <threads>
+  python bench/compare_torch.py - gemm <m,k,n;m,k,n;...> <threads>
 
 decode: <batch> random prompts of PRIME_BENCH_PROMPT tokens (64), PRIME_BENCH_NEW sampled tokens
 each (64; temperature 1, no top-k/top-p, no early stop), prefill included. train: the engine's
 packed rows of PRIME_BENCH_SAMPLES (4) samples each, here a batch of samples * <rows> sequences of
 <row length> / samples tokens (the same attention work: a packed row attends within each sample),
-CE on tokens PRIME_BENCH_LOSS_FROM.. (32) of each sample, backward, clip to norm 1, AdamW.
+CE on tokens PRIME_BENCH_LOSS_FROM.. (32) of each sample, backward, clip to norm 1, AdamW. gemm:
+torch.nn.functional.linear(x [m, k], w [n, k]) in PRIME_BENCH_DTYPE for each shape, GFLOP/s (the
+engine's side: native linearGflops).
 
 PRIME_BENCH_DEVICE (cpu) and PRIME_BENCH_DTYPE (float32) as the engine's: on CUDA, timings wait for
 the device (synchronize), decode runs in bf16 weights and training in bf16 mixed precision, by
@@ -24,6 +27,7 @@ import sys
 import time
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM
 
 PROMPT = int(os.environ.get("PRIME_BENCH_PROMPT", "64"))
@@ -42,11 +46,31 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+def gemm(shapes: str) -> list:
+    dtype = torch.bfloat16 if BF16 else torch.float32
+    out = []
+    for shape in shapes.split(";"):
+        m, k, n = (int(v) for v in shape.split(","))
+        x, w = torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)
+        with torch.inference_mode():
+            torch.nn.functional.linear(x, w)  # warm-up
+            iters = max(3, int(4e9 / (2 * m * k * n)))
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                torch.nn.functional.linear(x, w)
+            out.append(2 * m * k * n * iters / (time.perf_counter() - t0) / 1e9)
+    return out
+
+
 def main() -> None:
     folder, what = sys.argv[1], sys.argv[2]
     threads = int(sys.argv[-1])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    if what == "gemm":
+        print(json.dumps({"gflops": gemm(sys.argv[3]), "tokensPerSecond": 0, "seconds": 0, "peakRssMb": 0,
+                          "versions": {"torch": torch.__version__}}))
+        return
     # Decode in bf16 weights; train fp32 weights under bf16 autocast, or bf16 over fp32 masters.
     master = BF16 and what == "train" and MIXED == "master"
     dtype = torch.bfloat16 if BF16 and (what == "decode" or master) else torch.float32
@@ -119,7 +143,8 @@ def main() -> None:
             prof.export_chrome_trace(os.path.join(profile_dir, "torch-train.json"))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"tokensPerSecond": tokens / seconds, "seconds": seconds, "peakRssMb": peak,
-                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+                      "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+                      "threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":

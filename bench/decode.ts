@@ -23,7 +23,7 @@ import { loadModel } from '../lib/model/engine';
 import { loadHfModel } from '../lib/model/hf';
 import { randomTokens } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
-import { benchModel, QWEN3_0_6B, TINY, type BenchShape } from './shapes';
+import { benchModel, QWEN3_0_6B, QWEN3_5_0_8B, TINY, type BenchShape } from './shapes';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -34,6 +34,7 @@ const MODELS: Record<string, BenchShape> = {
   tiny: TINY,
   small: { arch: 'qwen3', preset: 'small', tokenizer: 'qwen3' },
   'qwen3-0.6b': QWEN3_0_6B,
+  'qwen3_5-0.8b': QWEN3_5_0_8B,
 };
 
 /** GB/s of the cards we know, by a part of their name (nvidia-smi). */
@@ -93,7 +94,10 @@ async function main(): Promise<void> {
     const model = await loadModel(base.config, base.tensors, { device, dtype });
     const c = base.config;
     const elem = dtype === 'float32' ? 4 : dtype === 'float64' ? 8 : 2;
-    const kvPerToken = 2 * c.numLayers * c.numKvHeads * c.headDim * elem;
+    // K/V per position in the attention blocks only (a hybrid's Gated DeltaNet blocks keep a state
+    // slot per sequence instead, read and written whole each step).
+    const attentionLayers = c.layerTypes ? c.layerTypes.filter((t) => t === 'full_attention').length : c.numLayers;
+    const kvPerToken = 2 * attentionLayers * c.numKvHeads * c.headDim * elem;
     const rng = new Rng(0);
     for (const C of levels) {
       // One generator for the warm-up and the timed run, as a server keeps one: on CUDA the
@@ -120,8 +124,9 @@ async function main(): Promise<void> {
         let prev: CacheStats = before;
         while (gen.stats().activeSequences > 0) {
           const s0 = process.hrtime.bigint();
-          // Bytes the next step reads: every running sequence's K/V so far.
+          // Bytes the next step reads: every running sequence's K/V so far (and state slot).
           const cached = prev.cachedTokens;
+          const stateBytes = (prev.state?.slotBytes ?? 0) * prev.runningSequences;
           await gen.step(k);
           const wall = Number(process.hrtime.bigint() - s0) / 1e6;
           const now = gen.stats();
@@ -130,7 +135,7 @@ async function main(): Promise<void> {
             decodeWall += wall;
             decodeCalls++;
             decodeSteps += steps;
-            kvRead += steps * cached * kvPerToken;
+            kvRead += steps * (cached * kvPerToken + stateBytes);
             for (const p of PARTS) decodeTimes[p] += diff(now.times, prev.times, p) * 1e3;
           }
           prev = now;
@@ -154,7 +159,7 @@ async function main(): Promise<void> {
         deviceMs: perStep(r.decodeTimes.device),
         parts: Object.fromEntries(PARTS.map((p) => [p, perStep(r.decodeTimes[p])])) as Record<Part, number>,
         jsMs: perStep(r.decodeWall - engineMs),
-        // Weights (the tied embedding is read once, by the LM head) and the K/V of the batch.
+        // Weights (the tied embedding is read once, by the LM head) and the K/V (and states) of the batch.
         bytesPerStep: created.parameters * elem + r.kvRead / Math.max(1, r.decodeSteps),
         steps: r.decodeSteps,
       };

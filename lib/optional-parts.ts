@@ -117,8 +117,9 @@ async function install_(use: PartUse, root: string, opts: EnsureOptions): Promis
     throw new PartNotInstalled(`${missing}, and scripts/setup.sh ${part.flag} did not build it: ${ahead}`);
 }
 
-/** pip's words for a package index it cannot connect to. */
-const NO_NETWORK = /Failed to establish a new connection|Temporary failure in name resolution|Network is unreachable/;
+/** pip's and uv's words for a package index they cannot connect to. */
+const NO_NETWORK =
+  /Failed to establish a new connection|Temporary failure in name resolution|Network is unreachable|tcp connect error|dns error/;
 
 /**
  * Runs scripts/setup.sh with `args` in its own process group, its output line by line to `say`;

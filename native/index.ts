@@ -112,6 +112,12 @@ export interface GeneratorOptions {
   /** Tokens one step computes: a decode row per running sequence, prefill chunks in the rest. Default 2048. */
   maxBatchedTokens?: number;
   /**
+   * Hybrid models (state layers, e.g. Gated DeltaNet): per-sequence state slots in all, one per
+   * running sequence and the rest for the prefix cache's state snapshots. Default maxSequences,
+   * twice that with prefixSharing 'cache'. Refused for a model without state layers.
+   */
+  stateSlots?: number;
+  /**
    * Sample with tensor ops on the logits' device, as it is done on CUDA, also on the CPU (where
    * the host sampler is the default). For tests of the CUDA path: same tokens for the same seeds.
    */
@@ -232,6 +238,8 @@ export interface CacheStats {
   blocksCached: number;
   /** blocksInUse / numBlocks. */
   cacheUsage: number;
+  /** Hybrid models only: their per-sequence state slots. */
+  state?: StateSlotStats;
   /**
    * Since creation: sequences preempted; prompt positions computed (those of preempted sequences
    * computed again included); positions taken from blocks other sequences computed.
@@ -247,7 +255,19 @@ export interface CacheStats {
   times: StepTimes;
 }
 
-/** Seconds since a generator's creation, on the host's clock unless said (native/src/generator.h). */
+/** The state slots of a hybrid model's cache (native/src/state_slots.h). */
+export interface StateSlotStats {
+  /** Slots in all: one per running sequence, the rest for the prefix cache's state snapshots. */
+  slots: number;
+  /** Held by running sequences. */
+  inUse: number;
+  /** Holding state snapshots the prefix cache keeps for reuse. */
+  cached: number;
+  /** The bytes of one slot. */
+  slotBytes: number;
+}
+
+/** Seconds since a generator's creation, on the host's clock unless said (native/src/generation.h). */
 export interface StepTimes {
   /** `step` calls that ran something, and the forwards they ran (several per call with maxSteps). */
   calls: number;
@@ -468,6 +488,12 @@ export interface NativeInfo {
   blasThreads?: number;
   /** The kernels OpenBLAS runs (`openblas_get_corename`), when libtorch's BLAS is OpenBLAS. */
   blasCore?: string;
+  /** The library file that defines the BLAS sgemm_ ATen calls (Debian: libblas.so.3, OpenBLAS behind it). */
+  blas?: string;
+  /** The instruction set of the engine's own CPU loops (native/src/cpu_kernels.h): default, avx2, avx512. */
+  cpuKernels: string;
+  /** Whether the CPU multiplies bf16 itself (AVX-512 BF16 or AMX): bf16 matmuls then run in bf16. */
+  cpuBf16Dot: boolean;
   parallelInfo: string;
   /** Whether the build has c10d's Gloo process group (the data-parallel trainer, `createGroup`). */
   gloo: boolean;
@@ -475,6 +501,11 @@ export interface NativeInfo {
   cudaKernels: boolean;
   /** Whether the build has c10d's NCCL process group (PyTorch 2.x with CUDA): `trainer.dist.backend`. */
   nccl: boolean;
+  /**
+   * Whether the trainer's store listens on `trainer.dist.host` only (PyTorch >= 2.2); libtorch
+   * 1.13's listens on every interface, and lib/trainer/group.ts's signatures are what guard it.
+   */
+  storeBindsHost: boolean;
   /** CUDA devices the addon sees (0 without CUDA). */
   cudaDevices: number;
 }
@@ -527,12 +558,13 @@ interface Addon {
     tensors: readonly WeightTensor[],
     opts: ModelOptions & { withoutWeights?: boolean },
   ): Promise<RawModel>;
-  matmulGflops(n: number, iters: number): Promise<number>;
+  matmulGflops(n: number, iters: number, m?: number, k?: number, dtype?: ComputeDType): Promise<number>;
   policyLoss(inputs: PolicyLossInputs, loss: LossConfig): PolicyLossResult;
   lmHeadCheck(options: LmHeadCheckOptions): LmHeadCheckResult;
   kernelCheck(options: KernelCheckOptions): KernelCheckOutput[];
   pagedDecodePlan(shape: PagedDecodeShape): PagedDecodePlan;
   kernelTime(options: KernelCheckOptions & { iters: number }): Promise<{ fused: number; unfused: number }>;
+  cpuKernelCheck(seed: number): CpuKernelCheckRow[];
   adamwCheck(options: AdamwCheckOptions): { maxDiff: number; moved: number };
   lossKinds(): LossKindSpec[];
   layerSlots(): string[];
@@ -540,6 +572,8 @@ interface Addon {
   createStore(opts: DistStoreOptions): Promise<DistStore>;
   createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup>;
   collectiveTime(group: DistGroup, opts: CollectiveTimeOptions): Promise<CollectiveTiming>;
+  /** Test-only entry points: native/testing.ts types them. */
+  testing: unknown;
 }
 
 /** Drops tensors checkpoints may carry that the model does not use (`ModelBinding.ignorable`). */
@@ -561,7 +595,7 @@ function repoRoot(): string {
 let addon: Addon | undefined;
 function load(): Addon {
   if (!addon) {
-    // PRIME_NATIVE_ADDON: another build of the addon (e.g. against PyTorch 2.x: scripts/check-torch2.sh).
+    // PRIME_NATIVE_ADDON: another build of the addon (e.g. the CUDA build, or a baseline to compare with).
     const file =
       process.env.PRIME_NATIVE_ADDON || path.join(repoRoot(), 'build', 'native', 'Release', 'prime_native.node');
     if (!fs.existsSync(file)) throw new Error(`prime_native: ${file} not found; run \`npm run build:native\``);
@@ -573,6 +607,11 @@ function load(): Addon {
 
 // ------------------------------------------------------------------------------------------------
 // Public API
+
+/** @internal The addon's test-only entry points, for native/testing.ts alone. */
+export function testingAddon(): unknown {
+  return load().testing;
+}
 
 /** libtorch version, CUDA availability and the intra-op thread count. */
 export function info(): NativeInfo {
@@ -608,9 +647,36 @@ export function cpuCacheStats(): CpuCacheStats {
   return load().cpuCacheStats();
 }
 
+/** One of the engine's CPU loops on one problem against fp64 (native/src/cpu_kernel_check.h). */
+export interface CpuKernelCheckRow {
+  /** The instruction set of the copy that ran: default, avx2 or avx512 (each one this CPU runs). */
+  isa: string;
+  kernel: 'linear' | 'pagedAttention';
+  dtype: 'float32' | 'bfloat16';
+  shape: string;
+  /** Largest difference from the exact result, relative to its largest magnitude. */
+  error: number;
+}
+
+/** Runs every CPU loop of every instruction set this CPU runs against fp64 on random inputs. */
+export function cpuKernelCheck(seed = 0): CpuKernelCheckRow[] {
+  return load().cpuKernelCheck(seed);
+}
+
 /** Measured fp32 throughput (GFLOP/s) of `iters` n x n matmuls: the yardstick of the benchmarks. */
 export function matmulGflops(n = 2048, iters = 10): Promise<number> {
   return load().matmulGflops(n, iters);
+}
+
+/** Measured throughput (GFLOP/s) of `iters` projections as the model runs them: linear(x [m, k], w [n, k]). */
+export function linearGflops(
+  m: number,
+  k: number,
+  n: number,
+  iters: number,
+  dtype: ComputeDType = 'float32',
+): Promise<number> {
+  return load().matmulGflops(n, iters, m, k, dtype);
 }
 
 /**
@@ -1096,6 +1162,21 @@ export function createStore(opts: DistStoreOptions): Promise<DistStore> {
 /** Joins a Gloo process group through `store`; resolves once all `size` ranks have joined. */
 export function createGroup(store: DistStore, opts: DistGroupOptions): Promise<DistGroup> {
   return load().createGroup(store, opts);
+}
+
+/**
+ * Rank `root`'s bytes into every rank's `buffers`, in place (a collective: every rank of `group`
+ * calls it with buffers of the same sizes, in the same order). In buckets of at most `bucketBytes`;
+ * through device memory on a CUDA `device` (NCCL where the build has it), else over Gloo.
+ */
+export function broadcastBuffers(
+  group: DistGroup,
+  buffers: Buffer[],
+  opts: { root: number; bucketBytes: number; device?: string },
+): Promise<void> {
+  return (
+    group as unknown as { broadcast(b: Buffer[], root: number, bucket: number, device: string): Promise<void> }
+  ).broadcast(buffers, opts.root, opts.bucketBytes, opts.device ?? 'cpu');
 }
 
 export interface CollectiveTimeOptions {

@@ -24,11 +24,12 @@ echo "[check-cuda-build] building the addon against $TORCH2_DIR/torch with nvcc 
 # instead of leaving the kernels out. PRIME_NCCL_INCLUDE: nccl.h's folder, the cuBLAS, cuSPARSE
 # and cuSOLVER headers' (a full PyTorch install has them beside torch) and the toolkit's, for CCCL
 # (cuBLAS' headers include cuda_fp16.h, which includes <nv/target>).
-# Configured every time (cmake-js compile would keep an earlier configuration and its flags), then
-# built incrementally.
+# -Werror=vexing-parse: `CUDAGuard guard(c10::DeviceIndex(i));` declares a function and guards
+# nothing, which only a card would show. Configured every time (cmake-js compile would keep an
+# earlier configuration and its flags), then built incrementally.
 export CUDACXX=$cuda/bin/nvcc LIBTORCH=$PWD/$TORCH2_DIR/torch
 cmake_js() { npx --no-install cmake-js "$1" --directory native --out build/cuda --log-level warn "${@:2}"; }
-cmake_js configure --CDPRIME_TORCH_DIRECT=ON --CDPRIME_REQUIRE_CUDA_KERNELS=ON \
+cmake_js configure --CDCMAKE_CXX_FLAGS=-Werror=vexing-parse --CDPRIME_TORCH_DIRECT=ON --CDPRIME_REQUIRE_CUDA_KERNELS=ON \
   "--CDPRIME_NCCL_INCLUDE=$PWD/$NCCL_HEADERS/nvidia/nccl/include;$PWD/$NCCL_HEADERS/nvidia/cu13/include;$cuda/include"
 cmake_js build
 lib=build/cuda/Release/prime_native.node

@@ -1,11 +1,20 @@
 /**
  * The paged KV cache: decode over blocks against the full forward, prefix sharing, preemption,
  * weight updates, chunked prefill, several decode steps per call, and the block pool's accounting
- * under storms of requests, cancellations and preemptions. All on the real engine (CPU).
+ * under storms of requests, cancellations and preemptions. All on the real engine (CPU). The
+ * scenarios run on each cache of support/serve.ts `KINDS`: the paged KV cache alone, and with the
+ * state slots of hybrid models (their state the probe, checked at every forward), which must give
+ * the same tokens; only where a hybrid cache can resume (at state snapshots) do the counts differ.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { pagedDecodePlan, setThreads, type GenerationRequest, type Generator, type NativeModel } from '../native';
+import {
+  pagedDecodePlan,
+  setThreads,
+  type GenerationRequest,
+  type GeneratorOptions,
+  type NativeModel,
+} from '../native';
 import { loadModel } from '../lib/model/engine';
 import { MODEL_PRESETS } from '../lib/model/create';
 import { readHfConfigShape } from '../lib/model/hf';
@@ -13,61 +22,9 @@ import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/t
 import { Rng } from '../lib/model/rng';
 import { projectRoot } from '../lib/paths';
 import { QWEN3_0_6B, QWEN3_1_7B } from '../bench/shapes';
+import { KINDS, expectSame, generatorOf, maxAbsDiff, serve, weightUpdateTests, type Out } from './support/serve';
 
 setThreads(2);
-
-interface Out {
-  tokens: number[];
-  logprobs: number[];
-  finishReason?: string;
-  promptLogprobs?: Float32Array;
-}
-
-interface ServeOptions {
-  maxSteps?: number;
-  /** Called after each step with its index and the ids of the requests admitted so far. */
-  afterStep?: (step: number, seqIds: number[]) => Promise<void> | void;
-}
-
-/** Feeds the requests to the generator in order as it has room, and steps until all finished. */
-async function serve(gen: Generator, requests: GenerationRequest[], opts: ServeOptions = {}): Promise<Out[]> {
-  const out: Out[] = requests.map(() => ({ tokens: [], logprobs: [] }));
-  const index = new Map<number, number>();
-  const seqIds: number[] = [];
-  let next = 0;
-  for (let step = 0; next < requests.length || gen.stats().activeSequences > 0; step++) {
-    if (step > 20_000) throw new Error('no progress');
-    if (next < requests.length) {
-      for (const a of await gen.add(requests.slice(next))) {
-        index.set(a.seqId, next++);
-        seqIds.push(a.seqId);
-      }
-    }
-    for (const t of await gen.step(opts.maxSteps ?? 1)) {
-      const o = out[index.get(t.seqId)!];
-      if (t.first) o.promptLogprobs = t.promptLogprobs;
-      o.tokens.push(t.token);
-      o.logprobs.push(t.logprob);
-      if (t.finished) o.finishReason = t.finishReason;
-    }
-    await opts.afterStep?.(step, seqIds);
-  }
-  return out;
-}
-
-const maxAbsDiff = (a: ArrayLike<number>, b: ArrayLike<number>) => {
-  expect(a.length).toBe(b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return m;
-};
-
-/** Same tokens, logprobs within tol. */
-function expectSame(a: Out[], b: Out[], tol = 1e-5): void {
-  expect(a.map((o) => o.tokens)).toEqual(b.map((o) => o.tokens));
-  expect(a.map((o) => o.finishReason)).toEqual(b.map((o) => o.finishReason));
-  a.forEach((o, i) => expect(maxAbsDiff(o.logprobs, b[i].logprobs)).toBeLessThanOrEqual(tol));
-}
 
 const cfg = tinyConfig('qwen3');
 let model: NativeModel;
@@ -77,16 +34,20 @@ beforeAll(async () => {
 const big = (extra: Partial<Parameters<NativeModel['createGenerator']>[0]> = {}) =>
   model.createGenerator({ maxSequences: 16, maxSequenceLength: 256, prefixSharing: 'off', ...extra });
 
-test.each([
-  [1, 2048],
-  [4, 7],
-  [16, 16],
-])(
-  'paged decode and chunked prefill equal a full forward (fp32, 1e-5): blocks of %i, %i tokens per step',
-  async (blockSize, maxBatchedTokens) => {
+test.each(
+  KINDS.flatMap((kind) =>
+    [
+      [1, 2048],
+      [4, 7],
+      [16, 16],
+    ].map(([blockSize, tokens]) => [kind, blockSize, tokens] as const),
+  ),
+)(
+  'paged decode and chunked prefill equal a full forward (fp32, 1e-5; %s): blocks of %i, %i tokens per step',
+  async (kind, blockSize, maxBatchedTokens) => {
     const rng = new Rng(5);
     const prompts = [1, 5, 17, 40].map((n) => randomTokens(rng, n, cfg.vocabSize));
-    const gen = model.createGenerator({ maxSequences: 4, maxSequenceLength: 96, blockSize, maxBatchedTokens });
+    const gen = generatorOf(kind, model, { maxSequences: 4, maxSequenceLength: 96, blockSize, maxBatchedTokens });
     const res = await serve(
       gen,
       prompts.map((p, i) => ({ promptIds: p, temperature: 0.8, maxTokens: 20 + i, seed: i, promptLogprobs: true })),
@@ -106,7 +67,7 @@ test.each([
   },
 );
 
-test('bf16 (batched matmuls over gathered blocks, as on CUDA): chunked prefill over cached keys is as close to fp32 as one chunk', async () => {
+test('bf16: chunked prefill over cached keys is as close to fp32 as one chunk', async () => {
   const weights = randomWeights(cfg, 31);
   const bf16 = await loadModel(cfg, weights, { dtype: 'bfloat16' });
   const rng = new Rng(6);
@@ -131,7 +92,10 @@ test('bf16 (batched matmuls over gathered blocks, as on CUDA): chunked prefill o
   expect(await err(chunked)).toBeLessThanOrEqual(2 * (await err(whole)) + 1e-3);
 });
 
-describe('shared prefixes', () => {
+describe.each(KINDS)('shared prefixes (%s)', (kind) => {
+  const hybrid = kind !== 'paged KV';
+  const sharing = (extra: Partial<GeneratorOptions> = {}) =>
+    generatorOf(kind, model, { maxSequences: 16, maxSequenceLength: 256, prefixSharing: 'off', ...extra });
   const rng = new Rng(8);
   const prompt37 = randomTokens(rng, 37, cfg.vocabSize); // two full blocks and a partial one
   const prompt32 = randomTokens(rng, 32, cfg.vocabSize); // two full blocks
@@ -155,7 +119,7 @@ describe('shared prefixes', () => {
       const unshared = await serve(alone, requests);
       expect(alone.stats().prefillTokens).toBe(6 * prompt.length);
       for (const mode of ['live', 'cache'] as const) {
-        const gen = big({ prefixSharing: mode });
+        const gen = sharing({ prefixSharing: mode });
         expectSame(await serve(gen, requests), unshared);
         expect(gen.stats()).toMatchObject({ prefillTokens: prompt.length, prefixHitTokens: 5 * prompt.length });
         expect(gen.stats().blocksInUse).toBe(0);
@@ -168,24 +132,31 @@ describe('shared prefixes', () => {
   test('a group sent as separate requests after the first was prefilled: full blocks from the cache, the rest computed', async () => {
     const requests = group(prompt37, 5);
     const unshared = await serve(big(), requests);
-    const gen = big({ prefixSharing: 'cache' });
+    const gen = sharing({ prefixSharing: 'cache' });
     const out: Out[] = [];
     // The first alone, to the end (its blocks parked in the cache), then the other four together.
     out.push(...(await serve(gen, requests.slice(0, 1))));
     expect(gen.stats().blocksCached).toBeGreaterThan(0);
     out.push(...(await serve(gen, requests.slice(1))));
     expectSame(out, unshared);
-    // 37 = 2 blocks of 16 + 5: the others take the two blocks and compute 5 positions each.
+    // 37 = 2 blocks of 16 + 5: the others take the two blocks (hybrid: and the state snapshot at
+    // 32, the last block boundary before the last token) and compute 5 positions each.
     expect(gen.stats()).toMatchObject({ prefillTokens: 37 + 4 * 5, prefixHitTokens: 4 * 32, blocksInUse: 0 });
     // A prompt of whole blocks: the others share them all and compute its last position again
-    // (to sample from it), in a copy of the last block.
+    // (to sample from it), in a copy of the last block. Hybrid: a state is at hand at 16 only, so
+    // they compute the second block.
     const whole = group(prompt32, 3);
-    const wholeGen = big({ prefixSharing: 'cache' });
+    const wholeGen = sharing({ prefixSharing: 'cache' });
     const wholeOut = [...(await serve(wholeGen, whole.slice(0, 1))), ...(await serve(wholeGen, whole.slice(1)))];
     expectSame(wholeOut, await serve(big(), whole));
-    expect(wholeGen.stats()).toMatchObject({ prefillTokens: 32 + 2 * 1, prefixHitTokens: 2 * 31, blocksInUse: 0 });
+    const computedAgain = hybrid ? 16 : 1;
+    expect(wholeGen.stats()).toMatchObject({
+      prefillTokens: 32 + 2 * computedAgain,
+      prefixHitTokens: 2 * (32 - computedAgain),
+      blocksInUse: 0,
+    });
     // 'live' keeps nothing once the first has finished.
-    const live = big({ prefixSharing: 'live' });
+    const live = sharing({ prefixSharing: 'live' });
     await serve(live, requests.slice(0, 1));
     expect(live.stats().blocksCached).toBe(0);
     await serve(live, requests.slice(1, 2));
@@ -194,22 +165,24 @@ describe('shared prefixes', () => {
 
   test("a multi-turn rollout's next turn continues its own history from the cache", async () => {
     const first: GenerationRequest = { promptIds: prompt37, maxTokens: 30, temperature: 0.9, seed: 4 };
-    const gen = big({ prefixSharing: 'cache' });
+    const gen = sharing({ prefixSharing: 'cache' });
     const [turn1] = await serve(gen, [first]);
     const history = [...prompt37, ...turn1.tokens, 7, 8, 9]; // the reply, then the next user message
     const second: GenerationRequest = { promptIds: history, maxTokens: 20, temperature: 0.9, seed: 5 };
     const before = gen.stats();
     const [turn2] = await serve(gen, [second]);
-    // The first turn's K/V cover its prompt and reply but the last token: 66 positions, 4 full blocks.
-    expect(gen.stats().prefixHitTokens - before.prefixHitTokens).toBe(64);
-    expect(gen.stats().prefillTokens - before.prefillTokens).toBe(history.length - 64);
+    // The first turn's K/V cover its prompt and reply but the last token: 66 positions, 4 full
+    // blocks. Hybrid: its final state after those 66 is kept with its partial fifth block.
+    const resumed = hybrid ? 66 : 64;
+    expect(gen.stats().prefixHitTokens - before.prefixHitTokens).toBe(resumed);
+    expect(gen.stats().prefillTokens - before.prefillTokens).toBe(history.length - resumed);
     expectSame([turn2], await serve(big(), [second]));
   });
 
   test('a leader that leaves mid-prefill hands the prefix to the follower sharing most', async () => {
     const requests = group(prompt37, 3);
     const expected = await serve(big(), requests.slice(1));
-    const gen = big({ prefixSharing: 'live', maxBatchedTokens: 16 });
+    const gen = sharing({ prefixSharing: 'live', maxBatchedTokens: 16 });
     const out = await serve(gen, requests, {
       afterStep: async (step, ids) => {
         if (step !== 0) return;
@@ -220,22 +193,29 @@ describe('shared prefixes', () => {
     });
     expect(out[0].tokens).toEqual([]);
     expectSame(out.slice(1), expected);
-    // Its 16 positions stayed with the heir: 37 computed in all, not 16 + 37.
+    // Its 16 positions (hybrid: and its state there) stayed with the heir: 37 computed in all, not 16 + 37.
     expect(gen.stats()).toMatchObject({ prefillTokens: 37, blocksInUse: 0 });
   });
 
   test('a cached prompt that fills the whole pool runs again (its last position recomputed in place)', async () => {
     const request: GenerationRequest = { promptIds: prompt32, maxTokens: 1, temperature: 1, seed: 2 };
-    const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 32, kvCacheTokens: 32 });
+    const gen = generatorOf(kind, model, { maxSequences: 2, maxSequenceLength: 32, kvCacheTokens: 32 });
     const [first] = await serve(gen, [request]);
     expect(gen.stats().blocksCached).toBe(2);
     const [again] = await serve(gen, [request]);
     expectSame([again], [first]);
-    expect(gen.stats()).toMatchObject({ prefillTokens: 33, prefixHitTokens: 31, blocksInUse: 0, blocksCached: 2 });
+    // Hybrid: from the state at 16, the second block computed again in a block the cache gives back.
+    const hit = hybrid ? 16 : 31;
+    expect(gen.stats()).toMatchObject({
+      prefillTokens: 64 - hit,
+      prefixHitTokens: hit,
+      blocksInUse: 0,
+      blocksCached: 2,
+    });
   });
 
   test('requests asking for prompt logprobs compute their whole prompt', async () => {
-    const gen = big({ prefixSharing: 'cache' });
+    const gen = sharing({ prefixSharing: 'cache' });
     await serve(gen, group(prompt37, 1));
     const [withPrompt] = await serve(gen, group(prompt37, 1, { promptLogprobs: true }));
     const [scored] = await model.score([packRow([prompt37])]);
@@ -244,7 +224,7 @@ describe('shared prefixes', () => {
   });
 });
 
-describe('preemption', () => {
+describe.each(KINDS)('preemption (%s)', (kind) => {
   // 8 prompts of 6..13 tokens, up to 40 new tokens each: up to 53 positions, 14 blocks of 4, in a
   // pool of 16 blocks. Half with penalties, a logit bias and min_tokens: their state goes with the
   // sequence through preemption, like its RNG.
@@ -273,7 +253,7 @@ describe('preemption', () => {
     'preempted and resumed sequences give the same tokens (sharing %s, tensor sampler %s)',
     async (prefixSharing, tensorSampler) => {
       const roomy = await serve(big({ tensorSampler }), requests);
-      const gen = model.createGenerator({
+      const gen = generatorOf(kind, model, {
         maxSequences: 8,
         maxSequenceLength: 64,
         kvCacheTokens: 64,
@@ -298,7 +278,7 @@ describe('preemption', () => {
 
   test('the lowest priority is preempted first and resumes last', async () => {
     // Two sequences growing in a pool that holds one at its end: the one of priority 1 waits.
-    const gen = model.createGenerator({ maxSequences: 2, maxSequenceLength: 64, kvCacheTokens: 48, blockSize: 4 });
+    const gen = generatorOf(kind, model, { maxSequences: 2, maxSequenceLength: 64, kvCacheTokens: 48, blockSize: 4 });
     const [high, low] = [0, 1].map((priority) => ({
       promptIds: [1, 2, 3],
       maxTokens: 40,
@@ -315,46 +295,8 @@ describe('preemption', () => {
   });
 });
 
-describe('weight updates', () => {
-  const rng = new Rng(14);
-  const prompt = randomTokens(rng, 40, cfg.vocabSize);
-  const request: GenerationRequest = { promptIds: prompt, maxTokens: 12, temperature: 1, seed: 3 };
-
-  test('invalidate cached prefixes: no token of the new policy is computed on old K/V', async () => {
-    const m = await loadModel(cfg, randomWeights(cfg, 40));
-    const next = randomWeights(cfg, 41);
-    const fresh = await loadModel(cfg, next);
-    const expected = await serve(fresh.createGenerator({ maxSequences: 4, maxSequenceLength: 128 }), [request]);
-    const gen = m.createGenerator({ maxSequences: 4, maxSequenceLength: 128, prefixSharing: 'cache' });
-    await serve(gen, [request]);
-    expect(gen.stats().blocksCached).toBeGreaterThan(0);
-    await m.loadWeights(next);
-    const hits = gen.stats().prefixHitTokens;
-    expectSame(await serve(gen, [request]), expected);
-    expect(gen.stats().prefixHitTokens).toBe(hits);
-  });
-
-  test('a prompt being prefilled in chunks when the weights change is prefilled again on the new ones', async () => {
-    const m = await loadModel(cfg, randomWeights(cfg, 40));
-    const next = randomWeights(cfg, 41);
-    const fresh = await loadModel(cfg, next);
-    const opts = { maxSequences: 4, maxSequenceLength: 128, maxBatchedTokens: 8 } as const;
-    // Two requests with this prompt: the second follows the first's prefill (shared blocks).
-    const two = [request, { ...request, seed: 4 }];
-    const expected = await serve(fresh.createGenerator(opts), two);
-    const gen = m.createGenerator({ ...opts, prefixSharing: 'cache' });
-    let updated = false;
-    const res = await serve(gen, two, {
-      afterStep: async (step) => {
-        if (step !== 1) return;
-        expect(gen.stats().cachedTokens).toBe(16); // two chunks of 8 of the leader's prompt
-        await m.loadWeights(next);
-        updated = true;
-      },
-    });
-    expect(updated).toBe(true);
-    expectSame(res, expected);
-  });
+describe.each(KINDS)('weight updates (%s)', (kind) => {
+  weightUpdateTests(cfg, (m, o) => generatorOf(kind, m, o));
 });
 
 test('a long prompt is prefilled in chunks beside the decoding sequences, which get a token every step', async () => {
@@ -374,9 +316,9 @@ test('a long prompt is prefilled in chunks beside the decoding sequences, which 
   expect(steps).toBe(Math.ceil(500 / 63));
 });
 
-test.each([false, true])(
-  'several decode steps per call give the same tokens as one per call, stops included (tensor sampler: %s)',
-  async (tensorSampler) => {
+test.each(KINDS.flatMap((kind) => [false, true].map((tensorSampler) => [kind, tensorSampler] as const)))(
+  'several decode steps per call give the same tokens as one per call, stops included (%s, tensor sampler: %s)',
+  async (kind, tensorSampler) => {
     const rng = new Rng(19);
     const prompts = [3, 8, 12, 20].map((n) => randomTokens(rng, n, cfg.vocabSize));
     const requests: GenerationRequest[] = prompts.map((p, i) => ({
@@ -392,21 +334,31 @@ test.each([false, true])(
     const stopping = requests.map((r, i) => ({ ...r, stopTokenIds: [single[i].tokens[9]] }));
     for (const reqs of [requests, stopping]) {
       const one = await serve(big({ tensorSampler }), reqs);
-      const gen = big({ tensorSampler });
-      expectSame(await serve(gen, reqs, { maxSteps: 6 }), one);
+      const gen = generatorOf(kind, model, { maxSequences: 16, maxSequenceLength: 256, tensorSampler });
+      const several = await serve(gen, reqs, { maxSteps: 6 });
+      expectSame(several, one);
       expect(gen.stats().blocksInUse).toBe(0);
+      // The next turns (prompt, reply, more) from the cache: a call's steps past a stop token went
+      // into the cache (hybrid: the state) and must not be taken for the reply's.
+      const next = reqs.map((r, i) => ({
+        ...r,
+        promptIds: [...r.promptIds, ...several[i].tokens, 5, 6],
+        stopTokenIds: [],
+      }));
+      expectSame(await serve(gen, next), await serve(big({ tensorSampler }), next));
+      expect(gen.stats().prefixHitTokens).toBeGreaterThan(0);
     }
   },
 );
 
-describe('the block pool', () => {
+describe.each(KINDS)('the block pool (%s)', (kind) => {
   test.each(['off', 'live', 'cache'] as const)(
-    'never leaks: a storm of requests, shared prompts, cancellations, stops, preemptions and weight updates (%s)',
+    'never leaks: a storm of requests, shared prompts, next turns, cancellations, stops, preemptions and weight updates (%s)',
     async (prefixSharing) => {
       const rng = new Rng(prefixSharing.length);
       const m = await loadModel(cfg, randomWeights(cfg, 50));
       const weights = [randomWeights(cfg, 51), randomWeights(cfg, 52)];
-      const gen = m.createGenerator({
+      const gen = generatorOf(kind, m, {
         maxSequences: 6,
         maxSequenceLength: 80,
         kvCacheTokens: 96,
@@ -418,12 +370,20 @@ describe('the block pool', () => {
       const shared = randomTokens(rng, 30, cfg.vocabSize);
       let live: number[] = [];
       let preemptedSeen = 0;
+      // Each live sequence's tokens; finished ones' whole histories, which later prompts continue
+      // (the next turn of a multi-turn rollout).
+      const tokensOf = new Map<number, number[]>();
+      const histories: number[][] = [];
       for (let round = 0; round < 120; round++) {
         const r = rng.uniform();
         if (r < 0.35) {
           const reqs = Array.from({ length: 1 + Math.floor(rng.uniform() * 4) }, () => {
             const own = randomTokens(rng, 1 + Math.floor(rng.uniform() * 20), cfg.vocabSize);
-            const prompt = rng.uniform() < 0.5 ? [...shared.slice(0, 4 + Math.floor(rng.uniform() * 26)), ...own] : own;
+            const pick = rng.uniform();
+            let head: number[] = [];
+            if (pick < 0.4) head = shared.slice(0, 4 + Math.floor(rng.uniform() * 26));
+            else if (pick < 0.6 && histories.length > 0) head = histories[Math.floor(rng.uniform() * histories.length)];
+            const prompt = [...head, ...own];
             return {
               promptIds: prompt.slice(0, 55),
               maxTokens: 5 + Math.floor(rng.uniform() * 30),
@@ -432,7 +392,10 @@ describe('the block pool', () => {
               stopTokenIds: rng.uniform() < 0.3 ? [Math.floor(rng.uniform() * cfg.vocabSize)] : [],
             };
           });
-          live.push(...(await gen.add(reqs)).map((a) => a.seqId));
+          (await gen.add(reqs)).forEach((a, i) => {
+            live.push(a.seqId);
+            tokensOf.set(a.seqId, [...reqs[i].promptIds]);
+          });
         } else if (r < 0.5 && live.length > 0) {
           const gone = live.filter(() => rng.uniform() < 0.4); // cancellations, disconnects
           await gen.remove(gone);
@@ -440,17 +403,24 @@ describe('the block pool', () => {
         } else if (r < 0.53) {
           await m.loadWeights(weights[round % 2]);
         } else {
-          const done = await gen.step(1 + Math.floor(rng.uniform() * 3));
-          for (const t of done) if (t.finished) live = live.filter((id) => id !== t.seqId);
+          for (const t of await gen.step(1 + Math.floor(rng.uniform() * 3))) {
+            const tokens = tokensOf.get(t.seqId)!;
+            if (t.token >= 0) tokens.push(t.token);
+            if (!t.finished) continue;
+            live = live.filter((id) => id !== t.seqId);
+            if (tokens.length < 50) histories.push(tokens);
+          }
         }
         const s = gen.stats();
         preemptedSeen += s.preemptedSequences;
         expect(s.blocksInUse).toBeLessThanOrEqual(s.numBlocks);
         expect(s.runningSequences).toBeLessThanOrEqual(6);
         expect(s.activeSequences).toBe(live.length);
+        if (s.state) expect(s.state.inUse).toBe(s.runningSequences); // a slot each, none leaked
       }
       while (gen.stats().activeSequences > 0) await gen.step();
       expect(gen.stats()).toMatchObject({ activeSequences: 0, blocksInUse: 0 });
+      expect(gen.stats().state?.inUse ?? 0).toBe(0);
       expect(gen.stats().preemptions).toBeGreaterThan(0);
       expect(preemptedSeen).toBeGreaterThan(0);
       if (prefixSharing !== 'off') expect(gen.stats().prefixHitTokens).toBeGreaterThan(0);
@@ -477,7 +447,7 @@ describe('the block pool', () => {
           seed: round * 100 + i,
         };
       });
-      const gen = model.createGenerator({
+      const gen = generatorOf(kind, model, {
         maxSequences: 1 + Math.floor(rng.uniform() * 8),
         maxSequenceLength,
         kvCacheTokens: maxSequenceLength + Math.floor(rng.uniform() * 200),

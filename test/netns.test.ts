@@ -97,8 +97,11 @@ afterAll(() => {
       ],
     };
     const procs = {} as Record<Role, CliLaunch>;
-    // Gloo binds the address the hostname resolves to (127.0.0.1 here) unless told the interface.
-    const env = (role: Role) => (role.startsWith('trainer') ? ['env', 'GLOO_SOCKET_IFNAME=eth0'] : []);
+    // Gloo binds the address the hostname resolves to (127.0.0.1 here) unless told the interface;
+    // the ranks share the token rank 0 signs their jobs with.
+    const token = randomBytes(16).toString('hex');
+    const env = (role: Role) =>
+      role.startsWith('trainer') ? ['env', 'GLOO_SOCKET_IFNAME=eth0', `TRAINER_DIST_TOKEN=${token}`] : [];
     const start = (role: Role) => (procs[role] = cli.start(commands[role], [...inNs(role), ...env(role)]));
     /** Whether `ip:port` takes a connection from the namespace of `from`. */
     const reachable = (from: Role, ip: string, port: number) =>

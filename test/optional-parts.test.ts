@@ -1,6 +1,7 @@
 /**
  * Optional parts installed on first use (lib/optional-parts.ts): the real scripts/setup.sh `--only`,
- * in a copy of scripts/ in a temporary project, installing a real package from PyPI into a venv.
+ * in a copy of scripts/ in a temporary project, installing a real package from PyPI into a venv
+ * (with uv, which it fetches from PyPI first, as a fresh machine does).
  * The W&B part's requirements are swapped for one small package (six), so that a test installs in
  * seconds what the real part installs in about a minute; no network is a closed port as the index,
  * a stuck index a listening socket that never answers.
@@ -17,11 +18,12 @@ import { projectRoot } from '../lib/paths';
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-parts-'));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
-/** A project folder holding the real scripts/setup.sh, with one small package as the W&B part. */
+/** A project folder holding the real scripts/setup.sh and uv's pin, with one small package as the W&B part. */
 function project(name: string): string {
   const root = path.join(tmp, name);
   fs.mkdirSync(path.join(root, 'scripts', 'wandb'), { recursive: true });
-  fs.copyFileSync(path.join(projectRoot, 'scripts', 'setup.sh'), path.join(root, 'scripts', 'setup.sh'));
+  for (const file of ['setup.sh', 'uv.txt'])
+    fs.copyFileSync(path.join(projectRoot, 'scripts', file), path.join(root, 'scripts', file));
   fs.writeFileSync(path.join(root, 'scripts', 'wandb', 'requirements.txt'), 'six==1.16.0\n');
   return root;
 }

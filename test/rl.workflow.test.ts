@@ -13,7 +13,15 @@ import { readStepMetrics } from '../lib/runfolder/metrics';
 import { readRollouts } from '../lib/runfolder/rollouts';
 import { readBatch } from '../lib/runfolder/batch';
 import { closeStack, executeRl, type ServingStack, startServer, startStack } from './support/harness';
-import { lowercaseEnv, rlConfig, serverRunArgs, smallStep, tempDir, tinyModel } from './support/setup';
+import {
+  expectRewardGain,
+  lowercaseRunArgs,
+  rlConfig,
+  serverRunArgs,
+  smallStep,
+  tempDir,
+  tinyModel,
+} from './support/setup';
 
 const root = tempDir('prime-rl-wf-');
 const modelDir = path.join(root, 'model');
@@ -85,6 +93,11 @@ test.each([0, 1])(
       for (const l of lines) expect(Number.isFinite(l[k] as number)).toBe(true);
     expect(lines.map((l) => l.kl_beta as number)).toEqual([0.01, 0.01 * 0.8, 0.01 * 0.8 * 0.8]);
     expect(fs.existsSync(path.join(layout.weightsDir(3), 'model.safetensors'))).toBe(true);
+    // Policy folders every server moved past are gone: after step 2 (sampled from version
+    // 2 - async_level), only that version on stays (and checkpoint 2's, with its async_level before it).
+    expect(fs.readdirSync(layout.weightsRoot).sort()).toEqual(
+      asyncLevel === 0 ? ['step_2', 'step_3'] : ['step_1', 'step_2', 'step_3'],
+    );
     expect(fs.existsSync(layout.checkpointDir(2))).toBe(true);
     expect(fs.existsSync(layout.checkpointDir(3))).toBe(true);
     const progress = (lines[2].progress as { steps: number; samples: number }).steps;
@@ -93,6 +106,30 @@ test.each([0, 1])(
     expect(readEvalResults(layout.dir).map((r) => r.model)).toEqual(['base', 'step_2', 'step_3']);
   },
 );
+
+test('[wandb]: a run started without the launcher (a client, as a SLURM job or `temporal workflow start` does) logs every step to W&B from a cpu worker', async () => {
+  const cfg = config(serverPort(), [
+    ...['--run-name', 'wandb-run', '--max-steps', '2', '--env', '[{"id": "reverse-text"}]', ...smallStep(8)],
+    '--wandb.name',
+    'by-hand',
+  ]);
+  const before = process.env.WANDB_MODE;
+  process.env.WANDB_MODE = 'offline'; // the cpu worker's environment (this process)
+  try {
+    expect((await executeRl(stack, cfg)).steps).toBe(2);
+  } finally {
+    if (before === undefined) delete process.env.WANDB_MODE;
+    else process.env.WANDB_MODE = before;
+  }
+  const wandbDir = path.join(RunLayout.of(cfg.output_dir, cfg.run_name).dir, 'wandb');
+  const [offline] = fs.readdirSync(wandbDir).filter((n) => n.startsWith('offline-run-'));
+  const log = fs.readdirSync(path.join(wandbDir, offline)).find((f) => f.endsWith('.wandb'))!;
+  // Finished (the follower was cancelled and waited for) with both steps' rows in its record.
+  const bytes = fs.readFileSync(path.join(wandbDir, offline, log)).toString('latin1');
+  expect(bytes).toContain('train/reward');
+  expect(bytes).toContain('by-hand');
+  expect(bytes.match(/_step/g)?.length ?? 0).toBeGreaterThanOrEqual(2);
+});
 
 test('a step whose groups a rollout filter drops is refilled and still trains on batch_size rollouts; the metrics count it', async () => {
   const filter = path.join(__dirname, 'fixtures', 'plugins', 'early_filter.ts');
@@ -219,37 +256,9 @@ test("a teacher whose tokenizer is not the student's: the run is refused at its 
 // sign, the trainer's update to the weights inference serves next. A sign error or stale weights
 // leave the reward where it started (about 0.15) or push it down.
 test('RL raises the reward: a random model learns to write lowercase letters', async () => {
-  const env = lowercaseEnv;
-  const cfg = config(serverPort(), [
-    '--run-name',
-    'learns',
-    '--max-steps',
-    '15',
-    '--env',
-    env,
-    '--ckpt.interval',
-    '100',
-    '--orchestrator.batch-size',
-    '32',
-    '--orchestrator.rollouts-per-example',
-    '8',
-    '--orchestrator.sampling.max-tokens',
-    '8',
-    '--trainer.optim.lr',
-    '1e-2',
-    '--trainer.optim.weight-decay',
-    '0',
-  ]);
+  const cfg = config(serverPort(), lowercaseRunArgs('learns'));
   await executeRl(stack, cfg);
-
-  const rewards = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile).map(
-    (l) => l.reward_mean as number,
-  );
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const first = mean(rewards.slice(0, 3)),
-    last = mean(rewards.slice(-3));
-  expect(first).toBeLessThan(0.3);
-  expect(last).toBeGreaterThan(first + 0.2);
+  expectRewardGain(cfg);
 });
 
 test('ckpt.resume_step continues an RL run from that checkpoint: later steps get new rollouts, each metrics line once', async () => {

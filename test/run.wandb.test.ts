@@ -80,7 +80,7 @@ test('[wandb] turns W&B on: its project defaults to prime-rl, as in prime-rl; no
   expect(wandbOf('[wandb]\nname = "my-run"\n')).toEqual({ project: 'prime-rl', name: 'my-run' });
   expect(wandbOf('[wandb]\n')).toEqual({ project: 'prime-rl' });
   expect(wandbOf('[wandb]\nproject = "mine"\n')).toEqual({ project: 'mine' });
-  expect(wandbOf('max_steps = 1\n')).toBeUndefined(); // lib/launch/rl.ts starts no W&B then
+  expect(wandbOf('max_steps = 1\n')).toBeUndefined(); // no followWandb activity then (activities/wandb.ts)
 });
 
 test.each(['sft', 'eval'] as const)('%s refuses a [wandb] section, naming it (only rl logs to W&B)', (name) => {

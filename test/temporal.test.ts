@@ -7,7 +7,8 @@ import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { temporalSchema } from '../lib/config/schemas';
 import { projectRoot } from '../lib/paths';
-import { ensureTemporal, isListening, lostOwnPort, startDevServer } from '../lib/temporal/devserver';
+import { requireServer, temporalTarget } from '../lib/temporal/connection';
+import { isListening, lostOwnPort, startDevServer } from '../lib/temporal/devserver';
 import { freePort } from '../lib/net';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-temporal-'));
@@ -28,13 +29,16 @@ test('starts the dev server, runs a workflow through a real worker, stops it', a
     expect(endpoint.address).toBe(`127.0.0.1:${port}`);
     expect(fs.existsSync(dbFile)).toBe(true);
 
-    // A second command finds the running server and reuses it instead of starting another.
-    const cfg = temporalSchema.parse({ port, ui_port: uiPort });
-    const reused = await ensureTemporal(cfg, path.join(tmp, 'unused'));
-    expect(reused.address).toBe(endpoint.address);
-    await reused.stop();
-    expect(await isListening('127.0.0.1', port)).toBe(true);
-    expect(fs.existsSync(path.join(tmp, 'unused'))).toBe(false);
+    // With no address configured, a worker or `runs` uses the local dev server if it listens...
+    const env = { HOME: tmp };
+    const local = temporalTarget(temporalSchema.parse({ port, ui_port: uiPort }), env);
+    expect(local).toMatchObject({ address: endpoint.address, configured: false, namespace: 'default' });
+    await requireServer(local);
+    // ... and never starts one: none listening is an error that says how to start or name one.
+    const none = temporalTarget(temporalSchema.parse({ port: await freePort() }), env);
+    await expect(requireServer(none)).rejects.toThrow(
+      /no Temporal server: none is configured .*prime-rl temporal start/,
+    );
 
     const connection = await NativeConnection.connect({ address: endpoint.address });
     const worker = await Worker.create({
@@ -56,8 +60,8 @@ test('starts the dev server, runs a workflow through a real worker, stops it', a
   expect(await isListening('127.0.0.1', port)).toBe(false);
 });
 
-test('prime-rl temporal start --detach / status / stop', async () => {
-  const [port, uiPort] = [await freePort(), await freePort()];
+test('prime-rl temporal start --detach / status / stop, its metrics on a fixed port', async () => {
+  const [port, uiPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
   const args = [
     '--output-dir',
     path.join(tmp, 'b'),
@@ -65,6 +69,8 @@ test('prime-rl temporal start --detach / status / stop', async () => {
     String(port),
     '--temporal.ui-port',
     String(uiPort),
+    '--temporal.metrics-port',
+    String(metricsPort),
   ];
   const cli = (...a: string[]) =>
     spawnSync(process.execPath, [path.join(projectRoot, 'bin', 'prime-rl.js'), 'temporal', ...a, ...args], {
@@ -76,6 +82,12 @@ test('prime-rl temporal start --detach / status / stop', async () => {
   expect(started.status).toBe(0);
   expect(started.stdout).toContain(`127.0.0.1:${port}`);
   expect(fs.existsSync(path.join(tmp, 'b', 'temporal', 'temporal.db'))).toBe(true);
+
+  expect(started.stdout).toContain(`metrics:  http://127.0.0.1:${metricsPort}/metrics`);
+  // The server's own Prometheus metrics, where a scraper configured once finds them.
+  const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  expect(metrics).toMatch(/^# TYPE \w+ /m);
+  expect(metrics).toMatch(/^service_requests\{/m);
 
   expect(cli('status').stdout).toContain(`Temporal listening on 127.0.0.1:${port}`);
   expect(cli('start', '--detach').stdout).toContain('already listening');

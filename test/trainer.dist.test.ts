@@ -199,12 +199,13 @@ test('sft at world size 4, fully sharded: a SIGKILLed rank mid-step, a sharded c
 test("a follower whose trainer.dist.sharding differs from rank 0's refuses to join, naming the key", async () => {
   const port = await freePort();
   const leaderConfig = trainerRankSchema.parse({ world_size: 2, dist: { port, timeout_s: 5, sharding: 'full' } });
-  const leader = await GroupLeader.start(leaderConfig);
+  const leader = await GroupLeader.start(leaderConfig, 'token');
   let stop = false;
   const logs: string[] = [];
   const follower = runFollower(
     { ...leaderConfig, rank: 1, dist: { ...leaderConfig.dist, sharding: 'optimizer' } },
     { execute: async () => undefined, reset: () => undefined, log: (l) => logs.push(l), stopped: () => stop },
+    'token',
   );
   await expect(leader.ensure()).rejects.toThrow(
     /refused to join: rank 1: trainer\.dist\.sharding is 'optimizer' here and 'full' on rank 0; give every rank the same/,
@@ -214,11 +215,66 @@ test("a follower whose trainer.dist.sharding differs from rank 0's refuses to jo
   expect(logs.join('\n')).toContain('not joining trainer process group');
 });
 
-function worker(args: string[]) {
+test('a follower acts only on what rank 0 signed with the shared token: a process writing to the store steers nothing', async () => {
+  const config = trainerRankSchema.parse({ world_size: 2, dist: { port: await freePort(), timeout_s: 5 } });
+  const leader = await GroupLeader.start(config, 'the-secret');
+  // Another process that reaches the store (libtorch 1.13's listens on every interface).
+  const intruder = await native.createStore({ host: '127.0.0.1', port: leader.port, timeoutS: 5 });
+  const executed: unknown[] = [];
+  const logs: string[] = [];
+  let stop = false;
+  const follower = runFollower(
+    { ...config, rank: 1 },
+    {
+      execute: async (job) => void executed.push(job),
+      reset: () => undefined,
+      log: (l) => logs.push(l),
+      stopped: () => stop,
+    },
+    'the-secret',
+  );
+  try {
+    // A process group announced by someone else is not joined.
+    await intruder.set('gen', JSON.stringify({ value: 'forged.1', mac: '00' }));
+    await until('the forged group refused', () => logs.some((l) => l.includes("is not signed with this rank's token")));
+    expect(logs.join('\n')).not.toContain('joining trainer process group forged');
+
+    // Rank 0's group is joined; a job someone else writes into it is not run, and ends the group.
+    await leader.ensure();
+    const gen = (JSON.parse((await intruder.get('gen', 1000))!) as { value: string }).value;
+    await intruder.set(
+      `${gen}/job/0`,
+      JSON.stringify({ value: JSON.stringify({ op: 'train', runDir: '/x', step: 0 }), mac: 'ab' }),
+    );
+    await until('the forged job refused', () => logs.some((l) => l.includes('job 0 is not signed')));
+    expect(await leader.invalidate()).toEqual([
+      "rank 1: job 0 is not signed with this rank's token (TRAINER_DIST_TOKEN): another process wrote to the store; not run",
+    ]);
+    expect(executed).toEqual([]);
+
+    // Rank 0's own jobs run.
+    await leader.ensure();
+    const job = { op: 'at', runDir: '/run', step: 3 } as const;
+    await leader.dispatch(job);
+    await until('the signed job run', () => executed.length === 1);
+    expect(executed).toEqual([job]);
+  } finally {
+    stop = true;
+    await follower;
+  }
+});
+
+test('a trainer rank without the shared token exits 2 naming trainer.dist.token_var', () => {
+  const r = worker(['--trainer.rank', '1', '--trainer.world-size', '2', '--trainer.dist.port', '29999'], {});
+  expect(r.stderr).toMatch(/trainer\.dist\.token_var: the variable TRAINER_DIST_TOKEN is not set/);
+  expect(r.code).toBe(2);
+});
+
+function worker(args: string[], env: Record<string, string> = { TRAINER_DIST_TOKEN: 't' }) {
   const r = spawnSync(
     process.execPath,
     [path.join(projectRoot, 'bin', 'prime-rl.js'), 'worker', '--pool', 'trainer', ...args],
-    { cwd: projectRoot, env: { PATH: process.env.PATH }, encoding: 'utf8', timeout: 60_000 },
+    { cwd: projectRoot, env: { PATH: process.env.PATH, ...env }, encoding: 'utf8', timeout: 60_000 },
   );
   return { code: r.status, stderr: r.stderr };
 }
@@ -265,6 +321,8 @@ test('a follower rank whose store is unreachable exits 2 naming trainer.dist.hos
   expect(r.code).toBe(2);
   // Rank 0 on an address of no interface here.
   const r0 = worker([
+    '--run-name',
+    'r0',
     '--trainer.world-size',
     '2',
     '--trainer.dist.host',

@@ -7,14 +7,11 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../native';
-import { Rng } from '../lib/model/rng';
 import { readSafetensors, readSafetensorsDir } from '../lib/model/safetensors';
-import { writeBatch } from '../lib/runfolder/batch';
-import { buildSample } from '../lib/orchestrator/sample';
-import { packSamples } from '../lib/runfolder/packing';
 import { RunLayout } from '../lib/runfolder/layout';
 import { rlTrainerSpec } from '../lib/trainer/spec';
 import { TrainerRuntime } from '../lib/trainer/runtime';
+import { randomBatches } from './support/batches';
 import { rlConfig, tinyModel } from './support/setup';
 
 native.setThreads(1);
@@ -38,29 +35,7 @@ const config = (extra: string[] = []) =>
     ...extra,
   ]);
 
-/** A run folder with `steps` batches of random rollouts (prompt + completion with logprobs). */
-function runWithBatches(name: string, steps: number): RunLayout {
-  const layout = new RunLayout(path.join(root, name));
-  const rng = new Rng(7);
-  for (let s = 0; s < steps; s++) {
-    const samples = Array.from({ length: 4 }, (_, i) => {
-      const prompt = Array.from({ length: 5 + rng.int(5) }, () => rng.int(256));
-      const completion = Array.from({ length: 3 + rng.int(8) }, () => rng.int(256));
-      const logprobs = completion.map(() => -1 - rng.uniform() * 4);
-      return buildSample(
-        [
-          { tokens: prompt, generated: false },
-          { tokens: completion, generated: true, logprobs },
-        ],
-        i % 2 ? 0.5 : -0.5,
-      );
-    });
-    const { rows, counts } = packSamples(samples, 64);
-    fs.mkdirSync(path.dirname(layout.batchFile(s)), { recursive: true });
-    writeBatch(layout.batchFile(s), s, 64, rows, counts);
-  }
-  return layout;
-}
+const runWithBatches = (name: string, steps: number): RunLayout => randomBatches(path.join(root, name), steps);
 
 const weightsOf = (dir: string) => new Map(readSafetensorsDir(dir).map((t) => [t.name, t.data]));
 
@@ -206,6 +181,33 @@ test('with LoRA the weights folder holds the merged model and the PEFT adapters 
   );
   expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')).toBe(true);
   expect(adapters.has('base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight')).toBe(true);
+});
+
+test("policy weights are written in the base model's dtype: a bf16 model's are bf16, half the bytes of fp32", async () => {
+  const bf16Model = tinyModel(path.join(root, 'model-bf16'), { dtype: 'bfloat16' });
+  const base = config();
+  const spec = rlTrainerSpec({
+    ...base,
+    trainer: { ...base.trainer, model: { ...base.trainer.model, name: bf16Model } },
+  });
+  const layout = runWithBatches('bf16', 1);
+  const { runtime } = await TrainerRuntime.restore(layout.dir, spec, 0);
+  await runtime.train(0);
+  const dir = await runtime.writeWeights(1);
+  const { tensors } = readSafetensors(path.join(dir, 'model.safetensors'));
+  expect(new Set(tensors.map((t) => t.dtype))).toEqual(new Set(['BF16']));
+  const values = tensors.reduce((a, t) => a + t.data.length / 2, 0);
+  expect(fs.statSync(path.join(dir, 'model.safetensors')).size).toBeLessThan(values * 2 + 64 * 1024);
+  // Trained: not the base model's values.
+  const trained = weightsOf(dir).get('model.layers.0.mlp.down_proj.weight')!;
+  expect(trained.equals(weightsOf(bf16Model).get('model.layers.0.mlp.down_proj.weight')!)).toBe(false);
+  // An fp32 model's stay fp32.
+  const { runtime: f32 } = await TrainerRuntime.restore(runWithBatches('f32', 1).dir, rlTrainerSpec(config()), 0);
+  await f32.train(0);
+  const f32Dir = await f32.writeWeights(1);
+  expect(new Set(readSafetensors(path.join(f32Dir, 'model.safetensors')).tensors.map((t) => t.dtype))).toEqual(
+    new Set(['F32']),
+  );
 });
 
 test("ckpt.skip_optimizer: the resumed checkpoint's weights with AdamW afresh; skip_scheduler: the schedule starts again there", async () => {

@@ -8,13 +8,23 @@
  */
 import { NativeConnection, Runtime, DefaultLogger, Worker } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../activities';
+import { logActivities } from '../activities/log';
 import type { WorkerConfig } from '../lib/config/schemas';
 import { ConfigError } from '../lib/config/errors';
 import { announceReady } from '../lib/proc';
 import { EnvPool } from '../lib/envs/pool';
 import { runInference } from '../lib/cli/inference';
 import { repackStepBatch } from '../lib/orchestrator/repack';
-import { ensureTemporal } from '../lib/temporal/devserver';
+import { runTaskQueue } from '../lib/config/schemas';
+import { withDeadline } from '../lib/deadline';
+import {
+  CONNECT_TIMEOUT_MS,
+  connectFailure,
+  describeTarget,
+  requireServer,
+  temporalTarget,
+  type TemporalTarget,
+} from '../lib/temporal/connection';
 import { taskQueues } from '../lib/temporal/queues';
 import { checkWorldSize, GroupLeader, runFollower, type RankGroup } from '../lib/trainer/group';
 import { RankTrainer } from '../lib/trainer/ranks';
@@ -45,6 +55,27 @@ async function runFollowerRank(config: WorkerConfig): Promise<void> {
   });
 }
 
+/** The worker's connection to its server, or the error that says what to set (TLS, API key, address). */
+async function connect(target: TemporalTarget): Promise<NativeConnection> {
+  await requireServer(target);
+  try {
+    return await withDeadline(`connecting to Temporal at ${target.address}`, CONNECT_TIMEOUT_MS, () =>
+      NativeConnection.connect({ address: target.address, ...target.secrets }),
+    );
+  } catch (e) {
+    throw connectFailure(e, target);
+  }
+}
+
+/** The task queue prefix a cpu or trainer worker polls: temporal.task_queue, else its run's. */
+function queuePrefix(config: WorkerConfig): string {
+  if (config.temporal.task_queue !== undefined) return config.temporal.task_queue;
+  if (config.run_name !== undefined) return runTaskQueue(config.run_name);
+  throw new ConfigError(
+    `run_name: which run does this ${config.pool} worker serve? --run-name NAME polls that run's queues (${runTaskQueue('NAME')}.${config.pool}); --temporal.task-queue PREFIX names them instead`,
+  );
+}
+
 export async function runWorker(config: WorkerConfig): Promise<void> {
   if (config.pool === 'inference') {
     if (!config.inference)
@@ -55,39 +86,50 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
   }
   if (config.pool === 'trainer') checkWorldSize(config.trainer);
   if (config.pool === 'trainer' && config.trainer.rank > 0) return runFollowerRank(config);
+  const queues = taskQueues(queuePrefix(config));
+  const target = temporalTarget(config.temporal);
   const leader =
     config.pool === 'trainer' && config.trainer.world_size > 1 ? await GroupLeader.start(config.trainer) : undefined;
-  Runtime.install({ logger: new DefaultLogger('WARN') });
-  const endpoint = await ensureTemporal(config.temporal, config.output_dir);
-  const connection = await NativeConnection.connect({ address: endpoint.address });
-  const queues = taskQueues(config.temporal.task_queue);
+  // Activities' start and end at info (activities/log.ts), the SDK core's own lines from warn;
+  // the SDK's metrics on a Prometheus endpoint when asked.
+  Runtime.install({
+    logger: new DefaultLogger('INFO'),
+    telemetryOptions: {
+      logging: { filter: { core: 'WARN', other: 'ERROR' }, forward: {} },
+      ...(config.metrics_address && { metrics: { prometheus: { bindAddress: config.metrics_address } } }),
+    },
+  });
+  const connection = await connect(target);
   let pool: EnvPool | undefined;
   let worker: Worker;
   if (config.pool === 'cpu') {
     pool = new EnvPool({ workers: config.env_workers, timeoutS: config.env_timeout_s });
     worker = await Worker.create({
       connection,
-      namespace: endpoint.namespace,
+      namespace: target.namespace,
       taskQueue: queues.cpu,
       workflowsPath: require.resolve('../workflows'),
       activities: createCpuActivities({ pool }),
+      interceptors: { activity: [logActivities] },
     });
   } else {
     if (config.threads) native.setThreads(config.threads);
     worker = await Worker.create({
       connection,
-      namespace: endpoint.namespace,
+      namespace: target.namespace,
       taskQueue: queues.trainer,
       activities: createTrainerActivities({ leader }),
       // The trainer holds one model in memory: activities must not interleave.
       maxConcurrentActivityTaskExecutions: 1,
+      interceptors: { activity: [logActivities] },
     });
   }
   process.stdout.write(
-    `worker ${config.pool} polling ${config.pool === 'cpu' ? queues.cpu : queues.trainer} on ${endpoint.address}` +
+    `worker ${config.pool} polling ${config.pool === 'cpu' ? queues.cpu : queues.trainer} on ${describeTarget(target)}` +
       (leader
         ? ` (trainer rank 0 of ${config.trainer.world_size}, store at ${config.trainer.dist.host}:${leader.port})`
         : '') +
+      (config.metrics_address ? `; metrics at http://${config.metrics_address}/metrics` : '') +
       '\n',
   );
   announceReady();
@@ -99,6 +141,5 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
   } finally {
     await pool?.close();
     await connection.close();
-    await endpoint.stop();
   }
 }

@@ -6,11 +6,11 @@
  */
 import type { EvalPlan } from '../activities/evaluate';
 import type { EvalResults } from '../lib/eval/results';
-import type { EvalConfig, TemporalConfig } from '../lib/config/schemas';
+import type { EvalConfig, RunTemporalConfig } from '../lib/config/schemas';
 import { runActivities } from './plumbing';
 
 export type EvalInput =
-  { config: EvalConfig } | { plan: EvalPlan; temporal: Pick<TemporalConfig, 'task_queue' | 'heartbeat_timeout_s'> };
+  { config: EvalConfig } | { plan: EvalPlan; temporal: Pick<RunTemporalConfig, 'task_queue' | 'heartbeat_timeout_s'> };
 
 export interface EvalResult {
   runDir: string;

@@ -2,9 +2,16 @@
  * What the `rl`, `sft` and `eval` workflows share: the retry policy, the activity proxies of a run's
  * task queues, and the pause / resume / stop signals with the `progress` query.
  */
-import { condition, defineQuery, defineSignal, proxyActivities, setHandler } from '@temporalio/workflow';
+import {
+  ActivityCancellationType,
+  condition,
+  defineQuery,
+  defineSignal,
+  proxyActivities,
+  setHandler,
+} from '@temporalio/workflow';
 import type { CpuActivities, TrainerActivities } from '../activities/types';
-import type { TemporalConfig } from '../lib/config/schemas';
+import type { RunTemporalConfig } from '../lib/config/schemas';
 import { taskQueues } from '../lib/temporal/queues';
 
 /** Retries go on until the problem is fixed (a worker comes back); non-retryable failures stop them. */
@@ -21,9 +28,11 @@ type Duration = `${number} ${'seconds' | 'minutes' | 'hours'}`;
  *             whose worker died is retried as soon as the others, not after minutes of a stalled run
  *   trainer   the trainer queue (one activity at a time), heartbeating, 6 hours
  *   producer  in-flight mode's rollout producer: runs until the workflow cancels it, heartbeating
+ *   follower  a follower of the run folder (W&B) for the execution's lifetime, heartbeating; its
+ *             cancellation is waited for (it finishes what it follows first)
  */
 export function runActivities(
-  temporal: Pick<TemporalConfig, 'task_queue' | 'heartbeat_timeout_s'>,
+  temporal: Pick<RunTemporalConfig, 'task_queue' | 'heartbeat_timeout_s'>,
   cpuStartToClose: Duration = '2 hours',
 ) {
   const queues = taskQueues(temporal.task_queue);
@@ -43,6 +52,13 @@ export function runActivities(
       startToCloseTimeout: '8760 hours',
       heartbeatTimeout,
       retry,
+    }),
+    follower: proxyActivities<CpuActivities>({
+      taskQueue: queues.cpu,
+      startToCloseTimeout: '8760 hours',
+      heartbeatTimeout,
+      retry,
+      cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     }),
     trainer: proxyActivities<TrainerActivities>({
       taskQueue: queues.trainer,

@@ -169,6 +169,8 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
 
 /** The patch of executions whose commands all come from `stepsInOrder`. */
 const EVENTS_IN_ORDER = 'events-in-order';
+/** The patch of executions that run a W&B follower (runs with [wandb]). */
+const WANDB_FOLLOWER = 'wandb-follower';
 
 /** What the step loops share: the run's state and config, its activities and its evals. */
 export interface RLRun {
@@ -247,6 +249,16 @@ async function stepsInOrder(run: RLRun): Promise<RLResult> {
     );
   /** Work in flight that will complete (the producer only fails). */
   const busy = () => inbox.size - (producerScope ? 1 : 0);
+
+  // [wandb]: one follower of metrics.jsonl for this execution, however the run was started; it
+  // never fails the run, and is cancelled (and waited for: it logs the last steps) before the
+  // execution ends. Executions started before it existed have none.
+  const wandbScope = config.wandb !== undefined && patched(WANDB_FOLLOWER) ? new CancellationScope() : undefined;
+  const wandbDone = wandbScope?.run(() => run.activities.follower.followWandb({ runDir })).catch(() => undefined);
+  const stopWandb = async () => {
+    wandbScope?.cancel();
+    await wandbDone;
+  };
 
   /** Whether the next step may start: not paused or stopping, and its policy version (step - k) trained. */
   const stepMayStart = () =>
@@ -364,7 +376,11 @@ async function stepsInOrder(run: RLRun): Promise<RLResult> {
     break;
   }
   producerScope?.cancel();
-  if (continuing && state.step < maxSteps && !state.stopping) await continueAsNew<typeof rl>(config, state, opts);
+  if (continuing && state.step < maxSteps && !state.stopping) {
+    await stopWandb();
+    await continueAsNew<typeof rl>(config, state, opts);
+  }
   await run.runDueEvals(true);
+  await stopWandb();
   return run.result();
 }

@@ -19,6 +19,8 @@ export interface Command<S extends z.ZodType = z.ZodType> {
   /** A leading argument that is not an option sets this key (`runs show RUN`). */
   positional?: string;
   run(config: z.output<S>): Promise<void>;
+  /** What `--dry-run` writes besides the resolved config (rl's sbatch script): a line for stderr, or none. */
+  dryRun?(config: z.output<S>): Promise<string | undefined>;
 }
 
 /** Declares a command with its config type inferred from its schema. */

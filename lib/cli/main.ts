@@ -43,6 +43,11 @@ export const cliCommands = (worker: Command): CommandTable => ({
     ],
     parts: (c) => [...verifiersVenvUses('env', c.env), ...verifiersVenvUses('eval.env', c.eval.env)],
     run: async (config) => (await import('../launch/rl')).runRl(config),
+    dryRun: async (config) => {
+      if (!config.slurm) return undefined;
+      const { script } = (await import('../launch/slurm')).writeSlurmJob(config);
+      return `sbatch script written, not submitted: ${script}`;
+    },
   }),
   sft: command({
     summary: 'supervised fine-tuning as a Temporal workflow (cpu and trainer workers)',
@@ -222,6 +227,8 @@ export async function runCli(commands: CommandTable, argv: string[]): Promise<nu
             )
             .join('\n')}\n`,
         );
+      const extra = await cmd.dryRun?.(loaded.config);
+      if (extra) process.stderr.write(`${extra}\n`);
       const json = JSON.stringify(loaded.config, null, 2);
       if (loaded.dryRunFile) fs.writeFileSync(loaded.dryRunFile, `${json}\n`);
       process.stdout.write(`${json}\n`);

@@ -3,12 +3,13 @@
  * The same can be done with the Temporal CLI (`temporal workflow signal --workflow-id RUN --name pause`,
  * `temporal workflow query --workflow-id RUN --type progress`).
  */
-import { Client, Connection } from '@temporalio/client';
+import { Client } from '@temporalio/client';
 import { z } from 'zod';
 import { ConfigError } from '../config/errors';
-import { temporalCommandSchema } from '../config/schemas';
+import { loadConfig } from '../config/loader';
+import { evalSchema, rlSchema, sftSchema, temporalCommandSchema } from '../config/schemas';
 import { describeFailure } from '../failures';
-import { ensureTemporal } from '../temporal/devserver';
+import { connectClient, requireServer, temporalTarget } from '../temporal/connection';
 import { command, type Command } from './command';
 
 const runSchema = temporalCommandSchema.extend({
@@ -16,14 +17,15 @@ const runSchema = temporalCommandSchema.extend({
 });
 type RunsConfig = z.output<typeof runSchema>;
 
+/** A client of the configured server (or the local dev server, which must be running: `runs` starts none). */
 async function withClient<T>(c: RunsConfig, fn: (client: Client) => Promise<T>): Promise<T> {
-  const endpoint = await ensureTemporal(c.temporal, c.output_dir);
-  const connection = await Connection.connect({ address: endpoint.address });
+  const target = temporalTarget(c.temporal);
+  await requireServer(target);
+  const connection = await connectClient(target);
   try {
-    return await fn(new Client({ connection, namespace: endpoint.namespace }));
+    return await fn(new Client({ connection, namespace: target.namespace }));
   } finally {
     await connection.close();
-    await endpoint.stop();
   }
 }
 
@@ -45,7 +47,35 @@ function signal(name: 'pause' | 'resume' | 'stop', summary: string): Command {
   });
 }
 
+const startSchema = z.strictObject({
+  config: z
+    .string()
+    .min(1)
+    .describe("the run's resolved config (what --dry-run FILE writes); also accepted as the first argument"),
+  kind: z.enum(['rl', 'sft', 'eval']).describe('what the config is for: rl, sft or eval'),
+});
+
+/**
+ * `runs start`: a run whose processes run elsewhere (a SLURM job's steps, workers started by
+ * hand): starts its workflow (or re-attaches to it) on the server its config names, and follows it
+ * to its end as `rl`, `sft` and `eval` do; starts no process and no dev server.
+ */
+async function startRun(c: z.output<typeof startSchema>): Promise<void> {
+  // Read as the command reads a config file (a key it does not know is an error naming it).
+  const load = <S extends z.ZodType>(schema: S) => loadConfig({ schema, argv: ['@', c.config], env: {} }).config;
+  const opts = { external: true };
+  if (c.kind === 'rl') return (await import('../launch/rl')).runRl(load(rlSchema), opts);
+  if (c.kind === 'sft') return (await import('../launch/sft')).runSft(load(sftSchema), opts);
+  return (await import('../launch/eval')).runEval(load(evalSchema), opts);
+}
+
 export const runsCommands: Record<string, Command> = {
+  start: command({
+    summary: 'start a run whose workers run elsewhere (SLURM, by hand) from its resolved config, and follow it',
+    schema: startSchema,
+    positional: 'config',
+    run: startRun,
+  }),
   list: command({
     summary: 'list runs (rl, sft and eval workflows)',
     schema: runSchema,

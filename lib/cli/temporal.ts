@@ -1,11 +1,14 @@
 /**
  * `prime-rl temporal start|stop|status`: the local Temporal dev server (SQLite under
- * `<output_dir>/temporal/`, gRPC and UI on 127.0.0.1). `start` runs in the foreground until Ctrl-C;
- * `start --detach` leaves it running and records its pid for `stop` (as the launcher records the
- * server it starts: `stop` also ends one that a killed launcher left behind).
+ * `<output_dir>/temporal/`, gRPC and UI on 127.0.0.1, metrics on temporal.metrics_port). `start`
+ * runs in the foreground until Ctrl-C; `start --detach` leaves it running and records its pid for
+ * `stop` (as the launcher records the server it starts: `stop` also ends one that a killed launcher
+ * left behind). `status` checks the configured server (TEMPORAL_*, temporal.toml, temporal.*) when
+ * there is one: reachable, TLS and API key accepted.
  */
 import { z } from 'zod';
 import { temporalCommandSchema, type TemporalCommandConfig } from '../config/schemas';
+import { connectClient, describeTarget, temporalTarget } from '../temporal/connection';
 import { isRunning, terminateProcess } from '../proc';
 import {
   devServerOptions,
@@ -26,11 +29,14 @@ async function start(c: TemporalCommandConfig & { detach: boolean }): Promise<vo
     process.stdout.write(`Temporal is already listening on ${ip}:${port}; reusing it.\n`);
     return;
   }
-  const opts = { ...devServerOptions(c.temporal, c.output_dir), detached: c.detach };
+  // The namespace the other commands will use on it (temporal.namespace, TEMPORAL_NAMESPACE, a profile's).
+  const { namespace } = temporalTarget({ ...c.temporal, address: `${ip}:${port}` });
+  const opts = { ...devServerOptions(c.temporal, c.output_dir, namespace), detached: c.detach };
   const { child, endpoint } = await startDevServer(opts);
   process.stdout.write(
     `Temporal dev server on ${endpoint.address} (namespace ${endpoint.namespace})\n` +
-      `  UI:       ${endpoint.uiUrl}\n  database: ${opts.dbFile}\n  log:      ${opts.logFile}\n`,
+      `  UI:       ${endpoint.uiUrl}\n  metrics:  http://${ip}:${opts.metricsPort}/metrics\n` +
+      `  database: ${opts.dbFile}\n  log:      ${opts.logFile}\n`,
   );
   if (c.detach) {
     recordDevServer(c.output_dir, { pid: child.pid!, port: c.temporal.port });
@@ -68,6 +74,18 @@ async function stop(c: TemporalCommandConfig): Promise<void> {
 }
 
 async function status(c: TemporalCommandConfig): Promise<void> {
+  const target = temporalTarget(c.temporal);
+  if (target.configured) {
+    // Fails within seconds saying what to set when TLS or the API key is refused.
+    const connection = await connectClient(target);
+    try {
+      const info = await connection.workflowService.getSystemInfo({});
+      process.stdout.write(`Temporal ${info.serverVersion ?? ''} reachable at ${describeTarget(target)}\n`);
+    } finally {
+      await connection.close();
+    }
+    return;
+  }
   const { ip, port, ui_port } = c.temporal;
   const up = await isListening(ip, port);
   const pid = readPid(c);
@@ -87,5 +105,9 @@ export const temporalCommands: Record<string, Command> = {
     run: start,
   }),
   stop: command({ summary: 'stop a server started with --detach', schema: temporalCommandSchema, run: stop }),
-  status: command({ summary: 'tell whether a server is listening', schema: temporalCommandSchema, run: status }),
+  status: command({
+    summary: 'check the configured Temporal server (TLS, API key), or tell whether a local one listens',
+    schema: temporalCommandSchema,
+    run: status,
+  }),
 };

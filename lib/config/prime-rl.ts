@@ -42,7 +42,8 @@ const move = (from: string, to: string, extra: Partial<Alias> = {}): Alias => ({
 
 const PERF = 'a performance setting of the PyTorch trainer; results do not depend on it';
 const LOGS = 'our processes log to <run>/logs/ at one level';
-const SLURM = 'SLURM jobs: run our processes under any scheduler as docs/cluster.md shows';
+const SLURM =
+  'SLURM jobs of this command: rl submits with [slurm] (docs/cluster.md, "SLURM"); run the others under any scheduler as docs/cluster.md shows';
 const ENV_VARS = 'set variables in the environment of the prime-rl command: every process it starts inherits it';
 const TRANSPORT = 'every part exchanges weights and batches through the run folder (output_dir), shared between hosts';
 const TOKENIZER =
@@ -426,9 +427,27 @@ const resumeKeys = (prefix: string): Alias[] => [
   ),
 ];
 
-const broadcastKeys = (prefix: string): Alias[] => [
-  only(`${prefix}weight_broadcast.type`, ['filesystem'], TRANSPORT),
-  refuse(`${prefix}weight_broadcast`, TRANSPORT, true),
+/**
+ * `[weight_broadcast]`, shared or under trainer / orchestrator / inference: rl's is our
+ * [weight_broadcast] (filesystem or nccl: lib/config/schemas/weights.ts); sft and eval have none.
+ */
+const broadcastKeys = (prefix: string, rl = false): Alias[] => [
+  ...(rl
+    ? [
+        ...(prefix === ''
+          ? []
+          : ['type', 'host', 'port'].map((k) => move(`${prefix}weight_broadcast.${k}`, `weight_broadcast.${k}`))),
+        move(`${prefix}weight_broadcast.timeout`, 'weight_broadcast.timeout_s'),
+        only(
+          `${prefix}weight_broadcast.quantize_in_weight_transfer`,
+          [false],
+          'FP8 weight transfer: versions travel in the model dtype',
+        ),
+      ]
+    : [
+        only(`${prefix}weight_broadcast.type`, ['filesystem'], TRANSPORT),
+        refuse(`${prefix}weight_broadcast`, TRANSPORT, true),
+      ]),
   accept(`${prefix}rollout_transport.type`, TRANSPORT),
   refuse(`${prefix}rollout_transport`, TRANSPORT, true),
 ];
@@ -559,10 +578,13 @@ const deploymentKeys = (prefix: string, inferGpus: string | null): Alias[] => [
   ),
 ];
 
-const commonTop = (prefix = ''): Alias[] => [
+/** `slurm`: rl's [slurm] is ours (lib/config/schemas/slurm.ts); elsewhere it is refused. */
+const commonTop = (prefix = '', slurm = false): Alias[] => [
   refuse(`${prefix}env_vars`, ENV_VARS, true),
   refuse(`${prefix}log`, LOGS, true),
-  refuseFeature(`${prefix}slurm`, SLURM),
+  ...(slurm
+    ? [only(`${prefix}slurm.dry_run`, [false], 'give --dry-run on the command line: it writes the script, unsubmitted')]
+    : [refuseFeature(`${prefix}slurm`, SLURM)]),
   refuseFeature(
     `${prefix}heartbeat`,
     'BetterStack heartbeats: watch runs with `prime-rl runs show`, the Temporal UI or metrics.jsonl',
@@ -656,7 +678,7 @@ function inferenceKeys(rl: boolean): Alias[] {
     refuse('inference.log', LOGS, true),
     refuse('inference.env_vars', ENV_VARS, true),
     only('inference.use_deep_gemm', [false], 'FP8 DeepGEMM kernels'),
-    ...broadcastKeys('inference.'),
+    ...broadcastKeys('inference.', rl),
     refuseFeature('inference.kv_cache_offload', 'KV cache offload to CPU or disk'),
     only('inference.use_pd_kv_transfer', [false], 'prefill/decode disaggregation'),
     accept('inference.enable_fp32_lm_head', "the LM head's log-softmax is fp32"),
@@ -670,14 +692,14 @@ function inferenceKeys(rl: boolean): Alias[] {
 }
 
 /** The top-level blocks `rl` and `sft` share; `inferGpus`: where num_infer_gpus goes (null: one server only). */
-const trainingTop = (wandb: boolean, inferGpus: string | null): Alias[] => [
+const trainingTop = (wandb: boolean, inferGpus: string | null, rl = false): Alias[] => [
   // First: a multi-node file is refused for its deployment, before any of its other keys.
   ...deploymentKeys('', inferGpus),
-  ...commonTop(),
+  ...commonTop('', rl),
   ...ckptKeys(''),
   ...resumeKeys(''),
   ...monitors('', wandb),
-  ...broadcastKeys(''),
+  ...broadcastKeys('', rl),
   ...tokenizerKeys(''),
 ];
 
@@ -698,7 +720,7 @@ const loraAsTrainer = (key: 'rank' | 'alpha', dflt: number): Alias => ({
 const ORCH = 'orchestrator';
 
 export const PRIME_RL_RL_KEYS: readonly Alias[] = [
-  ...trainingTop(true, 'inference.replicas'),
+  ...trainingTop(true, 'inference.replicas', true),
   refuseFeature('model.vlm', 'vision-language models'),
   // [orchestrator]
   move(`${ORCH}.group_size`, `${ORCH}.rollouts_per_example`),
@@ -753,7 +775,7 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   refuse(`${ORCH}.inference_metrics_roles`, 'prefill/decode disaggregation'),
   ...ckptKeys(`${ORCH}.`),
   ...resumeKeys(`${ORCH}.`),
-  ...broadcastKeys(`${ORCH}.`),
+  ...broadcastKeys(`${ORCH}.`, true),
   refuse(
     `${ORCH}.tasks_per_minute`,
     'a dispatch rate limit: the rollouts in flight are bounded by orchestrator.concurrency (min_inflight, max_inflight)',
@@ -784,7 +806,7 @@ export const PRIME_RL_RL_KEYS: readonly Alias[] = [
   ...schedulerKeys('trainer.'),
   ...ckptKeys('trainer.'),
   ...resumeKeys('trainer.'),
-  ...broadcastKeys('trainer.'),
+  ...broadcastKeys('trainer.', true),
   ...tokenizerKeys('trainer.'),
   refuse('trainer.log', LOGS, true),
   ...monitors('trainer.', true),

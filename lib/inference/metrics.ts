@@ -1,7 +1,7 @@
 /** Prometheus metrics of the inference server (`GET /metrics`), read from the scheduler when scraped. */
 import { Counter, Gauge, Registry } from 'prom-client';
 import * as native from '../../native';
-import type { CacheStats } from '../../native';
+import type { CacheStats, StateSlotStats } from '../../native';
 import type { Scheduler } from './scheduler';
 
 /** The load gauges, also read by the orchestrator (lib/orchestrator/server-load.ts). */
@@ -42,7 +42,18 @@ const CACHE_GAUGES: [string, string, NumericKeys<CacheStats>][] = [
     'prefixHitTokens',
   ],
 ];
-type NumericKeys<T> = { [K in keyof T]: T[K] extends number ? K : never }[keyof T];
+/** The per-sequence state slots of a hybrid model's cache (registered for hybrid models only). */
+const STATE_GAUGES: [string, string, keyof StateSlotStats][] = [
+  ['prime_inference_state_slots_total', 'per-sequence state slots (hybrid models: recurrent layers)', 'slots'],
+  ['prime_inference_state_slots_in_use', 'state slots held by running sequences', 'inUse'],
+  [
+    'prime_inference_state_slots_cached',
+    'state slots holding state snapshots the prefix cache keeps for reuse',
+    'cached',
+  ],
+  ['prime_inference_state_slot_bytes', 'bytes of one state slot', 'slotBytes'],
+];
+type NumericKeys<T> = { [K in keyof T]-?: T[K] extends number ? K : never }[keyof T];
 
 /** Tokens/s over this trailing window. */
 const RATE_WINDOW_MS = 10_000;
@@ -50,6 +61,7 @@ const RATE_WINDOW_MS = 10_000;
 export class InferenceMetrics {
   readonly registry = new Registry();
   private readonly requests: Counter<'route' | 'status'>;
+  private readonly weightUpdates: Counter<'source'>;
   private samples: { t: number; tokens: number }[] = [];
 
   constructor(scheduler: Scheduler) {
@@ -58,6 +70,12 @@ export class InferenceMetrics {
       name: 'prime_inference_requests_total',
       help: 'HTTP requests by route and status',
       labelNames: ['route', 'status'],
+      registers,
+    });
+    this.weightUpdates = new Counter({
+      name: 'prime_inference_weight_updates_total',
+      help: 'policy versions loaded by /update_weights, by where their weights came from: a broadcast, or the folder',
+      labelNames: ['source'],
       registers,
     });
     const gauge = (name: string, help: string, read: () => number) =>
@@ -72,6 +90,8 @@ export class InferenceMetrics {
     gauge(RUNNING_GAUGE, 'sequences in the running batch', () => scheduler.runningCount);
     gauge(WAITING_GAUGE, 'sequences queued for a slot', () => scheduler.waitingCount);
     for (const [name, help, key] of CACHE_GAUGES) gauge(name, help, () => scheduler.cache[key]);
+    if (scheduler.cache.state)
+      for (const [name, help, key] of STATE_GAUGES) gauge(name, help, () => scheduler.cache.state?.[key] ?? 0);
     gauge('prime_inference_policy_version', 'policy version being served', () => scheduler.policy.version);
     gauge('prime_inference_generation_tokens_total', 'tokens sampled since start', () => scheduler.generatedTokens);
     gauge('prime_inference_prompt_tokens_total', 'prompt tokens prefilled since start', () => scheduler.promptTokens);
@@ -88,6 +108,10 @@ export class InferenceMetrics {
       `sampled tokens per second over the last ${RATE_WINDOW_MS / 1000} s`,
       () => this.rate(scheduler.generatedTokens),
     );
+  }
+
+  countWeightUpdate(source: 'broadcast' | 'filesystem'): void {
+    this.weightUpdates.inc({ source });
   }
 
   countRequest(route: string, status: number): void {

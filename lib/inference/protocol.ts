@@ -202,6 +202,42 @@ export const generateRequest = z.strictObject({
 });
 export type GenerateRequest = z.output<typeof generateRequest>;
 
+/**
+ * `/weights/join` (weight_broadcast nccl, sent by trainer rank 0): become rank `rank` of `size` of
+ * the process group generation `generation`, on the trainer's store at `store` (host:port).
+ */
+export const weightsJoinRequest = z.strictObject({
+  generation: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/),
+  store: z.string().regex(/^[^\s/]+:\d{1,5}$/, 'host:port'),
+  rank: z.number().int().positive(),
+  size: z.number().int().min(2).max(65536),
+  timeout_s: z.number().positive(),
+  /** Where the received bytes go through: cpu (Gloo) or a CUDA device (NCCL). */
+  device: z.string().regex(/^(cpu|cuda(:\d+)?)$/),
+});
+
+/**
+ * `/weights/receive`: take version `version` (to be loaded as `weight_dir`) from the group, unit by
+ * unit as the trainer sends them; answered once all of it is here.
+ */
+export const weightsReceiveRequest = z.strictObject({
+  generation: z.string().min(1).max(64),
+  version: z.number().int().positive(),
+  weight_dir: z.string().min(1),
+  units: z
+    .array(
+      z.array(
+        z.strictObject({
+          name: z.string().min(1).max(512),
+          dtype: z.enum(['F32', 'BF16', 'F16']),
+          shape: z.array(z.number().int().nonnegative()).max(8),
+        }),
+      ),
+    )
+    .min(1),
+  bucket_bytes: z.number().int().positive(),
+});
+
 export const updateWeightsRequest = z.strictObject({
   weight_dir: z.string().min(1),
   /**

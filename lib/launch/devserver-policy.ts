@@ -1,6 +1,7 @@
 /**
- * Which Temporal server a launch uses, and whether it stops it at its end. The configured server
- * (temporal.address) is only used. Otherwise a local dev server: one a killed launcher of this
+ * Which Temporal server a launch uses, and whether it stops it at its end. A configured server
+ * (temporal.address, TEMPORAL_ADDRESS or a temporal.toml profile: lib/temporal/connection.ts) is
+ * only used. Otherwise a local dev server: one a killed launcher of this
  * output dir started is taken over; one already listening (another command's) is used, not owned;
  * else one is started. An owned server runs in its own process group (whether it outlives the run
  * is for `releaseDevServer` to decide, not a Ctrl-C) and is restarted on the same SQLite file, so
@@ -11,6 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection } from '@temporalio/client';
 import type { TemporalConfig } from '../config/schemas';
 import { isRunning, type ProcessId } from '../proc';
+import { otherRunningWorkflows, type TemporalTarget } from '../temporal/connection';
 import {
   devServerOptions,
   forgetDevServer,
@@ -56,26 +58,22 @@ function healthProbe(address: string, deadlineMs: number): { liveness: Liveness;
   return { liveness: { deadlineMs, probe }, close };
 }
 
-/** The `host:port` a launch connects to. */
-export function temporalAddress(temporal: TemporalConfig): string {
-  return temporal.address ?? `${temporal.ip}:${temporal.port}`;
-}
-
 /**
  * Starts or takes over the local dev server of `outputDir` when the launch needs one; `self` (the
  * launcher) is recorded as its owner, so that a later launch can take it over if we are killed.
  */
 export async function acquireDevServer(
   temporal: TemporalConfig,
+  target: TemporalTarget,
   outputDir: string,
   self: ProcessId,
   say: (line: string) => void,
   livenessMs: number,
 ): Promise<OwnedDevServer | undefined> {
-  if (temporal.address) return undefined;
-  const address = temporalAddress(temporal);
+  if (target.configured) return undefined;
+  const address = target.address;
   const health = healthProbe(address, livenessMs);
-  const opts = { ...devServerOptions(temporal, outputDir), detached: true };
+  const opts = { ...devServerOptions(temporal, outputDir, target.namespace), detached: true };
   const record = (pid: number | undefined) =>
     pid !== undefined && recordDevServer(outputDir, { pid, port: opts.port, owner: self });
   const left = runningDevServer(outputDir);
@@ -115,7 +113,9 @@ export async function acquireDevServer(
     health.liveness,
   );
   first = undefined;
-  say(`Temporal dev server on ${address} (UI http://${opts.ip}:${opts.uiPort})`);
+  say(
+    `Temporal dev server on ${address} (UI http://${opts.ip}:${opts.uiPort}, metrics http://${opts.ip}:${opts.metricsPort}/metrics)`,
+  );
   return { process: server, port: opts.port, closeProbe: health.close };
 }
 
@@ -125,13 +125,13 @@ export async function acquireDevServer(
  */
 export async function releaseDevServer(
   server: OwnedDevServer,
-  temporal: TemporalConfig,
+  target: TemporalTarget,
   outputDir: string,
   runName: string,
   say: (line: string) => void,
 ): Promise<void> {
   await server.closeProbe();
-  const others = await otherOpenWorkflows(temporalAddress(temporal), temporal.namespace, runName).catch(() => []);
+  const others = await othersOnServer(target.address, target.namespace, runName).catch(() => []);
   const pid = server.process.pid;
   if (others.length === 0 || pid === undefined) {
     await server.process.stop();
@@ -145,18 +145,11 @@ export async function releaseDevServer(
   }
 }
 
-/** Ids of the workflows running on a Temporal server, except `own` and its child workflows. */
-async function otherOpenWorkflows(address: string, namespace: string, own: string): Promise<string[]> {
+/** Ids of the workflows running on the local dev server at `address`, except `own` and its children. */
+async function othersOnServer(address: string, namespace: string, own: string): Promise<string[]> {
   const connection = await Connection.connect({ address, connectTimeout: 5000 });
   try {
-    const ids: string[] = [];
-    for await (const w of new Client({ connection, namespace }).workflow.list({
-      query: 'ExecutionStatus = "Running"',
-    })) {
-      if (![w.workflowId, w.parentExecution?.workflowId, w.rootExecution?.workflowId].includes(own))
-        ids.push(w.workflowId);
-    }
-    return ids;
+    return await otherRunningWorkflows(new Client({ connection, namespace }), own);
   } finally {
     await connection.close();
   }

@@ -6,7 +6,7 @@ import { renderEvalTable } from '../eval';
 import type { EvalResults } from '../eval/results';
 import { RunLayout } from '../runfolder/layout';
 import { follow } from './follow';
-import { launch, type LocalRun } from './launch';
+import { launch, type LaunchOptions, type LocalRun } from './launch';
 
 /**
  * What the launcher reads of the `eval` workflow's result (workflows/eval.ts `EvalResult`;
@@ -18,7 +18,7 @@ export interface EvalResultView {
 }
 
 /** An eval: a cpu worker, plus an inference server on model.name unless an external API is evaluated. */
-export function launchEval(config: EvalConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun<EvalResultView>> {
+export function launchEval(config: EvalConfig, opts: LaunchOptions = {}): Promise<LocalRun<EvalResultView>> {
   const local = config.client.base_url === undefined;
   if (local && !config.model.name)
     throw new ConfigError('model.name: the model folder to evaluate (or client.base_url for an external API)');
@@ -53,8 +53,8 @@ export function launchEval(config: EvalConfig, opts: { quiet?: boolean } = {}): 
 }
 
 /** The `eval` command: the results table, and where the files are. */
-export async function runEval(config: EvalConfig): Promise<void> {
-  const run = await launchEval(config);
+export async function runEval(config: EvalConfig, opts: LaunchOptions = {}): Promise<void> {
+  const run = await launchEval(config, opts);
   await follow(run, config.run_name, (result) => {
     process.stdout.write(`${renderEvalTable(result.results)}\n  results: ${path.join(result.runDir, 'eval')}\n`);
   });

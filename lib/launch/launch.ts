@@ -14,13 +14,18 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
+import {
+  Client,
+  type Connection,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowNotFoundError,
+} from '@temporalio/client';
 import {
   replicaServers,
   serverUrl,
   trainerRankSchema,
   type InferenceConfig,
-  type TemporalConfig,
+  type RunTemporalConfig,
   type TrainerRankConfig,
   type WorkerConfig,
 } from '../config/schemas';
@@ -30,11 +35,19 @@ import { CommandError } from '../cli/command';
 import { RunLayout } from '../runfolder/layout';
 import { freePort } from '../net';
 import { isRunning, processId, terminateProcess, type ProcessId } from '../proc';
+import {
+  connectClient,
+  describeTarget,
+  otherRunningWorkflows,
+  requireServer,
+  temporalTarget,
+} from '../temporal/connection';
 import { isListening } from '../temporal/devserver';
 import { taskQueues } from '../temporal/queues';
-import { checkWorldSize } from '../trainer/group';
-import { acquireDevServer, releaseDevServer, temporalAddress, type OwnedDevServer } from './devserver-policy';
+import { checkWorldSize, newDistToken } from '../trainer/group';
+import { acquireDevServer, releaseDevServer, type OwnedDevServer } from './devserver-policy';
 import { SilentServers } from './silence';
+import { jobStep } from './slurm';
 import {
   cliProcess,
   readLauncherRecord,
@@ -49,7 +62,7 @@ import {
 export interface LaunchSpec {
   runName: string;
   outputDir: string;
-  temporal: TemporalConfig;
+  temporal: RunTemporalConfig;
   /** The inference server to run, if the workflow samples from one. */
   inference?: InferenceConfig;
   /** Worker pools to run. */
@@ -67,6 +80,22 @@ export interface LaunchSpec {
    * line (silence.ts); default: the ones this launch runs.
    */
   samplesFrom?: string[];
+}
+
+/** How a launch runs. */
+export interface LaunchOptions {
+  /** No progress line or launcher lines on stderr (tests). */
+  quiet?: boolean;
+  /**
+   * The run's processes run elsewhere (a SLURM job's steps, started by hand): start none, and
+   * no dev server; only start (or re-attach to) the workflow and follow it (`prime-rl runs start`).
+   */
+  external?: boolean;
+  /**
+   * Inside a SLURM job ([slurm], lib/launch/slurm.ts): each process is a job step of its own
+   * (srun), started again by its supervision when the step ends.
+   */
+  jobSteps?: boolean;
 }
 
 export interface LocalRun<R> {
@@ -106,8 +135,11 @@ export function retryNote(pending: readonly PendingActivity[]): string | undefin
 }
 
 /** Starts everything a workflow needs locally and the workflow; `result` settles when it completes. */
-export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}): Promise<LocalRun<R>> {
+export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Promise<LocalRun<R>> {
   const layout = RunLayout.of(spec.outputDir, spec.runName);
+  // The server and how to reach it (TEMPORAL_*, temporal.toml, temporal.*): a bad profile is a
+  // config error before anything starts.
+  const target = temporalTarget(spec.temporal);
   fs.mkdirSync(layout.logsDir, { recursive: true });
   const say = (line: string) => {
     if (!opts.quiet) process.stderr.write(`${line}\n`);
@@ -138,13 +170,13 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       }),
   );
 
-  if (spec.pools.includes('trainer')) checkWorldSize(spec.trainer ?? trainerRankSchema.parse({}));
+  if (spec.pools.includes('trainer') && !opts.external) checkWorldSize(spec.trainer ?? trainerRankSchema.parse({}));
 
   // The run's own inference servers must get their ports: were another process (another run's
   // server) answering there, rollouts would silently come from that server's model. After a killed
   // launcher a port may still be held a while (its server's last threads exiting): waited for, with
   // a deadline.
-  const servers = spec.inference ? replicaServers(spec.inference) : [];
+  const servers = spec.inference && !opts.external ? replicaServers(spec.inference) : [];
   const deadline = Date.now() + (previous ? PORT_WAIT_MS : 0);
   for (const http of servers) {
     if (http.port === 0) continue;
@@ -166,7 +198,8 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
   saveRecord();
 
   let temporal: OwnedDevServer | undefined;
-  const address = temporalAddress(spec.temporal);
+  /** The run's task queue prefix: its own, or that of its running workflow when re-attaching (below). */
+  let queuePrefix = spec.temporal.task_queue;
   // A local process silent this long is hung: killed, and so restarted (supervise.ts).
   const liveness: Liveness = { deadlineMs: spec.temporal.heartbeat_timeout_s * 1000 };
 
@@ -180,12 +213,15 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     const dist = spec.trainer?.dist ?? trainerRankSchema.parse({}).dist;
     // Local ranks rendezvous on a port picked now unless the config names one.
     const trainerDist = worldSize > 1 && dist.port === 0 ? { ...dist, port: await freePort() } : dist;
+    // The workers reach the server as this process does: the same keys, and the environment
+    // (TEMPORAL_*) they inherit. No secret is written into their config files.
     const workerBase: Omit<WorkerConfig, 'pool'> = {
       output_dir: spec.outputDir,
       ...spec.worker,
-      temporal: { ...spec.temporal, address },
+      temporal: { ...spec.temporal, task_queue: queuePrefix },
       trainer: { rank: 0, world_size: worldSize, dist: trainerDist },
     };
+    const step = (name: string) => (opts.jobSteps ? (argv: string[]) => jobStep(name, argv) : undefined);
     const recorded = (pool: keyof LauncherRecord['processes']) => (id: ProcessId) => {
       record.processes[pool] = id;
       try {
@@ -203,6 +239,8 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         cliProcess(
           ['inference', '@', writeJson(path.join(configs, `${name}.json`), { ...spec.inference, server, replicas: 1 })],
           path.join(layout.logsDir, `${name}.log`),
+          {},
+          step(name),
         ),
         say,
         recorded(name),
@@ -212,12 +250,20 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       if (i === 0) children.inference = supervised;
       else replicas.push(supervised);
     });
+    // The ranks' shared token (lib/trainer/group.ts): the user's, or a fresh one for these ranks.
+    const rankEnv: Record<string, string> =
+      worldSize > 1 && !process.env[dist.token_var] ? { [dist.token_var]: newDistToken() } : {};
     const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
     for (const pool of spec.pools) {
       const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
       children[pool] = new Supervised(
         `${pool} worker`,
-        cliProcess(['worker', '@', file], path.join(layout.logsDir, logName[pool])),
+        cliProcess(
+          ['worker', '@', file],
+          path.join(layout.logsDir, logName[pool]),
+          pool === 'trainer' ? rankEnv : {},
+          step(pool),
+        ),
         say,
         recorded(pool),
         undefined,
@@ -235,7 +281,7 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
       followers.push(
         new Supervised(
           `trainer rank ${rank}`,
-          cliProcess(['worker', '@', file], path.join(layout.logsDir, `${name}.log`)),
+          cliProcess(['worker', '@', file], path.join(layout.logsDir, `${name}.log`), rankEnv, step(name)),
           say,
           recorded(name),
           undefined,
@@ -247,16 +293,18 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
 
   const stop = async () => {
     await Promise.all([...Object.values(children), ...followers, ...replicas].map((c) => c.stop()));
-    if (temporal) await releaseDevServer(temporal, spec.temporal, spec.outputDir, spec.runName, say);
+    if (temporal) await releaseDevServer(temporal, target, spec.outputDir, spec.runName, say);
     fs.rmSync(layout.launcherFile, { force: true });
   };
 
   let opened: Connection | undefined;
   try {
-    temporal = await acquireDevServer(spec.temporal, spec.outputDir, self, say, liveness.deadlineMs);
+    if (opts.external) await requireServer(target);
+    else temporal = await acquireDevServer(spec.temporal, target, spec.outputDir, self, say, liveness.deadlineMs);
+    if (target.configured) say(`Temporal at ${describeTarget(target)}`);
 
-    const connection = (opened = await Connection.connect({ address }));
-    const client = new Client({ connection, namespace: spec.temporal.namespace });
+    const connection = (opened = await connectClient(target));
+    const client = new Client({ connection, namespace: target.namespace });
     const workflowId = spec.runName;
     let handle = client.workflow.getHandle<(...args: unknown[]) => Promise<R>>(workflowId);
     // Re-attach only to this very run: same workflow type and same run folder. Two output dirs
@@ -273,6 +321,12 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
         throw new Error(
           `workflow ${workflowId} is running for run folder ${String(runDir)}, not ${path.resolve(layout.dir)}: use another run_name`,
         );
+      // Its workers poll the queues it was started on (an execution started before per-run queues
+      // were the default keeps the shared ones).
+      const started = d.taskQueue.replace(/\.cpu$/, '');
+      if (started !== queuePrefix)
+        say(`workflow ${workflowId} runs on task queues ${started}.*; its workers poll them`);
+      queuePrefix = started;
       return true;
     };
     let running = false;
@@ -281,13 +335,20 @@ export async function launch<R>(spec: LaunchSpec, opts: { quiet?: boolean } = {}
     } catch (e) {
       if (!(e instanceof WorkflowNotFoundError)) throw e;
     }
+    // Runs never share workers: a queue another running workflow uses is refused.
+    const cpuQueue = taskQueues(queuePrefix).cpu;
+    const sharing = await otherRunningWorkflows(client, workflowId, `TaskQueue = "${cpuQueue}"`);
+    if (sharing.length > 0)
+      throw new ConfigError(
+        `temporal.task_queue: ${queuePrefix} is the task queue prefix of running workflow ${sharing.join(', ')}, whose workers would take this run's activities (and it theirs); give each run its own (unset = prime-rl.<run_name>)`,
+      );
     // Checked before any process starts, so a refused launch leaves nothing behind.
-    await spawnChildren();
+    if (!opts.external) await spawnChildren();
     if (running) say(`re-attached to running workflow ${workflowId}`);
     else {
       try {
         handle = await client.workflow.start<(...args: unknown[]) => Promise<R>>(spec.workflowType, {
-          taskQueue: taskQueues(spec.temporal.task_queue).cpu,
+          taskQueue: cpuQueue,
           workflowId,
           args: spec.args,
           memo: spec.memo,

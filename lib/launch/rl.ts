@@ -5,10 +5,10 @@ import { readEvalResults, renderEvalTable } from '../eval';
 import { writeReport } from '../report';
 import { RunLayout } from '../runfolder/layout';
 import { stepLine } from '../run/progress';
-import { startWandb } from '../run/wandb';
 import type { TrainMetrics } from '../trainer/types';
 import { follow, trainParts } from './follow';
-import { launch, type LocalRun } from './launch';
+import { launch, type LaunchOptions, type LocalRun } from './launch';
+import { insideSlurmJob, submitSlurmJob } from './slurm';
 
 /**
  * What the launcher reads of the `rl` workflow's `progress` query (workflows/rl.ts `RLProgress`;
@@ -31,7 +31,7 @@ export interface RlResultView {
 }
 
 /** An RL run: inference server, cpu and trainer workers, the `rl` workflow. */
-export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun<RlResultView>> {
+export function launchRun(config: RLConfig, opts: LaunchOptions = {}): Promise<LocalRun<RlResultView>> {
   return launch<RlResultView>(
     {
       runName: config.run_name,
@@ -67,29 +67,18 @@ export function launchRun(config: RLConfig, opts: { quiet?: boolean } = {}): Pro
   );
 }
 
-/** The `rl` command: launch, follow, summarise (with its evals and report), clean up. */
-export async function runRl(config: RLConfig): Promise<void> {
-  const run = await launchRun(config);
-  // No [wandb] section: no W&B, nothing to say (the user did not ask for it).
-  const wandb =
-    config.wandb &&
-    (await startWandb({
-      settings: config.wandb,
-      runName: config.run_name,
-      runDir: run.layout.dir,
-      metricsFile: run.layout.metricsFile,
-      config,
-      say: (line) => process.stderr.write(`${line}\n`),
-    }));
-  try {
-    await followRl(run, config);
-  } finally {
-    await wandb?.close();
+/**
+ * The `rl` command: launch, follow, summarise (with its evals and report), clean up. W&B ([wandb])
+ * is the workflow's (activities/wandb.ts), whoever starts the run.
+ */
+export async function runRl(config: RLConfig, opts: LaunchOptions = {}): Promise<void> {
+  // [slurm]: submitted as a batch job, unless this is that job (lib/launch/slurm.ts).
+  if (config.slurm && !opts.external) {
+    if (!insideSlurmJob()) return void submitSlurmJob(config, (line) => process.stdout.write(`${line}\n`));
+    opts = { ...opts, jobSteps: true };
   }
-}
-
-function followRl(run: LocalRun<RlResultView>, config: RLConfig): Promise<void> {
-  return follow(run, config.run_name, (result) => {
+  const run = await launchRun(config, opts);
+  await follow(run, config.run_name, (result) => {
     const evals = readEvalResults(result.runDir);
     process.stdout.write(
       `run ${config.run_name} ${result.stoppedEarly ? 'stopped' : 'completed'}: ${result.steps} steps, last reward ${result.lastReward?.toFixed(3) ?? '-'}\n` +

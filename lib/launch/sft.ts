@@ -10,7 +10,7 @@ import { RunLayout } from '../runfolder/layout';
 import { stepLine } from '../run/progress';
 import type { TrainMetrics } from '../trainer/types';
 import { follow, trainParts } from './follow';
-import { launch, type LocalRun } from './launch';
+import { launch, type LaunchOptions, type LocalRun } from './launch';
 
 /**
  * What the launcher reads of the `sft` workflow's `progress` query (workflows/sft.ts
@@ -50,7 +50,7 @@ function evalServer(config: SFTConfig) {
 }
 
 /** An SFT run: cpu and trainer workers (and an inference server for its evals), the `sft` workflow. */
-export function launchSft(config: SFTConfig, opts: { quiet?: boolean } = {}): Promise<LocalRun<SftResultView>> {
+export function launchSft(config: SFTConfig, opts: LaunchOptions = {}): Promise<LocalRun<SftResultView>> {
   return launch<SftResultView>(
     {
       runName: config.run_name,
@@ -86,8 +86,8 @@ export function launchSft(config: SFTConfig, opts: { quiet?: boolean } = {}): Pr
 }
 
 /** The `sft` command. */
-export async function runSft(config: SFTConfig): Promise<void> {
-  const run = await launchSft(config);
+export async function runSft(config: SFTConfig, opts: LaunchOptions = {}): Promise<void> {
+  const run = await launchSft(config, opts);
   await follow(run, config.run_name, (result) => {
     const m = result.lastTrain?.metrics;
     const evals = readEvalResults(result.runDir);

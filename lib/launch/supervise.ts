@@ -15,6 +15,7 @@ import { formatMs, Watchdog, withDeadline } from '../deadline';
 import {
   asProcessId,
   isRunning,
+  PARENT_PIPE_ENV,
   parentPipeOptions,
   PIPE_BEAT_MS,
   PIPE_READY,
@@ -183,17 +184,30 @@ export class Supervised {
 }
 
 /**
- * A `prime-rl <args>` child process with output appended to `logFile`. It dies with this process:
- * it watches a pipe from us (see `watchParentPipe`), which the kernel closes however we die.
+ * A `prime-rl <args>` child process with output appended to `logFile`, with `env` added to this
+ * process's environment. It dies with this process: it watches a pipe from us (see
+ * `watchParentPipe`), which the kernel closes however we die.
  */
-export function cliProcess(args: string[], logFile: string): () => ChildProcess {
+export function cliProcess(
+  args: string[],
+  logFile: string,
+  env: Record<string, string> = {},
+  jobStep?: (argv: string[]) => string[],
+): () => ChildProcess {
   return () => {
     const fd = fs.openSync(logFile, 'a');
-    const child = spawn(
-      process.execPath,
-      [path.join(projectRoot, 'bin', 'prime-rl.js'), ...args],
-      parentPipeOptions(['ignore', fd, fd]),
-    );
+    const options = parentPipeOptions(['ignore', fd, fd]);
+    const argv = [process.execPath, path.join(projectRoot, 'bin', 'prime-rl.js'), ...args];
+    let child: ChildProcess;
+    if (jobStep) {
+      // A SLURM job step (lib/launch/slurm.ts): the pipe stays here (srun carries stdio only), so
+      // its liveness is srun's; the job ends every step with it.
+      const { [PARENT_PIPE_ENV]: _pipe, ...rest } = options.env ?? {};
+      const [cmd, ...stepArgs] = jobStep(argv);
+      child = spawn(cmd!, stepArgs, { ...options, env: { ...rest, ...env } });
+    } else {
+      child = spawn(argv[0]!, argv.slice(1), { ...options, env: { ...options.env, ...env } });
+    }
     fs.closeSync(fd);
     return child;
   };

@@ -12,6 +12,7 @@ import { readJsonFile } from '../json';
 import { parseHfConfig } from './hf-config';
 import { checkWeightsFit } from './bounds';
 import {
+  locateSafetensorsDir,
   readSafetensorsDir,
   readSafetensorsDirAsync,
   weightFilesBytes,
@@ -40,6 +41,25 @@ export const SIDE_FILES = [
   'vocab.json',
   'merges.txt',
 ] as const;
+
+/** The floating-point dtypes model weights are stored in. */
+export type WeightsDType = 'F32' | 'BF16' | 'F16';
+
+/**
+ * The dtype a model folder stores its weights in (the most bytes among its floating-point tensors,
+ * read from the safetensors headers): what weights trained from it are written in, so that a bf16
+ * model's policy folders are bf16 like the model, half the bytes of fp32.
+ */
+export function storedWeightsDtype(dir: string): WeightsDType {
+  const bytes = new Map<WeightsDType, number>();
+  for (const t of locateSafetensorsDir(dir).values()) {
+    if (t.dtype !== 'F32' && t.dtype !== 'BF16' && t.dtype !== 'F16') continue;
+    bytes.set(t.dtype, (bytes.get(t.dtype) ?? 0) + t.end - t.begin);
+  }
+  let best: WeightsDType = 'F32';
+  for (const [dtype, n] of bytes) if (n > (bytes.get(best) ?? -1)) best = dtype;
+  return best;
+}
 
 /**
  * A model folder's config.json, checked against the folder before anything is allocated by it: its

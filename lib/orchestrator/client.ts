@@ -517,6 +517,20 @@ export class InferenceClient {
     }
   }
 
+  /** The configured servers' URLs, in order. */
+  get urls(): string[] {
+    return this.fleet.map((s) => s.url);
+  }
+
+  /**
+   * A control call to server `i` alone (the weight broadcast's routes: lib/trainer/broadcast.ts):
+   * a POST of `body`, or a GET without one, with the client's key and its deadline and liveness
+   * watch; no failover, and no server is set aside.
+   */
+  control<T>(i: number, routePath: string, body?: unknown): Promise<T> {
+    return this.call<T>(this.fleet[i], routePath, 'control', body === undefined ? undefined : { body });
+  }
+
   /**
    * Makes every live server serve `policy`. One that cannot be reached (or fails to load it,
    * `unavailable`) is set aside and brought to `policy` when a probe finds it back; with none

@@ -1,10 +1,10 @@
 /**
  * `[wandb]`: a run's step metrics (metrics.jsonl, documented names included) logged to Weights &
  * Biases with the official SDK, the Python `wandb` package that scripts/setup.sh installs into
- * .venv/. It runs as a sidecar process (scripts/wandb/sidecar.py) of the command that follows the
- * run: this module tails metrics.jsonl and passes each new line on, so W&B never slows or fails a
- * step, and a re-launched run resumes the same W&B run (its id comes from the run folder) from the
- * first step W&B does not have.
+ * .venv/. It runs as a sidecar process (scripts/wandb/sidecar.py) of the process that follows the
+ * run (the `followWandb` activity, activities/wandb.ts): this module tails metrics.jsonl and passes
+ * each new line on, so W&B never slows or fails a step, and a re-launched run resumes the same W&B
+ * run (its id comes from the run folder) from the first step W&B does not have.
  *
  * W&B is on when the run has a `[wandb]` section (its project defaults to "prime-rl", as in
  * prime-rl) and either WANDB_API_KEY is set or WANDB_MODE=offline (a local run folder under

@@ -1,8 +1,8 @@
 /**
  * The local Temporal dev server: the `temporal` CLI binary that scripts/setup.sh builds, persisting
- * to a SQLite file under `<output_dir>/temporal/`, bound to 127.0.0.1. Commands that need Temporal
- * and have no `temporal.address` reuse a server already listening on the configured port, or start
- * one for as long as they run.
+ * to a SQLite file under `<output_dir>/temporal/`, bound to 127.0.0.1, its Prometheus metrics on a
+ * fixed port. `prime-rl temporal start` and the launcher of `rl`, `sft` and `eval` (when no server
+ * is configured: lib/launch/devserver-policy.ts) start one; nothing else does.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -10,7 +10,7 @@ import * as net from 'node:net';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFileAtomic } from '../atomic';
-import type { TemporalConfig } from '../config/schemas';
+import { devMetricsPort, type TemporalConfig } from '../config/schemas';
 import { temporalCliPath } from '../paths';
 import { asProcessId, isRunning, processId, type ProcessId } from '../proc';
 
@@ -28,6 +28,8 @@ export interface DevServerOptions {
   ip: string;
   port: number;
   uiPort: number;
+  /** Prometheus /metrics; unset = a free port the server picks. */
+  metricsPort?: number;
   namespace: string;
   dbFile: string;
   /** Server output goes here (the dev server logs a lot; keep it out of the terminal). */
@@ -132,6 +134,7 @@ export function spawnDevServer(opts: DevServerOptions): ChildProcess {
     String(opts.port),
     '--ui-port',
     String(opts.uiPort),
+    ...(opts.metricsPort !== undefined ? ['--metrics-port', String(opts.metricsPort)] : []),
     '--db-filename',
     opts.dbFile,
     '--namespace',
@@ -158,12 +161,13 @@ const START_ATTEMPTS = 3;
 
 /**
  * A start-up failure worth another attempt: the server could not bind a port it picked itself
- * (its HTTP API and metrics ports: it finds a free one, closes it and binds it again later, and on
- * a busy machine another process can take it in between). Ports we were given are not retried.
+ * (its HTTP API port, and its metrics port unless given: it finds a free one, closes it and binds
+ * it again later, and on a busy machine another process can take it in between). Ports we were
+ * given are not retried.
  */
 export function lostOwnPort(e: unknown, opts: DevServerOptions): boolean {
   const m = /listen tcp [^\s]*:(\d+): bind: address already in use/.exec((e as Error).message ?? '');
-  return m !== null && Number(m[1]) !== opts.port && Number(m[1]) !== opts.uiPort;
+  return m !== null && ![opts.port, opts.uiPort, opts.metricsPort].includes(Number(m[1]));
 }
 
 /**
@@ -230,34 +234,19 @@ async function startDevServerOnce(
   return { child, endpoint };
 }
 
-/** Dev-server options from a command's config: database and log under `<output_dir>/temporal/`. */
-export function devServerOptions(temporal: TemporalConfig, outputDir: string): DevServerOptions {
+/**
+ * Dev-server options from a command's config: database and log under `<output_dir>/temporal/`;
+ * `namespace` (the one the command uses) is created besides "default".
+ */
+export function devServerOptions(temporal: TemporalConfig, outputDir: string, namespace: string): DevServerOptions {
   const dir = path.resolve(outputDir, 'temporal');
   return {
     ip: temporal.ip,
     port: temporal.port,
     uiPort: temporal.ui_port,
-    namespace: temporal.namespace,
+    metricsPort: devMetricsPort(temporal),
+    namespace,
     dbFile: path.join(dir, 'temporal.db'),
     logFile: path.join(dir, 'server.log'),
   };
-}
-
-/**
- * The Temporal server a command should use: `temporal.address` if configured; else a local dev
- * server already listening on the configured port; else a new one owned by this process.
- */
-export async function ensureTemporal(temporal: TemporalConfig, outputDir: string): Promise<TemporalEndpoint> {
-  const noop = async () => undefined;
-  if (temporal.address) return { address: temporal.address, namespace: temporal.namespace, stop: noop };
-  if (await isListening(temporal.ip, temporal.port)) {
-    return {
-      address: `${temporal.ip}:${temporal.port}`,
-      namespace: temporal.namespace,
-      uiUrl: `http://${temporal.ip}:${temporal.ui_port}`,
-      stop: noop,
-    };
-  }
-  const { endpoint } = await startDevServer(devServerOptions(temporal, outputDir));
-  return endpoint;
 }

@@ -23,8 +23,13 @@
  *     so nothing is applied twice.
  *   - A dead rank 0 takes the store with it: followers reconnect until the restarted rank 0 serves
  *     it again; Temporal retries the activity on that rank 0 (heartbeat timeout).
+ *   - Rank 0 signs each generation and each job with the ranks' shared token (the variable
+ *     `dist.token_var`, never in the store): HMAC-SHA256 over the key and the value. A follower
+ *     joins no generation and runs no job without rank 0's signature, so a process that reaches
+ *     the store (libtorch 1.13's TCPStore listens on every interface: `native.info().storeBindsHost`)
+ *     can stall a step, never steer a rank.
  */
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as native from '../../native';
 import { ConfigError } from '../config/errors';
@@ -80,6 +85,43 @@ export function checkWorldSize(t: Pick<TrainerRankConfig, 'world_size' | 'dist'>
 
 const where = (t: TrainerRankConfig) => `${t.dist.host}:${t.dist.port}`;
 
+/**
+ * The ranks' shared token, from the variable `trainer.dist.token_var` (a ConfigError naming both
+ * if it is not set): what rank 0 signs generations and jobs with.
+ */
+export function distToken(t: Pick<TrainerRankConfig, 'dist'>, env: NodeJS.ProcessEnv = process.env): string {
+  const token = env[t.dist.token_var];
+  if (!token)
+    throw new ConfigError(
+      `trainer.dist.token_var: the variable ${t.dist.token_var} is not set; rank 0 signs what it hands the other ranks through its store with it (the store may be reachable from other hosts), and they act on nothing unsigned: set the same secret on every rank (rl and sft set one for the ranks they start)`,
+    );
+  return token;
+}
+
+/** A fresh token for ranks a launcher starts itself. */
+export const newDistToken = (): string => randomBytes(32).toString('hex');
+
+/** The signature of `value` stored under `key`. */
+const sign = (token: string, key: string, value: string) =>
+  createHmac('sha256', token).update(key).update('\0').update(value).digest('hex');
+
+/** A value and its signature, as rank 0 stores it. */
+const signed = (token: string, key: string, value: string) => JSON.stringify({ value, mac: sign(token, key, value) });
+
+/** The value stored under `key` if rank 0 signed it with `token`, else undefined. */
+function verified(token: string, key: string, stored: string): string | undefined {
+  let parsed: { value?: unknown; mac?: unknown };
+  try {
+    parsed = JSON.parse(stored) as typeof parsed;
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed.value !== 'string' || typeof parsed.mac !== 'string') return undefined;
+  const want = Buffer.from(sign(token, key, parsed.value), 'hex');
+  const got = Buffer.from(parsed.mac, 'hex');
+  return got.length === want.length && timingSafeEqual(got, want) ? parsed.value : undefined;
+}
+
 /** The store error of a rank that cannot bind or reach `trainer.dist.host:port`, as a config error. */
 function storeError(t: TrainerRankConfig, e: unknown): ConfigError {
   const key = 'trainer.dist.host / trainer.dist.port';
@@ -99,10 +141,14 @@ export class GroupLeader {
   private constructor(
     readonly config: TrainerRankConfig,
     private readonly store: native.DistStore,
+    private readonly token: string,
   ) {}
 
-  /** Serves the store at trainer.dist.host:port (a ConfigError naming the keys if it cannot). */
-  static async start(config: TrainerRankConfig): Promise<GroupLeader> {
+  /**
+   * Serves the store at trainer.dist.host:port (a ConfigError naming the keys if it cannot), signing
+   * with `token` (by default the variable trainer.dist.token_var names).
+   */
+  static async start(config: TrainerRankConfig, token = distToken(config)): Promise<GroupLeader> {
     if (config.rank !== 0) throw new Error('GroupLeader is rank 0');
     try {
       const store = await native.createStore({
@@ -111,7 +157,7 @@ export class GroupLeader {
         isServer: true,
         timeoutS: config.dist.timeout_s,
       });
-      return new GroupLeader(config, store);
+      return new GroupLeader(config, store, token);
     } catch (e) {
       throw storeError(config, e);
     }
@@ -126,8 +172,11 @@ export class GroupLeader {
     if (this.current) return { group: this.current.group, fresh: false };
     const { world_size: size, dist } = this.config;
     const name = `${this.nonce}.${++this.generation}`;
-    await this.store.set(`${name}/settings`, JSON.stringify(settingsOf(this.config)));
-    await this.store.set('gen', name);
+    await this.store.set(
+      `${name}/settings`,
+      signed(this.token, `${name}/settings`, JSON.stringify(settingsOf(this.config))),
+    );
+    await this.store.set('gen', signed(this.token, 'gen', name));
     const deadline = Date.now() + dist.timeout_s * 1000;
     for (;;) {
       if ((await this.store.add(`${name}/refused`, 0)) > 0) {
@@ -155,7 +204,8 @@ export class GroupLeader {
   async dispatch(job: RankJob): Promise<void> {
     const c = this.current;
     if (!c) throw new Error('dispatch: no process group (call ensure first)');
-    await this.store.set(`${c.name}/job/${c.jobs++}`, JSON.stringify(job));
+    const key = `${c.name}/job/${c.jobs++}`;
+    await this.store.set(key, signed(this.token, key, JSON.stringify(job)));
   }
 
   /**
@@ -216,6 +266,7 @@ export async function runFollower(
     log: (line: string) => void;
     stopped: () => boolean;
   },
+  token = distToken(config),
 ): Promise<void> {
   const { rank, world_size: size, dist } = config;
   const connect = () =>
@@ -229,15 +280,24 @@ export async function runFollower(
   let seen: string | null = null;
   while (!hooks.stopped()) {
     try {
-      const name = await store.get('gen', 1000);
-      if (name === null || name === seen) continue;
-      seen = name;
+      const announced = await store.get('gen', 1000);
+      if (announced === null || announced === seen) continue;
+      seen = announced;
       hooks.reset();
+      const name = verified(token, 'gen', announced);
+      if (name === undefined) {
+        hooks.log(
+          `rank ${rank}: a process group announced in the store is not signed with this rank's token (${dist.token_var}): not joining (rank 0 has another token, or another process writes to the store)`,
+        );
+        continue;
+      }
       // A generation every other rank has joined already (this rank restarted into it) is one it
       // cannot be part of: wait for the next, which rank 0 forms once this one fails.
       if ((await store.add(`${name}/joined`, 0)) >= size - 1) continue;
-      const settings = await store.get(`${name}/settings`, 1000);
-      const mismatch = settings === null ? undefined : settingsMismatch(config, JSON.parse(settings) as GroupSettings);
+      const stored = await store.get(`${name}/settings`, 1000);
+      const settings = stored === null ? undefined : verified(token, `${name}/settings`, stored);
+      const mismatch =
+        settings === undefined ? undefined : settingsMismatch(config, JSON.parse(settings) as GroupSettings);
       if (mismatch) {
         hooks.log(`rank ${rank}: not joining trainer process group ${name}: ${mismatch}`);
         await store.set(`${name}/refused/${rank}`, mismatch);
@@ -255,11 +315,17 @@ export async function runFollower(
       }
       try {
         for (let k = 0; !hooks.stopped();) {
-          const job = await store.get(`${name}/job/${k}`, 1000);
-          if (job === null) {
-            if ((await store.get('gen', 1000)) !== name) break; // rank 0 moved on
+          const key = `${name}/job/${k}`;
+          const stored = await store.get(key, 1000);
+          if (stored === null) {
+            if ((await store.get('gen', 1000)) !== announced) break; // rank 0 moved on
             continue;
           }
+          const job = verified(token, key, stored);
+          if (job === undefined)
+            throw new Error(
+              `job ${k} is not signed with this rank's token (${dist.token_var}): another process wrote to the store; not run`,
+            );
           await hooks.execute(JSON.parse(job) as RankJob, group);
           k++;
         }

@@ -11,8 +11,8 @@ import { DISK_FULL } from '../atomic';
 import { Failure, NonRetryableError, RunFolderDamagedError } from '../failures';
 import { resolveModelDir } from '../hub';
 import type { NamedTensor } from '../model/arch';
-import { loadHfModel, readHfConfig, writeHfModelStream } from '../model/hf';
-import { serializeSafetensors } from '../model/safetensors';
+import { loadHfModel, readHfConfig, storedWeightsDtype, writeHfModelStream, type WeightsDType } from '../model/hf';
+import { numel, serializeSafetensors, type TensorEntry } from '../model/safetensors';
 import { readBatch, type Batch } from '../runfolder/batch';
 import { listSteps, RunLayout } from '../runfolder/layout';
 import type { EngineMetrics, TrainMetrics, TrainProgress } from './types';
@@ -149,7 +149,18 @@ export class NonFiniteWeightsError extends Error {
  * values on one core), which is already in JS memory to be written.
  */
 export function countNonFinite(t: NamedTensor): number {
-  if (t.dtype !== 'F32') throw new Error(`countNonFinite: tensor ${t.name} is ${t.dtype}, not F32`);
+  if (t.dtype === 'BF16' || t.dtype === 'F16') {
+    // NaN and +-Inf are the values whose exponent bits are all set.
+    const mask = t.dtype === 'BF16' ? 0x7f80 : 0x7c00;
+    const bits =
+      t.data.byteOffset % 2 === 0
+        ? new Uint16Array(t.data.buffer, t.data.byteOffset, t.data.length / 2)
+        : new Uint16Array(Uint8Array.from(t.data).buffer);
+    let count = 0;
+    for (let i = 0; i < bits.length; i++) if ((bits[i] & mask) === mask) count++;
+    return count;
+  }
+  if (t.dtype !== 'F32') throw new Error(`countNonFinite: tensor ${t.name} is ${t.dtype}, not a float dtype`);
   // A view where the bytes are 4-aligned, else a copy.
   const data =
     t.data.byteOffset % 4 === 0
@@ -165,7 +176,7 @@ export function countNonFinite(t: NamedTensor): number {
 async function checkFinite(tensors: readonly NamedTensor[], version: number): Promise<void> {
   for (const t of tensors) {
     const count = countNonFinite(t);
-    if (count > 0) throw new NonFiniteWeightsError(t.name, count, t.data.length / 4, version);
+    if (count > 0) throw new NonFiniteWeightsError(t.name, count, numel(t.shape), version);
     await new Promise((r) => setImmediate(r));
   }
 }
@@ -365,7 +376,10 @@ export class TrainerRuntime {
    * `shareWeights`, and rank 0 writes). Weights with a NaN or Inf are refused
    * (NonFiniteWeightsError), so a diverged run never hands them to inference.
    */
-  async writeWeights(version: number): Promise<string> {
+  async writeWeights(
+    version: number,
+    onUnit?: (unit: number, tensors: readonly NamedTensor[]) => Promise<void>,
+  ): Promise<string> {
     const dir = this.layout.weightsDir(version);
     const lora = this.spec.lora;
     const adapters = lora.enabled ? ((await this.trainer.readAdapters('F32')) as NamedTensor[]) : [];
@@ -390,25 +404,41 @@ export class TrainerRuntime {
         2,
       );
     }
-    // Asked for as F32, so every tensor is a safetensors float tensor.
+    // In the base model's dtype (bf16 for a bf16 model: half of fp32's bytes, what the servers
+    // would hold anyway); each unit is checked as it comes and handed to `onUnit` (a broadcast to
+    // the servers) while it is written.
+    const dtype = this.weightsDtype;
     const trainer = this.trainer;
-    const entries = trainer
-      .shardLayout()
-      .units.flatMap((u) => u.params.map((p) => ({ name: p.name, dtype: 'F32' as const, shape: p.shape })));
+    const entries = this.policyUnits().flat();
     async function* units() {
       for (let u = 0; u < trainer.weightUnits; u++) {
-        const tensors = (await trainer.readWeightUnit(u, 'F32')) as NamedTensor[];
+        const tensors = (await trainer.readWeightUnit(u, dtype)) as NamedTensor[];
         await checkFinite(tensors, version);
+        // The broadcast of a unit (a native thread's collective) overlaps its write.
+        const sent = onUnit?.(u, tensors);
         yield tensors;
+        await sent;
       }
     }
     await writeHfModelStream(dir, { config: this.rawConfig, entries, batches: units(), copyFrom: this.baseDir, files });
     return dir;
   }
 
+  /** The tensors `writeWeights` writes, unit by unit (what a broadcast announces). */
+  policyUnits(): TensorEntry[][] {
+    const dtype = this.weightsDtype;
+    return this.trainer.shardLayout().units.map((u) => u.params.map((p) => ({ name: p.name, dtype, shape: p.shape })));
+  }
+
+  /** The dtype policy weights are written in: the base model's (storedWeightsDtype). */
+  get weightsDtype(): WeightsDType {
+    return (this.cachedWeightsDtype ??= storedWeightsDtype(this.baseDir));
+  }
+  private cachedWeightsDtype?: WeightsDType;
+
   /** A rank > 0's part of `writeWeights` under full sharding: every unit gathered with rank 0. */
   async shareWeights(): Promise<void> {
-    for (let u = 0; u < this.trainer.weightUnits; u++) await this.trainer.readWeightUnit(u, 'F32');
+    for (let u = 0; u < this.trainer.weightUnits; u++) await this.trainer.readWeightUnit(u, this.weightsDtype);
   }
 
   /**

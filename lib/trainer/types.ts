@@ -35,6 +35,9 @@ export interface TrainMetrics extends EngineMetrics {
   kl_beta: number;
   lr: number;
   seconds: TrainSeconds;
+  /** weight_broadcast nccl: the servers the new version reached by broadcast, and those it missed (they read its folder). */
+  weight_broadcast_servers?: number;
+  weight_broadcast_missed?: number;
 }
 
 /** Cumulative trainer counters: equal between an interrupted and an uninterrupted run. */

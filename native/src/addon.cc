@@ -1,6 +1,7 @@
 // N-API module init. The glue lives in addon/: conversions (convert), the async job that runs
 // every compute call on a libuv worker thread and settles a Promise (async), one file per wrapped
-// class and the module functions. The TS facade (native/index.ts) is the only caller.
+// class and the module functions. The TS facade (native/index.ts) is the only caller, but for
+// the test-only entry points under `testing` (native/testing.ts).
 #include <napi.h>
 
 #include "addon/async.h"
@@ -29,6 +30,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("kernelCheck", Napi::Function::New(env, KernelCheck));
   exports.Set("pagedDecodePlan", Napi::Function::New(env, PagedDecodePlanOf));
   exports.Set("kernelTime", Napi::Function::New(env, KernelTime));
+  exports.Set("cpuKernelCheck", Napi::Function::New(env, CpuKernelCheck));
   exports.Set("adamwCheck", Napi::Function::New(env, AdamwCheck));
   exports.Set("lossKinds", Napi::Function::New(env, LossKinds));
   exports.Set("layerSlots", Napi::Function::New(env, LayerSlots));
@@ -36,6 +38,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("createStore", Napi::Function::New(env, CreateStore));
   exports.Set("createGroup", Napi::Function::New(env, CreateGroup));
   exports.Set("collectiveTime", Napi::Function::New(env, CollectiveTime));
+  exports.Set("testing", Testing(env));  // test-only (native/testing.ts)
   return exports;
 }
 

@@ -55,7 +55,7 @@ CudaMemory cudaMemory(const at::Device& device) {
 DeviceTimer::DeviceTimer(const at::Device& device) {
   if (!device.is_cuda()) return;
   device_ = indexOf(device);
-  c10::cuda::CUDAGuard guard(c10::DeviceIndex(device_));
+  c10::cuda::CUDAGuard guard{c10::DeviceIndex(device_)};  // braces: guard(c10::DeviceIndex(x)) declares a function
   cudaEvent_t a = nullptr, b = nullptr;
   C10_CUDA_CHECK(cudaEventCreate(&a));
   C10_CUDA_CHECK(cudaEventCreate(&b));
@@ -69,7 +69,7 @@ DeviceTimer::~DeviceTimer() {
 }
 void DeviceTimer::end() {
   if (!end_) return;
-  c10::cuda::CUDAGuard guard(c10::DeviceIndex(device_));
+  c10::cuda::CUDAGuard guard{c10::DeviceIndex(device_)};  // braces: guard(c10::DeviceIndex(x)) declares a function
   C10_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(end_),
                                  c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(device_)).stream()));
 }

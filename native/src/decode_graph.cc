@@ -38,25 +38,34 @@ struct DecodeGraphs::Impl {
   };
   std::shared_ptr<Model> model;
   PagedKV& cache;
+  LinearStates* states;
   const int64_t maxRows, width;
   const bool decodeKernel;
-  // The static inputs on the device: ids, positions, table rows (and the row of each token, fixed).
-  at::Tensor ids, pos, tables, seqOf;
+  // The static inputs on the device: ids, positions, table rows, state slots (with states; and the
+  // row of each token, fixed).
+  at::Tensor ids, pos, tables, slots, seqOf;
+  at::Tensor padSlots;           // [maxRows] the pad slot: a warm-up's state writes go there
   c10::cuda::CUDAStream stream;  // where graphs are captured (never the default stream)
   c10::cuda::MempoolId_t pool;   // shared by every graph
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Graph>> graphs;
 
-  Impl(std::shared_ptr<Model> m, PagedKV& c, int64_t rows, int64_t w, bool kernel)
-      : model(std::move(m)), cache(c), maxRows(rows), width(w), decodeKernel(kernel),
+  Impl(std::shared_ptr<Model> m, PagedKV& c, LinearStates* st, int64_t rows, int64_t w, bool kernel)
+      : model(std::move(m)), cache(c), states(st), maxRows(rows), width(w), decodeKernel(kernel),
         stream(c10::cuda::getStreamFromPool(false, model->device.index())), pool(at::cuda::graph_pool_handle()) {
     const auto longOpts = at::TensorOptions().dtype(at::kLong).device(model->device);
     ids = at::zeros({maxRows}, longOpts);
     pos = at::zeros({maxRows}, longOpts);
     tables = at::full({maxRows, width}, cache.padBlock(), longOpts);
+    if (states) {
+      slots = at::full({maxRows}, states->padSlot(), longOpts);
+      padSlots = slots.clone();
+    }
     seqOf = at::arange(maxRows, longOpts);
   }
 
-  at::Tensor step(int64_t batch, int64_t keys) const {
+  // warmUp: the rows' states are not stepped (a decode row updates its slot in place, so running
+  // the step twice would advance it twice; writing K/V twice is harmless).
+  at::Tensor step(int64_t batch, int64_t keys, bool warmUp = false) const {
     PagedBatch b;
     b.pos = pos.narrow(0, 0, batch);
     b.seqOf = seqOf.narrow(0, 0, batch);
@@ -64,7 +73,8 @@ struct DecodeGraphs::Impl {
     b.decodeRows = batch;
     b.decodeKeys = keys;
     b.decodeKernel = decodeKernel;
-    return model->logits(model->forwardPaged(ids.narrow(0, 0, batch), b, cache));
+    if (states) b.slotOf = (warmUp ? padSlots : slots).narrow(0, 0, batch);
+    return model->logits(model->forwardPaged(ids.narrow(0, 0, batch), b, cache, nullptr, states));
   }
 
   Graph& capture(int64_t batch, int64_t keys) {
@@ -74,7 +84,8 @@ struct DecodeGraphs::Impl {
     c10::cuda::getCurrentCUDAStream(model->device.index()).synchronize();
     {
       c10::cuda::CUDAStreamGuard onCapture(stream);
-      step(batch, keys);  // warm-up on the capture stream: lazy set-up (cuBLAS workspaces) stays out of the graph
+      // Warm-up on the capture stream: lazy set-up (cuBLAS workspaces) stays out of the graph.
+      step(batch, keys, /*warmUp=*/true);
       // Thread-local mode: what other threads queue meanwhile (another model's work) is neither
       // captured nor made to fail.
       g->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
@@ -94,14 +105,15 @@ struct DecodeGraphs::Impl {
   }
 };
 
-DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV& cache, int64_t maxRows, int64_t width,
-                           bool decodeKernel) {
+DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV& cache, LinearStates* states, int64_t maxRows,
+                           int64_t width, bool decodeKernel) {
   const std::string why = unsupported(*model);
   if (!why.empty()) throw std::runtime_error("CUDA graphs: " + why);
-  impl_ = std::make_unique<Impl>(std::move(model), cache, maxRows, width, decodeKernel);
+  impl_ = std::make_unique<Impl>(std::move(model), cache, states, maxRows, width, decodeKernel);
 }
 
-at::Tensor DecodeGraphs::decode(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& tables, int64_t keys) {
+at::Tensor DecodeGraphs::decode(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& tables,
+                                const at::Tensor& slots, int64_t keys) {
   Impl& m = *impl_;
   const int64_t n = ids.size(0);
   if (n < 1 || n > m.maxRows || pos.size(0) != n || tables.size(0) != n || tables.size(1) != m.width)
@@ -113,10 +125,12 @@ at::Tensor DecodeGraphs::decode(const at::Tensor& ids, const at::Tensor& pos, co
   m.ids.narrow(0, 0, n).copy_(ids);
   m.pos.narrow(0, 0, n).copy_(pos);
   m.tables.narrow(0, 0, n).copy_(tables);
+  if (m.states) m.slots.narrow(0, 0, n).copy_(slots);
   if (batch > n) {
     m.ids.narrow(0, n, batch - n).zero_();
     m.pos.narrow(0, n, batch - n).zero_();
     m.tables.narrow(0, n, batch - n).fill_(m.cache.padBlock());
+    if (m.states) m.slots.narrow(0, n, batch - n).fill_(m.states->padSlot());
   }
   auto it = m.graphs.find({batch, keyBucket});
   Impl::Graph& g = it != m.graphs.end() ? *it->second : m.capture(batch, keyBucket);
@@ -130,11 +144,11 @@ int64_t DecodeGraphs::captured() const { return int64_t(impl_->graphs.size()); }
 
 struct DecodeGraphs::Impl {};
 
-DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV&, int64_t, int64_t, bool) {
+DecodeGraphs::DecodeGraphs(std::shared_ptr<Model> model, PagedKV&, LinearStates*, int64_t, int64_t, bool) {
   throw std::runtime_error("CUDA graphs: " + unsupported(*model));
 }
 
-at::Tensor DecodeGraphs::decode(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t) {
+at::Tensor DecodeGraphs::decode(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t) {
   throw std::runtime_error("CUDA graphs: this build of the addon has no CUDA");
 }
 

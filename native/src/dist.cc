@@ -14,11 +14,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 namespace prime {
 
@@ -56,12 +62,84 @@ const char* distBackendName(DistBackend b) {
   }
 }
 
+namespace {
+
+// Whether TCPStoreOptions takes a socket to listen on (PyTorch >= 2.2: masterListenFd); libtorch
+// 1.13's server binds the wildcard address, every interface, and takes no address.
+template <typename T, typename = void>
+struct TakesListenFd : std::false_type {};
+template <typename T>
+struct TakesListenFd<T, std::void_t<decltype(std::declval<T&>().masterListenFd)>> : std::true_type {};
+template <typename T, typename = void>
+struct HasLibUv : std::false_type {};
+template <typename T>
+struct HasLibUv<T, std::void_t<decltype(std::declval<T&>().useLibUV)>> : std::true_type {};
+
+// A socket listening on host:port (port 0: one the kernel picks), for the store's server.
+int listenOn(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc != 0) throw std::runtime_error(std::string("cannot resolve the address: ") + gai_strerror(rc));
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 2048) == 0) {
+      freeaddrinfo(found);
+      return fd;
+    }
+    why = std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(found);
+  throw std::runtime_error(why);
+}
+
+// The port a listening socket is bound to.
+int boundPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                    : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+}
+
+// A server's options listening on `host` only, where the store takes a socket: it then answers
+// whoever reaches that address, and no other interface (trainer.dist.host). The store takes the
+// socket over. (A template, so that libtorch 1.13's options, without those members, compile.)
+template <typename Options>
+void listenOnHost(Options& o, const std::string& host, int port) {
+  if constexpr (TakesListenFd<Options>::value) {
+    int fd;
+    try {
+      fd = listenOn(host, port);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + ": " + e.what());
+    }
+    o.port = uint16_t(boundPort(fd));
+    o.masterListenFd = fd;
+    // The socket-taking path of every 2.x that has it (libuv's came later, in 2.8).
+    if constexpr (HasLibUv<Options>::value) o.useLibUV = false;
+  }
+}
+
+}  // namespace
+
+const bool kStoreBindsHost = TakesListenFd<c10d::TCPStoreOptions>::value;
+
 DistStore::DistStore(const std::string& host, int port, bool isServer, double timeoutS) : host_(host) {
   c10d::TCPStoreOptions o;
   o.port = uint16_t(port);
   o.isServer = isServer;
   o.waitWorkers = false;
   o.timeout = toMs(timeoutS);
+  if (isServer) listenOnHost(o, host, port);
   try {
     auto s = c10::make_intrusive<c10d::TCPStore>(host, o);
     port_ = s->getPort();
@@ -171,9 +249,11 @@ bool isLoopback(const std::string& host) { return host == "localhost" || host.rf
 }
 
 // Consecutive tensors of one dtype and device, at most `bucketBytes` together (a larger tensor is
-// a bucket of its own), flattened into one buffer for `op`, then copied back.
+// a bucket of its own), flattened into one buffer for `op`, then copied back unless `op` left them
+// as they were (a broadcast's root: its tensors may be read meanwhile, the weight broadcast's are
+// being written to the folder).
 template <typename Op>
-void forBuckets(std::vector<at::Tensor>& ts, int64_t bucketBytes, Op op) {
+void forBuckets(std::vector<at::Tensor>& ts, int64_t bucketBytes, Op op, bool copyBack = true) {
   at::NoGradGuard noGrad;
   size_t i = 0;
   while (i < ts.size()) {
@@ -187,7 +267,7 @@ void forBuckets(std::vector<at::Tensor>& ts, int64_t bucketBytes, Op op) {
     at::Tensor buf = j - i == 1 ? flat[0].contiguous().clone() : at::cat(flat);
     op(buf);
     int64_t off = 0;
-    for (size_t k = i; k < j; k++) {
+    for (size_t k = i; k < j && copyBack; k++) {
       const int64_t n = ts[k].numel();
       ts[k].copy_(buf.narrow(0, off, n).view(ts[k].sizes()));
       off += n;
@@ -386,12 +466,15 @@ void DistGroup::allReduceBucketed(std::vector<at::Tensor>& ts, int64_t bucketByt
 }
 
 void DistGroup::broadcastBucketed(std::vector<at::Tensor>& ts, int root, int64_t bucketBytes) {
-  forBuckets(ts, bucketBytes, [&](at::Tensor& buf) {
-    std::vector<at::Tensor> v{buf};
-    c10d::BroadcastOptions o;
-    o.rootRank = root;
-    PRIME_ISSUE(buf, "broadcast", true, pg.broadcast(v, o))->wait();
-  });
+  forBuckets(
+      ts, bucketBytes,
+      [&](at::Tensor& buf) {
+        std::vector<at::Tensor> v{buf};
+        c10d::BroadcastOptions o;
+        o.rootRank = root;
+        PRIME_ISSUE(buf, "broadcast", true, pg.broadcast(v, o))->wait();
+      },
+      rank_ != root);
 }
 
 void DistGroup::send(at::Tensor& t, int dst, int tag) {

@@ -32,6 +32,9 @@ struct DistTiming;  // dist.cc
 extern const bool kHaveGloo;
 // Whether this build has c10d's NCCL process group (a PyTorch 2.x CUDA build).
 extern const bool kHaveNccl;
+// Whether the store's server listens on its host's address only (PyTorch >= 2.2 takes a socket we
+// bind); libtorch 1.13's listens on every interface (lib/trainer/group.ts signs what it carries).
+extern const bool kStoreBindsHost;
 
 // Which group moves CUDA tensors (trainer.dist.backend): kAuto = NCCL where the build has it,
 // else Gloo; kNccl = NCCL (an error where the build has none); kGloo = Gloo (e.g. two ranks on one
@@ -40,7 +43,8 @@ enum class DistBackend { kAuto, kGloo, kNccl };
 DistBackend parseDistBackend(const std::string& name);  // auto | gloo | nccl
 const char* distBackendName(DistBackend b);
 
-// A c10d TCPStore: the server (rank 0, listening on host:port) or a client connected to it.
+// A c10d TCPStore: the server (rank 0, listening on host:port; on every interface where
+// !kStoreBindsHost) or a client connected to it.
 class DistStore {
  public:
   // A client retries connecting until `timeoutS`; then it throws naming host:port.

@@ -1,51 +1,15 @@
-// The generator's sequences and blocks: construction (the pool's size), admission with prefix
-// sharing, preemption and resumption, removal, stats. The steps themselves: generator_step.cc.
 #include "generator.h"
 
-#include "cuda_info.h"
 #include "paged_decode.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <limits>
 #include <stdexcept>
 
 namespace prime {
 
-namespace {
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The KV cache's share of a CUDA device: gpuMemoryUtilization of its memory, less what is in use
-// once the weights are loaded and one forward of a full step's tokens has run (its activations
-// stay reserved by the caching allocator), as vLLM's profile run measures it.
-int64_t kvBytesOnDevice(const Model& model, const GeneratorOptions& o) {
-  const int64_t N = o.maxBatchedTokens;
-  std::vector<int64_t> pos(static_cast<size_t>(N)), starts;
-  for (int64_t t = 0; t < N; t++) {
-    pos[t] = t % o.maxSequenceLength;
-    if (pos[t] == 0) starts.push_back(t);
-  }
-  const auto longOpts = at::TensorOptions().dtype(at::kLong);
-  {
-    const at::Tensor hidden = model.forwardPacked(at::zeros({N}, longOpts).to(model.device),
-                                                  at::tensor(pos, longOpts).to(model.device), starts);
-    model.logits(hidden.narrow(0, 0, std::min(N, o.maxSequences)));
-  }
-  const CudaMemory mem = cudaMemory(model.device);  // synchronises the device
-  const int64_t budget = int64_t(double(mem.total) * o.gpuMemoryUtilization) - mem.used;
-  if (budget <= 0)
-    throw std::runtime_error("gpuMemoryUtilization: " + std::to_string(o.gpuMemoryUtilization) +
-                             " leaves no room for the KV cache: " + std::to_string(mem.used >> 20) + " of " +
-                             std::to_string(mem.total >> 20) +
-                             " MiB are in use after loading the weights and a forward of maxBatchedTokens tokens");
-  return budget;
-}
-}  // namespace
-
-Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
+Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o, const GeneratorChecks& checks)
     : maxSequences(o.maxSequences), maxSequenceLength(o.maxSequenceLength), blockSize(o.blockSize),
-      maxBatchedTokens(o.maxBatchedTokens), prefixSharing(o.prefixSharing), tensorSampler(o.tensorSampler),
-      pagedAttentionKernel(o.pagedAttentionKernel), model(std::move(m)) {
+      maxBatchedTokens(o.maxBatchedTokens), prefixSharing(o.prefixSharing), model(std::move(m)) {
   if (maxSequences <= 0 || maxSequenceLength <= 1)
     throw std::runtime_error("generator needs maxSequences >= 1 and maxSequenceLength >= 2");
   if (blockSize < 1 || blockSize > 1024) throw std::runtime_error("blockSize must be in [1, 1024]");
@@ -59,47 +23,19 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o)
   if (o.gpuMemoryUtilization > 0 && !model->device.is_cuda())
     throw std::runtime_error("gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on " +
                              model->device.str());
-  const ArchConfig& c = model->cfg;
-  if (pagedAttentionKernel) {
+  if (o.pagedAttentionKernel) {
     // The most positions a decode step reads: the block tables' width in positions.
-    const int64_t maxKeys = ceilDiv(maxSequenceLength, blockSize) * blockSize;
+    const ArchConfig& c = model->cfg;
+    const int64_t maxKeys = (maxSequenceLength + blockSize - 1) / blockSize * blockSize;
     const std::string why =
         pagedDecodeUnsupported(model->device, model->dtype, c.numHeads, c.numKvHeads, c.headDim, maxKeys);
     if (!why.empty()) throw std::runtime_error("pagedAttentionKernel: " + why);
   }
-  int64_t blocks = 0;
-  if (o.kvCacheTokens > 0) {
-    blocks = ceilDiv(o.kvCacheTokens, blockSize);
-  } else if (o.gpuMemoryUtilization > 0) {
-    const int64_t bytesPerBlock =
-        2 * c.numLayers * blockSize * c.numKvHeads * c.headDim * int64_t(at::elementSize(model->dtype));
-    blocks = kvBytesOnDevice(*model, o) / bytesPerBlock - 2;  // the null and pad blocks come from it too
-    if (blocks < 1) throw std::runtime_error("gpuMemoryUtilization: leaves room for no KV block");
-  } else {
-    blocks = ceilDiv(maxSequences * maxSequenceLength, blockSize);
-  }
-  prefixes_ = std::make_unique<PrefixCache>(
-      blockSize, prefixSharing == PrefixSharing::kCache ? PrefixCache::Freed::kKeep : PrefixCache::Freed::kLiveOnly);
-  pool_ = std::make_unique<BlockPool>(blocks, *prefixes_);
-  cache_.numBlocks = blocks;
-  cache_.blockSize = blockSize;
-  for (int64_t l = 0; l < c.numLayers; l++) {
-    // Zeroed: the null block must read as zeros, and masked positions still enter probs @ V as
-    // 0 * v (uninitialised memory may be NaN).
-    cache_.k.push_back(at::zeros({blocks + 2, blockSize, c.numKvHeads, c.headDim}, model->options()));
-    cache_.v.push_back(at::zeros({blocks + 2, blockSize, c.numKvHeads, c.headDim}, model->options()));
-  }
-  weightsSeen_ = model->weightsVersion();
-  eagerReason_ = o.cudaGraphs ? DecodeGraphs::unsupported(*model) : "CUDA graphs are off for this generator";
-  if (eagerReason_.empty())
-    graphs_ = std::make_unique<DecodeGraphs>(model, cache_, maxSequences, ceilDiv(maxSequenceLength, blockSize),
-                                             pagedAttentionKernel);
+  cache_ = std::make_unique<CacheManager>(model, o, checks);
+  scheduler_ = std::make_unique<BatchScheduler>(*cache_, maxSequences, maxSequenceLength, maxBatchedTokens,
+                                                model->cfg.vocabSize);
+  runner_ = std::make_unique<ModelRunner>(model, *cache_, o, times_);
   publishStats();
-}
-
-std::string Generator::eagerReason() const {
-  std::lock_guard<std::mutex> lock(reasonMutex_);
-  return eagerReason_;
 }
 
 void Generator::validate(const SequenceRequest& r) const {
@@ -127,253 +63,107 @@ void Generator::validate(const SequenceRequest& r) const {
 std::vector<AddedSequence> Generator::add(const std::vector<SequenceRequest>& requests) {
   c10::InferenceMode inference;
   for (const SequenceRequest& r : requests) validate(r);
-  syncEpoch();
-  std::vector<AddedSequence> out;
-  if (!preempted_.empty()) return out;  // they were admitted before: they resume first
-  for (const SequenceRequest& r : requests) {
-    auto s = std::make_unique<Sequence>();
-    s->id = nextId_;
-    s->req = r;
-    s->tokens = r.prompt;
-    s->promptLen = int64_t(r.prompt.size());
-    s->arrival = nextArrival_;
-    if (!admit(*s)) break;
-    nextId_++;
-    nextArrival_++;
-    s->rng.seed(r.hasSeed ? r.seed : std::random_device{}());
-    s->adjust = LogitAdjuster(r.sampling, r.stopTokenIds, model->cfg.vocabSize);
-    out.push_back({s->id});
-    insertRunning(std::move(s));
-  }
+  if (cache_->syncEpoch()) scheduler_->restartPrefilling();
+  std::vector<AddedSequence> out = scheduler_->add(requests);
   publishStats();
   return out;
 }
 
-void Generator::insertRunning(SeqPtr s) {
-  auto at = std::upper_bound(running_.begin(), running_.end(), s, [](const SeqPtr& a, const SeqPtr& b) {
-    return a->req.priority < b->req.priority || (a->req.priority == b->req.priority && a->arrival < b->arrival);
-  });
-  running_.insert(at, std::move(s));
+std::vector<StepToken> Generator::step(int64_t maxSteps) {
+  c10::InferenceMode inference;
+  if (maxSteps < 1) throw std::runtime_error("maxSteps must be >= 1");
+  Laps lap;
+  if (cache_->syncEpoch()) scheduler_->restartPrefilling();
+  scheduler_->resumePreempted();
+  const StepPlan p = scheduler_->plan(maxSteps);
+  lap(times_.plan);
+  std::vector<StepToken> out;
+  if (!p.chunks.empty()) out = runMixed(p, lap);
+  else if (!p.decode.empty()) out = runDecode(p, lap);
+  if (!p.chunks.empty() || !p.decode.empty()) times_.calls++;
+  publishStats();
+  return out;
 }
 
-void Generator::computeKeys(Sequence& s) const {
-  s.keys.clear();
-  if (prefixSharing == PrefixSharing::kOff) return;
-  const int64_t full = int64_t(s.tokens.size()) / blockSize;
-  BlockHash parent = PrefixCache::root(epoch_);
-  for (int64_t i = 0; i < full; i++) s.keys.push_back(parent = prefixes_->hash(parent, &s.tokens[i * blockSize]));
-}
-
-Generator::Match Generator::matchPrefix(const Sequence& s) const {
-  Match m;
-  if (prefixSharing == PrefixSharing::kOff || s.needsPromptOutputs()) return m;
-  const int64_t n = int64_t(s.tokens.size()), B = blockSize, full = int64_t(s.keys.size());
-  int64_t i = 0;  // full: the full blocks of its tokens, all keyed by computeKeys
-  for (; i < full; i++) {
-    const BlockHash parent = i == 0 ? PrefixCache::root(epoch_) : s.keys[i - 1];
-    const PrefixCache::Entry e = prefixes_->find(s.keys[i], parent, &s.tokens[i * B]);
-    if (e.block < 0) break;
-    if (e.computed) {
-      if (m.leader) break;  // computed blocks come before a leader's (kept for safety)
-      m.computedTokens += B;
-    } else if (m.leader == 0 || e.owner == m.leader) {
-      m.leader = e.owner;
-    } else {
-      break;  // another leader's: one is followed
-    }
-    m.blocks.push_back(e.block);
+std::vector<StepToken> Generator::runMixed(const StepPlan& p, Laps& lap) {
+  ModelRunner::Mixed f = runner_->forwardMixed(p, lap);
+  const int64_t nd = int64_t(p.decode.size());
+  for (size_t r = 0; r < f.rows.size(); r++) {
+    const SequenceWrite& w = f.rows[r];
+    prefillTokens_ += int64_t(r) < nd ? w.from < w.seq->promptLen  // a decode row: a prompt's last position
+                                      : w.to - w.from;
   }
-  m.sharedTokens = int64_t(m.blocks.size()) * B;
-  const Sequence* L = m.leader ? findRunning(m.leader) : nullptr;
-  if (m.leader && !L) {  // an owner that is not running (never expected): its blocks are not shared
-    m.blocks.resize(size_t(m.computedTokens / B));
-    m.sharedTokens = m.computedTokens;
-  }
-  // The partial last block too, from a leader holding the same tokens there and not past them.
-  if (L && i == full && n % B != 0 && int64_t(L->tokens.size()) >= n && L->computed < n &&
-      int64_t(L->blocks.size()) > full &&
-      std::equal(s.tokens.begin() + full * B, s.tokens.end(), L->tokens.begin() + full * B)) {
-    m.blocks.push_back(L->blocks[full]);
-    m.sharedTokens = n;
-  }
-  // All its tokens are shared, yet the last one's logits are needed: they come from the leader's
-  // row for it when the leader has yet to compute it; with every block computed, that position is
-  // computed again (a decode row, copying its block when others hold it); else (a leader already
-  // past it) the last block is computed again.
-  if (m.sharedTokens == n && !(L && L->computed <= n - 1)) {
-    if (m.computedTokens == n) {
-      m.computedTokens = n - 1;
-      m.sharedTokens = n - 1;
-    } else {
-      m.blocks.pop_back();
-      m.sharedTokens = int64_t(m.blocks.size()) * B;
-      m.computedTokens = std::min(m.computedTokens, m.sharedTokens);
+  // The rows sampled: decode rows, chunks that reached their sequence's last token, and followers
+  // whose leader computed their shared prefix in this step (from the leader's row for their last
+  // token when that prefix is all their tokens).
+  std::vector<Sequence*> seqs;
+  std::vector<int64_t> rows;
+  for (size_t r = 0; r < f.rows.size(); r++) {
+    Sequence& s = *f.rows[r].seq;
+    s.computed = f.rows[r].to;
+    if (s.computed == int64_t(s.tokens.size())) {
+      seqs.push_back(&s);
+      rows.push_back(f.first[r] + (f.rows[r].to - f.rows[r].from) - 1);
     }
   }
-  if (m.sharedTokens == m.computedTokens) m.leader = 0;
-  return m;
-}
-
-bool Generator::admit(Sequence& s) {
-  if (int64_t(running_.size()) >= maxSequences) return false;
-  computeKeys(s);
-  const Match m = matchPrefix(s);
-  const int64_t fresh = ceilDiv(int64_t(s.tokens.size()), blockSize) - int64_t(m.blocks.size());
-  // Shared blocks parked in the prefix cache leave available() when taken up again.
-  int64_t parked = 0;
-  for (int32_t b : m.blocks) parked += pool_->refs(b) == 0;
-  // While others run, a little room stays for their growth, so an admission is not undone by a
-  // preemption at the next step (vLLM's watermark: 1% of the pool).
-  const int64_t watermark = running_.empty() ? 0 : std::max<int64_t>(1, numBlocks() / 100);
-  if (fresh + parked + watermark > pool_->available()) return false;
-  for (int32_t b : m.blocks) pool_->retain(b);
-  s.blocks = m.blocks;
-  for (int64_t i = 0; i < fresh; i++) s.blocks.push_back(pool_->take());
-  s.epoch = epoch_;
-  s.computed = m.computedTokens;
-  s.leader = m.leader;
-  s.sharedLen = m.leader ? m.sharedTokens : 0;
-  s.indexed = s.computed / blockSize;
-  prefixHitTokens_ += m.sharedTokens;
-  // Its other full blocks are indexed now, so sequences that come while it computes them wait
-  // for them instead of computing them too.
-  for (int64_t i = int64_t(m.blocks.size()); i < int64_t(s.keys.size()); i++) {
-    const BlockHash parent = i == 0 ? PrefixCache::root(epoch_) : s.keys[i - 1];
-    prefixes_->insert(s.keys[i], parent, &s.tokens[i * blockSize], s.blocks[i], s.id);
+  for (const CacheManager::Followed& fl : cache_->resolveFollowers(f.rows)) {
+    seqs.push_back(fl.follower);
+    rows.push_back(f.first[size_t(fl.leaderRow - f.rows.data())] + (fl.position - fl.leaderRow->from));
   }
-  return true;
-}
-
-void Generator::indexComputed(Sequence& s) {
-  if (prefixSharing == PrefixSharing::kOff || s.epoch != epoch_ || s.failed) return;
-  const int64_t B = blockSize, full = s.computed / B;
-  for (int64_t i = s.indexed; i < full; i++) {
-    const BlockHash parent = i == 0 ? PrefixCache::root(epoch_) : s.keys[i - 1];
-    if (i >= int64_t(s.keys.size())) s.keys.push_back(prefixes_->hash(parent, &s.tokens[i * B]));  // sampled tokens
-    // Indexed at admission (then a no-op), or now: a block its sampled tokens filled, or one it
-    // computed again.
-    prefixes_->insert(s.keys[i], parent, &s.tokens[i * B], s.blocks[i], s.id);
-    prefixes_->markComputed(s.blocks[i]);
+  std::vector<StepToken> out(seqs.size());
+  if (!seqs.empty()) {
+    std::vector<Sampled> sampled(seqs.size());
+    runner_->sampleMixed(f, seqs, rows, sampled, out, lap);
+    for (size_t i = 0; i < seqs.size(); i++) scheduler_->applyToken(*seqs[i], sampled[i], out[i]);
   }
-  s.indexed = std::max(s.indexed, full);
+  lap(times_.sample);  // (when nothing was sampled: the prompts' outputs)
+  finishStep(out);
+  lap(times_.finish);
+  return out;
 }
 
-void Generator::syncEpoch() {
-  const uint64_t v = model->weightsVersion();
-  if (v == weightsSeen_) return;
-  weightsSeen_ = v;
-  epoch_++;
-  pool_->clearCache();
-  // Sequences that have not sampled since they were admitted would go on from K/V of the old
-  // policy: they start over. Decoding ones keep theirs (a weight update lands between two tokens).
-  for (size_t i = running_.size(); i-- > 0;) {
-    const Sequence& s = *running_[i];
-    if (s.leader != 0 || s.computed < int64_t(s.tokens.size()) - 1) preempt(i, /*counted=*/false);
-  }
+std::vector<StepToken> Generator::runDecode(const StepPlan& p, Laps& lap) {
+  for (Sequence* s : p.decode) prefillTokens_ += s->computed < s->promptLen;  // a prompt's last position
+  ModelRunner::Decoded d = runner_->decode(p, lap);
+  const int64_t n = int64_t(p.decode.size());
+  std::vector<StepToken> out;
+  std::vector<char> ended(static_cast<size_t>(n), 0);
+  for (int64_t j = 0; j < p.steps; j++)
+    for (int64_t b = 0; b < n; b++) {
+      if (ended[b]) continue;  // stopped at an earlier step of this call: the rest is dropped
+      Sequence& s = *p.decode[b];
+      StepToken& t = d.outs[size_t(j)][size_t(b)];
+      s.computed++;
+      if (s.req.returnRoutes) t.routes = runner_->routes(d.routing[size_t(j)], b, 1);
+      scheduler_->applyToken(s, d.sampled[size_t(j)][size_t(b)], t);
+      ended[b] = t.finished;
+      if (t.finished && j + 1 < p.steps) s.cache.stateAhead = true;  // the later steps stepped its state on
+      out.push_back(std::move(t));
+    }
+  finishStep(out);
+  lap(times_.finish);
+  return out;
 }
 
-void Generator::resumePreempted() {
-  while (!preempted_.empty()) {
-    if (!admit(*preempted_.front())) break;
-    insertRunning(std::move(preempted_.front()));
-    preempted_.pop_front();
-  }
-}
-
-void Generator::preempt(size_t index, bool counted) {
-  SeqPtr s = std::move(running_[index]);
-  running_.erase(running_.begin() + int64_t(index));
-  releaseBlocks(*s);
-  s->computed = 0;
-  s->leader = s->sharedLen = 0;
-  s->indexed = 0;
-  if (!s->reported) {  // its prompt's outputs are computed again
-    s->promptLogprobs.clear();
-    s->promptRoutes.clear();
-  }
-  if (counted) preemptions_++;
-  auto at = std::upper_bound(preempted_.begin(), preempted_.end(), s, [](const SeqPtr& a, const SeqPtr& b) {
-    return a->req.priority < b->req.priority || (a->req.priority == b->req.priority && a->arrival < b->arrival);
-  });
-  preempted_.insert(at, std::move(s));
-}
-
-void Generator::promoteFollowers(const Sequence& leaving) {
-  if (prefixSharing == PrefixSharing::kOff) return;
-  // The follower sharing the most takes over computing the prefix; the others follow it (they
-  // share no more than it does, so it computes all they wait for).
-  Sequence* heir = nullptr;
-  for (const SeqPtr& f : running_)
-    if (f->leader == leaving.id && (!heir || f->sharedLen > heir->sharedLen)) heir = f.get();
-  if (!heir) {
-    prefixes_->dropOwned(leaving.id);
-    return;
-  }
-  heir->computed = std::max(heir->computed, std::min(leaving.computed, heir->sharedLen));
-  heir->leader = heir->sharedLen = 0;
-  prefixes_->reassign(leaving.id, heir->id);
-  for (const SeqPtr& f : running_)
-    if (f->leader == leaving.id) f->leader = heir->id;
-}
-
-void Generator::releaseBlocks(Sequence& s) {
-  promoteFollowers(s);
-  if (s.failed)
-    for (int32_t b : s.blocks) pool_->poison(b);
-  for (int32_t b : s.blocks)
-    if (pool_->release(b)) zeroBlock(b);
-  s.blocks.clear();
-}
-
-void Generator::zeroBlock(int32_t b) {
-  for (size_t l = 0; l < cache_.k.size(); l++) {
-    cache_.k[l][b].zero_();
-    cache_.v[l][b].zero_();
-  }
+void Generator::finishStep(const std::vector<StepToken>& out) {
+  for (const SeqPtr& s : scheduler_->running()) cache_->indexComputed(*s);
+  scheduler_->retire(out);
 }
 
 std::vector<bool> Generator::remove(const std::vector<int64_t>& seqIds) {
   c10::InferenceMode inference;
-  std::vector<bool> removed;
-  for (int64_t id : seqIds) {
-    auto it = std::find_if(running_.begin(), running_.end(), [&](const SeqPtr& s) { return s->id == id; });
-    if (it != running_.end()) {
-      SeqPtr s = std::move(*it);
-      running_.erase(it);
-      releaseBlocks(*s);
-      removed.push_back(true);
-      continue;
-    }
-    auto p = std::find_if(preempted_.begin(), preempted_.end(), [&](const SeqPtr& s) { return s->id == id; });
-    removed.push_back(p != preempted_.end());
-    if (p != preempted_.end()) preempted_.erase(p);
-  }
+  std::vector<bool> removed = scheduler_->remove(seqIds);
   publishStats();
   return removed;
 }
 
-Generator::Sequence* Generator::findRunning(int64_t id) const {
-  for (const SeqPtr& s : running_)
-    if (s->id == id) return s.get();
-  return nullptr;
-}
-
-bool Generator::hasWaitingFollowers(int64_t id) const {
-  for (const SeqPtr& s : running_)
-    if (s->leader == id) return true;
-  return false;
-}
-
 void Generator::publishStats() {
   GeneratorStats st;
-  st.running = int64_t(running_.size());
-  st.preempted = int64_t(preempted_.size());
-  for (const SeqPtr& s : running_) st.cachedTokens += s->computed;
-  st.blocksInUse = pool_->inUse();
-  st.blocksCached = prefixes_->parked();
-  st.preemptions = preemptions_;
+  st.running = int64_t(scheduler_->running().size());
+  st.preempted = scheduler_->preemptedCount();
+  cache_->addStats(st);
+  st.preemptions = scheduler_->preemptions();
   st.prefillTokens = prefillTokens_;
-  st.prefixHitTokens = prefixHitTokens_;
   st.times = times_;
   std::lock_guard<std::mutex> lock(statsMutex_);
   stats_ = st;

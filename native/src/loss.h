@@ -59,14 +59,14 @@ void validateLossConfig(const LossConfig& cfg);
 // One row's loss tokens, flattened: index j is one predicted token. All tensors [T] in one
 // floating dtype. logp carries the autograd graph; the others are data.
 struct LossInputs {
-  at::Tensor logp;     // trainer log pi_theta(token) under softmax(logits / T)
-  at::Tensor mask;     // 1 = loss token
-  at::Tensor mu;       // inference (behaviour) logprobs; policy losses only
-  at::Tensor adv;      // advantages; policy losses only
-  at::Tensor refLogp;  // reference-policy logprobs; only when klBeta > 0
-  at::Tensor entropy;  // optional, detached: for the entropy metric
+  at::Tensor logp;      // trainer log pi_theta(token) under softmax(logits / T)
+  at::Tensor mask;      // 1 = loss token
+  at::Tensor mu;        // inference (behaviour) logprobs; policy losses only
+  at::Tensor adv;       // advantages; policy losses only
+  at::Tensor refLogp;   // reference-policy logprobs; only when klBeta > 0
+  at::Tensor entropy;   // optional, detached: for the entropy metric
   at::Tensor ceWeight;  // optional: each token's cross-entropy weight (0 = none), beside the policy loss
-  at::Tensor sample;   // int64 sample index in [0, numSamples) of each token
+  at::Tensor sample;    // int64 sample index in [0, numSamples) of each token
   int64_t numSamples = 0;
 };
 

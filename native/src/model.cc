@@ -5,6 +5,7 @@
 #include "model.h"
 
 #include "checkpoint.h"
+#include "cpu_matmul.h"
 #include "cuda_info.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
@@ -164,7 +165,7 @@ at::Tensor Model::forwardPaged(const at::Tensor& ids, const PagedBatch& batch, P
 }
 
 at::Tensor Model::logits(const at::Tensor& hidden) const {
-  return at::linear(hidden, lmHead_.defined() ? lmHead_ : embed_).to(logitsDtype());
+  return linearOn(hidden, lmHead_.defined() ? lmHead_ : embed_, at::Tensor(), logitsDtype());
 }
 
 TokenStats Model::tokenStats(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {

@@ -1,14 +1,13 @@
 // Attention: the block's first half (q/k/v, q/k norm, RoPE), causal attention within a sample, and
-// attention over the paged KV cache (the CPU kernel, and batched matmuls for CUDA and bf16).
+// attention over the paged KV cache (the CPU kernels, and batched matmuls or the paged kernel on CUDA).
 #include "model.h"
 
-#include "fast_exp.h"
+#include "cpu_kernels.h"
+#include "cpu_matmul.h"
 #include "host_parallel.h"
 #include "paged_decode.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
-
-#include <ATen/Dispatch.h>
 
 #include <chrono>
 #include <cmath>
@@ -32,7 +31,7 @@ std::pair<at::Tensor, at::Tensor> Model::attentionInputs(const Layer& L, const a
     // One matmul; q and k are rewritten below (norm, RoPE), v is made contiguous here. Split, not
     // three narrows: under autograd their gradients come back as one tensor (a cat), where each
     // narrow's backward would fill a full-width tensor with zeros and the three be added.
-    const at::Tensor qkv = at::linear(h, L.qkv, L.qkvBias);  // [N, qRows + 2 KV hd]
+    const at::Tensor qkv = linearOn(h, L.qkv, L.qkvBias);  // [N, qRows + 2 KV hd]
     const std::vector<at::Tensor> parts = qkv.split_with_sizes({qRows, KV * hd, KV * hd}, 1);
     q = parts[0];
     k = parts[1].view({N, KV, hd});
@@ -89,18 +88,12 @@ at::Tensor Model::causalAttention(const at::Tensor& q, const at::Tensor& k, cons
 }
 
 namespace {
-// exp of a softmax's shifted scores (<= 0): vectorisable in fp32 (fast_exp.h, within 2 ulp of
-// expf), the C library's in fp64.
-inline float softmaxExp(float x) { return fastExp(x); }
-inline double softmaxExp(double x) { return std::exp(x); }
-
-// Attention over the paged cache on the CPU, one (token, kv head) at a time for the G query heads
-// that share it, reading the blocks in place through the token's block table: each key and value
-// row is read once for the G heads. Batched matmuls would run one tiny BLAS call per (sequence, kv
-// head), whose call overhead costs far more than this arithmetic. q [N, H, hd]; caches [blocks, B,
-// KV, hd]; token t attends to positions 0..pos[t] of table row seqOf[t]. Softmax in the compute
-// dtype (fp32/fp64); keys are visited in position order, as a contiguous cache would be, so the
-// sums round the same whatever the blocks.
+// Attention over the paged cache on the CPU for fp64 models (fp32 and bf16 run cpu_kernels.h's
+// vectorised kernel), one (token, kv head) at a time for the G query heads that share it, reading
+// the blocks in place through the token's block table: each key and value row is read once for the
+// G heads. q [N, H, hd]; caches [blocks, B, KV, hd]; token t attends to positions 0..pos[t] of table
+// row seqOf[t]. Softmax in fp64; keys are visited in position order, as a contiguous cache would
+// be, so the sums round the same whatever the blocks.
 template <typename T>
 void pagedAttentionKernel(const T* q, const T* k, const T* v, T* out, const int64_t* pos, const int64_t* seqOf,
                           const int64_t* tables, int64_t width, int64_t N, int64_t H, int64_t KV, int64_t hd,
@@ -131,7 +124,7 @@ void pagedAttentionKernel(const T* q, const T* k, const T* v, T* out, const int6
         const T mx = *std::max_element(pg, pg + len);
         T sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t s = 0; s < len; s++) sum += (pg[s] = softmaxExp(pg[s] - mx));
+        for (int64_t s = 0; s < len; s++) sum += (pg[s] = std::exp(pg[s] - mx));
         sums[g] = sum;
       }
       T* o = out + (t * H + kvh * G) * hd;
@@ -164,7 +157,7 @@ at::Tensor gatherBlocks(const at::Tensor& cache, const at::Tensor& tables, int64
 
 at::Tensor Model::pagedAttention(const at::Tensor& q, const at::Tensor& kCache, const at::Tensor& vCache,
                                  const PagedBatch& batch) const {
-  if (device.is_cpu() && q.scalar_type() != at::kBFloat16) {
+  if (device.is_cpu()) {
     const auto t0 = std::chrono::steady_clock::now();
     at::Tensor o = pagedAttentionCpu(q, kCache, vCache, batch);
     if (batch.attentionSeconds)
@@ -192,7 +185,7 @@ at::Tensor Model::pagedAttention(const at::Tensor& q, const at::Tensor& kCache, 
   return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
 }
 
-// Decode attention (CUDA, and bf16 on the CPU) as two batched matmuls over the rows' gathered
+// Decode attention on CUDA as two batched matmuls over the rows' gathered
 // blocks: GQA groups the query heads as [n * KV, G, hd] against their kv head's keys [n * KV, S,
 // hd]; scores and softmax in fp32, probabilities rounded to the compute dtype for the product
 // with V (as flash attention does). Plain kernels whose shapes (n, decodeKeys) fix: capturable in
@@ -231,12 +224,35 @@ at::Tensor Model::pagedAttentionCpu(const at::Tensor& q, const at::Tensor& kCach
                                     const PagedBatch& batch) const {
   const at::Tensor qc = q.contiguous(), tables = batch.tables.contiguous();
   at::Tensor out = at::empty_like(qc);
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "pagedAttention", [&] {
-    pagedAttentionKernel<scalar_t>(qc.data_ptr<scalar_t>(), kCache.data_ptr<scalar_t>(), vCache.data_ptr<scalar_t>(),
-                                   out.data_ptr<scalar_t>(), batch.pos.data_ptr<int64_t>(),
-                                   batch.seqOf.data_ptr<int64_t>(), tables.data_ptr<int64_t>(), tables.size(1),
-                                   q.size(0), cfg.numHeads, cfg.numKvHeads, cfg.headDim, kCache.size(1));
-  });
+  const cpu::PagedAttentionArgs args{qc.data_ptr(),
+                                     kCache.data_ptr(),
+                                     vCache.data_ptr(),
+                                     out.data_ptr(),
+                                     batch.pos.data_ptr<int64_t>(),
+                                     batch.seqOf.data_ptr<int64_t>(),
+                                     tables.data_ptr<int64_t>(),
+                                     tables.size(1),
+                                     q.size(0),
+                                     cfg.numHeads,
+                                     cfg.numKvHeads,
+                                     cfg.headDim,
+                                     kCache.size(1)};
+  switch (q.scalar_type()) {
+    case at::kFloat:
+      cpu::kernels().pagedAttentionF32(args);
+      break;
+    case at::kBFloat16:
+      cpu::kernels().pagedAttentionBF16(args);
+      break;
+    case at::kDouble:
+      pagedAttentionKernel<double>(qc.data_ptr<double>(), kCache.data_ptr<double>(), vCache.data_ptr<double>(),
+                                   out.data_ptr<double>(), args.pos, args.seqOf, args.tables, args.width, args.N,
+                                   args.H, args.KV, args.hd, args.B);
+      break;
+    default:
+      throw std::runtime_error(std::string("paged attention on the CPU: no kernel for ") +
+                               c10::toString(q.scalar_type()));
+  }
   return out;
 }
 

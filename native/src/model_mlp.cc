@@ -2,6 +2,8 @@
 // experts, and the router's load-balancing loss.
 #include "model.h"
 
+#include "cpu_matmul.h"
+
 #include <stdexcept>
 
 namespace prime {
@@ -23,7 +25,7 @@ at::Tensor Model::denseMlp(const at::Tensor& x, const at::Tensor& gate, const at
                            const Adapt& ad, const at::Tensor& gateUp) const {
   const at::Tensor none;
   if (gateUp.defined()) {
-    const at::Tensor gu = at::linear(x, gateUp);  // [N, 2 I]
+    const at::Tensor gu = linearOn(x, gateUp, at::Tensor());  // [N, 2 I]
     return project(kernels().swigluPacked(gu), down, none, ad);
   }
   return project(kernels().swiglu(project(x, gate, none, ad), project(x, up, none, ad)), down, none, ad);

@@ -2,6 +2,7 @@
 // loading weights into it, fused projections, parameters, and LoRA's adapted projection.
 #include "model.h"
 
+#include "cpu_matmul.h"
 #include "cuda_info.h"
 #include "storage.h"
 
@@ -480,7 +481,7 @@ void Model::checkTokenIds(const int64_t* ids, size_t n) const {
 }
 
 at::Tensor Model::project(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b, const Adapt& ad) const {
-  at::Tensor y = at::linear(x, W, b);
+  at::Tensor y = linearOn(x, W, b);
   const LoraAdapters::Adapter* a = ad.lora ? ad.lora->find(W) : nullptr;
   if (!a) return y;
   at::Tensor in = x;

@@ -22,6 +22,13 @@ BlockHash PrefixCache::hash(BlockHash parent, const int64_t* tokens) const {
   return h;
 }
 
+void PrefixCache::extendKeys(std::vector<BlockHash>& keys, const std::vector<int64_t>& tokens, int64_t upTo,
+                             uint64_t epoch) const {
+  if (mode_ == PrefixSharing::kOff) return;
+  for (int64_t i = int64_t(keys.size()); i < upTo; i++)
+    keys.push_back(hash(parentOf(keys, i, epoch), &tokens[size_t(i * blockSize_)]));
+}
+
 PrefixCache::Entry PrefixCache::find(BlockHash key, BlockHash parent, const int64_t* tokens) const {
   auto it = byKey_.find(key);
   if (it == byKey_.end()) return {};
@@ -31,7 +38,7 @@ PrefixCache::Entry PrefixCache::find(BlockHash key, BlockHash parent, const int6
 }
 
 bool PrefixCache::insert(BlockHash key, BlockHash parent, const int64_t* tokens, int32_t block, int64_t owner) {
-  if (byKey_.count(key) || byBlock_.count(block)) return false;
+  if (mode_ == PrefixSharing::kOff || byKey_.count(key) || byBlock_.count(block)) return false;
   byKey_.emplace(key, block);
   byBlock_.emplace(block, Stored{key, parent, std::vector<int64_t>(tokens, tokens + blockSize_), false, owner});
   return true;
@@ -89,6 +96,81 @@ std::vector<int32_t> PrefixCache::clear() {
   lruPos_.clear();
   byKey_.clear();
   byBlock_.clear();
+  return freed;
+}
+
+BlockHash PrefixCache::partialKey(BlockHash parent, const int64_t* tokens, int64_t tail) const {
+  uint64_t h = mix(parent ^ 0x7061727469616cULL);  // "partial": never a full block's key
+  for (int64_t i = 0; i < tail; i++) h = mix(h ^ uint64_t(tokens[i]));
+  return mix(h ^ uint64_t(tail));
+}
+
+bool PrefixCache::insertPartial(BlockHash parent, const int64_t* tokens, int64_t tail, int32_t block) {
+  const BlockHash key = partialKey(parent, tokens, tail);
+  if (mode_ == PrefixSharing::kOff || byKey_.count(key) || byBlock_.count(block)) return false;
+  byKey_.emplace(key, block);
+  byBlock_.emplace(block, Stored{key, parent, std::vector<int64_t>(tokens, tokens + tail), true, 0});
+  return true;
+}
+
+int32_t PrefixCache::findPartial(BlockHash parent, const int64_t* tokens, int64_t tail) const {
+  const Entry e = find(partialKey(parent, tokens, tail), parent, tokens);
+  return e.computed ? e.block : -1;
+}
+
+bool PrefixCache::putSnapshot(BlockHash parent, const int64_t* tokens, int64_t tail, int32_t slot) {
+  if (!keepsSnapshots()) return false;
+  const Snapshot same = findSnapshot(parent, tokens, tail);
+  if (same.slot >= 0 && same.tail == tail) return false;
+  snapLru_.push_back(slot);
+  snapBySlot_.emplace(slot,
+                      StoredSnapshot{parent, std::vector<int64_t>(tokens, tokens + tail), std::prev(snapLru_.end())});
+  snapByParent_.emplace(parent, slot);
+  return true;
+}
+
+PrefixCache::Snapshot PrefixCache::findSnapshot(BlockHash parent, const int64_t* tokens, int64_t available) const {
+  Snapshot best;
+  auto [from, to] = snapByParent_.equal_range(parent);
+  for (auto it = from; it != to; ++it) {
+    const StoredSnapshot& s = snapBySlot_.at(it->second);
+    const int64_t tail = int64_t(s.tail.size());
+    if (tail > available || (best.slot >= 0 && tail <= best.tail)) continue;
+    if (std::equal(s.tail.begin(), s.tail.end(), tokens)) best = {it->second, tail};
+  }
+  return best;
+}
+
+void PrefixCache::touchSnapshot(int32_t slot) {
+  auto it = snapBySlot_.find(slot);
+  if (it == snapBySlot_.end()) return;
+  snapLru_.splice(snapLru_.end(), snapLru_, it->second.lru);
+}
+
+void PrefixCache::dropSnapshot(int32_t slot) {
+  auto it = snapBySlot_.find(slot);
+  auto [from, to] = snapByParent_.equal_range(it->second.parent);
+  for (auto p = from; p != to; ++p)
+    if (p->second == slot) {
+      snapByParent_.erase(p);
+      break;
+    }
+  snapLru_.erase(it->second.lru);
+  snapBySlot_.erase(it);
+}
+
+int32_t PrefixCache::evictSnapshot() {
+  if (snapLru_.empty()) return -1;
+  const int32_t slot = snapLru_.front();
+  dropSnapshot(slot);
+  return slot;
+}
+
+std::vector<int32_t> PrefixCache::clearSnapshots() {
+  std::vector<int32_t> freed(snapLru_.begin(), snapLru_.end());
+  snapLru_.clear();
+  snapBySlot_.clear();
+  snapByParent_.clear();
   return freed;
 }
 

@@ -13,14 +13,23 @@ import { readBatch } from '../../lib/runfolder/batch';
 import { CliProcesses, metricLines } from './processes';
 import { namedRunArgs, oneThreadEach, removeDir, smallStep, tempDir, tinyModel } from './setup';
 
-/** `prime-rl rl` arguments of a tiny run (reverse-text, batch 8 = 2 groups of 4) on its own ports. */
+/**
+ * `prime-rl rl` arguments of a tiny run (reverse-text, batch 8 = 2 groups of 4) on its own ports
+ * (the local dev server's too, unless `temporal` names them) and its own task queues.
+ */
 export async function tinyRunArgs(o: {
   name: string;
   modelDir: string;
   outputDir: string;
   steps: number;
+  temporal?: { port: number; uiPort: number; metricsPort: number };
 }): Promise<string[]> {
-  const [port, uiPort, http] = [await freePort(), await freePort(), await freePort()];
+  const http = await freePort();
+  const { port, uiPort, metricsPort } = o.temporal ?? {
+    port: await freePort(),
+    uiPort: await freePort(),
+    metricsPort: await freePort(),
+  };
   return [
     ...namedRunArgs(o.name, o.modelDir, o.outputDir),
     '--max-steps',
@@ -35,10 +44,10 @@ export async function tinyRunArgs(o: {
     String(port),
     '--temporal.ui-port',
     String(uiPort),
+    '--temporal.metrics-port',
+    String(metricsPort),
     '--temporal.heartbeat-timeout-s',
     '5',
-    '--temporal.task-queue',
-    o.name,
     '--inference.server.port',
     String(http),
     '--orchestrator.base-urls',

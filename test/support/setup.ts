@@ -12,6 +12,8 @@ import { loadConfig } from '../../lib/config/loader';
 import { RL_SECTIONS, RL_SHARED_KEYS, rlSchema, type RLConfig } from '../../lib/config/schemas';
 import { VERIFIERS_VENV } from '../../lib/envs/verifiers/environment';
 import { createModel } from '../../lib/model/create';
+import { RunLayout } from '../../lib/runfolder/layout';
+import { readStepMetrics } from '../../lib/runfolder/metrics';
 
 /** A test environment under test/fixtures/envs, by file name. */
 export const fixtureEnv = (file: string): string => path.join(__dirname, '..', 'fixtures', 'envs', file);
@@ -134,6 +136,40 @@ export const oneThreadEach: readonly string[] = [
   '--inference.threads',
   '1',
 ];
+
+/** RL on the lowercase task (`lowercaseEnv`): 15 steps of 32 rollouts (4 prompts x 8) of up to 8 tokens, lr 1e-2. */
+export const lowercaseRunArgs = (runName: string): string[] => [
+  '--run-name',
+  runName,
+  '--max-steps',
+  '15',
+  '--env',
+  lowercaseEnv,
+  '--ckpt.interval',
+  '100',
+  '--orchestrator.batch-size',
+  '32',
+  '--orchestrator.rollouts-per-example',
+  '8',
+  '--orchestrator.sampling.max-tokens',
+  '8',
+  '--trainer.optim.lr',
+  '1e-2',
+  '--trainer.optim.weight-decay',
+  '0',
+];
+
+/** The run learnt: the mean reward of its first three steps below 0.3, of its last three 0.2 higher or more. */
+export function expectRewardGain(cfg: RLConfig): void {
+  const rewards = readStepMetrics(RunLayout.of(cfg.output_dir, cfg.run_name).metricsFile).map(
+    (l) => l.reward_mean as number,
+  );
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const first = mean(rewards.slice(0, 3)),
+    last = mean(rewards.slice(-3));
+  expect(first).toBeLessThan(0.3);
+  expect(last).toBeGreaterThan(first + 0.2);
+}
 
 /**
  * `describe` where a Python with verifiers 0.4.0 (its env server and renderers) is at `python`

@@ -5,7 +5,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { Context } from '@temporalio/activity';
+import { CancelledFailure, Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import {
@@ -159,6 +159,17 @@ export function standIns(calls: Calls, b: Behaviour = {}) {
         ctx.heartbeat();
         await new Promise((r) => setTimeout(r, 20));
       }
+    },
+    async followWandb() {
+      const ctx = Context.current();
+      calls.push('followWandb');
+      // Follows until cancelled, then finishes what it follows (the workflow waits for it).
+      while (!ctx.cancellationSignal.aborted) {
+        ctx.heartbeat();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      calls.push('followWandb finished');
+      throw new CancelledFailure('cancelled');
     },
     async claimRollouts({ step }) {
       calls.push(`claimRollouts ${step}`);

@@ -302,6 +302,31 @@ describe('rl', () => {
   });
 });
 
+describe('rl, [wandb]', () => {
+  test('one W&B follower per execution, cancelled and waited for before it ends or continues as new', async () => {
+    const { result, calls, handle } = await run<RLResult>('rl', [
+      rlConfig(['--run-name', 'wb', '--max-steps', '3', '--wandb.project', 'p', '--temporal.heartbeat-timeout-s', '5']),
+      undefined,
+      { stepsPerRun: 2 },
+    ]);
+    expect(result).toMatchObject({ steps: 3, stoppedEarly: false });
+    expect(await executionChain(handle)).toHaveLength(2);
+    // Each execution's follower finished (logged the last steps) before the next one started.
+    expect(calls.filter((c) => c.startsWith('followWandb'))).toEqual([
+      'followWandb',
+      'followWandb finished',
+      'followWandb',
+      'followWandb finished',
+    ]);
+    expect(calls.lastIndexOf('followWandb finished')).toBeGreaterThan(calls.indexOf('recordStep 2'));
+  });
+
+  test('a run without [wandb] has none', async () => {
+    const { calls } = await run<RLResult>('rl', [rlConfig(['--run-name', 'nowb', '--max-steps', '1'])]);
+    expect(calls.filter((c) => c.startsWith('followWandb'))).toEqual([]);
+  });
+});
+
 describe('rl, in-flight mode', () => {
   // A short heartbeat timeout: a cancelled producer learns it at its next heartbeat (within 80% of it).
   const inFlight = (name: string, steps: number, ...more: string[]) =>

@@ -35,16 +35,17 @@ export const asyncLevel = () =>
     .nonnegative()
     .default(1)
     .describe('rollouts of step n use policy weights no older than n - async_level');
-export const runName = (dflt: string) =>
+/** A run name's shape (no default). */
+export const runNameString = () =>
   z
     .string()
     .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ., _ and - only')
     .max(RUN_NAME_MAX, {
       error: (iss) =>
         `${String(iss.input).length} characters; at most ${RUN_NAME_MAX} (it names a folder of output_dir and a workflow)`,
-    })
-    .default(dflt)
-    .describe('run name: the folder under output_dir and the Temporal workflow id');
+    });
+export const runName = (dflt: string) =>
+  runNameString().default(dflt).describe('run name: the folder under output_dir and the Temporal workflow id');
 export const threads = () =>
   positiveInt().optional().describe('compute threads of the native engine; unset = all cores');
 

@@ -30,6 +30,13 @@ export const trainerScaleShape = {
       .max(65535)
       .default(0)
       .describe('TCP store port; 0 = rl and sft pick a free one for their local ranks (a worker needs a real port)'),
+    token_var: z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name')
+      .default('TRAINER_DIST_TOKEN')
+      .describe(
+        'environment variable holding the shared secret of the ranks: rank 0 signs every group and job it hands out through the store with it, the others act on nothing else; rl and sft give their local ranks a fresh one, ranks started by hand need the same value each',
+      ),
     timeout_s: z
       .number()
       .positive()

@@ -8,7 +8,7 @@ import { concurrencySchema } from './concurrency';
 import { envSchema } from './envs';
 import { serverSchema } from './inference';
 import { computeDtypeSchema, deviceSchema } from './model';
-import { temporalSchema } from './temporal';
+import { temporalSchema, withRunQueue } from './temporal';
 import { samplingSchema } from './sampling';
 
 /** Held-out examples per environment: a count, or -1 for all of them (prime-rl's spelling). */
@@ -78,6 +78,7 @@ export const evalSchema = z
     // An external API (client.base_url) has its own context length; seq_len is that of the local server.
     if (c.client.base_url === undefined)
       checkMaxTokens(ctx, ['sampling', 'max_tokens'], c.sampling.max_tokens, c.seq_len, 'seq_len');
-  });
+  })
+  .transform(withRunQueue);
 
 export type EvalConfig = z.output<typeof evalSchema>;

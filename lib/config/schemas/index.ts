@@ -9,13 +9,23 @@
  * public face: `import ... from 'lib/config/schemas'`.
  */
 export { serverUrl } from '../urls';
-export { temporalCommandSchema, temporalSchema, type TemporalCommandConfig, type TemporalConfig } from './temporal';
+export {
+  devMetricsPort,
+  runTaskQueue,
+  temporalCommandSchema,
+  temporalSchema,
+  type RunTemporalConfig,
+  type TemporalCommandConfig,
+  type TemporalConfig,
+} from './temporal';
 export { SHARDINGS, trainerRankSchema, type TrainerRankConfig } from './dist';
 export { trainerSchema, type TrainerConfig } from './trainer';
 export { orchestratorSchema, type OrchestratorConfig } from './orchestrator';
 export { inferenceSchema, replicaServers, serverSchema, type InferenceConfig } from './inference';
 export { RL_SECTIONS, RL_SHARED_AT_LEAST, RL_SHARED_KEYS, rlSchema, type RLConfig } from './rl';
 export { sftSchema, type SFTConfig } from './sft';
+export { weightBroadcastSchema, type WeightBroadcastConfig } from './weights';
+export { slurmSchema, type SlurmConfig } from './slurm';
 export { evalSchema, type EvalConfig } from './eval';
 export { WORKER_SECTIONS, WORKER_SHARED_KEYS, workerSchema, type WorkerConfig } from './worker';
 export { modelCreateSchema, modelPlanSchema, type ModelCreateConfig, type ModelPlanConfig } from './model-tools';

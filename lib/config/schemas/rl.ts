@@ -12,9 +12,11 @@ import { distills, distillSchema } from './distill';
 import { evalSettings } from './eval';
 import { inferenceSchema, replicaServers } from './inference';
 import { orchestratorSchema } from './orchestrator';
-import { temporalSchema } from './temporal';
+import { temporalSchema, withRunQueue } from './temporal';
 import { trainerSchema } from './trainer';
 import { wandbSchema } from './wandb';
+import { slurmSchema } from './slurm';
+import { weightBroadcastSchema } from './weights';
 
 /** Keys of `rl` that fill the trainer, orchestrator and inference sections (as prime-rl's `rl` command shares them). */
 export const RL_SHARED_KEYS = ['model.name', 'seq_len', 'max_steps', 'async_level', 'output_dir', 'seed'] as const;
@@ -45,6 +47,12 @@ export const rlSchema = z
     eval: evalSettings,
     temporal: temporalSchema,
     wandb: wandbSchema,
+    weight_broadcast: weightBroadcastSchema,
+    slurm: slurmSchema
+      .optional()
+      .describe(
+        '[slurm]: submit the run as a SLURM batch job (lib/config/schemas/slurm.ts); --dry-run writes its script',
+      ),
     distill: distillSchema,
     trainer: trainerSchema,
     orchestrator: orchestratorSchema,
@@ -136,13 +144,15 @@ export const rlSchema = z
       });
     }
   })
-  // Resolved here, so that --dry-run prints (and the workflow gets) the address that is used.
-  .transform((c) => ({
-    ...c,
-    orchestrator: {
-      ...c.orchestrator,
-      base_urls: c.orchestrator.base_urls ?? replicaServers(c.inference).map((server) => `${serverUrl(server)}/v1`),
-    },
-  }));
+  // Resolved here, so that --dry-run prints (and the workflow gets) the addresses and queues used.
+  .transform((c) =>
+    withRunQueue({
+      ...c,
+      orchestrator: {
+        ...c.orchestrator,
+        base_urls: c.orchestrator.base_urls ?? replicaServers(c.inference).map((server) => `${serverUrl(server)}/v1`),
+      },
+    }),
+  );
 
 export type RLConfig = z.output<typeof rlSchema>;

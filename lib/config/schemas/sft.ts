@@ -9,7 +9,7 @@ import { evalEnvSchema, evalShape } from './eval';
 import { serverSchema } from './inference';
 import { loraSchema } from './lora';
 import { optimizerSchema, schedulerSchema, withLrDefault } from './optim';
-import { temporalSchema } from './temporal';
+import { temporalSchema, withRunQueue } from './temporal';
 import { moeTrainSchema, trainerModelSchema } from './trainer';
 
 /**
@@ -184,6 +184,6 @@ export const sftSchema = z
       });
     }
   })
-  .transform(withLrDefault);
+  .transform((c) => withRunQueue(withLrDefault(c)));
 
 export type SFTConfig = z.output<typeof sftSchema>;

@@ -3,7 +3,7 @@ import { z } from 'zod';
 
 /**
  * Present (a [wandb] table, any --wandb.* flag or PRIME_WANDB__* variable) = W&B logging on, as
- * in prime-rl; absent = off. `prime-rl rl` alone starts it (lib/launch/rl.ts).
+ * in prime-rl; absent = off. Only rl runs log to W&B, from a cpu worker (activities/wandb.ts).
  */
 export const wandbSchema = z
   .strictObject({

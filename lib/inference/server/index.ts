@@ -213,7 +213,12 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   });
 
   registerOpenAiRoutes(app, served);
-  registerPolicyRoutes(app, served, { baseDir, baseReal, allowedRoots });
+  registerPolicyRoutes(app, served, {
+    baseDir,
+    baseReal,
+    allowedRoots,
+    onWeightUpdate: (source) => metrics.countWeightUpdate(source),
+  });
   const sessionVersions = new SessionVersions();
   registerRendererGenerateRoute(app, served, sessionVersions, baseDir);
   registerSessionVersionsRoute(app, sessionVersions);

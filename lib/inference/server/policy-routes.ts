@@ -1,6 +1,8 @@
 /**
  * The routes RL drives: token-in `/v1/generate`, and the policy the server serves: `/update_weights`
- * (a weight folder under a version label) and `/reload_weights` (back to the base model).
+ * (a weight folder under a version label; its weights taken from a broadcast when one brought them:
+ * `/weights/join` and `/weights/receive`, weight-receiver.ts) and `/reload_weights` (back to the
+ * base model).
  */
 import { randomUUID } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -11,7 +13,15 @@ import { sparseLayerCount } from '../../model/families';
 import { HF_FIELDS } from '../../model/hf-config';
 import { loadHfModelAsync, readHfConfig } from '../../model/hf';
 import { SerialQueue } from '../../../native/serial';
-import { ApiError, generateRequest, parseBody, updateWeightsRequest } from '../protocol';
+import {
+  ApiError,
+  generateRequest,
+  parseBody,
+  updateWeightsRequest,
+  weightsJoinRequest,
+  weightsReceiveRequest,
+} from '../protocol';
+import { WeightReceiver } from './weight-receiver';
 import { LazyArray, sendJson } from './json-body';
 import { disconnectSignal, promptLogprobList, usage, type Served } from './served';
 
@@ -155,13 +165,15 @@ export interface WeightSources {
   baseReal: string;
   /** Folders `/update_weights` may load from (resolved). */
   allowedRoots: string[];
+  /** Each update's source: a broadcast, or the folder (the server's /metrics count them). */
+  onWeightUpdate?: (source: 'broadcast' | 'filesystem') => void;
 }
 
 /** The RL routes on `served`. */
 export function registerPolicyRoutes(
   app: FastifyInstance,
   served: Served,
-  { baseDir, baseReal, allowedRoots }: WeightSources,
+  { baseDir, baseReal, allowedRoots, onWeightUpdate }: WeightSources,
 ): void {
   const { scheduler, arch } = served;
 
@@ -209,6 +221,19 @@ export function registerPolicyRoutes(
       prompt_logprobs: body.prompt_logprobs ? promptLogprobList(results[0]) : null,
       ...(body.return_routes ? { prompt_routes: promptRoutesPerToken(results[0].promptRoutes, arch) } : {}),
     });
+  });
+
+  // The weight broadcast (weight_broadcast nccl): trainer rank 0 makes this server a member of its
+  // group and sends it each version before it is loaded.
+  const receiver = new WeightReceiver(arch);
+  app.post('/weights/join', (req) => {
+    const body = parseBody(weightsJoinRequest, req.body);
+    receiver.join(body);
+    return { status: 'joining', generation: body.generation };
+  });
+  app.post('/weights/receive', async (req) => {
+    const received = await receiver.receive(parseBody(weightsReceiveRequest, req.body));
+    return { status: 'ok', ...received };
   });
 
   /** Version label -> the folder (real path) it names, since start or the last /reload_weights. */
@@ -273,15 +298,18 @@ export function registerPolicyRoutes(
       const mismatch = sameShape(arch, config, path.join(body.weight_dir, 'config.json'));
       if (mismatch)
         throw new ApiError(400, `weight_dir: not the same model shape: ${mismatch}`, 'weight_dir', 'shape_mismatch');
-      let loaded;
+      // The version's bytes from the broadcast that brought them, else from the folder.
+      let tensors = receiver.take(version, body.weight_dir);
+      const source = tensors ? 'broadcast' : 'filesystem';
       try {
-        loaded = await loadHfModelAsync(real);
+        tensors ??= (await loadHfModelAsync(real)).tensors;
       } catch (e) {
         throw unloadable(e);
       }
-      await scheduler.updateWeights(loaded.tensors, { version, weightDir: real });
+      await scheduler.updateWeights(tensors, { version, weightDir: real });
       labels.set(version, real);
-      return { status: 'ok', policy_version: version, weight_dir: real };
+      onWeightUpdate?.(source);
+      return { status: 'ok', policy_version: version, weight_dir: real, source };
     }),
   );
 

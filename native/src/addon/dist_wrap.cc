@@ -53,10 +53,53 @@ class StoreWrap : public Napi::ObjectWrap<StoreWrap> {
 
 class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
  public:
-  static Napi::Function Define(Napi::Env env) { return DefineClass(env, "DistGroup", {}); }
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "DistGroup", {InstanceMethod("broadcast", &GroupWrap::Broadcast)});
+  }
   explicit GroupWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<GroupWrap>(info), group(unwrapExternal<DistGroup>(info, "DistGroup")) {}
   std::shared_ptr<DistGroup> group;
+
+ private:
+  // (buffers, root, bucketBytes, device) -> rank `root`'s bytes in every rank's buffers, in place:
+  // the weight broadcast (lib/trainer/broadcast.ts). The buffers must have the same sizes, in the
+  // same order, on every rank. On a CUDA `device` each bucket travels through device memory (NCCL);
+  // on "cpu" over Gloo.
+  Napi::Value Broadcast(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsArray()) throw Napi::TypeError::New(env, "broadcast: expected an array of Buffers");
+    Napi::Array arr = info[0].As<Napi::Array>();
+    const int root = int(info[1].As<Napi::Number>().Int32Value());
+    const int64_t bucketBytes = int64_t(info[2].As<Napi::Number>().DoubleValue());
+    const std::string device = info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "cpu";
+    std::vector<at::Tensor> ts;
+    std::vector<Napi::Value> keep;
+    for (uint32_t i = 0; i < arr.Length(); i++) {
+      Napi::Value v = arr.Get(i);
+      if (!v.IsBuffer()) throw Napi::TypeError::New(env, "broadcast: expected an array of Buffers");
+      auto b = v.As<Napi::Buffer<uint8_t>>();
+      if (b.Length() == 0) continue;  // nothing to move
+      ts.push_back(at::from_blob(b.Data(), {int64_t(b.Length())}, at::TensorOptions().dtype(at::kByte)));
+      keep.push_back(v);
+    }
+    auto g = group;
+    Job* job = new Job(
+        env, nullptr,
+        [g, ts, root, bucketBytes, device]() mutable {
+          if (device == "cpu") {
+            g->broadcastBucketed(ts, root, bucketBytes);
+            return;
+          }
+          std::vector<at::Tensor> onDevice;
+          for (const at::Tensor& t : ts) onDevice.push_back(t.to(at::Device(device)));
+          g->broadcastBucketed(onDevice, root, bucketBytes);
+          if (g->rank() == root) return;  // the root's buffers stay as they were (read meanwhile)
+          for (size_t i = 0; i < ts.size(); i++) ts[i].copy_(onDevice[i]);
+        },
+        nullptr);
+    for (const Napi::Value& v : keep) job->keep(v);
+    return job->start();
+  }
 };
 
 }  // namespace

@@ -15,6 +15,9 @@
 #include "addon/convert.h"
 #include "addon/exports.h"
 #include "cpu_cache.h"
+#include "cpu_kernel_check.h"
+#include "cpu_kernels.h"
+#include "cpu_matmul.h"
 #include "dist.h"
 #include "host_parallel.h"
 #include "kernel_check.h"
@@ -179,6 +182,27 @@ Napi::Value KernelCheck(const Napi::CallbackInfo& info) {
   });
 }
 
+// Every CPU loop of every instruction set this CPU runs against fp64 (cpu_kernel_check.h),
+// synchronously: [{isa, kernel, dtype, shape, error}].
+Napi::Value CpuKernelCheck(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const uint64_t seed = uint64_t(info[0].As<Napi::Number>().Int64Value());
+  return jsErrors(env, [&]() -> Napi::Value {
+    const std::vector<prime::CpuKernelCheck> rows = prime::cpuKernelCheck(seed);
+    Napi::Array out = Napi::Array::New(env, rows.size());
+    for (size_t i = 0; i < rows.size(); i++) {
+      Napi::Object r = Napi::Object::New(env);
+      r.Set("isa", rows[i].isa);
+      r.Set("kernel", rows[i].kernel);
+      r.Set("dtype", rows[i].dtype);
+      r.Set("shape", rows[i].shape);
+      r.Set("error", rows[i].error);
+      out.Set(uint32_t(i), r);
+    }
+    return out;
+  });
+}
+
 // Seconds per forward + backward of the fused and the libtorch path (kernel_check.h), on a libuv
 // worker: ({...kernelCheck's options, iters}) -> Promise<{fused, unfused}>.
 Napi::Value KernelTime(const Napi::CallbackInfo& info) {
@@ -283,20 +307,36 @@ Napi::Value LayerSlots(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// Measured fp32 matmul throughput (GFLOP/s) of an n x n x n product, the benchmarks' yardstick.
+// Measured matmul throughput (GFLOP/s): an n x n x n fp32 product, the benchmarks' yardstick; or,
+// with m and k, a projection as an inference forward runs it (cpu_matmul.h linearOn: x [m, k] times
+// w [n, k] transposed, in `dtype`), e.g. a decode step's and the LM head's shapes.
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info) {
   const int64_t n = info[0].As<Napi::Number>().Int64Value(), iters = info[1].As<Napi::Number>().Int64Value();
+  const bool linear = info.Length() > 2 && info[2].IsNumber();
+  const int64_t m = linear ? info[2].As<Napi::Number>().Int64Value() : n;
+  const int64_t k = linear ? info[3].As<Napi::Number>().Int64Value() : n;
+  const std::string dtypeName = info.Length() > 4 && info[4].IsString() ? info[4].As<Napi::String>().Utf8Value() : "";
+  at::ScalarType dtype = at::kFloat;
+  if (!dtypeName.empty())
+    jsErrors(info.Env(), [&]() -> Napi::Value {
+      dtype = parseComputeDtype(dtypeName);
+      return info.Env().Undefined();
+    });
+  if (n < 1 || m < 1 || k < 1 || iters < 1)
+    throw Napi::RangeError::New(info.Env(), "matmulGflops: sizes and iterations must be >= 1");
   auto out = std::make_shared<double>(0);
   Job* job = new Job(
       info.Env(), nullptr,
       [=] {
         c10::InferenceMode inference;
-        at::Tensor a = at::randn({n, n}), b = at::randn({n, n}), c = at::empty({n, n});
-        at::mm_out(c, a, b);  // warm-up
+        const auto opts = at::TensorOptions().dtype(dtype);
+        at::Tensor a = at::randn({m, k}, opts), b = at::randn({linear ? n : k, linear ? k : n}, opts);
+        auto run = [&] { return linear ? linearOn(a, b, at::Tensor()) : at::mm(a, b); };
+        run();  // warm-up
         auto t0 = std::chrono::steady_clock::now();
-        for (int64_t i = 0; i < iters; i++) at::mm_out(c, a, b);
+        for (int64_t i = 0; i < iters; i++) run();
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        *out = 2.0 * double(n) * double(n) * double(n) * double(iters) / s / 1e9;
+        *out = 2.0 * double(m) * double(n) * double(k) * double(iters) / s / 1e9;
       },
       [out](Napi::Env env) -> Napi::Value { return Napi::Number::New(env, *out); });
   return job->start();
@@ -331,10 +371,19 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   if (blasThreads) out.Set("blasThreads", blasThreads());
   auto blasCore = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   if (blasCore) out.Set("blasCore", std::string(blasCore()));
+  // The library that serves ATen's fp32 GEMMs (native/cmake/torch.cmake: OpenBLAS when linked).
+  Dl_info blas;
+  if (void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_"); sgemm && dladdr(sgemm, &blas) && blas.dli_fname) {
+    const std::string file = blas.dli_fname;
+    out.Set("blas", file.substr(file.find_last_of('/') + 1));
+  }
+  out.Set("cpuKernels", prime::cpu::kernels().isa);
+  out.Set("cpuBf16Dot", prime::cpuHasBf16Dot());
   out.Set("parallelInfo", at::get_parallel_info());
   out.Set("gloo", kHaveGloo);
   out.Set("cudaKernels", cudaKernelsBuilt());
   out.Set("nccl", kHaveNccl);
+  out.Set("storeBindsHost", kStoreBindsHost);
   return out;
 }
 

@@ -143,6 +143,14 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
     o.Set("blocksInUse", double(st.blocksInUse));
     o.Set("blocksCached", double(st.blocksCached));
     o.Set("cacheUsage", double(st.blocksInUse) / double(gen_->numBlocks()));
+    if (st.stateSlots > 0) {  // a hybrid model's
+      Napi::Object state = Napi::Object::New(info.Env());
+      state.Set("slots", double(st.stateSlots));
+      state.Set("inUse", double(st.stateSlotsInUse));
+      state.Set("cached", double(st.stateSlotsCached));
+      state.Set("slotBytes", double(st.stateSlotBytes));
+      o.Set("state", state);
+    }
     o.Set("preemptions", double(st.preemptions));
     o.Set("prefillTokens", double(st.prefillTokens));
     o.Set("prefixHitTokens", double(st.prefixHitTokens));
@@ -178,6 +186,7 @@ GeneratorOptions generatorOptions(Napi::Env env, const Napi::Object& o) {
   g.gpuMemoryUtilization = numOr(o, "gpuMemoryUtilization", 0);
   g.blockSize = int64_t(numOr(o, "blockSize", double(g.blockSize)));
   g.maxBatchedTokens = int64_t(numOr(o, "maxBatchedTokens", double(g.maxBatchedTokens)));
+  g.stateSlots = int64_t(numOr(o, "stateSlots", 0));
   Napi::Value sharing = o.Get("prefixSharing");
   if (!sharing.IsUndefined()) {
     const std::string s = sharing.IsString() ? sharing.As<Napi::String>().Utf8Value() : "";

@@ -29,6 +29,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
   explicit ModelWrap(const Napi::CallbackInfo& info)
       : Napi::ObjectWrap<ModelWrap>(info), model_(unwrapExternal<Model>(info, "Model")) {}
+  const std::shared_ptr<Model>& model() const { return model_; }
 
  private:
   Napi::Value Score(const Napi::CallbackInfo& info) {
@@ -105,13 +106,6 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value CreateGenerator(const Napi::CallbackInfo& info) {
     Napi::Object o = obj(info[0], "options");
     checkIdle(info.Env(), *model_);
-    // Until the generator keeps Gated DeltaNet state slots beside its KV blocks (linear_state.h),
-    // a hybrid model is refused here, by name, rather than failing at its first step.
-    if (model_->hybrid())
-      throw Napi::Error::New(info.Env(), model_->cfg.arch +
-                                             ": generation of a hybrid model (Gated DeltaNet blocks) needs the "
-                                             "generator's state slots, which it does not have yet; scoring and "
-                                             "training work");
     const GeneratorOptions g = generatorOptions(info.Env(), o);
     auto gen = jsErrors(info.Env(), [&] { return std::make_shared<Generator>(model_, g); });
     return wrap(info.Env(), &Constructors::generator, gen);
@@ -156,6 +150,11 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 };
 
 }  // namespace
+
+std::shared_ptr<Model> unwrapModel(Napi::Value v) {
+  if (!v.IsObject()) throw Napi::TypeError::New(v.Env(), "expected a Model");
+  return ModelWrap::Unwrap(v.As<Napi::Object>())->model();
+}
 
 Napi::Function DefineModel(Napi::Env env) { return ModelWrap::Define(env); }
 

@@ -1,0 +1,50 @@
+// Hand-written CPU loops compiled once per x86 instruction set (cpu/kernels.cc is built three
+// times: the baseline x86-64, AVX2 + FMA, AVX-512), the one for this CPU chosen when first used, as
+// ATen chooses its own kernels (ATEN_CPU_CAPABILITY=default|avx2|avx512 lowers both choices). The
+// rest of the addon is compiled for the baseline x86-64, which every CPU runs, so a loop that needs
+// AVX2 or AVX-512 to be fast lives here, behind this table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace prime::cpu {
+
+// Attention over the paged KV cache (model.h PagedKV, PagedBatch) for the tokens of one forward:
+// token t attends to positions 0..pos[t] of table row seqOf[t]. q, out [N, H, hd]; caches [blocks,
+// B, KV, hd]; all of the element type the kernel is for (fp32 or bf16: scores, softmax and sums in
+// fp32). Keys are visited in position order whatever the blocks.
+struct PagedAttentionArgs {
+  const void *q, *k, *v;
+  void* out;
+  const int64_t *pos, *seqOf, *tables;
+  int64_t width, N, H, KV, hd, B;
+};
+using PagedAttentionFn = void (*)(const PagedAttentionArgs&);
+
+// y = x W^T for a few rows of x: x [M, K] fp32 (rows contiguous), W [N, K] fp32 or bf16 (the
+// kernel's element type), y [M, N] fp32 with row stride ldy. Each output is one dot product over K
+// summed in fp32 lanes, so W is read in place, never packed: where M is small (decode steps) the
+// GEMM is a pass over the weights, which a BLAS would copy into its packed layout first. Split
+// over N between the host threads.
+struct LinearArgs {
+  const float* x;
+  const void* w;
+  float* y;
+  int64_t M, N, K, ldy;
+};
+using LinearFn = void (*)(const LinearArgs&);
+
+struct Kernels {
+  const char* isa;  // "default", "avx2" or "avx512": the instruction set these were compiled for
+  PagedAttentionFn pagedAttentionF32, pagedAttentionBF16;
+  LinearFn linearF32, linearBF16;
+};
+
+// The kernels for this CPU (chosen once).
+const Kernels& kernels();
+// The copy compiled for `isa` ("default", "avx2", "avx512") when this CPU can run it, else null:
+// what cpuKernelCheck runs each of.
+const Kernels* kernelsFor(const std::string& isa);
+
+}  // namespace prime::cpu
