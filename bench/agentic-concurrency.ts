@@ -11,7 +11,10 @@
  *   npm run build:ts && node dist/bench/agentic-concurrency.js [--model tiny|small] [--episodes 48]
  *     [--long-share 0.25] [--long-turns 8] [--short-turns 2] [--turn-tokens 24] [--obs-tokens 16]
  *     [--prompt-len 64] [--kv-tokens 4096] [--max-running 64] [--fixed 4,16,64] [--threads 2]
- *     [--repeats 1]
+ *     [--repeats 1] [--trace FILE]
+ *
+ * --trace writes one JSON line per reading of the servers: the policy, the seconds since its
+ * start, the limit, the episodes in flight and the servers' counters (what held the limit).
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -83,11 +86,14 @@ async function run(policy: string, bounds: ConcurrencyBounds, modelDir: string, 
     const controller = new ConcurrencyController(bounds, longest + 8);
     const limits: number[] = [];
     const preempted0 = await metric(server.url, 'prime_inference_preemptions_total');
+    const trace = arg('trace', '');
+    let inFlight = 0;
     let tokens = 0;
     const started = performance.now();
     await mapAdaptive(
       list,
       async (e) => {
+        inFlight++;
         const ids = [...e.prompt];
         for (let t = 0; t < e.turns; t++) {
           const out = await client.generate(ids, {
@@ -101,12 +107,19 @@ async function run(policy: string, bounds: ConcurrencyBounds, modelDir: string, 
           tokens += out.tokenIds.length;
           ids.push(...out.tokenIds, ...e.observations[t]);
         }
+        inFlight--;
       },
       {
         controller,
         read: async () => {
           limits.push(controller.limit);
-          return client.readings();
+          const readings = await client.readings();
+          if (trace) {
+            const t = (performance.now() - started) / 1000;
+            const line = { policy, t, limit: controller.limit, inFlight, signal: controller.signal, readings };
+            fs.appendFileSync(trace, `${JSON.stringify(line)}\n`);
+          }
+          return readings;
         },
       },
     );
@@ -142,8 +155,12 @@ async function main(): Promise<void> {
       ]),
     ];
     const results: Outcome[] = [];
+    // Each repeat starts at the next policy: whichever runs first runs colder.
     for (let rep = 0; rep < num('repeats', 1); rep++)
-      for (const [name, bounds] of policies) {
+      for (const [name, bounds] of [
+        ...policies.slice(rep % policies.length),
+        ...policies.slice(0, rep % policies.length),
+      ]) {
         const r = await run(name, bounds, modelDir, tmp);
         results.push(r);
         process.stdout.write(`${JSON.stringify(r)}\n`);

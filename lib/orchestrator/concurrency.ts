@@ -8,11 +8,18 @@
  *  - Start: initial_inflight, else, at the first reading that gives the servers' KV cache, as many
  *    rollouts as that cache holds sequences of the servers' context length (a pessimistic start:
  *    few rollouts fill their context); min_inflight until then.
- *  - Grow while the servers are clear: no preemption since the last reading, nothing queued in
- *    this reading or the one before, KV usage below GROW_BELOW. Then every finished rollout
- *    multiplies the limit by GROWTH^(1 / in flight): x GROWTH per turnover of the rollouts in
- *    flight, paced by the work itself whatever its scale, and only while the limit binds (at
- *    least BINDING x limit in flight: a limit nobody reaches tells nothing about more).
+ *  - Grow while the servers are clear: no preemption since the last reading, KV usage below
+ *    GROW_BELOW in each of the last KV_WINDOW readings (usage swings as multi-turn rollouts leave
+ *    between turns and come back longer: its peaks are what preempts), and no queue that grew
+ *    (queued in the reading before and more queued in this one). A queue that holds or shrinks
+ *    is not pressure: a multi-turn rollout's next turn waits for the engine's next step (such a
+ *    queue comes and goes between readings), and a server's own sequence limit (max_running,
+ *    vLLM's max_num_seqs) queues what it cannot run while its KV cache has room, where more in
+ *    flight costs nothing; a queue that grows says the limit is past what the servers run. Then
+ *    every finished rollout multiplies the limit by GROWTH^(1 / in flight): x GROWTH per
+ *    turnover of the rollouts in flight, paced by the work itself whatever its scale, and only
+ *    while the limit binds (at least BINDING x limit in flight: a limit nobody reaches tells
+ *    nothing about more).
  *  - Cut when the servers are overloaded: a preemption (a sequence lost its KV blocks and will be
  *    recomputed: the cache is over-committed), or requests queued beyond QUEUE_RATIO x running for
  *    QUEUE_READINGS readings in a row (a long multi-turn episode never preempts: its next turn
@@ -45,6 +52,7 @@ export interface EngineReading {
 }
 
 export const GROWTH = 1.25;
+export const KV_WINDOW = 6;
 export const BINDING = 0.9;
 export const GROW_BELOW = 0.6;
 export const TRIM_ABOVE = 0.8;
@@ -82,6 +90,8 @@ export class ConcurrencyController {
   private draining = false;
   private escalated = false;
   private grace = 0;
+  /** KV usage at the last KV_WINDOW readings. */
+  private kvRecent: number[] = [];
   /** Cuts and trims so far, by reason; preemptions seen. */
   readonly counts = { preemption: 0, queue: 0, kv: 0, preempted: 0 };
   last: LimitChange = 'none';
@@ -134,7 +144,7 @@ export class ConcurrencyController {
       }
     }
     let preempted = false;
-    let persistent = false;
+    let queueGrew = false;
     let kv = 0;
     let running = 0;
     let waiting = 0;
@@ -147,7 +157,8 @@ export class ConcurrencyController {
         }
         this.preemptions.set(r.id, r.preemptions);
       }
-      if (r.waiting > 0 && (this.queued.get(r.id) ?? 0) > 0) persistent = true;
+      const queuedBefore = this.queued.get(r.id) ?? 0;
+      if (queuedBefore > 0 && r.waiting > queuedBefore) queueGrew = true;
       this.queued.set(r.id, r.waiting);
       kv = Math.max(kv, r.kvUsage ?? 0);
       running += r.running;
@@ -155,8 +166,9 @@ export class ConcurrencyController {
     }
     this.queueReadings = running > 0 && waiting > QUEUE_RATIO * running ? this.queueReadings + 1 : 0;
     const queueOverload = this.queueReadings >= QUEUE_READINGS;
-    this.signal =
-      preempted || queueOverload ? 'overloaded' : persistent || waiting > 0 || kv >= GROW_BELOW ? 'busy' : 'clear';
+    this.kvRecent = [...this.kvRecent.slice(1 - KV_WINDOW), kv];
+    const usage = Math.max(...this.kvRecent);
+    this.signal = preempted || queueOverload ? 'overloaded' : queueGrew || usage >= GROW_BELOW ? 'busy' : 'clear';
     // A cut's drain ends once the rollouts are within the new limit and the servers have settled.
     if (this.draining && inFlight <= this.limit && !preempted && !queueOverload) {
       this.draining = false;

@@ -39,11 +39,13 @@ test('grows by GROWTH per turnover while the servers are clear and the limit bin
   // 40 in flight of a limit of 45 is below 0.9 x 45: the limit no longer binds, no growth.
   for (let i = 0; i < 20; i++) c.finished(39);
   expect(c.limit).toBe(45);
-  // Not clear: KV usage at 0.6 or more, or anything queued: no growth.
+  // Not clear: KV usage at 0.6 or more, or a queue that grew: no growth.
   c.observe(reading({ kvUsage: 0.65 }), 45);
   for (let i = 0; i < 20; i++) c.finished(44);
   expect(c.limit).toBe(45);
+  for (let i = 0; i < 5; i++) c.observe(reading(), 45); // the 0.65 leaves the window
   c.observe(reading({ waiting: 1 }), 45);
+  c.observe(reading({ waiting: 2 }), 45);
   for (let i = 0; i < 20; i++) c.finished(44);
   expect(c.limit).toBe(45);
   expect(GROWTH).toBe(1.25);
@@ -52,6 +54,41 @@ test('grows by GROWTH per turnover while the servers are clear and the limit bin
   m.observe(reading(), 4);
   for (let i = 0; i < 100; i++) m.finished(4);
   expect(m.limit).toBe(5);
+});
+
+test('a queue that comes and goes or holds does not stop growth; one that grew over two readings does', () => {
+  // Readings as a multi-turn workload gives them without pressure: turns wait for the next step.
+  const c = new ConcurrencyController({ initial_inflight: 40, min_inflight: 1, max_inflight: 100 }, 256);
+  c.observe(reading({ running: 10, waiting: 3 }), 40); // a queue that was not there before
+  expect(c.signal).toBe('clear');
+  for (let i = 0; i < 20; i++) c.finished(39);
+  expect(c.limit).toBe(44); // 40 x 1.25^(20/40) = 44.7
+  c.observe(reading({ running: 10, waiting: 3 }), 44); // the same queue again: the servers run what they can
+  expect(c.signal).toBe('clear');
+  for (let i = 0; i < 22; i++) c.finished(43);
+  expect(c.limit).toBe(49); // 44.72 x 1.25^(22/44) = 50.0 (22 finished of a pool of 44: 49.99)
+  c.observe(reading({ running: 10, waiting: 5 }), 49); // the queue grew: the limit is past what they run
+  expect(c.signal).toBe('busy');
+  for (let i = 0; i < 20; i++) c.finished(48);
+  expect(c.limit).toBe(49);
+  c.observe(reading({ running: 10, waiting: 2 }), 49); // it shrank
+  expect(c.signal).toBe('clear');
+});
+
+test('KV usage holds growth while any of the last 6 readings reached 0.6', () => {
+  // A multi-turn workload under KV pressure: usage swings as episodes leave between turns.
+  const c = new ConcurrencyController({ initial_inflight: 20, min_inflight: 1, max_inflight: 100 }, 256);
+  c.observe(reading({ kvUsage: 0.7 }), 20);
+  for (const kvUsage of [0.35, 0.4, 0.3, 0.45, 0.5]) {
+    c.observe(reading({ kvUsage }), 20);
+    expect(c.signal).toBe('busy');
+    for (let i = 0; i < 20; i++) c.finished(19);
+    expect(c.limit).toBe(20);
+  }
+  c.observe(reading({ kvUsage: 0.3 }), 20); // the 0.7 is 6 readings back
+  expect(c.signal).toBe('clear');
+  for (let i = 0; i < 20; i++) c.finished(19);
+  expect(c.limit).toBe(23); // 20 x 1.25^(13/20) = 23.1; then 20 in flight no longer binds a limit of 23
 });
 
 test('a preemption cuts to 0.8 x in flight, then nothing cuts again until the pool drained; a repeat right after cuts to half', () => {
