@@ -347,10 +347,12 @@ describe('bf16 mixed precision (fp32 master weights and AdamW state, bf16 activa
     const fp32Loss = ceOf(await (await loadModel(cfg, weights)).score(rows));
     const rel = (a: number, b: number) => Math.abs(a - b) / Math.abs(b);
     // bf16 and fp32 forwards are told apart here (2.6e-4 apart); the mixed-precision step is the
-    // bf16 one up to fp32 summation order (4e-8). With fp32 activations between the matmuls
-    // (autocast's scheme, this trainer's before) it was 1.0e-4 from the bf16 forward.
+    // bf16 one up to how each sums its products: 4e-8 when both ran libtorch's bf16 matmul, 5e-6
+    // since a bf16 model's scoring on a CPU without bf16 dot products sums them in fp32 and rounds
+    // once (native/src/cpu_matmul.h), while training keeps libtorch's. With fp32 activations between
+    // the matmuls (autocast's scheme, this trainer's before) it was 1.0e-4 from the bf16 forward.
     expect(rel(bf16Loss, fp32Loss)).toBeGreaterThan(5e-5);
-    expect(rel(mixed.metrics.loss, bf16Loss)).toBeLessThan(1e-6);
+    expect(rel(mixed.metrics.loss, bf16Loss)).toBeLessThan(2e-5);
   });
 
   test("the LM head's recomputed logits equal the forward's: kept or recomputed chunks give the same gradients", async () => {

@@ -14,6 +14,7 @@ export const FRAMEWORK_VARIABLES: Readonly<Record<string, string>> = {
   PRIME_RL_PARENT_PIPE_FD: "lib/proc.ts: the launcher's pipe a child process watches",
   PRIME_RL_NO_API_KEY: 'lib/orchestrator/verifiers-rollout.ts: the (unset) key variable of a server without a key',
   PRIME_RL_VERIFIERS: 'scripts/setup.sh: 0 leaves the verifiers venv out',
+  PRIME_TEMPORAL_FROM_SOURCE: 'scripts/setup.sh: 1 builds the Temporal CLI from Go source',
   PRIME_RL_VERIFIERS_PYTHON: "test/verifiers.env.test.ts: the verifiers venv's Python",
   PRIME_PYTHON: 'bench/gpu-checks.ts: the Python with torch and transformers',
   PRIME_NETNS_NET: "scripts/netns.sh: the test namespaces' network",
