@@ -133,7 +133,8 @@ void listenOnHost(Options& o, const std::string& host, int port) {
 
 const bool kStoreBindsHost = TakesListenFd<c10d::TCPStoreOptions>::value;
 
-DistStore::DistStore(const std::string& host, int port, bool isServer, double timeoutS) : host_(host) {
+DistStore::DistStore(const std::string& host, int port, bool isServer, double timeoutS)
+    : host_(host), timeout_(toMs(timeoutS)) {
   c10d::TCPStoreOptions o;
   o.port = uint16_t(port);
   o.isServer = isServer;
@@ -159,15 +160,25 @@ void DistStore::set(const std::string& key, const std::string& value) {
   store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
+// Polled with check(), never a wait with a timeout: libtorch 1.13's TCPStore leaves a wait that
+// timed out pending on the server, whose reply (once the key is set) is then read as the answer to
+// a later query on this connection, and every call after it fails (wrong values, "Broken pipe").
 std::optional<std::string> DistStore::get(const std::string& key, int64_t timeoutMs) {
-  try {
-    store->wait({key}, std::chrono::milliseconds(timeoutMs));
-  } catch (const c10::Error&) {
-    // A timeout; a lost connection throws again here.
-    if (!store->check({key})) return std::nullopt;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+  while (!store->check({key})) {
+    if (Clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::vector<uint8_t> v = store->get(key);
   return std::string(v.begin(), v.end());
+}
+
+c10::intrusive_ptr<c10d::Store> DistStore::connect() const {
+  c10d::TCPStoreOptions o;
+  o.port = uint16_t(port_);
+  o.isServer = false;
+  o.timeout = timeout_;
+  return c10::make_intrusive<c10d::TCPStore>(host_, o);
 }
 
 int64_t DistStore::add(const std::string& key, int64_t delta) { return store->add(key, delta); }
@@ -389,7 +400,9 @@ DistGroup::DistGroup(std::shared_ptr<DistStore> s, const std::string& prefix, in
   else if (isLoopback(store_->host()))
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   else opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  impl_->store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->store);
+  // A connection of its own: a rendezvous that times out (a rank that never came) can leave a
+  // reply pending on it (see DistStore::get), which must not reach the next group's queries.
+  impl_->store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->connect());
   try {
     impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank, size, opts);
   } catch (const c10::Error& e) {

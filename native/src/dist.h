@@ -54,6 +54,8 @@ class DistStore {
   // The value of `key`, or nullopt if it is not set within `timeoutMs`.
   std::optional<std::string> get(const std::string& key, int64_t timeoutMs);
   int64_t add(const std::string& key, int64_t delta);
+  // A new client connection to the store (a process group's own).
+  c10::intrusive_ptr<c10d::Store> connect() const;
   int port() const { return port_; }
   const std::string& host() const { return host_; }
   c10::intrusive_ptr<c10d::Store> store;
@@ -61,6 +63,7 @@ class DistStore {
  private:
   std::string host_;
   int port_;
+  std::chrono::milliseconds timeout_;
 };
 
 // Where a group's collective time went, since the last takeStats() or resetStats(): `busySeconds`
