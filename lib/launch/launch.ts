@@ -363,7 +363,12 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
     const result = (async () => {
       const rate: { started: number; first?: number } = { started: Date.now() };
       const line = spec.progressLine;
-      const silence = new SilentServers(spec.samplesFrom ?? servers.map((s) => serverUrl(s)));
+      // Named after half the liveness deadline (at most 10 s): a local server the supervisor kills
+      // and restarts at the deadline is named on the line before that.
+      const silence = new SilentServers(
+        spec.samplesFrom ?? servers.map((s) => serverUrl(s)),
+        Math.min(10_000, liveness.deadlineMs / 2),
+      );
       // One progress query at a time: while Temporal restarts, a query retries inside the client,
       // and it must have settled before the connection closes (or its retry hits a closed channel).
       // Bounded: a frozen server answers nothing, and the line waits for the next tick.
