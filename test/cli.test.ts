@@ -112,8 +112,8 @@ test.each([
   [['rl', '@', 'configs/debug/rl.toml', '--trainer.optim.lrr', '1'], /Did you mean 'trainer\.optim\.lr'/],
   [['rl', '@', 'configs/debug/missing.toml'], /config file not found: configs\/debug\/missing\.toml/],
   [
-    ['rl', '@', 'configs/debug/rl.toml', '--seq-len', '64', '--trainer.seq-len', '32'],
-    /conflicting values for the shared key 'seq_len'/,
+    ['rl', '@', 'configs/debug/rl.toml', '--seq-len', '64', '--trainer.seq-len', '32', '--dry-run'],
+    /trainer\.seq_len = 32 \(from --trainer\.seq-len\) is below seq_len = 64/,
   ],
   [['rl', '@', 'configs/debug/rl.toml', '--max-steps', 'x'], /max_steps \(from --max-steps\): expected a number/],
   [
@@ -121,8 +121,9 @@ test.each([
     /orchestrator\.batch_size: 10 is not a multiple of orchestrator\.rollouts_per_example \(4\).*use e\.g\. 8 or 12/,
   ],
   [
-    ['rl', '@', 'configs/debug/rl.toml', '--orchestrator.sampling.max-tokens', '256'],
-    /orchestrator\.sampling\.max_tokens: 256 leaves no room for the prompt within orchestrator\.seq_len \(256\)/,
+    // Equal to seq_len is "up to the context" (prime-rl's max_completion_tokens); above it, never reached.
+    ['rl', '@', 'configs/debug/rl.toml', '--orchestrator.sampling.max-tokens', '300', '--dry-run'],
+    /orchestrator\.sampling\.max_tokens: 300 is above orchestrator\.seq_len \(256\)/,
   ],
   // These passed --dry-run, then failed with a stack trace once the launcher made the run folder.
   [

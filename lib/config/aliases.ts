@@ -171,7 +171,9 @@ export function applyAliases(tree: Raw, aliases: readonly Alias[], where: string
       if (JSON.stringify(r.value) !== JSON.stringify(original)) shown.as = r.value;
       const note = r.note ?? alias.note;
       if (note) shown.note = note;
-      if (!r.quiet) mapped.push(shown);
+      // A key already ours, kept as it is (a table moved onto itself for its renames), is no news.
+      const same = key === r.to && !('as' in shown) && !note;
+      if (!r.quiet && !same) mapped.push(shown);
       if (r.to === null || r.display) continue;
       const keys = split(r.to);
       const existing = get(tree, keys);
