@@ -147,7 +147,8 @@ export function createInFlightActivities({ pool }: { pool: EnvPool }) {
           rollouts,
           startVersion,
           idleSeconds,
-          concurrency: concurrency.limit,
+          // The limit in effect: the controller's, within the cap on groups generated ahead.
+          concurrency: Math.min(concurrency.limit, cap * rpe),
           ...(load ? { load } : {}),
           finishedAt: Date.now() / 1000,
         });

@@ -63,7 +63,7 @@ export interface InFlightClaim {
   offPolicyMax: number;
   /** Seconds the producer had nothing to generate while the groups [first, next) were made. */
   inferenceIdleSeconds: number;
-  /** Means over the groups [first, next), as they finished: the producer's concurrency limit (in groups) and the servers' running and queued sequences (null: not recorded). */
+  /** Means over the groups [first, next), as they finished: the producer's concurrency limit (in rollouts) and the servers' running and queued sequences (null: not recorded). */
   concurrencyMean: number | null;
   serverRunningMean: number | null;
   serverWaitingMean: number | null;
