@@ -32,18 +32,19 @@ const trace = (): WireTrace => ({
   ],
 });
 
-test('every root-to-leaf path is one sample: its exact tokens, sampled spans with their logprobs', () => {
+test('every root-to-leaf path is one sample: its exact tokens, sampled spans with their logprobs, the roles of the rest', () => {
+  // The tokens not sampled, by the message (role) they came from: echo trains chosen roles' tokens.
+  const user = (tokens: number) => ({ role: 'user', tokens });
+  const assistant = (tokens: number) => ({ role: 'assistant', tokens });
+  const prompt = { tokens: [1, 2, 3, 9], generated: false, roles: [user(2), user(1), assistant(1)] };
   expect(traceSamples(trace())).toEqual([
     [
-      { tokens: [1, 2, 3, 9], generated: false },
+      prompt,
       { tokens: [10, 11], generated: true, logprobs: [-0.1, -0.2] },
-      { tokens: [4, 5, 9], generated: false },
+      { tokens: [4, 5, 9], generated: false, roles: [user(2), assistant(1)] },
       { tokens: [12], generated: true, logprobs: [-0.3] },
     ],
-    [
-      { tokens: [1, 2, 3, 9], generated: false },
-      { tokens: [13], generated: true, logprobs: [-0.4] },
-    ],
+    [prompt, { tokens: [13], generated: true, logprobs: [-0.4] }],
   ]);
 });
 
