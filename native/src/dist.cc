@@ -402,8 +402,8 @@ DistGroup::DistGroup(std::shared_ptr<DistStore> s, const std::string& prefix, in
   else opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   // A connection of its own: a rendezvous that times out (a rank that never came) can leave a
   // reply pending on it (see DistStore::get), which must not reach the next group's queries.
-  impl_->store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->connect());
   try {
+    impl_->store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->connect());
     impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank, size, opts);
   } catch (const c10::Error& e) {
     throw std::runtime_error("trainer process group '" + prefix + "': rank " + std::to_string(rank) + " of " +
