@@ -54,6 +54,18 @@ LossConfig lossConfig(Napi::Value v);
 // Metrics as a JS object of numbers by name (StepMetrics in native/index.ts), in their order.
 Napi::Object metricsToJs(Napi::Env env, const Metrics& metrics);
 
+// A JS array of one object per row, each filled by `fill(object, row)`.
+template <typename Row, typename Fill>
+Napi::Array rowsToJs(Napi::Env env, const std::vector<Row>& rows, Fill fill) {
+  Napi::Array out = Napi::Array::New(env, rows.size());
+  for (size_t i = 0; i < rows.size(); i++) {
+    Napi::Object r = Napi::Object::New(env);
+    fill(r, rows[i]);
+    out.Set(uint32_t(i), r);
+  }
+  return out;
+}
+
 // Runs synchronous native code on the JS thread; node-addon-api only converts Napi::Error, so
 // C++ exceptions are rethrown as JS errors here instead of terminating the process.
 template <typename F>

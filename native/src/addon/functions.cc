@@ -167,18 +167,13 @@ Napi::Value KernelCheck(const Napi::CallbackInfo& info) {
   const std::string weightDtype = o.Has("weightDtype") ? str(o, "weightDtype") : "";
   return jsErrors(env, [&]() -> Napi::Value {
     kernelTypes(k, dtype, weightDtype, device);
-    const std::vector<KernelCheckOutput> rows = kernelCheck(k);
-    Napi::Array out = Napi::Array::New(env, rows.size());
-    for (size_t i = 0; i < rows.size(); i++) {
-      Napi::Object r = Napi::Object::New(env);
-      r.Set("name", rows[i].name);
-      r.Set("fused", rows[i].fused);
-      r.Set("unfused", rows[i].unfused);
-      r.Set("apart", rows[i].apart);
-      r.Set("scale", rows[i].scale);
-      out.Set(uint32_t(i), r);
-    }
-    return out;
+    return rowsToJs(env, kernelCheck(k), [](Napi::Object& r, const KernelCheckOutput& row) {
+      r.Set("name", row.name);
+      r.Set("fused", row.fused);
+      r.Set("unfused", row.unfused);
+      r.Set("apart", row.apart);
+      r.Set("scale", row.scale);
+    });
   });
 }
 
@@ -188,18 +183,13 @@ Napi::Value CpuKernelCheck(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const uint64_t seed = uint64_t(info[0].As<Napi::Number>().Int64Value());
   return jsErrors(env, [&]() -> Napi::Value {
-    const std::vector<prime::CpuKernelCheck> rows = prime::cpuKernelCheck(seed);
-    Napi::Array out = Napi::Array::New(env, rows.size());
-    for (size_t i = 0; i < rows.size(); i++) {
-      Napi::Object r = Napi::Object::New(env);
-      r.Set("isa", rows[i].isa);
-      r.Set("kernel", rows[i].kernel);
-      r.Set("dtype", rows[i].dtype);
-      r.Set("shape", rows[i].shape);
-      r.Set("error", rows[i].error);
-      out.Set(uint32_t(i), r);
-    }
-    return out;
+    return rowsToJs(env, prime::cpuKernelCheck(seed), [](Napi::Object& r, const prime::CpuKernelCheck& row) {
+      r.Set("isa", row.isa);
+      r.Set("kernel", row.kernel);
+      r.Set("dtype", row.dtype);
+      r.Set("shape", row.shape);
+      r.Set("error", row.error);
+    });
   });
 }
 
