@@ -118,7 +118,7 @@ async function main(): Promise<void> {
   const lines: string[] = [];
   let params = 0;
   for (const size of sizes)
-    for (const sharding of size === 1 ? (['optimizer'] as const) : (['optimizer', 'full'] as const)) {
+    for (const sharding of size === 1 ? (['optimizer'] as const) : native.SHARDINGS) {
       const ranks = await run(size, sharding);
       params = ranks[0].params;
       // The slowest rank's step and collectives; the largest rank's bytes.

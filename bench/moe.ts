@@ -7,7 +7,8 @@
  */
 import type { ArchConfig } from '../lib/model/arch';
 import { FAMILIES } from '../lib/model/families';
-import { matmulGflops, setThreads } from '../native';
+import { setThreads } from '../native';
+import { matmulGflops } from '../native/checks';
 import { tinyConfig } from '../lib/model/testing';
 import { parameterCount, tensorSpecs } from '../lib/model/tensors';
 import { benchModel, printTable, type Row } from './native';

@@ -8,15 +8,8 @@
  * attention (QK^T and PV: 4 * layers * context * H * hd per token forward; mean context for causal).
  */
 import type { ArchConfig } from '../lib/model/arch';
-import {
-  info,
-  matmulGflops,
-  setThreads,
-  type LossConfig,
-  type NativeModel,
-  type TrainerOptions,
-  type TrainRow,
-} from '../native';
+import { info, setThreads, type LossConfig, type NativeModel, type TrainerOptions, type TrainRow } from '../native';
+import { matmulGflops } from '../native/checks';
 import { loadModel } from '../lib/model/engine';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { parameterCount } from '../lib/model/tensors';

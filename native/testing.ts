@@ -4,8 +4,11 @@
  * CacheBook, the generator's cache manager driven step by step without the model's forward, for
  * unit tests of its bookkeeping. Imported by test/ only.
  */
-import { Generator, testingAddon, type GeneratorOptions, type NativeModel } from './index';
-import type { SerialQueue } from './serial';
+import { loadAddon } from './addon';
+import type { GeneratorOptions } from './engine-types.generated';
+import { Generator, type RawGenerator } from './generator';
+import { modelInternals } from './internals';
+import type { NativeModel } from './model';
 
 /** Test-only settings of a generator (native/src/generation.h `GeneratorChecks`). */
 export interface GeneratorChecks {
@@ -61,10 +64,7 @@ interface TestingAddon {
   CacheBook: new (model: unknown, options: GeneratorOptions, checks: GeneratorChecks) => RawBook;
 }
 
-// The addon's model object and call queue behind a NativeModel: private to the production facade,
-// which has no test-only entry points.
-const internals = (model: NativeModel) => model as unknown as { raw: unknown; queue: SerialQueue };
-const addon = () => testingAddon() as TestingAddon;
+const addon = () => loadAddon<{ testing: TestingAddon }>().testing;
 
 /** A generator of `model` with test-only checks on; its calls share the model's queue. */
 export function createCheckedGenerator(
@@ -72,9 +72,8 @@ export function createCheckedGenerator(
   options: GeneratorOptions,
   checks: GeneratorChecks,
 ): Generator {
-  const { raw, queue } = internals(model);
-  const generator = addon().createCheckedGenerator(raw, options, checks) as ConstructorParameters<typeof Generator>[0];
-  return new Generator(generator, queue);
+  const { raw, queue } = modelInternals(model);
+  return new Generator(addon().createCheckedGenerator(raw, options, checks) as RawGenerator, queue);
 }
 
 /**
@@ -86,7 +85,7 @@ export class CacheBook {
   private readonly raw: RawBook;
 
   constructor(model: NativeModel, options: GeneratorOptions, checks: GeneratorChecks = {}) {
-    this.raw = new (addon().CacheBook)(internals(model).raw, options, checks);
+    this.raw = new (addon().CacheBook)(modelInternals(model).raw, options, checks);
   }
 
   /** Admits a sequence of these tokens; its id, or null when the cache has no room now. */

@@ -12,7 +12,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { inferenceSchema } from '../lib/config/schemas';
-import type { InferenceServer } from '../lib/inference/server';
+import { ConfigError } from '../lib/config/errors';
+import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { startServer } from './support/harness';
 import { tinyModel } from './support/setup';
 
@@ -192,4 +193,19 @@ test('the new settings are checked by name', () => {
   );
   expect(issue({ block_size: 0 })).toMatch(/^block_size: /);
   expect(parse({ model: { name: baseDir, device: 'cuda' }, gpu_memory_utilization: 0.8 }).success).toBe(true);
+});
+
+test('what the engine refuses of an option is a config error naming the key that set it', async () => {
+  // Past the schema (which refuses it on the CPU first), the engine names the option it refuses and
+  // the server maps it to its key by that name.
+  const config = inferenceSchema.parse({ model: { name: baseDir }, seq_len: 64, threads: 1, server: { port: 0 } });
+  config.model.paged_attention_kernel = true;
+  const refused = await startInferenceServer(config).then(
+    (s) => s.close(1000).then(() => undefined),
+    (e: Error) => e,
+  );
+  expect(refused).toBeInstanceOf(ConfigError);
+  expect(refused?.message).toMatch(
+    /^inference\.model\.paged_attention_kernel: (this build of the addon has no CUDA|the model is not on a CUDA device).*; leave it false$/,
+  );
 });

@@ -5,7 +5,8 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
-import { LOSS_KINDS, LOSS_PARAMS, lossKinds, POLICY_LOSSES } from '../native';
+import { LOSS_KINDS, LOSS_PARAMS, POLICY_LOSSES } from '../native';
+import { lossKinds } from '../native/checks';
 import { rlSchema } from '../lib/config/schemas';
 
 const GENERATED = path.join(__dirname, '..', 'native', 'loss-kinds.generated.ts');

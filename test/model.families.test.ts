@@ -5,7 +5,7 @@ import { tinyConfig } from '../lib/model/testing';
 import { parameterCount, tensorSpecs } from '../lib/model/tensors';
 import { loadConfig } from '../lib/config/loader';
 import { modelCreateSchema } from '../lib/config/schemas';
-import { layerSlots } from '../native';
+import { layerSlots } from '../native/checks';
 
 const REQUIRED_LAYER_SLOTS = ['inputNorm', 'postNorm'];
 // A block's token mixer: attention, or a hybrid model's Gated DeltaNet (Qwen3.5).

@@ -3,7 +3,8 @@
  * the next allocation of their size, at most the capacity stays cached, and capacity 0 frees the
  * cache and turns it off. A model trained with the cache on and off takes the same steps.
  */
-import { cpuCacheStats, matmulGflops, setCpuCache, setThreads, type TrainRow } from '../native';
+import { cpuCacheStats, setCpuCache, setThreads, type TrainRow } from '../native';
+import { matmulGflops } from '../native/checks';
 import { loadModel } from '../lib/model/engine';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';

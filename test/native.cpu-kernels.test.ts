@@ -5,7 +5,8 @@
  * bf16 inference on the CPU against the fp32 forward.
  */
 import * as fs from 'node:fs';
-import { cpuKernelCheck, info, setThreads, type NativeModel } from '../native';
+import { info, setThreads, type NativeModel } from '../native';
+import { cpuKernelCheck } from '../native/checks';
 import { loadModel } from '../lib/model/engine';
 import { greedyDecode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';

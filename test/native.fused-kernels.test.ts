@@ -7,7 +7,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import * as native from '../native';
+import { kernelCheck } from '../native/checks';
 import { loadModel } from '../lib/model/engine';
 import { CHECKS, makeWorkDir, type CheckContext } from '../bench/gpu/checks';
 import { loadConfig } from '../lib/config/loader';
@@ -117,7 +117,7 @@ test.each([false, true])(
 
 describe('kernelCheck measures what it claims', () => {
   test('every output and input gradient, each path against fp64', () => {
-    const rows = native.kernelCheck({ kernel: 'addRmsNorm', dtype: 'float32', device: 'cpu', rows: 9, width: 16 });
+    const rows = kernelCheck({ kernel: 'addRmsNorm', dtype: 'float32', device: 'cpu', rows: 9, width: 16 });
     expect(rows.map((r) => r.name)).toEqual(['sum', 'y', 'dx', 'dweight', 'ddelta']);
     for (const r of rows) {
       expect(r.scale).toBeGreaterThan(0.1); // not two zero gradients agreeing
@@ -126,7 +126,7 @@ describe('kernelCheck measures what it claims', () => {
     }
   });
   test('bf16 errors are those of bf16 (so a bound on them means something)', () => {
-    const [y] = native.kernelCheck({ kernel: 'swiglu', dtype: 'bfloat16', device: 'cpu', rows: 64, width: 64 });
+    const [y] = kernelCheck({ kernel: 'swiglu', dtype: 'bfloat16', device: 'cpu', rows: 64, width: 64 });
     // One rounding to 8 significant bits: about 2^-9 of the largest value, and not zero.
     expect(y.fused).toBeGreaterThan(1e-4);
     expect(y.fused).toBeLessThan(8e-3);
@@ -136,33 +136,33 @@ describe('kernelCheck measures what it claims', () => {
 describe('bad inputs are refused by the kernels, naming what is wrong', () => {
   const base = { device: 'cpu', rows: 4, width: 8 } as const;
   test('a dtype the kernels do not take', () => {
-    expect(() => native.kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float64' })).toThrow(
+    expect(() => kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float64' })).toThrow(
       /fused RMSNorm: activations are Double; the fused kernels take float32 and bfloat16/,
     );
   });
   test("a norm weight of another width than the rows'", () => {
-    expect(() => native.kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float32', weightWidth: 6 })).toThrow(
+    expect(() => kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float32', weightWidth: 6 })).toThrow(
       /fused RMSNorm: the weight has shape \[6\], expected \[8\]/,
     );
   });
   test('bf16 weights for fp32 activations, and a weight dtype for a kernel without a weight', () => {
-    expect(() => native.kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float32', weightDtype: 'bfloat16' })).toThrow(
+    expect(() => kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float32', weightDtype: 'bfloat16' })).toThrow(
       /fused RMSNorm: the weight is BFloat16 for activations in Float \(expected the same dtype/,
     );
-    expect(() => native.kernelCheck({ ...base, kernel: 'rope', dtype: 'bfloat16', weightDtype: 'bfloat16' })).toThrow(
+    expect(() => kernelCheck({ ...base, kernel: 'rope', dtype: 'bfloat16', weightDtype: 'bfloat16' })).toThrow(
       /kernelCheck: weightDtype: rope has no weight/,
     );
   });
   test("a norm's row wider than its backward holds in registers", () => {
-    expect(() => native.kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float32', width: 8196 })).toThrow(
+    expect(() => kernelCheck({ ...base, kernel: 'rmsNorm', dtype: 'float32', width: 8196 })).toThrow(
       /fused RMSNorm: rows of 8196 Float elements are wider than the kernels take at that size \(8192/,
     );
-    expect(() => native.kernelCheck({ ...base, kernel: 'addRmsNorm', dtype: 'float32', width: 4098 })).toThrow(
+    expect(() => kernelCheck({ ...base, kernel: 'addRmsNorm', dtype: 'float32', width: 4098 })).toThrow(
       /rows of 4098 Float elements are wider than the kernels take at that size \(4096/,
     );
   });
   test('an odd head size for RoPE', () => {
-    expect(() => native.kernelCheck({ ...base, kernel: 'rope', dtype: 'float32', width: 5 })).toThrow(
+    expect(() => kernelCheck({ ...base, kernel: 'rope', dtype: 'float32', width: 5 })).toThrow(
       /fused RoPE: q has shape \[4, 1, 5\], expected \[tokens, heads, an even head size\]/,
     );
   });

@@ -1,5 +1,14 @@
 /** Native generation: KV-cache decode vs full forward, sampling determinism, continuous batching. */
-import { setThreads, type GenerationRequest, type Generator, type NativeModel, type StepToken } from '../native';
+import {
+  isEngineOptionError,
+  setThreads,
+  type EngineOptionError,
+  type GenerationRequest,
+  type Generator,
+  type GeneratorOptions,
+  type NativeModel,
+  type StepToken,
+} from '../native';
 import { loadModel } from '../lib/model/engine';
 import { packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
@@ -588,14 +597,30 @@ describe('sampling and batching', () => {
     expect(() => model.createGenerator({ maxSequences: 4, maxSequenceLength: 8, maxBatchedTokens: 2 })).toThrow(
       /maxBatchedTokens \(2\) must be at least maxSequences \(4\)/,
     );
-    expect(() =>
-      model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, prefixSharing: 'all' as 'off' }),
-    ).toThrow(/prefixSharing must be 'off', 'live' or 'cache'/);
-    expect(() => model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, gpuMemoryUtilization: 0.5 })).toThrow(
-      /gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on cpu/,
-    );
-    expect(() => model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, pagedAttentionKernel: true })).toThrow(
-      /pagedAttentionKernel: this build of the addon has no CUDA|pagedAttentionKernel: the model is not on a CUDA device/,
+    // What the engine refuses about one option names it: `option` and `reason` on the error, the
+    // message `<option>: <reason>`.
+    const refused = (options: Partial<GeneratorOptions>) => {
+      try {
+        model.createGenerator({ maxSequences: 1, maxSequenceLength: 8, ...options });
+      } catch (e) {
+        expect(isEngineOptionError(e)).toBe(true);
+        const { option, reason, message } = e as EngineOptionError;
+        expect(message).toBe(`${option}: ${reason}`);
+        return { option, reason };
+      }
+      throw new Error('createGenerator accepted it');
+    };
+    expect(refused({ prefixSharing: 'all' as 'off' })).toEqual({
+      option: 'prefixSharing',
+      reason: "'all' is not one of cache, live, off",
+    });
+    expect(refused({ gpuMemoryUtilization: 0.5 })).toEqual({
+      option: 'gpuMemoryUtilization',
+      reason: 'sizes the KV cache of a CUDA device; the model is on cpu',
+    });
+    expect(refused({ pagedAttentionKernel: true })).toMatchObject({ option: 'pagedAttentionKernel' });
+    expect(refused({ pagedAttentionKernel: true }).reason).toMatch(
+      /^this build of the addon has no CUDA|^the model is not on a CUDA device/,
     );
   });
 });

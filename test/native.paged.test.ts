@@ -8,13 +8,8 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import {
-  pagedDecodePlan,
-  setThreads,
-  type GenerationRequest,
-  type GeneratorOptions,
-  type NativeModel,
-} from '../native';
+import { setThreads, type GenerationRequest, type GeneratorOptions, type NativeModel } from '../native';
+import { pagedDecodePlan } from '../native/checks';
 import { loadModel } from '../lib/model/engine';
 import { MODEL_PRESETS } from '../lib/model/create';
 import { readHfConfigShape } from '../lib/model/hf';

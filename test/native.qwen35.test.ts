@@ -10,6 +10,7 @@ import { loadModel } from '../lib/model/engine';
 import { decode, packRow, randomTokens } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { setThreads, type NativeModel, type TrainRow } from '../native';
+import { statePathCheck } from '../native/checks';
 import { HF_FIXTURES } from './support/hf-fixtures';
 import { QWEN35_CHECKS } from '../bench/gpu/qwen35-checks';
 
@@ -32,7 +33,7 @@ describe.each(HYBRID.map((f) => [f.name, f] as const))('%s', (_, { dir, meta }) 
 
   test('state slots: chunked prefill, a snapshot continued as a shared prefix and decode steps equal the packed forward', async () => {
     // 190 positions in chunks of 50 (neither the rule's 64 nor the blocks' 16), a snapshot at 96.
-    const r = await model.statePathCheck({
+    const r = await statePathCheck(model, {
       prompt: meta.tokens_c!,
       prefillChunk: 50,
       snapshotAt: 96,
@@ -46,7 +47,7 @@ describe.each(HYBRID.map((f) => [f.name, f] as const))('%s', (_, { dir, meta }) 
   });
 
   test("greedy decoding through the recurrent step equals transformers' generate", async () => {
-    const r = await model.statePathCheck({
+    const r = await statePathCheck(model, {
       prompt: meta.tokens_a,
       prefillChunk: 7,
       snapshotAt: 16,

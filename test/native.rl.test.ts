@@ -6,16 +6,14 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import {
-  lossKinds,
-  policyLoss,
   setThreads,
   type LossConfig,
   type NativeModel,
-  type PolicyLossInputs,
   type Trainer,
   type TrainRow,
   type WeightTensor,
 } from '../native';
+import { lossKinds, policyLoss, type PolicyLossInputs } from '../native/checks';
 import { loadModel } from '../lib/model/engine';
 import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';

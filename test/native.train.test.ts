@@ -2,15 +2,8 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import {
-  adamwCheck,
-  info,
-  lmHeadCheck,
-  setThreads,
-  type TrainerOptions,
-  type TrainRow,
-  type WeightTensor,
-} from '../native';
+import { info, setThreads, type TrainerOptions, type TrainRow, type WeightTensor } from '../native';
+import { adamwCheck, lmHeadCheck } from '../native/checks';
 import { loadModel } from '../lib/model/engine';
 import { FAMILIES } from '../lib/model/families';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';

@@ -11,12 +11,12 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../../native';
+import * as checks from '../../native/checks';
 import { loadModel } from '../../lib/model/engine';
 import type {
   ComputeDType,
   GenerationRequest,
   Generator,
-  KernelCheckOptions,
   NativeModel,
   TrainRow,
   TrainStepStats,
@@ -599,7 +599,7 @@ const checkpointRoundTrip: Check = {
 
 /**
  * The fused kernels (native/src/kernels.h, `fusedKernels`), each against the libtorch path it
- * replaces, forward and backward, on random inputs (native.kernelCheck): every output and input
+ * replaces, forward and backward, on random inputs (checks.kernelCheck): every output and input
  * gradient measured against the unfused path run in fp64 on the CPU on the same rounded inputs.
  * fp32: the fused and unfused results within 1e-5 of each other, relative to the result's largest
  * magnitude. bf16: each path rounds differently, so the fused one must be no worse than libtorch's
@@ -610,7 +610,7 @@ const checkpointRoundTrip: Check = {
  * blocks per multiprocessor for RMSNorm, RoPE and SwiGLU, 16 rows per multiprocessor for the LM
  * head's forward, 65,535 rows for its backward) and the LM head at Qwen3's 151,936-token vocabulary.
  */
-type KernelCase = Omit<KernelCheckOptions, 'dtype' | 'device' | 'kernel'> & { cudaOnly?: boolean };
+type KernelCase = Omit<checks.KernelCheckOptions, 'dtype' | 'device' | 'kernel'> & { cudaOnly?: boolean };
 const KERNEL_CASES: Record<string, KernelCase[]> = {
   rmsNorm: [
     { rows: 1000, width: 1024 },
@@ -654,7 +654,7 @@ const KERNEL_NAMES: Record<string, string> = {
   lmHead: 'LM head rows',
 };
 
-function kernelCheck(kernel: KernelCheckOptions['kernel'], dtype: 'float32' | 'bfloat16'): Check {
+function kernelCheck(kernel: checks.KernelCheckOptions['kernel'], dtype: 'float32' | 'bfloat16'): Check {
   const fp32 = dtype === 'float32';
   return {
     name: `fused ${KERNEL_NAMES[kernel]} vs libtorch, ${fp32 ? 'fp32' : 'bf16'}`,
@@ -665,7 +665,7 @@ function kernelCheck(kernel: KernelCheckOptions['kernel'], dtype: 'float32' | 'b
       for (const [i, { cudaOnly, ...shape }] of KERNEL_CASES[kernel].entries()) {
         if ((cudaOnly && !isCuda(ctx.device)) || (fp32 && shape.weightDtype === 'bfloat16')) continue;
         ran++;
-        const rows = native.kernelCheck({ kernel, dtype, device: ctx.device, seed: i + 1, ...shape });
+        const rows = checks.kernelCheck({ kernel, dtype, device: ctx.device, seed: i + 1, ...shape });
         for (const r of rows) {
           const ok = fp32 ? r.apart <= 1e-5 : r.fused <= 2 * r.unfused + 1e-3;
           const where = `${r.name} of ${JSON.stringify(shape)}`;
@@ -763,7 +763,7 @@ const groupOfOne: Check = {
       const { ranks } = await joinRanks(1, { ...o, backend });
       for (let s = 0; s < 3; s++) await stepAll(ranks, s);
       const apart = weightsApart(expected, (await readAll(ranks))[0]);
-      const t = await native.collectiveTime(ranks[0].group, {
+      const t = await checks.collectiveTime(ranks[0].group, {
         device: ctx.device,
         bytes: GATHER_BYTES,
         iters: GATHERS,

@@ -8,7 +8,7 @@
  *   node dist/bench/gpu/kernels.js [--device cuda] [--iters 20] [--out FILE]
  */
 import * as fs from 'node:fs';
-import { kernelTime, type KernelCheckOptions } from '../../native';
+import { kernelTime, type KernelCheckOptions } from '../../native/checks';
 
 const TOKENS = 4096,
   ROWS_PER_STEP = 2,

@@ -14,6 +14,7 @@ import { readSafetensors } from '../../lib/model/safetensors';
 import { decode } from '../../lib/model/testing';
 import { projectRoot } from '../../lib/paths';
 import type { TrainRow, WeightTensor } from '../../native';
+import { statePathCheck } from '../../native/checks';
 import type { Check, CheckResult } from './checks';
 
 const FIXTURES = path.join(projectRoot, 'test', 'fixtures', 'hf-reference');
@@ -114,8 +115,8 @@ const fp32: Check = {
           ((d = Math.max(d, Math.abs(a[i] - b[i]))), (s = Math.max(s, Math.abs(b[i]))));
         grad = Math.max(grad, d / Math.max(s, 1e-30));
       }
-      const state = await model.statePathCheck({ prompt: f.sequences[2], prefillChunk: 50, snapshotAt: 96 });
-      const greedy = await model.statePathCheck({ prompt: f.sequences[0], greedySteps: f.greedy.length });
+      const state = await statePathCheck(model, { prompt: f.sequences[2], prefillChunk: 50, snapshotAt: 96 });
+      const greedy = await statePathCheck(model, { prompt: f.sequences[0], greedySteps: f.greedy.length });
       const stateDiff = Math.max(state.prefillDiff, state.snapshotDiff, state.decodeDiff);
       const same = greedy.greedy.every((t, i) => t === f.greedy[i]);
       return {

@@ -4,7 +4,7 @@
  * Sharded checkpoints (trainer.dist.sharding = "full", full fine-tuning): no rank ever holds the
  * whole model's state. The model's parameters lie in units (the embedding, each decoder layer, the
  * final norm, an untied LM head: native/src/fsdp.h), each a flat buffer of its parameters back to
- * back; rank r of N holds elements [r S, (r + 1) S) of a unit of n elements, S = ceil(n / N).
+ * back (`ShardLayout`), of which each rank holds one range (`native.shardRange`, the engine's rule).
  *
  *   - `shard-<r>-of-<N>.safetensors`: rank r's part of every unit, `<unit>/param`,
  *     `<unit>/exp_avg`, `<unit>/exp_avg_sq` (master weights and AdamW's moments, 1-D [S], zeros
@@ -17,7 +17,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type * as native from '../../native';
+import * as native from '../../native';
 import type { ArchConfig, TensorDType } from '../model/arch';
 import { writeDirAtomicAsync, writeFileAtomic } from '../atomic';
 import { CKPT_FILE, fileSha256, PROGRESS_FILE, verifyCheckpoint, type CheckpointMeta } from '../runfolder/checkpoint';
@@ -43,10 +43,12 @@ export interface ShardIndex {
   units: native.ShardLayout['units'];
 }
 
-/** The elements [begin, end) of a unit of `numel` that rank `rank` of `worldSize` holds. */
-export function shardRange(numel: number, rank: number, worldSize: number): [number, number] {
-  const S = Math.ceil(numel / worldSize);
-  return [Math.min(rank * S, numel), Math.min((rank + 1) * S, numel)];
+/** The ranks of `worldSize` holding any of elements [begin, end) of a unit of `numel`, and their ranges. */
+function holders(numel: number, worldSize: number, begin: number, end: number) {
+  return Array.from({ length: worldSize }, (_, rank) => ({
+    rank,
+    ...native.shardRange(numel, rank, worldSize),
+  })).filter((h) => h.begin < end && h.end > begin);
 }
 
 export function shardIndex(layout: native.ShardLayout): ShardIndex {
@@ -64,7 +66,7 @@ export async function writeShardFile(trainer: native.Trainer, dir: string): Prom
     KINDS.map((kind) => ({
       name: `${u.name}/${kind}`,
       dtype: layout.dtype,
-      shape: [Math.ceil(u.numel / layout.worldSize)],
+      shape: [native.shardRange(u.numel, layout.rank, layout.worldSize).shardNumel],
     })),
   );
   async function* units() {
@@ -99,9 +101,8 @@ export function readShardIndex(dir: string, layout: native.ShardLayout): ShardIn
 export function shardFilesRead(index: ShardIndex, layout: native.ShardLayout): string[] {
   const ranks = new Set<number>();
   for (const u of index.units) {
-    const [begin, end] = shardRange(u.numel, layout.rank, layout.worldSize);
-    const S = Math.ceil(u.numel / index.worldSize);
-    for (let k = Math.floor(begin / S); k * S < end; k++) ranks.add(k);
+    const { begin, end } = native.shardRange(u.numel, layout.rank, layout.worldSize);
+    for (const h of holders(u.numel, index.worldSize, begin, end)) ranks.add(h.rank);
   }
   return [...ranks].sort((a, b) => a - b).map((r) => shardFile(r, index.worldSize));
 }
@@ -123,18 +124,19 @@ export async function stageShards(trainer: native.Trainer, dir: string, index: S
   };
   for (let u = 0; u < index.units.length; u++) {
     const unit = index.units[u];
-    const [begin, end] = shardRange(unit.numel, layout.rank, layout.worldSize);
-    const S = Math.ceil(unit.numel / index.worldSize);
+    const { begin, end } = native.shardRange(unit.numel, layout.rank, layout.worldSize);
     const parts = KINDS.map((kind) => {
       const data = Buffer.alloc((end - begin) * bytes);
-      for (let k = Math.floor(begin / S); k * S < end; k++) {
-        const a = Math.max(begin, k * S),
-          b = Math.min(end, (k + 1) * S);
-        const t = located(k, `${unit.name}/${kind}`);
-        if (t.shape[0] !== S || t.dtype !== index.dtype)
-          throw new Error(`${shardFile(k, index.worldSize)}: '${unit.name}/${kind}' is not ${index.dtype}[${S}]`);
-        const file = path.join(dir, shardFile(k, index.worldSize));
-        readFileRange(file, t.begin + (a - k * S) * bytes, (b - a) * bytes).copy(data, (a - begin) * bytes);
+      for (const h of holders(unit.numel, index.worldSize, begin, end)) {
+        const a = Math.max(begin, h.begin),
+          b = Math.min(end, h.end);
+        const t = located(h.rank, `${unit.name}/${kind}`);
+        if (t.shape[0] !== h.shardNumel || t.dtype !== index.dtype)
+          throw new Error(
+            `${shardFile(h.rank, index.worldSize)}: '${unit.name}/${kind}' is not ${index.dtype}[${h.shardNumel}]`,
+          );
+        const file = path.join(dir, shardFile(h.rank, index.worldSize));
+        readFileRange(file, t.begin + (a - h.begin) * bytes, (b - a) * bytes).copy(data, (a - begin) * bytes);
       }
       return { name: kind, dtype: index.dtype, shape: [end - begin], data };
     });
@@ -220,7 +222,7 @@ export async function loadBaseShards(trainer: native.Trainer, dir: string, confi
   const layout = trainer.shardLayout();
   for (let u = 0; u < layout.units.length; u++) {
     const unit = layout.units[u];
-    const [begin, end] = shardRange(unit.numel, layout.rank, layout.worldSize);
+    const { begin, end } = native.shardRange(unit.numel, layout.rank, layout.worldSize);
     const parts = unit.params.flatMap((p) => {
       const numel = p.shape.reduce((x, y) => x * y, 1);
       const a = Math.max(begin, p.offset),

@@ -1,6 +1,6 @@
 // N-API module init. The glue lives in addon/: conversions (convert), the async job that runs
 // every compute call on a libuv worker thread and settles a Promise (async), one file per wrapped
-// class and the module functions. The TS facade (native/index.ts) is the only caller, but for
+// class and the module functions. The TS facade (native/*.ts) is the only caller, but for
 // the test-only entry points under `testing` (native/testing.ts).
 #include <napi.h>
 
@@ -35,6 +35,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("lossKinds", Napi::Function::New(env, LossKinds));
   exports.Set("layerSlots", Napi::Function::New(env, LayerSlots));
   exports.Set("engineTypes", Napi::Function::New(env, EngineTypes));
+  exports.Set("shardRange", Napi::Function::New(env, ShardRange));
   exports.Set("createStore", Napi::Function::New(env, CreateStore));
   exports.Set("createGroup", Napi::Function::New(env, CreateGroup));
   exports.Set("collectiveTime", Napi::Function::New(env, CollectiveTime));

@@ -34,10 +34,10 @@ int64_t cacheBytesOnDevice(const Model& model, const GeneratorOptions& o) {
   const CudaMemory mem = cudaMemory(model.device);  // synchronises the device
   const int64_t budget = int64_t(double(mem.total) * o.gpuMemoryUtilization) - mem.used;
   if (budget <= 0)
-    throw std::runtime_error("gpuMemoryUtilization: " + std::to_string(o.gpuMemoryUtilization) +
-                             " leaves no room for the KV cache: " + std::to_string(mem.used >> 20) + " of " +
-                             std::to_string(mem.total >> 20) +
-                             " MiB are in use after loading the weights and a forward of maxBatchedTokens tokens");
+    throw OptionError("gpuMemoryUtilization",
+                      std::to_string(o.gpuMemoryUtilization) + " leaves no room for the KV cache: " +
+                          std::to_string(mem.used >> 20) + " of " + std::to_string(mem.total >> 20) +
+                          " MiB are in use after loading the weights and a forward of maxBatchedTokens tokens");
   return budget;
 }
 
@@ -46,7 +46,7 @@ int64_t poolBlocks(const Model& model, const GeneratorOptions& o) {
   if (o.gpuMemoryUtilization > 0) {
     const int64_t blocks = cacheBytesOnDevice(model, o) / KvBlocks::blockBytes(model, o.blockSize) -
                            2;  // the null and pad blocks come from it too
-    if (blocks < 1) throw std::runtime_error("gpuMemoryUtilization: leaves room for no KV block");
+    if (blocks < 1) throw OptionError("gpuMemoryUtilization", "leaves room for no KV block");
     return blocks;
   }
   return ceilDiv(o.maxSequences * o.maxSequenceLength, o.blockSize);

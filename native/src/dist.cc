@@ -44,24 +44,6 @@ const bool kHaveNccl = true;
 const bool kHaveNccl = false;
 #endif
 
-DistBackend parseDistBackend(const std::string& name) {
-  if (name == "auto" || name.empty()) return DistBackend::kAuto;
-  if (name == "gloo") return DistBackend::kGloo;
-  if (name == "nccl") return DistBackend::kNccl;
-  throw std::runtime_error("trainer.dist.backend '" + name + "' is not one of auto, gloo, nccl");
-}
-
-const char* distBackendName(DistBackend b) {
-  switch (b) {
-    case DistBackend::kGloo:
-      return "gloo";
-    case DistBackend::kNccl:
-      return "nccl";
-    default:
-      return "auto";
-  }
-}
-
 namespace {
 
 // Whether TCPStoreOptions takes a socket to listen on (PyTorch >= 2.2: masterListenFd); libtorch

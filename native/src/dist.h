@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "facts.h"
+
 namespace c10d {
 class Store;
 class Work;
@@ -39,9 +41,8 @@ extern const bool kStoreBindsHost;
 // Which group moves CUDA tensors (trainer.dist.backend): kAuto = NCCL where the build has it,
 // else Gloo; kNccl = NCCL (an error where the build has none); kGloo = Gloo (e.g. two ranks on one
 // card, which NCCL refuses). CPU tensors always go through Gloo.
-enum class DistBackend { kAuto, kGloo, kNccl };
-DistBackend parseDistBackend(const std::string& name);  // auto | gloo | nccl
-const char* distBackendName(DistBackend b);
+#define PRIME_DIST_BACKENDS(X) X(kAuto, "auto") X(kGloo, "gloo") X(kNccl, "nccl")
+PRIME_ENUM(DistBackend, PRIME_DIST_BACKENDS, "DIST_BACKENDS")
 
 // A c10d TCPStore: the server (rank 0, listening on host:port; on every interface where
 // !kStoreBindsHost) or a client connected to it.

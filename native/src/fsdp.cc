@@ -93,6 +93,15 @@ ShardPlan ShardPlan::of(const Model& model) {
   return plan;
 }
 
+std::vector<ShardPlan::Span> ShardPlan::spans(size_t unit, int64_t begin, int64_t end) const {
+  std::vector<Span> out;
+  for (size_t p : units.at(unit).params) {
+    const int64_t a = std::max(begin, params[p].offset), b = std::min(end, params[p].offset + params[p].numel);
+    if (a < b) out.push_back({p, a - params[p].offset, a - begin, b - a});
+  }
+  return out;
+}
+
 std::shared_ptr<ShardedModel> ShardedModel::install(Model& model, std::shared_ptr<DistGroup> group, bool trainable) {
   std::shared_ptr<ShardedModel> sm(new ShardedModel(model, std::move(group), trainable));
   model.stageHooks = sm;
@@ -139,23 +148,20 @@ ShardedModel::ShardedModel(Model& model, std::shared_ptr<DistGroup> group, bool 
     viewsOf(u, U.full);
     releaseStorage(U.full);
   }
-  for (size_t p = 0; p < plan_.params.size(); p++) {
-    const ShardPlan::Param& pp = plan_.params[p];
-    const auto [begin, end] = range(pp.unit);
-    const int64_t a = std::max(begin, pp.offset), b = std::min(end, pp.offset + pp.numel);
-    if (a >= b) continue;
-    const int64_t shardOffset = a - r * units_[pp.unit].shard.numel();
-    pieces_.push_back(
-        {p, pp.unit, shardOffset, a - pp.offset, b - a, units_[pp.unit].shard.narrow(0, shardOffset, b - a)});
+  for (size_t u = 0; u < units_.size(); u++) {
+    const auto [begin, end] = range(u);
+    for (const ShardPlan::Span& s : plan_.spans(u, begin, end))
+      pieces_.push_back({s.param, u, s.at, s.paramOffset, s.numel, units_[u].shard.narrow(0, s.at, s.numel)});
   }
+  // In parameter order (AdamW's), one piece at most per parameter.
+  std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.param < b.param; });
   localHas_.assign(plan_.params.size(), 0.0f);
   hasGrad_.assign(plan_.params.size(), 0);
   steps_.assign(plan_.params.size(), 0);
 }
 
 std::pair<int64_t, int64_t> ShardedModel::range(size_t unit) const {
-  const int64_t S = units_[unit].shard.numel(), begin = int64_t(group_->rank()) * S;
-  return {std::min(begin, plan_.units[unit].numel), std::min(begin + S, plan_.units[unit].numel)};
+  return ShardPlan::shardRange(plan_.units[unit].numel, group_->rank(), group_->size());
 }
 
 const std::vector<size_t>& ShardedModel::unitsOf(int64_t stage) const { return plan_.stageUnits.at(size_t(stage + 1)); }

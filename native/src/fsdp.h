@@ -3,8 +3,10 @@
 // norm, an untied LM head: the stages of StageHooks, model.h), and gets the rest only while a
 // stage runs.
 //
-//   - A unit's parameters lie back to back in its flat buffer (ShardPlan); rank r keeps elements
+//   - A unit's parameters lie back to back in its flat buffer; rank r keeps elements
 //     [r S, (r + 1) S) of it, S = ceil(numel / N), as master weights in the model's dtype (fp32).
+//     ShardPlan is that layout, the one description of it: the trainer, sharded checkpoints
+//     (lib/trainer/shards.ts, through the addon's shardRange and shardLayout) all read it.
 //   - Forward: a stage's enter all-gathers its units into their buffers, in the dtype the forward
 //     computes in (bf16 under mixed precision), the model's parameters being views of them; the
 //     next stage's gather is issued then, so it runs behind this stage's compute. leave frees the
@@ -26,10 +28,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist.h"
@@ -61,6 +65,20 @@ struct ShardPlan {
   static ShardPlan of(const Model& model);
   // Elements of a unit of `numel` per rank of `worldSize`: ceil(numel / worldSize).
   static int64_t shardNumel(int64_t numel, int64_t worldSize) { return (numel + worldSize - 1) / worldSize; }
+  // The elements [begin, end) of a unit of `numel` that rank `rank` of `worldSize` holds: [rank S,
+  // (rank + 1) S) within the unit, S = shardNumel (its shard is [S], zeros past the unit's end).
+  static std::pair<int64_t, int64_t> shardRange(int64_t numel, int64_t rank, int64_t worldSize) {
+    const int64_t S = shardNumel(numel, worldSize);
+    return {std::min(rank * S, numel), std::min((rank + 1) * S, numel)};
+  }
+  // The part of one parameter inside elements [begin, end) of its unit's flat buffer: elements
+  // [paramOffset, paramOffset + numel) of the parameter, at `at` from `begin`.
+  struct Span {
+    size_t param;
+    int64_t paramOffset, at, numel;
+  };
+  // Those parts of unit u's parameters, in order.
+  std::vector<Span> spans(size_t unit, int64_t begin, int64_t end) const;
 };
 
 class ShardedModel final : public StageHooks, public std::enable_shared_from_this<ShardedModel> {

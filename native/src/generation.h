@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "facts.h"
 #include "sampler.h"
 
 namespace prime {
@@ -31,31 +32,52 @@ constexpr int64_t kMaxTopLogprobs = 20;
 // What is shared between sequences: nothing; prefixes of sequences alive together; or also the
 // prefixes of finished ones, kept until their blocks are needed (an LRU cache). The prefix cache
 // (prefix_cache.h) holds the mode: nothing else branches on it.
-enum class PrefixSharing { kOff, kLive, kCache };
+#define PRIME_PREFIX_SHARINGS(X) X(kCache, "cache") X(kLive, "live") X(kOff, "off")
+PRIME_ENUM(PrefixSharing, PRIME_PREFIX_SHARINGS, "PREFIX_SHARINGS")
+
+// The generator's options (GeneratorOptions in TS), declared once (facts.h): the sizes every
+// generator is given, X(name, type, doc), then the options with their defaults, X(name, type,
+// default, doc). A new option is one line here (and its use in the engine).
+#define PRIME_GENERATOR_SIZES(X)                                                     \
+  X(maxSequences, int64_t, "The most sequences running (decoded together) at once.") \
+  X(maxSequenceLength, int64_t, "Longest prompt + completion of one sequence.")
+#define PRIME_GENERATOR_OPTIONS(X)                                                                                  \
+  X(kvCacheTokens, int64_t, 0,                                                                                      \
+    "The paged KV cache's size in token positions, rounded up to whole blocks. 0 (unset): with "                    \
+    "`gpuMemoryUtilization`, what that share of the device leaves after the weights, a forward of "                 \
+    "`maxBatchedTokens` tokens and the state slots; else maxSequences x maxSequenceLength.")                        \
+  X(gpuMemoryUtilization, double, 0,                                                                                \
+    "CUDA only, without kvCacheTokens: the share of the device's memory in use at most, in (0, 1] (vLLM's); 0: "    \
+    "unset.")                                                                                                       \
+  X(blockSize, int64_t, 16, "Token positions per KV block.")                                                        \
+  X(prefixSharing, PrefixSharing, PrefixSharing::kCache,                                                            \
+    "Sequences with a common token prefix share its blocks, prefilled once ('live': while they run together; "      \
+    "'cache': also the prefixes of finished sequences, kept until their blocks are needed); 'off': each sequence "  \
+    "computes all its tokens. Prefixes are keyed by the weights: any weight change makes them unmatchable.")        \
+  X(maxBatchedTokens, int64_t, 2048,                                                                                \
+    "Tokens one step computes: a decode row per running sequence, prefill chunks in the rest (vLLM's "              \
+    "max_num_batched_tokens).")                                                                                     \
+  X(stateSlots, int64_t, 0,                                                                                         \
+    "Hybrid models (state layers, e.g. Gated DeltaNet): per-sequence state slots in all, one per running sequence " \
+    "and the rest for the prefix cache's state snapshots. 0: maxSequences, twice that with prefixSharing 'cache'. " \
+    "Refused for a model without state layers.")                                                                    \
+  X(tensorSampler, bool, false,                                                                                     \
+    "Sample with tensor ops on the logits' device, as it is done on CUDA, also on the CPU (where the host sampler " \
+    "is the default). For tests of the CUDA path: same tokens for the same seeds.")                                 \
+  X(cudaGraphs, bool, true,                                                                                         \
+    "Replay decode steps from CUDA graphs (one per batch and key-length bucket, captured on first use) where the "  \
+    "model allows: on CUDA, dense models. false: every step eager.")                                                \
+  X(pagedAttentionKernel, bool, false,                                                                              \
+    "Decode attention through the engine's own CUDA kernel (flash-decoding over the blocks in place) instead of "   \
+    "libtorch's matmuls over gathered blocks; refused off CUDA or in a build without it.")
 
 struct GeneratorOptions {
-  int64_t maxSequences = 0;       // sequences running at once (decoded together)
-  int64_t maxSequenceLength = 0;  // longest prompt + completion
-  // The pool's size in token positions, rounded up to whole blocks. 0: with gpuMemoryUtilization
-  // (CUDA only), what that share of the device leaves after the weights, a forward of
-  // maxBatchedTokens tokens and the state slots; else maxSequences x maxSequenceLength.
-  int64_t kvCacheTokens = 0;
-  double gpuMemoryUtilization = 0;  // in (0, 1]; 0: unset
-  int64_t blockSize = 16;
-  PrefixSharing prefixSharing = PrefixSharing::kCache;
-  // Tokens per step: decode rows first, prefill chunks in the rest (vLLM's max_num_batched_tokens).
-  int64_t maxBatchedTokens = 2048;
-  // Hybrid models (state_slots.h): per-sequence state slots in all, for the running sequences and
-  // the prefix cache's snapshots. 0: maxSequences, twice that with prefixSharing kCache.
-  int64_t stateSlots = 0;
-  // Sample with tensor ops (tensor_sampler.h) even on the CPU, where the host sampler is the
-  // default (how tests check the path logits on CUDA take).
-  bool tensorSampler = false;
-  // Replay decode steps from CUDA graphs where the model allows (decode_graph.h); false: eager.
-  bool cudaGraphs = true;
-  // Decode rows' attention through our CUDA paged decode kernel (paged_decode.h) instead of
-  // libtorch's batched matmuls over gathered blocks; refused where the build or device lacks it.
-  bool pagedAttentionKernel = false;
+#define PRIME_GENERATOR_SIZE(name, type, doc) type name = 0;
+  PRIME_GENERATOR_SIZES(PRIME_GENERATOR_SIZE)
+#undef PRIME_GENERATOR_SIZE
+#define PRIME_GENERATOR_OPTION(name, type, dflt, doc) type name = dflt;
+  PRIME_GENERATOR_OPTIONS(PRIME_GENERATOR_OPTION)
+#undef PRIME_GENERATOR_OPTION
 };
 
 // Test-only settings of a generator (native/testing.ts), never set by the production facade.
@@ -89,30 +111,57 @@ struct StepToken {
   bool first = false;  // the sequence's first token (the prompt fields above come with it)
 };
 
-// Where the steps' time went since creation, in seconds of the host's clock unless said.
+// Where the steps' time went since creation (StepTimes in TS), in seconds of the host's clock
+// unless said: X(name, type, doc).
+#define PRIME_STEP_TIMES(X)                                                                                        \
+  X(calls, int64_t, "`step` calls that ran something.")                                                            \
+  X(steps, int64_t, "The forwards they ran (several per call with maxSteps).")                                     \
+  X(plan, double, "Resuming preempted sequences, preempting, taking blocks (copy-on-write included).")             \
+  X(inputs, double, "Token ids, positions and block tables built and sent to the device.")                         \
+  X(forward, double, "The forwards and logits (on CUDA: launching them, or replaying graphs).")                    \
+  X(attention, double, "Of which attention over the paged cache, on the CPU (CUDA's is launched asynchronously).") \
+  X(sample, double, "Sampling and reading the tokens back (on CUDA: waiting for the device too).")                 \
+  X(finish, double, "Stop and length checks, freeing blocks, the prefix index, the results.")                      \
+  X(device, double, "CUDA: from each call's first launch to its last result, by the device's clock (0 elsewhere).")
+
 struct StepTimes {
-  int64_t calls = 0, steps = 0;  // step() calls that ran something; forwards they ran
-  double plan = 0;               // resuming preempted sequences, preempting, blocks (copy-on-write included)
-  double inputs = 0;             // token ids, positions and block tables built and sent to the device
-  double forward = 0;            // the model's forwards and logits (on CUDA: launching them, replaying graphs)
-  double attention = 0;          // of which attention over the paged cache (on the CPU; CUDA's is launched)
-  double sample = 0;             // sampling, and reading the tokens back (on CUDA: waiting for the device too)
-  double finish = 0;             // stop and length checks, freeing blocks, the prefix index, the results
-  double device = 0;             // CUDA: from a call's first launch to its last result, by the device's clock
+#define PRIME_STEP_TIME(name, type, doc) type name = 0;
+  PRIME_STEP_TIMES(PRIME_STEP_TIME)
+#undef PRIME_STEP_TIME
 };
+
+// A hybrid model's per-sequence state slots (StateSlotStats in TS; state_slots.h): X(name, doc).
+#define PRIME_STATE_SLOT_STATS(X)                                                                      \
+  X(slots, "Slots in all: one per running sequence, the rest for the prefix cache's state snapshots.") \
+  X(inUse, "Held by running sequences.")                                                               \
+  X(cached, "Holding state snapshots the prefix cache keeps for reuse.")                               \
+  X(slotBytes, "The bytes of one slot.")
+
+struct StateSlotStats {
+#define PRIME_STATE_SLOT_STAT(name, doc) int64_t name = 0;
+  PRIME_STATE_SLOT_STATS(PRIME_STATE_SLOT_STAT)
+#undef PRIME_STATE_SLOT_STAT
+};
+
+// The cache's counters and gauges that cross N-API as they are (GeneratorCounters in TS, part of
+// CacheStats): X(name, doc).
+#define PRIME_GENERATOR_COUNTERS(X)                                                                             \
+  X(runningSequences, "Sequences decoding or prefilling, holding their blocks.")                                \
+  X(preemptedSequences, "Sequences preempted (blocks freed), waiting to be recomputed.")                        \
+  X(cachedTokens, "Positions of the running sequences whose K/V are in the cache.")                             \
+  X(blocksInUse, "Blocks some sequence holds.")                                                                 \
+  X(blocksCached, "Blocks nobody holds that keep a finished sequence's prefix (reused, or taken when needed).") \
+  X(preemptions, "Since creation: sequences preempted.")                                                        \
+  X(prefillTokens,                                                                                              \
+    "Since creation: prompt positions computed (those of preempted sequences computed again included).")        \
+  X(prefixHitTokens, "Since creation: positions taken from blocks (and states) other sequences computed.")
 
 // Counters and gauges of the cache, readable from the JS thread while a call runs elsewhere.
 struct GeneratorStats {
-  int64_t running = 0, preempted = 0;  // sequences holding blocks; waiting to be recomputed
-  int64_t cachedTokens = 0;            // positions of the running sequences with their K/V in
-  int64_t blocksInUse = 0, blocksCached = 0;
-  // Hybrid models: state slots in all, held by running sequences, and holding the prefix cache's
-  // snapshots; the bytes of one slot. All 0 for a model without state layers.
-  int64_t stateSlots = 0, stateSlotsInUse = 0, stateSlotsCached = 0, stateSlotBytes = 0;
-  int64_t preemptions = 0;  // since start
-  // Since start: prompt positions computed (with those of preempted sequences computed again), and
-  // positions taken from blocks (and states) others computed.
-  int64_t prefillTokens = 0, prefixHitTokens = 0;
+#define PRIME_GENERATOR_COUNTER(name, doc) int64_t name = 0;
+  PRIME_GENERATOR_COUNTERS(PRIME_GENERATOR_COUNTER)
+#undef PRIME_GENERATOR_COUNTER
+  StateSlotStats state;  // hybrid models; all 0 for a model without state layers
   StepTimes times;
 };
 

@@ -21,15 +21,15 @@ Generator::Generator(std::shared_ptr<Model> m, const GeneratorOptions& o, const 
   if (!(o.gpuMemoryUtilization >= 0 && o.gpuMemoryUtilization <= 1))
     throw std::runtime_error("gpuMemoryUtilization must be in (0, 1] (0: unset)");
   if (o.gpuMemoryUtilization > 0 && !model->device.is_cuda())
-    throw std::runtime_error("gpuMemoryUtilization: sizes the KV cache of a CUDA device; the model is on " +
-                             model->device.str());
+    throw OptionError("gpuMemoryUtilization",
+                      "sizes the KV cache of a CUDA device; the model is on " + model->device.str());
   if (o.pagedAttentionKernel) {
     // The most positions a decode step reads: the block tables' width in positions.
     const ArchConfig& c = model->cfg;
     const int64_t maxKeys = (maxSequenceLength + blockSize - 1) / blockSize * blockSize;
     const std::string why =
         pagedDecodeUnsupported(model->device, model->dtype, c.numHeads, c.numKvHeads, c.headDim, maxKeys);
-    if (!why.empty()) throw std::runtime_error("pagedAttentionKernel: " + why);
+    if (!why.empty()) throw OptionError("pagedAttentionKernel", why);
   }
   cache_ = std::make_unique<CacheManager>(model, o, checks);
   scheduler_ = std::make_unique<BatchScheduler>(*cache_, maxSequences, maxSequenceLength, maxBatchedTokens,
@@ -159,8 +159,8 @@ std::vector<bool> Generator::remove(const std::vector<int64_t>& seqIds) {
 
 void Generator::publishStats() {
   GeneratorStats st;
-  st.running = int64_t(scheduler_->running().size());
-  st.preempted = scheduler_->preemptedCount();
+  st.runningSequences = int64_t(scheduler_->running().size());
+  st.preemptedSequences = scheduler_->preemptedCount();
   cache_->addStats(st);
   st.preemptions = scheduler_->preemptions();
   st.prefillTokens = prefillTokens_;

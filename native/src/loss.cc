@@ -33,13 +33,9 @@ void validateLossConfig(const LossConfig& c) {
     }
   }
   if (!(c.temperature > 0)) throw std::runtime_error("loss temperature must be > 0");
-  if (c.normalization != "token" && c.normalization != "sequence")
-    throw std::runtime_error("unknown loss normalization '" + c.normalization + "' (supported: token, sequence)");
   if (!(c.normalizer >= 0)) throw std::runtime_error("loss normalizer must be >= 0");
   if (!(c.ceNormalizer >= 0)) throw std::runtime_error("loss ceNormalizer must be >= 0");
-  if (c.mismatch != "none" && c.mismatch != "tis" && c.mismatch != "mask")
-    throw std::runtime_error("unknown mismatch correction '" + c.mismatch + "' (supported: none, tis, mask)");
-  if (c.mismatch != "none" && !k.policy)
+  if (c.mismatch != MismatchMode::kNone && !k.policy)
     throw std::runtime_error("mismatch correction needs inference logprobs: use it with a policy loss, not '" + c.kind +
                              "'");
   if (!(c.tisCap > 0)) throw std::runtime_error("tisCap must be > 0");
@@ -98,7 +94,7 @@ void countLossUnits(const at::Tensor& mask, const at::Tensor& sample, int64_t nu
 
 double resolveNormalizer(const LossConfig& cfg, int64_t lossTokens, int64_t samples) {
   if (cfg.normalizer > 0) return cfg.normalizer;
-  return double(std::max<int64_t>(cfg.normalization == "token" ? lossTokens : samples, 1));
+  return double(std::max<int64_t>(cfg.normalization == LossNormalization::kToken ? lossTokens : samples, 1));
 }
 
 double resolveCeNormalizer(const LossConfig& cfg, int64_t ceTokens) {
@@ -168,9 +164,9 @@ at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normal
     ctx.seqLogRatio = ctx.sampleSum(ctx.logRatio) / ctx.nSafe;  // log geometric-mean ratio, with grad
     tokenMismatchKl = (ctx.rho - lrDetached - 1) * m;
     sums.add(S::kMismatchKl, tokenMismatchKl);
-    if (cfg.mismatch == "tis") {
+    if (cfg.mismatch == MismatchMode::kTis) {
       weight = weight * ctx.rho.clamp_max(cfg.tisCap);
-    } else if (cfg.mismatch == "mask") {
+    } else if (cfg.mismatch == MismatchMode::kMask) {
       const at::Tensor seqRho = ctx.seqLogRatio.detach().exp();
       const at::Tensor keepSeq = (seqRho >= cfg.seqLow) & (seqRho <= cfg.seqHigh);
       const at::Tensor keepTok =
@@ -208,7 +204,8 @@ at::Tensor policyLoss(const LossConfig& cfg, const LossInputs& in, double normal
     sums.add(S::kReferenceKl, k3);
   }
   if (in.entropy.defined()) sums.add(S::kEntropy, in.entropy * m);
-  at::Tensor loss = cfg.normalization == "token" ? tokenLoss.sum() : (ctx.sampleSum(tokenLoss) / ctx.nSafe).sum();
+  at::Tensor loss =
+      cfg.normalization == LossNormalization::kToken ? tokenLoss.sum() : (ctx.sampleSum(tokenLoss) / ctx.nSafe).sum();
   loss = loss / normalizer;
   if (in.ceWeight.defined()) {
     // The ce component: the registry's `ce` unit on every token, times its weight (0 off its tokens).

@@ -26,14 +26,30 @@
 #include <string>
 #include <vector>
 
+#include "facts.h"
 #include "metrics.h"
 
 namespace prime {
 
+// What a step's loss is divided by: its loss tokens, or its samples (each sample's mean first).
+#define PRIME_LOSS_NORMALIZATIONS(X) X(kToken, "token") X(kSequence, "sequence")
+PRIME_ENUM(LossNormalization, PRIME_LOSS_NORMALIZATIONS, "LOSS_NORMALIZATIONS")
+// Correction of the trainer/inference mismatch on the detached ratio: none, truncated importance
+// sampling (tis), or masking tokens and samples outside bounds (mask).
+#define PRIME_MISMATCH_MODES(X) X(kNone, "none") X(kTis, "tis") X(kMask, "mask")
+PRIME_ENUM(MismatchMode, PRIME_MISMATCH_MODES, "MISMATCH_MODES")
+// Its bounds (MismatchBounds in TS): X(name, default, doc).
+#define PRIME_MISMATCH_BOUNDS(X)                                                        \
+  X(tisCap, 2.0, "tis: each token's policy term times min(ratio, tisCap).")             \
+  X(tokenLow, 0.125, "mask: tokens with a ratio below this are dropped.")               \
+  X(tokenHigh, 8.0, "mask: tokens with a ratio above this are dropped.")                \
+  X(seqLow, 0.1, "mask: samples whose geometric-mean ratio is below this are dropped.") \
+  X(seqHigh, 10.0, "mask: samples whose geometric-mean ratio is above this are dropped.")
+
 struct LossConfig {
-  std::string kind = "ce";              // a registry name (lossKinds())
-  double temperature = 1.0;             // logits / T before log-softmax, to match inference logprobs
-  std::string normalization = "token";  // token | sequence
+  std::string kind = "ce";   // a registry name (lossKinds())
+  double temperature = 1.0;  // logits / T before log-softmax, to match inference logprobs
+  LossNormalization normalization = LossNormalization::kToken;
   // Denominator of the step's loss: loss tokens (token) or samples (sequence) of the whole
   // optimizer step, for steps split over several calls. 0 = count them over this call's rows.
   double normalizer = 0;
@@ -42,12 +58,12 @@ struct LossConfig {
   double ceNormalizer = 0;
   // The kind's parameters by name; an absent one takes the registry default (param()).
   std::map<std::string, double> params;
-  std::string mismatch = "none";             // none | tis | mask: correction on the detached ratio
-  double tisCap = 2.0;                       // tis: token loss times min(ratio, tisCap)
-  double tokenLow = 0.125, tokenHigh = 8.0;  // mask: keep tokens with ratio in [low, high]
-  double seqLow = 0.1, seqHigh = 10.0;       // mask: keep samples whose geometric-mean ratio is inside
-  double klBeta = 0;                         // weight of the k3 KL to the reference policy
-  double routerAuxLossCoef = 0;              // MoE: weight of the router's load-balancing loss (trainer.cc)
+  MismatchMode mismatch = MismatchMode::kNone;
+#define PRIME_MISMATCH_BOUND(name, dflt, doc) double name = dflt;
+  PRIME_MISMATCH_BOUNDS(PRIME_MISMATCH_BOUND)
+#undef PRIME_MISMATCH_BOUND
+  double klBeta = 0;             // weight of the k3 KL to the reference policy
+  double routerAuxLossCoef = 0;  // MoE: weight of the router's load-balancing loss (trainer.cc)
   bool isPolicy() const;
   // Parameter `name` of this kind: the configured value or the registry default.
   double param(const std::string& name) const;

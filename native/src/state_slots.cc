@@ -96,10 +96,10 @@ void StateSlots::newEpoch() {
 }
 
 void StateSlots::addStats(GeneratorStats& st) const {
-  st.stateSlots = numSlots();
-  st.stateSlotsCached = prefixes_.snapshots();
-  st.stateSlotsInUse = numSlots() - int64_t(free_.size()) - st.stateSlotsCached;
-  st.stateSlotBytes = states_.slotBytes();
+  st.state.slots = numSlots();
+  st.state.cached = prefixes_.snapshots();
+  st.state.inUse = numSlots() - int64_t(free_.size()) - st.state.cached;
+  st.state.slotBytes = states_.slotBytes();
 }
 
 StateSlots::StepState StateSlots::beforeForward(const std::vector<SequenceWrite>& rows, int64_t decodeRows,

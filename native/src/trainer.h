@@ -36,9 +36,9 @@ struct TrainRow {
   std::vector<int64_t> routes;
 };
 
-// Engine facts that cross N-API as fixed fields are declared once, as X-macro lists: the struct,
-// its reader or writer (addon/) and the TS interface (native/engine-types.generated.ts, written by
-// `npm run gen:engine-types` from the addon's engineTypes()) all expand the same list.
+// Engine facts that cross N-API are declared once, as X-macro lists (facts.h): the struct, its
+// reader or writer (addon/) and the TS interface (native/engine-types.generated.ts) all expand the
+// same list.
 
 // AdamW's hyperparameters (TrainerOptions in TS): X(name, default, doc).
 #define PRIME_ADAMW_FIELDS(X)                                               \
@@ -99,8 +99,8 @@ struct StepStats {
 // What data-parallel ranks shard (trainer.dist.sharding): kOptimizer = AdamW's state (ZeRO-1),
 // every rank holding the whole model and its gradients; kFull = parameters, gradients and AdamW
 // state alike (fsdp.h).
-enum class Sharding { kOptimizer, kFull };
-Sharding parseSharding(const std::string& name);  // optimizer | full
+#define PRIME_SHARDINGS(X) X(kOptimizer, "optimizer") X(kFull, "full")
+PRIME_ENUM(Sharding, PRIME_SHARDINGS, "SHARDINGS")
 
 // The bytes a trainer holds, from its own tensors: parameters (master weights, or this rank's
 // shards; a KL reference's too), gradients, AdamW state, and the most gathered parameter buffers
@@ -157,12 +157,15 @@ class Trainer {
 
   // Sharded checkpoints (lib/trainer/shards.ts). The units of the model's parameters and their
   // flat layout; whether this trainer's full fine-tuning is sharded, at what world size and rank
-  // (else it reads and holds whole units: world size 1, rank 0). Sharded trainers hold elements
-  // [rank S, min((rank + 1) S, numel)) of each unit, S = ShardPlan::shardNumel(numel, worldSize).
+  // (else it reads and holds whole units: world size 1, rank 0), and the elements of unit u it
+  // holds (ShardPlan::shardRange).
   const ShardPlan& shardPlan() const { return plan_; }
   bool shardsParameters() const { return sharded_ && !lora_; }
   int64_t shardWorldSize() const { return shardsParameters() ? group_->size() : 1; }
   int64_t shardRank() const { return shardsParameters() ? group_->rank() : 0; }
+  std::pair<int64_t, int64_t> heldRange(size_t unit) const {
+    return ShardPlan::shardRange(plan_.units.at(unit).numel, shardRank(), shardWorldSize());
+  }
   // This rank's shard of unit u ([S] each, padded with zeros): master weights, Adam's first and
   // second moments (zeros where a parameter has no state yet). Sharded trainers only.
   std::array<at::Tensor, 3> readShard(size_t unit);

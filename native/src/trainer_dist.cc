@@ -11,12 +11,6 @@
 
 namespace prime {
 
-Sharding parseSharding(const std::string& name) {
-  if (name == "optimizer" || name.empty()) return Sharding::kOptimizer;
-  if (name == "full") return Sharding::kFull;
-  throw std::runtime_error("trainer.dist.sharding '" + name + "' is not one of optimizer, full");
-}
-
 void Trainer::setGroup(std::shared_ptr<DistGroup> group, int64_t bucketBytes, Sharding sharding) {
   if (step_ != 0) throw std::runtime_error("setGroup: the trainer has already stepped");
   if (group_) throw std::runtime_error("setGroup: the trainer already has a process group");
@@ -163,8 +157,7 @@ void Trainer::stageShard(size_t unit, at::Tensor param, at::Tensor expAvg, at::T
   if (unit >= plan_.units.size())
     throw std::runtime_error("stageShard: no unit " + std::to_string(unit) + " (the model has " +
                              std::to_string(plan_.units.size()) + ")");
-  const auto [begin, end] =
-      shardsParameters() ? sharded_->range(unit) : std::pair<int64_t, int64_t>{0, plan_.units[unit].numel};
+  const auto [begin, end] = heldRange(unit);
   for (const at::Tensor* t : {&param, &expAvg, &expAvgSq})
     if (t->dim() != 1 || t->numel() != end - begin)
       throw std::runtime_error("stageShard: unit '" + plan_.units[unit].name + "' takes elements [" +
@@ -177,19 +170,15 @@ void Trainer::stageShard(size_t unit, at::Tensor param, at::Tensor expAvg, at::T
 void Trainer::stageWhole(const std::vector<at::Tensor>& weights, torch::optim::AdamW& state) {
   at::NoGradGuard noGrad;
   for (size_t u = 0; u < plan_.units.size(); u++) {
-    const auto [begin, end] =
-        shardsParameters() ? sharded_->range(u) : std::pair<int64_t, int64_t>{0, plan_.units[u].numel};
+    const auto [begin, end] = heldRange(u);
     Staged st{begin, at::zeros({end - begin}, model->options()), at::zeros({end - begin}, model->options()),
               at::zeros({end - begin}, model->options())};
-    for (size_t p : plan_.units[u].params) {
-      const ShardPlan::Param& pp = plan_.params[p];
-      const int64_t a = std::max(begin, pp.offset), b = std::min(end, pp.offset + pp.numel);
-      if (a >= b) continue;
-      const auto part = [&](const at::Tensor& t) { return t.reshape(-1).narrow(0, a - pp.offset, b - a); };
-      st.param.narrow(0, a - begin, b - a).copy_(part(weights[p]));
-      if (auto* s = adamState(state, weights[p])) {
-        st.expAvg.narrow(0, a - begin, b - a).copy_(part(s->exp_avg()));
-        st.expAvgSq.narrow(0, a - begin, b - a).copy_(part(s->exp_avg_sq()));
+    for (const ShardPlan::Span& s : plan_.spans(u, begin, end)) {
+      const auto part = [&](const at::Tensor& t) { return t.reshape(-1).narrow(0, s.paramOffset, s.numel); };
+      st.param.narrow(0, s.at, s.numel).copy_(part(weights[s.param]));
+      if (auto* m = adamState(state, weights[s.param])) {
+        st.expAvg.narrow(0, s.at, s.numel).copy_(part(m->exp_avg()));
+        st.expAvgSq.narrow(0, s.at, s.numel).copy_(part(m->exp_avg_sq()));
       }
     }
     staged_[u] = std::move(st);

@@ -1,9 +1,10 @@
 /** trainer.world_size and trainer.dist: the data-parallel trainer ranks and how they rendezvous. */
 import { z } from 'zod';
+import { DIST_BACKENDS, SHARDINGS } from '../../../native/engine-types.generated';
 import { positiveInt, section } from './common';
 
 /** What data-parallel trainer ranks shard (native/src/trainer.h `Sharding`). */
-export const SHARDINGS = ['optimizer', 'full'] as const;
+export { SHARDINGS };
 export const SHARDING_HELP =
   "what the ranks shard: 'optimizer' = AdamW's state (ZeRO-1; each rank holds the whole model and its gradients), 'full' = parameters, gradients and AdamW state alike (FSDP)";
 
@@ -45,7 +46,7 @@ export const trainerScaleShape = {
     bucket_mb: z.number().positive().default(25).describe('gradient all-reduce bucket size in MiB'),
     sharding: z.enum(SHARDINGS).default('optimizer').describe(SHARDING_HELP),
     backend: z
-      .enum(['auto', 'gloo', 'nccl'])
+      .enum(DIST_BACKENDS)
       .default('auto')
       .describe(
         'what moves CUDA tensors between ranks: auto = NCCL where the native addon has it (PyTorch 2.x with CUDA), else Gloo; CPU tensors always go over Gloo',

@@ -1,5 +1,6 @@
 /** [inference] and its [server]: the served model, the HTTP server and the engine's scheduler. */
 import { z } from 'zod';
+import { GENERATOR_DEFAULTS, PREFIX_SHARINGS } from '../../../native/engine-types.generated';
 import { outputDir, positiveInt, section, seed, seqLen, threads } from './common';
 import { modelFields } from './model';
 
@@ -9,13 +10,13 @@ const inferenceModelSchema = () =>
     ...modelFields(),
     enforce_eager: z
       .boolean()
-      .default(false)
+      .default(!GENERATOR_DEFAULTS.cudaGraphs)
       .describe(
         'decode every step op by op; false: on CUDA, dense models replay decode steps from CUDA graphs (one per batch and context-length bucket, captured on first use), as vLLM does',
       ),
     paged_attention_kernel: z
       .boolean()
-      .default(false)
+      .default(GENERATOR_DEFAULTS.pagedAttentionKernel)
       .describe(
         "CUDA: decode attention through the engine's own kernel (flash-decoding over the KV blocks in place) instead of libtorch's matmuls over gathered blocks; refused on the CPU and by a build without it",
       ),
@@ -100,15 +101,18 @@ export const inferenceSchema = z
       .describe(
         "CUDA, instead of kv_cache_tokens: the share of the device's memory the server uses at most (weights, a step's activations, then the KV cache), as vLLM's",
       ),
-    block_size: positiveInt().max(1024).default(16).describe('token positions per KV-cache block'),
+    block_size: positiveInt()
+      .max(1024)
+      .default(GENERATOR_DEFAULTS.blockSize)
+      .describe('token positions per KV-cache block'),
     prefix_sharing: z
-      .enum(['cache', 'live', 'off'])
-      .default('cache')
+      .enum(PREFIX_SHARINGS)
+      .default(GENERATOR_DEFAULTS.prefixSharing)
       .describe(
         "sequences with a common token prefix (a request's n completions, a group's rollouts, a multi-turn rollout's next turn) share its KV blocks, prefilled once: cache = also prefixes of finished sequences, kept until their blocks are needed (LRU); live = only sequences running together; off = none. A weight update invalidates cached prefixes",
       ),
     max_batched_tokens: positiveInt()
-      .default(2048)
+      .default(GENERATOR_DEFAULTS.maxBatchedTokens)
       .describe(
         'tokens one engine step computes, at least max_running: a decode row per running sequence, then chunks of the prompts being prefilled (a long prompt never stalls the running sequences)',
       ),

@@ -1,5 +1,6 @@
 /** trainer.loss and trainer.kl_penalty: the policy loss of the native registry and the KL penalty. */
 import { z } from 'zod';
+import { LOSS_NORMALIZATIONS, MISMATCH_DEFAULTS, MISMATCH_MODES } from '../../../native/engine-types.generated';
 import { LOSS_PARAMS, lossKindSpec, POLICY_LOSSES, type LossParamName } from '../../../native/loss-kinds';
 import { section } from './common';
 
@@ -26,29 +27,37 @@ export const lossSchema = z
     type: z.enum(POLICY_LOSSES).default('dppo').describe('policy loss'),
     ...lossParamKeys,
     normalization: z
-      .enum(['token', 'sequence'])
+      .enum(LOSS_NORMALIZATIONS)
       .default('token')
       .describe('average the loss over all tokens or per sequence'),
     kl_beta: z.number().optional().describe('removed: the KL penalty to the initial model is trainer.kl_penalty'),
     mismatch: section({
       mode: z
-        .enum(['none', 'tis', 'mask'])
+        .enum(MISMATCH_MODES)
         .default('none')
         .describe(
           "correction of the trainer/inference mismatch, on each token's policy term (not kl_tau's): tis = times min(ratio, tis_cap), mask = drop the tokens and samples outside the bounds below",
         ),
-      tis_cap: z.number().positive().default(2).describe('TIS: cap C on the importance weight'),
-      token_low: z.number().positive().default(0.125).describe('mask: drop tokens with ratio below this'),
-      token_high: z.number().positive().default(8).describe('mask: drop tokens with ratio above this'),
+      tis_cap: z.number().positive().default(MISMATCH_DEFAULTS.tisCap).describe('TIS: cap C on the importance weight'),
+      token_low: z
+        .number()
+        .positive()
+        .default(MISMATCH_DEFAULTS.tokenLow)
+        .describe('mask: drop tokens with ratio below this'),
+      token_high: z
+        .number()
+        .positive()
+        .default(MISMATCH_DEFAULTS.tokenHigh)
+        .describe('mask: drop tokens with ratio above this'),
       seq_low: z
         .number()
         .positive()
-        .default(0.1)
+        .default(MISMATCH_DEFAULTS.seqLow)
         .describe('mask: drop sequences whose geometric-mean ratio is below this'),
       seq_high: z
         .number()
         .positive()
-        .default(10)
+        .default(MISMATCH_DEFAULTS.seqHigh)
         .describe('mask: drop sequences whose geometric-mean ratio is above this'),
     }),
   })

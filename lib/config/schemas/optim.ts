@@ -1,17 +1,18 @@
 /** [optim] and [scheduler]: AdamW and its learning-rate schedule (SFT and the RL trainer). */
 import { z } from 'zod';
+import { ADAMW_DEFAULTS } from '../../../native/engine-types.generated';
 import { nonNegative, section } from './common';
 
 export const optimizerSchema = section({
   lr: nonNegative()
     .optional()
     .describe('AdamW learning rate (0: the weights stay as they are); unset = 1e-6, or 1e-5 with lora.enabled'),
-  weight_decay: nonNegative().default(0.01).describe('AdamW decoupled weight decay'),
+  weight_decay: nonNegative().default(ADAMW_DEFAULTS.weightDecay).describe('AdamW decoupled weight decay'),
   betas: z
     .tuple([z.number().min(0).max(1), z.number().min(0).max(1)])
-    .default([0.9, 0.999])
+    .default([ADAMW_DEFAULTS.beta1, ADAMW_DEFAULTS.beta2])
     .describe('AdamW betas'),
-  eps: z.number().positive().default(1e-8).describe('AdamW epsilon'),
+  eps: z.number().positive().default(ADAMW_DEFAULTS.eps).describe('AdamW epsilon'),
   max_norm: z.number().positive().default(1.0).describe('gradient-norm clipping threshold'),
 });
 

@@ -85,6 +85,15 @@ async function loadEngine(base: HfModel, config: InferenceConfig): Promise<nativ
   return loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
 }
 
+/**
+ * The generator options the device or build may not honour (the engine's error names the option):
+ * the config key that set each, and what to do about it.
+ */
+const REFUSED_OPTIONS: Partial<Record<keyof native.GeneratorOptions, { key: string; hint: string }>> = {
+  pagedAttentionKernel: { key: 'inference.model.paged_attention_kernel', hint: 'leave it false' },
+  gpuMemoryUtilization: { key: 'inference.gpu_memory_utilization', hint: 'raise it, or set kv_cache_tokens' },
+};
+
 /** The engine's generator with the server's settings; what the device or build cannot honour is refused by its key. */
 function createGenerator(model: native.NativeModel, config: InferenceConfig, contextLength: number): native.Generator {
   try {
@@ -100,10 +109,10 @@ function createGenerator(model: native.NativeModel, config: InferenceConfig, con
       pagedAttentionKernel: config.model.paged_attention_kernel,
     });
   } catch (e) {
-    const m = /^(pagedAttentionKernel|gpuMemoryUtilization): (.*)$/.exec((e as Error).message);
-    if (m?.[1] === 'pagedAttentionKernel')
-      throw new ConfigError(`inference.model.paged_attention_kernel: ${m[2]}; leave it false`);
-    if (m) throw new ConfigError(`inference.gpu_memory_utilization: ${m[2]}; raise it, or set kv_cache_tokens`);
+    if (native.isEngineOptionError(e)) {
+      const refused = REFUSED_OPTIONS[e.option as keyof native.GeneratorOptions];
+      if (refused) throw new ConfigError(`${refused.key}: ${e.reason}; ${refused.hint}`);
+    }
     throw e;
   }
 }

@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
+#include "facts.h"
+
 namespace prime::addon {
 
 std::atomic<int> gThreads{0};
@@ -22,6 +24,9 @@ void Job::Execute() {
   if (int n = gThreads.load(); n > 0) at::set_num_threads(n);  // per thread under OpenMP
   try {
     work_();
+  } catch (const OptionError& e) {
+    option_ = e.option, reason_ = e.reason;
+    SetError(e.what());
   } catch (const c10::Error& e) {
     SetError(e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -42,6 +47,11 @@ void Job::OnOK() {
 
 void Job::OnError(const Napi::Error& e) {
   unlock();
+  if (!option_.empty()) {
+    Napi::Object err = e.Value();
+    err.Set("option", Napi::String::New(Env(), option_));
+    err.Set("reason", Napi::String::New(Env(), reason_));
+  }
   deferred_.Reject(e.Value());
 }
 

@@ -48,6 +48,7 @@ class Job : public Napi::AsyncWorker {
   Work work_;
   Done done_;
   std::vector<Napi::Reference<Napi::Value>> refs_;
+  std::string option_, reason_;  // the work threw an OptionError (facts.h) about this option
 };
 
 // Per-addon-instance constructors of the wrapped classes (set by Init).

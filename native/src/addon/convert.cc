@@ -9,6 +9,13 @@ Napi::Value field(const Napi::Object& o, const char* key) {
   if (v.IsUndefined()) throw Napi::TypeError::New(o.Env(), std::string("missing field '") + key + "'");
   return v;
 }
+Napi::Error optionErrorToJs(Napi::Env env, const OptionError& e) {
+  Napi::Error err = Napi::Error::New(env, e.what());
+  err.Value().Set("option", Napi::String::New(env, e.option));
+  err.Value().Set("reason", Napi::String::New(env, e.reason));
+  return err;
+}
+
 double num(const Napi::Object& o, const char* key) {
   Napi::Value v = field(o, key);
   if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("field '") + key + "' must be a number");
@@ -212,38 +219,38 @@ std::vector<std::pair<std::string, at::Tensor>> toCpu(const std::vector<std::pai
   return out;
 }
 
-// The JS LossConfig (native/index.ts) as a LossConfig; values are checked by validateLossConfig.
+// The JS LossConfig (native/trainer.ts) as a LossConfig; values are checked by validateLossConfig.
 LossConfig lossConfig(Napi::Value v) {
   LossConfig c;
   if (v.IsUndefined() || v.IsNull()) return c;
   Napi::Object o = obj(v, "loss");
-  if (!o.Get("kind").IsUndefined()) c.kind = str(o, "kind");
-  if (!o.Get("normalization").IsUndefined()) c.normalization = str(o, "normalization");
-  c.temperature = numOr(o, "temperature", c.temperature);
-  c.normalizer = numOr(o, "normalizer", c.normalizer);
-  c.ceNormalizer = numOr(o, "ceNormalizer", c.ceNormalizer);
-  Napi::Value params = o.Get("params");
-  if (!params.IsUndefined() && !params.IsNull()) {
-    Napi::Object p = obj(params, "loss.params");
-    Napi::Array keys = p.GetPropertyNames();
-    for (uint32_t i = 0; i < keys.Length(); i++) {
-      const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
-      c.params[key] = num(p, key.c_str());
+  return jsErrors(v.Env(), [&] {
+    if (!o.Get("kind").IsUndefined()) c.kind = str(o, "kind");
+    c.normalization = fieldOr(o, "normalization", c.normalization);
+    c.temperature = numOr(o, "temperature", c.temperature);
+    c.normalizer = numOr(o, "normalizer", c.normalizer);
+    c.ceNormalizer = numOr(o, "ceNormalizer", c.ceNormalizer);
+    Napi::Value params = o.Get("params");
+    if (!params.IsUndefined() && !params.IsNull()) {
+      Napi::Object p = obj(params, "loss.params");
+      Napi::Array keys = p.GetPropertyNames();
+      for (uint32_t i = 0; i < keys.Length(); i++) {
+        const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+        c.params[key] = num(p, key.c_str());
+      }
     }
-  }
-  c.klBeta = numOr(o, "klBeta", c.klBeta);
-  c.routerAuxLossCoef = numOr(o, "routerAuxLossCoef", c.routerAuxLossCoef);
-  Napi::Value mm = o.Get("mismatch");
-  if (!mm.IsUndefined() && !mm.IsNull()) {
-    Napi::Object m = obj(mm, "mismatch");
-    c.mismatch = str(m, "mode");
-    c.tisCap = numOr(m, "tisCap", c.tisCap);
-    c.tokenLow = numOr(m, "tokenLow", c.tokenLow);
-    c.tokenHigh = numOr(m, "tokenHigh", c.tokenHigh);
-    c.seqLow = numOr(m, "seqLow", c.seqLow);
-    c.seqHigh = numOr(m, "seqHigh", c.seqHigh);
-  }
-  return c;
+    c.klBeta = numOr(o, "klBeta", c.klBeta);
+    c.routerAuxLossCoef = numOr(o, "routerAuxLossCoef", c.routerAuxLossCoef);
+    Napi::Value mm = o.Get("mismatch");
+    if (!mm.IsUndefined() && !mm.IsNull()) {
+      Napi::Object m = obj(mm, "mismatch");
+      c.mismatch = parseEnum<MismatchMode>(str(m, "mode"), "mismatch.mode");
+#define PRIME_READ_MISMATCH_BOUND(name, dflt, doc) c.name = numOr(m, #name, c.name);
+      PRIME_MISMATCH_BOUNDS(PRIME_READ_MISMATCH_BOUND)
+#undef PRIME_READ_MISMATCH_BOUND
+    }
+    return c;
+  });
 }
 
 Napi::Object metricsToJs(Napi::Env env, const Metrics& metrics) {

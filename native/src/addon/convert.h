@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "facts.h"
 #include "loss.h"
 #include "metrics.h"
 #include "model.h"
@@ -32,7 +33,7 @@ std::vector<double> reals(Napi::Value v, const char* what);
 std::vector<uint8_t> mask(Napi::Value v, const char* what);
 
 ArchConfig archConfig(Napi::Value v);
-// The family's tensor table ({name, shape, slot, layer}[]) from native/index.ts.
+// The family's tensor table ({name, shape, slot, layer}[]) from native/model-binding.ts.
 std::vector<ParamSpec> paramSpecs(Napi::Value v);
 // Borrows the bytes of JS {name, dtype, shape, data} tensors; the job must keep `buffers` alive.
 std::vector<RawTensor> rawTensors(Napi::Value v, std::vector<Napi::Value>& buffers);
@@ -49,9 +50,9 @@ ScoreRows scoreRows(Napi::Value v);
 using Scores = std::vector<std::pair<std::vector<float>, std::vector<float>>>;
 Napi::Value scoresToJs(Napi::Env env, const Scores& scores);
 
-// The loss configuration (LossConfig in native/index.ts; absent = defaults).
+// The loss configuration (LossConfig in native/trainer.ts; absent = defaults).
 LossConfig lossConfig(Napi::Value v);
-// Metrics as a JS object of numbers by name (StepMetrics in native/index.ts), in their order.
+// Metrics as a JS object of numbers by name (StepMetrics in native/trainer.ts), in their order.
 Napi::Object metricsToJs(Napi::Env env, const Metrics& metrics);
 
 // A JS array of one object per row, each filled by `fill(object, row)`.
@@ -66,6 +67,37 @@ Napi::Array rowsToJs(Napi::Env env, const std::vector<Row>& rows, Fill fill) {
   return out;
 }
 
+// A field of an X-macro list (facts.h) read from JS: `def` when absent; numbers, booleans, and
+// enums by name (another name is an OptionError naming the key and the values).
+template <typename T>
+T fieldOr(const Napi::Object& o, const char* key, T def) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return boolOr(o, key, def);
+  } else if constexpr (std::is_enum_v<T>) {
+    Napi::Value v = o.Get(key);
+    if (v.IsUndefined()) return def;
+    if (!v.IsString()) throw OptionError(key, "must be one of " + enumNames<T>());
+    return parseEnum<T>(v.As<Napi::String>().Utf8Value(), key);
+  } else {
+    return T(numOr(o, key, double(def)));
+  }
+}
+// A field every caller gives (a number).
+template <typename T>
+T fieldOf(const Napi::Object& o, const char* key) {
+  return T(num(o, key));
+}
+// A field's value as JS sees it: a number, a boolean, an enum's name.
+template <typename T>
+Napi::Value toJs(Napi::Env env, T v) {
+  if constexpr (std::is_same_v<T, bool>) return Napi::Boolean::New(env, v);
+  else if constexpr (std::is_enum_v<T>) return Napi::String::New(env, enumName(v));
+  else return Napi::Number::New(env, double(v));
+}
+
+// An OptionError as a JS Error: its message, and `option` and `reason` for callers that map it.
+Napi::Error optionErrorToJs(Napi::Env env, const OptionError& e);
+
 // Runs synchronous native code on the JS thread; node-addon-api only converts Napi::Error, so
 // C++ exceptions are rethrown as JS errors here instead of terminating the process.
 template <typename F>
@@ -74,6 +106,8 @@ auto jsErrors(Napi::Env env, F f) -> decltype(f()) {
     return f();
   } catch (const Napi::Error&) {
     throw;
+  } catch (const OptionError& e) {
+    throw optionErrorToJs(env, e);
   } catch (const c10::Error& e) {
     throw Napi::Error::New(env, e.what_without_backtrace());
   } catch (const std::exception& e) {

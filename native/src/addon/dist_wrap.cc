@@ -1,4 +1,4 @@
-// JS classes DistStore and DistGroup (native/index.ts): the data-parallel trainer's c10d store and
+// JS classes DistStore and DistGroup (native/dist.ts): the data-parallel trainer's c10d store and
 // process group. Every call that talks to another process runs as a Job off the JS thread.
 #include "addon/async.h"
 #include "addon/convert.h"
@@ -133,7 +133,7 @@ Napi::Value CreateGroup(const Napi::CallbackInfo& info) {
   const int rank = int(num(o, "rank")), size = int(num(o, "size"));
   const double timeoutS = num(o, "timeoutS");
   const DistBackend backend =
-      jsErrors(info.Env(), [&] { return parseDistBackend(o.Get("backend").IsUndefined() ? "" : str(o, "backend")); });
+      jsErrors(info.Env(), [&] { return fieldOr<DistBackend>(o, "backend", DistBackend::kAuto); });
   auto out = std::make_shared<std::shared_ptr<DistGroup>>();
   Job* job = new Job(
       info.Env(), nullptr, [=] { *out = std::make_shared<DistGroup>(store, prefix, rank, size, timeoutS, backend); },

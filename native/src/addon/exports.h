@@ -17,9 +17,11 @@ Napi::Function DefineModel(Napi::Env env);
 // The engine model of a JS Model.
 std::shared_ptr<Model> unwrapModel(Napi::Value v);
 Napi::Function DefineGenerator(Napi::Env env);
-// The options of Model.createGenerator (GeneratorOptions in native/index.ts).
+// The options of Model.createGenerator (GeneratorOptions in native/generator.ts).
 GeneratorOptions generatorOptions(Napi::Env env, const Napi::Object& o);
 Napi::Function DefineTrainer(Napi::Env env);
+// (numel, rank, worldSize) -> {begin, end, shardNumel}: full sharding's layout (fsdp.h ShardPlan::shardRange).
+Napi::Value ShardRange(const Napi::CallbackInfo& info);
 Napi::Function DefineDistStore(Napi::Env env);
 Napi::Function DefineDistGroup(Napi::Env env);
 // The engine group of a JS DistGroup (Trainer.setGroup).
@@ -42,7 +44,7 @@ Napi::Value PagedDecodePlanOf(const Napi::CallbackInfo& info);
 Napi::Value MatmulGflops(const Napi::CallbackInfo& info);
 Napi::Value LossKinds(const Napi::CallbackInfo& info);   // the loss registry as plain data
 Napi::Value LayerSlots(const Napi::CallbackInfo& info);  // () -> the block slot names (model.h layerSlotNames)
-// () -> the fixed fields declared in trainer.h, for native/engine-types.generated.ts
+// () -> the engine facts declared as X-macro lists (facts.h), for native/engine-types.generated.ts
 Napi::Value EngineTypes(const Napi::CallbackInfo& info);
 Napi::Value Info(const Napi::CallbackInfo& info);
 Napi::Value SetThreads(const Napi::CallbackInfo& info);

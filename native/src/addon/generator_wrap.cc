@@ -1,4 +1,4 @@
-// JS class Generator: batched generation over a paged KV cache (Generator in native/index.ts).
+// JS class Generator: batched generation over a paged KV cache (Generator in native/generator.ts).
 #include <cmath>
 
 #include "addon/async.h"
@@ -129,44 +129,32 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
   }
 
   Napi::Value Stats(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
     const GeneratorStats st = gen_->stats();
-    Napi::Object o = Napi::Object::New(info.Env());
-    o.Set("activeSequences", double(st.running + st.preempted));
-    o.Set("runningSequences", double(st.running));
-    o.Set("preemptedSequences", double(st.preempted));
-    o.Set("cachedTokens", double(st.cachedTokens));
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("activeSequences", double(st.runningSequences + st.preemptedSequences));
+#define PRIME_WRITE_COUNTER(name, doc) o.Set(#name, double(st.name));
+    PRIME_GENERATOR_COUNTERS(PRIME_WRITE_COUNTER)
+#undef PRIME_WRITE_COUNTER
     o.Set("maxSequences", double(gen_->maxSequences));
     o.Set("maxSequenceLength", double(gen_->maxSequenceLength));
     o.Set("blockSize", double(gen_->blockSize));
     o.Set("numBlocks", double(gen_->numBlocks()));
     o.Set("capacityTokens", double(gen_->capacityTokens()));
-    o.Set("blocksInUse", double(st.blocksInUse));
-    o.Set("blocksCached", double(st.blocksCached));
     o.Set("cacheUsage", double(st.blocksInUse) / double(gen_->numBlocks()));
-    if (st.stateSlots > 0) {  // a hybrid model's
-      Napi::Object state = Napi::Object::New(info.Env());
-      state.Set("slots", double(st.stateSlots));
-      state.Set("inUse", double(st.stateSlotsInUse));
-      state.Set("cached", double(st.stateSlotsCached));
-      state.Set("slotBytes", double(st.stateSlotBytes));
+    if (st.state.slots > 0) {  // a hybrid model's
+      Napi::Object state = Napi::Object::New(env);
+#define PRIME_WRITE_STATE_STAT(name, doc) state.Set(#name, double(st.state.name));
+      PRIME_STATE_SLOT_STATS(PRIME_WRITE_STATE_STAT)
+#undef PRIME_WRITE_STATE_STAT
       o.Set("state", state);
     }
-    o.Set("preemptions", double(st.preemptions));
-    o.Set("prefillTokens", double(st.prefillTokens));
-    o.Set("prefixHitTokens", double(st.prefixHitTokens));
     o.Set("cudaGraphs", double(gen_->cudaGraphs()));
     o.Set("eagerReason", gen_->eagerReason());
-    const StepTimes& t = st.times;
-    Napi::Object times = Napi::Object::New(info.Env());
-    times.Set("calls", double(t.calls));
-    times.Set("steps", double(t.steps));
-    times.Set("plan", t.plan);
-    times.Set("inputs", t.inputs);
-    times.Set("forward", t.forward);
-    times.Set("attention", t.attention);
-    times.Set("sample", t.sample);
-    times.Set("finish", t.finish);
-    times.Set("device", t.device);
+    Napi::Object times = Napi::Object::New(env);
+#define PRIME_WRITE_STEP_TIME(name, type, doc) times.Set(#name, double(st.times.name));
+    PRIME_STEP_TIMES(PRIME_WRITE_STEP_TIME)
+#undef PRIME_WRITE_STEP_TIME
     o.Set("times", times);
     return o;
   }
@@ -179,26 +167,16 @@ class GeneratorWrap : public Napi::ObjectWrap<GeneratorWrap> {
 Napi::Function DefineGenerator(Napi::Env env) { return GeneratorWrap::Define(env); }
 
 GeneratorOptions generatorOptions(Napi::Env env, const Napi::Object& o) {
-  GeneratorOptions g;
-  g.maxSequences = int64_t(num(o, "maxSequences"));
-  g.maxSequenceLength = int64_t(num(o, "maxSequenceLength"));
-  g.kvCacheTokens = int64_t(numOr(o, "kvCacheTokens", 0));
-  g.gpuMemoryUtilization = numOr(o, "gpuMemoryUtilization", 0);
-  g.blockSize = int64_t(numOr(o, "blockSize", double(g.blockSize)));
-  g.maxBatchedTokens = int64_t(numOr(o, "maxBatchedTokens", double(g.maxBatchedTokens)));
-  g.stateSlots = int64_t(numOr(o, "stateSlots", 0));
-  Napi::Value sharing = o.Get("prefixSharing");
-  if (!sharing.IsUndefined()) {
-    const std::string s = sharing.IsString() ? sharing.As<Napi::String>().Utf8Value() : "";
-    if (s == "off") g.prefixSharing = PrefixSharing::kOff;
-    else if (s == "live") g.prefixSharing = PrefixSharing::kLive;
-    else if (s == "cache") g.prefixSharing = PrefixSharing::kCache;
-    else throw Napi::TypeError::New(env, "prefixSharing must be 'off', 'live' or 'cache'");
-  }
-  g.tensorSampler = boolOr(o, "tensorSampler", false);
-  g.cudaGraphs = boolOr(o, "cudaGraphs", true);
-  g.pagedAttentionKernel = boolOr(o, "pagedAttentionKernel", false);
-  return g;
+  return jsErrors(env, [&] {
+    GeneratorOptions g;
+#define PRIME_READ_SIZE(name, type, doc) g.name = fieldOf<type>(o, #name);
+    PRIME_GENERATOR_SIZES(PRIME_READ_SIZE)
+#undef PRIME_READ_SIZE
+#define PRIME_READ_OPTION(name, type, dflt, doc) g.name = fieldOr<type>(o, #name, g.name);
+    PRIME_GENERATOR_OPTIONS(PRIME_READ_OPTION)
+#undef PRIME_READ_OPTION
+    return g;
+  });
 }
 
 }  // namespace prime::addon

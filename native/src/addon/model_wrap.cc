@@ -1,5 +1,5 @@
 // JS class Model and createModel: a loaded model, scoring, weights, and the generators and
-// trainers made from it (NativeModel in native/index.ts).
+// trainers made from it (NativeModel in native/model.ts).
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>

@@ -180,9 +180,9 @@ class CacheBookWrap : public Napi::ObjectWrap<CacheBookWrap> {
     o.Set("prefixHitTokens", double(st.prefixHitTokens));
     o.Set("parked", int32Array(info.Env(), cache_->prefixCache().parkedOrder()));
     o.Set("snapshots", int32Array(info.Env(), cache_->prefixCache().snapshotOrder()));
-    o.Set("stateSlots", double(st.stateSlots));
-    o.Set("stateSlotsInUse", double(st.stateSlotsInUse));
-    o.Set("stateSlotsCached", double(st.stateSlotsCached));
+    o.Set("stateSlots", double(st.state.slots));
+    o.Set("stateSlotsInUse", double(st.state.inUse));
+    o.Set("stateSlotsCached", double(st.state.cached));
     o.Set("freeSlots", double(cache_->stateSlots() ? cache_->stateSlots()->freeSlots() : 0));
     return o;
   }

@@ -1,5 +1,7 @@
-// JS class Trainer: training steps, scoring, weights and checkpoints (Trainer in native/index.ts).
+// JS class Trainer: training steps, scoring, weights and checkpoints (Trainer in native/trainer.ts).
 #include <c10/core/InferenceMode.h>
+
+#include <cmath>
 
 #include "addon/async.h"
 #include "addon/convert.h"
@@ -37,38 +39,6 @@ Napi::Object statsToJs(Napi::Env env, const StepStats& s) {
 #undef PRIME_WRITE_STEP_FIELD
   return o;
 }
-
-// A field of engineTypes(): {name, doc, default?}.
-Napi::Object fieldDecl(Napi::Env env, const char* name, const char* doc) {
-  Napi::Object f = Napi::Object::New(env);
-  f.Set("name", name);
-  f.Set("doc", doc);
-  return f;
-}
-
-}  // namespace
-
-Napi::Value EngineTypes(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Napi::Array adamw = Napi::Array::New(env), step = Napi::Array::New(env);
-#define PRIME_DECLARE_ADAMW(name, dflt, doc)     \
-  {                                              \
-    Napi::Object f = fieldDecl(env, #name, doc); \
-    f.Set("default", double(dflt));              \
-    adamw.Set(adamw.Length(), f);                \
-  }
-  PRIME_ADAMW_FIELDS(PRIME_DECLARE_ADAMW)
-#undef PRIME_DECLARE_ADAMW
-#define PRIME_DECLARE_STEP_FIELD(name, doc) step.Set(step.Length(), fieldDecl(env, #name, doc));
-  PRIME_STEP_FIELDS(PRIME_DECLARE_STEP_FIELD)
-#undef PRIME_DECLARE_STEP_FIELD
-  Napi::Object out = Napi::Object::New(env);
-  out.Set("AdamWOptions", adamw);
-  out.Set("TrainStepFields", step);
-  return out;
-}
-
-namespace {
 
 class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
  public:
@@ -194,9 +164,9 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     std::shared_ptr<DistGroup> group = unwrapGroup(info[0]);
     Napi::Object o = obj(info[1], "options");
     const int64_t bucketBytes = int64_t(num(o, "bucketBytes"));
-    const std::string sharding = o.Get("sharding").IsUndefined() ? "" : str(o, "sharding");
     checkIdle(info.Env(), *tr_->model);
-    jsErrors(info.Env(), [&] { tr_->setGroup(group, bucketBytes, parseSharding(sharding)); });
+    jsErrors(info.Env(),
+             [&] { tr_->setGroup(group, bucketBytes, fieldOr<Sharding>(o, "sharding", Sharding::kOptimizer)); });
     return info.Env().Undefined();
   }
 
@@ -327,5 +297,24 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
 }  // namespace
 
 Napi::Function DefineTrainer(Napi::Env env) { return TrainerWrap::Define(env); }
+
+Napi::Value ShardRange(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const auto count = [&](size_t i, const char* what, int64_t least) {
+    const double v = info[i].IsNumber() ? info[i].As<Napi::Number>().DoubleValue() : -1;
+    if (!(v >= double(least)) || v != std::floor(v))
+      throw Napi::TypeError::New(
+          env, std::string("shardRange: ") + what + " must be an integer >= " + std::to_string(least));
+    return int64_t(v);
+  };
+  const int64_t numel = count(0, "numel", 0), worldSize = count(2, "worldSize", 1), rank = count(1, "rank", 0);
+  if (rank >= worldSize) throw Napi::TypeError::New(env, "shardRange: rank must be below worldSize");
+  const auto [begin, end] = ShardPlan::shardRange(numel, rank, worldSize);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("begin", double(begin));
+  o.Set("end", double(end));
+  o.Set("shardNumel", double(ShardPlan::shardNumel(numel, worldSize)));
+  return o;
+}
 
 }  // namespace prime::addon
