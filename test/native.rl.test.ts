@@ -403,7 +403,10 @@ describe('policy losses vs hand computation', () => {
       /mismatch correction needs inference logprobs/,
     );
     expect(() => policyLoss(inputs, { kind: 'grpo', normalization: 'row' as 'token' })).toThrow(
-      /unknown loss normalization/,
+      "normalization: 'row' is not one of token, sequence",
+    );
+    expect(() => policyLoss(inputs, { kind: 'grpo', mismatch: { mode: 'all' as 'tis' } })).toThrow(
+      "mismatch.mode: 'all' is not one of none, tis, mask",
     );
     expect(() => policyLoss({ ...inputs, sampleLengths: [5, 4] }, { kind: 'grpo' })).toThrow(
       /sum to the number of tokens/,
