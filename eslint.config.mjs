@@ -121,7 +121,7 @@ const LIB_LAYERS = [
     folder: 'run',
     never: ['orchestrator', 'launch', 'cli'],
     message:
-      'lib/run/ works on whole run folders through lib/runfolder/: it never imports the orchestrator or the launcher',
+      'lib/run-ops/ works on whole run folders through lib/runfolder/: it never imports the orchestrator or the launcher',
   },
 ];
 const NATIVE =

@@ -28,7 +28,7 @@ import { hash32 } from '../lib/envs/random';
 import { tokenizerOf } from '../lib/model/tokenizer';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
 import { InferenceClient, toActivityFailure, type InferenceClientOptions } from '../lib/orchestrator/client';
-import type { SamplingSettings } from '../lib/orchestrator/rollout';
+import type { SamplingSettings } from '../lib/orchestrator/token-rollout';
 import { playRollout, runVerifiersRollout } from '../lib/orchestrator/verifiers-rollout';
 import { mapAdaptive } from '../lib/orchestrator/adaptive';
 import { ConcurrencyController, fixedLimit, type ConcurrencyBounds } from '../lib/orchestrator/concurrency';

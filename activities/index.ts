@@ -5,10 +5,10 @@
 import type { EnvPool } from '../lib/envs/pool';
 import type { GroupLeader } from '../lib/trainer/group';
 import { createEvalActivities } from './evaluate';
-import { createInFlightActivities } from './inflight';
+import { createInFlightActivities } from './inflight-rollouts';
 import { withFailureTypes } from './failures';
 import { createPackActivities } from './pack';
-import { createRolloutActivities } from './rollouts';
+import { createRolloutActivities } from './generate-rollouts';
 import { prepareRun, recordStep, rewindRun } from './run';
 import { prepareSft, recordSftStep } from './sft';
 import { createTrainerActivities as trainerActivities } from './train';

@@ -8,7 +8,7 @@ import { ConfigError } from '../lib/config/errors';
 import { loadConfig } from '../lib/config/loader';
 import type { RLConfig } from '../lib/config/schemas';
 import { appendStepMetrics, withDocumentedNames } from '../lib/runfolder/metrics';
-import { startWandb, type WandbSettings } from '../lib/run/wandb';
+import { startWandb, type WandbSettings } from '../lib/run-ops/wandb';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-wandb-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));

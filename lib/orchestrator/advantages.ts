@@ -198,7 +198,7 @@ export interface AdvantageOptions {
 /**
  * Drops errored rollouts and computes the advantages of each group's valid ones. A group keeps
  * working with fewer valid rollouts than it was sampled with; under 2 it has no baseline and is
- * dropped. (Groups are judged by the rollout filters when they are generated, activities/rollouts.ts.)
+ * dropped. (Groups are judged by the rollout filters when they are generated, activities/generate-rollouts.ts.)
  */
 export function computeAdvantages(
   groups: readonly (readonly RolloutOutcome[])[],

@@ -1,5 +1,5 @@
 /**
- * In-flight mode's files (lib/orchestrator/inflight.ts decides, activities/inflight.ts produces and
+ * In-flight mode's files (lib/orchestrator/inflight-decisions.ts decides, activities/inflight-rollouts.ts produces and
  * claims):
  *
  *   inflight/groups/G.json   finished group number G (`StoredGroup`), written once under the next

@@ -10,7 +10,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { storedResult, writeDirAtomic } from '../atomic';
 import type { Message } from '../envs/types';
-import type { InFlightClaim } from './inflight';
+import type { InFlightClaim } from './inflight-groups';
 import { RunLayout } from './layout';
 import type { TokenSegment } from './packing';
 
@@ -26,7 +26,7 @@ export interface Episode {
   error?: string;
 }
 
-/** A token rollout (lib/orchestrator/rollout.ts): an episode with the exact tokens the policy sampled. */
+/** A token rollout (lib/orchestrator/token-rollout.ts): an episode with the exact tokens the policy sampled. */
 export interface Rollout extends Episode {
   /**
    * The training samples, in order, each its token segments (prompt, turn 1, env reply 1, turn 2,
@@ -98,7 +98,7 @@ export interface RolloutSummary {
   errors: string[];
   /** The rollout filters: groups dropped (by reason), refill rounds, groups still missing. */
   filter: FilterMetrics;
-  /** In-flight mode: the groups the step took and their off-policy distance (lib/runfolder/inflight.ts). */
+  /** In-flight mode: the groups the step took and their off-policy distance (lib/runfolder/inflight-groups.ts). */
   inFlight?: InFlightClaim;
 }
 
