@@ -32,7 +32,7 @@ import type { SamplingSettings } from '../lib/orchestrator/token-rollout';
 import { playRollout, runVerifiersRollout } from '../lib/orchestrator/verifiers-rollout';
 import { mapAdaptive } from '../lib/orchestrator/adaptive';
 import { ConcurrencyController, fixedLimit, type ConcurrencyBounds } from '../lib/orchestrator/concurrency';
-import { isVerifiersEnv } from '../lib/envs/verifiers/environment';
+import { isVerifiersEnv } from '../lib/config/names';
 import { listSteps, RunLayout } from '../lib/runfolder/layout';
 import { withHeartbeat } from '../lib/temporal/heartbeat';
 import { checkEnvironments, checkModel, environmentInfo } from '../lib/preflight';

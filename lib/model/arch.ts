@@ -4,7 +4,7 @@
  * writes HF folders) and `native/` (which computes with them).
  */
 import type { EngineConfig, LinearAttentionConfig, TensorDType, WeightTensor } from '../../native/model-binding';
-import type { Arch } from './families';
+import type { Arch } from '../config/names';
 
 export type { Arch, LinearAttentionConfig, TensorDType, WeightTensor };
 
