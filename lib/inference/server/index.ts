@@ -17,7 +17,7 @@ import * as path from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import * as native from '../../../native';
 import { loadModel } from '../../model/engine';
-import { ConfigError } from '../../config/errors';
+import { ConfigError } from '../../failures';
 import type { InferenceConfig } from '../../config/schemas';
 import { resolveModelDir } from '../../hub';
 import { loadHfModel, type HfModel } from '../../model/hf';
