@@ -33,3 +33,7 @@ export function createCpuActivities(deps: { pool: EnvPool }) {
 export function createTrainerActivities(deps: { leader?: GroupLeader } = {}) {
   return withFailureTypes(trainerActivities(deps));
 }
+
+/** Each pool's activities by type, as the workflows' proxies name them (`import type`). */
+export type CpuActivities = ReturnType<typeof createCpuActivities>;
+export type TrainerActivities = ReturnType<typeof createTrainerActivities>;

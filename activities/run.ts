@@ -21,7 +21,7 @@ import { sameTokenizerFiles, TeacherClient, tokenizerMismatch, type TeacherServe
 import { RunLayout } from '../lib/runfolder/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/runfolder/metrics';
 import { checkEnvironments, checkModel } from '../lib/preflight';
-import type { InFlightClaim } from '../lib/runfolder/inflight-groups';
+import type { InFlightClaim } from '../lib/runfolder/rollouts';
 import type { StepRecordInput, StepTimes } from './types';
 
 /** Checks the model, environments and algorithm plugins, writes configs/rl.json; a rerun with the same config is a no-op. */

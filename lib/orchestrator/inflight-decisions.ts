@@ -13,8 +13,8 @@
  *    flight is the run's ConcurrencyController's (lib/orchestrator/concurrency.ts), within the cap
  *    on groups generated ahead of the steps (`capGroups`).
  */
-import type { ClaimCandidate, InFlightClaim } from '../runfolder/inflight-groups';
-import type { FilterMetrics } from '../runfolder/rollouts';
+import type { ClaimCandidate } from '../runfolder/inflight-groups';
+import type { FilterMetrics, InFlightClaim } from '../runfolder/rollouts';
 import { dropReason, type FilterGroup, type RolloutFilter } from './filters';
 
 /** The oldest policy version of a group's tokens. */
