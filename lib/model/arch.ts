@@ -55,11 +55,3 @@ export interface MoeConfig {
 
 /** safetensors dtypes the loader accepts on disk. */
 export type DiskDType = 'F32' | 'F16' | 'BF16';
-
-/** One tensor as handed to the native engine: raw little-endian bytes, copied once on the C++ side. */
-export interface NamedTensor {
-  name: string;
-  dtype: DiskDType;
-  shape: number[];
-  data: Buffer;
-}

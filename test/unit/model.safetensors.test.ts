@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { NamedTensor } from '../../lib/model/arch';
+import type { WeightTensor } from '../../lib/model/arch';
 import {
   INDEX_FILE,
   parseSafetensors,
@@ -19,11 +19,11 @@ import { fileSha256 } from '../../lib/runfolder/checkpoint';
 
 const FIXTURES = path.join(__dirname, '..', 'fixtures', 'hf-reference');
 
-function f32(name: string, shape: number[], values: number[]): NamedTensor {
+function f32(name: string, shape: number[], values: number[]): WeightTensor {
   return { name, dtype: 'F32', shape, data: Buffer.from(new Float32Array(values).buffer) };
 }
 
-const sample: NamedTensor[] = [
+const sample: WeightTensor[] = [
   f32('b.weight', [2, 3], [1, -2, 3.5, Number.MIN_VALUE, -0, 1e30]),
   { name: 'a.bias', dtype: 'BF16', shape: [3], data: Buffer.from([0x80, 0x3f, 0x00, 0xc0, 0x7f, 0x7f]) },
   { name: 'c.half', dtype: 'F16', shape: [1], data: Buffer.from([0x00, 0x3c]) },
@@ -47,7 +47,7 @@ afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 describe('streamed writes (tensors in batches, the header first)', () => {
   const entries = sample.map(({ name, dtype, shape }) => ({ name, dtype, shape }));
-  async function* batches(tensors: NamedTensor[]) {
+  async function* batches(tensors: WeightTensor[]) {
     yield tensors.slice(0, 2);
     yield tensors.slice(2);
   }
