@@ -12,7 +12,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { inferenceSchema } from '../lib/config/schemas';
-import { ConfigError } from '../lib/config/errors';
+import { ConfigError } from '../lib/failures';
 import { startInferenceServer, type InferenceServer } from '../lib/inference/server';
 import { startServer } from './support/harness';
 import { tinyModel } from './support/setup';
