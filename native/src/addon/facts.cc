@@ -67,38 +67,34 @@ Napi::Value EngineTypes(const Napi::CallbackInfo& info) {
                          enumDecl<LossNormalization>(env), enumDecl<MismatchMode>(env)})
     enums.Set(enums.Length(), e);
 
+  // One interface per list, `d` the one being declared; the expanders by the lists' shapes.
   std::deque<InterfaceDecl> decls;  // references stay valid as it grows
-  InterfaceDecl& generator = decls.emplace_back(env, "GeneratorOptions", "GENERATOR_DEFAULTS");
-#define PRIME_DECLARE_SIZE(name, type, doc) generator.field<type>(#name, doc);
-  PRIME_GENERATOR_SIZES(PRIME_DECLARE_SIZE)
-#undef PRIME_DECLARE_SIZE
-#define PRIME_DECLARE_OPTION(name, type, dflt, doc) generator.option<type>(#name, dflt, doc);
-  PRIME_GENERATOR_OPTIONS(PRIME_DECLARE_OPTION)
-#undef PRIME_DECLARE_OPTION
-  InterfaceDecl& counters = decls.emplace_back(env, "GeneratorCounters", "");
-#define PRIME_DECLARE_COUNTER(name, doc) counters.field<int64_t>(#name, doc);
-  PRIME_GENERATOR_COUNTERS(PRIME_DECLARE_COUNTER)
-#undef PRIME_DECLARE_COUNTER
-  InterfaceDecl& state = decls.emplace_back(env, "StateSlotStats", "");
-#define PRIME_DECLARE_STATE_STAT(name, doc) state.field<int64_t>(#name, doc);
-  PRIME_STATE_SLOT_STATS(PRIME_DECLARE_STATE_STAT)
-#undef PRIME_DECLARE_STATE_STAT
-  InterfaceDecl& times = decls.emplace_back(env, "StepTimes", "");
-#define PRIME_DECLARE_STEP_TIME(name, type, doc) times.field<type>(#name, doc);
-  PRIME_STEP_TIMES(PRIME_DECLARE_STEP_TIME)
-#undef PRIME_DECLARE_STEP_TIME
-  InterfaceDecl& adamw = decls.emplace_back(env, "AdamWOptions", "ADAMW_DEFAULTS");
-#define PRIME_DECLARE_ADAMW(name, dflt, doc) adamw.option<double>(#name, dflt, doc);
-  PRIME_ADAMW_FIELDS(PRIME_DECLARE_ADAMW)
-#undef PRIME_DECLARE_ADAMW
-  InterfaceDecl& step = decls.emplace_back(env, "TrainStepFields", "");
-#define PRIME_DECLARE_STEP_FIELD(name, doc) step.field<double>(#name, doc);
-  PRIME_STEP_FIELDS(PRIME_DECLARE_STEP_FIELD)
-#undef PRIME_DECLARE_STEP_FIELD
-  InterfaceDecl& mismatch = decls.emplace_back(env, "MismatchBounds", "MISMATCH_DEFAULTS");
-#define PRIME_DECLARE_MISMATCH_BOUND(name, dflt, doc) mismatch.option<double>(#name, dflt, doc);
-  PRIME_MISMATCH_BOUNDS(PRIME_DECLARE_MISMATCH_BOUND)
-#undef PRIME_DECLARE_MISMATCH_BOUND
+  InterfaceDecl* d = nullptr;
+#define PRIME_FIELD(name, type, doc) d->field<type>(#name, doc);
+#define PRIME_INT_FIELD(name, doc) d->field<int64_t>(#name, doc);
+#define PRIME_REAL_FIELD(name, doc) d->field<double>(#name, doc);
+#define PRIME_OPTION(name, type, dflt, doc) d->option<type>(#name, dflt, doc);
+#define PRIME_REAL_OPTION(name, dflt, doc) d->option<double>(#name, dflt, doc);
+  d = &decls.emplace_back(env, "GeneratorOptions", "GENERATOR_DEFAULTS");
+  PRIME_GENERATOR_SIZES(PRIME_FIELD)
+  PRIME_GENERATOR_OPTIONS(PRIME_OPTION)
+  d = &decls.emplace_back(env, "GeneratorCounters", "");
+  PRIME_GENERATOR_COUNTERS(PRIME_INT_FIELD)
+  d = &decls.emplace_back(env, "StateSlotStats", "");
+  PRIME_STATE_SLOT_STATS(PRIME_INT_FIELD)
+  d = &decls.emplace_back(env, "StepTimes", "");
+  PRIME_STEP_TIMES(PRIME_FIELD)
+  d = &decls.emplace_back(env, "AdamWOptions", "ADAMW_DEFAULTS");
+  PRIME_ADAMW_FIELDS(PRIME_REAL_OPTION)
+  d = &decls.emplace_back(env, "TrainStepFields", "");
+  PRIME_STEP_FIELDS(PRIME_REAL_FIELD)
+  d = &decls.emplace_back(env, "MismatchBounds", "MISMATCH_DEFAULTS");
+  PRIME_MISMATCH_BOUNDS(PRIME_REAL_OPTION)
+#undef PRIME_FIELD
+#undef PRIME_INT_FIELD
+#undef PRIME_REAL_FIELD
+#undef PRIME_OPTION
+#undef PRIME_REAL_OPTION
 
   Napi::Array interfaces = Napi::Array::New(env);
   for (const InterfaceDecl& d : decls) interfaces.Set(interfaces.Length(), d.decl());
