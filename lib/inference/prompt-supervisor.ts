@@ -49,13 +49,13 @@ function promptOutcome(o: HelperOutcome<PromptAnswer>): PromptOutcome {
 }
 
 const { dir, ...options } = JSON.parse(process.argv[2]) as PromptPoolOptions & { dir: string };
-const module = libModule('inference/prompt-worker');
+const helper = libModule('inference/prompt-worker');
 /** The helpers: each runs one task at a time, with the time and heap limits of `options`. */
 const helpers = new HelperPool<PromptTask, PromptAnswer>({
   names: { pool: 'prompt helpers', helper: 'prompt helper' },
-  module,
+  module: helper,
   args: [dir],
-  execArgv: moduleExecArgv(module),
+  execArgv: moduleExecArgv(helper),
   processes: options.processes,
   timeoutMs: options.timeoutMs,
   heapMb: options.heapMb,
