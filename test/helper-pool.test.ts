@@ -8,6 +8,7 @@ import * as path from 'node:path';
 import { HelperPool, type HelperOutcome, type HelperPoolOptions } from '../lib/helper-pool';
 import { moduleExecArgv } from '../lib/thread';
 import type { HelperTask } from './fixtures/helper';
+import { isRunning } from './support/processes';
 
 const MODULE = path.join(__dirname, 'fixtures', 'helper.ts');
 type Echoed = { value: unknown; pid: number };
@@ -29,14 +30,6 @@ function pool(options: Partial<HelperPoolOptions> = {}): HelperPool<HelperTask, 
 }
 afterAll(() => Promise.all(pools.map((p) => p.close())));
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 const echo = (value: unknown): HelperTask => ({ do: 'echo', value });
 /** The pid of the helper that answered, failing the test on any other outcome. */
 const pidOf = (o: HelperOutcome<Echoed>) => {
@@ -56,7 +49,7 @@ test('tasks run in helpers, one at a time each; a task that throws fails alone a
   expect((thrown as { stack?: string }).stack).toMatch(/helper\.ts/);
   // Same helpers: nothing was replaced.
   expect((await p.run(echo('after'))).ok).toBe(true);
-  for (const pid of pids) expect(alive(pid)).toBe(true);
+  for (const pid of pids) expect(isRunning(pid)).toBe(true);
   expect(p.stats.restarts).toBe(0);
 });
 
@@ -124,5 +117,5 @@ test('closing rejects the tasks queued and running, then every new one; its help
   await running;
   await queued;
   await expect(p.run(echo(2))).rejects.toThrow('test pool closed');
-  expect(alive(pid)).toBe(false);
+  expect(isRunning(pid)).toBe(false);
 });
