@@ -5,12 +5,12 @@
 // `file:12`: the file has that line), so that code moved or renamed fails lint until the docs
 // follow (a path not in this repository may be one of prime-rl's, whose files test/fixtures/prime-rl/repo/
 // holds). Part of `npm run lint`; dependency-free and fast (it reads a few dozen files).
-//   node scripts/check-doc-links.mjs
+//   node scripts/check-doc-links.mjs [ROOT]      (ROOT: another tree to check; default this one)
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const root = path.resolve(process.argv[2] ?? path.join(path.dirname(fileURLToPath(import.meta.url)), '..'));
 // Installed, generated or run output, and fixtures that are data rather than documentation.
 const SKIP = new Set(['node_modules', 'tools', 'build', 'dist', 'outputs', '.git', '.gpu', 'fixtures']);
 
