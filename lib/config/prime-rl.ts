@@ -14,7 +14,7 @@
 import type { Alias, ConvertAt, Converted } from './aliases';
 import { textOf } from '../json';
 import { get, refusal } from './aliases';
-import { ConfigError } from './errors';
+import { ConfigError } from '../failures';
 import { algoConverted } from './prime-rl-algo';
 
 type Raw = Record<string, unknown>;

@@ -5,7 +5,7 @@
  * `lib/model` needs to read, write and check HF folders.
  */
 import type { EngineConfig, LinearAttentionConfig, TensorDType, WeightTensor } from '../../native/model-binding';
-import type { Arch } from './families';
+import type { Arch } from '../config/names';
 
 export type { Arch, LinearAttentionConfig, TensorDType, WeightTensor };
 
@@ -56,11 +56,3 @@ export interface MoeConfig {
 
 /** safetensors dtypes the loader accepts on disk. */
 export type DiskDType = 'F32' | 'F16' | 'BF16';
-
-/** One tensor as handed to the native engine: raw little-endian bytes, copied once on the C++ side. */
-export interface NamedTensor {
-  name: string;
-  dtype: DiskDType;
-  shape: number[];
-  data: Buffer;
-}

@@ -1,8 +1,8 @@
 /**
- * In-flight mode's producer (activities/inflight.ts runs it as `produceRollouts`): generates groups
+ * In-flight mode's producer (activities/inflight-rollouts.ts runs it as `produceRollouts`): generates groups
  * continuously until cancelled. Before starting each group it makes the servers serve the newest
  * policy in `weights/`; each finished group is published under the next free number
- * (lib/runfolder/inflight.ts `publishGroup`). It keeps at most `capGroups` groups generated ahead
+ * (lib/runfolder/inflight-groups.ts `publishGroup`). It keeps at most `capGroups` groups generated ahead
  * of the steps (waiting or running), and rollouts in flight within the run's
  * ConcurrencyController, which follows the servers' load, read beside the loop.
  */
@@ -18,14 +18,14 @@ import {
   readGroup,
   type ServerLoad,
   type StoredGroup,
-} from '../runfolder/inflight';
+} from '../runfolder/inflight-groups';
 import { RunLayout } from '../runfolder/layout';
 import { LOAD_INTERVAL_MS } from './adaptive';
 import { InferenceClient } from './client';
 import { rlClientOptions } from './client-options';
 import { ConcurrencyController } from './concurrency';
 import * as groups from './groups';
-import { capGroups, resumeDraw } from './inflight';
+import { capGroups, resumeDraw } from './inflight-decisions';
 
 /** How often the producer looks again when it may start no group. */
 const POLL_MS = 100;

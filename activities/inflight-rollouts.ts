@@ -5,12 +5,12 @@
  *    producer (lib/orchestrator/producer.ts), which generates groups continuously. Before starting
  *    each group it makes the servers serve the newest policy in `weights/` (they take it between
  *    two decode steps, requests in flight); each finished group is written once as
- *    `inflight/groups/<G>.json`, G the next free number (lib/runfolder/inflight.ts `publishGroup`:
+ *    `inflight/groups/<G>.json`, G the next free number (lib/runfolder/inflight-groups.ts `publishGroup`:
  *    two producers, e.g. one retried while the old attempt still runs, never share a number and
  *    never leave a gap). Groups it had in flight when it died are lost: no step had taken them.
  *  - `claimRollouts(step)`: takes the step's groups from those step - 1 left over (its summary's
  *    `inFlight.deferred`) and then from where it stopped (`inFlight.next`), in number order
- *    (lib/orchestrator/inflight.ts decides; with keep_mix, each env gets its share of the step),
+ *    (lib/orchestrator/inflight-decisions.ts decides; with keep_mix, each env gets its share of the step),
  *    and writes them as the step's rollouts folder, in generateRollouts' format, so packing and
  *    training are the same in both modes. The folder's summary is the claim: a retry returns it,
  *    so a group is taken by one step only and a step's groups never change.
@@ -22,9 +22,9 @@ import { Failure } from '../lib/failures';
 import type { EnvPool } from '../lib/envs/pool';
 import { EnvMix } from '../lib/envs/mix';
 import * as groups from '../lib/orchestrator/groups';
-import { claimMetrics, capGroups, claimStep, type ClaimMix } from '../lib/orchestrator/inflight';
+import { claimMetrics, capGroups, claimStep, type ClaimMix } from '../lib/orchestrator/inflight-decisions';
 import { Producer } from '../lib/orchestrator/producer';
-import { readGroup, writeConsumed, type StoredGroup } from '../lib/runfolder/inflight';
+import { readGroup, writeConsumed, type StoredGroup } from '../lib/runfolder/inflight-groups';
 import { RunLayout } from '../lib/runfolder/layout';
 import { storedSummary, writeStepRollouts, type RolloutSummary, type StoredRollout } from '../lib/runfolder/rollouts';
 import { withHeartbeat } from '../lib/temporal/heartbeat';
