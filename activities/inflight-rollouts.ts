@@ -1,10 +1,11 @@
 /**
  * In-flight mode (orchestrator.in_flight.enabled), the cpu side:
  *
- *  - `produceRollouts`: one long, heartbeating activity per workflow execution that generates
- *    groups continuously. Before starting each group it makes the servers serve the newest policy
- *    in `weights/` (they take it between two decode steps, requests in flight); each finished group
- *    is written once as `inflight/groups/<G>.json`, G the next free number (lib/runfolder/inflight-groups.ts `publishGroup`:
+ *  - `produceRollouts`: one long, heartbeating activity per workflow execution that runs the
+ *    producer (lib/orchestrator/producer.ts), which generates groups continuously. Before starting
+ *    each group it makes the servers serve the newest policy in `weights/` (they take it between
+ *    two decode steps, requests in flight); each finished group is written once as
+ *    `inflight/groups/<G>.json`, G the next free number (lib/runfolder/inflight-groups.ts `publishGroup`:
  *    two producers, e.g. one retried while the old attempt still runs, never share a number and
  *    never leave a gap). Groups it had in flight when it died are lost: no step had taken them.
  *  - `claimRollouts(step)`: takes the step's groups from those step - 1 left over (its summary's
@@ -14,34 +15,21 @@
  *    training are the same in both modes. The folder's summary is the claim: a retry returns it,
  *    so a group is taken by one step only and a step's groups never change.
  */
-import * as fs from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { Failure } from '../lib/failures';
 import type { EnvPool } from '../lib/envs/pool';
-import { EnvMix, type MixDraw } from '../lib/envs/mix';
-import { InferenceClient } from '../lib/orchestrator/client';
-import { rlClientOptions } from '../lib/orchestrator/client-options';
+import { EnvMix } from '../lib/envs/mix';
 import * as groups from '../lib/orchestrator/groups';
-import { LOAD_INTERVAL_MS } from '../lib/orchestrator/adaptive';
-import { ConcurrencyController } from '../lib/orchestrator/concurrency';
-import { claimMetrics, capGroups, claimStep, type ClaimMix, resumeDraw } from '../lib/orchestrator/inflight-decisions';
-import {
-  groupNumbers,
-  newestVersion,
-  publishGroup,
-  readConsumed,
-  readGroup,
-  writeConsumed,
-  type ServerLoad,
-  type StoredGroup,
-} from '../lib/runfolder/inflight-groups';
+import { claimMetrics, capGroups, claimStep, type ClaimMix } from '../lib/orchestrator/inflight-decisions';
+import { Producer } from '../lib/orchestrator/producer';
+import { readGroup, writeConsumed, type StoredGroup } from '../lib/runfolder/inflight-groups';
 import { RunLayout } from '../lib/runfolder/layout';
 import { storedSummary, writeStepRollouts, type RolloutSummary, type StoredRollout } from '../lib/runfolder/rollouts';
 import { withHeartbeat } from '../lib/temporal/heartbeat';
 
-/** How often the producer and a waiting claim look at the run folder. */
+/** How often a waiting claim looks at the run folder. */
 const POLL_MS = 100;
 
 /**
@@ -85,132 +73,16 @@ export function createInFlightActivities({ pool }: { pool: EnvPool }) {
   return {
     /** Generates until cancelled (the workflow cancels it when it ends or continues as new). */
     async produceRollouts({ runDir }: ProduceInput): Promise<void> {
-      const layout = new RunLayout(runDir);
-      const ctx = await groups.rolloutContext(runDir, pool);
-      const { config, examplesPerStep } = ctx;
-      const o = config.orchestrator;
-      const cap = capGroups(o);
-      fs.mkdirSync(layout.inflightGroupsDir, { recursive: true });
-      const mix = new EnvMix(ctx.mixEntries, { seed: config.seed, examplesPerStep });
-      // Two clients: `control` moves the servers to each new policy; `client` generates and is
-      // never pinned to a policy (ensurePolicy), since in this mode an answer legitimately comes
-      // from an older version than the newest (its request started before the update landed).
-      const control = new InferenceClient(o.base_urls, rlClientOptions(config));
-      const client = new InferenceClient(o.base_urls, rlClientOptions(config));
       const cancelled = Context.current().cancellationSignal;
-      const known = groupNumbers(layout);
-      let nextSeq = known.length > 0 ? known[known.length - 1] + 1 : 0;
-      // A restarted producer plays new examples: draws continue after the highest stored one.
-      let nextDraw = resumeDraw(known, cap, (seq) => readGroup(layout, seq)?.draw);
-      // Rollouts in flight, within orchestrator.concurrency, following the servers' KV cache.
-      const concurrency = new ConcurrencyController(o.concurrency, o.seq_len);
-      const rpe = o.rollouts_per_example;
-      let load: ServerLoad | undefined;
-      let readingLoad = false;
-      let nextReading = 0;
-      let running = 0; // groups in flight
-      let rolloutsInFlight = 0;
-      let version = -1;
-      let written = 0;
-      let idleMs = 0;
-      let idleSince: number | undefined = Date.now();
-      let failure: unknown;
-      /** Groups finished and not yet taken by a step (left over by one included). */
-      const waiting = () => {
-        const c = readConsumed(layout);
-        return nextSeq - c.next + c.deferred;
-      };
-
-      /** Stores a finished group under the next free number. */
-      const publish = (group: Omit<StoredGroup, 'seq'>) => {
-        nextSeq = publishGroup(layout, group, nextSeq) + 1;
-        written++;
-      };
-
-      const start = async (draw: number, startVersion: number) => {
-        const seedStep = Math.floor(draw / examplesPerStep);
-        const slot = draw % examplesPerStep;
-        const d: MixDraw = mix.sample(seedStep)[slot];
-        const [example] = await groups.examplesOf(ctx, pool, [d]);
-        const rollouts = await groups.playGroup(
-          ctx,
-          pool,
-          client,
-          { draw: d, example, seedStep, group: slot, round: 0, policyVersion: startVersion },
-          () => concurrency.finished(--rolloutsInFlight),
+      const producer = new Producer(runDir, await groups.rolloutContext(runDir, pool), pool, cancelled);
+      try {
+        await withHeartbeat(
+          () => producer.status(),
+          () => producer.run(),
         );
-        if (cancelled.aborted) return;
-        const idleSeconds = idleMs / 1000;
-        idleMs = 0;
-        publish({
-          draw,
-          rollouts,
-          startVersion,
-          idleSeconds,
-          // The limit in effect: the controller's, within the cap on groups generated ahead.
-          concurrency: Math.min(concurrency.limit, cap * rpe),
-          ...(load ? { load } : {}),
-          finishedAt: Date.now() / 1000,
-        });
-      };
-
-      /** Reads the servers' load beside the loop (a slow server's /metrics never holds up generation). */
-      const readLoad = () => {
-        readingLoad = true;
-        void control
-          .readings()
-          .then((r) => {
-            load = r?.reduce((a, l) => ({ running: a.running + l.running, waiting: a.waiting + l.waiting }), {
-              running: 0,
-              waiting: 0,
-            });
-            concurrency.observe(r, rolloutsInFlight);
-          })
-          .finally(() => {
-            readingLoad = false;
-            nextReading = Date.now() + LOAD_INTERVAL_MS;
-          });
-      };
-
-      await withHeartbeat(
-        () => ({
-          phase: 'producing',
-          running,
-          rollouts: rolloutsInFlight,
-          limit: concurrency.limit,
-          load,
-          version,
-          written,
-          next: nextSeq,
-        }),
-        async () => {
-          while (!cancelled.aborted && failure === undefined) {
-            const newest = newestVersion(layout);
-            if (newest !== version) {
-              await control.ensurePolicy({ version: newest, weightDir: layout.weightsDir(newest) });
-              version = newest;
-            }
-            if (!readingLoad && Date.now() >= nextReading) readLoad();
-            // A group's rollouts start together: one more group while it fits the limit (one at least).
-            if ((running === 0 || rolloutsInFlight + rpe <= concurrency.limit) && waiting() + running < cap) {
-              if (idleSince !== undefined) idleMs += Date.now() - idleSince;
-              idleSince = undefined;
-              running++;
-              rolloutsInFlight += rpe;
-              void start(nextDraw++, version)
-                .catch((e) => (failure ??= e))
-                .finally(() => {
-                  if (--running === 0) idleSince = Date.now();
-                });
-              continue;
-            }
-            await sleep(POLL_MS);
-          }
-        },
-      ).catch((e) => {
-        failure ??= e;
-      });
-      if (failure !== undefined && !cancelled.aborted) throw groups.rolloutFailure(failure);
+      } catch (e) {
+        if (!cancelled.aborted) throw groups.rolloutFailure(e);
+      }
     },
 
     /** Step `step`'s groups: the stored claim, or the next ones as they finish (waits for them). */

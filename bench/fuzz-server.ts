@@ -403,7 +403,7 @@ async function main() {
       `| ${fiveXx} | ${failures.filter((f) => /reset|timeout/.test(f)).length} | ${fmt(percentile(health, 50))} | ${fmt(percentile(health, 99))} | ${fmt(Math.max(...health))} | ${health.length} | ${MiB(before.own)} | ${MiB(after.own)} | ${MiB(idle.own)} | ${MiB(after.children)} |`,
       `server JS heap ${MiB(beforeMem.heap)} -> ${MiB(idleMem.heap)}, engine cache of freed blocks ${MiB(beforeMem.cpuCache)} -> ${MiB(idleMem.cpuCache)} (before -> after 5 s idle)`,
       `status codes: ${[...counts]
-        .sort()
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
         .map(([k, v]) => `${k}: ${v}`)
         .join(', ')}`,
       ...(failures.length ? [`failures (first 20): ${failures.slice(0, 20).join('; ')}`] : []),

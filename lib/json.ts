@@ -90,3 +90,11 @@ export function describeDeepPath(keys: readonly (string | number)[], shown = 6):
   const head = keys.slice(0, shown).join('.');
   return keys.length > shown ? `${head}...` : head;
 }
+
+/**
+ * A value from outside (a wire message, a config file) as text: a string as it is, anything else
+ * as JSON, so an object someone sent where a string belongs reads as itself, not "[object Object]".
+ */
+export function textOf(value: unknown): string {
+  return typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
+}

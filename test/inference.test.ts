@@ -555,7 +555,7 @@ describe('weight updates: paths and versions', () => {
       post('/update_weights', { weight_dir: otherDir, version: 7 }),
       post('/update_weights', { weight_dir: third, version: 7 }),
     ]);
-    expect(together.map((r) => r.status).sort()).toEqual([200, 409]);
+    expect(together.map((r) => r.status).sort((a, b) => a - b)).toEqual([200, 409]);
     expect((await post('/reload_weights', {})).status).toBe(200);
   });
 });

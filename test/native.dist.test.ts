@@ -52,7 +52,8 @@ test('shardRows: every row to exactly one rank, balanced by tokens, in batch ord
   const parts = [0, 1, 2].map((r) => shardRows(rows, r, 3));
   expect(parts.flat().length).toBe(rows.length);
   expect(new Set(parts.flat()).size).toBe(rows.length);
-  for (const p of parts) expect(p.map((r) => rows.indexOf(r))).toEqual([...p.map((r) => rows.indexOf(r))].sort());
+  for (const p of parts)
+    expect(p.map((r) => rows.indexOf(r))).toEqual([...p.map((r) => rows.indexOf(r))].sort((a, b) => a - b));
   const tokens = parts.map((p) => p.reduce((s, r) => s + r.inputIds.length, 0));
   expect(Math.max(...tokens) - Math.min(...tokens)).toBeLessThanOrEqual(9);
   expect(shardRows(rows, 0, 1)).toEqual(rows);

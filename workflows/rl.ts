@@ -27,6 +27,7 @@ import {
   CancellationScope,
   condition,
   continueAsNew,
+  deprecatePatch,
   executeChild,
   isCancellation,
   patched,
@@ -40,7 +41,6 @@ import { inRun, weightsEntry } from '../lib/runfolder/entries';
 import type { EvalInput, EvalResult } from './eval';
 import { Inbox } from './inbox';
 import { controlsFromStart, runActivities, type Preparing } from './plumbing';
-import { legacySteps } from './rl-legacy';
 
 export interface RLState {
   runDir: string;
@@ -161,19 +161,26 @@ export async function rl(config: RLConfig, resumeFrom?: RLState, opts: RLOptions
     lastReward: state.lastReward,
   });
   const run: RLRun = { config, state, opts, stepsPerRun, activities, evaluate, runDueEvals, result };
-  // Executions started before completions were taken one at a time keep their old loop (their
-  // histories replay on it); every new one records this patch and takes the loop below.
-  if (!patched(EVENTS_IN_ORDER)) return legacySteps(run);
+  // The loop of executions started before completions were taken one at a time is retired: every
+  // execution this version resumes recorded this patch (see EVENTS_IN_ORDER).
+  deprecatePatch(EVENTS_IN_ORDER);
   return stepsInOrder(run);
 }
 
-/** The patch of executions whose commands all come from `stepsInOrder`. */
+/**
+ * The patch of executions whose commands all come from `stepsInOrder` (2026-11-26). Deprecated: the
+ * loop of executions started before it was deleted, so this version cannot resume those (their
+ * histories hold no marker of it); finish such a run with a version of before its retirement. The
+ * call stays while executions that recorded the patch undeprecated may run (a marker of it in a
+ * history needs the call to replay); once every running execution recorded it deprecated, a later
+ * version drops it.
+ */
 const EVENTS_IN_ORDER = 'events-in-order';
 /** The patch of executions that run a W&B follower (runs with [wandb]). */
 const WANDB_FOLLOWER = 'wandb-follower';
 
-/** What the step loops share: the run's state and config, its activities and its evals. */
-export interface RLRun {
+/** What the step loop works with: the run's state and config, its activities and its evals. */
+interface RLRun {
   config: RLConfig;
   state: RLState;
   opts: RLOptions;

@@ -104,7 +104,7 @@ export const cliCommands = (worker: Command): CommandTable => ({
           const { createModelFromConfig } = await import('../model/create');
           const { ModelTooLarge } = await import('../model/bounds');
           try {
-            await createModelFromConfig(config);
+            createModelFromConfig(config);
           } catch (e) {
             // The sizes are the options' camelCase names (numLayers: --num-layers).
             if (e instanceof ModelTooLarge)

@@ -12,6 +12,7 @@
  * agents, whatever they are called) as the env server's config.
  */
 import type { Alias, ConvertAt, Converted } from './aliases';
+import { textOf } from '../json';
 import { get, refusal } from './aliases';
 import { ConfigError } from '../failures';
 import { algoConverted } from './prime-rl-algo';
@@ -645,7 +646,7 @@ function inferenceKeys(rl: boolean): Alias[] {
       convert: (value, at) =>
         // The same key of ours, where the server runs on CUDA; on the CPU the KV cache is
         // inference.kv_cache_tokens (max_running x seq_len unset): the share sizes nothing there.
-        String(get(at.source, 'inference.model.device') ?? 'cpu').startsWith('cuda')
+        textOf(get(at.source, 'inference.model.device') ?? 'cpu').startsWith('cuda')
           ? [{ to: 'inference.gpu_memory_utilization', value }]
           : [
               {

@@ -1,4 +1,4 @@
-/** Messages between the env pool (parent) and its worker processes; JSON over the fork IPC channel. */
+/** The tasks the env pool (parent) hands its worker processes (lib/helper-pool.ts carries them). */
 import type { EnvSpec } from './loader';
 import type { Example, JsonObject, ScoreContext, Split, TurnContext } from './types';
 
@@ -9,13 +9,7 @@ export type EnvCall =
   | { op: 'respond'; ctx: TurnContext<JsonObject> }
   | { op: 'score'; ctx: ScoreContext<JsonObject> };
 
-export interface PoolRequest {
-  id: number;
+export interface EnvTask {
   env: EnvSpec;
   call: EnvCall;
 }
-
-export type WorkerMessage =
-  | { type: 'ready' }
-  | { type: 'result'; id: number; ok: true; value: unknown }
-  | { type: 'result'; id: number; ok: false; error: string; stack?: string };

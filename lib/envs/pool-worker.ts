@@ -1,9 +1,11 @@
 /**
- * Entry point of an env worker process (forked by pool.ts). It runs one call at a time: the pool
- * sends the next call only after the reply, so killing a hung worker never loses other calls.
+ * Entry point of an env worker process (forked by pool.ts through lib/helper-pool.ts). It runs one
+ * call at a time: the pool sends the next call only after the reply, so killing a hung worker never
+ * loses other calls.
  */
+import { serveTasks } from '../helper-pool';
 import { loadEnvironment, type EnvSpec } from './loader';
-import type { EnvCall, PoolRequest, WorkerMessage } from './pool-protocol';
+import type { EnvCall, EnvTask } from './pool-protocol';
 import type { Environment, EnvironmentInfo } from './types';
 
 const envs = new Map<string, Environment>();
@@ -40,27 +42,10 @@ async function run(env: Environment, call: EnvCall): Promise<unknown> {
   }
 }
 
-function send(message: WorkerMessage): void {
-  process.send!(message);
-}
-
-process.on('message', async (req: PoolRequest) => {
-  try {
-    const value = await run(environment(req.env), req.call);
-    send({ type: 'result', id: req.id, ok: true, value });
-  } catch (err) {
-    const e = err instanceof Error ? err : new Error(String(err));
-    send({ type: 'result', id: req.id, ok: false, error: e.message, stack: e.stack });
-  }
-});
-
 // A rejection nobody awaits (env code firing and forgetting) must not kill the worker mid-call of
 // another rollout; log it for the env's author instead.
 process.on('unhandledRejection', (reason) => {
   console.error('env worker: unhandled rejection:', reason);
 });
 
-// The orchestrator died or closed the pool: do not linger as an orphan.
-process.on('disconnect', () => process.exit(0));
-
-send({ type: 'ready' });
+serveTasks(({ env, call }: EnvTask) => run(environment(env), call));

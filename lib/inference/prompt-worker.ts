@@ -5,6 +5,7 @@
  * server, so ids are identical. Only ids (or a short refusal) go back: a rendered text of
  * megabytes never crosses to the server. It exits when the server goes away (its IPC channel closes).
  */
+import { serveTasks } from '../helper-pool';
 import { renderChat } from '../model/chat';
 import { Tokenizer } from '../model/tokenizer';
 import type { PromptAnswer, PromptTask } from './prompts';
@@ -25,14 +26,5 @@ function run(task: PromptTask): PromptAnswer {
   return { ids: tokenizer.encode(text) };
 }
 
-process.on('message', (task: PromptTask) => {
-  let answer: PromptAnswer;
-  try {
-    answer = run(task);
-  } catch (e) {
-    answer = { error: (e as Error).message };
-  }
-  process.send!(answer);
-});
-process.on('disconnect', () => process.exit(0));
-process.send!({ ready: true });
+// A task that throws answers `{error}` (prompt-supervisor.ts); its helper lives on.
+serveTasks(run);

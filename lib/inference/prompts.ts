@@ -4,7 +4,7 @@
  * prompt-supervisor.ts), so `/health` and every other request keep answering while a megabyte
  * prompt is tokenized or a template runs. A model folder's template is code: it may loop
  * (`range(30000000)`) or grow without bound, so each task has a time limit (the helper past it is
- * killed and replaced) and each helper a heap limit. Processes, not worker threads: V8 aborts the
+ * killed and replaced) and each helper a heap limit (lib/helper-pool.ts). Processes, not worker threads: V8 aborts the
  * whole process when a thread's heap limit is hit by one large allocation (a template's
  * `range(100000000)` took the server down with it), while a helper that aborts takes only itself.
  * The callers first refuse what cheap bounds already show cannot fit the context, so no helper's

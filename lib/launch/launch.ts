@@ -10,6 +10,11 @@
  * `<run>/launcher.json` records the launcher and its processes (pid + start time), so the same
  * command, run again, stops any that linger and takes over the Temporal dev server the killed
  * launcher started (which stays up: other commands may use it).
+ *
+ * A `Launcher` does it in parts: `clear` (a killed launcher's processes stopped, the run's ports
+ * free), `start` (the Temporal server, the workflow started or re-attached to), `supervise` (the
+ * local processes), `follow` (the workflow to its result, a progress line every 2 s) and
+ * `summarise` (that line).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -17,6 +22,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import {
   Client,
   type Connection,
+  type WorkflowHandle,
   WorkflowExecutionAlreadyStartedError,
   WorkflowNotFoundError,
 } from '@temporalio/client';
@@ -40,6 +46,7 @@ import {
   otherRunningWorkflows,
   requireServer,
   temporalTarget,
+  type TemporalTarget,
 } from '../temporal/connection';
 import { isListening } from '../temporal/devserver';
 import { taskQueues } from '../temporal/queues';
@@ -135,78 +142,200 @@ export function retryNote(pending: readonly PendingActivity[]): string | undefin
 
 /** Starts everything a workflow needs locally and the workflow; `result` settles when it completes. */
 export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Promise<LocalRun<R>> {
-  const layout = RunLayout.of(spec.outputDir, spec.runName);
-  // The server and how to reach it (TEMPORAL_*, temporal.toml, temporal.*): a bad profile is a
-  // config error before anything starts.
-  const target = temporalTarget(spec.temporal);
-  fs.mkdirSync(layout.logsDir, { recursive: true });
-  const say = (line: string) => {
-    if (!opts.quiet) process.stderr.write(`${line}\n`);
+  const launcher = new Launcher<R>(spec, opts);
+  await launcher.clear();
+  try {
+    const { connection, handle } = await launcher.start();
+    return launcher.localRun(launcher.follow(connection, handle));
+  } catch (e) {
+    await launcher.connection?.close();
+    await launcher.stop();
+    throw e;
+  }
+}
+
+type Handle<R> = WorkflowHandle<(...args: unknown[]) => Promise<R>>;
+/** A progress line's rate: when following started, and when the first step was seen. */
+type Rate = { started: number; first?: number };
+
+/** One launch of a run: its folder, its Temporal server and workflow, its local processes. */
+class Launcher<R> {
+  readonly layout: RunLayout;
+  /** The server and how to reach it (TEMPORAL_*, temporal.toml, temporal.*). */
+  private readonly target: TemporalTarget;
+  private record: LauncherRecord | undefined;
+  /** The connection to Temporal, once `start` has opened it. */
+  connection: Connection | undefined;
+  /** The run's own inference servers (none when its processes run elsewhere). */
+  private servers: InferenceConfig['server'][] = [];
+  private temporal: OwnedDevServer | undefined;
+  /** The run's task queue prefix: its own, or that of its running workflow when re-attaching (start). */
+  private queuePrefix: string;
+  /** A local process silent this long is hung: killed, and so restarted (supervise.ts). */
+  private readonly liveness: Liveness;
+  private readonly children: Partial<Record<Pool, Supervised>> = {};
+  private readonly followers: Supervised[] = [];
+  private readonly replicas: Supervised[] = [];
+
+  constructor(
+    private readonly spec: LaunchSpec,
+    private readonly opts: LaunchOptions,
+  ) {
+    this.layout = RunLayout.of(spec.outputDir, spec.runName);
+    // A bad profile is a config error before anything starts.
+    this.target = temporalTarget(spec.temporal);
+    fs.mkdirSync(this.layout.logsDir, { recursive: true });
+    this.queuePrefix = spec.temporal.task_queue;
+    this.liveness = { deadlineMs: spec.temporal.heartbeat_timeout_s * 1000 };
+  }
+
+  /** A launcher line: on stderr (unless quiet) and in `<run>/logs/launcher.log`. */
+  readonly say = (line: string): void => {
+    if (!this.opts.quiet) process.stderr.write(`${line}\n`);
     try {
-      fs.appendFileSync(path.join(layout.logsDir, 'launcher.log'), `${new Date().toISOString()} ${line}\n`);
+      fs.appendFileSync(path.join(this.layout.logsDir, 'launcher.log'), `${new Date().toISOString()} ${line}\n`);
     } catch {
       // A full disk loses the log line, never the launcher (the progress line says so).
     }
   };
 
-  // Another launcher of this run still running (another terminal, or this process) owns its processes.
-  const previous = readLauncherRecord(layout);
-  if (previous && isRunning(previous.launcher)) {
-    throw new CommandError(
-      `run ${spec.runName} is already launched by process ${previous.launcher.pid} (${layout.launcherFile}); stop that one (Ctrl-C, or kill ${previous.launcher.pid}) before launching it again`,
-    );
-  }
-  // Processes of a killed launcher exit on their own (see cliProcess); one that has not yet (still
-  // draining, or stuck) is stopped here: it would hold its port, or poll our task queues.
-  await Promise.all(
-    Object.entries(previous?.processes ?? {})
-      .filter((e): e is [string, ProcessId] => e[1] !== undefined && isRunning(e[1]))
-      .map(([name, id]) => {
-        say(
-          `stopping ${name} (pid ${id.pid}), left running by the killed launcher ${previous!.launcher.pid} of this run`,
-        );
-        return terminateProcess(id, 10_000);
-      }),
-  );
-
-  if (spec.pools.includes('trainer') && !opts.external) checkWorldSize(spec.trainer ?? trainerRankSchema.parse({}));
-
-  // The run's own inference servers must get their ports: were another process (another run's
-  // server) answering there, rollouts would silently come from that server's model. After a killed
-  // launcher a port may still be held a while (its server's last threads exiting): waited for, with
-  // a deadline.
-  const servers = spec.inference && !opts.external ? replicaServers(spec.inference) : [];
-  const deadline = Date.now() + (previous ? PORT_WAIT_MS : 0);
-  for (const http of servers) {
-    if (http.port === 0) continue;
-    const host = http.host === '0.0.0.0' ? '127.0.0.1' : http.host;
-    for (let said = false; await isListening(host, http.port); said = true) {
-      if (Date.now() >= deadline)
-        throw new ConfigError(
-          `inference.server.port: ${http.host}:${http.port} is already in use${previous ? ` (still, ${PORT_WAIT_MS / 1000} s after the killed launcher's processes were stopped)` : ''} (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`,
-        );
-      if (!said)
-        say(`waiting for ${http.host}:${http.port}, still held since the killed launcher ${previous!.launcher.pid}`);
-      await sleep(250);
+  /**
+   * Clears the place for this launch: refused while another launcher of the run runs; a killed
+   * one's processes stopped, the run's ports waited for; then this launcher recorded.
+   */
+  async clear(): Promise<void> {
+    const { spec, opts, layout, say } = this;
+    // Another launcher of this run still running (another terminal, or this process) owns its processes.
+    const previous = readLauncherRecord(layout);
+    if (previous && isRunning(previous.launcher)) {
+      throw new CommandError(
+        `run ${spec.runName} is already launched by process ${previous.launcher.pid} (${layout.launcherFile}); stop that one (Ctrl-C, or kill ${previous.launcher.pid}) before launching it again`,
+      );
     }
+    // Processes of a killed launcher exit on their own (see cliProcess); one that has not yet (still
+    // draining, or stuck) is stopped here: it would hold its port, or poll our task queues.
+    await Promise.all(
+      Object.entries(previous?.processes ?? {})
+        .filter((e): e is [string, ProcessId] => e[1] !== undefined && isRunning(e[1]))
+        .map(([name, id]) => {
+          say(
+            `stopping ${name} (pid ${id.pid}), left running by the killed launcher ${previous!.launcher.pid} of this run`,
+          );
+          return terminateProcess(id, 10_000);
+        }),
+    );
+
+    if (spec.pools.includes('trainer') && !opts.external) checkWorldSize(spec.trainer ?? trainerRankSchema.parse({}));
+
+    // The run's own inference servers must get their ports: were another process (another run's
+    // server) answering there, rollouts would silently come from that server's model. After a killed
+    // launcher a port may still be held a while (its server's last threads exiting): waited for, with
+    // a deadline.
+    this.servers = spec.inference && !opts.external ? replicaServers(spec.inference) : [];
+    const deadline = Date.now() + (previous ? PORT_WAIT_MS : 0);
+    for (const http of this.servers) {
+      if (http.port === 0) continue;
+      const host = http.host === '0.0.0.0' ? '127.0.0.1' : http.host;
+      for (let said = false; await isListening(host, http.port); said = true) {
+        if (Date.now() >= deadline)
+          throw new ConfigError(
+            `inference.server.port: ${http.host}:${http.port} is already in use${previous ? ` (still, ${PORT_WAIT_MS / 1000} s after the killed launcher's processes were stopped)` : ''} (another run's inference server?); choose a free port with --inference.server.port (in rl, orchestrator.base_urls follows it unless set)`,
+          );
+        if (!said)
+          say(`waiting for ${http.host}:${http.port}, still held since the killed launcher ${previous!.launcher.pid}`);
+        await sleep(250);
+      }
+    }
+
+    this.record = { launcher: processId(process.pid)!, processes: {} };
+    this.saveRecord();
   }
 
-  const self = processId(process.pid)!;
-  const record: LauncherRecord = { launcher: self, processes: {} };
-  const saveRecord = () => writeJson(layout.launcherFile, record);
-  saveRecord();
+  private saveRecord(): void {
+    writeJson(this.layout.launcherFile, this.record);
+  }
 
-  let temporal: OwnedDevServer | undefined;
-  /** The run's task queue prefix: its own, or that of its running workflow when re-attaching (below). */
-  let queuePrefix = spec.temporal.task_queue;
-  // A local process silent this long is hung: killed, and so restarted (supervise.ts).
-  const liveness: Liveness = { deadlineMs: spec.temporal.heartbeat_timeout_s * 1000 };
+  /**
+   * The Temporal server (acquired), the workflow re-attached to if it runs for this run folder,
+   * else, once the local processes run (`supervise`), started.
+   */
+  async start(): Promise<{ connection: Connection; handle: Handle<R> }> {
+    const { spec, opts, layout, target, say } = this;
+    if (opts.external) await requireServer(target);
+    else
+      this.temporal = await acquireDevServer(
+        spec.temporal,
+        target,
+        spec.outputDir,
+        this.record!.launcher,
+        say,
+        this.liveness.deadlineMs,
+      );
+    if (target.configured) say(`Temporal at ${describeTarget(target)}`);
 
-  const children: Partial<Record<Pool, Supervised>> = {};
-  const followers: Supervised[] = [];
-  const replicas: Supervised[] = [];
-  /** The run's local processes: inference server (if any) and worker pools, each supervised. */
-  const spawnChildren = async () => {
+    const connection = (this.connection = await connectClient(target));
+    const client = new Client({ connection, namespace: target.namespace });
+    const workflowId = spec.runName;
+    let handle: Handle<R> = client.workflow.getHandle(workflowId);
+    // Re-attach only to this very run: same workflow type and same run folder. Two output dirs
+    // may hold runs of the same name, and one Temporal server sees both under one workflow id.
+    const checkAttachable = async (): Promise<boolean> => {
+      const d = await handle.describe();
+      if (d.status.name !== 'RUNNING') return false;
+      if (d.type !== spec.workflowType)
+        throw new Error(
+          `workflow ${workflowId} is a running ${d.type} run, not ${spec.workflowType}: use another run_name`,
+        );
+      const runDir = (d.memo as { runDir?: unknown } | undefined)?.runDir;
+      if (runDir !== path.resolve(layout.dir))
+        throw new Error(
+          `workflow ${workflowId} is running for run folder ${String(runDir)}, not ${path.resolve(layout.dir)}: use another run_name`,
+        );
+      // Its workers poll the queues it was started on (an execution started before per-run queues
+      // were the default keeps the shared ones).
+      const started = d.taskQueue.replace(/\.cpu$/, '');
+      if (started !== this.queuePrefix)
+        say(`workflow ${workflowId} runs on task queues ${started}.*; its workers poll them`);
+      this.queuePrefix = started;
+      return true;
+    };
+    let running = false;
+    try {
+      running = await checkAttachable();
+    } catch (e) {
+      if (!(e instanceof WorkflowNotFoundError)) throw e;
+    }
+    // Runs never share workers: a queue another running workflow uses is refused.
+    const cpuQueue = taskQueues(this.queuePrefix).cpu;
+    const sharing = await otherRunningWorkflows(client, workflowId, `TaskQueue = "${cpuQueue}"`);
+    if (sharing.length > 0)
+      throw new ConfigError(
+        `temporal.task_queue: ${this.queuePrefix} is the task queue prefix of running workflow ${sharing.join(', ')}, whose workers would take this run's activities (and it theirs); give each run its own (unset = prime-rl.<run_name>)`,
+      );
+    // Checked before any process starts, so a refused launch leaves nothing behind.
+    if (!opts.external) await this.supervise();
+    if (running) say(`re-attached to running workflow ${workflowId}`);
+    else {
+      try {
+        handle = await client.workflow.start<(...args: unknown[]) => Promise<R>>(spec.workflowType, {
+          taskQueue: cpuQueue,
+          workflowId,
+          args: spec.args,
+          memo: spec.memo,
+        });
+        say(`started ${spec.workflowType} workflow ${workflowId}`);
+      } catch (e) {
+        if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
+        await checkAttachable();
+        say(`re-attached to running workflow ${workflowId}`);
+      }
+    }
+    return { connection, handle };
+  }
+
+  /** The run's local processes: inference servers (if any), worker pools and trainer ranks, each supervised. */
+  private async supervise(): Promise<void> {
+    const { spec, opts, layout, say, liveness, record } = this;
     const configs = path.join(layout.dir, 'configs');
     const worldSize = spec.trainer?.world_size ?? 1;
     const dist = spec.trainer?.dist ?? trainerRankSchema.parse({}).dist;
@@ -217,21 +346,21 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
     const workerBase: Omit<WorkerConfig, 'pool'> = {
       output_dir: spec.outputDir,
       ...spec.worker,
-      temporal: { ...spec.temporal, task_queue: queuePrefix },
+      temporal: { ...spec.temporal, task_queue: this.queuePrefix },
       trainer: { rank: 0, world_size: worldSize, dist: trainerDist },
     };
     const step = (name: string) => (opts.jobSteps ? (argv: string[]) => jobStep(name, argv) : undefined);
     const recorded = (pool: keyof LauncherRecord['processes']) => (id: ProcessId) => {
-      record.processes[pool] = id;
+      record!.processes[pool] = id;
       try {
-        saveRecord();
+        this.saveRecord();
       } catch (e) {
         // A full disk: the process runs unrecorded (a re-run after a kill would not find it).
         say(`could not record ${pool} (pid ${id.pid}) in ${layout.launcherFile}: ${(e as Error).message}`);
       }
     };
     // inference.replicas servers, each on its own port: `inference`, then `inference-1`, ...
-    servers.forEach((server, i) => {
+    this.servers.forEach((server, i) => {
       const name = i === 0 ? 'inference' : (`inference-${i}` as const);
       const supervised = new Supervised(
         i === 0 ? 'inference' : `inference replica ${i}`,
@@ -246,8 +375,8 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
         undefined,
         liveness,
       );
-      if (i === 0) children.inference = supervised;
-      else replicas.push(supervised);
+      if (i === 0) this.children.inference = supervised;
+      else this.replicas.push(supervised);
     });
     // The ranks' shared token (lib/trainer/group.ts): the user's, or a fresh one for these ranks.
     const rankEnv: Record<string, string> =
@@ -255,7 +384,7 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
     const logName = { cpu: 'orchestrator.log', trainer: 'trainer.log' } as const;
     for (const pool of spec.pools) {
       const file = writeJson(path.join(configs, `worker-${pool}.json`), { ...workerBase, pool });
-      children[pool] = new Supervised(
+      this.children[pool] = new Supervised(
         `${pool} worker`,
         cliProcess(
           ['worker', '@', file],
@@ -277,7 +406,7 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
         pool: 'trainer',
         trainer: { ...workerBase.trainer, rank },
       });
-      followers.push(
+      this.followers.push(
         new Supervised(
           `trainer rank ${rank}`,
           cliProcess(['worker', '@', file], path.join(layout.logsDir, `${name}.log`), rankEnv, step(name)),
@@ -288,128 +417,87 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
         ),
       );
     }
-  };
+  }
 
-  const stop = async () => {
-    await Promise.all([...Object.values(children), ...followers, ...replicas].map((c) => c.stop()));
-    if (temporal) await releaseDevServer(temporal, target, spec.outputDir, spec.runName, say);
-    fs.rmSync(layout.launcherFile, { force: true });
-  };
-
-  let opened: Connection | undefined;
-  try {
-    if (opts.external) await requireServer(target);
-    else temporal = await acquireDevServer(spec.temporal, target, spec.outputDir, self, say, liveness.deadlineMs);
-    if (target.configured) say(`Temporal at ${describeTarget(target)}`);
-
-    const connection = (opened = await connectClient(target));
-    const client = new Client({ connection, namespace: target.namespace });
-    const workflowId = spec.runName;
-    let handle = client.workflow.getHandle<(...args: unknown[]) => Promise<R>>(workflowId);
-    // Re-attach only to this very run: same workflow type and same run folder. Two output dirs
-    // may hold runs of the same name, and one Temporal server sees both under one workflow id.
-    const checkAttachable = async (): Promise<boolean> => {
-      const d = await handle.describe();
-      if (d.status.name !== 'RUNNING') return false;
-      if (d.type !== spec.workflowType)
-        throw new Error(
-          `workflow ${workflowId} is a running ${d.type} run, not ${spec.workflowType}: use another run_name`,
-        );
-      const runDir = (d.memo as { runDir?: unknown } | undefined)?.runDir;
-      if (runDir !== path.resolve(layout.dir))
-        throw new Error(
-          `workflow ${workflowId} is running for run folder ${String(runDir)}, not ${path.resolve(layout.dir)}: use another run_name`,
-        );
-      // Its workers poll the queues it was started on (an execution started before per-run queues
-      // were the default keeps the shared ones).
-      const started = d.taskQueue.replace(/\.cpu$/, '');
-      if (started !== queuePrefix)
-        say(`workflow ${workflowId} runs on task queues ${started}.*; its workers poll them`);
-      queuePrefix = started;
-      return true;
+  /** The workflow's result, with a progress line every 2 s meanwhile (`spec.progressLine`); closes `connection`. */
+  async follow(connection: Connection, handle: Handle<R>): Promise<R> {
+    const { spec, opts } = this;
+    const rate: Rate = { started: Date.now() };
+    const line = spec.progressLine;
+    // Named after half the liveness deadline (at most 10 s): a local server the supervisor kills
+    // and restarts at the deadline is named on the line before that.
+    const silence = new SilentServers(
+      spec.samplesFrom ?? this.servers.map((s) => serverUrl(s)),
+      Math.min(10_000, this.liveness.deadlineMs / 2),
+    );
+    // One progress query at a time: while Temporal restarts, a query retries inside the client,
+    // and it must have settled before the connection closes (or its retry hits a closed channel).
+    let inflight: Promise<void> | undefined;
+    const show = async (render: NonNullable<typeof line>) => {
+      const text = await this.summarise(connection, handle, silence, render, rate);
+      if (text !== undefined && !opts.quiet)
+        process.stderr.write(process.stderr.isTTY ? `\r${text.padEnd(100)}` : `${text}\n`);
     };
-    let running = false;
+    const ticker = line
+      ? setInterval(() => {
+          inflight ??= show(line).finally(() => (inflight = undefined));
+        }, 2000)
+      : undefined;
     try {
-      running = await checkAttachable();
-    } catch (e) {
-      if (!(e instanceof WorkflowNotFoundError)) throw e;
-    }
-    // Runs never share workers: a queue another running workflow uses is refused.
-    const cpuQueue = taskQueues(queuePrefix).cpu;
-    const sharing = await otherRunningWorkflows(client, workflowId, `TaskQueue = "${cpuQueue}"`);
-    if (sharing.length > 0)
-      throw new ConfigError(
-        `temporal.task_queue: ${queuePrefix} is the task queue prefix of running workflow ${sharing.join(', ')}, whose workers would take this run's activities (and it theirs); give each run its own (unset = prime-rl.<run_name>)`,
-      );
-    // Checked before any process starts, so a refused launch leaves nothing behind.
-    if (!opts.external) await spawnChildren();
-    if (running) say(`re-attached to running workflow ${workflowId}`);
-    else {
-      try {
-        handle = await client.workflow.start<(...args: unknown[]) => Promise<R>>(spec.workflowType, {
-          taskQueue: cpuQueue,
-          workflowId,
-          args: spec.args,
-          memo: spec.memo,
-        });
-        say(`started ${spec.workflowType} workflow ${workflowId}`);
-      } catch (e) {
-        if (!(e instanceof WorkflowExecutionAlreadyStartedError)) throw e;
-        await checkAttachable();
-        say(`re-attached to running workflow ${workflowId}`);
-      }
-    }
-    const result = (async () => {
-      const rate: { started: number; first?: number } = { started: Date.now() };
-      const line = spec.progressLine;
-      // Named after half the liveness deadline (at most 10 s): a local server the supervisor kills
-      // and restarts at the deadline is named on the line before that.
-      const silence = new SilentServers(
-        spec.samplesFrom ?? servers.map((s) => serverUrl(s)),
-        Math.min(10_000, liveness.deadlineMs / 2),
-      );
-      // One progress query at a time: while Temporal restarts, a query retries inside the client,
-      // and it must have settled before the connection closes (or its retry hits a closed channel).
-      // Bounded: a frozen server answers nothing, and the line waits for the next tick.
-      let inflight: Promise<void> | undefined;
-      const showProgress = async (render: NonNullable<typeof line>) => {
+      // Long-polls the result; the client rides out a Temporal restart by retrying.
+      for (;;) {
         try {
-          const [[progress, described]] = await Promise.all([
-            connection.withDeadline(Date.now() + PROGRESS_DEADLINE_MS, () =>
-              Promise.all([handle.query('progress'), handle.describe()]),
-            ),
-            silence.probe(),
-          ]);
-          const notes = [retryNote(described.raw.pendingActivities ?? []), silence.note()].filter(Boolean);
-          const line = render(progress as never, rate);
-          const text = notes.length ? `${line.replace(/ \| $/, '')} | ${notes.join(' | ')}` : line;
-          if (!opts.quiet) process.stderr.write(process.stderr.isTTY ? `\r${text.padEnd(100)}` : `${text}\n`);
-        } catch {
-          // The server may be restarting; the next tick tries again.
+          return await handle.result();
+        } catch (e) {
+          if ((e as Error).name === 'WorkflowFailedError') throw e;
+          await sleep(1000);
         }
-      };
-      const ticker = line
-        ? setInterval(() => {
-            inflight ??= showProgress(line).finally(() => (inflight = undefined));
-          }, 2000)
-        : undefined;
-      try {
-        // Long-polls the result; the client rides out a Temporal restart by retrying.
-        for (;;) {
-          try {
-            return await handle.result();
-          } catch (e) {
-            if ((e as Error).name === 'WorkflowFailedError') throw e;
-            await sleep(1000);
-          }
-        }
-      } finally {
-        clearInterval(ticker);
-        await inflight;
-        if (!opts.quiet && line && process.stderr.isTTY) process.stderr.write('\n');
-        await connection.close();
       }
-    })();
+    } finally {
+      clearInterval(ticker);
+      await inflight;
+      if (!opts.quiet && line && process.stderr.isTTY) process.stderr.write('\n');
+      await connection.close();
+    }
+  }
+
+  /**
+   * The progress line: the workflow's `progress` rendered, with why it is not moving (an activity
+   * retried, an inference server silent) after it. Bounded: a frozen server answers nothing, and
+   * the line waits for the next tick (undefined: no line this time; the server may be restarting).
+   */
+  private async summarise(
+    connection: Connection,
+    handle: Handle<R>,
+    silence: SilentServers,
+    render: NonNullable<LaunchSpec['progressLine']>,
+    rate: Rate,
+  ): Promise<string | undefined> {
+    try {
+      const [[progress, described]] = await Promise.all([
+        connection.withDeadline(Date.now() + PROGRESS_DEADLINE_MS, () =>
+          Promise.all([handle.query('progress'), handle.describe()]),
+        ),
+        silence.probe(),
+      ]);
+      const notes = [retryNote(described.raw.pendingActivities ?? []), silence.note()].filter(Boolean);
+      const line = render(progress as never, rate);
+      return notes.length ? `${line.replace(/ \| $/, '')} | ${notes.join(' | ')}` : line;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Stops the local processes and releases the dev server; the workflow stays where it is. */
+  readonly stop = async (): Promise<void> => {
+    await Promise.all([...Object.values(this.children), ...this.followers, ...this.replicas].map((c) => c.stop()));
+    if (this.temporal)
+      await releaseDevServer(this.temporal, this.target, this.spec.outputDir, this.spec.runName, this.say);
+    fs.rmSync(this.layout.launcherFile, { force: true });
+  };
+
+  /** The launch as its caller sees it. */
+  localRun(result: Promise<R>): LocalRun<R> {
     const proc = (s?: Supervised) => ({
       get pid() {
         return s?.pid;
@@ -419,15 +507,11 @@ export async function launch<R>(spec: LaunchSpec, opts: LaunchOptions = {}): Pro
       },
     });
     const processes = {
-      temporal: proc(temporal?.process),
-      inference: proc(children.inference),
-      cpu: proc(children.cpu),
-      trainer: proc(children.trainer),
+      temporal: proc(this.temporal?.process),
+      inference: proc(this.children.inference),
+      cpu: proc(this.children.cpu),
+      trainer: proc(this.children.trainer),
     };
-    return { layout, processes, followers: followers.map((f) => proc(f)), result, stop };
-  } catch (e) {
-    await opened?.close();
-    await stop();
-    throw e;
+    return { layout: this.layout, processes, followers: this.followers.map((f) => proc(f)), result, stop: this.stop };
   }
 }

@@ -1,7 +1,8 @@
 /**
- * The architecture facts the native engine needs, normalised from a Hugging Face `config.json`
- * by the family modules (`families/`). This is the contract between `lib/model` (which reads and
- * writes HF folders) and `native/` (which computes with them).
+ * A model's architecture, normalised from a Hugging Face `config.json` by the family modules
+ * (`families/`): the facts the native engine computes with (`EngineConfig`, declared in
+ * `native/model-binding.ts`: the contract between `lib/model` and `native/`), and the rest that
+ * `lib/model` needs to read, write and check HF folders.
  */
 import type { EngineConfig, LinearAttentionConfig, TensorDType, WeightTensor } from '../../native/model-binding';
 import type { Arch } from '../config/names';

@@ -19,6 +19,7 @@ import { VerifiersRunError, type VerifiersServers, type WireEpisode, type WireTr
 import { isVerifiersEnv } from '../config/names';
 import { verifiersArgs, verifiersLaunch } from '../envs/verifiers/environment';
 import { RECORD_VERSIONS_HEADER } from '../inference/server/session-versions';
+import { textOf } from '../json';
 import type { TokenSegment } from '../runfolder/packing';
 import type { Rollout } from '../runfolder/rollouts';
 import { runRollout, type RolloutTask } from './token-rollout';
@@ -234,7 +235,7 @@ export function episodeRollout(
   const completion = (firstSampled < 0 ? [] : nodes.slice(firstSampled)).map(
     (n) => ({ role: n.message?.role ?? 'assistant', content: text(n.message?.content) }) as Message,
   );
-  const stop = traces.map((t) => String(t.stop_condition ?? '')).join(' ');
+  const stop = traces.map((t) => textOf(t.stop_condition ?? '')).join(' ');
   const versions = samples.flatMap((s) => s.flatMap((g) => Array.from(g.versions ?? [])));
   return {
     ...emptyRollout(policyVersion),
@@ -255,7 +256,7 @@ export function episodeRollout(
     ...(traces.length > 1
       ? {
           traces: traces.map((t, i) => ({
-            agent: String((t.agent as { name?: unknown } | undefined)?.name ?? `agent${i}`),
+            agent: textOf((t.agent as { name?: unknown } | undefined)?.name ?? `agent${i}`),
             reward: traceRewards[i],
             samples: perTrace[i].length,
           })),

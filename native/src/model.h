@@ -1,7 +1,8 @@
-// The decoder skeleton (Llama / Qwen2 / Qwen3 dense, Qwen3-MoE sparse MLPs) on libtorch: weights, packed forward,
-// KV-cache decode. Which HF tensor fills which parameter comes from the family's table in TS (lib/model/families),
-// passed in as ParamSpecs: this engine knows slots, not HF names. The math lives in model.cc, top to bottom; this
-// header is what the generator, trainer and N-API glue need to see.
+// The decoder skeleton (Llama / Qwen2 / Qwen3 dense, Qwen3-MoE sparse MLPs, Qwen3.5 hybrid blocks) on libtorch:
+// weights, packed forward, KV-cache decode. Which HF tensor fills which parameter comes from the family's table in
+// TS (lib/model/families), passed in as ParamSpecs: this engine knows slots, not HF names. The forward passes read
+// top to bottom in model.cc, their blocks in model_*.cc (weights and LoRA, norms and RoPE, attention, linear
+// attention, MLP and MoE); this header is what the generator, trainer and N-API glue need to see.
 #pragma once
 
 #include <ATen/ATen.h>

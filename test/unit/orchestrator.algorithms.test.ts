@@ -259,8 +259,8 @@ test('SFT from several sources: each batch takes each source its share by ratio,
       .flat()
       .filter((x) => x.source === source)
       .map((x) => x.index);
-  expect(of(0).sort()).toEqual([0, 1, 2, 3, 4, 5]);
-  expect(of(1).sort()).toEqual([0, 1]);
+  expect(of(0).sort((a, b) => a - b)).toEqual([0, 1, 2, 3, 4, 5]);
+  expect(of(1).sort((a, b) => a - b)).toEqual([0, 1]);
   // A pure function of the step: a resumed run sees the same batches.
   const again = mix([6, 2], [3, 1], 4, 0);
   expect(again.batch(1)).toEqual(steps[1]);

@@ -9,6 +9,9 @@
  * running workflows: `patched()` or a new workflow type), record them again:
  *
  *   npm run test:record-histories      (RECORD_HISTORIES=1 jest test/unit/replay.test.ts)
+ *
+ * A code path kept for executions started before a patch is retired with `deprecatePatch()` once
+ * none runs, and the histories that needed it are deleted with it (workflows/rl.ts, EVENTS_IN_ORDER).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -29,11 +32,6 @@ import {
 } from './mock-run';
 
 const dir = path.join(__dirname, '..', 'fixtures', 'histories');
-/**
- * Histories of `rl` recorded before it took completions one at a time (workflows/inbox.ts): they
- * replay on the loop kept for them (workflows/rl-legacy.ts). Never re-recorded.
- */
-const legacyDir = path.join(dir, 'legacy');
 const RECORD = process.env.RECORD_HISTORIES === '1';
 
 /** The recorded scenarios: workflow id (the fixture files' prefix), type and arguments. */
@@ -110,10 +108,10 @@ const scenarios: {
 const History = temporal.api.history.v1.History;
 const FORMAT = { longs: String, enums: String, bytes: String } as const;
 
-const fixtures = (from = dir) =>
-  fs.existsSync(from)
+const fixtures = () =>
+  fs.existsSync(dir)
     ? fs
-        .readdirSync(from)
+        .readdirSync(dir)
         .filter((f) => f.endsWith('.json'))
         .sort()
     : [];
@@ -123,7 +121,6 @@ const fixtures = (from = dir) =>
   const rig: Rig = { calls: [], behaviour: {} };
   const workers = await startWorkers(env, await bundleWorkflows(), rig);
   try {
-    // The legacy histories stay: they are what executions started before the change recorded.
     for (const f of fixtures()) fs.rmSync(path.join(dir, f));
     fs.mkdirSync(dir, { recursive: true });
     for (const s of scenarios) {
@@ -190,16 +187,11 @@ async function save(env: TestWorkflowEnvironment, workflowId: string, runId: str
   ]) {
     expect(files).toContain(`${id}.json`);
   }
-  const legacy = fixtures(legacyDir);
-  for (const id of ['replay-rl.0', 'replay-rl.1', 'replay-rl-inflight.0', 'replay-rl-inflight.1']) {
-    expect(legacy).toContain(`${id}.json`);
-  }
   const workflowBundle = await bundleWorkflows();
-  const read = (from: string, f: string) => ({
+  const histories = files.map((f) => ({
     workflowId: f.replace(/\.\d+\.json$/, ''),
-    history: History.fromObject(JSON.parse(fs.readFileSync(path.join(from, f), 'utf8'))),
-  });
-  const histories = [...files.map((f) => read(dir, f)), ...legacy.map((f) => read(legacyDir, f))];
+    history: History.fromObject(JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8'))),
+  }));
   const failed: string[] = [];
   for await (const r of Worker.runReplayHistories({ workflowBundle }, histories)) {
     if (r.error) failed.push(`${r.workflowId} (${r.runId}): ${r.error.message}`);

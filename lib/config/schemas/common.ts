@@ -4,6 +4,7 @@
  * max_tokens leaves room for a prompt.
  */
 import { z } from 'zod';
+import { textOf } from '../../json';
 import { outputDirProblem, RUN_NAME_MAX } from '../output-dir';
 
 /** A config section: strict (unknown keys are errors) and filled from its defaults when absent. */
@@ -42,7 +43,7 @@ export const runNameString = () =>
     .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ., _ and - only')
     .max(RUN_NAME_MAX, {
       error: (iss) =>
-        `${String(iss.input).length} characters; at most ${RUN_NAME_MAX} (it names a folder of output_dir and a workflow)`,
+        `${textOf(iss.input).length} characters; at most ${RUN_NAME_MAX} (it names a folder of output_dir and a workflow)`,
     });
 export const runName = (dflt: string) =>
   runNameString().default(dflt).describe('run name: the folder under output_dir and the Temporal workflow id');

@@ -14,6 +14,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { decode, encode } from '@msgpack/msgpack';
 import { Dealer } from 'zeromq';
+import { textOf } from '../../json';
 import type { EnvFailureKind, JsonObject } from '../types';
 import type { VerifiersLaunch } from './environment';
 
@@ -309,7 +310,7 @@ export class VerifiersServers {
         (d) => assembly.apply(d),
       );
       if (reply.success !== true)
-        throw new VerifiersRunError(`env server: ${String(reply.error ?? 'run failed')}`, 'error');
+        throw new VerifiersRunError(`env server: ${textOf(reply.error ?? 'run failed')}`, 'error');
       return assembly.finish(reply.head as JsonObject, reply.traces as { id: string; nodes: number; calls: number }[]);
     } catch (e) {
       // A server that cannot answer health after a timed-out run is hung: kill it, the next run restarts it.
