@@ -1,16 +1,19 @@
 // ESLint (flat config): promise handling, and the layer rules of the code base.
 //   native/      the engine's TS facade: imports nothing of the code base above it
 //   lib/         the library: never imports activities/, workflows/ or workers/ (not even types);
-//                inside it, lib/runfolder/ (the run folder's formats) sits below the orchestrator,
-//                the trainer, SFT and lib/run, and those import each other only downward (LIB_LAYERS)
+//                inside it, layers from its base files and config up to the CLI, each importing only
+//                the layers below its own (LIB_LAYERS)
 //   activities/  Temporal activities over lib/: never imports workflows/ or workers/, nor another
 //                activity (shared code lives in lib/; activities/types.ts, the boundary's types, by type)
 //   workflows/   deterministic workflow code: no Node built-ins, activities by type only
 //   workers/     process entry points (worker.ts, cli.ts): may import anything
-import { readdirSync } from 'node:fs';
+// Everywhere: no two files import each other, directly or around a circle, type imports included
+// (imports/no-cycle, scripts/eslint/import-cycles.mjs).
+import { existsSync, readdirSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
+import importCycles from './scripts/eslint/import-cycles.mjs';
 
 /** An import path (relative) into one of the top-level folders `dirs`. */
 const into = (...dirs) => `^(\\.\\.?/)+(${dirs.join('|')})(/|$)`;
@@ -77,8 +80,10 @@ const schemaLayer = (layer, i) => ({
   },
 });
 
-/** An import path (relative) from inside lib/ into one of lib/'s folders `dirs`. */
-const intoLib = (...dirs) => `^(\\.\\./)+(lib/)?(${dirs.join('|')})(/|$)`;
+/** An import path (relative) from inside a folder of lib/ into one of lib/'s folders or root files `names`. */
+const intoLib = (...names) => `^(\\.\\./)+(lib/)?(${names.join('|')})(/|$)`;
+/** The same from a file of lib/'s root. */
+const fromLibRoot = (...names) => `^\\./(${names.join('|')})(/|$)`;
 
 const LIB = 'lib/ is the library: it never imports activities/, workflows/ or workers/ (move the code, or pass it in)';
 const ACTIVITIES = 'activities/ never imports workflows/ or workers/';
@@ -86,43 +91,72 @@ const ACTIVITY_SIBLINGS =
   'an activity never imports another activity: what two share belongs in lib/ (the run folder formats in lib/runfolder/)';
 
 /**
- * The layers inside lib/, each folder with the folders it never imports. lib/runfolder/ (the run
- * folder's formats, readers and writers) is below everything that reads or writes a run; the
- * orchestrator (rollouts -> batches), the trainer (batches -> weights) and SFT meet only there;
- * lib/run (whole-run operations: rewind, prune, the progress line, W&B) may use the trainer, never
- * the other way round.
+ * The layers inside lib/, lowest first, each a list of lib/'s folders (and root files): a member
+ * imports only the layers below its own, never another member of its own layer, so no import runs
+ * up or sideways. At the bottom, the files of lib/'s root that no layer names (failures, atomic
+ * writes, paths, processes; none imports a folder of lib/); then config, which names and checks
+ * what the layers above implement (`lib/config/names.ts`) and imports only those files and native/.
+ * lib/runfolder/ (the run folder's formats, readers and writers) is below everything that reads or
+ * writes a run: the orchestrator (rollouts -> batches), the trainer (batches -> weights) and SFT
+ * meet only there; lib/run-ops (whole-run operations: rewind, prune, the progress line, W&B) works
+ * on the run folder beside them.
  */
 const LIB_LAYERS = [
   {
-    folder: 'runfolder',
-    never: ['orchestrator', 'trainer', 'sft', 'run', 'eval', 'inference', 'launch', 'cli', 'report', 'temporal'],
-    message:
-      'lib/runfolder/ is the data plane below the orchestrator, trainer, SFT and lib/run: it imports none of them (move the format down, or the logic up)',
+    layer: ['config'],
+    why: 'config is the bottom of lib/ above its base files: the domain modules implement the names it declares',
   },
   {
-    folder: 'trainer',
-    never: ['orchestrator', 'sft', 'run', 'launch', 'cli'],
-    message:
-      'lib/trainer/ reads its input through lib/runfolder/: it never imports the orchestrator, SFT, lib/run or the launcher (pass behaviour in, as BatchRepacker)',
+    layer: ['model', 'eval', 'temporal'],
+    why: 'models, eval results and the Temporal connection stand on config alone',
+  },
+  { layer: ['envs', 'inference'], why: 'environments and the inference server stand on lib/model' },
+  {
+    layer: ['runfolder', 'preflight'],
+    why: 'lib/runfolder/ is the data plane below the orchestrator, the trainer, SFT and lib/run-ops (move the format down, or the logic up)',
   },
   {
-    folder: 'sft',
-    never: ['orchestrator', 'trainer', 'run', 'launch', 'cli'],
-    message:
-      'lib/sft/ writes batches through lib/runfolder/: it never imports the orchestrator, the trainer, lib/run or the launcher',
+    layer: ['orchestrator', 'trainer', 'sft', 'run-ops'],
+    why: 'the orchestrator, the trainer, SFT and lib/run-ops meet only in lib/runfolder/ (pass behaviour in, as BatchRepacker)',
   },
+  { layer: ['report'], why: 'the report reads finished runs' },
+  { layer: ['launch'], why: 'the launcher starts what a command needs' },
+  { layer: ['cli'], why: 'the CLI is the top of lib/' },
+];
+/** lib/'s root files at the bottom: every root file that no layer names. */
+const LIB_BASE = readdirSync(new URL('lib/', import.meta.url))
+  .filter((f) => f.endsWith('.ts'))
+  .map((f) => f.slice(0, -3))
+  .filter((name) => !LIB_LAYERS.some(({ layer }) => layer.includes(name)));
+// A folder missing from the layers would escape the rule: name it here.
+const unlayeredLib = readdirSync(new URL('lib/', import.meta.url), { withFileTypes: true })
+  .filter((e) => e.isDirectory() && !LIB_LAYERS.some(({ layer }) => layer.includes(e.name)))
+  .map((e) => e.name)
+  .join(', ');
+if (unlayeredLib) throw new Error(`eslint.config.mjs: add lib/ ${unlayeredLib} to LIB_LAYERS`);
+const isLibFolder = (name) => existsSync(new URL(`lib/${name}/`, import.meta.url));
+/** The ESLint config of each member of lib/'s layers: what it never imports, and why. */
+const libLayerRules = [
   {
-    folder: 'orchestrator',
-    never: ['trainer', 'sft', 'run', 'launch', 'cli'],
-    message:
-      'lib/orchestrator/ meets the trainer and SFT only in lib/runfolder/: it never imports them, lib/run or the launcher',
+    files: LIB_BASE.map((name) => `lib/${name}.ts`),
+    patterns: [
+      {
+        regex: fromLibRoot(...LIB_LAYERS.flatMap(({ layer }) => layer)),
+        message:
+          "lib/'s root files are its base, below config: they import none of lib/'s layers (LIB_LAYERS in eslint.config.mjs)",
+      },
+    ],
   },
-  {
-    folder: 'run',
-    never: ['orchestrator', 'launch', 'cli'],
-    message:
-      'lib/run/ works on whole run folders through lib/runfolder/: it never imports the orchestrator or the launcher',
-  },
+  ...LIB_LAYERS.flatMap(({ layer, why }, i) => {
+    const above = LIB_LAYERS.slice(i).flatMap((l) => l.layer);
+    return layer.map((member) => {
+      const never = above.filter((m) => m !== member);
+      const message = `lib/${member} imports only the layers below its own, never ${never.join(', ')} (LIB_LAYERS in eslint.config.mjs): ${why}`;
+      return isLibFolder(member)
+        ? { files: [`lib/${member}/**/*.ts`], patterns: [{ regex: intoLib(...never), message }] }
+        : { files: [`lib/${member}.ts`], patterns: [{ regex: fromLibRoot(...never), message }] };
+    });
+  }),
 ];
 const NATIVE =
   'native/ is the engine, below lib/: it never imports lib/, activities/, workflows/ or workers/ (declare the type in native/)';
@@ -148,9 +182,10 @@ export default tseslint.config(
       parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
       globals: globals.node,
     },
-    plugins: { '@typescript-eslint': tseslint.plugin },
+    plugins: { '@typescript-eslint': tseslint.plugin, imports: importCycles },
     linterOptions: { reportUnusedDisableDirectives: 'error' },
     rules: {
+      'imports/no-cycle': 'error',
       // A promise nobody awaits loses its error (an unhandled rejection kills the process).
       '@typescript-eslint/no-floating-promises': 'error',
       // An `any` switches type checking off; where one is needed, a disable comment says why.
@@ -168,17 +203,12 @@ export default tseslint.config(
     },
   },
   ...SCHEMA_LAYERS.map(schemaLayer),
-  ...LIB_LAYERS.map(({ folder, never, message }) => ({
-    files: [`lib/${folder}/**/*.ts`],
+  ...libLayerRules.map(({ files, patterns }) => ({
+    files,
     rules: {
       '@typescript-eslint/no-restricted-imports': [
         'error',
-        {
-          patterns: [
-            { regex: into('activities', 'workflows', 'workers'), message: LIB },
-            { regex: intoLib(...never), message },
-          ],
-        },
+        { patterns: [{ regex: into('activities', 'workflows', 'workers'), message: LIB }, ...patterns] },
       ],
     },
   })),
@@ -203,7 +233,7 @@ export default tseslint.config(
     },
   },
   {
-    // index.ts registers every activity; types.ts (the workflow/activity boundary) names them by type.
+    // index.ts registers every activity (and names each pool's by type); types.ts, the boundary's data, takes summaries by type.
     files: ['activities/**/*.ts'],
     ignores: ['activities/index.ts', 'activities/types.ts'],
     rules: {
@@ -230,7 +260,7 @@ export default tseslint.config(
             {
               regex: '^\\./',
               allowTypeImports: true,
-              message: 'activities/types.ts names the activities by type only',
+              message: "activities/types.ts takes the activities' summaries by type only",
             },
           ],
         },

@@ -5,10 +5,10 @@
 import type { EnvPool } from '../lib/envs/pool';
 import type { GroupLeader } from '../lib/trainer/group';
 import { createEvalActivities } from './evaluate';
-import { createInFlightActivities } from './inflight';
+import { createInFlightActivities } from './inflight-rollouts';
 import { withFailureTypes } from './failures';
 import { createPackActivities } from './pack';
-import { createRolloutActivities } from './rollouts';
+import { createRolloutActivities } from './generate-rollouts';
 import { prepareRun, recordStep, rewindRun } from './run';
 import { prepareSft, recordSftStep } from './sft';
 import { createTrainerActivities as trainerActivities } from './train';
@@ -33,3 +33,7 @@ export function createCpuActivities(deps: { pool: EnvPool }) {
 export function createTrainerActivities(deps: { leader?: GroupLeader } = {}) {
   return withFailureTypes(trainerActivities(deps));
 }
+
+/** Each pool's activities by type, as the workflows' proxies name them (`import type`). */
+export type CpuActivities = ReturnType<typeof createCpuActivities>;
+export type TrainerActivities = ReturnType<typeof createTrainerActivities>;

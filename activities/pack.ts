@@ -12,7 +12,7 @@ import { Failure } from '../lib/failures';
 import type { PackCounts } from '../lib/runfolder/packing';
 import type { AdvantageMetrics } from '../lib/orchestrator/advantages';
 import { isPluginError } from '../lib/orchestrator/plugins';
-import { isPromptTooLong } from '../lib/orchestrator/rollout';
+import { isPromptTooLong } from '../lib/orchestrator/token-rollout';
 import { stepBatchInput, type StepBatchResult } from '../lib/orchestrator/step-batch';
 import { readRunConfig } from '../lib/runfolder/config';
 import { RunLayout } from '../lib/runfolder/layout';

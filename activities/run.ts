@@ -10,8 +10,8 @@ import { Failure } from '../lib/failures';
 import { writeFileAtomic } from '../lib/atomic';
 import { rlSchema, type RLConfig } from '../lib/config/schemas';
 import { checkConfig, holdsRunConfig, readRunConfig, storedConfigText } from '../lib/runfolder/config';
-import { rewindRun as rewind } from '../lib/run/rewind';
-import { firstNeededVersion, prunePolicyWeights } from '../lib/run/prune';
+import { rewindRun as rewind } from '../lib/run-ops/rewind';
+import { firstNeededVersion, prunePolicyWeights } from '../lib/run-ops/prune';
 import { advantageEstimator, rolloutFilters } from '../lib/orchestrator/plugins';
 import { resolveModelDir } from '../lib/hub';
 import { Tokenizer } from '../lib/model/tokenizer';
@@ -21,7 +21,7 @@ import { sameTokenizerFiles, TeacherClient, tokenizerMismatch, type TeacherServe
 import { RunLayout } from '../lib/runfolder/layout';
 import { appendStepMetrics, withDocumentedNames } from '../lib/runfolder/metrics';
 import { checkEnvironments, checkModel } from '../lib/preflight';
-import type { InFlightClaim } from '../lib/runfolder/inflight';
+import type { InFlightClaim } from '../lib/runfolder/rollouts';
 import type { StepRecordInput, StepTimes } from './types';
 
 /** Checks the model, environments and algorithm plugins, writes configs/rl.json; a rerun with the same config is a no-op. */
@@ -79,7 +79,7 @@ function checkTeacher(student: string, teacher: TeacherServer & { model: string 
 
 /**
  * `ckpt.resume_step`: the run (rl or sft) continues from its checkpoint of `step`; what came after
- * is discarded (lib/run/rewind.ts). Called once per new start, before its first step.
+ * is discarded (lib/run-ops/rewind.ts). Called once per new start, before its first step.
  */
 export async function rewindRun({
   runDir,
@@ -109,7 +109,7 @@ function inFlightMetrics(f: InFlightClaim, times: StepTimes) {
 
 /**
  * One metrics.jsonl line per step, flat where a chart needs a series; then the policy folders every
- * server has moved past are removed (lib/run/prune.ts), so `weights/` holds a bounded number.
+ * server has moved past are removed (lib/run-ops/prune.ts), so `weights/` holds a bounded number.
  */
 export async function recordStep({
   runDir,
@@ -135,7 +135,7 @@ export async function recordStep({
       rubric: rollouts.rubric,
       samples: batch.counts.samples,
       rows: batch.counts.rows,
-      // The rollout filters (activities/rollouts.ts) and the advantages' zero drop (packBatch).
+      // The rollout filters (activities/generate-rollouts.ts) and the advantages' zero drop (packBatch).
       groups_dropped: rollouts.filter.groups_dropped,
       dropped_by: rollouts.filter.dropped_by,
       refill_rounds: rollouts.filter.refill_rounds,

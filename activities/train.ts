@@ -21,7 +21,7 @@ import { rlClientOptions } from '../lib/orchestrator/client-options';
 import { WeightBroadcaster, type BroadcastServers, type BroadcastVersion } from '../lib/trainer/broadcast';
 import * as native from '../native';
 import { RunLayout } from '../lib/runfolder/layout';
-import { pruneRunFolder } from '../lib/run/prune';
+import { pruneRunFolder } from '../lib/run-ops/prune';
 import type { GroupLeader, RankJob } from '../lib/trainer/group';
 import { RankTrainer } from '../lib/trainer/ranks';
 import { readTrainingSpec } from '../lib/trainer/spec';

@@ -1,14 +1,12 @@
 /**
  * What crosses the workflow/activity boundary: inputs and summaries (paths and numbers, never
- * tensors). Workflow code imports only these types, so its bundle holds no activity code.
+ * tensors). Workflow code imports only types (these, and the activities' in index.ts), so its
+ * bundle holds no activity code.
  */
-import type { createCpuActivities, createTrainerActivities } from './index';
 import type { PackSummary } from './pack';
 import type { RolloutSummary } from '../lib/runfolder/rollouts';
 import type { TrainMetrics, TrainProgress } from '../lib/trainer/types';
 
-export type CpuActivities = ReturnType<typeof createCpuActivities>;
-export type TrainerActivities = ReturnType<typeof createTrainerActivities>;
 export type { PackSummary, RolloutSummary, TrainMetrics, TrainProgress };
 
 export interface StepRef {

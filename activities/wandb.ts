@@ -1,7 +1,7 @@
 /**
  * `followWandb`: W&B logging of an rl run with a `[wandb]` section, however the run was started
  * (`prime-rl rl`, a SLURM job, `temporal workflow start`). One activity per workflow execution on
- * the run's cpu queue tails metrics.jsonl into the W&B sidecar (lib/run/wandb.ts); Temporal runs it
+ * the run's cpu queue tails metrics.jsonl into the W&B sidecar (lib/run-ops/wandb.ts); Temporal runs it
  * once at a time, and a dead worker's is retried on another (heartbeat timeout), which resumes the
  * same W&B run from the first step W&B lacks. The workflow cancels it when the execution ends or
  * continues as new, and waits: it logs what is left and finishes the W&B run first. W&B never fails
@@ -11,7 +11,7 @@
 import { CancelledFailure, Context } from '@temporalio/activity';
 import { readRunConfig } from '../lib/runfolder/config';
 import { RunLayout } from '../lib/runfolder/layout';
-import { startWandb } from '../lib/run/wandb';
+import { startWandb } from '../lib/run-ops/wandb';
 import { withHeartbeat } from '../lib/temporal/heartbeat';
 
 export async function followWandb({ runDir }: { runDir: string }): Promise<void> {

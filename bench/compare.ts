@@ -165,7 +165,9 @@ function ensureLlamaCpp(): { bench: string; source: string } {
   execFileSync('cmake', ['--build', path.join(source, 'build'), '--target', 'llama-batched-bench', '-j', '2'], {
     stdio: ['ignore', 'ignore', 'inherit'],
   });
-  execFileSync(pip, ['install', ...quiet, path.join(source, 'gguf-py')], { stdio: 'inherit' });
+  // The converter's Python side: its gguf package, and sentencepiece, which it imports while it
+  // looks for a SentencePiece vocabulary before it reads tokenizer.json (Qwen3's).
+  execFileSync(pip, ['install', ...quiet, path.join(source, 'gguf-py'), 'sentencepiece==0.2.3'], { stdio: 'inherit' });
   fs.writeFileSync(stamp, LLAMA_CPP_PYTHON);
   return { bench, source };
 }

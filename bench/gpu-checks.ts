@@ -16,7 +16,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as native from '../native';
 import { writeFileAtomic } from '../lib/atomic';
-import { CHECK_SETS, makeWorkDir, type CheckResult } from './gpu/checks';
+import type { CheckResult } from './gpu/check';
+import { CHECK_SETS, makeWorkDir } from './gpu/checks';
 
 function arg(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);

@@ -23,7 +23,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as native from '../native';
-import type { ArchConfig, NamedTensor } from '../lib/model/arch';
+import type { ArchConfig, WeightTensor } from '../lib/model/arch';
 import { resolveArchConfig } from '../lib/model/create';
 import { loadHfModelAsync, writeHfModelStream } from '../lib/model/hf';
 import { toHfConfig } from '../lib/model/hf-config';
@@ -45,7 +45,7 @@ const seconds = (t0: number) => (performance.now() - t0) / 1000;
 type DType = 'F32' | 'BF16';
 
 /** The model's tensors as the trainer's units: one per block, and one for everything else. */
-type Entry = Omit<NamedTensor, 'data'>;
+type Entry = Omit<WeightTensor, 'data'>;
 
 function unitsOf(a: ArchConfig, dtype: DType): Entry[][] {
   const units = new Map<string, Entry[]>();
@@ -60,7 +60,7 @@ function unitsOf(a: ArchConfig, dtype: DType): Entry[][] {
 const PATTERN = randomBytes(1 << 22);
 
 /** Each unit's tensors with data, one unit at a time (a trainer reads them so). */
-async function* unitData(units: Entry[][], onUnit?: (u: number, t: NamedTensor[]) => Promise<void>) {
+async function* unitData(units: Entry[][], onUnit?: (u: number, t: WeightTensor[]) => Promise<void>) {
   for (let u = 0; u < units.length; u++) {
     const tensors = units[u]!.map((e) => ({
       ...e,

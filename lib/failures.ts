@@ -5,8 +5,33 @@
  * `eval` and `runs show`) from a failed workflow. A failure that retrying can fix (a worker or
  * server that is down, a full queue) is never one of these: Temporal retries it.
  *
+ * Also the errors that end a CLI command with their message alone, before or without a workflow:
+ * bad input (`ConfigError`, exit 2, as the bad-input failure types) and a command that could not do
+ * what it was asked (`CommandError`, exit 1). Every layer may throw them: they sit at the bottom.
+ *
  * No imports: the CLI loads this for every command, Temporal client or not.
  */
+
+/** Errors in user input (config keys, values, files): the CLI prints them and exits with code 2. */
+export class ConfigError extends Error {
+  readonly exitCode = 2;
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+/** A Hugging Face name that is neither a folder nor in the hub cache (lib/hub.ts): bad input (exit 2). */
+export class HubNameError extends ConfigError {}
+
+/** A command could not do what it was asked (nothing to stop, ...): its message is the whole story, exit 1. */
+export class CommandError extends Error {
+  readonly exitCode = 1;
+  constructor(message: string) {
+    super(message);
+    this.name = 'CommandError';
+  }
+}
 
 /**
  * Every type, and whether the user's input caused it (config, data, model, environment, server

@@ -11,13 +11,10 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { ConfigError } from './config/errors';
+import { HubNameError } from './failures';
 import { FileRefused, readBoundedText } from './files';
 
 export type RepoType = 'model' | 'dataset';
-
-/** A name that is neither a folder nor in the hub cache: bad input (exit 2). */
-export class HubNameError extends ConfigError {}
 
 /** The hub cache folder, as huggingface_hub's constants compute it. */
 export function hubCacheDir(env: NodeJS.ProcessEnv = process.env): string {

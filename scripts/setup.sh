@@ -335,7 +335,7 @@ venv() {
   mv -T "$tmp" "$dir"
   rm -rf "$dir.old"
 }
-# 6. The W&B SDK: the official SDK is Python; [wandb] runs it as a sidecar (lib/run/wandb.ts).
+# 6. The W&B SDK: the official SDK is Python; [wandb] runs it as a sidecar (lib/run-ops/wandb.ts).
 wandb_hash=$(hash_of scripts/wandb/requirements.txt 2> /dev/null || true)
 wandb_venv() {
   venv .venv -r scripts/wandb/requirements.txt

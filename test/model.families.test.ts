@@ -1,5 +1,6 @@
 /** Architecture families: the registry, each family's tensor table over the decoder skeleton, its config.json mapping. */
-import { ARCHS, FAMILIES, family, isSparseLayer, LAYER_SLOTS, sparseLayerCount } from '../lib/model/families';
+import { ARCHS } from '../lib/config/names';
+import { FAMILIES, family, isSparseLayer, LAYER_SLOTS, sparseLayerCount } from '../lib/model/families';
 import { parseHfConfig, toHfConfig } from '../lib/model/hf-config';
 import { tinyConfig } from '../lib/model/testing';
 import { parameterCount, tensorSpecs } from '../lib/model/tensors';

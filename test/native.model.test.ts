@@ -5,7 +5,8 @@ import { loadModel } from '../lib/model/engine';
 import { decode, encode, packRow, randomTokens, randomWeights, tinyConfig } from '../lib/model/testing';
 import { Rng } from '../lib/model/rng';
 import { tensorSpecs } from '../lib/model/tensors';
-import { ARCHS, FAMILIES, isSparseLayer } from '../lib/model/families';
+import { ARCHS } from '../lib/config/names';
+import { FAMILIES, isSparseLayer } from '../lib/model/families';
 
 setThreads(2);
 

@@ -17,7 +17,7 @@ import { loadHfModel } from '../lib/model/hf';
 import { Tokenizer } from '../lib/model/tokenizer';
 import { InferenceClient, type GenerateResult } from '../lib/orchestrator/client';
 import { RecordingClient, startServer } from './support/harness';
-import { runRollout } from '../lib/orchestrator/rollout';
+import { runRollout } from '../lib/orchestrator/token-rollout';
 import type { Rollout } from '../lib/runfolder/rollouts';
 import type { TokenSegment } from '../lib/runfolder/packing';
 

@@ -7,7 +7,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { loadModel } from '../lib/model/engine';
 import { createPackActivities, type PackSummary } from '../activities/pack';
-import { createRolloutActivities } from '../activities/rollouts';
+import { createRolloutActivities } from '../activities/generate-rollouts';
 import { readRollouts, type RolloutSummary } from '../lib/runfolder/rollouts';
 import { createCpuActivities } from '../activities';
 import { inferenceSchema, rlSchema } from '../lib/config/schemas';
@@ -19,7 +19,7 @@ import { readBatch } from '../lib/runfolder/batch';
 import { InferenceClient, InferenceError } from '../lib/orchestrator/client';
 import { RecordingClient } from './support/harness';
 import { runChatRollout } from '../lib/orchestrator/chat-rollout';
-import { isPromptTooLong, promptTooLong, runRollout } from '../lib/orchestrator/rollout';
+import { isPromptTooLong, promptTooLong, runRollout } from '../lib/orchestrator/token-rollout';
 import { RunLayout } from '../lib/runfolder/layout';
 import { tinyModel, workflowRlConfig } from './support/setup';
 

@@ -18,7 +18,7 @@ import * as path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { pick, Rng, shuffle, uniformInt } from '../lib/envs/random';
 import { loadHfModel } from '../lib/model/hf';
-import { ConfigError } from '../lib/config/errors';
+import { ConfigError } from '../lib/failures';
 import { freePort } from '../lib/net';
 import { asProcessId, isRunning, processId } from '../lib/proc';
 import { listSteps, RunLayout } from '../lib/runfolder/layout';

@@ -4,11 +4,11 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { cliCommands, type CommandTable } from '../lib/cli/main';
 import type { Command } from '../lib/cli/command';
-import { ConfigError } from '../lib/config/errors';
+import { ConfigError } from '../lib/failures';
 import { loadConfig } from '../lib/config/loader';
 import type { RLConfig } from '../lib/config/schemas';
 import { appendStepMetrics, withDocumentedNames } from '../lib/runfolder/metrics';
-import { startWandb, type WandbSettings } from '../lib/run/wandb';
+import { startWandb, type WandbSettings } from '../lib/run-ops/wandb';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'prime-wandb-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));

@@ -6,7 +6,7 @@
  * refused while the first runs.
  */
 import { Client, Connection } from '@temporalio/client';
-import { ConfigError } from '../lib/config/errors';
+import { ConfigError } from '../lib/failures';
 import { launchRun } from '../lib/launch';
 import { freePort } from '../lib/net';
 import { RunLayout } from '../lib/runfolder/layout';

@@ -15,7 +15,7 @@ import { EnvPool } from '../lib/envs/pool';
 import { VERIFIERS_VENV } from '../lib/envs/verifiers/environment';
 import type { InferenceServer } from '../lib/inference/server';
 import { Tokenizer } from '../lib/model/tokenizer';
-import { renderPrompt } from '../lib/orchestrator/rollout';
+import { renderPrompt } from '../lib/orchestrator/token-rollout';
 import { runVerifiersRollout } from '../lib/orchestrator/verifiers-rollout';
 import { RunLayout } from '../lib/runfolder/layout';
 import { readStepMetrics } from '../lib/runfolder/metrics';

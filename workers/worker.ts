@@ -10,7 +10,7 @@ import { NativeConnection, Runtime, DefaultLogger, Worker } from '@temporalio/wo
 import { createCpuActivities, createTrainerActivities } from '../activities';
 import { logActivities } from '../activities/log';
 import type { WorkerConfig } from '../lib/config/schemas';
-import { ConfigError } from '../lib/config/errors';
+import { ConfigError } from '../lib/failures';
 import { announceReady } from '../lib/proc';
 import { EnvPool } from '../lib/envs/pool';
 import { runInference } from '../lib/cli/inference';

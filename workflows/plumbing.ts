@@ -10,7 +10,7 @@ import {
   proxyActivities,
   setHandler,
 } from '@temporalio/workflow';
-import type { CpuActivities, TrainerActivities } from '../activities/types';
+import type { CpuActivities, TrainerActivities } from '../activities';
 import type { RunTemporalConfig } from '../lib/config/schemas';
 import { taskQueues } from '../lib/temporal/queues';
 

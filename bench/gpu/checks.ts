@@ -29,32 +29,12 @@ import { decode, packRow, randomTokens, randomWeights, tinyConfig } from '../../
 import { Rng } from '../../lib/model/rng';
 import { freePort } from '../../lib/net';
 import { projectRoot, temporalCliPath } from '../../lib/paths';
+import { verdict, type Check, type CheckContext, type CheckResult } from './check';
 import { QWEN35_CHECKS } from './qwen35-checks';
 import { joinRanks, maxDiff as weightsApart, readAll, single, stepAll, type RankOptions } from './ranks';
 
-export interface CheckContext {
-  /** 'cuda', 'cuda:N' or 'cpu'. */
-  device: string;
-  /** A scratch folder the checks may fill. */
-  workDir: string;
-  /** The Python with torch and transformers (default python3). */
-  python: string;
-}
-
-export interface CheckResult {
-  status: 'pass' | 'fail' | 'skip';
-  /** What was measured against what bound, or why it was skipped. */
-  detail: string;
-}
-
-export interface Check {
-  name: string;
-  run(ctx: CheckContext): Promise<CheckResult>;
-}
-
 const isCuda = (device: string) => device.startsWith('cuda');
 const NO_CUDA: CheckResult = { status: 'skip', detail: 'no CUDA (bf16 is meant for CUDA)' };
-const verdict = (ok: boolean, detail: string): CheckResult => ({ status: ok ? 'pass' : 'fail', detail });
 const fmt = (x: number) => x.toExponential(2);
 
 function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {

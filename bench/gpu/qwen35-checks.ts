@@ -14,7 +14,7 @@ import { readSafetensors } from '../../lib/model/safetensors';
 import { decode } from '../../lib/model/testing';
 import { projectRoot } from '../../lib/paths';
 import type { TrainRow, WeightTensor } from '../../native';
-import type { Check, CheckResult } from './checks';
+import { verdict, type Check, type CheckResult } from './check';
 
 const FIXTURES = path.join(projectRoot, 'test', 'fixtures', 'hf-reference');
 
@@ -75,7 +75,6 @@ const packed = (f: Fixture): TrainRow => ({
 
 const isCuda = (device: string) => device.startsWith('cuda');
 const fmt = (x: number) => x.toExponential(2);
-const verdict = (ok: boolean, detail: string): CheckResult => ({ status: ok ? 'pass' : 'fail', detail });
 
 /** `per` over every fixture (with its folder loaded), the verdicts and details joined. */
 async function eachFixture(

@@ -27,12 +27,3 @@ export interface Command<S extends z.ZodType = z.ZodType> {
 export function command<S extends z.ZodType>(c: Command<S>): Command {
   return c as unknown as Command;
 }
-
-/** A command could not do what it was asked (nothing to stop, ...): its message is the whole story, exit 1. */
-export class CommandError extends Error {
-  readonly exitCode = 1;
-  constructor(message: string) {
-    super(message);
-    this.name = 'CommandError';
-  }
-}

@@ -1,5 +1,5 @@
 /** `prime-rl inference`: serve a model until SIGTERM / Ctrl-C, then drain and exit 0. */
-import { ConfigError } from '../config/errors';
+import { ConfigError } from '../failures';
 import type { InferenceConfig } from '../config/schemas';
 import { startInferenceServer } from '../inference/server';
 import { announceReady } from '../proc';

@@ -6,18 +6,18 @@
  * adds `worker`, whose code (activities, workflows) lib/ does not import.
  */
 import * as fs from 'node:fs';
-import { ConfigError, didYouMean } from '../config/errors';
+import { CommandError, ConfigError, describeFailure } from '../failures';
+import { didYouMean } from '../config/did-you-mean';
 import { aliasesHelp, describeMapped, MODEL_STRING, RL_ALIASES } from '../config/aliases';
 import { PRIME_RL_EVAL_KEYS, PRIME_RL_RL_KEYS, PRIME_RL_SFT_KEYS } from '../config/prime-rl';
 import { optionsHelp, SOURCES_HELP } from '../config/help';
 import { hubCacheDir, resolveHubRefs } from '../hub';
 import { loadConfig } from '../config/loader';
-import { describeFailure } from '../failures';
 import * as schemas from '../config/schemas';
 import { verifiersVenvUses } from '../envs/verifiers/environment';
 import { ensureParts, PartNotInstalled } from '../optional-parts';
 import { keepLoggingOnFullDisk, watchParentPipe } from '../proc';
-import { command, CommandError, type Command } from './command';
+import { command, type Command } from './command';
 import { runsCommands } from './runs';
 import { temporalCommands } from './temporal';
 

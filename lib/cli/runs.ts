@@ -5,10 +5,9 @@
  */
 import { Client } from '@temporalio/client';
 import { z } from 'zod';
-import { ConfigError } from '../config/errors';
+import { ConfigError, describeFailure } from '../failures';
 import { loadConfig } from '../config/loader';
 import { evalSchema, rlSchema, sftSchema, temporalCommandSchema } from '../config/schemas';
-import { describeFailure } from '../failures';
 import { connectClient, requireServer, temporalTarget } from '../temporal/connection';
 import { command, type Command } from './command';
 

@@ -18,7 +18,8 @@ import {
   runningDevServer,
   startDevServer,
 } from '../temporal/devserver';
-import { command, CommandError, type Command } from './command';
+import { CommandError } from '../failures';
+import { command, type Command } from './command';
 
 /** The pid of the dev server recorded for this output dir, if that process still runs. */
 const readPid = (c: TemporalCommandConfig): number | undefined => runningDevServer(c.output_dir)?.pid;

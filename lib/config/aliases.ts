@@ -11,7 +11,7 @@
  * file, or both flags on one command line) are an error naming both, unless they agree. Across
  * sources the usual precedence holds (CLI > later file > earlier file > env).
  */
-import { ConfigError } from './errors';
+import { ConfigError } from '../failures';
 
 type Raw = Record<string, unknown>;
 

@@ -13,7 +13,7 @@
  */
 import type { Converted } from './aliases';
 import { refusal } from './aliases';
-import { ConfigError } from './errors';
+import { ConfigError } from '../failures';
 
 type Raw = Record<string, unknown>;
 const isTable = (v: unknown): v is Raw => typeof v === 'object' && v !== null && !Array.isArray(v);

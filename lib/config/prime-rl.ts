@@ -13,7 +13,7 @@
  */
 import type { Alias, ConvertAt, Converted } from './aliases';
 import { get, refusal } from './aliases';
-import { ConfigError } from './errors';
+import { ConfigError } from '../failures';
 import { algoConverted } from './prime-rl-algo';
 
 type Raw = Record<string, unknown>;

@@ -9,7 +9,7 @@
 /** Variables by name, with what reads them. */
 export const FRAMEWORK_VARIABLES: Readonly<Record<string, string>> = {
   PRIME_SETUP: 'lib/optional-parts.ts: 0 = this machine installs nothing at run time',
-  PRIME_WANDB_PYTHON: 'lib/run/wandb.ts: the Python with the wandb package',
+  PRIME_WANDB_PYTHON: 'lib/run-ops/wandb.ts: the Python with the wandb package',
   PRIME_NATIVE_ADDON: 'native/index.ts: another build of the addon',
   PRIME_RL_PARENT_PIPE_FD: "lib/proc.ts: the launcher's pipe a child process watches",
   PRIME_RL_NO_API_KEY: 'lib/orchestrator/verifiers-rollout.ts: the (unset) key variable of a server without a key',

@@ -7,7 +7,8 @@ import { requireUserModule } from '../modules';
 import { BUILTIN_ENVIRONMENTS } from './builtin';
 import { instantiate, isEnvironmentDefinition, type EnvironmentDefinition } from './define';
 import type { Environment } from './types';
-import { isVerifiersEnv, verifiersEnvironment } from './verifiers/environment';
+import { isVerifiersEnv } from '../config/names';
+import { verifiersEnvironment } from './verifiers/environment';
 
 /** One `[[env]]` entry as the pool and the mix see it. */
 export interface EnvSpec {

@@ -1,7 +1,7 @@
 /** `prime-rl eval`: a cpu worker, the inference server unless an external API is evaluated, the `eval` workflow. */
 import * as path from 'node:path';
 import { inferenceSchema, type EvalConfig } from '../config/schemas';
-import { ConfigError } from '../config/errors';
+import { ConfigError } from '../failures';
 import { renderEvalTable } from '../eval';
 import type { EvalResults } from '../eval/results';
 import { RunLayout } from '../runfolder/layout';

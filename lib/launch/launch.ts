@@ -30,8 +30,7 @@ import {
   type WorkerConfig,
 } from '../config/schemas';
 import { DISK_FULL } from '../atomic';
-import { ConfigError } from '../config/errors';
-import { CommandError } from '../cli/command';
+import { CommandError, ConfigError } from '../failures';
 import { RunLayout } from '../runfolder/layout';
 import { freePort } from '../net';
 import { isRunning, processId, terminateProcess, type ProcessId } from '../proc';

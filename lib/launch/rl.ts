@@ -4,7 +4,7 @@ import type { RLConfig } from '../config/schemas';
 import { readEvalResults, renderEvalTable } from '../eval';
 import { writeReport } from '../report';
 import { RunLayout } from '../runfolder/layout';
-import { stepLine } from '../run/progress';
+import { stepLine } from '../run-ops/progress';
 import type { TrainMetrics } from '../trainer/types';
 import { follow, trainParts } from './follow';
 import { launch, type LaunchOptions, type LocalRun } from './launch';

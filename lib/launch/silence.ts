@@ -4,7 +4,7 @@
  * progress query still answers; the line then said nothing but a growing ETA. Each tick probes
  * every server's `/health` (any HTTP answer is life, a 401 too); one silent for `afterMs` is named.
  */
-import { formatDuration } from '../run/progress';
+import { formatDuration } from '../run-ops/progress';
 
 /** How long one probe may wait: a server that cannot answer `/health` in this is silent now. */
 const PROBE_MS = 1500;

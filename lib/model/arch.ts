@@ -4,7 +4,7 @@
  * writes HF folders) and `native/` (which computes with them).
  */
 import type { EngineConfig, LinearAttentionConfig, TensorDType, WeightTensor } from '../../native/model-binding';
-import type { Arch } from './families';
+import type { Arch } from '../config/names';
 
 export type { Arch, LinearAttentionConfig, TensorDType, WeightTensor };
 
@@ -55,11 +55,3 @@ export interface MoeConfig {
 
 /** safetensors dtypes the loader accepts on disk. */
 export type DiskDType = 'F32' | 'F16' | 'BF16';
-
-/** One tensor as handed to the native engine: raw little-endian bytes, copied once on the C++ side. */
-export interface NamedTensor {
-  name: string;
-  dtype: DiskDType;
-  shape: number[];
-  data: Buffer;
-}

@@ -40,7 +40,7 @@ export interface ChatRenderOptions {
  * Qwen3's template: reasoning in earlier assistant turns is kept, not stripped. Stripping would
  * change the tokens of past turns as a conversation grows, so a rendered prefix would no longer be
  * a token prefix of the full conversation: SFT masks rely on that, and a multi-turn rollout would
- * be split into several samples (lib/orchestrator/rollout.ts).
+ * be split into several samples (lib/orchestrator/token-rollout.ts).
  */
 export const CHATML_TEMPLATE = `{%- if tools %}
     {{- '<|im_start|>system\\n' }}

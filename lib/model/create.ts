@@ -7,7 +7,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { Arch, ArchConfig, LinearAttentionConfig, MoeConfig, NamedTensor } from './arch';
+import type { Arch, ArchConfig, LinearAttentionConfig, MoeConfig, WeightTensor } from './arch';
 import { BYTE_VOCAB_SIZE, byteTokenizerConfig, byteTokenizerJson } from './byte-tokenizer';
 import { CHATML_TEMPLATE } from './chat';
 import { toHfConfig } from './hf-config';
@@ -211,7 +211,7 @@ export function resolveArchConfig(opts: Omit<CreateModelOptions, 'out' | 'seed'>
 }
 
 /** Random weights for `a`, one independent PRNG stream per tensor name. */
-export function initTensors(a: ArchConfig, seed: number, dtype: CreateDType = 'float32'): NamedTensor[] {
+export function initTensors(a: ArchConfig, seed: number, dtype: CreateDType = 'float32'): WeightTensor[] {
   return tensorSpecs(a).map((spec) => {
     const values = new Float32Array(spec.shape.reduce((x, y) => x * y, 1));
     if (spec.role === 'norm' || spec.role === 'ones') values.fill(1);

@@ -5,7 +5,8 @@
  */
 import type { ArchConfig, MoeConfig } from './arch';
 import { ConfigReader, type Json } from './config-reader';
-import { ARCHS, FAMILIES, family, type Arch } from './families';
+import { ARCHS, type Arch } from '../config/names';
+import { FAMILIES, family } from './families';
 
 const ARCH_BY_CLASS = new Map(ARCHS.map((a) => [FAMILIES[a].hfClass, a]));
 
@@ -59,7 +60,7 @@ function readArch(r: ConfigReader, raw: Json): Arch {
       );
   }
   if (modelType !== undefined && modelType !== null) {
-    if (typeof modelType !== 'string' || !(ARCHS as string[]).includes(modelType)) {
+    if (typeof modelType !== 'string' || !(ARCHS as readonly string[]).includes(modelType)) {
       r.fail('model_type', `is unsupported: ${JSON.stringify(modelType)} (supported: ${ARCHS.join(', ')})`);
     }
     if (arch && arch !== modelType)

@@ -1,12 +1,12 @@
 /**
  * Hugging Face model folders: `config.json` + safetensors weights (single or sharded) + tokenizer
- * files. Reading yields what the native engine consumes (`ArchConfig` + `NamedTensor[]`); writing
+ * files. Reading yields what the native engine consumes (`ArchConfig` + `WeightTensor[]`); writing
  * produces a folder transformers' `from_pretrained` loads, atomically (readers such as an inference
  * server told to load `weights/step_n/` never see a half-written folder).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { ArchConfig, NamedTensor } from './arch';
+import type { ArchConfig, DiskDType, WeightTensor } from './arch';
 import { writeDirAtomic, writeDirAtomicAsync, writeFileAtomic } from '../atomic';
 import { readJsonFile } from '../json';
 import { parseHfConfig } from './hf-config';
@@ -18,6 +18,7 @@ import {
   weightFilesBytes,
   writeSafetensors,
   writeSafetensorsStream,
+  type SelectTensors,
   type TensorEntry,
 } from './safetensors';
 import { checkModelTensors, skippedParts } from './tensors';
@@ -28,7 +29,7 @@ export interface HfModel {
   /** config.json as found, so a derived checkpoint can keep fields we do not interpret. */
   rawConfig: Record<string, unknown>;
   /** In `tensorSpecs` order, checked against `config`. */
-  tensors: NamedTensor[];
+  tensors: WeightTensor[];
 }
 
 /** Files besides config and weights that make a folder self-contained for transformers and for us. */
@@ -42,21 +43,18 @@ export const SIDE_FILES = [
   'merges.txt',
 ] as const;
 
-/** The floating-point dtypes model weights are stored in. */
-export type WeightsDType = 'F32' | 'BF16' | 'F16';
-
 /**
  * The dtype a model folder stores its weights in (the most bytes among its floating-point tensors,
  * read from the safetensors headers): what weights trained from it are written in, so that a bf16
  * model's policy folders are bf16 like the model, half the bytes of fp32.
  */
-export function storedWeightsDtype(dir: string): WeightsDType {
-  const bytes = new Map<WeightsDType, number>();
+export function storedWeightsDtype(dir: string): DiskDType {
+  const bytes = new Map<DiskDType, number>();
   for (const t of locateSafetensorsDir(dir).values()) {
     if (t.dtype !== 'F32' && t.dtype !== 'BF16' && t.dtype !== 'F16') continue;
     bytes.set(t.dtype, (bytes.get(t.dtype) ?? 0) + t.end - t.begin);
   }
-  let best: WeightsDType = 'F32';
+  let best: DiskDType = 'F32';
   for (const [dtype, n] of bytes) if (n > (bytes.get(best) ?? -1)) best = dtype;
   return best;
 }
@@ -85,47 +83,44 @@ export function readHfConfigShape(dir: string): { config: ArchConfig; rawConfig:
 /**
  * Loads config and weights of an HF model folder. Nothing is allocated by what the folder claims
  * before it is checked: config.json against the files' sizes (readHfConfig), then the tensors'
- * names, shapes and dtypes against config.json by the files' headers, then the data is read.
+ * names, shapes and dtypes against config.json by the files' headers (`modelTensorsOf`, the one
+ * check), then the data of the model's tensors is read, in `tensorSpecs` order.
  */
 export function loadHfModel(dir: string): HfModel {
   const { config, rawConfig } = readHfConfig(dir);
-  const tensors = checkModelTensors(
-    config,
-    readSafetensorsDir(dir, (headers) => checkHeaders(config, headers, dir)),
-    dir,
-  );
-  return { dir, config, rawConfig, tensors };
+  return { dir, config, rawConfig, tensors: readSafetensorsDir(dir, modelTensorsOf(config, dir)) };
 }
-
-/** The folder's tensors by their headers, saying once per folder what of a multimodal checkpoint a text run skips. */
-function checkHeaders(config: ArchConfig, headers: readonly { name: string; shape: number[] }[], dir: string): void {
-  checkModelTensors(config, headers, dir);
-  const note = skippedParts(
-    config,
-    headers.map((h) => h.name),
-  );
-  if (note && !saidSkipped.has(dir)) {
-    saidSkipped.add(dir);
-    console.warn(`[model] ${dir}: ${note}`);
-  }
-}
-const saidSkipped = new Set<string>();
 
 /** loadHfModel without blocking the event loop while the weights are read (a serving process). */
 export async function loadHfModelAsync(dir: string): Promise<HfModel> {
   const { config, rawConfig } = readHfConfig(dir);
-  const tensors = checkModelTensors(
-    config,
-    await readSafetensorsDirAsync(dir, (headers) => checkHeaders(config, headers, dir)),
-    dir,
-  );
-  return { dir, config, rawConfig, tensors };
+  return { dir, config, rawConfig, tensors: await readSafetensorsDirAsync(dir, modelTensorsOf(config, dir)) };
 }
+
+/**
+ * The model's tensors of the folder by their headers, checked against `config` and in its order;
+ * says once per folder what of a multimodal checkpoint a text run skips.
+ */
+function modelTensorsOf(config: ArchConfig, dir: string): SelectTensors {
+  return (headers) => {
+    const chosen = checkModelTensors(config, headers, dir);
+    const note = skippedParts(
+      config,
+      headers.map((h) => h.name),
+    );
+    if (note && !saidSkipped.has(dir)) {
+      saidSkipped.add(dir);
+      console.warn(`[model] ${dir}: ${note}`);
+    }
+    return chosen;
+  };
+}
+const saidSkipped = new Set<string>();
 
 export interface WriteHfModelOptions {
   /** The full config.json object; it is validated and must describe `tensors`. */
   config: Record<string, unknown>;
-  tensors: readonly NamedTensor[];
+  tensors: readonly WeightTensor[];
   /** A folder to copy the `SIDE_FILES` it has from (tokenizer, generation config); usually the base model. */
   copyFrom?: string;
   /** Extra files by name, written after the copies (so they win). */
@@ -148,7 +143,7 @@ export function writeHfModel(dir: string, opts: WriteHfModelOptions): void {
 export interface WriteHfModelStreamOptions extends Omit<WriteHfModelOptions, 'tensors'> {
   /** Every tensor's name, dtype and shape, in the order `batches` yields them. */
   entries: TensorEntry[];
-  batches: AsyncIterable<readonly NamedTensor[]>;
+  batches: AsyncIterable<readonly WeightTensor[]>;
 }
 
 /**

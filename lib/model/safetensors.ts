@@ -11,7 +11,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { constants as bufferConstants } from 'node:buffer';
 import { createHash, randomBytes } from 'node:crypto';
-import type { DiskDType, NamedTensor } from './arch';
+import type { DiskDType, WeightTensor } from './arch';
 import { writeFileAtomic } from '../atomic';
 import { readBoundedText } from '../files';
 import { jsonSyntaxError, MAX_JSON_FILE_BYTES } from '../json';
@@ -324,46 +324,58 @@ export function readSafetensorsHeader(file: string): TensorHeader[] {
 }
 
 /**
- * Checks a model folder's tensors by their headers before their data is read: `check` sees them
- * (index order, model dtypes only) and throws to stop the read. A folder of one 100 GB tensor of
- * the wrong name costs a header read, not 100 GB of memory.
+ * Which of a model folder's tensors to read, and in what order, chosen by their headers before any
+ * data is read (index order, model dtypes only); it throws to stop the read. A folder of one 100 GB
+ * tensor of the wrong name costs a header read, not 100 GB of memory.
  */
-function checkHeaders(dir: string, plan: WeightFile[], check?: (headers: TensorHeader[]) => void): void {
-  if (check)
-    check(
-      modelTensors(
-        dir,
-        plan,
-        plan.map((f) => readSafetensorsHeader(f.file)),
-      ),
-    );
+export type SelectTensors = (headers: TensorHeader[]) => readonly TensorHeader[];
+
+/**
+ * Reading a model folder, written once for the sync and the async reader: the headers first, where
+ * `select` chooses (without one: every tensor, as listed), then each weight file in turn (yielded,
+ * its tensors sent back), then the chosen tensors in the chosen order.
+ */
+function* folderRead(dir: string, select?: SelectTensors): Generator<string, WeightTensor[], StoredTensor[]> {
+  const plan = weightFiles(dir);
+  const chosen = select?.(
+    modelTensors(
+      dir,
+      plan,
+      plan.map((f) => readSafetensorsHeader(f.file)),
+    ),
+  );
+  const read: StoredTensor[][] = [];
+  for (const f of plan) read.push(yield f.file);
+  const tensors = modelTensors(dir, plan, read);
+  if (!chosen) return tensors;
+  const byName = new Map(tensors.map((t) => [t.name, t]));
+  return chosen.map((h) => {
+    const t = byName.get(h.name);
+    // The files were read twice (headers, then data): one replaced in between is not the one checked.
+    if (!t || t.dtype !== h.dtype || t.shape.join() !== h.shape.join())
+      throw new Error(`${dir}: tensor '${h.name}' changed while the folder was read`);
+    return t;
+  });
 }
 
 /**
  * Reads the weights of an HF model folder: `model.safetensors.index.json` (sharded, its
- * `weight_map` says which file holds each tensor) or else `model.safetensors`. `check` (see
- * checkHeaders) runs on the headers first.
+ * `weight_map` says which file holds each tensor) or else `model.safetensors`; `select` (see
+ * `SelectTensors`) chooses by the headers first.
  */
-export function readSafetensorsDir(dir: string, check?: (headers: TensorHeader[]) => void): NamedTensor[] {
-  const plan = weightFiles(dir);
-  checkHeaders(dir, plan, check);
-  return modelTensors(
-    dir,
-    plan,
-    plan.map((f) => readSafetensors(f.file).tensors),
-  );
+export function readSafetensorsDir(dir: string, select?: SelectTensors): WeightTensor[] {
+  const steps = folderRead(dir, select);
+  let step = steps.next();
+  while (!step.done) step = steps.next(readSafetensors(step.value).tensors);
+  return step.value;
 }
 
 /** readSafetensorsDir without blocking the event loop (readSafetensorsAsync). */
-export async function readSafetensorsDirAsync(
-  dir: string,
-  check?: (headers: TensorHeader[]) => void,
-): Promise<NamedTensor[]> {
-  const plan = weightFiles(dir);
-  checkHeaders(dir, plan, check);
-  const read: StoredTensor[][] = [];
-  for (const f of plan) read.push((await readSafetensorsAsync(f.file)).tensors);
-  return modelTensors(dir, plan, read);
+export async function readSafetensorsDirAsync(dir: string, select?: SelectTensors): Promise<WeightTensor[]> {
+  const steps = folderRead(dir, select);
+  let step = steps.next();
+  while (!step.done) step = steps.next((await readSafetensorsAsync(step.value)).tensors);
+  return step.value;
 }
 
 /** Bytes of the files holding a model folder's weights (its shards, or model.safetensors), from their sizes: nothing is read. */

@@ -3,7 +3,7 @@
  * `createModel` initialises exactly these tensors, loading checks a folder against them so a
  * mismatch is reported by name here rather than deep in the engine, and the engine is given it.
  */
-import { LAYER_TYPES, type ArchConfig, type LayerType, type NamedTensor } from './arch';
+import { LAYER_TYPES, type ArchConfig, type LayerType, type WeightTensor } from './arch';
 import { family, sparseLayerCount, type TensorSpec } from './families';
 
 export type { TensorRole, TensorSpec } from './families';
@@ -99,7 +99,7 @@ export function skippedParts(a: ArchConfig, names: readonly string[]): string | 
  * Checks that `tensors` are exactly the model's tensors with the right shapes; returns them in
  * `tensorSpecs` order without ignorable extras. `source` (the folder) is named in errors.
  */
-export function checkModelTensors<T extends Pick<NamedTensor, 'name' | 'shape'> = NamedTensor>(
+export function checkModelTensors<T extends Pick<WeightTensor, 'name' | 'shape'> = WeightTensor>(
   a: ArchConfig,
   tensors: readonly T[],
   source: string,

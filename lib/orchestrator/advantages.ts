@@ -3,10 +3,10 @@
  * rolled out G times; a rollout's advantage comes from its group's rewards and is broadcast later to
  * all its completion tokens.
  *
- * The estimators form a registry: `BUILTIN_ADVANTAGES` names each built-in once (the config's
- * `orchestrator.advantage.type` enum derives from it), and a plugin module (`advantage.import_path`,
- * lib/orchestrator/plugins.ts) becomes the same `AdvantageEstimator` unit, so callers never tell
- * them apart.
+ * The estimators form a registry: `BUILTIN_ADVANTAGES` implements each built-in the config names
+ * (`ADVANTAGE_TYPES`, lib/config/names.ts; the compiler checks that each has one), and a plugin
+ * module (`advantage.import_path`, lib/orchestrator/plugins.ts) becomes the same
+ * `AdvantageEstimator` unit, so callers never tell them apart.
  *
  * Built-ins, with R the group's rewards:
  *   grpo:   A_i = R_i - mean(R)
@@ -21,6 +21,7 @@
  *   std_norm: divides the advantages by std(R) + 1e-8 with Bessel's correction (n - 1), as torch's
  *     `Tensor.std()`; R are the rewards the estimator saw. Not with max_rl (it normalises by the mean).
  */
+import { ADVANTAGE_TYPES, type AdvantageType } from '../config/names';
 
 /** What an estimator sees of one group: its valid (non-errored) rollouts, in order. */
 export interface AdvantageGroup {
@@ -56,7 +57,7 @@ export function sampleStd(xs: readonly number[]): number {
   return Math.sqrt(ss / (xs.length - 1));
 }
 
-/** The built-in estimators by name, each a function of (rewards, group). The one list of their names. */
+/** The built-in estimators by name, each a function of (rewards, group). */
 export const BUILTIN_ADVANTAGES = {
   grpo: (R: number[]) => {
     const b = mean(R);
@@ -75,13 +76,7 @@ export const BUILTIN_ADVANTAGES = {
     const m = mean(R);
     return m > 0 ? R.map((r) => (r - m) / m) : R.map(() => 0);
   },
-} satisfies Record<string, (rewards: number[], group: AdvantageGroup) => number[]>;
-
-export type AdvantageType = keyof typeof BUILTIN_ADVANTAGES;
-export const ADVANTAGE_TYPES = Object.keys(BUILTIN_ADVANTAGES) as [AdvantageType, ...AdvantageType[]];
-/** Every built-in's name (`orchestrator.advantage.type`): the group estimators and `rae`, which is not one. */
-export const ADVANTAGE_KINDS = [...ADVANTAGE_TYPES, 'rae'] as const;
-export type AdvantageKind = (typeof ADVANTAGE_KINDS)[number];
+} satisfies Record<AdvantageType, (rewards: number[], group: AdvantageGroup) => number[]>;
 
 export interface LengthPenaltyConfig {
   type: 'linear';
@@ -198,7 +193,7 @@ export interface AdvantageOptions {
 /**
  * Drops errored rollouts and computes the advantages of each group's valid ones. A group keeps
  * working with fewer valid rollouts than it was sampled with; under 2 it has no baseline and is
- * dropped. (Groups are judged by the rollout filters when they are generated, activities/rollouts.ts.)
+ * dropped. (Groups are judged by the rollout filters when they are generated, activities/generate-rollouts.ts.)
  */
 export function computeAdvantages(
   groups: readonly (readonly RolloutOutcome[])[],

@@ -8,7 +8,7 @@ import type { EnvironmentInfo, Message } from '../envs/types';
 import { classifyStatus, httpErrorText, InferenceError } from './client';
 import type { Episode } from '../runfolder/rollouts';
 import { playEpisode, type EpisodeTask } from './episode';
-import type { SamplingSettings } from './rollout';
+import type { SamplingSettings } from './token-rollout';
 
 export interface ChatApi {
   /** e.g. `https://api.example.com/v1`. */

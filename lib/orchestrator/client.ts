@@ -31,7 +31,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Failure, NonRetryableError } from '../failures';
-import type { ServerLoad } from '../runfolder/inflight';
+import type { ServerLoad } from '../runfolder/inflight-groups';
 import type { EngineReading } from './concurrency';
 import { parseServerMetrics } from './server-load';
 import { ServerWatch } from './server-watch';

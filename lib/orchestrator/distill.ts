@@ -16,14 +16,6 @@
  */
 import type { TokenSegment } from '../runfolder/packing';
 
-/** `distill.type`'s values (docs/algorithms.md, "Distillation"); the config enum derives from this list. */
-export const DISTILL_TYPES = ['opd', 'sft', 'opsd'] as const;
-export type DistillType = (typeof DISTILL_TYPES)[number];
-
-/** `distill.baseline`'s values; the config enum derives from this list. */
-export const DISTILL_BASELINES = ['none', 'position'] as const;
-export type DistillBaseline = (typeof DISTILL_BASELINES)[number];
-
 /** The teacher term of each generated token of a sample, in order; null where the teacher gave none. */
 export function teacherTerms(segments: readonly TokenSegment[]): (number | null)[] {
   const terms: (number | null)[] = [];

@@ -8,11 +8,9 @@
  * weight; every token of the span counts, the chat template's role header and separators included
  * (the renderer's content attribution that prime-rl narrows them with is not on our samples).
  */
+import type { EchoRole } from '../config/names';
 import type { TokenSegment } from '../runfolder/packing';
 
-/** The message roles echo may train (`orchestrator.echo.roles` keys). */
-export const ECHO_ROLES = ['system', 'user', 'assistant', 'tool'] as const;
-export type EchoRole = (typeof ECHO_ROLES)[number];
 export type EchoRoles = Partial<Record<EchoRole, number>>;
 
 /**

@@ -1,6 +1,6 @@
 /**
  * The one episode driver: an environment's example played turn by turn against a policy, then
- * scored by the environment's rubric. Token rollouts (RL and local eval, rollout.ts) and chat
+ * scored by the environment's rubric. Token rollouts (RL and local eval, token-rollout.ts) and chat
  * rollouts (an external API, chat-rollout.ts) differ only in their `Player`: how a turn is sampled
  * and what the environment's reply does to the policy's context.
  */

@@ -1,6 +1,6 @@
 /**
- * A run's rollouts, group by group, as both modes play them (activities/rollouts.ts one step at a
- * time, activities/inflight.ts continuously): what playing needs of the run (`rolloutContext`), an
+ * A run's rollouts, group by group, as both modes play them (activities/generate-rollouts.ts one step at a
+ * time, activities/inflight-rollouts.ts continuously): what playing needs of the run (`rolloutContext`), an
  * example's group of rollouts (`playGroup`), what the rollout filters see of it, and a step's
  * summary of its groups.
  */

@@ -14,13 +14,13 @@
  *
  * `prepareRun` loads them all when a run starts, so a bad import_path fails the run at once.
  */
+import type { AdvantageKind } from '../config/names';
 import { requireUserModule } from '../modules';
 import {
   builtinEstimator,
   groupAdvantages,
   type AdvantageEstimator,
   type AdvantageGroup,
-  type AdvantageKind,
   type LengthPenaltyConfig,
 } from './advantages';
 import { difficultyFilter, type DifficultyFilterConfig, type FilterGroup, type RolloutFilter } from './filters';

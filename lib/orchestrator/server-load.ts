@@ -14,7 +14,7 @@ import {
   RUNNING_GAUGE,
   WAITING_GAUGE,
 } from '../inference/metrics';
-import type { ServerLoad } from '../runfolder/inflight';
+import type { ServerLoad } from '../runfolder/inflight-groups';
 import type { EngineReading } from './concurrency';
 
 type Counters = Omit<EngineReading, 'id'>;

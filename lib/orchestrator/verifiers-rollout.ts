@@ -16,11 +16,12 @@ import { failedHow, type Message } from '../envs/types';
 import type { Tokenizer } from '../model/tokenizer';
 import type { InferenceClient } from './client';
 import { VerifiersRunError, type VerifiersServers, type WireEpisode, type WireTrace } from '../envs/verifiers/server';
-import { isVerifiersEnv, verifiersArgs, verifiersLaunch } from '../envs/verifiers/environment';
+import { isVerifiersEnv } from '../config/names';
+import { verifiersArgs, verifiersLaunch } from '../envs/verifiers/environment';
 import { RECORD_VERSIONS_HEADER } from '../inference/server/session-versions';
 import type { TokenSegment } from '../runfolder/packing';
 import type { Rollout } from '../runfolder/rollouts';
-import { runRollout, type RolloutTask } from './rollout';
+import { runRollout, type RolloutTask } from './token-rollout';
 
 /** Where the env server reaches the policy. */
 export interface VerifiersEndpoint {
@@ -339,7 +340,7 @@ export async function runVerifiersRollout(
   }
 }
 
-/** A rollout of any env: a verifiers env on its env server, any other through the env pool (rollout.ts). */
+/** A rollout of any env: a verifiers env on its env server, any other through the env pool (token-rollout.ts). */
 export function playRollout(
   task: RolloutTask,
   pool: EnvPool,

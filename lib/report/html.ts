@@ -8,7 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { evalTable } from '../eval/table';
 import { projectRoot } from '../paths';
-import { formatDuration } from '../run/progress';
+import { formatDuration } from '../run-ops/progress';
 import { hasData, type Chart, type ConfigFile, type Phase, type ReportData } from './data';
 
 const PHASE_COLORS: Record<Phase, string> = { generation: '#2563eb', waiting: '#d1d5db', training: '#f59e0b' };

@@ -27,7 +27,7 @@ export function checkConfig<S extends z.ZodType>(config: unknown, schema: S): z.
 
 /**
  * The text of the config a run folder stores and compares a new start's config with:
- * ckpt.resume_step says where one start begins (lib/run/rewind.ts), not what the run is.
+ * ckpt.resume_step says where one start begins (lib/run-ops/rewind.ts), not what the run is.
  */
 export function storedConfigText(config: RLConfig | SFTConfig): string {
   return `${JSON.stringify({ ...config, ckpt: { ...config.ckpt, resume_step: undefined } }, null, 2)}\n`;

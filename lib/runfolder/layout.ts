@@ -13,7 +13,7 @@
  *   weights/step_N/            HF folder of policy version N (written by train step N-1)            lib/model/hf.ts
  *   checkpoints/step_N/        trainer state after N train steps                                    checkpoint.ts
  *   train/step_N.json          summary of train step N (written last: the step's done-marker)
- *   inflight/groups/G.json     in-flight mode: finished group number G (written once, never replaced) inflight.ts
+ *   inflight/groups/G.json     in-flight mode: finished group number G (written once, never replaced) inflight-groups.ts
  *   inflight/consumed.json     in-flight mode: how far the claims have looked, and how many groups they left over (advisory)
  *   metrics.jsonl              one line per finished step                                           metrics.ts
  *   logs/                      worker and server logs (local launcher)

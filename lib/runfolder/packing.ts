@@ -1,6 +1,6 @@
 /**
  * Trainer input: one token sequence per sample (a rollout's turns concatenated, lib/orchestrator/sample.ts;
- * a rollout whose chat template breaks the prefix is several samples, lib/orchestrator/rollout.ts;
+ * a rollout whose chat template breaks the prefix is several samples, lib/orchestrator/token-rollout.ts;
  * an SFT example, lib/sft/tokenize.ts), packed first-fit-decreasing
  * into fixed rows of `seq_len` tokens. Attention must not cross samples, so every row records its
  * samples' lengths; position ids restart at 0 with each sample, as each sample was generated from

@@ -10,7 +10,6 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { storedResult, writeDirAtomic } from '../atomic';
 import type { Message } from '../envs/types';
-import type { InFlightClaim } from './inflight';
 import { RunLayout } from './layout';
 import type { TokenSegment } from './packing';
 
@@ -26,7 +25,7 @@ export interface Episode {
   error?: string;
 }
 
-/** A token rollout (lib/orchestrator/rollout.ts): an episode with the exact tokens the policy sampled. */
+/** A token rollout (lib/orchestrator/token-rollout.ts): an episode with the exact tokens the policy sampled. */
 export interface Rollout extends Episode {
   /**
    * The training samples, in order, each its token segments (prompt, turn 1, env reply 1, turn 2,
@@ -80,6 +79,29 @@ export interface FilterMetrics {
   groups_missing: number;
 }
 
+/** The in-flight part of a step's rollout summary (recorded in metrics.jsonl). */
+export interface InFlightClaim {
+  /** Groups [first, next) were looked at for the first time; the next step goes on at `next`. */
+  first: number;
+  next: number;
+  /** The groups the step trains on. */
+  groups: number[];
+  /** Groups left for the next step, which looks at them first (their mix entry's share of this step was full). */
+  deferred: number[];
+  /** Groups (and their rollouts) dropped for being more than max_off_policy_steps versions behind. */
+  staleGroups: number;
+  staleRollouts: number;
+  /** Versions behind the step of the rollouts it trains on (step - oldest token's version): mean and max (0 when none sampled). */
+  offPolicyMean: number;
+  offPolicyMax: number;
+  /** Seconds the producer had nothing to generate while the groups [first, next) were made. */
+  inferenceIdleSeconds: number;
+  /** Means over the groups [first, next), as they finished: the producer's concurrency limit (in rollouts) and the servers' running and queued sequences (null: not recorded). */
+  concurrencyMean: number | null;
+  serverRunningMean: number | null;
+  serverWaitingMean: number | null;
+}
+
 export interface RolloutSummary {
   step: number;
   path: string;
@@ -98,7 +120,7 @@ export interface RolloutSummary {
   errors: string[];
   /** The rollout filters: groups dropped (by reason), refill rounds, groups still missing. */
   filter: FilterMetrics;
-  /** In-flight mode: the groups the step took and their off-policy distance (lib/runfolder/inflight.ts). */
+  /** In-flight mode: the groups the step took and their off-policy distance (from lib/runfolder/inflight-groups.ts). */
   inFlight?: InFlightClaim;
 }
 

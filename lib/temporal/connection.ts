@@ -14,9 +14,8 @@
  */
 import { Connection, type Client, type TLSConfig } from '@temporalio/client';
 import { loadClientConfigProfile, toClientOptions } from '@temporalio/envconfig';
-import { ConfigError } from '../config/errors';
+import { CommandError, ConfigError } from '../failures';
 import type { TemporalConfig } from '../config/schemas';
-import { CommandError } from '../cli/command';
 import { isListening } from './devserver';
 
 /** What a connection needs besides the address: TLS, API key, gRPC metadata (secrets inside). */

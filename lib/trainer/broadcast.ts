@@ -19,7 +19,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import * as native from '../../native';
-import type { NamedTensor } from '../model/arch';
+import type { WeightTensor } from '../model/arch';
 import type { TensorEntry } from '../model/safetensors';
 
 /** The servers a broadcast reaches, and how to call their control routes. */
@@ -52,7 +52,7 @@ export interface BroadcastReport {
 
 /** A version on its way: `unit` sends each unit (in order), `end` waits for the servers. */
 export interface BroadcastVersion {
-  unit(u: number, tensors: readonly NamedTensor[]): Promise<void>;
+  unit(u: number, tensors: readonly WeightTensor[]): Promise<void>;
   end(): Promise<BroadcastReport>;
 }
 

@@ -32,7 +32,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as native from '../../native';
-import { ConfigError } from '../config/errors';
+import { ConfigError } from '../failures';
 import { trainerRankSchema, type TrainerRankConfig } from '../config/schemas';
 
 /**

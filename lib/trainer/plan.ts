@@ -23,7 +23,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type * as native from '../../native';
-import { ConfigError } from '../config/errors';
+import { ConfigError } from '../failures';
 import { SHARDINGS, type ModelPlanConfig } from '../config/schemas';
 import type { ArchConfig } from '../model/arch';
 import { isSparseLayer } from '../model/families/decoder';

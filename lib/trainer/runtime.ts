@@ -10,8 +10,8 @@ import { createModelWithoutWeights, loadModel } from '../model/engine';
 import { DISK_FULL } from '../atomic';
 import { Failure, NonRetryableError, RunFolderDamagedError } from '../failures';
 import { resolveModelDir } from '../hub';
-import type { NamedTensor } from '../model/arch';
-import { loadHfModel, readHfConfig, storedWeightsDtype, writeHfModelStream, type WeightsDType } from '../model/hf';
+import type { DiskDType, WeightTensor } from '../model/arch';
+import { loadHfModel, readHfConfig, storedWeightsDtype, writeHfModelStream } from '../model/hf';
 import { numel, serializeSafetensors, type TensorEntry } from '../model/safetensors';
 import { readBatch, type Batch } from '../runfolder/batch';
 import { listSteps, RunLayout } from '../runfolder/layout';
@@ -148,7 +148,7 @@ export class NonFiniteWeightsError extends Error {
  * How many NaN or Inf values an F32 tensor holds: one pass over its data (about 3 s per billion
  * values on one core), which is already in JS memory to be written.
  */
-export function countNonFinite(t: NamedTensor): number {
+export function countNonFinite(t: WeightTensor): number {
   if (t.dtype === 'BF16' || t.dtype === 'F16') {
     // NaN and +-Inf are the values whose exponent bits are all set.
     const mask = t.dtype === 'BF16' ? 0x7f80 : 0x7c00;
@@ -173,7 +173,7 @@ export function countNonFinite(t: NamedTensor): number {
 }
 
 /** Throws NonFiniteWeightsError for the first tensor with a NaN or Inf, yielding between tensors (heartbeats). */
-async function checkFinite(tensors: readonly NamedTensor[], version: number): Promise<void> {
+async function checkFinite(tensors: readonly WeightTensor[], version: number): Promise<void> {
   for (const t of tensors) {
     const count = countNonFinite(t);
     if (count > 0) throw new NonFiniteWeightsError(t.name, count, numel(t.shape), version);
@@ -378,11 +378,11 @@ export class TrainerRuntime {
    */
   async writeWeights(
     version: number,
-    onUnit?: (unit: number, tensors: readonly NamedTensor[]) => Promise<void>,
+    onUnit?: (unit: number, tensors: readonly WeightTensor[]) => Promise<void>,
   ): Promise<string> {
     const dir = this.layout.weightsDir(version);
     const lora = this.spec.lora;
-    const adapters = lora.enabled ? ((await this.trainer.readAdapters('F32')) as NamedTensor[]) : [];
+    const adapters = lora.enabled ? await this.trainer.readAdapters('F32') : [];
     await checkFinite(adapters, version);
     const files: Record<string, string | Buffer> = {};
     if (lora.enabled) {
@@ -412,7 +412,7 @@ export class TrainerRuntime {
     const entries = this.policyUnits().flat();
     async function* units() {
       for (let u = 0; u < trainer.weightUnits; u++) {
-        const tensors = (await trainer.readWeightUnit(u, dtype)) as NamedTensor[];
+        const tensors = await trainer.readWeightUnit(u, dtype);
         await checkFinite(tensors, version);
         // The broadcast of a unit (a native thread's collective) overlaps its write.
         const sent = onUnit?.(u, tensors);
@@ -431,10 +431,10 @@ export class TrainerRuntime {
   }
 
   /** The dtype policy weights are written in: the base model's (storedWeightsDtype). */
-  get weightsDtype(): WeightsDType {
+  get weightsDtype(): DiskDType {
     return (this.cachedWeightsDtype ??= storedWeightsDtype(this.baseDir));
   }
-  private cachedWeightsDtype?: WeightsDType;
+  private cachedWeightsDtype?: DiskDType;
 
   /** A rank > 0's part of `writeWeights` under full sharding: every unit gathered with rank 0. */
   async shareWeights(): Promise<void> {

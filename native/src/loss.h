@@ -112,7 +112,8 @@ const std::vector<LossKind>& lossKinds();
 const LossKind& lossKind(const std::string& name);
 
 // A unit registers its kind when the addon loads, at namespace scope in its own file:
-//   namespace { const LossRegistration registered{LossKind{"name", ...}}; }
+//   namespace { const LossRegistration nameRegistration{LossKind{"name", ...}}; }
+// (named after the loss: the build may compile several units as one, see CMakeLists.txt)
 // so a new loss is its file alone (CMake globs src/*.cc). Two kinds with one name are an error
 // on the first use of the registry.
 struct LossRegistration {

@@ -9,7 +9,7 @@ LossKind ceLoss() {
   return {"ce", false, {}, "cross-entropy -logp (SFT)", [](const LossContext& c) { return LossTerms{-c.in.logp}; }};
 }
 
-const LossRegistration registered{ceLoss()};
+const LossRegistration ceRegistration{ceLoss()};
 
 }  // namespace
 

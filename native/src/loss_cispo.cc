@@ -12,7 +12,7 @@ LossKind cispoLoss() {
           }};
 }
 
-const LossRegistration registered{cispoLoss()};
+const LossRegistration cispoRegistration{cispoLoss()};
 
 }  // namespace
 

@@ -45,7 +45,7 @@ LossKind dppoLoss() {
           }};
 }
 
-const LossRegistration registered{dppoLoss()};
+const LossRegistration dppoRegistration{dppoLoss()};
 
 }  // namespace
 

@@ -24,7 +24,7 @@ LossKind grpoLoss() {
           }};
 }
 
-const LossRegistration registered{grpoLoss()};
+const LossRegistration grpoRegistration{grpoLoss()};
 
 }  // namespace
 

@@ -19,7 +19,7 @@ LossKind gspoLoss() {
           }};
 }
 
-const LossRegistration registered{gspoLoss()};
+const LossRegistration gspoRegistration{gspoLoss()};
 
 }  // namespace
 

@@ -20,7 +20,7 @@ LossKind ipoLoss() {
           }};
 }
 
-const LossRegistration registered{ipoLoss()};
+const LossRegistration ipoRegistration{ipoLoss()};
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 """Logs a prime-rl run's step metrics to Weights & Biases with the official SDK.
 
-Started by lib/run/wandb.ts, which writes JSON lines to stdin:
+Started by lib/run-ops/wandb.ts, which writes JSON lines to stdin:
   {"init": {"project", "name", "entity", "id", "dir", "config"}}   first, once
   {"step": N, "metrics": {"name": number, ...}}                     then one per step
 EOF on stdin finishes the run. Replies on stdout, one JSON line each:

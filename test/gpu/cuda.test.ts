@@ -7,7 +7,8 @@
  */
 import * as fs from 'node:fs';
 import * as native from '../../native';
-import { CHECKS, makeWorkDir, type CheckContext } from '../../bench/gpu/checks';
+import type { CheckContext } from '../../bench/gpu/check';
+import { CHECKS, makeWorkDir } from '../../bench/gpu/checks';
 
 const cuda = native.info().cuda;
 

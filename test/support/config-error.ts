@@ -1,5 +1,5 @@
 /** What a config loader test expects of bad input: a ConfigError (exit 2), and its message. */
-import { ConfigError } from '../../lib/config/errors';
+import { ConfigError } from '../../lib/failures';
 
 export function configError(fn: () => unknown): string {
   try {

@@ -5,7 +5,8 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { HubNameError, resolveHubName } from '../../lib/hub';
+import { HubNameError } from '../../lib/failures';
+import { resolveHubName } from '../../lib/hub';
 import { addToHubCache } from '../support/hub-cache';
 import { scratchDir } from '../support/setup';
 

@@ -16,13 +16,8 @@ import {
   type WorkflowBundleWithSourceMap,
 } from '@temporalio/worker';
 import type { EvalPlan } from '../../activities/evaluate';
-import type {
-  CpuActivities,
-  PackSummary,
-  RolloutSummary,
-  TrainerActivities,
-  TrainSummary,
-} from '../../activities/types';
+import type { PackSummary, RolloutSummary, TrainSummary } from '../../activities/types';
+import type { CpuActivities, TrainerActivities } from '../../activities';
 import { loadConfig } from '../../lib/config/loader';
 import {
   evalSchema,

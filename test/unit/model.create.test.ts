@@ -10,7 +10,7 @@ import {
   resolveArchConfig,
 } from '../../lib/model/create';
 import { modelCreateSchema } from '../../lib/config/schemas';
-import { ARCHS } from '../../lib/model/families';
+import { ARCHS } from '../../lib/config/names';
 import { loadHfModel } from '../../lib/model/hf';
 import { parameterCount } from '../../lib/model/tensors';
 import { Tokenizer } from '../../lib/model/tokenizer';

@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { NamedTensor } from '../../lib/model/arch';
+import type { WeightTensor } from '../../lib/model/arch';
 import {
   INDEX_FILE,
   parseSafetensors,
@@ -14,16 +14,17 @@ import {
   serializeSafetensors,
   writeSafetensors,
   writeSafetensorsStream,
+  type SelectTensors,
 } from '../../lib/model/safetensors';
 import { fileSha256 } from '../../lib/runfolder/checkpoint';
 
 const FIXTURES = path.join(__dirname, '..', 'fixtures', 'hf-reference');
 
-function f32(name: string, shape: number[], values: number[]): NamedTensor {
+function f32(name: string, shape: number[], values: number[]): WeightTensor {
   return { name, dtype: 'F32', shape, data: Buffer.from(new Float32Array(values).buffer) };
 }
 
-const sample: NamedTensor[] = [
+const sample: WeightTensor[] = [
   f32('b.weight', [2, 3], [1, -2, 3.5, Number.MIN_VALUE, -0, 1e30]),
   { name: 'a.bias', dtype: 'BF16', shape: [3], data: Buffer.from([0x80, 0x3f, 0x00, 0xc0, 0x7f, 0x7f]) },
   { name: 'c.half', dtype: 'F16', shape: [1], data: Buffer.from([0x00, 0x3c]) },
@@ -47,7 +48,7 @@ afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 describe('streamed writes (tensors in batches, the header first)', () => {
   const entries = sample.map(({ name, dtype, shape }) => ({ name, dtype, shape }));
-  async function* batches(tensors: NamedTensor[]) {
+  async function* batches(tensors: WeightTensor[]) {
     yield tensors.slice(0, 2);
     yield tensors.slice(2);
   }
@@ -172,6 +173,39 @@ describe('reading without blocking the event loop (a server loading new weights)
     );
     fs.writeFileSync(path.join(tmp, INDEX_FILE), JSON.stringify({ metadata: {}, weight_map: weightMap }));
     same(await readSafetensorsDirAsync(tmp), readSafetensorsDir(tmp));
+  });
+});
+
+describe('a folder read chosen by its headers (how a model is loaded: one check, on the headers)', () => {
+  test.each([
+    ['sync', (select: SelectTensors) => Promise.resolve(readSafetensorsDir(tmp, select))],
+    ['async', (select: SelectTensors) => readSafetensorsDirAsync(tmp, select)],
+  ])('%s: select sees every header once, and the tensors it chose come back in its order', async (_, read) => {
+    writeSafetensors(path.join(tmp, 'model.safetensors'), sample);
+    const seen: string[][] = [];
+    const back = await read((h) => {
+      seen.push(h.map((t) => t.name));
+      return [h[3], h[0]];
+    });
+    // The headers in the file's order (the writer sorts by name); the data of the two chosen only.
+    const byName = [...sample].sort((x, y) => x.name.localeCompare(y.name));
+    expect(seen).toEqual([byName.map((t) => t.name)]);
+    expect(back).toEqual([byName[3], byName[0]]);
+  });
+
+  test.each([
+    ['sync', (select: SelectTensors) => Promise.resolve().then(() => readSafetensorsDir(tmp, select))],
+    ['async', (select: SelectTensors) => readSafetensorsDirAsync(tmp, select)],
+  ])('%s: a file replaced between the header read and the data read is refused, naming the tensor', async (_, read) => {
+    const file = path.join(tmp, 'model.safetensors');
+    writeSafetensors(file, sample);
+    const changed = sample.map((t) => (t.name === 'b.weight' ? f32('b.weight', [3, 2], [1, 2, 3, 4, 5, 6]) : t));
+    const replace: SelectTensors = (h) => {
+      writeSafetensors(file, changed);
+      return h;
+    };
+    expect(readSafetensorsDir(tmp).find((t) => t.name === 'b.weight')?.shape).toEqual([2, 3]);
+    await expect(read(replace)).rejects.toThrow(`${tmp}: tensor 'b.weight' changed while the folder was read`);
   });
 });
 

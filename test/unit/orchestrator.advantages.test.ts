@@ -1,6 +1,6 @@
 /** Advantage estimators, zero-advantage dropping and the difficulty filter against hand-computed values. */
+import { ADVANTAGE_TYPES } from '../../lib/config/names';
 import {
-  ADVANTAGE_TYPES,
   BUILTIN_ADVANTAGES,
   builtinEstimator,
   computeAdvantages,
@@ -62,7 +62,7 @@ const adv = (cfg: BuiltinAdvantageConfig, g: AdvantageGroup) => groupAdvantages(
 describe('built-in estimators', () => {
   const R = [1, 0, 0.5, 0.5];
 
-  test('the registry names each built-in once; the config enum is those names', () => {
+  test('the config names each built-in once; the registry implements those names', () => {
     expect(ADVANTAGE_TYPES).toEqual(Object.keys(BUILTIN_ADVANTAGES));
     expect(ADVANTAGE_TYPES).toEqual(['grpo', 'rloo', 'opo', 'max_rl']);
     expect(orchestrator().advantage.type).toBe('grpo');

@@ -1,10 +1,10 @@
 /**
- * In-flight mode's decisions (lib/orchestrator/inflight.ts): which groups a step takes, and the
+ * In-flight mode's decisions (lib/orchestrator/inflight-decisions.ts): which groups a step takes, and the
  * producer's concurrency; and the load readings it follows (lib/orchestrator/server-load.ts).
  */
 import { difficultyFilter } from '../../lib/orchestrator/filters';
-import { claimMetrics, claimStep, resumeDraw, STALE } from '../../lib/orchestrator/inflight';
-import type { ClaimCandidate } from '../../lib/runfolder/inflight';
+import { claimMetrics, claimStep, resumeDraw, STALE } from '../../lib/orchestrator/inflight-decisions';
+import type { ClaimCandidate } from '../../lib/runfolder/inflight-groups';
 import { parseServerLoad } from '../../lib/orchestrator/server-load';
 import { EnvMix } from '../../lib/envs/mix';
 
@@ -163,7 +163,7 @@ function simulate(o: { cap: number; maxDeferred: number; dropEntry1: boolean; st
       maxOffPolicySteps: 8,
       mix: { quota, entryOf: (c) => entryOfDraw(stored[c.seq].draw), maxDeferred: o.maxDeferred },
     });
-    // The producer's backpressure, as the claim reports it (lib/runfolder/inflight.ts `readConsumed`):
+    // The producer's backpressure, as the claim reports it (lib/runfolder/inflight-groups.ts `readConsumed`):
     // groups looked at are no longer waiting, except those left over.
     const waiting = stored.length - (next + d.fresh.length) + d.deferred.length;
     while (running.length + waiting < o.cap) {

@@ -7,7 +7,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { RunLayout } from '../../lib/runfolder/layout';
 import { writeEvalResults } from '../../lib/eval/results';
-import { firstNeededVersion, prunePolicyWeights, pruneRunFolder } from '../../lib/run/prune';
+import { firstNeededVersion, prunePolicyWeights, pruneRunFolder } from '../../lib/run-ops/prune';
 
 let root: string;
 beforeEach(() => (root = fs.mkdtempSync(path.join(os.tmpdir(), 'prune-'))));

@@ -1,5 +1,5 @@
 /** The launcher's progress line: an ETA that says what it knows. */
-import { formatDuration, stepLine } from '../../lib/run/progress';
+import { formatDuration, stepLine } from '../../lib/run-ops/progress';
 
 const started = 1_000_000;
 

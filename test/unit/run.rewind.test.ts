@@ -1,11 +1,11 @@
 /**
- * `ckpt.resume_step` on a run folder (lib/run/rewind.ts): what comes after the checkpoint goes, in
+ * `ckpt.resume_step` on a run folder (lib/run-ops/rewind.ts): what comes after the checkpoint goes, in
  * in-flight mode the producer's unclaimed groups too (sampled by discarded policies).
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { rewindRun } from '../../lib/run/rewind';
+import { rewindRun } from '../../lib/run-ops/rewind';
 import { RunLayout } from '../../lib/runfolder/layout';
 import { CKPT_FILE, fileSha256, PROGRESS_FILE } from '../../lib/runfolder/checkpoint';
 

@@ -7,7 +7,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { ConfigError } from '../../lib/config/errors';
+import { ConfigError } from '../../lib/failures';
 import { devMetricsPort, rlSchema, temporalSchema } from '../../lib/config/schemas';
 import { connectFailure, describeTarget, temporalTarget } from '../../lib/temporal/connection';
 import { rlConfig } from '../support/setup';

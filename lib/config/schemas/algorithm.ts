@@ -6,8 +6,7 @@
  * its own (prime-rl's per-source `algo`).
  */
 import { z } from 'zod';
-import { ADVANTAGE_KINDS } from '../../orchestrator/advantages';
-import { ECHO_ROLES } from '../../orchestrator/echo';
+import { ADVANTAGE_KINDS, ECHO_ROLES } from '../names';
 import { nonNegative } from './common';
 import { envDistillSchema } from './distill';
 import { envSchema } from './envs';

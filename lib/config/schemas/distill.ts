@@ -6,7 +6,7 @@
  * The same table overrides the run's for one environment (`[[env]] distill`, or `false`: none).
  */
 import { z } from 'zod';
-import { DISTILL_BASELINES, DISTILL_TYPES } from '../../orchestrator/distill';
+import { DISTILL_BASELINES, DISTILL_TYPES } from '../names';
 import { nonNegative } from './common';
 
 /** opsd's leading system message; `{demonstration}` is the example's demonstration. */

@@ -1,6 +1,6 @@
 /** [lora]: low-rank adapters instead of full fine-tuning (SFT and the RL trainer). */
 import { z } from 'zod';
-import { PROJECTIONS } from '../../model/families';
+import { PROJECTIONS } from '../../../native/model-binding';
 import { positiveInt, section } from './common';
 
 export const loraSchema = section({

@@ -1,6 +1,6 @@
 /** `model create` and `model plan`: a random-initialised model folder, and the memory one rank needs. */
 import { z } from 'zod';
-import { ARCHS } from '../../model/families';
+import { ARCHS } from '../names';
 import { positiveInt, seed } from './common';
 import { SHARDING_HELP, SHARDINGS } from './dist';
 

@@ -3,7 +3,7 @@
  * the keys they share and the checks that span sections.
  */
 import { z } from 'zod';
-import { isVerifiersEnv } from '../../envs/verifiers/environment';
+import { isVerifiersEnv } from '../names';
 import { serverUrl } from '../urls';
 import { checkpointSchema } from './ckpt';
 import { asyncLevel, checkMaxTokens, maxSteps, outputDir, runName, section, seed, seqLen } from './common';

@@ -1,6 +1,6 @@
 /** `sft`: supervised fine-tuning on a dataset, with validation loss and evals between steps. */
 import { z } from 'zod';
-import { isVerifiersEnv } from '../../envs/verifiers/environment';
+import { isVerifiersEnv } from '../names';
 import { checkpointSchema } from './ckpt';
 import { checkMaxTokens, maxSteps, outputDir, positiveInt, runName, section, seed, seqLen, threads } from './common';
 import { trainerScaleShape } from './dist';

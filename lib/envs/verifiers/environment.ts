@@ -11,16 +11,11 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { z } from 'zod';
 import { OPTIONAL_PARTS, setupCommand, type PartUse } from '../../optional-parts';
+import { isVerifiersEnv, VERIFIERS_PREFIX } from '../../config/names';
 import { projectRoot } from '../../paths';
 import { listDataset } from '../dataset';
 import type { EnvironmentDefinition } from '../define';
 import type { Example, JsonObject, Message } from '../types';
-
-export const VERIFIERS_PREFIX = 'verifiers:';
-
-export function isVerifiersEnv(id: string): boolean {
-  return id.startsWith(VERIFIERS_PREFIX);
-}
 
 /** The venv that a config naming a verifiers env installs on first use (lib/optional-parts.ts). */
 export const VERIFIERS_VENV = path.join(projectRoot, OPTIONAL_PARTS.verifiers.venv);

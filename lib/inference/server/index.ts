@@ -17,10 +17,10 @@ import * as path from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import * as native from '../../../native';
 import { loadModel } from '../../model/engine';
-import { ConfigError } from '../../config/errors';
+import { ConfigError } from '../../failures';
 import type { InferenceConfig } from '../../config/schemas';
 import { resolveModelDir } from '../../hub';
-import { loadHfModel, type HfModel } from '../../model/hf';
+import { loadHfModelAsync, type HfModel } from '../../model/hf';
 import { Tokenizer } from '../../model/tokenizer';
 import { InferenceMetrics } from '../metrics';
 import { ApiError, checkBodyDepth } from '../protocol';
@@ -70,11 +70,12 @@ function bearerCheck(config: InferenceConfig): ((header: string | undefined) => 
  * files, the tensors against the config) before the engine allocates anything. What is wrong with
  * the folder is the user's to fix: a config error naming model.name (the CLI exits 2).
  */
-function readBase(baseDir: string): { real: string; base: HfModel; tokenizer: Tokenizer } {
+async function readBase(baseDir: string): Promise<{ real: string; base: HfModel; tokenizer: Tokenizer }> {
   try {
     const real = fs.realpathSync(baseDir);
     const tokenizer = Tokenizer.fromDir(baseDir);
-    return { real, base: loadHfModel(baseDir), tokenizer };
+    // The path /reload_weights and /update_weights load by: one path, one check.
+    return { real, base: await loadHfModelAsync(baseDir), tokenizer };
   } catch (e) {
     throw new ConfigError(`model.name: ${(e as Error).message}`);
   }
@@ -115,7 +116,7 @@ export async function startInferenceServer(config: InferenceConfig): Promise<Inf
   // Requests of every batch size and prompt length free blocks of many sizes: kept up to this bound.
   native.setCpuCache(config.cpu_cache_mb * 2 ** 20);
   const baseDir = resolveModelDir(config.model.name);
-  const { real: baseReal, base, tokenizer } = readBase(baseDir);
+  const { real: baseReal, base, tokenizer } = await readBase(baseDir);
   const arch = base.config;
   // Before the engine loads (see prompt-supervisor.ts); a later restart waits for a pause between
   // engine steps.

@@ -11,7 +11,7 @@
 import * as path from 'node:path';
 import type { z } from 'zod';
 import * as native from '../../../native';
-import type { ArchConfig, NamedTensor } from '../../model/arch';
+import type { ArchConfig, WeightTensor } from '../../model/arch';
 import { DTYPE_BYTES, numel } from '../../model/safetensors';
 import { checkModelTensors } from '../../model/tensors';
 import { ApiError, type weightsJoinRequest, type weightsReceiveRequest } from '../protocol';
@@ -23,7 +23,7 @@ type ReceiveRequest = z.output<typeof weightsReceiveRequest>;
 interface Staged {
   version: number;
   weightDir: string;
-  tensors: NamedTensor[];
+  tensors: WeightTensor[];
 }
 
 export class WeightReceiver {
@@ -77,7 +77,7 @@ export class WeightReceiver {
       } catch (e) {
         throw new ApiError(503, `the weight broadcast group ${req.generation} was not formed: ${(e as Error).message}`);
       }
-      const tensors: NamedTensor[] = [];
+      const tensors: WeightTensor[] = [];
       let bytes = 0;
       for (const unit of req.units) {
         const received = unit.map((e) => ({
@@ -110,7 +110,7 @@ export class WeightReceiver {
   }
 
   /** The received tensors of `version` to be loaded as `weightDir`, once; undefined when not received. */
-  take(version: number, weightDir: string): NamedTensor[] | undefined {
+  take(version: number, weightDir: string): WeightTensor[] | undefined {
     const s = this.staged;
     if (!s || s.version !== version || s.weightDir !== path.resolve(weightDir)) return undefined;
     this.staged = undefined;

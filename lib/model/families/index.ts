@@ -1,4 +1,5 @@
 /** The registry of architecture families: one line per family (see README.md in this folder). */
+import { ARCHS, type Arch } from '../../config/names';
 import type { Family } from './decoder';
 import { llama } from './llama';
 import { qwen2 } from './qwen2';
@@ -16,12 +17,7 @@ export const FAMILIES = {
   qwen3_5,
   qwen3_5_moe_text,
   qwen3_5_moe,
-} satisfies Record<string, Family>;
-
-/** `ArchConfig.arch`: a registered family's `model_type`. */
-export type Arch = keyof typeof FAMILIES;
-/** The registered families' names, for enums and messages. */
-export const ARCHS = Object.keys(FAMILIES) as [Arch, ...Arch[]];
+} satisfies Record<Arch, Family>;
 
 /** The family of `arch`; an unknown name is an error listing the supported ones. */
 export function family(arch: string): Family {

@@ -1,5 +1,5 @@
 /**
- * In-flight mode's files (lib/orchestrator/inflight.ts decides, activities/inflight.ts produces and
+ * In-flight mode's files (lib/orchestrator/inflight-decisions.ts decides, activities/inflight-rollouts.ts produces and
  * claims):
  *
  *   inflight/groups/G.json   finished group number G (`StoredGroup`), written once under the next
@@ -8,7 +8,7 @@
  *                            (advisory: the producer's backpressure)
  *
  * A step's claim itself is its rollouts folder (lib/runfolder/rollouts.ts), whose summary records
- * the groups it took (`InFlightClaim`).
+ * the groups it took (`InFlightClaim`, declared there with the summary).
  */
 import * as fs from 'node:fs';
 import { storedResult, writeFileAtomic, writeFileExclusive } from '../atomic';
@@ -44,29 +44,6 @@ export interface StoredGroup extends ClaimCandidate<StoredRollout> {
   draw: number;
   rollouts: StoredRollout[];
   finishedAt: number;
-}
-
-/** The in-flight part of a step's rollout summary (recorded in metrics.jsonl). */
-export interface InFlightClaim {
-  /** Groups [first, next) were looked at for the first time; the next step goes on at `next`. */
-  first: number;
-  next: number;
-  /** The groups the step trains on. */
-  groups: number[];
-  /** Groups left for the next step, which looks at them first (their mix entry's share of this step was full). */
-  deferred: number[];
-  /** Groups (and their rollouts) dropped for being more than max_off_policy_steps versions behind. */
-  staleGroups: number;
-  staleRollouts: number;
-  /** Versions behind the step of the rollouts it trains on (step - oldest token's version): mean and max (0 when none sampled). */
-  offPolicyMean: number;
-  offPolicyMax: number;
-  /** Seconds the producer had nothing to generate while the groups [first, next) were made. */
-  inferenceIdleSeconds: number;
-  /** Means over the groups [first, next), as they finished: the producer's concurrency limit (in rollouts) and the servers' running and queued sequences (null: not recorded). */
-  concurrencyMean: number | null;
-  serverRunningMean: number | null;
-  serverWaitingMean: number | null;
 }
 
 /** Numbers of the stored groups, ascending. */

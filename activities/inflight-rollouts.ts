@@ -4,12 +4,12 @@
  *  - `produceRollouts`: one long, heartbeating activity per workflow execution that generates
  *    groups continuously. Before starting each group it makes the servers serve the newest policy
  *    in `weights/` (they take it between two decode steps, requests in flight); each finished group
- *    is written once as `inflight/groups/<G>.json`, G the next free number (lib/runfolder/inflight.ts `publishGroup`:
+ *    is written once as `inflight/groups/<G>.json`, G the next free number (lib/runfolder/inflight-groups.ts `publishGroup`:
  *    two producers, e.g. one retried while the old attempt still runs, never share a number and
  *    never leave a gap). Groups it had in flight when it died are lost: no step had taken them.
  *  - `claimRollouts(step)`: takes the step's groups from those step - 1 left over (its summary's
  *    `inFlight.deferred`) and then from where it stopped (`inFlight.next`), in number order
- *    (lib/orchestrator/inflight.ts decides; with keep_mix, each env gets its share of the step),
+ *    (lib/orchestrator/inflight-decisions.ts decides; with keep_mix, each env gets its share of the step),
  *    and writes them as the step's rollouts folder, in generateRollouts' format, so packing and
  *    training are the same in both modes. The folder's summary is the claim: a retry returns it,
  *    so a group is taken by one step only and a step's groups never change.
@@ -26,7 +26,7 @@ import { rlClientOptions } from '../lib/orchestrator/client-options';
 import * as groups from '../lib/orchestrator/groups';
 import { LOAD_INTERVAL_MS } from '../lib/orchestrator/adaptive';
 import { ConcurrencyController } from '../lib/orchestrator/concurrency';
-import { claimMetrics, capGroups, claimStep, type ClaimMix, resumeDraw } from '../lib/orchestrator/inflight';
+import { claimMetrics, capGroups, claimStep, type ClaimMix, resumeDraw } from '../lib/orchestrator/inflight-decisions';
 import {
   groupNumbers,
   newestVersion,
@@ -36,7 +36,7 @@ import {
   writeConsumed,
   type ServerLoad,
   type StoredGroup,
-} from '../lib/runfolder/inflight';
+} from '../lib/runfolder/inflight-groups';
 import { RunLayout } from '../lib/runfolder/layout';
 import { storedSummary, writeStepRollouts, type RolloutSummary, type StoredRollout } from '../lib/runfolder/rollouts';
 import { withHeartbeat } from '../lib/temporal/heartbeat';

@@ -24,7 +24,7 @@ import {
   summarize,
   type ExampleResult,
 } from '../lib/orchestrator/groups';
-import { promptTooLong, renderPrompt } from '../lib/orchestrator/rollout';
+import { promptTooLong, renderPrompt } from '../lib/orchestrator/token-rollout';
 import { RunLayout } from '../lib/runfolder/layout';
 import { storedSummary, writeStepRollouts, type RolloutSummary, type StoredRollout } from '../lib/runfolder/rollouts';
 import { withHeartbeat } from '../lib/temporal/heartbeat';

@@ -1,6 +1,6 @@
 /**
- * In-flight mode's decisions, free of I/O (activities/inflight.ts does the I/O, on the files of
- * lib/runfolder/inflight.ts):
+ * In-flight mode's decisions, free of I/O (activities/inflight-rollouts.ts does the I/O, on the files of
+ * lib/runfolder/inflight-groups.ts):
  *
  *  - which finished groups a step takes (`claimStep`): the groups in the order they finished,
  *    from where the previous step stopped (first those it left over); a group whose oldest token is
@@ -13,8 +13,8 @@
  *    flight is the run's ConcurrencyController's (lib/orchestrator/concurrency.ts), within the cap
  *    on groups generated ahead of the steps (`capGroups`).
  */
-import type { ClaimCandidate, InFlightClaim } from '../runfolder/inflight';
-import type { FilterMetrics } from '../runfolder/rollouts';
+import type { ClaimCandidate } from '../runfolder/inflight-groups';
+import type { FilterMetrics, InFlightClaim } from '../runfolder/rollouts';
 import { dropReason, type FilterGroup, type RolloutFilter } from './filters';
 
 /** The oldest policy version of a group's tokens. */

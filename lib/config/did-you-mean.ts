@@ -1,11 +1,4 @@
-/** Errors in user input (config keys, values, files): the CLI prints them and exits with code 2. */
-export class ConfigError extends Error {
-  readonly exitCode = 2;
-  constructor(message: string) {
-    super(message);
-    this.name = 'ConfigError';
-  }
-}
+/** "Did you mean" suggestions for a mistyped key or name (the errors themselves: `ConfigError`, lib/failures.ts). */
 
 /** Levenshtein distance, for "did you mean" suggestions. */
 export function editDistance(a: string, b: string): number {
