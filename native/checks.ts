@@ -75,7 +75,7 @@ export interface StatePathResult {
 export interface CpuKernelCheckRow {
   /** The instruction set of the copy that ran: default, avx2 or avx512 (each one this CPU runs). */
   isa: string;
-  kernel: 'linear' | 'pagedAttention';
+  kernel: 'linear' | 'pagedAttention' | 'lmHeadRows';
   dtype: 'float32' | 'bfloat16';
   shape: string;
   /** Largest difference from the exact result, relative to its largest magnitude. */

@@ -149,8 +149,8 @@ export interface TrainStepOptions {
   maxGradNorm?: number;
   loss?: LossConfig;
   /**
-   * Profile this step (libtorch 2.x builds): writes `<profile>.txt` (wall and device-busy time,
-   * time by CUDA kernel and by operator) and `<profile>.json` (the Kineto trace). native/src/profile.h.
+   * Profile this step: writes `<profile>.txt` (wall and device-busy time, time by CUDA kernel and by
+   * operator) and `<profile>.json` (the trace). native/src/profile.h.
    */
   profile?: string;
 }

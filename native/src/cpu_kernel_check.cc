@@ -3,8 +3,10 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 #include "cpu_kernels.h"
 
@@ -71,6 +73,33 @@ double checkAttention(const cpu::Kernels& k, at::ScalarType dt, int64_t H, int64
   return relError(out, exact);
 }
 
+// The LM head's row kernels on n rows of V fp32 logits at temperature 0.7 against fp64 on the same
+// logits: the forward's log Z, target logprob and entropy, then the backward's rows (dL/d(z / T))
+// from gradients of the logprob and, with entropyGrad, of the entropy. The largest of the errors.
+double checkLmHeadRows(const cpu::Kernels& k, int64_t n, int64_t V, bool entropyGrad, at::Generator& gen) {
+  const double T = 0.7;
+  const auto f32 = at::TensorOptions().dtype(at::kFloat), f64 = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor z = at::randn({n, V}, gen, f32) * 3;
+  const at::Tensor t = at::randint(V, {n}, gen, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor gLogp = at::randn({n}, gen, f32), gEnt = entropyGrad ? at::randn({n}, gen, f32) : at::Tensor();
+  const at::Tensor x = z.to(at::kDouble) / T, lp = at::log_softmax(x, 1), p = lp.exp();
+  const at::Tensor logZ = x.logsumexp(1), logp = lp.gather(1, t.unsqueeze(1)).squeeze(1), ent = -(p * lp).sum(1);
+  at::Tensor scale = gLogp.to(at::kDouble).unsqueeze(1);
+  if (entropyGrad) scale = scale + gEnt.to(at::kDouble).unsqueeze(1) * (lp + ent.unsqueeze(1));
+  const at::Tensor grad = (-p * scale).scatter_add(1, t.unsqueeze(1), gLogp.to(at::kDouble).unsqueeze(1));
+  at::Tensor gotLogZ = at::full({n}, std::nan(""), f64), gotLogp = at::full({n}, std::nan(""), f32),
+             gotEnt = at::full({n}, std::nan(""), f32);
+  cpu::LmHeadRows<float> a{
+      z.data_ptr<float>(),       t.data_ptr<int64_t>(),    n,       V,      float(1 / T), gotLogZ.data_ptr<double>(),
+      gotLogp.data_ptr<float>(), gotEnt.data_ptr<float>(), nullptr, nullptr};
+  k.lmHeadForwardF32(a);
+  const double forward = std::max({relError(gotLogZ, logZ), relError(gotLogp, logp), relError(gotEnt, ent)});
+  a.gLogp = gLogp.data_ptr<float>();
+  a.gEnt = entropyGrad ? gEnt.data_ptr<float>() : nullptr;
+  k.lmHeadBackwardF32(a);  // z becomes the gradient
+  return std::max(forward, relError(z, grad));
+}
+
 }  // namespace
 
 std::vector<CpuKernelCheck> cpuKernelCheck(uint64_t seed) {
@@ -92,6 +121,12 @@ std::vector<CpuKernelCheck> cpuKernelCheck(uint64_t seed) {
                        "H " + std::to_string(H) + ", KV " + std::to_string(KV) + ", hd " + std::to_string(hd),
                        checkAttention(*k, dt, H, KV, hd, gen)});
     }
+    // fp32 only: a Qwen3-sized vocabulary, and one with a tail past every vector width.
+    for (auto [n, V] : {std::pair<int64_t, int64_t>{3, 151936}, {5, 1001}})
+      for (bool entropyGrad : {false, true})
+        out.push_back({isa, "lmHeadRows", "float32",
+                       std::to_string(n) + "x" + std::to_string(V) + (entropyGrad ? ", entropy gradient" : ""),
+                       checkLmHeadRows(*k, n, V, entropyGrad, gen)});
   }
   return out;
 }

@@ -35,10 +35,27 @@ struct LinearArgs {
 };
 using LinearFn = void (*)(const LinearArgs&);
 
+// The LM head's row kernels over one chunk of raw logits z [n, V] (lm_head_rows.h has the
+// formulas), the rows split between the host threads. Forward: logZ, logp and entropy of each row
+// (targets checked by the caller). Backward: each row overwritten with dL/d(z / T) from logZ,
+// entropy, gLogp and gEnt (null: no entropy gradient).
+template <typename S>
+struct LmHeadRows {
+  S* z;
+  const int64_t* targets;
+  int64_t n, V;
+  S invT;
+  double* logZ;
+  S *logp, *entropy;
+  const S *gLogp, *gEnt;
+};
+using LmHeadRowsFn = void (*)(const LmHeadRows<float>&);
+
 struct Kernels {
   const char* isa;  // "default", "avx2" or "avx512": the instruction set these were compiled for
   PagedAttentionFn pagedAttentionF32, pagedAttentionBF16;
   LinearFn linearF32, linearBF16;
+  LmHeadRowsFn lmHeadForwardF32, lmHeadBackwardF32;
 };
 
 // The kernels for this CPU (chosen once).

@@ -2,6 +2,7 @@
 
 #include "autocast.h"
 
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -9,11 +10,14 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include "fast_exp.h"
+#include "cpu_kernels.h"
+#include "grad_into.h"
 #include "host_parallel.h"
 #include "kernels.h"
+#include "lm_head_rows.h"
 
 namespace prime {
 namespace {
@@ -22,73 +26,8 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // ---- Row kernels: each row of logits is read twice in the forward, once in the backward --------
-// The unfused chain (log_softmax, gather, exp, mul, sum; softmax and mul in the backward) made
-// about fourteen passes over a [tokens, vocab] chunk per step, each a trip through memory at a
-// 151,936-token vocabulary. Here, with x = logits / T, m = max x, S = sum e^(x - m) and
-// U = sum (x - m) e^(x - m):
-//   log Z = m + log S,  logp_t = x_t - log Z,  H = -sum p log p = log S - U / S,
-// and the backward needs only log Z and H per row (below). These walk host memory: CPU tensors
-// only. Other devices take the same formulas as tensor ops (forwardRowsOps / backwardRowsOps).
-
-inline double expOf(double x) { return std::exp(x); }
-inline float expOf(float x) { return fastExp(x); }
-
-// Elements per block of the sums: partial sums in S's precision (vectorised), blocks added in
-// double, so a 151,936-term fp32 sum loses nothing a pairwise sum would keep.
-constexpr int64_t kSumBlock = 2048;
-
-struct RowStats {
-  double logZ, entropy;
-};
-
-// z: one row of raw logits (length V). NaN or a non-finite maximum gives NaN statistics, as
-// log_softmax would, so a broken step shows up in its loss (and the trainer refuses the weights).
-template <typename S>
-RowStats rowStats(const S* z, int64_t V, S invT) {
-  S mx = -std::numeric_limits<S>::infinity();
-  int nan = 0;
-#pragma omp simd reduction(max : mx) reduction(| : nan)
-  for (int64_t i = 0; i < V; i++) {
-    mx = z[i] > mx ? z[i] : mx;
-    nan |= z[i] != z[i];
-  }
-  const S m = mx * invT;  // T > 0: the maximum of z / T
-  if (nan || !std::isfinite(m)) return {std::nan(""), std::nan("")};
-  double sumE = 0, sumXE = 0;
-  for (int64_t b = 0; b < V; b += kSumBlock) {
-    const int64_t e = std::min(V, b + kSumBlock);
-    S s = 0, u = 0;
-#pragma omp simd reduction(+ : s, u)
-    for (int64_t i = b; i < e; i++) {
-      const S x = z[i] * invT - m;  // <= 0
-      const S ex = expOf(x);
-      s += ex;
-      u += x * ex;
-    }
-    sumE += double(s);
-    sumXE += double(u);
-  }
-  const double logS = std::log(sumE);
-  return {double(m) + logS, logS - sumXE / sumE};
-}
-
-// In place: the row of raw logits z becomes dL/dx where x = z / T is the softmax's input. With
-// p = softmax(z / T): d logp_t / d(z_j / T) = [j = t] - p_j and dH / d(z_j / T) = -p_j (log p_j + H),
-// so the row is -p_j (gEnt (log p_j + H) + gLogp), plus gLogp at the target.
-template <typename S>
-void rowGrad(S* z, int64_t V, S invT, S logZ, S entropy, S gLogp, S gEnt, int64_t target) {
-  if (gEnt == 0) {  // the usual case: entropy is a metric, its gradient 0
-#pragma omp simd
-    for (int64_t i = 0; i < V; i++) z[i] = -gLogp * expOf(z[i] * invT - logZ);
-  } else {
-#pragma omp simd
-    for (int64_t i = 0; i < V; i++) {
-      const S lp = z[i] * invT - logZ;
-      z[i] = -expOf(lp) * (gEnt * (lp + entropy) + gLogp);
-    }
-  }
-  z[target] += gLogp;
-}
+// lm_head_rows.h has them and their formulas; fp32 rows run the copy compiled for this CPU's
+// instruction set (cpu_kernels.h), fp64 rows the one included here.
 
 // a @ b in `out` dtype. A bf16 product into fp32 on CUDA comes straight out of the GEMM (libtorch
 // 2.x's mm with out_dtype: fp32 accumulation, no bf16 rounding of the result, no cast pass);
@@ -128,38 +67,36 @@ template <typename S>
 void forwardRows(const at::Tensor& z, const at::Tensor& targets, double temperature, at::Tensor& logp,
                  at::Tensor& entropy, at::Tensor& logZ) {
   const int64_t n = z.size(0), V = z.size(1);
-  const S invT = S(1.0 / temperature);
-  const S* zp = z.data_ptr<S>();
   const int64_t* t = targets.data_ptr<int64_t>();
   for (int64_t r = 0; r < n; r++)  // what gather would refuse (the rows are read by pointer)
     if (t[r] < 0 || t[r] >= V)
       throw std::runtime_error("LM head: target token " + std::to_string(t[r]) + " is outside the vocabulary of " +
                                std::to_string(V));
-  S *lp = logp.data_ptr<S>(), *ent = entropy.data_ptr<S>();
-  double* lz = logZ.data_ptr<double>();
-  hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
-    for (int64_t r = a; r < b; r++) {
-      const S* row = zp + r * V;
-      const RowStats st = rowStats(row, V, invT);
-      lz[r] = st.logZ;
-      ent[r] = S(st.entropy);
-      lp[r] = S(double(row[t[r]] * invT) - st.logZ);
-    }
-  });
+  RECORD_USER_SCOPE("prime::lm_head_rows_forward");  // named in a profiled step (profile.h)
+  cpu::LmHeadRows<S> a{
+      z.data_ptr<S>(),       t,       n,      V, S(1.0 / temperature), logZ.data_ptr<double>(), logp.data_ptr<S>(),
+      entropy.data_ptr<S>(), nullptr, nullptr};
+  if constexpr (std::is_same_v<S, float>) cpu::kernels().lmHeadForwardF32(a);
+  else hostParallelFor(n, rowsGrain(V), [&](int64_t r0, int64_t r1) { forwardRowRange(a, r0, r1); });
 }
 
 template <typename S>
 void backwardRows(at::Tensor& z, const at::Tensor& targets, double temperature, const at::Tensor& logZ,
                   const at::Tensor& entropy, const at::Tensor& gLogp, const at::Tensor& gEnt) {
   const int64_t n = z.size(0), V = z.size(1);
-  const S invT = S(1.0 / temperature);
-  S* zp = z.data_ptr<S>();
-  const int64_t* t = targets.data_ptr<int64_t>();
-  const double* lz = logZ.data_ptr<double>();
-  const S *ent = entropy.data_ptr<S>(), *gl = gLogp.data_ptr<S>(), *ge = gEnt.defined() ? gEnt.data_ptr<S>() : nullptr;
-  hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
-    for (int64_t r = a; r < b; r++) rowGrad<S>(zp + r * V, V, invT, S(lz[r]), ent[r], gl[r], ge ? ge[r] : S(0), t[r]);
-  });
+  RECORD_USER_SCOPE("prime::lm_head_rows_backward");
+  cpu::LmHeadRows<S> a{z.data_ptr<S>(),
+                       targets.data_ptr<int64_t>(),
+                       n,
+                       V,
+                       S(1.0 / temperature),
+                       logZ.data_ptr<double>(),
+                       nullptr,
+                       entropy.data_ptr<S>(),
+                       gLogp.data_ptr<S>(),
+                       gEnt.defined() ? gEnt.data_ptr<S>() : nullptr};
+  if constexpr (std::is_same_v<S, float>) cpu::kernels().lmHeadBackwardF32(a);
+  else hostParallelFor(n, rowsGrain(V), [&](int64_t r0, int64_t r1) { backwardRowRange(a, r0, r1); });
 }
 
 // The same quantities as tensor ops, for logits on another device (CUDA): no host pointers, no
@@ -251,6 +188,12 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["kernels"] = kernels;
     ctx->saved_data["mm"] = int64_t(mm);
+    // On the CPU the weight's gradient is added into the parameter's own .grad by the products of
+    // the backward themselves (gradAccumulator below): the weight is a leaf parameter and the
+    // products run in its dtype. Tensor ops (other devices' path) return it, as autograd expects.
+    ctx->saved_data["intoGrad"] = weight.is_leaf() && weight.requires_grad() && weight.device().is_cpu() &&
+                                  static_cast<LmHeadKernels>(kernels) != LmHeadKernels::TensorOps &&
+                                  mm == weight.scalar_type() && hidden.scalar_type() == weight.scalar_type();
     // An unused output's gradient arrives undefined rather than as zeros: whether the entropy's
     // terms are needed is then known without reading the gradient on the host.
     ctx->set_materialize_grads(false);
@@ -269,7 +212,16 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
     const bool entropyGrad = grads[1].defined();
     const at::Tensor gEnt = entropyGrad ? grads[1].contiguous() : at::Tensor();
     at::Tensor gHidden = wantHidden ? at::empty_like(hidden) : at::Tensor();
-    at::Tensor gWeight = wantWeight ? at::empty_like(weight) : at::Tensor();  // first chunk: beta = 0
+    // The weight's gradient: the parameter's .grad itself where it can take the products (they add
+    // into it), else a fresh tensor returned to autograd. `beta0`: the first product overwrites
+    // (a fresh tensor) rather than adds.
+    at::Tensor gWeight;
+    bool intoGrad = false, beta0 = true;
+    if (wantWeight && ctx->saved_data["intoGrad"].toBool()) {
+      GradAccumulator acc = gradAccumulator(weight, /*allocate=*/true);
+      if (acc.grad.defined()) gWeight = acc.grad, intoGrad = true, beta0 = acc.fresh;
+    }
+    if (wantWeight && !intoGrad) gWeight = at::empty_like(weight);
     const int64_t N = hidden.size(0), chunk = ctx->saved_data["chunk"].toInt();
     const auto kernels = static_cast<LmHeadKernels>(ctx->saved_data["kernels"].toInt());
     const auto mm = static_cast<at::ScalarType>(ctx->saved_data["mm"].toInt());
@@ -290,7 +242,7 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
           at::Tensor gh = gHidden.narrow(0, a, len);
           at::mm_out(gh, gw, weight).div_(temperature);
         }
-        if (wantWeight) gWeight.addmm_(gw.t(), h, a == 0 ? 0.0 : 1.0, 1.0 / temperature);
+        if (wantWeight) gWeight.addmm_(gw.t(), h, a == 0 && beta0 ? 0.0 : 1.0, 1.0 / temperature);
       } else {
         // Mixed precision: bf16 products, accumulated into the fp32 gradients (on CUDA the weight's
         // comes out of its GEMM in fp32: mmTo).
@@ -308,7 +260,11 @@ struct ChunkedLmHead : torch::autograd::Function<ChunkedLmHead> {
         }
       }
     }
-    return {gHidden, gWeight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    if (intoGrad && beta0 && N == 0) gWeight.zero_();  // allocated, and no product wrote it
+    return {gHidden,      intoGrad ? at::Tensor() : gWeight,
+            at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -326,10 +282,16 @@ TokenStats chunkedTokenStats(const at::Tensor& hidden, const at::Tensor& weight,
   if (keepBytes < 0) throw std::runtime_error("logitsKeepBytes must be >= 0");
   if (logitsDtype != at::kFloat && logitsDtype != at::kDouble)
     throw std::runtime_error("the LM head's logits are fp32 or fp64, not " + std::string(c10::toString(logitsDtype)));
-  const int64_t chunk = chunkTokens > 0 ? chunkTokens : lmHeadChunkTokens(weight.size(0), hidden.device());
+  int64_t chunk = chunkTokens > 0 ? chunkTokens : lmHeadChunkTokens(weight.size(0), hidden.device());
   // Keep logits chunks only when a backward will use them (not when scoring without grad).
   const bool backward = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
-  const int64_t chunkBytes = chunk * weight.size(0) * int64_t(c10::elementSize(logitsDtype));
+  const int64_t tokenBytes = weight.size(0) * int64_t(c10::elementSize(logitsDtype));
+  // On the CPU a row whose logits the budget keeps whole is one chunk (kept, so no more memory
+  // than its chunks kept one by one): one LM-head product over all its tokens forward, and in the
+  // backward one pass over the [vocab, hidden] weight gradient instead of one per chunk.
+  if (chunkTokens == 0 && backward && hidden.device().is_cpu() && hidden.size(0) * tokenBytes <= keepBytes)
+    chunk = std::max(chunk, hidden.size(0));
+  const int64_t chunkBytes = chunk * tokenBytes;
   const int64_t keepChunks = backward ? keepBytes / std::max<int64_t>(chunkBytes, 1) : 0;
   variable_list out = ChunkedLmHead::apply(hidden, weight, targets, temperature, int64_t(logitsDtype), chunk,
                                            keepChunks, int64_t(kernels));

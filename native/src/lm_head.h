@@ -34,8 +34,10 @@ int64_t lmHeadChunkTokens(int64_t vocab, const at::Device& device);
 // weight).to(logitsDtype); the log-softmax of logits / T and its per-token quantities come from
 // fused row kernels (two reads of a row forward, one backward; fp32 rows use a vectorised exp within
 // 1 ulp of expf). Differentiable w.r.t. hidden and weight (both outputs): the backward recomputes
-// each chunk's logits and accumulates the weight's gradient chunk by chunk.
-// chunkTokens: tokens per chunk (0 = lmHeadChunkTokens(vocab, device)).
+// each chunk's logits and accumulates the weight's gradient chunk by chunk; on the CPU, for a leaf
+// weight, into the parameter's .grad itself (grad_into.h), autograd then adding nothing.
+// chunkTokens: tokens per chunk (0 = lmHeadChunkTokens(vocab, device); on the CPU a row whose
+// logits keepBytes holds whole is one chunk).
 // keepBytes: how much of the forward's logits may be kept for the backward (whole chunks, the first
 // ones); the backward recomputes only the chunks beyond it. Keeping one chunk costs what one chunk
 // buffer costs; it saves an LM-head matmul in the backward.

@@ -7,6 +7,7 @@
 #include "checkpoint.h"
 #include "cpu_matmul.h"
 #include "cuda_info.h"
+#include "grad_into.h"
 
 #include <torch/version.h>  // TORCH_VERSION_MAJOR: fused attention exists from 2.0
 
@@ -42,7 +43,7 @@ at::Tensor Model::forwardPacked(const at::Tensor& ids, const at::Tensor& pos, co
   // gradients); norms, softmaxes and the LM head's log-softmax compute in fp32 inside.
   const at::ScalarType compute = computeDtype();
   at::Tensor x = staged(-1, at::Tensor(), [&](const at::Tensor&) {
-    const at::Tensor e = at::embedding(embed_, ids);
+    const at::Tensor e = embeddingLookup(embed_, ids);  // grad_into.h
     return e.scalar_type() != compute ? e.to(compute) : e;
   });
   for (int64_t l = 0; l < int64_t(layers_.size()); l++) {

@@ -1,8 +1,10 @@
-// A Kineto profile of one piece of work (libtorch 2.x): the CPU operators the calling thread runs
-// and, on CUDA, every kernel and copy (CUPTI sees all threads). What `bench/compare.ts --profile`
-// records of a training step, beside torch.profiler's record of PyTorch's: writes
+// A profile of one piece of work: the CPU operators the calling thread runs and, on CUDA, every
+// kernel and copy (libtorch 2.x's Kineto; CUPTI sees all threads); on libtorch 1.x (the CPU build)
+// the legacy profiler's CPU operators. What `bench/compare.ts --profile` records of a training step,
+// beside torch.profiler's record of PyTorch's: writes
 //   <prefix>.txt   wall time, time the device was busy, and time by kernel (and by operator,
-//                  inclusive: nested operators count in their parents too), largest first
+//                  inclusive: nested operators count in their parents too; on 1.x also each
+//                  operator's self time, as torch.profiler's table), largest first
 //   <prefix>.json  the trace, for chrome://tracing or Perfetto
 #pragma once
 
@@ -14,7 +16,7 @@
 namespace prime {
 
 // Runs work under the profiler and writes the two files. Throws (before running the work) where
-// this libtorch cannot profile (1.13, or a build without Kineto).
+// this libtorch cannot profile (a CUDA device under 1.x).
 void profiled(const std::string& prefix, const at::Device& device, const std::function<void()>& work);
 
 }  // namespace prime

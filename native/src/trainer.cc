@@ -5,6 +5,7 @@
 #include "autocast.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <fcntl.h>
 #include <torch/optim/adamw.h>
 #include <torch/serialize.h>
@@ -320,11 +321,18 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
     // advises) replays the dtypes the forward recorded.
     std::optional<AutocastGuard> autocast;
     autocast.emplace(model->device, cfg_.mixedPrecision);
-    at::Tensor hidden = model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_,
-                                             sparse.empty() ? nullptr : &routing, cfg_.activationCheckpointing);
+    at::Tensor hidden;
+    {
+      RECORD_USER_SCOPE("prime::row_forward");  // named scopes of a profiled step (profile.h)
+      hidden = model->forwardPacked(ids, pos, starts, nullptr, lora_.get(), &rng_, sparse.empty() ? nullptr : &routing,
+                                    cfg_.activationCheckpointing);
+    }
     // The chunked LM head: logp carries the graph; entropy is the metric only.
-    const TokenStats ts =
-        model->tokenStats(lossRows(hidden.narrow(0, 0, N - 1), prepared[r]), targets, loss.temperature);
+    TokenStats ts;
+    {
+      RECORD_USER_SCOPE("prime::row_lm_head");
+      ts = model->tokenStats(lossRows(hidden.narrow(0, 0, N - 1), prepared[r]), targets, loss.temperature);
+    }
     in.logp = ts.logp;
     in.entropy = ts.entropy.detach();
     if (loss.klBeta > 0) {
@@ -344,6 +352,7 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
         load[i] += at::bincount(routing.experts[sparse[i]].reshape(-1).cpu(), {}, load[i].size(0));
     }
     autocast.reset();
+    RECORD_USER_SCOPE("prime::row_backward");
     rowLoss.backward();
   }
   if (idlePasses > 0) {
@@ -405,20 +414,30 @@ StepStats Trainer::forwardBackward(const std::vector<TrainRow>& rows, const Loss
 StepStats Trainer::step(const std::vector<TrainRow>& rows, const LossConfig& loss, double lr, double maxGradNorm) {
   const auto t0 = std::chrono::steady_clock::now();
   if (group_) group_->resetStats();  // this step's collectives from here on
-  zeroGrads();
+  {
+    RECORD_USER_SCOPE("prime::zero_grads");
+    zeroGrads();
+  }
   StepStats st = forwardBackward(rows, loss);
   st.forwardBackwardSeconds = since(t0);
   const auto t1 = std::chrono::steady_clock::now();
   if (group_) syncGradients();
   if (shardsParameters()) sharded_->finishGradients();
   // Total L2 norm over all gradients (as torch.nn.utils.clip_grad_norm_).
-  const double norm = globalGradNorm();
+  double norm;
+  {
+    RECORD_USER_SCOPE("prime::grad_norm");
+    norm = globalGradNorm();
+  }
   st.metrics.set("grad_norm", norm);  // before clipping
   // Clipping is applied inside the AdamW pass (on the CPU the gradients stay as computed; CUDA's
   // fused AdamW may leave them clipped: adamw.h).
   const double clip = maxGradNorm > 0 && norm > maxGradNorm ? maxGradNorm / (norm + 1e-6) : 1.0;
   for (auto& group : optim_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  adamwStep(*optim_, clip);
+  {
+    RECORD_USER_SCOPE("prime::adamw");
+    adamwStep(*optim_, clip);
+  }
   model->noteWeightsChanged();  // a generator on this model must not reuse K/V of the old weights
   if (group_) broadcastParameters();
   if (shardsParameters()) sharded_->stepped();

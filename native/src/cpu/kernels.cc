@@ -16,6 +16,7 @@
 
 #include "fast_exp.h"
 #include "host_parallel.h"
+#include "lm_head_rows.h"
 
 namespace prime::cpu::CPU_CAPABILITY {
 namespace {
@@ -248,6 +249,14 @@ void linear(const LinearArgs& a) {
   });
 }
 
+// The LM head's fp32 row kernels (lm_head_rows.h), compiled here for this copy's instruction set.
+void lmHeadForward(const LmHeadRows<float>& a) {
+  hostParallelFor(a.n, rowsGrain(a.V), [&](int64_t r0, int64_t r1) { forwardRowRange(a, r0, r1); });
+}
+void lmHeadBackward(const LmHeadRows<float>& a) {
+  hostParallelFor(a.n, rowsGrain(a.V), [&](int64_t r0, int64_t r1) { backwardRowRange(a, r0, r1); });
+}
+
 }  // namespace
 
 extern const Kernels kKernels;
@@ -263,6 +272,8 @@ const Kernels kKernels = {
     pagedAttention<c10::BFloat16>,
     linear<float>,
     linear<c10::BFloat16>,
+    lmHeadForward,
+    lmHeadBackward,
 };
 
 }  // namespace prime::cpu::CPU_CAPABILITY
