@@ -10,7 +10,7 @@
  * Reports what a server must never do (5xx, connections reset or requests unanswered that the
  * client did not abort), `/health` latency percentiles under the load, the status codes, and the
  * server's resident memory before and after (the server process; its prompt helpers apart), as
- * markdown for BENCHMARKS.md. The server is `prime-rl inference` in a process of its own.
+ * markdown for docs/benchmarks/inference.md. The server is `prime-rl inference` in a process of its own.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';

@@ -7,7 +7,7 @@
  *
  * Each concurrency level runs C clients in closed loop (a client sends its next request when the
  * previous one returns), at least `requests` requests in all and at least 2 per client, every request a chat completion of
- * exactly `max-tokens` new tokens (ignore_eos). Prints a markdown table for BENCHMARKS.md.
+ * exactly `max-tokens` new tokens (ignore_eos). Prints a markdown table for docs/benchmarks/inference.md.
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';

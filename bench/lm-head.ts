@@ -3,7 +3,7 @@
  * process: every chunk's log-softmax recomputed in the backward (`logitsKeepBytes: 0`, least
  * memory) against a 1 GiB budget, which keeps it from the forward (no second LM-head matmul; the
  * 512 MiB default keeps rows of up to 880 tokens whole).
- * Model: the Qwen3-shaped model of BENCHMARKS.md (width 512, 8 layers, 8 / 4 heads, tied
+ * Model: the Qwen3-shaped model of docs/benchmarks/compare.md (width 512, 8 layers, 8 / 4 heads, tied
  * embeddings, 151,936 tokens), random weights; one packed row per step, GRPO loss.
  *
  *   npm run build:ts && node dist/bench/lm-head.js [tokens=512] [rounds=3] [threads=2]

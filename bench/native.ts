@@ -136,7 +136,7 @@ export async function benchModel(name: string, c: ArchConfig, rows: Row[], activ
   }
 }
 
-/** Prints rows as the markdown table of BENCHMARKS.md, after the machine line. */
+/** Prints rows as the markdown table of docs/benchmarks/engine-cpu.md, after the machine line. */
 export function printTable(rows: Row[], peak: number, threads: number): void {
   const i = info();
   console.log(

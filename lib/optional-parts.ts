@@ -23,7 +23,7 @@ export interface OptionalPart {
   venv: string;
   /** The scripts/setup.sh flag that installs it. */
   flag: string;
-  /** What installing it downloads and writes, about (measured on a fresh machine: BENCHMARKS.md). */
+  /** What installing it downloads and writes, about (measured on a fresh machine: docs/benchmarks/setup.md). */
   size: string;
   /** How long installing it may take before it is given up. */
   deadlineMs: number;

@@ -3,7 +3,7 @@
  * picks one from the CPU's family and model number when it is loaded. A model newer than the
  * OpenBLAS release is not recognised, and it falls back to its `Prescott` (SSE3) kernels: on an
  * Emerald Rapids Xeon (family 6, model 207) OpenBLAS 0.3.21 multiplies fp32 matrices at 48 GFLOP/s
- * on 2 cores where its SkylakeX kernels reach 290 (BENCHMARKS.md). The instruction sets the CPU
+ * on 2 cores where its SkylakeX kernels reach 290 (docs/benchmarks/compare.md). The instruction sets the CPU
  * reports are what the kernels need, so on Intel CPUs we name the core from them in
  * OPENBLAS_CORETYPE before the addon (and with it OpenBLAS) loads; OpenBLAS reads it once, at load.
  * A value the user set is kept; AMD CPUs are left to OpenBLAS's own detection (its Zen kernels).

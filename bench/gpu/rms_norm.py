@@ -1,5 +1,5 @@
 """RMSNorm forward + backward on the shapes of a Qwen3-0.6B training step, three ways, for the
-choice the H200 profile left open (BENCHMARKS.md, GPU section): libtorch's fused RMSNorm computes
+choice the H200 profile left open (docs/benchmarks/gpu.md): libtorch's fused RMSNorm computes
 the weight's gradient in GammaBetaBackward, the step's largest kernel (17 ms over 226 calls), where
 PyTorch's loop over HF's eager norm gets it from a plain sum (9 ms).
 

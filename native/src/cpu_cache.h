@@ -4,7 +4,7 @@
 // unmaps them on free. A training step at a 151,936-token vocabulary frees and re-allocates the
 // same large buffers every step (the [chunk, vocab] logits, the embedding's gradient, activations),
 // so every step faults them back in and the kernel zeroes each page again: about 15% of a step's
-// CPU time in the profile of BENCHMARKS.md, and decode pays it per step for its [batch, vocab] rows.
+// CPU time in the profile of docs/benchmarks/compare.md, and decode pays it per step for its [batch, vocab] rows.
 // Freed blocks of at least `kMinCachedBytes` are kept (by exact rounded size) for the next request
 // of that size, as PyTorch's CUDA caching allocator does for device memory; at most the cache's
 // capacity stays cached (the oldest freed blocks go first), so the cost is a bounded amount of

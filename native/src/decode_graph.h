@@ -1,7 +1,7 @@
 // CUDA graphs of the decode step. At small batch a decode step of a 0.6B model is a few hundred
 // microseconds of work for the card, but some 1,700 kernels (about 60 per layer) that the host
-// launches one by one, each through the dispatcher: the step is bound by the host (BENCHMARKS.md,
-// GPU section). A graph records those launches once and replays them with one call.
+// launches one by one, each through the dispatcher: the step is bound by the host (docs/benchmarks/gpu.md,
+// the H200 profile). A graph records those launches once and replays them with one call.
 //
 // A graph fixes shapes and addresses, so there is one per (batch bucket, key bucket): the batch
 // padded to the next power of two (capped at the generator's sequences), the positions read per

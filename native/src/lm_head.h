@@ -16,7 +16,7 @@ struct TokenStats {
 // Default budget of logits kept from forward to backward, per call (one packed row): 512 MiB,
 // the first 880 tokens' at a 151,936-token vocabulary in fp32 (whole chunks), bounded whatever the
 // row's length. Each kept chunk spares the backward one LM-head matmul: a 512-token Qwen3-shaped
-// step ran 1.17-1.22x faster keeping all of it than recomputing it (BENCHMARKS.md, AMD EPYC). On a
+// step ran 1.17-1.22x faster keeping all of it than recomputing it (docs/benchmarks/compare.md, AMD EPYC). On a
 // GPU it is under one chunk (lmHeadChunkTokens): every chunk is recomputed, and keeping all of a
 // 4,096-token row's ran slower on an H100 (408 against 353 ms a step). 0 = recompute every chunk (least memory: one
 // chunk buffer per row).
@@ -26,7 +26,7 @@ constexpr int64_t kLogitsKeepBytes = int64_t(512) << 20;
 // 1,024 tokens; on a GPU about 256M (1 GiB), between 16 and 8,192 tokens. Each chunk costs the
 // backward one fp32 accumulation of the [vocab, hidden] weight gradient, and a GPU has the memory to
 // make them few (a 4,096-token row at the Qwen3 vocabulary: 3 chunks, not 19; measured on an H100,
-// BENCHMARKS.md).
+// docs/benchmarks/gpu.md).
 int64_t lmHeadChunkTokens(int64_t vocab, const at::Device& device);
 
 // hidden [N, D], weight [V, D] (the LM head or the tied embedding), targets [N] int64. Logits are
