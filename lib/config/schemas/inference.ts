@@ -2,6 +2,7 @@
 import { z } from 'zod';
 import { GENERATOR_DEFAULTS, PREFIX_SHARINGS } from '../../../native/engine-types.generated';
 import { outputDir, positiveInt, section, seed, seqLen, threads } from './common';
+import { generatorOptionKeys } from './engine-options';
 import { modelFields } from './model';
 
 /** The served model (inference): the engine's settings plus how decode steps run. */
@@ -13,13 +14,15 @@ const inferenceModelSchema = () =>
       .default(!GENERATOR_DEFAULTS.cudaGraphs)
       .describe(
         'decode every step op by op; false: on CUDA, dense models replay decode steps from CUDA graphs (one per batch and context-length bucket, captured on first use), as vLLM does',
-      ),
+      )
+      .register(generatorOptionKeys, { option: 'cudaGraphs', invert: true }),
     paged_attention_kernel: z
       .boolean()
       .default(GENERATOR_DEFAULTS.pagedAttentionKernel)
       .describe(
         "CUDA: decode attention through the engine's own kernel (flash-decoding over the KV blocks in place) instead of libtorch's matmuls over gathered blocks; refused on the CPU and by a build without it",
-      ),
+      )
+      .register(generatorOptionKeys, { option: 'pagedAttentionKernel', refusedHint: 'leave it false' }),
   });
 
 export const serverSchema = z
@@ -82,7 +85,10 @@ export const inferenceSchema = z
     seed: seed(),
     threads: threads(),
     server: serverSchema,
-    max_running: positiveInt().default(64).describe('max sequences decoded together'),
+    max_running: positiveInt()
+      .default(64)
+      .describe('max sequences decoded together')
+      .register(generatorOptionKeys, { option: 'maxSequences' }),
     max_queued: positiveInt()
       .default(1024)
       .describe(
@@ -92,7 +98,8 @@ export const inferenceSchema = z
       .optional()
       .describe(
         'the paged KV cache in token positions (rounded up to whole blocks), at least seq_len; unset = gpu_memory_utilization on CUDA when set, else max_running x seq_len',
-      ),
+      )
+      .register(generatorOptionKeys, { option: 'kvCacheTokens' }),
     gpu_memory_utilization: z
       .number()
       .gt(0)
@@ -100,22 +107,29 @@ export const inferenceSchema = z
       .optional()
       .describe(
         "CUDA, instead of kv_cache_tokens: the share of the device's memory the server uses at most (weights, a step's activations, then the KV cache), as vLLM's",
-      ),
+      )
+      .register(generatorOptionKeys, {
+        option: 'gpuMemoryUtilization',
+        refusedHint: 'raise it, or set kv_cache_tokens',
+      }),
     block_size: positiveInt()
       .max(1024)
       .default(GENERATOR_DEFAULTS.blockSize)
-      .describe('token positions per KV-cache block'),
+      .describe('token positions per KV-cache block')
+      .register(generatorOptionKeys, { option: 'blockSize' }),
     prefix_sharing: z
       .enum(PREFIX_SHARINGS)
       .default(GENERATOR_DEFAULTS.prefixSharing)
       .describe(
         "sequences with a common token prefix (a request's n completions, a group's rollouts, a multi-turn rollout's next turn) share its KV blocks, prefilled once: cache = also prefixes of finished sequences, kept until their blocks are needed (LRU); live = only sequences running together; off = none. A weight update invalidates cached prefixes",
-      ),
+      )
+      .register(generatorOptionKeys, { option: 'prefixSharing' }),
     max_batched_tokens: positiveInt()
       .default(GENERATOR_DEFAULTS.maxBatchedTokens)
       .describe(
         'tokens one engine step computes, at least max_running: a decode row per running sequence, then chunks of the prompts being prefilled (a long prompt never stalls the running sequences)',
-      ),
+      )
+      .register(generatorOptionKeys, { option: 'maxBatchedTokens' }),
     decode_steps: positiveInt()
       .max(64)
       .default(1)

@@ -27,6 +27,7 @@ import { ApiError, checkBodyDepth } from '../protocol';
 import { Scheduler, ShuttingDownError } from '../scheduler';
 import { PromptWorkers } from '../prompts';
 import { frameworkErrorOptions, installErrorHandlers } from './errors';
+import { generatorOptionsOf, refusedKeyOf } from './generator-options';
 import { registerOpenAiRoutes } from './openai-routes';
 import { registerPolicyRoutes } from './policy-routes';
 import { registerRendererGenerateRoute } from './renderer-generate';
@@ -86,32 +87,13 @@ async function loadEngine(base: HfModel, config: InferenceConfig): Promise<nativ
   return loadModel(base.config, base.tensors, { device: config.model.device, dtype: config.model.dtype });
 }
 
-/**
- * The generator options the device or build may not honour (the engine's error names the option):
- * the config key that set each, and what to do about it.
- */
-const REFUSED_OPTIONS: Partial<Record<keyof native.GeneratorOptions, { key: string; hint: string }>> = {
-  pagedAttentionKernel: { key: 'inference.model.paged_attention_kernel', hint: 'leave it false' },
-  gpuMemoryUtilization: { key: 'inference.gpu_memory_utilization', hint: 'raise it, or set kv_cache_tokens' },
-};
-
 /** The engine's generator with the server's settings; what the device or build cannot honour is refused by its key. */
 function createGenerator(model: native.NativeModel, config: InferenceConfig, contextLength: number): native.Generator {
   try {
-    return model.createGenerator({
-      maxSequences: config.max_running,
-      maxSequenceLength: contextLength,
-      kvCacheTokens: config.kv_cache_tokens,
-      gpuMemoryUtilization: config.gpu_memory_utilization,
-      blockSize: config.block_size,
-      prefixSharing: config.prefix_sharing,
-      maxBatchedTokens: config.max_batched_tokens,
-      cudaGraphs: !config.model.enforce_eager,
-      pagedAttentionKernel: config.model.paged_attention_kernel,
-    });
+    return model.createGenerator(generatorOptionsOf(config, contextLength));
   } catch (e) {
     if (native.isEngineOptionError(e)) {
-      const refused = REFUSED_OPTIONS[e.option as keyof native.GeneratorOptions];
+      const refused = refusedKeyOf(e.option);
       if (refused) throw new ConfigError(`${refused.key}: ${e.reason}; ${refused.hint}`);
     }
     throw e;
