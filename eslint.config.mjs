@@ -36,7 +36,7 @@ const dynamicInto = (message, ...dirs) => {
  * public face that re-exports the commands' schemas.
  */
 const SCHEMA_LAYERS = [
-  ['common'],
+  ['common', 'engine-options'],
   [
     'model',
     'temporal',
