@@ -91,10 +91,25 @@ export function describeDeepPath(keys: readonly (string | number)[], shown = 6):
   return keys.length > shown ? `${head}...` : head;
 }
 
+/** How much of a non-string value `textOf` writes: it goes into error messages and logs. */
+const TEXT_OF_MAX = 2000;
+
 /**
  * A value from outside (a wire message, a config file) as text: a string as it is, anything else
  * as JSON, so an object someone sent where a string belongs reads as itself, not "[object Object]".
+ * The JSON is cut at TEXT_OF_MAX characters; what JSON cannot write (a cycle, a BigInt, nesting past
+ * the stack) is named by its type tag, a primitive by String().
  */
 export function textOf(value: unknown): string {
-  return typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
+  if (typeof value === 'string') return value;
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value);
+  } catch {
+    json = undefined;
+  }
+  // String() of nested arrays recurses as JSON does: an object's tag is enough to name it.
+  if (json === undefined)
+    return typeof value === 'object' && value !== null ? Object.prototype.toString.call(value) : String(value);
+  return json.length > TEXT_OF_MAX ? `${json.slice(0, TEXT_OF_MAX)}... (${json.length} characters)` : json;
 }
