@@ -63,7 +63,10 @@ interface Run {
   prompt: number;
   batch: number;
   prefillSeconds: number;
+  /** CPU time of the process (all its threads) over the prefill, and per decode step. */
+  prefillCpuSeconds: number;
   stepMs?: number;
+  cpuMsPerStep?: number;
   tokensPerSecond?: number;
   /** Ours: the cache the running batch held (blocks in use and state slots in use), bytes. */
   cacheBytes?: number;
@@ -146,7 +149,15 @@ async function ours(label: string, dir: string, s: Settings, rng: Rng) {
     const need = (B: number) => (kvTokens(B) / BLOCK) * blockBytes + (B + 2) * slotBytes + 2 * B * c.vocabSize * 4;
     const fit = s.batches.filter((B) => need(B) <= s.limit);
     for (const B of s.batches.filter((b) => !fit.includes(b)))
-      runs.push({ model: label, engine: 'ours', prompt: P, batch: B, prefillSeconds: NaN, skipped: tooBig(need(B), s.limit) });
+      runs.push({
+        model: label,
+        engine: 'ours',
+        prompt: P,
+        batch: B,
+        prefillSeconds: NaN,
+        prefillCpuSeconds: NaN,
+        skipped: tooBig(need(B), s.limit),
+      });
     if (!fit.length) continue;
     const maxB = Math.max(...fit);
     const gen = model.createGenerator({
@@ -158,10 +169,12 @@ async function ours(label: string, dir: string, s: Settings, rng: Rng) {
       ...(hybrid ? { stateSlots: maxB + 2 } : {}),
     });
     const prompt = randomTokens(rng, P, c.vocabSize);
-    const t0 = process.hrtime.bigint();
+    const t0 = process.hrtime.bigint(),
+      c0 = process.cpuUsage();
     await gen.add([{ promptIds: prompt, maxTokens: 1, seed: 0 }]);
     while (gen.stats().activeSequences > 0) await gen.step();
-    const prefillSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    const prefillSeconds = Number(process.hrtime.bigint() - t0) / 1e9,
+      prefillCpuSeconds = cpuSeconds(c0);
     for (const B of fit) {
       const before = gen.stats();
       const added = await gen.add(
@@ -173,12 +186,14 @@ async function ours(label: string, dir: string, s: Settings, rng: Rng) {
       for (let i = 0; i < s.warmup; i++) await gen.step();
       const running = gen.stats();
       let wall = 0;
+      const c1 = process.cpuUsage();
       for (let i = 0; i < s.steps; i++) {
         const t = process.hrtime.bigint();
         const tokens = await gen.step();
         wall += Number(process.hrtime.bigint() - t) / 1e9;
         if (tokens.length !== B) throw new Error(`${label}: a decode step gave ${tokens.length} tokens, not ${B}`);
       }
+      const cpu = cpuSeconds(c1);
       await gen.remove(added.map((a) => a.seqId));
       const after = gen.stats();
       if (after.activeSequences !== 0 || after.preemptions !== before.preemptions)
@@ -189,7 +204,9 @@ async function ours(label: string, dir: string, s: Settings, rng: Rng) {
         prompt: P,
         batch: B,
         prefillSeconds,
+        prefillCpuSeconds,
         stepMs: (1e3 * wall) / s.steps,
+        cpuMsPerStep: (1e3 * cpu) / s.steps,
         tokensPerSecond: (B * s.steps) / wall,
         cacheBytes: running.blocksInUse * blockBytes + (running.state?.inUse ?? 0) * slotBytes,
         recomputed: running.prefillTokens - before.prefillTokens,
@@ -198,6 +215,12 @@ async function ours(label: string, dir: string, s: Settings, rng: Rng) {
     }
   }
   return { runs, memory };
+}
+
+/** CPU seconds of this process (every thread) since `from`. */
+function cpuSeconds(from: NodeJS.CpuUsage): number {
+  const d = process.cpuUsage(from);
+  return (d.user + d.system) / 1e6;
 }
 
 const tooBig = (need: number, limit: number) =>
@@ -249,7 +272,12 @@ async function main(): Promise<void> {
   const mb = (x: number | undefined) => (x === undefined ? '-' : (x / 1e6).toFixed(1));
   const find = (model: string, engine: string, P: number, B: number) =>
     runs.find((r) => r.model === model && r.engine === engine && r.prompt === P && r.batch === B && !r.skipped);
-  const ratio = (a?: Run, b?: Run) => (a && b ? `${(a.tokensPerSecond! / b.tokensPerSecond!).toFixed(2)}x` : '-');
+  // tokens/s, and CPU time per step (theirs / ours: a ratio a loaded machine moves less, as a
+  // process waiting for a core spends none).
+  const ratio = (a?: Run, b?: Run) =>
+    a && b
+      ? `${(a.tokensPerSecond! / b.tokensPerSecond!).toFixed(2)}x (CPU ${(b.cpuMsPerStep! / a.cpuMsPerStep!).toFixed(2)}x)`
+      : '-';
   const hybridName = names.find((n) => isHybrid(MODELS[n]!));
   const denseName = names.find((n) => !isHybrid(MODELS[n]!));
   const out = [
@@ -257,15 +285,16 @@ async function main(): Promise<void> {
     `Models: ${models.map((m) => `${m.name} (${(m.params / 1e6).toFixed(1)}M parameters)`).join(', ')}. ${notes.join('; ') || 'No transformers run.'}`,
     `Every sequence of a batch continues one random prompt, prefilled once at batch 1; ${warmup} warm-up and ${steps} timed decode steps per batch.`,
     '',
-    '| prompt | batch | model | engine | prefill at batch 1 (s) | ms per decode step | tokens/s | cache held (MB) |',
+    '| prompt | batch | model | engine | prefill at batch 1: s (CPU s) | ms per decode step (CPU ms) | tokens/s | cache held (MB) |',
     '| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |',
-    ...runs.map((r) =>
-      r.skipped
-        ? `| ${r.prompt} | ${r.batch} | ${r.model} | ${r.engine} | ${f(r.prefillSeconds)} | skipped: ${r.skipped} | - | - |`
-        : `| ${r.prompt} | ${r.batch} | ${r.model} | ${r.engine} | ${f(r.prefillSeconds)} | ${f(r.stepMs, 1)} | ${f(r.tokensPerSecond, 1)} | ${mb(r.cacheBytes)} |`,
-    ),
+    ...runs.map((r) => {
+      const head = `| ${r.prompt} | ${r.batch} | ${r.model} | ${r.engine} | ${f(r.prefillSeconds)} (${f(r.prefillCpuSeconds)})`;
+      return r.skipped
+        ? `${head} | skipped: ${r.skipped} | - | - |`
+        : `${head} | ${f(r.stepMs, 1)} (${f(r.cpuMsPerStep, 1)}) | ${f(r.tokensPerSecond, 1)} | ${mb(r.cacheBytes)} |`;
+    }),
     '',
-    `Decode tokens/s ratios, same run: ours against transformers on ${hybridName ?? '-'}, and ${hybridName ?? '-'} against ${denseName ?? '-'} (ours both):`,
+    `Decode tokens/s ratios (and of CPU time per step), same run: ours against transformers on ${hybridName ?? '-'}, and ${hybridName ?? '-'} against ${denseName ?? '-'} (ours both):`,
     '',
     '| prompt | batch | ours / transformers | hybrid / dense |',
     '| ---: | ---: | ---: | ---: |',

@@ -12,7 +12,7 @@ B rows (the attention layers' K/V by the cache's batch_repeat_interleave, the Ga
 conv and recurrent states, which it leaves alone, by the same repeat here), the first token sampled
 from the prefill's logits for each row, then warm-up + timed decode steps: a forward of one token
 per row through the cache and sampling at temperature 1 over the whole vocabulary (softmax,
-multinomial), as the engine's sampler. The cache's bytes are measured from its tensors: the fixed
+multinomial), as the engine's sampler. Wall and CPU time (all threads) of both. The cache's bytes are measured from its tensors: the fixed
 state of a sequence (conv + recurrent) and its K/V per token. A batch whose cache would pass the
 memory limit is skipped, and the line says so.
 """
@@ -77,15 +77,15 @@ def main() -> None:
         with torch.inference_mode():
             ids = torch.randint(0, vocab, (1, P))
             cache = DynamicCache(config=model.config)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
             first = sample(out.logits[:, -1])
-            prefill = time.perf_counter() - t0
+            prefill, prefill_cpu = time.perf_counter() - t0, time.process_time() - c0
         state = sum(t.nbytes for t in tensors(cache, STATE_ATTRS))
         kv_per_token = sum(t.nbytes for t in tensors(cache, KV_ATTRS)) // P
         del out
         for B in batches:
-            row = {"prompt": P, "batch": B, "prefillSeconds": prefill, "stateBytes": state,
+            row = {"prompt": P, "batch": B, "prefillSeconds": prefill, "prefillCpuSeconds": prefill_cpu, "stateBytes": state,
                    "kvBytesPerToken": kv_per_token}
             # The cache at its longest, and a step's logits and their softmax (fp32).
             need = B * (state + (P + warmup + steps + 1) * kv_per_token) + 3 * B * vocab * 4
@@ -98,12 +98,12 @@ def main() -> None:
                 tok = first.repeat(B, 1)
                 for _ in range(warmup):
                     tok = sample(model(input_ids=tok, cache=c, use_cache=True).logits[:, -1])
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 for _ in range(steps):
                     tok = sample(model(input_ids=tok, cache=c, use_cache=True).logits[:, -1])
-                seconds = time.perf_counter() - t0
+                seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
                 assert c.get_seq_length() == P + warmup + steps, c.get_seq_length()
-            row.update(stepMs=1e3 * seconds / steps, tokensPerSecond=B * steps / seconds)
+            row.update(stepMs=1e3 * seconds / steps, cpuMsPerStep=1e3 * cpu / steps, tokensPerSecond=B * steps / seconds)
             del c
             print(json.dumps(row), flush=True)
     print(json.dumps({"versions": {"torch": torch.__version__, "transformers": transformers.__version__},
