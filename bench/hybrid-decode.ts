@@ -240,7 +240,9 @@ async function main(): Promise<void> {
   const python = arg('python', path.join(ROOT, 'build', 'bench-venv', 'bin', 'python'));
   const withPeer = !process.argv.includes('--no-peer');
   if (withPeer && !fs.existsSync(python))
-    throw new Error(`--python: ${python} does not exist (npm run bench:compare creates build/bench-venv; or name a python with torch and transformers 5.x)`);
+    throw new Error(
+      `--python: ${python} does not exist (npm run bench:compare creates build/bench-venv; or name a python with torch and transformers 5.x)`,
+    );
   const base = { prompts: list('prompts', '128,4096'), batches: list('batches', '1,64,256') };
   const steps = Number(arg('steps', '8')),
     warmup = Number(arg('warmup', '1'));

@@ -69,7 +69,7 @@ export const TINY_QWEN3_5: BenchShape = { arch: 'qwen3_5_text', preset: 'tiny', 
 
 /**
  * The small preset as a hybrid (8 blocks of width 512, 6 Gated DeltaNet and 2 full attention; byte
- * tokenizer, 27M parameters): the RL generation benchmark's Qwen3.5 on a CPU, beside `small` Qwen3.
+ * tokenizer, 24.3M parameters): the RL generation benchmark's Qwen3.5 on a CPU, beside `small` Qwen3.
  */
 export const SMALL_QWEN3_5: BenchShape = { arch: 'qwen3_5_text', preset: 'small', tokenizer: 'bytes' };
 
