@@ -10,8 +10,8 @@
  *   node dist/bench/hybrid-train.js [--rounds 3] [--steps 5] [--threads 2] [--archs qwen3,qwen3_5]
  *     [--baseline-addon <prime_native.node>] [--profile <dir>]
  *
- * One line per process and a table of medians (ms a step; the ratio of Qwen3.5 to Qwen3 in the same
- * build). --profile <dir>: one more step of each model under the profiler (ours only):
+ * One line per process and a table of medians (wall and CPU ms a step; the ratio of Qwen3.5 to
+ * Qwen3 in the same build). Under load compare CPU times, at --threads 1 (no threads spinning). --profile <dir>: one more step of each model under the profiler (ours only):
  * <dir>/<arch>.txt and .json (native/src/profile.h).
  */
 import { spawnSync } from 'node:child_process';
@@ -59,6 +59,8 @@ function intArg(name: string, dflt: number): number {
 interface StepTime {
   /** Wall seconds a step (the mean of the timed steps). */
   step: number;
+  /** CPU seconds a step, all threads (the figure to compare under load; with --threads 1 it holds no spinning). */
+  cpu: number;
   /** The last step's forward + backward and optimizer seconds. */
   forwardBackward: number;
   optimizer: number;
@@ -81,6 +83,7 @@ async function child(arch: BenchArch, steps: number, profile: string | undefined
   });
   return {
     step: t.seconds / steps,
+    cpu: t.cpuSeconds / steps,
     forwardBackward: t.last?.forwardBackwardSeconds ?? NaN,
     optimizer: t.last?.optimizerSeconds ?? NaN,
   };
@@ -127,26 +130,32 @@ async function main(): Promise<void> {
         const t = JSON.parse(run.stdout.trim().split('\n').pop()!) as StepTime;
         const load = os.loadavg()[0]!.toFixed(1);
         console.error(
-          `[round ${r + 1}] ${build} ${arch}: ${ms(t.step)} ms a step (forward + backward ${ms(t.forwardBackward)}, optimizer ${ms(t.optimizer)}), load ${load}`,
+          `[round ${r + 1}] ${build} ${arch}: ${ms(t.step)} ms a step, CPU ${ms(t.cpu)} ms (last step: forward + backward ${ms(t.forwardBackward)}, optimizer ${ms(t.optimizer)}), load ${load}`,
         );
-        const key = `${build} ${arch}`;
-        times.set(key, [...(times.get(key) ?? []), t.step]);
+        for (const [what, v] of [
+          ['wall', t.step],
+          ['cpu', t.cpu],
+        ] as const) {
+          const key = `${build} ${arch} ${what}`;
+          times.set(key, [...(times.get(key) ?? []), v]);
+        }
       }
   console.log(
     `\nreverse-text SFT step, ${ROWS} rows of ${SAMPLES} x ${SAMPLE_LEN} tokens, fp32, ${threads} threads, median of ${rounds} rounds of ${steps} steps\n`,
   );
-  console.log('| build | ' + archs.map((a) => `${a} ms a step`).join(' | ') + ' | qwen3_5 / qwen3 |');
+  const m = (build: string, arch: string, what: string) => median(times.get(`${build} ${arch} ${what}`)!);
+  console.log('| build | ' + archs.map((a) => `${a} ms a step (CPU ms)`).join(' | ') + ' | qwen3_5 / qwen3 (CPU) |');
   console.log('| --- | ' + archs.map(() => '---:').join(' | ') + ' | ---: |');
   for (const [build] of builds) {
-    const m = archs.map((a) => median(times.get(`${build} ${a}`)!));
-    const ratio = archs.length === 2 ? (m[1]! / m[0]!).toFixed(2) : '-';
-    console.log(`| ${build} | ${m.map(ms).join(' | ')} | ${ratio} |`);
+    const cells = archs.map((a) => `${ms(m(build, a, 'wall'))} (${ms(m(build, a, 'cpu'))})`);
+    const ratio = (what: string) => (m(build, 'qwen3_5', what) / m(build, 'qwen3', what)).toFixed(2);
+    console.log(`| ${build} | ${cells.join(' | ')} | ${archs.length === 2 ? `${ratio('wall')} (${ratio('cpu')})` : '-'} |`);
   }
   if (baseline)
-    for (const a of archs)
-      console.log(
-        `${a}: baseline / ours ${(median(times.get(`baseline ${a}`)!) / median(times.get(`ours ${a}`)!)).toFixed(2)}x`,
-      );
+    for (const a of archs) {
+      const ratio = (what: string) => (m('baseline', a, what) / m('ours', a, what)).toFixed(2);
+      console.log(`${a}: baseline / ours ${ratio('wall')}x wall, ${ratio('cpu')}x CPU`);
+    }
 }
 
 main().catch((e: unknown) => {

@@ -409,6 +409,10 @@ class Model {
   static at::Tensor chunkedDeltaRule(const DeltaInputs& in, const ChunkLayout& layout, const at::Tensor& S0,
                                      at::Tensor* S);
   DeltaInputs deltaInputs(const Layer& L, const at::Tensor& convolved, const at::Tensor& b, const at::Tensor& a) const;
+  // The rule over a paged forward's prefill chunks (their rows after the decode rows), from and
+  // into their state slots, taking the batch's snapshots; `windowed`: each chunk's causalConv input.
+  at::Tensor prefillDeltaRule(const DeltaInputs& in, const PagedBatch& batch, at::Tensor& convState,
+                              at::Tensor& recState, const std::vector<at::Tensor>& windowed, int64_t K) const;
   // The gated RMSNorm and out_proj after the rule: o [N, Hv, dv], z [N, Hv dv].
   at::Tensor linearOutput(const Layer& L, const at::Tensor& o, const at::Tensor& z, const Adapt& ad) const;
   // x W^T + b, plus W's adapter when ad has one.
