@@ -143,19 +143,21 @@ at::Tensor Model::chunkedDeltaRule(const DeltaInputs& in, const ChunkLayout& lay
   // (ranks); a sequence's state is final once its rank leaves the steps.
   at::Tensor state = S0.defined() ? S0.index_select(0, lay.order)
                                   : at::zeros({int64_t(lay.order.size(0)), H, dk, dv}, x.options());
+  // Split into the steps' slabs once (one backward node each, not one per slab).
+  auto slabs = [&](const at::Tensor& t) { return t.split_with_sizes(lay.active); };
+  const std::vector<at::Tensor> readersOf = slabs(readers), valuesOf = slabs(values), intraOf = slabs(intra),
+                                kToEndOf = slabs(kToEnd), decayOf = slabs(chunkDecay);
   std::vector<at::Tensor> outs, finals;
-  int64_t offset = 0;
-  for (const int64_t a : lay.active) {
+  for (size_t i = 0; i < lay.active.size(); i++) {
+    const int64_t a = lay.active[i];
     if (a < state.size(0)) {
       finals.push_back(state.narrow(0, a, state.size(0) - a));
       state = state.narrow(0, 0, a);
     }
-    auto slab = [&](const at::Tensor& t) { return t.narrow(0, offset, a); };
-    const at::Tensor read = at::matmul(slab(readers), state);                // [a, H, 2C, dv]
-    const at::Tensor vNew = slab(values) - read.narrow(-2, 0, kChunk);  // [a, H, C, dv]
-    outs.push_back(read.narrow(-2, kChunk, kChunk) + at::matmul(slab(intra), vNew));
-    state = state * slab(chunkDecay) + at::matmul(slab(kToEnd), vNew);
-    offset += a;
+    const at::Tensor read = at::matmul(readersOf[i], state);             // [a, H, 2C, dv]
+    const at::Tensor vNew = valuesOf[i] - read.narrow(-2, 0, kChunk);  // [a, H, C, dv]
+    outs.push_back(read.narrow(-2, kChunk, kChunk) + at::matmul(intraOf[i], vNew));
+    state = state * decayOf[i] + at::matmul(kToEndOf[i], vNew);
   }
   if (S) {
     finals.push_back(state);
