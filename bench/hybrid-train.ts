@@ -111,7 +111,9 @@ async function main(): Promise<void> {
   const rounds = intArg('rounds', 3);
   const baseline = process.argv.includes('--baseline-addon') ? path.resolve(arg('baseline-addon', '')) : null;
   const builds: [string, NodeJS.ProcessEnv][] = [
-    ...(baseline ? [['baseline', { ...process.env, PRIME_NATIVE_ADDON: baseline }] as [string, NodeJS.ProcessEnv]] : []),
+    ...(baseline
+      ? [['baseline', { ...process.env, PRIME_NATIVE_ADDON: baseline }] as [string, NodeJS.ProcessEnv]]
+      : []),
     ['ours', { ...process.env, PRIME_NATIVE_ADDON: '' }],
   ];
   const times = new Map<string, number[]>();
@@ -149,7 +151,9 @@ async function main(): Promise<void> {
   for (const [build] of builds) {
     const cells = archs.map((a) => `${ms(m(build, a, 'wall'))} (${ms(m(build, a, 'cpu'))})`);
     const ratio = (what: string) => (m(build, 'qwen3_5', what) / m(build, 'qwen3', what)).toFixed(2);
-    console.log(`| ${build} | ${cells.join(' | ')} | ${archs.length === 2 ? `${ratio('wall')} (${ratio('cpu')})` : '-'} |`);
+    console.log(
+      `| ${build} | ${cells.join(' | ')} | ${archs.length === 2 ? `${ratio('wall')} (${ratio('cpu')})` : '-'} |`,
+    );
   }
   if (baseline)
     for (const a of archs) {

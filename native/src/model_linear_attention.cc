@@ -10,8 +10,9 @@
 // and flash-linear-attention's. Two forms of the same recurrence: the chunked one (prefill and
 // training: per chunk of 64 positions, the rule's updates condensed into matmuls by a triangular
 // solve, then one state update per chunk), and the recurrent one (decode: one step per token).
-// Packed rows restart the convolution window and the state at every sample; a paged forward reads
-// and writes each sequence's state slot (linear_state.h).
+// Several sequences run side by side (Model::ChunkLayout, flash-linear-attention's cu_seqlens): a
+// packed row's samples, each restarting the convolution window and the state, and a paged forward's
+// prefill chunks, each from and into its sequence's state slot (linear_state.h).
 #include "model.h"
 
 #include "autocast.h"
@@ -87,7 +88,8 @@ Model::ChunkLayout Model::chunkLayout(const std::vector<int64_t>& starts, const 
     lay.active.push_back(a);
     lay.chunks += a;
   }
-  std::vector<int64_t> slotRow(size_t(lay.chunks * kChunk), rows), rowSlot(size_t(B > 0 ? first.back() + lens.back() : 0));
+  std::vector<int64_t> slotRow(size_t(lay.chunks * kChunk), rows),
+      rowSlot(size_t(B > 0 ? first.back() + lens.back() : 0));
   int64_t chunk = 0;
   for (size_t i = 0; i < lay.active.size(); i++)
     for (int64_t r = 0; r < lay.active[i]; r++, chunk++) {
@@ -107,8 +109,7 @@ Model::ChunkLayout Model::chunkLayout(const std::vector<int64_t>& starts, const 
   return lay;
 }
 
-at::Tensor Model::chunkedDeltaRule(const DeltaInputs& in, const ChunkLayout& lay, const at::Tensor& S0,
-                                   at::Tensor* S) {
+at::Tensor Model::chunkedDeltaRule(const DeltaInputs& in, const ChunkLayout& lay, const at::Tensor& S0, at::Tensor* S) {
   const int64_t H = in.q.size(1), dk = in.q.size(2), dv = in.v.size(2), N = lay.chunks;
   // Every input in chunk space, [N, H, C, .], by one gather of the rows; padded positions read a
   // zero row: k = v = beta = 0 and g = 0 change neither the outputs of real positions (the rule is
@@ -122,8 +123,7 @@ at::Tensor Model::chunkedDeltaRule(const DeltaInputs& in, const ChunkLayout& lay
   // Within each chunk, all chunks at once; products with a factor in common go as one matmul.
   const at::Tensor kBeta = kc * bc.unsqueeze(-1), vBeta = vc * bc.unsqueeze(-1);
   const at::Tensor cum = gc.cumsum(-1);  // log of the decay from the chunk's start to each position
-  const at::Tensor above =
-      at::ones({kChunk, kChunk}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(1);
+  const at::Tensor above = at::ones({kChunk, kChunk}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(1);
   // decay[i, j] = exp(cum_i - cum_j) for j <= i, 0 above the diagonal.
   const at::Tensor decay = (cum.unsqueeze(-1) - cum.unsqueeze(-2)).masked_fill(above, -INFINITY).exp();
   // kBeta k^T and q k^T, times the decay: the system below and the within-chunk attention.
@@ -136,13 +136,13 @@ at::Tensor Model::chunkedDeltaRule(const DeltaInputs& in, const ChunkLayout& lay
   const at::Tensor values = solved.narrow(-1, 0, dv);
   // Who reads the state before the chunk: those keys (correcting the values), then the queries.
   const at::Tensor readers = at::cat({solved.narrow(-1, dv, dk), qc * cum.exp().unsqueeze(-1)}, -2);  // [N, H, 2C, dk]
-  const at::Tensor last = cum.narrow(-1, kChunk - 1, 1);  // [N, H, 1]
+  const at::Tensor last = cum.narrow(-1, kChunk - 1, 1);                                              // [N, H, 1]
   const at::Tensor kToEnd = (kc * (last - cum).exp().unsqueeze(-1)).transpose(-1, -2);
   const at::Tensor chunkDecay = last.exp().unsqueeze(-1);  // [N, H, 1, 1]
   // From chunk to chunk: step i's chunks are a slab, its sequences' states the first active[i]
   // (ranks); a sequence's state is final once its rank leaves the steps.
-  at::Tensor state = S0.defined() ? S0.index_select(0, lay.order)
-                                  : at::zeros({int64_t(lay.order.size(0)), H, dk, dv}, x.options());
+  at::Tensor state =
+      S0.defined() ? S0.index_select(0, lay.order) : at::zeros({int64_t(lay.order.size(0)), H, dk, dv}, x.options());
   // Split into the steps' slabs once (one backward node each, not one per slab).
   auto slabs = [&](const at::Tensor& t) { return t.split_with_sizes(lay.active); };
   const std::vector<at::Tensor> readersOf = slabs(readers), valuesOf = slabs(values), intraOf = slabs(intra),
@@ -154,7 +154,7 @@ at::Tensor Model::chunkedDeltaRule(const DeltaInputs& in, const ChunkLayout& lay
       finals.push_back(state.narrow(0, a, state.size(0) - a));
       state = state.narrow(0, 0, a);
     }
-    const at::Tensor read = at::matmul(readersOf[i], state);             // [a, H, 2C, dv]
+    const at::Tensor read = at::matmul(readersOf[i], state);           // [a, H, 2C, dv]
     const at::Tensor vNew = valuesOf[i] - read.narrow(-2, 0, kChunk);  // [a, H, C, dv]
     outs.push_back(read.narrow(-2, kChunk, kChunk) + at::matmul(intraOf[i], vNew));
     state = state * decayOf[i] + at::matmul(kToEndOf[i], vNew);
@@ -234,8 +234,9 @@ at::Tensor Model::linearAttentionPaged(const Layer& L, int64_t layer, const at::
     convState.index_copy_(0, decodeSlots, xw.narrow(-1, 1, K - 1));
   }
   for (size_t c = 0, row = size_t(n); c < P; row += size_t(batch.chunkLen[c]), c++) {
-    const at::Tensor window =
-        batch.chunkStart[c] == 0 ? none : convState.index_select(0, batch.slotOf.narrow(0, n + int64_t(c), 1)).squeeze(0);
+    const at::Tensor window = batch.chunkStart[c] == 0
+                                  ? none
+                                  : convState.index_select(0, batch.slotOf.narrow(0, n + int64_t(c), 1)).squeeze(0);
     convs.push_back(causalConv(qkv.narrow(0, int64_t(row), batch.chunkLen[c]), L.linConv, window, none, &windowed[c]));
   }
   const DeltaInputs in = deltaInputs(L, convs.size() == 1 ? convs[0] : at::cat(convs, 0), b, a);
