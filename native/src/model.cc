@@ -77,13 +77,8 @@ Model::Segments Model::packedSegments(const std::vector<int64_t>& segStarts, int
   }
   if (hybrid()) {
     // The Gated DeltaNet blocks' layout of the samples, and which convolution taps stay inside them.
-    const int64_t K = cfg.linear.convKernel;
     seg.chunks = chunkLayout(segStarts, seg.lens, N, device);
-    std::vector<float> taps(size_t(N * (K - 1)), 1.f);
-    for (size_t s = 0; s < segStarts.size(); s++)
-      for (int64_t u = 0; u < K - 1 && u < seg.lens[s]; u++)  // position u of its sample: taps i < K - 1 - u out
-        for (int64_t i = 0; i < K - 1 - u; i++) taps[size_t((segStarts[s] + u) * (K - 1) + i)] = 0.f;
-    seg.convTaps = at::tensor(taps).view({N, K - 1}).to(device);
+    seg.convTaps = convTaps(segStarts, seg.lens, N, cfg.linear.convKernel, device);
   }
 #if TORCH_VERSION_MAJOR >= 2
   // CUDA's flash attention (Ampere or newer) takes the whole packed row in one kernel, causal

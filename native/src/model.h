@@ -367,6 +367,10 @@ class Model {
   };
   static ChunkLayout chunkLayout(const std::vector<int64_t>& starts, const std::vector<int64_t>& lens, int64_t rows,
                                  const at::Device& device);
+  // For a causal convolution of kernel K over the same sequences: [rows, K - 1], 1 where tap i of
+  // a position reads inside its sequence, 0 where it would reach before the sequence's start.
+  static at::Tensor convTaps(const std::vector<int64_t>& starts, const std::vector<int64_t>& lens, int64_t rows,
+                             int64_t K, const at::Device& device);
   // The samples of a packed row: their lengths, and where attention runs as one variable-length
   // flash-attention kernel (CUDA, bf16), their cumulative starts on the device (int32, [n + 1]).
   // Hybrid models also get the Gated DeltaNet blocks' layout of the samples.

@@ -109,6 +109,15 @@ Model::ChunkLayout Model::chunkLayout(const std::vector<int64_t>& starts, const 
   return lay;
 }
 
+at::Tensor Model::convTaps(const std::vector<int64_t>& starts, const std::vector<int64_t>& lens, int64_t rows,
+                           int64_t K, const at::Device& device) {
+  std::vector<float> taps(size_t(rows * (K - 1)), 1.f);
+  for (size_t s = 0; s < starts.size(); s++)
+    for (int64_t u = 0; u < K - 1 && u < lens[s]; u++)  // position u reads x[u - (K - 1) + i] at tap i
+      for (int64_t i = 0; i < K - 1 - u; i++) taps[size_t((starts[s] + u) * (K - 1) + i)] = 0.f;
+  return at::tensor(taps).view({rows, K - 1}).to(device);
+}
+
 at::Tensor Model::chunkedDeltaRule(const DeltaInputs& in, const ChunkLayout& lay, const at::Tensor& S0, at::Tensor* S) {
   const int64_t H = in.q.size(1), dk = in.q.size(2), dv = in.v.size(2), N = lay.chunks;
   // Every input in chunk space, [N, H, C, .], by one gather of the rows; padded positions read a
