@@ -49,7 +49,7 @@ export interface TrainTiming {
 export async function timeTraining(
   model: NativeModel,
   o: TrainTiming,
-): Promise<{ tokens: number; seconds: number; last?: TrainStepStats }> {
+): Promise<{ tokens: number; seconds: number; cpuSeconds: number; last?: TrainStepStats }> {
   const trainer = model.createTrainer({ mixedPrecision: o.mixed ? 'bfloat16' : undefined });
   const rng = new Rng(0);
   const V = o.vocab;
@@ -61,9 +61,12 @@ export async function timeTraining(
   const opts: TrainStepOptions = { lr: 1e-4, maxGradNorm: 1, loss: { kind: 'ce' } };
   await trainer.step(batch, opts); // warm-up
   const t0 = process.hrtime.bigint();
+  const c0 = process.cpuUsage();
   let last: TrainStepStats | undefined;
   for (let i = 0; i < o.steps; i++) last = await trainer.step(batch, opts);
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  // CPU time of every thread of the process: less sensitive than wall time to a shared machine's load.
+  const cpu = process.cpuUsage(c0);
   if (o.profile) await trainer.step(batch, { ...opts, profile: path.resolve(o.profile) });
-  return { tokens: o.steps * o.rows * o.rowLen, seconds, last };
+  return { tokens: o.steps * o.rows * o.rowLen, seconds, cpuSeconds: (cpu.user + cpu.system) / 1e6, last };
 }

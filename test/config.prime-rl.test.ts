@@ -218,6 +218,20 @@ test.each(
   expect(message).toContain('has no equivalent here for "__not_ours__"');
 });
 
+test('a flag whose key sets nothing of ours reads its value as the key in a file would: true, a number, a string', () => {
+  // --inference.dry-run true was read as a number ("expected a number, got 'true'").
+  const rl = [...MODEL, '--seq-len', '256'];
+  expect(configError(() => load('rl', [...rl, '--inference.dry-run', 'true']))).toMatch(
+    /inference\.dry_run .*has no equivalent here for true \(false only\): give --dry-run on the command line/,
+  );
+  expect(() => load('rl', [...rl, '--inference.dry-run', 'false'])).not.toThrow();
+  expect(() => load('rl', [...rl, '--inference.server.liveness-timeout-seconds', '30'])).not.toThrow();
+  expect(configError(() => load('rl', [...rl, '--inference.server.liveness-timeout-seconds', '60']))).toMatch(
+    /has no equivalent here for 60 \(30 only\)/,
+  );
+  expect(() => load('rl', [...rl, '--inference.deployment.type', 'single_node'])).not.toThrow();
+});
+
 test.each([
   [
     'rl',

@@ -8,7 +8,7 @@ import * as os from 'os';
 import * as path from 'path';
 import * as native from '../native';
 import { createModelWithoutWeights, loadModel } from '../lib/model/engine';
-import { randomWeights } from '../lib/model/testing';
+import { randomWeights, tinyConfig } from '../lib/model/testing';
 import { shardRows } from '../lib/trainer/runtime';
 import { memoryPlan } from '../lib/trainer/plan';
 import { loadCheckpoint, writeCheckpoint } from '../lib/trainer/shards';
@@ -172,6 +172,7 @@ const moeCfg = tinyMoeConfig;
 const moeRows = (step: number) =>
   stepRows(step).map((r) => ({ ...r, routes: Array.from({ length: r.inputIds.length * 4 }, (_, i) => i % 2) }));
 const unusedExpert = 'model.layers.0.mlp.experts.2.gate_proj.weight';
+const hybridCfg = tinyConfig('qwen3_5_text', { numLayers: 2 });
 const usedExpert = 'model.layers.0.mlp.experts.0.gate_proj.weight';
 
 test.each([
@@ -184,6 +185,12 @@ test.each([
   ['a KL penalty to a frozen reference, sharded too', { trainer: { reference: true }, loss: withKl }, stepRows, false],
   ['activation checkpointing', { trainer: { activationCheckpointing: 1 } }, stepRows, false],
   ['a tiny qwen3_moe, two experts per layer never routed to', { cfg: moeCfg }, moeRows, false],
+  [
+    'a tiny Qwen3.5 (a Gated DeltaNet block and a gated full-attention block; packed rows restart their state)',
+    { cfg: hybridCfg },
+    stepRows,
+    false,
+  ],
 ] as const)(
   'full sharding with %s == world size 1 (fp64)',
   async (_what, o, rowsOf, adapters) => {
@@ -195,6 +202,16 @@ test.each([
     const [sharded] = await readAll(ranks, adapters);
     const whole = await (adapters ? one.trainer.readAdapters() : one.trainer.readWeights());
     expect(maxDiff(whole, sharded)).toBeLessThan(1e-12);
+    if (opts.cfg === hybridCfg) {
+      // The Gated DeltaNet block's own parameters were trained, the same way on both sides.
+      const initial = randomWeights(hybridCfg, 7);
+      for (const name of ['conv1d.weight', 'A_log', 'dt_bias', 'norm.weight'].map(
+        (p) => `model.layers.0.linear_attn.${p}`,
+      )) {
+        const named = (ts: native.WeightTensor[]) => [ts.find((t) => t.name === name)!];
+        expect(maxDiff(named(initial), named(sharded))).toBeGreaterThan(1e-6);
+      }
+    }
     if (opts.cfg === moeCfg) {
       // An expert without a gradient is not stepped (no weight decay, no moments), as at world
       // size 1; the experts the tokens went to are.

@@ -84,6 +84,35 @@ describe.each(HYBRID.map((f) => [f.name, f] as const))('%s', (_, { dir, meta }) 
     expect(maxAbsDiff(adapted.logprobs, viaBase.logprobs)).toBeGreaterThan(1e-3);
   });
 
+  test('a packed row of many samples, some longer than a chunk, some a few tokens, scores and trains as each sample alone (fp64)', async () => {
+    // The samples run side by side (chunked rule and convolution batched over them, each from a
+    // zero state): any leak across a boundary, or a chunk laid out in the wrong place, shows here.
+    const hf = loadHfModel(dir);
+    const fp64 = await loadModel(hf.config, hf.tensors, { dtype: 'float64' });
+    const rng = new Rng(7);
+    const samples = [3, 70, 1, 130, 20, 64, 65, 5, 2].map((n) => randomTokens(rng, n, hf.config.vocabSize));
+    const rowOf = (s: number[][]): TrainRow => ({
+      ...packRow(s),
+      lossMask: s.flatMap((x) => x.map((_, i) => (i > 0 ? 1 : 0))),
+    });
+    const [packed] = await fp64.score([packRow(samples)]);
+    const alone = (await fp64.score(samples.map((s) => packRow([s])))).flatMap((r) => Array.from(r.logprobs));
+    expect(packed.logprobs.length).toBe(alone.length);
+    expect(maxAbsDiff(packed.logprobs, alone)).toBeLessThan(1e-10);
+    const trainer = fp64.createTrainer();
+    const together = await trainer.gradients([rowOf(samples)], { kind: 'ce' });
+    const apart = await trainer.gradients(
+      samples.map((s) => rowOf([s])),
+      { kind: 'ce' },
+    );
+    expect(together.gradients.map((g) => g.name)).toEqual(apart.gradients.map((g) => g.name));
+    for (let i = 0; i < apart.gradients.length; i++) {
+      const a = decode(apart.gradients[i]);
+      const scale = Math.max(...Array.from(a, Math.abs));
+      expect(maxAbsDiff(decode(together.gradients[i]), a)).toBeLessThanOrEqual(1e-10 * scale);
+    }
+  });
+
   test('activation checkpointing gives the gradients of the plain backward (fp64)', async () => {
     const hf = loadHfModel(dir);
     const rng = new Rng(5);

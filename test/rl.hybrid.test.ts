@@ -3,8 +3,11 @@
  * the Hub's multimodal layout, three Gated DeltaNet blocks and one full-attention block, the byte
  * tokenizer) served by the real inference server (its generator's state slots beside the KV
  * blocks; a group's rollouts share their prompt's state), trained by real trainer workers, on a
- * real Temporal dev server. The weight updates between steps reach the server in flight.
+ * real Temporal dev server. The weight updates between steps reach the server in flight. The model
+ * is named as a user names the real one: `Qwen/Qwen3.5-0.8B`, from a local Hugging Face cache
+ * (HF_HUB_CACHE) holding the tiny model under that name, as `hf download` would have left it.
  */
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { RLConfig } from '../lib/config/schemas';
 import { readEvalResults } from '../lib/eval';
@@ -20,19 +23,29 @@ import {
   tempDir,
   tinyModel,
 } from './support/setup';
+import { addToHubCache, folderFiles } from './support/hub-cache';
 
 const root = tempDir('prime-rl-hybrid-');
-const modelDir = path.join(root, 'model');
+const MODEL = 'Qwen/Qwen3.5-0.8B';
+const savedHub = process.env.HF_HUB_CACHE;
 let stack: ServingStack;
 
 const config = (args: string[]): RLConfig =>
-  rlConfig([...serverRunArgs(modelDir, path.join(root, 'outputs'), `${stack.inference.url}/v1`), ...args]);
+  rlConfig([...serverRunArgs(MODEL, path.join(root, 'outputs'), `${stack.inference.url}/v1`), ...args]);
 
 beforeAll(async () => {
-  tinyModel(modelDir, { arch: 'qwen3_5' });
-  stack = await startStack(root, { modelDir, seqLen: 128 });
+  const made = tinyModel(path.join(root, 'made'), { arch: 'qwen3_5' });
+  const hub = path.join(root, 'hub');
+  addToHubCache(hub, 'model', MODEL, folderFiles(made));
+  fs.rmSync(made, { recursive: true });
+  process.env.HF_HUB_CACHE = hub;
+  stack = await startStack(root, { modelDir: MODEL, seqLen: 128 });
 });
-afterAll(() => closeStack(stack, root));
+afterAll(async () => {
+  await closeStack(stack, root);
+  if (savedHub === undefined) delete process.env.HF_HUB_CACHE;
+  else process.env.HF_HUB_CACHE = savedHub;
+});
 
 test('a 3-step run (async_level 1) trains every step once; its evals score the base model and its steps', async () => {
   const cfg = config([

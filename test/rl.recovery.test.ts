@@ -147,7 +147,7 @@ const KINDS = ['trainer', 'inference', 'cpu', 'temporal', 'launcher'] as const;
 type Kind = (typeof KINDS)[number];
 /** A SIGKILL, a SIGSTOP (resumed after `STOPPED_MS`), or the trainer's run folder damaged. */
 type Fault = { kind: Kind; how: 'kill' | 'stop' } | { kind: 'trainer'; how: 'damage' };
-/** How long a stopped process stays stopped: longer than the run's heartbeat timeout (5 s). */
+/** How long a stopped launcher stays stopped: longer than the run's heartbeat timeout (5 s). */
 const STOPPED_MS = 7_000;
 
 /** The launcher's line when it kills process `pid` for being silent (lib/launch/supervise.ts). */
@@ -255,13 +255,13 @@ test('chaos: random SIGKILLs of every process, the launcher included, SIGSTOPs o
       if (how === 'stop') {
         // Frozen for longer than the heartbeat timeout: the launcher finds a child (or the Temporal
         // server) silent and kills it, so it restarts (without that, nothing would move until the
-        // SIGCONT); a frozen launcher, resumed, kills nothing.
+        // SIGCONT); it says so only once the child was silent past the timeout, so the child stays
+        // frozen until then. A frozen launcher, resumed after STOPPED_MS, kills nothing.
         const id = processId(pid);
         process.kill(pid!, 'SIGSTOP');
         events.push(event);
-        await sleep(STOPPED_MS);
-        if (kind !== 'launcher')
-          await whileRunning(`the ${kind} (pid ${pid}) found silent`, () => silentLine(pid!).test(launcherLog()));
+        if (kind === 'launcher') await sleep(STOPPED_MS);
+        else await whileRunning(`the ${kind} (pid ${pid}) found silent`, () => silentLine(pid!).test(launcherLog()));
         if (id && isRunning(id)) process.kill(pid!, 'SIGCONT');
         await stepAfter(done);
         continue;

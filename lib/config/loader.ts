@@ -129,7 +129,22 @@ function checkDepth(value: unknown, where: string, prefix?: string): void {
   );
 }
 
+/**
+ * The field of a flag whose key sets nothing of ours but checks its value (`--slurm.dry-run
+ * false`: only some values are accepted): the value is read as TOML would read it, a boolean, a
+ * number, JSON, or else the plain string, so the check sees what the same key in a file gives.
+ */
+const LITERAL_FLAG: z.ZodType = z.unknown();
+
+function literalOf(text: string, key: string, where: string): unknown {
+  if (/^(true|false)$/.test(text)) return text === 'true';
+  if (text.trim() !== '' && Number.isFinite(Number(text))) return Number(text);
+  if (/^\s*[[{"]/.test(text)) return parseJson(text, key, where);
+  return text;
+}
+
 function coerceScalar(field: z.ZodType, text: string, key: string, where: string): unknown {
+  if (field === LITERAL_FLAG) return literalOf(text, key, where);
   const info = inspect(field);
   switch (info.kind) {
     case 'number':
@@ -342,7 +357,7 @@ function parseArgs(argv: string[], schema: z.ZodType, aliases: readonly Alias[] 
       field = alias.alias.onlyString
         ? z.string()
         : (alias.to !== null && !alias.alias.convert && fieldAt(schema, alias.to.split('.'))) ||
-          (alias.alias.refuse || alias.alias.convert ? z.unknown() : z.number());
+          (alias.alias.refuse || alias.alias.convert ? z.unknown() : LITERAL_FLAG);
     }
     let negated = false;
     if (!field) {

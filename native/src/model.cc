@@ -75,6 +75,11 @@ Model::Segments Model::packedSegments(const std::vector<int64_t>& segStarts, int
     seg.lens.push_back((s + 1 < segStarts.size() ? segStarts[s + 1] : N) - segStarts[s]);
     seg.longest = std::max(seg.longest, seg.lens.back());
   }
+  if (hybrid()) {
+    // The Gated DeltaNet blocks' layout of the samples, and which convolution taps stay inside them.
+    seg.chunks = chunkLayout(segStarts, seg.lens, N, device);
+    seg.convTaps = convTaps(segStarts, seg.lens, N, cfg.linear.convKernel, device);
+  }
 #if TORCH_VERSION_MAJOR >= 2
   // CUDA's flash attention (Ampere or newer) takes the whole packed row in one kernel, causal
   // within each sample, GQA included, when attention runs in bf16: a bf16 model, or fp32 weights

@@ -351,13 +351,36 @@ class Model {
   // the residual add, the post-attention norm, the MLP and its residual add.
   at::Tensor afterMixer(const Layer& L, const at::Tensor& x, const at::Tensor& mixed, int64_t layer,
                         const Adapt& ad) const;
+  // Where the chunked delta rule (model_linear_attention.cc) reads several sequences' positions at
+  // once, as flash-linear-attention's cu_seqlens: sequence s is positions [starts[s], starts[s] +
+  // lens[s]) of the rows it runs over, padded to whole chunks (of 64 positions). Its state passes from
+  // chunk to chunk in steps: step i holds chunk i of every sequence longer than i chunks. The
+  // sequences are ranked by chunk count, longest first, and chunks laid out step by step in rank
+  // order, so step i's chunks are one slab [offset, offset + active[i]) and its states the first
+  // active[i]. Index tensors on the rows' device, built on the host once per forward.
+  struct ChunkLayout {
+    at::Tensor slotRow;           // [chunks * 64] the row of each chunk position (rows: zeros)
+    at::Tensor rowSlot;           // [sum lens] the chunk position of each sequence's positions, in order
+    at::Tensor order, rank;       // [B] the sequence of each rank, the rank of each sequence
+    std::vector<int64_t> active;  // per step, its sequences (non-increasing)
+    int64_t chunks = 0;
+  };
+  static ChunkLayout chunkLayout(const std::vector<int64_t>& starts, const std::vector<int64_t>& lens, int64_t rows,
+                                 const at::Device& device);
+  // For a causal convolution of kernel K over the same sequences: [rows, K - 1], 1 where tap i of
+  // a position reads inside its sequence, 0 where it would reach before the sequence's start.
+  static at::Tensor convTaps(const std::vector<int64_t>& starts, const std::vector<int64_t>& lens, int64_t rows,
+                             int64_t K, const at::Device& device);
   // The samples of a packed row: their lengths, and where attention runs as one variable-length
   // flash-attention kernel (CUDA, bf16), their cumulative starts on the device (int32, [n + 1]).
+  // Hybrid models also get the Gated DeltaNet blocks' layout of the samples.
   struct Segments {
     std::vector<int64_t> lens;
     at::Tensor cuSeqLens;  // undefined: attention per sample
     int64_t longest = 0;
     at::ScalarType compute = at::kFloat;  // the dtype flash attention runs in (with cuSeqLens)
+    ChunkLayout chunks;                   // hybrid: the delta rule's layout of the samples
+    at::Tensor convTaps;                  // hybrid: [N, K - 1] 1 where a conv tap stays in its sample
   };
   Segments packedSegments(const std::vector<int64_t>& segStarts, int64_t N) const;
   // f(x) for stage `stage` of a forward, between the stage hooks' enter and leave when there are any.
@@ -384,7 +407,16 @@ class Model {
   struct DeltaInputs {
     at::Tensor q, k, v, g, beta;
   };
+  // The chunked gated delta rule over the sequences of `layout` from their states S0 [B, Hv, dk,
+  // dv] (undefined: zeros): o [sum lens, Hv, dv], the sequences' positions in order; their final
+  // states in *S when S is given.
+  static at::Tensor chunkedDeltaRule(const DeltaInputs& in, const ChunkLayout& layout, const at::Tensor& S0,
+                                     at::Tensor* S);
   DeltaInputs deltaInputs(const Layer& L, const at::Tensor& convolved, const at::Tensor& b, const at::Tensor& a) const;
+  // The rule over a paged forward's prefill chunks (their rows after the decode rows), from and
+  // into their state slots, taking the batch's snapshots; `windowed`: each chunk's causalConv input.
+  at::Tensor prefillDeltaRule(const DeltaInputs& in, const PagedBatch& batch, at::Tensor& convState,
+                              at::Tensor& recState, const std::vector<at::Tensor>& windowed, int64_t K) const;
   // The gated RMSNorm and out_proj after the rule: o [N, Hv, dv], z [N, Hv dv].
   at::Tensor linearOutput(const Layer& L, const at::Tensor& o, const at::Tensor& z, const Adapt& ad) const;
   // x W^T + b, plus W's adapter when ad has one.

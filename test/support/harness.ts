@@ -6,7 +6,14 @@
 import * as path from 'node:path';
 import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import type { Duration } from '@temporalio/common';
-import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import {
+  bundleWorkflowCode,
+  DefaultLogger,
+  NativeConnection,
+  Runtime,
+  Worker,
+  type WorkflowBundleWithSourceMap,
+} from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../../activities';
 import { inferenceSchema, type RLConfig } from '../../lib/config/schemas';
 import { EnvPool } from '../../lib/envs/pool';
@@ -108,6 +115,18 @@ export interface Execution {
   executionTimeout?: Duration;
 }
 
+let bundled: Promise<WorkflowBundleWithSourceMap> | undefined;
+/**
+ * The workflows bundled once per test file: what `workflowsPath` would bundle again (webpack, seconds
+ * under load) for every worker. The sources do not change while a file runs; each worker still
+ * starts from the bundle with no state.
+ */
+const workflowBundle = () =>
+  (bundled ??= bundleWorkflowCode({
+    workflowsPath: require.resolve('../../workflows'),
+    logger: new DefaultLogger('WARN'),
+  }));
+
 /** Runs a workflow to its end on fresh in-process workers (so a trainer starts with no state). */
 export async function execute<T>(e: Execution): Promise<T> {
   const connection = await NativeConnection.connect({ address: e.temporal.address });
@@ -115,7 +134,7 @@ export async function execute<T>(e: Execution): Promise<T> {
   const cpu = await Worker.create({
     connection,
     taskQueue: queues.cpu,
-    workflowsPath: require.resolve('../../workflows'),
+    workflowBundle: await workflowBundle(),
     activities: createCpuActivities({ pool: e.pool }),
   });
   const client = new Client({ connection: await Connection.connect({ address: e.temporal.address }) });
