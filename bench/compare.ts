@@ -51,7 +51,7 @@ import { parameterCount } from '../lib/model/tensors';
 import { info, setThreads, type ComputeDType, type ModelOptions } from '../native';
 import { linearGflops, matmulGflops } from '../native/checks';
 import { loadModel } from '../lib/model/engine';
-import { QWEN3_0_6B, QWEN3_5_0_8B } from './shapes';
+import { benchModel, QWEN3_0_6B, QWEN3_5_0_8B, TINY_QWEN3_5 } from './shapes';
 import { matmulParameters, PEAK_TFLOPS, timeTraining } from './train-bench';
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -86,13 +86,16 @@ const MODELS: Record<string, Omit<CreateModelOptions, 'out' | 'seed'>> = {
   qwen3: { arch: 'qwen3', preset: 'small', tokenizer: 'qwen3' },
   bytes: { arch: 'qwen3', preset: 'small', tokenizer: 'bytes' },
   'qwen3-0.6b': QWEN3_0_6B,
-  // Issue #46 (its PyTorch side needs transformers 5.x: --python, a venv that has it).
+  // Issue #46, and a tiny Qwen3.5 that checks the workloads run on it in seconds.
   'qwen3_5-0.8b': QWEN3_5_0_8B,
+  'qwen3_5-tiny': TINY_QWEN3_5,
 };
 
 /** A benchmark model's folder in build/bench-models, created on first use. */
 function modelFolder(kind: string): { dir: string; config: ArchConfig } {
-  const dir = path.join(ROOT, 'build', 'bench-models', kind === 'qwen3-0.6b' ? kind : `small-${kind}`);
+  // The models of a real shape are shared with the other benchmarks (one folder per shape).
+  if (kind !== 'qwen3' && kind !== 'bytes') return benchModel(kind, MODELS[kind]);
+  const dir = path.join(ROOT, 'build', 'bench-models', `small-${kind}`);
   const config = fs.existsSync(path.join(dir, 'config.json'))
     ? loadHfModel(dir).config
     : createModel({ ...MODELS[kind], seed: 1, out: dir }).config;
@@ -341,7 +344,7 @@ async function main(): Promise<void> {
       : null;
     const total = parameterCount(c);
     const P = matmulParameters(c);
-    const name = `${kind === 'qwen3-0.6b' ? kind : `small ${kind}`} (V ${c.vocabSize}, ${(total / 1e6).toFixed(1)}M)`;
+    const name = `${kind === 'qwen3' || kind === 'bytes' ? `small ${kind}` : kind} (V ${c.vocabSize}, ${(total / 1e6).toFixed(1)}M)`;
     // [label, engine / compare_torch.py args, FLOPs per token, PyTorch's mixed-precision scheme]
     type Workload = [string, string[], number, 'autocast' | 'master'];
     const decodes = batches.map((b): Workload => [`decode batch ${b}`, ['decode', String(b), '0'], 2 * P, 'autocast']);

@@ -21,7 +21,8 @@
  *   node dist/bench/serving.js --workload capacity --cli OTHER_CHECKOUT [--kv-tokens 16384] [--requests 1024]
  *     [--max-running 256]
  *
- * --model tiny|small|qwen3-0.6b (the last: Qwen3-0.6B's shape); --device, --dtype: the servers'
+ * --model tiny|small|qwen3-0.6b|qwen3_5-tiny|qwen3_5-small|qwen3_5-0.8b (Qwen3-0.6B's shape; Qwen3.5's
+ * tiny and small presets as hybrids, Qwen3.5-0.8B's shape: bench/shapes.ts); --device, --dtype: the servers'
  * (`cuda`, `bfloat16` on a GPU machine); --threads: their compute threads (default 2).
  */
 import * as fs from 'node:fs';
@@ -31,7 +32,7 @@ import * as path from 'node:path';
 import { createModel, type CreateModelOptions } from '../lib/model/create';
 import { Rng } from '../lib/model/rng';
 import { randomTokens } from '../lib/model/testing';
-import { QWEN3_0_6B } from './shapes';
+import { QWEN3_0_6B, QWEN3_5_0_8B, SMALL_QWEN3_5, TINY_QWEN3_5 } from './shapes';
 import { serverMetric, startServerProcess } from './server-process';
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -40,6 +41,10 @@ const MODELS: Record<string, Omit<CreateModelOptions, 'out' | 'seed'>> = {
   tiny: { arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes' },
   small: { arch: 'qwen3', preset: 'small', tokenizer: 'bytes' },
   'qwen3-0.6b': QWEN3_0_6B,
+  // Qwen3.5 (issue #46): the hybrid cache's state snapshots shared by a group's rollouts.
+  'qwen3_5-tiny': TINY_QWEN3_5,
+  'qwen3_5-small': SMALL_QWEN3_5,
+  'qwen3_5-0.8b': QWEN3_5_0_8B,
 };
 
 function arg(name: string, dflt: string): string {
@@ -219,6 +224,7 @@ async function main(): Promise<void> {
   try {
     const modelDir = path.join(tmp, 'model');
     const name = arg('model', workload === 'rl' ? 'small' : 'tiny');
+    if (!MODELS[name]) throw new Error(`--model: unknown '${name}' (known: ${Object.keys(MODELS).join(', ')})`);
     const created = createModel({ ...MODELS[name]!, seed: 0, out: modelDir });
     const table = workload === 'rl' ? await rlWorkload(modelDir, tmp) : await capacityWorkload(modelDir, tmp);
     process.stdout.write(

@@ -64,6 +64,15 @@ export const QWEN3_1_7B: BenchShape = { ...QWEN3_0_6B, hiddenSize: 2048, interme
 /** The tiny preset with the byte tokenizer: what a benchmark runs on the CPU to check itself. */
 export const TINY: BenchShape = { arch: 'qwen3', preset: 'tiny', tokenizer: 'bytes' };
 
+/** A tiny Qwen3.5 (4 blocks: 3 Gated DeltaNet, 1 full attention; byte tokenizer), for the same checks. */
+export const TINY_QWEN3_5: BenchShape = { arch: 'qwen3_5_text', preset: 'tiny', tokenizer: 'bytes', numLayers: 4 };
+
+/**
+ * The small preset as a hybrid (8 blocks of width 512, 6 Gated DeltaNet and 2 full attention; byte
+ * tokenizer, 24.3M parameters): the RL generation benchmark's Qwen3.5 on a CPU, beside `small` Qwen3.
+ */
+export const SMALL_QWEN3_5: BenchShape = { arch: 'qwen3_5_text', preset: 'small', tokenizer: 'bytes' };
+
 const ROOT = path.resolve(__dirname, '..', '..');
 
 /**
