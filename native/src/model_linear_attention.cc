@@ -252,10 +252,11 @@ at::Tensor Model::linearAttentionPaged(const Layer& L, int64_t layer, const at::
   const DeltaInputs in = deltaInputs(L, convs.size() == 1 ? convs[0] : at::cat(convs, 0), b, a);
   std::vector<at::Tensor> outs;
   if (n > 0) {  // decode rows: one recurrent step each
-    auto first = [&](const at::Tensor& t) { return t.narrow(0, 0, n).contiguous(); };
+    auto first = [&](const at::Tensor& t) { return t.narrow(0, 0, n); };
     if (recState.is_cpu() && recState.scalar_type() == at::kFloat) {
       // On the CPU, in place on the slots (cpu_kernels.h DeltaStepArgs).
-      const at::Tensor q = first(in.q), k = first(in.k), v = first(in.v), g = first(in.g), beta = first(in.beta);
+      auto rows = [&](const at::Tensor& t) { return first(t).contiguous(); };
+      const at::Tensor q = rows(in.q), k = rows(in.k), v = rows(in.v), g = rows(in.g), beta = rows(in.beta);
       const at::Tensor slots = decodeSlots.contiguous();
       at::Tensor o = at::empty_like(v);
       cpu::kernels().deltaStepF32({q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), g.data_ptr<float>(),
