@@ -100,6 +100,34 @@ double checkLmHeadRows(const cpu::Kernels& k, int64_t n, int64_t V, bool entropy
   return std::max(forward, relError(z, grad));
 }
 
+// The gated delta rule's recurrent step for R rows on their (shuffled) state slots against fp64:
+// the rows' outputs and every slot after the step (those of no row unchanged). q and k l2-normed,
+// g < 0 and beta in (0, 1), as the model makes them. The larger of the two errors.
+double checkDeltaStep(const cpu::Kernels& k, int64_t R, int64_t H, int64_t dk, int64_t dv, at::Generator& gen) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat), i64 = at::TensorOptions().dtype(at::kLong);
+  const int64_t numSlots = R + 3;
+  auto unit = [](const at::Tensor& x) { return x / x.norm(2, -1, true); };
+  const at::Tensor q = unit(at::randn({R, H, dk}, gen, f32)), kk = unit(at::randn({R, H, dk}, gen, f32));
+  const at::Tensor v = at::randn({R, H, dv}, gen, f32);
+  const at::Tensor g = -at::rand({R, H}, gen, f32), beta = at::rand({R, H}, gen, f32);
+  const at::Tensor slots = at::randperm(numSlots, gen, i64).narrow(0, 0, R).contiguous();
+  const at::Tensor before = at::randn({numSlots, H, dk, dv}, gen, f32);
+  at::Tensor states = before.clone(), out = at::full({R, H, dv}, std::nan(""), f32);
+  k.deltaStepF32({q.data_ptr<float>(), kk.data_ptr<float>(), v.data_ptr<float>(), g.data_ptr<float>(),
+                  beta.data_ptr<float>(), slots.data_ptr<int64_t>(), states.data_ptr<float>(), out.data_ptr<float>(), R,
+                  H, dk, dv});
+  // Exact: S' = e S + k (beta (v - e S^T k))^T, out = S'^T q.
+  const auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
+  at::Tensor S = d(before).index_select(0, slots), e = d(g).exp().unsqueeze(-1).unsqueeze(-1);
+  S = S * e;
+  const at::Tensor read = at::matmul(d(kk).unsqueeze(-2), S).squeeze(-2);
+  const at::Tensor delta = (d(v) - read) * d(beta).unsqueeze(-1);
+  S = S + d(kk).unsqueeze(-1) * delta.unsqueeze(-2);
+  const at::Tensor exactOut = at::matmul(d(q).unsqueeze(-2), S).squeeze(-2);
+  const at::Tensor exactStates = d(before).index_copy(0, slots, S);
+  return std::max(relError(out, exactOut), relError(states, exactStates));
+}
+
 }  // namespace
 
 std::vector<CpuKernelCheck> cpuKernelCheck(uint64_t seed) {
@@ -127,6 +155,13 @@ std::vector<CpuKernelCheck> cpuKernelCheck(uint64_t seed) {
         out.push_back({isa, "lmHeadRows", "float32",
                        std::to_string(n) + "x" + std::to_string(V) + (entropyGrad ? ", entropy gradient" : ""),
                        checkLmHeadRows(*k, n, V, entropyGrad, gen)});
+    // Qwen3.5's heads (128 x 128: whole vectors), column tails of every width, a scalar-only one.
+    for (auto [R, H, dk, dv] :
+         {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 4, 128, 128}, {5, 3, 16, 40}, {2, 2, 5, 7}})
+      out.push_back({isa, "deltaStep", "float32",
+                     std::to_string(R) + " rows, H " + std::to_string(H) + ", dk " + std::to_string(dk) + ", dv " +
+                         std::to_string(dv),
+                     checkDeltaStep(*k, R, H, dk, dv, gen)});
   }
   return out;
 }

@@ -51,11 +51,27 @@ struct LmHeadRows {
 };
 using LmHeadRowsFn = void (*)(const LmHeadRows<float>&);
 
+// One recurrent step of the gated delta rule (Qwen3.5's Gated DeltaNet decode) for R rows, in
+// place on their state slots: for row r and v head h, with S = states[slots[r], h] [dk, dv],
+//   S <- e S + k (beta (v - e S^T k))^T,  out = S^T q  (after the update),  e = exp(g)
+// in two passes over S (a read, then a read and write) instead of libtorch's gather, five
+// tensor-sized temporaries, two batched products and a scatter. q, k [R, H, dk]; v, out [R, H,
+// dv]; g, beta [R, H]; states [slots, H, dk, dv]; all fp32, contiguous. Split over (row, head)
+// between the host threads.
+struct DeltaStepArgs {
+  const float *q, *k, *v, *g, *beta;
+  const int64_t* slots;
+  float *states, *out;
+  int64_t R, H, dk, dv;
+};
+using DeltaStepFn = void (*)(const DeltaStepArgs&);
+
 struct Kernels {
   const char* isa;  // "default", "avx2" or "avx512": the instruction set these were compiled for
   PagedAttentionFn pagedAttentionF32, pagedAttentionBF16;
   LinearFn linearF32, linearBF16;
   LmHeadRowsFn lmHeadForwardF32, lmHeadBackwardF32;
+  DeltaStepFn deltaStepF32;
 };
 
 // The kernels for this CPU (chosen once).

@@ -16,6 +16,7 @@
 #include "model.h"
 
 #include "autocast.h"
+#include "cpu_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -252,9 +253,21 @@ at::Tensor Model::linearAttentionPaged(const Layer& L, int64_t layer, const at::
   std::vector<at::Tensor> outs;
   if (n > 0) {  // decode rows: one recurrent step each
     auto first = [&](const at::Tensor& t) { return t.narrow(0, 0, n); };
-    at::Tensor S = recState.index_select(0, decodeSlots);
-    outs.push_back(recurrentDeltaStep(first(in.q), first(in.k), first(in.v), first(in.g), first(in.beta), S));
-    recState.index_copy_(0, decodeSlots, S);
+    if (recState.is_cpu() && recState.scalar_type() == at::kFloat) {
+      // On the CPU, in place on the slots (cpu_kernels.h DeltaStepArgs).
+      auto rows = [&](const at::Tensor& t) { return first(t).contiguous(); };
+      const at::Tensor q = rows(in.q), k = rows(in.k), v = rows(in.v), g = rows(in.g), beta = rows(in.beta);
+      const at::Tensor slots = decodeSlots.contiguous();
+      at::Tensor o = at::empty_like(v);
+      cpu::kernels().deltaStepF32({q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), g.data_ptr<float>(),
+                                   beta.data_ptr<float>(), slots.data_ptr<int64_t>(), recState.data_ptr<float>(),
+                                   o.data_ptr<float>(), n, v.size(1), k.size(2), v.size(2)});
+      outs.push_back(o);
+    } else {  // CUDA (fixed shapes, no host reads: a CUDA graph captures it) and fp64 models
+      at::Tensor S = recState.index_select(0, decodeSlots);
+      outs.push_back(recurrentDeltaStep(first(in.q), first(in.k), first(in.v), first(in.g), first(in.beta), S));
+      recState.index_copy_(0, decodeSlots, S);
+    }
   }
   if (P > 0) outs.push_back(prefillDeltaRule(in, batch, convState, recState, windowed, K));
   const at::Tensor o = outs.size() == 1 ? outs[0] : at::cat(outs, 0);

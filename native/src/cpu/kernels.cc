@@ -257,6 +257,70 @@ void lmHeadBackward(const LmHeadRows<float>& a) {
   hostParallelFor(a.n, rowsGrain(a.V), [&](int64_t r0, int64_t r1) { backwardRowRange(a, r0, r1); });
 }
 
+// ---- the gated delta rule's recurrent step (DeltaStepArgs) --------------------------------------
+
+// Columns of S (a v head's dv values) accumulated together: 4 vectors each for S^T k and S^T q.
+constexpr int64_t kColVecs = 4;
+
+// With a = S^T k and c = S^T q of the state before the step (one pass over S):
+//   delta = beta (v - e a),  out = e c + (k . q) delta,  S <- e S + k delta^T  (a second pass).
+void deltaStepOne(float* S, const float* q, const float* k, const float* v, float g, float beta, float* out, int64_t dk,
+                  int64_t dv, float* delta) {
+  const float e = std::exp(g);
+  float kq = 0;
+  for (int64_t i = 0; i < dk; i++) kq += k[i] * q[i];
+  int64_t j0 = 0;
+#ifndef CPU_CAPABILITY_DEFAULT
+  for (; j0 + W * kColVecs <= dv; j0 += W * kColVecs) {
+    Vec a[kColVecs], c[kColVecs];
+    for (int64_t u = 0; u < kColVecs; u++) a[u] = c[u] = Vec(0.f);
+    for (int64_t i = 0; i < dk; i++) {
+      const Vec ki(k[i]), qi(q[i]);
+      const float* row = S + i * dv + j0;
+      for (int64_t u = 0; u < kColVecs; u++) {
+        const Vec s = Vec::loadu(row + u * W);
+        a[u] = at::vec::fmadd(s, ki, a[u]);
+        c[u] = at::vec::fmadd(s, qi, c[u]);
+      }
+    }
+    const Vec ev(e), bv(beta), kqv(kq);
+    for (int64_t u = 0; u < kColVecs; u++) {
+      const Vec d = bv * (Vec::loadu(v + j0 + u * W) - ev * a[u]);
+      d.store(delta + j0 + u * W);
+      (ev * c[u] + kqv * d).store(out + j0 + u * W);
+    }
+  }
+#endif
+  for (int64_t j = j0; j < dv; j++) {  // columns the vectors left (every column in the baseline copy)
+    float a = 0, c = 0;
+    for (int64_t i = 0; i < dk; i++) {
+      a += S[i * dv + j] * k[i];
+      c += S[i * dv + j] * q[i];
+    }
+    delta[j] = beta * (v[j] - e * a);
+    out[j] = e * c + kq * delta[j];
+  }
+  for (int64_t i = 0; i < dk; i++) {
+    float* row = S + i * dv;
+    const float ki = k[i];
+#pragma omp simd
+    for (int64_t j = 0; j < dv; j++) row[j] = e * row[j] + ki * delta[j];
+  }
+}
+
+void deltaStep(const DeltaStepArgs& a) {
+  // One (row, head) is a [dk, dv] state (64 KiB at Qwen3.5's 128 x 128): a part of 4 or more.
+  hostParallelFor(a.R * a.H, 4, [&](int64_t begin, int64_t end) {
+    std::vector<float> delta(size_t(a.dv));
+    for (int64_t i = begin; i < end; i++) {
+      const int64_t r = i / a.H, h = i % a.H;
+      float* S = a.states + (a.slots[r] * a.H + h) * a.dk * a.dv;
+      deltaStepOne(S, a.q + i * a.dk, a.k + i * a.dk, a.v + i * a.dv, a.g[i], a.beta[i], a.out + i * a.dv, a.dk, a.dv,
+                   delta.data());
+    }
+  });
+}
+
 }  // namespace
 
 extern const Kernels kKernels;
@@ -274,6 +338,7 @@ const Kernels kKernels = {
     linear<c10::BFloat16>,
     lmHeadForward,
     lmHeadBackward,
+    deltaStep,
 };
 
 }  // namespace prime::cpu::CPU_CAPABILITY
