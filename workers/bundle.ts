@@ -10,6 +10,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { bundleWorkflowCode, DefaultLogger, type BundleOptions, type WorkflowBundleOption } from '@temporalio/worker';
+import { projectRoot } from '../lib/paths';
 
 const WORKFLOWS = require.resolve('../workflows');
 /** Beside the compiled workflows/ and workers/ (dist/); running from the sources, beside them (never built). */
@@ -105,6 +106,14 @@ export async function workflowCode(say: (line: string) => void, root = ROOT): Pr
   say(`workflow bundle not used: ${stale}; bundling the workflows in this process (seconds)`);
   return await bundle();
 }
+
+/**
+ * For code run from the TypeScript sources (the tests): the bundle `npm run build:ts` left in dist/
+ * while it is newer than every file it was made of (these sources included), else these sources
+ * bundled now.
+ */
+export const distWorkflowCode = (say: (line: string) => void): Promise<WorkflowBundleOption> =>
+  workflowCode(say, path.join(projectRoot, 'dist'));
 
 if (require.main === module) {
   const started = Date.now();

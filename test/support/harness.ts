@@ -12,12 +12,11 @@ import { inferenceSchema, type RLConfig } from '../../lib/config/schemas';
 import { EnvPool } from '../../lib/envs/pool';
 import { startInferenceServer, type InferenceServer } from '../../lib/inference/server';
 import { freePort } from '../../lib/net';
-import { projectRoot } from '../../lib/paths';
 import { InferenceClient, type GenerateParams, type GenerateResult } from '../../lib/orchestrator/client';
 import { startDevServer, type TemporalEndpoint } from '../../lib/temporal/devserver';
 import { taskQueues } from '../../lib/temporal/queues';
 import type { RLResult } from '../../workflows/rl';
-import { workflowCode } from '../../workers/bundle';
+import { distWorkflowCode } from '../../workers/bundle';
 import { removeDir } from './setup';
 
 Runtime.install({ logger: new DefaultLogger('WARN') });
@@ -118,7 +117,7 @@ let bundled: Promise<WorkflowBundleOption> | undefined;
  * so. The sources do not change while a file runs; each worker still starts from the bundle with
  * no state.
  */
-const workflowBundle = () => (bundled ??= workflowCode((line) => console.warn(line), path.join(projectRoot, 'dist')));
+const workflowBundle = () => (bundled ??= distWorkflowCode((line) => console.warn(line)));
 
 /** Runs a workflow to its end on fresh in-process workers (so a trainer starts with no state). */
 export async function execute<T>(e: Execution): Promise<T> {
