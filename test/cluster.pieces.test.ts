@@ -89,6 +89,8 @@ test('the pieces by hand: workers named by run, the workflow from runs start; SD
   );
   expect(cpu.output()).toMatch(/\[INFO\] generateRollouts run pieces step 0 attempt 1: started/);
   expect(cpu.output()).toMatch(/\[INFO\] packBatch run pieces step 1 attempt 1: done in [\d.]+ s/);
+  // The workflows came from the bundle `npm run build:ts` left in dist/ (workers/bundle.ts), not webpack.
+  expect(cpu.output()).not.toContain('workflow bundle not used');
   expect(cpu.output()).toMatch(
     `worker cpu polling prime-rl.${RUN}.cpu on 127.0.0.1:${port} (namespace default, plain gRPC; from TEMPORAL_ADDRESS); metrics at http://127.0.0.1:${cpuMetrics}/metrics`,
   );

@@ -29,8 +29,11 @@ const tag = randomBytes(3).toString('hex');
 const netns = path.join(projectRoot, 'scripts', 'netns.sh');
 const ROLES = ['temporal', 'inference', 'cpu', 'trainer0', 'trainer1'] as const;
 const STEPS = 12;
-/** How long a link stays cut: longer than the heartbeat timeout (5 s) and trainer.dist.timeout_s (10 s). */
-const CUT_MS = 15_000;
+/** The run's temporal.heartbeat_timeout_s (5 s) and trainer.dist.timeout_s (10 s), in ms. */
+const HEARTBEAT_MS = 5_000;
+const DIST_MS = 10_000;
+/** How long a link stays cut: past the timeout that sees it, by 2 s (a cut is seen, not waited out). */
+const cutMs = (timeoutMs: number) => timeoutMs + 2_000;
 type Role = (typeof ROLES)[number];
 
 /** Why namespaces cannot be made here, or undefined when they can. */
@@ -76,6 +79,8 @@ afterAll(() => {
     const inferenceUrl = `http://${host.inference.ip}:8000/v1`;
     const queue = `netns-${tag}`;
     const runName = `netns-${tag}`;
+    const dist = ['--trainer.dist.host', host.trainer0.ip, '--trainer.dist.port', '29500'];
+    dist.push('--trainer.dist.timeout-s', String(DIST_MS / 1000));
     const commands: Record<Exclude<Role, 'temporal'> | 'temporal', string[]> = {
       // 0.0.0.0, not the host's address: the dev server's own services dial each other on 127.0.0.1.
       temporal: ['temporal', 'start', '--temporal.ip', '0.0.0.0', '--output-dir', path.join(root, 'temporal')],
@@ -87,12 +92,12 @@ afterAll(() => {
       cpu: ['worker', '--pool', 'cpu', '--temporal.address', temporal, '--temporal.task-queue', queue],
       trainer0: [
         ...['worker', '--pool', 'trainer', '--trainer.rank', '0', '--trainer.world-size', '2'],
-        ...['--trainer.dist.host', host.trainer0.ip, '--trainer.dist.port', '29500', '--trainer.dist.timeout-s', '10'],
+        ...dist,
         ...['--temporal.address', temporal, '--temporal.task-queue', queue, '--threads', '1'],
       ],
       trainer1: [
         ...['worker', '--pool', 'trainer', '--trainer.rank', '1', '--trainer.world-size', '2'],
-        ...['--trainer.dist.host', host.trainer0.ip, '--trainer.dist.port', '29500', '--trainer.dist.timeout-s', '10'],
+        ...dist,
         ...['--threads', '1'],
       ],
     };
@@ -121,7 +126,8 @@ afterAll(() => {
       ...['--model.name', modelDir, '--output-dir', outputDir, '--run-name', runName, '--max-steps', String(STEPS)],
       ...['--orchestrator.batch-size', '8', '--orchestrator.sampling.max-tokens', '16', '--ckpt.interval', '2'],
       ...['--orchestrator.base-urls', inferenceUrl, '--trainer.world-size', '2', '--trainer.threads', '1'],
-      ...['--temporal.task-queue', queue, '--temporal.heartbeat-timeout-s', '5', '--dry-run', resolved],
+      ...['--temporal.task-queue', queue, '--dry-run', resolved],
+      ...['--temporal.heartbeat-timeout-s', String(HEARTBEAT_MS / 1000)],
     ]);
     await run('ip', [
       ...inNs('cpu').slice(1),
@@ -144,17 +150,19 @@ afterAll(() => {
     // (policy 6) can only come from the restarted server.
     await killAndRestart('inference');
 
-    // Partitions: each link cut for longer than the timeouts, once the run has trained a step
-    // since the previous fault, then restored. Nothing is restarted: the run rides them out.
-    for (const [a, b] of [
-      ['cpu', 'inference'],
-      ['trainer1', 'trainer0'],
-      ['cpu', 'temporal'],
+    // Partitions: each link cut for longer than the timeout that finds it (requests to the inference
+    // server and activities' heartbeats: the heartbeat timeout; collectives: the trainer's), once
+    // the run has trained a step since the previous fault, then restored. Nothing is restarted: the
+    // run rides them out.
+    for (const [a, b, timeout] of [
+      ['cpu', 'inference', HEARTBEAT_MS],
+      ['trainer1', 'trainer0', DIST_MS],
+      ['cpu', 'temporal', HEARTBEAT_MS],
     ] as const) {
       const before = steps();
       await until(`a step before the ${a} <-> ${b} cut`, () => steps() > before, 180_000);
       await run('bash', [netns, 'cut', tag, a, b]);
-      await sleep(CUT_MS);
+      await sleep(cutMs(timeout));
       await run('bash', [netns, 'heal', tag, a, b]);
     }
 

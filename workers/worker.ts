@@ -29,6 +29,7 @@ import { taskQueues } from '../lib/temporal/queues';
 import { checkWorldSize, GroupLeader, runFollower, type RankGroup } from '../lib/trainer/group';
 import { RankTrainer } from '../lib/trainer/ranks';
 import * as native from '../native';
+import { workflowCode } from './bundle';
 
 /** Rank 1..N-1 of the data-parallel trainer: follows rank 0 until SIGTERM / SIGINT. */
 async function runFollowerRank(config: WorkerConfig): Promise<void> {
@@ -108,7 +109,8 @@ export async function runWorker(config: WorkerConfig): Promise<void> {
       connection,
       namespace: target.namespace,
       taskQueue: queues.cpu,
-      workflowsPath: require.resolve('../workflows'),
+      // Prebuilt by `npm run build:ts` (./bundle.ts): webpack at every start would take seconds.
+      workflowBundle: await workflowCode((line) => process.stdout.write(`${line}\n`)),
       activities: createCpuActivities({ pool }),
       interceptors: { activity: [logActivities] },
     });

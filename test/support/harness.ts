@@ -6,14 +6,7 @@
 import * as path from 'node:path';
 import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import type { Duration } from '@temporalio/common';
-import {
-  bundleWorkflowCode,
-  DefaultLogger,
-  NativeConnection,
-  Runtime,
-  Worker,
-  type WorkflowBundleWithSourceMap,
-} from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkflowBundleOption } from '@temporalio/worker';
 import { createCpuActivities, createTrainerActivities } from '../../activities';
 import { inferenceSchema, type RLConfig } from '../../lib/config/schemas';
 import { EnvPool } from '../../lib/envs/pool';
@@ -23,6 +16,7 @@ import { InferenceClient, type GenerateParams, type GenerateResult } from '../..
 import { startDevServer, type TemporalEndpoint } from '../../lib/temporal/devserver';
 import { taskQueues } from '../../lib/temporal/queues';
 import type { RLResult } from '../../workflows/rl';
+import { distWorkflowCode } from '../../workers/bundle';
 import { removeDir } from './setup';
 
 Runtime.install({ logger: new DefaultLogger('WARN') });
@@ -115,17 +109,15 @@ export interface Execution {
   executionTimeout?: Duration;
 }
 
-let bundled: Promise<WorkflowBundleWithSourceMap> | undefined;
+let bundled: Promise<WorkflowBundleOption> | undefined;
 /**
- * The workflows bundled once per test file: what `workflowsPath` would bundle again (webpack, seconds
- * under load) for every worker. The sources do not change while a file runs; each worker still
- * starts from the bundle with no state.
+ * The workflows' bundle, once per test file: the one `npm run build:ts` left in dist/ while it is
+ * newer than every file it was built from (the TypeScript sources included: workers/bundle.ts),
+ * as the cpu worker runs it; else these sources bundled now (webpack, seconds under load), saying
+ * so. The sources do not change while a file runs; each worker still starts from the bundle with
+ * no state.
  */
-const workflowBundle = () =>
-  (bundled ??= bundleWorkflowCode({
-    workflowsPath: require.resolve('../../workflows'),
-    logger: new DefaultLogger('WARN'),
-  }));
+const workflowBundle = () => (bundled ??= distWorkflowCode((line) => console.warn(line)));
 
 /** Runs a workflow to its end on fresh in-process workers (so a trainer starts with no state). */
 export async function execute<T>(e: Execution): Promise<T> {

@@ -8,13 +8,7 @@ import * as path from 'node:path';
 import { CancelledFailure, Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import {
-  bundleWorkflowCode,
-  DefaultLogger,
-  Runtime,
-  Worker,
-  type WorkflowBundleWithSourceMap,
-} from '@temporalio/worker';
+import { DefaultLogger, Runtime, Worker, type WorkflowBundleOption } from '@temporalio/worker';
 import type { EvalPlan } from '../../activities/evaluate';
 import type { PackSummary, RolloutSummary, TrainSummary } from '../../activities/types';
 import type { CpuActivities, TrainerActivities } from '../../activities';
@@ -33,6 +27,7 @@ import type { EnvEvalMetrics } from '../../lib/eval/metrics';
 import type { EvalResults } from '../../lib/eval/results';
 import { projectRoot } from '../../lib/paths';
 import { taskQueues } from '../../lib/temporal/queues';
+import { distWorkflowCode } from '../../workers/bundle';
 
 // Workflows failing on purpose are logged at WARN by the worker: keep the test output to errors.
 Runtime.install({ logger: new DefaultLogger('ERROR') });
@@ -56,8 +51,8 @@ export async function startTestServer(): Promise<TestWorkflowEnvironment> {
   }
 }
 
-export const bundleWorkflows = (): Promise<WorkflowBundleWithSourceMap> =>
-  bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: new DefaultLogger('WARN') });
+/** The workflows' bundle: dist/'s prebuilt one while it is fresh, else these sources bundled now (workers/bundle.ts). */
+export const bundleWorkflows = (): Promise<WorkflowBundleOption> => distWorkflowCode((line) => console.warn(line));
 
 /** The run folder the stand-in prepare activities report (nothing is written there). */
 export const RUN_DIR = '/runs/unit';
@@ -258,7 +253,7 @@ export interface Rig {
  * A cpu worker (the workflow bundle + cpu stand-ins) and a trainer worker polling queue prefix `unit`
  * until `stop()`; the stand-ins log into `rig.calls` and behave as `rig.behaviour` says.
  */
-export async function startWorkers(env: TestWorkflowEnvironment, bundle: WorkflowBundleWithSourceMap, rig: Rig) {
+export async function startWorkers(env: TestWorkflowEnvironment, bundle: WorkflowBundleOption, rig: Rig) {
   const queues = UNIT_QUEUES;
   // Stand-ins made from the rig at call time, so one pair of workers serves every test of a file.
   const live = (pick: (a: ReturnType<typeof standIns>) => object) =>
