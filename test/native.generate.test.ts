@@ -75,22 +75,32 @@ describe.each(['llama', 'qwen2', 'qwen3', 'qwen3_moe'] as const)('%s', (arch) =>
   });
 
   test('bf16: KV-cache decode (batched matmuls over the cache, as on CUDA) is as close to fp32 as a bf16 forward', async () => {
-    const weights = randomWeights(cfg, 11);
-    const bf16 = await loadModel(cfg, weights, { dtype: 'bfloat16' });
-    const rng = new Rng(4);
-    const prompts = [2, 5, 17].map((n) => randomTokens(rng, n, cfg.vocabSize));
-    const res = await generate(
-      bf16.createGenerator({ maxSequences: 4, maxSequenceLength: 64 }),
-      prompts.map((p, i) => ({ promptIds: p, maxTokens: 10 + 3 * i, seed: i })),
-    );
-    const rows = prompts.map((p, i) => packRow([[...p, ...res[i].tokens]]));
-    const generated = (scores: { logprobs: Float32Array }[]) =>
-      scores.flatMap((s, i) => Array.from(s.logprobs.slice(prompts[i].length)));
-    const exact = generated(await model.score(rows)); // fp32, the same weights
-    const forward = generated(await bf16.score(rows));
-    const decoded = res.flatMap((r) => r.logprobs);
-    // bf16 rounds every product: neither path is near fp32 token by token; decoding must be no
-    // worse than the bf16 forward (mean and max error against fp32), with a floor for tiny ones.
+    // bf16 rounds every product: neither path is near fp32 token by token, and which tokens are
+    // sampled (hence scored) moves with any rounding that flips. One model's ~40 tokens made the
+    // bound a single outlier's (decode's max error 0.066 against the forward's 0.037 or 0.025 as
+    // the third row sampled other tokens; docs/benchmarks/compare.md): the errors of four models
+    // pooled. Decoding must be no worse than the bf16 forward (mean and max error against fp32),
+    // with a floor for tiny ones.
+    const decoded: number[] = [],
+      forward: number[] = [],
+      exact: number[] = [];
+    for (const seed of [11, 111, 211, 311]) {
+      const weights = randomWeights(cfg, seed);
+      const fp32 = seed === 11 ? model : await loadModel(cfg, weights);
+      const bf16 = await loadModel(cfg, weights, { dtype: 'bfloat16' });
+      const rng = new Rng(4 + seed);
+      const prompts = [2, 5, 17].map((n) => randomTokens(rng, n, cfg.vocabSize));
+      const res = await generate(
+        bf16.createGenerator({ maxSequences: 4, maxSequenceLength: 64 }),
+        prompts.map((p, i) => ({ promptIds: p, maxTokens: 10 + 3 * i, seed: i })),
+      );
+      const rows = prompts.map((p, i) => packRow([[...p, ...res[i].tokens]]));
+      const generated = (scores: { logprobs: Float32Array }[]) =>
+        scores.flatMap((s, i) => Array.from(s.logprobs.slice(prompts[i].length)));
+      exact.push(...generated(await fp32.score(rows))); // fp32, the same weights
+      forward.push(...generated(await bf16.score(rows)));
+      decoded.push(...res.flatMap((r) => r.logprobs));
+    }
     const mean = (a: number[]) => a.reduce((x, y) => x + Math.abs(y), 0) / a.length;
     const err = (a: number[]) => a.map((v, i) => v - exact[i]);
     expect(mean(err(decoded))).toBeLessThanOrEqual(2 * mean(err(forward)) + 1e-3);

@@ -98,11 +98,8 @@ at::Tensor linearOn(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
     return !out || y.scalar_type() == *out ? y : y.to(*out);
   }
   const at::Tensor x2 = x.reshape({M, x.size(-1)}).to(at::kFloat).contiguous();
-  // The in-place kernel is vectorised for AVX2 and AVX-512 (its baseline copy is not). bf16 stays on
-  // the fp32 GEMMs for now: its decode, summed in another order, drifted further from the fp32
-  // model than the bf16 forward does in test/native.generate.test.ts (max |logprob error| 0.066
-  // against a bound of 0.052), not yet understood; cpuKernelCheck still checks its kernel.
-  const bool inPlaceFits = xt == at::kFloat && M <= inPlaceRows() && std::string(cpu::kernels().isa) != "default";
+  // The in-place kernel is vectorised for AVX2 and AVX-512 (its baseline copy is not).
+  const bool inPlaceFits = M <= inPlaceRows() && std::string(cpu::kernels().isa) != "default";
   at::Tensor y = inPlaceFits ? inPlace(x2, w) : viaFp32(x2, w);
   if (b.defined()) y.add_(b.to(at::kFloat));
   return y.view(outShape(x, w.size(0))).to(out.value_or(xt));

@@ -9,6 +9,10 @@
 #include <ATen/cpu/vec/vec.h>
 #include <c10/util/BFloat16.h>
 
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -28,12 +32,20 @@ constexpr int64_t W = Vec::size();
 constexpr int64_t kKeys = 4, kChunks = 4;
 
 inline Vec loadF(const float* p) { return Vec::loadu(p); }
-// bf16 -> fp32 is a 16-bit shift, which the compiler vectorises (a load of ATen's own, load_to_float,
-// exists only from libtorch 2.x).
+// bf16 -> fp32 is a 16-bit shift: widen W bf16 values to 32-bit lanes and shift them into the high
+// half (a load of ATen's own, load_to_float, exists only from libtorch 2.x).
 inline Vec loadF(const c10::BFloat16* p) {
+#if defined(CPU_CAPABILITY_AVX512)
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return Vec(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+#elif defined(CPU_CAPABILITY_AVX2)
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return Vec(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+#else
   alignas(64) float f[W];
   for (int64_t i = 0; i < W; i++) f[i] = float(p[i]);
   return Vec::loadu(f);
+#endif
 }
 inline float toF(float x) { return x; }
 inline float toF(c10::BFloat16 x) { return float(x); }
