@@ -1,6 +1,7 @@
-# src/cpu/kernels.cc once per x86 instruction set, as ATen builds its own CPU kernels: the baseline
-# x86-64 (DEFAULT), AVX2 + FMA, and AVX-512 (F, BW, VL, DQ), each with ATen's CPU_CAPABILITY macros
-# (its Vectorized<float> is then 8 or 16 lanes wide) and in a namespace of its own;
+# src/cpu/kernels.cc (with cpu/block.cc, whose loops its table names) once per x86 instruction set,
+# as ATen builds its own CPU kernels: the baseline x86-64 (DEFAULT), AVX2 + FMA, and AVX-512 (F, BW,
+# VL, DQ), each with ATen's CPU_CAPABILITY macros (its Vectorized<float> is then 8 or 16 lanes wide)
+# and in a namespace of its own;
 # src/cpu_kernels.cc picks one for the CPU at run time. Elsewhere than x86-64 only DEFAULT.
 # The objects are linked after the addon's other sources, DEFAULT first: of an inline function
 # compiled in several of them (a libstdc++ template, say), the linker keeps the first copy, which is
@@ -18,7 +19,7 @@ set(_prime_cpu_flags_AVX2 -mavx2 -mfma -mf16c -mbmi -mbmi2)
 set(_prime_cpu_flags_AVX512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mbmi -mbmi2)
 foreach(_cap ${_prime_cpu_caps})
   set(_t prime_cpu_kernels_${_cap})
-  add_library(${_t} OBJECT ${CMAKE_SOURCE_DIR}/src/cpu/kernels.cc)
+  add_library(${_t} OBJECT ${CMAKE_SOURCE_DIR}/src/cpu/kernels.cc ${CMAKE_SOURCE_DIR}/src/cpu/block.cc)
   set_target_properties(${_t} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   target_include_directories(${_t} PRIVATE ${CMAKE_SOURCE_DIR}/src)
   target_compile_definitions(${_t} PRIVATE CPU_CAPABILITY=${_cap} CPU_CAPABILITY_${_cap})

@@ -128,6 +128,82 @@ double checkDeltaStep(const cpu::Kernels& k, int64_t R, int64_t H, int64_t dk, i
   return std::max(relError(out, exactOut), relError(states, exactStates));
 }
 
+// RMSNorm forward (with and without the residual add) and backward (with and without the
+// residual's gradient) against fp64: the largest error of s, y, rstd, dx and dw.
+double checkRmsNorm(const cpu::Kernels& k, int64_t rows, int64_t width, bool residual, at::Generator& gen) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor x = at::randn({rows, width}, gen, f32), delta = at::randn({rows, width}, gen, f32);
+  const at::Tensor w = at::rand({width}, gen, f32) + 0.5, g = at::randn({rows, width}, gen, f32);
+  const at::Tensor gSum = at::randn({rows, width}, gen, f32);
+  at::Tensor s = at::empty_like(x), y = at::empty_like(x), rstd = at::empty({rows}, f32);
+  const float eps = 1e-6f;
+  k.rmsNormF32({x.data_ptr<float>(), residual ? delta.data_ptr<float>() : nullptr, w.data_ptr<float>(),
+                residual ? s.data_ptr<float>() : nullptr, y.data_ptr<float>(), rstd.data_ptr<float>(), rows, width,
+                eps});
+  const at::Tensor sUsed = residual ? s : x;
+  at::Tensor dx = at::empty_like(x), dw = at::empty_like(w);
+  k.rmsNormBackwardF32({g.data_ptr<float>(), residual ? gSum.data_ptr<float>() : nullptr, sUsed.data_ptr<float>(),
+                        rstd.data_ptr<float>(), w.data_ptr<float>(), dx.data_ptr<float>(), dw.data_ptr<float>(), rows,
+                        width});
+  // Exact, from the same fp32 inputs (the backward from the kernel's own s, as autograd saves it).
+  const auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
+  const at::Tensor sx = residual ? d(x) + d(delta) : d(x);
+  const at::Tensor r = at::rsqrt(sx.pow(2).mean(-1, true) + double(eps));
+  const at::Tensor n = d(sUsed) * d(rstd).unsqueeze(1), wg = d(g) * d(w);
+  at::Tensor exactDx = d(rstd).unsqueeze(1) * (wg - n * (wg * n).mean(-1, true));
+  if (residual) exactDx = exactDx + d(gSum);
+  double e = std::max({relError(y, sx * r * d(w)), relError(rstd, r.squeeze(1)), relError(dx, exactDx),
+                       relError(dw, (d(g) * n).sum(0))});
+  if (residual) e = std::max(e, relError(s, sx));
+  return e;
+}
+
+// RoPE of x [N, H, hd] (tokens `pad` floats further apart than a row, as a view of a wider tensor)
+// and its transpose, out of place and in place, against fp64.
+double checkRope(const cpu::Kernels& k, int64_t N, int64_t H, int64_t hd, at::Generator& gen) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const int64_t pad = 3, h = hd / 2;
+  const at::Tensor wide = at::randn({N, H * hd + pad}, gen, f32);
+  const at::Tensor x = wide.narrow(1, 0, H * hd).view({N, H, hd});
+  const at::Tensor f = at::rand({N, h}, gen, f32) * 6.0;
+  const at::Tensor cos = at::cat({f.cos(), f.cos()}, 1).contiguous(),
+                   sin = at::cat({-f.sin(), f.sin()}, 1).contiguous();
+  double e = 0;
+  for (bool transpose : {false, true}) {
+    at::Tensor out = at::empty({N, H, hd}, f32);
+    k.ropeF32({x.data_ptr<float>(), out.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), x.stride(0),
+               out.stride(0), N, H, hd, transpose});
+    const at::Tensor xd = x.to(at::kDouble), c = cos.to(at::kDouble).unsqueeze(1), s = sin.to(at::kDouble).unsqueeze(1);
+    const at::Tensor lo = xd.narrow(2, 0, h), hi = xd.narrow(2, h, h);
+    const at::Tensor sLo = transpose ? s.narrow(2, h, h) : s.narrow(2, 0, h);
+    const at::Tensor sHi = transpose ? s.narrow(2, 0, h) : s.narrow(2, h, h);
+    const at::Tensor exact = at::cat({lo * c.narrow(2, 0, h) + hi * sLo, hi * c.narrow(2, h, h) + lo * sHi}, 2);
+    e = std::max(e, relError(out, exact));
+    at::Tensor inPlace = x.clone();  // contiguous: in place, out == x
+    k.ropeF32({inPlace.data_ptr<float>(), inPlace.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
+               inPlace.stride(0), inPlace.stride(0), N, H, hd, transpose});
+    e = std::max(e, relError(inPlace, exact));
+  }
+  return e;
+}
+
+// SwiGLU forward and backward on the halves of a packed [N, 2 I] projection (rows 2 I apart, the
+// gradients into one packed tensor), against fp64.
+double checkSwiglu(const cpu::Kernels& k, int64_t N, int64_t I, at::Generator& gen) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor gu = at::randn({N, 2 * I}, gen, f32) * 3.0, grad = at::randn({N, I}, gen, f32);
+  const at::Tensor gate = gu.narrow(1, 0, I), up = gu.narrow(1, I, I);
+  at::Tensor out = at::empty({N, I}, f32), dgu = at::empty({N, 2 * I}, f32);
+  k.swigluF32({gate.data_ptr<float>(), up.data_ptr<float>(), nullptr, out.data_ptr<float>(), nullptr, nullptr,
+               gu.stride(0), gu.stride(0), 0, N, I});
+  k.swigluBackwardF32({gate.data_ptr<float>(), up.data_ptr<float>(), grad.data_ptr<float>(), nullptr,
+                       dgu.data_ptr<float>(), dgu.data_ptr<float>() + I, gu.stride(0), gu.stride(0), dgu.stride(0), N,
+                       I});
+  const at::Tensor g = gate.to(at::kDouble), u = up.to(at::kDouble), go = grad.to(at::kDouble), sg = at::sigmoid(g);
+  return std::max({relError(out, g * sg * u), relError(dgu.narrow(1, 0, I), go * u * sg * (1 + g * (1 - sg))),
+                   relError(dgu.narrow(1, I, I), go * g * sg)});
+}
+
 }  // namespace
 
 std::vector<CpuKernelCheck> cpuKernelCheck(uint64_t seed) {
@@ -162,6 +238,19 @@ std::vector<CpuKernelCheck> cpuKernelCheck(uint64_t seed) {
                      std::to_string(R) + " rows, H " + std::to_string(H) + ", dk " + std::to_string(dk) + ", dv " +
                          std::to_string(dv),
                      checkDeltaStep(*k, R, H, dk, dv, gen)});
+    // The block ops, fp32: whole vectors and tails of every width; rows for one part and for several.
+    for (auto [rows, width] : {std::pair<int64_t, int64_t>{5, 512}, {300, 37}})
+      for (bool residual : {false, true})
+        out.push_back({isa, "rmsNorm", "float32",
+                       std::to_string(rows) + "x" + std::to_string(width) + (residual ? ", residual add" : ""),
+                       checkRmsNorm(*k, rows, width, residual, gen)});
+    for (auto [N, H, hd] : {std::tuple<int64_t, int64_t, int64_t>{7, 4, 64}, {3, 2, 10}})
+      out.push_back({isa, "rope", "float32",
+                     std::to_string(N) + " tokens, H " + std::to_string(H) + ", hd " + std::to_string(hd),
+                     checkRope(*k, N, H, hd, gen)});
+    for (auto [N, I] : {std::pair<int64_t, int64_t>{4, 1280}, {70, 1001}})
+      out.push_back(
+          {isa, "swiglu", "float32", std::to_string(N) + "x" + std::to_string(I), checkSwiglu(*k, N, I, gen)});
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // The engine's CPU loops (cpu_kernels.h) checked against exact results, each instruction set's copy
 // that this CPU runs: the in-place GEMM and attention over a paged cache, fp32 and bf16, and the LM
-// head's fp32 row kernels and the gated delta rule's recurrent step, on random inputs with shapes that reach every tile
-// and tail (test/native.cpu-kernels.test.ts).
+// head's fp32 row kernels, the gated delta rule's recurrent step and the block ops (RMSNorm, RoPE,
+// SwiGLU), on random inputs with shapes that reach every tile and tail
+// (test/native.cpu-kernels.test.ts).
 #pragma once
 
 #include <cstdint>

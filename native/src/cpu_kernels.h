@@ -66,12 +66,58 @@ struct DeltaStepArgs {
 };
 using DeltaStepFn = void (*)(const DeltaStepArgs&);
 
+// The block ops between a decoder's matmuls (kernels.h: RMSNorm with the residual add, RoPE,
+// SwiGLU), forward and backward, on fp32 rows: one pass (two for a norm's weight gradient) where
+// libtorch 1.13's ops make several, each on one thread; rows split between the host threads. The
+// formulas are the fused CUDA kernels' (kernels.h), arithmetic in fp32.
+// RMSNorm: s = x (+ delta, written to s when delta is given), rstd = 1 / sqrt(mean(s^2) + eps),
+// y = s rstd w. x, delta, s, y [rows, width] contiguous; rstd [rows].
+struct NormArgs {
+  const float *x, *delta, *w;
+  float *s, *y, *rstd;
+  int64_t rows, width;
+  float eps;
+};
+// Its backward, n = s rstd: dx = rstd (w g - n mean(w g n)) (+ gSum), when dx is given; dw = the
+// sum over rows of g n, when dw is given. g, gSum, s, dx [rows, width] contiguous.
+struct NormBackwardArgs {
+  const float *g, *gSum, *s, *rstd, *w;
+  float *dx, *dw;
+  int64_t rows, width;
+};
+// RoPE of x [N, H, hd] (heads and their elements contiguous, tokens `xStride` apart) into out (may
+// be x): out = x cos + swap(x) sin with Model::rope's tables [N, hd] (sin signed: (-sin, sin)), or
+// its transpose (the backward: the sin table's halves swapped).
+struct RopeArgs {
+  const float* x;
+  float* out;
+  const float *cos, *sin;
+  int64_t xStride, outStride, N, H, hd;
+  bool transpose;
+};
+// SwiGLU: out [N, I] = silu(gate) up, gate and up rows `ldg` / `ldu` apart (the halves of one
+// packed projection, or two tensors). Backward from grad [N, I]: dGate = grad up s (1 + gate (1 -
+// s)), dUp = grad gate s, s = sigmoid(gate), into rows `ldd` apart.
+struct SwigluArgs {
+  const float *gate, *up, *grad;
+  float *out, *dGate, *dUp;
+  int64_t ldg, ldu, ldd, N, I;
+};
+using BlockNormFn = void (*)(const NormArgs&);
+using BlockNormBackwardFn = void (*)(const NormBackwardArgs&);
+using BlockRopeFn = void (*)(const RopeArgs&);
+using BlockSwigluFn = void (*)(const SwigluArgs&);
+
 struct Kernels {
   const char* isa;  // "default", "avx2" or "avx512": the instruction set these were compiled for
   PagedAttentionFn pagedAttentionF32, pagedAttentionBF16;
   LinearFn linearF32, linearBF16;
   LmHeadRowsFn lmHeadForwardF32, lmHeadBackwardF32;
   DeltaStepFn deltaStepF32;
+  BlockNormFn rmsNormF32;
+  BlockNormBackwardFn rmsNormBackwardF32;
+  BlockRopeFn ropeF32;
+  BlockSwigluFn swigluF32, swigluBackwardF32;
 };
 
 // The kernels for this CPU (chosen once).

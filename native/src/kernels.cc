@@ -1,8 +1,11 @@
 #include "kernels.h"
 
+#include "cpu_kernels.h"
+
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -169,8 +172,18 @@ struct NormOut {
 };
 NormOut normForward(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& w, double eps) {
   const int64_t width = x.size(-1), rows = x.numel() / width;
+  if (!x.is_cuda() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat) {
+    // fp32 on the CPU: the engine's loop (cpu_kernels.h NormArgs), one pass over each row.
+    const at::Tensor xc = x.contiguous(), dc = delta.defined() ? delta.contiguous() : delta, wc = w.contiguous();
+    at::Tensor s = delta.defined() ? at::empty_like(xc) : xc, y = at::empty_like(xc);
+    at::Tensor rstd = at::empty({rows}, x.options());
+    cpu::kernels().rmsNormF32({xc.data_ptr<float>(), dc.defined() ? dc.data_ptr<float>() : nullptr,
+                               wc.data_ptr<float>(), delta.defined() ? s.data_ptr<float>() : nullptr,
+                               y.data_ptr<float>(), rstd.data_ptr<float>(), rows, width, float(eps)});
+    return {s, y, rstd};
+  }
   if (!x.is_cuda()) {
-    // The kernel's formulas as tensor ops (tests on a machine without a GPU).
+    // The kernel's formulas as tensor ops (bf16 on a machine without a GPU, for tests).
     // Outputs are fresh tensors, never views (autograd refuses in-place changes of a view made
     // inside a custom function, and RoPE works in place on a norm's output).
     const at::Tensor s = delta.defined() ? (x.to(at::kFloat) + delta.to(at::kFloat)).to(x.scalar_type()) : x;
@@ -192,6 +205,16 @@ NormOut normForward(const at::Tensor& x, const at::Tensor& delta, const at::Tens
 std::pair<at::Tensor, at::Tensor> normBackward(const at::Tensor& g, const at::Tensor& gSum, const at::Tensor& s,
                                                const at::Tensor& rstd, const at::Tensor& w, bool wantX, bool wantW) {
   const int64_t width = s.size(-1), rows = s.numel() / width;
+  if (!s.is_cuda() && s.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat) {
+    const at::Tensor gc = g.contiguous(), gs = gSum.defined() ? gSum.contiguous() : gSum, sc = s.contiguous();
+    const at::Tensor wc = w.contiguous(), rc = rstd.contiguous();
+    at::Tensor dx = wantX ? at::empty_like(sc) : at::Tensor(), dw = wantW ? at::empty_like(wc) : at::Tensor();
+    cpu::kernels().rmsNormBackwardF32({gc.data_ptr<float>(), gs.defined() ? gs.data_ptr<float>() : nullptr,
+                                       sc.data_ptr<float>(), rc.data_ptr<float>(), wc.data_ptr<float>(),
+                                       wantX ? dx.data_ptr<float>() : nullptr, wantW ? dw.data_ptr<float>() : nullptr,
+                                       rows, width});
+    return {dx, dw};
+  }
   if (!s.is_cuda()) {
     const at::Tensor gf = g.to(at::kFloat).reshape({rows, width});
     const at::Tensor n = s.to(at::kFloat).reshape({rows, width}) * rstd.unsqueeze(1);
@@ -280,6 +303,15 @@ void checkRope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, 
 // out = rope(x) (or its transpose), out allocated unless given.
 at::Tensor ropeApply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward,
                      at::Tensor out = at::Tensor()) {
+  if (!x.is_cuda() && x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
+      sin.scalar_type() == at::kFloat) {
+    const at::Tensor xin = ropeLayout(x) ? x : x.contiguous();
+    if (!out.defined()) out = at::empty(x.sizes(), x.options());
+    const at::Tensor c = cos.contiguous(), s = sin.contiguous();
+    cpu::kernels().ropeF32({xin.data_ptr<float>(), out.data_ptr<float>(), c.data_ptr<float>(), s.data_ptr<float>(),
+                            xin.stride(0), out.stride(0), x.size(0), x.size(1), x.size(2), backward});
+    return out;
+  }
   if (!x.is_cuda()) {
     const int64_t h = x.size(-1) / 2;
     const at::Tensor xf = x.to(at::kFloat), c = cos.to(at::kFloat).reshape({x.size(0), 1, 2 * h}),
@@ -345,6 +377,13 @@ void checkSwiglu(const at::Tensor& gate, const at::Tensor& up) {
 at::Tensor rowMajor(const at::Tensor& t) { return t.stride(1) == 1 ? t : t.contiguous(); }
 
 at::Tensor swigluForward(const at::Tensor& gate, const at::Tensor& up) {
+  if (!gate.is_cuda() && gate.scalar_type() == at::kFloat) {
+    const at::Tensor g = rowMajor(gate), u = rowMajor(up);
+    at::Tensor out = at::empty(gate.sizes(), gate.options());
+    cpu::kernels().swigluF32({g.data_ptr<float>(), u.data_ptr<float>(), nullptr, out.data_ptr<float>(), nullptr,
+                              nullptr, g.stride(0), u.stride(0), 0, g.size(0), g.size(1)});
+    return out;
+  }
   if (!gate.is_cuda()) {
     const at::Tensor g = gate.to(at::kFloat);
     return (g * at::sigmoid(g) * up.to(at::kFloat)).to(gate.scalar_type());
@@ -363,6 +402,14 @@ std::pair<at::Tensor, at::Tensor> swigluBackward(const at::Tensor& grad, const a
   const int64_t width = gate.size(1);
   at::Tensor dGate = into.defined() ? into.narrow(1, 0, width) : at::empty(gate.sizes(), gate.options());
   at::Tensor dUp = into.defined() ? into.narrow(1, width, width) : at::empty(gate.sizes(), gate.options());
+  if (!gate.is_cuda() && gate.scalar_type() == at::kFloat && dGate.stride(0) == dUp.stride(0) && dGate.stride(1) == 1 &&
+      dUp.stride(1) == 1) {
+    const at::Tensor go = grad.contiguous(), g = rowMajor(gate), u = rowMajor(up);
+    cpu::kernels().swigluBackwardF32({g.data_ptr<float>(), u.data_ptr<float>(), go.data_ptr<float>(), nullptr,
+                                      dGate.data_ptr<float>(), dUp.data_ptr<float>(), g.stride(0), u.stride(0),
+                                      dGate.stride(0), g.size(0), width});
+    return {dGate, dUp};
+  }
   if (!gate.is_cuda()) {
     const at::Tensor go = grad.to(at::kFloat), g = gate.to(at::kFloat), s = at::sigmoid(g);
     dGate.copy_(go * up.to(at::kFloat) * s * (1 + g * (1 - s)));
@@ -415,50 +462,114 @@ bool recording(std::initializer_list<const at::Tensor*> inputs) {
   return false;
 }
 
+// The fused implementation of each op, its inputs checked: the autograd function, or the forward
+// alone where autograd records nothing.
+at::Tensor fusedRmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  if (!recording({&x, &w})) return normForward(x, at::Tensor(), w, eps).y;
+  return RmsNormFn::apply(x, w, eps);
+}
+std::pair<at::Tensor, at::Tensor> fusedAddRmsNorm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& w,
+                                                  double eps) {
+  if (!recording({&x, &delta, &w})) {
+    NormOut o = normForward(x, delta, w, eps);
+    return {o.s, o.y};
+  }
+  const variable_list out = AddRmsNormFn::apply(x, delta, w, eps);
+  return {out[0], out[1]};
+}
+std::pair<at::Tensor, at::Tensor> fusedRope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                            const at::Tensor& sin) {
+  if (!recording({&q, &k})) {
+    // No graph: in place whenever the layout allows (views included: nothing records them).
+    auto one = [&](const at::Tensor& x) {
+      return ropeLayout(x) ? ropeApply(x, cos, sin, false, x) : ropeApply(x, cos, sin, false);
+    };
+    return {one(q), one(k)};
+  }
+  const variable_list out = RopeFn::apply(q, k, cos, sin);
+  return {out[0], out[1]};
+}
+at::Tensor fusedSwiglu(const at::Tensor& gate, const at::Tensor& up) {
+  if (!recording({&gate, &up})) return swigluForward(gate, up);
+  return SwigluFn::apply(gate, up);
+}
+at::Tensor fusedSwigluPacked(const at::Tensor& gateUp) {
+  const int64_t width = gateUp.size(1) / 2;
+  if (!recording({&gateUp})) return swigluForward(gateUp.narrow(1, 0, width), gateUp.narrow(1, width, width));
+  return SwigluPackedFn::apply(gateUp);
+}
+
 class Fused final : public BlockKernels {
  public:
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) const override {
     checkNorm("fused RMSNorm", x, w);
-    if (!recording({&x, &w})) return normForward(x, at::Tensor(), w, eps).y;
-    return RmsNormFn::apply(x, w, eps);
+    return fusedRmsNorm(x, w, eps);
   }
   std::pair<at::Tensor, at::Tensor> addRmsNorm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& w,
                                                double eps) const override {
     checkNorm("fused RMSNorm", x, w);
     requireShape("fused RMSNorm", "the residual's addend", delta.sizes() == x.sizes(), delta, c10::str(x.sizes()));
     requireSame("fused RMSNorm", "the residual's addend", delta, x);
-    if (!recording({&x, &delta, &w})) {
-      NormOut o = normForward(x, delta, w, eps);
-      return {o.s, o.y};
-    }
-    const variable_list out = AddRmsNormFn::apply(x, delta, w, eps);
-    return {out[0], out[1]};
+    return fusedAddRmsNorm(x, delta, w, eps);
   }
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
                                          const at::Tensor& sin) const override {
     checkRope(q, k, cos, sin);
-    if (!recording({&q, &k})) {
-      // No graph: in place whenever the layout allows (views included: nothing records them).
-      auto one = [&](const at::Tensor& x) {
-        return ropeLayout(x) ? ropeApply(x, cos, sin, false, x) : ropeApply(x, cos, sin, false);
-      };
-      return {one(q), one(k)};
-    }
-    const variable_list out = RopeFn::apply(q, k, cos, sin);
-    return {out[0], out[1]};
+    return fusedRope(q, k, cos, sin);
   }
   at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) const override {
     checkSwiglu(gate, up);
-    if (!recording({&gate, &up})) return swigluForward(gate, up);
-    return SwigluFn::apply(gate, up);
+    return fusedSwiglu(gate, up);
   }
   at::Tensor swigluPacked(const at::Tensor& gateUp) const override {
     requireShape("fused SwiGLU", "gate/up", gateUp.dim() == 2 && gateUp.size(1) % 2 == 0, gateUp,
                  "[tokens, 2 x intermediate]");
     const int64_t width = gateUp.size(1) / 2;
     checkSwiglu(gateUp.narrow(1, 0, width), gateUp.narrow(1, width, width));
-    if (!recording({&gateUp})) return swigluForward(gateUp.narrow(1, 0, width), gateUp.narrow(1, width, width));
-    return SwigluPackedFn::apply(gateUp);
+    return fusedSwigluPacked(gateUp);
+  }
+};
+
+// The default on the CPU: fp32 activations (and weights, tables) go through the fused autograd
+// functions, whose CPU side is the engine's loops (cpu_kernels.h NormArgs, RopeArgs, SwigluArgs:
+// one pass where libtorch 1.13's ops make several, each on one thread, on every host thread);
+// anything else (fp64, bf16, another device) through libtorch's ops, as Unfused.
+// PRIME_CPU_BLOCK_LOOPS=0 turns the loops off, for a before/after in one build (bench/compare.ts).
+class CpuLoops final : public BlockKernels {
+ public:
+  at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) const override {
+    return fp32Cpu({&x, &w}) ? fusedRmsNorm(x, w, eps) : unfused().rmsNorm(x, w, eps);
+  }
+  std::pair<at::Tensor, at::Tensor> addRmsNorm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& w,
+                                               double eps) const override {
+    return fp32Cpu({&x, &delta, &w}) && delta.sizes() == x.sizes() ? fusedAddRmsNorm(x, delta, w, eps)
+                                                                   : unfused().addRmsNorm(x, delta, w, eps);
+  }
+  std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                         const at::Tensor& sin) const override {
+    return fp32Cpu({&q, &k, &cos, &sin}) && q.dim() == 3 && q.size(2) % 2 == 0 ? fusedRope(q, k, cos, sin)
+                                                                               : unfused().rope(q, k, cos, sin);
+  }
+  at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) const override {
+    return fp32Cpu({&gate, &up}) && gate.dim() == 2 ? fusedSwiglu(gate, up) : unfused().swiglu(gate, up);
+  }
+  at::Tensor swigluPacked(const at::Tensor& gateUp) const override {
+    return fp32Cpu({&gateUp}) ? fusedSwigluPacked(gateUp) : unfused().swigluPacked(gateUp);
+  }
+
+ private:
+  static const BlockKernels& unfused() { return unfusedBlockKernels(); }
+  static bool fp32Cpu(std::initializer_list<const at::Tensor*> ts) {
+    static const bool on = [] {
+      const char* v = std::getenv("PRIME_CPU_BLOCK_LOOPS");
+      if (!v || !*v || std::string(v) == "1") return true;
+      if (std::string(v) == "0") return false;
+      throw std::runtime_error(std::string("PRIME_CPU_BLOCK_LOOPS: '") + v + "' is not 0 or 1");
+    }();
+    if (!on) return false;
+    for (const at::Tensor* t : ts)
+      if (!t->device().is_cpu() || t->scalar_type() != at::kFloat) return false;
+    return true;
   }
 };
 
@@ -471,6 +582,11 @@ const BlockKernels& unfusedBlockKernels() {
 
 const BlockKernels& fusedBlockKernels() {
   static const Fused k;
+  return k;
+}
+
+const BlockKernels& cpuBlockKernels() {
+  static const CpuLoops k;
   return k;
 }
 

@@ -2,9 +2,10 @@
 // implementations: libtorch's ops (unfusedBlockKernels: the default, and the reference the fused ones
 // are checked against) and our fused CUDA kernels (fusedBlockKernels: native/src/cuda/, compiled by nvcc
 // in CUDA builds), as autograd functions. Model picks one by its `fusedKernels` switch.
-// On the CPU the fused implementation runs the kernels' own formulas as tensor ops (fp32 inside,
-// one rounding per output, the same backward formulas): that is how the autograd functions, their
-// backward math and their checks are tested on a machine without a GPU.
+// On the CPU the fused implementation runs the engine's own loops for fp32 (cpu_kernels.h), and for
+// bf16 the kernels' formulas as tensor ops (fp32 inside, one rounding per output, the same backward
+// formulas): that is how the autograd functions, their backward math and their checks are tested
+// on a machine without a GPU. cpuBlockKernels, the CPU's default, takes the loops for fp32.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -36,6 +37,8 @@ class BlockKernels {
 
 const BlockKernels& unfusedBlockKernels();
 const BlockKernels& fusedBlockKernels();
+// The CPU's default: fusedBlockKernels' loops for fp32, unfusedBlockKernels otherwise (kernels.cc).
+const BlockKernels& cpuBlockKernels();
 
 // Whether this build compiled the CUDA kernels (a CUDA build with nvcc: PRIME_HAVE_CUDA_KERNELS).
 bool cudaKernelsBuilt();

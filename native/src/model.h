@@ -282,10 +282,13 @@ class Model {
   // gains, measured with one build). The weights stay fused either way.
   bool fusedProjections = true;
   // true: RMSNorm (with the residual add), RoPE, SwiGLU and the LM head's rows run our fused kernels
-  // (kernels.h; CUDA, in every forward and backward); false: libtorch's ops. Off by default until
-  // checked on a card (README, "On a GPU machine").
+  // (kernels.h; CUDA, in every forward and backward); false: libtorch's ops on a GPU, and on the CPU
+  // the engine's own loops for fp32 (cpuBlockKernels). Off by default until checked on a card
+  // (README, "On a GPU machine").
   bool fusedKernels = false;
-  const BlockKernels& kernels() const { return fusedKernels ? fusedBlockKernels() : unfusedBlockKernels(); }
+  const BlockKernels& kernels() const {
+    return fusedKernels ? fusedBlockKernels() : device.is_cpu() ? cpuBlockKernels() : unfusedBlockKernels();
+  }
 
   // Calls on one model run one at a time (the TS facade queues them; this flag catches misuse).
   std::atomic<bool> busy{false};

@@ -18,6 +18,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/block.h"
 #include "fast_exp.h"
 #include "host_parallel.h"
 #include "lm_head_rows.h"
@@ -351,6 +352,11 @@ const Kernels kKernels = {
     lmHeadForward,
     lmHeadBackward,
     deltaStep,
+    rmsNorm,
+    rmsNormBackward,
+    rope,
+    swiglu,
+    swigluBackward,
 };
 
 }  // namespace prime::cpu::CPU_CAPABILITY
