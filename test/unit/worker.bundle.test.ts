@@ -32,9 +32,11 @@ test('a fresh bundle is used as it is; a stale or missing one is not, the worker
   expect(said).toEqual([]);
 
   // Older than a file it was built from (a workflow recompiled since): not read, the workflows
-  // bundled anew in this process, once, saying why.
-  const hourAgo = new Date(Date.now() - 3_600_000);
-  fs.utimesSync(files.bundle, hourAgo, hourAgo);
+  // bundled anew in this process, once, saying why. (A second before its newest input: an hour ago
+  // would still be newer than every input of a checkout older than that.)
+  const newest = Math.max(...inputs.map((f) => fs.statSync(f).mtimeMs));
+  const before = new Date(newest - 1000);
+  fs.utimesSync(files.bundle, before, before);
   const fresh = await workflowCode(say, dir);
   expect(fresh).not.toHaveProperty('codePath');
   expect((fresh as { code: string }).code).toContain(fs.readFileSync(files.bundle, 'utf8').slice(0, 200));
