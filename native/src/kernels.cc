@@ -530,10 +530,12 @@ class Fused final : public BlockKernels {
   }
 };
 
-// The default on the CPU: fp32 activations (and weights, tables) go through the fused autograd
-// functions, whose CPU side is the engine's loops (cpu_kernels.h NormArgs, RopeArgs, SwigluArgs:
-// one pass where libtorch 1.13's ops make several, each on one thread, on every host thread);
-// anything else (fp64, bf16, another device) through libtorch's ops, as Unfused.
+// The default on the CPU: fp32 activations (and weights, tables) of a forward that autograd
+// records (training) go through the fused autograd functions, whose CPU side is the engine's loops
+// (cpu_kernels.h NormArgs, RopeArgs, SwigluArgs: one pass where libtorch 1.13's ops make several,
+// each on one thread, on every host thread); anything else (inference, fp64, bf16, another device)
+// through libtorch's ops, as Unfused: on a decode step's few rows the loops' thread starts cost
+// more than they save (3-10% slower steps at batch 64, measured).
 // PRIME_CPU_BLOCK_LOOPS=0 turns the loops off, for a before/after in one build (bench/compare.ts).
 class CpuLoops final : public BlockKernels {
  public:
@@ -566,7 +568,7 @@ class CpuLoops final : public BlockKernels {
       if (std::string(v) == "0") return false;
       throw std::runtime_error(std::string("PRIME_CPU_BLOCK_LOOPS: '") + v + "' is not 0 or 1");
     }();
-    if (!on) return false;
+    if (!on || !recording(ts)) return false;
     for (const at::Tensor* t : ts)
       if (!t->device().is_cpu() || t->scalar_type() != at::kFloat) return false;
     return true;

@@ -5,7 +5,7 @@
 // On the CPU the fused implementation runs the engine's own loops for fp32 (cpu_kernels.h), and for
 // bf16 the kernels' formulas as tensor ops (fp32 inside, one rounding per output, the same backward
 // formulas): that is how the autograd functions, their backward math and their checks are tested
-// on a machine without a GPU. cpuBlockKernels, the CPU's default, takes the loops for fp32.
+// on a machine without a GPU. cpuBlockKernels, the CPU's default, takes the loops for fp32 training.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -37,7 +37,8 @@ class BlockKernels {
 
 const BlockKernels& unfusedBlockKernels();
 const BlockKernels& fusedBlockKernels();
-// The CPU's default: fusedBlockKernels' loops for fp32, unfusedBlockKernels otherwise (kernels.cc).
+// The CPU's default: fusedBlockKernels' loops for fp32 forwards autograd records (training),
+// unfusedBlockKernels otherwise (kernels.cc).
 const BlockKernels& cpuBlockKernels();
 
 // Whether this build compiled the CUDA kernels (a CUDA build with nvcc: PRIME_HAVE_CUDA_KERNELS).

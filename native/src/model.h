@@ -283,7 +283,7 @@ class Model {
   bool fusedProjections = true;
   // true: RMSNorm (with the residual add), RoPE, SwiGLU and the LM head's rows run our fused kernels
   // (kernels.h; CUDA, in every forward and backward); false: libtorch's ops on a GPU, and on the CPU
-  // the engine's own loops for fp32 (cpuBlockKernels). Off by default until checked on a card
+  // the engine's own loops for fp32 training (cpuBlockKernels). Off by default until checked on a card
   // (README, "On a GPU machine").
   bool fusedKernels = false;
   const BlockKernels& kernels() const {
