@@ -556,7 +556,8 @@ class CpuLoops final : public BlockKernels {
     return fp32Cpu({&gate, &up}) && gate.dim() == 2 ? fusedSwiglu(gate, up) : unfused().swiglu(gate, up);
   }
   at::Tensor swigluPacked(const at::Tensor& gateUp) const override {
-    return fp32Cpu({&gateUp}) ? fusedSwigluPacked(gateUp) : unfused().swigluPacked(gateUp);
+    return fp32Cpu({&gateUp}) && gateUp.dim() == 2 && gateUp.size(1) % 2 == 0 ? fusedSwigluPacked(gateUp)
+                                                                              : unfused().swigluPacked(gateUp);
   }
 
  private:
