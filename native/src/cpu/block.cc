@@ -4,36 +4,21 @@
 // helpers are in an anonymous namespace.
 #include "cpu/block.h"
 
-#include <ATen/cpu/vec/vec.h>
-
 #include <cmath>
 #include <vector>
 
+#include "cpu/vec.h"
 #include "host_parallel.h"
 
 namespace prime::cpu::CPU_CAPABILITY {
 namespace {
-
-using Vec = at::vec::Vectorized<float>;
-constexpr int64_t W = Vec::size();
-
-// Rows of `width` floats per part: at least 64K elements, as the other host loops (rowsGrain).
-int64_t grainOf(int64_t width) { return rowsGrain(width); }
-
-float sumOf(const Vec& v) {
-  alignas(64) float f[W];
-  v.store(f);
-  float s = 0;
-  for (int64_t i = 0; i < W; i++) s += f[i];
-  return s;
-}
 
 // sum over j of a[j] * b[j] (b = a: the sum of squares).
 float dot(const float* a, const float* b, int64_t n) {
   Vec acc(0.f);
   int64_t j = 0;
   for (; j + W <= n; j += W) acc = acc + Vec::loadu(a + j) * Vec::loadu(b + j);
-  float s = sumOf(acc);
+  float s = sum(acc);
   for (; j < n; j++) s += a[j] * b[j];
   return s;
 }
@@ -44,7 +29,7 @@ float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 
 void rmsNorm(const NormArgs& a) {
   const int64_t D = a.width;
-  hostParallelFor(a.rows, grainOf(D), [&](int64_t r0, int64_t r1) {
+  hostParallelFor(a.rows, rowsGrain(D), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
       const float* x = a.x + r * D;
       float* s = a.delta ? a.s + r * D : const_cast<float*>(x);
@@ -68,7 +53,7 @@ void rmsNorm(const NormArgs& a) {
 void rmsNormBackward(const NormBackwardArgs& a) {
   const int64_t D = a.width;
   if (a.dx)
-    hostParallelFor(a.rows, grainOf(D), [&](int64_t r0, int64_t r1) {
+    hostParallelFor(a.rows, rowsGrain(D), [&](int64_t r0, int64_t r1) {
       std::vector<float> wg(size_t(D), 0.f);
       for (int64_t r = r0; r < r1; r++) {
         const float *g = a.g + r * D, *s = a.s + r * D;
@@ -135,7 +120,7 @@ void rope(const RopeArgs& a) {
 }
 
 void swiglu(const SwigluArgs& a) {
-  hostParallelFor(a.N, grainOf(a.I), [&](int64_t r0, int64_t r1) {
+  hostParallelFor(a.N, rowsGrain(a.I), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
       const float *g = a.gate + r * a.ldg, *u = a.up + r * a.ldu;
       float* o = a.out + r * a.I;
@@ -151,7 +136,7 @@ void swiglu(const SwigluArgs& a) {
 }
 
 void swigluBackward(const SwigluArgs& a) {
-  hostParallelFor(a.N, grainOf(a.I), [&](int64_t r0, int64_t r1) {
+  hostParallelFor(a.N, rowsGrain(a.I), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
       const float *g = a.gate + r * a.ldg, *u = a.up + r * a.ldu, *go = a.grad + r * a.I;
       float *dg = a.dGate + r * a.ldd, *du = a.dUp + r * a.ldd;

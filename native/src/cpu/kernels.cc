@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cpu/block.h"
+#include "cpu/vec.h"
 #include "fast_exp.h"
 #include "host_parallel.h"
 #include "lm_head_rows.h"
@@ -26,8 +27,6 @@
 namespace prime::cpu::CPU_CAPABILITY {
 namespace {
 
-using Vec = at::vec::Vectorized<float>;
-constexpr int64_t W = Vec::size();
 // Key positions whose scores are computed together, and vectors of a value row accumulated
 // together: 2 heads x 4 of them, 8 independent chains of fused multiply-adds.
 constexpr int64_t kKeys = 4, kChunks = 4;
@@ -52,9 +51,6 @@ inline float toF(float x) { return x; }
 inline float toF(c10::BFloat16 x) { return float(x); }
 inline void fromF(float x, float* out) { *out = x; }
 inline void fromF(float x, c10::BFloat16* out) { *out = c10::BFloat16(x); }
-inline float sum(const Vec& v) {
-  return at::vec::vec_reduce_all<float>([](const Vec& a, const Vec& b) { return a + b; }, v);
-}
 
 // One (token, kv head) of PagedAttentionArgs: the G query heads that share the kv head attend to
 // positions 0..len-1, whose rows `row(s)` returns (K and V of position s for this kv head).
