@@ -21,6 +21,9 @@ export const bundleFiles = (root = ROOT) => ({
   inputs: path.join(root, 'workflow-bundle.json'),
 });
 
+/** The largest list of inputs read (a real one is tens of KB). */
+const MAX_LIST_BYTES = 4 << 20;
+
 interface Inputs {
   /** The files webpack read, relative to the bundle's folder. */
   inputs: string[];
@@ -79,10 +82,15 @@ export function staleBundle(root = ROOT): string | undefined {
   let list: Inputs;
   try {
     built = fs.statSync(files.bundle).mtimeMs;
+    // The list is a few hundred paths (tens of KB): a larger file is not one build:ts wrote.
+    if (fs.statSync(files.inputs).size > MAX_LIST_BYTES)
+      return `${files.inputs} is over ${MAX_LIST_BYTES} bytes, not a list build:ts wrote (npm run build:ts rewrites it)`;
     list = JSON.parse(fs.readFileSync(files.inputs, 'utf8')) as Inputs;
   } catch {
     return `${files.bundle} or its list of inputs is missing (npm run build:ts builds them)`;
   }
+  if (!Array.isArray(list.inputs) || !list.inputs.every((f) => typeof f === 'string'))
+    return `${files.inputs} is not a list of file paths (npm run build:ts rewrites it)`;
   for (const rel of list.inputs) {
     const file = path.join(root, rel);
     let changed: number;
