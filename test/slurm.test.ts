@@ -133,7 +133,7 @@ if (unusable) console.warn(`test/slurm.test.ts: the submission test skipped: no 
       expect(log).toMatch(/run job completed: 8 steps/);
       checkRun(layout, steps);
     } finally {
-      cluster?.stop();
+      await cluster?.stop();
     }
   },
 );

@@ -10,7 +10,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { freePort } from '../../lib/net';
-import { sleep, until } from './processes';
+import { cmdline, isRunning, until } from './processes';
 
 const DAEMONS = ['munged', 'slurmctld', 'slurmd', 'sbatch', 'srun', 'squeue', 'scancel'];
 
@@ -28,7 +28,8 @@ export interface SlurmCluster {
   env: NodeJS.ProcessEnv;
   partition: string;
   run(cmd: string, args: string[]): string;
-  stop(): void;
+  /** Cancels what runs and ends the daemons; resolves once none of them runs. */
+  stop(): Promise<void>;
 }
 
 export async function startSlurm(dir: string): Promise<SlurmCluster> {
@@ -93,20 +94,22 @@ export async function startSlurm(dir: string): Promise<SlurmCluster> {
       return undefined;
     }
   };
-  const stop = () => {
+  // Ends the cluster and returns once nothing of it runs, so the folder can be removed: slurmctld
+  // saves its state as it exits and a job step's slurmstepd writes the spool until it ends.
+  const stop = async () => {
     try {
       run('scancel', ['--full', '--partition', 'debug']);
     } catch {
       // no controller: nothing runs
     }
-    for (const f of ['slurmd.pid', 'slurmctld.pid', 'munge/pid']) {
-      const pid = pidOf(f);
-      if (pid)
-        try {
-          process.kill(pid, 'SIGTERM');
-        } catch {
-          // gone
-        }
+    const daemons = ['slurmd.pid', 'slurmctld.pid', 'munge/pid'].map(pidOf).filter((p): p is number => !!p);
+    const ours = () => [...daemons, ...stepDaemons()].filter(isRunning);
+    signal(daemons, 'SIGTERM');
+    try {
+      await until('the SLURM daemons and job steps to exit', () => ours().length === 0, 30_000);
+    } catch {
+      signal(ours(), 'SIGKILL');
+      await until('the SLURM daemons to die', () => ours().length === 0, 10_000);
     }
   };
   try {
@@ -114,9 +117,26 @@ export async function startSlurm(dir: string): Promise<SlurmCluster> {
     run('slurmd', ['-f', conf]);
     await until('the SLURM node idle', () => /idle/.test(run('sinfo', ['-h', '-o', '%T'])), 60_000);
   } catch (e) {
-    stop();
-    await sleep(500);
+    await stop();
     throw e;
   }
   return { env, partition: 'debug', run, stop };
+}
+
+/** The slurmstepd processes on this machine: only the test's cluster starts any. */
+function stepDaemons(): number[] {
+  return fs
+    .readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map(Number)
+    .filter((pid) => cmdline(pid).startsWith('slurmstepd'));
+}
+
+function signal(pids: number[], sig: NodeJS.Signals): void {
+  for (const pid of pids)
+    try {
+      process.kill(pid, sig);
+    } catch {
+      // gone
+    }
 }
