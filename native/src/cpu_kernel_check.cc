@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 #include <utility>
 
@@ -98,6 +99,38 @@ double checkLmHeadRows(const cpu::Kernels& k, int64_t n, int64_t V, bool entropy
   a.gEnt = entropyGrad ? gEnt.data_ptr<float>() : nullptr;
   k.lmHeadBackwardF32(a);  // z becomes the gradient
   return std::max(forward, relError(z, grad));
+}
+
+// The sampler's row passes on n rows of V fp32 logits at temperature 0.7 against fp64: each
+// block's sum of exp((x - max) / T) and every e (relative to the largest), the first maximum
+// (a miss counts as error 1). Row 0 has its maximum twice (the first must win) and, past two
+// blocks, a first block of -inf; a row with a NaN and a row of -inf must give -1.
+double checkSampleRow(const cpu::Kernels& k, int64_t n, int64_t V, at::Generator& gen) {
+  const double T = 0.7;
+  const int64_t B = cpu::kSampleBlock, blocks = (V + B - 1) / B;
+  at::Tensor z = at::randn({n, V}, gen, at::TensorOptions().dtype(at::kFloat)) * 3;
+  const float top = z[0].max().item<float>() + 1;
+  z[0][V - 1] = top;
+  z[0][V / 2] = top;
+  if (V > 2 * B) z[0].narrow(0, 0, B).fill_(-std::numeric_limits<float>::infinity());
+  const at::Tensor x = z.to(at::kDouble), best = x.argmax(1);  // argmax: the first maximum
+  const at::Tensor ex = ((x - x.amax(1, true)) / T).exp();
+  const at::Tensor padded = at::constant_pad_nd(ex, {0, blocks * B - V}).view({n, blocks, B});
+  const at::Tensor sums = padded.sum(2);
+  at::Tensor e = at::full({n, V}, std::nan(""), at::TensorOptions().dtype(at::kFloat));
+  at::Tensor gotSums = at::full({n, blocks}, std::nan(""), at::TensorOptions().dtype(at::kDouble));
+  double error = 0;
+  for (int64_t r = 0; r < n; r++) {
+    const int64_t got = k.sampleRowF32(
+        {z[r].data_ptr<float>(), e[r].data_ptr<float>(), gotSums[r].data_ptr<double>(), V, float(1 / T)});
+    if (got != best[r].item<int64_t>()) error = 1;
+  }
+  error = std::max({error, relError(gotSums, sums), relError(e, ex)});
+  for (float bad : {std::nanf(""), -std::numeric_limits<float>::infinity()}) {
+    at::Tensor row = bad != bad ? z[0].clone().index_fill_(0, at::tensor({V / 3}), bad) : at::full({V}, bad);
+    if (k.sampleRowF32({row.data_ptr<float>(), nullptr, gotSums[0].data_ptr<double>(), V, 1.f}) != -1) error = 1;
+  }
+  return error;
 }
 
 // The gated delta rule's recurrent step for R rows on their (shuffled) state slots against fp64:
@@ -231,6 +264,9 @@ std::vector<CpuKernelCheck> cpuKernelCheck(uint64_t seed) {
         out.push_back({isa, "lmHeadRows", "float32",
                        std::to_string(n) + "x" + std::to_string(V) + (entropyGrad ? ", entropy gradient" : ""),
                        checkLmHeadRows(*k, n, V, entropyGrad, gen)});
+    for (auto [n, V] : {std::pair<int64_t, int64_t>{3, 151936}, {4, 1001}, {2, 7}})
+      out.push_back(
+          {isa, "sampleRow", "float32", std::to_string(n) + "x" + std::to_string(V), checkSampleRow(*k, n, V, gen)});
     // Qwen3.5's heads (128 x 128: whole vectors), column tails of every width, a scalar-only one.
     for (auto [R, H, dk, dv] :
          {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 4, 128, 128}, {5, 3, 16, 40}, {2, 2, 5, 7}})

@@ -51,6 +51,20 @@ struct LmHeadRows {
 };
 using LmHeadRowsFn = void (*)(const LmHeadRows<float>&);
 
+// The sampler's passes over one row of fp32 logits x [V] (sampler_rows.h sampleRow: the first
+// maximum, or -1 for a row that is not a distribution; e = exp((x - max) invT) and the sums of e
+// by blocks of kSampleBlock tokens, which the inverse-CDF scan steps over). On the calling thread:
+// the sampler splits its rows between the host threads.
+constexpr int64_t kSampleBlock = 256;
+struct SampleRowArgs {
+  const float* x;
+  float* e;
+  double* blockSums;  // ceil(V / kSampleBlock)
+  int64_t V;
+  float invT;
+};
+using SampleRowFn = int64_t (*)(const SampleRowArgs&);
+
 // One recurrent step of the gated delta rule (Qwen3.5's Gated DeltaNet decode) for R rows, in
 // place on their state slots: for row r and v head h, with S = states[slots[r], h] [dk, dv],
 //   S <- e S + k (beta (v - e S^T k))^T,  out = S^T q  (after the update),  e = exp(g)
@@ -113,6 +127,7 @@ struct Kernels {
   PagedAttentionFn pagedAttentionF32, pagedAttentionBF16;
   LinearFn linearF32, linearBF16;
   LmHeadRowsFn lmHeadForwardF32, lmHeadBackwardF32;
+  SampleRowFn sampleRowF32;
   DeltaStepFn deltaStepF32;
   BlockNormFn rmsNormF32;
   BlockNormBackwardFn rmsNormBackwardF32;

@@ -286,10 +286,11 @@ void ModelRunner::sampleLogits(const std::vector<Sequence*>& seqs, const at::Ten
     }
     return;
   }
-  // On the host, per row: the first maximum (a comparison pass), e = exp((x - max) / T)
-  // vectorised for the batch (T = 1 for greedy rows), then the sampler's sum and inverse-CDF scan
-  // over e. No log-softmax or probability tensor of the batch's size, no sort unless top-p is on
-  // (sampler.h).
+  // On the host, per row (sampler.h): the first maximum and the sums of e = exp((x - max) / T) by
+  // blocks (T = 1 for greedy rows; prepareRow's one vectorised pass), then the sampler's
+  // inverse-CDF scan over the blocks; e itself only for rows that filter candidates. No
+  // log-softmax or probability tensor of the batch's size, no sort unless top-p is on. Rows are
+  // split between the host threads, each with its own workspace.
   at::Tensor x0 = logits.contiguous();
   const int64_t V = x0.size(1);
   // Logit bias, min_tokens and penalties (sampler.h) change a row before anything reads it: a copy.
@@ -299,31 +300,24 @@ void ModelRunner::sampleLogits(const std::vector<Sequence*>& seqs, const at::Ten
       for (int64_t i = 0; i < n; i++) seqs[i]->adjust.apply(x0.data_ptr<scalar_t>() + i * V);
     });
   }
-  std::vector<int64_t> best(static_cast<size_t>(n));
-  std::vector<double> temps(static_cast<size_t>(n)), maxes(size_t(n), 0.0);
-  for (int64_t b = 0; b < n; b++)
-    temps[b] = seqs[b]->req.sampling.temperature > 0 ? seqs[b]->req.sampling.temperature : 1.0;
   AT_DISPATCH_FLOATING_TYPES(x0.scalar_type(), "sample", [&] {
     const scalar_t* x = x0.data_ptr<scalar_t>();
-    hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; i++)
-        if ((best[i] = rowArgmax(x + i * V, V)) >= 0) maxes[i] = double(x[i * V + best[i]]);
-    });
-    const auto opts = at::TensorOptions().dtype(at::kDouble);
-    at::Tensor e = at::sub(x0, at::tensor(maxes, opts).to(x0.scalar_type()).unsqueeze(1))
-                       .div_(at::tensor(temps, opts).to(x0.scalar_type()).unsqueeze(1))
-                       .exp_();
-    const scalar_t* ex = e.data_ptr<scalar_t>();
     // Rows are independent (own RNG each), so sampling in parallel stays deterministic.
     hostParallelFor(n, rowsGrain(V), [&](int64_t a, int64_t b) {
+      std::vector<scalar_t> e;  // for rows whose sampling filters candidates
+      std::vector<double> blockSums(static_cast<size_t>(sampleBlocks(V)));
       std::vector<int32_t> order;
       for (int64_t i = a; i < b; i++) {
-        if (best[i] < 0) {  // NaN row: nothing to sample, no top logprobs
+        Sequence& s = *seqs[i];
+        const double T = s.req.sampling.temperature > 0 ? s.req.sampling.temperature : 1.0;
+        const bool filtered = s.req.sampling.temperature > 0 && filtersCandidates(s.req.sampling, V);
+        if (filtered) e.resize(static_cast<size_t>(V));
+        const int64_t best = prepareRow(x + i * V, V, T, filtered ? e.data() : nullptr, blockSums.data());
+        if (best < 0) {  // NaN row: nothing to sample, no top logprobs
           sampled[i] = {-1, std::numeric_limits<float>::quiet_NaN()};
           continue;
         }
-        Sequence& s = *seqs[i];
-        const RowLogits<scalar_t> row{x + i * V, ex + i * V, V, best[i], temps[i]};
+        const RowLogits<scalar_t> row{x + i * V, filtered ? e.data() : nullptr, blockSums.data(), V, best, T};
         double logNorm = 0;
         sampled[i] = sampleToken(row, s.req.sampling, s.rng, order, &logNorm);
         s.adjust.sampled(sampled[i].token);

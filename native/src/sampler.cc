@@ -1,20 +1,18 @@
 #include "sampler.h"
 
+#include "sampler_rows.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 namespace prime {
 
-template <typename S>
-int64_t rowArgmax(const S* x, int64_t vocab) {
-  int64_t best = 0;
-  bool nan = false;
-  for (int64_t i = 0; i < vocab; i++) {
-    nan |= std::isnan(x[i]);
-    if (x[i] > x[best]) best = i;  // first maximum wins ties
-  }
-  return nan || !std::isfinite(x[best]) ? -1 : best;
+int64_t prepareRow(const float* x, int64_t vocab, double temperature, float* e, double* blockSums) {
+  return cpu::kernels().sampleRowF32({x, e, blockSums, vocab, float(1.0 / temperature)});
+}
+int64_t prepareRow(const double* x, int64_t vocab, double temperature, double* e, double* blockSums) {
+  return sampleRow(x, vocab, 1.0 / temperature, e, blockSums);
 }
 
 namespace {
@@ -27,11 +25,9 @@ float logprobOf(const RowLogits<S>& r, int64_t i, double logNorm) {
 template <typename S>
 Sampled sampleToken(const RowLogits<S>& r, const SamplingParams& p, std::mt19937_64& rng, std::vector<int32_t>& order,
                     double* logNorm) {
-  const S* probs = r.e;  // unnormalised: every filter below compares or sums ratios only
-  const int64_t vocab = r.vocab, best = r.best;
+  const int64_t vocab = r.vocab, best = r.best, blocks = sampleBlocks(vocab);
   double total = 0;
-#pragma omp simd reduction(+ : total)
-  for (int64_t i = 0; i < vocab; i++) total += probs[i];
+  for (int64_t b = 0; b < blocks; b++) total += r.blockSums[b];
   *logNorm = std::log(total);
   auto pick = [&](int64_t t) { return Sampled{t, logprobOf(r, t, *logNorm)}; };
   if (p.temperature <= 0) return pick(best);
@@ -39,16 +35,26 @@ Sampled sampleToken(const RowLogits<S>& r, const SamplingParams& p, std::mt19937
   const bool filtered = filtersCandidates(p, vocab);
   const double draw = uniform53(rng);
   if (!filtered) {
-    // Inverse CDF over the whole vocabulary in token order; stops at the sampled token.
-    const double u = draw * total;
+    // Inverse CDF over the whole vocabulary in token order, a block at a time: into the block
+    // whose sum reaches u, then token by token with each e computed there (on past the block's
+    // end when rounding kept acc below u).
+    const double u = draw * total, xBest = double(r.x[best]);
     double acc = 0;
-    for (int64_t i = 0; i < vocab; i++) {
-      acc += probs[i];
-      if (u < acc) return pick(i);
+    for (int64_t b = 0; b < blocks; b++) {
+      if (u >= acc + r.blockSums[b]) {
+        acc += r.blockSums[b];
+        continue;
+      }
+      for (int64_t i = b * cpu::kSampleBlock; i < vocab; i++) {
+        acc += std::exp((double(r.x[i]) - xBest) / r.temperature);
+        if (u < acc) return pick(i);
+      }
+      break;
     }
     return pick(best);  // u within rounding of total
   }
 
+  const S* probs = r.e;  // unnormalised: every filter below compares or sums ratios only
   // Candidates in a deterministic order: by probability descending, then token id.
   auto before = [&](int32_t a, int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); };
   order.clear();
@@ -145,7 +151,6 @@ void LogitAdjuster::apply(S* row) const {
 }
 
 #define PRIME_SAMPLER(S)                                                                                               \
-  template int64_t rowArgmax<S>(const S*, int64_t);                                                                    \
   template Sampled sampleToken<S>(const RowLogits<S>&, const SamplingParams&, std::mt19937_64&, std::vector<int32_t>&, \
                                   double*);                                                                            \
   template void topLogprobs<S>(const RowLogits<S>&, double, int64_t, std::vector<int32_t>&, std::vector<float>&);      \

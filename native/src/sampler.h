@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_kernels.h"
+
 namespace prime {
 
 struct SamplingParams {
@@ -75,17 +77,31 @@ struct Sampled {
   float logprob;
 };
 
-// One row of a decode step's distribution, as the generator hands it over: raw logits `x`, their
-// first maximum `best` (rowArgmax) and e[i] = exp((x[i] - x[best]) / T) (T = 1 when greedy),
-// computed vectorised for the whole batch. Nothing of size vocab is normalised: log softmax(x /
-// T)[i] = (x[i] - x[best]) / T - log(sum e), with sum e taken once by sampleToken.
+// One row of a decode step's distribution, as the generator hands it over (prepareRow): raw
+// logits `x`, their first maximum `best`, the sums of e[i] = exp((x[i] - x[best]) / T) (T = 1 when
+// greedy) by blocks of cpu::kSampleBlock tokens, and e itself only for a row whose sampling
+// filters its candidates (null otherwise: the inverse-CDF scan steps over whole blocks and
+// computes e only inside the block it stops in). Nothing of size vocab is normalised:
+// log softmax(x / T)[i] = (x[i] - x[best]) / T - log(sum e), with sum e taken once by sampleToken
+// from the block sums.
 template <typename S>
 struct RowLogits {
   const S* x;
   const S* e;
+  const double* blockSums;
   int64_t vocab, best;
   double temperature;  // 1 when greedy
 };
+
+// Blocks of a row of `vocab` tokens (the length of prepareRow's blockSums).
+inline int64_t sampleBlocks(int64_t vocab) { return (vocab + cpu::kSampleBlock - 1) / cpu::kSampleBlock; }
+
+// Fills blockSums (and e, when not null) of a row of logits x [vocab] for temperature T (1 when
+// greedy) and returns its first maximum, or -1 when the row is not a distribution (a NaN, or a
+// non-finite maximum: log_softmax would be NaN). One vectorised pass over x, two with e
+// (sampler_rows.h; fp32 rows by the copy compiled for this CPU), on the calling thread.
+int64_t prepareRow(const float* x, int64_t vocab, double temperature, float* e, double* blockSums);
+int64_t prepareRow(const double* x, int64_t vocab, double temperature, double* e, double* blockSums);
 
 // Whether a non-greedy row's sampling filters its candidates (min-p, top-k below the vocabulary, top-p),
 // and whether it visits them by probability (top-k or top-p) rather than in token order.
@@ -98,11 +114,6 @@ inline bool visitsByProbability(const SamplingParams& p, int64_t vocab) {
 
 // A 53-bit uniform in [0, 1) from a sequence's RNG: the one draw a non-greedy token takes.
 inline double uniform53(std::mt19937_64& rng) { return double(rng() >> 11) * (1.0 / 9007199254740992.0); }
-
-// The first maximum of a row of logits, or -1 when the row is not a distribution (a NaN, or a
-// non-finite maximum: log_softmax would be NaN). One pass, comparisons only.
-template <typename S>
-int64_t rowArgmax(const S* x, int64_t vocab);
 
 // Samples one token of a valid row (best >= 0). Filters in vLLM's order: min-p, top-k, top-p; the
 // candidate list is built only with a filter on, and visited in token order under min-p alone,

@@ -23,6 +23,7 @@
 #include "fast_exp.h"
 #include "host_parallel.h"
 #include "lm_head_rows.h"
+#include "sampler_rows.h"
 
 namespace prime::cpu::CPU_CAPABILITY {
 namespace {
@@ -266,6 +267,9 @@ void lmHeadBackward(const LmHeadRows<float>& a) {
   hostParallelFor(a.n, rowsGrain(a.V), [&](int64_t r0, int64_t r1) { backwardRowRange(a, r0, r1); });
 }
 
+// The sampler's fp32 row passes (sampler_rows.h), compiled here for this copy's instruction set.
+int64_t sampleRowF32(const SampleRowArgs& a) { return sampleRow(a.x, a.V, a.invT, a.e, a.blockSums); }
+
 // ---- the gated delta rule's recurrent step (DeltaStepArgs) --------------------------------------
 
 // Columns of S (a v head's dv values) accumulated together: 4 vectors each for S^T k and S^T q.
@@ -347,6 +351,7 @@ const Kernels kKernels = {
     linear<c10::BFloat16>,
     lmHeadForward,
     lmHeadBackward,
+    sampleRowF32,
     deltaStep,
     rmsNorm,
     rmsNormBackward,
