@@ -242,9 +242,11 @@ async function engineWorkload(dir: string, what: string, args: number[], threads
     else await run(1, Math.min(NEW, WARMUP_TOKENS));
     seconds = await run(batch);
     tokens = batch * NEW;
-    const { cudaGraphs, eagerReason } = gen.stats();
+    const { cudaGraphs, eagerReason, times } = gen.stats();
+    // The generator's step times since it was created (the warm-up included), where a run's time went.
+    const t = (['forward', 'attention', 'sample'] as const).map((k) => `${k} ${times[k].toFixed(2)} s`).join(', ');
     console.error(
-      `[bench] decode batch ${batch}: ${cudaGraphs > 0 ? `${cudaGraphs} CUDA graphs` : `eager (${eagerReason})`}`,
+      `[bench] decode batch ${batch}: ${cudaGraphs > 0 ? `${cudaGraphs} CUDA graphs` : `eager (${eagerReason})`}; ${t}`,
     );
   } else {
     const [rows, len] = args;
