@@ -88,6 +88,11 @@ build_dist() {
   cp -r dist "$out/dist"
   rm -f "$out/dist/.tsbuildinfo"
   find "$out/dist" -name '*.map' -delete
+  # The workflow bundle's list of inputs (workers/bundle.ts) names the source maps deleted here and
+  # above, and files whose times a copy to the GPU machine need not keep, so the cpu worker there
+  # would bundle the workflows again at every start: emptied, since run.sh checks dist/ against
+  # the tree's sources by hash (.sources-hash) before anything runs.
+  printf '{\n "inputs": []\n}\n' >"$out/dist/workflow-bundle.json"
   ts_sources_hash > "$out/dist/.sources-hash"
 }
 
