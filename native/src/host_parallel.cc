@@ -34,6 +34,13 @@ inline void relax() {
 #endif
 }
 
+// [0, n) in `parts` contiguous parts of `per` items (the last ones shorter, or empty).
+struct Split {
+  int64_t n, parts, per;
+  int64_t begin(int64_t p) const { return std::min(n, p * per); }
+  int64_t end(int64_t p) const { return std::min(n, (p + 1) * per); }
+};
+
 // The part of one call that a helper runs.
 struct Part {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
@@ -94,25 +101,20 @@ class Helper {
 // of the process, or a part calling in again) starts threads of its own for its call.
 class Pool {
  public:
-  bool tryRun(int64_t n, int64_t parts, int64_t per, const std::function<void(int64_t, int64_t)>& fn) {
+  bool tryRun(const Split& split, const std::function<void(int64_t, int64_t)>& fn) {
     if (inPart_ || !busy_.try_lock()) return false;
     std::lock_guard<std::mutex> hold(busy_, std::adopt_lock);
-    while (int64_t(helpers_.size()) < parts - 1)
+    while (int64_t(helpers_.size()) < split.parts - 1)
       helpers_.push_back(std::make_unique<Helper>([this](std::exception_ptr e) { report(e); }));
     first_ = nullptr;
-    int64_t started = 0;
-    for (int64_t p = 1; p < parts; p++) {
-      const int64_t a = p * per, b = std::min(n, a + per);
-      if (a < b) started++;
-    }
-    pending_.store(started, std::memory_order_relaxed);
-    for (int64_t p = 1, h = 0; p < parts; p++) {
-      const int64_t a = p * per, b = std::min(n, a + per);
-      if (a < b) helpers_[size_t(h++)]->start({&fn, a, b});
-    }
+    std::vector<Part> parts;
+    for (int64_t p = 1; p < split.parts; p++)
+      if (split.begin(p) < split.end(p)) parts.push_back({&fn, split.begin(p), split.end(p)});
+    pending_.store(int64_t(parts.size()), std::memory_order_relaxed);
+    for (size_t h = 0; h < parts.size(); h++) helpers_[h]->start(parts[h]);
     try {
       inPart_ = true;
-      fn(0, std::min(n, per));
+      fn(0, split.end(0));
       inPart_ = false;
     } catch (...) {
       inPart_ = false;
@@ -150,7 +152,7 @@ Pool& pool() {
 }
 
 // The fallback for a call the pool cannot take: threads started for the call and joined.
-void runWithOwnThreads(int64_t n, int64_t parts, int64_t per, const std::function<void(int64_t, int64_t)>& fn) {
+void runWithOwnThreads(const Split& split, const std::function<void(int64_t, int64_t)>& fn) {
   std::exception_ptr first;
   std::mutex firstMutex;
   auto run = [&](int64_t a, int64_t b) {
@@ -162,12 +164,10 @@ void runWithOwnThreads(int64_t n, int64_t parts, int64_t per, const std::functio
     }
   };
   std::vector<std::thread> helpers;
-  helpers.reserve(size_t(parts - 1));
-  for (int64_t p = 1; p < parts; p++) {
-    const int64_t a = p * per, b = std::min(n, a + per);
-    if (a < b) helpers.emplace_back(run, a, b);
-  }
-  run(0, std::min(n, per));
+  helpers.reserve(size_t(split.parts - 1));
+  for (int64_t p = 1; p < split.parts; p++)
+    if (split.begin(p) < split.end(p)) helpers.emplace_back(run, split.begin(p), split.end(p));
+  run(0, split.end(0));
   for (auto& t : helpers) t.join();
   if (first) std::rethrow_exception(first);
 }
@@ -180,8 +180,8 @@ void hostParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t,
   if (n <= 0) return;
   const int64_t parts = std::min<int64_t>(hostThreads(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
   if (parts <= 1) return fn(0, n);
-  const int64_t per = (n + parts - 1) / parts;
-  if (!pool().tryRun(n, parts, per, fn)) runWithOwnThreads(n, parts, per, fn);
+  const Split split{n, parts, (n + parts - 1) / parts};
+  if (!pool().tryRun(split, fn)) runWithOwnThreads(split, fn);
 }
 
 }  // namespace prime
