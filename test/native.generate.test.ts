@@ -158,13 +158,21 @@ describe('sampling and batching', () => {
     ]);
     expect(a.tokens).toEqual(b.tokens);
     expect(a.tokens).not.toEqual(c.tokens);
-    const [greedy, topk1, greedy2] = await run([
+    // A temperature whose inverse overflows fp32 (and fp64) samples the maximum with logprob 0.
+    const [greedy, topk1, greedy2, cold, colder] = await run([
       { ...base, temperature: 0 },
       { ...base, topK: 1, seed: 5 },
       { ...base, temperature: 0, promptIds: [...prompt] },
+      { ...base, temperature: 1e-40, seed: 6 },
+      { ...base, temperature: 5e-324, seed: 7 },
     ]);
     expect(topk1.tokens).toEqual(greedy.tokens);
     expect(greedy2.tokens).toEqual(greedy.tokens);
+    for (const r of [cold, colder])
+      expect({ tokens: r.tokens, logprobs: r.logprobs }).toEqual({
+        tokens: greedy.tokens,
+        logprobs: greedy.tokens.map(() => 0),
+      });
     // Greedy reports the raw (temperature 1) logprob; top-k=1 at T=1.2 reports its own T.
     const [scored] = await model.score([packRow([[...prompt, ...greedy.tokens]])]);
     expect(maxAbsDiff(greedy.logprobs, scored.logprobs.slice(prompt.length))).toBeLessThanOrEqual(1e-5);

@@ -8,11 +8,20 @@
 
 namespace prime {
 
+namespace {
+// 1 / T in S, at most S's largest value: a temperature so close to 0 that 1 / T overflows still
+// gives (x - max) / T = 0 at the maximum (infinity times 0 would be NaN) and -inf below it.
+template <typename S>
+S inverseTemperature(double T) {
+  return S(std::min(1.0 / T, double(std::numeric_limits<S>::max())));
+}
+}  // namespace
+
 int64_t prepareRow(const float* x, int64_t vocab, double temperature, float* e, double* blockSums) {
-  return cpu::kernels().sampleRowF32({x, e, blockSums, vocab, float(1.0 / temperature)});
+  return cpu::kernels().sampleRowF32({x, e, blockSums, vocab, inverseTemperature<float>(temperature)});
 }
 int64_t prepareRow(const double* x, int64_t vocab, double temperature, double* e, double* blockSums) {
-  return sampleRow(x, vocab, 1.0 / temperature, e, blockSums);
+  return sampleRow(x, vocab, inverseTemperature<double>(temperature), e, blockSums);
 }
 
 namespace {
