@@ -21,7 +21,7 @@ std::atomic<int> gHostThreads{int(std::max(1u, std::thread::hardware_concurrency
 
 // How long a helper keeps polling for its next part before it sleeps: a decode step's loops come
 // back to back (tens a step, most under 0.2 ms apart), and waking a sleeping thread costs about
-// 0.2 ms here (measured: 0.59 s of a 11 s decode run went to starting threads). It polls by
+// 0.2 ms here (measured: 0.59 s of an 11 s decode run went to starting threads). It polls by
 // yielding its core, so OpenBLAS's threads (a training step's GEMMs between these loops) take
 // the core whenever they have work, as OpenBLAS's own idle threads yield to ours.
 constexpr auto kPoll = std::chrono::microseconds(200);
