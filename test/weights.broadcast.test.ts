@@ -88,7 +88,9 @@ test('a version sent by broadcast generates the same tokens and logprobs as the 
 });
 
 test('a server killed mid-broadcast: its version comes from the folder, the run goes on, the restarted server rejoins', async () => {
-  const steps = 8;
+  // Steps enough for the restarted server to load its model and join a later group while the run
+  // goes on, also on a loaded machine (at 8, the run once ended first beside the rest of the suite).
+  const steps = 12;
   const args = await tinyRunArgs({ name: 'killed', modelDir, outputDir, steps });
   const http = rlConfig(args).inference.server.port;
   const config = rlConfig([
