@@ -85,11 +85,21 @@ export function staleBundle(root = ROOT): string | undefined {
     // The list is a few hundred paths (tens of KB): a larger file is not one build:ts wrote.
     if (fs.statSync(files.inputs).size > MAX_LIST_BYTES)
       return `${files.inputs} is over ${MAX_LIST_BYTES} bytes, not a list build:ts wrote (npm run build:ts rewrites it)`;
-    list = JSON.parse(fs.readFileSync(files.inputs, 'utf8')) as Inputs;
   } catch {
     return `${files.bundle} or its list of inputs is missing (npm run build:ts builds them)`;
   }
-  if (!Array.isArray(list.inputs) || !list.inputs.every((f) => typeof f === 'string'))
+  try {
+    // Nesting too deep for the parser throws here too: not a list build:ts wrote.
+    list = JSON.parse(fs.readFileSync(files.inputs, 'utf8')) as Inputs;
+  } catch {
+    return `${files.inputs} is not JSON (npm run build:ts rewrites it)`;
+  }
+  if (
+    typeof list !== 'object' ||
+    list === null ||
+    !Array.isArray(list.inputs) ||
+    !list.inputs.every((f) => typeof f === 'string')
+  )
     return `${files.inputs} is not a list of file paths (npm run build:ts rewrites it)`;
   for (const rel of list.inputs) {
     const file = path.join(root, rel);

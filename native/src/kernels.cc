@@ -535,9 +535,9 @@ class Fused final : public BlockKernels {
 // through the fused ops, whose CPU side is the engine's loops (cpu_kernels.h NormArgs, RopeArgs,
 // SwigluArgs: one pass where libtorch 1.13's ops make several, each on one thread, on every host
 // thread); anything else (a decode step, fp64, bf16, another device) through libtorch's ops, as
-// Unfused: on a decode step's few rows the loops' thread starts cost more than they save (3-10%
-// slower steps at batch 64, measured). PRIME_CPU_BLOCK_LOOPS=0 turns the loops off, for a
-// before/after in one build (bench/compare.ts).
+// Unfused: on a decode step's few rows the loops gained nothing clear (+28%, -1%, +2% in three
+// pairs at batch 64; 3-10% slower when each call started its threads). PRIME_CPU_BLOCK_LOOPS=0 turns the loops off, for
+// a before/after in one build (bench/compare.ts).
 constexpr int64_t kLoopElements = int64_t(1) << 18;
 
 class CpuLoops final : public BlockKernels {
@@ -572,9 +572,6 @@ class CpuLoops final : public BlockKernels {
       if (std::string(v) == "0") return false;
       throw std::runtime_error(std::string("PRIME_CPU_BLOCK_LOOPS: '") + v + "' is not 0 or 1");
     }();
-    // Inference's forwards take libtorch's ops up to kLoopElements: a decode step's few rows are
-    // not worth the loops' thread starts, a prefill chunk's are (libtorch 1.13 runs each of its
-    // several passes on one thread here).
     if (!on || (!recording(ts) && (*ts.begin())->numel() < kLoopElements)) return false;
     for (const at::Tensor* t : ts)
       if (!t->device().is_cpu() || t->scalar_type() != at::kFloat) return false;
