@@ -88,10 +88,10 @@ test('a version sent by broadcast generates the same tokens and logprobs as the 
 });
 
 test('a server killed mid-broadcast: its version comes from the folder, the run goes on, the restarted server rejoins', async () => {
-  // Steps enough for the restarted server to load its model and join a later group while the run
-  // goes on, also on a loaded machine (at 8, the run once ended first beside the rest of the suite).
-  const steps = 12;
-  const args = await tinyRunArgs({ name: 'killed', modelDir, outputDir, steps });
+  const steps = 8;
+  // The trainer is held (SIGSTOP) while the killed server restarts, below: the liveness deadline
+  // (the heartbeat timeout) must outlast a server's start on a loaded machine.
+  const args = await tinyRunArgs({ name: 'killed', modelDir, outputDir, steps, heartbeatTimeoutS: 60 });
   const http = rlConfig(args).inference.server.port;
   const config = rlConfig([
     ...args,
@@ -106,6 +106,11 @@ test('a server killed mid-broadcast: its version comes from the folder, the run 
   ]);
   const run = await launchRun(config, { quiet: true });
   const lines = () => metricLines(RunLayout.of(outputDir, 'killed').metricsFile);
+  const answers = () =>
+    fetch(`http://127.0.0.1:${http}/health`).then(
+      (r) => r.ok,
+      () => false,
+    );
   try {
     await until('a version broadcast to both servers', () => lines().some((l) => l.weight_broadcast_servers === 2));
     // Stopped, it stays a member of the group: the next version's broadcast waits on it; killed then.
@@ -113,6 +118,21 @@ test('a server killed mid-broadcast: its version comes from the folder, the run 
     process.kill(pid, 'SIGSTOP');
     await sleep(3_000);
     process.kill(pid, 'SIGKILL');
+    // A tiny run's steps take a fraction of a second, a server's start (the launcher's pause, Node,
+    // the model) several seconds: without a pause the run could end before the server is back (it
+    // did, beside the rest of the suite). So the trainer waits, stopped, until the restarted server
+    // answers; its next version then forms a group with both.
+    const trainer = run.processes.trainer.pid!;
+    process.kill(trainer, 'SIGSTOP');
+    try {
+      await until(
+        'the killed server restarted',
+        async () => run.processes.inference.restarts === 1 && (await answers()),
+        50_000,
+      );
+    } finally {
+      process.kill(trainer, 'SIGCONT');
+    }
     expect((await run.result).steps).toBe(steps);
   } finally {
     await run.stop();

@@ -23,6 +23,8 @@ export async function tinyRunArgs(o: {
   outputDir: string;
   steps: number;
   temporal?: { port: number; uiPort: number; metricsPort: number };
+  /** `temporal.heartbeat_timeout_s`, also the launcher's liveness deadline for its processes (5 s unless set). */
+  heartbeatTimeoutS?: number;
 }): Promise<string[]> {
   const http = await freePort();
   const { port, uiPort, metricsPort } = o.temporal ?? {
@@ -47,7 +49,7 @@ export async function tinyRunArgs(o: {
     '--temporal.metrics-port',
     String(metricsPort),
     '--temporal.heartbeat-timeout-s',
-    '5',
+    String(o.heartbeatTimeoutS ?? 5),
     '--inference.server.port',
     String(http),
     '--orchestrator.base-urls',
