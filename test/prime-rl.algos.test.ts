@@ -204,7 +204,10 @@ suite('prime-rl files run: algorithms, eval, SFT from several sources', () => {
   test('echo.toml: the policy loss on the answers, cross-entropy on the user messages between them (ce_loss)', async () => {
     const cfg = debugConfig('echo.toml', 'prl-echo');
     expect(cfg.orchestrator.echo).toEqual({ roles: { user: 0.1 } });
+    const servers = stack.pool.verifiers.stats.started;
     expect((await executeRl(stack, cfg)).steps).toBe(2);
+    // Its train and eval entries (eval_size 0 and all) are one taskset config: one env server.
+    expect(stack.pool.verifiers.stats.started - servers).toBeLessThanOrEqual(1);
     const { lines, batch } = ran(cfg);
     for (const l of lines) {
       expect(l.ce_tokens as number).toBeGreaterThan(0);

@@ -17,7 +17,7 @@ import type { Tokenizer } from '../model/tokenizer';
 import type { InferenceClient } from './client';
 import { VerifiersRunError, type VerifiersServers, type WireEpisode, type WireTrace } from '../envs/verifiers/server';
 import { isVerifiersEnv } from '../config/names';
-import { verifiersArgs, verifiersLaunch } from '../envs/verifiers/environment';
+import { launchKey, verifiersArgs, verifiersLaunch } from '../envs/verifiers/environment';
 import { RECORD_VERSIONS_HEADER } from '../inference/server/session-versions';
 import { textOf } from '../json';
 import type { TokenSegment } from '../runfolder/packing';
@@ -304,10 +304,11 @@ export async function runVerifiersRollout(
   const args = verifiersArgs.parse(task.env.args ?? {});
   const { sampling } = task;
   try {
+    const launch = verifiersLaunch(task.env.id, args);
     const episode = await servers.run({
-      key: JSON.stringify([task.env.id, args]),
+      key: JSON.stringify([launchKey(launch), args.max_concurrent ?? null]),
       name: task.env.id,
-      launch: verifiersLaunch(task.env.id, args),
+      launch,
       maxConcurrent: args.max_concurrent,
       startTimeoutMs: args.start_timeout_s * 1000,
       timeoutMs: args.timeout_s * 1000,

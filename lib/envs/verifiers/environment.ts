@@ -75,6 +75,16 @@ export interface VerifiersLaunch {
   config: JsonObject;
 }
 
+/**
+ * What makes one launch's Python differ from another's: the interpreter, PYTHONPATH and the
+ * EnvConfig (the rest of its environment is this process's). Envs whose args differ only in what
+ * our side reads (eval_size, timeouts) are one launch: a run's train and eval entries of a taskset
+ * share its task listing and its env server.
+ */
+export function launchKey(launch: VerifiersLaunch): string {
+  return JSON.stringify([launch.python, launch.launcher, launch.env.PYTHONPATH ?? '', launch.config]);
+}
+
 export function verifiersLaunch(id: string, args: VerifiersArgs): VerifiersLaunch {
   const module = id.slice(VERIFIERS_PREFIX.length);
   if (!/^[A-Za-z_][\w.-]*(\/[\w.-]+)?(@[\w.+-]+)?$/.test(module))
@@ -112,8 +122,19 @@ function promptOf(task: JsonObject): Message[] {
   return system as Message[];
 }
 
-/** The taskset's tasks (their `task_data` dicts), listed by the launcher. */
+/**
+ * Task listings of this process by launch (`launchKey`). A listing starts Python and imports
+ * verifiers (5-7 CPU s on a 2-core EPYC), and a run loads each env in its cpu worker (the preflight)
+ * and in each env pool worker, its eval entries beside its train entries: listed once per process,
+ * as the env pool keeps a loaded env for its life.
+ */
+const listings = new Map<string, JsonObject[]>();
+
+/** The taskset's tasks (their `task_data` dicts), listed by the launcher once per process. */
 function listTasks(id: string, launch: VerifiersLaunch): JsonObject[] {
+  const key = launchKey(launch);
+  const listed = listings.get(key);
+  if (listed) return listed;
   let out: string;
   try {
     out = execFileSync(launch.python, [launch.launcher, 'tasks', '--config', JSON.stringify(launch.config)], {
@@ -134,6 +155,7 @@ function listTasks(id: string, launch: VerifiersLaunch): JsonObject[] {
     .filter((l) => l.trim() !== '')
     .map((l) => JSON.parse(l) as JsonObject);
   if (tasks.length === 0) throw new Error(`environment "${id}": the taskset has no tasks`);
+  listings.set(key, tasks);
   return tasks;
 }
 

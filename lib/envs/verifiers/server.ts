@@ -231,7 +231,7 @@ class EnvServerProcess {
 
 /** What one run needs: the env server's launch, the task, and the model client for the env server. */
 export interface VerifiersRun {
-  /** Names the server (an env id and its args): one server per distinct key. */
+  /** Names the server (its launch and max_concurrent): one server per distinct key. */
   key: string;
   name: string;
   launch: VerifiersLaunch;
