@@ -10,6 +10,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { bundleWorkflowCode, DefaultLogger, type BundleOptions, type WorkflowBundleOption } from '@temporalio/worker';
+import { readJsonFile } from '../lib/json';
 import { projectRoot } from '../lib/paths';
 
 const WORKFLOWS = require.resolve('../workflows');
@@ -79,27 +80,20 @@ export async function buildWorkflowBundle(root = ROOT): Promise<void> {
 export function staleBundle(root = ROOT): string | undefined {
   const files = bundleFiles(root);
   let built: number;
-  let list: Inputs;
+  let list: Partial<Inputs>;
   try {
     built = fs.statSync(files.bundle).mtimeMs;
-    // The list is a few hundred paths (tens of KB): a larger file is not one build:ts wrote.
-    if (fs.statSync(files.inputs).size > MAX_LIST_BYTES)
-      return `${files.inputs} is over ${MAX_LIST_BYTES} bytes, not a list build:ts wrote (npm run build:ts rewrites it)`;
+    fs.statSync(files.inputs);
   } catch {
     return `${files.bundle} or its list of inputs is missing (npm run build:ts builds them)`;
   }
   try {
-    // Nesting too deep for the parser throws here too: not a list build:ts wrote.
-    list = JSON.parse(fs.readFileSync(files.inputs, 'utf8')) as Inputs;
-  } catch {
-    return `${files.inputs} is not JSON (npm run build:ts rewrites it)`;
+    // The list is a few hundred paths (tens of KB): a larger file is not one build:ts wrote.
+    list = readJsonFile(files.inputs, MAX_LIST_BYTES);
+  } catch (e) {
+    return `${(e as Error).message} (npm run build:ts rewrites it)`;
   }
-  if (
-    typeof list !== 'object' ||
-    list === null ||
-    !Array.isArray(list.inputs) ||
-    !list.inputs.every((f) => typeof f === 'string')
-  )
+  if (!Array.isArray(list.inputs) || !list.inputs.every((f) => typeof f === 'string'))
     return `${files.inputs} is not a list of file paths (npm run build:ts rewrites it)`;
   for (const rel of list.inputs) {
     const file = path.join(root, rel);

@@ -536,8 +536,8 @@ class Fused final : public BlockKernels {
 // SwigluArgs: one pass where libtorch 1.13's ops make several, each on one thread, on every host
 // thread); anything else (a decode step, fp64, bf16, another device) through libtorch's ops, as
 // Unfused: on a decode step's few rows the loops gained nothing clear (+28%, -1%, +2% in three
-// pairs at batch 64; 3-10% slower when each call started its threads). PRIME_CPU_BLOCK_LOOPS=0 turns the loops off, for
-// a before/after in one build (bench/compare.ts).
+// pairs at batch 64; 3-10% slower when each call started its threads). PRIME_CPU_BLOCK_LOOPS=0
+// turns the loops off, for a before/after in one build (bench/compare.ts).
 constexpr int64_t kLoopElements = int64_t(1) << 18;
 
 class CpuLoops final : public BlockKernels {

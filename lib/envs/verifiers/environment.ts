@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { z } from 'zod';
 import { OPTIONAL_PARTS, setupCommand, type PartUse } from '../../optional-parts';
 import { isVerifiersEnv, VERIFIERS_PREFIX } from '../../config/names';
+import { describeDeepPath, jsonSyntaxError, MAX_JSON_DEPTH, pathTooDeep } from '../../json';
 import { projectRoot } from '../../paths';
 import { listDataset } from '../dataset';
 import type { EnvironmentDefinition } from '../define';
@@ -123,6 +124,29 @@ function promptOf(task: JsonObject): Message[] {
 }
 
 /**
+ * Task `n` of the launcher's output: a JSON object nested no deeper than MAX_JSON_DEPTH (it is sent
+ * to the env server by a recursive encoder), else an error naming the env and the task.
+ */
+function taskOf(id: string, line: string, n: number): JsonObject {
+  let task: unknown;
+  try {
+    task = JSON.parse(line);
+  } catch (e) {
+    throw new Error(
+      `environment "${id}": task ${n} of the taskset's listing is not JSON (${jsonSyntaxError(e, line)})`,
+    );
+  }
+  if (task === null || typeof task !== 'object' || Array.isArray(task))
+    throw new Error(`environment "${id}": task ${n} of the taskset's listing is not a JSON object`);
+  const deep = pathTooDeep(task);
+  if (deep)
+    throw new Error(
+      `environment "${id}": task ${n} nests deeper than ${MAX_JSON_DEPTH} levels at ${describeDeepPath(deep)}`,
+    );
+  return task as JsonObject;
+}
+
+/**
  * Task listings of this process by launch (`launchKey`). A listing starts Python and imports
  * verifiers (5-7 CPU s on a 2-core EPYC), and a run loads each env in its cpu worker (the preflight)
  * and in each env pool worker, its eval entries beside its train entries: listed once per process,
@@ -153,7 +177,7 @@ function listTasks(id: string, launch: VerifiersLaunch): JsonObject[] {
   const tasks = out
     .split('\n')
     .filter((l) => l.trim() !== '')
-    .map((l) => JSON.parse(l) as JsonObject);
+    .map((l, i) => taskOf(id, l, i + 1));
   if (tasks.length === 0) throw new Error(`environment "${id}": the taskset has no tasks`);
   listings.set(key, tasks);
   return tasks;
